@@ -1,0 +1,132 @@
+// The stateful packet engine: one call per packet, no I/O, no clock, no threads of its own.
+//
+//   process(): parse -> normalize -> state lookup -hit-> track (TCP windows) -> translate
+//                                              \-miss-> rules (in pass, out pass) -> create state
+//
+// Workers call process() concurrently, each with its own Worker (counters and the ring of state
+// changes that sync drains). The control plane swaps rule sets, expires states on a timer and
+// applies state records received from the peer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "daemon/engine/interfaces.h"
+#include "daemon/engine/reason.h"
+#include "daemon/engine/rules/ruleset.h"
+#include "daemon/engine/spsc_ring.h"
+#include "daemon/engine/state.h"
+#include "daemon/engine/state_table.h"
+#include "daemon/engine/time.h"
+
+namespace pairwall::engine {
+
+// Where the kernel saw the packet. A forwarded packet is evaluated twice on a state miss, `in` on
+// the arrival interface and `out` on the departure interface, and passes only if both pass.
+enum class Hook : uint8_t { Forward, Input, Output };
+
+struct PacketMeta {
+  Hook hook = Hook::Forward;
+  IfaceId in_iface = kNoIface;   // Forward, Input
+  IfaceId out_iface = kNoIface;  // Forward, Output
+};
+
+struct Verdict {
+  enum class Action : uint8_t { Accept, Drop, Reject };
+  Action action = Action::Drop;
+  Reason reason = Reason::Internal;
+  rules::BlockReply reply = rules::BlockReply::Drop;  // how to reject, for Action::Reject
+  bool rewritten = false;  // the packet bytes were changed (NAT, normalization): send them back
+  bool log = false;        // the deciding rule or state asked for logging
+  uint32_t rule = rules::kNoRule;  // deciding rule, or the rule that created the matched state
+  StateId state;                   // matched or created state; counter 0 when none
+};
+
+struct EngineConfig {
+  uint32_t node_id = 1;
+  std::size_t shards = 64;                  // power of two; one lock each
+  std::size_t event_ring_capacity = 1 << 16;  // per worker
+  // Secret for the state hash. Zero means "draw one from the OS at construction".
+  uint64_t hash_key[2] = {0, 0};
+};
+
+class Engine;
+
+// Per-thread context for process(): counters written only by this thread, and the state change
+// records this thread produced, for sync to drain.
+class Worker {
+ public:
+  explicit Worker(Engine& engine);
+
+  const ReasonCounters& counters() const { return counters_; }
+  SpscRing<StateRecord>& events() { return events_; }
+  uint64_t events_lost() const { return events_lost_.load(std::memory_order_relaxed); }
+  uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class Engine;
+  void count_packet(std::size_t size) noexcept {
+    packets_.store(packets_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    bytes_.store(bytes_.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
+  }
+  void emit(const StateRecord& record) noexcept;
+
+  ReasonCounters counters_;
+  SpscRing<StateRecord> events_;
+  std::atomic<uint64_t> events_lost_{0};
+  std::atomic<uint64_t> packets_{0};
+  std::atomic<uint64_t> bytes_{0};
+  // The rule set this worker is using; refreshed when the engine's generation changes, so the
+  // packet path reads one shared atomic and never touches a shared reference count.
+  std::shared_ptr<const rules::RuleSet> rules_;
+  uint64_t rules_generation_ = 0;
+  bool emit_events_ = true;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineConfig config = {});
+
+  InterfaceRegistry& interfaces() { return interfaces_; }
+  const EngineConfig& config() const { return config_; }
+
+  // Publishes a compiled rule set; existing states survive. Safe while workers run.
+  void load_rules(std::shared_ptr<const rules::RuleSet> rules);
+  std::shared_ptr<const rules::RuleSet> rules() const;
+
+  // Decides one packet. `packet` may be rewritten in place (then Verdict::rewritten is set).
+  Verdict process(Worker& worker, std::span<uint8_t> packet, const PacketMeta& meta,
+                  Millis now) noexcept;
+
+  // Removes states whose timeout has passed; O(expired), never a sweep. Returns how many.
+  // Emits no sync records: each node expires on its own clock, as pfsync does.
+  std::size_t expire(Millis now);
+
+  // Applies a state change received from the sync peer. Windows never move backwards.
+  // Returns false when the record was stale or could not be applied (table full).
+  bool apply(const StateRecord& record, Millis now);
+
+  StateTable& states() { return states_; }
+  const StateTable& states() const { return states_; }
+
+  // Sync sets this when the peer asked for a full table: records for every state, as inserts.
+  void snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const;
+
+ private:
+  friend class Worker;
+  void refresh_rules(Worker& worker) const noexcept;
+
+  EngineConfig config_;
+  InterfaceRegistry interfaces_;
+  StateTable states_;
+  mutable std::mutex rules_mutex_;
+  std::shared_ptr<const rules::RuleSet> rules_;
+  std::atomic<uint64_t> rules_generation_{1};
+};
+
+}  // namespace pairwall::engine

@@ -1,0 +1,49 @@
+// Interface names as small integers. Rules name interfaces; packets arrive with kernel ifindexes
+// that the I/O adapter maps to these ids once, so the packet path compares integers only.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace pairwall::engine {
+
+using IfaceId = uint16_t;
+inline constexpr IfaceId kNoIface = 0;  // "no interface": local delivery, or unknown
+
+// Ids are never reused or removed, so a compiled rule set stays valid while interfaces come and go.
+class InterfaceRegistry {
+ public:
+  InterfaceRegistry() { names_.emplace_back(); }
+
+  IfaceId intern(std::string_view name) {
+    std::lock_guard lock(mutex_);
+    if (auto it = ids_.find(std::string(name)); it != ids_.end()) return it->second;
+    const auto id = static_cast<IfaceId>(names_.size());
+    names_.emplace_back(name);
+    ids_.emplace(std::string(name), id);
+    return id;
+  }
+
+  std::optional<IfaceId> find(std::string_view name) const {
+    std::lock_guard lock(mutex_);
+    if (auto it = ids_.find(std::string(name)); it != ids_.end()) return it->second;
+    return std::nullopt;
+  }
+
+  std::string name(IfaceId id) const {
+    std::lock_guard lock(mutex_);
+    return id < names_.size() ? names_[id] : std::string();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, IfaceId> ids_;
+};
+
+}  // namespace pairwall::engine

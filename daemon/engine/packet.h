@@ -1,0 +1,103 @@
+// Bounds-checked parsing of one IP packet (starting at the IP header, as NFQUEUE delivers it)
+// into a flat descriptor that the rest of the engine reads. Parsing never copies the packet and
+// never reads outside [data, data + size).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/reason.h"
+
+namespace pairwall::engine {
+
+namespace ipproto {
+inline constexpr uint8_t kIcmp = 1;
+inline constexpr uint8_t kTcp = 6;
+inline constexpr uint8_t kUdp = 17;
+inline constexpr uint8_t kIcmp6 = 58;
+}  // namespace ipproto
+
+namespace tcpflag {
+inline constexpr uint8_t kFin = 0x01;
+inline constexpr uint8_t kSyn = 0x02;
+inline constexpr uint8_t kRst = 0x04;
+inline constexpr uint8_t kPsh = 0x08;
+inline constexpr uint8_t kAck = 0x10;
+inline constexpr uint8_t kUrg = 0x20;
+inline constexpr uint8_t kEce = 0x40;
+inline constexpr uint8_t kCwr = 0x80;
+}  // namespace tcpflag
+
+struct TcpInfo {
+  uint32_t seq = 0;
+  uint32_t ack = 0;
+  uint16_t window = 0;  // unscaled, as on the wire
+  uint8_t flags = 0;
+  uint8_t header_length = 0;  // bytes
+  // Options (RFC 9293 3.2, RFC 7323, RFC 2018). Only meaningful where the option was present.
+  uint16_t mss = 0;
+  uint8_t window_scale = 0;
+  bool has_mss = false;
+  bool has_window_scale = false;
+  bool sack_permitted = false;
+  bool has_timestamps = false;
+  uint32_t ts_value = 0;
+  uint32_t ts_echo = 0;
+  uint16_t mss_offset = 0;  // offset of the MSS value from the packet start, for max-mss clamping
+};
+
+struct IcmpInfo {
+  uint8_t type = 0;
+  uint8_t code = 0;
+  uint16_t id = 0;      // echo / query identifier
+  bool is_error = false;  // destination unreachable, time exceeded, parameter problem, packet too big
+  bool is_query = false;  // echo request/reply and other request/response pairs
+  bool is_reply = false;
+  uint16_t quoted_offset = 0;  // start of the quoted packet inside an error, from the packet start
+};
+
+struct PacketView {
+  const uint8_t* data = nullptr;
+  uint32_t size = 0;
+
+  Family family = Family::V4;
+  uint8_t proto = 0;  // upper-layer protocol after IPv6 extension headers
+  IpAddress src;
+  IpAddress dst;
+  uint16_t src_port = 0;  // host order; for ICMP queries both carry the identifier
+  uint16_t dst_port = 0;
+  uint8_t ttl = 0;  // hop limit for IPv6
+
+  uint16_t l3_header_length = 0;  // IPv4 header with options, or IPv6 header plus extensions
+  uint16_t l4_offset = 0;
+  uint16_t l4_length = 0;  // bytes from l4_offset to the end of the IP payload
+  uint16_t payload_offset = 0;
+  uint16_t payload_length = 0;
+
+  bool has_ip_options = false;
+  bool is_fragment = false;        // any fragment (MF set or offset != 0)
+  bool is_first_fragment = false;  // offset 0; carries the L4 header
+  bool dont_fragment = false;
+  uint32_t fragment_id = 0;
+  uint16_t fragment_offset = 0;  // bytes
+
+  TcpInfo tcp;
+  IcmpInfo icmp;
+
+  bool is_tcp() const { return proto == ipproto::kTcp; }
+  bool is_udp() const { return proto == ipproto::kUdp; }
+  bool is_icmp() const { return proto == ipproto::kIcmp || proto == ipproto::kIcmp6; }
+};
+
+// Parses `bytes` into `out`. Returns Reason::Match on success, otherwise the drop reason
+// (Short, BadIpHeader, ...). A non-first fragment parses successfully with ports zero and
+// is_fragment set; the policy for fragments belongs to normalization, not to the parser.
+Reason parse_packet(std::span<const uint8_t> bytes, PacketView& out) noexcept;
+
+// Parses the packet quoted inside an ICMP/ICMPv6 error. The quote is usually truncated, so only
+// the IP header and the first 8 bytes of the transport header are required (RFC 792, RFC 4443
+// 2.4(c)); the TCP sequence number is available, options and payload are not.
+Reason parse_quoted_packet(std::span<const uint8_t> bytes, PacketView& out) noexcept;
+
+}  // namespace pairwall::engine

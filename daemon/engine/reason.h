@@ -1,0 +1,67 @@
+// Why the engine decided what it decided. Every verdict carries one reason and every reason has a
+// counter, so that nothing is dropped silently (pf's PFRES_* with more resolution).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+namespace pairwall::engine {
+
+enum class Reason : uint8_t {
+  // Passed.
+  Match,        // a pass rule decided
+  State,        // an existing state matched
+  DefaultPass,  // no rule matched (pf's implicit pass)
+  // Malformed input.
+  Short,             // fewer bytes than a header claims
+  BadIpVersion,      // not 4 or 6, or the version disagrees with the queue's family
+  BadIpHeader,       // IHL < 5, total length inconsistent, bad IPv4 option lengths
+  BadIpv6Extension,  // extension header chain runs past the packet or repeats illegally
+  BadOffset,         // fragment offset/length makes no sense (overlap past 65535, tiny first fragment)
+  BadTcpHeader,      // data offset < 5 or past the packet
+  BadTcpOptions,     // an option length that runs past the header
+  BadUdpHeader,      // UDP length field disagrees with the packet
+  BadIcmp,           // ICMP too short for its type, or an error quoting a malformed packet
+  // Normalization (scrub).
+  Fragment,     // a fragment the engine was not allowed to pass
+  BadTcpFlags,  // a flag combination no stack sends (SYN+FIN, SYN+RST, none, ...)
+  MinTtl,       // below scrub min-ttl
+  // Rules.
+  RuleBlock,  // a block rule decided
+  // States.
+  StateMismatch,   // a packet that fits a state's key but not its protocol state (e.g. SYN on an
+                   // established state, an ICMP error quoting an unrelated connection)
+  BadSeq,          // TCP sequence/ack outside the windows both ends advertised
+  StateLimit,      // the state table is full (set limit states)
+  RuleStateLimit,  // the rule's own (max N) is reached
+  Memory,          // a pool could not provide memory
+  Internal,        // a path that should not happen; counted so that it is seen if it does
+  Count
+};
+
+inline constexpr std::size_t kReasonCount = static_cast<std::size_t>(Reason::Count);
+
+constexpr bool is_pass(Reason r) { return r == Reason::Match || r == Reason::State || r == Reason::DefaultPass; }
+
+// Stable snake_case name used in metrics, JSON and the CLI.
+std::string_view reason_name(Reason r);
+
+// Counters written by exactly one worker thread and read by any: relaxed load+store, no locked
+// read-modify-write on the packet path.
+class ReasonCounters {
+ public:
+  void add(Reason r, uint64_t n = 1) noexcept {
+    auto& c = counts_[static_cast<std::size_t>(r)];
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  uint64_t get(Reason r) const noexcept {
+    return counts_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<uint64_t>, kReasonCount> counts_{};
+};
+
+}  // namespace pairwall::engine

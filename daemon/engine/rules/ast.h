@@ -1,0 +1,148 @@
+// The rule file as parsed: what the operator wrote, with where they wrote it. The compiler
+// (compile.h) turns this into the structure the packet path evaluates; nothing here is read per
+// packet. Macros are expanded by the parser; tables stay named so rules can share them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/address.h"
+
+namespace pairwall::engine::rules {
+
+struct SourceLocation {
+  std::string file;
+  uint32_t line = 0;    // 1-based
+  uint32_t column = 0;  // 1-based
+};
+
+// One element of an address list: `any`, a prefix, or a `<table>`; each may be negated.
+// An address spec with no elements means `any`. A spec matches when any element matches
+// (pf expands lists into one rule per element; the union is the same).
+struct AddressElement {
+  enum class Kind : uint8_t { Any, Prefix, Table };
+  Kind kind = Kind::Any;
+  bool negated = false;
+  IpPrefix prefix;
+  std::string table;
+  SourceLocation location;
+};
+
+// pf port operators: `port 80`, `port != 80`, `port < 1024`, `port <= `, `>`, `>=`,
+// `port 1000:2000` (inclusive), `port 1000 >< 2000` (exclusive), `port 1000 <> 2000` (outside).
+struct PortMatch {
+  enum class Op : uint8_t { Eq, Ne, Lt, Le, Gt, Ge, RangeInclusive, RangeExclusive, Outside };
+  Op op = Op::Eq;
+  uint16_t low = 0;
+  uint16_t high = 0;  // only for the two-operand operators
+};
+
+struct Endpoint {
+  std::vector<AddressElement> addresses;  // empty: any
+  std::vector<PortMatch> ports;           // empty: any port; a list matches if any element does
+};
+
+// `flags S/SA`: (tcp_flags & mask) == set. `flags any` is the absence of a FlagsMatch.
+struct FlagsMatch {
+  uint8_t set = 0;
+  uint8_t mask = 0;
+};
+
+// `icmp-type echoreq`, `icmp-type unreach code 3`, `icmp6-type 128`.
+struct IcmpTypeMatch {
+  uint8_t type = 0;
+  int16_t code = -1;  // -1: any code
+};
+
+enum class Action : uint8_t { Pass, Block };
+enum class BlockReply : uint8_t { Drop, ReturnRst, ReturnIcmp };
+enum class Direction : uint8_t { Any, In, Out };
+
+struct StateOptions {
+  bool keep_state = true;  // pf: pass keeps state unless `no state`
+  uint32_t max_states = 0;  // (max N); 0 = no per-rule limit
+  std::map<std::string, uint32_t> timeouts;  // per-rule timeout overrides, seconds
+};
+
+struct InterfaceMatch {
+  std::string name;
+  bool negated = false;
+};
+
+struct FilterRule {
+  SourceLocation location;
+  Action action = Action::Block;
+  BlockReply reply = BlockReply::Drop;
+  Direction direction = Direction::Any;
+  bool log = false;
+  bool quick = false;
+  std::vector<InterfaceMatch> interfaces;  // empty: any interface; list matches if any does
+  std::optional<Family> family;            // inet / inet6
+  std::vector<uint8_t> protocols;          // empty: any protocol
+  Endpoint from;
+  Endpoint to;
+  std::optional<FlagsMatch> flags;
+  std::vector<IcmpTypeMatch> icmp_types;  // for ICMP (icmp-type) or ICMPv6 (icmp6-type)
+  bool icmp6_types = false;               // true when icmp_types came from icmp6-type
+  StateOptions state;
+};
+
+// `nat on IF from SRC to DST -> ADDR [port P]`, `rdr on IF proto P to DST port P -> ADDR [port P]`,
+// `binat on IF from INT to any -> EXT`.
+struct TranslationRule {
+  enum class Kind : uint8_t { Nat, Rdr, Binat };
+  SourceLocation location;
+  Kind kind = Kind::Nat;
+  bool negate_translation = false;  // `no nat ...`: exempt matching packets
+  std::vector<InterfaceMatch> interfaces;
+  std::optional<Family> family;
+  std::vector<uint8_t> protocols;
+  Endpoint from;
+  Endpoint to;
+  std::optional<IpPrefix> target;       // the address (or pool prefix) after `->`
+  std::optional<PortMatch> target_port;  // `port P` or `port P:Q` after the target
+};
+
+// `scrub [in|out] [on IF] [all|from..to] [fragment reassemble] [max-mss N] [min-ttl N] [random-id]
+// [no-df]`.
+struct ScrubRule {
+  SourceLocation location;
+  Direction direction = Direction::Any;
+  std::vector<InterfaceMatch> interfaces;
+  std::optional<Family> family;
+  Endpoint from;
+  Endpoint to;
+  bool fragment_reassemble = false;
+  uint16_t max_mss = 0;  // 0: leave MSS alone
+  uint8_t min_ttl = 0;   // 0: no minimum
+  bool random_id = false;
+  bool no_df = false;
+};
+
+struct Table {
+  SourceLocation location;
+  std::string name;
+  std::vector<IpPrefix> entries;
+  std::vector<IpPrefix> negated_entries;  // `!10.1.2.0/24` inside a table: excluded
+};
+
+struct Settings {
+  std::optional<uint32_t> limit_states;
+  std::optional<uint32_t> limit_frags;
+  std::map<std::string, uint32_t> timeouts;  // `set timeout { tcp.established 86400, ... }`, seconds
+  std::map<std::string, SourceLocation> timeout_locations;
+};
+
+struct RuleFile {
+  std::string file;
+  Settings settings;
+  std::vector<Table> tables;
+  std::vector<ScrubRule> scrub_rules;
+  std::vector<TranslationRule> translation_rules;
+  std::vector<FilterRule> filter_rules;  // numbered from 0 in file order, as pfctl's @N
+};
+
+}  // namespace pairwall::engine::rules

@@ -1,0 +1,23 @@
+// Rule file -> RuleSet. Resolves tables, interfaces and settings, validates what the parser
+// cannot (unknown table, icmp-type without proto icmp, flags without proto tcp, ...) and builds
+// the decision structure.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "daemon/engine/interfaces.h"
+#include "daemon/engine/rules/parser.h"
+#include "daemon/engine/rules/ruleset.h"
+
+namespace pairwall::engine::rules {
+
+std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
+                                                               InterfaceRegistry& interfaces);
+
+// parse_rules_file + compile.
+std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
+                                                                       InterfaceRegistry& interfaces);
+
+}  // namespace pairwall::engine::rules

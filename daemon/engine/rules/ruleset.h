@@ -1,0 +1,103 @@
+// A compiled, immutable rule set. Built aside by compile() and published with one atomic pointer
+// swap (Engine::load_rules); packet workers only ever read it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/interfaces.h"
+#include "daemon/engine/packet.h"
+#include "daemon/engine/rules/ast.h"
+#include "daemon/engine/timeouts.h"
+
+namespace pairwall::engine::rules {
+
+// Per-rule counters, shared by the rule and the states it created (a state outlives a reload).
+struct RuleStats {
+  std::atomic<uint64_t> evaluations{0};  // packets that reached this rule's pass and matched
+  std::atomic<uint64_t> packets{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint32_t> states_current{0};
+  std::atomic<uint64_t> states_created{0};
+};
+
+struct CompiledRule {
+  uint32_t number = 0;  // @N, 0-based file order
+  Action action = Action::Block;
+  BlockReply reply = BlockReply::Drop;
+  bool log = false;
+  bool quick = false;
+  bool keep_state = true;
+  uint32_t max_states = 0;
+  Timeouts timeouts;  // global timeouts with this rule's overrides applied
+  SourceLocation location;
+  std::string text;  // canonical one-line form for `rules show`
+  std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
+};
+
+// Normalization decided for one packet (merged from the first matching scrub rule).
+struct ScrubAction {
+  bool matched = false;
+  bool fragment_reassemble = false;
+  uint16_t max_mss = 0;
+  uint8_t min_ttl = 0;
+  bool random_id = false;
+  bool no_df = false;
+};
+
+struct CompiledTranslation {
+  TranslationRule::Kind kind = TranslationRule::Kind::Nat;
+  bool negated = false;
+  IpPrefix target;
+  uint16_t port_low = 0;  // 0: keep the port (nat: choose from the proxy range)
+  uint16_t port_high = 0;
+  uint32_t number = 0;
+};
+
+inline constexpr uint32_t kNoRule = UINT32_MAX;
+
+class Classifier;  // the decision structure; defined in classifier.h
+
+class RuleSet {
+ public:
+  RuleSet();
+  ~RuleSet();
+  RuleSet(const RuleSet&) = delete;
+  RuleSet& operator=(const RuleSet&) = delete;
+
+  // pf semantics for one pass: the first matching `quick` rule, otherwise the last matching rule.
+  // `direction` is In or Out; `iface` the interface of this pass. Returns kNoRule when nothing
+  // matches. Cost does not grow with the number of rules (see classifier.h).
+  uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+
+  // First matching scrub rule, merged into one action (matched=false when none applies).
+  ScrubAction scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+
+  // First matching nat/rdr/binat rule for this pass, or nullptr.
+  const CompiledTranslation* translation(const PacketView& packet, Direction direction,
+                                         IfaceId iface) const noexcept;
+
+  const CompiledRule& rule(uint32_t number) const { return rules_[number]; }
+  std::size_t size() const { return rules_.size(); }
+
+  const Timeouts& timeouts() const { return timeouts_; }
+  uint32_t state_limit() const { return state_limit_; }
+
+ private:
+  friend class Compiler;
+  std::vector<CompiledRule> rules_;
+  Timeouts timeouts_ = Timeouts::defaults();
+  uint32_t state_limit_ = 100'000;  // pf's default `set limit states`
+  std::unique_ptr<Classifier> classifier_;
+  // Scrub and translation rules are few and evaluated first-match; see compile.cc.
+  std::vector<ScrubRule> scrub_rules_;
+  std::vector<CompiledTranslation> translations_;
+  std::unique_ptr<Classifier> scrub_classifier_;
+  std::unique_ptr<Classifier> translation_classifier_;
+};
+
+}  // namespace pairwall::engine::rules

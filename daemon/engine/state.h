@@ -1,0 +1,100 @@
+// What a state is: one entry per connection, covering both directions and both passes of a
+// forwarded packet. An entry carries two keys — as seen on the initiator's side ("stack") and on
+// the far side ("wire") — which differ only when the state translates addresses (NAT), and is
+// indexed by both, so a translated packet costs one lookup like any other.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstdint>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/interfaces.h"
+#include "daemon/engine/time.h"
+#include "daemon/engine/timeouts.h"
+
+namespace pairwall::engine {
+
+// (family, protocol, two endpoints). For ICMP queries both ports hold the query identifier.
+// Endpoint 0 is the side that sent the first packet.
+struct StateKey {
+  IpAddress addr[2];
+  uint16_t port[2] = {0, 0};
+  Family family = Family::V4;
+  uint8_t proto = 0;
+
+  StateKey reversed() const {
+    StateKey k = *this;
+    std::swap(k.addr[0], k.addr[1]);
+    std::swap(k.port[0], k.port[1]);
+    return k;
+  }
+  friend bool operator==(const StateKey&, const StateKey&) = default;
+};
+
+// Globally unique: the node that created the state and that node's counter. Lets both nodes
+// create states concurrently without coordination (pfsync's creatorid + id).
+struct StateId {
+  uint32_t creator = 0;
+  uint64_t counter = 0;
+  friend auto operator<=>(const StateId&, const StateId&) = default;
+};
+
+// Per-side TCP connection state, pf's TCPS_* progression.
+enum class TcpState : uint8_t {
+  Closed,
+  Listen,
+  SynSent,
+  SynReceived,
+  Established,
+  CloseWait,
+  FinWait1,
+  Closing,
+  LastAck,
+  FinWait2,
+  TimeWait,
+};
+
+// Per-side state of a connectionless flow (pf's PFUDPS_* / PFOTHERS_*).
+enum class FlowState : uint8_t { NoTraffic, Single, Multiple };
+
+// One end of a connection as tracked (van Rooij, "Real Stateful TCP Packet Filtering in IP
+// Filter"; pf_tcp_track_full). seqlo..seqhi is the window of sequence numbers this end may send;
+// max_win its largest advertised window as on the wire (unscaled, as pf keeps it).
+struct PeerTracking {
+  uint32_t seqlo = 0;    // highest sequence number sent + 1 (next expected)
+  uint32_t seqhi = 0;    // highest sequence number the other end allows this end to send
+  uint32_t max_win = 0;  // largest window this end advertised, unscaled
+  uint8_t wscale = 0;    // kScaleOffered | shift when the end sent a window scale option
+  uint8_t state = 0;     // TcpState or FlowState, by protocol
+  uint16_t mss = 0;
+
+  static constexpr uint8_t kScaleOffered = 0x80;  // pf's PF_WSCALE_FLAG
+  static constexpr uint8_t kScaleMask = 0x0f;     // shift; RFC 7323 2.3 caps it at 14
+  friend bool operator==(const PeerTracking&, const PeerTracking&) = default;
+};
+
+// A state change as the engine reports it to sync, and as sync applies a peer's to the local
+// table. Carries everything needed to recreate the state on the other node.
+struct StateRecord {
+  enum class Kind : uint8_t { Insert, Update, Delete };
+
+  Kind kind = Kind::Insert;
+  StateId id;
+  StateKey stack_key;  // initiator's side
+  StateKey wire_key;   // far side; equal to stack_key without translation
+  PeerTracking src;    // the initiator
+  PeerTracking dst;
+  TimeoutClass timeout = TimeoutClass::TcpFirst;
+  Millis expires_in{0};  // remaining lifetime when the record was made (clocks differ per node)
+  uint32_t rule = 0;     // the creating rule's number on the creator, informational
+  uint8_t flags = 0;     // StateFlags
+};
+
+namespace stateflag {
+inline constexpr uint8_t kLog = 0x01;
+inline constexpr uint8_t kTranslated = 0x02;  // stack_key != wire_key
+inline constexpr uint8_t kFromPeer = 0x04;    // created by a sync peer
+}  // namespace stateflag
+
+}  // namespace pairwall::engine

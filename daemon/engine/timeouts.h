@@ -1,0 +1,48 @@
+// State timeouts, named as in pf.conf(5) `set timeout`. A state expires `timeout[class]` after its
+// last packet; the class changes as the connection progresses.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "daemon/engine/time.h"
+
+namespace pairwall::engine {
+
+enum class TimeoutClass : uint8_t {
+  TcpFirst,        // after the first packet (SYN)
+  TcpOpening,      // before both sides are established
+  TcpEstablished,  // both established
+  TcpClosing,      // after the first FIN
+  TcpFinWait,      // after both FINs, before the state is closed
+  TcpClosed,       // after an RST, or both FINs acknowledged
+  UdpFirst,        // after the first packet
+  UdpSingle,       // the source sent more than one packet, the destination none
+  UdpMultiple,     // both directions have sent packets
+  IcmpFirst,       // after the first packet
+  IcmpError,       // after an ICMP error came back for the state
+  OtherFirst,
+  OtherSingle,
+  OtherMultiple,
+  Count
+};
+
+inline constexpr std::size_t kTimeoutClassCount = static_cast<std::size_t>(TimeoutClass::Count);
+
+struct Timeouts {
+  std::array<Millis, kTimeoutClassCount> values;
+
+  Millis operator[](TimeoutClass c) const { return values[static_cast<std::size_t>(c)]; }
+  Millis& operator[](TimeoutClass c) { return values[static_cast<std::size_t>(c)]; }
+
+  // pf's defaults (pf.conf(5)).
+  static Timeouts defaults();
+};
+
+// "tcp.established" -> TimeoutClass::TcpEstablished; nullopt for an unknown name.
+std::optional<TimeoutClass> timeout_class_from_name(std::string_view name);
+std::string_view timeout_class_name(TimeoutClass c);
+
+}  // namespace pairwall::engine
