@@ -33,6 +33,9 @@ struct PacketMeta {
   Hook hook = Hook::Forward;
   IfaceId in_iface = kNoIface;   // Forward, Input
   IfaceId out_iface = kNoIface;  // Forward, Output
+  // The kernel will finish the transport checksum itself (CHECKSUM_PARTIAL, NFQA_SKB_CSUMNOTREADY):
+  // rewrites must then leave the checksum field alone.
+  bool checksum_partial = false;
 };
 
 struct Verdict {
@@ -114,12 +117,27 @@ class Engine {
   StateTable& states() { return states_; }
   const StateTable& states() const { return states_; }
 
-  // Sync sets this when the peer asked for a full table: records for every state, as inserts.
+  // Every state as an Insert record, for a bulk transfer to the peer.
   void snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const;
+
+  // Removes every state and tells the peer to do the same (a Clear record). Returns how many.
+  std::size_t flush_states();
+
+  // State changes made outside the packet path (expiry of this node's states, flush), for sync.
+  // Produced by the one control thread that calls expire() and flush_states().
+  SpscRing<StateRecord>& control_events() { return control_events_; }
+  uint64_t control_events_lost() const { return control_events_lost_.load(std::memory_order_relaxed); }
+
+  // The record sync sends for an entry (kind Insert), with the remaining lifetime at `now`.
+  StateRecord record_of(const StateEntry& entry, Millis now) const;
 
  private:
   friend class Worker;
   void refresh_rules(Worker& worker) const noexcept;
+  static Millis timeout_of(const StateEntry& entry, TimeoutClass timeout, const rules::RuleSet& current) noexcept;
+  static StateRecord make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept;
+  void emit_control(const StateRecord& record) noexcept;
+  Verdict decide(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;
@@ -127,6 +145,9 @@ class Engine {
   mutable std::mutex rules_mutex_;
   std::shared_ptr<const rules::RuleSet> rules_;
   std::atomic<uint64_t> rules_generation_{1};
+  std::atomic<uint64_t> next_state_counter_{1};
+  SpscRing<StateRecord> control_events_;
+  std::atomic<uint64_t> control_events_lost_{0};
 };
 
 }  // namespace pairwall::engine

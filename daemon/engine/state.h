@@ -77,7 +77,7 @@ struct PeerTracking {
 // A state change as the engine reports it to sync, and as sync applies a peer's to the local
 // table. Carries everything needed to recreate the state on the other node.
 struct StateRecord {
-  enum class Kind : uint8_t { Insert, Update, Delete };
+  enum class Kind : uint8_t { Insert, Update, Delete, Clear };  // Clear: every state
 
   Kind kind = Kind::Insert;
   StateId id;

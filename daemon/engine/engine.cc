@@ -1,0 +1,412 @@
+#include "daemon/engine/engine.h"
+
+#include <algorithm>
+
+#include "daemon/engine/checksum.h"
+#include "daemon/engine/packet.h"
+#include "daemon/engine/tcp_track.h"
+
+namespace pairwall::engine {
+namespace {
+
+// A state whose windows moved without a protocol change is re-announced to the peer at most this
+// often; protocol changes (and inserts) go at once. Bounded sync load per connection.
+constexpr Millis kSyncRefresh{1000};
+
+constexpr std::size_t kControlRingCapacity = 1 << 16;
+
+SipKey hash_key_from(const EngineConfig& config) {
+  if (config.hash_key[0] == 0 && config.hash_key[1] == 0) return random_sip_key();
+  return SipKey{config.hash_key[0], config.hash_key[1]};
+}
+
+StateKey key_of(const PacketView& p) {
+  StateKey k;
+  k.family = p.family;
+  k.proto = p.proto;
+  k.addr[0] = p.src;
+  k.addr[1] = p.dst;
+  k.port[0] = p.src_port;
+  k.port[1] = p.dst_port;
+  return k;
+}
+
+// Flag combinations no TCP stack sends (pf_normalize_tcp): scans and stack fingerprinting.
+bool tcp_flags_valid(uint8_t flags) {
+  using namespace tcpflag;
+  if (flags & kSyn) {
+    if (flags & (kRst | kFin)) return false;
+  } else if (!(flags & (kAck | kRst))) {
+    return false;
+  }
+  if (!(flags & kAck) && (flags & (kFin | kPsh | kUrg))) return false;
+  return true;
+}
+
+Verdict drop(Reason reason, uint32_t rule = rules::kNoRule) {
+  Verdict v;
+  v.action = Verdict::Action::Drop;
+  v.reason = reason;
+  v.rule = rule;
+  return v;
+}
+
+// An empty rule set: pf's implicit pass, default timeouts. Used until the first load.
+std::shared_ptr<const rules::RuleSet> empty_rules() { return std::make_shared<const rules::RuleSet>(); }
+
+}  // namespace
+
+// ---- Worker -------------------------------------------------------------------------------
+
+Worker::Worker(Engine& engine) : events_(engine.config().event_ring_capacity) {}
+
+void Worker::emit(const StateRecord& record) noexcept {
+  if (!emit_events_) return;
+  if (!events_.push(record)) {
+    events_lost_.store(events_lost_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+}
+
+// ---- Engine -------------------------------------------------------------------------------
+
+Engine::Engine(EngineConfig config)
+    : config_(config),
+      states_(config.shards, hash_key_from(config), rules::RuleSet().state_limit()),
+      rules_(empty_rules()),
+      control_events_(kControlRingCapacity) {}
+
+void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules) {
+  std::lock_guard lock(rules_mutex_);
+  states_.set_limit(rules->state_limit());
+  rules_ = std::move(rules);
+  rules_generation_.fetch_add(1, std::memory_order_release);
+}
+
+std::shared_ptr<const rules::RuleSet> Engine::rules() const {
+  std::lock_guard lock(rules_mutex_);
+  return rules_;
+}
+
+void Engine::refresh_rules(Worker& worker) const noexcept {
+  const uint64_t generation = rules_generation_.load(std::memory_order_acquire);
+  if (generation == worker.rules_generation_) return;
+  std::lock_guard lock(rules_mutex_);
+  worker.rules_ = rules_;
+  worker.rules_generation_ = rules_generation_.load(std::memory_order_relaxed);
+}
+
+// A state keeps the timeouts of the rule that created it; states learned from the peer follow
+// the current rule set's.
+Millis Engine::timeout_of(const StateEntry& entry, TimeoutClass timeout, const rules::RuleSet& current) noexcept {
+  if (entry.creator != nullptr) return entry.creator->timeouts[timeout];
+  return current.timeouts()[timeout];
+}
+
+void Engine::emit_control(const StateRecord& record) noexcept {
+  if (!control_events_.push(record)) {
+    control_events_lost_.store(control_events_lost_.load(std::memory_order_relaxed) + 1,
+                               std::memory_order_relaxed);
+  }
+}
+
+StateRecord Engine::record_of(const StateEntry& entry, Millis now) const {
+  return make_record(entry, now, *rules());
+}
+
+StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept {
+  StateRecord r;
+  r.kind = StateRecord::Kind::Insert;
+  r.id = entry.id;
+  r.stack_key = entry.key[0];
+  r.wire_key = entry.key[1];
+  r.src = entry.peer[0];
+  r.dst = entry.peer[1];
+  r.timeout = entry.timeout;
+  r.expires_in = std::max(Millis{0}, entry.last_seen + timeout_of(entry, entry.timeout, current) - now);
+  r.rule = entry.rule;
+  r.flags = entry.flags;
+  return r;
+}
+
+Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept {
+  worker.count_packet(bytes.size());
+  refresh_rules(worker);
+  const Verdict verdict = decide(worker, bytes, meta, now);
+  worker.counters_.add(verdict.reason);
+  return verdict;
+}
+
+// One packet, top to bottom: parse, normalize, state, rules, state creation. One exit per
+// outcome, each with its reason.
+Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept {
+  const rules::RuleSet& rules = *worker.rules_;
+
+  // 1. Parse.
+  PacketView packet;
+  if (const Reason r = parse_packet(bytes, packet); r != Reason::Match) return drop(r);
+
+  // 2. Normalize. The kernel reassembles fragments before the queue when defragmentation is
+  // active; a fragment that still reaches us cannot be matched to ports, so it is dropped.
+  const bool inbound = meta.hook != Hook::Output;
+  const rules::Direction scrub_direction = inbound ? rules::Direction::In : rules::Direction::Out;
+  const IfaceId scrub_iface = inbound ? meta.in_iface : meta.out_iface;
+  if (packet.is_fragment) return drop(Reason::Fragment);
+  if (packet.is_tcp() && !tcp_flags_valid(packet.tcp.flags)) return drop(Reason::BadTcpFlags);
+  const rules::ScrubAction scrub = rules.scrub(packet, scrub_direction, scrub_iface);
+  bool rewritten = false;
+  if (scrub.matched) {
+    if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) return drop(Reason::MinTtl);
+    if (scrub.max_mss != 0 && packet.is_tcp() && packet.tcp.has_mss && packet.tcp.mss > scrub.max_mss) {
+      uint8_t* mss = bytes.data() + packet.tcp.mss_offset;
+      const uint16_t old_mss = load_be16(mss);
+      store_be16(mss, scrub.max_mss);
+      if (!meta.checksum_partial) checksum_replace16(bytes.data() + packet.l4_offset + 16, old_mss, scrub.max_mss);
+      packet.tcp.mss = scrub.max_mss;
+      rewritten = true;
+    }
+  }
+
+  // 3. State lookup. An ICMP error belongs to the state of the packet it quotes.
+  if (packet.is_icmp() && packet.icmp.is_error) {
+    PacketView quoted;
+    const auto inner = std::span<const uint8_t>(bytes).subspan(packet.icmp.quoted_offset);
+    if (parse_quoted_packet(inner, quoted) == Reason::Match && quoted.family == packet.family) {
+      const StateKey qkey = key_of(quoted);
+      if (auto state = states_.find(qkey, states_.hash(qkey))) {
+        const bool from_initiator = !state.reversed();
+        PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
+        PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
+        if (quoted.is_tcp() && sender.seqlo != 0) {
+          const uint32_t dws = (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
+          const uint32_t seq = quoted.tcp.seq;
+          if (!seq_geq(sender.seqhi, seq) || !seq_geq(seq, sender.seqlo - (receiver.max_win << dws))) {
+            return drop(Reason::BadSeq, state->rule);
+          }
+        }
+        Verdict v;
+        v.action = Verdict::Action::Accept;
+        v.reason = Reason::State;
+        v.rule = state->rule;
+        v.state = state->id;
+        v.rewritten = rewritten;
+        return v;
+      }
+    }
+    // No state: the error is judged by the rules like any ICMP packet (pf does the same).
+  } else {
+    const StateKey key = key_of(packet);
+    const uint64_t hash = states_.hash(key);
+    if (auto state = states_.find(key, hash)) {
+      const bool from_initiator = !state.reversed();
+      PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
+      PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
+      const bool syn_only = packet.is_tcp() && (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn;
+      if (syn_only && from_initiator && tcp_state_reusable(sender, receiver)) {
+        // Port reuse after a close: the old state gives way to a new connection.
+        StateRecord gone;
+        gone.kind = StateRecord::Kind::Delete;
+        gone.id = state->id;
+        worker.emit(gone);
+        states_.erase(state);
+      } else {
+        const TrackResult track = state->adopted ? track_packet(sender, receiver, packet, state->timeout)
+                                                 : adopt_packet(sender, receiver, packet, state->timeout);
+        if (track.reason != Reason::State) return drop(track.reason, state->rule);
+        state->adopted = true;
+        const int side = from_initiator ? 0 : 1;
+        ++state->packets[side];
+        state->bytes[side] += bytes.size();
+        const bool class_changed = track.timeout != state->timeout;
+        states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
+        if (track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh) {
+          state->last_synced = now;
+          StateRecord update = make_record(*state, now, rules);
+          update.kind = StateRecord::Kind::Update;
+          worker.emit(update);
+        }
+        Verdict v;
+        v.action = Verdict::Action::Accept;
+        v.reason = Reason::State;
+        v.rule = state->rule;
+        v.state = state->id;
+        v.log = (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log;
+        v.rewritten = rewritten;
+        return v;
+      }
+    }
+  }
+
+  // 4. Rules: `in` on the arrival interface, then `out` on the departure interface.
+  uint32_t deciding[2] = {rules::kNoRule, rules::kNoRule};
+  const bool passes[2] = {meta.hook != Hook::Output, meta.hook != Hook::Input};
+  const rules::Direction directions[2] = {rules::Direction::In, rules::Direction::Out};
+  const IfaceId ifaces[2] = {meta.in_iface, meta.out_iface};
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!passes[pass]) continue;
+    const uint32_t r = rules.evaluate(packet, directions[pass], ifaces[pass]);
+    deciding[pass] = r;
+    if (r == rules::kNoRule) continue;
+    const rules::CompiledRule& rule = rules.rule(r);
+    rule.stats->evaluations.fetch_add(1, std::memory_order_relaxed);
+    rule.stats->packets.fetch_add(1, std::memory_order_relaxed);
+    rule.stats->bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
+    if (rule.action == rules::Action::Block) {
+      Verdict v = drop(Reason::RuleBlock, r);
+      v.log = rule.log;
+      if (rule.reply != rules::BlockReply::Drop && !(packet.is_icmp() && packet.icmp.is_error)) {
+        v.action = Verdict::Action::Reject;
+        v.reply = rule.reply;
+      }
+      return v;
+    }
+  }
+
+  // The state is created by the first pass rule that keeps state (the in pass before the out).
+  const rules::CompiledRule* creator = nullptr;
+  for (uint32_t r : deciding) {
+    if (r != rules::kNoRule && rules.rule(r).keep_state) {
+      creator = &rules.rule(r);
+      break;
+    }
+  }
+  Verdict v;
+  v.action = Verdict::Action::Accept;
+  v.rewritten = rewritten;
+  v.rule = deciding[0] != rules::kNoRule ? deciding[0] : deciding[1];
+  v.reason = v.rule == rules::kNoRule ? Reason::DefaultPass : Reason::Match;
+  v.log = v.rule != rules::kNoRule && rules.rule(v.rule).log;
+  const bool stateless_icmp_error = packet.is_icmp() && packet.icmp.is_error;
+  if (creator == nullptr || stateless_icmp_error) return v;
+
+  // 5. Create the state.
+  if (creator->max_states != 0 &&
+      creator->stats->states_current.load(std::memory_order_relaxed) >= creator->max_states) {
+    return drop(Reason::RuleStateLimit, creator->number);
+  }
+  const StateKey key = key_of(packet);
+  PeerTracking src;
+  PeerTracking dst;
+  const TimeoutClass timeout = track_first_packet(src, dst, packet);
+  const StateId id{config_.node_id, next_state_counter_.fetch_add(1, std::memory_order_relaxed)};
+  StateTable::CreateStatus status;
+  auto state = states_.create(key, key, id, timeout, creator->timeouts[timeout], now, status);
+  switch (status) {
+    case StateTable::CreateStatus::Created:
+      break;
+    case StateTable::CreateStatus::Exists:
+      // Another worker created it a moment ago; this packet is its second, judged by the state.
+      if (!state) return drop(Reason::Internal);
+      v.state = state->id;
+      v.reason = Reason::State;
+      return v;
+    case StateTable::CreateStatus::Full:
+      return drop(Reason::StateLimit, creator->number);
+    case StateTable::CreateStatus::NoMemory:
+      return drop(Reason::Memory, creator->number);
+  }
+  state->peer[0] = src;
+  state->peer[1] = dst;
+  state->rule = creator->number;
+  state->creator = creator;
+  state->creator_rules = worker.rules_;
+  if (creator->log) state->flags |= stateflag::kLog;
+  state->packets[0] = 1;
+  state->bytes[0] = bytes.size();
+  state->last_synced = now;
+  creator->stats->states_current.fetch_add(1, std::memory_order_relaxed);
+  creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
+  worker.emit(make_record(*state, now, rules));
+  v.state = state->id;
+  return v;
+}
+
+std::size_t Engine::expire(Millis now) {
+  return states_.expire(now, [this](const StateEntry& e) {
+    if (e.creator != nullptr) e.creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
+    if (e.id.creator == config_.node_id) {
+      StateRecord gone;
+      gone.kind = StateRecord::Kind::Delete;
+      gone.id = e.id;
+      emit_control(gone);
+    }
+  });
+}
+
+std::size_t Engine::flush_states() {
+  const std::size_t n = states_.clear([](const StateEntry& e) {
+    if (e.creator != nullptr) e.creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
+  });
+  StateRecord clear;
+  clear.kind = StateRecord::Kind::Clear;
+  emit_control(clear);
+  return n;
+}
+
+bool Engine::apply(const StateRecord& record, Millis now) {
+  switch (record.kind) {
+    case StateRecord::Kind::Clear:
+      states_.clear([](const StateEntry& e) {
+        if (e.creator != nullptr) e.creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
+      });
+      return true;
+    case StateRecord::Kind::Delete: {
+      auto state = states_.find_by_id(record.id);
+      if (!state) return false;
+      if (state->creator != nullptr) state->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
+      states_.erase(state);
+      return true;
+    }
+    case StateRecord::Kind::Insert:
+    case StateRecord::Kind::Update:
+      break;
+  }
+
+  auto state = states_.find_by_id(record.id);
+  if (!state && record.kind == StateRecord::Kind::Update) return false;  // the insert has not arrived
+  const Timeouts timeouts = rules()->timeouts();
+  if (!state) {
+    StateTable::CreateStatus status;
+    state = states_.create(record.stack_key, record.wire_key, record.id, record.timeout,
+                           timeouts[record.timeout], now, status);
+    if (status != StateTable::CreateStatus::Created) {
+      // Exists: the same connection under another id (both nodes saw its first packet); the
+      // local entry stands. Full / NoMemory: counted by the caller.
+      return false;
+    }
+    state->peer[0] = record.src;
+    state->peer[1] = record.dst;
+    state->rule = record.rule;
+    state->flags = static_cast<uint8_t>((record.flags & ~stateflag::kTranslated) | stateflag::kFromPeer |
+                                        (state->flags & stateflag::kTranslated));
+    state->adopted = false;
+  } else {
+    // Merge: sequence numbers and protocol states only move forward.
+    PeerTracking* local[2] = {&state->peer[0], &state->peer[1]};
+    const PeerTracking* remote[2] = {&record.src, &record.dst};
+    for (int i = 0; i < 2; ++i) {
+      PeerTracking& l = *local[i];
+      const PeerTracking& r = *remote[i];
+      if (l.seqlo == 0 || seq_gt(r.seqlo, l.seqlo)) l.seqlo = r.seqlo;
+      if (l.seqhi == 0 || seq_gt(r.seqhi, l.seqhi)) l.seqhi = r.seqhi;
+      l.max_win = std::max(l.max_win, r.max_win);
+      if (l.wscale == 0) l.wscale = r.wscale;
+      if (l.mss == 0) l.mss = r.mss;
+      l.state = std::max(l.state, r.state);
+    }
+  }
+  const TimeoutClass timeout = record.stack_key.proto == ipproto::kTcp
+                                   ? tcp_timeout_class(state->peer[0], state->peer[1])
+                                   : record.timeout;
+  const Millis duration = state->creator ? state->creator->timeouts[timeout] : timeouts[timeout];
+  // The record says how long the state has left; express that as "last seen" on our clock.
+  const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
+  states_.touch(state, timeout, duration, last_seen);
+  return true;
+}
+
+void Engine::snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const {
+  const auto current = rules();
+  states_.for_each([&](const StateEntry& e) { sink(make_record(e, now, *current)); });
+}
+
+}  // namespace pairwall::engine

@@ -1,0 +1,477 @@
+#include "daemon/engine/state_table.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <bit>
+#include <new>
+#include <tuple>
+#include <utility>
+
+namespace pairwall::engine {
+namespace {
+
+constexpr std::size_t kChunkEntries = 1024;
+constexpr std::size_t kMinBuckets = 64;
+
+uintptr_t tag(StateEntry* e, int k) { return reinterpret_cast<uintptr_t>(e) | static_cast<uintptr_t>(k); }
+StateEntry* untag_entry(uintptr_t t) { return reinterpret_cast<StateEntry*>(t & ~uintptr_t{1}); }
+int untag_key(uintptr_t t) { return static_cast<int>(t & 1); }
+
+// Does `packet_key` (as the packet travels) match `k`, and in which direction?
+bool key_matches(const StateKey& k, const StateKey& packet_key, bool& reversed) {
+  if (k.proto != packet_key.proto || k.family != packet_key.family) return false;
+  if (k.addr[0] == packet_key.addr[0] && k.port[0] == packet_key.port[0] && k.addr[1] == packet_key.addr[1] &&
+      k.port[1] == packet_key.port[1]) {
+    reversed = false;
+    return true;
+  }
+  if (k.addr[0] == packet_key.addr[1] && k.port[0] == packet_key.port[1] && k.addr[1] == packet_key.addr[0] &&
+      k.port[1] == packet_key.port[0]) {
+    reversed = true;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void SpinLock::lock() noexcept {
+  for (unsigned spins = 0;; ++spins) {
+    if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire)) return;
+    if (spins < 256) {
+      __builtin_ia32_pause();
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+struct StateTable::Shard {
+  struct Queue {
+    Millis duration{0};
+    StateEntry* head = nullptr;
+    StateEntry* tail = nullptr;
+  };
+
+  alignas(64) SpinLock lock;
+  std::vector<uintptr_t> buckets;
+  std::size_t links = 0;  // key links filed in this shard
+  std::vector<Queue> queues;
+  std::vector<std::unique_ptr<StateEntry[]>> chunks;
+  StateEntry* free_list = nullptr;
+
+  uintptr_t& bucket(uint64_t hash) { return buckets[hash & (buckets.size() - 1)]; }
+
+  // Grows the bucket array when the chains get long. Rare (doubling), under the shard lock.
+  void maybe_grow() {
+    if (links <= buckets.size() * 2) return;
+    std::vector<uintptr_t> bigger(buckets.size() * 4, 0);
+    for (uintptr_t head : buckets) {
+      while (head != 0) {
+        StateEntry* e = untag_entry(head);
+        const int k = untag_key(head);
+        const uintptr_t next = e->next_key[k];
+        uintptr_t& slot = bigger[e->hash[k] & (bigger.size() - 1)];
+        e->next_key[k] = slot;
+        slot = tag(e, k);
+        head = next;
+      }
+    }
+    buckets.swap(bigger);
+  }
+
+  StateEntry* allocate() {
+    if (free_list == nullptr) {
+      auto chunk = std::unique_ptr<StateEntry[]>(new StateEntry[kChunkEntries]);
+      for (std::size_t i = 0; i < kChunkEntries; ++i) {
+        chunk[i].queue_next = free_list;
+        free_list = &chunk[i];
+      }
+      chunks.push_back(std::move(chunk));
+    }
+    StateEntry* e = free_list;
+    free_list = e->queue_next;
+    e->queue_next = nullptr;
+    return e;
+  }
+
+  void release(StateEntry* e) {
+    *e = StateEntry{};
+    e->queue_next = free_list;
+    free_list = e;
+  }
+
+  uint16_t queue_for(Millis duration) {
+    for (std::size_t i = 0; i < queues.size(); ++i) {
+      if (queues[i].duration == duration) return static_cast<uint16_t>(i);
+    }
+    queues.push_back(Queue{duration, nullptr, nullptr});
+    return static_cast<uint16_t>(queues.size() - 1);
+  }
+
+  void queue_unlink(StateEntry* e) {
+    Queue& q = queues[e->queue];
+    (e->queue_prev ? e->queue_prev->queue_next : q.head) = e->queue_next;
+    (e->queue_next ? e->queue_next->queue_prev : q.tail) = e->queue_prev;
+    e->queue_prev = e->queue_next = nullptr;
+  }
+
+  void queue_append(StateEntry* e, uint16_t index) {
+    Queue& q = queues[index];
+    e->queue = index;
+    e->queue_prev = q.tail;
+    e->queue_next = nullptr;
+    (q.tail ? q.tail->queue_next : q.head) = e;
+    q.tail = e;
+  }
+
+  // Finds `key` among this shard's links. Caller holds the lock.
+  StateEntry* lookup(const StateKey& key, uint64_t hash, int& key_index, bool& reversed) {
+    for (uintptr_t link = bucket(hash); link != 0;) {
+      StateEntry* e = untag_entry(link);
+      const int k = untag_key(link);
+      if (e->hash[k] == hash && key_matches(e->key[k], key, reversed)) {
+        key_index = k;
+        return e;
+      }
+      link = e->next_key[k];
+    }
+    return nullptr;
+  }
+
+  void link_key(StateEntry* e, int k) {
+    uintptr_t& slot = bucket(e->hash[k]);
+    e->next_key[k] = slot;
+    slot = tag(e, k);
+    ++links;
+    maybe_grow();
+  }
+
+  void unlink_key(StateEntry* e, int k) {
+    uintptr_t* slot = &bucket(e->hash[k]);
+    while (*slot != 0) {
+      StateEntry* cur = untag_entry(*slot);
+      const int ck = untag_key(*slot);
+      if (cur == e && ck == k) {
+        *slot = e->next_key[k];
+        --links;
+        return;
+      }
+      slot = &cur->next_key[ck];
+    }
+  }
+};
+
+struct StateTable::IdShard {
+  alignas(64) SpinLock lock;
+  std::vector<StateEntry*> buckets = std::vector<StateEntry*>(kMinBuckets, nullptr);
+  std::size_t count = 0;
+};
+
+// ---- Handle -------------------------------------------------------------------------------
+
+StateTable::Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
+
+StateTable::Handle& StateTable::Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    release();
+    entry_ = std::exchange(other.entry_, nullptr);
+    locked_[0] = std::exchange(other.locked_[0], nullptr);
+    locked_[1] = std::exchange(other.locked_[1], nullptr);
+    key_index_ = other.key_index_;
+    reversed_ = other.reversed_;
+  }
+  return *this;
+}
+
+void StateTable::Handle::release() noexcept {
+  // Unlock in reverse acquisition order.
+  if (locked_[1] != nullptr) locked_[1]->lock.unlock();
+  if (locked_[0] != nullptr) locked_[0]->lock.unlock();
+  locked_[0] = locked_[1] = nullptr;
+  entry_ = nullptr;
+}
+
+// ---- StateTable ---------------------------------------------------------------------------
+
+StateTable::StateTable(std::size_t shard_count, SipKey key, uint32_t limit) : key_(key), limit_(limit) {
+  shard_count = std::bit_ceil(std::clamp<std::size_t>(shard_count, 1, 4096));
+  const std::size_t buckets = std::max(kMinBuckets, std::bit_ceil(std::size_t{limit} / shard_count + 1));
+  for (std::size_t i = 0; i < shard_count; ++i) {
+    auto shard = std::make_unique<Shard>();
+    shard->buckets.assign(buckets, 0);
+    shards_.push_back(std::move(shard));
+    id_shards_.push_back(std::make_unique<IdShard>());
+    id_shards_.back()->buckets.assign(buckets, nullptr);
+  }
+}
+
+StateTable::~StateTable() = default;
+
+uint64_t StateTable::hash(const StateKey& k) const noexcept {
+  // Order the endpoints so that both directions of a flow hash alike.
+  const bool swap = std::tie(k.addr[0], k.port[0]) > std::tie(k.addr[1], k.port[1]);
+  const IpAddress& a = k.addr[swap ? 1 : 0];
+  const IpAddress& b = k.addr[swap ? 0 : 1];
+  const uint64_t pa = k.port[swap ? 1 : 0];
+  const uint64_t pb = k.port[swap ? 0 : 1];
+  const uint64_t words[5] = {a.hi, a.lo, b.hi, b.lo,
+                             pa << 48 | pb << 32 | static_cast<uint64_t>(k.family) << 8 | k.proto};
+  return siphash13(key_, words, 5);
+}
+
+uint64_t StateTable::id_hash(const StateId& id) const noexcept {
+  const uint64_t words[2] = {id.creator, id.counter};
+  return siphash13(key_, words, 2);
+}
+
+uint16_t StateTable::shard_index(uint64_t hash) const noexcept {
+  // High bits pick the shard, low bits the bucket: independent.
+  return static_cast<uint16_t>((hash >> 48) & (shards_.size() - 1));
+}
+
+StateTable::Shard& StateTable::shard_for(uint64_t hash) noexcept { return *shards_[shard_index(hash)]; }
+
+void StateTable::lock_pair(Handle& handle, uint16_t a, uint16_t b) noexcept {
+  if (a > b) std::swap(a, b);
+  shards_[a]->lock.lock();
+  handle.locked_[0] = shards_[a].get();
+  if (b != a) {
+    shards_[b]->lock.lock();
+    handle.locked_[1] = shards_[b].get();
+  }
+}
+
+StateTable::Handle StateTable::find(const StateKey& key, uint64_t hash) noexcept {
+  const uint16_t s = shard_index(hash);
+  Handle handle;
+  shards_[s]->lock.lock();
+  handle.locked_[0] = shards_[s].get();
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    int k = 0;
+    bool reversed = false;
+    StateEntry* e = shards_[s]->lookup(key, hash, k, reversed);
+    if (e == nullptr) return Handle{};
+    const bool two_shards = e->translated() && e->home != e->wire_shard;
+    if (!two_shards || handle.locked_[1] != nullptr) {
+      handle.entry_ = e;
+      handle.key_index_ = k;
+      handle.reversed_ = reversed;
+      return handle;
+    }
+    // The entry spans two shards and only `s` is held. While `s` is held the entry cannot go
+    // away (removal needs both locks), so its other shard is stable to read.
+    const uint16_t other = e->home == s ? e->wire_shard : e->home;
+    if (other > s) {
+      shards_[other]->lock.lock();
+      handle.locked_[1] = shards_[other].get();
+      handle.entry_ = e;
+      handle.key_index_ = k;
+      handle.reversed_ = reversed;
+      return handle;
+    }
+    // Wrong order: drop `s`, take both in order, look again.
+    handle.release();
+    lock_pair(handle, other, s);
+  }
+  return Handle{};  // the entry kept moving under us; the caller treats it as a miss
+}
+
+StateTable::Handle StateTable::find_by_id(const StateId& id) noexcept {
+  const uint64_t h = id_hash(id);
+  IdShard& ids = *id_shards_[h & (id_shards_.size() - 1)];
+  StateKey key;
+  uint64_t key_hash = 0;
+  {
+    std::lock_guard guard(ids.lock);
+    StateEntry* e = ids.buckets[(h >> 16) & (ids.buckets.size() - 1)];
+    while (e != nullptr && e->id != id) e = e->next_id;
+    if (e == nullptr) return Handle{};
+    key = e->key[0];
+    key_hash = e->hash[0];
+  }
+  Handle handle = find(key, key_hash);
+  if (handle && handle->id != id) handle.release();  // replaced between the two lookups
+  return handle;
+}
+
+StateTable::Handle StateTable::create(const StateKey& stack, const StateKey& wire, const StateId& id,
+                                      TimeoutClass timeout, Millis timeout_duration, Millis now,
+                                      CreateStatus& status) noexcept {
+  const bool translated = !(stack == wire);
+  const uint64_t h0 = hash(stack);
+  const uint64_t h1 = translated ? hash(wire) : h0;
+  const uint16_t s0 = shard_index(h0);
+  const uint16_t s1 = shard_index(h1);
+
+  Handle handle;
+  lock_pair(handle, s0, s1);
+  int k = 0;
+  bool reversed = false;
+  const bool exists = shards_[s0]->lookup(stack, h0, k, reversed) != nullptr ||
+                      (translated && shards_[s1]->lookup(wire, h1, k, reversed) != nullptr);
+  if (exists) {
+    handle.release();
+    status = CreateStatus::Exists;
+    Handle found = find(stack, h0);
+    return found ? std::move(found) : find(wire, h1);
+  }
+  if (count_.fetch_add(1, std::memory_order_relaxed) >= limit_.load(std::memory_order_relaxed)) {
+    count_.fetch_sub(1, std::memory_order_relaxed);
+    status = CreateStatus::Full;
+    return Handle{};
+  }
+
+  Shard& home = *shards_[s0];
+  StateEntry* e = nullptr;
+  try {
+    e = home.allocate();
+  } catch (const std::bad_alloc&) {
+    count_.fetch_sub(1, std::memory_order_relaxed);
+    status = CreateStatus::NoMemory;
+    return Handle{};
+  }
+  e->key[0] = stack;
+  e->key[1] = wire;
+  e->hash[0] = h0;
+  e->hash[1] = h1;
+  e->home = s0;
+  e->wire_shard = s1;
+  e->id = id;
+  e->flags = translated ? stateflag::kTranslated : 0;
+  e->created = now;
+  e->last_seen = now;
+  e->timeout = timeout;
+  home.link_key(e, 0);
+  if (translated) shards_[s1]->link_key(e, 1);
+  home.queue_append(e, home.queue_for(timeout_duration));
+
+  const uint64_t ih = id_hash(id);
+  IdShard& ids = *id_shards_[ih & (id_shards_.size() - 1)];
+  {
+    std::lock_guard guard(ids.lock);
+    StateEntry*& slot = ids.buckets[(ih >> 16) & (ids.buckets.size() - 1)];
+    e->next_id = slot;
+    slot = e;
+    ++ids.count;
+  }
+
+  handle.entry_ = e;
+  handle.key_index_ = 0;
+  handle.reversed_ = false;
+  status = CreateStatus::Created;
+  return handle;
+}
+
+void StateTable::touch(Handle& handle, TimeoutClass timeout, Millis duration, Millis last_seen) noexcept {
+  StateEntry* e = handle.get();
+  Shard& home = *shards_[e->home];
+  e->timeout = timeout;
+  if (last_seen > e->last_seen) e->last_seen = last_seen;
+  uint16_t q = e->queue;
+  if (home.queues[q].duration != duration) {
+    try {
+      q = home.queue_for(duration);
+    } catch (const std::bad_alloc&) {
+      // Keep the old queue: the entry expires on its previous timeout, which is still bounded.
+    }
+  }
+  if (home.queues[q].tail == e && q == e->queue) return;
+  home.queue_unlink(e);
+  home.queue_append(e, q);
+}
+
+void StateTable::unlink_and_free(StateEntry* e) noexcept {
+  Shard& home = *shards_[e->home];
+  home.unlink_key(e, 0);
+  if (e->translated()) shards_[e->wire_shard]->unlink_key(e, 1);
+  home.queue_unlink(e);
+  const uint64_t ih = id_hash(e->id);
+  IdShard& ids = *id_shards_[ih & (id_shards_.size() - 1)];
+  {
+    std::lock_guard guard(ids.lock);
+    StateEntry** slot = &ids.buckets[(ih >> 16) & (ids.buckets.size() - 1)];
+    while (*slot != nullptr && *slot != e) slot = &(*slot)->next_id;
+    if (*slot == e) {
+      *slot = e->next_id;
+      --ids.count;
+    }
+  }
+  home.release(e);
+  count_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void StateTable::erase(Handle& handle) noexcept {
+  if (!handle) return;
+  unlink_and_free(handle.get());
+  handle.release();
+}
+
+std::size_t StateTable::expire(Millis now, const std::function<void(const StateEntry&)>& on_expired) {
+  std::size_t removed = 0;
+  for (uint16_t s = 0; s < shards_.size(); ++s) {
+    Shard& shard = *shards_[s];
+    for (;;) {
+      Handle handle;
+      shard.lock.lock();
+      handle.locked_[0] = &shard;
+      // Pop expired heads that live in this shard alone; stop at the first that spans two.
+      StateEntry* cross = nullptr;
+      for (auto& q : shard.queues) {
+        while (q.head != nullptr && q.head->last_seen + q.duration <= now) {
+          StateEntry* e = q.head;
+          if (e->translated() && e->wire_shard != s) {
+            cross = e;
+            break;
+          }
+          if (on_expired) on_expired(*e);
+          unlink_and_free(e);
+          ++removed;
+        }
+        if (cross != nullptr) break;
+      }
+      if (cross == nullptr) break;  // handle unlocks
+      // Take both locks in order, then re-check that the entry is still an expired head.
+      const uint16_t other = cross->wire_shard;
+      if (other > s) {
+        shards_[other]->lock.lock();
+        handle.locked_[1] = shards_[other].get();
+      } else {
+        handle.release();
+        lock_pair(handle, other, s);
+      }
+      const Shard::Queue& q = shard.queues[cross->queue];
+      if (q.head == cross && cross->home == s && cross->wire_shard == other &&
+          cross->last_seen + q.duration <= now) {
+        if (on_expired) on_expired(*cross);
+        unlink_and_free(cross);
+        ++removed;
+      }
+    }
+  }
+  return removed;
+}
+
+std::size_t StateTable::clear(const std::function<void(const StateEntry&)>& on_removed) {
+  std::size_t removed = 0;
+  for (;;) {
+    // Expiring everything at "the end of time" removes each entry exactly once, with the same
+    // cross-shard locking discipline as expire().
+    const std::size_t n = expire(Millis::max() / 2, on_removed);
+    removed += n;
+    if (n == 0) break;
+  }
+  return removed;
+}
+
+void StateTable::for_each(const std::function<void(const StateEntry&)>& visit) const {
+  for (const auto& shard : shards_) {
+    std::lock_guard guard(shard->lock);
+    for (const auto& q : shard->queues) {
+      for (const StateEntry* e = q.head; e != nullptr; e = e->queue_next) visit(*e);
+    }
+  }
+}
+
+}  // namespace pairwall::engine

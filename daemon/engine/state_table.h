@@ -1,0 +1,169 @@
+// The state table: one entry per connection, sharded by key hash with one lock per shard.
+//
+// Indexes. Every entry is reachable by its stack key, by its wire key when the state translates
+// (the two keys then usually hash to different shards), and by its StateId (for sync updates that
+// carry only the id, as pfsync's compact updates do). Keys hash symmetrically, so a packet from
+// either end finds the entry with one lookup.
+//
+// Locking. An entry belongs to the shard of its stack key (its "home"): the home lock protects
+// its fields and its expiry queue. A translated entry whose wire key lives in another shard is
+// only touched with both locks held, always taken in ascending shard order. The id index has its
+// own locks, never held while a shard lock is being acquired.
+//
+// Expiry. Each shard keeps one FIFO queue per distinct timeout duration; a touched entry moves to
+// the tail of its queue, so every queue is ordered by expiry and expire() pops heads only:
+// O(expired), never a sweep (the load-model thesis measured the jitter of pf's purge sweep).
+//
+// Memory. Entries come from per-shard slabs of fixed-size chunks and return to a free list; the
+// table never exceeds its limit, and hitting the limit is counted by the caller (StateLimit).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "daemon/engine/rules/ruleset.h"
+#include "daemon/engine/siphash.h"
+#include "daemon/engine/state.h"
+#include "daemon/engine/time.h"
+#include "daemon/engine/timeouts.h"
+
+namespace pairwall::engine {
+
+struct StateEntry {
+  // Index and queue links (owned by StateTable).
+  uintptr_t next_key[2] = {0, 0};  // tagged: entry pointer | key index of the next link
+  StateEntry* next_id = nullptr;
+  StateEntry* queue_prev = nullptr;
+  StateEntry* queue_next = nullptr;
+  uint64_t hash[2] = {0, 0};
+  uint16_t queue = 0;
+  uint16_t home = 0;
+  uint16_t wire_shard = 0;
+
+  // The state.
+  StateKey key[2];       // [0] stack: as the first packet arrived; [1] wire: after translation
+  PeerTracking peer[2];  // [0] the initiator, [1] the responder
+  StateId id;
+  TimeoutClass timeout = TimeoutClass::TcpFirst;
+  uint8_t flags = 0;  // stateflag::*
+  bool adopted = true;  // false for a state learned from the peer and not yet seen locally
+  uint32_t rule = rules::kNoRule;
+  Millis created{0};
+  Millis last_seen{0};
+  Millis last_synced{0};
+  uint64_t packets[2] = {0, 0};
+  uint64_t bytes[2] = {0, 0};
+  // The rule that created the state, kept alive across reloads by the rule set reference.
+  const rules::CompiledRule* creator = nullptr;
+  std::shared_ptr<const rules::RuleSet> creator_rules;
+
+  bool translated() const { return (flags & stateflag::kTranslated) != 0; }
+};
+
+// A test-and-test-and-set lock: shard critical sections are a few hundred nanoseconds and never
+// block, so spinning beats a futex round trip. Yields after a while so that a preempted holder on
+// a two-core machine gets the CPU back.
+class SpinLock {
+ public:
+  void lock() noexcept;
+  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+class StateTable {
+ public:
+  struct Shard;
+
+  // A found or created entry with the shard lock(s) it needs held. Movable, not copyable;
+  // releasing (or destroying) it unlocks.
+  class Handle {
+   public:
+    Handle() = default;
+    Handle(Handle&& other) noexcept;
+    Handle& operator=(Handle&& other) noexcept;
+    ~Handle() { release(); }
+
+    explicit operator bool() const { return entry_ != nullptr; }
+    StateEntry* operator->() const { return entry_; }
+    StateEntry& operator*() const { return *entry_; }
+    StateEntry* get() const { return entry_; }
+    // Which key the lookup matched (0 stack, 1 wire) and whether the packet travels from that
+    // key's endpoint 1 to endpoint 0 (a reply).
+    int key_index() const { return key_index_; }
+    bool reversed() const { return reversed_; }
+    void release() noexcept;
+
+   private:
+    friend class StateTable;
+    StateEntry* entry_ = nullptr;
+    Shard* locked_[2] = {nullptr, nullptr};
+    int key_index_ = 0;
+    bool reversed_ = false;
+  };
+
+  enum class CreateStatus : uint8_t { Created, Exists, Full, NoMemory };
+
+  StateTable(std::size_t shard_count, SipKey key, uint32_t limit);
+  ~StateTable();
+  StateTable(const StateTable&) = delete;
+  StateTable& operator=(const StateTable&) = delete;
+
+  uint64_t hash(const StateKey& key) const noexcept;
+
+  // Finds the entry with `key` (either direction). `hash` must be hash(key).
+  Handle find(const StateKey& key, uint64_t hash) noexcept;
+
+  // Finds by id; the handle holds the entry's locks like find().
+  Handle find_by_id(const StateId& id) noexcept;
+
+  // Creates an entry for `stack` / `wire` (equal without translation) and files it in the expiry
+  // queue for `timeout_duration`. When either key already exists, returns that entry with
+  // status Exists (a concurrent worker created it first). Full when the limit is reached.
+  Handle create(const StateKey& stack, const StateKey& wire, const StateId& id, TimeoutClass timeout,
+                Millis timeout_duration, Millis now, CreateStatus& status) noexcept;
+
+  // Records activity: entry->last_seen = last_seen, class `timeout`, queue for `duration`.
+  void touch(Handle& handle, TimeoutClass timeout, Millis duration, Millis last_seen) noexcept;
+
+  // Removes the entry the handle holds; the handle becomes empty.
+  void erase(Handle& handle) noexcept;
+
+  // Removes every entry whose last_seen + queue duration <= now. `on_expired` sees each entry
+  // (under its lock) before it is freed. Returns the number removed.
+  std::size_t expire(Millis now, const std::function<void(const StateEntry&)>& on_expired);
+
+  // Removes every entry; returns how many.
+  std::size_t clear(const std::function<void(const StateEntry&)>& on_removed);
+
+  // Visits every entry under its shard lock, shard by shard (not a consistent snapshot of the
+  // whole table; each entry is consistent).
+  void for_each(const std::function<void(const StateEntry&)>& visit) const;
+
+  std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
+  uint32_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+  void set_limit(uint32_t limit) noexcept { limit_.store(limit, std::memory_order_relaxed); }
+  std::size_t shard_count() const noexcept { return shards_.size(); }
+
+ private:
+  Shard& shard_for(uint64_t hash) noexcept;
+  uint16_t shard_index(uint64_t hash) const noexcept;
+  uint64_t id_hash(const StateId& id) const noexcept;
+  void lock_pair(Handle& handle, uint16_t a, uint16_t b) noexcept;
+  void unlink_and_free(StateEntry* entry) noexcept;
+
+  SipKey key_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  struct IdShard;
+  std::vector<std::unique_ptr<IdShard>> id_shards_;
+  std::atomic<std::size_t> count_{0};
+  std::atomic<uint32_t> limit_;
+};
+
+}  // namespace pairwall::engine

@@ -1,0 +1,47 @@
+// Connection tracking per protocol: TCP sequence windows (van Rooij's "Real Stateful TCP Packet
+// Filtering in IP Filter", as pf implements it in pf_tcp_track_full), UDP single/multiple, ICMP
+// and other protocols' pseudo-states. Pure functions over the two PeerTracking halves of a state.
+#pragma once
+
+#include "daemon/engine/packet.h"
+#include "daemon/engine/reason.h"
+#include "daemon/engine/state.h"
+#include "daemon/engine/timeouts.h"
+
+namespace pairwall::engine {
+
+struct TrackResult {
+  Reason reason = Reason::State;  // State: pass; BadSeq / StateMismatch: drop
+  bool protocol_state_changed = false;  // a TCP state moved: sync sends the update at once
+  TimeoutClass timeout = TimeoutClass::TcpEstablished;
+};
+
+// Sets up both halves for a new state created by `packet` (the initiator's first packet).
+// Returns the initial timeout class.
+TimeoutClass track_first_packet(PeerTracking& src, PeerTracking& dst, const PacketView& packet) noexcept;
+
+// Tracks a packet on an existing state. `sender` is the half of the end that sent the packet,
+// `receiver` the other. `current` is the state's timeout class before this packet.
+TrackResult track_packet(PeerTracking& sender, PeerTracking& receiver, const PacketView& packet,
+                         TimeoutClass current) noexcept;
+
+// The first packet seen locally on a state learned from the peer: the windows the peer reported
+// may lag the connection by up to one sync interval, so re-anchor them on this packet (as pf does
+// for connections it picks up mid-stream) instead of judging it against stale numbers.
+// Protocol sanity still applies: a SYN cannot revive an established state.
+TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const PacketView& packet,
+                         TimeoutClass current) noexcept;
+
+// Timeout class for the given TCP peer states (pf's table in pf_tcp_track_full).
+TimeoutClass tcp_timeout_class(const PeerTracking& a, const PeerTracking& b) noexcept;
+
+// True when a TCP SYN may replace this state: both ends are closing or closed (port reuse).
+bool tcp_state_reusable(const PeerTracking& a, const PeerTracking& b) noexcept;
+
+// Serial-number arithmetic on 32-bit sequence numbers (RFC 1982).
+constexpr bool seq_lt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+constexpr bool seq_leq(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) <= 0; }
+constexpr bool seq_gt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
+constexpr bool seq_geq(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
+
+}  // namespace pairwall::engine
