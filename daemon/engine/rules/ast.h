@@ -76,6 +76,9 @@ struct FilterRule {
   SourceLocation location;
   Action action = Action::Block;
   BlockReply reply = BlockReply::Drop;
+  // `block return` (pf's PFRULE_RETURN): reply is ReturnIcmp and this is set, so TCP gets an RST
+  // and everything else an ICMP unreachable. A consumer that ignores it still rejects TCP.
+  bool reply_rst_for_tcp = false;
   Direction direction = Direction::Any;
   bool log = false;
   bool quick = false;
@@ -97,6 +100,7 @@ struct TranslationRule {
   SourceLocation location;
   Kind kind = Kind::Nat;
   bool negate_translation = false;  // `no nat ...`: exempt matching packets
+  bool pass = false;                // `nat pass ...`: translated packets skip the filter rules
   std::vector<InterfaceMatch> interfaces;
   std::optional<Family> family;
   std::vector<uint8_t> protocols;
