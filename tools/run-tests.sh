@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Everything CI runs: dependencies, a warnings-as-errors release build, the unit tests, the same
+# tests under address+undefined sanitizers, a short run of every fuzz target, and the integration
+# tests in network namespaces (root required for those).
+#
+#   tools/run-tests.sh              all of it
+#   PAIRWALL_SKIP_SANITIZERS=1 ...  skip the sanitizer build (faster local runs)
+#   PAIRWALL_FUZZ_SECONDS=N ...     seconds per fuzz target (default 20)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+jobs=$(nproc)
+
+step "dependencies"
+bash tools/install-deps.sh
+
+step "release build (-Werror)"
+cmake --preset release >/dev/null
+cmake --build --preset release -j"$jobs"
+
+step "unit tests"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
+  step "unit tests under address+undefined sanitizers"
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j"$jobs"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+  step "fuzz targets (short runs)"
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j"$jobs"
+  seconds="${PAIRWALL_FUZZ_SECONDS:-20}"
+  for target in build-fuzz/bin/fuzz_*; do
+    [[ -x "$target" ]] || continue
+    name=$(basename "$target" | sed 's/^fuzz_//')
+    corpus="tests/fuzz/corpus/$name"
+    work=$(mktemp -d)
+    cp -r "$corpus"/. "$work"/ 2>/dev/null || true
+    echo "fuzzing $name for ${seconds}s"
+    "$target" -max_total_time="$seconds" -print_final_stats=1 "$work" 2>&1 | tail -n 3
+    rm -rf "$work"
+  done
+fi
+
+if [[ -d tests/integration ]] && find tests/integration -name "test_*.py" | grep -q .; then
+  step "integration tests (network namespaces)"
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "integration tests need root (network namespaces, NFQUEUE)" >&2
+    exit 1
+  fi
+  python3 -m pytest -q -p no:cacheprovider tests/integration
+fi
+
+step "all tests passed"
