@@ -1,0 +1,220 @@
+#include <catch2/catch.hpp>
+
+#include "daemon/engine/tcp_track.h"
+
+using namespace pairwall::engine;
+using namespace pairwall::engine::tcpflag;
+
+namespace {
+
+// A TCP segment as the tracker sees it: only the fields it reads.
+PacketView segment(uint8_t flags, uint32_t seq, uint32_t ack, uint16_t window, uint16_t payload = 0,
+                   int wscale = -1) {
+  PacketView p;
+  p.proto = ipproto::kTcp;
+  p.tcp.flags = flags;
+  p.tcp.seq = seq;
+  p.tcp.ack = ack;
+  p.tcp.window = window;
+  p.payload_length = payload;
+  if (wscale >= 0) {
+    p.tcp.has_window_scale = true;
+    p.tcp.window_scale = static_cast<uint8_t>(wscale);
+  }
+  return p;
+}
+
+// Client (initiator) and server halves of one connection, driven packet by packet.
+struct Conn {
+  PeerTracking client;
+  PeerTracking server;
+  TimeoutClass timeout = TimeoutClass::TcpFirst;
+
+  Reason from_client(const PacketView& p) { return step(client, server, p); }
+  Reason from_server(const PacketView& p) { return step(server, client, p); }
+
+ private:
+  Reason step(PeerTracking& s, PeerTracking& d, const PacketView& p) {
+    const TrackResult r = track_packet(s, d, p, timeout);
+    if (r.reason == Reason::State) timeout = r.timeout;
+    return r.reason;
+  }
+};
+
+constexpr uint32_t kIsn = 1000;
+constexpr uint32_t kIsnServer = 500000;
+
+// SYN, SYN|ACK, ACK with window scaling 7 on both sides.
+Conn established(int client_wscale = 7, int server_wscale = 7) {
+  Conn c;
+  c.timeout = track_first_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, client_wscale));
+  REQUIRE(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, server_wscale)) == Reason::State);
+  REQUIRE(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 502)) == Reason::State);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("handshake establishes both ends", "[tcp]") {
+  Conn c = established();
+  CHECK(c.client.state == static_cast<uint8_t>(TcpState::Established));
+  CHECK(c.server.state == static_cast<uint8_t>(TcpState::Established));
+  CHECK(c.timeout == TimeoutClass::TcpEstablished);
+  CHECK((c.client.wscale & PeerTracking::kScaleMask) == 7);
+  CHECK((c.server.wscale & PeerTracking::kScaleMask) == 7);
+}
+
+TEST_CASE("first packet sets opening timeout and SYN_SENT", "[tcp]") {
+  PeerTracking s, d;
+  CHECK(track_first_packet(s, d, segment(kSyn, 42, 0, 1000)) == TimeoutClass::TcpFirst);
+  CHECK(s.state == static_cast<uint8_t>(TcpState::SynSent));
+  CHECK(d.state == static_cast<uint8_t>(TcpState::Closed));
+  CHECK(s.seqlo == 42);
+  CHECK(s.seqhi == 44);
+}
+
+TEST_CASE("data inside the scaled window passes, beyond it is dropped", "[tcp]") {
+  Conn c = established();
+  // Server advertised 502 << 7 = 64256 bytes... the client's ACK advertised 502 (scaled 7):
+  // the server may send up to ack + 64256.
+  CHECK(c.from_server(segment(kAck, kIsnServer + 1, kIsn + 1, 509, 1400)) == Reason::State);
+  CHECK(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1401, 502)) == Reason::State);
+  // Large scaled windows: 60000 bytes ahead is inside 502 << 7.
+  CHECK(c.from_server(segment(kAck, kIsnServer + 1401 + 60000, kIsn + 1, 509, 1000)) == Reason::State);
+  // 10 MB ahead is far outside any window either end advertised.
+  CHECK(c.from_server(segment(kAck, kIsnServer + 10'000'000, kIsn + 1, 509, 100)) == Reason::BadSeq);
+}
+
+TEST_CASE("without window scaling a 100 kB jump is out of window", "[tcp]") {
+  Conn c = established(-1, -1);
+  CHECK(c.client.wscale == 0);
+  CHECK(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 65535, 1000)) == Reason::State);
+  CHECK(c.from_client(segment(kAck, kIsn + 1 + 100'000, kIsnServer + 1, 65535, 1000)) == Reason::BadSeq);
+}
+
+TEST_CASE("one side declining window scaling disables it for both", "[tcp]") {
+  Conn c = established(7, -1);
+  CHECK((c.client.wscale & PeerTracking::kScaleMask) == 0);
+  CHECK(c.server.wscale == 0);
+}
+
+TEST_CASE("acks far ahead of data sent are dropped", "[tcp]") {
+  Conn c = established();
+  CHECK(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1 + 5'000'000, 502)) == Reason::BadSeq);
+}
+
+TEST_CASE("old retransmissions within a window pass, ancient ones do not", "[tcp]") {
+  Conn c = established(-1, -1);
+  for (uint32_t i = 0; i < 10; ++i) {
+    REQUIRE(c.from_client(segment(kAck, kIsn + 1 + i * 1000, kIsnServer + 1, 65535, 1000)) == Reason::State);
+  }
+  CHECK(c.from_client(segment(kAck, kIsn + 1 + 5000, kIsnServer + 1, 65535, 1000)) == Reason::State);
+  // Move far forward (acked by the server each time), then replay the first segment.
+  for (uint32_t i = 0; i < 200; ++i) {
+    const uint32_t seq = kIsn + 10'001 + i * 1000;
+    REQUIRE(c.from_client(segment(kAck, seq, kIsnServer + 1, 65535, 1000)) == Reason::State);
+    REQUIRE(c.from_server(segment(kAck, kIsnServer + 1, seq + 1000, 65535)) == Reason::State);
+  }
+  CHECK(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 65535, 1000)) == Reason::BadSeq);
+}
+
+TEST_CASE("RST must match the expected sequence number exactly", "[tcp]") {
+  SECTION("blind reset guess is dropped") {
+    Conn c = established();
+    CHECK(c.from_server(segment(kRst, kIsnServer + 1 + 30000, 0, 0)) == Reason::BadSeq);
+    CHECK(c.server.state == static_cast<uint8_t>(TcpState::Established));
+  }
+  SECTION("exact reset closes both ends") {
+    Conn c = established();
+    CHECK(c.from_server(segment(kRst | kAck, kIsnServer + 1, kIsn + 1, 0)) == Reason::State);
+    CHECK(c.client.state == static_cast<uint8_t>(TcpState::TimeWait));
+    CHECK(c.server.state == static_cast<uint8_t>(TcpState::TimeWait));
+    CHECK(c.timeout == TimeoutClass::TcpClosed);
+  }
+}
+
+TEST_CASE("FIN exchange walks closing, fin-wait and closed timeouts", "[tcp]") {
+  Conn c = established();
+  CHECK(c.from_client(segment(kFin | kAck, kIsn + 1, kIsnServer + 1, 502)) == Reason::State);
+  CHECK(c.client.state == static_cast<uint8_t>(TcpState::Closing));
+  CHECK(c.timeout == TimeoutClass::TcpClosing);
+  CHECK(c.from_server(segment(kFin | kAck, kIsnServer + 1, kIsn + 2, 509)) == Reason::State);
+  CHECK(c.client.state == static_cast<uint8_t>(TcpState::FinWait2));
+  CHECK(c.timeout == TimeoutClass::TcpFinWait);
+  CHECK(c.from_client(segment(kAck, kIsn + 2, kIsnServer + 2, 502)) == Reason::State);
+  CHECK(c.server.state == static_cast<uint8_t>(TcpState::FinWait2));
+  CHECK(c.timeout == TimeoutClass::TcpClosed);
+  CHECK(tcp_state_reusable(c.client, c.server));
+}
+
+TEST_CASE("protocol state changes are reported, plain data is not", "[tcp]") {
+  Conn c = established();
+  TrackResult data = track_packet(c.client, c.server, segment(kAck, kIsn + 1, kIsnServer + 1, 502, 100),
+                                  TimeoutClass::TcpEstablished);
+  CHECK(data.reason == Reason::State);
+  CHECK_FALSE(data.protocol_state_changed);
+  TrackResult fin = track_packet(c.client, c.server, segment(kFin | kAck, kIsn + 101, kIsnServer + 1, 502),
+                                 TimeoutClass::TcpEstablished);
+  CHECK(fin.protocol_state_changed);
+}
+
+TEST_CASE("sequence numbers wrap around 2^32", "[tcp]") {
+  Conn c;
+  const uint32_t isn = 0xffffff00u;
+  c.timeout = track_first_packet(c.client, c.server, segment(kSyn, isn, 0, 65535));
+  REQUIRE(c.from_server(segment(kSyn | kAck, 77, isn + 1, 65535)) == Reason::State);
+  REQUIRE(c.from_client(segment(kAck, isn + 1, 78, 65535)) == Reason::State);
+  CHECK(c.from_client(segment(kAck, isn + 1, 78, 65535, 1000)) == Reason::State);  // crosses zero
+  CHECK(c.from_client(segment(kAck, isn + 1001, 78, 65535, 1000)) == Reason::State);
+  CHECK(c.client.seqlo == static_cast<uint32_t>(isn + 2001));
+}
+
+TEST_CASE("adoption re-anchors a state learned from the peer", "[tcp]") {
+  // The peer's record lags: it knows the handshake, not the 50 MB sent since.
+  Conn c = established();
+  PeerTracking client = c.client;
+  PeerTracking server = c.server;
+  const uint32_t far = kIsn + 1 + 50'000'000;
+  PeerTracking strict_client = client, strict_server = server;
+  CHECK(track_packet(strict_client, strict_server, segment(kAck, far, kIsnServer + 1, 502, 1000),
+                     TimeoutClass::TcpEstablished)
+            .reason == Reason::BadSeq);
+  TrackResult adopted =
+      adopt_packet(client, server, segment(kAck, far, kIsnServer + 1, 502, 1000), TimeoutClass::TcpEstablished);
+  CHECK(adopted.reason == Reason::State);
+  // From here on strict tracking holds with the new anchors.
+  CHECK(track_packet(server, client, segment(kAck, kIsnServer + 1, far + 1000, 509), TimeoutClass::TcpEstablished)
+            .reason == Reason::State);
+  CHECK(track_packet(client, server, segment(kAck, far + 1000, kIsnServer + 1, 502, 1000),
+                     TimeoutClass::TcpEstablished)
+            .reason == Reason::State);
+  CHECK(track_packet(client, server, segment(kAck, far + 90'000'000, kIsnServer + 1, 502, 10),
+                     TimeoutClass::TcpEstablished)
+            .reason == Reason::BadSeq);
+}
+
+TEST_CASE("adoption refuses a SYN on an established state", "[tcp]") {
+  Conn c = established();
+  CHECK(adopt_packet(c.client, c.server, segment(kSyn, 123, 0, 1000), TimeoutClass::TcpEstablished).reason ==
+        Reason::StateMismatch);
+}
+
+TEST_CASE("UDP goes from first to single to multiple", "[udp]") {
+  PacketView p;
+  p.proto = ipproto::kUdp;
+  PeerTracking a, b;
+  CHECK(track_first_packet(a, b, p) == TimeoutClass::UdpFirst);
+  CHECK(track_packet(a, b, p, TimeoutClass::UdpFirst).timeout == TimeoutClass::UdpSingle);
+  const TrackResult reply = track_packet(b, a, p, TimeoutClass::UdpSingle);
+  CHECK(reply.timeout == TimeoutClass::UdpMultiple);
+  CHECK(reply.protocol_state_changed);
+  CHECK(track_packet(a, b, p, TimeoutClass::UdpMultiple).timeout == TimeoutClass::UdpMultiple);
+}
+
+TEST_CASE("ICMP query state answered uses the error-reply timeout", "[icmp]") {
+  PacketView p;
+  p.proto = ipproto::kIcmp;
+  PeerTracking a, b;
+  CHECK(track_first_packet(a, b, p) == TimeoutClass::IcmpFirst);
+  CHECK(track_packet(b, a, p, TimeoutClass::IcmpFirst).timeout == TimeoutClass::IcmpError);
+}
