@@ -1,0 +1,1 @@
+"""pairwall lab: the pair in network namespaces, traffic, drills."""

@@ -1,0 +1,167 @@
+"""pairwall-lab: a pairwall firewall pair in network namespaces, traffic through it, failover drills."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from . import drill, report, topology
+from .lab import DEFAULT_PREFIX, REPO, RUN_ROOT, Lab
+from .netns import LabError
+
+TOPOLOGY_HELP = f"""\
+namespaces (PREFIX defaults to {DEFAULT_PREFIX!r}):
+  PREFIXclient  eth0 {topology.CLIENT_ADDR}/24, default route via the inside VIP {topology.VIP_IN}
+  PREFIXfwA     in0 {topology.NODES[0].inside}/24, out0 {topology.NODES[0].outside}/24, sync0 {topology.NODES[0].sync}/30
+  PREFIXfwB     in0 {topology.NODES[1].inside}/24, out0 {topology.NODES[1].outside}/24, sync0 {topology.NODES[1].sync}/30
+  PREFIXserver  eth0 {topology.SERVER_ADDR}/24, default route via the outside VIP {topology.VIP_OUT}
+  PREFIXsw      the two LAN bridges br-in and br-out (the switch); the root namespace is never touched
+run files (configs, logs, pid files): {RUN_ROOT}/PREFIX/;  drill output: lab-out/drill-*/
+"""
+
+DRILL_HELP = """\
+The drill opens N TCP connections client->server carrying 200-byte records both ways every 20 ms, a UDP
+echo flow and a ping (each every 10 ms), fails the master, restores it, and prints a JSON report:
+
+  connections, survived   a connection survives if it was up before the kill, never reset, closed or
+                          reconnected, and carried data in both directions after the failover
+  failover_ms             from the kill instant to the arrival at the client of the first probe reply
+                          (ping or UDP) sent after the kill and forwarded by the new master (each firewall
+                          stamps probe replies with its own TTL: fwA 101, fwB 102); resolution 10 ms;
+                          null when no takeover is expected (--kill sync) or none happened
+  outage_ms               the longest time without any probe reply after the kill
+  ping_lost, udp_lost     probes without a reply (1 s grace after the last probe)
+  tcp_stall_ms_max        the longest time a connection went without data from the server or without
+                          the server's acknowledgement of the client's data advancing
+  states_a, states_b      state counts on fwA and fwB, read 1 s before the traffic stops
+  role_changes            [{t_ms (from the kill), node, from, to}] as polled every 100 ms
+
+Kinds of kill: master = kill -9 of pairwalld (its VIPs stay in its kernel); node = kill -9 and every link
+of the namespace down (power loss); link = the master's outside LAN cable pulled (switch port down);
+sync = the sync link cut. With --driver none, master turns off the node's IP forwarding and a scripted
+takeover moves the VIPs to the other node after 3*advbase + skew: it exercises the lab, not pairwall.
+"""
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="pairwall-lab", description=__doc__ + "\n\n" + TOPOLOGY_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prefix", default=DEFAULT_PREFIX, help="namespace name prefix (default %(default)s)")
+    p.add_argument("--bin-dir", help="where pairwalld and pairwallctl are (default build/bin)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    up = sub.add_parser("up", help="build the pair and start it")
+    up.add_argument("--nodes", type=int, default=2, choices=[2], help="firewall nodes (2)")
+    up.add_argument("--driver", choices=["builtin", "keepalived", "none"], default="builtin",
+                    help="who elects the master (none: static VIPs on fwA, kernel forwarding)")
+    up.add_argument("--advbase-ms", type=int, default=200)
+    up.add_argument("--replace", action="store_true", help="tear down a lab with this prefix first")
+    up.add_argument("--json", action="store_true")
+
+    for name, helptext in (("drill", "traffic, fail the master, restore, report"),
+                           ("demo", "install/build if needed, up, a 200-connection drill, summary and plot, down")):
+        d = sub.add_parser(name, help=helptext, description=DRILL_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        d.add_argument("--connections", type=int, default=200)
+        d.add_argument("--duration", type=float, default=12.0, help="traffic time, seconds (default %(default)s)")
+        d.add_argument("--kill", choices=["master", "node", "link", "sync"], default="master")
+        d.add_argument("--kill-after", type=float, default=3.0)
+        d.add_argument("--restore-after", type=float, default=3.0)
+        d.add_argument("--out", help="output directory (default lab-out/drill-TIMESTAMP)")
+        d.add_argument("--json", action="store_true", help="print the report as JSON")
+        if name == "demo":
+            d.add_argument("--driver", choices=["builtin", "keepalived", "none"], default="builtin")
+            d.add_argument("--advbase-ms", type=int, default=200)
+            d.add_argument("--no-build", action="store_true", help="do not install packages or build")
+
+    st = sub.add_parser("status", help="roles, states per node, sync health")
+    st.add_argument("--json", action="store_true")
+    sub.add_parser("down", help="remove every namespace, link and process of the lab (also after a crash)")
+    return p
+
+
+def build_if_needed(bin_dir, say):
+    if os.access(os.path.join(bin_dir, "pairwalld"), os.X_OK):
+        return
+    say("pairwalld not built: installing dependencies and building (release preset)")
+    subprocess.run(["bash", str(REPO / "tools" / "install-deps.sh")], check=True)
+    subprocess.run(["cmake", "--preset", "release"], cwd=REPO, check=True)
+    subprocess.run(["cmake", "--build", "--preset", "release", "--", "-j2"], cwd=REPO, check=True)
+
+
+def demo(args, say):
+    lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms)
+    if args.driver != "none" and not args.no_build:
+        build_if_needed(str(lab.bin_dir), say)
+    say(f"bringing the lab up (driver {args.driver}, advbase {args.advbase_ms} ms)")
+    lab.up(replace=True)
+    try:
+        rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
+                        kill_after=args.kill_after, restore_after=args.restore_after, out_dir=args.out,
+                        progress=say)
+        out_dir = os.path.dirname(rep["samples"])
+        try:
+            from . import plot
+            png = plot.plot(rep["samples"], os.path.join(out_dir, "client.json"), rep,
+                            os.path.join(out_dir, "drill.png"))
+            rep["plot"] = png
+        except ImportError as e:
+            say(f"no plot: {e} (install python3-matplotlib)")
+    finally:
+        say("tearing the lab down")
+        lab.down()
+    return rep
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    say = (lambda m: print(f"pairwall-lab: {m}", file=sys.stderr, flush=True))
+    if os.geteuid() != 0:
+        print("pairwall-lab: needs root (network namespaces); run it with sudo", file=sys.stderr)
+        return 2
+    try:
+        if args.cmd == "down":
+            removed = Lab(args.prefix).down()
+            print(f"removed {len(removed['namespaces'])} namespaces, stopped {len(removed['pids'])} processes")
+        elif args.cmd == "up":
+            lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms)
+            st = lab.up(replace=args.replace)
+            print(json.dumps(st, indent=1) if args.json else format_status(st))
+        elif args.cmd == "status":
+            st = Lab(args.prefix, bin_dir=args.bin_dir).status()
+            print(json.dumps(st, indent=1) if args.json else format_status(st))
+        elif args.cmd == "drill":
+            lab = Lab(args.prefix, bin_dir=args.bin_dir)
+            rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
+                            kill_after=args.kill_after, restore_after=args.restore_after, out_dir=args.out,
+                            progress=say)
+            print(json.dumps(rep, indent=1) if args.json else report.human(rep))
+        elif args.cmd == "demo":
+            rep = demo(args, say)
+            print(json.dumps(rep, indent=1) if args.json else report.human(rep))
+            if rep.get("plot"):
+                print(f"plot:          {rep['plot']}")
+            print(f"report:        {os.path.join(os.path.dirname(rep['samples']), 'report.json')}")
+    except LabError as e:
+        print(f"pairwall-lab: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("pairwall-lab: interrupted; `pairwall-lab down` removes what is left", file=sys.stderr)
+        return 130
+    return 0
+
+
+def format_status(st):
+    if not st.get("up"):
+        return f"lab {st['prefix']!r} is down"
+    lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms"]
+    for node, s in st["nodes"].items():
+        extra = "".join(f", {k} {s[k]}" for k in ("bulk_done", "demotion", "sync_peer") if k in s)
+        lines.append(f"  {node}: {s.get('role')}, states {s.get('states')}, VIPs {st['vips'].get(node) or '-'}"
+                     f"{extra}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

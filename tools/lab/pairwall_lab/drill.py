@@ -1,0 +1,176 @@
+"""A failover drill on a lab that is up: traffic, a kill, a restore, a report.
+
+Timeline (seconds from the moment all connections are up):
+  0 ........ kill_after: traffic steady; the master is the node the driver reports
+  kill_after: the master is failed (master|node|link|sync); the instant is taken just before
+  + restore_after: the failed thing is restored (pairwalld restarted, links up)
+  duration: traffic stops; late probe replies get 1 s more; the report is computed.
+"""
+
+import json
+import subprocess
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+from . import drivers, report, topology
+from .lab import REPO
+from .netns import LabError, stop_pids
+
+
+class RoleWatcher(threading.Thread):
+    """Polls the driver's roles and records every change, relative to `t0` once it is set."""
+
+    def __init__(self, lab, period=0.1):
+        super().__init__(daemon=True)
+        self.lab = lab
+        self.period = period
+        self.changes = []
+        self.last = None
+        self.t_kill = None
+        self.halt = threading.Event()
+        self.error = None
+
+    def run(self):
+        while not self.halt.is_set():
+            try:
+                roles = self.lab.driver.roles()
+            except Exception as e:  # a poll failing mid-kill is data, not a reason to stop watching
+                self.error = str(e)
+                roles = None
+            t = time.monotonic()
+            if roles is not None:
+                if self.last is not None:
+                    for node, role in roles.items():
+                        if self.last.get(node) != role:
+                            self.changes.append({"t": t, "node": node, "from": self.last.get(node), "to": role})
+                self.last = roles
+            self.halt.wait(self.period)
+
+    def stop(self):
+        self.halt.set()
+        self.join(timeout=10)
+
+    def relative(self, t_kill):
+        return [{"t_ms": round((c["t"] - t_kill) * 1000.0, 1), "node": c["node"], "from": c["from"],
+                 "to": c["to"]} for c in self.changes]
+
+
+def _read_line(proc, timeout, what):
+    """First stdout line of a child, or LabError naming `what` after `timeout` seconds."""
+    out = {}
+
+    def reader():
+        out["line"] = proc.stdout.readline()
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    t.join(timeout)
+    line = out.get("line")
+    if not line:
+        raise LabError(f"{what} did not report ready within {timeout:.0f} s (exit code {proc.poll()})")
+    return line.decode() if isinstance(line, bytes) else line
+
+
+def default_out_dir():
+    return REPO / "lab-out" / datetime.now().strftime("drill-%Y%m%d-%H%M%S")
+
+
+def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, restore_after=3.0, out_dir=None,
+        interval_ms=20.0, settle=True, progress=None):
+    """Runs one drill and returns the report dictionary (also written to OUT_DIR/report.json)."""
+    if kill not in drivers.KILL_KINDS:
+        raise LabError(f"--kill {kill}: expected one of {', '.join(drivers.KILL_KINDS)}")
+    if duration < kill_after + restore_after + 2:
+        raise LabError(f"--duration {duration} s is too short: it must leave at least 2 s after the kill "
+                       f"({kill_after} s) and the restore ({restore_after} s)")
+    if not lab.exists():
+        raise LabError(f"lab {lab.prefix!r} is not up: run `pairwall-lab up` first")
+    say = progress or (lambda _msg: None)
+    out = Path(out_dir) if out_dir else default_out_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    driver = lab.driver
+    roles_before = driver.roles()
+    old = lab.master()
+    new = topology.other(old) if kill != "sync" else None
+    traffic = str(lab.pkg_dir / "traffic.py")
+    common = ["--port", str(topology.TCP_PORT), "--udp-port", str(topology.UDP_PORT), "--interval-ms",
+              str(interval_ms)]
+
+    procs = []
+    watcher = RoleWatcher(lab)
+    restored = False
+    try:
+        server = lab.spawn("server", "traffic-server", [lab.python, traffic, "server", *common, "--duration",
+                                                         str(duration + 60), "--summary", str(out / "server.json")],
+                           stdout=subprocess.PIPE)
+        procs.append(server)
+        _read_line(server, 10, "traffic server")
+        client = lab.spawn("client", "traffic-client", [
+            lab.python, traffic, "client", *common, "--server", topology.SERVER_ADDR, "--connections",
+            str(connections), "--duration", str(duration), "--samples", str(out / "samples.jsonl"), "--summary",
+            str(out / "client.json")], stdout=subprocess.PIPE)
+        procs.append(client)
+        ready = json.loads(_read_line(client, 60, "traffic client"))
+        say(f"{ready['established']}/{connections} connections up through {old}; kill ({kill}) in {kill_after} s")
+        t_start = ready["t"]
+        watcher.start()
+
+        time.sleep(max(0.0, t_start + kill_after - time.monotonic()))
+        t_kill = time.monotonic()
+        driver.kill(old, kill)
+        say(f"killed: {kill} of {old}")
+        takeover = threading.Thread(target=driver.after_kill, args=(old, kill, t_kill), daemon=True)
+        takeover.start()
+
+        time.sleep(max(0.0, t_kill + restore_after - time.monotonic()))
+        takeover.join(timeout=10)
+        driver.restore(old, kill)
+        restored = True
+        say(f"restored: {kill} of {old}")
+
+        # States are read while the connections are still open.
+        time.sleep(max(0.0, t_start + duration - 1.0 - time.monotonic()))
+        states = driver.states()
+        try:
+            client.wait(timeout=max(5.0, t_start + duration + 30 - time.monotonic()))
+        except subprocess.TimeoutExpired as e:
+            raise LabError("traffic client did not finish in time; see "
+                           f"{lab.log_file('client', 'traffic-client')}") from e
+        if client.returncode != 0:
+            raise LabError(f"traffic client failed ({client.returncode}):\n{lab.log_tail('client', 'traffic-client')}")
+        watcher.stop()
+        settled = None
+        if settle and hasattr(driver, "wait_pair_ready"):
+            try:
+                driver.wait_pair_ready()
+                settled = True
+            except LabError:
+                settled = False
+        summary = json.loads((out / "client.json").read_text())
+    finally:
+        watcher.halt.set()
+        stop_pids([p.pid for p in procs if p.poll() is None])
+        for p in procs:
+            if p.stdout:
+                p.stdout.close()
+        if not restored and "t_kill" in locals():
+            try:
+                driver.restore(old, kill)
+            except LabError:
+                pass  # `down` removes what is left
+
+    server_summary = {}
+    try:
+        server_summary = json.loads((out / "server.json").read_text())
+    except (OSError, ValueError):
+        pass
+    tags = {n.name: n.ttl_tag for n in topology.NODES}
+    rep = report.analyse(summary, t_kill, tags, old, new, watcher.relative(t_kill), states, extra={
+        "driver": driver.name, "kill": kill, "advbase_ms": lab.advbase_ms, "roles_before": roles_before,
+        "roles_after": driver.roles(), "pair_settled": settled,
+        "server_sequence_violations": server_summary.get("violations"), "samples": str(out / "samples.jsonl"),
+        "t_kill_s": round(t_kill - t_start, 3)})
+    (out / "report.json").write_text(json.dumps(rep, indent=1))
+    return rep

@@ -1,0 +1,108 @@
+"""Thin helpers over ip(8), sysctl and processes inside network namespaces.
+
+Every command names its namespace explicitly (`ip -n NS ...`, `ip netns exec NS ...`): nothing here
+changes the root namespace.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+
+class LabError(RuntimeError):
+    """A failure an operator can act on; the message says what failed and what to look at."""
+
+
+def run(cmd, check=True, timeout=30, capture=True):
+    """Runs a command (list) and returns CompletedProcess; raises LabError with its stderr on failure."""
+    try:
+        cp = subprocess.run(cmd, capture_output=capture, text=True, timeout=timeout)
+    except FileNotFoundError as e:
+        raise LabError(f"{cmd[0]}: not found (run tools/install-deps.sh)") from e
+    except subprocess.TimeoutExpired as e:
+        raise LabError(f"`{' '.join(cmd)}` did not finish within {timeout} s") from e
+    if check and cp.returncode != 0:
+        err = (cp.stderr or cp.stdout or "").strip()
+        raise LabError(f"`{' '.join(cmd)}` failed ({cp.returncode}): {err}")
+    return cp
+
+
+def ip(ns, *args, check=True):
+    return run(["ip", "-n", ns, *args], check=check)
+
+
+def nsexec(ns, *cmd, check=True, timeout=30):
+    return run(["ip", "netns", "exec", ns, *cmd], check=check, timeout=timeout)
+
+
+def sysctl(ns, key, value):
+    # Written through /proc inside the namespace; `sysctl` may be missing on a minimal system.
+    nsexec(ns, "sh", "-c", f"echo {value} > /proc/sys/{key.replace('.', '/')}")
+
+
+def list_netns():
+    cp = run(["ip", "-j", "netns", "list"], check=False)
+    if cp.returncode != 0 or not cp.stdout.strip():
+        return []
+    return [n["name"] for n in json.loads(cp.stdout)]
+
+
+def netns_pids(ns):
+    cp = run(["ip", "netns", "pids", ns], check=False)
+    return [int(x) for x in cp.stdout.split()] if cp.returncode == 0 else []
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def stop_pids(pids, grace=3.0):
+    """SIGTERM each pid, then SIGKILL whatever is left after `grace` seconds. Returns the pids killed."""
+    pids = [p for p in pids if p > 1 and p != os.getpid()]
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    for p in pids:
+        if pid_alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    return pids
+
+
+def addresses(ns):
+    """{ifname: {"up": bool, "carrier": bool, "addrs": ["10.0.0.1/24", ...]}} of a namespace."""
+    cp = ip(ns, "-j", "addr", "show", check=False)
+    if cp.returncode != 0 or not cp.stdout.strip():
+        return {}
+    out = {}
+    for link in json.loads(cp.stdout):
+        flags = link.get("flags", [])
+        out[link["ifname"]] = {
+            "up": "UP" in flags,
+            "carrier": "LOWER_UP" in flags,
+            "addrs": [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])],
+        }
+    return out

@@ -1,0 +1,124 @@
+"""Turns a traffic client's summary and the drill's timeline into the drill report.
+
+Definitions (also in `pairwall-lab drill --help`):
+- failover_ms: from the kill instant (taken just before the kill is issued) to the arrival at the client
+  of the first probe reply (ping or UDP, one of each every 10 ms) that was sent after the kill and was
+  forwarded by the new master, as its TTL stamp shows. Resolution: the probe period. null when no
+  takeover is expected (a sync cut) or none happened while the drill ran.
+- outage_ms: the longest time without any probe reply at the client from the kill to the end of the run,
+  whichever node forwarded them.
+- survived: connections established before the kill that never reset, closed or reconnected, and that
+  carried data in both directions after the failover: a record from the server arrived, and the server
+  acknowledged a record of the client, both after the failover instant (the kill when there is none).
+- tcp_stall_ms_max: the longest time any connection went without a record arriving from the server or
+  without the server's acknowledgement advancing (normal value: about one record period).
+- ping_lost / udp_lost: probes sent that got no reply within 1 s after the last probe was sent.
+"""
+
+
+def _ms(seconds):
+    return None if seconds is None else round(seconds * 1000.0, 1)
+
+
+def tag_to_node(tags):
+    return {v: k for k, v in tags.items()}
+
+
+def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(), states=None, extra=None):
+    """summary: the client's summary; node_tags: {node: TTL tag}; new_master: node expected to take over
+    or None. Returns the report dictionary."""
+    probes = [(s, r, ttl) for s, r, ttl in summary["ping"]] + [(s, r, ttl) for s, r, ttl in summary["udp"]]
+    end = summary["end"]
+    tag_node = tag_to_node(node_tags)
+
+    recover = None
+    if new_master is not None:
+        tag = node_tags[new_master]
+        arrivals = [r for s, r, ttl in probes if s >= t_kill and r is not None and ttl == tag]
+        recover = min(arrivals) if arrivals else None
+
+    after = sorted(r for _s, r, _ttl in probes if r is not None and r >= t_kill)
+    if after:
+        gaps = [after[0] - t_kill] + [b - a for a, b in zip(after, after[1:])]
+        outage = max(gaps)
+    else:
+        outage = end - t_kill
+
+    # Which node forwarded the replies of the last second before the kill and of the last second of the run.
+    def path(t0, t1):
+        seen = {}
+        for s, r, ttl in probes:
+            if r is not None and t0 <= s < t1:
+                node = tag_node.get(ttl, f"ttl{ttl}")
+                seen[node] = seen.get(node, 0) + 1
+        return seen
+
+    t_ref = recover if recover is not None else t_kill
+    survived = 0
+    failed = []
+    stall = 0.0
+    reconnects = 0
+    for c in summary["conns"]:
+        reconnects += c["reconnects"]
+        gaps = [c["max_rx_gap"], c["max_ack_gap"]]
+        for last in (c["last_rx"], c["last_ack"]):
+            if last is not None:
+                gaps.append(max(0.0, end - last))
+        if c["established"] is not None:
+            stall = max(stall, *gaps)
+        ok = (c["established"] is not None and c["established"] < t_kill and not c["failures"]
+              and c["last_rx"] is not None and c["last_rx"] > t_ref
+              and c["last_ack"] is not None and c["last_ack"] > t_ref)
+        if ok:
+            survived += 1
+        else:
+            failed.append({"id": c["id"], "failures": [[_ms(t - t_kill), k] for t, k in c["failures"][:3]],
+                           "last_rx_ms": _ms(c["last_rx"] - t_kill) if c["last_rx"] else None,
+                           "last_ack_ms": _ms(c["last_ack"] - t_kill) if c["last_ack"] else None})
+
+    states = states or {}
+    report = {
+        "connections": summary["connections"],
+        "established": summary["established"],
+        "survived": survived,
+        "failover_ms": _ms(recover - t_kill) if recover is not None else None,
+        "outage_ms": _ms(outage),
+        "ping_lost": sum(1 for _s, r, _t in summary["ping"] if r is None) if summary.get("ping_enabled") else None,
+        "ping_sent": len(summary["ping"]),
+        "tcp_stall_ms_max": _ms(stall),
+        "udp_lost": sum(1 for _s, r, _t in summary["udp"] if r is None),
+        "udp_sent": len(summary["udp"]),
+        "states_a": states.get("fwA"),
+        "states_b": states.get("fwB"),
+        "role_changes": list(role_changes),
+        "old_master": old_master,
+        "new_master": new_master,
+        "path_before_kill": path(t_kill - 1.0, t_kill),
+        "path_at_end": path(end - 1.0, end),
+        "reconnects": reconnects,
+        "failed_connections": failed[:10],
+    }
+    if extra:
+        report.update(extra)
+    return report
+
+
+def human(report):
+    """A short summary for people (the demo's output)."""
+    lines = []
+    rc = report.get("role_changes") or []
+    roles_after = ", ".join(f"{c['node']}→{c['to']} at {c['t_ms']:+.0f} ms" for c in rc) or "no change seen"
+    lines.append(f"kill:          {report.get('kill', '?')} of {report['old_master']} "
+                 f"(driver {report.get('driver', '?')})")
+    lines.append(f"roles before:  {report.get('roles_before')}")
+    lines.append(f"role changes:  {roles_after}")
+    lines.append(f"roles after:   {report.get('roles_after')}")
+    fo = report["failover_ms"]
+    lines.append(f"failover:      {'no takeover measured' if fo is None else f'{fo:.0f} ms'}"
+                 f" (longest outage {report['outage_ms']:.0f} ms)")
+    lines.append(f"TCP:           {report['survived']}/{report['connections']} connections survived, "
+                 f"longest stall {report['tcp_stall_ms_max']:.0f} ms, {report['reconnects']} reconnects")
+    lines.append(f"probes:        ping lost {report['ping_lost']}/{report['ping_sent']}, "
+                 f"UDP lost {report['udp_lost']}/{report['udp_sent']}")
+    lines.append(f"states:        fwA {report['states_a']}, fwB {report['states_b']}")
+    return "\n".join(lines)
