@@ -1,0 +1,96 @@
+#include "tools/check/pcap_reader.h"
+
+#include <array>
+#include <stdexcept>
+
+namespace pairwall::tools {
+namespace {
+
+// LINKTYPE_* values from the tcpdump.org link-layer header registry.
+constexpr uint32_t kLinkNull = 0;
+constexpr uint32_t kLinkEthernet = 1;
+constexpr uint32_t kLinkRaw = 101;
+constexpr uint32_t kLinkLoop = 108;
+constexpr uint32_t kLinkLinuxSll = 113;
+constexpr uint32_t kLinkIpv4 = 228;
+constexpr uint32_t kLinkIpv6 = 229;
+constexpr uint32_t kLinkLinuxSll2 = 276;
+
+uint32_t bswap32(uint32_t v) { return __builtin_bswap32(v); }
+
+uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+
+}  // namespace
+
+PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), path_(path) {
+  if (!in_) throw std::runtime_error(path + ": cannot open");
+  std::array<uint32_t, 6> header{};
+  if (!in_.read(reinterpret_cast<char*>(header.data()), sizeof header)) {
+    throw std::runtime_error(path + ": too short for a pcap header");
+  }
+  switch (header[0]) {
+    case 0xa1b2c3d4: break;
+    case 0xd4c3b2a1: swapped_ = true; break;
+    case 0xa1b23c4d: nanoseconds_ = true; break;
+    case 0x4d3cb2a1: swapped_ = nanoseconds_ = true; break;
+    case 0x0a0d0d0a: throw std::runtime_error(path + ": pcapng is not supported; convert with `editcap -F pcap`");
+    default: throw std::runtime_error(path + ": not a pcap file (bad magic)");
+  }
+  link_type_ = (swapped_ ? bswap32(header[5]) : header[5]) & 0x0fffffff;
+  switch (link_type_) {
+    case kLinkNull: case kLinkEthernet: case kLinkRaw: case kLinkLoop: case kLinkLinuxSll:
+    case kLinkIpv4: case kLinkIpv6: case kLinkLinuxSll2: break;
+    default: throw std::runtime_error(path + ": unsupported link type " + std::to_string(link_type_));
+  }
+}
+
+std::optional<CapturedPacket> PcapReader::next() {
+  std::array<uint32_t, 4> record{};
+  if (!in_.read(reinterpret_cast<char*>(record.data()), sizeof record)) return std::nullopt;
+  if (swapped_) for (auto& v : record) v = bswap32(v);
+  const uint32_t caplen = record[2];
+  if (caplen > (1u << 20)) throw std::runtime_error(path_ + ": record larger than 1 MiB, file corrupt");
+  std::vector<uint8_t> frame(caplen);
+  if (!in_.read(reinterpret_cast<char*>(frame.data()), caplen)) return std::nullopt;
+  CapturedPacket packet;
+  packet.timestamp_us = int64_t{record[0]} * 1'000'000 + (nanoseconds_ ? record[1] / 1000 : record[1]);
+  const auto ip = strip_link_layer(frame);
+  packet.ip.assign(ip.begin(), ip.end());
+  return packet;
+}
+
+std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> frame) const {
+  std::size_t offset = 0;
+  uint16_t ethertype = 0;
+  switch (link_type_) {
+    case kLinkRaw: case kLinkIpv4: case kLinkIpv6: return frame;
+    case kLinkNull: case kLinkLoop: offset = 4; break;
+    case kLinkEthernet:
+      if (frame.size() < 14) return {};
+      ethertype = be16(&frame[12]);
+      offset = 14;
+      while ((ethertype == 0x8100 || ethertype == 0x88a8) && frame.size() >= offset + 4) {
+        ethertype = be16(&frame[offset + 2]);
+        offset += 4;
+      }
+      if (ethertype != 0x0800 && ethertype != 0x86dd) return {};
+      break;
+    case kLinkLinuxSll:
+      if (frame.size() < 16) return {};
+      ethertype = be16(&frame[14]);
+      if (ethertype != 0x0800 && ethertype != 0x86dd) return {};
+      offset = 16;
+      break;
+    case kLinkLinuxSll2:
+      if (frame.size() < 20) return {};
+      ethertype = be16(&frame[0]);
+      if (ethertype != 0x0800 && ethertype != 0x86dd) return {};
+      offset = 20;
+      break;
+    default: return {};
+  }
+  if (frame.size() <= offset) return {};
+  return frame.subspan(offset);
+}
+
+}  // namespace pairwall::tools
