@@ -1,0 +1,421 @@
+// Engine::process end to end with crafted packets: rule semantics across the two passes, state
+// tracking per protocol, normalization, limits, the sync records, and peer records applied.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/engine/engine.h"
+#include "daemon/engine/rules/compile.h"
+#include "daemon/engine/rules/parser.h"
+#include "tests/unit/support/packet_builder.h"
+
+using namespace pairwall::engine;
+using pairwall::test::Bytes;
+using pairwall::test::PacketBuilder;
+using Action = Verdict::Action;
+
+namespace {
+
+constexpr uint16_t kClientPort = 40000;
+const std::string kClient = "10.1.0.10";
+const std::string kServer = "192.0.2.80";
+const std::string kClient6 = "2001:db8:1::10";
+const std::string kServer6 = "2001:db8:2::80";
+
+EngineConfig test_config(uint32_t node = 1) {
+  EngineConfig c;
+  c.node_id = node;
+  c.shards = 8;
+  c.event_ring_capacity = 1024;
+  c.hash_key[0] = 0x1234;
+  c.hash_key[1] = 0x5678;
+  return c;
+}
+
+// One firewall: lan0 inside (clients), wan0 outside (servers), forwarding between them.
+struct Firewall {
+  explicit Firewall(const std::string& rule_text, uint32_t node = 1) : engine(test_config(node)), worker(engine) {
+    lan = engine.interfaces().intern("lan0");
+    wan = engine.interfaces().intern("wan0");
+    load(rule_text);
+  }
+
+  void load(const std::string& text) {
+    auto parsed = rules::parse_rules(text, "test.conf");
+    if (auto* e = std::get_if<rules::RuleError>(&parsed)) FAIL(e->to_string());
+    auto compiled = rules::compile(std::get<rules::RuleFile>(parsed), engine.interfaces());
+    if (auto* e = std::get_if<rules::RuleError>(&compiled)) FAIL(e->to_string());
+    engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+  }
+
+  // lan0 -> wan0 (client to server) and wan0 -> lan0 (server to client).
+  Verdict out(Bytes p) { return run(std::move(p), lan, wan); }
+  Verdict in(Bytes p) { return run(std::move(p), wan, lan); }
+
+  Verdict run(Bytes p, IfaceId from, IfaceId to) {
+    last_packet = std::move(p);
+    PacketMeta meta{Hook::Forward, from, to, false};
+    return engine.process(worker, last_packet, meta, now);
+  }
+
+  std::vector<StateRecord> drain() {
+    std::vector<StateRecord> out;
+    StateRecord r;
+    while (worker.events().pop(r)) out.push_back(r);
+    return out;
+  }
+
+  Engine engine;
+  Worker worker;
+  IfaceId lan = 0;
+  IfaceId wan = 0;
+  Millis now{1'000};
+  Bytes last_packet;
+};
+
+PacketBuilder tcp4(const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
+  PacketBuilder b;
+  b.ipv4(src, dst).tcp(sport, dport);
+  return b;
+}
+
+Bytes syn(uint16_t dport, uint32_t isn = 1000) {
+  return tcp4(kClient, kClientPort, kServer, dport).flags(tcpflag::kSyn).seq(isn).wscale(7).build();
+}
+Bytes synack(uint16_t dport, uint32_t isn = 1000, uint32_t server_isn = 9000) {
+  return tcp4(kServer, dport, kClient, kClientPort)
+      .flags(tcpflag::kSyn | tcpflag::kAck)
+      .seq(server_isn)
+      .ack(isn + 1)
+      .wscale(7)
+      .build();
+}
+Bytes ack_from_client(uint16_t dport, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
+  return tcp4(kClient, kClientPort, kServer, dport).flags(tcpflag::kAck).seq(seq).ack(ack).window(512).payload(payload).build();
+}
+Bytes ack_from_server(uint16_t dport, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
+  return tcp4(kServer, dport, kClient, kClientPort).flags(tcpflag::kAck).seq(seq).ack(ack).window(512).payload(payload).build();
+}
+
+constexpr const char* kWebOnly = R"(
+block all
+pass in on lan0 proto tcp to port { 80 443 } flags S/SA keep state
+pass out on wan0 proto tcp to port { 80 443 } keep state
+pass in on lan0 proto udp to port 53
+pass out on wan0 proto udp to port 53
+pass in on lan0 inet proto icmp icmp-type echoreq
+pass out on wan0 inet proto icmp icmp-type echoreq
+pass in on lan0 inet6 proto icmp6 icmp6-type echoreq
+pass out on wan0 inet6 proto icmp6 icmp6-type echoreq
+pass in on lan0 inet6 proto tcp to port 22
+pass out on wan0 inet6 proto tcp to port 22
+)";
+
+}  // namespace
+
+TEST_CASE("pf rule semantics over the two passes", "[engine][rules]") {
+  struct Case {
+    const char* name;
+    const char* rules;
+    bool outbound;  // lan0 -> wan0, else wan0 -> lan0
+    uint16_t port;
+    Action action;
+    Reason reason;
+    uint32_t rule;
+  };
+  const Case cases[] = {
+      {"no rules: implicit pass", "", true, 80, Action::Accept, Reason::DefaultPass, rules::kNoRule},
+      {"block all", "block all", true, 80, Action::Drop, Reason::RuleBlock, 0},
+      {"last match wins", "block all\npass all no state", true, 80, Action::Accept, Reason::Match, 1},
+      {"earlier block overridden only when later rule matches", "block all\npass proto tcp to port 81 no state",
+       true, 80, Action::Drop, Reason::RuleBlock, 0},
+      {"quick stops evaluation", "block quick proto tcp to port 80\npass all no state", true, 80, Action::Drop,
+       Reason::RuleBlock, 0},
+      {"quick pass beats later block", "pass quick all no state\nblock all", true, 80, Action::Accept,
+       Reason::Match, 0},
+      {"in pass on the arrival interface", "block in on wan0 all", false, 80, Action::Drop, Reason::RuleBlock, 0},
+      {"in pass ignores the other interface", "block in on wan0 all", true, 80, Action::Accept,
+       Reason::DefaultPass, rules::kNoRule},
+      {"out pass on the departure interface", "pass all no state\nblock out on wan0 proto tcp", true, 80,
+       Action::Drop, Reason::RuleBlock, 1},
+      {"out pass of the other direction", "pass all no state\nblock out on wan0 proto tcp", false, 80,
+       Action::Accept, Reason::Match, 0},
+      {"return-rst rejects", "block return-rst all", true, 80, Action::Reject, Reason::RuleBlock, 0},
+      {"negated interface", "block in on ! lan0 all", true, 80, Action::Accept, Reason::DefaultPass,
+       rules::kNoRule},
+      {"negated address", "block from ! 10.1.0.0/16", true, 80, Action::Accept, Reason::DefaultPass,
+       rules::kNoRule},
+      {"table match", "table <clients> { 10.1.0.0/24 }\nblock from <clients>", true, 80, Action::Drop,
+       Reason::RuleBlock, 0},
+      {"port range", "block all\npass proto tcp to port 70:90 no state", true, 80, Action::Accept, Reason::Match,
+       1},
+      {"port operator", "block all\npass proto tcp to port > 1024 no state", true, 80, Action::Drop,
+       Reason::RuleBlock, 0},
+      {"inet6 rule does not match v4", "block inet6 all", true, 80, Action::Accept, Reason::DefaultPass,
+       rules::kNoRule},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.name) {
+      Firewall fw(c.rules);
+      const Bytes packet = c.outbound ? tcp4(kClient, kClientPort, kServer, c.port).flags(tcpflag::kSyn).build()
+                                      : tcp4(kServer, c.port, kClient, kClientPort).flags(tcpflag::kSyn).build();
+      const Verdict v = c.outbound ? fw.out(packet) : fw.in(packet);
+      CHECK(v.action == c.action);
+      CHECK(reason_name(v.reason) == reason_name(c.reason));
+      CHECK(v.rule == c.rule);
+    }
+  }
+}
+
+TEST_CASE("TCP connection passes by state in both directions; unsolicited replies do not", "[engine][tcp]") {
+  Firewall fw(kWebOnly);
+  Verdict v = fw.out(syn(80));
+  REQUIRE(v.action == Action::Accept);
+  CHECK(v.reason == Reason::Match);
+  CHECK(v.rule == 1);
+  CHECK(v.state.counter != 0);
+  CHECK(fw.engine.states().size() == 1);
+
+  CHECK(fw.in(synack(80)).reason == Reason::State);
+  CHECK(fw.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
+  CHECK(fw.out(ack_from_client(80, 1001, 9001, 1000)).reason == Reason::State);
+  CHECK(fw.in(ack_from_server(80, 9001, 2001, 1400)).reason == Reason::State);
+
+  SECTION("out-of-window data is dropped with its own reason") {
+    const Verdict bad = fw.in(ack_from_server(80, 9001 + 50'000'000, 2001, 100));
+    CHECK(bad.action == Action::Drop);
+    CHECK(bad.reason == Reason::BadSeq);
+    CHECK(fw.worker.counters().get(Reason::BadSeq) == 1);
+  }
+  SECTION("a reply from a port with no state meets the rules") {
+    CHECK(fw.in(synack(443)).reason == Reason::RuleBlock);
+  }
+  SECTION("a port the rules block") {
+    const Verdict blocked = fw.out(syn(25));
+    CHECK(blocked.action == Action::Drop);
+    CHECK(blocked.reason == Reason::RuleBlock);
+    CHECK(blocked.rule == 0);
+  }
+  SECTION("flags S/SA: a stray ACK cannot create a state") {
+    CHECK(fw.out(tcp4(kClient, 40001, kServer, 80).flags(tcpflag::kAck).build()).reason == Reason::RuleBlock);
+  }
+}
+
+TEST_CASE("no state: replies must pass the rules themselves", "[engine][tcp]") {
+  Firewall fw("block all\npass out on wan0 proto tcp no state\npass in on lan0 proto tcp no state");
+  CHECK(fw.out(syn(80)).reason == Reason::Match);
+  CHECK(fw.engine.states().size() == 0);
+  CHECK(fw.in(synack(80)).reason == Reason::RuleBlock);
+}
+
+TEST_CASE("a closed connection's ports can be reused by a new SYN", "[engine][tcp]") {
+  Firewall fw(kWebOnly);
+  REQUIRE(fw.out(syn(80)).action == Action::Accept);
+  REQUIRE(fw.in(synack(80)).reason == Reason::State);
+  REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kFin | tcpflag::kAck).seq(1001).ack(9001).build()).reason == Reason::State);
+  REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kFin | tcpflag::kAck).seq(9001).ack(1002).build()).reason == Reason::State);
+  REQUIRE(fw.out(ack_from_client(80, 1002, 9002)).reason == Reason::State);
+  const StateId old_id = fw.out(ack_from_client(80, 1002, 9002)).state;
+  const Verdict again = fw.out(syn(80, 777777));
+  CHECK(again.reason == Reason::Match);
+  CHECK_FALSE(again.state == old_id);
+  CHECK(fw.engine.states().size() == 1);
+}
+
+TEST_CASE("UDP request creates a state that passes the reply until it expires", "[engine][udp]") {
+  Firewall fw(kWebOnly);
+  auto query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();
+  auto answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).payload(120).build();
+  CHECK(fw.out(query).reason == Reason::Match);
+  CHECK(fw.in(answer).reason == Reason::State);
+  // udp.multiple is 60 s by default.
+  fw.now += Millis{59'000};
+  CHECK(fw.engine.expire(fw.now) == 0);
+  CHECK(fw.in(answer).reason == Reason::State);
+  fw.now += Millis{60'000};
+  CHECK(fw.engine.expire(fw.now) == 1);
+  CHECK(fw.in(answer).reason == Reason::RuleBlock);
+}
+
+TEST_CASE("set timeout changes how long a state lives", "[engine][udp]") {
+  Firewall fw("set timeout udp.first 5\npass all");
+  CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(1, 2).build()).reason == Reason::Match);
+  CHECK(fw.engine.expire(fw.now + Millis{4'999}) == 0);
+  CHECK(fw.engine.expire(fw.now + Millis{5'000}) == 1);
+}
+
+TEST_CASE("ICMP echo state: the reply with the same id passes, another id does not", "[engine][icmp]") {
+  Firewall fw(kWebOnly);
+  CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).icmp_echo(77, 1).build()).reason == Reason::Match);
+  CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(77, 1, true).build()).reason == Reason::State);
+  CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(78, 1, true).build()).reason == Reason::RuleBlock);
+}
+
+TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[engine][icmp]") {
+  Firewall fw(kWebOnly);
+  const Bytes first = syn(80);
+  REQUIRE(fw.out(first).action == Action::Accept);
+  SECTION("quoting the connection's own packet") {
+    auto unreach = PacketBuilder().ipv4("198.51.100.1", kClient).icmp_error(3, 4, first).build();
+    const Verdict v = fw.in(unreach);
+    CHECK(v.reason == Reason::State);
+    CHECK(v.action == Action::Accept);
+  }
+  SECTION("quoting a connection that does not exist") {
+    auto unreach = PacketBuilder().ipv4("198.51.100.1", kClient).icmp_error(3, 4, syn(443)).build();
+    CHECK(fw.in(unreach).reason == Reason::RuleBlock);
+  }
+  SECTION("quoting a sequence number outside the window") {
+    auto quoted = tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kAck).seq(1000 + 80'000'000).build();
+    auto unreach = PacketBuilder().ipv4("198.51.100.1", kClient).icmp_error(3, 4, quoted).build();
+    CHECK(fw.in(unreach).reason == Reason::BadSeq);
+  }
+}
+
+TEST_CASE("IPv6: TCP and ICMPv6 echo through states", "[engine][ipv6]") {
+  Firewall fw(kWebOnly);
+  auto s = PacketBuilder().ipv6(kClient6, kServer6).tcp(50000, 22).flags(tcpflag::kSyn).seq(5).build();
+  auto sa = PacketBuilder().ipv6(kServer6, kClient6).tcp(22, 50000).flags(tcpflag::kSyn | tcpflag::kAck).seq(70).ack(6).build();
+  CHECK(fw.out(s).reason == Reason::Match);
+  CHECK(fw.in(sa).reason == Reason::State);
+  CHECK(fw.out(PacketBuilder().ipv6(kClient6, kServer6).tcp(50000, 23).flags(tcpflag::kSyn).build()).reason ==
+        Reason::RuleBlock);
+  CHECK(fw.out(PacketBuilder().ipv6(kClient6, kServer6).icmp_echo(9, 1).build()).reason == Reason::Match);
+  CHECK(fw.in(PacketBuilder().ipv6(kServer6, kClient6).icmp_echo(9, 1, true).build()).reason == Reason::State);
+}
+
+TEST_CASE("malformed packets are dropped with a reason and counted", "[engine][malformed]") {
+  Firewall fw("pass all");
+  const Bytes good = syn(80);
+  struct Case {
+    const char* name;
+    Bytes packet;
+    Reason reason;
+  };
+  const Case cases[] = {
+      {"empty", Bytes{}, Reason::Short},
+      {"truncated IP header", pairwall::test::truncated(good, 10), Reason::Short},
+      {"truncated TCP header", pairwall::test::truncated(good, 30), Reason::Short},
+      {"IHL below 5", tcp4(kClient, 1, kServer, 2).ihl(4).build(), Reason::BadIpHeader},
+      {"version 5", tcp4(kClient, 1, kServer, 2).version(5).build(), Reason::BadIpVersion},
+      {"TCP data offset below 5", tcp4(kClient, 1, kServer, 2).data_offset(3).build(), Reason::BadTcpHeader},
+      {"SYN+FIN", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn | tcpflag::kFin).build(), Reason::BadTcpFlags},
+      {"SYN+RST", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn | tcpflag::kRst).build(), Reason::BadTcpFlags},
+      {"no flags", tcp4(kClient, 1, kServer, 2).flags(0).build(), Reason::BadTcpFlags},
+      {"FIN without ACK", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kFin).build(), Reason::BadTcpFlags},
+      {"fragment", tcp4(kClient, 1, kServer, 2).fragment(0, true, 7).payload(64).build(), Reason::Fragment},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.name) {
+      const Verdict v = fw.out(c.packet);
+      CHECK(v.action == Action::Drop);
+      CHECK(reason_name(v.reason) == reason_name(c.reason));
+      CHECK(fw.worker.counters().get(c.reason) == 1);
+      CHECK(fw.engine.states().size() == 0);
+    }
+  }
+}
+
+TEST_CASE("state limits: the table's and a rule's own", "[engine][limits]") {
+  SECTION("set limit states") {
+    Firewall fw("set limit states 2\npass all");
+    CHECK(fw.out(syn(80)).reason == Reason::Match);
+    CHECK(fw.out(syn(81)).reason == Reason::Match);
+    CHECK(fw.out(syn(82)).reason == Reason::StateLimit);
+    CHECK(fw.worker.counters().get(Reason::StateLimit) == 1);
+  }
+  SECTION("keep state (max 1)") {
+    Firewall fw("pass all keep state (max 1)");
+    CHECK(fw.out(syn(80)).reason == Reason::Match);
+    CHECK(fw.out(syn(81)).reason == Reason::RuleStateLimit);
+    fw.engine.expire(fw.now + Millis{1'000'000});
+    CHECK(fw.out(syn(82)).reason == Reason::Match);
+  }
+}
+
+TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl drops", "[engine][scrub]") {
+  Firewall fw("scrub in all max-mss 1400 min-ttl 5\npass all");
+  const Verdict v = fw.out(tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1460).build());
+  CHECK(v.rewritten);
+  CHECK(fw.last_packet == tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1400).build());
+  const Verdict small = fw.out(tcp4(kClient, 3, kServer, 2).flags(tcpflag::kSyn).mss(1200).build());
+  CHECK_FALSE(small.rewritten);
+  CHECK(fw.out(tcp4(kClient, 4, kServer, 2).flags(tcpflag::kSyn).ttl(3).build()).reason == Reason::MinTtl);
+}
+
+TEST_CASE("a reload keeps existing states and changes decisions for new flows", "[engine][reload]") {
+  Firewall fw(kWebOnly);
+  REQUIRE(fw.out(syn(80)).action == Action::Accept);
+  fw.load("block all");
+  CHECK(fw.in(synack(80)).reason == Reason::State);
+  CHECK(fw.out(syn(443)).reason == Reason::RuleBlock);
+}
+
+TEST_CASE("state changes are reported for sync", "[engine][sync]") {
+  Firewall fw(kWebOnly);
+  fw.out(syn(80));
+  auto records = fw.drain();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].kind == StateRecord::Kind::Insert);
+  CHECK(records[0].src.state == static_cast<uint8_t>(TcpState::SynSent));
+  CHECK(records[0].stack_key.port[1] == 80);
+  const StateId id = records[0].id;
+
+  fw.in(synack(80));
+  records = fw.drain();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].kind == StateRecord::Kind::Update);
+  CHECK(records[0].id == id);
+  CHECK(records[0].dst.state == static_cast<uint8_t>(TcpState::SynSent));
+
+  // Plain data within one refresh interval produces no record.
+  fw.out(ack_from_client(80, 1001, 9001));
+  fw.drain();
+  fw.out(ack_from_client(80, 1001, 9001, 100));
+  CHECK(fw.drain().empty());
+
+  fw.engine.expire(fw.now + Millis{100'000'000});
+  StateRecord gone;
+  REQUIRE(fw.engine.control_events().pop(gone));
+  CHECK(gone.kind == StateRecord::Kind::Delete);
+  CHECK(gone.id == id);
+}
+
+TEST_CASE("records from the peer create states that pass mid-stream traffic", "[engine][sync]") {
+  Firewall a(kWebOnly, 1);
+  Firewall b(kWebOnly, 2);
+  a.out(syn(80));
+  a.in(synack(80));
+  a.out(ack_from_client(80, 1001, 9001));
+  for (const auto& r : a.drain()) b.engine.apply(r, b.now);
+  StateRecord snapshot_record;
+  a.engine.snapshot(a.now, [&](const StateRecord& r) { snapshot_record = r; });
+  CHECK(b.engine.apply(snapshot_record, b.now));
+  REQUIRE(b.engine.states().size() == 1);
+
+  // The connection moved on by 3 MB since the last record; b takes over.
+  const uint32_t far = 1001 + 3'000'000;
+  CHECK(b.out(ack_from_client(80, far, 9001, 1000)).reason == Reason::State);
+  CHECK(b.in(ack_from_server(80, 9001, far + 1000, 100)).reason == Reason::State);
+  // Strict again after adoption.
+  CHECK(b.in(ack_from_server(80, 9001 + 90'000'000, far + 1000, 100)).reason == Reason::BadSeq);
+
+  SECTION("an older update never moves windows backwards") {
+    StateRecord old = snapshot_record;
+    old.kind = StateRecord::Kind::Update;
+    old.src.seqlo = 1;
+    b.engine.apply(old, b.now);
+    auto h = b.engine.states().find_by_id(old.id);
+    REQUIRE(h);
+    CHECK(h->peer[0].seqlo != 1);
+  }
+  SECTION("a delete removes it") {
+    StateRecord del;
+    del.kind = StateRecord::Kind::Delete;
+    del.id = snapshot_record.id;
+    CHECK(b.engine.apply(del, b.now));
+    CHECK(b.engine.states().size() == 0);
+  }
+}
