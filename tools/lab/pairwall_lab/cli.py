@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from . import drill, report, topology
-from .lab import DEFAULT_PREFIX, REPO, RUN_ROOT, Lab
+from .lab import DEFAULT_PREFIX, PKG_DIR, REPO, RUN_ROOT, Lab
 from .netns import LabError
 
 TOPOLOGY_HELP = f"""\
@@ -70,8 +70,11 @@ def parser():
         d.add_argument("--restore-after", type=float, default=3.0)
         d.add_argument("--out", help="output directory (default lab-out/drill-TIMESTAMP)")
         d.add_argument("--json", action="store_true", help="print the report as JSON")
+        if name == "drill":
+            d.add_argument("--plot", action="store_true", help="also write drill.png beside the report")
         if name == "demo":
-            d.add_argument("--driver", choices=["builtin", "keepalived", "none"], default="builtin")
+            d.add_argument("--driver", choices=["auto", "builtin", "keepalived", "none"], default="auto",
+                           help="auto: builtin when pairwalld is built, otherwise none (said loudly)")
             d.add_argument("--advbase-ms", type=int, default=200)
             d.add_argument("--no-build", action="store_true", help="do not install packages or build")
 
@@ -90,24 +93,48 @@ def build_if_needed(bin_dir, say):
     subprocess.run(["cmake", "--build", "--preset", "release", "--", "-j2"], cwd=REPO, check=True)
 
 
+def make_plot(rep, say):
+    """Writes drill.png beside the samples; returns its path or None (with the reason said)."""
+    out_dir = os.path.dirname(rep["samples"])
+    png = os.path.join(out_dir, "drill.png")
+    client = os.path.join(out_dir, "client.json")
+    try:
+        from . import plot
+
+        with open(client, encoding="utf-8") as f:
+            return plot.plot(rep["samples"], rep, png, json.load(f))
+    except ImportError:
+        pass
+    # The interpreter running the lab may be a private one without matplotlib; Debian's has it.
+    system_python = "/usr/bin/python3"
+    if os.path.realpath(sys.executable) != os.path.realpath(system_python) and os.access(system_python, os.X_OK):
+        cp = subprocess.run([system_python, str(PKG_DIR / "plot.py"), rep["samples"],
+                             os.path.join(out_dir, "report.json"), png, client], capture_output=True, text=True)
+        if cp.returncode == 0:
+            return png
+        say(f"no plot: {cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else cp.returncode}")
+        return None
+    say("no plot: matplotlib is missing (apt-get install python3-matplotlib)")
+    return None
+
+
 def demo(args, say):
     lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms)
     if args.driver != "none" and not args.no_build:
         build_if_needed(str(lab.bin_dir), say)
-    say(f"bringing the lab up (driver {args.driver}, advbase {args.advbase_ms} ms)")
+    if args.driver == "auto":
+        built = os.access(lab.bin("pairwalld"), os.X_OK) and os.access(lab.bin("pairwallctl"), os.X_OK)
+        lab.driver_name = "builtin" if built else "none"
+        if not built:
+            say(f"WARNING: {lab.bin('pairwalld')} is not built: this demo runs WITHOUT pairwall (kernel "
+                "forwarding, scripted takeover); it shows the lab and its measurements, not the firewall")
+    say(f"bringing the lab up (driver {lab.driver_name}, advbase {args.advbase_ms} ms)")
     lab.up(replace=True)
     try:
         rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
                         kill_after=args.kill_after, restore_after=args.restore_after, out_dir=args.out,
                         progress=say)
-        out_dir = os.path.dirname(rep["samples"])
-        try:
-            from . import plot
-            png = plot.plot(rep["samples"], os.path.join(out_dir, "client.json"), rep,
-                            os.path.join(out_dir, "drill.png"))
-            rep["plot"] = png
-        except ImportError as e:
-            say(f"no plot: {e} (install python3-matplotlib)")
+        rep["plot"] = make_plot(rep, say)
     finally:
         say("tearing the lab down")
         lab.down()
@@ -136,7 +163,11 @@ def main(argv=None):
             rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
                             kill_after=args.kill_after, restore_after=args.restore_after, out_dir=args.out,
                             progress=say)
+            if args.plot:
+                rep["plot"] = make_plot(rep, say)
             print(json.dumps(rep, indent=1) if args.json else report.human(rep))
+            if args.plot and not args.json and rep["plot"]:
+                print(f"plot:          {rep['plot']}")
         elif args.cmd == "demo":
             rep = demo(args, say)
             print(json.dumps(rep, indent=1) if args.json else report.human(rep))

@@ -213,6 +213,7 @@ class ClientConn(asyncio.Protocol):
             c["rx_records"] += n
             self.client.tick_progress.add(c["id"])
         if acked:
+            self.client.tick_acked_bytes += (self.reader.last_ack - c["acked"]) * self.client.args.record
             if c["last_ack"] is not None:
                 gap = t - c["last_ack"]
                 if gap > c["max_ack_gap"]:
@@ -254,6 +255,7 @@ class Client:
         self.failures = 0
         self.tick_rx_bytes = 0
         self.tick_tx_bytes = 0
+        self.tick_acked_bytes = 0
         self.tick_progress = set()
         self.ping = []  # [send_t, reply_t | None, ttl | None]
         self.udp = []
@@ -384,12 +386,13 @@ class Client:
                 if r is not None:
                     ttls[str(ttl)] = ttls.get(str(ttl), 0) + 1
             line = {"t": round(t, 4), "tcp_rx_bytes": self.tick_rx_bytes, "tcp_tx_bytes": self.tick_tx_bytes,
+                    "tcp_acked_bytes": self.tick_acked_bytes,
                     "tcp_alive": len(self.protos), "tcp_progressing": len(self.tick_progress),
                     "tcp_failures": self.failures, "ping_sent": len(ping_new), "ping_rcvd": len(rtts),
                     "ping_rtt_ms": round(sum(rtts) / len(rtts), 3) if rtts else None,
                     "udp_sent": len(udp_new), "udp_rcvd": sum(1 for _s, r, _ in udp_new if r is not None),
                     "reply_ttl": ttls}
-            self.tick_rx_bytes = self.tick_tx_bytes = 0
+            self.tick_rx_bytes = self.tick_tx_bytes = self.tick_acked_bytes = 0
             self.tick_progress = set()
             if self.samples_out:
                 self.samples_out.write(json.dumps(line) + "\n")
