@@ -1,0 +1,422 @@
+#include "daemon/io/nfq_socket.h"
+
+#include <arpa/inet.h>
+#include <libmnl/libmnl.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+// After <arpa/inet.h>: glibc's netinet/in.h must come before the kernel's linux/in.h.
+#include <libnetfilter_queue/libnetfilter_queue.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_queue.h>
+
+#include "daemon/io/kernel_queue_stats.h"
+
+namespace pairwall::io {
+namespace {
+
+constexpr std::size_t kSendBufferBytes = 256 * 1024;
+constexpr int kSndbufRequest = 4 << 20;
+// Headroom in a receive slot above the copied payload, for the packet's other attributes.
+constexpr std::size_t kSlotHeadroom = 4096;
+constexpr int kAckTimeoutMs = 5000;
+
+std::size_t verdict_message_size(std::size_t payload) {
+  std::size_t size = MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)) + MNL_ATTR_HDRLEN +
+                     MNL_ALIGN(sizeof(nfqnl_msg_verdict_hdr));
+  if (payload != 0) size += MNL_ATTR_HDRLEN + MNL_ALIGN(payload);
+  return size;
+}
+
+std::string errno_text(int err) {
+  return std::string(std::strerror(err));
+}
+
+// The packet id of a message too large for its receive slot, read from the attributes that did
+// arrive (the kernel puts NFQA_PACKET_HDR first). Returns false when it is not there.
+bool recover_packet_id(const uint8_t* data, std::size_t size, uint32_t& id) {
+  if (size < MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg))) return false;
+  std::size_t offset = MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg));
+  while (offset + sizeof(nlattr) <= size) {
+    nlattr attr;
+    std::memcpy(&attr, data + offset, sizeof(attr));
+    if (attr.nla_len < sizeof(nlattr)) return false;
+    if ((attr.nla_type & NLA_TYPE_MASK) == NFQA_PACKET_HDR) {
+      if (offset + MNL_ATTR_HDRLEN + sizeof(nfqnl_msg_packet_hdr) > size) return false;
+      nfqnl_msg_packet_hdr hdr;
+      std::memcpy(&hdr, data + offset + MNL_ATTR_HDRLEN, sizeof(hdr));
+      id = ntohl(hdr.packet_id);
+      return true;
+    }
+    offset += MNL_ALIGN(attr.nla_len);
+  }
+  return false;
+}
+
+}  // namespace
+
+MessageStatus parse_queue_message(nlmsghdr* nlh, QueuedPacket& out) noexcept {
+  if (nlh->nlmsg_type < NLMSG_MIN_TYPE) return MessageStatus::NotPacket;
+  if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_QUEUE ||
+      NFNL_MSG_TYPE(nlh->nlmsg_type) != NFQNL_MSG_PACKET) {
+    return MessageStatus::NotPacket;
+  }
+  if (nlh->nlmsg_len < MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg))) return MessageStatus::Malformed;
+
+  nlattr* attr[NFQA_MAX + 1] = {};
+  if (nfq_nlmsg_parse(nlh, attr) < 0) return MessageStatus::Malformed;
+  if (attr[NFQA_PACKET_HDR] == nullptr) return MessageStatus::Malformed;
+
+  out = QueuedPacket{};
+  const auto* hdr = static_cast<const nfqnl_msg_packet_hdr*>(mnl_attr_get_payload(attr[NFQA_PACKET_HDR]));
+  out.id = ntohl(hdr->packet_id);
+  out.hw_protocol = ntohs(hdr->hw_protocol);
+  out.hook = hdr->hook;
+  if (attr[NFQA_IFINDEX_INDEV]) out.in_ifindex = ntohl(mnl_attr_get_u32(attr[NFQA_IFINDEX_INDEV]));
+  if (attr[NFQA_IFINDEX_OUTDEV]) out.out_ifindex = ntohl(mnl_attr_get_u32(attr[NFQA_IFINDEX_OUTDEV]));
+  if (attr[NFQA_MARK]) out.mark = ntohl(mnl_attr_get_u32(attr[NFQA_MARK]));
+  if (attr[NFQA_SKB_INFO]) {
+    const uint32_t info = ntohl(mnl_attr_get_u32(attr[NFQA_SKB_INFO]));
+    out.checksum_partial = (info & NFQA_SKB_CSUMNOTREADY) != 0;
+    out.gso = (info & NFQA_SKB_GSO) != 0;
+  }
+  if (attr[NFQA_PAYLOAD]) {
+    out.payload = {static_cast<uint8_t*>(mnl_attr_get_payload(attr[NFQA_PAYLOAD])),
+                   mnl_attr_get_payload_len(attr[NFQA_PAYLOAD])};
+  }
+  out.length = static_cast<uint32_t>(out.payload.size());
+  // The kernel adds NFQA_CAP_LEN, holding the real length, only when it copied less than that.
+  if (attr[NFQA_CAP_LEN]) {
+    const uint32_t real_length = ntohl(mnl_attr_get_u32(attr[NFQA_CAP_LEN]));
+    if (real_length > out.length) {
+      out.length = real_length;
+      return MessageStatus::Truncated;
+    }
+  }
+  // No payload at all (copy mode none or meta): nothing can be inspected either.
+  if (out.payload.empty()) return MessageStatus::Truncated;
+  return MessageStatus::Packet;
+}
+
+NfqSocket::NfqSocket(const QueueConfig& config) : config_(config), planner_(config.batch_verdicts) {
+  if (config_.recv_batch == 0) config_.recv_batch = 1;
+  if (config_.copy_range == 0 || config_.copy_range > 0xffff) config_.copy_range = 0xffff;
+
+  nl_ = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
+  if (nl_ == nullptr) {
+    throw std::runtime_error("cannot open a netfilter netlink socket for NFQUEUE " +
+                             std::to_string(config_.queue) + ": " + errno_text(errno));
+  }
+  fd_ = mnl_socket_get_fd(nl_);
+  try {
+    if (mnl_socket_bind(nl_, 0, MNL_SOCKET_AUTOPID) < 0) {
+      throw std::runtime_error("cannot bind the netlink socket for NFQUEUE " + std::to_string(config_.queue) +
+                               ": " + errno_text(errno));
+    }
+    int one = 1;
+    // Overruns are counted by the kernel (user_dropped) and in our counters; an ENOBUFS error
+    // on every recv would add nothing but a failed syscall.
+    mnl_socket_setsockopt(nl_, NETLINK_NO_ENOBUFS, &one, sizeof(one));
+    // Error replies must not echo a whole 64 KiB verdict payload back at us.
+    mnl_socket_setsockopt(nl_, NETLINK_CAP_ACK, &one, sizeof(one));
+    mnl_socket_setsockopt(nl_, NETLINK_EXT_ACK, &one, sizeof(one));
+
+    int rcvbuf = config_.rcvbuf_bytes;
+    if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) == 0) {
+      rcvbuf_forced_ = true;
+    } else if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) != 0) {
+      throw std::runtime_error("cannot size the receive buffer of NFQUEUE " + std::to_string(config_.queue) +
+                               ": " + errno_text(errno));
+    }
+    socklen_t len = sizeof(rcvbuf_);
+    getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf_, &len);
+
+    int sndbuf = kSndbufRequest;
+    if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) != 0) {
+      setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    }
+    int sndbuf_effective = 0;
+    len = sizeof(sndbuf_effective);
+    getsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sndbuf_effective, &len);
+    // netlink_sendmsg refuses a message longer than sk_sndbuf - 32.
+    send_capacity_ = std::min<std::size_t>(kSendBufferBytes, static_cast<std::size_t>(sndbuf_effective) - 64);
+    if (send_capacity_ < verdict_message_size(kMaxVerdictPayload)) {
+      throw std::runtime_error(
+          "the netlink send buffer of NFQUEUE " + std::to_string(config_.queue) + " is " +
+          std::to_string(sndbuf_effective) +
+          " bytes, too small for one verdict with a full packet; raise net.core.wmem_max");
+    }
+    send_buffer_.resize(send_capacity_);
+
+    slot_size_ = (config_.copy_range + kSlotHeadroom + 4095) / 4096 * 4096;
+    recv_buffer_.resize(slot_size_ * config_.recv_batch);
+    msgs_.resize(config_.recv_batch);
+    iovs_.resize(config_.recv_batch);
+    for (uint32_t i = 0; i < config_.recv_batch; ++i) {
+      iovs_[i] = {recv_buffer_.data() + i * slot_size_, slot_size_};
+      msgs_[i] = {};
+      msgs_[i].msg_hdr.msg_iov = &iovs_[i];
+      msgs_[i].msg_hdr.msg_iovlen = 1;
+    }
+
+    configure();
+  } catch (...) {
+    mnl_socket_close(nl_);
+    throw;
+  }
+}
+
+NfqSocket::~NfqSocket() {
+  // Closing the socket unbinds the queue; the kernel drops what is still queued to us, so the
+  // verdicts we owe go out first.
+  finish_batch();
+  mnl_socket_close(nl_);
+}
+
+uint32_t NfqSocket::portid() const {
+  return mnl_socket_get_portid(nl_);
+}
+
+void NfqSocket::configure() {
+  // One message binds and configures, so that the queue never exists with the kernel's
+  // defaults (copy mode none, 1024 packets) for longer than that one call.
+  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+  nlmsghdr* nlh = nfq_nlmsg_put(buf.data(), NFQNL_MSG_CONFIG, config_.queue);
+  nfq_nlmsg_cfg_put_cmd(nlh, AF_INET, NFQNL_CFG_CMD_BIND);
+  nfq_nlmsg_cfg_put_params(nlh, NFQNL_COPY_PACKET, static_cast<int>(config_.copy_range));
+  nfq_nlmsg_cfg_put_qmaxlen(nlh, config_.max_len);
+  uint32_t flags = 0;
+  if (config_.gso) flags |= NFQA_CFG_F_GSO;
+  if (config_.fail_open) flags |= NFQA_CFG_F_FAIL_OPEN;
+  // Conntrack and uid/gid attributes cost per-packet work in the kernel that we do not use.
+  const uint32_t mask = NFQA_CFG_F_GSO | NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_CONNTRACK | NFQA_CFG_F_UID_GID;
+  mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(flags));
+  mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(mask));
+  const uint32_t seq = 1;
+  nlh->nlmsg_flags |= NLM_F_ACK;
+  nlh->nlmsg_seq = seq;
+
+  const std::string what = "NFQUEUE " + std::to_string(config_.queue);
+  if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) {
+    throw std::runtime_error("cannot send the configuration of " + what + ": " + errno_text(errno));
+  }
+
+  // Packets may reach the socket before the acknowledgement; they go back through the hook
+  // (NF_REPEAT) and are queued again once we are ready for them.
+  int error = -1;
+  int waited_ms = 0;
+  while (error < 0) {
+    pollfd pfd{fd_, POLLIN, 0};
+    const int ready = poll(&pfd, 1, 100);
+    if (ready < 0 && errno != EINTR) {
+      throw std::runtime_error("waiting for the kernel to confirm " + what + ": " + errno_text(errno));
+    }
+    if (ready <= 0) {
+      waited_ms += 100;
+      if (waited_ms >= kAckTimeoutMs) {
+        throw std::runtime_error("the kernel did not confirm the configuration of " + what + " within " +
+                                 std::to_string(kAckTimeoutMs / 1000) + " s");
+      }
+      continue;
+    }
+    const ssize_t got = recv(fd_, recv_buffer_.data(), slot_size_, 0);
+    if (got < 0) {
+      if (errno == EINTR || errno == ENOBUFS) continue;
+      throw std::runtime_error("reading the configuration reply of " + what + ": " + errno_text(errno));
+    }
+    int remaining = static_cast<int>(got);
+    auto* msg = reinterpret_cast<nlmsghdr*>(recv_buffer_.data());
+    while (mnl_nlmsg_ok(msg, remaining)) {
+      if (msg->nlmsg_type == NLMSG_ERROR && msg->nlmsg_seq == seq) {
+        const auto* err = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(msg));
+        error = -err->error;
+        break;
+      }
+      QueuedPacket packet;
+      const auto status = parse_queue_message(msg, packet);
+      if (status == MessageStatus::Packet || status == MessageStatus::Truncated) {
+        std::vector<char> out(MNL_SOCKET_BUFFER_SIZE);
+        nlmsghdr* verdict = nfq_nlmsg_put(out.data(), NFQNL_MSG_VERDICT, config_.queue);
+        nfq_nlmsg_verdict_put(verdict, static_cast<int>(packet.id), NF_REPEAT);
+        mnl_socket_sendto(nl_, verdict, verdict->nlmsg_len);
+        counters_.startup_repeats.add();
+      }
+      msg = mnl_nlmsg_next(msg, &remaining);
+    }
+  }
+  if (error == 0) return;
+
+  if (error == EPERM || error == EBUSY) {
+    std::optional<KernelQueueStats> bound;
+    try {
+      bound = find_queue(read_kernel_queue_stats(), config_.queue);
+    } catch (const std::exception&) {
+    }
+    if (bound && bound->peer_portid != portid()) {
+      throw std::runtime_error(
+          what + " is already bound by netlink port " + std::to_string(bound->peer_portid) +
+          " (another pairwalld or pairwall-nfq-null in this network namespace?); stop it "
+          "or use another queue range");
+    }
+    throw std::runtime_error("binding " + what + " was refused (" + errno_text(error) +
+                             "): the process needs CAP_NET_ADMIN in its network namespace");
+  }
+  if (error == EOPNOTSUPP) {
+    throw std::runtime_error("the kernel refused the flags of " + what +
+                             " (GSO / fail-open): " + errno_text(error));
+  }
+  throw std::runtime_error("configuring " + what + " failed: " + errno_text(error));
+}
+
+int NfqSocket::receive(int wake_fd) noexcept {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int n = recvmmsg(fd_, msgs_.data(), static_cast<unsigned>(msgs_.size()), MSG_DONTWAIT, nullptr);
+    if (n > 0) {
+      counters_.recv_calls.add();
+      return n;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      counters_.recv_calls.add();
+      if (errno == ENOBUFS) {
+        counters_.enobufs.add();
+      } else if (errno != EINTR) {
+        counters_.recv_errors.add();
+        // A persistent error must not turn into a busy loop.
+        poll(nullptr, 0, 1);
+      }
+      return 0;
+    }
+    if (attempt == 1) break;
+    // Nothing queued: every verdict owed has been sent (finish_batch), so block.
+    counters_.polls.add();
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int ready = poll(fds, wake_fd >= 0 ? 2 : 1, -1);
+    if (ready <= 0) return 0;
+    if (wake_fd >= 0 && (fds[1].revents & POLLIN) != 0) return 0;
+  }
+  return 0;
+}
+
+QueuedPacket* NfqSocket::next_packet(int slot, std::size_t& offset) noexcept {
+  const mmsghdr& msg = msgs_[static_cast<std::size_t>(slot)];
+  uint8_t* base = recv_buffer_.data() + static_cast<std::size_t>(slot) * slot_size_;
+  if (offset == 0 && ((msg.msg_hdr.msg_flags & MSG_TRUNC) != 0 || msg.msg_len > slot_size_)) {
+    // Cannot happen with copy_range below the slot size; if it does, settle the packet by the
+    // fail-open policy rather than leave it queued forever.
+    counters_.oversize.add();
+    offset = slot_size_;
+    uint32_t id = 0;
+    if (recover_packet_id(base, slot_size_, id)) {
+      counters_.packets.add();
+      plan(id, config_.fail_open ? Decision::Accept : Decision::Drop, nullptr);
+    } else {
+      counters_.malformed.add();
+    }
+    return nullptr;
+  }
+  while (offset < msg.msg_len) {
+    int remaining = static_cast<int>(msg.msg_len - offset);
+    auto* nlh = reinterpret_cast<nlmsghdr*>(base + offset);
+    if (!mnl_nlmsg_ok(nlh, remaining)) {
+      counters_.malformed.add();
+      offset = msg.msg_len;
+      return nullptr;
+    }
+    offset += MNL_ALIGN(nlh->nlmsg_len);
+    switch (parse_queue_message(nlh, current_)) {
+      case MessageStatus::Packet:
+        counters_.packets.add();
+        counters_.bytes.add(current_.length);
+        return &current_;
+      case MessageStatus::Truncated:
+        counters_.packets.add();
+        counters_.bytes.add(current_.length);
+        counters_.truncated.add();
+        plan(current_.id, Decision::Accept, nullptr);
+        break;
+      case MessageStatus::NotPacket:
+        if (nlh->nlmsg_type == NLMSG_ERROR && nlh->nlmsg_len >= MNL_NLMSG_HDRLEN + sizeof(int) &&
+            static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh))->error != 0) {
+          counters_.netlink_errors.add();
+        }
+        break;
+      case MessageStatus::Malformed:
+        counters_.malformed.add();
+        break;
+    }
+  }
+  return nullptr;
+}
+
+void NfqSocket::plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept {
+  if (decision == Decision::AcceptRewritten &&
+      (packet == nullptr || packet->payload.size() > kMaxVerdictPayload)) {
+    // The translated bytes cannot be returned; accepting the original would leak what NAT hides.
+    counters_.rewrite_too_large.add();
+    decision = Decision::Drop;
+  }
+  switch (decision) {
+    case Decision::Accept:
+      counters_.accepted.add();
+      break;
+    case Decision::AcceptRewritten:
+      counters_.rewritten.add();
+      break;
+    case Decision::Drop:
+      counters_.dropped.add();
+      break;
+  }
+  const VerdictSteps steps = planner_.add(id, decision);
+  for (uint8_t i = 0; i < steps.count; ++i) {
+    append(steps.ops[i], steps.ops[i].with_payload ? packet : nullptr);
+  }
+}
+
+void NfqSocket::append(const VerdictOp& op, const QueuedPacket* packet) noexcept {
+  const std::size_t payload = packet != nullptr ? packet->payload.size() : 0;
+  const std::size_t need = verdict_message_size(payload);
+  if (send_used_ + need > send_capacity_) send_pending();
+  const int type = op.kind == VerdictOp::Kind::Batch ? NFQNL_MSG_VERDICT_BATCH : NFQNL_MSG_VERDICT;
+  nlmsghdr* nlh =
+      nfq_nlmsg_put(reinterpret_cast<char*>(send_buffer_.data() + send_used_), type, config_.queue);
+  nfq_nlmsg_verdict_put(nlh, static_cast<int>(op.id), op.accept ? NF_ACCEPT : NF_DROP);
+  if (packet != nullptr) {
+    nfq_nlmsg_verdict_put_pkt(nlh, packet->payload.data(), static_cast<uint32_t>(payload));
+  }
+  send_used_ += MNL_ALIGN(nlh->nlmsg_len);
+  counters_.verdict_messages.add();
+  if (op.kind == VerdictOp::Kind::Batch) counters_.batch_verdicts.add();
+}
+
+void NfqSocket::finish_batch() noexcept {
+  const VerdictSteps steps = planner_.flush();
+  for (uint8_t i = 0; i < steps.count; ++i) append(steps.ops[i], nullptr);
+  send_pending();
+}
+
+void NfqSocket::send_pending() noexcept {
+  if (send_used_ == 0) return;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (mnl_socket_sendto(nl_, send_buffer_.data(), send_used_) >= 0) {
+      counters_.send_calls.add();
+      send_used_ = 0;
+      return;
+    }
+    if (errno != EINTR && errno != ENOBUFS && errno != EAGAIN) break;
+  }
+  // The packets stay queued in the kernel until the queue is unbound; counted, and visible as
+  // `queued` in the kernel's statistics.
+  counters_.send_errors.add();
+  send_used_ = 0;
+}
+
+}  // namespace pairwall::io

@@ -1,0 +1,179 @@
+// One NFQUEUE queue on one netlink socket (libmnl + libnetfilter_queue's mnl API): the socket
+// setup, the batched receive, the batched verdicts. It knows nothing of the engine: the caller
+// passes a decision function, so pairwalld (engine) and pairwall-nfq-null (accept all) share the
+// whole path and differ only in the decision.
+//
+//   loop: recvmmsg up to `recv_batch` datagrams (one queued packet each; MSG_DONTWAIT)
+//         -> nothing there: flush is already done, poll(socket, wake fd) and block
+//         -> one steady_clock read for the batch
+//         -> per packet: parse attributes, decide, plan the verdict (verdict_plan.h)
+//         -> end of batch: close the accept run, send every verdict message in one sendto
+//
+// A socket belongs to one thread; only counters() may be read from others.
+#pragma once
+
+#include <linux/netlink.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "daemon/io/counter.h"
+#include "daemon/io/verdict_plan.h"
+
+struct mnl_socket;
+
+namespace pairwall::io {
+
+struct QueueConfig {
+  uint16_t queue = 0;
+  uint32_t max_len = 65536;  // packets the kernel holds for us before it drops (or fails open)
+  // Fail open: when the queue or our socket buffer is full, the kernel accepts packets uninspected
+  // rather than dropping them. Off by default: a firewall that is overwhelmed should not open.
+  bool fail_open = false;
+  // Receive GSO packets unsegmented; without it the kernel segments every GSO packet before
+  // queueing and TCP throughput falls about tenfold.
+  bool gso = true;
+  int rcvbuf_bytes = 32 << 20;   // SO_RCVBUFFORCE, falling back to SO_RCVBUF (capped by rmem_max)
+  bool batch_verdicts = true;    // false: one verdict message per packet (for measurement)
+  uint32_t recv_batch = 64;      // datagrams per recvmmsg
+  uint32_t copy_range = 0xffff;  // bytes of each packet copied to us; the kernel's maximum
+};
+
+// One queued packet as the kernel described it. `payload` points into the receive buffer and
+// is valid until the decision function returns; it may be rewritten in place.
+struct QueuedPacket {
+  uint32_t id = 0;
+  uint16_t hw_protocol = 0;  // ETH_P_IP / ETH_P_IPV6, host order
+  uint8_t hook = 0;          // NF_INET_* where the packet was queued
+  uint32_t in_ifindex = 0;   // 0: absent (locally generated)
+  uint32_t out_ifindex = 0;  // 0: absent (not yet routed, or local delivery)
+  uint32_t length = 0;       // the packet's real length; more than payload.size() when truncated
+  uint32_t mark = 0;
+  bool checksum_partial = false;  // NFQA_SKB_CSUMNOTREADY: the kernel completes the L4 checksum
+  bool gso = false;               // NFQA_SKB_GSO: larger than the MTU, segmented after us
+  std::span<uint8_t> payload;
+};
+
+enum class MessageStatus : uint8_t {
+  Packet,     // a complete packet to decide
+  Truncated,  // copy range was smaller than the packet: id valid, payload partial
+  NotPacket,  // netlink control message (error/ack, done, noop)
+  Malformed,  // attributes did not parse, or no packet header
+};
+
+// Parses one message received on a queue socket. Pure; never reads past nlh->nlmsg_len, which the
+// caller has checked against the bytes received. `out.payload` points into the message.
+MessageStatus parse_queue_message(nlmsghdr* nlh, QueuedPacket& out) noexcept;
+
+// Largest payload a verdict can carry back: the attribute length is 16 bits, header included.
+inline constexpr std::size_t kMaxVerdictPayload = 0xffff - 4;
+
+struct QueueCounters {
+  Counter packets;           // packet messages received (complete or truncated)
+  Counter bytes;             // their real lengths
+  Counter recv_calls;        // recvmmsg calls that returned data or an error (not EAGAIN)
+  Counter polls;             // times the worker blocked waiting for packets
+  Counter verdict_messages;  // netlink verdict messages sent (single + batch)
+  Counter batch_verdicts;    // of which NFQNL_MSG_VERDICT_BATCH
+  Counter send_calls;        // sendto calls carrying verdicts
+  Counter enobufs;           // ENOBUFS from recv: the kernel dropped messages for us
+  Counter recv_errors;       // other receive errors
+  Counter send_errors;       // verdict sends that failed after retries (packets stay queued)
+  Counter truncated;         // cap_len < len: accepted without inspection
+  Counter oversize;          // a datagram larger than a receive slot (MSG_TRUNC)
+  Counter malformed;         // messages that did not parse
+  Counter netlink_errors;    // error replies from the kernel (e.g. a verdict for an unknown id)
+  Counter accepted;
+  Counter rewritten;  // accepted with new bytes
+  Counter dropped;
+  Counter rewrite_too_large;  // rewritten packets larger than a verdict can carry: dropped
+  Counter startup_repeats;    // packets sent back through the hook (NF_REPEAT) while binding
+};
+
+class NfqSocket {
+ public:
+  // Opens a netlink socket, sizes its buffers and binds it to `config.queue` with copy mode
+  // packet, the configured flags and queue length. Throws std::runtime_error with a message
+  // saying what failed and what to check (privileges, another listener on the queue, ...).
+  explicit NfqSocket(const QueueConfig& config);
+  ~NfqSocket();
+  NfqSocket(const NfqSocket&) = delete;
+  NfqSocket& operator=(const NfqSocket&) = delete;
+
+  uint16_t queue() const { return config_.queue; }
+  const QueueConfig& config() const { return config_; }
+  int fd() const { return fd_; }
+  uint32_t portid() const;
+  int rcvbuf_bytes() const { return rcvbuf_; }  // as the kernel reports it (twice the request)
+  bool rcvbuf_forced() const { return rcvbuf_forced_; }
+  const QueueCounters& counters() const { return counters_; }
+
+  // Receives and decides one batch, then sends its verdicts. Blocks until packets arrive or
+  // `wake_fd` (an eventfd, or -1) is readable. Returns the number of datagrams handled.
+  //
+  // decide(QueuedPacket&, std::chrono::steady_clock::time_point now) -> Decision must be
+  // noexcept. It is not called for truncated packets: those are accepted and counted, because
+  // the bytes past the copy range cannot be inspected.
+  template <typename Decide>
+  int run_once(int wake_fd, Decide& decide) noexcept;
+
+  // Repeats run_once until `stop` is set (checked after every batch; set it, then make
+  // `wake_fd` readable).
+  template <typename Decide>
+  void run(const std::atomic<bool>& stop, int wake_fd, Decide& decide) noexcept {
+    while (!stop.load(std::memory_order_relaxed)) run_once(wake_fd, decide);
+  }
+
+ private:
+  void configure();
+  int receive(int wake_fd) noexcept;
+  // Handles the datagram in slot `i`; returns the packet to decide, or nullptr when the slot held
+  // something else (already handled and counted).
+  QueuedPacket* next_packet(int slot, std::size_t& offset) noexcept;
+  void plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept;
+  void append(const VerdictOp& op, const QueuedPacket* packet) noexcept;
+  void finish_batch() noexcept;
+  void send_pending() noexcept;
+
+  QueueConfig config_;
+  mnl_socket* nl_ = nullptr;
+  int fd_ = -1;
+  int rcvbuf_ = 0;
+  bool rcvbuf_forced_ = false;
+  std::size_t slot_size_ = 0;
+  std::vector<uint8_t> recv_buffer_;  // recv_batch slots of slot_size_
+  std::vector<mmsghdr> msgs_;
+  std::vector<iovec> iovs_;
+  std::vector<uint8_t> send_buffer_;
+  std::size_t send_capacity_ = 0;
+  std::size_t send_used_ = 0;
+  VerdictPlanner planner_;
+  QueuedPacket current_;
+  QueueCounters counters_;
+};
+
+template <typename Decide>
+int NfqSocket::run_once(int wake_fd, Decide& decide) noexcept {
+  static_assert(
+      std::is_nothrow_invocable_r_v<Decision, Decide&, QueuedPacket&, std::chrono::steady_clock::time_point>,
+      "the decision function is on the packet path: it must be noexcept and return a Decision");
+  const int received = receive(wake_fd);
+  if (received <= 0) return 0;
+  const auto now = std::chrono::steady_clock::now();
+  for (int slot = 0; slot < received; ++slot) {
+    std::size_t offset = 0;
+    while (QueuedPacket* packet = next_packet(slot, offset)) {
+      plan(packet->id, decide(*packet, now), packet);
+    }
+  }
+  finish_batch();
+  return received;
+}
+
+}  // namespace pairwall::io

@@ -1,0 +1,75 @@
+// Which verdict messages to send for a run of decided queue packets.
+//
+// The kernel numbers the packets of one queue in order, and NFQNL_MSG_VERDICT_BATCH with id N
+// settles every packet still queued with an id up to N. So a run of plain accepts collapses into
+// one batch message sent when the run ends; a drop or an accept carrying rewritten bytes needs a
+// message of its own (the batch has no payload, and it must not accept a packet to be dropped),
+// and it ends the run before it. Messages are sent in the order planned, which the kernel keeps.
+//
+// Precondition for batching: every lower id still in the queue has been decided by the time its
+// run is flushed (nothing is held back). A future "defer" mode would have to flush before holding.
+#pragma once
+
+#include <cstdint>
+
+namespace pairwall::io {
+
+enum class Decision : uint8_t { Accept, AcceptRewritten, Drop };
+
+struct VerdictOp {
+  enum class Kind : uint8_t { Single, Batch };
+  Kind kind = Kind::Single;
+  uint32_t id = 0;
+  bool accept = true;         // NF_ACCEPT, else NF_DROP
+  bool with_payload = false;  // NF_ACCEPT with NFQA_PAYLOAD (the rewritten packet)
+  friend bool operator==(const VerdictOp&, const VerdictOp&) = default;
+};
+
+// At most two messages result from one decision: the run it ends, and its own.
+struct VerdictSteps {
+  VerdictOp ops[2];
+  uint8_t count = 0;
+  void push(const VerdictOp& op) noexcept { ops[count++] = op; }
+};
+
+class VerdictPlanner {
+ public:
+  // `batch` false: one message per packet (the baseline the batching is measured against).
+  explicit VerdictPlanner(bool batch) : batch_(batch) {}
+
+  VerdictSteps add(uint32_t id, Decision decision) noexcept {
+    VerdictSteps steps;
+    if (decision == Decision::Accept && batch_) {
+      run_last_ = id;
+      ++run_length_;
+      return steps;
+    }
+    close_run(steps);
+    steps.push(
+        {VerdictOp::Kind::Single, id, decision != Decision::Drop, decision == Decision::AcceptRewritten});
+    return steps;
+  }
+
+  // Ends the current run of accepts; call before blocking for more packets.
+  VerdictSteps flush() noexcept {
+    VerdictSteps steps;
+    close_run(steps);
+    return steps;
+  }
+
+  bool pending() const noexcept { return run_length_ != 0; }
+
+ private:
+  void close_run(VerdictSteps& steps) noexcept {
+    if (run_length_ == 0) return;
+    // A run of one is a plain verdict: it settles exactly that packet and nothing else.
+    steps.push({run_length_ == 1 ? VerdictOp::Kind::Single : VerdictOp::Kind::Batch, run_last_, true, false});
+    run_length_ = 0;
+  }
+
+  bool batch_;
+  uint32_t run_last_ = 0;
+  uint32_t run_length_ = 0;
+};
+
+}  // namespace pairwall::io
