@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -310,11 +311,14 @@ class PacketBuilder {
   PacketBuilder& ext_options(uint8_t type, std::size_t total_length) {
     Bytes h(total_length, 0);
     if (total_length >= 2) h[1] = static_cast<uint8_t>(total_length / 8 - 1);
-    // One PadN option covering the body (RFC 8200 4.2), or Pad1s when only one byte is left.
-    std::size_t body = total_length >= 2 ? total_length - 2 : 0;
-    if (body >= 2) {
-      h[2] = 1;
-      h[3] = static_cast<uint8_t>(body - 2);
+    // PadN options covering the body (RFC 8200 4.2), a Pad1 (zero byte) for a lone byte.
+    std::size_t at = 2;
+    while (at + 1 < total_length) {
+      std::size_t chunk = std::min<std::size_t>(total_length - at, 257);
+      if (total_length - at - chunk == 1) --chunk;
+      h[at] = 1;
+      h[at + 1] = static_cast<uint8_t>(chunk - 2);
+      at += chunk;
     }
     exts_.push_back(Ext{type, std::move(h), false});
     return *this;

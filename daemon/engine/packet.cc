@@ -1,0 +1,450 @@
+#include "daemon/engine/packet.h"
+
+#include <algorithm>
+
+namespace pairwall::engine {
+
+namespace {
+
+// Every read below is preceded by a length check against the end of the datagram (or of the
+// quote), never against the buffer alone: bytes after the IP total length are link padding.
+
+uint16_t be16(const uint8_t* p) noexcept {
+  return static_cast<uint16_t>(p[0] << 8 | p[1]);
+}
+uint32_t be32(const uint8_t* p) noexcept {
+  return static_cast<uint32_t>(p[0]) << 24 | static_cast<uint32_t>(p[1]) << 16 |
+         static_cast<uint32_t>(p[2]) << 8 | p[3];
+}
+
+// A whole packet from the queue, or the packet quoted in an ICMP error (truncated by design,
+// RFC 792 / RFC 4443 2.4(c): only the IP header and 8 bytes of transport are guaranteed).
+enum class Mode : uint8_t { Packet, Quote };
+
+// Real chains have a handful of headers; pf stops at 20. The bound also keeps every offset we
+// compute below 40 + 16 * 2048 bytes, well inside the view's 16-bit fields.
+constexpr int kMaxIpv6Extensions = 16;
+
+namespace ip6 {
+constexpr uint8_t kHopByHop = 0;
+constexpr uint8_t kRouting = 43;
+constexpr uint8_t kFragment = 44;
+constexpr uint8_t kAh = 51;
+constexpr uint8_t kDestOpts = 60;
+}  // namespace ip6
+
+// IPv4 options (RFC 791 3.1): EOL ends the list, NOP is one byte, everything else is
+// type-length-value with the length covering type and length bytes.
+Reason walk_ipv4_options(const uint8_t* p, uint32_t len, PacketView& out) noexcept {
+  uint32_t i = 0;
+  while (i < len) {
+    const uint8_t type = p[i];
+    if (type == 0) break;
+    if (type == 1) {
+      ++i;
+      continue;
+    }
+    if (len - i < 2) return Reason::BadIpHeader;
+    const uint8_t olen = p[i + 1];
+    if (olen < 2 || olen > len - i) return Reason::BadIpHeader;
+    out.has_ip_options = true;
+    i += olen;
+  }
+  return Reason::Match;
+}
+
+// Hop-by-hop and destination options (RFC 8200 4.2): Pad1 is one byte, the rest TLV with the
+// length excluding type and length. Only padding counts as "no options".
+Reason walk_ipv6_options(const uint8_t* p, uint32_t len, PacketView& out) noexcept {
+  uint32_t i = 0;
+  while (i < len) {
+    const uint8_t type = p[i];
+    if (type == 0) {
+      ++i;
+      continue;
+    }
+    if (len - i < 2) return Reason::BadIpv6Extension;
+    const uint32_t olen = 2u + p[i + 1];
+    if (olen > len - i) return Reason::BadIpv6Extension;
+    if (type != 1) out.has_ip_options = true;
+    i += olen;
+  }
+  return Reason::Match;
+}
+
+// Fills the IP layer of `out` and the end of the datagram (`end`, exclusive).
+Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, uint32_t& end) noexcept {
+  if (size < 20) return Reason::Short;
+  const uint32_t ihl = (d[0] & 0x0fu) * 4u;
+  if (ihl < 20) return Reason::BadIpHeader;
+  const uint32_t total = be16(d + 2);
+  if (mode == Mode::Packet) {
+    if (total > size) return Reason::Short;
+  } else if (ihl > size) {
+    return Reason::Short;
+  }
+  if (total < ihl) return Reason::BadIpHeader;
+  end = std::min(total, size);
+
+  if (Reason r = walk_ipv4_options(d + 20, ihl - 20, out); r != Reason::Match) return r;
+
+  out.family = Family::V4;
+  out.ttl = d[8];
+  out.proto = d[9];
+  out.src = IpAddress::from_v4_bytes(d + 12);
+  out.dst = IpAddress::from_v4_bytes(d + 16);
+  const uint16_t frag = be16(d + 6);
+  const bool more = (frag & 0x2000) != 0;
+  out.dont_fragment = (frag & 0x4000) != 0;
+  out.fragment_offset = static_cast<uint16_t>((frag & 0x1fff) * 8);
+  out.fragment_id = be16(d + 4);
+  out.is_fragment = more || out.fragment_offset != 0;
+  out.is_first_fragment = out.is_fragment && out.fragment_offset == 0;
+  out.l3_header_length = static_cast<uint16_t>(ihl);
+  out.l4_offset = static_cast<uint16_t>(ihl);
+  out.l4_length = static_cast<uint16_t>(end - ihl);
+
+  if (mode == Mode::Packet && out.is_fragment) {
+    // RFC 791: every fragment but the last carries a multiple of 8 bytes, and the reassembled
+    // datagram cannot pass 65535 bytes (the ping-of-death overlap).
+    const uint32_t data = total - ihl;
+    if (more && data % 8 != 0) return Reason::BadOffset;
+    if (out.fragment_offset + data > 65535) return Reason::BadOffset;
+  }
+  return Reason::Match;
+}
+
+Reason parse_ipv6(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, uint32_t& end) noexcept {
+  if (size < 40) return Reason::Short;
+  const uint32_t claimed_end = 40u + be16(d + 4);
+  if (mode == Mode::Packet && claimed_end > size) return Reason::Short;
+  end = std::min(claimed_end, size);
+  // A chain that runs past the datagram is malformed; past a quote that was cut short, it is
+  // only truncated.
+  const Reason past_end =
+      (mode == Mode::Quote && claimed_end > size) ? Reason::Short : Reason::BadIpv6Extension;
+
+  out.family = Family::V6;
+  out.ttl = d[7];
+  out.src = IpAddress::from_v6_bytes(d + 8);
+  out.dst = IpAddress::from_v6_bytes(d + 24);
+
+  uint8_t next = d[6];
+  uint32_t off = 40;
+  int routing_headers = 0;
+  int dest_opts_headers = 0;
+  bool seen_fragment = false;
+  bool upper_layer = false;
+  for (int count = 0; !upper_layer; ++count) {
+    if (count > kMaxIpv6Extensions) return Reason::BadIpv6Extension;
+    const uint32_t left = end - off;
+    uint32_t hlen = 0;
+    switch (next) {
+      case ip6::kHopByHop:
+      case ip6::kDestOpts: {
+        // RFC 8200 4.1: hop-by-hop only right after the IPv6 header; destination options at
+        // most twice (before routing and before the upper layer).
+        if (next == ip6::kHopByHop && off != 40) return Reason::BadIpv6Extension;
+        if (next == ip6::kDestOpts && ++dest_opts_headers > 2) return Reason::BadIpv6Extension;
+        if (left < 2) return past_end;
+        hlen = (d[off + 1] + 1u) * 8u;
+        if (hlen > left) return past_end;
+        if (Reason r = walk_ipv6_options(d + off + 2, hlen - 2, out); r != Reason::Match) return r;
+        break;
+      }
+      case ip6::kRouting: {
+        if (++routing_headers > 1) return Reason::BadIpv6Extension;
+        if (left < 2) return past_end;
+        hlen = (d[off + 1] + 1u) * 8u;
+        if (hlen > left) return past_end;
+        // RFC 5095: type 0 is deprecated; one still in use would send the packet somewhere
+        // other than the destination we filter on.
+        if (d[off + 2] == 0 && d[off + 3] != 0) return Reason::BadIpv6Extension;
+        out.has_ip_options = true;
+        break;
+      }
+      case ip6::kFragment: {
+        if (seen_fragment) return Reason::BadIpv6Extension;
+        seen_fragment = true;
+        hlen = 8;
+        if (left < hlen) return past_end;
+        const uint16_t field = be16(d + off + 2);
+        const bool more = (field & 1) != 0;
+        out.fragment_offset = static_cast<uint16_t>(field & 0xfff8);
+        out.fragment_id = be32(d + off + 4);
+        // An atomic fragment (offset 0, no more) is a whole packet (RFC 6946).
+        out.is_fragment = more || out.fragment_offset != 0;
+        out.is_first_fragment = out.is_fragment && out.fragment_offset == 0;
+        if (mode == Mode::Packet && out.is_fragment) {
+          const uint32_t data = end - (off + hlen);
+          if (more && data % 8 != 0) return Reason::BadOffset;
+          if (out.fragment_offset + data > 65535) return Reason::BadOffset;
+        }
+        if (out.fragment_offset != 0) {
+          // The rest is fragment data; the next header names the upper layer.
+          next = d[off];
+          off += hlen;
+          upper_layer = true;
+          continue;
+        }
+        break;
+      }
+      case ip6::kAh: {
+        if (left < 2) return past_end;
+        hlen = (d[off + 1] + 2u) * 4u;  // RFC 4302 2.2: in 4-byte units, minus 2
+        if (hlen > left) return past_end;
+        break;
+      }
+      default:
+        // Upper layer, ESP (opaque) or no-next-header: the chain ends here.
+        upper_layer = true;
+        continue;
+    }
+    next = d[off];
+    off += hlen;
+  }
+
+  out.proto = next;
+  out.l3_header_length = static_cast<uint16_t>(off);
+  out.l4_offset = static_cast<uint16_t>(off);
+  out.l4_length = static_cast<uint16_t>(end - off);
+  return Reason::Match;
+}
+
+// TCP options (RFC 9293 3.2). Kinds with a known meaning but the wrong length are ignored, as
+// end hosts do (Linux tcp_parse_options), so our view of the connection matches theirs.
+Reason walk_tcp_options(const uint8_t* p, uint32_t len, uint16_t options_offset, TcpInfo& tcp) noexcept {
+  uint32_t i = 0;
+  while (i < len) {
+    const uint8_t kind = p[i];
+    if (kind == 0) break;
+    if (kind == 1) {
+      ++i;
+      continue;
+    }
+    if (len - i < 2) return Reason::BadTcpOptions;
+    const uint8_t olen = p[i + 1];
+    if (olen < 2 || olen > len - i) return Reason::BadTcpOptions;
+    switch (kind) {
+      case 2:
+        if (olen == 4) {
+          tcp.has_mss = true;
+          tcp.mss = be16(p + i + 2);
+          tcp.mss_offset = static_cast<uint16_t>(options_offset + i + 2);
+        }
+        break;
+      case 3:
+        if (olen == 3) {
+          tcp.has_window_scale = true;
+          // RFC 7323 2.3: a shift above 14 is treated as 14.
+          tcp.window_scale = std::min<uint8_t>(p[i + 2], 14);
+        }
+        break;
+      case 4:
+        if (olen == 2) tcp.sack_permitted = true;
+        break;
+      case 8:
+        if (olen == 10) {
+          tcp.has_timestamps = true;
+          tcp.ts_value = be32(p + i + 2);
+          tcp.ts_echo = be32(p + i + 6);
+        }
+        break;
+      default:
+        break;
+    }
+    i += olen;
+  }
+  return Reason::Match;
+}
+
+Reason parse_tcp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out) noexcept {
+  TcpInfo& tcp = out.tcp;
+  if (mode == Mode::Quote) {
+    if (out.l4_length < 8) return Reason::Short;
+    out.src_port = be16(p);
+    out.dst_port = be16(p + 2);
+    tcp.seq = be32(p + 4);
+    return Reason::Match;
+  }
+  if (out.l4_length < 20) return too_short;
+  const uint32_t hlen = (p[12] >> 4) * 4u;
+  if (hlen < 20) return Reason::BadTcpHeader;
+  if (hlen > out.l4_length) return out.is_first_fragment ? Reason::BadOffset : Reason::BadTcpHeader;
+  out.src_port = be16(p);
+  out.dst_port = be16(p + 2);
+  tcp.seq = be32(p + 4);
+  tcp.ack = be32(p + 8);
+  tcp.flags = p[13];
+  tcp.window = be16(p + 14);
+  tcp.header_length = static_cast<uint8_t>(hlen);
+  const auto options_offset = static_cast<uint16_t>(out.l4_offset + 20);
+  if (Reason r = walk_tcp_options(p + 20, hlen - 20, options_offset, tcp); r != Reason::Match) return r;
+  out.payload_offset = static_cast<uint16_t>(out.l4_offset + hlen);
+  out.payload_length = static_cast<uint16_t>(out.l4_length - hlen);
+  return Reason::Match;
+}
+
+Reason parse_udp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out) noexcept {
+  if (out.l4_length < 8) return mode == Mode::Quote ? Reason::Short : too_short;
+  out.src_port = be16(p);
+  out.dst_port = be16(p + 2);
+  if (mode == Mode::Quote) return Reason::Match;
+  // RFC 768: the length covers header and data. A first fragment holds only part of the
+  // datagram the length describes.
+  const uint16_t length = be16(p + 4);
+  if (length < 8) return Reason::BadUdpHeader;
+  if (!out.is_first_fragment && length > out.l4_length) return Reason::BadUdpHeader;
+  const uint16_t end = out.is_first_fragment ? out.l4_length : length;
+  out.payload_offset = static_cast<uint16_t>(out.l4_offset + 8);
+  out.payload_length = static_cast<uint16_t>(end - 8);
+  return Reason::Match;
+}
+
+// Query types whose message carries an identifier at bytes 4..5, with the minimum length of the
+// message (RFC 792: timestamp 20, address mask 12 (RFC 950), the others 8).
+struct IcmpQuery {
+  bool query = false;
+  bool reply = false;
+  uint8_t min_length = 8;
+};
+
+IcmpQuery icmp4_query(uint8_t type) noexcept {
+  switch (type) {
+    case 8:  // echo
+      return {true, false, 8};
+    case 0:
+      return {true, true, 8};
+    case 13:  // timestamp
+      return {true, false, 20};
+    case 14:
+      return {true, true, 20};
+    case 15:  // information
+      return {true, false, 8};
+    case 16:
+      return {true, true, 8};
+    case 17:  // address mask
+      return {true, false, 12};
+    case 18:
+      return {true, true, 12};
+    default:
+      return {};
+  }
+}
+
+IcmpQuery icmp6_query(uint8_t type) noexcept {
+  switch (type) {
+    case 128:  // echo request (RFC 4443 4.1)
+      return {true, false, 8};
+    case 129:
+      return {true, true, 8};
+    default:
+      return {};
+  }
+}
+
+bool icmp4_error(uint8_t type) noexcept {
+  // Unreachable, source quench, redirect, time exceeded, parameter problem.
+  return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+}
+
+bool icmp6_error(uint8_t type) noexcept {
+  // Unreachable, packet too big, time exceeded, parameter problem (RFC 4443 2.1).
+  return type >= 1 && type <= 4;
+}
+
+Reason parse_icmp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out) noexcept {
+  if (out.l4_length < 8) {
+    if (mode == Mode::Quote) return Reason::Short;
+    return out.is_first_fragment ? too_short : Reason::BadIcmp;
+  }
+  IcmpInfo& icmp = out.icmp;
+  icmp.type = p[0];
+  icmp.code = p[1];
+  const bool v4 = out.family == Family::V4;
+  const IcmpQuery q = v4 ? icmp4_query(icmp.type) : icmp6_query(icmp.type);
+  icmp.is_error = v4 ? icmp4_error(icmp.type) : icmp6_error(icmp.type);
+  out.payload_offset = static_cast<uint16_t>(out.l4_offset + 8);
+  out.payload_length = static_cast<uint16_t>(out.l4_length - 8);
+
+  if (q.query) {
+    if (mode == Mode::Packet && out.l4_length < q.min_length && !out.is_first_fragment)
+      return Reason::BadIcmp;
+    icmp.is_query = true;
+    icmp.is_reply = q.reply;
+    icmp.id = be16(p + 4);
+    out.src_port = icmp.id;
+    out.dst_port = icmp.id;
+    return Reason::Match;
+  }
+  if (!icmp.is_error) return Reason::Match;
+
+  // RFC 1122 3.2.2: no error is sent about an error, so a quote of one is forged.
+  if (mode == Mode::Quote) return Reason::BadIcmp;
+  icmp.quoted_offset = out.payload_offset;
+  PacketView quoted;
+  const std::span<const uint8_t> quote(out.data + out.payload_offset, out.payload_length);
+  if (parse_quoted_packet(quote, quoted) != Reason::Match) return Reason::BadIcmp;
+  if (quoted.family != out.family) return Reason::BadIcmp;
+  return Reason::Match;
+}
+
+Reason parse(std::span<const uint8_t> bytes, Mode mode, PacketView& out) noexcept {
+  out = PacketView{};
+  out.data = bytes.data();
+  out.size = static_cast<uint32_t>(std::min<std::size_t>(bytes.size(), UINT32_MAX));
+  if (out.size < 1) return Reason::Short;
+
+  const uint8_t* d = bytes.data();
+  uint32_t end = 0;
+  const uint8_t version = d[0] >> 4;
+  Reason r = Reason::BadIpVersion;
+  if (version == 4) {
+    r = parse_ipv4(d, out.size, mode, out, end);
+  } else if (version == 6) {
+    r = parse_ipv6(d, out.size, mode, out, end);
+  }
+  if (r != Reason::Match) return r;
+
+  if (out.is_fragment && out.fragment_offset != 0) {
+    // RFC 1858 3.2: a TCP fragment at offset 8 can only be there to overwrite the flags of
+    // the first one.
+    if (mode == Mode::Packet && out.proto == ipproto::kTcp && out.fragment_offset == 8)
+      return Reason::BadOffset;
+    out.payload_offset = out.l4_offset;
+    out.payload_length = out.l4_length;
+    return Reason::Match;
+  }
+
+  // A first fragment too small for its transport header hides the header in a later fragment
+  // (RFC 1858 3.1, RFC 7112): that is an offset problem, not a short packet.
+  const Reason too_short = out.is_first_fragment ? Reason::BadOffset : Reason::Short;
+  const uint8_t* l4 = d + out.l4_offset;
+  switch (out.proto) {
+    case ipproto::kTcp:
+      return parse_tcp(l4, mode, too_short, out);
+    case ipproto::kUdp:
+      return parse_udp(l4, mode, too_short, out);
+    case ipproto::kIcmp:
+    case ipproto::kIcmp6:
+      // pf drops ICMPv6 over IPv4 and ICMP over IPv6: neither is a valid pairing.
+      if ((out.proto == ipproto::kIcmp) != (out.family == Family::V4)) return Reason::BadIcmp;
+      return parse_icmp(l4, mode, too_short, out);
+    default:
+      out.payload_offset = out.l4_offset;
+      out.payload_length = out.l4_length;
+      return Reason::Match;
+  }
+}
+
+}  // namespace
+
+Reason parse_packet(std::span<const uint8_t> bytes, PacketView& out) noexcept {
+  return parse(bytes, Mode::Packet, out);
+}
+
+Reason parse_quoted_packet(std::span<const uint8_t> bytes, PacketView& out) noexcept {
+  return parse(bytes, Mode::Quote, out);
+}
+
+}  // namespace pairwall::engine
