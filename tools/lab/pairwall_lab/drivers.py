@@ -46,6 +46,31 @@ def find_key(obj, names):
     return None
 
 
+# proto/control.proto FailoverStatus.Role and SyncStatus.BulkState, by number for JSON that prints enums
+# as integers.
+ROLE_NAMES = {0: "init", 1: "backup", 2: "master", 3: "fault"}
+BULK_DONE = {"DONE", "done", 3}
+
+
+def role_of(failover_status):
+    """Lower-case role from `pairwallctl failover status --json`, "unknown" when unreadable."""
+    if failover_status is None:
+        return "unknown"
+    role = find_key(failover_status, ("role",))
+    if isinstance(role, int):
+        return ROLE_NAMES.get(role, str(role))
+    return str(role).lower() if role is not None else "init"  # proto3 JSON omits the zero value
+
+
+def bulk_done(sync_status):
+    """True when the node has its peer's table: bulk state DONE, or sync not configured."""
+    if sync_status is None:
+        return False
+    if not find_key(sync_status, ("enabled",)):
+        return True  # proto3 JSON leaves out `enabled: false`
+    return find_key(sync_status, ("bulk_state", "bulkState")) in BULK_DONE
+
+
 class Driver:
     name = "?"
 
@@ -165,6 +190,7 @@ name = "{name}"
 first = {queue_first}
 count = 1
 fail_open = false
+exclude_interfaces = ["{if_sync}"]
 
 [rules]
 file = "{rules}"
@@ -176,7 +202,7 @@ level = "info"
 socket = "{socket}"
 
 [metrics]
-address = "127.0.0.1:{metrics_port}"
+listen = "127.0.0.1:{metrics_port}"
 
 [sync]
 interface = "{if_sync}"
@@ -191,7 +217,8 @@ advbase_ms = {advbase_ms}
 advskew = {advskew}
 preempt = false
 key_file = "{failover_key}"
-vips = ["{if_in}:{vip_in}/{plen}", "{if_out}:{vip_out}/{plen}"]
+vips = [ {{ interface = "{if_in}", address = "{vip_in}/{plen}" }},
+         {{ interface = "{if_out}", address = "{vip_out}/{plen}" }} ]
 """
 
 KEEPALIVED_TEMPLATE = """\
@@ -349,22 +376,23 @@ class PairwalldDriver(Driver):
                 continue
             fo = self.ctl(n.name, "failover", "status", "--json")
             sy = self.ctl(n.name, "sync", "status", "--json")
-            role = find_key(fo, ("role", "state")) if fo is not None else None
-            bulk = find_key(sy, ("bulk_done", "bulk_complete", "bulk_completed")) if sy is not None else None
-            out[n.name] = {"role": str(role).lower() if role is not None else "unknown",
-                           "bulk_done": bool(bulk), "demotion": find_key(fo, ("demotion",)),
-                           "sync_peer": find_key(sy, ("peer_state", "peer")), "failover": fo, "sync": sy}
+            out[n.name] = {"role": role_of(fo), "bulk_done": bulk_done(sy),
+                           "demotion": find_key(fo, ("demotion",)),
+                           "sync_peer": find_key(sy, ("peer_state", "peerState")), "failover": fo, "sync": sy}
         return out
 
     def roles(self):
-        return {k: v["role"] for k, v in self.node_status().items()}
+        # Only the failover status: this is polled every 100 ms during a drill.
+        return {n.name: role_of(self.ctl(n.name, "failover", "status", "--json"))
+                if self.lab.process_alive(n.name, "pairwalld") else "down" for n in topology.NODES}
 
     def states(self):
         out = {}
         for n in topology.NODES:
             r = self.ctl(n.name, "states", "--count", "--json") if self.lab.process_alive(n.name, "pairwalld") \
                 else None
-            c = find_key(r, ("count", "states")) if r is not None else None
+            c = find_key(r, ("total", "count", "states")) if r is not None else None
+            c = int(c) if isinstance(c, str) and c.isdigit() else c  # proto3 JSON prints 64-bit ints as strings
             out[n.name] = int(c) if isinstance(c, (int, float)) else None
         return out
 
