@@ -78,13 +78,22 @@ def default_out_dir():
 
 
 def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, restore_after=3.0, out_dir=None,
-        interval_ms=20.0, settle=True, progress=None):
-    """Runs one drill and returns the report dictionary (also written to OUT_DIR/report.json)."""
+        interval_ms=20.0, settle=True, progress=None, repeat=1, kill_every=None):
+    """Runs one drill and returns the report dictionary (also written to OUT_DIR/report.json).
+
+    repeat > 1 fails the master `repeat` times, every `kill_every` seconds, each time the node that is
+    master then (so kills alternate between the nodes); the report's top-level figures are then the worst
+    failover and the survival across all kills, with each kill's figures under "kills"."""
     if kill not in drivers.KILL_KINDS:
         raise LabError(f"--kill {kill}: expected one of {', '.join(drivers.KILL_KINDS)}")
-    if duration < kill_after + restore_after + 2:
-        raise LabError(f"--duration {duration} s is too short: it must leave at least 2 s after the kill "
-                       f"({kill_after} s) and the restore ({restore_after} s)")
+    kill_every = kill_every or (restore_after + 3.0)
+    last_kill = kill_after + (repeat - 1) * kill_every
+    if repeat < 1 or kill_every < restore_after + 0.5:
+        raise LabError(f"repeat {repeat}, kill every {kill_every} s: need repeat >= 1 and kills spaced more "
+                       f"than the restore delay ({restore_after} s)")
+    if duration < last_kill + restore_after + 2:
+        raise LabError(f"--duration {duration} s is too short: it must leave at least 2 s after the last kill "
+                       f"({last_kill} s) and its restore ({restore_after} s)")
     if not lab.exists():
         raise LabError(f"lab {lab.prefix!r} is not up: run `pairwall-lab up` first")
     say = progress or (lambda _msg: None)
@@ -92,15 +101,16 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     out.mkdir(parents=True, exist_ok=True)
     driver = lab.driver
     roles_before = driver.roles()
-    old = lab.master()
-    new = topology.other(old) if kill != "sync" else None
+    first_master = lab.master()
     traffic = str(lab.pkg_dir / "traffic.py")
     common = ["--port", str(topology.TCP_PORT), "--udp-port", str(topology.UDP_PORT), "--interval-ms",
               str(interval_ms)]
 
     procs = []
+    kills = []  # (t_kill, old master, expected new master)
     watcher = RoleWatcher(lab)
-    restored = False
+    pending_restore = None
+    settled = None
     try:
         server = lab.spawn("server", "traffic-server", [lab.python, traffic, "server", *common, "--duration",
                                                          str(duration + 60), "--summary", str(out / "server.json")],
@@ -113,22 +123,39 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
             str(out / "client.json")], stdout=subprocess.PIPE)
         procs.append(client)
         ready = json.loads(_read_line(client, 60, "traffic client"))
-        say(f"{ready['established']}/{connections} connections up through {old}; kill ({kill}) in {kill_after} s")
+        say(f"{ready['established']}/{connections} connections up through {first_master}; "
+            f"kill ({kill}) in {kill_after} s")
         t_start = ready["t"]
         watcher.start()
 
-        time.sleep(max(0.0, t_start + kill_after - time.monotonic()))
-        t_kill = time.monotonic()
-        driver.kill(old, kill)
-        say(f"killed: {kill} of {old}")
-        takeover = threading.Thread(target=driver.after_kill, args=(old, kill, t_kill), daemon=True)
-        takeover.start()
+        old = first_master
+        for k in range(repeat):
+            time.sleep(max(0.0, t_start + kill_after + k * kill_every - time.monotonic()))
+            if k > 0:
+                old = lab.master()
+            t_kill = time.monotonic()
+            driver.kill(old, kill)
+            pending_restore = old
+            kills.append((t_kill, old, topology.other(old) if kill != "sync" else None))
+            say(f"killed: {kill} of {old}")
+            takeover = threading.Thread(target=driver.after_kill, args=(old, kill, t_kill), daemon=True)
+            takeover.start()
 
-        time.sleep(max(0.0, t_kill + restore_after - time.monotonic()))
-        takeover.join(timeout=10)
-        driver.restore(old, kill)
-        restored = True
-        say(f"restored: {kill} of {old}")
+            time.sleep(max(0.0, t_kill + restore_after - time.monotonic()))
+            takeover.join(timeout=10)
+            driver.restore(old, kill)
+            pending_restore = None
+            say(f"restored: {kill} of {old}")
+            if settle and hasattr(driver, "wait_pair_ready"):
+                # The next kill needs a backup with the whole table; the last one is reported.
+                budget = (kill_every - restore_after - 0.2) if k + 1 < repeat else \
+                    max(1.0, t_start + duration - 1.5 - time.monotonic())
+                try:
+                    driver.wait_pair_ready(timeout=max(1.0, budget))
+                    settled = True
+                except LabError as e:
+                    settled = False
+                    say(f"not settled after the restore: {e}")
 
         # States are read while the connections are still open.
         time.sleep(max(0.0, t_start + duration - 1.0 - time.monotonic()))
@@ -141,13 +168,6 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         if client.returncode != 0:
             raise LabError(f"traffic client failed ({client.returncode}):\n{lab.log_tail('client', 'traffic-client')}")
         watcher.stop()
-        settled = None
-        if settle and hasattr(driver, "wait_pair_ready"):
-            try:
-                driver.wait_pair_ready()
-                settled = True
-            except LabError:
-                settled = False
         summary = json.loads((out / "client.json").read_text())
     finally:
         watcher.halt.set()
@@ -155,9 +175,9 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         for p in procs:
             if p.stdout:
                 p.stdout.close()
-        if not restored and "t_kill" in locals():
+        if pending_restore is not None:
             try:
-                driver.restore(old, kill)
+                driver.restore(pending_restore, kill)
             except LabError:
                 pass  # `down` removes what is left
 
@@ -167,10 +187,27 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     except (OSError, ValueError):
         pass
     tags = {n.name: n.ttl_tag for n in topology.NODES}
-    rep = report.analyse(summary, t_kill, tags, old, new, watcher.relative(t_kill), states, extra={
+    t_first = kills[0][0]
+    per_kill = []
+    for i, (t_kill, old, new) in enumerate(kills):
+        until = kills[i + 1][0] if i + 1 < len(kills) else None
+        r = report.analyse(summary, t_kill, tags, old, new, until=until)
+        per_kill.append({"t_kill_s": round(t_kill - t_start, 3), "old_master": old, "new_master": new,
+                         "failover_ms": r["failover_ms"], "outage_ms": r["outage_ms"]})
+    # Survival is judged after the last failover; losses, stalls and role changes over the whole run.
+    t_last, old_last, new_last = kills[-1]
+    rep = report.analyse(summary, t_last, tags, old_last, new_last, watcher.relative(t_first), states, extra={
         "driver": driver.name, "kill": kill, "advbase_ms": lab.advbase_ms, "roles_before": roles_before,
         "roles_after": driver.roles(), "pair_settled": settled,
         "server_sequence_violations": server_summary.get("violations"), "samples": str(out / "samples.jsonl"),
-        "t_kill_s": round(t_kill - t_start, 3)})
+        "t_kill_s": round(t_first - t_start, 3)})
+    rep["old_master"], rep["new_master"] = kills[0][1], kills[0][2]
+    if repeat > 1:
+        fos = [k["failover_ms"] for k in per_kill]
+        rep["failover_ms"] = None if None in fos else max(fos)
+        rep["outage_ms"] = max(k["outage_ms"] for k in per_kill)
+        rep["kills"] = per_kill
+    else:
+        rep["path_before_kill"] = report.analyse(summary, t_first, tags, old_last, new_last)["path_before_kill"]
     (out / "report.json").write_text(json.dumps(rep, indent=1))
     return rep

@@ -24,9 +24,11 @@ def tag_to_node(tags):
     return {v: k for k, v in tags.items()}
 
 
-def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(), states=None, extra=None):
+def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(), states=None, extra=None,
+            until=None):
     """summary: the client's summary; node_tags: {node: TTL tag}; new_master: node expected to take over
-    or None. Returns the report dictionary."""
+    or None; until: where this kill's outage window ends (the next kill), default the end of the run.
+    Returns the report dictionary."""
     probes = [(s, r, ttl) for s, r, ttl in summary["ping"]] + [(s, r, ttl) for s, r, ttl in summary["udp"]]
     end = summary["end"]
     tag_node = tag_to_node(node_tags)
@@ -37,12 +39,13 @@ def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(),
         arrivals = [r for s, r, ttl in probes if s >= t_kill and r is not None and ttl == tag]
         recover = min(arrivals) if arrivals else None
 
-    after = sorted(r for _s, r, _ttl in probes if r is not None and r >= t_kill)
+    window_end = until if until is not None else end
+    after = sorted(r for _s, r, _ttl in probes if r is not None and t_kill <= r < window_end)
     if after:
         gaps = [after[0] - t_kill] + [b - a for a, b in zip(after, after[1:])]
         outage = max(gaps)
     else:
-        outage = end - t_kill
+        outage = window_end - t_kill
 
     # Which node forwarded the replies of the last second before the kill and of the last second of the run.
     def path(t0, t1):
