@@ -1,0 +1,324 @@
+#include "daemon/engine/rules/lexer.h"
+
+#include <cstdio>
+
+namespace pairwall::engine::rules {
+namespace {
+
+bool is_word_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+         c == ':' || c == '/' || c == '-';
+}
+
+bool is_name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+bool is_macro_char(char c) {
+  return is_name_start(c) || (c >= '0' && c <= '9');
+}
+
+bool is_table_char(char c) {
+  return is_macro_char(c) || c == '-' || c == '.';
+}
+
+// Table names share pf's limit (PF_TABLE_NAME_SIZE - 1).
+constexpr std::size_t kMaxTableName = 31;
+
+// Error messages quote user text: keep them on one line and of a readable length.
+std::string printable(std::string_view text) {
+  constexpr std::size_t kMax = 40;
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (text.size() > kMax) out += "...";
+  return out;
+}
+
+const char* symbol(TokenKind kind) {
+  switch (kind) {
+    case TokenKind::LBrace:
+      return "{";
+    case TokenKind::RBrace:
+      return "}";
+    case TokenKind::LParen:
+      return "(";
+    case TokenKind::RParen:
+      return ")";
+    case TokenKind::Comma:
+      return ",";
+    case TokenKind::Bang:
+      return "!";
+    case TokenKind::Arrow:
+      return "->";
+    case TokenKind::Eq:
+      return "=";
+    case TokenKind::Ne:
+      return "!=";
+    case TokenKind::Lt:
+      return "<";
+    case TokenKind::Le:
+      return "<=";
+    case TokenKind::Gt:
+      return ">";
+    case TokenKind::Ge:
+      return ">=";
+    case TokenKind::RangeExclusive:
+      return "><";
+    case TokenKind::Outside:
+      return "<>";
+    case TokenKind::Colon:
+      return ":";
+    case TokenKind::End:
+    case TokenKind::Newline:
+    case TokenKind::Word:
+    case TokenKind::String:
+    case TokenKind::Table:
+      break;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string Token::describe() const {
+  switch (kind) {
+    case TokenKind::End:
+      return "end of file";
+    case TokenKind::Newline:
+      return "end of line";
+    case TokenKind::Word:
+      return "'" + printable(text) + "'";
+    case TokenKind::String:
+      return "'\"" + printable(text) + "\"'";
+    case TokenKind::Table:
+      return "'<" + printable(text) + ">'";
+    default:
+      return std::string("'") + symbol(kind) + "'";
+  }
+}
+
+std::string Token::source_text() const {
+  switch (kind) {
+    case TokenKind::End:
+    case TokenKind::Newline:
+      return "";
+    case TokenKind::Word:
+    case TokenKind::String:
+      return text;
+    case TokenKind::Table:
+      return "<" + text + ">";
+    default:
+      return symbol(kind);
+  }
+}
+
+Lexer::Lexer(std::string_view text) {
+  sources_.push_back(Source{text, 0, false, 1, 1});
+}
+
+void Lexer::fail(uint32_t line, uint32_t column, const std::string& message) const {
+  throw SyntaxError(line, column, message);
+}
+
+void Lexer::advance(Source& src, std::size_t n) {
+  for (std::size_t i = 0; i < n && src.pos < src.text.size(); ++i, ++src.pos) {
+    if (src.expansion) continue;
+    if (src.text[src.pos] == '\n') {
+      ++src.line;
+      src.column = 1;
+    } else {
+      ++src.column;
+    }
+  }
+}
+
+Token Lexer::make(TokenKind kind, std::string text, const Source& src, uint32_t line, uint32_t column) const {
+  Token t;
+  t.kind = kind;
+  t.text = std::move(text);
+  t.line = line;
+  t.column = column;
+  t.from_macro = src.expansion;
+  return t;
+}
+
+void Lexer::define_macro(const Token& name, std::string value) {
+  if (auto it = macros_.find(name.text); it != macros_.end()) {
+    fail(name.line, name.column,
+         "macro '" + name.text + "' is already defined at line " + std::to_string(it->second.line) +
+             ", column " + std::to_string(it->second.column));
+  }
+  if (value.size() > kMaxMacroValue) {
+    fail(name.line, name.column,
+         "value of macro '" + name.text + "' is longer than " + std::to_string(kMaxMacroValue) +
+             " characters");
+  }
+  macros_.emplace(name.text, Macro{std::move(value), name.line, name.column});
+}
+
+Token Lexer::next() {
+  for (;;) {
+    Source& src = sources_.back();
+    const std::string_view text = src.text;
+
+    // Blanks, comments and line continuations produce no token.
+    if (src.pos < text.size()) {
+      const char c = text[src.pos];
+      if (c == ' ' || c == '\t' || c == '\r') {
+        advance(src, 1);
+        continue;
+      }
+      if (c == '#') {
+        while (src.pos < text.size() && text[src.pos] != '\n') advance(src, 1);
+        continue;
+      }
+      if (c == '\\') {
+        const uint32_t line = src.line;
+        const uint32_t column = src.column;
+        std::size_t p = src.pos + 1;
+        // Trailing blanks after the backslash are invisible in an editor: tolerate them.
+        while (p < text.size() && (text[p] == ' ' || text[p] == '\t' || text[p] == '\r')) ++p;
+        if (p < text.size() && text[p] != '\n') {
+          fail(src.expansion ? src.line : line, src.expansion ? src.column : column,
+               "unexpected '\\': a backslash continues a line only as its last character");
+        }
+        advance(src, p + 1 - src.pos);
+        continue;
+      }
+    }
+
+    if (src.pos >= text.size()) {
+      if (sources_.size() == 1) return make(TokenKind::End, "", src, src.line, src.column);
+      sources_.pop_back();
+      continue;
+    }
+
+    const uint32_t line = src.line;
+    const uint32_t column = src.column;
+    const char c = text[src.pos];
+    const char c1 = src.pos + 1 < text.size() ? text[src.pos + 1] : '\0';
+
+    if (c == '$') {
+      std::size_t end = src.pos + 1;
+      while (end < text.size() && is_macro_char(text[end])) ++end;
+      const std::string name(text.substr(src.pos + 1, end - src.pos - 1));
+      if (name.empty()) fail(line, column, "expected a macro name after '$'");
+      auto it = macros_.find(name);
+      if (it == macros_.end()) fail(line, column, "undefined macro '$" + name + "'");
+      if (sources_.size() > kMaxExpansionDepth) {
+        fail(line, column, "macro '$" + name + "' expands too deeply (does it refer to itself?)");
+      }
+      advance(src, end - src.pos);
+      // `src` is invalidated by the push below.
+      sources_.push_back(Source{it->second.value, 0, true, line, column});
+      continue;
+    }
+
+    if (c == '\n') {
+      Token t = make(TokenKind::Newline, "", src, line, column);
+      advance(src, 1);
+      return t;
+    }
+    if (c == '"') return lex_string(src, line, column);
+
+    auto punct = [&](TokenKind kind, std::size_t length) {
+      advance(src, length);
+      return make(kind, symbol(kind), src, line, column);
+    };
+    switch (c) {
+      case '{':
+        return punct(TokenKind::LBrace, 1);
+      case '}':
+        return punct(TokenKind::RBrace, 1);
+      case '(':
+        return punct(TokenKind::LParen, 1);
+      case ')':
+        return punct(TokenKind::RParen, 1);
+      case ',':
+        return punct(TokenKind::Comma, 1);
+      case '=':
+        return punct(TokenKind::Eq, 1);
+      case '!':
+        return c1 == '=' ? punct(TokenKind::Ne, 2) : punct(TokenKind::Bang, 1);
+      case '>':
+        if (c1 == '<') return punct(TokenKind::RangeExclusive, 2);
+        if (c1 == '=') return punct(TokenKind::Ge, 2);
+        return punct(TokenKind::Gt, 1);
+      case '<': {
+        if (c1 == '>') return punct(TokenKind::Outside, 2);
+        if (c1 == '=') return punct(TokenKind::Le, 2);
+        if (!is_name_start(c1)) return punct(TokenKind::Lt, 1);
+        std::size_t end = src.pos + 1;
+        while (end < text.size() && is_table_char(text[end])) ++end;
+        std::string name(text.substr(src.pos + 1, end - src.pos - 1));
+        if (end >= text.size() || text[end] != '>') {
+          fail(line, column, "unterminated table name '<" + printable(name) + "': expected '>'");
+        }
+        if (name.size() > kMaxTableName) {
+          fail(line, column,
+               "table name '<" + printable(name) + ">' is longer than " + std::to_string(kMaxTableName) +
+                   " characters");
+        }
+        advance(src, end + 1 - src.pos);
+        return make(TokenKind::Table, std::move(name), src, line, column);
+      }
+      default:
+        break;
+    }
+
+    if (c == '-' && c1 == '>') return punct(TokenKind::Arrow, 2);
+    if (is_word_char(c)) {
+      std::size_t end = src.pos;
+      while (end < text.size() && is_word_char(text[end])) {
+        if (text[end] == '-' && end + 1 < text.size() && text[end + 1] == '>') break;  // `a->b`
+        ++end;
+      }
+      std::string word(text.substr(src.pos, end - src.pos));
+      if (word == ":") return punct(TokenKind::Colon, 1);
+      advance(src, end - src.pos);
+      return make(TokenKind::Word, std::move(word), src, line, column);
+    }
+    fail(line, column, "unexpected character '" + printable(std::string_view(&c, 1)) + "'");
+  }
+}
+
+Token Lexer::lex_string(Source& src, uint32_t line, uint32_t column) {
+  const std::string_view text = src.text;
+  std::string value;
+  advance(src, 1);  // opening quote
+  for (;;) {
+    if (src.pos >= text.size() || text[src.pos] == '\n') {
+      fail(line, column, "unterminated quoted string: expected '\"' before the end of the line");
+    }
+    const char c = text[src.pos];
+    if (c == '"') {
+      advance(src, 1);
+      return make(TokenKind::String, std::move(value), src, line, column);
+    }
+    if (c == '\\' && src.pos + 1 < text.size()) {
+      const char n = text[src.pos + 1];
+      if (n == '"' || n == '\\') {
+        value += n;
+        advance(src, 2);
+        continue;
+      }
+      if (n == '\n') {  // continuation inside the string
+        advance(src, 2);
+        continue;
+      }
+    }
+    value += c;
+    advance(src, 1);
+  }
+}
+
+}  // namespace pairwall::engine::rules

@@ -1,0 +1,119 @@
+// Tokenizer for the rule language (pf.conf subset). Internal to the rule parser.
+//
+// One logical line is one statement, so newlines are tokens; `\` at the end of a line joins it
+// to the next, `#` starts a comment. Unquoted words take letters, digits and `_ . : / -`, so
+// addresses (`2001:db8::/32`), port ranges (`1000:2000`), flags (`S/SA`) and keywords
+// (`return-rst`) arrive whole and the parser splits them. `<name>` is a table name when a letter
+// or `_` follows `<` directly; otherwise `<` is a port operator (`port < 1024`, `port <1024`).
+//
+// Macros: the parser defines them (`name = value`); `$name` is replaced by the value, re-read
+// as rule text the way pfctl does, so `$ports` may expand to `{ 22 80 }`. Tokens from an
+// expansion carry the position of the `$name` that produced them. Macros are not expanded
+// inside quotes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/engine/rules/ast.h"
+
+namespace pairwall::engine::rules {
+
+enum class TokenKind : uint8_t {
+  End,             // end of file
+  Newline,         // end of a logical line
+  Word,            // unquoted: keyword, name, number, address, ...
+  String,          // "quoted", text without the quotes
+  Table,           // <name>, text without the brackets
+  LBrace,          // {
+  RBrace,          // }
+  LParen,          // (
+  RParen,          // )
+  Comma,           // ,
+  Bang,            // !
+  Arrow,           // ->
+  Eq,              // =
+  Ne,              // !=
+  Lt,              // <
+  Le,              // <=
+  Gt,              // >
+  Ge,              // >=
+  RangeExclusive,  // ><
+  Outside,         // <>
+  Colon,           // : standing alone (`1000 : 2000`)
+};
+
+struct Token {
+  TokenKind kind = TokenKind::End;
+  std::string text;
+  uint32_t line = 0;        // 1-based
+  uint32_t column = 0;      // 1-based
+  bool from_macro = false;  // produced by a $macro expansion: line/column are the `$`'s
+
+  // How an error message quotes it: 'pass', '"quoted"', '<table>', end of line, end of file.
+  std::string describe() const;
+  // The text as it would be written back into a macro value.
+  std::string source_text() const;
+};
+
+// The first syntax error; parse_rules turns it into a RuleError.
+class SyntaxError : public std::runtime_error {
+ public:
+  SyntaxError(uint32_t line, uint32_t column, const std::string& message)
+      : std::runtime_error(message), line_(line), column_(column) {}
+  uint32_t line() const { return line_; }
+  uint32_t column() const { return column_; }
+
+ private:
+  uint32_t line_;
+  uint32_t column_;
+};
+
+class Lexer {
+ public:
+  // `text` must outlive the lexer.
+  explicit Lexer(std::string_view text);
+
+  // The next token; throws SyntaxError (unterminated string, undefined macro, stray character).
+  Token next();
+
+  // Makes `$name` expand to `value` in the text lexed from now on. Throws SyntaxError at `name`
+  // when the macro already exists (its first definition is named) or the value is too long.
+  void define_macro(const Token& name, std::string value);
+
+  bool has_macro(const std::string& name) const { return macros_.count(name) != 0; }
+
+  // Bounds that keep hostile input from exhausting memory or stack.
+  static constexpr std::size_t kMaxExpansionDepth = 16;
+  static constexpr std::size_t kMaxMacroValue = 64 * 1024;
+
+ private:
+  struct Macro {
+    std::string value;
+    uint32_t line;
+    uint32_t column;
+  };
+  // The file is source 0; each active $macro expansion pushes one.
+  struct Source {
+    std::string_view text;
+    std::size_t pos = 0;
+    bool expansion = false;
+    uint32_t line = 1;  // the file's position, or the `$` of the expansion
+    uint32_t column = 1;
+  };
+
+  Token lex_from(Source& src);
+  Token lex_string(Source& src, uint32_t line, uint32_t column);
+  Token make(TokenKind kind, std::string text, const Source& src, uint32_t line, uint32_t column) const;
+  [[noreturn]] void fail(uint32_t line, uint32_t column, const std::string& message) const;
+  static void advance(Source& src, std::size_t n);
+
+  std::vector<Source> sources_;
+  std::map<std::string, Macro> macros_;
+};
+
+}  // namespace pairwall::engine::rules

@@ -1,0 +1,1037 @@
+// Recursive descent over the token stream, one statement per logical line. Statements:
+//   name = value                       macro definition
+//   table <name> [persist] [const] [{ addr, !addr/len, ... }]
+//   set limit ... | set timeout ...
+//   scrub ...
+//   [no] nat|rdr|binat ...
+//   pass|block ...
+// The first error is thrown as SyntaxError and becomes the RuleError; nothing is recovered,
+// so every message is about what the operator wrote, not about a cascade.
+#include "daemon/engine/rules/parser.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <limits>
+
+#include "daemon/engine/rules/lexer.h"
+#include "daemon/engine/timeouts.h"
+
+namespace pairwall::engine::rules {
+namespace {
+
+// Words with a meaning of their own: they cannot name macros or interfaces.
+constexpr std::string_view kKeywords[] = {
+    "all",       "any",   "binat",      "block",      "code",        "const",      "drop",  "flags",
+    "fragment",  "from",  "icmp-type",  "icmp6-type", "in",          "inet",       "inet6", "keep",
+    "limit",     "log",   "max",        "max-mss",    "min-ttl",     "modulate",   "nat",   "no",
+    "no-df",     "on",    "out",        "pass",       "persist",     "port",       "proto", "quick",
+    "random-id", "rdr",   "reassemble", "return",     "return-icmp", "return-rst", "scrub", "set",
+    "state",     "table", "timeout",    "to",
+};
+
+// pf.conf statements this subset does not implement: say so instead of "unknown keyword".
+constexpr std::string_view kUnsupportedStatements[] = {
+    "match", "anchor", "antispoof",  "include",    "load",
+    "queue", "altq",   "nat-anchor", "rdr-anchor", "binat-anchor",
+};
+
+struct Named {
+  std::string_view name;
+  uint16_t value;
+};
+
+// Well-known ports, built in so a rule file means the same on every host (no /etc/services).
+constexpr Named kServices[] = {
+    {"ftp-data", 20},     {"ftp", 21},     {"ssh", 22},    {"telnet", 23},        {"smtp", 25},
+    {"domain", 53},       {"tftp", 69},    {"http", 80},   {"www", 80},           {"kerberos", 88},
+    {"pop3", 110},        {"ntp", 123},    {"imap", 143},  {"snmp", 161},         {"snmp-trap", 162},
+    {"bgp", 179},         {"ldap", 389},   {"https", 443}, {"isakmp", 500},       {"syslog", 514},
+    {"submission", 587},  {"ldaps", 636},  {"imaps", 993}, {"pop3s", 995},        {"openvpn", 1194},
+    {"radius", 1812},     {"mysql", 3306}, {"rdp", 3389},  {"ipsec-nat-t", 4500}, {"sip", 5060},
+    {"postgresql", 5432},
+};
+
+constexpr Named kProtocols[] = {
+    {"icmp", 1},  {"igmp", 2},  {"tcp", 6},    {"udp", 17},   {"ipv6", 41},
+    {"gre", 47},  {"esp", 50},  {"ah", 51},    {"icmp6", 58}, {"ipv6-icmp", 58},
+    {"ospf", 89}, {"pim", 103}, {"vrrp", 112}, {"carp", 112}, {"sctp", 132},
+};
+
+// RFC 792 / RFC 4443 type numbers under pf's names.
+constexpr Named kIcmpTypes[] = {
+    {"echorep", 0}, {"unreach", 3}, {"squench", 4},    {"redir", 5},
+    {"echoreq", 8}, {"timex", 11},  {"paramprob", 12},
+};
+constexpr Named kIcmp6Types[] = {
+    {"unreach", 1},   {"toobig", 2},      {"timex", 3},       {"paramprob", 4},    {"echoreq", 128},
+    {"echorep", 129}, {"routersol", 133}, {"routeradv", 134}, {"neighbrsol", 135}, {"neighbradv", 136},
+};
+
+template <std::size_t N>
+std::optional<uint16_t> lookup(const Named (&table)[N], std::string_view name) {
+  for (const auto& e : table) {
+    if (e.name == name) return e.value;
+  }
+  return std::nullopt;
+}
+
+bool is_keyword(std::string_view word) {
+  for (auto k : kKeywords) {
+    if (k == word) return true;
+  }
+  return false;
+}
+
+bool is_statement_keyword(std::string_view word) {
+  return word == "pass" || word == "block" || word == "table" || word == "set" || word == "scrub" ||
+         word == "nat" || word == "rdr" || word == "binat";
+}
+
+// Digits only (no sign, no hex): nullopt for anything else; UINT64_MAX when it does not fit, so
+// range checks still reject it with the value the operator wrote.
+std::optional<uint64_t> decimal(std::string_view text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc::result_out_of_range) return std::numeric_limits<uint64_t>::max();
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+IpAddress host_bits(Family f, uint8_t length) {
+  if (f == Family::V4) return {0, length >= 32 ? 0 : (uint64_t{0xffffffff} >> length)};
+  if (length >= 128) return {0, 0};
+  if (length >= 64) return {0, length == 64 ? ~uint64_t{0} : (~uint64_t{0} >> (length - 64))};
+  return {length == 0 ? ~uint64_t{0} : (~uint64_t{0} >> length), ~uint64_t{0}};
+}
+
+std::string timeout_names() {
+  std::string out;
+  for (std::size_t i = 0; i < kTimeoutClassCount; ++i) {
+    if (i != 0) out += ", ";
+    out += timeout_class_name(static_cast<TimeoutClass>(i));
+  }
+  return out;
+}
+
+constexpr const char* kFilterOrder =
+    "filter rules read: pass|block [drop|return|return-rst|return-icmp] [in|out] [log] [quick] "
+    "[on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then flags, "
+    "icmp-type and state options";
+
+// Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
+int filter_stage(std::string_view w) {
+  if (w == "drop" || w == "return" || w == "return-rst" || w == "return-icmp") return 1;
+  if (w == "in" || w == "out") return 2;
+  if (w == "log") return 3;
+  if (w == "quick") return 4;
+  if (w == "on") return 5;
+  if (w == "inet" || w == "inet6") return 6;
+  if (w == "proto") return 7;
+  if (w == "from" || w == "to" || w == "all") return 8;
+  return 0;
+}
+
+class Parser {
+ public:
+  Parser(std::string_view text, std::string file) : lexer_(text), file_(std::move(file)) {
+    out_.file = file_;
+  }
+
+  RuleFile run() {
+    for (;;) {
+      const Token& t = peek();
+      if (t.kind == TokenKind::End) break;
+      if (t.kind == TokenKind::Newline) {
+        take();
+        continue;
+      }
+      statement();
+    }
+    return std::move(out_);
+  }
+
+ private:
+  // ---- token plumbing --------------------------------------------------------------------
+
+  const Token& peek(std::size_t n = 0) {
+    while (ahead_.size() <= n) ahead_.push_back(lexer_.next());
+    return ahead_[n];
+  }
+
+  Token take() {
+    peek();
+    Token t = std::move(ahead_.front());
+    ahead_.pop_front();
+    return t;
+  }
+
+  bool at(TokenKind kind, std::size_t n = 0) { return peek(n).kind == kind; }
+
+  bool at_word(std::string_view word, std::size_t n = 0) {
+    const Token& t = peek(n);
+    return t.kind == TokenKind::Word && t.text == word;
+  }
+
+  bool accept_word(std::string_view word) {
+    if (!at_word(word)) return false;
+    take();
+    return true;
+  }
+
+  bool at_end_of_statement() { return at(TokenKind::Newline) || at(TokenKind::End); }
+
+  SourceLocation loc(const Token& t) const { return SourceLocation{file_, t.line, t.column}; }
+
+  static std::string where(const Token& t) {
+    return "line " + std::to_string(t.line) + ", column " + std::to_string(t.column);
+  }
+
+  [[noreturn]] static void fail_at(const Token& t, const std::string& message) {
+    throw SyntaxError(t.line, t.column, message);
+  }
+
+  [[noreturn]] static void fail_expected(const Token& t, std::string_view what) {
+    fail_at(t, "expected " + std::string(what) + ", got " + t.describe());
+  }
+
+  void expect_word(std::string_view word, std::string_view what) {
+    if (!accept_word(word)) fail_expected(peek(), what);
+  }
+
+  // A word or quoted string standing for a value (name, number, address).
+  Token take_value(std::string_view what) {
+    const Token& t = peek();
+    if (t.kind != TokenKind::Word && t.kind != TokenKind::String) fail_expected(t, what);
+    return take();
+  }
+
+  void expect_end(std::string_view what) {
+    if (!at_end_of_statement()) fail_expected(peek(), what);
+  }
+
+  uint64_t number(const Token& t, uint64_t min, uint64_t max, std::string_view what) {
+    if (t.kind != TokenKind::Word && t.kind != TokenKind::String) fail_expected(t, what);
+    auto v = decimal(t.text);
+    if (!v) fail_expected(t, what);
+    if (*v < min || *v > max) {
+      fail_at(t, std::string(what) + " must be between " + std::to_string(min) + " and " +
+                     std::to_string(max) + ", got " + t.describe());
+    }
+    return *v;
+  }
+
+  // `{ a, b c }`: commas optional, newlines allowed inside (as in pf). Calls `element` for each.
+  // An empty list is a mistake everywhere but in a table (`table <t> persist {}`).
+  template <typename F>
+  void list(std::string_view what, F&& element, bool allow_empty = false) {
+    const Token open = take();  // '{'
+    bool any = false;
+    bool comma_ok = false;
+    for (;;) {
+      bool crossed_line = false;
+      while (at(TokenKind::Newline)) {
+        take();
+        crossed_line = true;
+      }
+      const Token& t = peek();
+      if (t.kind == TokenKind::RBrace) {
+        if (!any && !allow_empty) fail_at(t, "empty list: expected at least one " + std::string(what));
+        take();
+        return;
+      }
+      if (t.kind == TokenKind::End ||
+          (crossed_line && t.kind == TokenKind::Word && is_statement_keyword(t.text))) {
+        fail_at(t, "expected '}' to close the list opened at " + where(open) + ", got " + t.describe());
+      }
+      if (t.kind == TokenKind::Comma && comma_ok) {
+        take();
+        comma_ok = false;
+        continue;
+      }
+      if (t.kind == TokenKind::LBrace) fail_at(t, "lists cannot be nested: expected " + std::string(what));
+      element();
+      any = true;
+      comma_ok = true;
+    }
+  }
+
+  // ---- statements ------------------------------------------------------------------------
+
+  void statement() {
+    const Token& t = peek();
+    if (t.kind == TokenKind::Word && at(TokenKind::Eq, 1)) return macro();
+    if (t.kind != TokenKind::Word) {
+      fail_expected(t, "a rule, 'table', 'set' or a macro definition");
+    }
+    if (t.text == "table") return table();
+    if (t.text == "set") return set();
+    if (t.text == "scrub") return scrub();
+    if (t.text == "nat" || t.text == "rdr" || t.text == "binat" || t.text == "no") return translation();
+    if (t.text == "pass" || t.text == "block") return filter();
+    for (auto u : kUnsupportedStatements) {
+      if (u == t.text) fail_at(t, "'" + t.text + "' rules are not supported");
+    }
+    fail_expected(t, "a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set' or a macro definition");
+  }
+
+  void macro() {
+    const Token name = take();
+    take();  // '='
+    bool identifier = !name.text.empty() && !(name.text[0] >= '0' && name.text[0] <= '9');
+    for (char c : name.text) {
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) {
+        identifier = false;
+      }
+    }
+    if (!identifier) {
+      fail_at(name, "macro name '" + name.text +
+                        "' must start with a letter or '_' and contain only letters, digits and '_'");
+    }
+    if (is_keyword(name.text)) {
+      fail_at(name, "'" + name.text + "' is a keyword and cannot be a macro name");
+    }
+    if (at_end_of_statement()) fail_expected(peek(), "a macro value after '='");
+    // Values are stored as text and re-read where $name appears, so a macro may hold a list.
+    std::string value;
+    while (!at_end_of_statement()) {
+      if (!value.empty()) value += ' ';
+      value += take().source_text();
+    }
+    lexer_.define_macro(name, std::move(value));
+  }
+
+  void table() {
+    take();  // 'table'
+    const Token name = peek();
+    if (name.kind != TokenKind::Table) fail_expected(name, "a table name in angle brackets, e.g. <blocked>");
+    take();
+    for (const auto& existing : out_.tables) {
+      if (existing.name == name.text) {
+        fail_at(name, "table <" + name.text + "> is already defined at line " +
+                          std::to_string(existing.location.line) + ", column " +
+                          std::to_string(existing.location.column));
+      }
+    }
+    Table table;
+    table.location = loc(name);
+    table.name = name.text;
+    // `persist` and `const` are pf's runtime-management hints; rule sets here are immutable and
+    // keep every table, so both hold by construction and are accepted as no-ops.
+    for (;;) {
+      if (accept_word("persist") || accept_word("const")) continue;
+      if (at(TokenKind::LBrace)) {
+        list(
+            "address or prefix",
+            [&] {
+              bool negated = false;
+              if (at(TokenKind::Bang)) {
+                take();
+                negated = true;
+              }
+              const Token t = take_value("address or prefix");
+              IpPrefix p = prefix(t, "address or prefix");
+              (negated ? table.negated_entries : table.entries).push_back(p);
+            },
+            /*allow_empty=*/true);
+        continue;
+      }
+      break;
+    }
+    expect_end("'persist', 'const', '{' or end of line");
+    out_.tables.push_back(std::move(table));
+  }
+
+  void set() {
+    take();  // 'set'
+    if (accept_word("limit")) {
+      auto one = [&] {
+        const Token which = take_value("'states' or 'frags'");
+        if (which.text != "states" && which.text != "frags") fail_expected(which, "'states' or 'frags'");
+        const uint32_t n = static_cast<uint32_t>(
+            number(take_value("a limit"), 1, std::numeric_limits<uint32_t>::max(), "limit"));
+        (which.text == "states" ? out_.settings.limit_states : out_.settings.limit_frags) = n;
+      };
+      if (at(TokenKind::LBrace)) {
+        list("'states N' or 'frags N'", one);
+      } else {
+        one();
+      }
+    } else if (accept_word("timeout")) {
+      auto one = [&] {
+        const Token name = take_value("a timeout name");
+        check_timeout_name(name);
+        const Token value = take_value("timeout in seconds");
+        out_.settings.timeouts[name.text] = static_cast<uint32_t>(
+            number(value, 0, std::numeric_limits<uint32_t>::max(), "timeout in seconds"));
+        out_.settings.timeout_locations[name.text] = loc(name);
+      };
+      if (at(TokenKind::LBrace)) {
+        list("timeout name and seconds", one);
+      } else {
+        one();
+      }
+    } else {
+      fail_expected(peek(), "'limit' or 'timeout' after 'set'");
+    }
+    expect_end("end of line");
+  }
+
+  void check_timeout_name(const Token& name) {
+    if (!timeout_class_from_name(name.text)) {
+      fail_at(name, "unknown timeout " + name.describe() + ": expected one of " + timeout_names());
+    }
+  }
+
+  void scrub() {
+    const Token first = take();
+    ScrubRule r;
+    r.location = loc(first);
+    r.direction = direction();
+    if (accept_word("on")) r.interfaces = interfaces();
+    r.family = family();
+    from_to(r.from, r.to, r.family);
+    constexpr const char* kWhat =
+        "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or end of line";
+    bool parenthesized = false;
+    auto option = [&](std::string_view what) {
+      if (accept_word("fragment")) {
+        expect_word("reassemble", "'reassemble' after 'fragment'");
+        r.fragment_reassemble = true;
+      } else if (accept_word("max-mss")) {
+        r.max_mss = static_cast<uint16_t>(number(take_value("max-mss value"), 1, 65535, "max-mss"));
+      } else if (accept_word("min-ttl")) {
+        r.min_ttl = static_cast<uint8_t>(number(take_value("min-ttl value"), 1, 255, "min-ttl"));
+      } else if (accept_word("random-id")) {
+        r.random_id = true;
+      } else if (accept_word("no-df")) {
+        r.no_df = true;
+      } else {
+        fail_expected(peek(), what);
+      }
+    };
+    while (!at_end_of_statement()) {
+      if (at(TokenKind::LParen) && !parenthesized) {
+        // Newer pf writes the options in parentheses: `scrub in all (max-mss 1440, no-df)`.
+        const Token open = take();
+        parenthesized = true;
+        bool comma_ok = false;
+        for (;;) {
+          if (at(TokenKind::RParen)) {
+            take();
+            break;
+          }
+          if (at_end_of_statement()) {
+            fail_expected(peek(), "')' to close the scrub options opened at " + where(open));
+          }
+          if (at(TokenKind::Comma) && comma_ok) {
+            take();
+            comma_ok = false;
+            continue;
+          }
+          option("scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or ')'");
+          comma_ok = true;
+        }
+        continue;
+      }
+      option(kWhat);
+    }
+    out_.scrub_rules.push_back(std::move(r));
+  }
+
+  void translation() {
+    const Token first = take();
+    TranslationRule r;
+    r.location = loc(first);
+    Token kind = first;
+    if (first.text == "no") {
+      r.negate_translation = true;
+      kind = peek();
+      if (!at_word("nat") && !at_word("rdr") && !at_word("binat")) {
+        fail_expected(kind, "'nat', 'rdr' or 'binat' after 'no'");
+      }
+      take();
+    }
+    r.kind = kind.text == "nat"   ? TranslationRule::Kind::Nat
+             : kind.text == "rdr" ? TranslationRule::Kind::Rdr
+                                  : TranslationRule::Kind::Binat;
+    const bool binat = r.kind == TranslationRule::Kind::Binat;
+    if (!r.negate_translation && accept_word("pass")) r.pass = true;
+    expect_word("on", "'on' and an interface");
+    r.interfaces = interfaces();
+    r.family = family();
+    if (accept_word("proto")) r.protocols = protocols();
+    from_to(r.from, r.to, r.family, binat ? "binat maps whole addresses and takes no 'port'" : nullptr);
+
+    if (r.negate_translation) {
+      if (at(TokenKind::Arrow)) {
+        fail_at(peek(), "'no " + kind.text + "' exempts packets from translation and takes no '->' target");
+      }
+      expect_end("'from', 'to' or end of line");
+      out_.translation_rules.push_back(std::move(r));
+      return;
+    }
+    if (!at(TokenKind::Arrow)) {
+      fail_expected(peek(), "'->' and a translation address");
+    }
+    take();
+    const Token target = peek();
+    if (target.kind != TokenKind::Word && target.kind != TokenKind::String) {
+      fail_expected(target, "translation address (an address or prefix)");
+    }
+    take();
+    r.target = prefix(target, "translation address (an address or prefix)");
+    if (r.family && *r.family != r.target->family) {
+      fail_at(target, "translation address " + target.describe() + " is not " +
+                          (*r.family == Family::V4 ? "an IPv4" : "an IPv6") +
+                          " address, as the rule's address family requires");
+    }
+    if (at_word("port")) {
+      if (binat) fail_at(peek(), "binat maps whole addresses and takes no 'port'");
+      take();
+      r.target_port = target_port();
+    }
+    expect_end("'port' or end of line");
+    out_.translation_rules.push_back(std::move(r));
+  }
+
+  // `port 8080` or `port 8080:8090` after the translation target.
+  PortMatch target_port() {
+    constexpr std::string_view kWhat = "port number or range (P:Q) after the translation address";
+    const Token t = peek();
+    if (t.kind != TokenKind::Word && t.kind != TokenKind::String) fail_expected(t, kWhat);
+    take();
+    PortMatch m;
+    if (auto colon = t.text.find(':'); colon != std::string::npos) {
+      m.op = PortMatch::Op::RangeInclusive;
+      m.low = port_number(t, t.text.substr(0, colon), kWhat);
+      m.high = port_number(t, t.text.substr(colon + 1), kWhat);
+    } else {
+      m.low = port_number(t, t.text, kWhat);
+      if (at(TokenKind::Colon)) {
+        take();
+        const Token h = take_value(kWhat);
+        m.op = PortMatch::Op::RangeInclusive;
+        m.high = port_number(h, h.text, kWhat);
+      }
+    }
+    if (m.op == PortMatch::Op::RangeInclusive) check_range(t, m);
+    return m;
+  }
+
+  void filter() {
+    const Token first = take();
+    FilterRule r;
+    r.location = loc(first);
+    r.action = first.text == "pass" ? Action::Pass : Action::Block;
+    r.state.keep_state = r.action == Action::Pass;
+    int stage = 0;
+
+    if (filter_stage(peek().kind == TokenKind::Word ? peek().text : "") == 1) {
+      if (r.action == Action::Pass) fail_at(peek(), "'" + peek().text + "' applies to block rules only");
+      const Token t = take();
+      if (t.text == "return-rst") {
+        r.reply = BlockReply::ReturnRst;
+      } else if (t.text == "return-icmp") {
+        r.reply = BlockReply::ReturnIcmp;
+      } else if (t.text == "return") {
+        r.reply = BlockReply::ReturnIcmp;
+        r.reply_rst_for_tcp = true;
+      }
+      stage = 1;
+    }
+    if (at_word("in") || at_word("out")) {
+      r.direction = direction();
+      stage = 2;
+    }
+    if (accept_word("log")) {
+      r.log = true;
+      stage = 3;
+    }
+    if (accept_word("quick")) {
+      r.quick = true;
+      stage = 4;
+    }
+    if (accept_word("on")) {
+      r.interfaces = interfaces();
+      stage = 5;
+    }
+    if (auto f = family()) {
+      r.family = f;
+      stage = 6;
+    }
+    if (accept_word("proto")) {
+      r.protocols = protocols();
+      stage = 7;
+    }
+    if (from_to(r.from, r.to, r.family)) stage = 8;
+
+    std::optional<Token> flags_seen;
+    std::optional<Token> icmp_seen;
+    std::optional<Token> state_seen;
+    while (!at_end_of_statement()) {
+      const Token t = peek();
+      if (t.kind == TokenKind::Word) {
+        auto once = [&](std::optional<Token>& seen, std::string_view what) {
+          if (seen) fail_at(t, "duplicate " + std::string(what) + ": already given at " + where(*seen));
+          seen = t;
+        };
+        if (t.text == "flags") {
+          once(flags_seen, "'flags'");
+          take();
+          r.flags = flags();
+          continue;
+        }
+        if (t.text == "icmp-type" || t.text == "icmp6-type") {
+          once(icmp_seen, "icmp-type");
+          take();
+          r.icmp6_types = t.text == "icmp6-type";
+          if (r.family && (*r.family == Family::V6) != r.icmp6_types) {
+            fail_at(t, r.icmp6_types ? "icmp6-type matches ICMPv6: use it with inet6, or icmp-type with inet"
+                                     : "icmp-type matches ICMP for IPv4: use icmp6-type with inet6");
+          }
+          r.icmp_types = icmp_types(r.icmp6_types);
+          continue;
+        }
+        if (t.text == "keep" || t.text == "modulate" || t.text == "no" || t.text == "synproxy") {
+          once(state_seen, "state option");
+          state(r);
+          continue;
+        }
+        if (int s = filter_stage(t.text); s != 0 && s <= 8) {
+          fail_at(t, "'" + t.text + "' is out of order or repeated: " + kFilterOrder);
+        }
+      }
+      fail_expected(t, stage < 8 ? "'from', 'to', 'all', a rule option or end of line"
+                                 : "'flags', 'icmp-type', 'icmp6-type', a state option or end of line");
+    }
+    out_.filter_rules.push_back(std::move(r));
+  }
+
+  // keep state [(opts)] | modulate state [(opts)] | no state
+  void state(FilterRule& r) {
+    const Token t = take();
+    if (t.text == "synproxy") fail_at(t, "'synproxy state' is not supported: use 'keep state'");
+    expect_word("state", "'state' after '" + t.text + "'");
+    if (t.text == "no") {
+      r.state.keep_state = false;
+      return;
+    }
+    if (r.action == Action::Block) {
+      fail_at(t, "'" + t.text + " state' has no effect on a block rule: remove it");
+    }
+    // Modulating initial sequence numbers is pf's defence for weak hosts; the state it creates is
+    // otherwise a kept state, which is what this engine tracks.
+    r.state.keep_state = true;
+    if (!at(TokenKind::LParen)) return;
+    const Token open = take();
+    bool comma_ok = false;
+    bool any = false;
+    for (;;) {
+      if (at(TokenKind::RParen)) {
+        if (!any)
+          fail_at(peek(), "empty state options: expected 'max N' or a timeout such as 'tcp.established N'");
+        take();
+        return;
+      }
+      if (at_end_of_statement())
+        fail_expected(peek(), "')' to close the state options opened at " + where(open));
+      if (at(TokenKind::Comma) && comma_ok) {
+        take();
+        comma_ok = false;
+        continue;
+      }
+      const Token name = take_value("state option ('max N' or a timeout such as 'tcp.established N')");
+      if (name.text == "max") {
+        r.state.max_states = static_cast<uint32_t>(
+            number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
+      } else if (timeout_class_from_name(name.text)) {
+        r.state.timeouts[name.text] = static_cast<uint32_t>(number(
+            take_value("timeout in seconds"), 0, std::numeric_limits<uint32_t>::max(), "timeout in seconds"));
+      } else if (name.text.find('.') != std::string::npos) {
+        check_timeout_name(name);
+      } else {
+        fail_expected(name, "state option ('max N' or a timeout such as 'tcp.established N')");
+      }
+      any = true;
+      comma_ok = true;
+    }
+  }
+
+  // ---- rule parts ------------------------------------------------------------------------
+
+  Direction direction() {
+    if (accept_word("in")) return Direction::In;
+    if (accept_word("out")) return Direction::Out;
+    return Direction::Any;
+  }
+
+  std::optional<Family> family() {
+    if (accept_word("inet")) return Family::V4;
+    if (accept_word("inet6")) return Family::V6;
+    return std::nullopt;
+  }
+
+  // After `on`: IF, !IF or { IF, !IF, ... }.
+  std::vector<InterfaceMatch> interfaces() {
+    std::vector<InterfaceMatch> out;
+    auto one = [&] {
+      InterfaceMatch m;
+      if (at(TokenKind::Bang)) {
+        const Token bang = take();
+        if (at(TokenKind::LBrace)) {
+          fail_at(bang,
+                  "'!' cannot negate a list of interfaces: '! { a, b }' would match every interface; "
+                  "negate each one inside the list: '{ !a, !b }'");
+        }
+        m.negated = true;
+      }
+      const Token t = peek();
+      if ((t.kind != TokenKind::Word && t.kind != TokenKind::String) ||
+          (t.kind == TokenKind::Word && is_keyword(t.text))) {
+        fail_expected(t, "interface name");
+      }
+      take();
+      check_interface_name(t);
+      m.name = t.text;
+      out.push_back(std::move(m));
+    };
+    if (at(TokenKind::LBrace)) {
+      list("interface name", one);
+    } else {
+      one();
+    }
+    return out;
+  }
+
+  // Linux's rules (dev_valid_name): 1..15 bytes, not "." or "..", no '/', ':' or blanks.
+  static void check_interface_name(const Token& t) {
+    constexpr std::size_t kMaxInterfaceName = 15;  // IFNAMSIZ - 1
+    bool ok = !t.text.empty() && t.text.size() <= kMaxInterfaceName && t.text != "." && t.text != "..";
+    for (char c : t.text) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '/' || c == ':' || u <= 0x20 || u >= 0x7f) ok = false;
+    }
+    if (!ok) {
+      fail_at(t, t.describe() + " is not a valid interface name (1 to 15 characters, no '/', ':' or spaces)");
+    }
+  }
+
+  // After `proto`: P or { P, P }.
+  std::vector<uint8_t> protocols() {
+    std::vector<uint8_t> out;
+    auto one = [&] {
+      constexpr std::string_view kWhat = "protocol (tcp, udp, icmp, icmp6, a name or a number 0..255)";
+      const Token t = take_value(kWhat);
+      if (auto p = lookup(kProtocols, t.text)) {
+        out.push_back(static_cast<uint8_t>(*p));
+        return;
+      }
+      if (!decimal(t.text)) fail_expected(t, kWhat);
+      out.push_back(static_cast<uint8_t>(number(t, 0, 255, "protocol number")));
+    };
+    if (at(TokenKind::LBrace)) {
+      list("protocol", one);
+    } else {
+      one();
+    }
+    return out;
+  }
+
+  // `all`, or [from SRC [port P]] [to DST [port P]]. Returns whether anything was written.
+  // `no_ports`: the message when ports are not allowed (binat), or nullptr.
+  bool from_to(Endpoint& from, Endpoint& to, std::optional<Family> family, const char* no_ports = nullptr) {
+    if (accept_word("all")) return true;
+    bool any = false;
+    if (accept_word("from")) {
+      endpoint(from, family, no_ports);
+      any = true;
+    }
+    if (accept_word("to")) {
+      endpoint(to, family, no_ports);
+      any = true;
+    }
+    return any;
+  }
+
+  void endpoint(Endpoint& ep, std::optional<Family> family, const char* no_ports) {
+    if (!at_word("port")) ep.addresses = addresses(family);
+    if (at_word("port")) {
+      if (no_ports) fail_at(peek(), no_ports);
+      take();
+      ep.ports = ports();
+    }
+  }
+
+  // An address spec: element | { element, ... }, element = [!] (any | <table> | addr[/len]).
+  std::vector<AddressElement> addresses(std::optional<Family> family) {
+    std::vector<AddressElement> out;
+    auto one = [&](bool in_list) {
+      AddressElement e;
+      const Token first = peek();
+      e.location = loc(first);
+      if (at(TokenKind::Bang)) {
+        const Token bang = take();
+        if (at(TokenKind::LBrace) && !in_list) {
+          fail_at(bang,
+                  "'!' cannot negate a list: '! { a, b }' would match every address (each element "
+                  "is negated on its own, and every address differs from one of them); put the "
+                  "addresses in a table and write '! <table>'");
+        }
+        e.negated = true;
+      }
+      const Token t = peek();
+      if (t.kind == TokenKind::Table) {
+        take();
+        e.kind = AddressElement::Kind::Table;
+        e.table = t.text;
+      } else if (t.kind == TokenKind::Word && t.text == "any") {
+        take();
+        e.kind = AddressElement::Kind::Any;
+      } else if (t.kind == TokenKind::Word || t.kind == TokenKind::String) {
+        if (t.kind == TokenKind::Word && is_keyword(t.text)) {
+          fail_expected(t, "address, prefix, <table> or 'any'");
+        }
+        take();
+        e.kind = AddressElement::Kind::Prefix;
+        e.prefix = prefix(t, "address, prefix, <table> or 'any'");
+        if (family && *family != e.prefix.family) {
+          fail_at(t, t.describe() + " is not " + (*family == Family::V4 ? "an IPv4" : "an IPv6") +
+                         " address, as the rule's address family requires");
+        }
+      } else {
+        fail_expected(t, "address, prefix, <table> or 'any'");
+      }
+      out.push_back(std::move(e));
+    };
+    if (at(TokenKind::LBrace)) {
+      list("address", [&] { one(true); });
+    } else {
+      one(false);
+    }
+    return out;
+  }
+
+  // "192.0.2.0/24", "2001:db8::1", ...: a missing length means a host.
+  IpPrefix prefix(const Token& t, std::string_view what) {
+    const std::string_view text = t.text;
+    const auto slash = text.find('/');
+    Family f = Family::V4;
+    auto address = parse_address(text.substr(0, slash), &f);
+    if (!address) fail_expected(t, what);
+    const unsigned width = f == Family::V4 ? 32 : 128;
+    unsigned length = width;
+    if (slash != std::string_view::npos) {
+      auto v = decimal(text.substr(slash + 1));
+      if (!v || *v > width) {
+        fail_at(t, "prefix length in " + t.describe() + " must be between 0 and " + std::to_string(width));
+      }
+      length = static_cast<unsigned>(*v);
+    }
+    IpPrefix p{f, *address, static_cast<uint8_t>(length)};
+    const IpAddress host = host_bits(f, p.length);
+    if ((address->hi & host.hi) != 0 || (address->lo & host.lo) != 0) {
+      IpPrefix network{f, {address->hi & ~host.hi, address->lo & ~host.lo}, p.length};
+      fail_at(t, "host bits set in " + t.describe() + ": did you mean " + to_string(network) + "?");
+    }
+    return p;
+  }
+
+  // After `port`: item | { item, ... }.
+  std::vector<PortMatch> ports() {
+    std::vector<PortMatch> out;
+    if (at(TokenKind::LBrace)) {
+      list("port", [&] { out.push_back(port_item()); });
+    } else {
+      out.push_back(port_item());
+    }
+    return out;
+  }
+
+  // [op] P | P:Q | P >< Q | P <> Q | P : Q
+  PortMatch port_item() {
+    constexpr std::string_view kWhat = "port number or service name";
+    PortMatch m;
+    const Token t = peek();
+    using Op = PortMatch::Op;
+    std::optional<Op> unary;
+    switch (t.kind) {
+      case TokenKind::Eq:
+        unary = Op::Eq;
+        break;
+      case TokenKind::Ne:
+        unary = Op::Ne;
+        break;
+      case TokenKind::Lt:
+        unary = Op::Lt;
+        break;
+      case TokenKind::Le:
+        unary = Op::Le;
+        break;
+      case TokenKind::Gt:
+        unary = Op::Gt;
+        break;
+      case TokenKind::Ge:
+        unary = Op::Ge;
+        break;
+      default:
+        break;
+    }
+    if (unary) {
+      take();
+      const Token v = take_value(kWhat);
+      m.op = *unary;
+      m.low = port_number(v, v.text, kWhat);
+      return m;
+    }
+    const Token first = take_value(kWhat);
+    if (auto colon = first.text.find(':'); colon != std::string::npos) {
+      m.op = Op::RangeInclusive;
+      m.low = port_number(first, first.text.substr(0, colon), kWhat);
+      m.high = port_number(first, first.text.substr(colon + 1), kWhat);
+      check_range(first, m);
+      return m;
+    }
+    m.low = port_number(first, first.text, kWhat);
+    const TokenKind k = peek().kind;
+    if (k == TokenKind::Colon || k == TokenKind::RangeExclusive || k == TokenKind::Outside) {
+      take();
+      const Token second = take_value(kWhat);
+      m.op = k == TokenKind::Colon            ? Op::RangeInclusive
+             : k == TokenKind::RangeExclusive ? Op::RangeExclusive
+                                              : Op::Outside;
+      m.high = port_number(second, second.text, kWhat);
+      check_range(first, m);
+      return m;
+    }
+    m.op = Op::Eq;
+    return m;
+  }
+
+  static void check_range(const Token& at_token, const PortMatch& m) {
+    if (m.low > m.high) {
+      fail_at(at_token, "port range " + std::to_string(m.low) + " to " + std::to_string(m.high) +
+                            " is empty: the first port must not be greater than the second");
+    }
+  }
+
+  uint16_t port_number(const Token& t, const std::string& text, std::string_view what) {
+    if (auto s = lookup(kServices, text)) return *s;
+    auto v = decimal(text);
+    if (!v) fail_expected(t, what);
+    if (*v > 65535) fail_at(t, "port must be between 0 and 65535, got " + t.describe());
+    return static_cast<uint16_t>(*v);
+  }
+
+  // After `flags`: any | SET/MASK | /MASK. Letters FSRPAUEW as in pf.
+  std::optional<FlagsMatch> flags() {
+    const Token t = peek();
+    if (t.kind != TokenKind::Word) fail_expected(t, "TCP flags as set/mask (e.g. S/SA) or 'any'");
+    take();
+    if (t.text == "any") return std::nullopt;
+    const auto slash = t.text.find('/');
+    if (slash == std::string::npos) fail_expected(t, "TCP flags as set/mask (e.g. S/SA) or 'any'");
+    auto bits = [&](std::size_t begin, std::size_t end) {
+      static constexpr std::string_view kLetters = "FSRPAUEW";
+      uint8_t v = 0;
+      for (std::size_t i = begin; i < end; ++i) {
+        const auto bit = kLetters.find(t.text[i]);
+        if (bit == std::string_view::npos) {
+          // Point at the letter itself when the text is where it appears to be.
+          Token at_letter = t;
+          if (!t.from_macro) at_letter.column += static_cast<uint32_t>(i);
+          fail_at(at_letter, "unknown TCP flag '" + std::string(1, t.text[i]) + "' in " + t.describe() +
+                                 ": flags are letters from FSRPAUEW");
+        }
+        v |= static_cast<uint8_t>(1u << bit);
+      }
+      return v;
+    };
+    FlagsMatch f;
+    f.set = bits(0, slash);
+    f.mask = bits(slash + 1, t.text.size());
+    if (f.mask == 0) fail_at(t, "empty flag mask in " + t.describe() + ": write e.g. S/SA");
+    if ((f.set & ~f.mask) != 0) {
+      fail_at(t, "flags " + t.describe() +
+                     " can never match: every flag that must be set must also be in the mask");
+    }
+    return f;
+  }
+
+  // After icmp-type / icmp6-type: item | { item, ... }, item = TYPE [code N].
+  std::vector<IcmpTypeMatch> icmp_types(bool v6) {
+    std::vector<IcmpTypeMatch> out;
+    auto one = [&] {
+      const std::string_view what = v6 ? "ICMPv6 type (a name such as echoreq, or a number 0..255)"
+                                       : "ICMP type (a name such as echoreq, or a number 0..255)";
+      const Token t = take_value(what);
+      IcmpTypeMatch m;
+      if (auto n = v6 ? lookup(kIcmp6Types, t.text) : lookup(kIcmpTypes, t.text)) {
+        m.type = static_cast<uint8_t>(*n);
+      } else if (decimal(t.text)) {
+        m.type = static_cast<uint8_t>(number(t, 0, 255, v6 ? "ICMPv6 type" : "ICMP type"));
+      } else if (v6 ? lookup(kIcmpTypes, t.text).has_value() : lookup(kIcmp6Types, t.text).has_value()) {
+        fail_at(t, t.describe() + (v6 ? " is an ICMP (IPv4) type: use icmp-type"
+                                      : " is an ICMPv6 type: use icmp6-type"));
+      } else {
+        fail_expected(t, what);
+      }
+      if (accept_word("code")) {
+        m.code = static_cast<int16_t>(number(take_value("ICMP code number"), 0, 255, "ICMP code"));
+      }
+      out.push_back(m);
+    };
+    if (at(TokenKind::LBrace)) {
+      list(v6 ? "ICMPv6 type" : "ICMP type", one);
+    } else {
+      one();
+    }
+    return out;
+  }
+
+  Lexer lexer_;
+  std::deque<Token> ahead_;
+  std::string file_;
+  RuleFile out_;
+};
+
+}  // namespace
+
+std::string RuleError::to_string() const {
+  if (location.line == 0) return location.file + ": " + message;
+  return location.file + ":" + std::to_string(location.line) + ":" + std::to_string(location.column) + ": " +
+         message;
+}
+
+std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name) {
+  try {
+    Parser parser(text, file_name);
+    return parser.run();
+  } catch (const SyntaxError& e) {
+    return RuleError{SourceLocation{std::move(file_name), e.line(), e.column()}, e.what()};
+  }
+}
+
+std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path) {
+  auto os_error = [&](int err) {
+    return RuleError{SourceLocation{path, 0, 0}, std::string("cannot read rule file: ") + std::strerror(err)};
+  };
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return os_error(errno);
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    text.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  const int err = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (err != 0) return os_error(err);
+  return parse_rules(text, path);
+}
+
+}  // namespace pairwall::engine::rules

@@ -1,0 +1,797 @@
+// Rule parser: every construct of the pf.conf subset into the AST, and the exact message (file,
+// line, column, text) for each kind of mistake.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/rules/lexer.h"
+#include "daemon/engine/rules/parser.h"
+#include "daemon/engine/timeouts.h"
+
+namespace {
+
+using namespace pairwall::engine;
+using namespace pairwall::engine::rules;
+
+RuleFile parse_ok(std::string_view text) {
+  auto r = parse_rules(text, "t.conf");
+  if (auto* e = std::get_if<RuleError>(&r)) FAIL("unexpected error: " << e->to_string());
+  return std::get<RuleFile>(std::move(r));
+}
+
+std::string parse_error(std::string_view text) {
+  auto r = parse_rules(text, "t.conf");
+  if (std::holds_alternative<RuleFile>(r)) FAIL("parsed without error: " << text);
+  return std::get<RuleError>(r).to_string();
+}
+
+IpPrefix prefix(std::string_view text) {
+  auto p = parse_prefix(text);
+  REQUIRE(p);
+  return *p;
+}
+
+std::string render(const std::vector<InterfaceMatch>& ifs) {
+  std::string s;
+  for (const auto& i : ifs) s += (s.empty() ? "" : ",") + std::string(i.negated ? "!" : "") + i.name;
+  return s;
+}
+
+std::string render(const PortMatch& p) {
+  using Op = PortMatch::Op;
+  const std::string lo = std::to_string(p.low);
+  const std::string hi = std::to_string(p.high);
+  switch (p.op) {
+    case Op::Eq:
+      return "=" + lo;
+    case Op::Ne:
+      return "!=" + lo;
+    case Op::Lt:
+      return "<" + lo;
+    case Op::Le:
+      return "<=" + lo;
+    case Op::Gt:
+      return ">" + lo;
+    case Op::Ge:
+      return ">=" + lo;
+    case Op::RangeInclusive:
+      return lo + ":" + hi;
+    case Op::RangeExclusive:
+      return lo + "><" + hi;
+    case Op::Outside:
+      return lo + "<>" + hi;
+  }
+  return "?";
+}
+
+std::string render(const Endpoint& e) {
+  std::string s;
+  for (const auto& a : e.addresses) {
+    s += s.empty() ? "" : ",";
+    if (a.negated) s += "!";
+    switch (a.kind) {
+      case AddressElement::Kind::Any:
+        s += "any";
+        break;
+      case AddressElement::Kind::Table:
+        s += "<" + a.table + ">";
+        break;
+      case AddressElement::Kind::Prefix:
+        s += to_string(a.prefix);
+        break;
+    }
+  }
+  if (s.empty()) s = "*";
+  if (!e.ports.empty()) {
+    s += " port ";
+    for (std::size_t i = 0; i < e.ports.size(); ++i) s += (i ? "," : "") + render(e.ports[i]);
+  }
+  return s;
+}
+
+// One line per rule, every field, so a table of expected strings checks the whole AST node.
+std::string render(const FilterRule& r) {
+  std::ostringstream o;
+  o << (r.action == Action::Pass ? "pass" : "block");
+  switch (r.reply) {
+    case BlockReply::Drop:
+      break;
+    case BlockReply::ReturnRst:
+      o << " rst";
+      break;
+    case BlockReply::ReturnIcmp:
+      o << (r.reply_rst_for_tcp ? " rst/icmp" : " icmp");
+      break;
+  }
+  if (r.direction == Direction::In) o << " in";
+  if (r.direction == Direction::Out) o << " out";
+  if (r.log) o << " log";
+  if (r.quick) o << " quick";
+  if (!r.interfaces.empty()) o << " on " << render(r.interfaces);
+  if (r.family) o << (*r.family == Family::V4 ? " inet" : " inet6");
+  if (!r.protocols.empty()) {
+    o << " proto ";
+    for (std::size_t i = 0; i < r.protocols.size(); ++i) o << (i ? "," : "") << int(r.protocols[i]);
+  }
+  o << " from " << render(r.from) << " to " << render(r.to);
+  if (r.flags) o << " flags " << int(r.flags->set) << "/" << int(r.flags->mask);
+  if (!r.icmp_types.empty()) {
+    o << (r.icmp6_types ? " icmp6" : " icmp");
+    for (const auto& t : r.icmp_types) o << " " << int(t.type) << ":" << t.code;
+  }
+  o << (r.state.keep_state ? " keep" : " nostate");
+  if (r.state.max_states) o << " max=" << r.state.max_states;
+  for (const auto& [name, seconds] : r.state.timeouts) o << " " << name << "=" << seconds;
+  return o.str();
+}
+
+std::string render(const TranslationRule& r) {
+  std::ostringstream o;
+  if (r.negate_translation) o << "no ";
+  o << (r.kind == TranslationRule::Kind::Nat   ? "nat"
+        : r.kind == TranslationRule::Kind::Rdr ? "rdr"
+                                               : "binat");
+  if (r.pass) o << " pass";
+  o << " on " << render(r.interfaces);
+  if (r.family) o << (*r.family == Family::V4 ? " inet" : " inet6");
+  if (!r.protocols.empty()) {
+    o << " proto ";
+    for (std::size_t i = 0; i < r.protocols.size(); ++i) o << (i ? "," : "") << int(r.protocols[i]);
+  }
+  o << " from " << render(r.from) << " to " << render(r.to);
+  if (r.target) o << " -> " << to_string(*r.target);
+  if (r.target_port) o << " port " << render(*r.target_port);
+  return o.str();
+}
+
+std::string render(const ScrubRule& r) {
+  std::ostringstream o;
+  o << "scrub";
+  if (r.direction == Direction::In) o << " in";
+  if (r.direction == Direction::Out) o << " out";
+  if (!r.interfaces.empty()) o << " on " << render(r.interfaces);
+  if (r.family) o << (*r.family == Family::V4 ? " inet" : " inet6");
+  o << " from " << render(r.from) << " to " << render(r.to);
+  if (r.fragment_reassemble) o << " reassemble";
+  if (r.max_mss) o << " mss=" << r.max_mss;
+  if (r.min_ttl) o << " ttl=" << int(r.min_ttl);
+  if (r.random_id) o << " random-id";
+  if (r.no_df) o << " no-df";
+  return o.str();
+}
+
+struct Case {
+  const char* text;
+  const char* expected;
+};
+
+}  // namespace
+
+TEST_CASE("lexer: tokens, operators, tables and positions") {
+  Lexer lex("pass in\t{ a, b } <tbl> ! != < <= > >= >< <> : = -> ( ) \"q s\" 1000:2000 S/SA\n$");
+  struct Want {
+    TokenKind kind;
+    const char* text;
+    uint32_t column;
+  };
+  const std::vector<Want> want = {
+      {TokenKind::Word, "pass", 1},
+      {TokenKind::Word, "in", 6},
+      {TokenKind::LBrace, "{", 9},
+      {TokenKind::Word, "a", 11},
+      {TokenKind::Comma, ",", 12},
+      {TokenKind::Word, "b", 14},
+      {TokenKind::RBrace, "}", 16},
+      {TokenKind::Table, "tbl", 18},
+      {TokenKind::Bang, "!", 24},
+      {TokenKind::Ne, "!=", 26},
+      {TokenKind::Lt, "<", 29},
+      {TokenKind::Le, "<=", 31},
+      {TokenKind::Gt, ">", 34},
+      {TokenKind::Ge, ">=", 36},
+      {TokenKind::RangeExclusive, "><", 39},
+      {TokenKind::Outside, "<>", 42},
+      {TokenKind::Colon, ":", 45},
+      {TokenKind::Eq, "=", 47},
+      {TokenKind::Arrow, "->", 49},
+      {TokenKind::LParen, "(", 52},
+      {TokenKind::RParen, ")", 54},
+      {TokenKind::String, "q s", 56},
+      {TokenKind::Word, "1000:2000", 62},
+      {TokenKind::Word, "S/SA", 72},
+      {TokenKind::Newline, "", 76},
+  };
+  for (const auto& w : want) {
+    Token t = lex.next();
+    INFO("expected '" << w.text << "' at column " << w.column);
+    CHECK(t.kind == w.kind);
+    CHECK(t.text == w.text);
+    CHECK(t.line == 1);
+    CHECK(t.column == w.column);
+  }
+  // `$` with no name after it, on line 2.
+  try {
+    lex.next();
+    FAIL("no error for a bare '$'");
+  } catch (const SyntaxError& e) {
+    CHECK(e.line() == 2);
+    CHECK(e.column() == 1);
+    CHECK(std::string(e.what()) == "expected a macro name after '$'");
+  }
+}
+
+TEST_CASE("lexer: comments, continuations, CRLF and arrows inside words") {
+  Lexer lex("a # comment { \"\n b \\  \r\n c\r\nx->y -1");
+  auto t = lex.next();
+  CHECK((t.kind == TokenKind::Word && t.text == "a" && t.line == 1 && t.column == 1));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::Newline && t.line == 1 && t.column == 16));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::Word && t.text == "b" && t.line == 2 && t.column == 2));
+  t = lex.next();  // the continuation joined line 3 to line 2: no newline
+  CHECK((t.kind == TokenKind::Word && t.text == "c" && t.line == 3 && t.column == 2));
+  CHECK(lex.next().kind == TokenKind::Newline);
+  t = lex.next();
+  CHECK((t.kind == TokenKind::Word && t.text == "x" && t.line == 4 && t.column == 1));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::Arrow && t.column == 2));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::Word && t.text == "y" && t.column == 4));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::Word && t.text == "-1" && t.column == 6));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::End && t.line == 4 && t.column == 8));
+}
+
+TEST_CASE("lexer: macro expansion re-reads the value at the position of the '$'") {
+  Lexer lex("pass $ports x");
+  Token name;
+  name.kind = TokenKind::Word;
+  name.text = "ports";
+  name.line = 1;
+  name.column = 1;
+  lex.define_macro(name, "{ 22 80 }");
+  CHECK(lex.next().text == "pass");
+  for (const char* want : {"{", "22", "80", "}"}) {
+    Token t = lex.next();
+    CHECK(t.text == want);
+    CHECK(t.from_macro);
+    CHECK(t.column == 6);
+  }
+  Token x = lex.next();
+  CHECK((x.text == "x" && !x.from_macro && x.column == 13));
+}
+
+TEST_CASE("the DESIGN.md sample rule set parses completely") {
+  const char* text = R"(ext_if = "veth-ext"                      # macros, $ext_if
+table <blocked> { 192.0.2.0/24, 2001:db8::/32 }
+set limit states 1000000
+set timeout { tcp.established 86400, udp.first 60, udp.multiple 120, icmp.error 10 }
+scrub in all fragment reassemble max-mss 1440
+nat on $ext_if from 10.1.0.0/16 to any -> 203.0.113.1
+rdr on $ext_if proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080
+block log all
+block in quick from <blocked>
+pass in on $ext_if proto tcp to 10.2.0.10 port { 80 443 } flags S/SA keep state (max 10000)
+pass inet6 proto icmp6 all
+pass out all
+)";
+  const RuleFile f = parse_ok(text);
+  CHECK(f.file == "t.conf");
+  REQUIRE(f.tables.size() == 1);
+  CHECK(f.tables[0].name == "blocked");
+  CHECK(f.tables[0].entries == std::vector<IpPrefix>{prefix("192.0.2.0/24"), prefix("2001:db8::/32")});
+  CHECK((f.tables[0].location.line == 2 && f.tables[0].location.column == 7));
+  CHECK(f.settings.limit_states == 1000000u);
+  CHECK(!f.settings.limit_frags);
+  CHECK(f.settings.timeouts ==
+        std::map<std::string, uint32_t>{
+            {"tcp.established", 86400}, {"udp.first", 60}, {"udp.multiple", 120}, {"icmp.error", 10}});
+  CHECK(f.settings.timeout_locations.at("udp.first").line == 4);
+  CHECK(f.settings.timeout_locations.at("udp.first").column == 38);
+  REQUIRE(f.scrub_rules.size() == 1);
+  CHECK(render(f.scrub_rules[0]) == "scrub in from * to * reassemble mss=1440");
+  REQUIRE(f.translation_rules.size() == 2);
+  CHECK(render(f.translation_rules[0]) == "nat on veth-ext from 10.1.0.0/16 to any -> 203.0.113.1/32");
+  CHECK(render(f.translation_rules[1]) ==
+        "rdr on veth-ext proto 6 from * to 203.0.113.1/32 port =80 -> 10.2.0.10/32 port =8080");
+  REQUIRE(f.filter_rules.size() == 5);
+  const std::vector<std::string> want = {
+      "block log from * to * nostate",
+      "block in quick from <blocked> to * nostate",
+      "pass in on veth-ext proto 6 from * to 10.2.0.10/32 port =80,=443 flags 2/18 keep max=10000",
+      "pass inet6 proto 58 from * to * keep",
+      "pass out from * to * keep",
+  };
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CHECK(render(f.filter_rules[i]) == want[i]);
+    CHECK(f.filter_rules[i].location.line == 8 + i);
+    CHECK(f.filter_rules[i].location.column == 1);
+    CHECK(f.filter_rules[i].location.file == "t.conf");
+  }
+}
+
+TEST_CASE("filter rules: every construct into the AST") {
+  const Case cases[] = {
+      {"pass all", "pass from * to * keep"},
+      {"block", "block from * to * nostate"},
+      {"block drop in all", "block in from * to * nostate"},
+      {"block return-rst in proto tcp all", "block rst in proto 6 from * to * nostate"},
+      {"block return-icmp out proto udp all", "block icmp out proto 17 from * to * nostate"},
+      {"block return all", "block rst/icmp from * to * nostate"},
+      {"pass in log quick on em0 all", "pass in log quick on em0 from * to * keep"},
+      {"pass out on !em0 all", "pass out on !em0 from * to * keep"},
+      {"pass on { em0, em1 !em2 } all", "pass on em0,em1,!em2 from * to * keep"},
+      {"pass on \"eth-0.10\" all", "pass on eth-0.10 from * to * keep"},
+      {"pass inet all", "pass inet from * to * keep"},
+      {"pass proto { tcp udp, 47 } all", "pass proto 6,17,47 from * to * keep"},
+      {"pass proto ipv6-icmp all", "pass proto 58 from * to * keep"},
+      {"pass proto 0", "pass proto 0 from * to * keep"},
+      {"pass from 10.0.0.0/8", "pass from 10.0.0.0/8 to * keep"},
+      {"pass to 192.0.2.1", "pass from * to 192.0.2.1/32 keep"},
+      {"pass from any to any", "pass from any to any keep"},
+      {"pass from ! 10.0.0.0/8 to !<t>", "pass from !10.0.0.0/8 to !<t> keep"},
+      {"pass from { 10.0.0.0/8, !10.1.0.0/16 <t> any }",
+       "pass from 10.0.0.0/8,!10.1.0.0/16,<t>,any to * keep"},
+      {"pass inet6 from 2001:db8::/32 to ::1", "pass inet6 from 2001:db8::/32 to ::1/128 keep"},
+      {"pass from ::/0 to 0.0.0.0/0", "pass from ::/0 to 0.0.0.0/0 keep"},
+      {"pass proto tcp from any port 53 to any port ssh",
+       "pass proto 6 from any port =53 to any port =22 keep"},
+      {"pass proto tcp to port { http https, imaps pop3s submission }",
+       "pass proto 6 from * to * port =80,=443,=993,=995,=587 keep"},
+      {"pass proto tcp to port { ftp telnet smtp domain www pop3 ntp imap snmp bgp ldap mysql postgresql rdp "
+       "}",
+       "pass proto 6 from * to * port =21,=23,=25,=53,=80,=110,=123,=143,=161,=179,=389,=3306,=5432,=3389 "
+       "keep"},
+      {"pass proto tcp to port = 80", "pass proto 6 from * to * port =80 keep"},
+      {"pass proto tcp to port != 80", "pass proto 6 from * to * port !=80 keep"},
+      {"pass proto tcp to port < 1024", "pass proto 6 from * to * port <1024 keep"},
+      {"pass proto tcp to port <1024", "pass proto 6 from * to * port <1024 keep"},
+      {"pass proto tcp to port <= 1024", "pass proto 6 from * to * port <=1024 keep"},
+      {"pass proto tcp to port > 1023", "pass proto 6 from * to * port >1023 keep"},
+      {"pass proto tcp to port >= 1024", "pass proto 6 from * to * port >=1024 keep"},
+      {"pass proto tcp to port 1000:2000", "pass proto 6 from * to * port 1000:2000 keep"},
+      {"pass proto tcp to port 1000 : 2000", "pass proto 6 from * to * port 1000:2000 keep"},
+      {"pass proto tcp to port 1000 >< 2000", "pass proto 6 from * to * port 1000><2000 keep"},
+      {"pass proto tcp to port 1000 <> 2000", "pass proto 6 from * to * port 1000<>2000 keep"},
+      {"pass proto tcp to port { 22, > 1023, 0 65535 }",
+       "pass proto 6 from * to * port =22,>1023,=0,=65535 keep"},
+      {"pass proto tcp all flags S/SA", "pass proto 6 from * to * flags 2/18 keep"},
+      {"pass proto tcp all flags /SFRA", "pass proto 6 from * to * flags 0/23 keep"},
+      {"pass proto tcp all flags FSRPAUEW/FSRPAUEW", "pass proto 6 from * to * flags 255/255 keep"},
+      {"pass proto tcp all flags any", "pass proto 6 from * to * keep"},
+      {"pass proto icmp all icmp-type echoreq", "pass proto 1 from * to * icmp 8:-1 keep"},
+      {"pass proto icmp all icmp-type unreach code 3", "pass proto 1 from * to * icmp 3:3 keep"},
+      {"pass proto icmp all icmp-type { echorep, timex paramprob redir squench 42 code 0 }",
+       "pass proto 1 from * to * icmp 0:-1 11:-1 12:-1 5:-1 4:-1 42:0 keep"},
+      {"pass inet6 proto icmp6 all icmp6-type { echoreq echorep unreach toobig timex paramprob }",
+       "pass inet6 proto 58 from * to * icmp6 128:-1 129:-1 1:-1 2:-1 3:-1 4:-1 keep"},
+      {"pass proto icmp6 all icmp6-type { neighbrsol neighbradv routersol routeradv 255 code 255 }",
+       "pass proto 58 from * to * icmp6 135:-1 136:-1 133:-1 134:-1 255:255 keep"},
+      {"pass all keep state", "pass from * to * keep"},
+      {"pass all no state", "pass from * to * nostate"},
+      {"pass all modulate state", "pass from * to * keep"},
+      {"block all no state", "block from * to * nostate"},
+      {"pass proto tcp all keep state (max 100, tcp.established 3600 tcp.closing 60)",
+       "pass proto 6 from * to * keep max=100 tcp.closing=60 tcp.established=3600"},
+      {"pass all modulate state (udp.first 5)", "pass from * to * keep udp.first=5"},
+      {"pass proto tcp all keep state flags S/SA", "pass proto 6 from * to * flags 2/18 keep"},
+      {"block return-rst in log quick on em0 inet proto tcp from <bad> port > 1023 to 10.0.0.1 port 22",
+       "block rst in log quick on em0 inet proto 6 from <bad> port >1023 to 10.0.0.1/32 port =22 nostate"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.text);
+    const RuleFile f = parse_ok(c.text);
+    REQUIRE(f.filter_rules.size() == 1);
+    CHECK(render(f.filter_rules[0]) == c.expected);
+  }
+}
+
+TEST_CASE("address elements record where they were written") {
+  const RuleFile f = parse_ok("pass from { 10.0.0.0/8,\n  !<t> } to any");
+  const auto& a = f.filter_rules[0].from.addresses;
+  REQUIRE(a.size() == 2);
+  CHECK((a[0].location.line == 1 && a[0].location.column == 13));
+  CHECK((a[1].location.line == 2 && a[1].location.column == 3));
+  const auto& to = f.filter_rules[0].to.addresses;
+  REQUIRE(to.size() == 1);
+  CHECK((to[0].location.line == 2 && to[0].location.column == 13));
+}
+
+TEST_CASE("translation rules") {
+  const Case cases[] = {
+      {"nat on em0 from 10.0.0.0/8 to any -> 192.0.2.1", "nat on em0 from 10.0.0.0/8 to any -> 192.0.2.1/32"},
+      {"nat pass on em0 inet from 10.0.0.0/8 -> 192.0.2.0/28 port 1024:65535",
+       "nat pass on em0 inet from 10.0.0.0/8 to * -> 192.0.2.0/28 port 1024:65535"},
+      {"nat on { em0 em1 } proto { tcp udp } from 10.0.0.0/8 port 1000 -> 192.0.2.1 port 2000 : 3000",
+       "nat on em0,em1 proto 6,17 from 10.0.0.0/8 port =1000 to * -> 192.0.2.1/32 port 2000:3000"},
+      {"rdr on em0 proto tcp to 192.0.2.1 port http -> 10.0.0.5 port 8080",
+       "rdr on em0 proto 6 from * to 192.0.2.1/32 port =80 -> 10.0.0.5/32 port =8080"},
+      {"rdr on em0 proto udp from any to 192.0.2.1 port 5000:5010 -> 10.0.0.5",
+       "rdr on em0 proto 17 from any to 192.0.2.1/32 port 5000:5010 -> 10.0.0.5/32"},
+      {"rdr on em0 inet6 proto tcp to 2001:db8::1 port 443 -> 2001:db8:1::5",
+       "rdr on em0 inet6 proto 6 from * to 2001:db8::1/128 port =443 -> 2001:db8:1::5/128"},
+      {"binat on em0 from 10.0.0.5 to any -> 192.0.2.5",
+       "binat on em0 from 10.0.0.5/32 to any -> 192.0.2.5/32"},
+      {"no nat on em0 from 10.0.0.0/8 to 10.0.0.0/8", "no nat on em0 from 10.0.0.0/8 to 10.0.0.0/8"},
+      {"no rdr on !em0 proto tcp from 10.1.0.0/16 to any port 80",
+       "no rdr on !em0 proto 6 from 10.1.0.0/16 to any port =80"},
+      {"no binat on em0 all", "no binat on em0 from * to *"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.text);
+    const RuleFile f = parse_ok(c.text);
+    REQUIRE(f.translation_rules.size() == 1);
+    CHECK(render(f.translation_rules[0]) == c.expected);
+    CHECK(f.translation_rules[0].location.column == 1);
+    CHECK(f.filter_rules.empty());
+  }
+}
+
+TEST_CASE("scrub rules, with options bare or in parentheses") {
+  const Case cases[] = {
+      {"scrub", "scrub from * to *"},
+      {"scrub in all", "scrub in from * to *"},
+      {"scrub out on em0 inet6 all no-df random-id", "scrub out on em0 inet6 from * to * random-id no-df"},
+      {"scrub in on { em0 em1 } from 10.0.0.0/8 to any min-ttl 5 max-mss 1400",
+       "scrub in on em0,em1 from 10.0.0.0/8 to any mss=1400 ttl=5"},
+      {"scrub in all (max-mss 1440)", "scrub in from * to * mss=1440"},
+      {"scrub in all fragment reassemble (no-df, random-id min-ttl 255, max-mss 65535)",
+       "scrub in from * to * reassemble mss=65535 ttl=255 random-id no-df"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.text);
+    const RuleFile f = parse_ok(c.text);
+    REQUIRE(f.scrub_rules.size() == 1);
+    CHECK(render(f.scrub_rules[0]) == c.expected);
+  }
+}
+
+TEST_CASE("tables: v4, v6, negated entries, options, lists over several lines") {
+  const RuleFile f = parse_ok(
+      "table <a> persist const { 10.0.0.0/8, !10.1.0.0/16\n"
+      "   192.0.2.1, 2001:db8::/32 ,\n"
+      "   !2001:db8:1::1 }\n"
+      "table <empty> persist\n"
+      "table <_x.y-z> {}\n");
+  REQUIRE(f.tables.size() == 3);
+  CHECK(f.tables[0].name == "a");
+  CHECK(f.tables[0].entries ==
+        std::vector<IpPrefix>{prefix("10.0.0.0/8"), prefix("192.0.2.1/32"), prefix("2001:db8::/32")});
+  CHECK(f.tables[0].negated_entries ==
+        std::vector<IpPrefix>{prefix("10.1.0.0/16"), prefix("2001:db8:1::1/128")});
+  CHECK(f.tables[1].name == "empty");
+  CHECK(f.tables[1].entries.empty());
+  CHECK((f.tables[1].location.line == 4 && f.tables[1].location.column == 7));
+  CHECK(f.tables[2].name == "_x.y-z");
+}
+
+TEST_CASE("settings: limits and timeouts, single and in lists") {
+  const RuleFile f = parse_ok(
+      "set limit states 5000\n"
+      "set limit frags 100\n"
+      "set limit { states 7, frags 8 }\n"
+      "set timeout tcp.first 30\n"
+      "set timeout { tcp.opening 5 tcp.closed 0, other.multiple 4294967295 }\n");
+  CHECK(f.settings.limit_states == 7u);
+  CHECK(f.settings.limit_frags == 8u);
+  CHECK(f.settings.timeouts ==
+        std::map<std::string, uint32_t>{
+            {"tcp.first", 30}, {"tcp.opening", 5}, {"tcp.closed", 0}, {"other.multiple", 4294967295u}});
+  CHECK(f.settings.timeout_locations.at("tcp.first").line == 4);
+  CHECK(f.settings.timeout_locations.at("tcp.first").column == 13);
+  CHECK(f.settings.timeout_locations.at("other.multiple").line == 5);
+  CHECK(f.settings.timeout_locations.at("other.multiple").column == 43);
+
+  // Every timeout name of timeouts.h is accepted, in settings and per rule.
+  for (std::size_t i = 0; i < kTimeoutClassCount; ++i) {
+    const std::string name(timeout_class_name(static_cast<TimeoutClass>(i)));
+    INFO(name);
+    CHECK(parse_ok("set timeout " + name + " 9").settings.timeouts.at(name) == 9u);
+    CHECK(parse_ok("pass all keep state (" + name + " 9)").filter_rules[0].state.timeouts.at(name) == 9u);
+  }
+}
+
+TEST_CASE("macros: quoted and bare values, lists, concatenation, nesting") {
+  const RuleFile f = parse_ok(
+      "ext_if = \"em0\"\n"
+      "int_if = em1\n"
+      "all_ifs = \"{\" $ext_if $int_if \"}\"\n"
+      "web = \"{ 80, 443 }\"\n"
+      "srv = 10.0.0.5\n"
+      "pass in on $all_ifs proto tcp to $srv port $web\n");
+  REQUIRE(f.filter_rules.size() == 1);
+  CHECK(render(f.filter_rules[0]) == "pass in on em0,em1 proto 6 from * to 10.0.0.5/32 port =80,=443 keep");
+  CHECK(f.filter_rules[0].location.line == 6);
+}
+
+TEST_CASE("filter rules are numbered in file order, whatever lies between them") {
+  const RuleFile f = parse_ok(
+      "# header\n"
+      "pass in all\n"
+      "table <t> { 10.0.0.0/8 }\n"
+      "block out all\n"
+      "nat on em0 from 10.0.0.0/8 -> 192.0.2.1\n"
+      "\n"
+      "pass \\\n"
+      "   quick all\n");
+  REQUIRE(f.filter_rules.size() == 3);
+  CHECK(f.filter_rules[0].direction == Direction::In);
+  CHECK(f.filter_rules[1].direction == Direction::Out);
+  CHECK(f.filter_rules[2].quick);
+  CHECK(f.filter_rules[2].location.line == 7);
+}
+
+TEST_CASE("bad input: the first error, with file, line, column and what was expected") {
+  const Case cases[] = {
+      // Structure and keywords.
+      {"allow in all",
+       "t.conf:1:1: expected a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set' or a macro "
+       "definition, got 'allow'"},
+      {"pass all\nanchor \"x\"", "t.conf:2:1: 'anchor' rules are not supported"},
+      {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set' or a macro definition, got '{'"},
+      {"pass all; block all", "t.conf:1:9: unexpected character ';'"},
+      {"pass \\ all", "t.conf:1:6: unexpected '\\': a backslash continues a line only as its last character"},
+      {"pass all\r\nblock foo\r\n",
+       "t.conf:2:7: expected 'from', 'to', 'all', a rule option or end of line, got 'foo'"},
+      {"# c\npass in \\\n  on\n", "t.conf:3:5: expected interface name, got end of line"},
+      {"pass in on em0 quick all",
+       "t.conf:1:16: 'quick' is out of order or repeated: filter rules read: pass|block "
+       "[drop|return|return-rst|return-icmp] [in|out] [log] [quick] [on IF] [inet|inet6] [proto P] from SRC "
+       "[port P] to DST [port P] | all, then flags, icmp-type and state options"},
+      {"pass all all",
+       "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
+       "[drop|return|return-rst|return-icmp] [in|out] [log] [quick] [on IF] [inet|inet6] "
+       "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type and state "
+       "options"},
+      {"pass all label \"x\"",
+       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option or end of line, got "
+       "'label'"},
+      {"pass return-rst all", "t.conf:1:6: 'return-rst' applies to block rules only"},
+      {"block all keep state", "t.conf:1:11: 'keep state' has no effect on a block rule: remove it"},
+      {"pass all keep", "t.conf:1:14: expected 'state' after 'keep', got end of file"},
+      {"pass all synproxy state", "t.conf:1:10: 'synproxy state' is not supported: use 'keep state'"},
+      {"pass all keep state no state",
+       "t.conf:1:21: duplicate state option: already given at line 1, column 10"},
+      {"pass proto tcp all flags S/SA flags any",
+       "t.conf:1:31: duplicate 'flags': already given at line 1, column 20"},
+      // Strings, lists, tables, macros.
+      {"ext_if = \"veth0\npass all",
+       "t.conf:1:10: unterminated quoted string: expected '\"' before the end of the line"},
+      {"pass proto tcp to port { 80 443",
+       "t.conf:1:32: expected '}' to close the list opened at line 1, column 24, got end of file"},
+      {"table <t> { 10.0.0.0/8\npass all",
+       "t.conf:2:1: expected '}' to close the list opened at line 1, column 11, got 'pass'"},
+      {"pass proto tcp to port { }", "t.conf:1:26: empty list: expected at least one port"},
+      {"pass from { 10.0.0.0/8 { 10.1.0.0/16 } }", "t.conf:1:24: lists cannot be nested: expected address"},
+      {"pass proto { tcp,, udp }",
+       "t.conf:1:18: expected protocol (tcp, udp, icmp, icmp6, a name or a number "
+       "0..255), got ','"},
+      {"table <a> { 10.0.0.0/8 }\ntable <a> { 10.1.0.0/16 }",
+       "t.conf:2:7: table <a> is already defined at line 1, column 7"},
+      {"table blocked { 10.0.0.0/8 }",
+       "t.conf:1:7: expected a table name in angle brackets, e.g. <blocked>, got 'blocked'"},
+      {"table <t> { any }", "t.conf:1:13: expected address or prefix, got 'any'"},
+      {"table <t> { 10.0.0.0/8 } counters",
+       "t.conf:1:26: expected 'persist', 'const', '{' or end of line, got 'counters'"},
+      {"block from <foo", "t.conf:1:12: unterminated table name '<foo': expected '>'"},
+      {"block from <a23456789012345678901234567890123>",
+       "t.conf:1:12: table name '<a23456789012345678901234567890123>' is longer than 31 characters"},
+      {"a = \"x\"\na = \"y\"", "t.conf:2:1: macro 'a' is already defined at line 1, column 1"},
+      {"pass in on $nope", "t.conf:1:12: undefined macro '$nope'"},
+      {"pass = \"x\"", "t.conf:1:1: 'pass' is a keyword and cannot be a macro name"},
+      {"my-if = \"x\"",
+       "t.conf:1:1: macro name 'my-if' must start with a letter or '_' and contain only letters, digits and "
+       "'_'"},
+      {"a =\n", "t.conf:1:4: expected a macro value after '=', got end of line"},
+      {"a = \"$a\"\npass on $a", "t.conf:2:9: macro '$a' expands too deeply (does it refer to itself?)"},
+      {"srv = 10.0.0.5\npass from \"$srv\"",
+       "t.conf:2:11: expected address, prefix, <table> or 'any', got '\"$srv\"'"},
+      {"ports = \"{ 80 70000 }\"\npass proto tcp to port $ports",
+       "t.conf:2:24: port must be between 0 and 65535, got '70000'"},
+      // Addresses.
+      {"block from ! { 10.0.0.0/8, 10.1.0.0/16 }",
+       "t.conf:1:12: '!' cannot negate a list: '! { a, b }' would match every address (each element is "
+       "negated on its own, and every address differs from one of them); put the addresses in a table and "
+       "write '! <table>'"},
+      {"block from 10.0.0.0/33", "t.conf:1:12: prefix length in '10.0.0.0/33' must be between 0 and 32"},
+      {"block from 2001:db8::/129",
+       "t.conf:1:12: prefix length in '2001:db8::/129' must be between 0 and 128"},
+      {"block from 10.0.0.0/x", "t.conf:1:12: prefix length in '10.0.0.0/x' must be between 0 and 32"},
+      {"block from 10.0.0.1/8", "t.conf:1:12: host bits set in '10.0.0.1/8': did you mean 10.0.0.0/8?"},
+      {"block to 2001:db8::1/32",
+       "t.conf:1:10: host bits set in '2001:db8::1/32': did you mean 2001:db8::/32?"},
+      {"block from 10.0.0.256", "t.conf:1:12: expected address, prefix, <table> or 'any', got '10.0.0.256'"},
+      {"block from example.com",
+       "t.conf:1:12: expected address, prefix, <table> or 'any', got 'example.com'"},
+      {"block from to any", "t.conf:1:12: expected address, prefix, <table> or 'any', got 'to'"},
+      {"pass inet from 2001:db8::1",
+       "t.conf:1:16: '2001:db8::1' is not an IPv4 address, as the rule's address family requires"},
+      {"pass inet6 from { ::1 10.0.0.1 }",
+       "t.conf:1:23: '10.0.0.1' is not an IPv6 address, as the rule's address family requires"},
+      // Interfaces and protocols.
+      {"pass on ! { em0 em1 } all",
+       "t.conf:1:9: '!' cannot negate a list of interfaces: '! { a, b }' would match every interface; negate "
+       "each one inside the list: '{ !a, !b }'"},
+      {"pass on inet all", "t.conf:1:9: expected interface name, got 'inet'"},
+      {"pass on abcdefghijklmnop all",
+       "t.conf:1:9: 'abcdefghijklmnop' is not a valid interface name (1 to 15 characters, no '/', ':' or "
+       "spaces)"},
+      {"pass on \"em 0\" all",
+       "t.conf:1:9: '\"em 0\"' is not a valid interface name (1 to 15 characters, no '/', ':' or spaces)"},
+      {"pass proto 256", "t.conf:1:12: protocol number must be between 0 and 255, got '256'"},
+      {"pass proto foo",
+       "t.conf:1:12: expected protocol (tcp, udp, icmp, icmp6, a name or a number 0..255), got 'foo'"},
+      // Ports.
+      {"pass in proto tcp from any port 70000", "t.conf:1:33: port must be between 0 and 65535, got '70000'"},
+      {"pass proto tcp to port 99999999999999999999999",
+       "t.conf:1:24: port must be between 0 and 65535, got '99999999999999999999999'"},
+      {"pass proto tcp to port gopher", "t.conf:1:24: expected port number or service name, got 'gopher'"},
+      {"pass proto tcp to port", "t.conf:1:23: expected port number or service name, got end of file"},
+      {"pass proto tcp to port 2000:1000",
+       "t.conf:1:24: port range 2000 to 1000 is empty: the first port must not be greater than the second"},
+      {"pass proto tcp to port 2000 >< 1000",
+       "t.conf:1:24: port range 2000 to 1000 is empty: the first port must not be greater than the second"},
+      {"pass proto tcp to port 1000:", "t.conf:1:24: expected port number or service name, got '1000:'"},
+      {"pass proto tcp to port < > 5", "t.conf:1:26: expected port number or service name, got '>'"},
+      // Flags and ICMP.
+      {"pass proto tcp all flags S/SX",
+       "t.conf:1:29: unknown TCP flag 'X' in 'S/SX': flags are letters from FSRPAUEW"},
+      {"pass proto tcp all flags S/A",
+       "t.conf:1:26: flags 'S/A' can never match: every flag that must be set must also be in the mask"},
+      {"pass proto tcp all flags S",
+       "t.conf:1:26: expected TCP flags as set/mask (e.g. S/SA) or 'any', got 'S'"},
+      {"pass proto tcp all flags S/", "t.conf:1:26: empty flag mask in 'S/': write e.g. S/SA"},
+      {"pass inet6 proto icmp6 all icmp-type echoreq",
+       "t.conf:1:28: icmp-type matches ICMP for IPv4: use icmp6-type with inet6"},
+      {"pass inet proto icmp all icmp6-type echoreq",
+       "t.conf:1:26: icmp6-type matches ICMPv6: use it with inet6, or icmp-type with inet"},
+      {"pass proto icmp all icmp-type toobig", "t.conf:1:31: 'toobig' is an ICMPv6 type: use icmp6-type"},
+      {"pass proto icmp6 all icmp6-type squench",
+       "t.conf:1:33: 'squench' is an ICMP (IPv4) type: use icmp-type"},
+      {"pass proto icmp all icmp-type ping",
+       "t.conf:1:31: expected ICMP type (a name such as echoreq, or a number 0..255), got 'ping'"},
+      {"pass proto icmp all icmp-type 256", "t.conf:1:31: ICMP type must be between 0 and 255, got '256'"},
+      {"pass proto icmp all icmp-type unreach code 256",
+       "t.conf:1:44: ICMP code must be between 0 and 255, got '256'"},
+      {"pass proto icmp all icmp-type echoreq icmp-type echorep",
+       "t.conf:1:39: duplicate icmp-type: already given at line 1, column 21"},
+      // State options.
+      {"pass all keep state (max 0)", "t.conf:1:26: max must be between 1 and 4294967295, got '0'"},
+      {"pass all keep state (max 4294967296)",
+       "t.conf:1:26: max must be between 1 and 4294967295, got '4294967296'"},
+      {"pass all keep state (max 10, sloppy)",
+       "t.conf:1:30: expected state option ('max N' or a timeout such as 'tcp.established N'), got 'sloppy'"},
+      {"pass all keep state (tcp.bogus 10)",
+       "t.conf:1:22: unknown timeout 'tcp.bogus': expected one of tcp.first, tcp.opening, tcp.established, "
+       "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
+       "other.first, other.single, other.multiple"},
+      {"pass all keep state (max 10",
+       "t.conf:1:28: expected ')' to close the state options opened at line 1, "
+       "column 21, got end of file"},
+      {"pass all keep state ()",
+       "t.conf:1:22: empty state options: expected 'max N' or a timeout such as 'tcp.established N'"},
+      // Settings.
+      {"set timeout tcp.foo 10",
+       "t.conf:1:13: unknown timeout 'tcp.foo': expected one of tcp.first, tcp.opening, tcp.established, "
+       "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
+       "other.first, other.single, other.multiple"},
+      {"set timeout { tcp.first 10, frag 30 }",
+       "t.conf:1:29: unknown timeout 'frag': expected one of tcp.first, tcp.opening, tcp.established, "
+       "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
+       "other.first, other.single, other.multiple"},
+      {"set timeout tcp.first -1", "t.conf:1:23: expected timeout in seconds, got '-1'"},
+      {"set limit states 0", "t.conf:1:18: limit must be between 1 and 4294967295, got '0'"},
+      {"set limit tables 10", "t.conf:1:11: expected 'states' or 'frags', got 'tables'"},
+      {"set skip on lo", "t.conf:1:5: expected 'limit' or 'timeout' after 'set', got 'skip'"},
+      {"set limit states 10 20", "t.conf:1:21: expected end of line, got '20'"},
+      // Scrub.
+      {"scrub in all min-ttl 256", "t.conf:1:22: min-ttl must be between 1 and 255, got '256'"},
+      {"scrub in all max-mss 0", "t.conf:1:22: max-mss must be between 1 and 65535, got '0'"},
+      {"scrub in all max-mss 65536", "t.conf:1:22: max-mss must be between 1 and 65535, got '65536'"},
+      {"scrub in all fragment crop", "t.conf:1:23: expected 'reassemble' after 'fragment', got 'crop'"},
+      {"scrub in all reassemble tcp",
+       "t.conf:1:14: expected scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or "
+       "end of line, got 'reassemble'"},
+      {"scrub in all (max-mss 1440",
+       "t.conf:1:27: expected ')' to close the scrub options opened at line 1, column 14, got end of file"},
+      // Translation.
+      {"nat from any -> 192.0.2.1", "t.conf:1:5: expected 'on' and an interface, got 'from'"},
+      {"nat on em0 from 10.0.0.0/8", "t.conf:1:27: expected '->' and a translation address, got end of file"},
+      {"nat on em0 from 10.0.0.0/8 -> <pool>",
+       "t.conf:1:31: expected translation address (an address or prefix), got '<pool>'"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 static-port",
+       "t.conf:1:41: expected 'port' or end of line, got 'static-port'"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 port 2000:1000",
+       "t.conf:1:46: port range 2000 to 1000 is empty: the first port must not be greater than the second"},
+      {"nat on em0 inet6 from any -> 192.0.2.1",
+       "t.conf:1:30: translation address '192.0.2.1' is not an IPv6 address, as the rule's address family "
+       "requires"},
+      {"no nat on em0 from 10.0.0.0/8 -> 192.0.2.1",
+       "t.conf:1:31: 'no nat' exempts packets from translation and takes no '->' target"},
+      {"no pass all", "t.conf:1:4: expected 'nat', 'rdr' or 'binat' after 'no', got 'pass'"},
+      {"binat on em0 from 10.0.0.5 port 80 -> 192.0.2.5",
+       "t.conf:1:28: binat maps whole addresses and takes no 'port'"},
+      {"binat on em0 from 10.0.0.5 -> 192.0.2.5 port 80",
+       "t.conf:1:41: binat maps whole addresses and takes no 'port'"},
+      {"rdr on em0 proto tcp to any port 80 -> 10.0.0.1 port < 80",
+       "t.conf:1:54: expected port number or range (P:Q) after the translation address, got '<'"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.text);
+    CHECK(parse_error(c.text) == c.expected);
+  }
+}
+
+TEST_CASE("RuleError::to_string formats file:line:column, or file alone for file errors") {
+  CHECK(
+      (RuleError{{"a.conf", 3, 7}, "expected x, got 'y'"}.to_string() == "a.conf:3:7: expected x, got 'y'"));
+  CHECK((RuleError{{"a.conf", 0, 0}, "cannot read rule file: Permission denied"}.to_string() ==
+         "a.conf: cannot read rule file: Permission denied"));
+}
+
+TEST_CASE("parse_rules_file: reads a file, names it in locations, reports OS errors") {
+  char path[] = "/tmp/pairwall-rules-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string text = "pass all\nblock in on em0 bogus\n";
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  auto r = parse_rules_file(path);
+  REQUIRE(std::holds_alternative<RuleError>(r));
+  CHECK(std::get<RuleError>(r).to_string() ==
+        std::string(path) + ":2:17: expected 'from', 'to', 'all', a rule option or end of line, got 'bogus'");
+
+  std::ofstream(path) << "pass all\n";
+  auto ok = parse_rules_file(path);
+  REQUIRE(std::holds_alternative<RuleFile>(ok));
+  CHECK(std::get<RuleFile>(ok).file == path);
+  CHECK(std::get<RuleFile>(ok).filter_rules.at(0).location.file == path);
+  std::remove(path);
+
+  auto missing = parse_rules_file(path);
+  REQUIRE(std::holds_alternative<RuleError>(missing));
+  CHECK(std::get<RuleError>(missing).location.line == 0);
+  CHECK(std::get<RuleError>(missing).to_string() ==
+        std::string(path) + ": cannot read rule file: No such file or directory");
+
+  auto dir = parse_rules_file("/");
+  REQUIRE(std::holds_alternative<RuleError>(dir));
+  CHECK(std::get<RuleError>(dir).to_string() == "/: cannot read rule file: Is a directory");
+}
+
+TEST_CASE("the packaged sample rule set and the fuzz corpus parse") {
+  // The source tree, found from this file's path (tests/unit/engine/rules_parser_test.cc).
+  std::string root = __FILE__;
+  root.erase(root.rfind("tests/unit/engine/"));
+  for (const char* rel : {"packaging/rules/sample.conf", "tests/fuzz/corpus/rules/design.conf",
+                          "tests/fuzz/corpus/rules/large.conf", "tests/fuzz/corpus/rules/edge.conf"}) {
+    INFO(rel);
+    auto r = parse_rules_file(root + rel);
+    if (auto* e = std::get_if<RuleError>(&r)) FAIL(e->to_string());
+    CHECK(!std::get<RuleFile>(r).filter_rules.empty());
+  }
+}
+
+TEST_CASE("a large generated rule set parses, one rule per line") {
+  std::string text = "table <t> {";
+  for (int i = 0; i < 1000; ++i)
+    text += " 10." + std::to_string(i / 256) + "." + std::to_string(i % 256) + ".0/24";
+  text += " }\n";
+  for (int i = 0; i < 5000; ++i) {
+    text += "pass in quick on em" + std::to_string(i % 8) + " proto tcp from <t> to 192.0.2." +
+            std::to_string(i % 256) + " port " + std::to_string(1 + i) + " keep state (max " +
+            std::to_string(1 + i) + ")\n";
+  }
+  const RuleFile f = parse_ok(text);
+  REQUIRE(f.tables.at(0).entries.size() == 1000);
+  REQUIRE(f.filter_rules.size() == 5000);
+  CHECK(f.filter_rules[4999].location.line == 5001);
+  CHECK(f.filter_rules[4999].to.ports.at(0).low == 5000);
+  CHECK(f.filter_rules[4999].state.max_states == 5000);
+}
