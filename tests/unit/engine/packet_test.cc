@@ -670,6 +670,7 @@ TEST_CASE("parse: ICMP errors with bad quotes", "[packet][malformed][icmp]") {
       {"ICMPv6 quote cut inside the extension chain",
        err6(pairwall::test::truncated(v6_tcp().dest_opts(16).build(), 50)), Reason::BadIcmp},
       {"an error quoting an error", err4(pairwall::test::truncated(inner_error, 36)), Reason::BadIcmp},
+      {"an error quoting a whole error", err4(inner_error), Reason::BadIcmp},
       {"quote of ICMPv6 over IPv4",
        err4(PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").icmp_echo(1, 1).ip_proto(ipproto::kIcmp6).build()),
        Reason::BadIcmp},
