@@ -1,0 +1,370 @@
+#include "daemon/control/config.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/ip/address.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace pairwall::control {
+namespace {
+
+std::string_view type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::date:
+    case toml::node_type::time:
+    case toml::node_type::date_time:
+      return "a date/time";
+    case toml::node_type::none:
+      break;
+  }
+  return "nothing";
+}
+
+// What the operator wrote, for "got ...": the value itself when it is short and scalar.
+std::string describe(const toml::node& node) {
+  if (auto v = node.value_exact<int64_t>()) return std::to_string(*v);
+  if (auto s = node.value_exact<std::string>()) {
+    std::string quoted = "\"";
+    quoted += s->size() > 40 ? s->substr(0, 40) + "..." : *s;
+    return quoted + "\"";
+  }
+  if (auto b = node.value_exact<bool>()) return *b ? "true" : "false";
+  return std::string(type_name(node.type()));
+}
+
+// Reads one [section], remembering which keys were consumed so that finish() can refuse the rest.
+class Section {
+ public:
+  Section(const toml::table* table, std::string_view name, const std::string& file)
+      : table_(table), name_(name), file_(file) {}
+
+  [[noreturn]] void fail(std::string_view key, std::string_view what) const {
+    std::string msg = file_ + ": [" + name_ + "] ";
+    msg += key;
+    msg += ": ";
+    msg += what;
+    throw ConfigError(msg);
+  }
+
+  const toml::node* get(std::string_view key) {
+    known_.emplace(key);
+    return table_ ? table_->get(key) : nullptr;
+  }
+
+  std::optional<int64_t> integer(std::string_view key, int64_t lo, int64_t hi) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    const auto v = node->value_exact<int64_t>();
+    if (!v || *v < lo || *v > hi) {
+      fail(key, "expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + describe(*node));
+    }
+    return v;
+  }
+
+  std::optional<bool> boolean(std::string_view key) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    const auto v = node->value_exact<bool>();
+    if (!v) fail(key, "expected true or false, got " + describe(*node));
+    return v;
+  }
+
+  std::optional<std::string> string(std::string_view key) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    auto v = node->value_exact<std::string>();
+    if (!v) fail(key, "expected a string, got " + describe(*node));
+    return v;
+  }
+
+  // One of `choices`, case-sensitive.
+  template <std::size_t N>
+  std::optional<std::string> choice(std::string_view key, const std::array<std::string_view, N>& choices) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    const auto v = node->value_exact<std::string>();
+    std::string expected;
+    for (std::size_t i = 0; i < N; ++i) {
+      expected += (i == 0 ? "" : (i + 1 == N ? " or " : ", "));
+      expected += "\"" + std::string(choices[i]) + "\"";
+    }
+    if (!v) fail(key, "expected " + expected + ", got " + describe(*node));
+    for (auto c : choices) {
+      if (*v == c) return v;
+    }
+    fail(key, "expected " + expected + ", got " + describe(*node));
+  }
+
+  std::optional<std::vector<std::string>> strings(std::string_view key) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    const toml::array* arr = node->as_array();
+    if (!arr) fail(key, "expected an array of strings, got " + describe(*node));
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      auto v = (*arr)[i].value_exact<std::string>();
+      if (!v) {
+        fail(key,
+             "expected an array of strings, element " + std::to_string(i) + " is " + describe((*arr)[i]));
+      }
+      out.push_back(std::move(*v));
+    }
+    return out;
+  }
+
+  // Refuses every key nobody asked for: a misspelt key must not silently mean "default".
+  void finish() const {
+    if (!table_) return;
+    for (auto&& [key, value] : *table_) {
+      if (!known_.contains(std::string(key.str()))) fail(key.str(), "unknown key");
+    }
+  }
+
+ private:
+  const toml::table* table_;
+  std::string name_;
+  const std::string& file_;
+  std::set<std::string, std::less<>> known_;
+};
+
+bool valid_interface_name(std::string_view name) {
+  // IFNAMSIZ - 1, and what the kernel's dev_valid_name() refuses.
+  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
+  for (char c : name) {
+    if (c == '/' || c == ':' || c == ' ' || c == '\t' || c == '\n' || c == '\0') return false;
+  }
+  return true;
+}
+
+std::string default_node_name() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0) return "pairwall";
+  return std::string(buf.data());
+}
+
+void parse_node(Config& cfg, const toml::table* t) {
+  Section s(t, "node", cfg.file);
+  const auto id = s.integer("id", 1, std::numeric_limits<uint32_t>::max());
+  if (!id) s.fail("id", "missing: every node needs a unique id (1..4294967295)");
+  cfg.node.id = static_cast<uint32_t>(*id);
+  if (auto name = s.string("name")) {
+    if (name->empty()) s.fail("name", "expected a non-empty string, got \"\"");
+    cfg.node.name = *name;
+  } else {
+    cfg.node.name = default_node_name();
+  }
+  s.finish();
+}
+
+void parse_queue(Config& cfg, const toml::table* t) {
+  Section s(t, "queue", cfg.file);
+  auto& q = cfg.queue;
+  if (auto v = s.integer("first", 0, 65535)) q.first = static_cast<uint16_t>(*v);
+  if (auto v = s.integer("count", 1, 64)) q.count = static_cast<uint16_t>(*v);
+  if (q.first + q.count - 1 > 65535) {
+    s.fail("count", "queues " + std::to_string(q.first) + ".." + std::to_string(q.first + q.count - 1) +
+                        " run past queue 65535");
+  }
+  if (auto v = s.boolean("fail_open")) q.fail_open = *v;
+  if (auto v = s.integer("maxlen", 1, 1 << 24)) q.maxlen = static_cast<uint32_t>(*v);
+  if (auto v = s.integer("rcvbuf_bytes", 64 << 10, 1 << 30)) q.rcvbuf_bytes = static_cast<uint32_t>(*v);
+  if (auto v = s.boolean("batch_verdicts")) q.batch_verdicts = *v;
+  if (auto v = s.choice("hooks", std::array<std::string_view, 2>{"forward", "forward+local"})) {
+    q.hooks = *v == "forward" ? HookSet::Forward : HookSet::ForwardLocal;
+  }
+  if (auto v = s.strings("exclude_interfaces")) {
+    for (const auto& name : *v) {
+      if (!valid_interface_name(name)) {
+        s.fail("exclude_interfaces",
+               "\"" + name + "\" is not an interface name (1..15 characters, no '/', ':' or spaces)");
+      }
+    }
+    q.exclude_interfaces = std::move(*v);
+  }
+  s.finish();
+}
+
+void parse_rules(Config& cfg, const toml::table* t) {
+  Section s(t, "rules", cfg.file);
+  auto file = s.string("file");
+  if (!file) s.fail("file", "missing: name the rule file, e.g. file = \"/etc/pairwall/pf.conf\"");
+  if (file->empty()) s.fail("file", "expected a path, got \"\"");
+  std::filesystem::path p(*file);
+  if (p.is_relative()) p = std::filesystem::path(cfg.file).parent_path() / p;
+  cfg.rules.file = p.lexically_normal().string();
+  s.finish();
+}
+
+void parse_log(Config& cfg, const toml::table* t) {
+  Section s(t, "log", cfg.file);
+  auto& l = cfg.log;
+  if (auto v = s.choice("level", std::array<std::string_view, 7>{"trace", "debug", "info", "warn", "error",
+                                                                 "critical", "off"})) {
+    l.level = *v;
+  }
+  if (auto v = s.string("pcap_file")) l.pcap_file = *v;
+  if (auto v = s.integer("pcap_rotate_bytes", 1 << 20, int64_t{1} << 40)) {
+    l.pcap_rotate_bytes = static_cast<uint64_t>(*v);
+  }
+  if (auto v = s.integer("pcap_keep", 1, 1000)) l.pcap_keep = static_cast<uint32_t>(*v);
+  s.finish();
+}
+
+void parse_control(Config& cfg, const toml::table* t) {
+  Section s(t, "control", cfg.file);
+  if (auto v = s.string("socket")) {
+    if (v->empty() || (*v)[0] != '/') s.fail("socket", "expected an absolute path, got \"" + *v + "\"");
+    // sun_path holds 108 bytes including the terminator.
+    if (v->size() > 107) s.fail("socket", "path longer than 107 bytes");
+    cfg.control.socket = *v;
+  }
+  if (const toml::node* node = s.get("socket_mode")) {
+    // TOML has octal integers (0o660); "0660" as a string is accepted because that is how modes
+    // are usually written, and a bare 0660 is not valid TOML.
+    std::optional<int64_t> mode;
+    if (auto i = node->value_exact<int64_t>()) {
+      mode = *i;
+    } else if (auto str = node->value_exact<std::string>()) {
+      if (!str->empty() && str->size() <= 4 && str->find_first_not_of("01234567") == std::string::npos) {
+        mode = std::stoll(*str, nullptr, 8);
+      }
+    }
+    if (!mode || *mode < 0 || *mode > 0777) {
+      s.fail("socket_mode",
+             "expected an octal mode 0o000..0o777 (or a string like \"0660\"), got " + describe(*node));
+    }
+    cfg.control.socket_mode = static_cast<uint32_t>(*mode);
+  }
+  s.finish();
+}
+
+void parse_metrics(Config& cfg, const toml::table* t) {
+  Section s(t, "metrics", cfg.file);
+  if (auto v = s.string("listen")) {
+    cfg.metrics.listen = *v;
+    if (!v->empty() && !split_host_port(*v, cfg.metrics.host, cfg.metrics.port)) {
+      s.fail(
+          "listen",
+          "expected \"address:port\" (e.g. \"127.0.0.1:9477\", \"[::1]:9477\") or \"\" to disable, got \"" +
+              *v + "\"");
+    }
+  }
+  s.finish();
+}
+
+void parse_engine(Config& cfg, const toml::table* t) {
+  Section s(t, "engine", cfg.file);
+  if (auto v = s.integer("shards", 1, 4096)) {
+    if ((*v & (*v - 1)) != 0) s.fail("shards", "expected a power of two 1..4096, got " + std::to_string(*v));
+    cfg.engine.shards = static_cast<uint32_t>(*v);
+  }
+  if (auto v = s.integer("state_limit", 1, std::numeric_limits<uint32_t>::max())) {
+    cfg.engine.state_limit = static_cast<uint32_t>(*v);
+  }
+  s.finish();
+}
+
+}  // namespace
+
+bool split_host_port(std::string_view text, std::string& host, uint16_t& port) {
+  std::string_view h;
+  std::string_view p;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') return false;
+    h = text.substr(1, close - 1);
+    p = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) return false;
+    h = text.substr(0, colon);
+    p = text.substr(colon + 1);
+    if (h.find(':') != std::string_view::npos) return false;  // a bare IPv6 address needs brackets
+  }
+  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  const unsigned long n = std::stoul(std::string(p));
+  if (n == 0 || n > 65535) return false;
+  boost::system::error_code ec;
+  boost::asio::ip::make_address(std::string(h), ec);
+  if (ec) return false;
+  host = std::string(h);
+  port = static_cast<uint16_t>(n);
+  return true;
+}
+
+Config parse_config(std::string_view text, const std::string& file_name) {
+  Config cfg;
+  cfg.file = file_name;
+  toml::table root;
+  try {
+    root = toml::parse(text, file_name);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << file_name << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+        << e.description();
+    std::string line = msg.str();
+    for (char& c : line) {
+      if (c == '\n') c = ' ';
+    }
+    throw ConfigError(line);
+  }
+
+  static constexpr std::array<std::string_view, 9> kSections = {
+      "node", "queue", "rules", "log", "control", "metrics", "engine", "sync", "failover"};
+  for (auto&& [key, value] : root) {
+    bool known = false;
+    for (auto name : kSections) known = known || key.str() == name;
+    if (!value.is_table()) {
+      if (known) {
+        throw ConfigError(file_name + ": " + std::string(key.str()) + ": expected a section [" +
+                          std::string(key.str()) + "], got " + describe(value));
+      }
+      throw ConfigError(file_name + ": " + std::string(key.str()) +
+                        ": unknown top-level key (every key belongs in a section such as [node])");
+    }
+    if (!known) throw ConfigError(file_name + ": [" + std::string(key.str()) + "]: unknown section");
+  }
+
+  parse_node(cfg, root["node"].as_table());
+  parse_queue(cfg, root["queue"].as_table());
+  parse_rules(cfg, root["rules"].as_table());
+  parse_log(cfg, root["log"].as_table());
+  parse_control(cfg, root["control"].as_table());
+  parse_metrics(cfg, root["metrics"].as_table());
+  parse_engine(cfg, root["engine"].as_table());
+  if (auto* t = root["sync"].as_table()) cfg.sync = *t;
+  if (auto* t = root["failover"].as_table()) cfg.failover = *t;
+  return cfg;
+}
+
+Config load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError(path + ": cannot read the configuration file: " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": cannot read the configuration file");
+  return parse_config(text.str(), path);
+}
+
+}  // namespace pairwall::control

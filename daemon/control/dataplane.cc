@@ -1,0 +1,95 @@
+#include "daemon/control/dataplane.h"
+
+#include <string>
+
+#include "daemon/control/metrics.h"
+
+namespace pairwall::control {
+
+uint64_t CountersSnapshot::drops() const {
+  uint64_t n = 0;
+  for (std::size_t i = 0; i < reasons.size(); ++i) {
+    if (!engine::is_pass(static_cast<engine::Reason>(i))) n += reasons[i];
+  }
+  return n;
+}
+
+CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* data_plane) {
+  CountersSnapshot s;
+  if (data_plane) {
+    for (const engine::Worker* w : data_plane->workers()) {
+      s.packets += w->packets();
+      s.bytes += w->bytes();
+      s.events_lost += w->events_lost();
+      for (std::size_t i = 0; i < engine::kReasonCount; ++i) {
+        s.reasons[i] += w->counters().get(static_cast<engine::Reason>(i));
+      }
+    }
+    s.queues = data_plane->queues();
+  }
+  s.events_lost += engine.control_events_lost();
+  s.states = engine.states().size();
+  s.state_limit = engine.states().limit();
+  if (auto rules = engine.rules()) {
+    s.rules.reserve(rules->size());
+    for (std::size_t i = 0; i < rules->size(); ++i) {
+      const auto& r = rules->rule(static_cast<uint32_t>(i));
+      RuleCounters c;
+      c.number = r.number;
+      c.text = r.text;
+      c.location = r.location.file + ":" + std::to_string(r.location.line);
+      c.evaluations = r.stats->evaluations.load(std::memory_order_relaxed);
+      c.packets = r.stats->packets.load(std::memory_order_relaxed);
+      c.bytes = r.stats->bytes.load(std::memory_order_relaxed);
+      c.states_current = r.stats->states_current.load(std::memory_order_relaxed);
+      c.states_created = r.stats->states_created.load(std::memory_order_relaxed);
+      s.rules.push_back(std::move(c));
+    }
+  }
+  return s;
+}
+
+void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
+  using T = MetricWriter::Type;
+  out.family("pairwall_packets_total", T::Counter, "Packets the engine decided.");
+  out.sample(s.packets);
+  out.family("pairwall_bytes_total", T::Counter, "Bytes of the packets the engine decided.");
+  out.sample(s.bytes);
+  out.family("pairwall_verdicts_total", T::Counter,
+             "Verdicts by reason: match, state and default_pass passed; every other reason dropped.");
+  for (std::size_t i = 0; i < engine::kReasonCount; ++i) {
+    out.sample({{"reason", engine::reason_name(static_cast<engine::Reason>(i))}}, s.reasons[i]);
+  }
+  out.family("pairwall_states", T::Gauge, "Entries in the state table.");
+  out.sample(s.states);
+  out.family("pairwall_state_limit", T::Gauge, "Maximum entries in the state table.");
+  out.sample(s.state_limit);
+  out.family("pairwall_state_events_lost_total", T::Counter,
+             "State changes dropped before sync saw them (event ring full).");
+  out.sample(s.events_lost);
+
+  out.family("pairwall_rule_packets_total", T::Counter, "Packets matched by each rule or its states.");
+  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, r.packets);
+  out.family("pairwall_rule_bytes_total", T::Counter, "Bytes matched by each rule or its states.");
+  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, r.bytes);
+  out.family("pairwall_rule_evaluations_total", T::Counter, "Times each rule decided a packet.");
+  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, r.evaluations);
+  out.family("pairwall_rule_states", T::Gauge, "States currently held by each rule.");
+  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, uint64_t{r.states_current});
+
+  out.family("pairwall_queue_packets_total", T::Counter, "Packets received from each NFQUEUE.");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.packets);
+  out.family("pairwall_queue_drops_total", T::Counter,
+             "Packets the kernel dropped because the queue was full.");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.drops);
+  out.family("pairwall_queue_overruns_total", T::Counter,
+             "Packets lost because the netlink socket buffer overflowed.");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.overruns);
+  out.family("pairwall_queue_fail_open_accepted_total", T::Counter,
+             "Packets the kernel passed uninspected because the queue was full (fail-open).");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.fail_open_accepted);
+  out.family("pairwall_queue_verdict_errors_total", T::Counter, "Verdicts the kernel refused.");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.verdict_errors);
+}
+
+}  // namespace pairwall::control

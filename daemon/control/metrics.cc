@@ -1,0 +1,153 @@
+#include "daemon/control/metrics.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace pairwall::control {
+
+bool MetricWriter::valid_name(std::string_view name, bool label) {
+  if (name.empty()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (!label && c == ':');
+    const bool digit = c >= '0' && c <= '9';
+    if (!(alpha || (i > 0 && digit))) return false;
+  }
+  return true;
+}
+
+void MetricWriter::append_escaped(std::string& out, std::string_view value) {
+  for (char c : value) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+void MetricWriter::family(std::string_view name, Type type, std::string_view help) {
+  for (std::size_t i = 0; i < families_.size(); ++i) {
+    if (families_[i].name == name) {
+      current_ = i;
+      return;
+    }
+  }
+  current_ = families_.size();
+  auto& f = families_.emplace_back();
+  f.name = std::string(name);
+  f.text += "# HELP ";
+  f.text += name;
+  f.text += ' ';
+  // HELP text escapes only backslash and newline.
+  for (char c : help) {
+    if (c == '\\') {
+      f.text += "\\\\";
+    } else if (c == '\n') {
+      f.text += "\\n";
+    } else {
+      f.text += c;
+    }
+  }
+  f.text += "\n# TYPE ";
+  f.text += name;
+  f.text += type == Type::Counter ? " counter\n" : " gauge\n";
+}
+
+std::string& MetricWriter::begin_sample() {
+  // A sample before any family() is a programming error; give it a family of its own name-less
+  // kind rather than corrupting another family.
+  if (families_.empty()) families_.push_back({"", ""});
+  auto& f = families_[current_];
+  f.text += f.name;
+  return f.text;
+}
+
+void MetricWriter::append_label(std::string& out, bool first, std::string_view name, std::string_view value) {
+  out += first ? '{' : ',';
+  out += name;
+  out += "=\"";
+  append_escaped(out, value);
+  out += '"';
+}
+
+void MetricWriter::sample(std::initializer_list<Label> labels, uint64_t value) {
+  std::string& out = begin_sample();
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    append_label(out, first, k, v);
+    first = false;
+  }
+  if (!first) out += '}';
+  out += ' ';
+  out += std::to_string(value);
+  out += '\n';
+}
+
+void MetricWriter::sample(const std::vector<std::pair<std::string, std::string>>& labels, uint64_t value) {
+  std::string& out = begin_sample();
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    append_label(out, first, k, v);
+    first = false;
+  }
+  if (!first) out += '}';
+  out += ' ';
+  out += std::to_string(value);
+  out += '\n';
+}
+
+void MetricWriter::sample(std::initializer_list<Label> labels, double value) {
+  std::string& out = begin_sample();
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    append_label(out, first, k, v);
+    first = false;
+  }
+  if (!first) out += '}';
+  out += ' ';
+  if (std::isnan(value)) {
+    out += "NaN";
+  } else if (std::isinf(value)) {
+    out += value > 0 ? "+Inf" : "-Inf";
+  } else {
+    // Shortest form that reads back to the same double.
+    char buf[32];
+    const auto result = std::to_chars(buf, buf + sizeof buf, value);
+    out.append(buf, result.ptr);
+  }
+  out += '\n';
+}
+
+std::string MetricWriter::text() const {
+  std::string out;
+  for (const auto& f : families_) out += f.text;
+  return out;
+}
+
+void MetricsRegistry::add(std::string component, Collector collector) {
+  std::lock_guard lock(mutex_);
+  collectors_.emplace_back(std::move(component), std::move(collector));
+}
+
+std::string MetricsRegistry::render() const {
+  std::lock_guard lock(mutex_);
+  MetricWriter writer;
+  for (const auto& [component, collect] : collectors_) collect(writer);
+  return writer.text();
+}
+
+std::size_t MetricsRegistry::size() const {
+  std::lock_guard lock(mutex_);
+  return collectors_.size();
+}
+
+}  // namespace pairwall::control

@@ -1,0 +1,156 @@
+#include "daemon/control/metrics_server.h"
+
+#include <array>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <memory>
+#include <stdexcept>
+
+namespace pairwall::control {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+std::string reply(std::string_view status, std::string_view content_type, std::string_view body, bool head) {
+  std::string out = "HTTP/1.0 ";
+  out += status;
+  out += "\r\nContent-Type: ";
+  out += content_type;
+  out += "\r\nContent-Length: " + std::to_string(body.size());
+  out += "\r\nConnection: close\r\n\r\n";
+  if (!head) out += body;
+  return out;
+}
+
+}  // namespace
+
+std::string http_metrics_response(std::string_view head, const std::function<std::string()>& render) {
+  const auto eol = head.find_first_of("\r\n");
+  const std::string_view line = head.substr(0, eol);
+  const auto sp1 = line.find(' ');
+  const auto sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
+      line.substr(sp2 + 1).substr(0, 5) != "HTTP/") {
+    return reply("400 Bad Request", "text/plain", "bad request\n", false);
+  }
+  const std::string_view method = line.substr(0, sp1);
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  // Prometheus may add a query string; the path alone decides.
+  target = target.substr(0, target.find('?'));
+  const bool head_only = method == "HEAD";
+  if (method != "GET" && !head_only) {
+    return reply("405 Method Not Allowed", "text/plain", "only GET /metrics\n", false);
+  }
+  if (target != "/metrics")
+    return reply("404 Not Found", "text/plain", "not found: try /metrics\n", head_only);
+  return reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render(), head_only);
+}
+
+class MetricsServer::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, MetricsServer& server)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server) {}
+
+  void start() {
+    // A scraper that connects and says nothing must not hold the socket forever.
+    timer_.expires_after(std::chrono::seconds(5));
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) {
+        boost::system::error_code ignored;
+        self->socket_.close(ignored);
+      }
+    });
+    read();
+  }
+
+ private:
+  void read() {
+    socket_.async_read_some(
+        asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+          if (ec) {
+            self->timer_.cancel();
+            return;
+          }
+          self->head_.append(self->chunk_.data(), n);
+          const bool complete = self->head_.find("\r\n\r\n") != std::string::npos ||
+                                self->head_.find("\n\n") != std::string::npos;
+          if (!complete && self->head_.size() < kMaxRequestHead) {
+            self->read();
+            return;
+          }
+          if (!complete) {
+            self->out_ = "HTTP/1.0 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n";
+          } else {
+            self->out_ = http_metrics_response(self->head_, self->server_.render_);
+            ++self->server_.scrapes_;
+          }
+          asio::async_write(self->socket_, asio::buffer(self->out_),
+                            [self](boost::system::error_code, std::size_t) {
+                              self->timer_.cancel();
+                              boost::system::error_code ignored;
+                              self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
+                              self->socket_.close(ignored);
+                            });
+        });
+  }
+
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  MetricsServer& server_;
+  std::array<char, 2048> chunk_{};
+  std::string head_;
+  std::string out_;
+};
+
+MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port,
+                             std::function<std::string()> render)
+    : acceptor_(io), retry_(io), render_(std::move(render)) {
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) throw std::runtime_error("metrics: '" + host + "' is not an IP address");
+  const tcp::endpoint endpoint(address, port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error("metrics: cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                             ec.message() + " (set [metrics] listen, or \"\" to disable)");
+  }
+}
+
+void MetricsServer::start() {
+  accept();
+}
+
+void MetricsServer::stop() {
+  stopped_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  retry_.cancel();
+}
+
+uint16_t MetricsServer::port() const {
+  boost::system::error_code ec;
+  return acceptor_.local_endpoint(ec).port();
+}
+
+void MetricsServer::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || stopped_) return;
+    if (ec) {
+      // Out of descriptors or memory: retry shortly instead of spinning on the error.
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](boost::system::error_code wait_ec) {
+        if (!wait_ec && !stopped_) accept();
+      });
+      return;
+    }
+    std::make_shared<Session>(std::move(socket), *this)->start();
+    accept();
+  });
+}
+
+}  // namespace pairwall::control

@@ -1,0 +1,46 @@
+// A tiny HTTP/1.0 responder for Prometheus: GET /metrics answers the registry's exposition, any
+// other path 404, any other method 405; one request per connection, then close. Runs on the
+// daemon's Asio loop; a scrape costs one pass over the counters, nothing per packet.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace pairwall::control {
+
+// The full HTTP response for one request head (request line and headers). `render` is called
+// only for GET/HEAD /metrics.
+std::string http_metrics_response(std::string_view request_head, const std::function<std::string()>& render);
+
+class MetricsServer {
+ public:
+  // Binds host:port; throws std::runtime_error naming the address when it cannot.
+  MetricsServer(boost::asio::io_context& io, const std::string& host, uint16_t port,
+                std::function<std::string()> render);
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  void start();
+  void stop();
+  uint16_t port() const;  // the bound port (useful with port 0)
+  uint64_t scrapes() const { return scrapes_; }
+
+  static constexpr std::size_t kMaxRequestHead = 8192;
+
+ private:
+  class Session;
+  void accept();
+
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer retry_;
+  std::function<std::string()> render_;
+  uint64_t scrapes_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace pairwall::control

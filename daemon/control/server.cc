@@ -1,0 +1,217 @@
+#include "daemon/control/server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include "daemon/control/framing.h"
+
+namespace pairwall::control {
+namespace asio = boost::asio;
+using stream = asio::local::stream_protocol;
+
+namespace {
+
+// True when something accepts connections on `path` (a running daemon); false for a stale file.
+bool socket_answers(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+class ControlServer::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(stream::socket socket, ControlServer& server)
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        server_(server),
+        reader_(kMaxRequestBytes) {}
+
+  void start() { read(); }
+
+ private:
+  void arm_timer() {
+    timer_.expires_after(kIdleTimeout);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) {
+        boost::system::error_code ignored;
+        self->socket_.close(ignored);
+      }
+    });
+  }
+
+  void read() {
+    // Frames already buffered are served before reading again.
+    if (serve_buffered()) return;
+    arm_timer();
+    socket_.async_read_some(asio::buffer(chunk_),
+                            [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                              self->timer_.cancel();
+                              if (ec) return;  // peer closed, timed out or the server stopped
+                              self->reader_.feed(std::string_view(self->chunk_.data(), n));
+                              self->read();
+                            });
+  }
+
+  // Serves the next complete frame, if any. Returns true when a response write is under way (the
+  // write's completion continues the loop) or the session is ending.
+  bool serve_buffered() {
+    std::string body;
+    switch (reader_.next(body)) {
+      case FrameReader::Status::NeedMore:
+        return false;
+      case FrameReader::Status::TooLarge:
+        ++server_.bad_frames_;
+        fail("request frame of " + std::to_string(reader_.announced_length()) + " bytes exceeds the " +
+             std::to_string(kMaxRequestBytes) + "-byte limit");
+        return true;
+      case FrameReader::Status::Frame:
+        break;
+    }
+    Request request;
+    if (!decode_body(body, request)) {
+      ++server_.bad_frames_;
+      fail("malformed request: the frame body is not a pairwall.control.Request");
+      return true;
+    }
+    Response response;
+    server_.handler_(request, response);
+    out_.clear();
+    if (!encode_frame(response, kMaxResponseBytes, out_)) {
+      Response too_big;
+      too_big.set_version(kControlProtocolVersion);
+      too_big.set_error("response larger than " + std::to_string(kMaxResponseBytes >> 20) +
+                        " MiB; narrow it (e.g. a states filter or limit)");
+      encode_frame(too_big, kMaxResponseBytes, out_);
+    }
+    write(false);
+    return true;
+  }
+
+  // Answers with an error and closes: after a bad frame the stream is out of step.
+  void fail(const std::string& message) {
+    Response response;
+    response.set_version(kControlProtocolVersion);
+    response.set_error(message);
+    out_.clear();
+    encode_frame(response, kMaxResponseBytes, out_);
+    write(true);
+  }
+
+  void write(bool close_after) {
+    arm_timer();
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this(), close_after](boost::system::error_code ec, std::size_t) {
+                        self->timer_.cancel();
+                        if (ec || close_after) {
+                          boost::system::error_code ignored;
+                          self->socket_.shutdown(stream::socket::shutdown_both, ignored);
+                          self->socket_.close(ignored);
+                          return;
+                        }
+                        self->read();
+                      });
+  }
+
+  stream::socket socket_;
+  asio::steady_timer timer_;
+  ControlServer& server_;
+  FrameReader reader_;
+  std::array<char, 16384> chunk_{};
+  std::string out_;
+};
+
+ControlServer::ControlServer(asio::io_context& io, std::string path, uint32_t mode, Handler handler)
+    : io_(io), path_(std::move(path)), handler_(std::move(handler)), acceptor_(io), retry_(io) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(path_).parent_path();
+  std::error_code fec;
+  if (!dir.empty() && !fs::exists(dir, fec)) {
+    fs::create_directories(dir, fec);
+    if (fec) throw std::runtime_error("control socket: cannot create " + dir.string() + ": " + fec.message());
+    // Group may traverse to reach a 0660 socket; others may not.
+    ::chmod(dir.c_str(), 0750);
+  }
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      throw std::runtime_error("control socket: " + path_ +
+                               " exists and is not a socket; remove it or set [control] socket");
+    }
+    if (socket_answers(path_)) {
+      throw std::runtime_error(
+          "control socket: " + path_ +
+          " answers: another pairwalld is running (stop it or set a different [control] socket)");
+    }
+    ::unlink(path_.c_str());
+  }
+  boost::system::error_code ec;
+  acceptor_.open(stream(), ec);
+  if (!ec) acceptor_.bind(stream::endpoint(path_), ec);
+  if (ec) throw std::runtime_error("control socket: cannot bind " + path_ + ": " + ec.message());
+  // chmod after bind: the window in between is covered by the directory's 0750.
+  if (::chmod(path_.c_str(), static_cast<mode_t>(mode)) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(path_.c_str());
+    throw std::runtime_error("control socket: cannot chmod " + path_ + ": " + why);
+  }
+  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    ::unlink(path_.c_str());
+    throw std::runtime_error("control socket: cannot listen on " + path_ + ": " + ec.message());
+  }
+}
+
+ControlServer::~ControlServer() {
+  stop();
+}
+
+void ControlServer::start() {
+  accept();
+}
+
+void ControlServer::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  retry_.cancel();
+  ::unlink(path_.c_str());
+}
+
+void ControlServer::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, stream::socket socket) {
+    if (ec == asio::error::operation_aborted || stopped_) return;
+    if (ec) {
+      // Out of descriptors or memory: retry shortly instead of spinning on the error.
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](boost::system::error_code wait_ec) {
+        if (!wait_ec && !stopped_) accept();
+      });
+      return;
+    }
+    ++connections_;
+    std::make_shared<Session>(std::move(socket), *this)->start();
+    accept();
+  });
+}
+
+}  // namespace pairwall::control

@@ -1,0 +1,52 @@
+// The control socket: a Unix stream socket on the daemon's Asio loop, framed requests in, one
+// response each out (proto/control.proto). Connections are served one request at a time, in
+// order; a malformed or oversized frame is answered with an error and the connection closed.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "proto/control.pb.h"
+
+namespace pairwall::control {
+
+class ControlServer {
+ public:
+  using Handler = std::function<void(const Request&, Response&)>;
+
+  // Creates the socket's directory if needed, refuses to start when another daemon answers on
+  // `path`, removes a stale socket file, binds and applies `mode`. Throws std::runtime_error with
+  // a message naming the path.
+  ControlServer(boost::asio::io_context& io, std::string path, uint32_t mode, Handler handler);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  void start();
+  void stop();
+  const std::string& path() const { return path_; }
+  uint64_t connections() const { return connections_; }
+  uint64_t bad_frames() const { return bad_frames_; }
+
+  static constexpr std::chrono::seconds kIdleTimeout{30};
+
+ private:
+  class Session;
+  void accept();
+
+  boost::asio::io_context& io_;
+  std::string path_;
+  Handler handler_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer retry_;
+  uint64_t connections_ = 0;
+  uint64_t bad_frames_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace pairwall::control

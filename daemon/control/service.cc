@@ -1,0 +1,402 @@
+#include "daemon/control/service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "daemon/control/framing.h"
+#include "daemon/engine/address.h"
+#include "daemon/engine/rules/compile.h"
+#include "daemon/engine/timeouts.h"
+
+#ifndef PAIRWALL_VERSION
+#define PAIRWALL_VERSION "unknown"
+#endif
+
+namespace pairwall::control {
+namespace {
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string_view tcp_state_name(uint8_t s) {
+  using engine::TcpState;
+  switch (static_cast<TcpState>(s)) {
+    case TcpState::Closed:
+      return "CLOSED";
+    case TcpState::Listen:
+      return "LISTEN";
+    case TcpState::SynSent:
+      return "SYN_SENT";
+    case TcpState::SynReceived:
+      return "SYN_RCVD";
+    case TcpState::Established:
+      return "ESTABLISHED";
+    case TcpState::CloseWait:
+      return "CLOSE_WAIT";
+    case TcpState::FinWait1:
+      return "FIN_WAIT_1";
+    case TcpState::Closing:
+      return "CLOSING";
+    case TcpState::LastAck:
+      return "LAST_ACK";
+    case TcpState::FinWait2:
+      return "FIN_WAIT_2";
+    case TcpState::TimeWait:
+      return "TIME_WAIT";
+  }
+  return "?";
+}
+
+std::string_view flow_state_name(uint8_t s) {
+  using engine::FlowState;
+  switch (static_cast<FlowState>(s)) {
+    case FlowState::NoTraffic:
+      return "NO_TRAFFIC";
+    case FlowState::Single:
+      return "SINGLE";
+    case FlowState::Multiple:
+      return "MULTIPLE";
+  }
+  return "?";
+}
+
+// The fields of one entry, copied under its shard lock so that formatting happens after the lock
+// is released and the workers of that shard wait as little as possible.
+struct StateCopy {
+  engine::StateKey key[2];
+  uint8_t peer_state[2] = {0, 0};
+  engine::StateId id;
+  engine::TimeoutClass timeout = engine::TimeoutClass::TcpFirst;
+  uint8_t flags = 0;
+  uint32_t rule = 0;
+  engine::Millis created{0};
+  engine::Millis expires_at{0};
+  uint64_t packets[2] = {0, 0};
+  uint64_t bytes[2] = {0, 0};
+};
+
+bool key_matches(const engine::StateKey& k, const std::optional<engine::IpPrefix>& prefix, uint32_t port,
+                 uint32_t proto) {
+  if (proto != 0 && k.proto != proto) return false;
+  if (port != 0 && k.port[0] != port && k.port[1] != port) return false;
+  if (prefix && !prefix->contains(k.family, k.addr[0]) && !prefix->contains(k.family, k.addr[1]))
+    return false;
+  return true;
+}
+
+void set_endpoint(StateEndpoint* ep, engine::Family family, const engine::IpAddress& a, uint16_t port) {
+  ep->set_address(engine::to_string(family, a));
+  ep->set_port(port);
+}
+
+}  // namespace
+
+ControlService::ControlService(const Config& config, engine::Engine& engine, Clock now)
+    : config_(config), engine_(engine), now_(std::move(now)) {}
+
+ControlService::LoadResult ControlService::load_rules(const std::string& path_in) {
+  LoadResult result;
+  const std::string path =
+      path_in.empty() ? (rules_file_.empty() ? config_.rules.file : rules_file_) : path_in;
+  auto compiled = engine::rules::load_rules_file(path, engine_.interfaces());
+  if (auto* error = std::get_if<engine::rules::RuleError>(&compiled)) {
+    ++reload_failures_;
+    result.error = error->to_string();
+    return result;
+  }
+  auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
+  result.rule_count = static_cast<uint32_t>(rules->size());
+  engine_.load_rules(std::move(rules));
+  // load_rules() applies the file's `set limit states`; the config's override wins.
+  if (config_.engine.state_limit) engine_.states().set_limit(*config_.engine.state_limit);
+  rules_file_ = path;
+  rules_loaded_unix_ms_ = unix_ms_now();
+  ++reloads_;
+  result.ok = true;
+  return result;
+}
+
+void ControlService::handle(const Request& request, Response& response) {
+  response.Clear();
+  response.set_version(kControlProtocolVersion);
+  if (request.version() > kControlProtocolVersion) {
+    response.set_error("unsupported control protocol version " + std::to_string(request.version()) +
+                       " (this daemon speaks " + std::to_string(kControlProtocolVersion) + ")");
+    return;
+  }
+  std::string error;
+  switch (request.command_case()) {
+    case Request::kStatus:
+      status(response.mutable_status());
+      break;
+    case Request::kRulesLoad: {
+      const auto result = load_rules(request.rules_load().path());
+      if (!result.ok) {
+        error = result.error;
+        break;
+      }
+      auto* loaded = response.mutable_rules_loaded();
+      loaded->set_path(rules_file_);
+      loaded->set_rule_count(result.rule_count);
+      loaded->set_states_kept(engine_.states().size());
+      break;
+    }
+    case Request::kRulesShow:
+      rules_show(response.mutable_rules());
+      break;
+    case Request::kStates:
+      error = states(request.states(), response.mutable_states());
+      break;
+    case Request::kStats:
+      stats(response.mutable_stats());
+      break;
+    case Request::kFlushStates:
+      response.mutable_flushed()->set_states(engine_.flush_states());
+      break;
+    case Request::kSyncStatus: {
+      auto* s = response.mutable_sync_status();
+      if (sync_) {
+        sync_->fill_status(s);
+        s->set_enabled(true);
+      } else {
+        s->set_enabled(false);
+      }
+      break;
+    }
+    case Request::kFailoverStatus:
+    case Request::kFailoverDemote:
+    case Request::kFailoverPromote:
+    case Request::kFailoverSetRole: {
+      if (!failover_) {
+        if (request.command_case() == Request::kFailoverStatus) {
+          response.mutable_failover_status()->set_enabled(false);
+        } else {
+          error = "failover is not configured (no [failover] section in " + config_.file + ")";
+        }
+        break;
+      }
+      if (request.command_case() == Request::kFailoverDemote) {
+        error = failover_->demote(request.failover_demote().amount());
+      } else if (request.command_case() == Request::kFailoverPromote) {
+        error = failover_->promote(request.failover_promote().amount());
+      } else if (request.command_case() == Request::kFailoverSetRole) {
+        error = failover_->set_role(request.failover_set_role().role());
+      }
+      if (error.empty()) {
+        auto* s = response.mutable_failover_status();
+        failover_->fill_status(s);
+        s->set_enabled(true);
+      }
+      break;
+    }
+    case Request::kHealth:
+      health(response.mutable_health());
+      break;
+    case Request::COMMAND_NOT_SET:
+      error = "empty request: no command (is pairwallctl older or newer than pairwalld?)";
+      break;
+  }
+  if (!error.empty()) {
+    response.clear_payload();
+    response.set_error(error);
+    return;
+  }
+  response.set_ok(true);
+}
+
+void ControlService::status(Status* out) const {
+  const auto snap = snapshot();
+  out->set_node_id(config_.node.id);
+  out->set_node_name(config_.node.name);
+  out->set_version(PAIRWALL_VERSION);
+  out->set_pid(static_cast<uint32_t>(getpid()));
+  out->set_uptime_ms(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_)
+          .count()));
+  out->set_rules_file(rules_file_);
+  out->set_rules_loaded_unix_ms(static_cast<uint64_t>(rules_loaded_unix_ms_));
+  out->set_rule_count(static_cast<uint32_t>(snap.rules.size()));
+  out->set_rule_reloads(reloads_);
+  out->set_rule_reload_failures(reload_failures_);
+  out->set_states(snap.states);
+  out->set_state_limit(snap.state_limit);
+  for (const auto& q : snap.queues) {
+    auto* qs = out->add_queues();
+    qs->set_queue(q.queue);
+    qs->set_packets(q.packets);
+    qs->set_bytes(q.bytes);
+    qs->set_drops(q.drops);
+    qs->set_overruns(q.overruns);
+    qs->set_fail_open_accepted(q.fail_open_accepted);
+    qs->set_verdict_errors(q.verdict_errors);
+  }
+  out->set_packets(snap.packets);
+  out->set_bytes(snap.bytes);
+  out->set_drops(snap.drops());
+  out->set_fail_open(config_.queue.fail_open);
+}
+
+void ControlService::rules_show(RuleList* out) const {
+  out->set_rules_file(rules_file_);
+  for (const auto& r : snapshot().rules) {
+    auto* info = out->add_rules();
+    info->set_number(r.number);
+    info->set_text(r.text);
+    info->set_location(r.location);
+    info->set_evaluations(r.evaluations);
+    info->set_packets(r.packets);
+    info->set_bytes(r.bytes);
+    info->set_states_current(r.states_current);
+    info->set_states_created(r.states_created);
+  }
+}
+
+std::string ControlService::states(const StatesRequest& request, StateList* out) const {
+  const auto& f = request.filter();
+  std::optional<engine::IpPrefix> prefix;
+  if (!f.address().empty()) {
+    prefix = engine::parse_prefix(f.address());
+    if (!prefix)
+      return "states: '" + f.address() + "' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)";
+  }
+  if (f.port() > 65535) return "states: port " + std::to_string(f.port()) + " is out of range 1..65535";
+  if (f.proto() > 255) return "states: protocol " + std::to_string(f.proto()) + " is out of range 1..255";
+  const bool any_filter = prefix || f.port() != 0 || f.proto() != 0;
+  const std::size_t total = engine_.states().size();
+  out->set_total(total);
+  if (request.count_only() && !any_filter) {
+    out->set_matched(total);
+    return {};
+  }
+
+  const std::size_t limit = request.limit() != 0 ? request.limit() : kDefaultStateListLimit;
+  const engine::Millis now = now_();
+  const auto current = engine_.rules();
+  std::vector<StateCopy> copies;
+  if (!request.count_only()) copies.reserve(std::min(limit, total + 64));
+  uint64_t matched = 0;
+  engine_.states().for_each([&](const engine::StateEntry& e) {
+    if (!key_matches(e.key[0], prefix, f.port(), f.proto()) &&
+        !(e.translated() && key_matches(e.key[1], prefix, f.port(), f.proto()))) {
+      return;
+    }
+    ++matched;
+    if (request.count_only() || copies.size() >= limit) return;
+    StateCopy& c = copies.emplace_back();
+    c.key[0] = e.key[0];
+    c.key[1] = e.key[1];
+    c.peer_state[0] = e.peer[0].state;
+    c.peer_state[1] = e.peer[1].state;
+    c.id = e.id;
+    c.timeout = e.timeout;
+    c.flags = e.flags;
+    c.rule = e.rule;
+    c.created = e.created;
+    const engine::Millis duration =
+        e.creator != nullptr ? e.creator->timeouts[e.timeout] : current->timeouts()[e.timeout];
+    c.expires_at = e.last_seen + duration;
+    c.packets[0] = e.packets[0];
+    c.packets[1] = e.packets[1];
+    c.bytes[0] = e.bytes[0];
+    c.bytes[1] = e.bytes[1];
+  });
+  out->set_matched(matched);
+  out->set_truncated(!request.count_only() && matched > copies.size());
+
+  for (const auto& c : copies) {
+    auto* s = out->add_states();
+    const auto& k = c.key[0];
+    s->set_creator(c.id.creator);
+    s->set_id(c.id.counter);
+    s->set_proto(k.proto);
+    s->set_family(static_cast<uint32_t>(k.family));
+    set_endpoint(s->mutable_src(), k.family, k.addr[0], k.port[0]);
+    set_endpoint(s->mutable_dst(), k.family, k.addr[1], k.port[1]);
+    if (c.flags & engine::stateflag::kTranslated) {
+      const auto& w = c.key[1];
+      set_endpoint(s->mutable_wire_src(), w.family, w.addr[0], w.port[0]);
+      set_endpoint(s->mutable_wire_dst(), w.family, w.addr[1], w.port[1]);
+    }
+    const bool tcp = k.proto == 6;
+    s->set_src_state(std::string(tcp ? tcp_state_name(c.peer_state[0]) : flow_state_name(c.peer_state[0])));
+    s->set_dst_state(std::string(tcp ? tcp_state_name(c.peer_state[1]) : flow_state_name(c.peer_state[1])));
+    s->set_age_ms(static_cast<uint64_t>(std::max<int64_t>(0, (now - c.created).count())));
+    s->set_expires_in_ms(std::max<int64_t>(0, (c.expires_at - now).count()));
+    s->set_packets_out(c.packets[0]);
+    s->set_packets_in(c.packets[1]);
+    s->set_bytes_out(c.bytes[0]);
+    s->set_bytes_in(c.bytes[1]);
+    s->set_rule(c.rule);
+    s->set_from_peer((c.flags & engine::stateflag::kFromPeer) != 0);
+    s->set_timeout(std::string(engine::timeout_class_name(c.timeout)));
+  }
+  return {};
+}
+
+void ControlService::stats(Stats* out) const {
+  const auto snap = snapshot();
+  for (std::size_t i = 0; i < engine::kReasonCount; ++i) {
+    const auto reason = static_cast<engine::Reason>(i);
+    auto* rc = out->add_reasons();
+    rc->set_reason(std::string(engine::reason_name(reason)));
+    rc->set_count(snap.reasons[i]);
+    rc->set_pass(engine::is_pass(reason));
+  }
+  for (const auto& r : snap.rules) {
+    auto* info = out->add_rules();
+    info->set_number(r.number);
+    info->set_text(r.text);
+    info->set_location(r.location);
+    info->set_evaluations(r.evaluations);
+    info->set_packets(r.packets);
+    info->set_bytes(r.bytes);
+    info->set_states_current(r.states_current);
+    info->set_states_created(r.states_created);
+  }
+  for (const auto& q : snap.queues) {
+    auto* qs = out->add_queues();
+    qs->set_queue(q.queue);
+    qs->set_packets(q.packets);
+    qs->set_bytes(q.bytes);
+    qs->set_drops(q.drops);
+    qs->set_overruns(q.overruns);
+    qs->set_fail_open_accepted(q.fail_open_accepted);
+    qs->set_verdict_errors(q.verdict_errors);
+  }
+  out->set_packets(snap.packets);
+  out->set_bytes(snap.bytes);
+  out->set_states(snap.states);
+  out->set_state_limit(snap.state_limit);
+  out->set_events_lost(snap.events_lost);
+}
+
+void ControlService::health(Health* out) const {
+  if (rules_file_.empty()) {
+    out->set_healthy(false);
+    out->set_reason("no rule set loaded");
+    return;
+  }
+  if (health_probe_) {
+    if (auto reason = health_probe_()) {
+      out->set_healthy(false);
+      out->set_reason(*reason);
+      return;
+    }
+  }
+  if (failover_) {
+    const auto h = failover_->healthy();
+    if (!h.healthy) {
+      out->set_healthy(false);
+      out->set_reason(h.reason.empty() ? "failover reports unhealthy" : h.reason);
+      return;
+    }
+  }
+  out->set_healthy(true);
+}
+
+}  // namespace pairwall::control

@@ -1,0 +1,72 @@
+// The control plane's commands, independent of the socket that carries them: one Request in, one
+// Response out. Runs on the control thread; the packet workers are never stopped or locked
+// globally (rules are swapped by pointer, states are read shard by shard).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "daemon/control/config.h"
+#include "daemon/control/control_api.h"
+#include "daemon/control/dataplane.h"
+#include "daemon/engine/engine.h"
+#include "proto/control.pb.h"
+
+namespace pairwall::control {
+
+inline constexpr uint32_t kDefaultStateListLimit = 10000;
+
+class ControlService {
+ public:
+  using Clock = std::function<engine::Millis()>;
+
+  // `now` must be the clock the packet workers pass to Engine::process().
+  ControlService(const Config& config, engine::Engine& engine, Clock now);
+
+  void set_data_plane(const DataPlane* data_plane) { data_plane_ = data_plane; }
+  void set_sync(SyncControl* sync) { sync_ = sync; }
+  void set_failover(FailoverControl* failover) { failover_ = failover; }
+  // The daemon's own health (e.g. a stuck packet worker): nullopt when healthy, else the reason.
+  void set_health_probe(std::function<std::optional<std::string>()> probe) {
+    health_probe_ = std::move(probe);
+  }
+
+  struct LoadResult {
+    bool ok = false;
+    std::string error;  // file:line:column: message
+    uint32_t rule_count = 0;
+  };
+  // Parses and compiles `path` aside and publishes it; on failure the running set stays. States
+  // survive either way. An empty path reloads the current file (SIGHUP).
+  LoadResult load_rules(const std::string& path);
+
+  void handle(const Request& request, Response& response);
+
+  CountersSnapshot snapshot() const { return take_snapshot(engine_, data_plane_); }
+  const std::string& rules_file() const { return rules_file_; }
+
+ private:
+  void status(Status* out) const;
+  void rules_show(RuleList* out) const;
+  std::string states(const StatesRequest& request, StateList* out) const;
+  void stats(Stats* out) const;
+  void health(Health* out) const;
+
+  const Config& config_;
+  engine::Engine& engine_;
+  Clock now_;
+  const DataPlane* data_plane_ = nullptr;
+  SyncControl* sync_ = nullptr;
+  FailoverControl* failover_ = nullptr;
+  std::function<std::optional<std::string>()> health_probe_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::string rules_file_;
+  int64_t rules_loaded_unix_ms_ = 0;
+  uint64_t reloads_ = 0;
+  uint64_t reload_failures_ = 0;
+};
+
+}  // namespace pairwall::control

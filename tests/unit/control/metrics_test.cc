@@ -1,0 +1,160 @@
+// Prometheus text rendering: family headers, labels and escaping, grouping across collectors,
+// and the core daemon metrics from a counters snapshot.
+#include "daemon/control/metrics.h"
+
+#include <catch2/catch.hpp>
+#include <limits>
+#include <string>
+
+#include "daemon/control/dataplane.h"
+#include "daemon/control/metrics_server.h"
+
+using namespace pairwall::control;
+using T = MetricWriter::Type;
+
+TEST_CASE("metrics: a family renders HELP, TYPE and samples", "[metrics]") {
+  MetricWriter w;
+  w.family("pairwall_x_total", T::Counter, "Things counted.");
+  w.sample(uint64_t{3});
+  w.sample({{"reason", "short"}}, uint64_t{5});
+  w.sample({{"a", "1"}, {"b", "2"}}, uint64_t{18446744073709551615ull});
+  w.family("pairwall_g", T::Gauge, "A gauge.");
+  w.sample(0.5);
+  CHECK(w.text() ==
+        "# HELP pairwall_x_total Things counted.\n"
+        "# TYPE pairwall_x_total counter\n"
+        "pairwall_x_total 3\n"
+        "pairwall_x_total{reason=\"short\"} 5\n"
+        "pairwall_x_total{a=\"1\",b=\"2\"} 18446744073709551615\n"
+        "# HELP pairwall_g A gauge.\n"
+        "# TYPE pairwall_g gauge\n"
+        "pairwall_g 0.5\n");
+}
+
+TEST_CASE("metrics: label values and help are escaped", "[metrics]") {
+  MetricWriter w;
+  w.family("m", T::Gauge, "line1\nback\\slash \"quoted\"");
+  w.sample({{"rule", "pass \"x\" \\ y\nz"}}, uint64_t{1});
+  CHECK(w.text() ==
+        "# HELP m line1\\nback\\\\slash \"quoted\"\n"
+        "# TYPE m gauge\n"
+        "m{rule=\"pass \\\"x\\\" \\\\ y\\nz\"} 1\n");
+}
+
+TEST_CASE("metrics: special doubles", "[metrics]") {
+  MetricWriter w;
+  w.family("d", T::Gauge, "h");
+  w.sample(std::numeric_limits<double>::infinity());
+  w.sample(-std::numeric_limits<double>::infinity());
+  w.sample(std::numeric_limits<double>::quiet_NaN());
+  w.sample(0.1);
+  CHECK(w.text() == "# HELP d h\n# TYPE d gauge\nd +Inf\nd -Inf\nd NaN\nd 0.1\n");
+}
+
+TEST_CASE("metrics: a family started twice stays one group with one TYPE line", "[metrics]") {
+  MetricsRegistry reg;
+  reg.add("a", [](MetricWriter& w) {
+    w.family("shared_total", T::Counter, "first help wins");
+    w.sample({{"from", "a"}}, uint64_t{1});
+    w.family("only_a", T::Gauge, "a");
+    w.sample(uint64_t{2});
+  });
+  reg.add("b", [](MetricWriter& w) {
+    w.family("shared_total", T::Counter, "second help");
+    w.sample({{"from", "b"}}, uint64_t{3});
+  });
+  CHECK(reg.size() == 2);
+  CHECK(reg.render() ==
+        "# HELP shared_total first help wins\n"
+        "# TYPE shared_total counter\n"
+        "shared_total{from=\"a\"} 1\n"
+        "shared_total{from=\"b\"} 3\n"
+        "# HELP only_a a\n"
+        "# TYPE only_a gauge\n"
+        "only_a 2\n");
+}
+
+TEST_CASE("metrics: name validation", "[metrics]") {
+  CHECK(MetricWriter::valid_name("pairwall_packets_total"));
+  CHECK(MetricWriter::valid_name("a:b"));
+  CHECK_FALSE(MetricWriter::valid_name("a:b", true));
+  CHECK_FALSE(MetricWriter::valid_name("1abc"));
+  CHECK_FALSE(MetricWriter::valid_name("a-b"));
+  CHECK_FALSE(MetricWriter::valid_name(""));
+}
+
+TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
+  namespace engine = pairwall::engine;
+  CountersSnapshot s;
+  s.packets = 100;
+  s.bytes = 6400;
+  s.reasons[static_cast<std::size_t>(engine::Reason::Match)] = 60;
+  s.reasons[static_cast<std::size_t>(engine::Reason::State)] = 30;
+  s.reasons[static_cast<std::size_t>(engine::Reason::BadIpHeader)] = 4;
+  s.reasons[static_cast<std::size_t>(engine::Reason::RuleBlock)] = 6;
+  s.states = 12;
+  s.state_limit = 100000;
+  s.rules.push_back({0, "block all", "pf.conf:1", 6, 6, 384, 0, 0});
+  s.rules.push_back({1, "pass proto tcp to port 80", "pf.conf:2", 60, 90, 5760, 12, 15});
+  s.queues.push_back({3, 100, 6400, 7, 8, 9, 1});
+  CHECK(s.drops() == 10);
+
+  MetricWriter w;
+  render_core_metrics(s, w);
+  const std::string text = w.text();
+  auto has = [&](const std::string& line) {
+    INFO(line);
+    CHECK(text.find(line + "\n") != std::string::npos);
+  };
+  has("# TYPE pairwall_packets_total counter");
+  has("pairwall_packets_total 100");
+  has("pairwall_bytes_total 6400");
+  has("# TYPE pairwall_verdicts_total counter");
+  has("pairwall_verdicts_total{reason=\"" + std::string(engine::reason_name(engine::Reason::Match)) +
+      "\"} 60");
+  has("pairwall_verdicts_total{reason=\"" + std::string(engine::reason_name(engine::Reason::BadIpHeader)) +
+      "\"} 4");
+  has("pairwall_verdicts_total{reason=\"" + std::string(engine::reason_name(engine::Reason::Short)) +
+      "\"} 0");
+  has("# TYPE pairwall_states gauge");
+  has("pairwall_states 12");
+  has("pairwall_state_limit 100000");
+  has("pairwall_rule_packets_total{rule=\"0\"} 6");
+  has("pairwall_rule_packets_total{rule=\"1\"} 90");
+  has("pairwall_rule_bytes_total{rule=\"1\"} 5760");
+  has("pairwall_rule_states{rule=\"1\"} 12");
+  has("pairwall_queue_packets_total{queue=\"3\"} 100");
+  has("pairwall_queue_drops_total{queue=\"3\"} 7");
+  has("pairwall_queue_overruns_total{queue=\"3\"} 8");
+  has("pairwall_queue_fail_open_accepted_total{queue=\"3\"} 9");
+  has("pairwall_queue_verdict_errors_total{queue=\"3\"} 1");
+  // Every reason is exported, zero or not, so dashboards see the whole set from the start.
+  std::size_t verdict_lines = 0;
+  for (std::size_t pos = 0; (pos = text.find("pairwall_verdicts_total{", pos)) != std::string::npos; ++pos) {
+    ++verdict_lines;
+  }
+  CHECK(verdict_lines == engine::kReasonCount);
+}
+
+TEST_CASE("metrics: the HTTP responder", "[metrics]") {
+  int renders = 0;
+  auto render = [&] {
+    ++renders;
+    return std::string("m 1\n");
+  };
+  const std::string ok = http_metrics_response("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", render);
+  CHECK(ok ==
+        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: 4\r\n"
+        "Connection: close\r\n\r\nm 1\n");
+  CHECK(renders == 1);
+  CHECK(http_metrics_response("GET /metrics?x=1 HTTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 200 OK", 0) == 0);
+  const std::string head = http_metrics_response("HEAD /metrics HTTP/1.0\r\n\r\n", render);
+  CHECK(head.rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(head.substr(head.size() - 4) == "\r\n\r\n");  // headers only
+  CHECK(http_metrics_response("GET / HTTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 404 Not Found", 0) == 0);
+  CHECK(http_metrics_response("GET /metricsx HTTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 404", 0) == 0);
+  CHECK(http_metrics_response("POST /metrics HTTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 405", 0) == 0);
+  CHECK(http_metrics_response("garbage\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
+  CHECK(http_metrics_response("GET /metrics FTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
+  CHECK(renders == 3);  // only the 200s rendered
+}

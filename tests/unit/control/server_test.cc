@@ -1,0 +1,156 @@
+// The control socket end to end over a real Unix socket: request/response round trips, the socket
+// mode, refusing a second daemon, and the frames the server must refuse.
+#include "daemon/control/server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include "daemon/control/client.h"
+#include "daemon/control/framing.h"
+
+using namespace pairwall::control;
+
+namespace {
+
+std::string header(uint32_t n) {
+  return std::string{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                     static_cast<char>(n)};
+}
+
+// A server on its own io_context thread, answering rules_load with the path it was given.
+struct Fixture {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pairwall-ctl-test-" + std::to_string(getpid())) / "run";
+  std::string path = (dir / "control.sock").string();
+  boost::asio::io_context io;
+  std::unique_ptr<ControlServer> server;
+  std::thread thread;
+  int handled = 0;
+
+  explicit Fixture(uint32_t mode = 0600) {
+    std::filesystem::remove_all(dir.parent_path());
+    server = std::make_unique<ControlServer>(io, path, mode, [this](const Request& req, Response& resp) {
+      ++handled;
+      resp.set_version(kControlProtocolVersion);
+      if (req.has_rules_load()) {
+        resp.set_ok(true);
+        resp.mutable_rules_loaded()->set_path(req.rules_load().path());
+      } else {
+        resp.set_error("unsupported in this test");
+      }
+    });
+    server->start();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~Fixture() {
+    boost::asio::post(io, [this] { server->stop(); });
+    io.stop();
+    thread.join();
+    server.reset();
+    std::filesystem::remove_all(dir.parent_path());
+  }
+};
+
+Request rules_load(const std::string& p) {
+  Request r;
+  r.mutable_rules_load()->set_path(p);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("server: round trips several requests on one connection", "[server]") {
+  Fixture f;
+  ControlClient client(f.path);
+  for (int i = 0; i < 3; ++i) {
+    const Response r = client.call(rules_load("/p" + std::to_string(i)));
+    CHECK(r.ok());
+    CHECK(r.rules_loaded().path() == "/p" + std::to_string(i));
+  }
+  const Response refused = client.call(Request{});
+  CHECK_FALSE(refused.ok());
+  CHECK(refused.error() == "unsupported in this test");
+  // Two requests written back to back are answered in order.
+  std::string two;
+  REQUIRE(encode_frame(rules_load("/a"), kMaxRequestBytes, two));
+  REQUIRE(encode_frame(rules_load("/b"), kMaxRequestBytes, two));
+  CHECK(client.call_raw(two).rules_loaded().path() == "/a");
+  CHECK(client.call_raw("").rules_loaded().path() == "/b");
+}
+
+TEST_CASE("server: applies the socket mode and creates the directory", "[server]") {
+  Fixture f(0640);
+  struct stat st {};
+  REQUIRE(::stat(f.path.c_str(), &st) == 0);
+  CHECK(S_ISSOCK(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0640);
+  REQUIRE(::stat(f.dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0750);
+}
+
+TEST_CASE("server: garbage is answered with an error and the connection closed", "[server]") {
+  Fixture f;
+  ControlClient client(f.path);
+  const Response r = client.call_raw(header(3) + std::string("\x08\xff\xff", 3));
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "malformed request: the frame body is not a pairwall.control.Request");
+  CHECK_THROWS_WITH(client.call(rules_load("/x")), Catch::Contains("closed the connection"));
+  CHECK(f.server->bad_frames() == 1);
+  // The server keeps serving others.
+  ControlClient again(f.path);
+  CHECK(again.call(rules_load("/y")).ok());
+}
+
+TEST_CASE("server: an oversized frame is refused before its body is read", "[server]") {
+  Fixture f;
+  ControlClient client(f.path);
+  const Response r = client.call_raw(header(static_cast<uint32_t>(kMaxRequestBytes) + 1));
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "request frame of 65537 bytes exceeds the 65536-byte limit");
+  CHECK_THROWS(client.call(rules_load("/x")));
+  CHECK(f.handled == 0);
+}
+
+TEST_CASE("server: a second daemon on the same socket is refused; a stale socket is replaced", "[server]") {
+  Fixture f;
+  boost::asio::io_context io2;
+  CHECK_THROWS_WITH(ControlServer(io2, f.path, 0600, [](const Request&, Response&) {}),
+                    Catch::Contains("answers: another pairwalld is running"));
+  // The first server is untouched.
+  ControlClient client(f.path);
+  CHECK(client.call(rules_load("/still")).ok());
+
+  // A socket file nobody listens on (a killed daemon's) is removed and rebound.
+  const std::string stale = (f.dir / "stale.sock").string();
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, stale.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  ::close(fd);
+  CHECK_NOTHROW(ControlServer(io2, stale, 0600, [](const Request&, Response&) {}));
+
+  // A regular file in the way is not deleted.
+  const std::string file = (f.dir / "file.sock").string();
+  {
+    std::FILE* fp = std::fopen(file.c_str(), "w");
+    std::fclose(fp);
+  }
+  CHECK_THROWS_WITH(ControlServer(io2, file, 0600, [](const Request&, Response&) {}),
+                    Catch::Contains("exists and is not a socket"));
+  CHECK(std::filesystem::exists(file));
+}
+
+TEST_CASE("client: a missing socket gives an actionable message", "[server]") {
+  CHECK_THROWS_WITH(ControlClient("/nonexistent/pairwall.sock"),
+                    Catch::Contains("cannot connect to /nonexistent/pairwall.sock") &&
+                        Catch::Contains("is pairwalld running?"));
+}

@@ -1,0 +1,373 @@
+// The control commands against a real engine fed crafted packets: status, stats, rules load
+// (broken and good), rules show, states with filters, flush, health, failover routing.
+#include "daemon/control/service.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "daemon/control/framing.h"
+#include "tests/unit/support/packet_builder.h"
+
+using namespace pairwall;
+using namespace pairwall::control;
+using engine::Millis;
+using test::Bytes;
+using test::PacketBuilder;
+namespace tcpflag = engine::tcpflag;
+
+namespace {
+
+struct FakeDataPlane : DataPlane {
+  explicit FakeDataPlane(engine::Engine& e) : worker(e) {}
+  std::vector<const engine::Worker*> workers() const override { return {&worker}; }
+  std::vector<QueueCounters> queues() const override { return {QueueCounters{5, 10, 1000, 1, 2, 3, 0}}; }
+  engine::Worker worker;
+};
+
+struct FakeFailover : FailoverControl {
+  void fill_status(FailoverStatus* s) override {
+    s->set_role(role);
+    s->set_demotion(demotion);
+  }
+  std::string demote(uint32_t n) override {
+    demotion += n;
+    return {};
+  }
+  std::string promote(uint32_t n) override {
+    if (n > demotion)
+      return "demotion is " + std::to_string(demotion) + ", cannot promote by " + std::to_string(n);
+    demotion -= n;
+    return {};
+  }
+  std::string set_role(FailoverStatus::Role r) override {
+    role = r;
+    return {};
+  }
+  HealthResult healthy() override {
+    return {demotion == 0, demotion == 0 ? "" : "demoted by the administrator"};
+  }
+  FailoverStatus::Role role = FailoverStatus::BACKUP;
+  uint32_t demotion = 0;
+};
+
+struct Daemon {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pairwall-service-test-" + std::to_string(getpid()));
+  Config config;
+  engine::Engine engine;
+  FakeDataPlane data_plane{engine};
+  Millis now{10'000};
+  ControlService service{config, engine, [this] { return now; }};
+
+  Daemon() : engine(engine_config()) {
+    std::filesystem::create_directories(dir);
+    config.file = (dir / "pairwall.toml").string();
+    config.node.id = 3;
+    config.node.name = "fw-test";
+    config.rules.file = write("pf.conf", "block all\npass proto tcp to port 80\npass proto udp to port 53\n");
+    service.set_data_plane(&data_plane);
+  }
+  ~Daemon() { std::filesystem::remove_all(dir); }
+
+  static engine::EngineConfig engine_config() {
+    engine::EngineConfig c;
+    c.node_id = 3;
+    c.shards = 4;
+    c.event_ring_capacity = 1024;
+    return c;
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const auto p = (dir / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+
+  engine::Verdict send(Bytes p) {
+    engine::PacketMeta meta;
+    return engine.process(data_plane.worker, p, meta, now);
+  }
+
+  Response call(const Request& r) {
+    Response resp;
+    service.handle(r, resp);
+    return resp;
+  }
+};
+
+Bytes syn(const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
+  return PacketBuilder().ipv4(src, dst).tcp(sport, dport).flags(tcpflag::kSyn).seq(1000).build();
+}
+
+Request make(void (*fill)(Request&)) {
+  Request r;
+  r.set_version(kControlProtocolVersion);
+  fill(r);
+  return r;
+}
+
+uint64_t reason_count(const Stats& s, engine::Reason reason) {
+  for (const auto& rc : s.reasons()) {
+    if (rc.reason() == engine::reason_name(reason)) return rc.count();
+  }
+  return UINT64_MAX;
+}
+
+}  // namespace
+
+TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
+  Daemon d;
+  auto loaded = d.service.load_rules("");
+  INFO(loaded.error);
+  REQUIRE(loaded.ok);
+  CHECK(loaded.rule_count == 3);
+
+  CHECK(d.send(syn("10.0.0.1", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  CHECK(d.send(syn("10.0.0.1", 40001, "10.9.0.1", 81)).action == engine::Verdict::Action::Drop);
+  CHECK(d.send(PacketBuilder().ipv4("10.0.0.1", "10.9.0.1").tcp(1, 2).ihl(3).build()).action ==
+        engine::Verdict::Action::Drop);
+  CHECK(d.send(PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").udp(5353, 53).payload(10).build()).action ==
+        engine::Verdict::Action::Accept);
+
+  SECTION("status") {
+    const Response r = d.call(make([](Request& q) { q.mutable_status(); }));
+    REQUIRE(r.ok());
+    const Status& s = r.status();
+    CHECK(s.node_id() == 3);
+    CHECK(s.node_name() == "fw-test");
+    CHECK(s.pid() == static_cast<uint32_t>(getpid()));
+    CHECK(s.rules_file() == d.config.rules.file);
+    CHECK(s.rule_count() == 3);
+    CHECK(s.rule_reloads() == 1);
+    CHECK(s.states() == 2);
+    CHECK(s.packets() == 4);
+    CHECK(s.drops() == 2);
+    REQUIRE(s.queues_size() == 1);
+    CHECK(s.queues(0).queue() == 5);
+    CHECK(s.queues(0).overruns() == 2);
+    CHECK(s.rules_loaded_unix_ms() > 1'600'000'000'000ull);
+  }
+
+  SECTION("stats sum the workers' reasons and carry rule and queue counters") {
+    const Response r = d.call(make([](Request& q) { q.mutable_stats(); }));
+    REQUIRE(r.ok());
+    const Stats& s = r.stats();
+    CHECK(static_cast<std::size_t>(s.reasons_size()) == engine::kReasonCount);
+    CHECK(reason_count(s, engine::Reason::Match) == 2);
+    CHECK(reason_count(s, engine::Reason::RuleBlock) == 1);
+    CHECK(reason_count(s, engine::Reason::BadIpHeader) == 1);
+    CHECK(reason_count(s, engine::Reason::Short) == 0);
+    REQUIRE(s.rules_size() == 3);
+    CHECK(s.rules(1).number() == 1);
+    CHECK(s.rules(1).packets() == 1);
+    CHECK(s.rules(1).states_current() == 1);
+    CHECK(s.rules(0).packets() == 1);  // the blocked SYN
+    CHECK(s.packets() == 4);
+    CHECK(s.states() == 2);
+  }
+
+  SECTION("rules show lists each rule with @N, its text, location and counters") {
+    const Response r = d.call(make([](Request& q) { q.mutable_rules_show(); }));
+    REQUIRE(r.ok());
+    REQUIRE(r.rules().rules_size() == 3);
+    CHECK(r.rules().rules_file() == d.config.rules.file);
+    CHECK(r.rules().rules(0).text().rfind("block", 0) == 0);
+    CHECK(r.rules().rules(1).text().find("pass") == 0);
+    CHECK(r.rules().rules(1).location() == d.config.rules.file + ":2");
+    CHECK(r.rules().rules(2).states_created() == 1);
+  }
+
+  SECTION("states: list, count and filters") {
+    Request q;
+    q.mutable_states();
+    Response r = d.call(q);
+    REQUIRE(r.ok());
+    CHECK(r.states().total() == 2);
+    CHECK(r.states().matched() == 2);
+    REQUIRE(r.states().states_size() == 2);
+    bool saw_tcp = false;
+    for (const auto& s : r.states().states()) {
+      if (s.proto() != 6) continue;
+      saw_tcp = true;
+      CHECK(s.src().address() == "10.0.0.1");
+      CHECK(s.src().port() == 40000);
+      CHECK(s.dst().address() == "10.9.0.1");
+      CHECK(s.dst().port() == 80);
+      CHECK(s.family() == 4);
+      CHECK(s.creator() == 3);
+      CHECK(s.rule() == 1);
+      CHECK(s.src_state() == "SYN_SENT");
+      CHECK(s.timeout() == "tcp.first");
+      CHECK(s.expires_in_ms() > 0);
+      CHECK(s.packets_out() == 1);
+      CHECK_FALSE(s.has_wire_src());
+    }
+    CHECK(saw_tcp);
+
+    q.mutable_states()->mutable_filter()->set_port(53);
+    r = d.call(q);
+    REQUIRE(r.states().states_size() == 1);
+    CHECK(r.states().states(0).src().address() == "2001:db8::1");
+    CHECK(r.states().states(0).src_state() == "SINGLE");
+
+    q.mutable_states()->mutable_filter()->Clear();
+    q.mutable_states()->mutable_filter()->set_address("10.0.0.0/8");
+    r = d.call(q);
+    CHECK(r.states().matched() == 1);
+    q.mutable_states()->mutable_filter()->set_address("10.9.0.1");
+    CHECK(d.call(q).states().matched() == 1);
+    q.mutable_states()->mutable_filter()->set_address("192.0.2.0/24");
+    CHECK(d.call(q).states().matched() == 0);
+    q.mutable_states()->mutable_filter()->set_address("2001:db8::/32");
+    CHECK(d.call(q).states().matched() == 1);
+
+    q.mutable_states()->mutable_filter()->Clear();
+    q.mutable_states()->mutable_filter()->set_proto(17);
+    CHECK(d.call(q).states().matched() == 1);
+
+    q.mutable_states()->mutable_filter()->Clear();
+    q.mutable_states()->set_limit(1);
+    r = d.call(q);
+    CHECK(r.states().states_size() == 1);
+    CHECK(r.states().matched() == 2);
+    CHECK(r.states().truncated());
+
+    q.mutable_states()->set_count_only(true);
+    r = d.call(q);
+    CHECK(r.states().matched() == 2);
+    CHECK(r.states().states_size() == 0);
+
+    q.mutable_states()->mutable_filter()->set_address("10.0.0.1/8");  // host bits set
+    r = d.call(q);
+    CHECK_FALSE(r.ok());
+    CHECK(r.error() == "states: '10.0.0.1/8' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
+  }
+
+  SECTION("a broken reload keeps the running rules and the states") {
+    const std::string broken = d.write("broken.conf", "block all\npass proto tcp to port http\n");
+    Request q;
+    q.mutable_rules_load()->set_path(broken);
+    const Response r = d.call(q);
+    CHECK_FALSE(r.ok());
+    CHECK(r.error().rfind(broken + ":2:", 0) == 0);
+    CHECK_FALSE(r.has_rules_loaded());
+    CHECK(d.engine.rules()->size() == 3);
+    CHECK(d.engine.states().size() == 2);
+    CHECK(d.service.rules_file() == d.config.rules.file);
+    // Same verdicts as before.
+    CHECK(d.send(syn("10.0.0.2", 40000, "10.9.0.1", 81)).action == engine::Verdict::Action::Drop);
+    const Response st = d.call(make([](Request& x) { x.mutable_status(); }));
+    CHECK(st.status().rule_reload_failures() == 1);
+
+    q.mutable_rules_load()->set_path((d.dir / "missing.conf").string());
+    CHECK_FALSE(d.call(q).ok());
+  }
+
+  SECTION("a good reload changes verdicts and keeps the states") {
+    const std::string good = d.write("good.conf", "block all\npass proto tcp to port 81\n");
+    Request q;
+    q.mutable_rules_load()->set_path(good);
+    const Response r = d.call(q);
+    INFO(r.error());
+    REQUIRE(r.ok());
+    CHECK(r.rules_loaded().rule_count() == 2);
+    CHECK(r.rules_loaded().states_kept() == 2);
+    CHECK(r.rules_loaded().path() == good);
+    CHECK(d.send(syn("10.0.0.2", 40000, "10.9.0.1", 81)).action == engine::Verdict::Action::Accept);
+    CHECK(d.send(syn("10.0.0.2", 40001, "10.9.0.1", 80)).action == engine::Verdict::Action::Drop);
+    // The connection opened under the old rules still passes through its state.
+    const Bytes reply = PacketBuilder()
+                            .ipv4("10.9.0.1", "10.0.0.1")
+                            .tcp(80, 40000)
+                            .flags(tcpflag::kSyn | tcpflag::kAck)
+                            .seq(5000)
+                            .ack(1001)
+                            .build();
+    const auto v = d.send(reply);
+    CHECK(v.action == engine::Verdict::Action::Accept);
+    CHECK(v.reason == engine::Reason::State);
+    // An empty path reloads the current file: now good.conf.
+    Request again;
+    again.mutable_rules_load();
+    CHECK(d.call(again).rules_loaded().path() == good);
+  }
+
+  SECTION("the config's state limit overrides the rule file's") {
+    d.config.engine.state_limit = 5;
+    REQUIRE(d.service.load_rules("").ok);
+    CHECK(d.engine.states().limit() == 5);
+  }
+
+  SECTION("flush states empties the table") {
+    const Response r = d.call(make([](Request& q) { q.mutable_flush_states(); }));
+    REQUIRE(r.ok());
+    CHECK(r.flushed().states() == 2);
+    CHECK(d.engine.states().size() == 0);
+  }
+}
+
+TEST_CASE("service: health, versions, sync and failover routing", "[service]") {
+  Daemon d;
+  const Request health = make([](Request& q) { q.mutable_health(); });
+
+  Response r = d.call(health);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r.health().healthy());
+  CHECK(r.health().reason() == "no rule set loaded");
+
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(d.call(health).health().healthy());
+
+  std::optional<std::string> stuck;
+  d.service.set_health_probe([&] { return stuck; });
+  stuck = "queue 0 worker made no progress for 12 s";
+  r = d.call(health);
+  CHECK_FALSE(r.health().healthy());
+  CHECK(r.health().reason() == "queue 0 worker made no progress for 12 s");
+  stuck.reset();
+
+  // No failover configured.
+  r = d.call(make([](Request& q) { q.mutable_failover_status(); }));
+  CHECK(r.ok());
+  CHECK_FALSE(r.failover_status().enabled());
+  r = d.call(make([](Request& q) { q.mutable_failover_demote()->set_amount(1); }));
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "failover is not configured (no [failover] section in " + d.config.file + ")");
+  r = d.call(make([](Request& q) { q.mutable_sync_status(); }));
+  CHECK(r.ok());
+  CHECK_FALSE(r.sync_status().enabled());
+
+  FakeFailover failover;
+  d.service.set_failover(&failover);
+  r = d.call(make([](Request& q) { q.mutable_failover_demote()->set_amount(5); }));
+  REQUIRE(r.ok());
+  CHECK(r.failover_status().enabled());
+  CHECK(r.failover_status().demotion() == 5);
+  r = d.call(health);
+  CHECK_FALSE(r.health().healthy());
+  CHECK(r.health().reason() == "demoted by the administrator");
+  r = d.call(make([](Request& q) { q.mutable_failover_promote()->set_amount(9); }));
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "demotion is 5, cannot promote by 9");
+  CHECK_FALSE(r.has_failover_status());
+  r = d.call(make([](Request& q) { q.mutable_failover_promote()->set_amount(5); }));
+  CHECK(r.ok());
+  CHECK(d.call(health).health().healthy());
+  r = d.call(make([](Request& q) { q.mutable_failover_set_role()->set_role(FailoverStatus::MASTER); }));
+  CHECK(r.failover_status().role() == FailoverStatus::MASTER);
+
+  Request future;
+  future.set_version(kControlProtocolVersion + 1);
+  future.mutable_status();
+  r = d.call(future);
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "unsupported control protocol version 2 (this daemon speaks 1)");
+
+  r = d.call(Request{});
+  CHECK_FALSE(r.ok());
+  CHECK(r.error().rfind("empty request", 0) == 0);
+}
