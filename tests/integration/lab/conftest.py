@@ -11,15 +11,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "tools" / "lab"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pairwall_lab import topology  # noqa: E402
+from lab_support import ADVBASE_MS, BIN_DIR, PREFIX, need_pairwalld, need_root  # noqa: E402
 from pairwall_lab.lab import Lab  # noqa: E402
-
-PREFIX = "pg-"
-BIN_DIR = Path(os.environ.get("PAIRWALL_BIN_DIR", REPO / "build" / "bin"))
-ADVBASE_MS = 200
 
 
 def pytest_configure(config):
@@ -35,20 +30,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def need_root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: network namespaces")
-
-
-def need_pairwalld():
-    missing = [b for b in ("pairwalld", "pairwallctl") if not os.access(BIN_DIR / b, os.X_OK)]
-    if missing:
-        pytest.skip(f"{', '.join(str(BIN_DIR / b) for b in missing)} not built: this scenario runs the real "
-                    "pair (build with `cmake --preset release && cmake --build --preset release`)")
-
-
 @pytest.fixture
-def make_lab(tmp_path):
+def make_lab():
     """make_lab(driver) -> a lab that is up; always torn down afterwards, also on failure."""
     need_root()
     labs = []
@@ -71,8 +54,3 @@ def make_lab(tmp_path):
 @pytest.fixture
 def out_dir(tmp_path):
     return tmp_path
-
-
-def failover_bound_ms(advbase_ms=ADVBASE_MS, skew=topology.NODES[1].advskew):
-    """The issue's bound: 3·advbase + skew + 100 ms (skew as time: advskew/256·advbase)."""
-    return 3 * advbase_ms + skew * advbase_ms / 256.0 + 100

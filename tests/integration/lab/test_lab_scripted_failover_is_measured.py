@@ -9,7 +9,7 @@ import pytest
 from pairwall_lab import drill, drivers, netns, topology
 from pairwall_lab.lab import Lab
 
-from conftest import ADVBASE_MS, PREFIX
+from lab_support import ADVBASE_MS, PREFIX
 
 
 @pytest.mark.parametrize("kill", ["master", "node"])

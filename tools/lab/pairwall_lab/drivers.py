@@ -309,6 +309,8 @@ class PairwalldDriver(Driver):
 
     def start_daemon(self, node):
         d = self.node_dir(node)
+        # A socket left by a killed daemon would make wait_socket() return before the new one listens.
+        self.socket(node).unlink(missing_ok=True)
         self.lab.spawn(node, "pairwalld", [self.lab.bin("pairwalld"), "-f", "-c", str(d / "pairwall.toml")])
 
     def start_keepalived(self, node):
