@@ -1,0 +1,290 @@
+#include "daemon/io/hooks.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+extern char** environ;
+
+namespace pairwall::io {
+namespace {
+
+constexpr const char* kBuiltins[] = {"FORWARD", "INPUT", "OUTPUT"};
+// Chain names are limited to 28 characters (XT_EXTENSION_MAXNAMELEN - 1); the defrag chain adds
+// its suffix.
+constexpr std::string_view kDefragSuffix = "_DEFRAG";
+constexpr std::size_t kMaxChain = 28 - kDefragSuffix.size();
+// A jump is deleted one copy at a time; a crashed run leaves at most one per start, so this many
+// means something else keeps adding them.
+constexpr int kMaxJumpCopies = 32;
+
+const std::string& binary(const HooksConfig& config, engine::Family family) {
+  return family == engine::Family::V4 ? config.iptables : config.ip6tables;
+}
+
+Command base(const HooksConfig& config, engine::Family family) {
+  // -w 10: wait up to 10 s for the xtables lock held by another iptables, rather than fail.
+  return {binary(config, family), "-w", "10", "-t", "filter"};
+}
+
+Command with(Command command, std::initializer_list<std::string> args) {
+  command.insert(command.end(), args.begin(), args.end());
+  return command;
+}
+
+std::string defrag_chain(const HooksConfig& config) {
+  return config.chain + std::string(kDefragSuffix);
+}
+
+bool valid_interface(const std::string& name) {
+  // What the kernel accepts as a name (dev_valid_name), plus iptables' trailing '+' wildcard.
+  if (name.empty() || name.size() >= 16 || name == "." || name == "..") return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c == '+' && i + 1 == name.size()) continue;
+    if (std::isspace(c) || c == '/' || c == ':' || c == '!' || c == '+' || !std::isprint(c)) return false;
+  }
+  return true;
+}
+
+std::string family_name(engine::Family family) {
+  return family == engine::Family::V4 ? "IPv4" : "IPv6";
+}
+
+}  // namespace
+
+std::string to_string(const Command& command) {
+  std::string out;
+  for (const auto& arg : command) {
+    if (!out.empty()) out += ' ';
+    out += arg;
+  }
+  return out;
+}
+
+CommandResult run_command(const Command& argv) {
+  CommandResult result;
+  if (argv.empty()) return result;
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    result.output = std::string("cannot create a pipe: ") + std::strerror(errno);
+    return result;
+  }
+  // posix_spawnp is fork + exec without a shell, and safe in a process that runs threads.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  pid_t pid = -1;
+  const int spawn_error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  if (spawn_error != 0) {
+    close(pipe_fds[0]);
+    result.output = "cannot run " + argv[0] + ": " + std::strerror(spawn_error);
+    return result;
+  }
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(pipe_fds[0], buf, sizeof(buf));
+    if (n > 0) {
+      if (result.output.size() < 65536) result.output.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  while (!result.output.empty() && std::isspace(static_cast<unsigned char>(result.output.back()))) {
+    result.output.pop_back();
+  }
+  return result;
+}
+
+void validate(const HooksConfig& config) {
+  if (config.chain.empty() || config.chain.size() > kMaxChain) {
+    throw HooksError("hooks: chain name '" + config.chain + "' must have 1 to " + std::to_string(kMaxChain) +
+                     " characters");
+  }
+  for (const char c : config.chain) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') {
+      throw HooksError("hooks: chain name '" + config.chain +
+                       "' may only contain letters, digits, '_' and '-'");
+    }
+  }
+  if (config.queue_last < config.queue_first) {
+    throw HooksError("hooks: queue range " + std::to_string(config.queue_first) + ":" +
+                     std::to_string(config.queue_last) + " ends before it starts");
+  }
+  for (const auto& name : config.excluded_interfaces) {
+    if (!valid_interface(name)) {
+      throw HooksError("hooks: excluded interface '" + name +
+                       "' is not a valid interface name (1-15 characters, no spaces, '/' or ':')");
+    }
+  }
+  for (const uint8_t proto : config.excluded_protocols) {
+    if (proto == 0)
+      throw HooksError("hooks: excluded protocol 0 would match every packet; name a protocol number");
+  }
+  if (!config.ipv4 && !config.ipv6) throw HooksError("hooks: neither IPv4 nor IPv6 is enabled");
+}
+
+std::vector<Command> install_commands(const HooksConfig& config, engine::Family family) {
+  const Command b = base(config, family);
+  const std::string& chain = config.chain;
+  std::vector<Command> out;
+  out.push_back(with(b, {"-N", chain}));
+  if (config.bypass_mark != 0) {
+    const std::string mark = std::to_string(config.bypass_mark);
+    out.push_back(with(b, {"-A", chain, "-m", "mark", "--mark", mark + "/" + mark, "-j", "RETURN"}));
+  }
+  for (const auto& name : config.excluded_interfaces) {
+    out.push_back(with(b, {"-A", chain, "-i", name, "-j", "RETURN"}));
+    out.push_back(with(b, {"-A", chain, "-o", name, "-j", "RETURN"}));
+  }
+  for (const uint8_t proto : config.excluded_protocols) {
+    out.push_back(with(b, {"-A", chain, "-p", std::to_string(proto), "-j", "RETURN"}));
+  }
+  Command queue = with(b, {"-A", chain, "-j", "NFQUEUE"});
+  if (config.queue_first == config.queue_last) {
+    queue = with(queue, {"--queue-num", std::to_string(config.queue_first)});
+  } else {
+    queue = with(queue, {"--queue-balance",
+                         std::to_string(config.queue_first) + ":" + std::to_string(config.queue_last)});
+  }
+  if (config.bypass) queue = with(queue, {"--queue-bypass"});
+  out.push_back(queue);
+  if (config.defrag) {
+    // Loading a socket match enables nf_defrag for the namespace (xt_socket's checkentry), with
+    // no conntrack. The chain is never jumped to, so the match itself never runs.
+    out.push_back(with(b, {"-N", defrag_chain(config)}));
+    out.push_back(with(b, {"-A", defrag_chain(config), "-m", "socket", "-j", "RETURN"}));
+  }
+  // Jumps last: the chain is complete before the first packet enters it.
+  out.push_back(with(b, {"-I", "FORWARD", "1", "-j", chain}));
+  if (config.input) out.push_back(with(b, {"-I", "INPUT", "1", "-j", chain}));
+  if (config.output) out.push_back(with(b, {"-I", "OUTPUT", "1", "-j", chain}));
+  return out;
+}
+
+Command chain_exists_command(const HooksConfig& config, engine::Family family) {
+  return with(base(config, family), {"-n", "-L", config.chain});
+}
+
+Command delete_jump_command(const HooksConfig& config, engine::Family family, const std::string& builtin) {
+  return with(base(config, family), {"-D", builtin, "-j", config.chain});
+}
+
+Command flush_chain_command(const HooksConfig& config, engine::Family family) {
+  return with(base(config, family), {"-F", config.chain});
+}
+
+Command delete_chain_command(const HooksConfig& config, engine::Family family) {
+  return with(base(config, family), {"-X", config.chain});
+}
+
+Command defrag_exists_command(const HooksConfig& config, engine::Family family) {
+  return with(base(config, family), {"-n", "-L", defrag_chain(config)});
+}
+
+Command flush_defrag_command(const HooksConfig& config, engine::Family family) {
+  return with(base(config, family), {"-F", defrag_chain(config)});
+}
+
+Command delete_defrag_command(const HooksConfig& config, engine::Family family) {
+  return with(base(config, family), {"-X", defrag_chain(config)});
+}
+
+Hooks::Hooks(HooksConfig config, CommandRunner runner)
+    : config_(std::move(config)), runner_(std::move(runner)) {
+  validate(config_);
+}
+
+void Hooks::run_checked(const Command& command) {
+  const CommandResult r = runner_(command);
+  if (r.exit_code == 0) return;
+  std::string message = "hooks: '" + to_string(command) + "' ";
+  if (r.exit_code < 0) {
+    message += "could not run";
+  } else {
+    message += "failed with exit code " + std::to_string(r.exit_code);
+  }
+  if (!r.output.empty()) message += ": " + r.output;
+  if (r.exit_code == 127 || r.exit_code < 0) {
+    message += " (is " + command.front() + " installed and in PATH?)";
+  } else if (r.output.find("ermission denied") != std::string::npos) {
+    message += " (needs CAP_NET_ADMIN)";
+  } else if (r.output.find("NFQUEUE") != std::string::npos || r.output.find("socket") != std::string::npos) {
+    message += " (does this kernel have the NFQUEUE target and the socket match?)";
+  }
+  throw HooksError(message);
+}
+
+void Hooks::remove_family(engine::Family family) {
+  // Exit code 1 is iptables' "no such chain / rule"; anything else is a real failure.
+  auto absent_or_fail = [&](const Command& command) {
+    const CommandResult r = runner_(command);
+    if (r.exit_code == 0) return false;
+    if (r.exit_code == 1) return true;
+    run_checked(command);  // reports the failure
+    return true;
+  };
+  if (!absent_or_fail(chain_exists_command(config_, family))) {
+    for (const char* builtin : kBuiltins) {
+      int copies = 0;
+      while (!absent_or_fail(delete_jump_command(config_, family, builtin))) {
+        if (++copies == kMaxJumpCopies) {
+          throw HooksError("hooks: more than " + std::to_string(kMaxJumpCopies) + " jumps from " + builtin +
+                           " to " + config_.chain + " in the " + family_name(family) +
+                           " filter table; is another process adding them?");
+        }
+      }
+    }
+    run_checked(flush_chain_command(config_, family));
+    run_checked(delete_chain_command(config_, family));
+  }
+  if (!absent_or_fail(defrag_exists_command(config_, family))) {
+    run_checked(flush_defrag_command(config_, family));
+    run_checked(delete_defrag_command(config_, family));
+  }
+}
+
+void Hooks::remove() {
+  if (config_.ipv4) remove_family(engine::Family::V4);
+  if (config_.ipv6) remove_family(engine::Family::V6);
+}
+
+void Hooks::install() {
+  remove();
+  try {
+    for (const auto family : {engine::Family::V4, engine::Family::V6}) {
+      if (family == engine::Family::V4 ? !config_.ipv4 : !config_.ipv6) continue;
+      for (const auto& command : install_commands(config_, family)) run_checked(command);
+    }
+  } catch (const HooksError&) {
+    try {
+      remove();
+    } catch (const HooksError&) {
+      // The first error is the one to act on; the rollback's is secondary.
+    }
+    throw;
+  }
+}
+
+}  // namespace pairwall::io

@@ -1,0 +1,107 @@
+// The daemon's own iptables/ip6tables chain that sends packets to its queues.
+//
+//   filter FORWARD (and optionally INPUT, OUTPUT):  -j PAIRWALL        (inserted first)
+//   PAIRWALL:  -m mark --mark M/M -j RETURN       our own RST / ICMP replies (bypass_mark)
+//              -i IF -j RETURN, -o IF -j RETURN    excluded interfaces (sync link, ...)
+//              -p P -j RETURN                      excluded protocols (failover advertisements)
+//              -j NFQUEUE --queue-balance A:B [--queue-bypass]   (--queue-num A for one queue)
+//
+// --queue-balance spreads flows over the queues by a hash of the addresses (the same flow always
+// reaches the same worker); --queue-cpu-fanout is not used, as it would split a flow's two
+// directions across workers by the CPU that received them. Without --queue-bypass, packets are
+// dropped while no pairwalld listens; with it they pass uninspected.
+//
+// Fragments: the kernel reassembles IPv4/IPv6 fragments before the filter table only while
+// something in the network namespace has enabled nf_defrag (conntrack, the socket match, TPROXY).
+// A plain NFQUEUE rule does not. Hooks can enable it without conntrack through an always-RETURN
+// socket-match rule in the raw table (`defrag`, see hooks.cc); otherwise the engine sees the
+// fragments themselves and drops them with reason `fragment`.
+//
+// Commands run through fork/exec (no shell) with -w, so a concurrent iptables waits for the lock
+// instead of failing. The command lists are pure functions, tested without a kernel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/address.h"
+
+namespace pairwall::io {
+
+struct HooksConfig {
+  std::string chain = "PAIRWALL";
+  uint16_t queue_first = 0;
+  uint16_t queue_last = 0;
+  bool bypass = false;  // --queue-bypass: pass packets uninspected while no listener is bound
+  bool input = false;   // also queue traffic to this host
+  bool output = false;  // also queue traffic from this host
+  std::vector<std::string> excluded_interfaces;
+  std::vector<uint8_t> excluded_protocols;
+  uint32_t bypass_mark = 0;  // 0: no mark rule
+  bool defrag = true;        // enable reassembly before the queue (raw table, no conntrack)
+  bool ipv4 = true;
+  bool ipv6 = true;
+  std::string iptables = "iptables";
+  std::string ip6tables = "ip6tables";
+};
+
+class HooksError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using Command = std::vector<std::string>;
+
+struct CommandResult {
+  int exit_code = -1;  // -1: could not be started, or ended by a signal
+  std::string output;  // stdout and stderr, trimmed
+};
+
+using CommandRunner = std::function<CommandResult(const Command&)>;
+
+// Runs argv[0] from PATH with fork/execvp, no shell; captures its output.
+CommandResult run_command(const Command& argv);
+
+std::string to_string(const Command& command);
+
+// Throws HooksError naming the offending field when the configuration cannot be installed.
+void validate(const HooksConfig& config);
+
+// Creates the chain, its rules, the defrag rule and the jumps, in that order.
+std::vector<Command> install_commands(const HooksConfig& config, engine::Family family);
+
+// Building blocks of removal (a procedure: it asks before it deletes).
+Command chain_exists_command(const HooksConfig& config, engine::Family family);
+Command delete_jump_command(const HooksConfig& config, engine::Family family, const std::string& builtin);
+Command flush_chain_command(const HooksConfig& config, engine::Family family);
+Command delete_chain_command(const HooksConfig& config, engine::Family family);
+Command defrag_exists_command(const HooksConfig& config, engine::Family family);
+Command flush_defrag_command(const HooksConfig& config, engine::Family family);
+Command delete_defrag_command(const HooksConfig& config, engine::Family family);
+
+class Hooks {
+ public:
+  explicit Hooks(HooksConfig config, CommandRunner runner = run_command);
+
+  // Removes leftovers of an earlier run, then installs. On failure, removes what it added and
+  // throws HooksError with the command, its exit code and its output.
+  void install();
+
+  // Removes the jumps, the chain and the defrag rule. Idempotent: absent pieces are fine; a
+  // command that fails for another reason throws HooksError.
+  void remove();
+
+  const HooksConfig& config() const { return config_; }
+
+ private:
+  void remove_family(engine::Family family);
+  void run_checked(const Command& command);
+
+  HooksConfig config_;
+  CommandRunner runner_;
+};
+
+}  // namespace pairwall::io

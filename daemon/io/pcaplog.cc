@@ -1,0 +1,316 @@
+#include "daemon/io/pcaplog.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace pairwall::io {
+namespace {
+
+// pf's values (OpenBSD sys/net/pfvar.h); tcpdump and Wireshark name them.
+constexpr uint8_t kPfPass = 0;
+constexpr uint8_t kPfDrop = 1;
+constexpr uint8_t kPfIn = 1;
+constexpr uint8_t kPfOut = 2;
+constexpr uint8_t kPfresMatch = 0;
+constexpr uint8_t kPfresBadOffset = 1;
+constexpr uint8_t kPfresFragment = 2;
+constexpr uint8_t kPfresShort = 3;
+constexpr uint8_t kPfresNormalize = 4;
+constexpr uint8_t kPfresMemory = 5;
+constexpr uint8_t kPfresStateMismatch = 10;
+constexpr uint8_t kPfresStateLimit = 12;
+// BSD address family numbers, which pflog readers expect whatever the writing system.
+constexpr uint8_t kBsdAfInet = 2;
+constexpr uint8_t kBsdAfInet6 = 24;
+constexpr uint8_t kPflogRealLength = 61;
+
+void put32be(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 24);
+  p[1] = static_cast<uint8_t>(v >> 16);
+  p[2] = static_cast<uint8_t>(v >> 8);
+  p[3] = static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
+uint8_t pf_reason(engine::Reason reason) {
+  using engine::Reason;
+  switch (reason) {
+    case Reason::Match:
+    case Reason::State:
+    case Reason::DefaultPass:
+    case Reason::RuleBlock:
+      return kPfresMatch;
+    case Reason::BadOffset:
+      return kPfresBadOffset;
+    case Reason::Fragment:
+      return kPfresFragment;
+    case Reason::Short:
+      return kPfresShort;
+    case Reason::StateMismatch:
+    case Reason::BadSeq:
+      return kPfresStateMismatch;
+    case Reason::StateLimit:
+    case Reason::RuleStateLimit:
+      return kPfresStateLimit;
+    case Reason::Memory:
+      return kPfresMemory;
+    case Reason::BadIpVersion:
+    case Reason::BadIpHeader:
+    case Reason::BadIpv6Extension:
+    case Reason::BadTcpHeader:
+    case Reason::BadTcpOptions:
+    case Reason::BadUdpHeader:
+    case Reason::BadIcmp:
+    case Reason::BadTcpFlags:
+    case Reason::MinTtl:
+    case Reason::Internal:
+    case Reason::Count:
+      break;
+  }
+  return kPfresNormalize;
+}
+
+std::array<uint8_t, kPcapFileHeaderSize> pcap_file_header(uint32_t snaplen) {
+  struct {
+    uint32_t magic = 0xa1b2c3d4;
+    uint16_t major = 2;
+    uint16_t minor = 4;
+    int32_t thiszone = 0;
+    uint32_t sigfigs = 0;
+    uint32_t snaplen;
+    uint32_t linktype = kLinktypePflog;
+  } h;
+  h.snaplen = snaplen;
+  static_assert(sizeof(h) == kPcapFileHeaderSize);
+  return std::bit_cast<std::array<uint8_t, kPcapFileHeaderSize>>(h);
+}
+
+std::array<uint8_t, kPflogHeaderSize> encode_pflog_header(const LogMeta& meta) {
+  std::array<uint8_t, kPflogHeaderSize> h{};
+  h[0] = kPflogRealLength;
+  h[1] = meta.family == engine::Family::V4 ? kBsdAfInet : kBsdAfInet6;
+  h[2] = meta.pass ? kPfPass : kPfDrop;
+  h[3] = pf_reason(meta.reason);
+  std::memcpy(h.data() + 4, meta.ifname, strnlen(meta.ifname, IF_NAMESIZE - 1));
+  put32be(h.data() + 36, meta.rule);
+  put32be(h.data() + 40, UINT32_MAX);
+  put32be(h.data() + 44, UINT32_MAX);
+  put32be(h.data() + 48, UINT32_MAX);
+  put32be(h.data() + 52, UINT32_MAX);
+  put32be(h.data() + 56, UINT32_MAX);
+  h[60] = meta.outbound ? kPfOut : kPfIn;
+  h[61] = static_cast<uint8_t>(meta.reason);
+  return h;
+}
+
+struct PcapLog::Slot {
+  LogMeta meta;
+  uint32_t length = 0;
+  uint32_t captured = 0;
+  int64_t steady_ns = 0;
+};
+
+// Single producer (one worker), single consumer (the writer, under file_mutex_). Slots hold the
+// metadata and up to snaplen bytes, so a push is two copies and two atomic operations.
+class PcapLog::Ring {
+ public:
+  Ring(std::size_t slots, uint32_t snaplen)
+      : mask_(std::bit_ceil(std::max<std::size_t>(slots, 2)) - 1),
+        snaplen_(snaplen),
+        slots_(mask_ + 1),
+        data_((mask_ + 1) * snaplen) {}
+
+  bool push(const LogMeta& meta, std::span<const uint8_t> packet, int64_t steady_ns) noexcept {
+    const std::size_t head = head_.load(std::memory_order_relaxed);
+    if (head - tail_.load(std::memory_order_acquire) > mask_) {
+      dropped.add();
+      return false;
+    }
+    const std::size_t i = head & mask_;
+    Slot& slot = slots_[i];
+    slot.meta = meta;
+    slot.length = static_cast<uint32_t>(packet.size());
+    slot.captured = static_cast<uint32_t>(std::min<std::size_t>(packet.size(), snaplen_));
+    slot.steady_ns = steady_ns;
+    std::memcpy(data_.data() + i * snaplen_, packet.data(), slot.captured);
+    head_.store(head + 1, std::memory_order_release);
+    logged.add();
+    return true;
+  }
+
+  template <typename F>
+  void drain(F&& consume) {
+    std::size_t tail = tail_.load(std::memory_order_relaxed);
+    const std::size_t head = head_.load(std::memory_order_acquire);
+    for (; tail != head; ++tail) {
+      const std::size_t i = tail & mask_;
+      consume(slots_[i], data_.data() + i * snaplen_);
+    }
+    tail_.store(tail, std::memory_order_release);
+  }
+
+  Counter logged;
+  Counter dropped;
+
+ private:
+  const std::size_t mask_;
+  const uint32_t snaplen_;
+  std::vector<Slot> slots_;
+  std::vector<uint8_t> data_;
+  alignas(64) std::atomic<std::size_t> head_{0};
+  alignas(64) std::atomic<std::size_t> tail_{0};
+};
+
+PcapLog::PcapLog(PcapLogConfig config) : config_(std::move(config)) {
+  if (config_.path.empty()) throw std::runtime_error("pcap log: no file path configured");
+  if (config_.files == 0) config_.files = 1;
+  if (config_.snaplen == 0) config_.snaplen = 96;
+  if (config_.workers == 0) config_.workers = 1;
+  const uint64_t smallest = kPcapFileHeaderSize + kPcapRecordHeaderSize + kPflogHeaderSize + config_.snaplen;
+  if (config_.max_file_bytes < smallest) {
+    throw std::runtime_error("pcap log: max file size " + std::to_string(config_.max_file_bytes) +
+                             " bytes cannot hold one record of snaplen " + std::to_string(config_.snaplen) +
+                             "; use at least " + std::to_string(smallest));
+  }
+  for (std::size_t i = 0; i < config_.workers; ++i) {
+    rings_.push_back(std::make_unique<Ring>(config_.ring_slots, config_.snaplen));
+  }
+  {
+    std::lock_guard lock(file_mutex_);
+    // An existing file from an earlier run becomes PATH.1.
+    if (const std::string error = rotate(); !error.empty()) throw std::runtime_error(error);
+  }
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+PcapLog::~PcapLog() {
+  {
+    std::lock_guard lock(wake_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  writer_.join();
+  std::lock_guard lock(file_mutex_);
+  drain_locked();
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+bool PcapLog::log(std::size_t worker, const LogMeta& meta, std::span<const uint8_t> packet,
+                  std::chrono::steady_clock::time_point when) noexcept {
+  if (worker >= rings_.size()) return false;
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+  return rings_[worker]->push(meta, packet, ns);
+}
+
+void PcapLog::flush() {
+  std::lock_guard lock(file_mutex_);
+  drain_locked();
+}
+
+PcapLogStats PcapLog::stats() const {
+  PcapLogStats s;
+  for (const auto& ring : rings_) {
+    s.logged += ring->logged.get();
+    s.dropped += ring->dropped.get();
+  }
+  s.written = written_.get();
+  s.write_errors = write_errors_.get();
+  s.rotations = rotations_.get();
+  return s;
+}
+
+void PcapLog::writer_loop() {
+  std::unique_lock wake_lock(wake_mutex_);
+  while (!stopping_) {
+    wake_.wait_for(wake_lock, config_.flush_interval, [this] { return stopping_; });
+    wake_lock.unlock();
+    {
+      std::lock_guard lock(file_mutex_);
+      drain_locked();
+    }
+    wake_lock.lock();
+  }
+}
+
+void PcapLog::drain_locked() {
+  // Workers stamp packets with the steady clock; the file wants wall time.
+  const auto wall_offset = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch() -
+      std::chrono::steady_clock::now().time_since_epoch());
+  if (file_ == nullptr) open_file();  // retry after a failed rotation
+  bool wrote = false;
+  for (auto& ring : rings_) {
+    ring->drain([&](const Slot& slot, const uint8_t* data) {
+      if (file_ == nullptr) {
+        write_errors_.add();
+        return;
+      }
+      const uint64_t size = kPcapRecordHeaderSize + kPflogHeaderSize + slot.captured;
+      // A failed rotation leaves no file open: records are counted as errors until the next one.
+      if (file_bytes_ + size > config_.max_file_bytes) rotate();
+      if (file_ == nullptr) {
+        write_errors_.add();
+        return;
+      }
+      const int64_t wall_ns = slot.steady_ns + wall_offset.count();
+      const uint32_t record[4] = {static_cast<uint32_t>(wall_ns / 1000000000),
+                                  static_cast<uint32_t>((wall_ns % 1000000000) / 1000),
+                                  static_cast<uint32_t>(kPflogHeaderSize + slot.captured),
+                                  static_cast<uint32_t>(kPflogHeaderSize + slot.length)};
+      const auto pflog = encode_pflog_header(slot.meta);
+      const bool ok = std::fwrite(record, sizeof(record), 1, file_) == 1 &&
+                      std::fwrite(pflog.data(), pflog.size(), 1, file_) == 1 &&
+                      (slot.captured == 0 || std::fwrite(data, slot.captured, 1, file_) == 1);
+      if (!ok) {
+        write_errors_.add();
+        return;
+      }
+      file_bytes_ += size;
+      written_.add();
+      wrote = true;
+    });
+  }
+  if (wrote && std::fflush(file_) != 0) write_errors_.add();
+}
+
+std::string PcapLog::open_file() {
+  file_ = std::fopen(config_.path.c_str(), "wbe");
+  if (file_ == nullptr) {
+    return "pcap log: cannot create " + config_.path + ": " + std::strerror(errno) +
+           " (does the directory exist and is it writable?)";
+  }
+  const auto header = pcap_file_header(config_.snaplen + kPflogHeaderSize);
+  if (std::fwrite(header.data(), header.size(), 1, file_) != 1 || std::fflush(file_) != 0) {
+    const int err = errno;
+    std::fclose(file_);
+    file_ = nullptr;
+    return "pcap log: cannot write " + config_.path + ": " + std::strerror(err);
+  }
+  file_bytes_ = kPcapFileHeaderSize;
+  return {};
+}
+
+std::string PcapLog::rotate() {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    file_ = nullptr;
+  }
+  std::error_code ec;
+  if (config_.files > 1 && std::filesystem::exists(config_.path, ec)) {
+    // PATH.(n-2) -> PATH.(n-1), ..., PATH -> PATH.1; rename(2) replaces the oldest.
+    for (unsigned i = config_.files - 1; i >= 1; --i) {
+      const std::string from = i == 1 ? config_.path : config_.path + "." + std::to_string(i - 1);
+      const std::string to = config_.path + "." + std::to_string(i);
+      std::rename(from.c_str(), to.c_str());  // a missing PATH.k is fine
+    }
+    rotations_.add();
+  }
+  return open_file();
+}
+
+}  // namespace pairwall::io

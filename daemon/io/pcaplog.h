@@ -1,0 +1,136 @@
+// Logged packets to a pcap file in pf's pflog format, readable by `tcpdump -n -e -r FILE` (which
+// prints "rule N/reason: block in on IFNAME: ...") and by Wireshark.
+//
+// File: pcap (magic a1b2c3d4, microseconds), LINKTYPE_PFLOG (117). Each record is a 64-byte pflog
+// header followed by the packet from its IP header, cut at `snaplen`:
+//
+//   off size field       what pairwall writes
+//     0   1  length      61: the header up to `pad`, as FreeBSD's PFLOG_REAL_HDRLEN (readers round
+//                        it up to 64)
+//     1   1  af          2 (IPv4) or 24 (IPv6): the BSD values every pflog reader knows
+//     2   1  action      0 pass, 1 block (PF_PASS / PF_DROP); a reject is a block
+//     3   1  reason      PFRES_* nearest to the engine's reason (pf_reason())
+//     4  16  ifname      the interface of the pass that decided, NUL-padded
+//    20  16  ruleset     empty (no anchors)
+//    36   4  rulenr      the deciding rule's number, big-endian; 0xffffffff for none
+//    40   4  subrulenr   0xffffffff (no anchor rule), so readers print "rule N/"
+//    44   4  uid         0xffffffff: no socket user (pf's UID_MAX)
+//    48   4  pid         -1
+//    52   4  rule_uid    0xffffffff
+//    56   4  rule_pid    -1
+//    60   1  dir         1 in, 2 out (PF_IN / PF_OUT)
+//    61   3  pad         pad[0] = pairwall's own engine::Reason value (finer than PFRES), rest 0
+//
+// Workers never block, allocate or write files: log() copies the record into the worker's bounded
+// ring (full: dropped and counted), and a writer thread drains the rings every flush interval,
+// writes, flushes and rotates by size: PATH, PATH.1, ..., PATH.(files-1), the oldest removed.
+#pragma once
+
+#include <net/if.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/reason.h"
+#include "daemon/io/counter.h"
+
+namespace pairwall::io {
+
+inline constexpr uint32_t kLinktypePflog = 117;
+inline constexpr std::size_t kPflogHeaderSize = 64;
+inline constexpr std::size_t kPcapFileHeaderSize = 24;
+inline constexpr std::size_t kPcapRecordHeaderSize = 16;
+
+struct PcapLogConfig {
+  std::string path;
+  uint64_t max_file_bytes = 64ull << 20;  // rotate before a file grows past this
+  unsigned files = 4;                     // kept, the current one included
+  uint32_t snaplen = 256;                 // packet bytes kept per record
+  std::size_t workers = 1;                // one ring each
+  std::size_t ring_slots = 4096;          // per worker
+  std::chrono::milliseconds flush_interval{100};
+};
+
+// What the pflog header says about one logged packet.
+struct LogMeta {
+  engine::Family family = engine::Family::V4;
+  bool pass = false;
+  engine::Reason reason = engine::Reason::Match;
+  uint32_t rule = UINT32_MAX;  // rules::kNoRule
+  bool outbound = false;
+  char ifname[IF_NAMESIZE] = {};
+};
+
+// The PFRES_* code closest to an engine reason.
+uint8_t pf_reason(engine::Reason reason);
+
+// The 24-byte pcap file header for LINKTYPE_PFLOG, in host byte order (readers detect it by the magic).
+std::array<uint8_t, kPcapFileHeaderSize> pcap_file_header(uint32_t snaplen);
+
+std::array<uint8_t, kPflogHeaderSize> encode_pflog_header(const LogMeta& meta);
+
+struct PcapLogStats {
+  uint64_t logged = 0;   // accepted into rings
+  uint64_t dropped = 0;  // rings full
+  uint64_t written = 0;  // records written to files
+  uint64_t write_errors = 0;
+  uint64_t rotations = 0;
+};
+
+class PcapLog {
+ public:
+  // Opens (appending to nothing: a new file replaces an existing one after rotating it away)
+  // and starts the writer. Throws std::runtime_error naming the path and the reason.
+  explicit PcapLog(PcapLogConfig config);
+  ~PcapLog();  // drains the rings, writes and closes
+  PcapLog(const PcapLog&) = delete;
+  PcapLog& operator=(const PcapLog&) = delete;
+
+  // Data plane, called only by worker `worker` (< config.workers). Never blocks or allocates.
+  // `when` is the batch time the worker already read; the writer converts it to wall time.
+  bool log(std::size_t worker, const LogMeta& meta, std::span<const uint8_t> packet,
+           std::chrono::steady_clock::time_point when) noexcept;
+
+  // Drains every ring and flushes the file now (tests, shutdown, `rotate` from the control socket).
+  void flush();
+
+  PcapLogStats stats() const;
+  const PcapLogConfig& config() const { return config_; }
+
+ private:
+  struct Slot;
+  class Ring;
+
+  void writer_loop();
+  void drain_locked();
+  void write_record(const Slot& slot, std::chrono::nanoseconds wall_offset);
+  // Both return an error message, empty on success.
+  std::string open_file();
+  std::string rotate();
+
+  PcapLogConfig config_;
+  std::vector<std::unique_ptr<Ring>> rings_;
+  std::mutex file_mutex_;  // writer thread vs flush(); never taken by workers
+  std::FILE* file_ = nullptr;
+  uint64_t file_bytes_ = 0;
+  Counter written_;
+  Counter write_errors_;
+  Counter rotations_;
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread writer_;
+};
+
+}  // namespace pairwall::io

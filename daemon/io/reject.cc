@@ -1,0 +1,267 @@
+#include "daemon/io/reject.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "daemon/engine/packet.h"
+
+namespace pairwall::io {
+namespace {
+
+using engine::Family;
+using engine::IpAddress;
+using engine::PacketView;
+using engine::rules::BlockReply;
+
+constexpr std::size_t kIpv4Header = 20;
+constexpr std::size_t kIpv6Header = 40;
+constexpr std::size_t kTcpHeader = 20;
+constexpr std::size_t kIcmpHeader = 8;
+constexpr std::size_t kIpv4ErrorLimit = 576;  // RFC 1812 4.3.2.3
+constexpr uint8_t kIpv4DestUnreachable = 3;   // RFC 792
+constexpr uint8_t kIpv4CodePort = 3;
+constexpr uint8_t kIpv4CodeAdminProhibited = 13;  // RFC 1812 5.2.7.1
+constexpr uint8_t kIpv6DestUnreachable = 1;       // RFC 4443 3.1
+constexpr uint8_t kIpv6CodeAdminProhibited = 1;
+constexpr uint8_t kIpv6CodePort = 4;
+
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+
+void put32(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 24);
+  p[1] = static_cast<uint8_t>(v >> 16);
+  p[2] = static_cast<uint8_t>(v >> 8);
+  p[3] = static_cast<uint8_t>(v);
+}
+
+// One's complement sum of 16-bit big-endian words (RFC 1071), not yet folded or inverted.
+uint32_t sum_words(const uint8_t* p, std::size_t n, uint32_t sum = 0) {
+  for (; n > 1; p += 2, n -= 2) sum += static_cast<uint32_t>(p[0] << 8 | p[1]);
+  if (n == 1) sum += static_cast<uint32_t>(p[0] << 8);
+  return sum;
+}
+
+uint16_t fold(uint32_t sum) {
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// The pseudo-header of RFC 9293 3.1 / RFC 8200 8.1 for the upper-layer checksum.
+uint32_t pseudo_header_sum(Family family, const uint8_t* ip, uint8_t proto, std::size_t upper_length) {
+  if (family == Family::V4) {
+    uint32_t sum = sum_words(ip + 12, 8);
+    return sum + proto + static_cast<uint32_t>(upper_length);
+  }
+  uint32_t sum = sum_words(ip + 8, 32);
+  return sum + static_cast<uint32_t>(upper_length >> 16) + static_cast<uint32_t>(upper_length & 0xffff) +
+         proto;
+}
+
+bool v4_not_unicast(uint32_t a) {
+  const uint32_t first = a >> 24;
+  return first == 0 || first == 127 || first >= 224;  // this network, loopback, multicast/reserved/broadcast
+}
+
+bool v6_not_unicast(const IpAddress& a) {
+  const bool unspecified = a.hi == 0 && a.lo == 0;
+  const bool multicast = (a.hi >> 56) == 0xff;
+  return unspecified || multicast;
+}
+
+bool v6_multicast(const IpAddress& a) {
+  return (a.hi >> 56) == 0xff;
+}
+
+bool is_icmp_error(const PacketView& p, std::span<const uint8_t> bytes) {
+  if (!p.is_icmp()) return false;
+  if (p.icmp.is_error) return true;
+  // Redirects and source quench are error messages too (RFC 1812 4.3.2.7); ICMPv6 types below
+  // 128 are errors and redirect is 137 (RFC 4443 2.1, 2.4(e)).
+  if (p.l4_offset >= bytes.size()) return true;
+  const uint8_t type = bytes[p.l4_offset];
+  if (p.family == Family::V4) return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+  return type < 128 || type == 137;
+}
+
+// Writes the IP header of a reply from the rejected packet's destination to its source.
+std::size_t put_ip_header(const PacketView& p, uint8_t proto, uint8_t ttl, std::size_t upper_length,
+                          uint8_t* out) {
+  if (p.family == Family::V4) {
+    std::memset(out, 0, kIpv4Header);
+    out[0] = 0x45;
+    put16(out + 2, static_cast<uint16_t>(kIpv4Header + upper_length));
+    put16(out + 6, 0x4000);  // DF; the id is left 0 for the kernel to fill (raw(7))
+    out[8] = ttl;
+    out[9] = proto;
+    p.dst.to_v4_bytes(out + 12);
+    p.src.to_v4_bytes(out + 16);
+    put16(out + 10, fold(sum_words(out, kIpv4Header)));
+    return kIpv4Header;
+  }
+  std::memset(out, 0, kIpv6Header);
+  out[0] = 0x60;
+  put16(out + 4, static_cast<uint16_t>(upper_length));
+  out[6] = proto;
+  out[7] = ttl;
+  p.dst.to_v6_bytes(out + 8);
+  p.src.to_v6_bytes(out + 24);
+  return kIpv6Header;
+}
+
+BuiltReply build_rst(const PacketView& p, uint8_t ttl, std::span<uint8_t> out) {
+  BuiltReply r{RejectStatus::Built, ReplyKind::TcpRst, p.family, p.src, 0};
+  uint8_t* ip = out.data();
+  const std::size_t ip_len = put_ip_header(p, engine::ipproto::kTcp, ttl, kTcpHeader, ip);
+  uint8_t* tcp = ip + ip_len;
+  std::memset(tcp, 0, kTcpHeader);
+  put16(tcp + 0, p.dst_port);
+  put16(tcp + 2, p.src_port);
+  if (p.tcp.flags & engine::tcpflag::kAck) {
+    put32(tcp + 4, p.tcp.ack);
+    tcp[13] = engine::tcpflag::kRst;
+  } else {
+    uint32_t seg_len = p.payload_length;
+    if (p.tcp.flags & engine::tcpflag::kSyn) ++seg_len;
+    if (p.tcp.flags & engine::tcpflag::kFin) ++seg_len;
+    put32(tcp + 8, p.tcp.seq + seg_len);
+    tcp[13] = engine::tcpflag::kRst | engine::tcpflag::kAck;
+  }
+  tcp[12] = (kTcpHeader / 4) << 4;
+  const uint32_t sum = pseudo_header_sum(p.family, ip, engine::ipproto::kTcp, kTcpHeader);
+  put16(tcp + 16, fold(sum_words(tcp, kTcpHeader, sum)));
+  r.size = ip_len + kTcpHeader;
+  return r;
+}
+
+BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, RejectIcmp code, uint8_t ttl,
+                      std::span<uint8_t> out) {
+  BuiltReply r{RejectStatus::Built, ReplyKind::Icmp, p.family, p.src, 0};
+  const bool v4 = p.family == Family::V4;
+  const std::size_t limit = v4 ? kIpv4ErrorLimit : kMaxReplySize;
+  const std::size_t ip_len = v4 ? kIpv4Header : kIpv6Header;
+  const std::size_t quote = std::min(bytes.size(), limit - ip_len - kIcmpHeader);
+  const std::size_t icmp_len = kIcmpHeader + quote;
+  uint8_t* ip = out.data();
+  put_ip_header(p, v4 ? engine::ipproto::kIcmp : engine::ipproto::kIcmp6, ttl, icmp_len, ip);
+  uint8_t* icmp = ip + ip_len;
+  std::memset(icmp, 0, kIcmpHeader);
+  if (v4) {
+    icmp[0] = kIpv4DestUnreachable;
+    icmp[1] = code == RejectIcmp::PortUnreachable ? kIpv4CodePort : kIpv4CodeAdminProhibited;
+  } else {
+    icmp[0] = kIpv6DestUnreachable;
+    icmp[1] = code == RejectIcmp::PortUnreachable ? kIpv6CodePort : kIpv6CodeAdminProhibited;
+  }
+  std::memcpy(icmp + kIcmpHeader, bytes.data(), quote);
+  // ICMPv4 sums the message alone (RFC 792); ICMPv6 adds the pseudo-header (RFC 4443 2.3).
+  const uint32_t sum = v4 ? 0 : pseudo_header_sum(p.family, ip, engine::ipproto::kIcmp6, icmp_len);
+  put16(icmp + 2, fold(sum_words(icmp, icmp_len, sum)));
+  r.size = ip_len + icmp_len;
+  return r;
+}
+
+}  // namespace
+
+BuiltReply build_reject(std::span<const uint8_t> offending, BlockReply reply, RejectIcmp icmp, uint8_t ttl,
+                        std::span<uint8_t> out) noexcept {
+  BuiltReply none;
+  if (out.size() < kMaxReplySize) return none;
+  PacketView p;
+  if (engine::parse_packet(offending, p) != engine::Reason::Match) return none;
+  // Quote the IP packet itself, not bytes past its length.
+  const std::size_t ip_size = static_cast<std::size_t>(p.l4_offset) + p.l4_length;
+  if (ip_size > 0 && ip_size < offending.size()) offending = offending.first(ip_size);
+  none.status = RejectStatus::NotEligible;
+  if (reply == BlockReply::Drop) return none;
+  if (p.is_fragment && !p.is_first_fragment) return none;  // no transport header to answer
+  if (p.family == Family::V4) {
+    if (v4_not_unicast(p.src.v4_value()) || v4_not_unicast(p.dst.v4_value())) return none;
+  } else if (v6_not_unicast(p.src) || v6_multicast(p.dst)) {
+    return none;
+  }
+  if (reply == BlockReply::ReturnRst) {
+    if (!p.is_tcp() || (p.tcp.flags & engine::tcpflag::kRst)) return none;
+    return build_rst(p, ttl, out);
+  }
+  if (is_icmp_error(p, offending)) return none;
+  return build_icmp(p, offending, icmp, ttl, out);
+}
+
+Rejector::Rejector(RejectConfig config) : config_(config), bucket_(config.rate_per_second, config.burst) {
+  auto open_raw = [&](int domain, const char* what) {
+    const int fd = socket(domain, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, IPPROTO_RAW);
+    if (fd < 0) {
+      throw std::runtime_error(std::string("cannot open a raw ") + what +
+                               " socket for TCP resets and ICMP unreachables: " + std::strerror(errno) +
+                               " (needs CAP_NET_RAW)");
+    }
+    if (config_.mark != 0 && setsockopt(fd, SOL_SOCKET, SO_MARK, &config_.mark, sizeof(config_.mark)) != 0) {
+      const int err = errno;
+      close(fd);
+      throw std::runtime_error(std::string("cannot set the mark on the raw ") + what +
+                               " socket: " + std::strerror(err) + " (needs CAP_NET_ADMIN)");
+    }
+    return fd;
+  };
+  fd4_ = open_raw(AF_INET, "IPv4");
+  try {
+    fd6_ = open_raw(AF_INET6, "IPv6");
+  } catch (...) {
+    close(fd4_);
+    throw;
+  }
+}
+
+Rejector::~Rejector() {
+  close(fd4_);
+  close(fd6_);
+}
+
+RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply reply,
+                              engine::Millis now) noexcept {
+  const BuiltReply built = build_reject(offending, reply, config_.icmp, config_.ttl, buffer_);
+  if (built.status == RejectStatus::Malformed) {
+    counters_.malformed.add();
+    return built.status;
+  }
+  if (built.status != RejectStatus::Built) {
+    counters_.not_eligible.add();
+    return built.status;
+  }
+  if (!bucket_.take(now)) {
+    counters_.rate_limited.add();
+    return RejectStatus::RateLimited;
+  }
+  ssize_t sent;
+  if (built.family == Family::V4) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    built.destination.to_v4_bytes(reinterpret_cast<uint8_t*>(&to.sin_addr));
+    sent =
+        sendto(fd4_, buffer_, built.size, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+  } else {
+    sockaddr_in6 to{};
+    to.sin6_family = AF_INET6;
+    built.destination.to_v6_bytes(to.sin6_addr.s6_addr);
+    sent =
+        sendto(fd6_, buffer_, built.size, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+  }
+  if (sent != static_cast<ssize_t>(built.size)) {
+    counters_.send_errors.add();
+    return RejectStatus::SendFailed;
+  }
+  (built.kind == ReplyKind::TcpRst ? counters_.rst_sent : counters_.icmp_sent).add();
+  return RejectStatus::Sent;
+}
+
+}  // namespace pairwall::io

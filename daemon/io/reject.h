@@ -1,0 +1,130 @@
+// Replies to a rejected packet (`block return-rst` / `block return-icmp`): a TCP RST or an ICMP
+// destination unreachable, sent through a raw socket. The reply is spoofed from the rejected
+// packet's destination, as the host it was meant for would have answered, so the sender tears
+// the connection down at once instead of retrying into a silent drop.
+//
+// Building the reply is a pure function of the packet's bytes; sending is a sendto on a raw
+// socket (IPPROTO_RAW: IPv4 with IP_HDRINCL, IPv6 with the header included since Linux 4.5).
+// Replies are rate limited by a token bucket, so a flood of rejected packets cannot turn the
+// firewall into a reflector.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/rules/ast.h"
+#include "daemon/engine/time.h"
+#include "daemon/io/counter.h"
+
+namespace pairwall::io {
+
+// The ICMP code used by return-icmp. pf answers "port unreachable" by default.
+enum class RejectIcmp : uint8_t {
+  PortUnreachable,  // v4 type 3 code 3; v6 type 1 code 4
+  AdminProhibited,  // v4 type 3 code 13 (RFC 1812 5.2.7.1); v6 type 1 code 1 (RFC 4443 3.1)
+};
+
+struct RejectConfig {
+  RejectIcmp icmp = RejectIcmp::PortUnreachable;
+  double rate_per_second = 100;  // per worker
+  double burst = 20;
+  uint32_t mark = 0;  // SO_MARK on the replies, so HooksConfig::bypass_mark can exempt them
+  uint8_t ttl = 64;
+};
+
+enum class RejectStatus : uint8_t {
+  Sent,
+  Built,        // build_reject only: `out` holds the reply
+  NotEligible,  // no reply allowed: an RST, an ICMP error, a later fragment, a multicast or
+                // broadcast destination, an unspecified or multicast source (RFC 1122 3.2.2,
+                // RFC 4443 2.4(e), RFC 9293 3.10.7.1), or return-rst for a protocol other than TCP
+  Malformed,    // the packet did not parse
+  RateLimited,
+  SendFailed,
+};
+
+enum class ReplyKind : uint8_t { None, TcpRst, Icmp };
+
+struct BuiltReply {
+  RejectStatus status = RejectStatus::Malformed;
+  ReplyKind kind = ReplyKind::None;
+  engine::Family family = engine::Family::V4;
+  engine::IpAddress destination;  // where the reply goes: the rejected packet's source
+  std::size_t size = 0;
+};
+
+// Every reply fits the IPv6 minimum MTU (RFC 8200 5); IPv4 ICMP errors stay within 576 bytes
+// (RFC 1812 4.3.2.3).
+inline constexpr std::size_t kMaxReplySize = 1280;
+
+// Builds the reply to `offending` (an IP packet starting at its IP header) into `out`, which must
+// hold kMaxReplySize bytes. ReturnRst answers TCP only (as pf); ReturnIcmp answers any protocol.
+//   TCP RST (RFC 9293 3.10.7.1): if the segment has ACK, <SEQ=SEG.ACK><CTL=RST>; otherwise
+//   <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>, SEG.LEN counting SYN and FIN.
+//   ICMP: the rejected packet quoted from its IP header, as much as fits.
+// Checksums are complete. Pure and noexcept.
+BuiltReply build_reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, RejectIcmp icmp,
+                        uint8_t ttl, std::span<uint8_t> out) noexcept;
+
+// Tokens refill continuously at `rate` per second up to `burst`; the bucket starts full.
+class TokenBucket {
+ public:
+  TokenBucket(double rate_per_second, double burst) : rate_(rate_per_second), burst_(burst), tokens_(burst) {}
+
+  bool take(engine::Millis now) noexcept {
+    if (started_) {
+      const double elapsed_ms = static_cast<double>((now - last_).count());
+      if (elapsed_ms > 0) tokens_ = std::min(burst_, tokens_ + elapsed_ms * rate_ / 1000.0);
+    }
+    started_ = true;
+    if (now > last_) last_ = now;
+    if (tokens_ < 1.0) return false;
+    tokens_ -= 1.0;
+    return true;
+  }
+
+ private:
+  double rate_;
+  double burst_;
+  double tokens_;
+  engine::Millis last_{0};
+  bool started_ = false;
+};
+
+struct RejectCounters {
+  Counter rst_sent;
+  Counter icmp_sent;
+  Counter rate_limited;
+  Counter not_eligible;
+  Counter malformed;
+  Counter send_errors;
+};
+
+// One per worker thread: its own sockets and bucket, nothing shared.
+class Rejector {
+ public:
+  // Opens the raw sockets. Throws std::runtime_error when that is refused (needs CAP_NET_RAW).
+  explicit Rejector(RejectConfig config = {});
+  ~Rejector();
+  Rejector(const Rejector&) = delete;
+  Rejector& operator=(const Rejector&) = delete;
+
+  // Builds and sends the reply to `offending`; never blocks. Returns Sent or why not.
+  RejectStatus reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply,
+                      engine::Millis now) noexcept;
+
+  const RejectCounters& counters() const { return counters_; }
+
+ private:
+  RejectConfig config_;
+  TokenBucket bucket_;
+  int fd4_ = -1;
+  int fd6_ = -1;
+  RejectCounters counters_;
+  uint8_t buffer_[kMaxReplySize];
+};
+
+}  // namespace pairwall::io
