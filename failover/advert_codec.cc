@@ -1,0 +1,138 @@
+#include "failover/advert_codec.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace pairwall::failover {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'P', 'W', 'F', 'A'};
+
+}  // namespace
+
+const char* reject_name(Reject reason) {
+  switch (reason) {
+    case Reject::BadTtl:
+      return "bad_ttl";
+    case Reject::Truncated:
+      return "truncated";
+    case Reject::Malformed:
+      return "malformed";
+    case Reject::BadVersion:
+      return "bad_version";
+    case Reject::WrongVhid:
+      return "wrong_vhid";
+    case Reject::BadTag:
+      return "bad_tag";
+    case Reject::Replay:
+      return "replay";
+    case Reject::Duplicate:
+      return "duplicate";
+    case Reject::Own:
+      return "own";
+  }
+  return "unknown";
+}
+
+AdvertCodec::AdvertCodec(std::string key, uint8_t vhid, uint32_t own_node_id)
+    : key_(std::move(key)), vhid_(vhid), own_node_id_(own_node_id) {}
+
+void AdvertCodec::tag(std::span<const uint8_t> data, uint8_t* out) const noexcept {
+  unsigned int len = kAdvertTagSize;
+  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), data.data(), data.size(), out, &len);
+}
+
+std::size_t AdvertCodec::encode(const Advert& advert, std::span<uint8_t> out) noexcept {
+  message_.Clear();
+  message_.set_node_id(advert.node_id);
+  message_.set_advbase_ms(advert.advbase_ms);
+  message_.set_advskew(advert.advskew);
+  message_.set_demotion(advert.demotion);
+  message_.set_boot_epoch(advert.boot_epoch);
+  message_.set_counter(advert.counter);
+  message_.set_leaving(advert.leaving);
+  const std::size_t body = message_.ByteSizeLong();
+  const std::size_t total = kAdvertHeaderSize + body + kAdvertTagSize;
+  if (body > kAdvertMaxBody || out.size() < total) return 0;
+  uint8_t* p = out.data();
+  std::memcpy(p, kMagic, 4);
+  p[4] = kAdvertVersion;
+  p[5] = vhid_;
+  p[6] = static_cast<uint8_t>(body >> 8);
+  p[7] = static_cast<uint8_t>(body);
+  if (!message_.SerializeToArray(p + kAdvertHeaderSize, static_cast<int>(body))) return 0;
+  tag(std::span<const uint8_t>(p, kAdvertHeaderSize + body), p + kAdvertHeaderSize + body);
+  return total;
+}
+
+AdvertCodec::Result AdvertCodec::reject(Reject reason) noexcept {
+  ++rejects_[static_cast<std::size_t>(reason)];
+  return Result{false, reason, {}};
+}
+
+AdvertCodec::Result AdvertCodec::decode(std::span<const uint8_t> frame, int ttl) noexcept {
+  if (ttl != kAdvertTtl) return reject(Reject::BadTtl);
+  if (frame.size() < kAdvertHeaderSize) return reject(Reject::Truncated);
+  if (std::memcmp(frame.data(), kMagic, 4) != 0) return reject(Reject::Malformed);
+  if (frame[4] != kAdvertVersion) return reject(Reject::BadVersion);
+  const std::size_t body = (std::size_t{frame[6]} << 8) | frame[7];
+  if (frame.size() < kAdvertHeaderSize + body + kAdvertTagSize) return reject(Reject::Truncated);
+  if (frame.size() > kAdvertHeaderSize + body + kAdvertTagSize || body > kAdvertMaxBody) {
+    return reject(Reject::Malformed);
+  }
+  if (frame[5] != vhid_) return reject(Reject::WrongVhid);
+
+  uint8_t expected[kAdvertTagSize];
+  tag(frame.first(kAdvertHeaderSize + body), expected);
+  if (CRYPTO_memcmp(expected, frame.data() + kAdvertHeaderSize + body, kAdvertTagSize) != 0) {
+    return reject(Reject::BadTag);
+  }
+
+  // Authentic from here on: whatever fails now is a peer bug, not an attack.
+  message_.Clear();
+  if (!message_.ParseFromArray(frame.data() + kAdvertHeaderSize, static_cast<int>(body))) {
+    return reject(Reject::Malformed);
+  }
+  Advert a;
+  a.node_id = message_.node_id();
+  a.advbase_ms = message_.advbase_ms();
+  a.demotion = message_.demotion();
+  a.boot_epoch = message_.boot_epoch();
+  a.counter = message_.counter();
+  a.leaving = message_.leaving();
+  const uint32_t skew = message_.advskew();
+  if (a.node_id == 0 || a.advbase_ms < kMinAdvbaseMs || a.advbase_ms > kMaxAdvbaseMs || skew > 255 ||
+      (skew == 255 && !a.leaving)) {
+    return reject(Reject::Malformed);
+  }
+  a.advskew = static_cast<uint8_t>(skew);
+  if (a.node_id == own_node_id_) return reject(Reject::Own);
+
+  ReplayMark* mark = nullptr;
+  for (auto& m : marks_) {
+    if (m.node_id == a.node_id) mark = &m;
+  }
+  if (mark) {
+    const auto seen = std::pair{mark->epoch, mark->counter};
+    const auto now = std::pair{a.boot_epoch, a.counter};
+    if (now == seen) return reject(Reject::Duplicate);
+    if (now < seen) return reject(Reject::Replay);
+  } else {
+    // A new sender takes a free slot, or the one accepted from least recently.
+    mark = &*std::min_element(marks_.begin(), marks_.end(), [](const ReplayMark& x, const ReplayMark& y) {
+      return x.last_use < y.last_use;
+    });
+    mark->node_id = a.node_id;
+  }
+  mark->epoch = a.boot_epoch;
+  mark->counter = a.counter;
+  mark->last_use = ++uses_;
+  ++accepted_;
+  return Result{true, Reject::Malformed, a};
+}
+
+}  // namespace pairwall::failover

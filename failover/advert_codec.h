@@ -1,0 +1,89 @@
+// Encoding and checking of failover advertisements (format: proto/failover.proto). Runs once per
+// received datagram: noexcept, every rejection returns a reason and is counted.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "failover/election.h"
+#include "proto/failover.pb.h"
+
+namespace pairwall::failover {
+
+inline constexpr uint8_t kAdvertVersion = 1;
+inline constexpr std::size_t kAdvertHeaderSize = 8;
+inline constexpr std::size_t kAdvertTagSize = 32;  // HMAC-SHA256
+inline constexpr std::size_t kAdvertMaxBody = 128;
+inline constexpr std::size_t kAdvertMaxFrame = kAdvertHeaderSize + kAdvertMaxBody + kAdvertTagSize;
+// RFC 5798 5.1.1.3 / 5.1.2.3: sent with 255, anything less crossed a router.
+inline constexpr int kAdvertTtl = 255;
+
+enum class Reject : uint8_t {
+  BadTtl,
+  Truncated,
+  Malformed,
+  BadVersion,
+  WrongVhid,
+  BadTag,
+  Replay,
+  Duplicate,
+  Own,
+};
+inline constexpr std::size_t kRejectCount = 9;
+const char* reject_name(Reject reason);  // snake_case, for metrics labels
+
+struct Advert {
+  uint32_t node_id = 0;
+  uint32_t advbase_ms = 0;
+  uint8_t advskew = 0;
+  uint32_t demotion = 0;
+  uint64_t boot_epoch = 0;
+  uint64_t counter = 0;
+  bool leaving = false;
+};
+
+class AdvertCodec {
+ public:
+  // `key` is the group's shared secret (raw bytes of the key file).
+  AdvertCodec(std::string key, uint8_t vhid, uint32_t own_node_id);
+
+  // Writes one frame into `out`; returns its size, or 0 when `out` is too small.
+  std::size_t encode(const Advert& advert, std::span<uint8_t> out) noexcept;
+
+  struct Result {
+    bool ok = false;
+    Reject reason = Reject::Malformed;  // meaningful when !ok
+    Advert advert;
+  };
+  // Checks one received frame. `ttl` is the IPv4 TTL or IPv6 hop limit it arrived with, -1 when
+  // the kernel did not report it (treated as bad). An accepted frame raises the sender's replay
+  // mark; a rejected one changes nothing but its counter.
+  Result decode(std::span<const uint8_t> frame, int ttl) noexcept;
+
+  const std::array<uint64_t, kRejectCount>& rejects() const { return rejects_; }
+  uint64_t accepted() const { return accepted_; }
+
+ private:
+  struct ReplayMark {
+    uint32_t node_id = 0;  // 0: free slot
+    uint64_t epoch = 0;
+    uint64_t counter = 0;
+    uint64_t last_use = 0;
+  };
+  Result reject(Reject reason) noexcept;
+  void tag(std::span<const uint8_t> data, uint8_t* out) const noexcept;
+
+  std::string key_;
+  uint8_t vhid_;
+  uint32_t own_node_id_;
+  wire::Advertisement message_;  // reused: a scalar-only message parses without allocating
+  std::array<ReplayMark, 8> marks_{};
+  uint64_t uses_ = 0;
+  std::array<uint64_t, kRejectCount> rejects_{};
+  uint64_t accepted_ = 0;
+};
+
+}  // namespace pairwall::failover

@@ -1,0 +1,74 @@
+#include "failover/demotion.h"
+
+#include <algorithm>
+
+namespace pairwall::failover {
+namespace {
+
+uint32_t weight(DemoteReason reason) {
+  switch (reason) {
+    case DemoteReason::BulkSync:
+      return kBulkSyncDemotion;
+    case DemoteReason::Carrier:
+      return kCarrierDemotion;
+    case DemoteReason::Engine:
+      return kEngineDemotion;
+    case DemoteReason::Admin:
+      break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+const char* demote_reason_name(DemoteReason reason) {
+  switch (reason) {
+    case DemoteReason::BulkSync:
+      return "bulk sync incomplete";
+    case DemoteReason::Carrier:
+      return "VIP interface without carrier";
+    case DemoteReason::Engine:
+      return "engine unhealthy";
+    case DemoteReason::Admin:
+      return "admin";
+  }
+  return "unknown";
+}
+
+void Demotion::set(DemoteReason reason, bool active) {
+  if (reason == DemoteReason::Admin) return;  // moved by demote()/promote() only
+  active_[static_cast<std::size_t>(reason)] = active;
+}
+
+bool Demotion::active(DemoteReason reason) const {
+  if (reason == DemoteReason::Admin) return admin_ > 0;
+  return active_[static_cast<std::size_t>(reason)];
+}
+
+void Demotion::demote(uint32_t amount) {
+  admin_ = std::min<uint64_t>(uint64_t{admin_} + amount, kMaxDemotion);
+}
+
+void Demotion::promote(uint32_t amount) {
+  admin_ = amount >= admin_ ? 0 : admin_ - amount;
+}
+
+uint32_t Demotion::total() const {
+  uint64_t sum = admin_;
+  for (std::size_t i = 0; i < kDemoteReasonCount; ++i) {
+    if (active_[i]) sum += weight(static_cast<DemoteReason>(i));
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(sum, kMaxDemotion));
+}
+
+std::vector<std::string> Demotion::reasons() const {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < kDemoteReasonCount; ++i) {
+    const auto r = static_cast<DemoteReason>(i);
+    const uint32_t w = r == DemoteReason::Admin ? admin_ : weight(r);
+    if (active(r)) out.push_back(std::string(demote_reason_name(r)) + " (+" + std::to_string(w) + ")");
+  }
+  return out;
+}
+
+}  // namespace pairwall::failover

@@ -1,0 +1,51 @@
+// The demotion counter of a failover group: the sum of the reasons this node should not be master
+// right now. Advertised in every advertisement and ranked before advskew, so the healthier node
+// of the pair holds the group (carp(4)'s carpdemote, with the reasons kept apart so status can say
+// why).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pairwall::failover {
+
+enum class DemoteReason : uint8_t {
+  BulkSync,  // the bulk resync from the peer has not ended: our state table is incomplete
+  Carrier,   // a VIP interface has no carrier: as master we would black-hole that side
+  Engine,    // the packet engine is not serving its queues
+  Admin,     // raised by hand (`pairwallctl failover demote N`), e.g. for maintenance
+};
+inline constexpr std::size_t kDemoteReasonCount = 4;
+const char* demote_reason_name(DemoteReason reason);
+
+// Weights of the automatic reasons. A node that cannot pass traffic on one side (carrier, engine)
+// ranks below one that passes everything but would reset connections it has not synced yet.
+inline constexpr uint32_t kCarrierDemotion = 64;
+inline constexpr uint32_t kEngineDemotion = 64;
+inline constexpr uint32_t kBulkSyncDemotion = 16;
+// The sum stays below the value a leaving master advertises.
+inline constexpr uint32_t kMaxDemotion = UINT32_MAX / 2;
+
+class Demotion {
+ public:
+  // Automatic reasons are on or off; their weight is fixed.
+  void set(DemoteReason reason, bool active);
+  bool active(DemoteReason reason) const;
+  // The administrative part moves by hand and never below zero (carp(4) semantics). demote()
+  // saturates at kMaxDemotion.
+  void demote(uint32_t amount);
+  void promote(uint32_t amount);
+  uint32_t admin() const { return admin_; }
+
+  uint32_t total() const;
+  // One entry per active reason, e.g. "bulk sync incomplete (+16)", "admin (+5)".
+  std::vector<std::string> reasons() const;
+
+ private:
+  std::array<bool, kDemoteReasonCount> active_{};
+  uint32_t admin_ = 0;
+};
+
+}  // namespace pairwall::failover

@@ -1,0 +1,263 @@
+#include "failover/failover_config.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "failover/election.h"
+
+namespace pairwall::failover {
+namespace {
+
+std::string describe(const toml::node& node) {
+  if (auto v = node.value_exact<int64_t>()) return std::to_string(*v);
+  if (auto s = node.value_exact<std::string>()) {
+    return "\"" + (s->size() > 40 ? s->substr(0, 40) + "..." : *s) + "\"";
+  }
+  if (auto b = node.value_exact<bool>()) return *b ? "true" : "false";
+  if (node.is_table()) return "a table";
+  if (node.is_array()) return "an array";
+  if (node.is_floating_point()) return "a float";
+  return "a date/time";
+}
+
+class Reader {
+ public:
+  Reader(const toml::table& table, const std::string& file) : table_(table), file_(file) {}
+
+  [[noreturn]] void fail(std::string_view key, std::string_view what) const {
+    throw ConfigError(file_ + ": [failover] " + std::string(key) + ": " + std::string(what));
+  }
+
+  const toml::node* get(std::string_view key) {
+    known_.emplace(key);
+    return table_.get(key);
+  }
+
+  std::optional<int64_t> integer(std::string_view key, int64_t lo, int64_t hi) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    const auto v = node->value_exact<int64_t>();
+    if (!v || *v < lo || *v > hi) {
+      fail(key, "expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + describe(*node));
+    }
+    return v;
+  }
+
+  std::optional<bool> boolean(std::string_view key) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    const auto v = node->value_exact<bool>();
+    if (!v) fail(key, "expected true or false, got " + describe(*node));
+    return v;
+  }
+
+  std::optional<std::string> string(std::string_view key) {
+    const toml::node* node = get(key);
+    if (!node) return std::nullopt;
+    auto v = node->value_exact<std::string>();
+    if (!v) fail(key, "expected a string, got " + describe(*node));
+    return v;
+  }
+
+  void finish() const {
+    for (auto&& [key, value] : table_) {
+      if (!known_.contains(std::string(key.str()))) fail(key.str(), "unknown key");
+    }
+  }
+
+ private:
+  const toml::table& table_;
+  const std::string& file_;
+  std::set<std::string, std::less<>> known_;
+};
+
+bool valid_interface_name(std::string_view name) {
+  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
+  return std::none_of(name.begin(), name.end(),
+                      [](char c) { return c == '/' || c == ':' || c == ' ' || c == '\t' || c == '\n'; });
+}
+
+// "ADDRESS/PREFIX" of a unicast host address; false when it is not one.
+bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
+  const auto slash = text.find('/');
+  if (slash == std::string::npos) {
+    why = "expected ADDRESS/PREFIX (e.g. \"10.1.0.1/24\"), got \"" + text + "\"";
+    return false;
+  }
+  const std::string addr = text.substr(0, slash);
+  const std::string len = text.substr(slash + 1);
+  if (inet_pton(AF_INET, addr.c_str(), vip.address.data()) == 1) {
+    vip.family = AF_INET;
+  } else if (inet_pton(AF_INET6, addr.c_str(), vip.address.data()) == 1) {
+    vip.family = AF_INET6;
+  } else {
+    why = "\"" + addr + "\" is not an IPv4 or IPv6 address";
+    return false;
+  }
+  const int max = vip.family == AF_INET ? 32 : 128;
+  int n = -1;
+  if (!len.empty() && len.size() <= 3 &&
+      std::all_of(len.begin(), len.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    n = std::stoi(len);
+  }
+  if (n < 1 || n > max) {
+    why = "prefix length of \"" + text + "\" must be 1.." + std::to_string(max);
+    return false;
+  }
+  vip.prefix_len = static_cast<uint8_t>(n);
+  const auto& a = vip.address;
+  const bool bad =
+      vip.family == AF_INET
+          ? (a[0] == 0 || a[0] >= 224 || a[0] == 127)
+          : (a[0] == 0xff || std::all_of(a.begin(), a.end() - 1, [](uint8_t b) { return b == 0; }) ||
+             (a[0] == 0xfe && (a[1] & 0xc0) == 0x80));
+  if (bad) {
+    why = "\"" + addr + "\" cannot be a virtual address (unspecified, loopback, multicast or link-local)";
+    return false;
+  }
+  return true;
+}
+
+std::string read_key(Reader& r, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) r.fail("key_file", "cannot read \"" + path + "\": " + std::strerror(errno));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  std::string key = buf.str();
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  if (key.size() < kMinKeyBytes) {
+    r.fail("key_file", "\"" + path + "\" holds " + std::to_string(key.size()) + " bytes, need at least " +
+                           std::to_string(kMinKeyBytes) + " (e.g. head -c 32 /dev/urandom | base64)");
+  }
+  return key;
+}
+
+}  // namespace
+
+std::string Vip::text() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(family, address.data(), buf, sizeof buf);
+  return std::string(buf) + "/" + std::to_string(prefix_len);
+}
+
+std::vector<std::string> FailoverConfig::interfaces() const {
+  std::vector<std::string> out;
+  for (const auto& v : vips) {
+    if (std::find(out.begin(), out.end(), v.interface) == out.end()) out.push_back(v.interface);
+  }
+  return out;
+}
+
+uint32_t FailoverConfig::effective_announce_interval_ms() const {
+  return announce_interval_ms ? announce_interval_ms : std::max<uint32_t>(advbase_ms / 2, 10);
+}
+
+uint32_t FailoverConfig::effective_vip_lease_s() const {
+  if (vip_lease_s < 0) return 0;
+  if (vip_lease_s > 0) return static_cast<uint32_t>(vip_lease_s);
+  // Long enough to survive a few missed renewals, short enough that the addresses of a killed
+  // daemon leave its kernel soon after the backup has taken over (LAB-NOTES: kill -9).
+  return std::max<uint32_t>(3, (4 * advbase_ms + 999) / 1000);
+}
+
+FailoverConfig parse_failover_config(const toml::table& section, const std::string& file) {
+  Reader r(section, file);
+  FailoverConfig c;
+
+  if (auto v = r.string("driver")) {
+    if (*v == "builtin") {
+      c.driver = Driver::Builtin;
+    } else if (*v == "keepalived") {
+      c.driver = Driver::Keepalived;
+    } else {
+      r.fail("driver", "expected \"builtin\" or \"keepalived\", got \"" + *v + "\"");
+    }
+  }
+  const bool builtin = c.driver == Driver::Builtin;
+
+  if (auto v = r.integer("vhid", 1, 255)) c.vhid = static_cast<uint8_t>(*v);
+  if (auto v = r.integer("advbase_ms", kMinAdvbaseMs, kMaxAdvbaseMs))
+    c.advbase_ms = static_cast<uint32_t>(*v);
+  if (auto v = r.integer("advskew", 0, 254)) c.advskew = static_cast<uint8_t>(*v);
+  if (auto v = r.boolean("preempt")) c.preempt = *v;
+  if (auto v = r.integer("port", 1, 65535)) c.port = static_cast<uint16_t>(*v);
+  if (auto v = r.integer("announce_count", 0, 100)) c.announce_count = static_cast<uint32_t>(*v);
+  if (auto v = r.integer("announce_interval_ms", 0, 60'000))
+    c.announce_interval_ms = static_cast<uint32_t>(*v);
+  if (auto v = r.integer("vip_lease_s", -1, 86'400)) c.vip_lease_s = *v;
+
+  if (auto v = r.string("group4")) {
+    in_addr a{};
+    if (inet_pton(AF_INET, v->c_str(), &a) != 1 || !IN_MULTICAST(ntohl(a.s_addr))) {
+      r.fail("group4", "expected an IPv4 multicast address, got \"" + *v + "\"");
+    }
+    std::memcpy(c.group4.data(), &a, 4);
+  }
+  if (auto v = r.string("group6")) {
+    in6_addr a{};
+    if (inet_pton(AF_INET6, v->c_str(), &a) != 1 || !IN6_IS_ADDR_MULTICAST(&a)) {
+      r.fail("group6", "expected an IPv6 multicast address, got \"" + *v + "\"");
+    }
+    std::memcpy(c.group6.data(), &a, 16);
+  }
+
+  if (auto v = r.string("key_file")) {
+    if (v->empty()) r.fail("key_file", "expected a path, got \"\"");
+    std::filesystem::path p(*v);
+    if (p.is_relative()) p = std::filesystem::path(file).parent_path() / p;
+    c.key_file = p.string();
+    c.key = read_key(r, c.key_file);
+  } else if (builtin) {
+    r.fail("key_file", "missing: advertisements are authenticated with a shared key file");
+  }
+
+  if (const toml::node* node = r.get("vips")) {
+    const toml::array* arr = node->as_array();
+    if (!arr)
+      r.fail("vips", "expected an array of { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got " +
+                         describe(*node));
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const std::string key = "vips[" + std::to_string(i) + "]";
+      const toml::table* t = (*arr)[i].as_table();
+      if (!t)
+        r.fail(key,
+               "expected { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got " + describe((*arr)[i]));
+      Vip vip;
+      for (auto&& [k, value] : *t) {
+        if (k.str() != "interface" && k.str() != "address")
+          r.fail(key + "." + std::string(k.str()), "unknown key");
+      }
+      const auto ifname = (*t)["interface"].value_exact<std::string>();
+      if (!ifname || !valid_interface_name(*ifname)) {
+        r.fail(key + ".interface", "expected an interface name (1..15 characters, no '/', ':' or spaces)");
+      }
+      vip.interface = *ifname;
+      const auto addr = (*t)["address"].value_exact<std::string>();
+      if (!addr) r.fail(key + ".address", "expected a string \"ADDRESS/PREFIX\"");
+      std::string why;
+      if (!parse_vip(*addr, vip, why)) r.fail(key + ".address", why);
+      for (const auto& other : c.vips) {
+        if (other.family == vip.family && other.address == vip.address) {
+          r.fail(key + ".address", "\"" + *addr + "\" is listed twice");
+        }
+      }
+      c.vips.push_back(std::move(vip));
+    }
+  }
+  if (builtin && c.vips.empty()) {
+    r.fail("vips", "missing: a failover group needs at least one virtual address");
+  }
+  r.finish();
+  return c;
+}
+
+}  // namespace pairwall::failover

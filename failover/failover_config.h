@@ -1,0 +1,77 @@
+// The [failover] section of pairwall.toml.
+//
+//   [failover]
+//   driver = "builtin"          # or "keepalived": keepalived runs VRRP, we only follow its role
+//   vhid = 1                    # 1..255, the group on the wire
+//   advbase_ms = 1000           # 10..255000; the master advertises every advbase + advskew/256*advbase
+//   advskew = 0                 # 0..254, lower is preferred
+//   preempt = false             # take the group from a master that ranks below us (advskew / node id)
+//   key_file = "failover.key"   # shared secret, at least 16 bytes; relative to this file's directory
+//   vips = [ { interface = "lan0", address = "10.1.0.1/24" },
+//            { interface = "lan0", address = "fd00:1::1/64" },
+//            { interface = "lan1", address = "10.2.0.1/24" } ]
+//   # optional
+//   group4 = "224.0.0.18"       # advertisement groups (RFC 5798 5.1.1.2 / 5.1.2.2)
+//   group6 = "ff02::12"
+//   port = 8112
+//   announce_count = 5          # gratuitous ARP / unsolicited NA repeats after the first one
+//   announce_interval_ms = 0    # between them; 0 = advbase / 2
+//   vip_lease_s = 0             # kernel lifetime of a VIP, renewed while master; 0 = automatic
+//                               # (max(3 s, 4 * advbase)); -1 = permanent
+#pragma once
+
+#include <toml++/toml.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/control/config_error.h"
+
+namespace pairwall::failover {
+
+enum class Driver : uint8_t { Builtin, Keepalived };
+
+struct Vip {
+  std::string interface;
+  int family = 0;  // AF_INET or AF_INET6
+  std::array<uint8_t, 16> address{};
+  uint8_t prefix_len = 0;
+  std::string text() const;  // "10.1.0.1/24"
+  bool operator==(const Vip& o) const {
+    return interface == o.interface && family == o.family && address == o.address &&
+           prefix_len == o.prefix_len;
+  }
+};
+
+struct FailoverConfig {
+  Driver driver = Driver::Builtin;
+  uint8_t vhid = 1;
+  uint32_t advbase_ms = 1000;
+  uint8_t advskew = 0;
+  bool preempt = false;
+  std::string key_file;  // resolved path
+  std::string key;       // its contents, trailing newline removed
+  std::vector<Vip> vips;
+  std::array<uint8_t, 4> group4{224, 0, 0, 18};
+  std::array<uint8_t, 16> group6{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12};
+  uint16_t port = 8112;
+  uint32_t announce_count = 5;
+  uint32_t announce_interval_ms = 0;
+  int64_t vip_lease_s = 0;
+
+  // The VIP interfaces, each once, in the order they first appear.
+  std::vector<std::string> interfaces() const;
+  uint32_t effective_announce_interval_ms() const;
+  // 0 = permanent.
+  uint32_t effective_vip_lease_s() const;
+};
+
+inline constexpr std::size_t kMinKeyBytes = 16;
+
+// Validates `section` ([failover] of `file`); relative key_file paths are resolved against the
+// directory of `file`. Throws ConfigError "FILE: [failover] KEY: what is wrong".
+FailoverConfig parse_failover_config(const toml::table& section, const std::string& file);
+
+}  // namespace pairwall::failover

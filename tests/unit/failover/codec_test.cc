@@ -1,0 +1,195 @@
+// Advertisement frames: round trip, and every way a frame is refused, each with its counter.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "failover/advert_codec.h"
+
+namespace pf = pairwall::failover;
+using Frame = std::vector<uint8_t>;
+
+namespace {
+
+const std::string kKey = "0123456789abcdef0123456789abcdef";
+
+pf::Advert sample(uint64_t counter = 7) {
+  pf::Advert a;
+  a.node_id = 2;
+  a.advbase_ms = 100;
+  a.advskew = 100;
+  a.demotion = 16;
+  a.boot_epoch = 1'700'000'000'000'000ull;
+  a.counter = counter;
+  return a;
+}
+
+Frame encode(const pf::Advert& a, const std::string& key = kKey, uint8_t vhid = 9) {
+  pf::AdvertCodec sender(key, vhid, a.node_id);
+  Frame f(pf::kAdvertMaxFrame);
+  f.resize(sender.encode(a, f));
+  REQUIRE(!f.empty());
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("advertisement round trip keeps every field", "[codec]") {
+  for (const bool leaving : {false, true}) {
+    pf::Advert a = sample();
+    a.leaving = leaving;
+    if (leaving) {
+      a.advskew = pf::kLeavingAdvskew;
+      a.demotion = pf::kLeavingDemotion;
+    }
+    const Frame f = encode(a);
+    CHECK(f.size() == pf::kAdvertHeaderSize + (f[6] << 8 | f[7]) + pf::kAdvertTagSize);
+    CHECK(std::memcmp(f.data(), "PWFA", 4) == 0);
+    CHECK(f[4] == pf::kAdvertVersion);
+    CHECK(f[5] == 9);
+    pf::AdvertCodec rx(kKey, 9, 1);
+    const auto r = rx.decode(f, 255);
+    REQUIRE(r.ok);
+    CHECK(r.advert.node_id == a.node_id);
+    CHECK(r.advert.advbase_ms == a.advbase_ms);
+    CHECK(r.advert.advskew == a.advskew);
+    CHECK(r.advert.demotion == a.demotion);
+    CHECK(r.advert.boot_epoch == a.boot_epoch);
+    CHECK(r.advert.counter == a.counter);
+    CHECK(r.advert.leaving == a.leaving);
+    CHECK(rx.accepted() == 1);
+  }
+}
+
+TEST_CASE("encode refuses a buffer that is too small", "[codec]") {
+  pf::AdvertCodec tx(kKey, 9, 2);
+  Frame f(20);
+  CHECK(tx.encode(sample(), f) == 0);
+}
+
+TEST_CASE("forged, damaged and foreign frames are rejected by reason", "[codec]") {
+  struct Row {
+    const char* what;
+    std::function<Frame()> make;
+    int ttl;
+    pf::Reject reason;
+  };
+  const Frame good = encode(sample());
+  auto mutate = [&](std::function<void(Frame&)> f) {
+    return [=] {
+      Frame x = good;
+      f(x);
+      return x;
+    };
+  };
+  const std::vector<Row> rows{
+      {"ttl 64 (crossed a router)", [&] { return good; }, 64, pf::Reject::BadTtl},
+      {"ttl 254", [&] { return good; }, 254, pf::Reject::BadTtl},
+      {"ttl unknown", [&] { return good; }, -1, pf::Reject::BadTtl},
+      {"empty", [] { return Frame{}; }, 255, pf::Reject::Truncated},
+      {"header only", mutate([](Frame& f) { f.resize(pf::kAdvertHeaderSize); }), 255, pf::Reject::Truncated},
+      {"tag cut short", mutate([](Frame& f) { f.pop_back(); }), 255, pf::Reject::Truncated},
+      {"length larger than frame", mutate([](Frame& f) { f[7] = static_cast<uint8_t>(f[7] + 1); }), 255,
+       pf::Reject::Truncated},
+      {"trailing garbage", mutate([](Frame& f) { f.push_back(0); }), 255, pf::Reject::Malformed},
+      {"bad magic", mutate([](Frame& f) { f[0] = 'X'; }), 255, pf::Reject::Malformed},
+      {"version 2", mutate([](Frame& f) { f[4] = 2; }), 255, pf::Reject::BadVersion},
+      {"version 0", mutate([](Frame& f) { f[4] = 0; }), 255, pf::Reject::BadVersion},
+      {"another vhid", [] { return encode(sample(), kKey, 10); }, 255, pf::Reject::WrongVhid},
+      {"vhid rewritten in flight", mutate([](Frame& f) { f[5] = 10; }), 255, pf::Reject::WrongVhid},
+      {"wrong key", [] { return encode(sample(), "another key of sixteen+ bytes"); }, 255,
+       pf::Reject::BadTag},
+      {"body byte flipped", mutate([](Frame& f) { f[pf::kAdvertHeaderSize + 1] ^= 1; }), 255,
+       pf::Reject::BadTag},
+      {"tag byte flipped", mutate([](Frame& f) { f.back() ^= 0x80; }), 255, pf::Reject::BadTag},
+      {"advskew 255 without leaving",
+       [] {
+         auto a = sample();
+         a.advskew = 255;
+         return encode(a);
+       },
+       255, pf::Reject::Malformed},
+      {"advbase 0",
+       [] {
+         auto a = sample();
+         a.advbase_ms = 0;
+         return encode(a);
+       },
+       255, pf::Reject::Malformed},
+      {"node id 0",
+       [] {
+         auto a = sample();
+         a.node_id = 0;
+         return encode(a);
+       },
+       255, pf::Reject::Malformed},
+      {"our own node id",
+       [] {
+         auto a = sample();
+         a.node_id = 1;
+         return encode(a);
+       },
+       255, pf::Reject::Own},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    pf::AdvertCodec rx(kKey, 9, 1);
+    const auto r = rx.decode(row.make(), row.ttl);
+    CHECK_FALSE(r.ok);
+    CHECK(r.reason == row.reason);
+    CHECK(rx.rejects()[static_cast<std::size_t>(row.reason)] == 1);
+    CHECK(rx.accepted() == 0);
+    // A rejected frame leaves no mark: the genuine frame is still accepted afterwards.
+    CHECK(rx.decode(good, 255).ok);
+  }
+}
+
+TEST_CASE("replay: (boot epoch, counter) must grow per sender; copies are not refreshes", "[codec]") {
+  struct Step {
+    uint32_t node;
+    uint64_t epoch;
+    uint64_t counter;
+    bool ok;
+    pf::Reject reason;
+  };
+  const std::vector<Step> steps{
+      {2, 100, 5, true, {}},
+      {2, 100, 5, false, pf::Reject::Duplicate},  // the same frame on a second interface
+      {2, 100, 4, false, pf::Reject::Replay},
+      {2, 100, 6, true, {}},
+      {2, 99, 1000, false, pf::Reject::Replay},  // a frame from the sender's previous life
+      {3, 1, 1, true, {}},                       // another sender has its own mark
+      {2, 101, 0, true, {}},                     // the sender restarted: new epoch, counter anew
+      {2, 100, 7, false, pf::Reject::Replay},
+      {3, 1, 1, false, pf::Reject::Duplicate},
+  };
+  pf::AdvertCodec rx(kKey, 9, 1);
+  uint64_t replays = 0, duplicates = 0;
+  for (const auto& s : steps) {
+    auto a = sample();
+    a.node_id = s.node;
+    a.boot_epoch = s.epoch;
+    a.counter = s.counter;
+    const auto r = rx.decode(encode(a), 255);
+    CHECK(r.ok == s.ok);
+    if (!s.ok) {
+      CHECK(r.reason == s.reason);
+      replays += s.reason == pf::Reject::Replay;
+      duplicates += s.reason == pf::Reject::Duplicate;
+    }
+  }
+  CHECK(rx.rejects()[static_cast<std::size_t>(pf::Reject::Replay)] == replays);
+  CHECK(rx.rejects()[static_cast<std::size_t>(pf::Reject::Duplicate)] == duplicates);
+  CHECK(rx.accepted() == 4);
+}
+
+TEST_CASE("every reject reason has a distinct metrics name", "[codec]") {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < pf::kRejectCount; ++i) {
+    const std::string n = pf::reject_name(static_cast<pf::Reject>(i));
+    CHECK(n != "unknown");
+    CHECK(std::find(names.begin(), names.end(), n) == names.end());
+    names.push_back(n);
+  }
+}

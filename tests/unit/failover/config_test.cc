@@ -1,0 +1,165 @@
+// [failover] parsing: a good section, and one row per mistake with the line it must produce.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "failover/failover_config.h"
+
+namespace pf = pairwall::failover;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A directory with a config path and a key file beside it, removed at the end of the test.
+struct Dir {
+  fs::path root;
+  Dir() {
+    root = fs::temp_directory_path() / ("pairwall-failover-config-" + std::to_string(::getpid()));
+    fs::create_directories(root);
+    std::ofstream(root / "failover.key") << "0123456789abcdef0123456789abcdef\n";
+    std::ofstream(root / "short.key") << "tooshort\n";
+  }
+  ~Dir() { fs::remove_all(root); }
+  std::string file() const { return (root / "pairwall.toml").string(); }
+};
+
+pf::FailoverConfig parse(const Dir& d, const std::string& body) {
+  const toml::table t = toml::parse(body);
+  return pf::parse_failover_config(*t["failover"].as_table(), d.file());
+}
+
+const std::string kVips =
+    "vips = [ { interface = \"lan0\", address = \"10.1.0.1/24\" },\n"
+    "         { interface = \"lan0\", address = \"fd00:1::1/64\" },\n"
+    "         { interface = \"lan1\", address = \"10.2.0.1/24\" } ]\n";
+
+}  // namespace
+
+TEST_CASE("failover config: a full section", "[config]") {
+  Dir d;
+  const auto c = parse(d,
+                       "[failover]\ndriver = \"builtin\"\nvhid = 7\nadvbase_ms = 100\nadvskew = 100\n"
+                       "preempt = true\nkey_file = \"failover.key\"\nport = 9000\ngroup4 = \"239.1.2.3\"\n"
+                       "group6 = \"ff02::1:2\"\nannounce_count = 3\nvip_lease_s = -1\n" +
+                           kVips);
+  CHECK(c.driver == pf::Driver::Builtin);
+  CHECK(c.vhid == 7);
+  CHECK(c.advbase_ms == 100);
+  CHECK(c.advskew == 100);
+  CHECK(c.preempt);
+  CHECK(c.key == "0123456789abcdef0123456789abcdef");
+  CHECK(c.key_file == (d.root / "failover.key").string());
+  CHECK(c.port == 9000);
+  CHECK(c.group4 == std::array<uint8_t, 4>{239, 1, 2, 3});
+  CHECK(c.group6[15] == 2);
+  CHECK(c.announce_count == 3);
+  CHECK(c.effective_announce_interval_ms() == 50);
+  CHECK(c.effective_vip_lease_s() == 0);
+  REQUIRE(c.vips.size() == 3);
+  CHECK(c.vips[0].text() == "10.1.0.1/24");
+  CHECK(c.vips[1].text() == "fd00:1::1/64");
+  CHECK(c.vips[1].family == AF_INET6);
+  CHECK(c.interfaces() == std::vector<std::string>{"lan0", "lan1"});
+}
+
+TEST_CASE("failover config: defaults", "[config]") {
+  Dir d;
+  const auto c = parse(d, "[failover]\nkey_file = \"failover.key\"\n" + kVips);
+  CHECK(c.vhid == 1);
+  CHECK(c.advbase_ms == 1000);
+  CHECK(c.advskew == 0);
+  CHECK_FALSE(c.preempt);
+  CHECK(c.port == 8112);
+  CHECK(c.group4 == std::array<uint8_t, 4>{224, 0, 0, 18});
+  CHECK(c.announce_count == 5);
+  CHECK(c.effective_announce_interval_ms() == 500);
+  CHECK(c.effective_vip_lease_s() == 4);
+  const auto fast = parse(d, "[failover]\nadvbase_ms = 100\nkey_file = \"failover.key\"\n" + kVips);
+  CHECK(fast.effective_vip_lease_s() == 3);
+}
+
+TEST_CASE("failover config: keepalived mode needs neither key nor VIPs", "[config]") {
+  Dir d;
+  const auto c = parse(d, "[failover]\ndriver = \"keepalived\"\n");
+  CHECK(c.driver == pf::Driver::Keepalived);
+  CHECK(c.vips.empty());
+  CHECK(c.key.empty());
+}
+
+TEST_CASE("failover config: every mistake names file, section and key", "[config]") {
+  struct Row {
+    std::string body;
+    std::string message;  // the whole line after "FILE: "
+  };
+  const std::string key = "key_file = \"failover.key\"\n";
+  const std::vector<Row> rows{
+      {"driver = \"vrrp\"\n" + key + kVips,
+       "[failover] driver: expected \"builtin\" or \"keepalived\", got \"vrrp\""},
+      {"driver = 1\n" + key + kVips, "[failover] driver: expected a string, got 1"},
+      {"vhid = 0\n" + key + kVips, "[failover] vhid: expected 1..255, got 0"},
+      {"vhid = 256\n" + key + kVips, "[failover] vhid: expected 1..255, got 256"},
+      {"advbase_ms = 5\n" + key + kVips, "[failover] advbase_ms: expected 10..255000, got 5"},
+      {"advbase_ms = \"1s\"\n" + key + kVips, "[failover] advbase_ms: expected 10..255000, got \"1s\""},
+      {"advskew = 255\n" + key + kVips, "[failover] advskew: expected 0..254, got 255"},
+      {"advskew = -1\n" + key + kVips, "[failover] advskew: expected 0..254, got -1"},
+      {"preempt = \"yes\"\n" + key + kVips, "[failover] preempt: expected true or false, got \"yes\""},
+      {"port = 0\n" + key + kVips, "[failover] port: expected 1..65535, got 0"},
+      {"group4 = \"10.0.0.1\"\n" + key + kVips,
+       "[failover] group4: expected an IPv4 multicast address, got \"10.0.0.1\""},
+      {"group6 = \"fe80::1\"\n" + key + kVips,
+       "[failover] group6: expected an IPv6 multicast address, got \"fe80::1\""},
+      {"vip_lease_s = -2\n" + key + kVips, "[failover] vip_lease_s: expected -1..86400, got -2"},
+      {kVips, "[failover] key_file: missing: advertisements are authenticated with a shared key file"},
+      {"key_file = \"short.key\"\n" + kVips,
+       "[failover] key_file: \"DIR/short.key\" holds 8 bytes, need at least 16 (e.g. head -c 32 /dev/urandom "
+       "| base64)"},
+      {"key_file = \"absent.key\"\n" + kVips,
+       "[failover] key_file: cannot read \"DIR/absent.key\": No such file or directory"},
+      {key, "[failover] vips: missing: a failover group needs at least one virtual address"},
+      {key + "vips = \"10.0.0.1/24\"\n",
+       "[failover] vips: expected an array of { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got "
+       "\"10.0.0.1/24\""},
+      {key + "vips = [ \"10.0.0.1/24\" ]\n",
+       "[failover] vips[0]: expected { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got "
+       "\"10.0.0.1/24\""},
+      {key + "vips = [ { interface = \"lan0\", address = \"10.0.0.1\" } ]\n",
+       "[failover] vips[0].address: expected ADDRESS/PREFIX (e.g. \"10.1.0.1/24\"), got \"10.0.0.1\""},
+      {key + "vips = [ { interface = \"lan0\", address = \"10.0.0.300/24\" } ]\n",
+       "[failover] vips[0].address: \"10.0.0.300\" is not an IPv4 or IPv6 address"},
+      {key + "vips = [ { interface = \"lan0\", address = \"10.0.0.1/33\" } ]\n",
+       "[failover] vips[0].address: prefix length of \"10.0.0.1/33\" must be 1..32"},
+      {key + "vips = [ { interface = \"lan0\", address = \"fe80::1/64\" } ]\n",
+       "[failover] vips[0].address: \"fe80::1\" cannot be a virtual address (unspecified, loopback, "
+       "multicast or link-local)"},
+      {key + "vips = [ { interface = \"lan0\", address = \"224.0.0.1/24\" } ]\n",
+       "[failover] vips[0].address: \"224.0.0.1\" cannot be a virtual address (unspecified, loopback, "
+       "multicast or link-local)"},
+      {key + "vips = [ { interface = \"a/b\", address = \"10.0.0.1/24\" } ]\n",
+       "[failover] vips[0].interface: expected an interface name (1..15 characters, no '/', ':' or spaces)"},
+      {key + "vips = [ { interface = \"lan0\" } ]\n",
+       "[failover] vips[0].address: expected a string \"ADDRESS/PREFIX\""},
+      {key + "vips = [ { interface = \"lan0\", address = \"10.0.0.1/24\", vmac = true } ]\n",
+       "[failover] vips[0].vmac: unknown key"},
+      {key + "vips = [ { interface = \"lan0\", address = \"10.0.0.1/24\" }, { interface = \"lan1\", address "
+             "= \"10.0.0.1/16\" } ]\n",
+       "[failover] vips[1].address: \"10.0.0.1/16\" is listed twice"},
+      {key + kVips + "advsekw = 10\n", "[failover] advsekw: unknown key"},
+  };
+  Dir d;
+  for (const auto& row : rows) {
+    std::string expected = d.file() + ": " + row.message;
+    if (auto p = expected.find("DIR"); p != std::string::npos) expected.replace(p, 3, d.root.string());
+    INFO(row.body);
+    try {
+      parse(d, "[failover]\n" + row.body);
+      FAIL("accepted");
+    } catch (const pairwall::ConfigError& e) {
+      CHECK(std::string(e.what()) == expected);
+    }
+  }
+}
