@@ -1,0 +1,226 @@
+#include "tools/ctl/format.h"
+
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+namespace pairwall::ctl {
+namespace {
+
+std::string proto_name(uint32_t p) {
+  switch (p) {
+    case 1:
+      return "icmp";
+    case 6:
+      return "tcp";
+    case 17:
+      return "udp";
+    case 58:
+      return "icmp6";
+    default:
+      return "proto-" + std::to_string(p);
+  }
+}
+
+std::string local_time_ms(uint64_t unix_ms) {
+  if (unix_ms == 0) return "never";
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string ago_ms(int64_t ms) {
+  return ms < 0 ? "never" : human_duration_ms(static_cast<uint64_t>(ms)) + " ago";
+}
+
+void rule_counters(std::ostringstream& o, const control::RuleInfo& r) {
+  o << "  [ Evaluations: " << r.evaluations() << "  Packets: " << r.packets() << "  Bytes: " << r.bytes()
+    << "  States: " << r.states_current() << " (" << r.states_created() << " created) ]\n";
+}
+
+void queue_line(std::ostringstream& o, const control::QueueStats& q) {
+  o << "  queue " << q.queue() << ": " << q.packets() << " packets, " << q.drops()
+    << " dropped (queue full), " << q.overruns() << " overruns, " << q.fail_open_accepted()
+    << " passed by fail-open, " << q.verdict_errors() << " verdict errors\n";
+}
+
+}  // namespace
+
+std::string human_bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  double v = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (v >= 1000.0 && unit + 1 < std::size(kUnits)) {
+    v /= 1000.0;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[unit]);
+  }
+  return buf;
+}
+
+std::string human_duration_ms(uint64_t ms) {
+  const uint64_t s = ms / 1000;
+  char buf[32];
+  if (s >= 86400) {
+    std::snprintf(buf, sizeof buf, "%llud%02lluh", static_cast<unsigned long long>(s / 86400),
+                  static_cast<unsigned long long>(s % 86400 / 3600));
+  } else if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lluh%02llum", static_cast<unsigned long long>(s / 3600),
+                  static_cast<unsigned long long>(s % 3600 / 60));
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%llum%02llus", static_cast<unsigned long long>(s / 60),
+                  static_cast<unsigned long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1fs", static_cast<double>(ms) / 1000.0);
+  }
+  return buf;
+}
+
+std::string endpoint(const control::StateEndpoint& e, uint32_t family, bool with_port) {
+  if (!with_port) return e.address();
+  if (family == 6) return "[" + e.address() + "]:" + std::to_string(e.port());
+  return e.address() + ":" + std::to_string(e.port());
+}
+
+std::string format_status(const control::Status& s) {
+  std::ostringstream o;
+  o << "node      " << s.node_id() << " (" << s.node_name() << "), pairwalld " << s.version() << ", pid "
+    << s.pid() << ", up " << human_duration_ms(s.uptime_ms()) << "\n";
+  o << "rules     " << (s.rules_file().empty() ? "(none)" : s.rules_file()) << ": " << s.rule_count()
+    << " rules, loaded " << local_time_ms(s.rules_loaded_unix_ms()) << " (" << s.rule_reloads() << " loads, "
+    << s.rule_reload_failures() << " refused)\n";
+  o << "states    " << s.states() << " of " << s.state_limit() << "\n";
+  o << "packets   " << s.packets() << " (" << human_bytes(s.bytes()) << "), " << s.drops() << " dropped\n";
+  o << "queues    " << s.queues_size() << ", " << (s.fail_open() ? "fail-open" : "fail-closed") << "\n";
+  for (const auto& q : s.queues()) queue_line(o, q);
+  return o.str();
+}
+
+std::string format_rules(const control::RuleList& rules) {
+  std::ostringstream o;
+  if (rules.rules_size() == 0) o << "no rules loaded\n";
+  for (const auto& r : rules.rules()) {
+    o << "@" << r.number() << " " << r.text() << "\n";
+    rule_counters(o, r);
+  }
+  return o.str();
+}
+
+std::string format_states(const control::StateList& list, bool count_only) {
+  std::ostringstream o;
+  if (count_only) {
+    o << list.matched() << "\n";
+    return o.str();
+  }
+  for (const auto& s : list.states()) {
+    const bool ports = s.proto() == 6 || s.proto() == 17;
+    o << proto_name(s.proto()) << " " << endpoint(s.src(), s.family(), ports);
+    if (s.has_wire_src() && s.wire_src().address() + std::to_string(s.wire_src().port()) !=
+                                s.src().address() + std::to_string(s.src().port())) {
+      o << " (" << endpoint(s.wire_src(), s.family(), ports) << ")";
+    }
+    o << " -> " << endpoint(s.dst(), s.family(), ports);
+    if (s.has_wire_dst() && s.wire_dst().address() + std::to_string(s.wire_dst().port()) !=
+                                s.dst().address() + std::to_string(s.dst().port())) {
+      o << " (" << endpoint(s.wire_dst(), s.family(), ports) << ")";
+    }
+    if (!ports) o << " id " << s.src().port();
+    o << "  " << s.src_state() << ":" << s.dst_state() << "\n";
+    o << "   age " << human_duration_ms(s.age_ms()) << ", expires in "
+      << human_duration_ms(static_cast<uint64_t>(s.expires_in_ms())) << " (" << s.timeout() << "), "
+      << s.packets_out() << ":" << s.packets_in() << " pkts, " << human_bytes(s.bytes_out()) << ":"
+      << human_bytes(s.bytes_in()) << ", ";
+    if (s.rule() == UINT32_MAX) {
+      o << "no rule";
+    } else {
+      o << "rule @" << s.rule();
+    }
+    o << ", id " << s.creator() << ":" << s.id() << (s.from_peer() ? " (from peer)" : "") << "\n";
+  }
+  o << list.matched() << " of " << list.total() << " states";
+  if (list.truncated()) o << " (" << list.states_size() << " shown: narrow with a filter or --limit)";
+  o << "\n";
+  return o.str();
+}
+
+std::string format_stats(const control::Stats& s) {
+  std::ostringstream o;
+  o << "packets " << s.packets() << " (" << human_bytes(s.bytes()) << "), states " << s.states() << " of "
+    << s.state_limit() << ", state events lost " << s.events_lost() << "\n\n";
+  o << "verdicts by reason\n";
+  for (const auto& r : s.reasons()) {
+    char line[96];
+    std::snprintf(line, sizeof line, "  %-20s %-5s %20llu\n", r.reason().c_str(), r.pass() ? "pass" : "drop",
+                  static_cast<unsigned long long>(r.count()));
+    o << line;
+  }
+  if (s.queues_size() > 0) {
+    o << "\nqueues\n";
+    for (const auto& q : s.queues()) queue_line(o, q);
+  }
+  if (s.rules_size() > 0) {
+    o << "\nrules\n";
+    for (const auto& r : s.rules()) {
+      o << "@" << r.number() << " " << r.text() << "\n";
+      rule_counters(o, r);
+    }
+  }
+  return o.str();
+}
+
+std::string format_sync(const control::SyncStatus& s) {
+  std::ostringstream o;
+  if (!s.enabled()) return "sync is not configured\n";
+  o << "peer          " << s.peer_address() << " (node " << s.peer_node_id() << "), "
+    << control::SyncStatus::PeerState_Name(s.peer_state()) << ", heard " << ago_ms(s.last_heard_ms_ago())
+    << "\n";
+  o << "bulk          " << control::SyncStatus::BulkState_Name(s.bulk_state()) << ", " << s.bulk_received()
+    << " of " << s.bulk_expected() << " states\n";
+  o << "datagrams     " << s.datagrams_sent() << " sent, " << s.datagrams_received() << " received\n";
+  o << "messages      " << s.messages_sent() << " sent, " << s.messages_received() << " received\n";
+  o << "reliability   " << s.resends() << " resends, " << s.gaps() << " gaps, " << s.resyncs()
+    << " resyncs, resend window " << s.resend_window_depth() << ", events lost " << s.events_lost() << "\n";
+  if (!s.drops().empty()) {
+    o << "dropped\n";
+    std::map<std::string, uint64_t> sorted(s.drops().begin(), s.drops().end());
+    for (const auto& [reason, n] : sorted) o << "  " << reason << " " << n << "\n";
+  }
+  return o.str();
+}
+
+std::string format_failover(const control::FailoverStatus& s) {
+  std::ostringstream o;
+  if (!s.enabled()) return "failover is not configured\n";
+  o << "role          " << control::FailoverStatus::Role_Name(s.role()) << " (driver " << s.driver() << ")\n";
+  o << "group         vhid " << s.vhid() << ", advbase " << s.advbase_ms() << " ms, advskew " << s.advskew()
+    << ", preempt " << (s.preempt() ? "on" : "off") << "\n";
+  o << "demotion      " << s.demotion();
+  for (int i = 0; i < s.demotion_reasons_size(); ++i) o << (i == 0 ? " (" : ", ") << s.demotion_reasons(i);
+  if (s.demotion_reasons_size() > 0) o << ")";
+  o << "\n";
+  o << "master        node " << s.master_node_id() << ", heard " << ago_ms(s.last_heard_ms_ago()) << "\n";
+  if (s.transitions_size() > 0) {
+    o << "transitions\n";
+    for (const auto& t : s.transitions()) {
+      o << "  " << local_time_ms(t.unix_ms()) << " " << control::FailoverStatus::Role_Name(t.from()) << " -> "
+        << control::FailoverStatus::Role_Name(t.to()) << ": " << t.cause() << "\n";
+    }
+  }
+  if (!s.rejects().empty()) {
+    o << "rejected advertisements\n";
+    std::map<std::string, uint64_t> sorted(s.rejects().begin(), s.rejects().end());
+    for (const auto& [reason, n] : sorted) o << "  " << reason << " " << n << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace pairwall::ctl

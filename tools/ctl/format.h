@@ -1,0 +1,24 @@
+// Human-readable rendering of pairwalld's control responses (pairwallctl without --json).
+#pragma once
+
+#include <string>
+
+#include "proto/control.pb.h"
+
+namespace pairwall::ctl {
+
+std::string format_status(const control::Status& s);
+std::string format_rules(const control::RuleList& rules);
+std::string format_states(const control::StateList& states, bool count_only);
+std::string format_stats(const control::Stats& s);
+std::string format_sync(const control::SyncStatus& s);
+std::string format_failover(const control::FailoverStatus& s);
+
+// "1.5 GB", "12 KB", "900 B".
+std::string human_bytes(uint64_t bytes);
+// "3d04h", "2h05m", "4m10s", "12.3s".
+std::string human_duration_ms(uint64_t ms);
+// "10.0.0.1:80", "[2001:db8::1]:80"; the port is left out for 0 when `with_port` is false.
+std::string endpoint(const control::StateEndpoint& e, uint32_t family, bool with_port);
+
+}  // namespace pairwall::ctl

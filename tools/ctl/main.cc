@@ -1,0 +1,281 @@
+// pairwallctl: talks to pairwalld over its control socket (proto/control.proto).
+//
+// Human output by default; --json prints the response payload as protobuf JSON (snake_case field
+// names, every field present, 64-bit integers as strings) for scripts. Exit status: 0 success,
+// 1 the daemon refused or could not be reached (message on stderr), 2 usage.
+// `health` exits 0 when healthy and 1 with the reason otherwise, for keepalived's vrrp_script.
+#include <google/protobuf/util/json_util.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/control/client.h"
+#include "daemon/control/config.h"
+#include "daemon/control/framing.h"
+#include "proto/control.pb.h"
+#include "tools/ctl/format.h"
+
+namespace {
+
+using namespace pairwall;
+using control::Request;
+using control::Response;
+
+constexpr const char* kUsage = R"(usage: pairwallctl [-s SOCKET] [--json] COMMAND
+
+commands:
+  status                         node, rules, states, packets, queues
+  rules load FILE                compile FILE aside and swap it in (states survive);
+                                 a file that does not compile is refused, the running set stays
+  rules show                     rules with @N and their counters
+  states [--count] [--limit N] [FILTER...]
+                                 FILTER: ADDRESS or PREFIX, port N, proto tcp|udp|icmp|icmp6|N
+  stats                          verdicts by reason, rule and queue counters
+  flush states                   remove every state (and tell the sync peer)
+  sync status
+  failover status
+  failover demote N | promote N  raise / lower the administrative demotion
+  failover set-role master|backup|fault
+  health                         exit 0 when healthy, 1 with the reason otherwise
+
+options:
+  -s, --socket SOCKET            control socket (default /run/pairwall/control.sock)
+  --json                         machine-readable output
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+uint32_t parse_number(const std::string& text, const char* what, uint64_t max) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 10 ||
+      std::stoull(text) > max) {
+    throw UsageError{std::string(what) + ": expected a number 0.." + std::to_string(max) + ", got '" + text +
+                     "'"};
+  }
+  return static_cast<uint32_t>(std::stoull(text));
+}
+
+uint32_t parse_proto(const std::string& text) {
+  if (text == "tcp") return 6;
+  if (text == "udp") return 17;
+  if (text == "icmp") return 1;
+  if (text == "icmp6" || text == "ipv6-icmp") return 58;
+  const uint32_t n = parse_number(text, "proto", 255);
+  if (n == 0) throw UsageError{"proto: expected tcp, udp, icmp, icmp6 or 1..255"};
+  return n;
+}
+
+struct Invocation {
+  std::string socket = std::string(control::kDefaultControlSocket);
+  bool json = false;
+  bool count = false;
+  std::optional<uint32_t> limit;
+  std::vector<std::string> words;
+};
+
+Invocation parse_args(int argc, char** argv) {
+  Invocation inv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) {
+      if (i + 1 >= argc) throw UsageError{std::string(name) + " needs a value"};
+      return std::string(argv[++i]);
+    };
+    if (a == "-s" || a == "--socket") {
+      inv.socket = value("-s");
+    } else if (a == "--json") {
+      inv.json = true;
+    } else if (a == "--count") {
+      inv.count = true;
+    } else if (a == "--limit") {
+      inv.limit = parse_number(value("--limit"), "--limit", UINT32_MAX);
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a.size() > 1 && a[0] == '-' && a != "-") {
+      throw UsageError{"unknown option '" + a + "'"};
+    } else {
+      inv.words.push_back(a);
+    }
+  }
+  return inv;
+}
+
+// The request for the words after the options.
+Request build_request(const Invocation& inv) {
+  const auto& w = inv.words;
+  Request r;
+  r.set_version(control::kControlProtocolVersion);
+  auto need = [&](std::size_t n) {
+    if (w.size() != n) throw UsageError{"wrong number of arguments for '" + w[0] + "'"};
+  };
+  if (w.empty()) throw UsageError{"no command"};
+  const std::string& cmd = w[0];
+  if (cmd == "status") {
+    need(1);
+    r.mutable_status();
+  } else if (cmd == "rules" && w.size() >= 2 && w[1] == "load") {
+    need(3);
+    // The daemon's working directory is not ours: send an absolute path.
+    char resolved[PATH_MAX];
+    r.mutable_rules_load()->set_path(::realpath(w[2].c_str(), resolved) ? resolved : w[2]);
+  } else if (cmd == "rules" && w.size() >= 2 && w[1] == "show") {
+    need(2);
+    r.mutable_rules_show();
+  } else if (cmd == "states") {
+    auto* s = r.mutable_states();
+    s->set_count_only(inv.count);
+    if (inv.limit) s->set_limit(*inv.limit);
+    for (std::size_t i = 1; i < w.size(); ++i) {
+      if (w[i] == "port" && i + 1 < w.size()) {
+        const uint32_t port = parse_number(w[++i], "port", 65535);
+        if (port == 0) throw UsageError{"port: expected 1..65535"};
+        s->mutable_filter()->set_port(port);
+      } else if (w[i] == "proto" && i + 1 < w.size()) {
+        s->mutable_filter()->set_proto(parse_proto(w[++i]));
+      } else if (s->filter().address().empty() && w[i] != "port" && w[i] != "proto") {
+        s->mutable_filter()->set_address(w[i]);  // the daemon validates it
+      } else {
+        throw UsageError{"states: unexpected '" + w[i] + "' (filter: ADDRESS, port N, proto P)"};
+      }
+    }
+  } else if (cmd == "stats") {
+    need(1);
+    r.mutable_stats();
+  } else if (cmd == "flush" && w.size() == 2 && w[1] == "states") {
+    r.mutable_flush_states();
+  } else if (cmd == "sync" && w.size() == 2 && w[1] == "status") {
+    r.mutable_sync_status();
+  } else if (cmd == "failover" && w.size() >= 2) {
+    const std::string& sub = w[1];
+    if (sub == "status") {
+      need(2);
+      r.mutable_failover_status();
+    } else if (sub == "demote") {
+      need(3);
+      r.mutable_failover_demote()->set_amount(parse_number(w[2], "demote", 255));
+    } else if (sub == "promote") {
+      need(3);
+      r.mutable_failover_promote()->set_amount(parse_number(w[2], "promote", 255));
+    } else if (sub == "set-role") {
+      need(3);
+      control::FailoverStatus::Role role;
+      if (w[2] == "master") {
+        role = control::FailoverStatus::MASTER;
+      } else if (w[2] == "backup") {
+        role = control::FailoverStatus::BACKUP;
+      } else if (w[2] == "fault") {
+        role = control::FailoverStatus::FAULT;
+      } else {
+        throw UsageError{"set-role: expected master, backup or fault, got '" + w[2] + "'"};
+      }
+      r.mutable_failover_set_role()->set_role(role);
+    } else {
+      throw UsageError{"failover: unknown subcommand '" + sub + "'"};
+    }
+  } else if (cmd == "health") {
+    need(1);
+    r.mutable_health();
+  } else {
+    std::string all;
+    for (const auto& word : w) all += (all.empty() ? "" : " ") + word;
+    throw UsageError{"unknown command '" + all + "'"};
+  }
+  if (cmd != "states" && (inv.count || inv.limit)) throw UsageError{"--count and --limit go with 'states'"};
+  return r;
+}
+
+// The payload of a response (the one field of its oneof), or nullptr.
+const google::protobuf::Message* payload_of(const Response& response) {
+  const auto* oneof = Response::descriptor()->FindOneofByName("payload");
+  const auto* field = response.GetReflection()->GetOneofFieldDescriptor(response, oneof);
+  if (!field) return nullptr;
+  return &response.GetReflection()->GetMessage(response, field);
+}
+
+std::string to_json(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  return out;
+}
+
+std::string human(const Request& request, const Response& response, bool count_only) {
+  switch (response.payload_case()) {
+    case Response::kStatus:
+      return ctl::format_status(response.status());
+    case Response::kRulesLoaded: {
+      const auto& l = response.rules_loaded();
+      return "loaded " + l.path() + ": " + std::to_string(l.rule_count()) + " rules, " +
+             std::to_string(l.states_kept()) + " states kept\n";
+    }
+    case Response::kRules:
+      return ctl::format_rules(response.rules());
+    case Response::kStates:
+      return ctl::format_states(response.states(), count_only);
+    case Response::kStats:
+      return ctl::format_stats(response.stats());
+    case Response::kFlushed:
+      return "flushed " + std::to_string(response.flushed().states()) + " states\n";
+    case Response::kSyncStatus:
+      return ctl::format_sync(response.sync_status());
+    case Response::kFailoverStatus:
+      return ctl::format_failover(response.failover_status());
+    case Response::kHealth:
+      return response.health().healthy() ? "healthy\n" : "unhealthy: " + response.health().reason() + "\n";
+    case Response::PAYLOAD_NOT_SET:
+      break;
+  }
+  (void)request;
+  return "ok\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Invocation inv;
+  Request request;
+  try {
+    inv = parse_args(argc, argv);
+    request = build_request(inv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "pairwallctl: %s\n\n%s", e.message.c_str(), kUsage);
+    return 2;
+  }
+
+  Response response;
+  try {
+    control::ControlClient client(inv.socket);
+    response = client.call(request);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pairwallctl: %s\n", e.what());
+    return 1;
+  }
+  if (!response.ok()) {
+    std::fprintf(stderr, "pairwallctl: %s\n", response.error().c_str());
+    return 1;
+  }
+
+  if (inv.json) {
+    const auto* payload = payload_of(response);
+    std::cout << (payload ? to_json(*payload) : std::string("{}\n"));
+  } else {
+    std::cout << human(request, response, inv.count);
+  }
+  std::cout.flush();
+  if (response.has_health() && !response.health().healthy()) {
+    if (inv.json) std::fprintf(stderr, "pairwallctl: unhealthy: %s\n", response.health().reason().c_str());
+    return 1;
+  }
+  return 0;
+}
