@@ -249,7 +249,6 @@ vrrp_instance pairwall {{
     {vip_out}/{plen} dev {if_out}
   }}
   track_interface {{
-    {if_in}
     {if_out}
   }}
   track_script {{
