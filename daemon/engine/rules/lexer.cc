@@ -217,6 +217,12 @@ Token Lexer::next() {
       if (sources_.size() > kMaxExpansionDepth) {
         fail(line, column, "macro '$" + name + "' expands too deeply (does it refer to itself?)");
       }
+      expanded_ += it->second.value.size();
+      if (expanded_ > kMaxExpandedText) {
+        fail(line, column,
+             "macros expand to more than " + std::to_string(kMaxExpandedText >> 20) +
+                 " MiB of text (macros referring to macros multiply)");
+      }
       advance(src, end - src.pos);
       // `src` is invalidated by the push below.
       sources_.push_back(Source{it->second.value, 0, true, line, column});

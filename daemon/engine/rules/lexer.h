@@ -90,6 +90,9 @@ class Lexer {
   // Bounds that keep hostile input from exhausting memory or stack.
   static constexpr std::size_t kMaxExpansionDepth = 16;
   static constexpr std::size_t kMaxMacroValue = 64 * 1024;
+  // Quoted values are expanded where used, so macros referring to macros multiply: bound the
+  // text all expansions of one file may produce.
+  static constexpr std::size_t kMaxExpandedText = 4 * 1024 * 1024;
 
  private:
   struct Macro {
@@ -114,6 +117,7 @@ class Lexer {
 
   std::vector<Source> sources_;
   std::map<std::string, Macro> macros_;
+  std::size_t expanded_ = 0;  // bytes of macro text pushed so far
 };
 
 }  // namespace pairwall::engine::rules

@@ -300,6 +300,7 @@ class Parser {
     while (!at_end_of_statement()) {
       if (!value.empty()) value += ' ';
       value += take().source_text();
+      if (value.size() > Lexer::kMaxMacroValue) break;  // define_macro reports it
     }
     lexer_.define_macro(name, std::move(value));
   }

@@ -795,3 +795,20 @@ TEST_CASE("a large generated rule set parses, one rule per line") {
   CHECK(f.filter_rules[4999].to.ports.at(0).low == 5000);
   CHECK(f.filter_rules[4999].state.max_states == 5000);
 }
+
+TEST_CASE("hostile macros are bounded: long values, exponential expansion") {
+  CHECK(parse_error("a = \"" + std::string(70000, 'x') + "\"") ==
+        "t.conf:1:1: value of macro 'a' is longer than 65536 characters");
+
+  // Quoted values keep their `$` until used, so each level multiplies the text by 60. (The
+  // innermost value is a comment, which ends with the expansion, so the test stays fast.)
+  std::string text = "a = \"# " + std::string(1000, 'x') + "\"\n";
+  for (const char* level : {"b", "c", "d"}) {
+    text += std::string(level) + " = \"";
+    for (int i = 0; i < 60; ++i) text += "$" + std::string(1, static_cast<char>(level[0] - 1)) + " ";
+    text += "\"\n";
+  }
+  text += "pass from { $d }\n";
+  CHECK(parse_error(text) ==
+        "t.conf:5:13: macros expand to more than 4 MiB of text (macros referring to macros multiply)");
+}

@@ -1,0 +1,76 @@
+// libFuzzer target for the rule parser: any byte string must yield a RuleFile or a RuleError,
+// never a crash, a hang or a sanitizer report; and every position it reports must point into
+// the text, since operators jump to it in their editor.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "daemon/engine/rules/parser.h"
+
+namespace {
+
+using pairwall::engine::rules::RuleError;
+using pairwall::engine::rules::RuleFile;
+using pairwall::engine::rules::SourceLocation;
+
+// Length of each line, 1-based index; a position may sit one past the end (end of line/file).
+std::vector<std::size_t> line_lengths(std::string_view text) {
+  std::vector<std::size_t> lengths{0, 0};
+  for (char c : text) {
+    if (c == '\n') {
+      lengths.push_back(0);
+    } else {
+      ++lengths.back();
+    }
+  }
+  return lengths;
+}
+
+void check(const SourceLocation& loc, const std::vector<std::size_t>& lines) {
+  if (loc.file != "fuzz.conf") std::abort();
+  if (loc.line < 1 || loc.line >= lines.size()) std::abort();
+  if (loc.column < 1 || loc.column > lines[loc.line] + 1) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const auto lines = line_lengths(text);
+  auto result = pairwall::engine::rules::parse_rules(text, "fuzz.conf");
+  if (const auto* error = std::get_if<RuleError>(&result)) {
+    check(error->location, lines);
+    if (error->message.empty()) std::abort();
+    // The same input gives the same message: nothing depends on the host or on earlier runs.
+    auto again = pairwall::engine::rules::parse_rules(text, "fuzz.conf");
+    const auto* second = std::get_if<RuleError>(&again);
+    if (!second || second->to_string() != error->to_string()) std::abort();
+    return 0;
+  }
+  const auto& file = std::get<RuleFile>(result);
+  for (const auto& t : file.tables) {
+    check(t.location, lines);
+    if (t.name.empty()) std::abort();
+  }
+  for (const auto& r : file.scrub_rules) check(r.location, lines);
+  for (const auto& r : file.translation_rules) {
+    check(r.location, lines);
+    if (!r.negate_translation && !r.target) std::abort();
+  }
+  for (const auto& r : file.filter_rules) {
+    check(r.location, lines);
+    for (const auto* ep : {&r.from, &r.to}) {
+      for (const auto& a : ep->addresses) check(a.location, lines);
+      for (const auto& p : ep->ports) {
+        const bool range = p.op == pairwall::engine::rules::PortMatch::Op::RangeInclusive ||
+                           p.op == pairwall::engine::rules::PortMatch::Op::RangeExclusive ||
+                           p.op == pairwall::engine::rules::PortMatch::Op::Outside;
+        if (range && p.low > p.high) std::abort();
+      }
+    }
+    if (r.flags && (r.flags->set & ~r.flags->mask) != 0) std::abort();
+  }
+  return 0;
+}
