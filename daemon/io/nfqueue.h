@@ -1,0 +1,106 @@
+// pairwalld's packet path: one NFQUEUE queue per worker thread, each worker owning its netlink
+// socket (NfqSocket), its engine::Worker, its interface cache and its reject sockets, so that
+// workers share nothing but the engine's state table.
+//
+//   kernel --queue N+i--> NfqSocket (batched recv) --> Engine::process() --> Verdict
+//                          |                            | Reject: Rejector (RST / ICMP)
+//                          |                            | log:    PcapLog ring
+//                          <-- batched verdicts <-------+
+//
+// Time: each batch reads std::chrono::steady_clock once and passes it to process() as
+// milliseconds since steady_clock's epoch; whoever calls Engine::expire() must use the same clock.
+//
+// Interfaces: the kernel gives ifindexes; a per-worker IfindexCache maps them to engine
+// IfaceIds. Call refresh_interfaces() when links are renamed or recreated.
+//
+// Hook: derived from which interfaces the kernel reported: in and out -> Forward, in only ->
+// Input, out only -> Output.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "daemon/engine/engine.h"
+#include "daemon/io/ifindex_cache.h"
+#include "daemon/io/kernel_queue_stats.h"
+#include "daemon/io/nfq_socket.h"
+#include "daemon/io/pcaplog.h"
+#include "daemon/io/reject.h"
+#include "daemon/io/stop_signal.h"
+
+namespace pairwall::io {
+
+struct NfQueueConfig {
+  uint16_t first_queue = 0;
+  uint16_t queues = 1;  // one worker each: first_queue .. first_queue + queues - 1
+  QueueConfig queue;    // for every queue; its `queue` field is set per worker
+  bool reject = true;   // false: Reject verdicts drop silently (no raw sockets needed)
+  RejectConfig reject_config;
+};
+
+engine::Hook hook_of(bool has_in_iface, bool has_out_iface) noexcept;
+
+class NfQueue {
+ public:
+  // `log` may be null (nothing logged); it must have at least `config.queues` workers and
+  // outlive this object.
+  NfQueue(engine::Engine& engine, NfQueueConfig config, PcapLog* log = nullptr);
+  ~NfQueue();  // stop()
+  NfQueue(const NfQueue&) = delete;
+  NfQueue& operator=(const NfQueue&) = delete;
+
+  // Binds every queue and opens the reject sockets, then starts the workers. Throws
+  // std::runtime_error (from NfqSocket / Rejector) before any worker starts if one fails.
+  // Call once.
+  void start();
+
+  // Wakes the workers, waits for them to send the verdicts they owe and joins them. Idempotent.
+  void stop();
+
+  std::size_t workers() const { return workers_.size(); }
+  uint16_t queue_of(std::size_t worker) const { return static_cast<uint16_t>(config_.first_queue + worker); }
+
+  // The engine worker of `worker`, whose state change ring sync drains.
+  engine::Worker& engine_worker(std::size_t worker) { return workers_[worker]->engine_worker; }
+
+  // Counters of `worker`; readable from any thread. Valid after start().
+  const QueueCounters& counters(std::size_t worker) const;
+  const RejectCounters* reject_counters(std::size_t worker) const;
+  uint64_t log_dropped(std::size_t worker) const { return workers_[worker]->log_dropped.get(); }
+
+  // The kernel's counters for our queues (queue-full and socket-full drops). Control plane: reads
+  // /proc/net/netfilter/nfnetlink_queue; throws std::runtime_error when it cannot.
+  std::vector<KernelQueueStats> kernel_stats() const;
+
+  // Makes every worker forget its ifindex mappings at its next packet.
+  void refresh_interfaces() { iface_generation_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  struct Worker {
+    Worker(engine::Engine& engine, std::size_t worker_index)
+        : engine_worker(engine), ifaces(engine.interfaces()), index(worker_index) {}
+    engine::Worker engine_worker;
+    IfindexCache ifaces;
+    std::size_t index;
+    uint64_t iface_generation = 0;
+    std::unique_ptr<NfqSocket> socket;
+    std::unique_ptr<Rejector> rejector;
+    Counter log_dropped;
+    std::thread thread;
+  };
+
+  Decision decide(Worker& worker, QueuedPacket& packet, std::chrono::steady_clock::time_point now) noexcept;
+
+  engine::Engine& engine_;
+  NfQueueConfig config_;
+  PcapLog* log_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  StopSignal stop_;
+  std::atomic<uint64_t> iface_generation_{0};
+  bool started_ = false;
+};
+
+}  // namespace pairwall::io
