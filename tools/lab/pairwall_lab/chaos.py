@@ -49,33 +49,48 @@ def clear_faults(lab):
 
 PRELOAD_SCRIPT = r"""
 import socket, sys, time
-count, server, first_port, deadline = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-ports = 50000
-socks = []
+count, server, sport, rate, deadline = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
+                                        float(sys.argv[5]))
+DPORTS = range(10000, 60000)
 sent = 0
-end = time.monotonic() + deadline
-while sent < count and time.monotonic() < end:
-    if sent % ports == 0:
+s = None
+t0 = time.monotonic()
+while sent < count and time.monotonic() - t0 < deadline:
+    if sent % len(DPORTS) == 0:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(("0.0.0.0", 0))
-        socks.append(s)
+        s.bind(("0.0.0.0", sport + sent // len(DPORTS)))
     try:
-        socks[-1].sendto(b"pairwall-lab", (server, first_port + sent % ports))
+        s.sendto(b"pairwall-lab", (server, DPORTS[sent % len(DPORTS)]))
         sent += 1
-    except (BlockingIOError, OSError):
+    except OSError:
         time.sleep(0.001)
-    if sent % 2000 == 0:
-        time.sleep(0.005)  # let NFQUEUE keep up rather than overflow it
+    if sent % 500 == 0:
+        # Paced: an NFQUEUE that overflows would drop flows and the count would be wrong.
+        time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
 print(sent)
 """
 
 
-def preload_udp_states(lab, count, first_port=10000, timeout=120.0):
-    """Sends one UDP datagram per flow from the client to `count` distinct (source port, destination port)
-    pairs: each creates one state on the master (and, by sync, the backup). Returns datagrams sent."""
+def preload_udp_states(lab, count, sport=20000, rate=40_000, timeout=120.0):
+    """One UDP datagram client -> server per flow, for `count` flows with distinct (source port,
+    destination port): source ports sport, sport+1, ... (50,000 destination ports each). Each flow makes
+    one state on the master and, by sync, on the backup. Returns datagrams sent."""
     cp = netns.nsexec(lab.ns["client"], lab.python, "-c", PRELOAD_SCRIPT, str(count), topology.SERVER_ADDR,
-                      str(first_port), str(timeout), timeout=timeout + 30)
+                      str(sport), str(rate), str(timeout), timeout=timeout + 30)
     return int(cp.stdout.strip() or 0)
+
+
+def preload_until(lab, node, target, chunk=20_000, rounds=10):
+    """Preloads in chunks until `node` holds at least `target` states (a chunk may lose a few datagrams
+    to a full queue). Returns the node's count."""
+    count = 0
+    for r in range(rounds):
+        count = lab.driver.states()[node] or 0
+        if count >= target:
+            break
+        preload_udp_states(lab, min(chunk, target - count + 1000), sport=20000 + r * 10)
+        time.sleep(0.5)
+    return lab.driver.states()[node] or 0
 
 
 def state_keys(lab, node, limit=1_000_000):
