@@ -68,6 +68,7 @@ def parser():
         d.add_argument("--kill", choices=["master", "node", "link", "sync"], default="master")
         d.add_argument("--kill-after", type=float, default=3.0)
         d.add_argument("--restore-after", type=float, default=3.0)
+        d.add_argument("--churn", type=float, default=0.0, help="short connections per second besides the long ones")
         d.add_argument("--repeat", type=int, default=1, help="fail the master this many times (alternating)")
         d.add_argument("--kill-every", type=float, help="seconds between repeated kills (default restore-after + 3)")
         d.add_argument("--out", help="output directory (default lab-out/drill-TIMESTAMP)")
@@ -135,7 +136,8 @@ def demo(args, say):
     try:
         rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
                         kill_after=args.kill_after, restore_after=args.restore_after, out_dir=args.out,
-                        progress=say, repeat=args.repeat, kill_every=args.kill_every)
+                        progress=say, repeat=args.repeat, kill_every=args.kill_every,
+                            churn_per_s=args.churn)
         rep["plot"] = make_plot(rep, say)
     finally:
         say("tearing the lab down")
@@ -164,7 +166,8 @@ def main(argv=None):
             lab = Lab(args.prefix, bin_dir=args.bin_dir)
             rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
                             kill_after=args.kill_after, restore_after=args.restore_after, out_dir=args.out,
-                            progress=say, repeat=args.repeat, kill_every=args.kill_every)
+                            progress=say, repeat=args.repeat, kill_every=args.kill_every,
+                            churn_per_s=args.churn)
             if args.plot:
                 rep["plot"] = make_plot(rep, say)
             print(json.dumps(rep, indent=1) if args.json else report.human(rep))

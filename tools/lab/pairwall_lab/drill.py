@@ -78,7 +78,7 @@ def default_out_dir():
 
 
 def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, restore_after=3.0, out_dir=None,
-        interval_ms=20.0, settle=True, progress=None, repeat=1, kill_every=None):
+        interval_ms=20.0, settle=True, progress=None, repeat=1, kill_every=None, churn_per_s=0.0):
     """Runs one drill and returns the report dictionary (also written to OUT_DIR/report.json).
 
     repeat > 1 fails the master `repeat` times, every `kill_every` seconds, each time the node that is
@@ -120,7 +120,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         client = lab.spawn("client", "traffic-client", [
             lab.python, traffic, "client", *common, "--server", topology.SERVER_ADDR, "--connections",
             str(connections), "--duration", str(duration), "--samples", str(out / "samples.jsonl"), "--summary",
-            str(out / "client.json")], stdout=subprocess.PIPE)
+            str(out / "client.json"), "--churn-per-s", str(churn_per_s)], stdout=subprocess.PIPE)
         procs.append(client)
         ready = json.loads(_read_line(client, 60, "traffic client"))
         say(f"{ready['established']}/{connections} connections up through {first_master}; "

@@ -13,6 +13,8 @@ Definitions (also in `pairwall-lab drill --help`):
 - tcp_stall_ms_max: the longest time any connection went without a record arriving from the server or
   without the server's acknowledgement advancing (normal value: about one record period).
 - ping_lost / udp_lost: probes sent that got no reply within 1 s after the last probe was sent.
+- churn (when short connections run): opened, ok, and failed_after_failover, those opened after the
+  failover instant that did not complete (connect, one record each way).
 """
 
 
@@ -79,6 +81,7 @@ def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(),
                            "last_rx_ms": _ms(c["last_rx"] - t_kill) if c["last_rx"] else None,
                            "last_ack_ms": _ms(c["last_ack"] - t_kill) if c["last_ack"] else None})
 
+    churn = summary.get("churn") or []
     states = states or {}
     report = {
         "connections": summary["connections"],
@@ -101,6 +104,10 @@ def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(),
         "reconnects": reconnects,
         "failed_connections": failed[:10],
     }
+    if churn:
+        # Short connections: all of them, and those opened after the failover (which must all work).
+        report["churn"] = {"opened": len(churn), "ok": sum(1 for c in churn if c[2] == "ok"),
+                           "failed_after_failover": sum(1 for c in churn if c[0] >= t_ref and c[2] != "ok")}
     if extra:
         report.update(extra)
     return report

@@ -259,6 +259,7 @@ class Client:
         self.tick_progress = set()
         self.ping = []  # [send_t, reply_t | None, ttl | None]
         self.udp = []
+        self.churn = []  # [start, end | None, "ok" | failure kind | None]
         self.ident = os.getpid() & 0xFFFF
         self.samples_out = None
 
@@ -296,6 +297,37 @@ class Client:
         if c["established"] is None:
             c["established"] = now()
         self.protos[c["id"]] = proto
+
+    async def churn_one(self):
+        """One short connection: connect, one record each way, close. Result kept as [start, end, ok|kind]."""
+        t = now()
+        entry = [t, None, None]
+        self.churn.append(entry)
+        writer = None
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.args.server, self.args.port), timeout=3.0)
+            writer.write(pack_record(self.args.record, 0xFFFFFFFF, 1, 0))
+            head = await asyncio.wait_for(reader.readexactly(self.args.record), timeout=3.0)
+            magic, _cid, seq, _ack, _ts = RECORD_HEAD.unpack_from(head)
+            entry[2] = "ok" if magic == MAGIC and seq == 1 else "bad-record"
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            entry[2] = type(e).__name__
+        finally:
+            entry[1] = now()
+            if writer is not None:
+                writer.close()
+
+    async def churn_ticker(self):
+        period = 1.0 / self.args.churn_per_s
+        next_t = now()
+        pending = set()
+        while True:
+            next_t += period
+            task = asyncio.ensure_future(self.churn_one())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            await asyncio.sleep(max(0.0, next_t - now()))
 
     async def tcp_ticker(self):
         period = self.args.interval_ms / 1000.0
@@ -426,15 +458,18 @@ class Client:
         loop.add_reader(udp_sock.fileno(), self.on_udp_reply, udp_sock)
 
         start = now()
-        tasks = [asyncio.ensure_future(x) for x in
-                 (self.tcp_ticker(), self.probe_ticker(ping_sock, udp_sock), self.sampler())]
+        senders = [asyncio.ensure_future(self.probe_ticker(ping_sock, udp_sock))]
+        if args.churn_per_s > 0:
+            senders.append(asyncio.ensure_future(self.churn_ticker()))
+        tasks = senders + [asyncio.ensure_future(x) for x in (self.tcp_ticker(), self.sampler())]
         print(json.dumps({"ready": True, "established": established, "t": start}), flush=True)
         try:
             await asyncio.wait_for(asyncio.shield(stop), timeout=args.duration)
         except asyncio.TimeoutError:
             pass
         end = now()
-        tasks[1].cancel()  # no new probes; let late replies arrive while TCP keeps flowing
+        for t in senders:
+            t.cancel()  # no new probes or short connections; late replies still count
         await asyncio.sleep(REPLY_GRACE_S if not stop.done() else 0)
         self.stopping = True
         for t in tasks:
@@ -445,7 +480,8 @@ class Client:
             self.samples_out.close()
         summary = {"start": start, "end": end, "connections": args.connections, "established": established,
                    "interval_ms": args.interval_ms, "probe_ms": args.probe_ms, "conns": self.conns,
-                   "ping": self.ping, "udp": self.udp, "ping_enabled": ping_sock is not None}
+                   "ping": self.ping, "udp": self.udp, "ping_enabled": ping_sock is not None,
+                   "churn": self.churn}
         if args.summary:
             write_json(args.summary, summary)
         print(json.dumps({"done": True, "failures": self.failures}), flush=True)
@@ -494,6 +530,8 @@ def parse_args(argv):
     cli.add_argument("--probe-ms", type=float, default=10.0, help="ping and UDP probe period")
     cli.add_argument("--samples", help="JSON lines, one per 100 ms")
     cli.add_argument("--max-reconnects", type=int, default=20)
+    cli.add_argument("--churn-per-s", type=float, default=0.0,
+                     help="short connections per second (one record each way, then closed)")
     args = p.parse_args(argv)
     if args.record < RECORD_HEAD.size:
         p.error(f"--record must be at least {RECORD_HEAD.size} bytes")
