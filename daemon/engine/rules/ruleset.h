@@ -29,6 +29,7 @@ struct CompiledRule {
   uint32_t number = 0;  // @N, 0-based file order
   Action action = Action::Block;
   BlockReply reply = BlockReply::Drop;
+  bool reply_rst_for_tcp = false;  // `block return`: RST for TCP, `reply` (ICMP) for the rest
   bool log = false;
   bool quick = false;
   bool keep_state = true;
@@ -52,7 +53,9 @@ struct ScrubAction {
 struct CompiledTranslation {
   TranslationRule::Kind kind = TranslationRule::Kind::Nat;
   bool negated = false;
+  bool pass = false;  // `nat pass`: translated packets skip the filter rules
   IpPrefix target;
+  IpPrefix source;  // binat: the internal prefix, which the in pass maps `target` back to
   uint16_t port_low = 0;  // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
   uint32_t number = 0;
