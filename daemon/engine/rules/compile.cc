@@ -1,0 +1,528 @@
+// Rule file -> RuleSet, and the RuleSet's packet-path entry points.
+//
+// Translation rules are matched per pass, first match wins, like pf's nat/rdr/binat rulesets:
+//   - nat applies on the out pass of its interface (the packet leaves through it, source rewritten);
+//   - rdr applies on the in pass (the packet arrives on it, destination rewritten);
+//   - binat applies to both: on the out pass to packets from its internal prefix, and on the in
+//     pass to packets addressed to its external (target) prefix, coming from the rule's `to`.
+// Each direction of a binat rule is its own entry in the first-match list, in file order.
+#include "daemon/engine/rules/compile.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/engine/rules/classifier.h"
+
+namespace pairwall::engine::rules {
+
+namespace {
+
+// Thrown inside the compiler, returned from compile() as a RuleError.
+struct CompileFailure {
+  RuleError error;
+};
+
+[[noreturn]] void fail(const SourceLocation& at, std::string message) {
+  throw CompileFailure{RuleError{at, std::move(message)}};
+}
+
+std::string timeout_names() {
+  std::string out;
+  for (std::size_t i = 0; i < kTimeoutClassCount; ++i) {
+    if (i != 0) out += ", ";
+    out += timeout_class_name(static_cast<TimeoutClass>(i));
+  }
+  return out;
+}
+
+// Applies `name seconds` pairs onto `timeouts`; `where` locates each name for errors.
+template <typename Locate>
+void apply_timeouts(const std::map<std::string, uint32_t>& values, Timeouts& timeouts, Locate where,
+                    std::string_view context) {
+  for (const auto& [name, seconds] : values) {
+    const auto cls = timeout_class_from_name(name);
+    if (!cls) {
+      fail(where(name), "unknown timeout '" + name + "' in " + std::string(context) + "; expected one of " +
+                            timeout_names());
+    }
+    if (seconds == 0) {
+      fail(where(name), "timeout '" + name + "' must be at least 1 second (0 would expire states at once)");
+    }
+    timeouts[*cls] = std::chrono::seconds(seconds);
+  }
+}
+
+std::string family_name(Family f) {
+  return f == Family::V4 ? "IPv4" : "IPv6";
+}
+
+// --- Canonical text, in the syntax the parser reads.
+
+std::string address_text(const IpPrefix& p) {
+  const bool host = p.length == (p.family == Family::V4 ? 32 : 128);
+  return host ? to_string(p.family, p.address) : to_string(p);
+}
+
+template <typename T, typename F>
+std::string list_text(const std::vector<T>& items, F one) {
+  if (items.size() == 1) return one(items[0]);
+  std::string out = "{ ";
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + one(items[i]);
+  return out + " }";
+}
+
+std::string element_text(const AddressElement& e) {
+  std::string out = e.negated ? "! " : "";
+  switch (e.kind) {
+    case AddressElement::Kind::Any:
+      return out + "any";
+    case AddressElement::Kind::Prefix:
+      return out + address_text(e.prefix);
+    case AddressElement::Kind::Table:
+      return out + "<" + e.table + ">";
+  }
+  return out;
+}
+
+std::string port_text(const PortMatch& m) {
+  const std::string lo = std::to_string(m.low);
+  const std::string hi = std::to_string(m.high);
+  switch (m.op) {
+    case PortMatch::Op::Eq:
+      return lo;
+    case PortMatch::Op::Ne:
+      return "!= " + lo;
+    case PortMatch::Op::Lt:
+      return "< " + lo;
+    case PortMatch::Op::Le:
+      return "<= " + lo;
+    case PortMatch::Op::Gt:
+      return "> " + lo;
+    case PortMatch::Op::Ge:
+      return ">= " + lo;
+    case PortMatch::Op::RangeInclusive:
+      return lo + ":" + hi;
+    case PortMatch::Op::RangeExclusive:
+      return lo + " >< " + hi;
+    case PortMatch::Op::Outside:
+      return lo + " <> " + hi;
+  }
+  return lo;
+}
+
+std::string proto_text(uint8_t p) {
+  switch (p) {
+    case ipproto::kTcp:
+      return "tcp";
+    case ipproto::kUdp:
+      return "udp";
+    case ipproto::kIcmp:
+      return "icmp";
+    case ipproto::kIcmp6:
+      return "icmp6";
+    default:
+      return std::to_string(p);
+  }
+}
+
+std::string flags_text(uint8_t bits) {
+  static constexpr char kLetters[] = "FSRPAUEW";
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    if (bits & (1u << i)) out += kLetters[i];
+  }
+  return out;
+}
+
+std::string header_text(const std::vector<InterfaceMatch>& interfaces, const std::optional<Family>& family,
+                        const std::vector<uint8_t>& protocols) {
+  std::string out;
+  if (!interfaces.empty()) {
+    out += " on " +
+           list_text(interfaces, [](const InterfaceMatch& i) { return (i.negated ? "! " : "") + i.name; });
+  }
+  if (family) out += *family == Family::V4 ? " inet" : " inet6";
+  if (!protocols.empty()) out += " proto " + list_text(protocols, proto_text);
+  return out;
+}
+
+std::string endpoints_text(const Endpoint& from, const Endpoint& to) {
+  auto one = [](const char* word, const Endpoint& e) {
+    std::string out =
+        std::string(" ") + word + " " + (e.addresses.empty() ? "any" : list_text(e.addresses, element_text));
+    if (!e.ports.empty()) out += " port " + list_text(e.ports, port_text);
+    return out;
+  };
+  if (from.addresses.empty() && from.ports.empty() && to.addresses.empty() && to.ports.empty()) return " all";
+  return one("from", from) + one("to", to);
+}
+
+std::string filter_text(const FilterRule& r) {
+  std::string out = r.action == Action::Pass ? "pass" : "block";
+  if (r.action == Action::Block) {
+    if (r.reply_rst_for_tcp) {
+      out += " return";
+    } else if (r.reply == BlockReply::ReturnRst) {
+      out += " return-rst";
+    } else if (r.reply == BlockReply::ReturnIcmp) {
+      out += " return-icmp";
+    }
+  }
+  if (r.direction != Direction::Any) out += r.direction == Direction::In ? " in" : " out";
+  if (r.log) out += " log";
+  if (r.quick) out += " quick";
+  out += header_text(r.interfaces, r.family, r.protocols);
+  out += endpoints_text(r.from, r.to);
+  if (r.flags) out += " flags " + flags_text(r.flags->set) + "/" + flags_text(r.flags->mask);
+  if (!r.icmp_types.empty()) {
+    out += r.icmp6_types ? " icmp6-type " : " icmp-type ";
+    out += list_text(r.icmp_types, [](const IcmpTypeMatch& t) {
+      return std::to_string(t.type) + (t.code >= 0 ? " code " + std::to_string(t.code) : "");
+    });
+  }
+  if (r.action == Action::Pass) {
+    out += r.state.keep_state ? " keep state" : " no state";
+    std::vector<std::string> options;
+    if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
+    for (const auto& [name, seconds] : r.state.timeouts)
+      options.push_back(name + " " + std::to_string(seconds));
+    if (r.state.keep_state && !options.empty()) {
+      out += " (";
+      for (std::size_t i = 0; i < options.size(); ++i) out += (i ? ", " : "") + options[i];
+      out += ")";
+    }
+  }
+  return out;
+}
+
+// --- Validation shared by filter, translation and scrub rules.
+
+bool only_protocols(const std::vector<uint8_t>& protocols, std::initializer_list<uint8_t> allowed) {
+  return !protocols.empty() && std::all_of(protocols.begin(), protocols.end(), [&](uint8_t p) {
+    return std::find(allowed.begin(), allowed.end(), p) != allowed.end();
+  });
+}
+
+void check_ports(const SourceLocation& at, const std::vector<uint8_t>& protocols, const Endpoint& from,
+                 const Endpoint& to) {
+  if ((!from.ports.empty() || !to.ports.empty()) &&
+      !only_protocols(protocols, {ipproto::kTcp, ipproto::kUdp})) {
+    fail(at, "'port' applies to TCP and UDP only: add 'proto tcp', 'proto udp' or 'proto { tcp, udp }'");
+  }
+}
+
+// The families an address list can match; a rule whose lists share none can never match.
+uint8_t families_of(const std::vector<AddressElement>& addresses) {
+  if (addresses.empty()) return 3;
+  uint8_t out = 0;
+  for (const AddressElement& e : addresses) {
+    out |= e.kind == AddressElement::Kind::Prefix ? (e.prefix.family == Family::V4 ? 1 : 2) : 3;
+  }
+  return out;
+}
+
+void check_families(const SourceLocation& at, const std::optional<Family>& family, const Endpoint& from,
+                    const Endpoint& to) {
+  for (const Endpoint* e : {&from, &to}) {
+    for (const AddressElement& a : e->addresses) {
+      if (family && a.kind == AddressElement::Kind::Prefix && a.prefix.family != *family) {
+        fail(a.location, "address " + address_text(a.prefix) + " is " + family_name(a.prefix.family) +
+                             " but the rule is limited to " + (*family == Family::V4 ? "inet" : "inet6"));
+      }
+    }
+  }
+  if ((families_of(from.addresses) & families_of(to.addresses)) == 0) {
+    const SourceLocation& where = to.addresses.empty() ? at : to.addresses.front().location;
+    fail(where, "the source addresses are all " + family_name(from.addresses.front().prefix.family) +
+                    " and the destination addresses all " + family_name(to.addresses.front().prefix.family) +
+                    ": the rule can never match");
+  }
+}
+
+}  // namespace
+
+class Compiler {
+ public:
+  Compiler(const RuleFile& file, InterfaceRegistry& interfaces) : file_(file), interfaces_(interfaces) {}
+
+  std::shared_ptr<const RuleSet> run() {
+    auto set = std::make_shared<RuleSet>();
+    settings(*set);
+    tables();
+    filter_rules(*set);
+    scrub_rules(*set);
+    translation_rules(*set);
+    return set;
+  }
+
+ private:
+  SourceLocation file_location() const { return SourceLocation{file_.file, 0, 0}; }
+
+  void settings(RuleSet& set) {
+    const Settings& s = file_.settings;
+    apply_timeouts(
+        s.timeouts, set.timeouts_,
+        [&](const std::string& name) {
+          auto it = s.timeout_locations.find(name);
+          return it != s.timeout_locations.end() ? it->second : file_location();
+        },
+        "'set timeout'");
+    if (s.limit_states) {
+      if (*s.limit_states == 0)
+        fail(file_location(), "'set limit states 0' would refuse every new connection");
+      set.state_limit_ = *s.limit_states;
+    }
+  }
+
+  void tables() {
+    for (const Table& t : file_.tables) {
+      auto [it, inserted] = tables_.try_emplace(t.name, &t, AddressTable(t.entries, t.negated_entries));
+      if (!inserted) {
+        fail(t.location, "table <" + t.name + "> is already defined at line " +
+                             std::to_string(it->second.first->location.line));
+      }
+    }
+  }
+
+  std::vector<AddressTerm> addresses(const std::vector<AddressElement>& elements) const {
+    std::vector<AddressTerm> out;
+    for (const AddressElement& e : elements) {
+      AddressTerm t;
+      t.kind = e.kind;
+      t.negated = e.negated;
+      t.prefix = e.prefix;
+      if (e.kind == AddressElement::Kind::Table) {
+        auto it = tables_.find(e.table);
+        if (it == tables_.end()) {
+          fail(e.location, "table <" + e.table + "> is not defined; define it before use with 'table <" +
+                               e.table + "> { ... }'");
+        }
+        t.table = &it->second.second;
+      }
+      out.push_back(t);
+    }
+    return out;
+  }
+
+  std::vector<InterfaceTerm> interfaces(const std::vector<InterfaceMatch>& names) {
+    std::vector<InterfaceTerm> out;
+    for (const InterfaceMatch& m : names) out.push_back({interfaces_.intern(m.name), m.negated});
+    return out;
+  }
+
+  MatchSpec spec(Direction direction, const std::vector<InterfaceMatch>& ifs,
+                 const std::optional<Family>& family, const std::vector<uint8_t>& protocols,
+                 const Endpoint& from, const Endpoint& to) {
+    MatchSpec s;
+    s.direction = direction;
+    s.interfaces = interfaces(ifs);
+    s.family = family;
+    s.protocols = protocols;
+    s.src = addresses(from.addresses);
+    s.src_ports = from.ports;
+    s.dst = addresses(to.addresses);
+    s.dst_ports = to.ports;
+    return s;
+  }
+
+  void filter_rules(RuleSet& set) {
+    std::vector<MatchSpec> specs;
+    for (std::size_t i = 0; i < file_.filter_rules.size(); ++i) {
+      const FilterRule& r = file_.filter_rules[i];
+      check_ports(r.location, r.protocols, r.from, r.to);
+      check_families(r.location, r.family, r.from, r.to);
+      if (r.flags && !only_protocols(r.protocols, {ipproto::kTcp})) {
+        fail(r.location, "'flags' applies to TCP only: add 'proto tcp'");
+      }
+      if (!r.icmp_types.empty()) {
+        const uint8_t needed = r.icmp6_types ? ipproto::kIcmp6 : ipproto::kIcmp;
+        const char* keyword = r.icmp6_types ? "icmp6-type" : "icmp-type";
+        if (!only_protocols(r.protocols, {needed})) {
+          fail(r.location, std::string("'") + keyword + "' needs 'proto " + proto_text(needed) +
+                               "' and no other protocol");
+        }
+        const Family family = r.icmp6_types ? Family::V6 : Family::V4;
+        if (r.family && *r.family != family) {
+          fail(r.location, std::string("'") + keyword + "' cannot be used with " +
+                               (family == Family::V4 ? "inet6" : "inet") +
+                               (family == Family::V4 ? ": use icmp6-type" : ": use icmp-type"));
+        }
+      }
+      CompiledRule c;
+      c.number = static_cast<uint32_t>(i);
+      c.action = r.action;
+      c.reply = r.reply;
+      c.reply_rst_for_tcp = r.reply_rst_for_tcp;
+      c.log = r.log;
+      c.quick = r.quick;
+      c.keep_state = r.action == Action::Pass && r.state.keep_state;
+      c.max_states = r.state.max_states;
+      c.timeouts = set.timeouts_;
+      apply_timeouts(
+          r.state.timeouts, c.timeouts, [&](const std::string&) { return r.location; },
+          "the rule's state options");
+      c.location = r.location;
+      c.text = filter_text(r);
+      set.rules_.push_back(std::move(c));
+
+      MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
+      s.flags = r.flags;
+      s.icmp_types = r.icmp_types;
+      s.icmp6 = r.icmp6_types;
+      s.quick = r.quick;
+      specs.push_back(std::move(s));
+    }
+    set.classifier_ = build(specs, MatchOrder::QuickOrLast);
+  }
+
+  void scrub_rules(RuleSet& set) {
+    std::vector<MatchSpec> specs;
+    for (const ScrubRule& r : file_.scrub_rules) {
+      if (!r.from.ports.empty() || !r.to.ports.empty()) {
+        fail(r.location, "scrub rules match interfaces and addresses only: remove 'port'");
+      }
+      check_families(r.location, r.family, r.from, r.to);
+      specs.push_back(spec(r.direction, r.interfaces, r.family, {}, r.from, r.to));
+    }
+    set.scrub_rules_ = file_.scrub_rules;
+    if (!specs.empty()) set.scrub_classifier_ = build(specs, MatchOrder::First);
+  }
+
+  void translation_rules(RuleSet& set) {
+    std::vector<MatchSpec> specs;
+    for (std::size_t i = 0; i < file_.translation_rules.size(); ++i) {
+      const TranslationRule& r = file_.translation_rules[i];
+      check_ports(r.location, r.protocols, r.from, r.to);
+      check_families(r.location, r.family, r.from, r.to);
+      CompiledTranslation t;
+      t.kind = r.kind;
+      t.negated = r.negate_translation;
+      t.pass = r.pass;
+      t.number = static_cast<uint32_t>(i);
+      if (!r.negate_translation) {
+        if (!r.target) fail(r.location, "a translation rule needs a target: '-> ADDRESS'");
+        t.target = *r.target;
+        const uint8_t matched = families_of(r.from.addresses) & families_of(r.to.addresses) &
+                                (r.family ? (*r.family == Family::V4 ? 1 : 2) : 3);
+        const uint8_t target = t.target.family == Family::V4 ? 1 : 2;
+        if ((matched & target) == 0) {
+          fail(r.location, "the translation target " + address_text(t.target) + " is " +
+                               family_name(t.target.family) + " but the rule only matches " +
+                               family_name(t.target.family == Family::V4 ? Family::V6 : Family::V4) +
+                               " packets");
+        }
+      }
+      if (r.target_port) {
+        if (!only_protocols(r.protocols, {ipproto::kTcp, ipproto::kUdp})) {
+          fail(r.location, "a translation 'port' needs 'proto tcp' or 'proto udp'");
+        }
+        if (r.target_port->op != PortMatch::Op::Eq && r.target_port->op != PortMatch::Op::RangeInclusive) {
+          fail(r.location, "the translation port must be a port or a range P:Q");
+        }
+        t.port_low = r.target_port->low;
+        t.port_high = r.target_port->op == PortMatch::Op::Eq ? r.target_port->low : r.target_port->high;
+      }
+      switch (r.kind) {
+        case TranslationRule::Kind::Nat:
+          specs.push_back(spec(Direction::Out, r.interfaces, r.family, r.protocols, r.from, r.to));
+          set.translations_.push_back(t);
+          break;
+        case TranslationRule::Kind::Rdr:
+          specs.push_back(spec(Direction::In, r.interfaces, r.family, r.protocols, r.from, r.to));
+          set.translations_.push_back(t);
+          break;
+        case TranslationRule::Kind::Binat: {
+          if (r.from.addresses.size() != 1 || r.from.addresses[0].kind != AddressElement::Kind::Prefix ||
+              r.from.addresses[0].negated) {
+            fail(r.location, "binat maps one internal address or prefix: write 'from ADDRESS[/LEN]'");
+          }
+          t.source = r.from.addresses[0].prefix;
+          if (!r.negate_translation && t.source.length != t.target.length) {
+            fail(r.location, "binat maps " + address_text(t.source) + " onto " + address_text(t.target) +
+                                 ": both sides need the same prefix length");
+          }
+          specs.push_back(spec(Direction::Out, r.interfaces, r.family, r.protocols, r.from, r.to));
+          set.translations_.push_back(t);
+          // Inbound: from the rule's destination side to the external address.
+          Endpoint external;
+          if (!r.negate_translation) {
+            AddressElement e;
+            e.kind = AddressElement::Kind::Prefix;
+            e.prefix = t.target;
+            e.location = r.location;
+            external.addresses.push_back(e);
+          }
+          specs.push_back(spec(Direction::In, r.interfaces, r.family, r.protocols, r.to, external));
+          set.translations_.push_back(t);
+          break;
+        }
+      }
+    }
+    if (!specs.empty()) set.translation_classifier_ = build(specs, MatchOrder::First);
+  }
+
+  std::unique_ptr<Classifier> build(const std::vector<MatchSpec>& specs, MatchOrder order) const {
+    try {
+      return std::make_unique<Classifier>(specs, order);
+    } catch (const std::length_error& e) {
+      fail(file_location(), e.what());
+    }
+  }
+
+  const RuleFile& file_;
+  InterfaceRegistry& interfaces_;
+  std::map<std::string, std::pair<const Table*, AddressTable>> tables_;
+};
+
+std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
+                                                                InterfaceRegistry& interfaces) {
+  try {
+    return Compiler(file, interfaces).run();
+  } catch (const CompileFailure& f) {
+    return f.error;
+  }
+}
+
+std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
+                                                                        InterfaceRegistry& interfaces) {
+  auto parsed = parse_rules_file(path);
+  if (auto* error = std::get_if<RuleError>(&parsed)) return std::move(*error);
+  return compile(std::get<RuleFile>(parsed), interfaces);
+}
+
+// --- RuleSet
+
+RuleSet::RuleSet() = default;
+RuleSet::~RuleSet() = default;
+
+uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {
+  return classifier_ ? classifier_->match(packet, direction, iface) : kNoRule;
+}
+
+ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {
+  ScrubAction action;
+  if (!scrub_classifier_) return action;
+  const uint32_t r = scrub_classifier_->match(packet, direction, iface);
+  if (r == Classifier::kNoMatch) return action;
+  const ScrubRule& rule = scrub_rules_[r];
+  action.matched = true;
+  action.fragment_reassemble = rule.fragment_reassemble;
+  action.max_mss = rule.max_mss;
+  action.min_ttl = rule.min_ttl;
+  action.random_id = rule.random_id;
+  action.no_df = rule.no_df;
+  return action;
+}
+
+const CompiledTranslation* RuleSet::translation(const PacketView& packet, Direction direction,
+                                                IfaceId iface) const noexcept {
+  if (!translation_classifier_) return nullptr;
+  const uint32_t r = translation_classifier_->match(packet, direction, iface);
+  return r == Classifier::kNoMatch ? nullptr : &translations_[r];
+}
+
+}  // namespace pairwall::engine::rules

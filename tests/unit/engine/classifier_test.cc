@@ -1,0 +1,725 @@
+// The decision structure against pf's semantics: hand-written tables per field, then random rule
+// sets checked against a linear reference evaluator that follows the rules one by one, as pf does.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/rules/classifier.h"
+
+namespace pairwall::engine::rules {
+namespace {
+
+constexpr uint32_t kNone = Classifier::kNoMatch;
+
+IpPrefix prefix(const std::string& text) {
+  auto p = parse_prefix(text);
+  REQUIRE(p.has_value());
+  return *p;
+}
+
+IpAddress address(const std::string& text) {
+  Family f;
+  auto a = parse_address(text, &f);
+  REQUIRE(a.has_value());
+  return *a;
+}
+
+AddressTerm net(const std::string& text, bool negated = false) {
+  AddressTerm t;
+  t.kind = AddressElement::Kind::Prefix;
+  t.prefix = prefix(text);
+  t.negated = negated;
+  return t;
+}
+
+AddressTerm table_term(const AddressTable& table, bool negated = false) {
+  AddressTerm t;
+  t.kind = AddressElement::Kind::Table;
+  t.table = &table;
+  t.negated = negated;
+  return t;
+}
+
+PortMatch port_op(PortMatch::Op op, uint16_t low, uint16_t high = 0) { return PortMatch{op, low, high}; }
+
+struct Packet {
+  PacketView view;
+
+  static Packet make(uint8_t proto, const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
+    Packet p;
+    Family f;
+    p.view.src = *parse_address(src, &f);
+    p.view.dst = *parse_address(dst, &f);
+    p.view.family = f;
+    p.view.proto = proto;
+    p.view.src_port = sport;
+    p.view.dst_port = dport;
+    return p;
+  }
+  static Packet tcp(const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport,
+                    uint8_t flags = tcpflag::kSyn) {
+    Packet p = make(ipproto::kTcp, src, sport, dst, dport);
+    p.view.tcp.flags = flags;
+    return p;
+  }
+  static Packet udp(const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
+    return make(ipproto::kUdp, src, sport, dst, dport);
+  }
+  static Packet icmp(const std::string& src, const std::string& dst, uint8_t type, uint8_t code) {
+    Packet p = make(ipproto::kIcmp, src, 0, dst, 0);
+    if (p.view.family == Family::V6) p.view.proto = ipproto::kIcmp6;
+    p.view.icmp.type = type;
+    p.view.icmp.code = code;
+    return p;
+  }
+};
+
+uint32_t run(const std::vector<MatchSpec>& specs, const Packet& p, Direction dir = Direction::In,
+             IfaceId iface = 1, MatchOrder order = MatchOrder::QuickOrLast) {
+  const Classifier c(specs, order);
+  return c.match(p.view, dir, iface);
+}
+
+// --- Reference: each rule tested in order, with the semantics classifier.h documents.
+
+struct RefTable {
+  std::vector<IpPrefix> entries;
+  std::vector<IpPrefix> negated;
+  AddressTable resolved;
+};
+
+bool bit_prefix_contains(const IpPrefix& p, Family f, const IpAddress& a) {
+  if (p.family != f) return false;
+  for (int i = 0; i < p.length; ++i) {
+    const int width = f == Family::V4 ? 32 : 128;
+    const int from_lsb = width - 1 - i;
+    auto bit = [&](const IpAddress& x) {
+      return from_lsb >= 64 ? (x.hi >> (from_lsb - 64)) & 1 : (x.lo >> from_lsb) & 1;
+    };
+    if (bit(p.address) != bit(a)) return false;
+  }
+  return true;
+}
+
+bool ref_table_contains(const RefTable& t, Family f, const IpAddress& a) {
+  int best = -1;
+  bool member = false;
+  for (const IpPrefix& p : t.entries) {
+    if (bit_prefix_contains(p, f, a) && p.length > best) best = p.length, member = true;
+  }
+  for (const IpPrefix& p : t.negated) {
+    if (bit_prefix_contains(p, f, a) && p.length >= best) best = p.length, member = false;
+  }
+  return member;
+}
+
+struct Reference {
+  std::deque<RefTable> tables;
+
+  const RefTable& table_of(const AddressTable* t) const {
+    for (const RefTable& r : tables) {
+      if (&r.resolved == t) return r;
+    }
+    FAIL("unknown table");
+    return tables.front();
+  }
+
+  bool addresses(const std::vector<AddressTerm>& terms, Family f, const IpAddress& a) const {
+    if (terms.empty()) return true;
+    for (const AddressTerm& t : terms) {
+      bool m = false;
+      switch (t.kind) {
+        case AddressElement::Kind::Any: m = !t.negated; break;
+        case AddressElement::Kind::Prefix:
+          m = t.prefix.family == f && bit_prefix_contains(t.prefix, f, a) != t.negated;
+          break;
+        case AddressElement::Kind::Table: m = ref_table_contains(table_of(t.table), f, a) != t.negated; break;
+      }
+      if (m) return true;
+    }
+    return false;
+  }
+
+  static bool ports(const std::vector<PortMatch>& list, uint16_t port) {
+    for (const PortMatch& m : list) {
+      bool ok = false;
+      switch (m.op) {
+        case PortMatch::Op::Eq: ok = port == m.low; break;
+        case PortMatch::Op::Ne: ok = port != m.low; break;
+        case PortMatch::Op::Lt: ok = port < m.low; break;
+        case PortMatch::Op::Le: ok = port <= m.low; break;
+        case PortMatch::Op::Gt: ok = port > m.low; break;
+        case PortMatch::Op::Ge: ok = port >= m.low; break;
+        case PortMatch::Op::RangeInclusive: ok = port >= m.low && port <= m.high; break;
+        case PortMatch::Op::RangeExclusive: ok = port > m.low && port < m.high; break;
+        case PortMatch::Op::Outside: ok = port < m.low || port > m.high; break;
+      }
+      if (ok) return true;
+    }
+    return false;
+  }
+
+  bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface) const {
+    if (s.direction != Direction::Any && s.direction != dir) return false;
+    if (!s.interfaces.empty() && std::none_of(s.interfaces.begin(), s.interfaces.end(), [&](const InterfaceTerm& t) {
+          return (t.id == iface) != t.negated;
+        })) {
+      return false;
+    }
+    if (s.family && *s.family != p.family) return false;
+    if (!s.protocols.empty() && std::find(s.protocols.begin(), s.protocols.end(), p.proto) == s.protocols.end()) {
+      return false;
+    }
+    const bool has_l4 = !p.is_fragment || p.is_first_fragment;
+    const bool has_ports = has_l4 && (p.proto == ipproto::kTcp || p.proto == ipproto::kUdp);
+    if (!s.src_ports.empty() && !(has_ports && ports(s.src_ports, p.src_port))) return false;
+    if (!s.dst_ports.empty() && !(has_ports && ports(s.dst_ports, p.dst_port))) return false;
+    if (s.flags && !(has_l4 && p.proto == ipproto::kTcp && (p.tcp.flags & s.flags->mask) == s.flags->set)) {
+      return false;
+    }
+    if (!s.icmp_types.empty()) {
+      if (!has_l4 || p.proto != (s.icmp6 ? ipproto::kIcmp6 : ipproto::kIcmp)) return false;
+      if (std::none_of(s.icmp_types.begin(), s.icmp_types.end(), [&](const IcmpTypeMatch& t) {
+            return t.type == p.icmp.type && (t.code < 0 || t.code == p.icmp.code);
+          })) {
+        return false;
+      }
+    }
+    return addresses(s.src, p.family, p.src) && addresses(s.dst, p.family, p.dst);
+  }
+
+  uint32_t evaluate(const std::vector<MatchSpec>& specs, const PacketView& p, Direction dir, IfaceId iface,
+                    MatchOrder order) const {
+    uint32_t last = kNone;
+    for (uint32_t r = 0; r < specs.size(); ++r) {
+      if (!matches(specs[r], p, dir, iface)) continue;
+      if (order == MatchOrder::First || specs[r].quick) return r;
+      last = r;
+    }
+    return last;
+  }
+};
+
+// --- Tables
+
+TEST_CASE("last matching rule wins, quick stops, nothing matching is kNoMatch", "[classifier]") {
+  MatchSpec block_all;
+  MatchSpec pass_tcp;
+  pass_tcp.protocols = {ipproto::kTcp};
+  MatchSpec quick_udp;
+  quick_udp.protocols = {ipproto::kUdp};
+  quick_udp.quick = true;
+  MatchSpec quick_udp_53 = quick_udp;
+  quick_udp_53.dst_ports = {port_op(PortMatch::Op::Eq, 53)};
+
+  const auto tcp = Packet::tcp("10.0.0.1", 1000, "10.0.0.2", 80);
+  const auto udp = Packet::udp("10.0.0.1", 1000, "10.0.0.2", 53);
+  const auto icmp = Packet::icmp("10.0.0.1", "10.0.0.2", 8, 0);
+
+  CHECK(run({block_all, pass_tcp}, tcp) == 1);
+  CHECK(run({block_all, pass_tcp}, udp) == 0);
+  CHECK(run({pass_tcp, block_all}, tcp) == 1);
+  CHECK(run({block_all, quick_udp, pass_tcp, block_all}, udp) == 1);
+  CHECK(run({block_all, quick_udp_53, quick_udp, block_all}, udp) == 1);
+  CHECK(run({block_all, quick_udp, quick_udp_53, block_all}, udp) == 1);
+  CHECK(run({pass_tcp, quick_udp}, icmp) == kNone);
+  CHECK(run({}, tcp) == kNone);
+  // First-match lists (scrub, translation) ignore `quick`.
+  CHECK(run({block_all, pass_tcp}, tcp, Direction::In, 1, MatchOrder::First) == 0);
+  CHECK(run({pass_tcp, block_all}, udp, Direction::In, 1, MatchOrder::First) == 1);
+}
+
+TEST_CASE("direction and interfaces, including negation and ids no rule names", "[classifier]") {
+  auto spec = [](Direction d, std::vector<InterfaceTerm> ifs) {
+    MatchSpec s;
+    s.direction = d;
+    s.interfaces = std::move(ifs);
+    return s;
+  };
+  const auto p = Packet::tcp("10.0.0.1", 1000, "10.0.0.2", 80);
+  struct Row {
+    MatchSpec spec;
+    Direction dir;
+    IfaceId iface;
+    bool match;
+  };
+  const std::vector<Row> rows = {
+      {spec(Direction::In, {}), Direction::In, 1, true},
+      {spec(Direction::In, {}), Direction::Out, 1, false},
+      {spec(Direction::Out, {}), Direction::Out, 3, true},
+      {spec(Direction::Any, {}), Direction::Out, 3, true},
+      {spec(Direction::Any, {}), Direction::In, 0, true},
+      {spec(Direction::In, {{2, false}}), Direction::In, 2, true},
+      {spec(Direction::In, {{2, false}}), Direction::In, 3, false},
+      {spec(Direction::In, {{2, false}}), Direction::Out, 2, false},
+      {spec(Direction::Any, {{2, true}}), Direction::In, 2, false},
+      {spec(Direction::Any, {{2, true}}), Direction::In, 3, true},
+      {spec(Direction::Any, {{2, true}}), Direction::In, 500, true},
+      {spec(Direction::Any, {{2, false}, {4, false}}), Direction::In, 4, true},
+      {spec(Direction::Any, {{2, false}, {4, false}}), Direction::In, 500, false},
+      {spec(Direction::In, {{2, false}}), Direction::Any, 2, false},
+      {spec(Direction::Any, {{2, false}}), Direction::Any, 2, true},
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i);
+    CHECK(run({rows[i].spec}, p, rows[i].dir, rows[i].iface) == (rows[i].match ? 0 : kNone));
+  }
+}
+
+TEST_CASE("address family, protocol lists, address lists with negation", "[classifier]") {
+  MatchSpec inet;
+  inet.family = Family::V4;
+  MatchSpec inet6;
+  inet6.family = Family::V6;
+  MatchSpec tcp_udp;
+  tcp_udp.protocols = {ipproto::kTcp, ipproto::kUdp};
+  MatchSpec from_list;  // pf expands a list into one rule per element: the union
+  from_list.src = {net("10.0.0.0/8"), net("2001:db8::/32"), net("192.168.1.1")};
+  MatchSpec not_ten;
+  not_ten.src = {net("10.0.0.0/8", true)};
+  MatchSpec ten_or_not_ten_one;  // {10/8, !10.1/16} is all of IPv4
+  ten_or_not_ten_one.src = {net("10.0.0.0/8"), net("10.1.0.0/16", true)};
+  MatchSpec to_host;
+  to_host.dst = {net("192.0.2.10/32")};
+  MatchSpec never;
+  never.src = {AddressTerm{AddressElement::Kind::Any, true, {}, nullptr}};
+
+  struct Row {
+    const MatchSpec* spec;
+    Packet packet;
+    bool match;
+  };
+  const std::vector<Row> rows = {
+      {&inet, Packet::tcp("10.0.0.1", 1, "10.0.0.2", 2), true},
+      {&inet, Packet::tcp("2001:db8::1", 1, "2001:db8::2", 2), false},
+      {&inet6, Packet::tcp("2001:db8::1", 1, "2001:db8::2", 2), true},
+      {&inet6, Packet::udp("10.0.0.1", 1, "10.0.0.2", 2), false},
+      {&tcp_udp, Packet::udp("10.0.0.1", 1, "10.0.0.2", 2), true},
+      {&tcp_udp, Packet::icmp("10.0.0.1", "10.0.0.2", 8, 0), false},
+      {&from_list, Packet::tcp("10.255.255.255", 1, "1.1.1.1", 2), true},
+      {&from_list, Packet::tcp("11.0.0.0", 1, "1.1.1.1", 2), false},
+      {&from_list, Packet::tcp("9.255.255.255", 1, "1.1.1.1", 2), false},
+      {&from_list, Packet::tcp("2001:db8:ffff::1", 1, "::1", 2), true},
+      {&from_list, Packet::tcp("2001:db9::", 1, "::1", 2), false},
+      {&from_list, Packet::tcp("192.168.1.1", 1, "1.1.1.1", 2), true},
+      {&from_list, Packet::tcp("192.168.1.2", 1, "1.1.1.1", 2), false},
+      {&not_ten, Packet::tcp("10.1.2.3", 1, "1.1.1.1", 2), false},
+      {&not_ten, Packet::tcp("11.1.2.3", 1, "1.1.1.1", 2), true},
+      {&not_ten, Packet::tcp("2001:db8::1", 1, "::1", 2), false},  // a v4 prefix only speaks for v4
+      {&ten_or_not_ten_one, Packet::tcp("10.1.2.3", 1, "1.1.1.1", 2), true},
+      {&ten_or_not_ten_one, Packet::tcp("172.16.0.1", 1, "1.1.1.1", 2), true},
+      {&to_host, Packet::tcp("1.1.1.1", 1, "192.0.2.10", 2), true},
+      {&to_host, Packet::tcp("1.1.1.1", 1, "192.0.2.11", 2), false},
+      {&to_host, Packet::tcp("192.0.2.10", 1, "1.1.1.1", 2), false},
+      {&never, Packet::tcp("1.1.1.1", 1, "1.1.1.1", 2), false},
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i);
+    CHECK(run({*rows[i].spec}, rows[i].packet) == (rows[i].match ? 0 : kNone));
+  }
+}
+
+TEST_CASE("tables: both families, nested prefixes, negated entries, negated table", "[classifier]") {
+  const AddressTable table({prefix("10.0.0.0/8"), prefix("10.1.2.0/24"), prefix("2001:db8::/32"),
+                            prefix("2001:db8:1:2::/64"), prefix("192.0.2.7/32")},
+                           {prefix("10.1.0.0/16"), prefix("2001:db8:1::/48"), prefix("10.9.9.9/32")});
+  MatchSpec in_table;
+  in_table.src = {table_term(table)};
+  MatchSpec not_in_table;
+  not_in_table.src = {table_term(table, true)};
+  struct Row {
+    std::string address;
+    bool member;
+  };
+  const std::vector<Row> rows = {
+      {"10.0.0.0", true},        {"10.255.255.255", true},       {"10.1.0.0", false},
+      {"10.1.255.255", false},   {"10.1.2.0", true},             {"10.1.2.255", true},
+      {"10.1.3.0", false},       {"10.9.9.9", false},            {"10.9.9.8", true},
+      {"9.255.255.255", false},  {"11.0.0.0", false},            {"192.0.2.7", true},
+      {"192.0.2.6", false},      {"2001:db8::", true},           {"2001:db8:ffff::1", true},
+      {"2001:db8:1::1", false},  {"2001:db8:1:2::1", true},      {"2001:db8:1:3::", false},
+      {"2001:db9::", false},     {"::", false},                  {"0.0.0.0", false},
+  };
+  for (const Row& row : rows) {
+    INFO(row.address);
+    Family f;
+    const IpAddress a = *parse_address(row.address, &f);
+    CHECK(table.contains(f, a) == row.member);
+    const auto p = f == Family::V4 ? Packet::tcp(row.address, 1, "1.1.1.1", 2) : Packet::tcp(row.address, 1, "::1", 2);
+    CHECK(run({in_table}, p) == (row.member ? 0 : kNone));
+    CHECK(run({not_in_table}, p) == (row.member ? kNone : 0));
+  }
+  const AddressTable same_prefix_both_ways({prefix("10.0.0.0/8")}, {prefix("10.0.0.0/8")});
+  CHECK_FALSE(same_prefix_both_ways.contains(Family::V4, address("10.0.0.1")));
+  const AddressTable everything({prefix("0.0.0.0/0"), prefix("::/0")}, {});
+  CHECK(everything.contains(Family::V4, address("255.255.255.255")));
+  CHECK(everything.contains(Family::V6, address("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")));
+}
+
+TEST_CASE("port operators at their boundaries, on both sides, only for TCP and UDP", "[classifier]") {
+  using Op = PortMatch::Op;
+  struct Row {
+    PortMatch match;
+    uint16_t port;
+    bool ok;
+  };
+  const std::vector<Row> rows = {
+      {port_op(Op::Eq, 80), 79, false},
+      {port_op(Op::Eq, 80), 80, true},
+      {port_op(Op::Eq, 80), 81, false},
+      {port_op(Op::Eq, 0), 0, true},
+      {port_op(Op::Eq, 65535), 65535, true},
+      {port_op(Op::Ne, 80), 80, false},
+      {port_op(Op::Ne, 80), 81, true},
+      {port_op(Op::Ne, 0), 0, false},
+      {port_op(Op::Ne, 65535), 0, true},
+      {port_op(Op::Lt, 1024), 1023, true},
+      {port_op(Op::Lt, 1024), 1024, false},
+      {port_op(Op::Lt, 0), 0, false},
+      {port_op(Op::Le, 1024), 1024, true},
+      {port_op(Op::Le, 1024), 1025, false},
+      {port_op(Op::Le, 65535), 65535, true},
+      {port_op(Op::Gt, 1024), 1024, false},
+      {port_op(Op::Gt, 1024), 1025, true},
+      {port_op(Op::Gt, 65535), 65535, false},
+      {port_op(Op::Ge, 1024), 1023, false},
+      {port_op(Op::Ge, 1024), 1024, true},
+      {port_op(Op::Ge, 0), 0, true},
+      {port_op(Op::RangeInclusive, 1000, 2000), 999, false},
+      {port_op(Op::RangeInclusive, 1000, 2000), 1000, true},
+      {port_op(Op::RangeInclusive, 1000, 2000), 2000, true},
+      {port_op(Op::RangeInclusive, 1000, 2000), 2001, false},
+      {port_op(Op::RangeInclusive, 0, 65535), 65535, true},
+      {port_op(Op::RangeExclusive, 1000, 2000), 1000, false},
+      {port_op(Op::RangeExclusive, 1000, 2000), 1001, true},
+      {port_op(Op::RangeExclusive, 1000, 2000), 1999, true},
+      {port_op(Op::RangeExclusive, 1000, 2000), 2000, false},
+      {port_op(Op::RangeExclusive, 1000, 1001), 1000, false},
+      {port_op(Op::RangeExclusive, 1000, 1001), 1001, false},
+      {port_op(Op::Outside, 1000, 2000), 999, true},
+      {port_op(Op::Outside, 1000, 2000), 1000, false},
+      {port_op(Op::Outside, 1000, 2000), 2000, false},
+      {port_op(Op::Outside, 1000, 2000), 2001, true},
+      {port_op(Op::Outside, 0, 65535), 0, false},
+      {port_op(Op::Outside, 0, 65535), 65535, false},
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i << " port " << rows[i].port);
+    MatchSpec dst;
+    dst.dst_ports = {rows[i].match};
+    MatchSpec src;
+    src.src_ports = {rows[i].match};
+    const uint32_t expected = rows[i].ok ? 0 : kNone;
+    CHECK(run({dst}, Packet::tcp("1.1.1.1", 5, "2.2.2.2", rows[i].port)) == expected);
+    CHECK(run({dst}, Packet::udp("::1", 5, "::2", rows[i].port)) == expected);
+    CHECK(run({src}, Packet::udp("1.1.1.1", rows[i].port, "2.2.2.2", 5)) == expected);
+    // ICMP queries carry the identifier in the port fields; a port rule must not see it.
+    auto icmp = Packet::icmp("1.1.1.1", "2.2.2.2", 8, 0);
+    icmp.view.src_port = icmp.view.dst_port = rows[i].port;
+    CHECK(run({dst}, icmp) == kNone);
+    CHECK(run({src}, icmp) == kNone);
+  }
+  MatchSpec list;  // { 22, 80 443:444 } matches if any element does
+  list.dst_ports = {port_op(Op::Eq, 22), port_op(Op::Eq, 80), port_op(Op::RangeInclusive, 443, 444)};
+  CHECK(run({list}, Packet::tcp("1.1.1.1", 5, "2.2.2.2", 22)) == 0);
+  CHECK(run({list}, Packet::tcp("1.1.1.1", 5, "2.2.2.2", 444)) == 0);
+  CHECK(run({list}, Packet::tcp("1.1.1.1", 5, "2.2.2.2", 81)) == kNone);
+}
+
+TEST_CASE("TCP flags apply to TCP only; ICMP types and codes per family", "[classifier]") {
+  MatchSpec syn_only;  // flags S/SA
+  syn_only.flags = FlagsMatch{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
+  MatchSpec echo;  // icmp-type echoreq
+  echo.icmp_types = {{8, -1}};
+  MatchSpec unreach_port;  // icmp-type unreach code 3
+  unreach_port.icmp_types = {{3, 3}};
+  MatchSpec echo6;  // icmp6-type echoreq
+  echo6.icmp_types = {{128, -1}};
+  echo6.icmp6 = true;
+
+  struct Row {
+    const MatchSpec* spec;
+    Packet packet;
+    bool match;
+  };
+  const std::vector<Row> rows = {
+      {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn), true},
+      {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn | tcpflag::kEce | tcpflag::kCwr), true},
+      {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn | tcpflag::kAck), false},
+      {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kAck), false},
+      {&syn_only, Packet::udp("1.1.1.1", 1, "2.2.2.2", 2), false},
+      {&syn_only, Packet::icmp("1.1.1.1", "2.2.2.2", 8, 0), false},
+      {&echo, Packet::icmp("1.1.1.1", "2.2.2.2", 8, 0), true},
+      {&echo, Packet::icmp("1.1.1.1", "2.2.2.2", 8, 7), true},
+      {&echo, Packet::icmp("1.1.1.1", "2.2.2.2", 0, 0), false},
+      {&echo, Packet::icmp("::1", "::2", 8, 0), false},
+      {&echo, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, 8), false},
+      {&unreach_port, Packet::icmp("1.1.1.1", "2.2.2.2", 3, 3), true},
+      {&unreach_port, Packet::icmp("1.1.1.1", "2.2.2.2", 3, 1), false},
+      {&unreach_port, Packet::icmp("1.1.1.1", "2.2.2.2", 4, 3), false},
+      {&echo6, Packet::icmp("::1", "::2", 128, 0), true},
+      {&echo6, Packet::icmp("::1", "::2", 129, 0), false},
+      {&echo6, Packet::icmp("1.1.1.1", "2.2.2.2", 128, 0), false},
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i);
+    CHECK(run({*rows[i].spec}, rows[i].packet) == (rows[i].match ? 0 : kNone));
+  }
+  // Codes of one type and the whole type side by side.
+  MatchSpec any_unreach;
+  any_unreach.icmp_types = {{3, -1}};
+  CHECK(run({any_unreach, unreach_port}, Packet::icmp("1.1.1.1", "2.2.2.2", 3, 3)) == 1);
+  CHECK(run({any_unreach, unreach_port}, Packet::icmp("1.1.1.1", "2.2.2.2", 3, 0)) == 0);
+}
+
+TEST_CASE("a later fragment only matches rules that ask nothing of the transport header", "[classifier]") {
+  MatchSpec plain;
+  plain.protocols = {ipproto::kTcp};
+  MatchSpec with_port = plain;
+  with_port.dst_ports = {port_op(PortMatch::Op::Ge, 0)};
+  MatchSpec with_flags = plain;
+  with_flags.flags = FlagsMatch{0, tcpflag::kSyn};
+  auto later = Packet::tcp("1.1.1.1", 0, "2.2.2.2", 0, 0);
+  later.view.is_fragment = true;
+  CHECK(run({plain, with_port}, later) == 0);
+  CHECK(run({plain, with_flags}, later) == 0);
+  auto first = later;
+  first.view.is_first_fragment = true;
+  CHECK(run({plain, with_port}, first) == 1);
+  CHECK(run({plain, with_flags}, first) == 1);
+}
+
+// --- Randomized cross-check
+
+struct RandomRules {
+  std::mt19937_64 rng;
+  Reference& ref;
+
+  RandomRules(uint64_t seed, Reference& reference) : rng(seed), ref(reference) {}
+
+  uint32_t pick(uint32_t n) { return static_cast<uint32_t>(rng() % n); }
+  bool chance(uint32_t percent) { return pick(100) < percent; }
+
+  // Few distinct values, nested and adjacent, so that rules overlap and packets hit edges.
+  std::vector<std::string> v4_nets = {"0.0.0.0/0",   "10.0.0.0/8",   "10.1.0.0/16", "10.1.2.0/24",
+                                      "10.1.2.3/32", "10.2.0.0/15",  "192.0.2.0/24", "192.0.2.128/25",
+                                      "192.0.2.7/32", "172.16.0.0/12", "11.0.0.0/8",  "255.255.255.255/32"};
+  std::vector<std::string> v6_nets = {"::/0",          "2001:db8::/32",    "2001:db8:1::/48", "2001:db8:1:2::/64",
+                                      "2001:db8::1/128", "2001:db8:8000::/33", "fd00::/8",       "fd00::5/128",
+                                      "ffff::/16"};
+  std::vector<uint16_t> ports = {0, 1, 22, 53, 79, 80, 81, 443, 1023, 1024, 1025, 8080, 65534, 65535};
+
+  IpPrefix random_net() {
+    return chance(60) ? prefix(v4_nets[pick(v4_nets.size())]) : prefix(v6_nets[pick(v6_nets.size())]);
+  }
+
+  IpAddress random_address(Family f) {
+    // Near a prefix boundary of the pool most of the time, anywhere otherwise.
+    const auto& pool = f == Family::V4 ? v4_nets : v6_nets;
+    const IpPrefix p = prefix(pool[pick(pool.size())]);
+    IpAddress a = p.address;
+    if (f == Family::V4) {
+      const uint32_t host = p.length == 0 ? UINT32_MAX : p.length == 32 ? 0 : (1u << (32 - p.length)) - 1;
+      switch (pick(4)) {
+        case 0: break;
+        case 1: a = IpAddress::v4(a.v4_value() | host); break;
+        case 2: a = IpAddress::v4((a.v4_value() | host) + 1); break;
+        case 3: a = IpAddress::v4(a.v4_value() - 1); break;
+      }
+      if (chance(10)) a = IpAddress::v4(static_cast<uint32_t>(rng()));
+    } else {
+      switch (pick(3)) {
+        case 0: break;
+        case 1: a.lo -= 1, a.hi -= (a.lo == UINT64_MAX); break;
+        case 2: a.lo += pick(3); break;
+      }
+      if (chance(10)) a = IpAddress{rng(), rng()};
+    }
+    return a;
+  }
+
+  std::vector<AddressTerm> random_addresses() {
+    std::vector<AddressTerm> out;
+    if (chance(40)) return out;
+    const uint32_t n = 1 + pick(chance(80) ? 1 : 3);
+    for (uint32_t i = 0; i < n; ++i) {
+      AddressTerm t;
+      const uint32_t kind = pick(10);
+      if (kind == 0) {
+        t.kind = AddressElement::Kind::Any;
+      } else if (kind <= 2 && !ref.tables.empty()) {
+        t.kind = AddressElement::Kind::Table;
+        t.table = &ref.tables[pick(ref.tables.size())].resolved;
+      } else {
+        t.kind = AddressElement::Kind::Prefix;
+        t.prefix = random_net();
+      }
+      t.negated = chance(15);
+      out.push_back(t);
+    }
+    return out;
+  }
+
+  std::vector<PortMatch> random_ports() {
+    std::vector<PortMatch> out;
+    const uint32_t n = 1 + pick(chance(70) ? 1 : 3);
+    for (uint32_t i = 0; i < n; ++i) {
+      PortMatch m;
+      m.op = static_cast<PortMatch::Op>(pick(9));
+      uint16_t a = ports[pick(ports.size())];
+      uint16_t b = ports[pick(ports.size())];
+      if (a > b) std::swap(a, b);
+      m.low = a;
+      m.high = b;
+      out.push_back(m);
+    }
+    return out;
+  }
+
+  void add_table() {
+    RefTable& t = ref.tables.emplace_back();
+    const uint32_t n = 1 + pick(8);
+    for (uint32_t i = 0; i < n; ++i) (chance(25) ? t.negated : t.entries).push_back(random_net());
+    t.resolved = AddressTable(t.entries, t.negated);
+  }
+
+  MatchSpec random_rule() {
+    MatchSpec s;
+    s.direction = static_cast<Direction>(pick(3));
+    if (chance(50)) {
+      const uint32_t n = 1 + pick(2);
+      for (uint32_t i = 0; i < n; ++i) s.interfaces.push_back({static_cast<IfaceId>(1 + pick(4)), chance(20)});
+    }
+    if (chance(30)) s.family = chance(50) ? Family::V4 : Family::V6;
+    const uint32_t kind = pick(10);
+    if (kind < 4) {
+      s.protocols = {ipproto::kTcp};
+      if (chance(30)) s.flags = chance(50) ? FlagsMatch{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck}
+                                           : FlagsMatch{0, tcpflag::kRst};
+    } else if (kind < 6) {
+      s.protocols = {ipproto::kUdp};
+    } else if (kind < 7) {
+      s.protocols = {ipproto::kTcp, ipproto::kUdp};
+    } else if (kind < 8) {
+      s.icmp6 = chance(50);
+      s.protocols = {s.icmp6 ? ipproto::kIcmp6 : ipproto::kIcmp};
+      if (chance(60)) {
+        s.icmp_types.push_back({static_cast<uint8_t>(pick(2) == 0 ? (s.icmp6 ? 128 : 8) : 3),
+                                static_cast<int16_t>(chance(40) ? pick(4) : -1)});
+      }
+    } else if (kind < 9) {
+      s.protocols = {static_cast<uint8_t>(47 + pick(2))};
+    }
+    const bool port_ok = !s.protocols.empty() && std::all_of(s.protocols.begin(), s.protocols.end(), [](uint8_t p) {
+      return p == ipproto::kTcp || p == ipproto::kUdp;
+    });
+    s.src = random_addresses();
+    s.dst = random_addresses();
+    if (port_ok && chance(25)) s.src_ports = random_ports();
+    if (port_ok && chance(60)) s.dst_ports = random_ports();
+    // Rules that break the compile checks must still classify correctly.
+    if (!port_ok && chance(3)) s.dst_ports = random_ports();
+    if (chance(2)) s.flags = FlagsMatch{tcpflag::kSyn, tcpflag::kSyn};
+    s.quick = chance(10);
+    return s;
+  }
+
+  PacketView random_packet() {
+    PacketView p;
+    p.family = chance(55) ? Family::V4 : Family::V6;
+    static constexpr uint8_t kProtos[] = {ipproto::kTcp, ipproto::kTcp, ipproto::kUdp, ipproto::kIcmp,
+                                          ipproto::kIcmp6, 47, 48, 50};
+    p.proto = kProtos[pick(8)];
+    p.src = random_address(p.family);
+    p.dst = random_address(p.family);
+    p.src_port = chance(80) ? ports[pick(ports.size())] : static_cast<uint16_t>(rng());
+    p.dst_port = chance(80) ? ports[pick(ports.size())] : static_cast<uint16_t>(rng());
+    p.tcp.flags = chance(50) ? tcpflag::kSyn : static_cast<uint8_t>(rng());
+    p.icmp.type = static_cast<uint8_t>(chance(70) ? (pick(2) == 0 ? (chance(50) ? 128 : 8) : 3) : pick(256));
+    p.icmp.code = static_cast<uint8_t>(pick(5));
+    p.is_fragment = chance(5);
+    p.is_first_fragment = p.is_fragment && chance(50);
+    return p;
+  }
+};
+
+void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order) {
+  Reference ref;
+  RandomRules gen(seed, ref);
+  for (int i = 0; i < 3; ++i) gen.add_table();
+  std::vector<MatchSpec> specs;
+  for (uint32_t i = 0; i < rules; ++i) specs.push_back(gen.random_rule());
+  const Classifier classifier(specs, order);
+  REQUIRE(classifier.size() == rules);
+  uint32_t matched = 0;
+  for (uint32_t i = 0; i < packets; ++i) {
+    const PacketView p = gen.random_packet();
+    const Direction dir = static_cast<Direction>(gen.pick(3));
+    const IfaceId iface = static_cast<IfaceId>(gen.pick(7));
+    const uint32_t expected = ref.evaluate(specs, p, dir, iface, order);
+    const uint32_t got = classifier.match(p, dir, iface);
+    if (got != expected) {
+      INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src " << to_string(p.family, p.src)
+                   << ":" << p.src_port << " dst " << to_string(p.family, p.dst) << ":" << p.dst_port);
+      REQUIRE(got == expected);
+    }
+    matched += expected != kNone;
+  }
+  // The generator must make the comparison meaningful: most packets decided by some rule, not all
+  // by the same few.
+  CHECK(matched > packets / 4);
+}
+
+TEST_CASE("random rule sets agree with a linear pf evaluator", "[classifier][random]") {
+  for (uint64_t seed = 1; seed <= 12; ++seed) cross_check(seed, 50 + 40 * seed, 2000, MatchOrder::QuickOrLast);
+  for (uint64_t seed = 100; seed <= 104; ++seed) cross_check(seed, 300, 2000, MatchOrder::First);
+}
+
+TEST_CASE("random large rule sets (more than one summary word) agree with the evaluator", "[classifier][random]") {
+  cross_check(7001, 5000, 400, MatchOrder::QuickOrLast);
+  cross_check(7002, 9000, 300, MatchOrder::First);
+}
+
+TEST_CASE("interval index finds the interval of any key, shallow or deep", "[classifier]") {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<AddressKey> starts{0};
+    const uint32_t n = static_cast<uint32_t>(rng() % 3000);
+    // Clusters with long shared prefixes, as IPv6 rule sets have, and a spread of others.
+    const AddressKey cluster = static_cast<AddressKey>(rng()) << 64;
+    for (uint32_t i = 0; i < n; ++i) {
+      const AddressKey k = i % 3 == 0 ? (static_cast<AddressKey>(rng()) << 64 | rng())
+                                      : cluster + (rng() % (seed * 1000 + 1));
+      starts.push_back(k);
+    }
+    std::sort(starts.begin(), starts.end());
+    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+    std::vector<uint32_t> values(starts.size());
+    for (uint32_t i = 0; i < values.size(); ++i) values[i] = i;
+    IntervalIndex index;
+    index.build(starts, values);
+    for (int probe = 0; probe < 5000; ++probe) {
+      AddressKey key;
+      const auto& s = starts[rng() % starts.size()];
+      switch (probe % 4) {
+        case 0: key = s; break;
+        case 1: key = s - 1; break;
+        case 2: key = s + 1; break;
+        default: key = static_cast<AddressKey>(rng()) << 64 | rng(); break;
+      }
+      const auto expected =
+          static_cast<uint32_t>(std::upper_bound(starts.begin(), starts.end(), key) - starts.begin() - 1);
+      if (index.find(key) != expected) {
+        INFO("seed " << seed << " probe " << probe);
+        REQUIRE(index.find(key) == expected);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pairwall::engine::rules
