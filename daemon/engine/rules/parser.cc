@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <map>
 
 #include "daemon/engine/rules/lexer.h"
 #include "daemon/engine/timeouts.h"
@@ -310,21 +311,21 @@ class Parser {
     const Token name = peek();
     if (name.kind != TokenKind::Table) fail_expected(name, "a table name in angle brackets, e.g. <blocked>");
     take();
-    for (const auto& existing : out_.tables) {
-      if (existing.name == name.text) {
-        fail_at(name, "table <" + name.text + "> is already defined at line " +
-                          std::to_string(existing.location.line) + ", column " +
-                          std::to_string(existing.location.column));
-      }
+    if (auto it = table_index_.find(name.text); it != table_index_.end()) {
+      const SourceLocation& first = out_.tables[it->second].location;
+      fail_at(name, "table <" + name.text + "> is already defined at line " + std::to_string(first.line) +
+                        ", column " + std::to_string(first.column));
     }
     Table table;
     table.location = loc(name);
     table.name = name.text;
     // `persist` and `const` are pf's runtime-management hints; rule sets here are immutable and
     // keep every table, so both hold by construction and are accepted as no-ops.
+    bool has_list = false;
     for (;;) {
       if (accept_word("persist") || accept_word("const")) continue;
       if (at(TokenKind::LBrace)) {
+        has_list = true;
         list(
             "address or prefix",
             [&] {
@@ -338,11 +339,11 @@ class Parser {
               (negated ? table.negated_entries : table.entries).push_back(p);
             },
             /*allow_empty=*/true);
-        continue;
       }
       break;
     }
-    expect_end("'persist', 'const', '{' or end of line");
+    expect_end(has_list ? "end of line" : "'persist', 'const', '{' or end of line");
+    table_index_.emplace(table.name, out_.tables.size());
     out_.tables.push_back(std::move(table));
   }
 
@@ -997,6 +998,7 @@ class Parser {
   std::deque<Token> ahead_;
   std::string file_;
   RuleFile out_;
+  std::map<std::string, std::size_t> table_index_;  // name -> index in out_.tables
 };
 
 }  // namespace
