@@ -7,9 +7,11 @@
 - `builtin`: pairwalld in each firewall with generated config, rules and sync key; its own election.
 - `keepalived`: pairwalld for filtering and sync, keepalived (VRRPv3) for the election; its notify scripts
   call `pairwallctl failover set-role`, its track script `pairwallctl health`.
+- `scripted`: pairwalld for filtering and sync, no [failover] section; the lab moves the VIPs as with
+  `none`. The real data path under the drill, apart from the election.
 
 Roles are read through `pairwallctl -s SOCKET failover status --json` in each namespace, or from the VIPs
-held in the kernel for `none`.
+held in the kernel for `none` and `scripted`.
 """
 
 import json
@@ -208,10 +210,13 @@ listen = "127.0.0.1:{metrics_port}"
 
 [sync]
 interface = "{if_sync}"
+address = "{own_sync}"
 peer = "{peer_sync}"
 port = {sync_port}
 key_file = "{sync_key}"
+"""
 
+FAILOVER_TEMPLATE = """
 [failover]
 driver = "{failover_driver}"
 vhid = 1
@@ -266,6 +271,9 @@ vrrp_instance pairwall {{
 class PairwalldDriver(Driver):
     """pairwalld in both firewalls; the election is its own (builtin) or keepalived's."""
 
+    # Whether pairwalld (or keepalived for it) owns the VIPs; the scripted driver moves them itself.
+    elects = True
+
     def __init__(self, lab, keepalived=False):
         super().__init__(lab)
         self.keepalived = keepalived
@@ -292,13 +300,17 @@ class PairwalldDriver(Driver):
             rules = d / "pairwall.rules"
             rules.write_text(RULES_TEMPLATE.format(in_if=topology.IF_IN, out_if=topology.IF_OUT,
                                                    inside=topology.INSIDE_NET))
-            (d / "pairwall.toml").write_text(CONFIG_TEMPLATE.format(
+            fields = dict(
                 name=n.name, ns=self.lab.ns[n.name], node_id=n.node_id, queue_first=0, rules=rules,
-                socket=self.socket(n.name), metrics_port=9477 + i, if_sync=topology.IF_SYNC,
+                socket=self.socket(n.name), metrics_port=9477 + i, if_sync=topology.IF_SYNC, own_sync=n.sync,
                 peer_sync=peer.sync, sync_port=topology.SYNC_PORT, sync_key=key,
                 failover_driver=self.name, advbase_ms=self.lab.advbase_ms, advskew=n.advskew,
                 failover_key=fkey, if_in=topology.IF_IN, if_out=topology.IF_OUT, vip_in=topology.VIP_IN,
-                vip_out=topology.VIP_OUT, plen=topology.PREFIXLEN))
+                vip_out=topology.VIP_OUT, plen=topology.PREFIXLEN)
+            text = CONFIG_TEMPLATE.format(**fields)
+            if self.elects:
+                text += FAILOVER_TEMPLATE.format(**fields)
+            (d / "pairwall.toml").write_text(text)
             if self.keepalived:
                 (d / "keepalived.conf").write_text(KEEPALIVED_TEMPLATE.format(
                     name=n.name, ns=self.lab.ns[n.name], ctl=self.lab.bin("pairwallctl"),
@@ -321,6 +333,13 @@ class PairwalldDriver(Driver):
             "-r", str(d / "vrrp.pid"), "-c", str(d / "checkers.pid")])
 
     def start(self):
+        self.start_daemons_only()
+        if self.keepalived:
+            for n in topology.NODES:
+                self.start_keepalived(n.name)
+        self.wait_pair_ready()
+
+    def start_daemons_only(self):
         for b in ("pairwalld", "pairwallctl"):
             if not os.access(self.lab.bin(b), os.X_OK):
                 raise LabError(f"{self.lab.bin(b)} not found: build it first (cmake --preset release && "
@@ -330,10 +349,6 @@ class PairwalldDriver(Driver):
             self.start_daemon(n.name)
             # fwA first, so that with equal conditions the lower skew also comes up first.
             self.wait_socket(n.name)
-        if self.keepalived:
-            for n in topology.NODES:
-                self.start_keepalived(n.name)
-        self.wait_pair_ready()
 
     def wait_socket(self, node, timeout=15.0):
         deadline = time.monotonic() + timeout
@@ -429,11 +444,51 @@ class PairwalldDriver(Driver):
                 self.start_keepalived(node)
 
 
+class ScriptedDriver(PairwalldDriver):
+    """pairwalld filters (and syncs) in both firewalls, but the lab moves the VIPs as with `none`: the
+    real data path under the drill before, or without, pairwalld's own election."""
+
+    elects = False
+
+    def __init__(self, lab):
+        super().__init__(lab)
+        self.name = "scripted"
+        self.vips = NoneDriver(lab)
+
+    def start(self):
+        super().start_daemons_only()
+        self.vips.start()
+        self.wait_pair_ready()
+
+    def roles(self):
+        held = topology.vip_holders(self.lab.prefix)
+        out = {}
+        for n in topology.NODES:
+            links = netns.addresses(self.lab.ns[n.name])
+            carrier = all(links.get(i, {}).get("carrier") for i in (topology.IF_IN, topology.IF_OUT))
+            if not self.lab.process_alive(n.name, "pairwalld") or not carrier:
+                out[n.name] = "down"
+            else:
+                out[n.name] = "master" if len(held[n.name]) == 2 else "backup"
+        return out
+
+    def node_status(self):
+        st = super().node_status()
+        for node, role in self.roles().items():
+            st[node]["role"] = role
+        return st
+
+    def after_kill(self, node, kind, t_kill):
+        self.vips.after_kill(node, kind, t_kill)
+
+
 def make(lab, name):
     if name == "none":
         return NoneDriver(lab)
+    if name == "scripted":
+        return ScriptedDriver(lab)
     if name == "builtin":
         return PairwalldDriver(lab)
     if name == "keepalived":
         return PairwalldDriver(lab, keepalived=True)
-    raise LabError(f"unknown driver {name!r}; expected builtin, keepalived or none")
+    raise LabError(f"unknown driver {name!r}; expected builtin, keepalived, scripted or none")
