@@ -89,6 +89,7 @@ struct Daemon {
 
   engine::Verdict send(Bytes p) {
     engine::PacketMeta meta;
+    meta.hook = engine::Hook::Input;  // one rule pass per packet, so rule counters count packets
     return engine.process(data_plane.worker, p, meta, now);
   }
 
@@ -248,7 +249,7 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
   }
 
   SECTION("a broken reload keeps the running rules and the states") {
-    const std::string broken = d.write("broken.conf", "block all\npass proto tcp to port http\n");
+    const std::string broken = d.write("broken.conf", "block all\npass proto tcp to port 99999\n");
     Request q;
     q.mutable_rules_load()->set_path(broken);
     const Response r = d.call(q);

@@ -1,0 +1,519 @@
+// pairwalld: one firewall node (DESIGN.md "One node, one process").
+//
+//   start:  config -> engine + rules -> control socket, metrics -> queues bound -> hooks installed
+//           -> READY=1. Queues are bound before the hooks send packets to them, so that even a
+//           fail-closed node never drops packets for want of a listener while it starts.
+//   run:    packet workers (one thread per queue) decide; this thread runs the Asio loop: control
+//           socket, /metrics, signals, expiry every second, the systemd watchdog.
+//   stop:   SIGTERM/SIGINT: hooks removed first (nothing new is queued), then the workers send the
+//           verdicts they owe and exit, then the control socket goes.
+//
+//   pairwalld [-c CONFIG] [-f]   run
+//   pairwalld --check            validate the configuration and the rule file, then exit
+//   pairwalld --cleanup          remove the hooks a killed instance left behind (ExecStopPost)
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/sinks/syslog_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/types.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/control/config.h"
+#include "daemon/control/dataplane.h"
+#include "daemon/control/metrics.h"
+#include "daemon/control/metrics_server.h"
+#include "daemon/control/server.h"
+#include "daemon/control/service.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/rules/compile.h"
+#include "daemon/io/hooks.h"
+#include "daemon/io/kernel_queue_stats.h"
+#include "daemon/io/nfqueue.h"
+#include "daemon/io/pcaplog.h"
+#include "failover/failover_config.h"
+
+namespace {
+
+using namespace pairwall;
+namespace asio = boost::asio;
+using std::chrono::steady_clock;
+
+// SO_MARK of our own RST / ICMP replies; the hooks let marked packets through unqueued, so that
+// with `hooks = "forward+local"` a reply is not filtered by the daemon that sent it.
+constexpr uint32_t kReplyMark = 0x40000000;
+// A worker with packets waiting in its kernel queue and no progress for this long is stuck: the
+// watchdog stops and `health` says so.
+constexpr auto kStuckAfter = std::chrono::seconds(3);
+
+constexpr const char* kUsage = R"(usage: pairwalld [-c CONFIG] [-f] [--check | --cleanup]
+
+  -c CONFIG    configuration file (default /etc/pairwall/pairwall.toml)
+  -f           log to stderr (foreground); without it, to syslog unless started by systemd
+  --check      validate the configuration and the rule file, print a summary, exit
+  --cleanup    remove the packet hooks a killed pairwalld left behind, exit
+)";
+
+struct Options {
+  std::string config = std::string(control::kDefaultConfigPath);
+  bool foreground = false;
+  bool check = false;
+  bool cleanup = false;
+};
+
+engine::Millis monotonic_now() {
+  // The clock the queue workers pass to Engine::process() (nfqueue.h).
+  return std::chrono::duration_cast<engine::Millis>(steady_clock::now().time_since_epoch());
+}
+
+// "<3>" and friends: journald reads a syslog priority prefix on each stderr line (sd-daemon(3)).
+class PriorityFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    static constexpr const char* kPrefix[] = {"<7>", "<7>", "<6>", "<4>", "<3>", "<2>", "<6>"};
+    const char* p = kPrefix[static_cast<int>(msg.level)];
+    dest.append(p, p + 3);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PriorityFlag>(); }
+};
+
+void setup_logging(bool foreground, const std::string& level) {
+  const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  std::shared_ptr<spdlog::logger> logger;
+  if (journal) {
+    // The journal timestamps each line itself.
+    logger = std::make_shared<spdlog::logger>("pairwalld", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<PriorityFlag>('*').set_pattern("%*%v");
+    logger->set_formatter(std::move(formatter));
+  } else if (foreground) {
+    logger = std::make_shared<spdlog::logger>("pairwalld", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  } else {
+    logger = std::make_shared<spdlog::logger>(
+        "pairwalld", std::make_shared<spdlog::sinks::syslog_sink_mt>("pairwalld", LOG_PID, LOG_DAEMON, true));
+    logger->set_pattern("%v");
+  }
+  logger->set_level(spdlog::level::from_str(level));
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+io::HooksConfig hooks_config(const control::Config& c) {
+  io::HooksConfig h;
+  h.queue_first = c.queue.first;
+  h.queue_last = static_cast<uint16_t>(c.queue.first + c.queue.count - 1);
+  h.bypass = c.queue.fail_open;
+  h.input = h.output = c.queue.hooks == control::HookSet::ForwardLocal;
+  h.excluded_interfaces = c.queue.exclude_interfaces;
+  h.bypass_mark = kReplyMark;
+  return h;
+}
+
+// The sections other components own: validated here so that --check and start-up refuse them
+// with the same one-line message.
+void validate_component_sections(const control::Config& c) {
+  if (c.failover) (void)failover::parse_failover_config(*c.failover, c.file);
+}
+
+void warn_unwired_sections(const control::Config& c) {
+  if (c.sync)
+    spdlog::warn("{}: [sync] is configured, but state sync is not built into this pairwalld yet", c.file);
+  if (c.failover) {
+    spdlog::warn("{}: [failover] is valid, but the failover service is not built into this pairwalld yet",
+                 c.file);
+  }
+}
+
+int check(const control::Config& c) {
+  engine::InterfaceRegistry interfaces;
+  auto compiled = engine::rules::load_rules_file(c.rules.file, interfaces);
+  if (auto* e = std::get_if<engine::rules::RuleError>(&compiled)) {
+    std::fprintf(stderr, "pairwalld: %s\n", e->to_string().c_str());
+    return 1;
+  }
+  const auto& rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(compiled);
+  std::printf("%s: ok (node %u \"%s\", queues %u..%u, %s)\n%s: ok (%zu rules, state limit %u)\n",
+              c.file.c_str(), c.node.id, c.node.name.c_str(), c.queue.first,
+              c.queue.first + c.queue.count - 1, c.queue.fail_open ? "fail-open" : "fail-closed",
+              c.rules.file.c_str(), rules->size(),
+              c.engine.state_limit ? *c.engine.state_limit : rules->state_limit());
+  return 0;
+}
+
+int cleanup(const control::Config& c) {
+  try {
+    io::Hooks(hooks_config(c)).remove();
+  } catch (const std::exception& e) {
+    spdlog::error("cleanup: {}", e.what());
+    return 1;
+  }
+  spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
+  return 0;
+}
+
+// What the control plane reads from the queues: the engine workers' counters, each worker's queue
+// counters, and the kernel's view of the same queues.
+class QueueDataPlane final : public control::DataPlane {
+ public:
+  explicit QueueDataPlane(io::NfQueue& queues) : queues_(queues) {}
+
+  std::vector<const engine::Worker*> workers() const override {
+    std::vector<const engine::Worker*> out;
+    for (std::size_t i = 0; i < queues_.workers(); ++i) out.push_back(&queues_.engine_worker(i));
+    return out;
+  }
+
+  std::vector<control::QueueCounters> queues() const override {
+    std::vector<io::KernelQueueStats> kernel;
+    try {
+      kernel = queues_.kernel_stats();
+    } catch (const std::exception&) {
+      // No /proc view (unusual): report what the workers counted.
+    }
+    std::vector<control::QueueCounters> out;
+    for (std::size_t i = 0; i < queues_.workers(); ++i) {
+      const auto& c = queues_.counters(i);
+      control::QueueCounters q;
+      q.queue = queues_.queue_of(i);
+      q.packets = c.packets.get();
+      q.bytes = c.bytes.get();
+      if (auto k = io::find_queue(kernel, q.queue)) {
+        q.drops = k->queue_dropped;
+        q.overruns = k->user_dropped;
+      }
+      // ENOBUFS is how the worker sees socket overruns when the kernel's view is missing.
+      if (q.overruns == 0) q.overruns = c.enobufs.get();
+      q.verdict_errors = c.send_errors.get() + c.netlink_errors.get();
+      out.push_back(q);
+    }
+    return out;
+  }
+
+ private:
+  io::NfQueue& queues_;
+};
+
+// Detects a stuck packet worker: packets wait in its kernel queue and it makes no progress. An
+// idle worker (nothing queued) is not stuck, however long it sleeps.
+class WorkerWatch {
+ public:
+  explicit WorkerWatch(io::NfQueue& queues) : queues_(queues), last_(queues.workers()) {}
+
+  void tick(steady_clock::time_point now) {
+    std::vector<io::KernelQueueStats> kernel;
+    try {
+      kernel = queues_.kernel_stats();
+    } catch (const std::exception&) {
+      return;  // no kernel view: cannot tell idle from stuck, so accuse nobody
+    }
+    stuck_.reset();
+    for (std::size_t i = 0; i < last_.size(); ++i) {
+      const auto& c = queues_.counters(i);
+      const uint64_t progress = c.packets.get() + c.polls.get() + c.recv_calls.get();
+      const auto k = io::find_queue(kernel, queues_.queue_of(i));
+      auto& w = last_[i];
+      if (progress != w.progress || !k || k->queued == 0 || w.since == steady_clock::time_point{}) {
+        w.progress = progress;
+        w.since = now;
+        continue;
+      }
+      if (now - w.since >= kStuckAfter && !stuck_) {
+        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - w.since).count();
+        stuck_ = "queue " + std::to_string(queues_.queue_of(i)) + " worker made no progress for " +
+                 std::to_string(secs) + " s with " + std::to_string(k->queued) + " packets waiting";
+      }
+    }
+  }
+
+  const std::optional<std::string>& stuck() const { return stuck_; }
+
+ private:
+  struct Last {
+    uint64_t progress = 0;
+    steady_clock::time_point since{};
+  };
+  io::NfQueue& queues_;
+  std::vector<Last> last_;
+  std::optional<std::string> stuck_;
+};
+
+void notify(const std::string& text) {
+  sd_notify(0, text.c_str());
+}
+
+int run(const control::Config& c) {
+  engine::EngineConfig engine_config;
+  engine_config.node_id = c.node.id;
+  engine_config.shards = c.engine.shards;
+  engine::Engine engine(engine_config);
+
+  control::ControlService service(c, engine, monotonic_now);
+  if (auto loaded = service.load_rules(c.rules.file); !loaded.ok) {
+    spdlog::error("{}", loaded.error);
+    return 1;
+  }
+  spdlog::info("node {} ({}): {} rules from {}", c.node.id, c.node.name, engine.rules()->size(),
+               c.rules.file);
+  warn_unwired_sections(c);
+
+  asio::io_context loop;
+  // Registered before anything is installed: a SIGTERM during start-up waits for the loop
+  // instead of killing the process with its hooks in place.
+  asio::signal_set signals(loop, SIGTERM, SIGINT, SIGHUP);
+  std::unique_ptr<control::ControlServer> control_server;
+  std::unique_ptr<control::MetricsServer> metrics_server;
+  control::MetricsRegistry registry;
+  std::unique_ptr<io::PcapLog> pcap;
+  std::unique_ptr<io::NfQueue> queues;
+  std::unique_ptr<QueueDataPlane> data_plane;
+  std::unique_ptr<WorkerWatch> watch;
+  std::unique_ptr<io::Hooks> hooks;
+  bool hooks_installed = false;
+
+  auto remove_hooks = [&] {
+    if (!hooks_installed) return;
+    try {
+      hooks->remove();
+      hooks_installed = false;
+      spdlog::info("hooks removed");
+    } catch (const std::exception& e) {
+      spdlog::error("removing hooks: {} (run pairwalld --cleanup)", e.what());
+    }
+  };
+
+  try {
+    control_server = std::make_unique<control::ControlServer>(
+        loop, c.control.socket, c.control.socket_mode,
+        [&](const control::Request& req, control::Response& resp) {
+          service.handle(req, resp);
+          if (req.has_rules_load()) {
+            if (resp.ok()) {
+              spdlog::info("rules loaded from {}: {} rules, {} states kept", resp.rules_loaded().path(),
+                           resp.rules_loaded().rule_count(), resp.rules_loaded().states_kept());
+            } else {
+              spdlog::warn("rules load refused, running set kept: {}", resp.error());
+            }
+          } else if (req.has_flush_states() && resp.ok()) {
+            spdlog::info("flushed {} states", resp.flushed().states());
+          }
+        });
+    if (c.metrics.enabled()) {
+      metrics_server = std::make_unique<control::MetricsServer>(loop, c.metrics.host, c.metrics.port,
+                                                                [&registry] { return registry.render(); });
+    }
+    if (!c.log.pcap_file.empty()) {
+      io::PcapLogConfig pc;
+      pc.path = c.log.pcap_file;
+      pc.max_file_bytes = c.log.pcap_rotate_bytes;
+      pc.files = c.log.pcap_keep;
+      pc.workers = c.queue.count;
+      pcap = std::make_unique<io::PcapLog>(pc);
+    }
+
+    io::NfQueueConfig qc;
+    qc.first_queue = c.queue.first;
+    qc.queues = c.queue.count;
+    qc.queue.max_len = c.queue.maxlen;
+    qc.queue.fail_open = c.queue.fail_open;
+    qc.queue.rcvbuf_bytes = static_cast<int>(c.queue.rcvbuf_bytes);
+    qc.queue.batch_verdicts = c.queue.batch_verdicts;
+    qc.reject_config.mark = kReplyMark;
+    queues = std::make_unique<io::NfQueue>(engine, qc, pcap.get());
+    queues->start();
+    data_plane = std::make_unique<QueueDataPlane>(*queues);
+    watch = std::make_unique<WorkerWatch>(*queues);
+    service.set_data_plane(data_plane.get());
+    service.set_health_probe([&watch] { return watch->stuck(); });
+
+    hooks = std::make_unique<io::Hooks>(hooks_config(c));
+    hooks->install();
+    hooks_installed = true;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    remove_hooks();
+    if (queues) queues->stop();
+    return 1;
+  }
+
+  registry.add("engine",
+               [&](control::MetricWriter& w) { control::render_core_metrics(service.snapshot(), w); });
+  registry.add("pairwalld", [&](control::MetricWriter& w) {
+    using T = control::MetricWriter::Type;
+    uint64_t rst = 0;
+    uint64_t icmp = 0;
+    uint64_t limited = 0;
+    for (std::size_t i = 0; i < queues->workers(); ++i) {
+      if (const auto* r = queues->reject_counters(i)) {
+        rst += r->rst_sent.get();
+        icmp += r->icmp_sent.get();
+        limited += r->rate_limited.get();
+      }
+    }
+    w.family("pairwall_rejects_sent_total", T::Counter, "Replies sent for rejected packets.");
+    w.sample({{"kind", "tcp_rst"}}, rst);
+    w.sample({{"kind", "icmp"}}, icmp);
+    w.family("pairwall_rejects_rate_limited_total", T::Counter,
+             "Replies not sent because of the rate limit.");
+    w.sample(limited);
+    if (pcap) {
+      const auto s = pcap->stats();
+      w.family("pairwall_pcap_logged_total", T::Counter, "Packets written to the pcap log.");
+      w.sample(s.written);
+      w.family("pairwall_pcap_dropped_total", T::Counter, "Logged packets lost because a log ring was full.");
+      w.sample(s.dropped);
+    }
+    w.family("pairwall_worker_stuck", T::Gauge,
+             "1 while a packet worker makes no progress with packets waiting.");
+    w.sample(uint64_t{watch->stuck() ? 1u : 0u});
+  });
+
+  control_server->start();
+  if (metrics_server) {
+    metrics_server->start();
+    spdlog::info("metrics on http://{}:{}/metrics", c.metrics.host, c.metrics.port);
+  }
+  spdlog::info("filtering on queues {}..{} ({}, hooks {}), control socket {}", c.queue.first,
+               c.queue.first + c.queue.count - 1, c.queue.fail_open ? "fail-open" : "fail-closed",
+               c.queue.hooks == control::HookSet::Forward ? "forward" : "forward+local", c.control.socket);
+
+  auto status_line = [&] {
+    const auto s = service.snapshot();
+    return "STATUS=" + std::to_string(s.rules.size()) + " rules, " + std::to_string(s.states) + " states, " +
+           std::to_string(s.packets) + " packets, " + std::to_string(s.drops()) + " dropped";
+  };
+  notify("READY=1\n" + status_line());
+
+  // Signals.
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        if (sig == SIGHUP) {
+          notify("RELOADING=1");
+          queues->refresh_interfaces();
+          const auto r = service.load_rules(c.rules.file);
+          if (r.ok) {
+            spdlog::info("SIGHUP: rules reloaded from {}: {} rules, {} states kept", c.rules.file,
+                         r.rule_count, engine.states().size());
+          } else {
+            spdlog::warn("SIGHUP: rules reload refused, running set kept: {}", r.error);
+          }
+          notify("READY=1\n" + status_line());
+          signals.async_wait(on_signal);
+          return;
+        }
+        spdlog::info("{}: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        notify("STOPPING=1");
+        loop.stop();
+      };
+  signals.async_wait(on_signal);
+
+  // Expiry every second (pf purges every 10 s; ours is O(expired), so a short period is cheap and
+  // keeps the table close to its true size). Without sync nobody drains the state change rings:
+  // drain them here so that they do not count as lost.
+  asio::steady_timer tick(loop);
+  uint64_t ticks = 0;
+  std::function<void(const boost::system::error_code&)> on_tick = [&](const boost::system::error_code& ec) {
+    if (ec) return;
+    engine.expire(monotonic_now());
+    engine::StateRecord record;
+    for (std::size_t i = 0; i < queues->workers(); ++i) {
+      while (queues->engine_worker(i).events().pop(record)) {
+      }
+    }
+    while (engine.control_events().pop(record)) {
+    }
+    watch->tick(steady_clock::now());
+    if (++ticks % 5 == 0) notify(status_line());
+    tick.expires_after(std::chrono::seconds(1));
+    tick.async_wait(on_tick);
+  };
+  tick.expires_after(std::chrono::seconds(1));
+  tick.async_wait(on_tick);
+
+  // The watchdog is fed from this loop only while no worker is stuck: a wedged worker (or a
+  // wedged loop) lets systemd restart the daemon.
+  asio::steady_timer watchdog(loop);
+  uint64_t watchdog_usec = 0;
+  std::function<void(const boost::system::error_code&)> on_watchdog =
+      [&](const boost::system::error_code& ec) {
+        if (ec) return;
+        if (const auto& why = watch->stuck()) {
+          spdlog::error("{}: not feeding the watchdog", *why);
+          notify("STATUS=" + *why);
+        } else {
+          notify("WATCHDOG=1");
+        }
+        watchdog.expires_after(std::chrono::microseconds(watchdog_usec / 2));
+        watchdog.async_wait(on_watchdog);
+      };
+  if (sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0) {
+    watchdog.expires_after(std::chrono::microseconds(watchdog_usec / 2));
+    watchdog.async_wait(on_watchdog);
+  }
+
+  loop.run();
+
+  remove_hooks();
+  queues->stop();
+  control_server->stop();
+  if (metrics_server) metrics_server->stop();
+  const auto s = service.snapshot();
+  spdlog::info("stopped: {} packets, {} dropped, {} states at exit", s.packets, s.drops(), s.states);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-c" && i + 1 < argc) {
+      opt.config = argv[++i];
+    } else if (a == "-f") {
+      opt.foreground = true;
+    } else if (a == "--check") {
+      opt.check = true;
+    } else if (a == "--cleanup") {
+      opt.cleanup = true;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "pairwalld: unknown argument '%s'\n\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (opt.check && opt.cleanup) {
+    std::fprintf(stderr, "pairwalld: --check and --cleanup exclude each other\n");
+    return 2;
+  }
+
+  control::Config config;
+  try {
+    config = control::load_config(opt.config);
+    validate_component_sections(config);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "pairwalld: %s\n", e.what());
+    return 1;
+  }
+  if (opt.check) return check(config);
+
+  setup_logging(opt.foreground || opt.cleanup, config.log.level);
+  if (opt.cleanup) return cleanup(config);
+  return run(config);
+}
