@@ -184,7 +184,7 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
 }
 
 Command chain_exists_command(const HooksConfig& config, engine::Family family) {
-  return with(base(config, family), {"-n", "-L", config.chain});
+  return with(base(config, family), {"-S", config.chain});
 }
 
 Command delete_jump_command(const HooksConfig& config, engine::Family family, const std::string& builtin) {
@@ -200,7 +200,7 @@ Command delete_chain_command(const HooksConfig& config, engine::Family family) {
 }
 
 Command defrag_exists_command(const HooksConfig& config, engine::Family family) {
-  return with(base(config, family), {"-n", "-L", defrag_chain(config)});
+  return with(base(config, family), {"-S", defrag_chain(config)});
 }
 
 Command flush_defrag_command(const HooksConfig& config, engine::Family family) {

@@ -28,7 +28,9 @@ NfQueue::NfQueue(engine::Engine& engine, NfQueueConfig config, PcapLog* log)
   for (std::size_t i = 0; i < config_.queues; ++i) workers_.push_back(std::make_unique<Worker>(engine_, i));
 }
 
-NfQueue::~NfQueue() { stop(); }
+NfQueue::~NfQueue() {
+  stop();
+}
 
 void NfQueue::start() {
   if (started_) throw std::runtime_error("nfqueue: start() called twice");
@@ -45,7 +47,8 @@ void NfQueue::start() {
     w->thread = std::thread([this, worker = w.get()] {
       const std::string name = "pw-queue-" + std::to_string(queue_of(worker->index));
       pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
-      auto decide_fn = [this, worker](QueuedPacket& packet, std::chrono::steady_clock::time_point now) noexcept {
+      auto decide_fn = [this, worker](QueuedPacket& packet,
+                                      std::chrono::steady_clock::time_point now) noexcept {
         return decide(*worker, packet, now);
       };
       worker->socket->run(stop_.flag(), stop_.fd(), decide_fn);
@@ -78,7 +81,8 @@ std::vector<KernelQueueStats> NfQueue::kernel_stats() const {
   return ours;
 }
 
-Decision NfQueue::decide(Worker& w, QueuedPacket& packet, std::chrono::steady_clock::time_point now) noexcept {
+Decision NfQueue::decide(Worker& w, QueuedPacket& packet,
+                         std::chrono::steady_clock::time_point now) noexcept {
   const uint64_t generation = iface_generation_.load(std::memory_order_relaxed);
   if (w.iface_generation != generation) {
     w.ifaces.clear();

@@ -1,0 +1,255 @@
+// iptables command generation (pure) and the install/remove procedures against a fake iptables
+// that keeps chains and rules the way the real one does.
+#include "daemon/io/hooks.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pairwall::io {
+namespace {
+
+using engine::Family;
+
+std::vector<std::string> lines(const std::vector<Command>& commands) {
+  std::vector<std::string> out;
+  for (const auto& c : commands) out.push_back(to_string(c));
+  return out;
+}
+
+TEST_CASE("install commands: the minimal forward-only chain", "[hooks]") {
+  HooksConfig c;
+  c.queue_first = 4;
+  c.queue_last = 4;
+  c.defrag = false;
+  CHECK(lines(install_commands(c, Family::V4)) ==
+        std::vector<std::string>{
+            "iptables -w 10 -t filter -N PAIRWALL",
+            "iptables -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-num 4",
+            "iptables -w 10 -t filter -I FORWARD 1 -j PAIRWALL",
+        });
+}
+
+TEST_CASE("install commands: exclusions come before the queue rule, jumps last", "[hooks]") {
+  HooksConfig c;
+  c.queue_first = 0;
+  c.queue_last = 3;
+  c.bypass = true;
+  c.input = true;
+  c.output = true;
+  c.excluded_interfaces = {"sync0", "veth+"};
+  c.excluded_protocols = {112};
+  c.bypass_mark = 0x10000;
+  c.ip6tables = "/usr/sbin/ip6tables-legacy";
+  CHECK(lines(install_commands(c, Family::V6)) ==
+        std::vector<std::string>{
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -N PAIRWALL",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -m mark --mark 65536/65536 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -i sync0 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o sync0 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -i veth+ -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o veth+ -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-balance 0:3 "
+            "--queue-bypass",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -N PAIRWALL_DEFRAG",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL_DEFRAG -m socket -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -I FORWARD 1 -j PAIRWALL",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -I INPUT 1 -j PAIRWALL",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -I OUTPUT 1 -j PAIRWALL",
+        });
+}
+
+TEST_CASE("configurations that cannot be installed are refused with the reason", "[hooks]") {
+  struct Row {
+    const char* name;
+    HooksConfig config;
+    const char* message;
+  };
+  auto with = [](auto edit) {
+    HooksConfig c;
+    edit(c);
+    return c;
+  };
+  const Row rows[] = {
+      {"empty chain", with([](HooksConfig& c) { c.chain = ""; }), "chain name"},
+      {"long chain", with([](HooksConfig& c) { c.chain = std::string(30, 'A'); }), "chain name"},
+      {"chain with a space", with([](HooksConfig& c) { c.chain = "PAIR WALL"; }), "may only contain"},
+      {"reversed range", with([](HooksConfig& c) { c.queue_first = 5, c.queue_last = 2; }), "ends before"},
+      {"interface with a space", with([](HooksConfig& c) { c.excluded_interfaces = {"eth 0"}; }), "eth 0"},
+      {"interface too long", with([](HooksConfig& c) { c.excluded_interfaces = {"abcdefghijklmnop"}; }),
+       "abcdefghijklmnop"},
+      {"wildcard inside a name", with([](HooksConfig& c) { c.excluded_interfaces = {"a+b"}; }), "a+b"},
+      {"protocol 0", with([](HooksConfig& c) { c.excluded_protocols = {0}; }), "protocol 0"},
+      {"no family", with([](HooksConfig& c) { c.ipv4 = c.ipv6 = false; }), "neither"},
+  };
+  for (const auto& row : rows) {
+    SECTION(row.name) {
+      CHECK_THROWS_WITH(validate(row.config), Catch::Contains(row.message));
+    }
+  }
+  CHECK_NOTHROW(validate(HooksConfig{}));
+}
+
+// Models one iptables binary: chains with rule lists; -N/-X/-F/-A/-I/-D/-L exit codes as the real
+// one (1 for a missing chain or rule, 1 for -N of an existing chain, 1 for -X of a referenced chain).
+class FakeIptables {
+ public:
+  std::map<std::string, std::vector<std::string>> chains{{"FORWARD", {}}, {"INPUT", {}}, {"OUTPUT", {}}};
+  std::vector<std::string> log;
+  std::string fail_on;  // a command containing this fails with exit code 2
+
+  CommandResult operator()(const Command& argv) {
+    const std::string line = to_string(argv);
+    log.push_back(line);
+    if (!fail_on.empty() && line.find(fail_on) != std::string::npos)
+      return {2, "iptables: simulated failure"};
+    // argv: binary -w 10 -t filter OP CHAIN [rest...]
+    REQUIRE(argv.size() >= 7);
+    const std::string& op = argv[5];
+    const std::string& chain = argv[6];
+    std::vector<std::string> rest(argv.begin() + 7, argv.end());
+    std::string rule;
+    for (const auto& r : rest) rule += (rule.empty() ? "" : " ") + r;
+    const bool exists = chains.count(chain) != 0;
+    if (op == "-N") {
+      if (exists) return {1, "iptables: Chain already exists."};
+      chains[chain];
+      return {0, ""};
+    }
+    if (!exists) return {1, "iptables: No chain/target/match by that name."};
+    auto& rules = chains[chain];
+    if (op == "-S") return {0, ""};
+    if (op == "-A") {
+      rules.push_back(rule);
+      return {0, ""};
+    }
+    if (op == "-I") {
+      rules.insert(rules.begin(), rule.substr(rule.find(' ') + 1));  // drop the position
+      return {0, ""};
+    }
+    if (op == "-D") {
+      auto it = std::find(rules.begin(), rules.end(), rule);
+      if (it == rules.end()) return {1, "iptables: Bad rule (does a matching rule exist in that chain?)."};
+      rules.erase(it);
+      return {0, ""};
+    }
+    if (op == "-F") {
+      rules.clear();
+      return {0, ""};
+    }
+    if (op == "-X") {
+      for (const auto& [name, list] : chains) {
+        for (const auto& r : list) {
+          if (r == "-j " + chain) return {1, "iptables: Too many links."};
+        }
+      }
+      if (!rules.empty()) return {1, "iptables: Directory not empty."};
+      chains.erase(chain);
+      return {0, ""};
+    }
+    FAIL("unexpected command " << line);
+    return {2, ""};
+  }
+};
+
+struct Pair {
+  FakeIptables v4;
+  FakeIptables v6;
+  CommandRunner runner() {
+    return [this](const Command& c) { return c.front() == "iptables" ? v4(c) : v6(c); };
+  }
+};
+
+TEST_CASE("install then remove leaves the tables as they were", "[hooks]") {
+  Pair fake;
+  HooksConfig c;
+  c.queue_last = 1;
+  c.input = true;
+  c.excluded_interfaces = {"sync0"};
+  Hooks hooks(c, fake.runner());
+  hooks.install();
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains.count("PAIRWALL") == 1);
+    CHECK(t->chains.count("PAIRWALL_DEFRAG") == 1);
+    CHECK(t->chains["FORWARD"] == std::vector<std::string>{"-j PAIRWALL"});
+    CHECK(t->chains["INPUT"] == std::vector<std::string>{"-j PAIRWALL"});
+    CHECK(t->chains["OUTPUT"].empty());
+    CHECK(t->chains["PAIRWALL"].back() == "-j NFQUEUE --queue-balance 0:1");
+  }
+  hooks.remove();
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains.size() == 3);
+    CHECK(t->chains["FORWARD"].empty());
+    CHECK(t->chains["INPUT"].empty());
+  }
+  // Removing again finds nothing and succeeds.
+  CHECK_NOTHROW(hooks.remove());
+}
+
+TEST_CASE("install cleans up what a crashed run left behind", "[hooks]") {
+  Pair fake;
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    t->chains["PAIRWALL"] = {"-i old0 -j RETURN", "-j NFQUEUE --queue-num 9"};
+    t->chains["FORWARD"] = {"-j PAIRWALL", "-j ACCEPT", "-j PAIRWALL"};
+    t->chains["OUTPUT"] = {"-j PAIRWALL"};
+  }
+  HooksConfig c;
+  c.defrag = false;
+  Hooks hooks(c, fake.runner());
+  hooks.install();
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains["FORWARD"] == std::vector<std::string>{"-j PAIRWALL", "-j ACCEPT"});
+    CHECK(t->chains["OUTPUT"].empty());
+    CHECK(t->chains["PAIRWALL"] == std::vector<std::string>{"-j NFQUEUE --queue-num 0"});
+  }
+}
+
+TEST_CASE("a failed install rolls back and names the command", "[hooks]") {
+  Pair fake;
+  fake.v6.fail_on = "NFQUEUE";
+  HooksConfig c;
+  Hooks hooks(c, fake.runner());
+  try {
+    hooks.install();
+    FAIL("install should have thrown");
+  } catch (const HooksError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("ip6tables -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-num 0"));
+    CHECK_THAT(what, Catch::Contains("exit code 2"));
+    CHECK_THAT(what, Catch::Contains("simulated failure"));
+  }
+  // IPv4 had been installed completely; the rollback removed it, and the partial IPv6 chain.
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains.size() == 3);
+    CHECK(t->chains["FORWARD"].empty());
+  }
+}
+
+TEST_CASE("a runner failure other than 'absent' is reported by remove", "[hooks]") {
+  HooksConfig c;
+  c.ipv6 = false;
+  Hooks hooks(c, [](const Command&) {
+    return CommandResult{4, "iptables: Permission denied (you must be root)"};
+  });
+  CHECK_THROWS_WITH(hooks.remove(), Catch::Contains("needs CAP_NET_ADMIN"));
+}
+
+TEST_CASE("run_command executes without a shell and reports exit codes and output", "[hooks]") {
+  const CommandResult ok = run_command({"sh", "-c", "echo out; echo err >&2; exit 3"});
+  CHECK(ok.exit_code == 3);
+  CHECK_THAT(ok.output, Catch::Contains("out"));
+  CHECK_THAT(ok.output, Catch::Contains("err"));
+  // Arguments are not interpreted by a shell: the semicolon reaches echo as text.
+  const CommandResult literal = run_command({"echo", "a;", "exit", "9"});
+  CHECK(literal.exit_code == 0);
+  CHECK(literal.output == "a; exit 9");
+  const CommandResult missing = run_command({"/nonexistent/iptables"});
+  CHECK(missing.exit_code != 0);
+  CHECK_THAT(missing.output, Catch::Contains("/nonexistent/iptables"));
+}
+
+}  // namespace
+}  // namespace pairwall::io

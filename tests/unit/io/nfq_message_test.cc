@@ -1,0 +1,142 @@
+// Queue messages crafted with libmnl the way the kernel lays them out, parsed back.
+#include <arpa/inet.h>
+#include <libmnl/libmnl.h>
+// After <arpa/inet.h>: glibc's netinet/in.h must come before the kernel's linux/in.h.
+#include <libnetfilter_queue/libnetfilter_queue.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink_queue.h>
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "daemon/engine/engine.h"
+#include "daemon/io/nfq_socket.h"
+#include "daemon/io/nfqueue.h"
+
+namespace pairwall::io {
+namespace {
+
+struct Message {
+  std::vector<char> buffer = std::vector<char>(200000, 0);
+  nlmsghdr* nlh;
+
+  explicit Message(uint16_t type = NFQNL_MSG_PACKET) { nlh = nfq_nlmsg_put(buffer.data(), type, 0); }
+
+  Message& header(uint32_t id, uint16_t proto = 0x0800, uint8_t hook = NF_INET_FORWARD) {
+    nfqnl_msg_packet_hdr hdr{htonl(id), htons(proto), hook};
+    mnl_attr_put(nlh, NFQA_PACKET_HDR, sizeof(hdr), &hdr);
+    return *this;
+  }
+  Message& u32(uint16_t type, uint32_t host_value) {
+    mnl_attr_put_u32(nlh, type, htonl(host_value));
+    return *this;
+  }
+  Message& payload(const std::vector<uint8_t>& bytes) {
+    mnl_attr_put(nlh, NFQA_PAYLOAD, bytes.size(), bytes.data());
+    return *this;
+  }
+};
+
+std::vector<uint8_t> bytes(std::size_t n) {
+  std::vector<uint8_t> b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(i);
+  b[0] = 0x45;
+  return b;
+}
+
+TEST_CASE("a forwarded packet with every attribute", "[nfqueue]") {
+  const auto data = bytes(60);
+  Message m;
+  m.header(77, 0x0800, NF_INET_FORWARD)
+      .u32(NFQA_MARK, 0xabc)
+      .u32(NFQA_IFINDEX_INDEV, 3)
+      .u32(NFQA_IFINDEX_OUTDEV, 9)
+      .u32(NFQA_SKB_INFO, NFQA_SKB_CSUMNOTREADY | NFQA_SKB_GSO)
+      .payload(data);
+  QueuedPacket p;
+  REQUIRE(parse_queue_message(m.nlh, p) == MessageStatus::Packet);
+  CHECK(p.id == 77);
+  CHECK(p.hw_protocol == 0x0800);
+  CHECK(p.hook == NF_INET_FORWARD);
+  CHECK(p.mark == 0xabc);
+  CHECK(p.in_ifindex == 3);
+  CHECK(p.out_ifindex == 9);
+  CHECK(p.checksum_partial);
+  CHECK(p.gso);
+  CHECK(p.length == 60);
+  REQUIRE(p.payload.size() == 60);
+  CHECK(std::vector<uint8_t>(p.payload.begin(), p.payload.end()) == data);
+  // The payload points into the message, so a rewrite in place lands in the receive buffer.
+  CHECK(reinterpret_cast<char*>(p.payload.data()) > m.buffer.data());
+  CHECK(reinterpret_cast<char*>(p.payload.data()) < m.buffer.data() + m.nlh->nlmsg_len);
+}
+
+TEST_CASE("a locally generated packet has no input interface", "[nfqueue]") {
+  Message m;
+  m.header(5, 0x86dd, NF_INET_LOCAL_OUT).u32(NFQA_IFINDEX_OUTDEV, 2).payload(bytes(40));
+  QueuedPacket p;
+  REQUIRE(parse_queue_message(m.nlh, p) == MessageStatus::Packet);
+  CHECK(p.in_ifindex == 0);
+  CHECK(p.out_ifindex == 2);
+  CHECK(p.hw_protocol == 0x86dd);
+  CHECK_FALSE(p.checksum_partial);
+  CHECK(hook_of(p.in_ifindex != 0, p.out_ifindex != 0) == engine::Hook::Output);
+}
+
+TEST_CASE("the hook follows the interfaces the kernel reports", "[nfqueue]") {
+  CHECK(hook_of(true, true) == engine::Hook::Forward);
+  CHECK(hook_of(true, false) == engine::Hook::Input);
+  CHECK(hook_of(false, true) == engine::Hook::Output);
+}
+
+TEST_CASE("a packet longer than the copy range is reported truncated", "[nfqueue]") {
+  Message m;
+  m.header(9).u32(NFQA_CAP_LEN, 70000).payload(bytes(1000));
+  QueuedPacket p;
+  REQUIRE(parse_queue_message(m.nlh, p) == MessageStatus::Truncated);
+  CHECK(p.id == 9);
+  CHECK(p.length == 70000);
+  CHECK(p.payload.size() == 1000);
+
+  Message whole;
+  whole.header(10).u32(NFQA_CAP_LEN, 1000).payload(bytes(1000));
+  REQUIRE(parse_queue_message(whole.nlh, p) == MessageStatus::Packet);
+
+  Message meta_only;
+  meta_only.header(11);
+  REQUIRE(parse_queue_message(meta_only.nlh, p) == MessageStatus::Truncated);
+  CHECK(p.id == 11);
+}
+
+TEST_CASE("messages that are not packets, or not whole", "[nfqueue]") {
+  QueuedPacket p;
+  SECTION("an error reply") {
+    Message m;
+    m.nlh->nlmsg_type = NLMSG_ERROR;
+    CHECK(parse_queue_message(m.nlh, p) == MessageStatus::NotPacket);
+  }
+  SECTION("a config message") {
+    Message m(NFQNL_MSG_CONFIG);
+    CHECK(parse_queue_message(m.nlh, p) == MessageStatus::NotPacket);
+  }
+  SECTION("no packet header") {
+    Message m;
+    m.payload(bytes(20));
+    CHECK(parse_queue_message(m.nlh, p) == MessageStatus::Malformed);
+  }
+  SECTION("a packet header of the wrong size") {
+    Message m;
+    const uint8_t short_header[3] = {0, 0, 1};
+    mnl_attr_put(m.nlh, NFQA_PACKET_HDR, sizeof(short_header), short_header);
+    CHECK(parse_queue_message(m.nlh, p) == MessageStatus::Malformed);
+  }
+  SECTION("an attribute running past the message") {
+    Message m;
+    m.header(1).payload(bytes(100));
+    m.nlh->nlmsg_len -= 40;  // cut into the payload attribute
+    CHECK(parse_queue_message(m.nlh, p) != MessageStatus::Packet);
+  }
+}
+
+}  // namespace
+}  // namespace pairwall::io

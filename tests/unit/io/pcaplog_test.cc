@@ -1,0 +1,249 @@
+// Writes pflog records, reads the files back byte by byte.
+#include "daemon/io/pcaplog.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/unit/support/packet_builder.h"
+
+namespace pairwall::io {
+namespace {
+
+namespace fs = std::filesystem;
+using test::Bytes;
+using test::PacketBuilder;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/pairwall-pcaplog-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+uint32_t le32(const Bytes& b, std::size_t at) {
+  uint32_t v;
+  std::memcpy(&v, b.data() + at, 4);
+  return v;
+}
+uint32_t be32(const Bytes& b, std::size_t at) {
+  return static_cast<uint32_t>(b[at] << 24 | b[at + 1] << 16 | b[at + 2] << 8 | b[at + 3]);
+}
+
+struct Record {
+  uint32_t ts_sec, ts_usec, incl_len, orig_len;
+  Bytes data;
+};
+
+struct PcapFile {
+  uint32_t linktype = 0;
+  uint32_t snaplen = 0;
+  std::vector<Record> records;
+};
+
+PcapFile read_pcap(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  Bytes b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(b.size() >= 24);
+  REQUIRE(le32(b, 0) == 0xa1b2c3d4);  // written in host order: this host is little-endian
+  CHECK(b[4] == 2);
+  CHECK(b[6] == 4);
+  PcapFile f;
+  f.snaplen = le32(b, 16);
+  f.linktype = le32(b, 20);
+  std::size_t at = 24;
+  while (at < b.size()) {
+    REQUIRE(at + 16 <= b.size());
+    Record r{le32(b, at), le32(b, at + 4), le32(b, at + 8), le32(b, at + 12), {}};
+    at += 16;
+    REQUIRE(at + r.incl_len <= b.size());
+    r.data.assign(b.begin() + static_cast<long>(at), b.begin() + static_cast<long>(at + r.incl_len));
+    at += r.incl_len;
+    f.records.push_back(std::move(r));
+  }
+  return f;
+}
+
+LogMeta meta(engine::Family family, bool pass, engine::Reason reason, uint32_t rule, bool outbound,
+             const char* ifname) {
+  LogMeta m;
+  m.family = family;
+  m.pass = pass;
+  m.reason = reason;
+  m.rule = rule;
+  m.outbound = outbound;
+  std::strncpy(m.ifname, ifname, sizeof(m.ifname) - 1);
+  return m;
+}
+
+TEST_CASE("pflog header fields", "[pcaplog]") {
+  const auto h = encode_pflog_header(
+      meta(engine::Family::V6, false, engine::Reason::BadSeq, 0x01020304, true, "veth-ext"));
+  CHECK(h[0] == 61);
+  CHECK(h[1] == 24);  // BSD AF_INET6
+  CHECK(h[2] == 1);   // PF_DROP
+  CHECK(h[3] == 10);  // PFRES_BADSTATE
+  CHECK(std::string(reinterpret_cast<const char*>(h.data() + 4)) == "veth-ext");
+  CHECK(h[20] == 0);  // no ruleset
+  CHECK((h[36] == 1 && h[37] == 2 && h[38] == 3 && h[39] == 4));
+  CHECK((h[40] == 0xff && h[43] == 0xff));  // subrulenr: none
+  CHECK(h[60] == 2);                        // PF_OUT
+  CHECK(h[61] == static_cast<uint8_t>(engine::Reason::BadSeq));
+
+  const auto v4 = encode_pflog_header(meta(engine::Family::V4, true, engine::Reason::Match, 5, false, ""));
+  CHECK(v4[1] == 2);
+  CHECK(v4[2] == 0);
+  CHECK(v4[60] == 1);
+}
+
+TEST_CASE("engine reasons map to the nearest pf reason", "[pcaplog]") {
+  using engine::Reason;
+  CHECK(pf_reason(Reason::RuleBlock) == 0);
+  CHECK(pf_reason(Reason::BadOffset) == 1);
+  CHECK(pf_reason(Reason::Fragment) == 2);
+  CHECK(pf_reason(Reason::Short) == 3);
+  CHECK(pf_reason(Reason::BadTcpFlags) == 4);
+  CHECK(pf_reason(Reason::Memory) == 5);
+  CHECK(pf_reason(Reason::StateMismatch) == 10);
+  CHECK(pf_reason(Reason::RuleStateLimit) == 12);
+}
+
+TEST_CASE("logged packets are written with their pflog header and cut at snaplen", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "pflog.pcap").string();
+  c.snaplen = 64;
+  c.workers = 2;
+  c.flush_interval = std::chrono::hours(1);  // only flush() writes
+  const Bytes small = PacketBuilder().ipv4("192.0.2.1", "198.51.100.2").tcp(1234, 80).build();
+  const Bytes large = PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").udp(53, 53).payload(500).build();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto wall_before = std::chrono::system_clock::now();
+  {
+    PcapLog log(c);
+    CHECK(
+        log.log(0, meta(engine::Family::V4, false, engine::Reason::RuleBlock, 3, false, "lan0"), small, t0));
+    CHECK(log.log(1, meta(engine::Family::V6, true, engine::Reason::Match, 9, true, "wan0"), large,
+                  t0 + std::chrono::milliseconds(1500)));
+    CHECK_FALSE(log.log(2, meta(engine::Family::V4, true, engine::Reason::Match, 0, false, ""), small, t0));
+    log.flush();
+    CHECK(log.stats().written == 2);
+    CHECK(log.stats().logged == 2);
+  }
+  const PcapFile f = read_pcap(c.path);
+  CHECK(f.linktype == 117);
+  CHECK(f.snaplen == 64 + 64);
+  REQUIRE(f.records.size() == 2);
+
+  const Record& a = f.records[0];
+  CHECK(a.incl_len == 64 + small.size());
+  CHECK(a.orig_len == 64 + small.size());
+  CHECK(a.data[2] == 1);  // block
+  CHECK(be32(a.data, 36) == 3);
+  CHECK(std::string(reinterpret_cast<const char*>(a.data.data() + 4)) == "lan0");
+  CHECK(Bytes(a.data.begin() + 64, a.data.end()) == small);
+  const auto wall = std::chrono::system_clock::to_time_t(wall_before);
+  CHECK(a.ts_sec >= static_cast<uint32_t>(wall) - 1);
+  CHECK(a.ts_sec <= static_cast<uint32_t>(wall) + 5);
+
+  const Record& b = f.records[1];
+  CHECK(b.incl_len == 64 + 64);  // cut at snaplen
+  CHECK(b.orig_len == 64 + large.size());
+  CHECK(b.data[1] == 24);
+  CHECK(b.data[60] == 2);
+  CHECK(Bytes(b.data.begin() + 64, b.data.end()) == Bytes(large.begin(), large.begin() + 64));
+  // 1.5 s later on the steady clock is 1.5 s later in the file.
+  const int64_t delta_us =
+      (static_cast<int64_t>(b.ts_sec) - a.ts_sec) * 1000000 + (static_cast<int64_t>(b.ts_usec) - a.ts_usec);
+  CHECK(delta_us == 1500000);
+}
+
+TEST_CASE("a full ring drops and counts instead of blocking", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "p.pcap").string();
+  c.ring_slots = 8;
+  c.flush_interval = std::chrono::hours(1);
+  PcapLog log(c);
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).build();
+  int accepted = 0;
+  for (int i = 0; i < 20; ++i) {
+    accepted += log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, 1, false, "x"), p,
+                        std::chrono::steady_clock::now())
+                    ? 1
+                    : 0;
+  }
+  CHECK(accepted == 8);
+  CHECK(log.stats().dropped == 12);
+  log.flush();
+  CHECK(log.stats().written == 8);
+  // Drained: room again.
+  CHECK(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, 1, false, "x"), p,
+                std::chrono::steady_clock::now()));
+}
+
+TEST_CASE("files rotate by size and only N are kept", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "r.pcap").string();
+  c.snaplen = 100;
+  c.files = 3;
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).payload(72).build();  // 100 bytes
+  const std::size_t record = 16 + 64 + 100;
+  c.max_file_bytes = 24 + 4 * record;  // four records per file
+  c.flush_interval = std::chrono::hours(1);
+  {
+    PcapLog log(c);
+    for (uint32_t i = 0; i < 18; ++i) {
+      REQUIRE(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, i, false, "x"), p,
+                      std::chrono::steady_clock::now()));
+      if (i % 3 == 2) log.flush();
+    }
+    log.flush();
+    CHECK(log.stats().rotations == 4);  // 18 records: files of 4,4,4,4,2
+  }
+  const PcapFile current = read_pcap(c.path);
+  const PcapFile previous = read_pcap(c.path + ".1");
+  const PcapFile oldest = read_pcap(c.path + ".2");
+  CHECK_FALSE(fs::exists(c.path + ".3"));
+  REQUIRE(current.records.size() == 2);
+  REQUIRE(previous.records.size() == 4);
+  REQUIRE(oldest.records.size() == 4);
+  // Rule numbers tell the order: the newest file holds the last records.
+  CHECK(be32(current.records[0].data, 36) == 16);
+  CHECK(be32(previous.records[0].data, 36) == 12);
+  CHECK(be32(oldest.records[0].data, 36) == 8);
+}
+
+TEST_CASE("a file left by an earlier run is rotated away, not overwritten", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "keep.pcap").string();
+  std::ofstream(c.path) << "earlier";
+  { PcapLog log(c); }
+  std::ifstream earlier(c.path + ".1");
+  std::string text;
+  earlier >> text;
+  CHECK(text == "earlier");
+  CHECK(read_pcap(c.path).records.empty());
+}
+
+TEST_CASE("an unwritable path is an error naming it", "[pcaplog]") {
+  PcapLogConfig c;
+  c.path = "/nonexistent-dir/pflog.pcap";
+  CHECK_THROWS_WITH(PcapLog(c),
+                    Catch::Contains("/nonexistent-dir/pflog.pcap") && Catch::Contains("directory"));
+}
+
+}  // namespace
+}  // namespace pairwall::io
