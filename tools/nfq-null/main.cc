@@ -4,9 +4,13 @@
 //
 //   pairwall-nfq-null --queue N | --queues A:B [--no-batch] [--fail-open] [--no-gso]
 //                     [--maxlen N] [--rcvbuf BYTES] [--recv-batch N] [--duration SECONDS]
+//                     [--hooks [--chain NAME] [--bypass] [--exclude IF]... [--input]]
 //
-// Prints "ready" on stderr once every queue is bound, and one JSON object with the counters of
-// each queue on stdout when it stops (SIGINT, SIGTERM, or after --duration).
+// --hooks installs pairwalld's iptables/ip6tables chain for the queue range (io::Hooks) once the
+// queues are bound, and removes it when the listener stops.
+//
+// Prints "ready" on stderr once every queue is bound (and hooked), and one JSON object with the
+// counters of each queue on stdout when it stops (SIGINT, SIGTERM, or after --duration).
 #include <signal.h>
 
 #include <charconv>
@@ -22,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/io/hooks.h"
 #include "daemon/io/kernel_queue_stats.h"
 #include "daemon/io/nfq_socket.h"
 #include "daemon/io/stop_signal.h"
@@ -40,6 +45,8 @@ struct Options {
   bool have_queue = false;
   QueueConfig queue;
   double duration_s = 0;  // 0: until a signal
+  bool hooks = false;
+  pairwall::io::HooksConfig hooks_config;
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -94,6 +101,16 @@ Options parse(int argc, char** argv) {
       o.queue.recv_batch = number<uint32_t>(arg, value(), 1024);
     } else if (arg == "--duration") {
       o.duration_s = number<uint32_t>(arg, value(), 86400);
+    } else if (arg == "--hooks") {
+      o.hooks = true;
+    } else if (arg == "--chain") {
+      o.hooks_config.chain = value();
+    } else if (arg == "--bypass") {
+      o.hooks_config.bypass = true;
+    } else if (arg == "--exclude") {
+      o.hooks_config.excluded_interfaces.emplace_back(value());
+    } else if (arg == "--input") {
+      o.hooks_config.input = true;
     } else if (arg == "--help" || arg == "-h") {
       usage("");
     } else {
@@ -101,13 +118,15 @@ Options parse(int argc, char** argv) {
     }
   }
   if (!o.have_queue) usage("--queue or --queues is required");
+  o.hooks_config.queue_first = o.first;
+  o.hooks_config.queue_last = o.last;
   return o;
 }
 
-StopSignal* g_stop = nullptr;
+volatile sig_atomic_t g_quit = 0;
 
 extern "C" void on_signal(int) {
-  if (g_stop != nullptr) g_stop->request();
+  g_quit = 1;
 }
 
 void print_json(const std::vector<std::unique_ptr<NfqSocket>>& sockets, double seconds) {
@@ -154,7 +173,6 @@ void print_json(const std::vector<std::unique_ptr<NfqSocket>>& sockets, double s
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   StopSignal stop;
-  g_stop = &stop;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -173,6 +191,17 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  std::unique_ptr<pairwall::io::Hooks> hooks;
+  if (options.hooks) {
+    try {
+      hooks = std::make_unique<pairwall::io::Hooks>(options.hooks_config);
+      hooks->install();
+    } catch (const std::exception& e) {
+      std::cerr << "pairwall-nfq-null: " << e.what() << "\n";
+      return 1;
+    }
+  }
+
   const auto started = std::chrono::steady_clock::now();
   std::vector<std::thread> workers;
   for (auto& socket : sockets) {
@@ -185,15 +214,23 @@ int main(int argc, char** argv) {
   }
   std::cerr << "ready\n";
 
-  if (options.duration_s > 0) {
-    const auto deadline = started + std::chrono::duration<double>(options.duration_s);
-    while (!stop.requested() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    stop.request();
+  // Unhook first, so that nothing is queued to workers that are about to stop.
+  const auto deadline = started + std::chrono::duration<double>(options.duration_s);
+  while (g_quit == 0 && (options.duration_s <= 0 || std::chrono::steady_clock::now() < deadline)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  int status = 0;
+  if (hooks) {
+    try {
+      hooks->remove();
+    } catch (const std::exception& e) {
+      std::cerr << "pairwall-nfq-null: " << e.what() << "\n";
+      status = 1;
+    }
+  }
+  stop.request();
   for (auto& w : workers) w.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   print_json(sockets, seconds);
-  return 0;
+  return status;
 }
