@@ -1,0 +1,479 @@
+#include "failover/failover_service.h"
+
+#include <net/if.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "failover/advert_socket.h"
+#include "failover/announce.h"
+#include "failover/link_watch.h"
+#include "failover/vips.h"
+
+namespace pairwall::failover {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+uint64_t wall_clock_us() {
+  return static_cast<uint64_t>(
+      duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+control::FailoverStatus::Role to_proto(Role r) {
+  switch (r) {
+    case Role::Init:
+      return control::FailoverStatus::INIT;
+    case Role::Backup:
+      return control::FailoverStatus::BACKUP;
+    case Role::Master:
+      return control::FailoverStatus::MASTER;
+    case Role::Fault:
+      return control::FailoverStatus::FAULT;
+  }
+  return control::FailoverStatus::INIT;
+}
+
+std::string join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+}  // namespace
+
+Time FailoverService::now() {
+  return duration_cast<Time>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+FailoverService::FailoverService(boost::asio::io_context& io, FailoverConfig config, uint32_t node_id,
+                                 FailoverHooks hooks)
+    : io_(io),
+      config_(std::move(config)),
+      node_id_(node_id),
+      hooks_(std::move(hooks)),
+      election_(ElectionConfig{node_id, milliseconds(config_.advbase_ms), config_.advskew, config_.preempt}),
+      codec_(config_.key, config_.vhid, node_id),
+      timer_(io),
+      poll_timer_(io),
+      boot_epoch_(wall_clock_us()) {}
+
+FailoverService::~FailoverService() {
+  boost::system::error_code ec;
+  timer_.cancel(ec);
+  poll_timer_.cancel(ec);
+}
+
+void FailoverService::start() {
+  std::lock_guard lock(mutex_);
+  const bool builtin = config_.driver == Driver::Builtin;
+  links_ = std::make_unique<LinkWatch>(io_, config_.interfaces(), [this] { on_links_changed(); });
+  links_->start();
+  for (const auto& l : links_->links()) last_carrier_.push_back(l.carrier);
+  if (builtin) {
+    vips_ = std::make_unique<VipSet>(config_.vips, config_.effective_vip_lease_s());
+    announcer_ = std::make_unique<Announcer>();
+    // A run killed with -9 left its VIPs behind; we start as backup and must not hold them.
+    const VipResult leftover = vips_->release();
+    if (leftover.changed) spdlog::warn("failover: removed {} VIPs left by an earlier run", leftover.changed);
+    for (const auto& ifname : config_.interfaces()) {
+      bool v4 = false, v6 = false;
+      for (const auto& v : config_.vips) {
+        if (v.interface != ifname) continue;
+        v4 |= v.family == AF_INET;
+        v6 |= v.family == AF_INET6;
+      }
+      if (v4)
+        sockets_.push_back(
+            std::make_unique<AdvertSocket>(io_, ifname, AF_INET, config_.group4, config_.port));
+      if (v6)
+        sockets_.push_back(
+            std::make_unique<AdvertSocket>(io_, ifname, AF_INET6, config_.group6, config_.port));
+    }
+    for (auto& s : sockets_) {
+      // An interface missing now is not fatal: carrier watch reopens its socket when it appears.
+      try {
+        s->open([this](std::span<const uint8_t> f, int ttl) { on_advert(f, ttl); });
+      } catch (const std::system_error& e) {
+        spdlog::warn("{}", e.what());
+      }
+    }
+  }
+  running_ = true;
+  const Time t = now();
+  update_demotion(t);
+  if (builtin) {
+    const bool fault = links_->with_carrier() == 0;
+    apply(t, election_.start(t, fault));
+  }
+  spdlog::info("failover: vhid {} driver {} node {} advbase {} ms advskew {} preempt {} VIPs {}",
+               config_.vhid, builtin ? "builtin" : "keepalived", node_id_, config_.advbase_ms,
+               config_.advskew, config_.preempt ? "on" : "off", config_.vips.size());
+  rearm();
+  poll_timer_.expires_after(kPollInterval);
+  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) poll();
+  });
+}
+
+void FailoverService::stop() {
+  std::lock_guard lock(mutex_);
+  if (!running_) return;
+  running_ = false;
+  if (config_.driver == Driver::Builtin) apply(now(), election_.shutdown(now()));
+  log_new_transitions();
+  boost::system::error_code ec;
+  timer_.cancel(ec);
+  poll_timer_.cancel(ec);
+  sockets_.clear();
+  if (links_) links_->stop();
+}
+
+void FailoverService::apply(Time t, const Actions& a) {
+  if (a.release_vips && vips_) {
+    const VipResult r = vips_->release();
+    if (r.failed) {
+      ++counters_.vip_errors;
+      spdlog::error("failover: releasing VIPs: {}", r.error);
+    }
+    vips_held_ = false;
+    announce_fast_left_ = 0;
+    next_announce_ = kNever;
+    next_renew_ = kNever;
+  }
+  if (a.acquire_vips && vips_) {
+    const VipResult r = vips_->acquire();
+    if (r.failed) {
+      ++counters_.vip_errors;
+      spdlog::error("failover: adding VIPs: {} ({} of {} failed)", r.error, r.failed, vips_->vips().size());
+    }
+    vips_held_ = true;
+    if (vips_->lease_s() > 0) next_renew_ = t + std::chrono::seconds(vips_->lease_s()) / 3;
+  }
+  if (a.send_advert) send_advert(t);
+  if (a.announce && vips_held_) {
+    announce_all();
+    announce_fast_left_ = config_.announce_count;
+    next_announce_ =
+        announce_fast_left_ ? t + milliseconds(config_.effective_announce_interval_ms()) : kNever;
+    // While a killed master's kernel may still answer for the VIPs (until its lease runs out),
+    // keep repeating, slower, so every neighbour ends on our side.
+    const uint32_t lease = vips_ ? vips_->lease_s() : 0;
+    announce_tail_until_ = lease ? t + std::chrono::seconds(lease + 1) : t;
+  }
+  log_new_transitions();
+}
+
+void FailoverService::log_new_transitions() {
+  const TransitionLog& log = election_.transitions();
+  const uint64_t total = log.total();
+  const uint64_t first_kept = total - log.size();
+  for (uint64_t n = std::max(logged_transitions_, first_kept); n < total; ++n) {
+    const Transition& tr = log[static_cast<std::size_t>(n - first_kept)];
+    if (tr.peer) {
+      spdlog::info("failover: vhid {} {} -> {} ({}, node {}), demotion {}", config_.vhid, role_name(tr.from),
+                   role_name(tr.to), cause_name(tr.cause), tr.peer, demotion_.total());
+    } else {
+      spdlog::info("failover: vhid {} {} -> {} ({}), demotion {}", config_.vhid, role_name(tr.from),
+                   role_name(tr.to), cause_name(tr.cause), demotion_.total());
+    }
+  }
+  logged_transitions_ = total;
+}
+
+void FailoverService::send_advert(Time) {
+  const OwnAdvert own = election_.advert();
+  Advert a;
+  a.node_id = node_id_;
+  a.advbase_ms = static_cast<uint32_t>(duration_cast<milliseconds>(own.advbase).count());
+  a.advskew = own.advskew;
+  a.demotion = own.demotion;
+  a.boot_epoch = boot_epoch_;
+  a.counter = ++counter_;
+  a.leaving = own.leaving;
+  uint8_t frame[kAdvertMaxFrame];
+  const std::size_t n = codec_.encode(a, frame);
+  if (n == 0) {
+    ++counters_.advert_send_errors;
+    return;
+  }
+  for (auto& s : sockets_) {
+    if (!s->is_open()) continue;
+    if (s->send(std::span<const uint8_t>(frame, n)) == 0) {
+      ++counters_.adverts_sent;
+    } else {
+      ++counters_.advert_send_errors;  // e.g. ENETDOWN on an interface without carrier
+    }
+  }
+}
+
+void FailoverService::announce_all() {
+  for (const auto& vip : config_.vips) {
+    const unsigned ifindex = if_nametoindex(vip.interface.c_str());
+    if (ifindex && announcer_->announce(vip, ifindex) == 0) {
+      ++counters_.announcements;
+    } else {
+      ++counters_.announce_errors;
+    }
+  }
+}
+
+void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl) {
+  std::lock_guard lock(mutex_);
+  if (!running_) return;
+  const auto r = codec_.decode(frame, ttl);
+  if (!r.ok) {
+    // One line per reason, not per datagram: a flood must not flood the journal. Copies are
+    // normal (one per interface and family) and not worth a line at all.
+    auto& logged = reject_logged_[static_cast<std::size_t>(r.reason)];
+    if (!logged && r.reason != Reject::Duplicate) {
+      logged = true;
+      spdlog::warn("failover: rejected an advertisement ({}); further ones are only counted",
+                   reject_name(r.reason));
+    }
+    return;
+  }
+  ++counters_.adverts_accepted;
+  const Advert& a = r.advert;
+  const Time t = now();
+  apply(t, election_.on_advert(
+               t, PeerAdvert{a.node_id, milliseconds(a.advbase_ms), a.advskew, a.demotion, a.leaving}));
+  rearm();
+}
+
+void FailoverService::open_sockets_for(const std::string& ifname) {
+  for (auto& s : sockets_) {
+    if (s->ifname() != ifname) continue;
+    try {
+      s->open([this](std::span<const uint8_t> f, int ttl) { on_advert(f, ttl); });
+    } catch (const std::system_error& e) {
+      spdlog::warn("{}", e.what());
+    }
+  }
+}
+
+void FailoverService::on_links_changed() {
+  std::lock_guard lock(mutex_);
+  if (!running_) return;
+  const auto& links = links_->links();
+  last_carrier_.resize(links.size(), false);
+  bool came_up = false;
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    if (links[i].carrier == last_carrier_[i]) continue;
+    last_carrier_[i] = links[i].carrier;
+    spdlog::info("failover: {} carrier {}", links[i].name, links[i].carrier ? "up" : "down");
+    if (!links[i].carrier) continue;
+    came_up = true;
+    // Memberships do not survive an interface deleted and created again; reopening on carrier
+    // covers that and every other way a link comes back.
+    open_sockets_for(links[i].name);
+  }
+  const Time t = now();
+  update_demotion(t);
+  if (config_.driver == Driver::Builtin) {
+    apply(t, election_.set_fault(t, links_->with_carrier() == 0));
+    if (came_up && election_.role() == Role::Master) {
+      // IPv6 addresses leave an interface that goes down; put them back and tell the segment.
+      apply(t, Actions{.acquire_vips = true, .announce = true});
+    }
+  }
+  rearm();
+}
+
+void FailoverService::update_demotion(Time t) {
+  if (links_) {
+    const std::size_t up = links_->with_carrier();
+    demotion_.set(DemoteReason::Carrier, up < links_->links().size());
+  }
+  if (config_.driver == Driver::Builtin) apply(t, election_.set_demotion(t, demotion_.total()));
+}
+
+void FailoverService::poll() {
+  // The hooks belong to other components: call them without holding our lock.
+  const bool bulk_done = hooks_.bulk_sync_complete ? hooks_.bulk_sync_complete() : true;
+  const bool engine_ok = hooks_.engine_healthy ? hooks_.engine_healthy() : true;
+  {
+    std::lock_guard lock(mutex_);
+    if (!running_) return;
+    demotion_.set(DemoteReason::BulkSync, !bulk_done);
+    demotion_.set(DemoteReason::Engine, !engine_ok);
+    update_demotion(now());
+    rearm();
+  }
+  poll_timer_.expires_after(kPollInterval);
+  poll_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) poll();
+  });
+}
+
+void FailoverService::on_tick() {
+  std::lock_guard lock(mutex_);
+  if (!running_) return;
+  const Time t = now();
+  if (config_.driver == Driver::Builtin) apply(t, election_.on_timer(t));
+  const bool master = election_.role() == Role::Master;
+  if (master && t >= next_renew_ && vips_) {
+    const VipResult r = vips_->acquire();
+    ++counters_.vip_renewals;
+    if (r.failed) {
+      ++counters_.vip_errors;
+      spdlog::error("failover: renewing VIPs: {}", r.error);
+    }
+    next_renew_ = t + std::max<Time>(std::chrono::seconds(vips_->lease_s()) / 3, milliseconds(500));
+  }
+  if (master && t >= next_announce_) {
+    announce_all();
+    if (announce_fast_left_ > 0) --announce_fast_left_;
+    if (announce_fast_left_ > 0) {
+      next_announce_ = t + milliseconds(config_.effective_announce_interval_ms());
+    } else if (t < announce_tail_until_) {
+      next_announce_ = t + std::chrono::seconds(1);
+    } else {
+      next_announce_ = kNever;
+    }
+  }
+  rearm();
+}
+
+void FailoverService::rearm() {
+  Time next = election_.role() == Role::Master ? std::min({next_announce_, next_renew_}) : kNever;
+  if (config_.driver == Driver::Builtin) next = std::min(next, election_.deadline());
+  if (next == kNever) {
+    boost::system::error_code ec;
+    timer_.cancel(ec);
+    return;
+  }
+  timer_.expires_at(
+      std::chrono::steady_clock::time_point(duration_cast<std::chrono::steady_clock::duration>(next)));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) on_tick();
+  });
+}
+
+FailoverSnapshot FailoverService::snapshot() const {
+  std::lock_guard lock(mutex_);
+  FailoverSnapshot s;
+  s.driver = config_.driver;
+  s.node_id = node_id_;
+  s.role = election_.role();
+  s.vhid = config_.vhid;
+  s.advbase_ms = config_.advbase_ms;
+  s.advskew = config_.advskew;
+  s.preempt = config_.preempt;
+  s.demotion = demotion_.total();
+  s.demotion_reasons = demotion_.reasons();
+  s.now = now();
+  s.peer = election_.peer();
+  if (s.peer) s.last_heard_ms_ago = duration_cast<milliseconds>(s.now - s.peer->at).count();
+  if (s.role == Role::Master) {
+    s.master_node_id = node_id_;
+  } else if (s.role == Role::Backup && s.peer && !s.peer->leaving &&
+             s.now - s.peer->at < election_.master_down_interval()) {
+    s.master_node_id = s.peer->node_id;
+  }
+  s.vips_held = vips_held_;
+  for (const auto& v : config_.vips) s.vips.push_back(v.interface + " " + v.text());
+  if (links_) {
+    for (const auto& l : links_->links()) s.links.push_back({l.name, l.carrier});
+  }
+  const int64_t unix_now_ms = static_cast<int64_t>(wall_clock_us() / 1000);
+  const TransitionLog& log = election_.transitions();
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    const Transition& t = log[i];
+    s.transitions.push_back({t.at, unix_now_ms - duration_cast<milliseconds>(s.now - t.at).count(), t.from,
+                             t.to, std::string(cause_name(t.cause)), t.peer});
+  }
+  s.rejects = codec_.rejects();
+  s.counters = counters_;
+  s.counters.worse_masters = election_.worse_masters();
+  s.counters.node_id_conflicts = election_.node_id_conflicts();
+  if (links_) s.counters.link_resyncs = links_->resyncs();
+  return s;
+}
+
+void FailoverService::fill_status(control::FailoverStatus* status) {
+  const FailoverSnapshot s = snapshot();
+  status->set_enabled(true);
+  status->set_driver(s.driver == Driver::Builtin ? "builtin" : "keepalived");
+  status->set_role(to_proto(s.role));
+  status->set_vhid(s.vhid);
+  status->set_advbase_ms(s.advbase_ms);
+  status->set_advskew(s.advskew);
+  status->set_preempt(s.preempt);
+  status->set_demotion(s.demotion);
+  for (const auto& r : s.demotion_reasons) status->add_demotion_reasons(r);
+  status->set_last_heard_ms_ago(s.last_heard_ms_ago);
+  status->set_master_node_id(s.master_node_id);
+  for (const auto& t : s.transitions) {
+    auto* tr = status->add_transitions();
+    tr->set_unix_ms(static_cast<uint64_t>(t.unix_ms));
+    tr->set_from(to_proto(t.from));
+    tr->set_to(to_proto(t.to));
+    tr->set_cause(t.peer ? t.cause + " (node " + std::to_string(t.peer) + ")" : t.cause);
+  }
+  auto& rejects = *status->mutable_rejects();
+  for (std::size_t i = 0; i < kRejectCount; ++i) rejects[reject_name(static_cast<Reject>(i))] = s.rejects[i];
+}
+
+std::string FailoverService::demote(uint32_t amount) {
+  std::lock_guard lock(mutex_);
+  demotion_.demote(amount);
+  spdlog::info("failover: administrative demotion +{}, now {}", amount, demotion_.total());
+  update_demotion(now());
+  rearm();
+  return "";
+}
+
+std::string FailoverService::promote(uint32_t amount) {
+  std::lock_guard lock(mutex_);
+  if (demotion_.admin() == 0) return "nothing to promote: the administrative demotion is 0";
+  demotion_.promote(amount);
+  spdlog::info("failover: administrative demotion -{}, now {}", amount, demotion_.total());
+  update_demotion(now());
+  rearm();
+  return "";
+}
+
+std::string FailoverService::set_external_role(Role role) {
+  std::lock_guard lock(mutex_);
+  if (config_.driver != Driver::Keepalived) {
+    return "set-role is for [failover] driver = \"keepalived\"; this node runs the builtin election "
+           "(use demote / promote)";
+  }
+  election_.force_role(now(), role);
+  log_new_transitions();
+  return "";
+}
+
+std::string FailoverService::set_role(control::FailoverStatus::Role role) {
+  switch (role) {
+    case control::FailoverStatus::MASTER:
+      return set_external_role(Role::Master);
+    case control::FailoverStatus::BACKUP:
+      return set_external_role(Role::Backup);
+    case control::FailoverStatus::FAULT:
+      return set_external_role(Role::Fault);
+    case control::FailoverStatus::INIT:
+      return set_external_role(Role::Init);
+    default:
+      break;
+  }
+  return "unknown role";
+}
+
+control::FailoverControl::HealthResult FailoverService::healthy() {
+  std::lock_guard lock(mutex_);
+  HealthResult h;
+  if (!running_) return HealthResult{false, "failover service not running"};
+  if (demotion_.total() > 0) {
+    h.healthy = false;
+    h.reason = "demoted " + std::to_string(demotion_.total()) + ": " + join(demotion_.reasons(), ", ");
+  }
+  return h;
+}
+
+}  // namespace pairwall::failover

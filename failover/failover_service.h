@@ -1,0 +1,168 @@
+// The failover service of pairwalld: one failover group on a Boost.Asio io_context.
+//
+// It feeds the election (failover/election.h) with what the kernel and the peer say —
+// advertisements from the multicast sockets, carrier from rtnetlink, the demotion inputs polled
+// from the sync service and the engine — and carries out what the election decides: VIPs added or
+// removed by netlink, advertisements sent, gratuitous ARP / unsolicited NA bursts.
+//
+// With driver "keepalived" nothing is advertised and no VIP is touched: keepalived runs VRRP and
+// owns its virtual_ipaddress; its notify scripts report the role (set-role) and its track_script
+// asks healthy(), which fails while this node is demoted.
+//
+// Threading: handlers run on the io_context; the control calls may come from another thread and
+// take the same mutex. Nothing here is on the packet path.
+#pragma once
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/control/control_api.h"
+#include "failover/advert_codec.h"
+#include "failover/demotion.h"
+#include "failover/election.h"
+#include "failover/failover_config.h"
+
+namespace pairwall::failover {
+
+class AdvertSocket;
+class Announcer;
+class LinkWatch;
+class VipSet;
+
+struct FailoverHooks {
+  // Polled on the io_context every kPollInterval; an empty function means "complete" / "healthy".
+  std::function<bool()> bulk_sync_complete;  // false while the bulk resync from the peer runs
+  std::function<bool()> engine_healthy;      // false while the engine does not serve its queues
+};
+
+struct FailoverCounters {
+  uint64_t adverts_sent = 0;  // datagrams: one advertisement goes out on every interface and family
+  uint64_t advert_send_errors = 0;
+  uint64_t adverts_accepted = 0;
+  uint64_t announcements = 0;  // frames (one per VIP per burst step)
+  uint64_t announce_errors = 0;
+  uint64_t vip_renewals = 0;
+  uint64_t vip_errors = 0;
+  uint64_t worse_masters = 0;  // see Election::worse_masters()
+  uint64_t node_id_conflicts = 0;
+  uint64_t link_resyncs = 0;
+};
+
+struct FailoverSnapshot {
+  struct TransitionView {
+    Time at{0};  // CLOCK_MONOTONIC, microseconds
+    int64_t unix_ms = 0;
+    Role from = Role::Init;
+    Role to = Role::Init;
+    std::string cause;
+    uint32_t peer = 0;
+  };
+  struct LinkView {
+    std::string name;
+    bool carrier = false;
+  };
+
+  Driver driver = Driver::Builtin;
+  uint32_t node_id = 0;
+  Role role = Role::Init;
+  uint8_t vhid = 0;
+  uint32_t advbase_ms = 0;
+  uint8_t advskew = 0;
+  bool preempt = false;
+  uint32_t demotion = 0;
+  std::vector<std::string> demotion_reasons;
+  Time now{0};
+  std::optional<PeerSeen> peer;  // the last master heard
+  int64_t last_heard_ms_ago = -1;
+  uint32_t master_node_id = 0;  // 0: no master known
+  bool vips_held = false;
+  std::vector<std::string> vips;
+  std::vector<LinkView> links;
+  std::vector<TransitionView> transitions;  // oldest first
+  std::array<uint64_t, kRejectCount> rejects{};
+  FailoverCounters counters;
+};
+
+class FailoverService final : public control::FailoverControl {
+ public:
+  static constexpr Time kPollInterval = std::chrono::milliseconds(50);
+
+  FailoverService(boost::asio::io_context& io, FailoverConfig config, uint32_t node_id,
+                  FailoverHooks hooks = {});
+  ~FailoverService() override;
+  FailoverService(const FailoverService&) = delete;
+  FailoverService& operator=(const FailoverService&) = delete;
+
+  // Opens the sockets, removes VIPs a previous run may have left (kill -9), reads carrier and
+  // starts the election as backup. Throws std::system_error / std::runtime_error with a message
+  // naming what failed.
+  void start();
+  // Clean shutdown: a master sends its leaving advertisement and releases the VIPs. Call on the
+  // io_context's thread (or after it stopped).
+  void stop();
+
+  FailoverSnapshot snapshot() const;
+  // keepalived mode: the role keepalived decided. "" on success, otherwise why not.
+  std::string set_external_role(Role role);
+
+  // control::FailoverControl
+  void fill_status(control::FailoverStatus* status) override;
+  std::string demote(uint32_t amount) override;
+  std::string promote(uint32_t amount) override;
+  std::string set_role(control::FailoverStatus::Role role) override;
+  HealthResult healthy() override;
+
+  static Time now();
+
+ private:
+  void apply(Time now, const Actions& actions);
+  void log_new_transitions();
+  void send_advert(Time now);
+  void announce_all();
+  void on_advert(std::span<const uint8_t> frame, int ttl);
+  void on_links_changed();
+  void update_demotion(Time now);
+  void poll();
+  void on_tick();
+  void rearm();
+  void open_sockets_for(const std::string& ifname);
+
+  boost::asio::io_context& io_;
+  const FailoverConfig config_;
+  const uint32_t node_id_;
+  FailoverHooks hooks_;
+
+  mutable std::mutex mutex_;
+  Election election_;
+  Demotion demotion_;
+  AdvertCodec codec_;
+  FailoverCounters counters_;
+  std::unique_ptr<VipSet> vips_;
+  std::unique_ptr<Announcer> announcer_;
+  std::unique_ptr<LinkWatch> links_;
+  std::vector<std::unique_ptr<AdvertSocket>> sockets_;
+  std::array<bool, kRejectCount> reject_logged_{};
+  std::vector<bool> last_carrier_;
+  boost::asio::steady_timer timer_;
+  boost::asio::steady_timer poll_timer_;
+
+  const uint64_t boot_epoch_;
+  uint64_t counter_ = 0;
+  uint64_t logged_transitions_ = 0;
+  bool running_ = false;
+  bool vips_held_ = false;
+  uint32_t announce_fast_left_ = 0;
+  Time next_announce_ = kNever;
+  Time announce_tail_until_ = kNever;
+  Time next_renew_ = kNever;
+};
+
+}  // namespace pairwall::failover

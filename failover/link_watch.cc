@@ -1,0 +1,160 @@
+#include "failover/link_watch.h"
+
+#include <fcntl.h>
+#include <libmnl/libmnl.h>
+#include <linux/if.h>
+#include <linux/if_link.h>
+#include <linux/rtnetlink.h>
+#include <sys/socket.h>
+
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <system_error>
+
+namespace pairwall::failover {
+
+// MNL_SOCKET_BUFFER_SIZE is computed at run time; 8 KiB holds any message we send or receive
+// (the kernel caps one dump message at a page or 8 KiB, whichever is larger, on this platform).
+constexpr std::size_t kNetlinkBuffer = 8192;
+
+LinkWatch::LinkWatch(boost::asio::io_context& io, std::vector<std::string> names,
+                     std::function<void()> on_change)
+    : io_(io), on_change_(std::move(on_change)), fd_(io) {
+  for (auto& n : names) links_.push_back(Link{std::move(n), 0, false});
+}
+
+LinkWatch::~LinkWatch() {
+  stop();
+}
+
+std::size_t LinkWatch::with_carrier() const {
+  std::size_t n = 0;
+  for (const auto& l : links_) n += l.carrier;
+  return n;
+}
+
+void LinkWatch::start() {
+  nl_ = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (!nl_) throw std::system_error(errno, std::generic_category(), "failover: link watch socket");
+  if (mnl_socket_bind(nl_, RTMGRP_LINK, MNL_SOCKET_AUTOPID) < 0) {
+    const int err = errno;
+    mnl_socket_close(nl_);
+    nl_ = nullptr;
+    throw std::system_error(err, std::generic_category(), "failover: link watch bind");
+  }
+  request_dump();
+  // The first read is synchronous: the service decides its first role from it.
+  const int fd = mnl_socket_get_fd(nl_);
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  if (dump_seq_ != 0) read_pending(true);
+  fcntl(fd, F_SETFL, flags);
+  changed_ = false;
+  fd_.assign(fd);
+  arm();
+}
+
+void LinkWatch::stop() {
+  if (!nl_) return;
+  boost::system::error_code ec;
+  fd_.cancel(ec);
+  fd_.release();  // the fd belongs to the mnl socket
+  mnl_socket_close(nl_);
+  nl_ = nullptr;
+}
+
+void LinkWatch::request_dump() {
+  char buf[kNetlinkBuffer];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETLINK;
+  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  dump_seq_ = static_cast<uint32_t>(std::time(nullptr)) | 1;
+  nlh->nlmsg_seq = dump_seq_;
+  auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifi->ifi_family = AF_UNSPEC;
+  if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) dump_seq_ = 0;
+  // Links missing from the dump do not exist.
+  for (auto& l : links_) {
+    l.ifindex = 0;
+    l.carrier = false;
+  }
+}
+
+int LinkWatch::on_message(const nlmsghdr* nlh) {
+  if (nlh->nlmsg_type != RTM_NEWLINK && nlh->nlmsg_type != RTM_DELLINK) return MNL_CB_OK;
+  const auto* ifi = static_cast<const ifinfomsg*>(mnl_nlmsg_get_payload(nlh));
+  struct Attrs {
+    const char* name = nullptr;
+    int operstate = IF_OPER_UNKNOWN;
+  } attrs;
+  mnl_attr_parse(
+      nlh, sizeof(*ifi),
+      [](const nlattr* attr, void* data) {
+        auto* a = static_cast<Attrs*>(data);
+        if (mnl_attr_get_type(attr) == IFLA_IFNAME && mnl_attr_validate(attr, MNL_TYPE_STRING) >= 0) {
+          a->name = mnl_attr_get_str(attr);
+        } else if (mnl_attr_get_type(attr) == IFLA_OPERSTATE && mnl_attr_validate(attr, MNL_TYPE_U8) >= 0) {
+          a->operstate = mnl_attr_get_u8(attr);
+        }
+        return MNL_CB_OK;
+      },
+      &attrs);
+  const char* name = attrs.name;
+  const int operstate = attrs.operstate;
+  for (auto& l : links_) {
+    const bool match = name ? l.name == name : l.ifindex == static_cast<unsigned>(ifi->ifi_index);
+    if (!match) continue;
+    Link next = l;
+    if (nlh->nlmsg_type == RTM_DELLINK) {
+      next.ifindex = 0;
+      next.carrier = false;
+    } else {
+      next.ifindex = static_cast<unsigned>(ifi->ifi_index);
+      next.carrier = (ifi->ifi_flags & IFF_UP) && (ifi->ifi_flags & IFF_LOWER_UP) &&
+                     (operstate == IF_OPER_UP || operstate == IF_OPER_UNKNOWN);
+    }
+    if (next.ifindex != l.ifindex || next.carrier != l.carrier) changed_ = true;
+    l = next;
+  }
+  return MNL_CB_OK;
+}
+
+bool LinkWatch::read_pending(bool until_dump_done) {
+  char buf[kNetlinkBuffer];
+  for (int i = 0; i < 256; ++i) {
+    const ssize_t n = mnl_socket_recvfrom(nl_, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == ENOBUFS) {
+        // Events were lost: read everything again rather than guess.
+        ++resyncs_;
+        request_dump();
+        changed_ = true;
+        continue;
+      }
+      break;  // EAGAIN: drained
+    }
+    // Events carry seq 0 and dump replies our own: seq 0 / port 0 accept both. The callback
+    // sees link messages only; NLMSG_DONE (or an error) ending our dump returns STOP / ERROR.
+    const int rc = mnl_cb_run(
+        buf, static_cast<size_t>(n), 0, 0,
+        [](const nlmsghdr* nlh, void* self) { return static_cast<LinkWatch*>(self)->on_message(nlh); }, this);
+    if (rc <= MNL_CB_STOP) dump_seq_ = 0;
+    if (until_dump_done && dump_seq_ == 0) break;
+  }
+  const bool changed = changed_;
+  changed_ = false;
+  return changed;
+}
+
+void LinkWatch::arm() {
+  fd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                 [this](const boost::system::error_code& ec) {
+                   if (ec) return;  // cancelled by stop()
+                   if (read_pending(false) && on_change_) on_change_();
+                   arm();
+                 });
+}
+
+}  // namespace pairwall::failover
