@@ -625,7 +625,7 @@ TEST_CASE("parse: malformed transport headers", "[packet][malformed]") {
       {"TCP data offset 0", v4_tcp().data_offset(0).build(), Reason::BadTcpHeader},
       {"TCP data offset 4", v4_tcp().data_offset(4).build(), Reason::BadTcpHeader},
       {"TCP data offset past the end", v4_tcp().data_offset(6).build(), Reason::BadTcpHeader},
-      {"TCP data offset 15, 20 bytes present", v6_tcp().data_offset(15).payload(39).build(),
+      {"TCP data offset 15, 59 bytes present", v6_tcp().data_offset(15).payload(39).build(),
        Reason::BadTcpHeader},
       {"TCP option length 0", v4_tcp().tcp_options_raw({2, 0, 0, 0}).build(), Reason::BadTcpOptions},
       {"TCP option length 1", v4_tcp().tcp_options_raw({8, 1, 0, 0}).build(), Reason::BadTcpOptions},
