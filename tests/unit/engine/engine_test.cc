@@ -305,7 +305,7 @@ TEST_CASE("malformed packets are dropped with a reason and counted", "[engine][m
       {"SYN+RST", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn | tcpflag::kRst).build(), Reason::BadTcpFlags},
       {"no flags", tcp4(kClient, 1, kServer, 2).flags(0).build(), Reason::BadTcpFlags},
       {"FIN without ACK", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kFin).build(), Reason::BadTcpFlags},
-      {"fragment", tcp4(kClient, 1, kServer, 2).fragment(0, true, 7).payload(64).build(), Reason::Fragment},
+      {"fragment", tcp4(kClient, 1, kServer, 2).fragment(0, true, 7).payload(60).build(), Reason::Fragment},
   };
   for (const auto& c : cases) {
     SECTION(c.name) {
