@@ -209,7 +209,9 @@ void parse_rules(Config& cfg, const toml::table* t) {
   if (!file) s.fail("file", "missing: name the rule file, e.g. file = \"/etc/pairwall/pf.conf\"");
   if (file->empty()) s.fail("file", "expected a path, got \"\"");
   std::filesystem::path p(*file);
-  if (p.is_relative()) p = std::filesystem::path(cfg.file).parent_path() / p;
+  // Relative to the config file, made absolute: the daemon's working directory is not the
+  // operator's, and `status` should name the file unambiguously.
+  if (p.is_relative()) p = std::filesystem::absolute(std::filesystem::path(cfg.file)).parent_path() / p;
   cfg.rules.file = p.lexically_normal().string();
   s.finish();
 }

@@ -1,0 +1,248 @@
+"""client — fw — server over veth pairs, with the real pairwalld from build/bin filtering in fw:
+the pieces the daemon scenarios share (the fixtures in conftest.py build on them).
+
+    client c0 10.77.1.2/24 fd77:1::2/64 ── f0 10.77.1.1 fd77:1::1  fw  f1 10.77.2.1 fd77:2::1 ── s0 10.77.2.2/24 fd77:2::2/64 server
+
+The server namespace runs TCP echo on 8080-8082 and UDP echo on 5353; the client namespace runs the
+same, so that tests can try connections in the reverse direction. The daemon's rules (RULES below)
+pass client -> server TCP 8080, UDP 5353 and ICMP/ICMPv6 echo requests, reject TCP 8082 with a RST,
+and block everything else; replies pass only through state.
+
+Namespaces are named pd2-<pid>x<n>-{client,fw,server}; everything is removed by PID and name when
+the test ends, whether it passed or not.
+"""
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from netns import NetnsError, python_with_scapy, wait_until
+
+PREFIX = "pd2-"
+REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+PEER = HERE / "peer.py"
+
+CLIENT4, FW_IN4, FW_OUT4, SERVER4 = "10.77.1.2", "10.77.1.1", "10.77.2.1", "10.77.2.2"
+CLIENT6, FW_IN6, FW_OUT6, SERVER6 = "fd77:1::2", "fd77:1::1", "fd77:2::1", "fd77:2::2"
+ALLOWED, BLOCKED, REJECTED, UDP_PORT = 8080, 8081, 8082, 5353
+
+RULES = """\
+# client side f0, server side f1: the client may reach the server on a few services.
+in_if = "f0"
+out_if = "f1"
+block all
+pass in on $in_if proto tcp to port 8080
+pass out on $out_if proto tcp to port 8080
+block return-rst in quick on $in_if proto tcp to port 8082
+pass in on $in_if proto udp to port 5353
+pass out on $out_if proto udp to port 5353
+pass in on $in_if inet proto icmp icmp-type echoreq
+pass out on $out_if inet proto icmp icmp-type echoreq
+pass in on $in_if inet6 proto icmp6 icmp6-type echoreq
+pass out on $out_if inet6 proto icmp6 icmp6-type echoreq
+"""
+
+CONFIG = """\
+[node]
+id = 1
+name = "pd2-fw"
+
+[queue]
+first = 0
+count = {queues}
+fail_open = {fail_open}
+
+[rules]
+file = "{rules}"
+
+[log]
+level = "debug"
+
+[control]
+socket = "{socket}"
+
+[metrics]
+listen = "127.0.0.1:9477"
+"""
+
+
+def bin_dir() -> Path:
+    """Where pairwalld and pairwallctl are: $PAIRWALL_BIN_DIR, else build/bin."""
+    return Path(os.environ.get("PAIRWALL_BIN_DIR", REPO / "build" / "bin"))
+
+
+def addr(family, which):
+    return {4: {"client": CLIENT4, "server": SERVER4}, 6: {"client": CLIENT6, "server": SERVER6}}[family][which]
+
+
+class Lan:
+    """The three namespaces and the echo servers in client and server."""
+
+    def __init__(self, topo):
+        self.topo = topo
+        self.client = topo.namespace("client")
+        self.fw = topo.namespace("fw")
+        self.server = topo.namespace("server")
+        topo.veth(self.client, "c0", self.fw, "f0")
+        topo.veth(self.fw, "f1", self.server, "s0")
+        self.client.address("c0", f"{CLIENT4}/24")
+        self.client.address("c0", f"{CLIENT6}/64")
+        self.fw.address("f0", f"{FW_IN4}/24")
+        self.fw.address("f0", f"{FW_IN6}/64")
+        self.fw.address("f1", f"{FW_OUT4}/24")
+        self.fw.address("f1", f"{FW_OUT6}/64")
+        self.server.address("s0", f"{SERVER4}/24")
+        self.server.address("s0", f"{SERVER6}/64")
+        self.client.route("default", FW_IN4)
+        self.client.route("default", FW_IN6)
+        self.server.route("default", FW_OUT4)
+        self.server.route("default", FW_OUT6)
+        self.fw.enable_forwarding()
+        self.python = python_with_scapy()
+        for ns in (self.server, self.client):
+            p = topo.spawn(ns, [self.python, str(PEER), "serve", "--tcp", str(ALLOWED), str(BLOCKED), str(REJECTED),
+                                "--udp", str(UDP_PORT), "--lifetime", "300"], stdout=subprocess.PIPE)
+            line = read_line(p, 10)
+            if '"serving"' not in line:
+                raise NetnsError(f"echo server in {ns.name} did not start: {line!r}")
+
+    def peer(self, ns, *args, timeout=15):
+        """Runs peer.py in `ns` and returns its JSON result."""
+        cp = ns.exec(self.python, str(PEER), *[str(a) for a in args], timeout=timeout, check=False)
+        try:
+            return json.loads(cp.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            raise NetnsError(f"peer.py {' '.join(map(str, args))} in {ns.name}: {cp.stdout!r} {cp.stderr!r}")
+
+    def connect(self, family, port, timeout=2.0, src="client"):
+        """A TCP connection from `src` to the other end; returns peer.py's result dict."""
+        ns = self.client if src == "client" else self.server
+        dst = addr(family, "server" if src == "client" else "client")
+        return self.peer(ns, "connect", dst, port, "--timeout", timeout)
+
+    def udp(self, family, port=UDP_PORT, timeout=2.0, src="client"):
+        ns = self.client if src == "client" else self.server
+        dst = addr(family, "server" if src == "client" else "client")
+        return self.peer(ns, "udp", dst, port, "--timeout", timeout)
+
+    def ping(self, family, count=3, src="client"):
+        """Echo requests from `src` to the other end; returns {"sent": N, "received": M}."""
+        ns = self.client if src == "client" else self.server
+        dst = addr(family, "server" if src == "client" else "client")
+        return self.peer(ns, "ping", dst, "--count", count, "--timeout", 1.0, timeout=count * 2 + 5)
+
+    def hold(self, family, port=ALLOWED):
+        """A long-lived connection client -> server; returns a Held handle."""
+        p = self.topo.spawn(self.client, [self.python, str(PEER), "hold", addr(family, "server"), str(port),
+                                          "--lifetime", "120"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return Held(p)
+
+    def hooks_present(self):
+        """Lines of our chains still in the fw's iptables/ip6tables (filter and raw tables)."""
+        found = []
+        for tool in ("iptables", "ip6tables"):
+            for table in ("filter", "raw"):
+                out = self.fw.exec(tool, "-w", "-t", table, "-S", check=False).stdout
+                found += [f"{tool} -t {table}: {line}" for line in out.splitlines() if "PAIRWALL" in line]
+        return found
+
+
+def read_line(p, timeout):
+    r, _, _ = select.select([p.stdout], [], [], timeout)
+    if not r:
+        return ""
+    return p.stdout.readline().decode(errors="replace")
+
+
+class Held:
+    """A TCP connection kept open by peer.py hold; echo() sends data over it and reports success."""
+
+    def __init__(self, p):
+        self.p = p
+        line = read_line(p, 10)
+        self.opened = json.loads(line) if line.strip() else {"connected": False, "result": "no answer"}
+
+    def echo(self, timeout=5):
+        self.p.stdin.write(b"go\n")
+        self.p.stdin.flush()
+        line = read_line(self.p, timeout)
+        return json.loads(line) if line.strip() else {"echo": False, "error": "no answer"}
+
+
+class Daemon:
+    """pairwalld in the fw namespace, with pairwallctl to talk to it."""
+
+    def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES):
+        self.lan = lan
+        self.work = work
+        self.bin = bin_dir()
+        for name in ("pairwalld", "pairwallctl"):
+            if not (self.bin / name).exists():
+                pytest.fail(f"{self.bin / name} not found: build first (cmake --preset release && cmake --build "
+                            "--preset release), or set PAIRWALL_BIN_DIR")
+        self.rules = work / "pf.conf"
+        self.rules.write_text(rules)
+        self.socket = work / "run" / "control.sock"
+        self.config = work / "pairwall.toml"
+        self.config.write_text(CONFIG.format(queues=queues, fail_open=str(fail_open).lower(), rules=self.rules,
+                                             socket=self.socket))
+        self.log = work / "pairwalld.log"
+        self.proc = None
+
+    def start(self, timeout=15):
+        self.proc = self.lan.topo.spawn(self.lan.fw, [str(self.bin / "pairwalld"), "-f", "-c", str(self.config)],
+                                        log=self.log)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise NetnsError(f"pairwalld exited with {self.proc.returncode} at start:\n{self.log_text()}")
+            return self.ctl("status", check=False).returncode == 0
+
+        wait_until(ready, timeout, what="pairwalld answering on its control socket")
+        return self
+
+    def ctl(self, *args, check=True, timeout=10):
+        cp = self.lan.fw.exec(str(self.bin / "pairwallctl"), "-s", str(self.socket), *[str(a) for a in args],
+                              check=False, timeout=timeout)
+        if check and cp.returncode != 0:
+            raise NetnsError(f"pairwallctl {' '.join(map(str, args))} exited {cp.returncode}: {cp.stderr.strip()}\n"
+                             f"daemon log:\n{self.log_text()}")
+        return cp
+
+    def json(self, *args):
+        return json.loads(self.ctl(*args, "--json").stdout)
+
+    def reasons(self):
+        """{reason: count} from `pairwallctl stats --json`."""
+        return {r["reason"]: int(r["count"]) for r in self.json("stats")["reasons"]}
+
+    def send_signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Signals the daemon and waits for it to exit; returns its exit status."""
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise NetnsError(f"pairwalld did not exit within {timeout} s of signal {sig}:\n{self.log_text()}")
+
+    def log_text(self):
+        try:
+            return self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return "(no log)"
+
+
+
+
+def settle():
+    """Lets in-flight verdicts and counters land before reading them."""
+    time.sleep(0.2)

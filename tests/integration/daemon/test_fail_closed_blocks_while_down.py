@@ -1,0 +1,21 @@
+"""With fail_open = false (the default) a killed pairwalld leaves hooks without --queue-bypass:
+nothing passes, not even what the rules allowed, until a daemon listens again or --cleanup runs."""
+
+from daemon_net import ALLOWED
+
+
+def test_fail_closed_blocks_while_down(lan, daemon_factory):
+    fw = daemon_factory(fail_open=False)
+    assert lan.connect(4, ALLOWED)["result"] == "ok"
+    assert lan.ping(4, count=1)["received"] == 1
+    assert not any("--queue-bypass" in l for l in lan.hooks_present())
+
+    fw.proc.kill()
+    fw.proc.wait(timeout=5)
+    assert lan.connect(4, ALLOWED, timeout=1.5)["result"] == "timeout"
+    assert lan.connect(6, ALLOWED, timeout=1.5)["result"] == "timeout"
+    assert lan.ping(4, count=2)["received"] == 0
+
+    # A new daemon picks the queues up again (it replaces the dead one's hooks).
+    daemon_factory(fail_open=False)
+    assert lan.connect(4, ALLOWED)["result"] == "ok"

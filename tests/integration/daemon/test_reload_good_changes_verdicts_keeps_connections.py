@@ -1,0 +1,40 @@
+"""A good reload swaps the rules atomically: new connections get the new verdicts at once, states
+survive, and a connection opened before the reload keeps carrying data even though the new rules
+would no longer let it start."""
+
+import signal
+
+from daemon_net import ALLOWED, BLOCKED, RULES
+from netns import wait_until
+
+SWAPPED = RULES.replace("port 8080", "port 8081")
+
+
+def test_reload_good_changes_verdicts_keeps_connections(lan, fw, tmp_path):
+    held = lan.hold(4)
+    assert held.opened.get("connected"), held.opened
+    assert held.echo()["echo"]
+    held6 = lan.hold(6)
+    assert held6.opened.get("connected"), held6.opened
+    states_before = int(fw.json("states", "--count")["matched"])
+
+    new_rules = tmp_path / "swapped.conf"
+    new_rules.write_text(SWAPPED)
+    loaded = fw.json("rules", "load", new_rules)
+    assert loaded["path"] == str(new_rules)
+    assert int(loaded["states_kept"]) >= states_before >= 2
+
+    assert lan.connect(4, BLOCKED)["result"] == "ok", "the newly allowed port is still blocked"
+    assert lan.connect(4, ALLOWED, timeout=1.0)["result"] == "timeout", "the newly blocked port still passes"
+    assert lan.connect(6, BLOCKED)["result"] == "ok"
+    assert held.echo()["echo"], "a connection opened before the reload stopped carrying data"
+    assert held6.echo()["echo"], "an IPv6 connection opened before the reload stopped carrying data"
+    assert fw.json("status")["rules_file"] == str(new_rules)
+
+    # SIGHUP reloads the configured file: back to the original verdicts, connections still alive.
+    fw.send_signal(signal.SIGHUP)
+    wait_until(lambda: "SIGHUP: rules reloaded" in fw.log_text(), 5, what="SIGHUP reload in the log")
+    assert lan.connect(4, ALLOWED)["result"] == "ok"
+    assert lan.connect(4, BLOCKED, timeout=1.0)["result"] == "timeout"
+    assert held.echo()["echo"]
+    assert held6.echo()["echo"]
