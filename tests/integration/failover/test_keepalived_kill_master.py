@@ -1,0 +1,130 @@
+"""keepalived mode: keepalived (VRRPv3, advert_int 0.1) runs the election with the shipped
+packaging/keepalived/keepalived.conf and pairwall-notify.sh, in both namespaces; the failover
+service only follows the role it is told and reports its health. Killing the master — its pairwall
+process, or keepalived itself — moves the group to the other node, and the other node's service
+learns it is master through the notify script."""
+
+import os
+import signal
+import stat
+import subprocess
+import time
+
+import pytest
+
+from failover_net import CLIENTS, FAILOVERD, LANS, REPO, monotonic_us, probe
+
+SHIPPED = REPO / "packaging" / "keepalived"
+
+
+def keepalived_conf(p, node):
+    """The shipped example with this test's paths: the health script and the notify script talk to
+    this node's pairwall-failoverd through a pairwallctl stand-in."""
+    ctl = p.dir / "pairwallctl"
+    if not ctl.exists():
+        ctl.write_text(f'#!/bin/sh\n[ "$1" = -s ] && {{ s=$2; shift 2; }}\nexec {FAILOVERD} --ctl "$s" "$@"\n')
+        ctl.chmod(0o755)
+    sock = p.socket_path(node)
+    text = (SHIPPED / "keepalived.conf").read_text()
+    replaced = {
+        "router_id pairwall-a": f"router_id pairwall-{node}",
+        'script "/usr/bin/pairwallctl health"': f'script "{ctl} -s {sock} health"',
+        'notify "/usr/lib/pairwall/pairwall-notify.sh"': f'notify "{SHIPPED}/pairwall-notify.sh -s {sock} -c {ctl}"',
+    }
+    for old, new in replaced.items():
+        assert old in text, f"the shipped keepalived.conf no longer contains {old!r}"
+        text = text.replace(old, new)
+    path = p.dir / f"keepalived-{node}.conf"
+    path.write_text(text)
+    return path
+
+
+def start_keepalived(p, node):
+    conf = keepalived_conf(p, node)
+    log = open(p.dir / f"keepalived-{node}.log", "a")
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", p.ns[node], "keepalived", "-n", "-l", "-D", "-P", "-f", str(conf),
+         "-p", str(p.dir / f"ka-{node}.pid"), "-r", str(p.dir / f"vrrp-{node}.pid"),
+         "-c", str(p.dir / f"chk-{node}.pid")], stdout=log, stderr=subprocess.STDOUT)
+    p.procs[(node, "keepalived")] = proc
+    return proc
+
+
+def kill_keepalived(p, node):
+    """kill -9 of keepalived and its VRRP child: a crash, no cleanup, the VIPs stay in the kernel."""
+    t = monotonic_us()
+    vrrp_pid = (p.dir / f"vrrp-{node}.pid")
+    pids = [int(vrrp_pid.read_text())] if vrrp_pid.exists() else []
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    p.kill(node, "keepalived", sig=signal.SIGKILL)
+    return t
+
+
+def vip_holder(p):
+    held = [n for n in ("a", "b") if p.holds_vips(n)]
+    return held[0] if len(held) == 1 else None
+
+
+@pytest.fixture
+def kpair(pair_factory):
+    p = pair_factory(advbase_ms=100)
+    for node in ("a", "b"):
+        p.start(node, driver="keepalived")
+    for node in ("a", "b"):
+        start_keepalived(p, node)
+    holder = p.wait_for(lambda: vip_holder(p), 10, what="one keepalived holding the VIPs")
+    other = "b" if holder == "a" else "a"
+    p.wait_roles({holder: "master", other: "backup"}, timeout=5)
+    return p, holder, other
+
+
+def caches_at(p, node):
+    macs = {lan: p.mac(node, lan) for lan in LANS}
+    return all(p.neighbour_mac(c, v) == macs[lan] for lan, c in CLIENTS.items() for v in p.vips(lan))
+
+
+def test_keepalived_kill_master_keepalived(kpair, report):
+    p, master, backup = kpair
+    for lan, client in CLIENTS.items():
+        for vip in p.vips(lan):
+            probe(p, client, vip)
+    p.wait_for(lambda: caches_at(p, master), 5, what="clients cached at the master")
+
+    t_kill = kill_keepalived(p, master)
+    p.wait_for(lambda: p.holds_vips(backup), 5, step=0.005, what="backup's keepalived taking the VIPs")
+    vips_ms = (monotonic_us() - t_kill) / 1000
+    p.wait_roles({backup: "master"}, timeout=5)  # told by the notify script
+    role_ms = (p.last_transition(backup, "master")["at_us"] - t_kill) / 1000
+    p.wait_for(lambda: caches_at(p, backup), 5, what="clients cached at the new master")
+    report(test="keepalived_kill_keepalived", advert_int_ms=100, vips_moved_ms_upper=round(vips_ms, 1),
+           pairwall_role_ms=round(role_ms, 1))
+    assert p.last_transition(backup, "master")["cause"] == "external driver"
+    assert vips_ms <= 3 * 100 + 100 + 100  # 3 * advert_int + skew (priority 100: ~0.06 s) + slack
+
+
+def test_keepalived_kill_master_pairwall(kpair, report):
+    p, master, backup = kpair
+    t_kill = monotonic_us()
+    p.kill(master)  # kill -9 of the pairwall process: keepalived's health check fails
+    p.wait_for(lambda: p.holds_vips(backup) and not p.holds_any_vip(master), 6, step=0.01,
+               what="the group moving to the backup")
+    moved_ms = (monotonic_us() - t_kill) / 1000
+    p.wait_roles({backup: "master"}, timeout=5)
+    report(test="keepalived_kill_pairwall", advert_int_ms=100, group_moved_ms_upper=round(moved_ms, 1))
+    # vrrp_script interval 1 s, fall 1: at most ~1 s to notice, then one advertisement.
+    assert moved_ms <= 2500
+
+
+def test_keepalived_demoted_node_hands_over(kpair):
+    p, master, backup = kpair
+    ok, _ = p.ctl(master, "demote 10")
+    assert ok
+    assert not p.ctl(master, "health")[0]
+    p.wait_for(lambda: p.holds_vips(backup) and not p.holds_any_vip(master), 6, what="handover on demotion")
+    p.wait_roles({backup: "master", master: "backup"}, timeout=5)
+    # Healthy again, equal priority: it stays backup (keepalived's "preempt = false" in this config).
+    assert p.ctl(master, "promote 10")[0]
+    assert p.ctl(master, "health")[0]
+    time.sleep(3)
+    assert p.holds_vips(backup) and not p.holds_any_vip(master)
