@@ -68,8 +68,10 @@ uint32_t pseudo_header_sum(Family family, const uint8_t* ip, uint8_t proto, std:
 }
 
 bool v4_not_unicast(uint32_t a) {
+  // This network, multicast, class E and broadcast. Loopback is answered: the kernel drops 127/8
+  // arriving from outside as martian, so a loopback packet here is the host's own (hook OUTPUT).
   const uint32_t first = a >> 24;
-  return first == 0 || first == 127 || first >= 224;  // this network, loopback, multicast/reserved/broadcast
+  return first == 0 || first >= 224;
 }
 
 bool v6_not_unicast(const IpAddress& a) {

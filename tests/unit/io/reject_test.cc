@@ -255,6 +255,13 @@ TEST_CASE("no reply where the RFCs forbid one", "[reject]") {
   }
 }
 
+TEST_CASE("the host's own loopback traffic is answered", "[reject]") {
+  const Bytes udp = PacketBuilder().ipv4("127.0.0.1", "127.0.0.1").udp(40000, 9).build();
+  CHECK(build(udp, BlockReply::ReturnIcmp).built.status == RejectStatus::Built);
+  const Bytes syn6 = PacketBuilder().ipv6("::1", "::1").tcp(40000, 10).build();
+  CHECK(build(syn6, BlockReply::ReturnRst).built.status == RejectStatus::Built);
+}
+
 TEST_CASE("an ICMP echo request may be answered with an unreachable", "[reject]") {
   const Bytes echo = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").icmp_echo(7, 1).payload(16).build();
   CHECK(build(echo, BlockReply::ReturnIcmp).built.status == RejectStatus::Built);
