@@ -310,3 +310,13 @@ TEST_CASE("config: split_host_port", "[config]") {
   CHECK_FALSE(pairwall::control::split_host_port("300.0.0.1:80", host, port));
   CHECK_FALSE(pairwall::control::split_host_port(":80", host, port));
 }
+
+TEST_CASE("config: the shipped sample configuration is valid", "[config]") {
+  const std::string path = std::string(PAIRWALL_SOURCE_DIR) + "/packaging/pairwall.toml";
+  const Config c = pairwall::control::load_config(path);
+  CHECK(c.node.id == 1);
+  CHECK(c.node.name == "fw-a");
+  CHECK(c.rules.file == std::string(PAIRWALL_SOURCE_DIR) + "/packaging/pairwall.rules");
+  CHECK(c.queue.exclude_interfaces == std::vector<std::string>{"sync0"});
+  CHECK_FALSE(c.sync.has_value());  // commented out in the sample
+}
