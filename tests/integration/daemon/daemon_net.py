@@ -196,9 +196,9 @@ class Daemon:
         self.log = work / "pairwalld.log"
         self.proc = None
 
-    def start(self, timeout=15):
-        self.proc = self.lan.topo.spawn(self.lan.fw, [str(self.bin / "pairwalld"), "-f", "-c", str(self.config)],
-                                        log=self.log)
+    def start(self, timeout=15, env=None, foreground=True):
+        argv = [str(self.bin / "pairwalld"), *(["-f"] if foreground else []), "-c", str(self.config)]
+        self.proc = self.lan.topo.spawn(self.lan.fw, argv, log=self.log, env=env)
 
         def ready():
             if self.proc.poll() is not None:
