@@ -3,7 +3,7 @@ time; results are one JSON line on stdout.
 
   peer.py serve --tcp 8080 8081 --udp 5353 --lifetime 120
       TCP and UDP echo servers on every address (IPv4 and IPv6), until the lifetime ends.
-  peer.py connect HOST PORT [--timeout 2] [--bytes 1000]
+  peer.py connect HOST PORT [--timeout 2] [--bytes 1000] [--source ADDR]
       {"result": "ok" | "timeout" | "refused" | "reset" | "error", "echoed": N, "seconds": S}
   peer.py udp HOST PORT [--timeout 2]
       {"result": "ok" | "timeout" | "error", ...}
@@ -125,10 +125,12 @@ def echo_round(sock, size, timeout):
     return len(got) if got == data[:len(got)] else -1
 
 
-def open_connection(host, port, timeout):
+def open_connection(host, port, timeout, source=None):
     """Returns (socket or None, result string)."""
     s = socket.socket(family_of(host), socket.SOCK_STREAM)
     s.settimeout(timeout)
+    if source:
+        s.bind((source, 0))
     try:
         s.connect((host, port))
     except socket.timeout:
@@ -150,7 +152,7 @@ def open_connection(host, port, timeout):
 
 def connect(args):
     t0 = time.monotonic()
-    s, result = open_connection(args.host, args.port, args.timeout)
+    s, result = open_connection(args.host, args.port, args.timeout, args.source)
     echoed = 0
     if s is not None:
         try:
@@ -260,6 +262,7 @@ def main():
         c.add_argument("--timeout", type=float, default=2.0)
         c.add_argument("--bytes", type=int, default=1000)
         c.add_argument("--lifetime", type=float, default=120)
+        c.add_argument("--source", help="local address to connect from")
     pg = sub.add_parser("ping")
     pg.add_argument("host")
     pg.add_argument("--count", type=int, default=3)
