@@ -169,6 +169,8 @@ NfqSocket::NfqSocket(const QueueConfig& config) : config_(config), planner_(conf
     }
 
     configure();
+    const timeval tv{0, kStopCheckMs * 1000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   } catch (...) {
     mnl_socket_close(nl_);
     throw;
@@ -277,31 +279,22 @@ void NfqSocket::configure() {
   throw std::runtime_error("configuring " + what + " failed: " + errno_text(error));
 }
 
-int NfqSocket::receive(int wake_fd) noexcept {
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    const int n = recvmmsg(fd_, msgs_.data(), static_cast<unsigned>(msgs_.size()), MSG_DONTWAIT, nullptr);
-    if (n > 0) {
-      counters_.recv_calls.add();
-      return n;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-      counters_.recv_calls.add();
-      if (errno == ENOBUFS) {
-        counters_.enobufs.add();
-      } else if (errno != EINTR) {
-        counters_.recv_errors.add();
-        // A persistent error must not turn into a busy loop.
-        poll(nullptr, 0, 1);
-      }
-      return 0;
-    }
-    if (attempt == 1) break;
-    // Nothing queued: every verdict owed has been sent (finish_batch), so block.
+int NfqSocket::receive() noexcept {
+  const int n = recvmmsg(fd_, msgs_.data(), static_cast<unsigned>(msgs_.size()), MSG_WAITFORONE, nullptr);
+  if (n > 0) {
+    counters_.recv_calls.add();
+    return n;
+  }
+  if (errno == EAGAIN || errno == EWOULDBLOCK) {
     counters_.polls.add();
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
-    const int ready = poll(fds, wake_fd >= 0 ? 2 : 1, -1);
-    if (ready <= 0) return 0;
-    if (wake_fd >= 0 && (fds[1].revents & POLLIN) != 0) return 0;
+    return 0;
+  }
+  counters_.recv_calls.add();
+  if (errno == ENOBUFS) {
+    counters_.enobufs.add();
+  } else if (errno != EINTR) {
+    counters_.recv_errors.add();
+    poll(nullptr, 0, 1);
   }
   return 0;
 }

@@ -3,8 +3,8 @@
 // passes a decision function, so pairwalld (engine) and pairwall-nfq-null (accept all) share the
 // whole path and differ only in the decision.
 //
-//   loop: recvmmsg up to `recv_batch` datagrams (one queued packet each; MSG_DONTWAIT)
-//         -> nothing there: flush is already done, poll(socket, wake fd) and block
+//   loop: recvmmsg up to `recv_batch` datagrams (one queued packet each), blocking for the first
+//         only (MSG_WAITFORONE) — verdicts owed were all sent before, so blocking is safe
 //         -> one steady_clock read for the batch
 //         -> per packet: parse attributes, decide, plan the verdict (verdict_plan.h)
 //         -> end of batch: close the accept run, send every verdict message in one sendto
@@ -78,7 +78,7 @@ struct QueueCounters {
   Counter packets;           // packet messages received (complete or truncated)
   Counter bytes;             // their real lengths
   Counter recv_calls;        // recvmmsg calls that returned data or an error (not EAGAIN)
-  Counter polls;             // times the worker blocked waiting for packets
+  Counter polls;             // receives that waited kStopCheckMs and found nothing
   Counter verdict_messages;  // netlink verdict messages sent (single + batch)
   Counter batch_verdicts;    // of which NFQNL_MSG_VERDICT_BATCH
   Counter send_calls;        // sendto calls carrying verdicts
@@ -114,25 +114,29 @@ class NfqSocket {
   bool rcvbuf_forced() const { return rcvbuf_forced_; }
   const QueueCounters& counters() const { return counters_; }
 
-  // Receives and decides one batch, then sends its verdicts. Blocks until packets arrive or
-  // `wake_fd` (an eventfd, or -1) is readable. Returns the number of datagrams handled.
+  // How long a receive blocks before it returns empty-handed, so that run() sees `stop`. A
+  // blocking recvmmsg is one syscall where poll-then-receive is three, at every idle moment.
+  static constexpr int kStopCheckMs = 100;
+
+  // Receives and decides one batch, then sends its verdicts. Blocks until packets arrive, at
+  // most kStopCheckMs. Returns the number of datagrams handled.
   //
   // decide(QueuedPacket&, std::chrono::steady_clock::time_point now) -> Decision must be
   // noexcept. It is not called for truncated packets: those are accepted and counted, because
   // the bytes past the copy range cannot be inspected.
   template <typename Decide>
-  int run_once(int wake_fd, Decide& decide) noexcept;
+  int run_once(Decide& decide) noexcept;
 
-  // Repeats run_once until `stop` is set (checked after every batch; set it, then make
-  // `wake_fd` readable).
+  // Repeats run_once until `stop` is set: seen after the current batch, within kStopCheckMs
+  // when idle.
   template <typename Decide>
-  void run(const std::atomic<bool>& stop, int wake_fd, Decide& decide) noexcept {
-    while (!stop.load(std::memory_order_relaxed)) run_once(wake_fd, decide);
+  void run(const std::atomic<bool>& stop, Decide& decide) noexcept {
+    while (!stop.load(std::memory_order_relaxed)) run_once(decide);
   }
 
  private:
   void configure();
-  int receive(int wake_fd) noexcept;
+  int receive() noexcept;
   // Handles the datagram in slot `i`; returns the packet to decide, or nullptr when the slot held
   // something else (already handled and counted).
   QueuedPacket* next_packet(int slot, std::size_t& offset) noexcept;
@@ -159,11 +163,11 @@ class NfqSocket {
 };
 
 template <typename Decide>
-int NfqSocket::run_once(int wake_fd, Decide& decide) noexcept {
+int NfqSocket::run_once(Decide& decide) noexcept {
   static_assert(
       std::is_nothrow_invocable_r_v<Decision, Decide&, QueuedPacket&, std::chrono::steady_clock::time_point>,
       "the decision function is on the packet path: it must be noexcept and return a Decision");
-  const int received = receive(wake_fd);
+  const int received = receive();
   if (received <= 0) return 0;
   const auto now = std::chrono::steady_clock::now();
   for (int slot = 0; slot < received; ++slot) {

@@ -51,13 +51,13 @@ void NfQueue::start() {
                                       std::chrono::steady_clock::time_point now) noexcept {
         return decide(*worker, packet, now);
       };
-      worker->socket->run(stop_.flag(), stop_.fd(), decide_fn);
+      worker->socket->run(stop_, decide_fn);
     });
   }
 }
 
 void NfQueue::stop() {
-  stop_.request();
+  stop_.store(true, std::memory_order_relaxed);
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
   }

@@ -29,7 +29,6 @@
 #include "daemon/io/nfq_socket.h"
 #include "daemon/io/pcaplog.h"
 #include "daemon/io/reject.h"
-#include "daemon/io/stop_signal.h"
 
 namespace pairwall::io {
 
@@ -57,7 +56,8 @@ class NfQueue {
   // Call once.
   void start();
 
-  // Wakes the workers, waits for them to send the verdicts they owe and joins them. Idempotent.
+  // Tells the workers to stop (each sees it within NfqSocket::kStopCheckMs), waits for them to
+  // send the verdicts they owe and joins them. Idempotent.
   void stop();
 
   std::size_t workers() const { return workers_.size(); }
@@ -98,7 +98,7 @@ class NfQueue {
   NfQueueConfig config_;
   PcapLog* log_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  StopSignal stop_;
+  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> iface_generation_{0};
   bool started_ = false;
 };

@@ -29,7 +29,6 @@
 #include "daemon/io/hooks.h"
 #include "daemon/io/kernel_queue_stats.h"
 #include "daemon/io/nfq_socket.h"
-#include "daemon/io/stop_signal.h"
 
 namespace {
 
@@ -37,7 +36,6 @@ using pairwall::io::Decision;
 using pairwall::io::NfqSocket;
 using pairwall::io::QueueConfig;
 using pairwall::io::QueuedPacket;
-using pairwall::io::StopSignal;
 
 struct Options {
   uint16_t first = 0;
@@ -172,7 +170,7 @@ void print_json(const std::vector<std::unique_ptr<NfqSocket>>& sockets, double s
 
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
-  StopSignal stop;
+  std::atomic<bool> stop{false};
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -209,7 +207,7 @@ int main(int argc, char** argv) {
       auto accept_all = [](QueuedPacket&, std::chrono::steady_clock::time_point) noexcept {
         return Decision::Accept;
       };
-      s->run(stop.flag(), stop.fd(), accept_all);
+      s->run(stop, accept_all);
     });
   }
   std::cerr << "ready\n";
@@ -228,7 +226,7 @@ int main(int argc, char** argv) {
       status = 1;
     }
   }
-  stop.request();
+  stop.store(true);
   for (auto& w : workers) w.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   print_json(sockets, seconds);
