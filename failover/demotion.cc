@@ -35,6 +35,25 @@ const char* demote_reason_name(DemoteReason reason) {
   return "unknown";
 }
 
+const char* demote_reason_key(DemoteReason reason) {
+  switch (reason) {
+    case DemoteReason::BulkSync:
+      return "bulk_sync";
+    case DemoteReason::Carrier:
+      return "carrier";
+    case DemoteReason::Engine:
+      return "engine";
+    case DemoteReason::Admin:
+      return "admin";
+  }
+  return "unknown";
+}
+
+uint32_t Demotion::contribution(DemoteReason reason) const {
+  if (!active(reason)) return 0;
+  return reason == DemoteReason::Admin ? admin_ : weight(reason);
+}
+
 void Demotion::set(DemoteReason reason, bool active) {
   if (reason == DemoteReason::Admin) return;  // moved by demote()/promote() only
   active_[static_cast<std::size_t>(reason)] = active;
@@ -65,8 +84,9 @@ std::vector<std::string> Demotion::reasons() const {
   std::vector<std::string> out;
   for (std::size_t i = 0; i < kDemoteReasonCount; ++i) {
     const auto r = static_cast<DemoteReason>(i);
-    const uint32_t w = r == DemoteReason::Admin ? admin_ : weight(r);
-    if (active(r)) out.push_back(std::string(demote_reason_name(r)) + " (+" + std::to_string(w) + ")");
+    if (active(r)) {
+      out.push_back(std::string(demote_reason_name(r)) + " (+" + std::to_string(contribution(r)) + ")");
+    }
   }
   return out;
 }

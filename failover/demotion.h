@@ -19,6 +19,7 @@ enum class DemoteReason : uint8_t {
 };
 inline constexpr std::size_t kDemoteReasonCount = 4;
 const char* demote_reason_name(DemoteReason reason);
+const char* demote_reason_key(DemoteReason reason);  // snake_case, for metrics labels
 
 // Weights of the automatic reasons. A node that cannot pass traffic on one side (carrier, engine)
 // ranks below one that passes everything but would reset connections it has not synced yet.
@@ -40,6 +41,8 @@ class Demotion {
   uint32_t admin() const { return admin_; }
 
   uint32_t total() const;
+  // What `reason` adds to the total now (0 when inactive).
+  uint32_t contribution(DemoteReason reason) const;
   // One entry per active reason, e.g. "bulk sync incomplete (+16)", "admin (+5)".
   std::vector<std::string> reasons() const;
 

@@ -366,6 +366,9 @@ FailoverSnapshot FailoverService::snapshot() const {
   s.preempt = config_.preempt;
   s.demotion = demotion_.total();
   s.demotion_reasons = demotion_.reasons();
+  for (std::size_t i = 0; i < kDemoteReasonCount; ++i) {
+    s.demotion_by_reason[i] = demotion_.contribution(static_cast<DemoteReason>(i));
+  }
   s.now = now();
   s.peer = election_.peer();
   if (s.peer) s.last_heard_ms_ago = duration_cast<milliseconds>(s.now - s.peer->at).count();
@@ -387,6 +390,7 @@ FailoverSnapshot FailoverService::snapshot() const {
     s.transitions.push_back({t.at, unix_now_ms - duration_cast<milliseconds>(s.now - t.at).count(), t.from,
                              t.to, std::string(cause_name(t.cause)), t.peer});
   }
+  s.transitions_total = log.total();
   s.rejects = codec_.rejects();
   s.counters = counters_;
   s.counters.worse_masters = election_.worse_masters();

@@ -79,6 +79,7 @@ struct FailoverSnapshot {
   bool preempt = false;
   uint32_t demotion = 0;
   std::vector<std::string> demotion_reasons;
+  std::array<uint32_t, kDemoteReasonCount> demotion_by_reason{};  // indexed by DemoteReason
   Time now{0};
   std::optional<PeerSeen> peer;  // the last master heard
   int64_t last_heard_ms_ago = -1;
@@ -86,7 +87,8 @@ struct FailoverSnapshot {
   bool vips_held = false;
   std::vector<std::string> vips;
   std::vector<LinkView> links;
-  std::vector<TransitionView> transitions;  // oldest first
+  std::vector<TransitionView> transitions;  // oldest first, the last TransitionLog::kCapacity
+  uint64_t transitions_total = 0;
   std::array<uint64_t, kRejectCount> rejects{};
   FailoverCounters counters;
 };
