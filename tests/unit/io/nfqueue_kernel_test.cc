@@ -34,11 +34,24 @@ namespace fs = std::filesystem;
 constexpr uint16_t kQueue = 7;
 constexpr uint32_t kReplyMark = 0x100;
 
-// Rule 0 rejects UDP to port 9 with an ICMP and logs it; rule 1 resets TCP to port 10.
+// Rule 0 rejects UDP to port 9 with an ICMP and logs it; rule 1 resets TCP to port 10 (both
+// families).
 constexpr const char* kRules =
     "block return-icmp out log quick proto udp from any to any port 9\n"
     "block return-rst out quick proto tcp from any to any port 10\n"
     "pass out all\n";
+
+// An IPv6 loopback connection attempt; returns the connect() errno (0 on success).
+int connect6(uint16_t port, int& fd) {
+  fd = socket(AF_INET6, SOCK_STREAM, 0);
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_port = htons(port);
+  a.sin6_addr = in6addr_loopback;
+  return connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 ? 0 : errno;
+}
 
 int bound_socket(int type, uint16_t port) {
   const int fd = socket(AF_INET, type, 0);
@@ -138,9 +151,22 @@ std::string scenario(const fs::path& dir) {
   expect(error == ECONNREFUSED, std::string("connect to the return-rst port: ") + std::strerror(error));
   expect(waited < std::chrono::milliseconds(500), "the RST came at once");
 
+  // The same over IPv6: the RST leaves through the IPv6 raw socket with its header included.
+  const int listener6 = socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 any6{};
+  any6.sin6_family = AF_INET6;
+  any6.sin6_port = htons(10);
+  any6.sin6_addr = in6addr_loopback;
+  expect(bind(listener6, reinterpret_cast<sockaddr*>(&any6), sizeof(any6)) == 0 && listen(listener6, 4) == 0,
+         "bind [::1]:10");
+  int refused6 = -1;
+  const int error6 = connect6(10, refused6);
+  expect(error6 == ECONNREFUSED, std::string("connect to [::1]:10: ") + std::strerror(error6));
+
   hooks.remove();
   queues.stop();
-  for (int fd : {listener, client, server, udp_listener, udp, rst_listener, refused}) close(fd);
+  for (int fd : {listener, client, server, udp_listener, udp, rst_listener, refused, listener6, refused6})
+    close(fd);
 
   const auto& c = queues.counters(0);
   const auto* r = queues.reject_counters(0);
@@ -149,7 +175,7 @@ std::string scenario(const fs::path& dir) {
   expect(c.accepted.get() >= 6, "accepted: " + std::to_string(c.accepted.get()));
   expect(c.send_errors.get() == 0 && c.netlink_errors.get() == 0, "verdict errors");
   expect(r != nullptr && r->icmp_sent.get() == 1, "one ICMP sent");
-  expect(r != nullptr && r->rst_sent.get() == 1, "one RST sent");
+  expect(r != nullptr && r->rst_sent.get() == 2, "two RSTs sent, IPv4 and IPv6");
 
   log.flush();
   std::ifstream in(pc.path, std::ios::binary);
