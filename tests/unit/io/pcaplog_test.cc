@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/io/hooks.h"
 #include "tests/unit/support/packet_builder.h"
 
 namespace pairwall::io {
@@ -166,6 +167,33 @@ TEST_CASE("logged packets are written with their pflog header and cut at snaplen
   const int64_t delta_us =
       (static_cast<int64_t>(b.ts_sec) - a.ts_sec) * 1000000 + (static_cast<int64_t>(b.ts_usec) - a.ts_usec);
   CHECK(delta_us == 1500000);
+}
+
+TEST_CASE("tcpdump reads the file and prints rule, action, direction and interface", "[pcaplog]") {
+  if (run_command({"tcpdump", "--version"}).exit_code != 0) {
+    WARN("tcpdump is not installed: the file format is checked byte by byte above, not by tcpdump");
+    return;
+  }
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "t.pcap").string();
+  c.flush_interval = std::chrono::hours(1);
+  {
+    PcapLog log(c);
+    const auto now = std::chrono::steady_clock::now();
+    log.log(0, meta(engine::Family::V4, false, engine::Reason::RuleBlock, 3, false, "lan0"),
+            PacketBuilder().ipv4("192.0.2.1", "198.51.100.2").tcp(1234, 80).build(), now);
+    log.log(0, meta(engine::Family::V6, true, engine::Reason::Match, 12, true, "wan0"),
+            PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").udp(5353, 53).payload(20).build(), now);
+    log.flush();
+  }
+  const CommandResult r = run_command({"tcpdump", "-n", "-e", "-r", c.path});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("rule 3/") && Catch::Contains("block in on lan0") &&
+                           Catch::Contains("192.0.2.1.1234 > 198.51.100.2.80"));
+  CHECK_THAT(r.output, Catch::Contains("rule 12/") && Catch::Contains("pass out on wan0") &&
+                           Catch::Contains("2001:db8::1.5353 > 2001:db8::2.53"));
 }
 
 TEST_CASE("a full ring drops and counts instead of blocking", "[pcaplog]") {
