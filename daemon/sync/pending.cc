@@ -1,0 +1,131 @@
+#include "daemon/sync/pending.h"
+
+namespace pairwall::sync {
+namespace {
+
+constexpr std::size_t kTcpCacheSlots = 1 << 16;
+constexpr uint8_t kTcp = 6;
+
+}  // namespace
+
+PendingRecords::PendingRecords() : tcp_states_(kTcpCacheSlots, 0) {}
+
+std::size_t PendingRecords::estimate(const engine::StateRecord& r) noexcept {
+  using Kind = engine::StateRecord::Kind;
+  const bool v6 = r.stack_key.family == engine::Family::V6;
+  switch (r.kind) {
+    case Kind::Insert:
+      return (v6 ? 110 : 80) + (r.wire_key == r.stack_key ? 0 : (v6 ? 45 : 20));
+    case Kind::Update:
+      return 50;
+    case Kind::Delete:
+    case Kind::Clear:
+      return 14;
+  }
+  return 80;
+}
+
+bool PendingRecords::tcp_state_changed(const engine::StateRecord& r) noexcept {
+  const std::size_t h = StateIdHash{}(r.id);
+  uint32_t& slot = tcp_states_[h % kTcpCacheSlots];
+  const uint32_t tag = static_cast<uint32_t>(h >> 40) & 0xffffff;
+  const uint32_t value = tag << 8 | static_cast<uint32_t>(r.src.state & 0x0f) << 4 | (r.dst.state & 0x0f);
+  const bool changed = slot != value;
+  slot = value;
+  return changed;
+}
+
+bool PendingRecords::add(const engine::StateRecord& r, Micros now) {
+  using Kind = engine::StateRecord::Kind;
+  bool urgent = false;
+  switch (r.kind) {
+    case Kind::Insert:
+      urgent = true;
+      if (r.stack_key.proto == kTcp) tcp_state_changed(r);
+      break;
+    case Kind::Update:
+      // The cache does not know the protocol of an update; an update's states fit both.
+      urgent = tcp_state_changed(r) && (r.src.state != 0 || r.dst.state != 0);
+      break;
+    case Kind::Clear:
+      urgent = true;
+      // Everything pending is moot: the peer removes every state.
+      for (auto& item : items_) item.dead = true;
+      by_id_.clear();
+      live_ = 0;
+      estimated_bytes_ = 0;
+      break;
+    case Kind::Delete:
+      break;
+  }
+
+  if (r.kind != Kind::Clear) {
+    if (auto it = by_id_.find(r.id); it != by_id_.end()) {
+      Item& item = at(it->second);
+      ++coalesced_;
+      estimated_bytes_ -= estimate(item.record);
+      if (r.kind == Kind::Update && item.record.kind == Kind::Insert) {
+        // Fold the newer tracking into the pending insert: the peer still needs the whole state.
+        item.record.src = r.src;
+        item.record.dst = r.dst;
+        item.record.timeout = r.timeout;
+        item.record.expires_in = r.expires_in;
+      } else if (!(r.kind == Kind::Update && item.record.kind == Kind::Delete)) {
+        item.record = r;
+      }
+      estimated_bytes_ += estimate(item.record);
+      urgent_ = urgent_ || urgent;
+      return urgent;
+    }
+  }
+
+  if (live_ == 0) oldest_ = now;
+  const uint64_t index = first_index_ + items_.size();
+  items_.push_back(Item{r, now, false});
+  if (r.kind != Kind::Clear) by_id_.emplace(r.id, index);
+  ++live_;
+  estimated_bytes_ += estimate(r);
+  urgent_ = urgent_ || urgent;
+  return urgent;
+}
+
+void PendingRecords::skip_dead() noexcept {
+  while (!items_.empty() && items_.front().dead) {
+    items_.pop_front();
+    ++first_index_;
+  }
+}
+
+const engine::StateRecord& PendingRecords::front() {
+  skip_dead();
+  return items_.front().record;
+}
+
+void PendingRecords::pop_front() {
+  skip_dead();
+  if (items_.empty()) return;
+  Item& item = items_.front();
+  if (item.record.kind != engine::StateRecord::Kind::Clear) by_id_.erase(item.record.id);
+  estimated_bytes_ -= estimate(item.record);
+  --live_;
+  items_.pop_front();
+  ++first_index_;
+  skip_dead();
+  if (live_ == 0) {
+    urgent_ = false;
+    estimated_bytes_ = 0;
+  } else {
+    oldest_ = items_.front().queued;
+  }
+}
+
+void PendingRecords::clear() {
+  first_index_ += items_.size();
+  items_.clear();
+  by_id_.clear();
+  live_ = 0;
+  estimated_bytes_ = 0;
+  urgent_ = false;
+}
+
+}  // namespace pairwall::sync

@@ -1,0 +1,760 @@
+#include "daemon/sync/protocol.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "daemon/sync/records.h"
+
+namespace pairwall::sync {
+namespace {
+
+constexpr uint32_t kUnsolicited = 0x80000000;  // bulk ids of full resyncs the sender started
+constexpr std::size_t kRangeBytes = 24;        // a SeqRange on the wire, at most
+constexpr std::size_t kMinDatagram = 256;
+constexpr std::size_t kMaxSackRuns = 512;  // mostly one-byte varints: well inside any datagram
+
+std::size_t varint_size(std::size_t v) {
+  std::size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+bool receiving(BulkState s) {
+  return s == BulkState::Requested || s == BulkState::Receiving;
+}
+
+}  // namespace
+
+std::string_view peer_state_name(PeerState s) {
+  switch (s) {
+    case PeerState::Down:
+      return "down";
+    case PeerState::OneWay:
+      return "one_way";
+    case PeerState::Up:
+      return "up";
+  }
+  return "unknown";
+}
+
+std::string_view bulk_state_name(BulkState s) {
+  switch (s) {
+    case BulkState::Idle:
+      return "idle";
+    case BulkState::Requested:
+      return "requested";
+    case BulkState::Receiving:
+      return "receiving";
+    case BulkState::Done:
+      return "done";
+    case BulkState::TimedOut:
+      return "timed_out";
+  }
+  return "unknown";
+}
+
+SyncProtocol::SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t> key, StateStore& store,
+                           Micros now)
+    : config_(config),
+      auth_(std::make_unique<Authenticator>(key)),
+      store_(store),
+      window_(config.send),
+      rwin_(config.receive_window) {
+  config_.max_datagram = std::clamp(config_.max_datagram, kMinDatagram, kMaxPayload + kOverhead);
+  out_.resize(config_.max_datagram);
+  tx_budget_ = config_.max_datagram - kOverhead;
+  last_keepalive_ = now - config_.keepalive_interval;
+  if (config_.request_bulk_at_start) {
+    request_bulk(now);
+  } else {
+    initial_bulk_done_ = true;
+  }
+}
+
+SyncProtocol::~SyncProtocol() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Local changes and bulk requests.
+
+void SyncProtocol::enqueue(const engine::StateRecord& record, Micros now) noexcept {
+  ++counters_.records_queued;
+  pending_.add(record, now);
+  counters_.records_coalesced = pending_.coalesced();
+}
+
+void SyncProtocol::request_bulk(Micros now) noexcept {
+  bulk_request_ = next_bulk_request_;
+  next_bulk_request_ = next_bulk_request_ + 1 >= kUnsolicited ? 1 : next_bulk_request_ + 1;
+  bulk_state_ = BulkState::Requested;
+  bulk_expected_ = 0;
+  bulk_received_ = 0;
+  bulk_deadline_ = now + config_.bulk_timeout_min;
+  wire::Message m;
+  m.mutable_bulk_request()->set_request(bulk_request_);
+  controls_.push_back(std::move(m));
+  ++counters_.bulk_requests_sent;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiving.
+
+bool SyncProtocol::accept_sender(const Header& h, Micros now, bool& new_epoch) noexcept {
+  if (h.node_id == config_.node_id) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::UnknownSender)];
+    return false;
+  }
+  const uint32_t expected = config_.peer_node_id != 0 ? config_.peer_node_id : peer_id_;
+  if (expected != 0 && h.node_id != expected) {
+    // A learned id may change when the node was replaced: only after the old one fell silent.
+    if (config_.peer_node_id == 0 && now - last_heard_ >= config_.peer_relearn) {
+      new_epoch = true;
+      return true;
+    }
+    ++counters_.drops[static_cast<std::size_t>(DropReason::UnknownSender)];
+    return false;
+  }
+  if (peer_known_ && h.epoch < peer_epoch_) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::StaleEpoch)];
+    return false;
+  }
+  new_epoch = !peer_known_ || h.epoch > peer_epoch_;
+  return true;
+}
+
+void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
+  const bool restart = peer_known_;
+  peer_known_ = true;
+  peer_id_ = h.node_id;
+  peer_epoch_ = h.epoch;
+  replay_.reset();
+  // Expect the oldest sequence the peer can still resend: older ones are covered by the bulk
+  // this node asks for.
+  rwin_.reset(h.send_base == 0 ? 1 : h.send_base);
+  gaps_to_request_.clear();
+  resync_request_seq_ = 0;
+  acks_owed_ = 0;
+  ack_now_ = true;  // tell the peer at once where this node starts
+  sack_now_ = false;
+  ack_due_ = Micros::max();
+  peer_keepalive_seen_ = false;
+  peer_heard_epoch_ = 0;
+  peer_heard_age_ms_ = 0xffffffff;
+  peer_bulk_done_ = false;
+  if (restart) {
+    // The new incarnation asks for a bulk: everything meant for the old one is moot.
+    ++counters_.peer_restarts;
+    bulk_sending_ = false;
+    bulk_send_request_ = 0;
+    bulk_ids_.clear();
+    backlog_.clear();
+    controls_.clear();
+    window_.clear_evicted();
+    request_bulk(now);
+  }
+}
+
+void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexcept {
+  Header h;
+  std::span<const uint8_t> payload;
+  DropReason why = DropReason::Truncated;
+  if (!open(datagram, *auth_, h, payload, why)) {
+    ++counters_.drops[static_cast<std::size_t>(why)];
+    return;
+  }
+  bool new_epoch = false;
+  if (!accept_sender(h, now, new_epoch)) return;
+  if (new_epoch ? h.xmit == 0 : !replay_.check(h.xmit)) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::Replay)];
+    return;
+  }
+  const bool sequenced = (h.flags & frameflag::kSequenced) != 0;
+  rx_batch_.Clear();
+  if ((sequenced && h.seq == 0) ||
+      (!payload.empty() && !rx_batch_.ParseFromArray(payload.data(), static_cast<int>(payload.size())))) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+    return;
+  }
+  if (new_epoch) start_peer_epoch(h, now);
+  replay_.commit(h.xmit);
+  ++counters_.datagrams_received;
+  counters_.bytes_received += datagram.size();
+  last_heard_ = now;
+
+  rx_ack_valid_ = (h.flags & frameflag::kAck) != 0 && h.ack_epoch == config_.epoch;
+  rx_cum_ = h.cum_ack;
+  if (rx_ack_valid_) {
+    const uint64_t cum = std::min(h.cum_ack, window_.next_seq() - 1);
+    peer_cum_ = std::max(peer_cum_, cum);
+    window_.on_ack(cum, h.sack, (h.flags & frameflag::kResyncPending) != 0, now);
+    if (resync_request_seq_ != 0 && peer_cum_ >= resync_request_seq_) resync_request_seq_ = 0;
+  }
+
+  const uint8_t* const current = payload.data();
+  auto on_deliver = [&](uint64_t, std::span<const uint8_t> p) {
+    deliver(p, !p.empty() && p.data() == current, now);
+  };
+  auto on_give_up = [&](uint64_t first, uint64_t last) { give_up(first, last); };
+  rwin_.advance_to(h.send_base, on_deliver, on_give_up);
+  if (!sequenced) {
+    if (rx_batch_.messages_size() > 0) apply_batch(rx_batch_, false, now);
+    return;
+  }
+  switch (rwin_.accept(h.seq, payload, on_deliver, on_give_up)) {
+    case ReceiveWindow::Accept::Delivered:
+      if (++acks_owed_ >= config_.ack_every) {
+        ack_now_ = true;
+      } else if (ack_due_ == Micros::max()) {
+        ack_due_ = now + config_.ack_delay;
+      }
+      break;
+    case ReceiveWindow::Accept::Held:
+      // Out of order: ack at once, with the runs held, so the sender sees the hole (a duplicate
+      // ack with SACK, RFC 5681 4.2 and RFC 2018).
+      ++counters_.out_of_order;
+      ack_now_ = true;
+      sack_now_ = true;
+      break;
+    case ReceiveWindow::Accept::Duplicate:
+      ++counters_.duplicates;
+      ack_now_ = true;
+      break;
+  }
+}
+
+void SyncProtocol::deliver(std::span<const uint8_t> payload, bool parsed, Micros now) {
+  if (payload.empty()) return;
+  if (parsed) {
+    apply_batch(rx_batch_, true, now);
+    return;
+  }
+  if (!held_batch_.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+    return;
+  }
+  apply_batch(held_batch_, true, now);
+}
+
+void SyncProtocol::apply_record(const engine::StateRecord& record, Micros now) {
+  switch (store_.apply(record, now)) {
+    case ApplyResult::Applied:
+      ++counters_.applied;
+      break;
+    case ApplyResult::Stale:
+      ++counters_.apply_stale;
+      break;
+    case ApplyResult::Failed:
+      ++counters_.apply_failed;
+      break;
+    case ApplyResult::Unknown:
+      ++counters_.apply_unknown;
+      // An update for a state this node lacks: ask for the whole state (pfsync's update request),
+      // unless a bulk that will bring it is under way. Rate-limited: a peer with a table this
+      // node lost entirely is a full resync's job.
+      if (record.kind != engine::StateRecord::Kind::Update || receiving(bulk_state_)) break;
+      if (now - state_request_window_ >= Micros{1'000'000}) {
+        state_request_window_ = now;
+        state_requests_this_second_ = 0;
+      }
+      if (state_requests_this_second_ >= config_.state_requests_per_s) break;
+      ++state_requests_this_second_;
+      {
+        wire::Message m;
+        m.mutable_state_request()->set_creator(record.id.creator);
+        m.mutable_state_request()->set_counter(record.id.counter);
+        controls_.push_back(std::move(m));
+      }
+      ++counters_.state_requests_sent;
+      break;
+  }
+}
+
+void SyncProtocol::apply_batch(const wire::Batch& batch, bool sequenced, Micros now) {
+  engine::StateRecord record;
+  for (const wire::Message& m : batch.messages()) {
+    ++counters_.messages_received;
+    if (!sequenced && m.body_case() != wire::Message::kKeepalive && m.body_case() != wire::Message::kSack) {
+      // Only keepalives and acks may travel unsequenced: anything else would bypass ordering.
+      ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+      continue;
+    }
+    switch (m.body_case()) {
+      case wire::Message::kInsert:
+        if (!decode_insert(m.insert(), record)) {
+          ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+          break;
+        }
+        if (m.insert().bulk() != 0 && m.insert().bulk() == bulk_transfer_ &&
+            (bulk_state_ == BulkState::Receiving || bulk_state_ == BulkState::TimedOut)) {
+          ++bulk_received_;
+          ++counters_.bulk_states_received;
+        }
+        apply_record(record, now);
+        break;
+      case wire::Message::kUpdate:
+        if (!decode_update(m.update(), record)) {
+          ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+          break;
+        }
+        apply_record(record, now);
+        break;
+      case wire::Message::kRemove:
+        if (!decode_delete(m.remove(), record)) {
+          ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+          break;
+        }
+        apply_record(record, now);
+        break;
+      case wire::Message::kClear:
+        record = engine::StateRecord{};
+        record.kind = engine::StateRecord::Kind::Clear;
+        record.id.creator = m.clear().creator();
+        apply_record(record, now);
+        break;
+      case wire::Message::kBulkRequest:
+        if (m.bulk_request().request() != 0 && m.bulk_request().request() < kUnsolicited) {
+          serve_bulk(m.bulk_request().request(), now);
+        }
+        break;
+      case wire::Message::kBulkStart:
+        bulk_started(m.bulk_start().request(), m.bulk_start().count(), now);
+        break;
+      case wire::Message::kBulkEnd:
+        bulk_ended(m.bulk_end().request(), m.bulk_end().count());
+        break;
+      case wire::Message::kResyncRequest:
+        serve_resync(m.resync_request(), now);
+        break;
+      case wire::Message::kStateRequest:
+        if (m.state_request().counter() != 0) {
+          backlog_.push_back({m.state_request().creator(), m.state_request().counter()});
+        }
+        break;
+      case wire::Message::kKeepalive:
+        peer_keepalive_seen_ = true;
+        peer_keepalive_at_ = now;
+        peer_heard_epoch_ = m.keepalive().heard_epoch();
+        peer_heard_age_ms_ = m.keepalive().heard_age_ms();
+        peer_bulk_done_ = m.keepalive().bulk_done();
+        break;
+      case wire::Message::kSack:
+        if (!sequenced && rx_ack_valid_) {
+          const auto& runs = m.sack().runs();
+          window_.on_sack_runs(
+              rx_cum_, std::span<const uint64_t>(runs.data(), static_cast<std::size_t>(runs.size())), now);
+        }
+        break;
+      case wire::Message::BODY_NOT_SET:
+        ++counters_.messages_unknown;
+        break;
+    }
+  }
+}
+
+void SyncProtocol::give_up(uint64_t first, uint64_t last) {
+  ++counters_.gaps;
+  counters_.gap_sequences += last - first + 1;
+  if (!gaps_to_request_.empty() && gaps_to_request_.back().last + 1 == first) {
+    gaps_to_request_.back().last = last;
+  } else {
+    gaps_to_request_.push_back({first, last});
+  }
+}
+
+void SyncProtocol::serve_bulk(uint32_t request, Micros now) {
+  (void)now;
+  // A request seen again (its datagram was resent after a lost ack) is the same transfer.
+  if (request == bulk_send_request_ && request < kUnsolicited) return;
+  bulk_ids_.clear();
+  store_.collect_ids(bulk_ids_);
+  bulk_pos_ = 0;
+  bulk_sent_ = 0;
+  bulk_sending_ = true;
+  bulk_send_request_ = request;
+  wire::Message m;
+  m.mutable_bulk_start()->set_request(request);
+  m.mutable_bulk_start()->set_count(bulk_ids_.size());
+  controls_.push_back(std::move(m));
+  if (request < kUnsolicited) ++counters_.bulks_served;
+}
+
+void SyncProtocol::serve_resync(const wire::ResyncRequest& request, Micros now) {
+  ++counters_.resync_requests_served;
+  bool full = false;
+  std::vector<engine::StateId> ids;
+  std::string controls;
+  wire::Batch requeue;
+  const uint64_t last_sent = window_.next_seq() - 1;
+  for (const wire::SeqRange& range : request.ranges()) {
+    if (range.first() == 0 || range.first() > range.last()) continue;
+    const uint64_t last = std::min(range.last(), last_sent);
+    for (uint64_t seq = range.first(); seq <= last; ++seq) {
+      controls.clear();
+      switch (window_.take_for_resync(seq, ids, controls)) {
+        case SendWindow::Lookup::Found:
+          if (!controls.empty() && requeue.ParseFromString(controls)) {
+            for (const wire::Message& m : requeue.messages()) controls_.push_back(m);
+          }
+          break;
+        case SendWindow::Lookup::Acked:
+          break;
+        case SendWindow::Lookup::Forgotten:
+          full = true;
+          break;
+      }
+    }
+  }
+  // A lost clear cannot be replayed out of order (it would remove states inserted after it); its
+  // id marker (counter 0) asks for a full resync instead.
+  for (const auto& id : ids) full = full || id.counter == 0;
+  if (full) {
+    ++counters_.full_resyncs_started;
+    backlog_.clear();
+    serve_bulk(kUnsolicited | (static_cast<uint32_t>(counters_.full_resyncs_started) & ~kUnsolicited), now);
+    return;
+  }
+  for (const auto& id : ids) backlog_.push_back(id);
+}
+
+void SyncProtocol::bulk_started(uint32_t request, uint64_t count, Micros now) {
+  const bool unsolicited = (request & kUnsolicited) != 0;
+  if (!unsolicited && request != bulk_request_) return;  // an older request's transfer
+  if (bulk_state_ == BulkState::Receiving && request == bulk_transfer_) return;  // seen before
+  if (unsolicited) ++counters_.full_resyncs_received;
+  bulk_transfer_ = request;
+  bulk_state_ = BulkState::Receiving;
+  bulk_expected_ = count;
+  bulk_received_ = 0;
+  const auto allowance =
+      Micros{static_cast<int64_t>(static_cast<double>(count) / config_.bulk_min_rate * 1e6)};
+  bulk_deadline_ = now + config_.bulk_timeout_min + allowance;
+}
+
+void SyncProtocol::bulk_ended(uint32_t request, uint64_t count) {
+  if (request != bulk_transfer_ || request == 0) return;
+  if (bulk_state_ != BulkState::Receiving && bulk_state_ != BulkState::TimedOut) return;
+  bulk_state_ = BulkState::Done;
+  bulk_deadline_ = Micros::max();
+  bulk_end_count_ = count;
+  initial_bulk_done_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sending.
+
+bool SyncProtocol::resync_pending() const noexcept {
+  return !gaps_to_request_.empty() || resync_request_seq_ != 0;
+}
+
+bool SyncProtocol::has_background() const noexcept {
+  return !backlog_.empty() || bulk_sending_;
+}
+
+bool SyncProtocol::flush_due(Micros now) const noexcept {
+  if (!controls_.empty() || !gaps_to_request_.empty() || pending_.urgent()) return true;
+  return !pending_.empty() && now - pending_.oldest() >= config_.flush_interval;
+}
+
+Header SyncProtocol::make_header(uint64_t seq) noexcept {
+  Header h;
+  h.flags = seq != 0 ? frameflag::kSequenced : 0;
+  h.node_id = config_.node_id;
+  h.epoch = config_.epoch;
+  h.xmit = ++xmit_;
+  h.seq = seq;
+  h.send_base = window_.send_base();
+  if (peer_known_) {
+    h.flags |= frameflag::kAck;
+    h.ack_epoch = peer_epoch_;
+    h.cum_ack = rwin_.base();
+    h.sack = rwin_.sack_bits(h.cum_ack);
+  }
+  if (resync_pending()) h.flags |= frameflag::kResyncPending;
+  return h;
+}
+
+void SyncProtocol::transmit(uint64_t seq, std::span<const uint8_t> payload, Micros now, const SendFn& send) {
+  (void)now;
+  const Header h = make_header(seq);
+  const std::size_t n = seal(h, payload, *auth_, out_);
+  if (n == 0) {
+    ++counters_.send_errors;
+    return;
+  }
+  if (send(std::span<const uint8_t>(out_.data(), n))) {
+    ++counters_.datagrams_sent;
+    counters_.bytes_sent += n;
+  } else {
+    ++counters_.send_errors;
+  }
+  if (peer_known_) {
+    acks_owed_ = 0;
+    ack_now_ = false;
+    ack_due_ = Micros::max();
+  }
+}
+
+bool SyncProtocol::add_message(const std::function<void(wire::Message*)>& fill) {
+  wire::Message* m = tx_batch_.add_messages();
+  fill(m);
+  const std::size_t size = m->ByteSizeLong();
+  const std::size_t cost = 1 + varint_size(size) + size;
+  if (tx_used_ + cost > tx_budget_) {
+    tx_batch_.mutable_messages()->RemoveLast();
+    return false;
+  }
+  tx_used_ += cost;
+  ++counters_.messages_sent;
+  return true;
+}
+
+bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendFn& send) {
+  tx_batch_.Clear();
+  tx_controls_.Clear();
+  tx_ids_.clear();
+  tx_used_ = 0;
+  bool carries_resync_request = false;
+
+  while (!controls_.empty()) {
+    const wire::Message& c = controls_.front();
+    if (!add_message([&](wire::Message* m) { *m = c; })) {
+      if (tx_batch_.messages_size() > 0) break;
+      controls_.pop_front();  // cannot fit any datagram: a bug, counted rather than looping
+      ++counters_.send_errors;
+      continue;
+    }
+    carries_resync_request = carries_resync_request || c.has_resync_request();
+    *tx_controls_.add_messages() = c;
+    controls_.pop_front();
+  }
+  if (controls_.empty() && !gaps_to_request_.empty()) {
+    const std::size_t room = tx_budget_ > tx_used_ + 16 ? (tx_budget_ - tx_used_ - 16) / kRangeBytes : 0;
+    const std::size_t n = std::min(room, gaps_to_request_.size());
+    if (n > 0 && add_message([&](wire::Message* m) {
+          auto* req = m->mutable_resync_request();
+          for (std::size_t i = 0; i < n; ++i) {
+            auto* r = req->add_ranges();
+            r->set_first(gaps_to_request_[i].first);
+            r->set_last(gaps_to_request_[i].last);
+          }
+        })) {
+      *tx_controls_.add_messages() = tx_batch_.messages(tx_batch_.messages_size() - 1);
+      gaps_to_request_.erase(gaps_to_request_.begin(),
+                             gaps_to_request_.begin() + static_cast<std::ptrdiff_t>(n));
+      carries_resync_request = true;
+      ++counters_.resync_requests_sent;
+    }
+  }
+  const bool controls_done = controls_.empty() && gaps_to_request_.empty();
+
+  if (live && controls_done) {
+    using Kind = engine::StateRecord::Kind;
+    while (!pending_.empty()) {
+      const engine::StateRecord& r = pending_.front();
+      const bool ok = add_message([&](wire::Message* m) {
+        switch (r.kind) {
+          case Kind::Insert:
+            encode_insert(r, 0, m->mutable_insert());
+            break;
+          case Kind::Update:
+            encode_update(r, m->mutable_update());
+            break;
+          case Kind::Delete:
+            encode_delete(r.id, m->mutable_remove());
+            break;
+          case Kind::Clear:
+            m->mutable_clear()->set_creator(r.id.creator);
+            break;
+        }
+      });
+      if (!ok) break;
+      // A clear is marked by counter 0: if its datagram is lost beyond resending, only a full
+      // resync is correct.
+      tx_ids_.push_back(r.kind == Kind::Clear ? engine::StateId{r.id.creator, 0} : r.id);
+      pending_.pop_front();
+    }
+  }
+
+  if (background && controls_done && (!live || pending_.empty())) {
+    engine::StateRecord r;
+    while (!backlog_.empty()) {
+      const engine::StateId id = backlog_.front();
+      const bool exists = store_.current(id, now, r);
+      const bool ok = add_message([&](wire::Message* m) {
+        if (exists) {
+          encode_insert(r, 0, m->mutable_insert());
+        } else {
+          encode_delete(id, m->mutable_remove());
+        }
+      });
+      if (!ok) break;
+      tx_ids_.push_back(id);
+      backlog_.pop_front();
+      ++counters_.resync_states_sent;
+    }
+    if (backlog_.empty() && bulk_sending_) {
+      bool full = false;
+      while (bulk_pos_ < bulk_ids_.size()) {
+        const engine::StateId id = bulk_ids_[bulk_pos_];
+        if (!store_.current(id, now, r)) {
+          ++bulk_pos_;  // gone since the snapshot
+          continue;
+        }
+        if (!add_message(
+                [&](wire::Message* m) { encode_insert(r, bulk_send_request_, m->mutable_insert()); })) {
+          full = true;
+          break;
+        }
+        tx_ids_.push_back(id);
+        ++bulk_pos_;
+        ++bulk_sent_;
+        ++counters_.bulk_states_sent;
+      }
+      if (!full && bulk_pos_ == bulk_ids_.size()) {
+        wire::Message end;
+        end.mutable_bulk_end()->set_request(bulk_send_request_);
+        end.mutable_bulk_end()->set_count(bulk_sent_);
+        if (add_message([&](wire::Message* m) { *m = end; })) {
+          *tx_controls_.add_messages() = end;
+        } else {
+          controls_.push_back(std::move(end));
+        }
+        bulk_sending_ = false;
+        std::vector<engine::StateId>().swap(bulk_ids_);
+      }
+    }
+  }
+
+  if (tx_batch_.messages_size() == 0) return false;
+  std::vector<uint8_t> payload(tx_batch_.ByteSizeLong());
+  tx_batch_.SerializeWithCachedSizesToArray(payload.data());
+  std::string controls;
+  if (tx_controls_.messages_size() > 0) tx_controls_.SerializeToString(&controls);
+  const uint64_t seq = window_.push(std::move(payload), tx_ids_, std::move(controls), now);
+  if (carries_resync_request) resync_request_seq_ = seq;
+  transmit(seq, window_.slot(seq).payload, now, send);
+  return true;
+}
+
+void SyncProtocol::send_unsequenced(bool keepalive, Micros now, const SendFn& send) {
+  tx_payload_.clear();
+  wire::Batch batch;
+  if (peer_known_ && rwin_.held() > 0) {
+    rwin_.held_runs(rwin_.base(), kMaxSackRuns, sack_runs_);
+    auto* sack = batch.add_messages()->mutable_sack();
+    for (uint64_t r : sack_runs_) sack->add_runs(r);
+  }
+  sack_now_ = false;
+  if (keepalive) {
+    auto* k = batch.add_messages()->mutable_keepalive();
+    k->set_heard_epoch(peer_known_ ? peer_epoch_ : 0);
+    const int64_t age_ms = peer_known_ ? (now - last_heard_).count() / 1000 : -1;
+    k->set_heard_age_ms(age_ms < 0 || age_ms > 0xfffffffe ? 0xffffffff : static_cast<uint32_t>(age_ms));
+    k->set_interval_ms(static_cast<uint32_t>(config_.keepalive_interval.count() / 1000));
+    k->set_bulk_done(initial_bulk_done_);
+    last_keepalive_ = now;
+    ++counters_.keepalives_sent;
+  } else {
+    ++counters_.acks_sent;
+  }
+  if (batch.messages_size() > 0) {
+    tx_payload_.resize(batch.ByteSizeLong());
+    batch.SerializeWithCachedSizesToArray(tx_payload_.data());
+  }
+  transmit(0, tx_payload_, now, send);
+}
+
+void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
+  if (receiving(bulk_state_) && now >= bulk_deadline_) {
+    // pfsync's "bulk update failed" with a deadline from the count: never demoted for ever.
+    bulk_state_ = BulkState::TimedOut;
+    bulk_deadline_ = Micros::max();
+    initial_bulk_done_ = true;
+    ++counters_.bulk_timeouts;
+  }
+
+  window_.check_timer(now);
+  while (window_.has_lost() && window_.cwnd_open()) {
+    const uint64_t seq = window_.next_lost();
+    if (seq == 0) break;
+    window_.resent(seq, now);
+    ++counters_.resends;
+    transmit(seq, window_.slot(seq).payload, now, send);
+  }
+
+  if (flush_due(now)) {
+    while ((!controls_.empty() || !gaps_to_request_.empty() || !pending_.empty()) &&
+           send_data(now, true, window_.cwnd_open(), send)) {
+    }
+  } else {
+    while (pending_.estimated_bytes() >= tx_budget_ && send_data(now, true, false, send)) {
+    }
+  }
+  while (has_background() && window_.cwnd_open() && send_data(now, false, true, send)) {
+  }
+
+  if (peer_known_ && (ack_now_ || sack_now_ || now >= ack_due_)) send_unsequenced(false, now, send);
+  if (now - last_keepalive_ >= config_.keepalive_interval) send_unsequenced(true, now, send);
+
+  counters_.window_evictions = window_.evictions();
+  counters_.evicted_ids_dropped = window_.evicted_ids_dropped();
+  counters_.rto_expirations = window_.rto_expirations();
+}
+
+Micros SyncProtocol::next_deadline(Micros now) const noexcept {
+  if ((peer_known_ && (ack_now_ || sack_now_)) || flush_due(now)) return now;
+  if ((window_.has_lost() || has_background()) && window_.cwnd_open()) return now;
+  Micros d = last_keepalive_ + config_.keepalive_interval;
+  if (!pending_.empty()) d = std::min(d, pending_.oldest() + config_.flush_interval);
+  if (peer_known_) {
+    d = std::min(d, ack_due_);
+    d = std::min(d, last_heard_ + config_.dead_interval + Micros{1});
+  }
+  d = std::min(d, window_.timer_deadline());
+  if (receiving(bulk_state_)) d = std::min(d, bulk_deadline_);
+  return std::max(d, now);
+}
+
+PeerState SyncProtocol::peer_state(Micros now) const noexcept {
+  if (!peer_known_ || now - last_heard_ > config_.dead_interval) return PeerState::Down;
+  const bool heard_by_peer = peer_keepalive_seen_ && now - peer_keepalive_at_ <= config_.dead_interval &&
+                             peer_heard_epoch_ == config_.epoch &&
+                             Micros{int64_t{peer_heard_age_ms_} * 1000} <= config_.dead_interval;
+  return heard_by_peer ? PeerState::Up : PeerState::OneWay;
+}
+
+ProtocolStatus SyncProtocol::status(Micros now) const {
+  ProtocolStatus s;
+  s.peer_state = peer_state(now);
+  s.node_id = config_.node_id;
+  s.epoch = config_.epoch;
+  s.peer_node_id = peer_known_ ? peer_id_ : 0;
+  s.peer_epoch = peer_epoch_;
+  s.peer_heard = peer_known_;
+  s.last_heard_age = peer_known_ ? now - last_heard_ : Micros{0};
+  s.peer_bulk_done = peer_bulk_done_;
+  s.bulk_state = bulk_state_;
+  s.bulk_done = initial_bulk_done_;
+  s.bulk_request = bulk_transfer_ != 0 ? bulk_transfer_ : bulk_request_;
+  s.bulk_end_count = bulk_end_count_;
+  s.bulk_expected = bulk_expected_;
+  s.bulk_received = bulk_received_;
+  s.bulk_sending = bulk_sending_;
+  s.bulk_send_total = bulk_sending_ ? bulk_ids_.size() : 0;
+  s.bulk_send_done = bulk_sending_ ? bulk_pos_ : 0;
+  s.pending_records = pending_.size();
+  s.backlog = backlog_.size();
+  s.outstanding = window_.outstanding();
+  s.in_flight = window_.in_flight();
+  s.cwnd = window_.cwnd();
+  s.srtt = window_.srtt();
+  s.rto = window_.rto();
+  s.evicted_ids = window_.evicted_ids();
+  s.held = rwin_.held();
+  s.counters = counters_;
+  return s;
+}
+
+}  // namespace pairwall::sync

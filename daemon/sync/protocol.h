@@ -1,0 +1,240 @@
+// The sync protocol between the two nodes, without sockets or clocks: bytes and time in, bytes
+// out. One instance per node talks to its one peer.
+//
+//   local state changes ─enqueue()─▶ PendingRecords ─┐
+//   resync / state requests ─▶ backlog ──────────────┼─poll()─▶ datagrams (seal: header + HMAC)
+//   bulk transfer (snapshot of ids) ─────────────────┘             │ SendWindow keeps them until acked
+//   datagrams from the peer ─receive()─▶ open (magic, version, length, tag) ─▶ sender, epoch, replay
+//        ─▶ acks to SendWindow ─▶ ReceiveWindow (in order) ─▶ StateStore::apply / control messages
+//
+// Reliability: every data datagram has a sequence; the receiver acks cumulatively with a
+// selective-ack bitmap; the sender resends what is lost (RACK + timer). A sequence the sender can
+// no longer resend is given up by the receiver, counted as a gap and answered by an incremental
+// resync: the current version of every state that sequence carried. A gap even that cannot cover
+// starts a full resync (a bulk transfer). Bulk transfers are paced by a congestion window on the
+// acks, not by a fixed gap; live records never wait for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/state.h"
+#include "daemon/sync/counters.h"
+#include "daemon/sync/pending.h"
+#include "daemon/sync/receive_window.h"
+#include "daemon/sync/replay_window.h"
+#include "daemon/sync/send_window.h"
+#include "daemon/sync/store.h"
+#include "daemon/sync/time.h"
+#include "daemon/sync/wire.h"
+#include "proto/sync.pb.h"
+
+namespace pairwall::sync {
+
+enum class PeerState : uint8_t {
+  Down,    // nothing heard from the peer for the dead interval (or ever)
+  OneWay,  // the peer is heard, but its keepalives say it does not hear this node
+  Up,
+};
+
+enum class BulkState : uint8_t {
+  Idle,       // no bulk asked for
+  Requested,  // asked; waiting for BulkStart
+  Receiving,  // BulkStart seen; waiting for BulkEnd
+  Done,
+  TimedOut,  // gave up waiting (the peer is absent, or slower than the count allows)
+};
+
+std::string_view peer_state_name(PeerState s);
+std::string_view bulk_state_name(BulkState s);
+
+struct ProtocolConfig {
+  uint32_t node_id = 1;
+  uint32_t peer_node_id = 0;        // 0: the first authenticated sender that is not this node
+  uint64_t epoch = 1;               // this boot's epoch; must grow across restarts
+  std::size_t max_datagram = 1452;  // UDP payload bytes: link MTU minus IP and UDP headers
+  Micros flush_interval{10'000};
+  Micros keepalive_interval{200'000};
+  // Peer silent this long: down. Keepalive interval x 4 keeps detection under 1 s.
+  Micros dead_interval{800'000};
+  Micros ack_delay{1'000};
+  std::size_t ack_every = 2;  // ack at once after this many in-order datagrams (RFC 1122 4.2.3.2)
+  std::size_t receive_window = 8192;
+  SendWindowConfig send;
+  // The requester waits bulk_timeout_min for BulkStart, then bulk_timeout_min + count / bulk_min_rate
+  // for BulkEnd: derived from the announced count, not from the state limit.
+  Micros bulk_timeout_min{5'000'000};
+  double bulk_min_rate = 10'000;
+  bool request_bulk_at_start = true;
+  uint32_t state_requests_per_s = 2'000;
+  // A learned peer id may change (the peer node was replaced) once it has been down this long.
+  Micros peer_relearn{10'000'000};
+};
+
+struct ProtocolStatus {
+  PeerState peer_state = PeerState::Down;
+  uint32_t node_id = 0;
+  uint64_t epoch = 0;
+  uint32_t peer_node_id = 0;  // 0 until heard
+  uint64_t peer_epoch = 0;
+  bool peer_heard = false;
+  Micros last_heard_age{0};  // valid when peer_heard
+  bool peer_bulk_done = false;
+  BulkState bulk_state = BulkState::Idle;
+  bool bulk_done = false;  // this node's initial bulk ended or timed out
+  uint32_t bulk_request = 0;
+  uint64_t bulk_expected = 0;
+  uint64_t bulk_received = 0;
+  uint64_t bulk_end_count = 0;  // what the last BulkEnd said was sent
+  bool bulk_sending = false;
+  uint64_t bulk_send_total = 0;
+  uint64_t bulk_send_done = 0;
+  std::size_t pending_records = 0;
+  std::size_t backlog = 0;
+  std::size_t outstanding = 0;
+  std::size_t in_flight = 0;
+  double cwnd = 0;
+  Micros srtt{0};
+  Micros rto{0};
+  std::size_t evicted_ids = 0;
+  std::size_t held = 0;
+  SyncCounters counters;
+};
+
+class SyncProtocol {
+ public:
+  // Sends one datagram; false when the socket refused it (counted; reliability resends).
+  using SendFn = std::function<bool(std::span<const uint8_t>)>;
+
+  // `key`: the shared HMAC key (at least 32 bytes). Throws std::runtime_error if HMAC cannot be
+  // set up.
+  SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t> key, StateStore& store, Micros now);
+  ~SyncProtocol();
+  SyncProtocol(const SyncProtocol&) = delete;
+  SyncProtocol& operator=(const SyncProtocol&) = delete;
+
+  // A change of the local state table, to send to the peer.
+  void enqueue(const engine::StateRecord& record, Micros now) noexcept;
+
+  // One datagram from the socket. Drops and counts what it cannot accept.
+  void receive(std::span<const uint8_t> datagram, Micros now) noexcept;
+
+  // Sends everything due at `now`: resends, flushes, bulk, acks, keepalives.
+  void poll(Micros now, const SendFn& send) noexcept;
+
+  // When poll() has something to do next (now when it has work already).
+  Micros next_deadline(Micros now) const noexcept;
+
+  // Asks the peer for its whole table (again).
+  void request_bulk(Micros now) noexcept;
+
+  // This node's initial bulk ended (or timed out): until then it must not become master.
+  bool bulk_done() const noexcept { return initial_bulk_done_; }
+  BulkState bulk_state() const noexcept { return bulk_state_; }
+  PeerState peer_state(Micros now) const noexcept;
+  const SyncCounters& counters() const noexcept { return counters_; }
+  ProtocolStatus status(Micros now) const;
+
+ private:
+  struct GapRange {
+    uint64_t first = 0;
+    uint64_t last = 0;
+  };
+
+  // Receiving.
+  bool accept_sender(const Header& h, Micros now, bool& new_epoch) noexcept;
+  void start_peer_epoch(const Header& h, Micros now);
+  void deliver(std::span<const uint8_t> payload, bool parsed, Micros now);
+  void apply_batch(const wire::Batch& batch, bool sequenced, Micros now);
+  void apply_record(const engine::StateRecord& record, Micros now);
+  void give_up(uint64_t first, uint64_t last);
+  void serve_bulk(uint32_t request, Micros now);
+  void serve_resync(const wire::ResyncRequest& request, Micros now);
+  void bulk_started(uint32_t request, uint64_t count, Micros now);
+  void bulk_ended(uint32_t request, uint64_t count);
+
+  // Sending.
+  bool has_background() const noexcept;
+  bool flush_due(Micros now) const noexcept;
+  bool send_data(Micros now, bool live, bool background, const SendFn& send);
+  bool add_message(const std::function<void(wire::Message*)>& fill);
+  void transmit(uint64_t seq, std::span<const uint8_t> payload, Micros now, const SendFn& send);
+  void send_unsequenced(bool keepalive, Micros now, const SendFn& send);
+  Header make_header(uint64_t seq) noexcept;
+  bool resync_pending() const noexcept;
+
+  ProtocolConfig config_;
+  std::unique_ptr<Authenticator> auth_;
+  StateStore& store_;
+  SyncCounters counters_;
+  uint64_t xmit_ = 0;
+  std::vector<uint8_t> out_;  // datagram being sealed
+
+  // Sending side.
+  SendWindow window_;
+  PendingRecords pending_;
+  std::deque<wire::Message> controls_;   // reliable control messages, sent before any record
+  std::deque<engine::StateId> backlog_;  // states to send in their current version (resync)
+  wire::Batch tx_batch_;
+  wire::Batch tx_controls_;  // the control messages of the datagram being built, for resyncs
+  std::size_t tx_used_ = 0;
+  std::size_t tx_budget_ = 0;
+  std::vector<engine::StateId> tx_ids_;
+  std::vector<uint8_t> tx_payload_;
+  uint64_t peer_cum_ = 0;  // the peer's cumulative ack of this node's stream
+  Micros last_keepalive_{0};
+
+  // Bulk transfer being sent.
+  bool bulk_sending_ = false;
+  uint32_t bulk_send_request_ = 0;
+  std::vector<engine::StateId> bulk_ids_;
+  std::size_t bulk_pos_ = 0;
+  uint64_t bulk_sent_ = 0;
+
+  // Receiving side (one peer epoch).
+  bool peer_known_ = false;
+  uint32_t peer_id_ = 0;
+  uint64_t peer_epoch_ = 0;
+  ReplayWindow replay_;
+  ReceiveWindow rwin_;
+  wire::Batch rx_batch_;
+  wire::Batch held_batch_;
+  std::vector<GapRange> gaps_to_request_;
+  uint64_t resync_request_seq_ = 0;  // the datagram carrying the last resync request
+  std::size_t acks_owed_ = 0;
+  bool ack_now_ = false;
+  bool sack_now_ = false;      // held datagrams changed: send the runs in an unsequenced ack
+  bool rx_ack_valid_ = false;  // the datagram being received acks this node's epoch...
+  uint64_t rx_cum_ = 0;        // ...up to here
+  std::vector<uint64_t> sack_runs_;
+  Micros ack_due_ = Micros::max();
+  uint32_t state_requests_this_second_ = 0;
+  Micros state_request_window_{0};
+
+  // Liveness.
+  Micros last_heard_{0};
+  Micros peer_keepalive_at_{0};
+  bool peer_keepalive_seen_ = false;
+  uint64_t peer_heard_epoch_ = 0;
+  uint32_t peer_heard_age_ms_ = 0xffffffff;
+  bool peer_bulk_done_ = false;
+
+  // Bulk transfer asked for by this node.
+  BulkState bulk_state_ = BulkState::Idle;
+  bool initial_bulk_done_ = false;
+  uint32_t bulk_request_ = 0;   // this node's latest request
+  uint32_t bulk_transfer_ = 0;  // the transfer being received: the request, or a full resync
+  uint64_t bulk_end_count_ = 0;
+  uint32_t next_bulk_request_ = 1;
+  uint64_t bulk_expected_ = 0;
+  uint64_t bulk_received_ = 0;
+  Micros bulk_deadline_ = Micros::max();
+};
+
+}  // namespace pairwall::sync

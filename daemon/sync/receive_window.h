@@ -1,0 +1,158 @@
+// The receiving side of the reliable stream of one peer epoch: delivers datagrams in sequence
+// order (so that a delete can never overtake the insert it follows), holds the ones that arrive
+// early, and gives sequences up — reporting them, never silently — when the sender says it can no
+// longer resend them or when they fall out of the window.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace pairwall::sync {
+
+class ReceiveWindow {
+ public:
+  enum class Accept : uint8_t { Delivered, Held, Duplicate };
+
+  // `capacity`: how far past the last delivered sequence a datagram may arrive and be held.
+  explicit ReceiveWindow(std::size_t capacity) : slots_(capacity < 64 ? 64 : capacity) {}
+
+  // A new peer epoch: `next_expected` is the first sequence to deliver.
+  void reset(uint64_t next_expected) {
+    for (auto& s : slots_) {
+      s.held = false;
+      s.payload.clear();
+    }
+    held_ = 0;
+    base_ = next_expected == 0 ? 0 : next_expected - 1;
+    highest_ = base_;
+  }
+
+  // Every sequence <= base() was delivered or given up.
+  uint64_t base() const noexcept { return base_; }
+  uint64_t highest() const noexcept { return highest_; }
+  std::size_t held() const noexcept { return held_; }
+  std::size_t capacity() const noexcept { return slots_.size(); }
+
+  // Delivered, given up or held.
+  bool has(uint64_t seq) const noexcept {
+    if (seq <= base_) return true;
+    if (seq - base_ > slots_.size()) return false;
+    return slot(seq).held;
+  }
+
+  // Bit i set when sequence `cum` + 2 + i is had (the header's selective ack).
+  uint64_t sack_bits(uint64_t cum) const noexcept {
+    uint64_t bits = 0;
+    if (highest_ <= cum + 1) return 0;
+    for (uint64_t i = 0; i < 64; ++i) {
+      if (has(cum + 2 + i)) bits |= uint64_t{1} << i;
+    }
+    return bits;
+  }
+
+  // What is held past `cum` as alternating run lengths from cum + 1: missing, held, missing...
+  // At most `max_runs` entries, ending with a held run.
+  void held_runs(uint64_t cum, std::size_t max_runs, std::vector<uint64_t>& out) const {
+    out.clear();
+    if (held_ == 0 || highest_ <= cum + 1) return;
+    uint64_t seq = cum + 1;
+    while (seq <= highest_ && out.size() + 2 <= max_runs) {
+      uint64_t missing = 0;
+      while (seq <= highest_ && !has(seq)) ++missing, ++seq;
+      if (seq > highest_) break;
+      uint64_t run = 0;
+      while (seq <= highest_ && has(seq)) ++run, ++seq;
+      out.push_back(missing);
+      out.push_back(run);
+    }
+  }
+
+  // The sender can no longer resend anything below `send_base`: deliver what is held below it
+  // and give up the rest. deliver(seq, payload); give_up(first, last) per missing range.
+  template <typename Deliver, typename GiveUp>
+  void advance_to(uint64_t send_base, Deliver&& deliver, GiveUp&& give_up) {
+    if (send_base > base_ + 1) slide(send_base - 1, deliver, give_up);
+  }
+
+  // One sequenced datagram. Delivers it (and whatever it unblocks) when it is next in order,
+  // holds a copy when it is early.
+  template <typename Deliver, typename GiveUp>
+  Accept accept(uint64_t seq, std::span<const uint8_t> payload, Deliver&& deliver, GiveUp&& give_up) {
+    if (seq <= base_) return Accept::Duplicate;
+    if (seq - base_ > slots_.size()) slide(seq - slots_.size(), deliver, give_up);
+    if (seq > highest_) highest_ = seq;
+    Slot& s = slot(seq);
+    if (s.held) return Accept::Duplicate;
+    if (seq == base_ + 1) {
+      base_ = seq;
+      deliver(seq, payload);
+      drain(deliver);
+      return Accept::Delivered;
+    }
+    s.held = true;
+    s.payload.assign(payload.begin(), payload.end());
+    ++held_;
+    return Accept::Held;
+  }
+
+ private:
+  struct Slot {
+    bool held = false;
+    std::vector<uint8_t> payload;
+  };
+
+  Slot& slot(uint64_t seq) noexcept { return slots_[seq % slots_.size()]; }
+  const Slot& slot(uint64_t seq) const noexcept { return slots_[seq % slots_.size()]; }
+
+  template <typename Deliver>
+  void drain(Deliver& deliver) {
+    while (held_ > 0) {
+      Slot& s = slot(base_ + 1);
+      if (!s.held) break;
+      ++base_;
+      take(s, base_, deliver);
+    }
+  }
+
+  template <typename Deliver>
+  void take(Slot& s, uint64_t seq, Deliver& deliver) {
+    s.held = false;
+    --held_;
+    std::vector<uint8_t> payload;
+    payload.swap(s.payload);
+    deliver(seq, std::span<const uint8_t>(payload));
+  }
+
+  // Moves base_ to `target`, delivering held datagrams on the way and giving up the gaps.
+  template <typename Deliver, typename GiveUp>
+  void slide(uint64_t target, Deliver& deliver, GiveUp& give_up) {
+    uint64_t gap_first = 0;
+    // Only base_+1 .. base_+capacity can be held; anything beyond is a gap without a look.
+    const uint64_t scan_end = target - base_ > slots_.size() ? base_ + slots_.size() : target;
+    for (uint64_t s = base_ + 1; s <= scan_end; ++s) {
+      Slot& sl = slot(s);
+      if (sl.held) {
+        if (gap_first != 0) give_up(gap_first, s - 1);
+        gap_first = 0;
+        base_ = s;
+        take(sl, s, deliver);
+      } else if (gap_first == 0) {
+        gap_first = s;
+      }
+    }
+    if (scan_end < target && gap_first == 0) gap_first = scan_end + 1;
+    if (gap_first != 0) give_up(gap_first, target);
+    base_ = target;
+    if (highest_ < base_) highest_ = base_;
+    drain(deliver);
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t held_ = 0;
+  uint64_t base_ = 0;
+  uint64_t highest_ = 0;
+};
+
+}  // namespace pairwall::sync

@@ -1,0 +1,181 @@
+#include "daemon/sync/records.h"
+
+#include <cstring>
+
+namespace pairwall::sync {
+namespace {
+
+using engine::Family;
+using engine::IpAddress;
+
+constexpr uint32_t kMaxExpiresMs = 0x7fffffff;
+
+void put_addr(Family f, const IpAddress& a, std::string* out) {
+  if (f == Family::V4) {
+    const uint32_t v = a.v4_value();
+    const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                       static_cast<char>(v)};
+    out->assign(b, 4);
+    return;
+  }
+  char b[16];
+  for (int i = 0; i < 8; ++i) {
+    b[i] = static_cast<char>(a.hi >> (56 - 8 * i));
+    b[8 + i] = static_cast<char>(a.lo >> (56 - 8 * i));
+  }
+  out->assign(b, 16);
+}
+
+bool get_addr(Family f, const std::string& in, IpAddress& a) {
+  const auto* p = reinterpret_cast<const uint8_t*>(in.data());
+  if (f == Family::V4) {
+    if (in.size() != 4) return false;
+    a = IpAddress::v4(uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]);
+    return true;
+  }
+  if (in.size() != 16) return false;
+  a.hi = a.lo = 0;
+  for (int i = 0; i < 8; ++i) {
+    a.hi = a.hi << 8 | p[i];
+    a.lo = a.lo << 8 | p[8 + i];
+  }
+  return true;
+}
+
+void put_key(const engine::StateKey& k, wire::Key* out) {
+  out->set_family(static_cast<uint32_t>(k.family));
+  out->set_proto(k.proto);
+  put_addr(k.family, k.addr[0], out->mutable_addr0());
+  put_addr(k.family, k.addr[1], out->mutable_addr1());
+  out->set_port0(k.port[0]);
+  out->set_port1(k.port[1]);
+}
+
+bool get_key(const wire::Key& in, engine::StateKey& k) {
+  if (in.family() == 4) {
+    k.family = Family::V4;
+  } else if (in.family() == 6) {
+    k.family = Family::V6;
+  } else {
+    return false;
+  }
+  if (in.proto() > 255 || in.port0() > 65535 || in.port1() > 65535) return false;
+  k.proto = static_cast<uint8_t>(in.proto());
+  k.port[0] = static_cast<uint16_t>(in.port0());
+  k.port[1] = static_cast<uint16_t>(in.port1());
+  return get_addr(k.family, in.addr0(), k.addr[0]) && get_addr(k.family, in.addr1(), k.addr[1]);
+}
+
+void put_peer(const engine::PeerTracking& p, wire::Peer* out) {
+  out->set_seqlo(p.seqlo);
+  out->set_seqhi(p.seqhi);
+  out->set_max_win(p.max_win);
+  out->set_wscale(p.wscale);
+  out->set_state(p.state);
+  out->set_mss(p.mss);
+}
+
+bool get_peer(const wire::Peer& in, bool tcp, engine::PeerTracking& p) {
+  const uint32_t max_state = tcp ? static_cast<uint32_t>(engine::TcpState::TimeWait)
+                                 : static_cast<uint32_t>(engine::FlowState::Multiple);
+  const uint32_t shift = in.wscale() & engine::PeerTracking::kScaleMask;
+  if (in.state() > max_state || in.mss() > 65535 || in.max_win() > 65535 || shift > 14 ||
+      (in.wscale() & ~uint32_t{engine::PeerTracking::kScaleOffered | engine::PeerTracking::kScaleMask}) !=
+          0) {
+    return false;
+  }
+  p.seqlo = in.seqlo();
+  p.seqhi = in.seqhi();
+  p.max_win = in.max_win();
+  p.wscale = static_cast<uint8_t>(in.wscale());
+  p.state = static_cast<uint8_t>(in.state());
+  p.mss = static_cast<uint16_t>(in.mss());
+  return true;
+}
+
+bool get_timeout(uint32_t value, engine::TimeoutClass& out) {
+  if (value >= engine::kTimeoutClassCount) return false;
+  out = static_cast<engine::TimeoutClass>(value);
+  return true;
+}
+
+uint32_t expires_ms(engine::Millis m) {
+  if (m.count() <= 0) return 0;
+  return m.count() > kMaxExpiresMs ? kMaxExpiresMs : static_cast<uint32_t>(m.count());
+}
+
+}  // namespace
+
+void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* out) {
+  out->set_creator(r.id.creator);
+  out->set_counter(r.id.counter);
+  put_key(r.stack_key, out->mutable_stack_key());
+  if (!(r.wire_key == r.stack_key)) put_key(r.wire_key, out->mutable_wire_key());
+  put_peer(r.src, out->mutable_src());
+  put_peer(r.dst, out->mutable_dst());
+  out->set_timeout(static_cast<uint32_t>(r.timeout));
+  out->set_expires_in_ms(expires_ms(r.expires_in));
+  out->set_rule(r.rule);
+  out->set_flags(r.flags);
+  out->set_bulk(bulk);
+}
+
+void encode_update(const engine::StateRecord& r, wire::Update* out) {
+  out->set_creator(r.id.creator);
+  out->set_counter(r.id.counter);
+  put_peer(r.src, out->mutable_src());
+  put_peer(r.dst, out->mutable_dst());
+  out->set_timeout(static_cast<uint32_t>(r.timeout));
+  out->set_expires_in_ms(expires_ms(r.expires_in));
+}
+
+void encode_delete(const engine::StateId& id, wire::Delete* out) {
+  out->set_creator(id.creator);
+  out->set_counter(id.counter);
+}
+
+bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
+  out = engine::StateRecord{};
+  out.kind = engine::StateRecord::Kind::Insert;
+  out.id = {in.creator(), in.counter()};
+  if (in.counter() == 0 || !in.has_stack_key() || !get_key(in.stack_key(), out.stack_key)) return false;
+  if (in.has_wire_key()) {
+    if (!get_key(in.wire_key(), out.wire_key) || out.wire_key.family != out.stack_key.family ||
+        out.wire_key.proto != out.stack_key.proto) {
+      return false;
+    }
+  } else {
+    out.wire_key = out.stack_key;
+  }
+  const bool tcp = out.stack_key.proto == 6;
+  if (!get_peer(in.src(), tcp, out.src) || !get_peer(in.dst(), tcp, out.dst)) return false;
+  if (!get_timeout(in.timeout(), out.timeout) || in.flags() > 0xff || in.expires_in_ms() > kMaxExpiresMs) {
+    return false;
+  }
+  out.expires_in = engine::Millis{in.expires_in_ms()};
+  out.rule = in.rule();
+  out.flags = static_cast<uint8_t>(in.flags());
+  return true;
+}
+
+bool decode_update(const wire::Update& in, engine::StateRecord& out) {
+  out = engine::StateRecord{};
+  out.kind = engine::StateRecord::Kind::Update;
+  out.id = {in.creator(), in.counter()};
+  if (in.counter() == 0) return false;
+  // An update does not say the protocol; TCP's range is the wider one, and the table checks the
+  // state it belongs to.
+  if (!get_peer(in.src(), true, out.src) || !get_peer(in.dst(), true, out.dst)) return false;
+  if (!get_timeout(in.timeout(), out.timeout) || in.expires_in_ms() > kMaxExpiresMs) return false;
+  out.expires_in = engine::Millis{in.expires_in_ms()};
+  return true;
+}
+
+bool decode_delete(const wire::Delete& in, engine::StateRecord& out) {
+  out = engine::StateRecord{};
+  out.kind = engine::StateRecord::Kind::Delete;
+  out.id = {in.creator(), in.counter()};
+  return in.counter() != 0;
+}
+
+}  // namespace pairwall::sync

@@ -1,0 +1,22 @@
+// engine::StateRecord <-> the wire messages of proto/sync.proto. Decoding validates every field
+// (the peer is authenticated, but a peer running other code must not put out-of-range values into
+// the state table).
+#pragma once
+
+#include <cstdint>
+
+#include "daemon/engine/state.h"
+#include "proto/sync.pb.h"
+
+namespace pairwall::sync {
+
+void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* out);
+void encode_update(const engine::StateRecord& r, wire::Update* out);
+void encode_delete(const engine::StateId& id, wire::Delete* out);
+
+// False when a field is out of range; `out` is then unspecified.
+bool decode_insert(const wire::Insert& in, engine::StateRecord& out);
+bool decode_update(const wire::Update& in, engine::StateRecord& out);
+bool decode_delete(const wire::Delete& in, engine::StateRecord& out);
+
+}  // namespace pairwall::sync

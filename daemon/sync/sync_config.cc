@@ -1,0 +1,136 @@
+#include "daemon/sync/sync_config.h"
+
+#include <arpa/inet.h>
+#include <net/if.h>
+
+#include <array>
+#include <filesystem>
+#include <set>
+
+#include "daemon/control/config_error.h"
+#include "daemon/sync/key_file.h"
+
+namespace pairwall::sync {
+namespace {
+
+enum class AddrKind : uint8_t { V4, V6 };
+
+struct Parsed {
+  AddrKind family = AddrKind::V4;
+  bool multicast = false;
+  bool unspecified = false;
+};
+
+bool parse_ip(const std::string& text, Parsed& out) {
+  std::array<uint8_t, 16> buf{};
+  if (inet_pton(AF_INET, text.c_str(), buf.data()) == 1) {
+    out.family = AddrKind::V4;
+    out.multicast = (buf[0] & 0xf0) == 0xe0;
+    out.unspecified = buf[0] == 0 && buf[1] == 0 && buf[2] == 0 && buf[3] == 0;
+    return true;
+  }
+  if (inet_pton(AF_INET6, text.c_str(), buf.data()) == 1) {
+    out.family = AddrKind::V6;
+    out.multicast = buf[0] == 0xff;
+    out.unspecified = true;
+    for (uint8_t b : buf) out.unspecified = out.unspecified && b == 0;
+    return true;
+  }
+  return false;
+}
+
+class Reader {
+ public:
+  Reader(const toml::table& section, const std::string& file) : section_(section), file_(file) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw ConfigError(file_ + ": [sync] " + key + ": " + what);
+  }
+
+  std::string string(const std::string& key, bool required) const {
+    const toml::node* n = section_.get(key);
+    if (n == nullptr) {
+      if (required) fail(key, "missing (required)");
+      return {};
+    }
+    if (!n->is_string()) fail(key, "expected a string");
+    std::string v = *n->value<std::string>();
+    if (v.empty()) fail(key, "empty");
+    return v;
+  }
+
+  int64_t integer(const std::string& key, int64_t def, int64_t lo, int64_t hi) const {
+    const toml::node* n = section_.get(key);
+    if (n == nullptr) return def;
+    if (!n->is_integer()) fail(key, "expected an integer");
+    const int64_t v = *n->value<int64_t>();
+    if (v < lo || v > hi) {
+      fail(key, "expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + std::to_string(v));
+    }
+    return v;
+  }
+
+ private:
+  const toml::table& section_;
+  const std::string& file_;
+};
+
+}  // namespace
+
+SyncConfig parse_sync_config(const toml::table& section, const std::string& file) {
+  static const std::set<std::string> kKeys = {
+      "interface",          "address",     "peer", "group", "port", "key_file", "mtu", "flush_interval_ms",
+      "bulk_timeout_min_s", "peer_node_id"};
+  Reader r(section, file);
+  for (const auto& [key, value] : section) {
+    (void)value;
+    if (kKeys.count(std::string(key.str())) == 0) {
+      r.fail(std::string(key.str()),
+             "unknown key (known: interface, address, peer, group, port, key_file, mtu, flush_interval_ms, "
+             "bulk_timeout_min_s, peer_node_id)");
+    }
+  }
+
+  SyncConfig c;
+  c.interface = r.string("interface", true);
+  if (c.interface.size() >= IFNAMSIZ || c.interface.find_first_of("/ \t") != std::string::npos) {
+    r.fail("interface", "not an interface name: \"" + c.interface + "\"");
+  }
+
+  c.peer = r.string("peer", false);
+  c.group = r.string("group", false);
+  if (c.peer.empty() == c.group.empty()) {
+    r.fail(c.peer.empty() ? "peer" : "group", "set exactly one of peer (unicast) and group (multicast)");
+  }
+  const std::string target_key = c.peer.empty() ? "group" : "peer";
+  const std::string& target = c.peer.empty() ? c.group : c.peer;
+  Parsed t;
+  if (!parse_ip(target, t)) r.fail(target_key, "not an IPv4 or IPv6 address: \"" + target + "\"");
+  if (t.unspecified) r.fail(target_key, "the unspecified address cannot be a destination");
+  if (!c.group.empty() && !t.multicast) r.fail("group", "not a multicast address: \"" + c.group + "\"");
+  if (!c.peer.empty() && t.multicast) r.fail("peer", "a multicast address: use group = \"" + c.peer + "\"");
+  c.ipv6 = t.family == AddrKind::V6;
+
+  c.address = r.string("address", false);
+  if (!c.address.empty()) {
+    Parsed a;
+    if (!parse_ip(c.address, a)) r.fail("address", "not an IPv4 or IPv6 address: \"" + c.address + "\"");
+    if (a.family != t.family) r.fail("address", "family differs from " + target_key + " \"" + target + "\"");
+    if (a.multicast) r.fail("address", "a multicast address cannot be the local address");
+  }
+
+  c.port = static_cast<uint16_t>(r.integer("port", 8370, 1, 65535));
+  c.mtu = static_cast<uint32_t>(r.integer("mtu", 1500, c.ipv6 ? 1280 : 576, 65535));
+  c.flush_interval = std::chrono::milliseconds(r.integer("flush_interval_ms", 10, 0, 1000));
+  c.bulk_timeout_min = std::chrono::seconds(r.integer("bulk_timeout_min_s", 5, 1, 3600));
+  c.peer_node_id = static_cast<uint32_t>(r.integer("peer_node_id", 0, 0, 0xffffffff));
+
+  c.key_file = r.string("key_file", true);
+  std::filesystem::path key_path(c.key_file);
+  if (key_path.is_relative()) key_path = std::filesystem::path(file).parent_path() / key_path;
+  c.key_file = key_path.string();
+  c.key = load_key_file(c.key_file, file + ": [sync] key_file");
+  return c;
+}
+
+}  // namespace pairwall::sync

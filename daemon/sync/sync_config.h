@@ -1,0 +1,45 @@
+// The [sync] section of pairwall.toml:
+//
+//   [sync]
+//   interface = "sync0"        # the dedicated sync link; the socket is bound to it
+//   address = "10.10.9.1"      # local address to bind (optional; default: any of the family)
+//   peer = "10.10.9.2"         # unicast peer ... or:
+//   group = "239.255.80.87"    # multicast group (IPv4 or IPv6), exactly one of the two
+//   port = 8370
+//   key_file = "/etc/pairwall/sync.key"   # >= 32 bytes raw or 64+ hex digits, mode 0600
+//   flush_interval_ms = 10     # longest a change waits to fill a datagram
+//   mtu = 1500                 # of the sync link: datagrams are filled up to it
+//   bulk_timeout_min_s = 5     # shortest wait for a bulk; grows with the announced count
+//   peer_node_id = 2           # optional: accept only this node id (default: the first heard)
+#pragma once
+
+#include <toml++/toml.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pairwall::sync {
+
+struct SyncConfig {
+  std::string interface;
+  std::string address;  // empty: any address of the peer's (or group's) family
+  std::string peer;     // unicast peer, or empty
+  std::string group;    // multicast group, or empty
+  bool ipv6 = false;    // family of peer/group
+  uint16_t port = 8370;
+  std::string key_file;
+  std::vector<uint8_t> key;  // loaded from key_file by parse_sync_config
+  std::chrono::milliseconds flush_interval{10};
+  uint32_t mtu = 1500;
+  std::chrono::seconds bulk_timeout_min{5};
+  uint32_t peer_node_id = 0;
+};
+
+// Reads and checks the [sync] section, and loads the key file (a relative path is relative to
+// the config file's directory). Throws ConfigError naming the file, [sync] and the key, e.g.
+// "pairwall.toml: [sync] port: expected 1..65535, got 0".
+SyncConfig parse_sync_config(const toml::table& section, const std::string& file);
+
+}  // namespace pairwall::sync

@@ -1,0 +1,576 @@
+// Two protocol cores joined by a simulated link, time driven by hand: delivery, batching,
+// reliability under loss, reordering and duplication, resyncs, bulk transfers, liveness, and
+// every datagram a node must refuse.
+#include <catch2/catch.hpp>
+#include <random>
+#include <set>
+
+#include "daemon/sync/records.h"
+#include "harness.h"
+
+using namespace pairwall::sync;
+using namespace pairwall::sync::test;
+using pairwall::engine::StateRecord;
+using pairwall::engine::TcpState;
+using Kind = StateRecord::Kind;
+
+namespace {
+
+constexpr Micros ms(int64_t n) {
+  return Micros{n * 1000};
+}
+
+uint64_t drops(const SyncProtocol& p, DropReason r) {
+  return p.counters().drops[static_cast<std::size_t>(r)];
+}
+
+StateRecord update_of(StateRecord r, uint32_t advance, TcpState s = TcpState::Established) {
+  r.kind = Kind::Update;
+  r.src.seqlo += advance;
+  r.src.seqhi += advance;
+  r.src.state = static_cast<uint8_t>(s);
+  r.dst.state = static_cast<uint8_t>(s);
+  return r;
+}
+
+StateRecord delete_of(const StateRecord& r) {
+  StateRecord d;
+  d.kind = Kind::Delete;
+  d.id = r.id;
+  return d;
+}
+
+// A pair that has exchanged its (empty) bulks and is idle.
+void settle(Pair& p) {
+  p.start();
+  p.run(ms(300));
+  REQUIRE(p.a->bulk_done());
+  REQUIRE(p.b->bulk_done());
+  REQUIRE(p.a->peer_state(p.now) == PeerState::Up);
+  REQUIRE(p.b->peer_state(p.now) == PeerState::Up);
+}
+
+// Random churn on one node: creates, TCP state changes, window moves, deletes; only of states the
+// node created (a connection passes through one firewall at a time).
+struct Churn {
+  uint32_t node;
+  std::mt19937_64 rng;
+  uint64_t next = 1;
+  std::vector<StateRecord> live;
+  uint64_t created = 0;
+
+  Churn(uint32_t n, uint64_t seed) : node(n), rng(seed) {}
+
+  void step(Pair& p) {
+    const int op = std::uniform_int_distribution<int>(0, 9)(rng);
+    const bool on_a = node == 1;
+    if (op < 4 || live.size() < 10) {
+      auto r = make_insert(node, next++);
+      p.change(on_a, r);
+      live.push_back(r);
+      ++created;
+    } else if (op < 9) {
+      auto& r = live[std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng)];
+      // TCP states only move forward, as on a real connection.
+      const bool closing = op == 8 || r.src.state == static_cast<uint8_t>(TcpState::FinWait1);
+      r = update_of(r, 1000, closing ? TcpState::FinWait1 : TcpState::Established);
+      p.change(on_a, r);
+      r.kind = Kind::Insert;
+    } else {
+      const std::size_t i = std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng);
+      p.change(on_a, delete_of(live[i]));
+      live[i] = live.back();
+      live.pop_back();
+    }
+  }
+};
+
+// Runs churn on both nodes for `duration` (`per_ms` changes per node per millisecond), then lets
+// the pair settle.
+void churn(Pair& p, Churn& ca, Churn& cb, Micros duration, int per_ms, Micros settle_for = ms(5000)) {
+  const Micros end = p.now + duration;
+  while (p.now < end) {
+    for (int i = 0; i < per_ms; ++i) {
+      ca.step(p);
+      cb.step(p);
+    }
+    p.run(ms(1));
+  }
+  p.run(settle_for);
+}
+
+std::vector<uint8_t> craft(const Header& h, const wire::Batch& batch, uint8_t key_fill = 0x5a) {
+  Authenticator auth(test_key(key_fill));
+  const std::string payload = batch.SerializeAsString();
+  std::vector<uint8_t> out(kOverhead + payload.size());
+  REQUIRE(seal(h, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
+               auth, out) == out.size());
+  return out;
+}
+
+wire::Batch one_insert(const StateRecord& r) {
+  wire::Batch b;
+  encode_insert(r, 0, b.add_messages()->mutable_insert());
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("an insert reaches the peer at once, with its windows", "[sync][protocol]") {
+  Pair p;
+  settle(p);
+  auto r = make_insert(1, 1);
+  r.src.wscale = pairwall::engine::PeerTracking::kScaleOffered | 7;
+  const Micros t0 = p.now;
+  p.change(true, r);
+  while (p.store_b.states.count(r.id) == 0 && p.now - t0 < ms(100)) p.run(Micros{50}, Micros{50});
+  REQUIRE(p.store_b.states.count(r.id) == 1);
+  CHECK(p.now - t0 < ms(1));  // not held for the flush interval
+  const auto& got = p.store_b.states.at(r.id);
+  CHECK(got.src == r.src);
+  CHECK(got.dst == r.dst);
+  CHECK(got.stack_key == r.stack_key);
+  CHECK(p.b->counters().applied >= 1);
+}
+
+TEST_CASE("window moves wait for the flush interval, then go out together", "[sync][protocol]") {
+  Pair p;
+  p.config_a.flush_interval = ms(10);
+  settle(p);
+  std::vector<StateRecord> states;
+  for (uint64_t i = 1; i <= 5; ++i) {
+    auto r = make_insert(1, i);
+    r.src.state = r.dst.state = static_cast<uint8_t>(TcpState::Established);
+    p.change(true, r);
+    states.push_back(r);
+  }
+  p.run(ms(50));
+  const uint64_t sent_before = p.a->counters().datagrams_sent;
+  const uint64_t keepalives_before = p.a->counters().keepalives_sent + p.a->counters().acks_sent;
+  for (auto& r : states) p.change(true, update_of(r, 500));
+  p.run(ms(5));
+  CHECK(p.store_b.states.at(states[0].id).src.seqlo == states[0].src.seqlo);  // not yet
+  p.run(ms(7));
+  CHECK(p.store_b.states.at(states[0].id).src.seqlo == states[0].src.seqlo + 500);
+  const uint64_t data = p.a->counters().datagrams_sent - sent_before -
+                        (p.a->counters().keepalives_sent + p.a->counters().acks_sent - keepalives_before);
+  CHECK(data == 1);  // five updates, one datagram
+}
+
+TEST_CASE("a datagram's worth of records goes out without waiting, filled to the MTU", "[sync][protocol]") {
+  Pair p;
+  p.config_a.flush_interval = ms(1000);
+  settle(p);
+  std::vector<StateRecord> states;
+  for (uint64_t i = 1; i <= 2000; ++i) {
+    auto r = make_insert(1, i);
+    r.src.state = r.dst.state = static_cast<uint8_t>(TcpState::Established);
+    p.store_a.local(r);
+    p.store_b.local(r);
+    states.push_back(r);
+  }
+  // Prime the TCP state cache so that the updates below are window moves, not state changes.
+  for (auto& r : states) p.a->enqueue(update_of(r, 0), p.now);
+  p.run(ms(1100));
+  p.a_to_b.capture = true;
+  for (auto& r : states) p.change(true, update_of(r, 100));
+  p.run(ms(5));
+  std::size_t data = 0;
+  std::size_t full = 0;
+  for (const auto& d : p.a_to_b.captured) {
+    const Header h = read_header(d.data());
+    if ((h.flags & frameflag::kSequenced) == 0) continue;
+    ++data;
+    if (d.size() > 1452 - 100) ++full;
+  }
+  CHECK(data >= 60);  // 2000 updates of ~45 bytes in 1368-byte payloads: ~66 datagrams...
+  CHECK(data <= 80);
+  CHECK(full >= data - 2);  // ...each filled up, within one record of the MTU
+  for (const auto& d : p.a_to_b.captured) CHECK(d.size() <= 1452);
+  p.run(ms(5));
+  CHECK(p.store_b.states.at(states[1999].id).src.seqlo == states[1999].src.seqlo + 100);
+}
+
+TEST_CASE("pending updates of one state coalesce into one message", "[sync][protocol]") {
+  Pair p;
+  settle(p);
+  auto r = make_insert(1, 1);
+  r.src.state = r.dst.state = static_cast<uint8_t>(TcpState::Established);
+  p.change(true, r);
+  p.run(ms(20));
+  const uint64_t msgs = p.a->counters().messages_sent;
+  for (int i = 1; i <= 100; ++i) p.change(true, update_of(r, static_cast<uint32_t>(i) * 10));
+  p.run(ms(20));
+  CHECK(p.a->counters().records_coalesced >= 99);
+  CHECK(p.a->counters().messages_sent - msgs <= 3);  // the update, plus a keepalive or so
+  CHECK(p.store_b.states.at(r.id).src.seqlo == r.src.seqlo + 1000);
+}
+
+TEST_CASE("both tables agree after churn over a lossy, reordering, duplicating link",
+          "[sync][protocol][loss]") {
+  const double loss = GENERATE(0.0, 0.1, 0.5);
+  const bool reorder = GENERATE(false, true);
+  INFO("loss " << loss << " reorder " << reorder);
+  Pair p;
+  settle(p);
+  for (Link* l : {&p.a_to_b, &p.b_to_a}) {
+    l->loss = loss;
+    l->duplicate = 0.05;
+    if (reorder) l->jitter = ms(3);
+  }
+  Churn ca(1, 101);
+  Churn cb(2, 202);
+  churn(p, ca, cb, ms(2000), 2, ms(20'000));
+  CHECK(p.tables_agree());
+  CHECK(p.store_a.states.size() == ca.live.size() + cb.live.size());
+  CHECK(p.store_a.states.size() > 1000);
+  if (loss > 0) {
+    CHECK(p.a->counters().resends > 0);
+    CHECK(p.b->counters().resends > 0);
+  }
+  // Copies made by the link carry a transmission counter already seen.
+  CHECK(drops(*p.b, DropReason::Replay) > 0);
+  // Nothing was given up: the resend window covered every loss.
+  CHECK(p.a->counters().gaps == 0);
+  CHECK(p.a->counters().full_resyncs_started == 0);
+  CHECK(p.a->counters().drops[static_cast<std::size_t>(DropReason::MalformedPayload)] == 0);
+}
+
+TEST_CASE("a link down longer than the resend window: gap reported, incremental resync",
+          "[sync][protocol][gap]") {
+  Pair p;
+  p.config_a.send.capacity = 64;
+  p.config_b.send.capacity = 64;
+  settle(p);
+  Churn ca(1, 7);
+  Churn cb(2, 8);
+  churn(p, ca, cb, ms(200), 2, ms(200));
+  REQUIRE(p.tables_agree());
+  p.a_to_b.up = false;
+  p.b_to_a.up = false;
+  churn(p, ca, cb, ms(5000), 1, ms(0));
+  CHECK(p.a->peer_state(p.now) == PeerState::Down);
+  CHECK(p.a->counters().window_evictions > 0);
+  p.a_to_b.up = true;
+  p.b_to_a.up = true;
+  churn(p, ca, cb, ms(1000), 1, ms(10'000));
+  CHECK(p.tables_agree());
+  CHECK(p.store_b.states.size() == ca.live.size() + cb.live.size());
+  // Each side saw the gap, asked for the range, and was answered with current versions.
+  for (auto* n : {p.a.get(), p.b.get()}) {
+    CHECK(n->counters().gaps > 0);
+    CHECK(n->counters().gap_sequences > 64);
+    CHECK(n->counters().resync_requests_sent > 0);
+    CHECK(n->counters().resync_requests_served > 0);
+    CHECK(n->counters().resync_states_sent > 0);
+    CHECK(n->counters().full_resyncs_started == 0);
+  }
+}
+
+TEST_CASE("a gap nothing can fill any more starts a full resync, reported", "[sync][protocol][gap]") {
+  Pair p;
+  p.config_a.send.capacity = 16;
+  p.config_a.send.evicted_id_budget = 50;
+  settle(p);
+  p.a_to_b.up = false;
+  std::vector<StateRecord> made;
+  for (uint64_t i = 1; i <= 3000; ++i) {
+    made.push_back(make_insert(1, i));
+    p.change(true, made.back());
+    if (i % 10 == 0) p.run(ms(1));
+  }
+  CHECK(p.a->counters().evicted_ids_dropped > 0);
+  p.a_to_b.up = true;
+  p.run(ms(10'000));
+  CHECK(p.a->counters().full_resyncs_started >= 1);
+  CHECK(p.b->counters().full_resyncs_received >= 1);
+  CHECK(p.b->counters().gaps >= 1);
+  CHECK(p.store_b.states.size() == 3000);
+  CHECK(p.tables_agree());
+}
+
+TEST_CASE("a starting node is demoted until its bulk ends, and gets every state", "[sync][protocol][bulk]") {
+  Pair p;
+  p.config_a.request_bulk_at_start = false;
+  // A 100 Mbit/s link with room for 100 datagrams in its queue.
+  p.a_to_b.bytes_per_us = 12.5;
+  p.a_to_b.queue_limit = 100;
+  p.start();
+  constexpr uint64_t kStates = 20'000;
+  for (uint64_t i = 1; i <= kStates; ++i) p.store_a.local(make_insert(1, i));
+  p.restart_b(5000);
+  CHECK_FALSE(p.b->bulk_done());
+  CHECK(p.b->bulk_state() == BulkState::Requested);
+
+  std::size_t max_in_flight = 0;
+  double max_cwnd = 0;
+  bool saw_receiving = false;
+  bool live_seen_during_bulk = false;
+  const Micros t0 = p.now;
+  uint64_t live = kStates;
+  while (p.b->bulk_state() != BulkState::Done && p.now - t0 < ms(30'000)) {
+    p.run(ms(1));
+    const auto st = p.a->status(p.now);
+    max_in_flight = std::max(max_in_flight, st.in_flight);
+    max_cwnd = std::max(max_cwnd, st.cwnd);
+    if (p.b->bulk_state() == BulkState::Receiving) {
+      saw_receiving = true;
+      CHECK_FALSE(p.b->bulk_done());
+      // A live insert during the bulk gets through long before the bulk ends.
+      if (!live_seen_during_bulk && p.store_b.states.size() > 1000) {
+        const auto r = make_insert(1, ++live);
+        p.change(true, r);
+        p.run(ms(20));
+        live_seen_during_bulk =
+            p.store_b.states.count(r.id) == 1 && p.b->bulk_state() == BulkState::Receiving;
+      }
+    }
+  }
+  REQUIRE(p.b->bulk_state() == BulkState::Done);
+  CHECK(p.b->bulk_done());
+  CHECK(saw_receiving);
+  CHECK(live_seen_during_bulk);
+  CHECK(p.store_b.states.size() == live);
+  CHECK(p.b->status(p.now).bulk_expected == kStates);
+  CHECK(p.b->status(p.now).bulk_received == kStates);
+  CHECK(p.a->counters().bulks_served == 1);
+  // Paced by the acks: never more in flight than the congestion window allowed, and the
+  // bottleneck's queue overflowed rarely if ever.
+  CHECK(max_in_flight <= static_cast<std::size_t>(max_cwnd) + 1);
+  CHECK(max_cwnd <= p.config_a.send.cwnd_max);
+  CHECK(p.a_to_b.queue_drops < p.a_to_b.sent / 20);
+  CHECK(p.tables_agree());
+  // 20,000 states (~1,500 datagrams) over 100 Mbit/s take ~0.2 s; a fixed 20 ms gap would take 30 s.
+  CHECK(p.now - t0 < ms(1000));
+}
+
+TEST_CASE("bulk pacing adapts to a lossy link and still delivers everything", "[sync][protocol][bulk]") {
+  Pair p;
+  p.config_a.request_bulk_at_start = false;
+  p.start();
+  for (uint64_t i = 1; i <= 5000; ++i) p.store_a.local(make_insert(1, i));
+  p.a_to_b.loss = 0.2;
+  p.restart_b(5000);
+  p.run(ms(20'000));
+  CHECK(p.b->bulk_state() == BulkState::Done);
+  CHECK(p.store_b.states.size() == 5000);
+  CHECK(p.a->counters().resends > 0);
+  CHECK(p.a->status(p.now).cwnd < p.config_a.send.cwnd_max);  // losses kept the window down
+}
+
+TEST_CASE("a bulk with no answer times out after the minimum", "[sync][protocol][bulk]") {
+  Pair p;
+  p.config_b.bulk_timeout_min = ms(5000);
+  p.start();
+  p.a_to_b.up = false;
+  p.b_to_a.up = false;
+  p.restart_b(5000);
+  p.run(ms(4900));
+  CHECK(p.b->bulk_state() == BulkState::Requested);
+  CHECK_FALSE(p.b->bulk_done());
+  p.run(ms(200));
+  CHECK(p.b->bulk_state() == BulkState::TimedOut);
+  CHECK(p.b->bulk_done());  // never demoted for ever
+  CHECK(p.b->counters().bulk_timeouts == 1);
+}
+
+TEST_CASE("a bulk's timeout grows with the count it announced", "[sync][protocol][bulk]") {
+  Pair p;
+  p.config_a.request_bulk_at_start = false;
+  p.config_b.bulk_timeout_min = ms(1000);
+  p.config_b.bulk_min_rate = 10'000;
+  p.start();
+  for (uint64_t i = 1; i <= 30'000; ++i) p.store_a.local(make_insert(1, i));
+  p.restart_b(5000);
+  while (p.b->bulk_state() != BulkState::Receiving) p.run(Micros{200});
+  const Micros started = p.now;
+  p.a_to_b.up = false;  // the transfer stalls
+  // 30,000 states at 10,000/s: 3 s on top of the 1 s minimum.
+  while (p.b->bulk_state() == BulkState::Receiving && p.now - started < ms(10'000)) p.run(ms(10));
+  CHECK(p.b->bulk_state() == BulkState::TimedOut);
+  CHECK(p.now - started >= ms(4000));
+  CHECK(p.now - started < ms(4100));
+}
+
+TEST_CASE("keepalives tell up, one-way and down within a second", "[sync][protocol][liveness]") {
+  Pair p;
+  settle(p);
+  p.a_to_b.up = false;  // B no longer hears A
+  const Micros cut = p.now;
+  Micros b_down{0}, a_one_way{0};
+  while (p.now - cut < ms(1500)) {
+    p.run(ms(10));
+    if (b_down.count() == 0 && p.b->peer_state(p.now) == PeerState::Down) b_down = p.now - cut;
+    if (a_one_way.count() == 0 && p.a->peer_state(p.now) == PeerState::OneWay) a_one_way = p.now - cut;
+  }
+  CHECK(b_down.count() > 0);
+  CHECK(b_down < ms(1000));
+  CHECK(a_one_way.count() > 0);
+  CHECK(a_one_way < ms(1000));
+  CHECK(p.a->peer_state(p.now) == PeerState::OneWay);
+  p.a_to_b.up = true;
+  p.run(ms(500));
+  CHECK(p.a->peer_state(p.now) == PeerState::Up);
+  CHECK(p.b->peer_state(p.now) == PeerState::Up);
+  p.a_to_b.up = false;
+  p.b_to_a.up = false;
+  p.run(ms(1000));
+  CHECK(p.a->peer_state(p.now) == PeerState::Down);
+  CHECK(p.b->peer_state(p.now) == PeerState::Down);
+}
+
+TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sync][protocol][reject]") {
+  Pair p;
+  settle(p);
+  const auto before = p.store_b.states.size();
+  Header h;
+  h.flags = frameflag::kSequenced;
+  h.node_id = 1;
+  h.epoch = p.config_a.epoch;
+  h.xmit = 1'000'000;
+  h.seq = 1'000'000;
+  h.send_base = 1'000'000;
+
+  SECTION("unknown sender") {
+    Header x = h;
+    x.node_id = 3;
+    p.b->receive(craft(x, one_insert(make_insert(3, 1))), p.now);
+    CHECK(drops(*p.b, DropReason::UnknownSender) == 1);
+  }
+  SECTION("our own datagram looped back") {
+    Header x = h;
+    x.node_id = 2;
+    p.b->receive(craft(x, one_insert(make_insert(2, 1))), p.now);
+    CHECK(drops(*p.b, DropReason::UnknownSender) == 1);
+  }
+  SECTION("wrong key") {
+    p.b->receive(craft(h, one_insert(make_insert(1, 99)), 0x77), p.now);
+    CHECK(drops(*p.b, DropReason::BadTag) == 1);
+  }
+  SECTION("stale epoch") {
+    Header x = h;
+    x.epoch = p.config_a.epoch - 1;
+    p.b->receive(craft(x, one_insert(make_insert(1, 99))), p.now);
+    CHECK(drops(*p.b, DropReason::StaleEpoch) == 1);
+  }
+  SECTION("malformed payload under a good tag") {
+    Authenticator auth(test_key());
+    const std::vector<uint8_t> junk = {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
+    std::vector<uint8_t> d(kOverhead + junk.size());
+    REQUIRE(seal(h, junk, auth, d) == d.size());
+    p.b->receive(d, p.now);
+    CHECK(drops(*p.b, DropReason::MalformedPayload) == 1);
+  }
+  SECTION("a sequenced datagram without a sequence") {
+    Header x = h;
+    x.seq = 0;
+    p.b->receive(craft(x, one_insert(make_insert(1, 99))), p.now);
+    CHECK(drops(*p.b, DropReason::MalformedPayload) == 1);
+  }
+  SECTION("garbage and truncation") {
+    p.b->receive(std::vector<uint8_t>(64, 0), p.now);
+    p.b->receive(std::vector<uint8_t>{0x50, 0x57, 1, 0}, p.now);
+    CHECK(drops(*p.b, DropReason::BadMagic) == 1);
+    CHECK(drops(*p.b, DropReason::Truncated) == 1);
+  }
+  CHECK(p.store_b.states.size() == before);
+  CHECK(p.store_b.states.count({1, 99}) == 0);
+  // The node keeps working.
+  const auto r = make_insert(1, 500);
+  p.change(true, r);
+  p.run(ms(5));
+  CHECK(p.store_b.states.count(r.id) == 1);
+}
+
+TEST_CASE("an authenticated state with out-of-range fields is dropped, the rest applied",
+          "[sync][protocol][reject]") {
+  // A node that has not heard its peer yet takes this datagram as the peer's first.
+  FakeStore store;
+  SyncProtocol b(Pair::base_config(2), test_key(), store, ms(1000));
+  Header h;
+  h.flags = frameflag::kSequenced;
+  h.node_id = 1;
+  h.epoch = 77;
+  h.xmit = 1;
+  h.seq = 1;
+  h.send_base = 1;
+  wire::Batch batch = one_insert(make_insert(1, 1));
+  encode_insert(make_insert(1, 2), 0, batch.add_messages()->mutable_insert());
+  batch.mutable_messages(0)->mutable_insert()->mutable_src()->set_state(200);
+  b.receive(craft(h, batch), ms(1000));
+  CHECK(drops(b, DropReason::MalformedPayload) == 1);
+  CHECK(store.states.count({1, 1}) == 0);
+  CHECK(store.states.count({1, 2}) == 1);
+  CHECK(b.counters().datagrams_received == 1);
+}
+
+TEST_CASE("a captured datagram played again is dropped as a replay", "[sync][protocol][reject]") {
+  Pair p;
+  settle(p);
+  p.a_to_b.capture = true;
+  const auto r = make_insert(1, 1);
+  p.change(true, r);
+  p.run(ms(5));
+  REQUIRE(p.store_b.states.count(r.id) == 1);
+  p.change(true, delete_of(r));
+  p.run(ms(20));
+  REQUIRE(p.store_b.states.count(r.id) == 0);
+  // Playing the insert again must not bring the state back.
+  for (const auto& d : p.a_to_b.captured) p.b->receive(d, p.now);
+  CHECK(drops(*p.b, DropReason::Replay) == p.a_to_b.captured.size());
+  CHECK(p.store_b.states.count(r.id) == 0);
+  // Nor after the peer restarts: the old epoch is stale then.
+  const auto captured = p.a_to_b.captured;
+  p.config_a.epoch += 10;
+  p.a = std::make_unique<SyncProtocol>(p.config_a, test_key(), p.store_a, p.now);
+  p.run(ms(100));
+  for (const auto& d : captured) p.b->receive(d, p.now);
+  CHECK(drops(*p.b, DropReason::StaleEpoch) == captured.size());
+  CHECK(p.store_b.states.count(r.id) == 0);
+}
+
+TEST_CASE("a peer restart is noticed and both sides resync", "[sync][protocol][bulk]") {
+  Pair p;
+  settle(p);
+  for (uint64_t i = 1; i <= 300; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(100));
+  REQUIRE(p.store_b.states.size() == 300);
+  p.restart_b(p.config_b.epoch + 1);
+  CHECK_FALSE(p.b->bulk_done());
+  p.run(ms(1000));
+  CHECK(p.b->bulk_done());
+  CHECK(p.store_b.states.size() == 300);
+  CHECK(p.a->counters().peer_restarts == 1);
+  CHECK(p.a->counters().bulks_served == 2);  // B's first boot and its restart
+  CHECK(p.a->bulk_done());                   // A's own demotion is not affected
+}
+
+TEST_CASE("an update for a state the peer lacks brings the whole state", "[sync][protocol]") {
+  Pair p;
+  settle(p);
+  auto r = make_insert(1, 42);
+  p.change(true, r);
+  p.run(ms(10));
+  REQUIRE(p.store_b.states.count(r.id) == 1);
+  p.store_b.states.erase(r.id);  // lost on B for whatever reason
+  p.change(true, update_of(r, 100));
+  p.run(ms(50));
+  CHECK(p.b->counters().apply_unknown == 1);
+  CHECK(p.b->counters().state_requests_sent == 1);
+  REQUIRE(p.store_b.states.count(r.id) == 1);
+  CHECK(p.store_b.states.at(r.id).src.seqlo == r.src.seqlo + 100);
+}
+
+TEST_CASE("a clear empties the peer's table", "[sync][protocol]") {
+  Pair p;
+  settle(p);
+  for (uint64_t i = 1; i <= 50; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(20));
+  REQUIRE(p.store_b.states.size() == 50);
+  StateRecord clear;
+  clear.kind = Kind::Clear;
+  clear.id.creator = 1;
+  p.change(true, clear);
+  p.run(ms(5));
+  CHECK(p.store_b.states.empty());
+}

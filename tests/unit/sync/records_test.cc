@@ -1,0 +1,145 @@
+// StateRecord <-> wire messages: round trips (IPv4, IPv6, NAT, UDP) and the validation that keeps
+// out-of-range values from a peer out of the state table.
+#include "daemon/sync/records.h"
+
+#include <catch2/catch.hpp>
+
+#include "harness.h"
+
+using namespace pairwall::sync;
+using pairwall::engine::StateRecord;
+
+namespace {
+
+void check_same(const StateRecord& a, const StateRecord& b) {
+  CHECK(a.id == b.id);
+  CHECK(a.stack_key == b.stack_key);
+  CHECK(a.wire_key == b.wire_key);
+  CHECK(a.src == b.src);
+  CHECK(a.dst == b.dst);
+  CHECK(a.timeout == b.timeout);
+  CHECK(a.expires_in == b.expires_in);
+  CHECK(a.rule == b.rule);
+  CHECK(a.flags == b.flags);
+}
+
+StateRecord round_trip_insert(const StateRecord& r) {
+  wire::Insert m;
+  encode_insert(r, 0, &m);
+  wire::Insert parsed;
+  REQUIRE(parsed.ParseFromString(m.SerializeAsString()));
+  StateRecord out;
+  REQUIRE(decode_insert(parsed, out));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("inserts round trip", "[sync][records]") {
+  SECTION("IPv4 TCP") {
+    const auto r = test::make_insert(3, 123456789);
+    const auto out = round_trip_insert(r);
+    check_same(out, r);
+    CHECK(out.kind == StateRecord::Kind::Insert);
+  }
+  SECTION("IPv6 TCP with window scale") {
+    auto r = test::make_insert(4, 77, true);
+    r.src.wscale = pairwall::engine::PeerTracking::kScaleOffered | 7;
+    r.dst.wscale = pairwall::engine::PeerTracking::kScaleOffered | 14;
+    check_same(round_trip_insert(r), r);
+  }
+  SECTION("NAT: both keys") {
+    auto r = test::make_insert(1, 5);
+    r.wire_key.addr[0] = pairwall::engine::IpAddress::v4(0xcb007101);
+    r.wire_key.port[0] = 40000;
+    r.flags = pairwall::engine::stateflag::kTranslated;
+    check_same(round_trip_insert(r), r);
+  }
+  SECTION("UDP with flow states") {
+    auto r = test::make_insert(1, 6);
+    r.stack_key.proto = r.wire_key.proto = 17;
+    r.src = {0, 0, 0, 0, static_cast<uint8_t>(pairwall::engine::FlowState::Multiple), 0};
+    r.dst = {0, 0, 0, 0, static_cast<uint8_t>(pairwall::engine::FlowState::Single), 0};
+    r.timeout = pairwall::engine::TimeoutClass::UdpMultiple;
+    check_same(round_trip_insert(r), r);
+  }
+}
+
+TEST_CASE("an insert without translation sends one key", "[sync][records]") {
+  const auto r = test::make_insert(1, 1);
+  wire::Insert m;
+  encode_insert(r, 0, &m);
+  CHECK_FALSE(m.has_wire_key());
+  CHECK(m.ByteSizeLong() < 90);  // a full IPv4 TCP state in under 90 bytes
+}
+
+TEST_CASE("updates and deletes round trip", "[sync][records]") {
+  auto r = test::make_insert(2, 99);
+  r.kind = StateRecord::Kind::Update;
+  r.src.seqlo = 0xfffffff0;
+  r.dst.state = static_cast<uint8_t>(pairwall::engine::TcpState::Established);
+  wire::Update u;
+  encode_update(r, &u);
+  StateRecord out;
+  REQUIRE(decode_update(u, out));
+  CHECK(out.kind == StateRecord::Kind::Update);
+  CHECK(out.id == r.id);
+  CHECK(out.src == r.src);
+  CHECK(out.dst == r.dst);
+  CHECK(out.timeout == r.timeout);
+
+  wire::Delete d;
+  encode_delete(r.id, &d);
+  REQUIRE(decode_delete(d, out));
+  CHECK(out.kind == StateRecord::Kind::Delete);
+  CHECK(out.id == r.id);
+}
+
+TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
+  const auto r = test::make_insert(1, 1);
+  wire::Insert good;
+  encode_insert(r, 0, &good);
+  StateRecord out;
+  REQUIRE(decode_insert(good, out));
+
+  struct Case {
+    const char* name;
+    std::function<void(wire::Insert&)> spoil;
+  };
+  const std::vector<Case> cases = {
+      {"family 5", [](wire::Insert& m) { m.mutable_stack_key()->set_family(5); }},
+      {"IPv4 address of 5 bytes", [](wire::Insert& m) { m.mutable_stack_key()->set_addr0("12345"); }},
+      {"IPv6 family with IPv4 addresses", [](wire::Insert& m) { m.mutable_stack_key()->set_family(6); }},
+      {"port 65536", [](wire::Insert& m) { m.mutable_stack_key()->set_port1(65536); }},
+      {"protocol 256", [](wire::Insert& m) { m.mutable_stack_key()->set_proto(256); }},
+      {"TCP state 11", [](wire::Insert& m) { m.mutable_src()->set_state(11); }},
+      {"window scale 15", [](wire::Insert& m) { m.mutable_dst()->set_wscale(0x80 | 15); }},
+      {"stray scale bits", [](wire::Insert& m) { m.mutable_dst()->set_wscale(0x40); }},
+      {"mss 70000", [](wire::Insert& m) { m.mutable_src()->set_mss(70000); }},
+      {"timeout class past the end", [](wire::Insert& m) { m.set_timeout(99); }},
+      {"flags past 8 bits", [](wire::Insert& m) { m.set_flags(0x100); }},
+      {"state counter 0", [](wire::Insert& m) { m.set_counter(0); }},
+      {"no key", [](wire::Insert& m) { m.clear_stack_key(); }},
+      {"wire key of another family",
+       [](wire::Insert& m) {
+         auto* k = m.mutable_wire_key();
+         *k = m.stack_key();
+         k->set_family(6);
+         k->set_addr0(std::string(16, 'a'));
+         k->set_addr1(std::string(16, 'b'));
+       }},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    wire::Insert m = good;
+    c.spoil(m);
+    CHECK_FALSE(decode_insert(m, out));
+  }
+
+  wire::Update u;
+  encode_update(r, &u);
+  u.set_timeout(1000);
+  CHECK_FALSE(decode_update(u, out));
+  wire::Delete d;
+  CHECK_FALSE(decode_delete(d, out));  // counter 0
+}
