@@ -61,12 +61,19 @@ def pid_alive(pid):
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); reap it if it is ours.
+    # A zombie still answers kill(0): reap it if it is ours; one whose parent is gone (the `up` that
+    # started it exited) may wait long for init to reap it, and is dead all the same.
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
+        if done != 0:
+            return False
     except ChildProcessError:
-        return True
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def stop_pids(pids, grace=3.0):
