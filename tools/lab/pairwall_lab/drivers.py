@@ -372,6 +372,11 @@ class PairwalldDriver(Driver):
             roles = sorted(s.get("role") or "?" for s in st.values())
             if roles == ["backup", "master"] and all(s.get("bulk_done") for s in st.values()):
                 return st
+            if self.elects and all(isinstance(s.get("failover"), dict) and s["failover"].get("enabled") is False
+                                   for s in st.values()):
+                raise LabError("pairwalld reports no failover service (failover status: enabled false), so "
+                               "nobody will become master: this pairwalld does not run [failover] yet; use "
+                               "--driver scripted (the lab moves the VIPs) until it does")
             time.sleep(0.1)
         raise LabError(f"the pair did not settle within {timeout:.0f} s (want one master, one backup, bulk "
                        f"sync done); last status: {json.dumps(last)}; see logs in {self.lab.run_dir}")
