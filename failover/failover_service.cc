@@ -69,7 +69,12 @@ FailoverService::~FailoverService() {
 }
 
 void FailoverService::start() {
+  // The first rank we advertise must already count an unfinished bulk sync.
+  const bool bulk_done = hooks_.bulk_sync_complete ? hooks_.bulk_sync_complete() : true;
+  const bool engine_ok = hooks_.engine_healthy ? hooks_.engine_healthy() : true;
   std::lock_guard lock(mutex_);
+  demotion_.set(DemoteReason::BulkSync, !bulk_done);
+  demotion_.set(DemoteReason::Engine, !engine_ok);
   const bool builtin = config_.driver == Driver::Builtin;
   links_ = std::make_unique<LinkWatch>(io_, config_.interfaces(), [this] { on_links_changed(); });
   links_->start();
@@ -138,7 +143,7 @@ void FailoverService::apply(Time t, const Actions& a) {
     const VipResult r = vips_->release();
     if (r.failed) {
       ++counters_.vip_errors;
-      spdlog::error("failover: releasing VIPs: {}", r.error);
+      log_vip_error("releasing VIPs: " + r.error);
     }
     vips_held_ = false;
     announce_fast_left_ = 0;
@@ -149,7 +154,7 @@ void FailoverService::apply(Time t, const Actions& a) {
     const VipResult r = vips_->acquire();
     if (r.failed) {
       ++counters_.vip_errors;
-      spdlog::error("failover: adding VIPs: {} ({} of {} failed)", r.error, r.failed, vips_->vips().size());
+      log_vip_error("adding VIPs: " + r.error);
     }
     vips_held_ = true;
     if (vips_->lease_s() > 0) next_renew_ = t + std::chrono::seconds(vips_->lease_s()) / 3;
@@ -166,6 +171,13 @@ void FailoverService::apply(Time t, const Actions& a) {
     announce_tail_until_ = lease ? t + std::chrono::seconds(lease + 1) : t;
   }
   log_new_transitions();
+}
+
+void FailoverService::log_vip_error(const std::string& what) {
+  // A master whose VIP interface is gone retries every renewal; say so once, not every second.
+  if (what == last_vip_error_) return;
+  last_vip_error_ = what;
+  spdlog::error("failover: {} (retried while master; counted in vip_errors)", what);
 }
 
 void FailoverService::log_new_transitions() {
@@ -321,7 +333,9 @@ void FailoverService::on_tick() {
     ++counters_.vip_renewals;
     if (r.failed) {
       ++counters_.vip_errors;
-      spdlog::error("failover: renewing VIPs: {}", r.error);
+      log_vip_error("renewing VIPs: " + r.error);
+    } else {
+      last_vip_error_.clear();
     }
     next_renew_ = t + std::max<Time>(std::chrono::seconds(vips_->lease_s()) / 3, milliseconds(500));
   }

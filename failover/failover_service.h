@@ -127,6 +127,7 @@ class FailoverService final : public control::FailoverControl {
  private:
   void apply(Time now, const Actions& actions);
   void log_new_transitions();
+  void log_vip_error(const std::string& what);
   void send_advert(Time now);
   void announce_all();
   void on_advert(std::span<const uint8_t> frame, int ttl);
@@ -153,6 +154,7 @@ class FailoverService final : public control::FailoverControl {
   std::vector<std::unique_ptr<AdvertSocket>> sockets_;
   std::array<bool, kRejectCount> reject_logged_{};
   std::vector<bool> last_carrier_;
+  std::string last_vip_error_;
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer poll_timer_;
 

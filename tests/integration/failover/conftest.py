@@ -39,11 +39,23 @@ def pair_factory():
         p.cleanup()
 
 
+def _cpu_times():
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
 @pytest.fixture
 def report():
-    """Appends one JSON object per measurement to $FAILOVER_RESULTS (if set) and prints it."""
+    """Appends one JSON object per measurement to $FAILOVER_RESULTS (if set) and prints it, with
+    the CPU steal and load seen since the test started: figures from a noisy VM need both."""
+    start = _cpu_times()
 
     def write(**fields):
+        now = _cpu_times()
+        delta = [b - a for a, b in zip(start, now)]
+        total = sum(delta) or 1
+        fields["cpu_steal_pct"] = round(100 * delta[7] / total, 1) if len(delta) > 7 else None
+        fields["cpu_busy_pct"] = round(100 * (total - delta[3] - delta[4]) / total, 1)
         line = json.dumps(fields, sort_keys=True)
         print(line)
         path = os.environ.get("FAILOVER_RESULTS")
