@@ -9,7 +9,7 @@ from lab_support import ADVBASE_MS
 
 
 def test_split_brain_heals(make_lab):
-    lab = make_lab("builtin")
+    lab = make_lab("builtin", sync=False)
     chaos.block_adverts(lab)
     try:
         deadline = time.monotonic() + 3.0

@@ -1,11 +1,12 @@
 """10% of sync datagrams dropped both ways while states are created: once the loss stops, both tables
-hold exactly the same states (the resend window and gap resync lose nothing silently)."""
+hold exactly the same states (the resend window and gap resync lose nothing silently). The lab holds the VIPs still (scripted driver):
+the scenario is about sync, not election."""
 
 from pairwall_lab import chaos, drill
 
 
 def test_sync_loss_10pct_tables_converge(make_lab, out_dir):
-    lab = make_lab("builtin")
+    lab = make_lab("scripted")
     chaos.sync_loss(lab, 0.10)
     try:
         for i in range(5):

@@ -20,7 +20,7 @@ import secrets
 import time
 
 from . import netns, topology
-from .netns import LabError
+from .netns import FeatureMissing, LabError
 
 KILL_KINDS = ("master", "node", "link", "sync")
 
@@ -355,7 +355,9 @@ class PairwalldDriver(Driver):
         while time.monotonic() < deadline:
             if self.socket(node).exists():
                 return
-            if not self.lab.process_alive(node, "pairwalld"):
+            # The pid alone: right after the spawn `ip netns exec` may not have entered the namespace yet.
+            pid = self.lab.pid_of(node, "pairwalld")
+            if pid is None or not netns.pid_alive(pid):
                 raise LabError(f"pairwalld in {self.lab.ns[node]} exited at start:\n"
                                f"{self.lab.log_tail(node, 'pairwalld')}")
             time.sleep(0.05)
@@ -374,7 +376,7 @@ class PairwalldDriver(Driver):
                 return st
             if self.elects and all(isinstance(s.get("failover"), dict) and s["failover"].get("enabled") is False
                                    for s in st.values()):
-                raise LabError("pairwalld reports no failover service (failover status: enabled false), so "
+                raise FeatureMissing("pairwalld reports no failover service (failover status: enabled false), so "
                                "nobody will become master: this pairwalld does not run [failover] yet; use "
                                "--driver scripted (the lab moves the VIPs) until it does")
             time.sleep(0.1)
@@ -408,6 +410,15 @@ class PairwalldDriver(Driver):
         # Only the failover status: this is polled every 100 ms during a drill.
         return {n.name: role_of(self.ctl(n.name, "failover", "status", "--json"))
                 if self.lab.process_alive(n.name, "pairwalld") else "down" for n in topology.NODES}
+
+    def sync_enabled(self):
+        """{node: whether its pairwalld runs state sync} (False also when it cannot be asked)."""
+        out = {}
+        for n in topology.NODES:
+            sy = self.ctl(n.name, "sync", "status", "--json") if self.lab.process_alive(n.name, "pairwalld") \
+                else None
+            out[n.name] = bool(sy and find_key(sy, ("enabled",)))
+        return out
 
     def states(self):
         out = {}

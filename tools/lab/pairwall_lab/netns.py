@@ -15,6 +15,10 @@ class LabError(RuntimeError):
     """A failure an operator can act on; the message says what failed and what to look at."""
 
 
+class FeatureMissing(LabError):
+    """pairwalld runs but reports that a service the lab needs (failover, sync) is not in this build."""
+
+
 def run(cmd, check=True, timeout=30, capture=True):
     """Runs a command (list) and returns CompletedProcess; raises LabError with its stderr on failure."""
     try:
