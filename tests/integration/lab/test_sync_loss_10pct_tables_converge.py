@@ -12,8 +12,8 @@ def test_sync_loss_10pct_tables_converge(make_lab, out_dir):
         for i in range(5):
             chaos.preload_udp_states(lab, 4000, sport=20000 + i, rate=2000)  # 10 s of churn
         # Long-lived TCP too: updates (windows, TCP states) must converge as well as inserts.
-        rep = drill.run(lab, connections=50, duration=6.0, kill="sync", kill_after=1.0, restore_after=0.5,
-                        out_dir=out_dir)
+        rep = drill.run(lab, connections=50, duration=6.0, kill=None, kill_after=1.0, restore_after=0.5,
+                        out_dir=out_dir, churn_per_s=20)
     finally:
         chaos.clear_faults(lab)
     assert rep["survived"] == 50

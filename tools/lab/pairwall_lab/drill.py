@@ -81,10 +81,13 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         interval_ms=20.0, settle=True, progress=None, repeat=1, kill_every=None, churn_per_s=0.0):
     """Runs one drill and returns the report dictionary (also written to OUT_DIR/report.json).
 
+    kill=None runs the traffic and reports without failing anything (for scenarios that inject their own
+    faults).
+
     repeat > 1 fails the master `repeat` times, every `kill_every` seconds, each time the node that is
     master then (so kills alternate between the nodes); the report's top-level figures are then the worst
     failover and the survival across all kills, with each kill's figures under "kills"."""
-    if kill not in drivers.KILL_KINDS:
+    if kill is not None and kill not in drivers.KILL_KINDS:
         raise LabError(f"--kill {kill}: expected one of {', '.join(drivers.KILL_KINDS)}")
     kill_every = kill_every or (restore_after + 3.0)
     last_kill = kill_after + (repeat - 1) * kill_every
@@ -134,6 +137,10 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
             if k > 0:
                 old = lab.master()
             t_kill = time.monotonic()
+            if kill is None:
+                # Traffic only: the "kill" instant is a reference point for the report, nothing fails.
+                kills.append((t_kill, old, None))
+                continue
             driver.kill(old, kill)
             pending_restore = old
             kills.append((t_kill, old, topology.other(old) if kill != "sync" else None))
