@@ -8,7 +8,7 @@ import sys
 
 from . import drill, report, topology
 from .lab import DEFAULT_PREFIX, PKG_DIR, REPO, RUN_ROOT, Lab
-from .netns import LabError
+from .netns import FeatureMissing, LabError
 
 TOPOLOGY_HELP = f"""\
 namespaces (PREFIX defaults to {DEFAULT_PREFIX!r}):
@@ -133,12 +133,21 @@ def demo(args, say):
             say(f"WARNING: {lab.bin('pairwalld')} is not built: this demo runs WITHOUT pairwall (kernel "
                 "forwarding, scripted takeover); it shows the lab and its measurements, not the firewall")
     say(f"bringing the lab up (driver {lab.driver_name}, advbase {args.advbase_ms} ms)")
-    lab.up(replace=True)
+    try:
+        lab.up(replace=True)
+    except FeatureMissing as e:
+        if args.driver != "auto":
+            raise
+        say(f"WARNING: {e}")
+        say("WARNING: falling back to --driver scripted: pairwalld filters, the lab moves the VIPs; "
+            "connections survive only if pairwalld syncs its states")
+        lab = Lab(args.prefix, bin_dir=args.bin_dir, driver="scripted", advbase_ms=args.advbase_ms)
+        lab.up(replace=True)
     try:
         rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
                         kill_after=args.kill_after, restore_after=args.restore_after, out_dir=args.out,
                         progress=say, repeat=args.repeat, kill_every=args.kill_every,
-                            churn_per_s=args.churn)
+                        churn_per_s=args.churn)
         rep["plot"] = make_plot(rep, say)
     finally:
         say("tearing the lab down")

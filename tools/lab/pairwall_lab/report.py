@@ -131,4 +131,14 @@ def human(report):
     lines.append(f"probes:        ping lost {report['ping_lost']}/{report['ping_sent']}, "
                  f"UDP lost {report['udp_lost']}/{report['udp_sent']}")
     lines.append(f"states:        fwA {report['states_a']}, fwB {report['states_b']}")
+    if report.get("churn"):
+        c = report["churn"]
+        lines.append(f"short conns:   {c['ok']}/{c['opened']} completed, {c['failed_after_failover']} failed "
+                     "after the failover")
+    note = {"none": "driver none: kernel forwarding and a takeover scripted by the lab; this shows the lab, "
+                    "not pairwall",
+            "scripted": "driver scripted: pairwalld filtered, the lab moved the VIPs (pairwalld's election "
+                        "was not used)"}.get(report.get("driver"))
+    if note:
+        lines.append(f"note:          {note}")
     return "\n".join(lines)
