@@ -6,6 +6,7 @@ variants are marked `soak` and run only with PAIRWALL_SOAK=1.
 """
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def make_lab():
+def make_lab(tmp_path):
     """make_lab(driver) -> a lab that is up; always torn down afterwards, also on failure."""
     need_root()
     labs = []
@@ -56,6 +57,10 @@ def make_lab():
 
     yield make
     for lab in labs:
+        # Logs and generated configs outlive the lab, for whoever reads a failure (pytest keeps tmp_path).
+        if lab.run_dir.exists():
+            shutil.copytree(lab.run_dir, tmp_path / "lab-run", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("*.sock", "*.key"))
         lab.down()
     leftover = Lab(PREFIX).exists()
     assert not leftover, f"namespaces left behind: {leftover}"
