@@ -143,6 +143,9 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   peer_heard_epoch_ = 0;
   peer_heard_age_ms_ = 0xffffffff;
   peer_bulk_done_ = false;
+  // Tell the new peer at once that it is heard, so that it does not see a one-way link for a
+  // keepalive interval.
+  last_keepalive_ = now - config_.keepalive_interval;
   if (restart) {
     // The new incarnation asks for a bulk: everything meant for the old one is moot.
     ++counters_.peer_restarts;

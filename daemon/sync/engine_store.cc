@@ -1,0 +1,33 @@
+#include "daemon/sync/engine_store.h"
+
+namespace pairwall::sync {
+
+ApplyResult EngineStore::apply(const engine::StateRecord& record, Micros now) {
+  using Kind = engine::StateRecord::Kind;
+  if (engine_.apply(record, engine_time(now))) return ApplyResult::Applied;
+  // Engine::apply says only "not applied"; tell the protocol why, it answers each differently.
+  if (record.kind == Kind::Update || record.kind == Kind::Delete) {
+    if (!engine_.states().find_by_id(record.id)) return ApplyResult::Unknown;
+  }
+  auto& states = engine_.states();
+  if (record.kind == Kind::Insert && states.size() < states.limit()) {
+    // The same connection exists under another id (both nodes saw its first packet): the local
+    // entry stands.
+    return ApplyResult::Stale;
+  }
+  return ApplyResult::Failed;
+}
+
+bool EngineStore::current(const engine::StateId& id, Micros now, engine::StateRecord& out) {
+  auto handle = engine_.states().find_by_id(id);
+  if (!handle) return false;
+  out = engine_.record_of(*handle, engine_time(now));
+  return true;
+}
+
+void EngineStore::collect_ids(std::vector<engine::StateId>& out) {
+  out.reserve(out.size() + engine_.states().size());
+  engine_.states().for_each([&out](const engine::StateEntry& e) { out.push_back(e.id); });
+}
+
+}  // namespace pairwall::sync

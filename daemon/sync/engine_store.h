@@ -1,0 +1,27 @@
+// The protocol's view of the local state table: engine::Engine behind sync::StateStore.
+#pragma once
+
+#include "daemon/engine/engine.h"
+#include "daemon/sync/store.h"
+
+namespace pairwall::sync {
+
+// The protocol's clock (steady, microseconds) and the engine's (steady, milliseconds) share the
+// same epoch: steady_clock's, as the packet workers use.
+inline engine::Millis engine_time(Micros now) {
+  return std::chrono::duration_cast<engine::Millis>(now);
+}
+
+class EngineStore final : public StateStore {
+ public:
+  explicit EngineStore(engine::Engine& engine) : engine_(engine) {}
+
+  ApplyResult apply(const engine::StateRecord& record, Micros now) override;
+  bool current(const engine::StateId& id, Micros now, engine::StateRecord& out) override;
+  void collect_ids(std::vector<engine::StateId>& out) override;
+
+ private:
+  engine::Engine& engine_;
+};
+
+}  // namespace pairwall::sync

@@ -1,0 +1,457 @@
+#include "daemon/sync/sync_service.h"
+
+#include <net/if.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace pairwall::sync {
+namespace {
+
+namespace asio = boost::asio;
+using udp = asio::ip::udp;
+
+constexpr Micros kDrainPeriod{2'000};   // how long a local change may sit in a worker's ring
+constexpr Micros kStatusPeriod{5'000};  // how stale the status the control thread reads may be
+constexpr Micros kDropLogPeriod{10'000'000};
+constexpr int kSocketBuffer = 4 << 20;
+constexpr int kDscpCs6 = 0xc0;  // RFC 4594: network control
+constexpr std::size_t kReceiveBatch = 256;
+
+Micros steady_now() {
+  return std::chrono::duration_cast<Micros>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+void set_int(int fd, int level, int name, int value, const char* what, const std::string& context,
+             bool required) {
+  if (::setsockopt(fd, level, name, &value, sizeof value) != 0 && required) {
+    throw std::runtime_error(context + ": " + what + ": " + std::strerror(errno));
+  }
+}
+
+control::SyncStatus::PeerState peer_state_value(const ProtocolStatus& s) {
+  if (!s.peer_heard) return control::SyncStatus::UNKNOWN;
+  switch (s.peer_state) {
+    case PeerState::Up:
+      return control::SyncStatus::UP;
+    case PeerState::OneWay:
+      return control::SyncStatus::ONE_WAY;
+    case PeerState::Down:
+      return control::SyncStatus::DOWN;
+  }
+  return control::SyncStatus::UNKNOWN;
+}
+
+control::SyncStatus::BulkState bulk_state_value(BulkState s) {
+  switch (s) {
+    case BulkState::Idle:
+      return control::SyncStatus::NONE;
+    case BulkState::Requested:
+      return control::SyncStatus::REQUESTED;
+    case BulkState::Receiving:
+      return control::SyncStatus::RECEIVING;
+    case BulkState::Done:
+      return control::SyncStatus::DONE;
+    case BulkState::TimedOut:
+      return control::SyncStatus::TIMED_OUT;
+  }
+  return control::SyncStatus::NONE;
+}
+
+}  // namespace
+
+SyncService::SyncService(engine::Engine& engine, SyncConfig config, uint32_t node_id)
+    : engine_(engine),
+      config_(std::move(config)),
+      node_id_(node_id),
+      store_(engine),
+      socket_(io_),
+      timer_(io_),
+      rx_buffer_(65536) {}
+
+SyncService::~SyncService() {
+  stop();
+}
+
+void SyncService::add_ring(engine::SpscRing<engine::StateRecord>& ring) {
+  rings_.push_back(&ring);
+}
+
+void SyncService::open_socket() {
+  const std::string context = "[sync] interface \"" + config_.interface + "\"";
+  const std::string& target_text = config_.peer.empty() ? config_.group : config_.peer;
+  const auto target = asio::ip::make_address(target_text);
+  const bool v6 = target.is_v6();
+  const bool multicast = target.is_multicast();
+  const unsigned ifindex = ::if_nametoindex(config_.interface.c_str());
+  if (ifindex == 0) throw std::runtime_error(context + ": no such interface on this node");
+
+  socket_.open(v6 ? udp::v6() : udp::v4());
+  const int fd = socket_.native_handle();
+  if (::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, config_.interface.c_str(),
+                   static_cast<socklen_t>(config_.interface.size())) != 0) {
+    throw std::runtime_error(context + ": cannot bind the sync socket to it (SO_BINDTODEVICE): " +
+                             std::strerror(errno) + (errno == EPERM ? " (needs CAP_NET_RAW)" : ""));
+  }
+  socket_.set_option(asio::socket_base::reuse_address(true));
+  if (v6) set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, "IPV6_V6ONLY", context, true);
+  // Bulk transfers arrive in bursts: a root process may exceed net.core.rmem_max.
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer) != 0) {
+    set_int(fd, SOL_SOCKET, SO_RCVBUF, kSocketBuffer, "SO_RCVBUF", context, false);
+  }
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer) != 0) {
+    set_int(fd, SOL_SOCKET, SO_SNDBUF, kSocketBuffer, "SO_SNDBUF", context, false);
+  }
+  if (v6) {
+    set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, kDscpCs6, "IPV6_TCLASS", context, false);
+  } else {
+    set_int(fd, IPPROTO_IP, IP_TOS, kDscpCs6, "IP_TOS", context, false);
+  }
+
+  asio::ip::address local =
+      v6 ? asio::ip::address(asio::ip::address_v6::any()) : asio::ip::address(asio::ip::address_v4::any());
+  if (!config_.address.empty() && !multicast) local = asio::ip::make_address(config_.address);
+  if (local.is_v6() && local.to_v6().is_link_local()) {
+    auto a = local.to_v6();
+    a.scope_id(ifindex);
+    local = a;
+  }
+  boost::system::error_code ec;
+  socket_.bind(udp::endpoint(local, config_.port), ec);
+  if (ec) {
+    throw std::runtime_error("[sync] address " + local.to_string() + " port " + std::to_string(config_.port) +
+                             ": cannot bind: " + ec.message());
+  }
+
+  if (multicast) {
+    // The group on the sync interface only, one hop, and not our own datagrams back.
+    if (v6) {
+      ipv6_mreq mreq{};
+      const auto bytes = target.to_v6().to_bytes();
+      std::memcpy(&mreq.ipv6mr_multiaddr, bytes.data(), bytes.size());
+      mreq.ipv6mr_interface = ifindex;
+      if (::setsockopt(fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &mreq, sizeof mreq) != 0) {
+        throw std::runtime_error(context + ": cannot join group " + target_text + ": " +
+                                 std::strerror(errno));
+      }
+      set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, static_cast<int>(ifindex), "IPV6_MULTICAST_IF", context,
+              true);
+      set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 0, "IPV6_MULTICAST_LOOP", context, true);
+      set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, 1, "IPV6_MULTICAST_HOPS", context, true);
+    } else {
+      ip_mreqn mreq{};
+      mreq.imr_multiaddr.s_addr = htonl(target.to_v4().to_uint());
+      mreq.imr_ifindex = static_cast<int>(ifindex);
+      if (::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq) != 0) {
+        throw std::runtime_error(context + ": cannot join group " + target_text + ": " +
+                                 std::strerror(errno));
+      }
+      if (::setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &mreq, sizeof mreq) != 0) {
+        throw std::runtime_error(context + ": IP_MULTICAST_IF: " + std::strerror(errno));
+      }
+      set_int(fd, IPPROTO_IP, IP_MULTICAST_LOOP, 0, "IP_MULTICAST_LOOP", context, true);
+      set_int(fd, IPPROTO_IP, IP_MULTICAST_TTL, 1, "IP_MULTICAST_TTL", context, true);
+    }
+  }
+
+  asio::ip::address dest = target;
+  if (dest.is_v6() && (dest.to_v6().is_link_local() || dest.to_v6().is_multicast_link_local())) {
+    auto a = dest.to_v6();
+    a.scope_id(ifindex);
+    dest = a;
+  }
+  destination_ = udp::endpoint(dest, config_.port);
+  socket_.non_blocking(true);
+}
+
+void SyncService::start() {
+  if (running_) return;
+  open_socket();
+
+  ProtocolConfig pc;
+  pc.node_id = node_id_;
+  pc.peer_node_id = config_.peer_node_id;
+  // Wall clock: larger at every restart, which is what the peer's stale-epoch check needs.
+  pc.epoch = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
+  const std::size_t ip_udp = (destination_.address().is_v6() ? 40 : 20) + 8;
+  pc.max_datagram = config_.mtu - ip_udp;
+  pc.flush_interval = std::chrono::duration_cast<Micros>(config_.flush_interval);
+  pc.bulk_timeout_min = std::chrono::duration_cast<Micros>(config_.bulk_timeout_min);
+  protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now());
+  {
+    std::lock_guard lock(status_mutex_);
+    status_ = protocol_->status(steady_now());
+    logged_ = status_;
+  }
+
+  spdlog::info("sync: node {} epoch {} on {} ({}:{} -> {}), datagrams up to {} bytes, flush {} ms", node_id_,
+               pc.epoch, config_.interface, socket_.local_endpoint().address().to_string(), config_.port,
+               destination_.address().to_string(), pc.max_datagram, config_.flush_interval.count());
+  running_ = true;
+  arm_receive();
+  asio::post(io_, [this] { pump(); });
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+void SyncService::stop() {
+  if (!running_) return;
+  running_ = false;
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+  boost::system::error_code ec;
+  socket_.close(ec);
+}
+
+void SyncService::arm_receive() {
+  socket_.async_receive_from(
+      asio::buffer(rx_buffer_), sender_,
+      [this](const boost::system::error_code& ec, std::size_t n) { on_receive(ec, n); });
+}
+
+void SyncService::on_receive(const boost::system::error_code& ec, std::size_t n) {
+  if (ec == asio::error::operation_aborted) return;
+  Micros now = steady_now();
+  if (!ec) protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), n), now);
+  // Whatever else is queued, without going back to the loop for each.
+  for (std::size_t i = 0; i < kReceiveBatch; ++i) {
+    boost::system::error_code e;
+    const std::size_t m = socket_.receive_from(asio::buffer(rx_buffer_), sender_, 0, e);
+    if (e) break;
+    protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), m), now);
+  }
+  pump();
+  arm_receive();
+}
+
+bool SyncService::send(std::span<const uint8_t> datagram) noexcept {
+  boost::system::error_code ec;
+  socket_.send_to(asio::buffer(datagram.data(), datagram.size()), destination_, 0, ec);
+  return !ec;
+}
+
+void SyncService::pump() {
+  const Micros now = steady_now();
+  engine::StateRecord record;
+  for (auto* ring : rings_) {
+    while (ring->pop(record)) protocol_->enqueue(record, now);
+  }
+  protocol_->poll(now, [this](std::span<const uint8_t> d) { return send(d); });
+
+  if (!bulk_done_.load(std::memory_order_relaxed) && protocol_->bulk_done()) {
+    bulk_done_.store(true, std::memory_order_release);
+    if (bulk_done_callback_) bulk_done_callback_();
+  }
+  if (now - last_status_ >= kStatusPeriod) {
+    last_status_ = now;
+    ProtocolStatus s = protocol_->status(now);
+    log_changes(s, now);
+    std::lock_guard lock(status_mutex_);
+    status_ = std::move(s);
+    status_time_ = now;
+  }
+  arm_timer(now);
+}
+
+void SyncService::arm_timer(Micros now) {
+  const Micros deadline = std::min(protocol_->next_deadline(now), now + kDrainPeriod);
+  timer_.expires_at(std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(deadline)));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) pump();
+  });
+}
+
+void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
+  const ProtocolStatus& o = logged_;
+  const auto& c = s.counters;
+  const auto& oc = o.counters;
+  if (s.peer_state != o.peer_state) {
+    switch (s.peer_state) {
+      case PeerState::Up:
+        spdlog::info("sync: peer node {} up (epoch {})", s.peer_node_id, s.peer_epoch);
+        break;
+      case PeerState::OneWay:
+        spdlog::warn("sync: peer node {} is heard but does not hear this node (one-way link)",
+                     s.peer_node_id);
+        break;
+      case PeerState::Down:
+        spdlog::warn("sync: peer node {} silent for {} ms: down", s.peer_node_id,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(s.last_heard_age).count());
+        break;
+    }
+  }
+  if (c.peer_restarts > oc.peer_restarts) {
+    spdlog::info("sync: peer node {} restarted (epoch {}): asking for its table", s.peer_node_id,
+                 s.peer_epoch);
+  }
+  if (s.bulk_state != o.bulk_state) {
+    switch (s.bulk_state) {
+      case BulkState::Idle:
+        break;
+      case BulkState::Requested:
+        spdlog::info("sync: bulk requested from the peer");
+        break;
+      case BulkState::Receiving:
+        spdlog::info("sync: bulk started, {} states announced", s.bulk_expected);
+        break;
+      case BulkState::Done:
+        spdlog::info("sync: bulk done, {} states received, {} announced at the end", s.bulk_received,
+                     s.bulk_end_count);
+        break;
+      case BulkState::TimedOut:
+        spdlog::warn("sync: bulk timed out ({} of {} states): no longer demoted, continuing", s.bulk_received,
+                     s.bulk_expected);
+        break;
+    }
+  }
+  if (c.gaps > oc.gaps) {
+    spdlog::warn(
+        "sync: {} sequences from the peer were lost beyond its resend window ({} gaps in all): "
+        "incremental resync requested",
+        c.gap_sequences - oc.gap_sequences, c.gaps);
+  }
+  if (c.full_resyncs_started > oc.full_resyncs_started) {
+    spdlog::warn(
+        "sync: a gap the peer reported cannot be filled from the resend records: full resync started");
+  }
+  if (c.full_resyncs_received > oc.full_resyncs_received) {
+    spdlog::warn("sync: the peer started a full resync");
+  }
+  if (c.window_evictions > oc.window_evictions && s.peer_state == PeerState::Up) {
+    spdlog::warn("sync: resend window full, {} unacked datagrams evicted (their states kept for a resync)",
+                 c.window_evictions - oc.window_evictions);
+  }
+  if (c.evicted_ids_dropped > oc.evicted_ids_dropped) {
+    spdlog::warn("sync: {} state ids of evicted datagrams dropped: a gap over them needs a full resync",
+                 c.evicted_ids_dropped - oc.evicted_ids_dropped);
+  }
+  if (c.apply_failed > oc.apply_failed) {
+    spdlog::warn("sync: {} peer states not applied: the state table is full",
+                 c.apply_failed - oc.apply_failed);
+  }
+  // Drops can come in floods (a forger): one summary line per period at most.
+  bool dropped = false;
+  for (std::size_t i = 0; i < kDropReasonCount; ++i) dropped = dropped || c.drops[i] != last_drops_[i];
+  if (dropped && now - last_drop_log_ >= kDropLogPeriod) {
+    std::string what;
+    for (std::size_t i = 0; i < kDropReasonCount; ++i) {
+      if (c.drops[i] == last_drops_[i]) continue;
+      if (!what.empty()) what += ", ";
+      what += std::string(drop_reason_name(static_cast<DropReason>(i))) + " " +
+              std::to_string(c.drops[i] - last_drops_[i]);
+    }
+    spdlog::warn("sync: datagrams dropped: {}", what);
+    last_drops_ = c.drops;
+    last_drop_log_ = now;
+  }
+  ProtocolStatus next = s;
+  logged_ = std::move(next);
+}
+
+ProtocolStatus SyncService::status() const {
+  std::lock_guard lock(status_mutex_);
+  return status_;
+}
+
+void SyncService::fill_status(control::SyncStatus* out) {
+  const Micros now = steady_now();
+  ProtocolStatus s;
+  Micros taken{0};
+  {
+    std::lock_guard lock(status_mutex_);
+    s = status_;
+    taken = status_time_;
+  }
+  const auto& c = s.counters;
+  out->set_enabled(true);
+  out->set_peer_address(config_.peer.empty() ? config_.group : config_.peer);
+  out->set_peer_node_id(s.peer_node_id);
+  out->set_peer_state(peer_state_value(s));
+  const Micros age = s.last_heard_age + (taken.count() > 0 ? now - taken : Micros{0});
+  out->set_last_heard_ms_ago(s.peer_heard ? age.count() / 1000 : -1);
+  out->set_bulk_state(bulk_state_value(s.bulk_state));
+  out->set_bulk_received(s.bulk_received);
+  out->set_bulk_expected(s.bulk_expected);
+  out->set_bulk_done(bulk_done());
+  out->set_datagrams_sent(c.datagrams_sent);
+  out->set_datagrams_received(c.datagrams_received);
+  out->set_messages_sent(c.messages_sent);
+  out->set_messages_received(c.messages_received);
+  out->set_resends(c.resends);
+  out->set_gaps(c.gaps);
+  // Resyncs this node needed: incremental (it asked for a range) and full (the peer sent all).
+  out->set_resyncs(c.resync_requests_sent + c.full_resyncs_received);
+  for (std::size_t i = 0; i < kDropReasonCount; ++i) {
+    if (c.drops[i] != 0)
+      (*out->mutable_drops())[std::string(drop_reason_name(static_cast<DropReason>(i)))] = c.drops[i];
+  }
+  out->set_resend_window_depth(s.outstanding);
+  out->set_events_lost(events_lost_ ? events_lost_() : 0);
+}
+
+void SyncService::render_metrics(control::MetricWriter& w) const {
+  using T = control::MetricWriter::Type;
+  const ProtocolStatus s = status();
+  const auto& c = s.counters;
+  w.family("pairwall_sync_peer_state", T::Gauge, "1 for the sync peer's current state (up, one_way, down).");
+  for (PeerState p : {PeerState::Up, PeerState::OneWay, PeerState::Down}) {
+    w.sample({{"state", peer_state_name(p)}}, uint64_t{s.peer_state == p ? 1u : 0u});
+  }
+  w.family("pairwall_sync_last_heard_seconds", T::Gauge, "Since the last datagram accepted from the peer.");
+  w.sample(s.peer_heard ? static_cast<double>(s.last_heard_age.count()) / 1e6 : -1.0);
+  w.family("pairwall_sync_bulk_done", T::Gauge, "1 once this node's initial bulk ended or timed out.");
+  w.sample(uint64_t{bulk_done() ? 1u : 0u});
+  w.family("pairwall_sync_datagrams_total", T::Counter, "Sync datagrams sent and accepted.");
+  w.sample({{"direction", "sent"}}, c.datagrams_sent);
+  w.sample({{"direction", "received"}}, c.datagrams_received);
+  w.family("pairwall_sync_bytes_total", T::Counter, "Sync datagram bytes sent and accepted.");
+  w.sample({{"direction", "sent"}}, c.bytes_sent);
+  w.sample({{"direction", "received"}}, c.bytes_received);
+  w.family("pairwall_sync_messages_total", T::Counter, "Sync messages (records and controls).");
+  w.sample({{"direction", "sent"}}, c.messages_sent);
+  w.sample({{"direction", "received"}}, c.messages_received);
+  w.family("pairwall_sync_drops_total", T::Counter, "Datagrams rejected, by reason.");
+  for (std::size_t i = 0; i < kDropReasonCount; ++i) {
+    w.sample({{"reason", drop_reason_name(static_cast<DropReason>(i))}}, c.drops[i]);
+  }
+  w.family("pairwall_sync_resends_total", T::Counter, "Datagrams sent again after a loss.");
+  w.sample(c.resends);
+  w.family("pairwall_sync_gaps_total", T::Counter, "Ranges of peer sequences lost beyond its resend window.");
+  w.sample(c.gaps);
+  w.family("pairwall_sync_resyncs_total", T::Counter, "Resyncs, by kind and side.");
+  w.sample({{"kind", "incremental_requested"}}, c.resync_requests_sent);
+  w.sample({{"kind", "incremental_served"}}, c.resync_requests_served);
+  w.sample({{"kind", "full_started"}}, c.full_resyncs_started);
+  w.sample({{"kind", "full_received"}}, c.full_resyncs_received);
+  w.family("pairwall_sync_records_applied_total", T::Counter, "Peer records, by what applying them did.");
+  w.sample({{"result", "applied"}}, c.applied);
+  w.sample({{"result", "stale"}}, c.apply_stale);
+  w.sample({{"result", "unknown"}}, c.apply_unknown);
+  w.sample({{"result", "failed"}}, c.apply_failed);
+  w.family("pairwall_sync_records_queued_total", T::Counter, "Local state changes handed to sync.");
+  w.sample(c.records_queued);
+  w.family("pairwall_sync_records_coalesced_total", T::Counter, "Local changes folded into a pending one.");
+  w.sample(c.records_coalesced);
+  w.family("pairwall_sync_window_evictions_total", T::Counter,
+           "Unacked datagrams pushed out of the resend window.");
+  w.sample(c.window_evictions);
+  w.family("pairwall_sync_bulk_states_total", T::Counter, "States sent and received in bulk transfers.");
+  w.sample({{"direction", "sent"}}, c.bulk_states_sent);
+  w.sample({{"direction", "received"}}, c.bulk_states_received);
+  w.family("pairwall_sync_resend_window", T::Gauge, "Datagrams not yet acked by the peer.");
+  w.sample(static_cast<uint64_t>(s.outstanding));
+  w.family("pairwall_sync_rtt_seconds", T::Gauge, "Smoothed round trip to the peer.");
+  w.sample(static_cast<double>(s.srtt.count()) / 1e6);
+  w.family("pairwall_sync_events_lost_total", T::Counter, "State changes the engine's rings dropped (full).");
+  w.sample(events_lost_ ? events_lost_() : uint64_t{0});
+}
+
+}  // namespace pairwall::sync

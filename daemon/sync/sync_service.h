@@ -1,0 +1,101 @@
+// State sync inside pairwalld: the protocol core on its own thread and Asio loop, a UDP socket on
+// the dedicated sync link, the engine's state change rings drained on a short timer, the peer's
+// records applied to the engine, status for pairwallctl and metrics for Prometheus.
+//
+//   workers' rings + engine control ring ─(every 2 ms)─▶ SyncProtocol::enqueue ─▶ poll ─▶ socket
+//   socket ─▶ SyncProtocol::receive ─▶ EngineStore::apply (Engine::apply)
+//
+// The socket is bound to the sync interface (SO_BINDTODEVICE) so that sync never leaks onto, or
+// is accepted from, another link; datagrams leave with DSCP CS6 (network control, RFC 4594).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/udp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/control/control_api.h"
+#include "daemon/control/metrics.h"
+#include "daemon/engine/engine.h"
+#include "daemon/sync/engine_store.h"
+#include "daemon/sync/protocol.h"
+#include "daemon/sync/sync_config.h"
+
+namespace pairwall::sync {
+
+class SyncService final : public control::SyncControl {
+ public:
+  // `node_id`: this node's [node] id. Touches neither the network nor a thread until start().
+  SyncService(engine::Engine& engine, SyncConfig config, uint32_t node_id);
+  ~SyncService() override;
+  SyncService(const SyncService&) = delete;
+  SyncService& operator=(const SyncService&) = delete;
+
+  // A ring of state changes to drain (each worker's, and the engine's control ring). Before start().
+  void add_ring(engine::SpscRing<engine::StateRecord>& ring);
+  // Records the rings dropped because they were full, for status (the engine counts them).
+  void set_events_lost(std::function<uint64_t()> events_lost) { events_lost_ = std::move(events_lost); }
+  // Called once, on the sync thread, when this node's initial bulk ends or times out.
+  void on_bulk_done(std::function<void()> callback) { bulk_done_callback_ = std::move(callback); }
+
+  // Opens the socket and starts the sync thread. Throws std::runtime_error with a message naming
+  // the interface, address and what failed (e.g. the interface does not exist).
+  void start();
+  void stop();
+
+  // This node's initial bulk ended (or timed out): until then failover keeps it demoted. Any thread.
+  bool bulk_done() const noexcept { return bulk_done_.load(std::memory_order_acquire); }
+
+  // For pairwallctl (control thread).
+  void fill_status(control::SyncStatus* status) override;
+  // Prometheus families pairwall_sync_* (control thread).
+  void render_metrics(control::MetricWriter& w) const;
+  ProtocolStatus status() const;
+
+ private:
+  void open_socket();
+  void arm_receive();
+  void on_receive(const boost::system::error_code& ec, std::size_t n);
+  void pump();
+  void arm_timer(Micros now);
+  void log_changes(const ProtocolStatus& s, Micros now);
+  bool send(std::span<const uint8_t> datagram) noexcept;
+
+  engine::Engine& engine_;
+  SyncConfig config_;
+  uint32_t node_id_;
+  EngineStore store_;
+  std::vector<engine::SpscRing<engine::StateRecord>*> rings_;
+  std::function<uint64_t()> events_lost_;
+  std::function<void()> bulk_done_callback_;
+
+  boost::asio::io_context io_;
+  boost::asio::ip::udp::socket socket_;
+  boost::asio::steady_timer timer_;
+  boost::asio::ip::udp::endpoint destination_;
+  boost::asio::ip::udp::endpoint sender_;
+  std::vector<uint8_t> rx_buffer_;
+  std::unique_ptr<SyncProtocol> protocol_;
+  std::thread thread_;
+  std::atomic<bool> bulk_done_{false};
+  bool running_ = false;
+
+  // The status the control thread reads: refreshed by the sync thread every few milliseconds.
+  mutable std::mutex status_mutex_;
+  ProtocolStatus status_;
+  Micros status_time_{0};
+  Micros last_status_{0};
+
+  // What was last logged, to log changes only.
+  ProtocolStatus logged_;
+  Micros last_drop_log_{0};
+  std::array<uint64_t, kDropReasonCount> last_drops_{};
+};
+
+}  // namespace pairwall::sync

@@ -1,0 +1,171 @@
+// The [sync] section and the key file: what is accepted, and the one-line refusals.
+#include "daemon/sync/sync_config.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/control/config_error.h"
+#include "daemon/sync/key_file.h"
+
+using namespace pairwall::sync;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/pw-sync-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path write(const std::string& name, const std::string& content, mode_t mode = 0600) const {
+    const fs::path p = path / name;
+    std::ofstream(p, std::ios::binary) << content;
+    ::chmod(p.c_str(), mode);
+    return p;
+  }
+};
+
+const std::string kHexKey = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+
+toml::table parse(const std::string& text) {
+  return toml::parse(text);
+}
+
+std::string refusal(const std::string& section, const TempDir& dir) {
+  try {
+    parse_sync_config(parse(section), (dir.path / "pairwall.toml").string());
+  } catch (const pairwall::ConfigError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+}  // namespace
+
+TEST_CASE("key file: hex and raw keys load", "[sync][config]") {
+  TempDir dir;
+  const auto hex = load_key_file(dir.write("hex.key", kHexKey).string(), "ctx");
+  REQUIRE(hex.size() == 32);
+  CHECK(hex[0] == 0x00);
+  CHECK(hex[1] == 0x11);
+  CHECK(hex[15] == 0xff);
+  const std::string raw(40, '\x07');
+  CHECK(load_key_file(dir.write("raw.key", raw).string(), "ctx") == std::vector<uint8_t>(40, 7));
+}
+
+TEST_CASE("key file: refusals name the file and the problem", "[sync][config]") {
+  TempDir dir;
+  struct Case {
+    const char* name;
+    std::string path;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"missing", (dir.path / "nope.key").string(), "No such file"},
+      {"world readable", dir.write("open.key", kHexKey, 0644).string(), "chmod 600"},
+      {"short hex", dir.write("short.key", "0011223344\n").string(), "need at least 64"},
+      {"odd hex", dir.write("odd.key", kHexKey.substr(0, 63) + "\n").string(), "odd number"},
+      {"short raw", dir.write("raw.key", "not a key, too short").string(), "need at least 32"},
+      {"a directory", dir.path.string(), "not a regular file"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    try {
+      load_key_file(c.path, "pairwall.toml: [sync] key_file");
+      FAIL("accepted");
+    } catch (const pairwall::ConfigError& e) {
+      const std::string what = e.what();
+      CHECK(what.find("pairwall.toml: [sync] key_file: " + c.path) == 0);
+      CHECK(what.find(c.expect) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("[sync] with every key", "[sync][config]") {
+  TempDir dir;
+  dir.write("sync.key", kHexKey);
+  const auto c = parse_sync_config(parse(R"(
+interface = "sync0"
+address = "10.10.9.1"
+peer = "10.10.9.2"
+port = 8371
+key_file = "sync.key"
+flush_interval_ms = 5
+mtu = 9000
+bulk_timeout_min_s = 20
+peer_node_id = 2
+)"),
+                                   (dir.path / "pairwall.toml").string());
+  CHECK(c.interface == "sync0");
+  CHECK(c.address == "10.10.9.1");
+  CHECK(c.peer == "10.10.9.2");
+  CHECK(c.group.empty());
+  CHECK_FALSE(c.ipv6);
+  CHECK(c.port == 8371);
+  CHECK(c.key_file == (dir.path / "sync.key").string());  // relative to the config file
+  CHECK(c.key.size() == 32);
+  CHECK(c.flush_interval == std::chrono::milliseconds(5));
+  CHECK(c.mtu == 9000);
+  CHECK(c.bulk_timeout_min == std::chrono::seconds(20));
+  CHECK(c.peer_node_id == 2);
+}
+
+TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
+  TempDir dir;
+  const auto key = dir.write("k", kHexKey);
+  const auto c = parse_sync_config(
+      parse("interface = \"sync0\"\ngroup = \"ff02::8370\"\nkey_file = \"" + key.string() + "\"\n"),
+      (dir.path / "pairwall.toml").string());
+  CHECK(c.group == "ff02::8370");
+  CHECK(c.ipv6);
+  CHECK(c.port == 8370);
+  CHECK(c.mtu == 1500);
+  CHECK(c.flush_interval == std::chrono::milliseconds(10));
+  CHECK(c.bulk_timeout_min == std::chrono::seconds(5));
+}
+
+TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][config]") {
+  TempDir dir;
+  const auto key = dir.write("k", kHexKey).string();
+  const std::string base = "interface = \"sync0\"\nkey_file = \"" + key + "\"\n";
+  const std::string file = (dir.path / "pairwall.toml").string();
+  struct Case {
+    std::string text;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {base + "peer = \"10.0.0.2\"\nport = 0\n", "[sync] port: expected 1..65535, got 0"},
+      {base + "peer = \"10.0.0.2\"\nprot = 1\n", "[sync] prot: unknown key"},
+      {base, "[sync] peer: set exactly one of peer (unicast) and group (multicast)"},
+      {base + "peer = \"10.0.0.2\"\ngroup = \"239.1.1.1\"\n", "set exactly one of"},
+      {base + "peer = \"10.0.0.300\"\n", "[sync] peer: not an IPv4 or IPv6 address"},
+      {base + "peer = \"239.1.1.1\"\n", "[sync] peer: a multicast address: use group"},
+      {base + "group = \"10.1.1.1\"\n", "[sync] group: not a multicast address"},
+      {base + "peer = \"0.0.0.0\"\n", "[sync] peer: the unspecified address"},
+      {base + "peer = \"10.0.0.2\"\naddress = \"fe80::1\"\n", "[sync] address: family differs"},
+      {base + "peer = \"10.0.0.2\"\nport = \"8370\"\n", "[sync] port: expected an integer"},
+      {base + "peer = \"10.0.0.2\"\nmtu = 500\n", "[sync] mtu: expected 576..65535, got 500"},
+      {base + "peer = \"2001:db8::2\"\nmtu = 1000\n", "[sync] mtu: expected 1280..65535"},
+      {base + "peer = \"10.0.0.2\"\nflush_interval_ms = 5000\n",
+       "[sync] flush_interval_ms: expected 0..1000"},
+      {base + "peer = \"10.0.0.2\"\nbulk_timeout_min_s = 0\n", "[sync] bulk_timeout_min_s: expected 1..3600"},
+      {"key_file = \"" + key + "\"\npeer = \"10.0.0.2\"\n", "[sync] interface: missing (required)"},
+      {"interface = \"sync0\"\npeer = \"10.0.0.2\"\n", "[sync] key_file: missing (required)"},
+      {"interface = \"a-very-long-interface-name\"\npeer = \"10.0.0.2\"\nkey_file = \"" + key + "\"\n",
+       "[sync] interface: not an interface name"},
+      {"interface = \"sync0\"\npeer = \"10.0.0.2\"\nkey_file = \"missing.key\"\n", "[sync] key_file: "},
+  };
+  for (const auto& c : cases) {
+    INFO(c.text);
+    const std::string what = refusal(c.text, dir);
+    CHECK(what.rfind(file + ": ", 0) == 0);
+    CHECK(what.find(c.expect) != std::string::npos);
+  }
+}
