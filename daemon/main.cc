@@ -44,7 +44,12 @@
 #include "daemon/io/kernel_queue_stats.h"
 #include "daemon/io/nfqueue.h"
 #include "daemon/io/pcaplog.h"
+#include "daemon/sync/sync_config.h"
+#include "daemon/sync/sync_service.h"
 #include "failover/failover_config.h"
+#include "failover/failover_metrics.h"
+#include "failover/failover_service.h"
+#include "failover/vips.h"
 
 namespace {
 
@@ -126,16 +131,8 @@ io::HooksConfig hooks_config(const control::Config& c) {
 // The sections other components own: validated here so that --check and start-up refuse them
 // with the same one-line message.
 void validate_component_sections(const control::Config& c) {
+  if (c.sync) (void)sync::parse_sync_config(*c.sync, c.file);
   if (c.failover) (void)failover::parse_failover_config(*c.failover, c.file);
-}
-
-void warn_unwired_sections(const control::Config& c) {
-  if (c.sync)
-    spdlog::warn("{}: [sync] is configured, but state sync is not built into this pairwalld yet", c.file);
-  if (c.failover) {
-    spdlog::warn("{}: [failover] is valid, but the failover service is not built into this pairwalld yet",
-                 c.file);
-  }
 }
 
 int check(const control::Config& c) {
@@ -154,15 +151,28 @@ int check(const control::Config& c) {
   return 0;
 }
 
+// Releases what a killed daemon leaves behind, each part even when another fails: its hooks, and
+// the VIPs of a builtin failover group.
 int cleanup(const control::Config& c) {
+  int status = 0;
   try {
     io::Hooks(hooks_config(c)).remove();
+    spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
   } catch (const std::exception& e) {
     spdlog::error("cleanup: {}", e.what());
-    return 1;
+    status = 1;
   }
-  spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
-  return 0;
+  // Failover (failover/): a killed master's VIPs stay in the kernel until their lease ends;
+  // remove them now.
+  if (c.failover) {
+    std::vector<std::string> errors;
+    const auto removed =
+        failover::release_vips_from_config(failover::parse_failover_config(*c.failover, c.file), &errors);
+    for (const auto& e : errors) spdlog::error("cleanup: {}", e);
+    spdlog::info("cleanup: {} failover VIPs removed", removed);
+    if (!errors.empty()) status = 1;
+  }
+  return status;
 }
 
 // What the control plane reads from the queues: the engine workers' counters, each worker's queue
@@ -268,7 +278,6 @@ int run(const control::Config& c) {
   }
   spdlog::info("node {} ({}): {} rules from {}", c.node.id, c.node.name, engine.rules()->size(),
                c.rules.file);
-  warn_unwired_sections(c);
 
   asio::io_context loop;
   // Registered before anything is installed: a SIGTERM during start-up waits for the loop
@@ -283,6 +292,8 @@ int run(const control::Config& c) {
   std::unique_ptr<WorkerWatch> watch;
   std::unique_ptr<io::Hooks> hooks;
   bool hooks_installed = false;
+  std::unique_ptr<sync::SyncService> sync_service;
+  std::unique_ptr<failover::FailoverService> failover_service;
 
   auto remove_hooks = [&] {
     if (!hooks_installed) return;
@@ -339,13 +350,47 @@ int run(const control::Config& c) {
     service.set_data_plane(data_plane.get());
     service.set_health_probe([&watch] { return watch->stuck(); });
 
+    // Sync (daemon/sync/): drains the workers' state change rings and applies the peer's records;
+    // started before the hooks so that the bulk request goes out as early as possible.
+    if (c.sync) {
+      sync_service =
+          std::make_unique<sync::SyncService>(engine, sync::parse_sync_config(*c.sync, c.file), c.node.id);
+      for (std::size_t i = 0; i < queues->workers(); ++i)
+        sync_service->add_ring(queues->engine_worker(i).events());
+      sync_service->add_ring(engine.control_events());
+      sync_service->set_events_lost([&engine, &queues] {
+        uint64_t lost = engine.control_events_lost();
+        for (std::size_t i = 0; i < queues->workers(); ++i) lost += queues->engine_worker(i).events_lost();
+        return lost;
+      });
+      sync_service->start();
+      service.set_sync(sync_service.get());
+      registry.add("sync", [&sync_service](control::MetricWriter& w) { sync_service->render_metrics(w); });
+    }
+
     hooks = std::make_unique<io::Hooks>(hooks_config(c));
     hooks->install();
     hooks_installed = true;
+
+    // Failover (failover/): started once the hooks filter, so that this node never holds the VIPs
+    // without filtering behind them. Stopped before the hooks go (see after loop.run()).
+    if (c.failover) {
+      failover::FailoverHooks fh;
+      fh.engine_healthy = [&watch] { return !watch->stuck(); };
+      // Demoted until this node holds the peer's table (DESIGN.md: bulk resync on boot).
+      if (sync_service) fh.bulk_sync_complete = [&sync_service] { return sync_service->bulk_done(); };
+      failover_service = std::make_unique<failover::FailoverService>(
+          loop, failover::parse_failover_config(*c.failover, c.file), c.node.id, std::move(fh));
+      failover_service->start();
+      service.set_failover(failover_service.get());
+      failover::register_failover_metrics(registry, *failover_service);
+    }
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
+    if (failover_service) failover_service->stop();
     remove_hooks();
     if (queues) queues->stop();
+    if (sync_service) sync_service->stop();
     return 1;
   }
 
@@ -422,19 +467,21 @@ int run(const control::Config& c) {
   signals.async_wait(on_signal);
 
   // Expiry every second (pf purges every 10 s; ours is O(expired), so a short period is cheap and
-  // keeps the table close to its true size). Without sync nobody drains the state change rings:
-  // drain them here so that they do not count as lost.
+  // keeps the table close to its true size). Without sync nobody else drains the state change
+  // rings: drain them here so that they do not count as lost.
   asio::steady_timer tick(loop);
   uint64_t ticks = 0;
   std::function<void(const boost::system::error_code&)> on_tick = [&](const boost::system::error_code& ec) {
     if (ec) return;
     engine.expire(monotonic_now());
-    engine::StateRecord record;
-    for (std::size_t i = 0; i < queues->workers(); ++i) {
-      while (queues->engine_worker(i).events().pop(record)) {
+    if (!sync_service) {
+      engine::StateRecord record;
+      for (std::size_t i = 0; i < queues->workers(); ++i) {
+        while (queues->engine_worker(i).events().pop(record)) {
+        }
       }
-    }
-    while (engine.control_events().pop(record)) {
+      while (engine.control_events().pop(record)) {
+      }
     }
     watch->tick(steady_clock::now());
     if (++ticks % 5 == 0) notify(status_line());
@@ -467,8 +514,11 @@ int run(const control::Config& c) {
 
   loop.run();
 
+  // Failover: the leaving advertisement and the VIPs released while the hooks still filter.
+  if (failover_service) failover_service->stop();
   remove_hooks();
   queues->stop();
+  if (sync_service) sync_service->stop();
   control_server->stop();
   if (metrics_server) metrics_server->stop();
   const auto s = service.snapshot();
