@@ -124,6 +124,9 @@ io::HooksConfig hooks_config(const control::Config& c) {
   h.bypass = c.queue.fail_open;
   h.input = h.output = c.queue.hooks == control::HookSet::ForwardLocal;
   h.excluded_interfaces = c.queue.exclude_interfaces;
+  // pf's customary `set skip on lo`: the node's own loopback traffic (control clients, metrics
+  // scrapes) is never queued.
+  if (h.input) h.excluded_interfaces.push_back("lo");
   h.bypass_mark = kReplyMark;
   return h;
 }
