@@ -23,6 +23,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 BIN_DIR = Path(os.environ.get("PAIRWALL_BIN_DIR", REPO / "build" / "bin"))
 FAILOVERD = os.environ.get("PAIRWALL_FAILOVERD", str(BIN_DIR / "pairwall-failoverd"))
+PAIRWALLD = str(BIN_DIR / "pairwalld")
+PAIRWALLCTL = str(BIN_DIR / "pairwallctl")
+# Which process runs the failover service in each node: "failoverd" (the service alone) or
+# "pairwalld" (the whole daemon: engine, hooks, control socket, metrics).
+DAEMON = os.environ.get("FAILOVER_DAEMON", "failoverd")
+METRICS_PORT = 9477
 KEY = "failover-test-key-0123456789abcdef"
 PORT = 8112
 
@@ -47,8 +53,9 @@ def run(cmd, check=True, timeout=20):
 
 
 class Pair:
-    def __init__(self, prefix, advbase_ms=1000, skews=(0, 100), preempt=False, ipv6=True):
+    def __init__(self, prefix, advbase_ms=1000, skews=(0, 100), preempt=False, ipv6=True, daemon=None):
         assert prefix.startswith("pf-")
+        self.daemon = daemon or DAEMON
         self.prefix = prefix
         self.advbase_ms = advbase_ms
         self.skews = dict(zip(("a", "b"), skews))
@@ -163,22 +170,38 @@ class Pair:
     def socket_path(self, node):
         return self.dir / f"{node}.sock"
 
+    def pairwalld_config(self, node, failover_conf):
+        """pairwalld's own sections around the [failover] section of `failover_conf`."""
+        rules = self.dir / "pass.rules"
+        rules.write_text("pass all\n")
+        body = failover_conf.read_text().split("[failover]", 1)[1]
+        text = (f"[node]\nid = {NODES[node]['id']}\nname = \"{node}\"\n\n[queue]\nfail_open = true\n\n"
+                f"[rules]\nfile = \"{rules}\"\n\n[control]\nsocket = \"{self.socket_path(node)}\"\n\n"
+                f"[metrics]\nlisten = \"127.0.0.1:{METRICS_PORT}\"\n\n[failover]{body}")
+        path = self.dir / f"{node}-pairwalld.toml"
+        path.write_text(text)
+        return path
+
     def start(self, node, *flags, driver="builtin", extra="", wait=True):
         conf = self.config(node, driver=driver, extra=extra)
         sock = self.socket_path(node)
         if sock.exists():
             sock.unlink()
         log = open(self.dir / f"{node}.log", "a")
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns[node], FAILOVERD, "-c", str(conf), "-s", str(sock),
-                              *flags], stdout=log, stderr=subprocess.STDOUT)
+        if self.daemon == "pairwalld":
+            assert not flags, f"pairwalld takes no test flags ({flags}): bulk sync comes from its sync service"
+            cmd = [PAIRWALLD, "-f", "-c", str(self.pairwalld_config(node, conf))]
+        else:
+            cmd = [FAILOVERD, "-c", str(conf), "-s", str(sock), *flags]
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns[node], *cmd], stdout=log, stderr=subprocess.STDOUT)
         self.procs[(node, "failoverd")] = p
         if wait:
             deadline = time.monotonic() + 10
             while not sock.exists():
                 if p.poll() is not None:
-                    raise RuntimeError(f"pairwall-failoverd on {node} exited {p.returncode}: {self.log(node)}")
+                    raise RuntimeError(f"{cmd[0]} on {node} exited {p.returncode}: {self.log(node)}")
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"pairwall-failoverd on {node} did not open {sock}")
+                    raise RuntimeError(f"{cmd[0]} on {node} did not open {sock}")
                 time.sleep(0.01)
         return p
 
@@ -202,6 +225,12 @@ class Pair:
 
     def ctl(self, node, command):
         """One command on the node's control socket; returns (ok, text)."""
+        if self.daemon == "pairwalld":
+            words = command.split()
+            if words[0] in ("demote", "promote", "set-role", "status"):
+                words = ["failover"] + words
+            cp = run([PAIRWALLCTL, "-s", str(self.socket_path(node)), "--json", *words], check=False)
+            return cp.returncode == 0, (cp.stdout if cp.returncode == 0 else cp.stderr).strip()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(5)
             s.connect(str(self.socket_path(node)))
@@ -216,15 +245,57 @@ class Pair:
         ok = line.startswith("ok")
         return ok, line[3:] if ok else line[6:]
 
+    def metrics(self, node):
+        """pairwall_failover_* samples from the node's /metrics: {(name, frozenset(labels)): value}."""
+        script = (f"import urllib.request; print(urllib.request.urlopen("
+                  f"'http://127.0.0.1:{METRICS_PORT}/metrics', timeout=5).read().decode())")
+        text = self.nsexec(node, "/usr/bin/python3", "-c", script).stdout
+        out = {}
+        for line in text.splitlines():
+            if not line.startswith("pairwall_failover_"):
+                continue
+            key, value = line.rsplit(" ", 1)
+            name, _, labels = key.partition("{")
+            pairs = frozenset(tuple(kv.split("=", 1)) for kv in labels.rstrip("}").split(",") if kv)
+            out[(name, frozenset((k, v.strip('"')) for k, v in pairs))] = float(value)
+        return out
+
     def status(self, node):
         ok, text = self.ctl(node, "status")
         assert ok, text
-        return json.loads(text)
+        if self.daemon != "pairwalld":
+            return json.loads(text)
+        # pairwalld: the control protocol's FailoverStatus, completed from /metrics, in the shape
+        # pairwall-failoverd prints (transitions carry wall-clock ms there; mapped onto the monotonic
+        # clock the tests measure with).
+        s = json.loads(text)
+        m = self.metrics(node)
+
+        def metric(name, **labels):
+            want = frozenset(labels.items())
+            return next((v for (n, l), v in m.items() if n == name and want <= l), 0)
+
+        offset_ms = time.time() * 1000 - time.clock_gettime(time.CLOCK_MONOTONIC) * 1000
+        return {
+            "role": s["role"].lower(), "node_id": NODES[node]["id"], "demotion": s["demotion"],
+            "demotion_reasons": s["demotion_reasons"], "last_heard_ms_ago": int(s["last_heard_ms_ago"]),
+            "master_node_id": s["master_node_id"],
+            "transitions": [{"at_us": int((int(t["unix_ms"]) - offset_ms) * 1000), "from": t["from"].lower(),
+                             "to": t["to"].lower(), "cause": t["cause"]} for t in s["transitions"]],
+            "rejects": {k: int(v) for k, v in s["rejects"].items()},
+            "links": {dict(l)["interface"]: v == 1 for (n, l), v in m.items() if n == "pairwall_failover_carrier"},
+            "counters": {c: int(metric(f"pairwall_failover_{c}_total"))
+                         for c in ("adverts_sent", "adverts_accepted", "announcements", "vip_errors")} |
+                        {"worse_masters": int(metric("pairwall_failover_worse_masters_heard_total"))},
+        }
 
     def role(self, node):
         try:
+            if self.daemon == "pairwalld":  # the control socket alone: cheap enough to poll
+                ok, text = self.ctl(node, "status")
+                return json.loads(text)["role"].lower() if ok else "down"
             return self.status(node)["role"]
-        except (OSError, AssertionError):
+        except (OSError, AssertionError, ValueError):
             return "down"
 
     def wait_for(self, predicate, timeout, step=0.01, what="condition"):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from failover_net import CLIENTS, FAILOVERD, LANS, REPO, monotonic_us, probe
+from failover_net import CLIENTS, FAILOVERD, LANS, PAIRWALLCTL, REPO, monotonic_us, probe
 
 SHIPPED = REPO / "packaging" / "keepalived"
 
@@ -20,10 +20,13 @@ SHIPPED = REPO / "packaging" / "keepalived"
 def keepalived_conf(p, node):
     """The shipped example with this test's paths: the health script and the notify script talk to
     this node's pairwall-failoverd through a pairwallctl stand-in."""
-    ctl = p.dir / "pairwallctl"
-    if not ctl.exists():
-        ctl.write_text(f'#!/bin/sh\n[ "$1" = -s ] && {{ s=$2; shift 2; }}\nexec {FAILOVERD} --ctl "$s" "$@"\n')
-        ctl.chmod(0o755)
+    if p.daemon == "pairwalld":
+        ctl = PAIRWALLCTL
+    else:
+        ctl = p.dir / "pairwallctl"
+        if not ctl.exists():
+            ctl.write_text(f'#!/bin/sh\n[ "$1" = -s ] && {{ s=$2; shift 2; }}\nexec {FAILOVERD} --ctl "$s" "$@"\n')
+            ctl.chmod(0o755)
     sock = p.socket_path(node)
     text = (SHIPPED / "keepalived.conf").read_text()
     replaced = {

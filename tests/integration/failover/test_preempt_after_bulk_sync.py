@@ -9,6 +9,8 @@ import pytest
 @pytest.mark.parametrize("preempt", [True, False])
 def test_restarted_better_node(pair_factory, report, preempt):
     p = pair_factory(advbase_ms=200, preempt=preempt)
+    if p.daemon == "pairwalld":
+        pytest.skip("pairwalld's bulk state comes from its sync service: see the sync integration tests")
     p.start("a")
     p.start("b")
     p.wait_roles({"a": "master", "b": "backup"}, timeout=5)
