@@ -58,6 +58,7 @@ name = "pd2-fw"
 first = 0
 count = {queues}
 fail_open = {fail_open}
+hooks = "{hooks}"
 
 [rules]
 file = "{rules}"
@@ -140,6 +141,10 @@ class Lan:
         dst = addr(family, "server" if src == "client" else "client")
         return self.peer(ns, "ping", dst, "--count", count, "--timeout", 1.0, timeout=count * 2 + 5)
 
+    def connect_to_fw(self, family, port, timeout=2.0):
+        """A TCP connection from the client to the firewall's own inside address."""
+        return self.peer(self.client, "connect", FW_IN6 if family == 6 else FW_IN4, port, "--timeout", timeout)
+
     def hold(self, family, port=ALLOWED):
         """A long-lived connection client -> server; returns a Held handle."""
         p = self.topo.spawn(self.client, [self.python, str(PEER), "hold", addr(family, "server"), str(port),
@@ -181,7 +186,7 @@ class Held:
 class Daemon:
     """pairwalld in the fw namespace, with pairwallctl to talk to it."""
 
-    def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES):
+    def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES, hooks="forward"):
         self.lan = lan
         self.work = work
         self.bin = bin_dir()
@@ -194,7 +199,7 @@ class Daemon:
         self.socket = work / "run" / "control.sock"
         self.config = work / "pairwall.toml"
         self.config.write_text(CONFIG.format(queues=queues, fail_open=str(fail_open).lower(), rules=self.rules,
-                                             socket=self.socket))
+                                             socket=self.socket, hooks=hooks))
         self.log = work / "pairwalld.log"
         self.proc = None
 
