@@ -70,6 +70,7 @@ std::string_view flow_state_name(uint8_t s) {
 struct StateCopy {
   engine::StateKey key[2];
   uint8_t peer_state[2] = {0, 0};
+  engine::PeerTracking peer[2];
   engine::StateId id;
   engine::TimeoutClass timeout = engine::TimeoutClass::TcpFirst;
   uint8_t flags = 0;
@@ -292,6 +293,8 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     c.key[1] = e.key[1];
     c.peer_state[0] = e.peer[0].state;
     c.peer_state[1] = e.peer[1].state;
+    c.peer[0] = e.peer[0];
+    c.peer[1] = e.peer[1];
     c.id = e.id;
     c.timeout = e.timeout;
     c.flags = e.flags;
@@ -334,6 +337,15 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     s->set_rule(c.rule);
     s->set_from_peer((c.flags & engine::stateflag::kFromPeer) != 0);
     s->set_timeout(std::string(engine::timeout_class_name(c.timeout)));
+    if (tcp) {
+      for (int i = 0; i < 2; ++i) {
+        auto* w = i == 0 ? s->mutable_src_window() : s->mutable_dst_window();
+        w->set_seqlo(c.peer[i].seqlo);
+        w->set_seqhi(c.peer[i].seqhi);
+        w->set_max_win(c.peer[i].max_win);
+        w->set_wscale(c.peer[i].wscale);
+      }
+    }
   }
   return {};
 }
