@@ -15,6 +15,10 @@
 //
 // Hook: derived from which interfaces the kernel reported: in and out -> Forward, in only ->
 // Input, out only -> Output.
+//
+// Logging (Verdict::log): the pflog record names the arrival interface with direction in
+// (Forward, Input), or the departure interface with direction out (Output); the engine does not
+// say which pass of a forwarded packet decided. The bytes logged are those after any rewrite.
 #pragma once
 
 #include <atomic>
@@ -68,6 +72,8 @@ class NfQueue {
 
   // Counters of `worker`; readable from any thread. Valid after start().
   const QueueCounters& counters(std::size_t worker) const;
+  // The socket of `worker` (its configuration, effective receive buffer). Valid after start().
+  const NfqSocket& socket(std::size_t worker) const { return *workers_[worker]->socket; }
   const RejectCounters* reject_counters(std::size_t worker) const;
   uint64_t log_dropped(std::size_t worker) const { return workers_[worker]->log_dropped.get(); }
 
