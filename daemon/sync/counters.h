@@ -55,7 +55,8 @@ struct SyncCounters {
   // Reliability, receiving side.
   uint64_t duplicates = 0;     // a sequence received twice (a resend whose ack was lost)
   uint64_t out_of_order = 0;   // held until the sequences before it arrive
-  uint64_t gaps = 0;           // ranges of sequences given up (the peer could not resend them)
+  uint64_t holes = 0;          // gaps detected in the peer's stream (a datagram arrived early)
+  uint64_t gaps = 0;           // ranges given up: the peer could not resend them (resync)
   uint64_t gap_sequences = 0;  // sequences in those ranges
   uint64_t resync_requests_sent = 0;
   uint64_t full_resyncs_received = 0;

@@ -217,6 +217,7 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
       // Out of order: ack at once, with the runs held, so the sender sees the hole (a duplicate
       // ack with SACK, RFC 5681 4.2 and RFC 2018).
       ++counters_.out_of_order;
+      if (rwin_.held() == 1) ++counters_.holes;  // the first datagram past a new hole
       ack_now_ = true;
       sack_now_ = true;
       break;

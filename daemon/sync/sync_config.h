@@ -11,6 +11,8 @@
 //   mtu = 1500                 # of the sync link: datagrams are filled up to it
 //   bulk_timeout_min_s = 5     # shortest wait for a bulk; grows with the announced count
 //   peer_node_id = 2           # optional: accept only this node id (default: the first heard)
+//   resend_window = 4096       # datagrams kept for resending; an outage longer than this many
+//                              # datagrams is covered by a resync instead
 #pragma once
 
 #include <toml++/toml.h>
@@ -35,6 +37,7 @@ struct SyncConfig {
   uint32_t mtu = 1500;
   std::chrono::seconds bulk_timeout_min{5};
   uint32_t peer_node_id = 0;
+  uint32_t resend_window = 4096;
 };
 
 // Reads and checks the [sync] section, and loads the key file (a relative path is relative to

@@ -185,6 +185,9 @@ void SyncService::start() {
   pc.max_datagram = config_.mtu - ip_udp;
   pc.flush_interval = std::chrono::duration_cast<Micros>(config_.flush_interval);
   pc.bulk_timeout_min = std::chrono::duration_cast<Micros>(config_.bulk_timeout_min);
+  pc.send.capacity = config_.resend_window;
+  // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
+  pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now());
   {
     std::lock_guard lock(status_mutex_);
@@ -312,6 +315,14 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
         break;
     }
   }
+  if (c.holes > oc.holes && now - last_hole_log_ >= kDropLogPeriod) {
+    spdlog::warn(
+        "sync: {} gaps in the peer's sequence since the last report ({} datagrams held past them): "
+        "resends requested",
+        c.holes - logged_holes_, s.held);
+    logged_holes_ = c.holes;
+    last_hole_log_ = now;
+  }
   if (c.gaps > oc.gaps) {
     spdlog::warn(
         "sync: {} sequences from the peer were lost beyond its resend window ({} gaps in all): "
@@ -386,7 +397,8 @@ void SyncService::fill_status(control::SyncStatus* out) {
   out->set_messages_sent(c.messages_sent);
   out->set_messages_received(c.messages_received);
   out->set_resends(c.resends);
-  out->set_gaps(c.gaps);
+  // Gaps detected in the peer's stream (filled by resends, or given up and resynced).
+  out->set_gaps(c.holes + c.gaps);
   // Resyncs this node needed: incremental (it asked for a range) and full (the peer sent all).
   out->set_resyncs(c.resync_requests_sent + c.full_resyncs_received);
   for (std::size_t i = 0; i < kDropReasonCount; ++i) {
@@ -424,8 +436,10 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   }
   w.family("pairwall_sync_resends_total", T::Counter, "Datagrams sent again after a loss.");
   w.sample(c.resends);
-  w.family("pairwall_sync_gaps_total", T::Counter, "Ranges of peer sequences lost beyond its resend window.");
-  w.sample(c.gaps);
+  w.family("pairwall_sync_gaps_total", T::Counter,
+           "Gaps in the peer's stream: detected (resends asked) and given up (beyond its resend window).");
+  w.sample({{"outcome", "detected"}}, c.holes);
+  w.sample({{"outcome", "given_up"}}, c.gaps);
   w.family("pairwall_sync_resyncs_total", T::Counter, "Resyncs, by kind and side.");
   w.sample({{"kind", "incremental_requested"}}, c.resync_requests_sent);
   w.sample({{"kind", "incremental_served"}}, c.resync_requests_served);

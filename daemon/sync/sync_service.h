@@ -95,6 +95,8 @@ class SyncService final : public control::SyncControl {
   // What was last logged, to log changes only.
   ProtocolStatus logged_;
   Micros last_drop_log_{0};
+  Micros last_hole_log_{0};
+  uint64_t logged_holes_ = 0;
   std::array<uint64_t, kDropReasonCount> last_drops_{};
 };
 

@@ -101,6 +101,7 @@ flush_interval_ms = 5
 mtu = 9000
 bulk_timeout_min_s = 20
 peer_node_id = 2
+resend_window = 256
 )"),
                                    (dir.path / "pairwall.toml").string());
   CHECK(c.interface == "sync0");
@@ -115,6 +116,7 @@ peer_node_id = 2
   CHECK(c.mtu == 9000);
   CHECK(c.bulk_timeout_min == std::chrono::seconds(20));
   CHECK(c.peer_node_id == 2);
+  CHECK(c.resend_window == 256);
 }
 
 TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
@@ -156,6 +158,8 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
       {base + "peer = \"10.0.0.2\"\nflush_interval_ms = 5000\n",
        "[sync] flush_interval_ms: expected 0..1000"},
       {base + "peer = \"10.0.0.2\"\nbulk_timeout_min_s = 0\n", "[sync] bulk_timeout_min_s: expected 1..3600"},
+      {base + "peer = \"10.0.0.2\"\nresend_window = 10\n",
+       "[sync] resend_window: expected 64..65536, got 10"},
       {"key_file = \"" + key + "\"\npeer = \"10.0.0.2\"\n", "[sync] interface: missing (required)"},
       {"interface = \"sync0\"\npeer = \"10.0.0.2\"\n", "[sync] key_file: missing (required)"},
       {"interface = \"a-very-long-interface-name\"\npeer = \"10.0.0.2\"\nkey_file = \"" + key + "\"\n",
