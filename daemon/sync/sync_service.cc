@@ -248,17 +248,20 @@ void SyncService::pump() {
   }
   protocol_->poll(now, [this](std::span<const uint8_t> d) { return send(d); });
 
-  if (!bulk_done_.load(std::memory_order_relaxed) && protocol_->bulk_done()) {
-    bulk_done_.store(true, std::memory_order_release);
-    if (bulk_done_callback_) bulk_done_callback_();
-  }
-  if (now - last_status_ >= kStatusPeriod) {
+  // The status the control thread reads is refreshed before bulk_done() turns true, so that
+  // both never disagree.
+  const bool bulk_just_done = !bulk_done_.load(std::memory_order_relaxed) && protocol_->bulk_done();
+  if (bulk_just_done || now - last_status_ >= kStatusPeriod) {
     last_status_ = now;
     ProtocolStatus s = protocol_->status(now);
     log_changes(s, now);
     std::lock_guard lock(status_mutex_);
     status_ = std::move(s);
     status_time_ = now;
+  }
+  if (bulk_just_done) {
+    bulk_done_.store(true, std::memory_order_release);
+    if (bulk_done_callback_) bulk_done_callback_();
   }
   arm_timer(now);
 }
