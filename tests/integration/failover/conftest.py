@@ -27,8 +27,11 @@ def pair_factory():
     made = []
 
     def make(**kwargs):
-        if not Path(failover_net.FAILOVERD).exists():
-            pytest.fail(f"{failover_net.FAILOVERD} not built (set PAIRWALL_BIN_DIR)")
+        daemon = kwargs.get("daemon") or failover_net.DAEMON
+        needed = [failover_net.PAIRWALLD, failover_net.PAIRWALLCTL] if daemon == "pairwalld" else [failover_net.FAILOVERD]
+        for binary in needed:
+            if not Path(binary).exists():
+                pytest.fail(f"{binary} not built (set PAIRWALL_BIN_DIR)")
         p = failover_net.Pair(f"pf-f{os.getpid() % 1000}{next(_ids)}-", **kwargs)
         made.append(p)
         p.up()

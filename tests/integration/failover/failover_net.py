@@ -30,11 +30,18 @@ PAIRWALLCTL = str(BIN_DIR / "pairwallctl")
 DAEMON = os.environ.get("FAILOVER_DAEMON", "failoverd")
 METRICS_PORT = 9477
 KEY = "failover-test-key-0123456789abcdef"
+SYNC_KEY = "sync-test-key-0123456789abcdef0123456789"
+SYNC_NET = "10.33.0"
+SYNC_PORT = 8370
 PORT = 8112
 
 NODES = {"a": {"id": 1, "host": 2}, "b": {"id": 2, "host": 3}}
 LANS = {"lan0": {"v4": "10.31.0", "v6": "fd31:"}, "lan1": {"v4": "10.32.0", "v6": "fd32:"}}
 CLIENTS = {"lan0": "c0", "lan1": "c1"}
+
+
+def other(node):
+    return "b" if node == "a" else "a"
 
 
 def vip4(lan):
@@ -53,9 +60,12 @@ def run(cmd, check=True, timeout=20):
 
 
 class Pair:
-    def __init__(self, prefix, advbase_ms=1000, skews=(0, 100), preempt=False, ipv6=True, daemon=None):
+    def __init__(self, prefix, advbase_ms=1000, skews=(0, 100), preempt=False, ipv6=True, daemon=None,
+                 sync=True, rules="pass all\n"):
         assert prefix.startswith("pf-")
         self.daemon = daemon or DAEMON
+        self.sync = sync  # pairwalld only: run state sync over a direct link
+        self.rules = rules  # pairwalld only
         self.prefix = prefix
         self.advbase_ms = advbase_ms
         self.skews = dict(zip(("a", "b"), skews))
@@ -95,6 +105,15 @@ class Pair:
             self.ip(client, "addr", "add", f"{LANS[lan]['v4']}.10/24", "dev", "eth0")
             self.ip(client, "addr", "add", f"{LANS[lan]['v6']}:10/64", "dev", "eth0", "nodad")
         (self.dir / "failover.key").write_text(KEY + "\n")
+        if self.daemon == "pairwalld" and self.sync:
+            # pairwalld runs state sync too: a direct link between the two nodes.
+            self.ip(self.ns["a"], "link", "add", "sync0", "type", "veth", "peer", "name", "sync0", "netns",
+                    self.ns["b"])
+            for node in ("a", "b"):
+                self.ip(self.ns[node], "addr", "add", f"{SYNC_NET}.{NODES[node]['id']}/30", "dev", "sync0")
+                self.ip(self.ns[node], "link", "set", "sync0", "up")
+            (self.dir / "sync.key").write_text(SYNC_KEY + "\n")
+            (self.dir / "sync.key").chmod(0o600)
 
     def down(self, quiet=False):
         for key, p in list(self.procs.items()):
@@ -173,11 +192,16 @@ class Pair:
     def pairwalld_config(self, node, failover_conf):
         """pairwalld's own sections around the [failover] section of `failover_conf`."""
         rules = self.dir / "pass.rules"
-        rules.write_text("pass all\n")
+        rules.write_text(self.rules)
         body = failover_conf.read_text().split("[failover]", 1)[1]
-        text = (f"[node]\nid = {NODES[node]['id']}\nname = \"{node}\"\n\n[queue]\nfail_open = true\n\n"
+        text = (f"[node]\nid = {NODES[node]['id']}\nname = \"{node}\"\n\n[queue]\nfail_open = false\n\n"
                 f"[rules]\nfile = \"{rules}\"\n\n[control]\nsocket = \"{self.socket_path(node)}\"\n\n"
-                f"[metrics]\nlisten = \"127.0.0.1:{METRICS_PORT}\"\n\n[failover]{body}")
+                f"[metrics]\nlisten = \"127.0.0.1:{METRICS_PORT}\"\n\n")
+        if self.sync:
+            text += (f"[sync]\ninterface = \"sync0\"\naddress = \"{SYNC_NET}.{NODES[node]['id']}\"\n"
+                     f"peer = \"{SYNC_NET}.{NODES[other(node)]['id']}\"\nport = {SYNC_PORT}\n"
+                     f"key_file = \"{self.dir / 'sync.key'}\"\n\n")
+        text += f"[failover]{body}"
         path = self.dir / f"{node}-pairwalld.toml"
         path.write_text(text)
         return path

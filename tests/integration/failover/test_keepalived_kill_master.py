@@ -4,69 +4,12 @@ service only follows the role it is told and reports its health. Killing the mas
 process, or keepalived itself — moves the group to the other node, and the other node's service
 learns it is master through the notify script."""
 
-import os
-import signal
-import stat
-import subprocess
 import time
 
 import pytest
 
-from failover_net import CLIENTS, FAILOVERD, LANS, PAIRWALLCTL, REPO, monotonic_us, probe
-
-SHIPPED = REPO / "packaging" / "keepalived"
-
-
-def keepalived_conf(p, node):
-    """The shipped example with this test's paths: the health script and the notify script talk to
-    this node's pairwall-failoverd through a pairwallctl stand-in."""
-    if p.daemon == "pairwalld":
-        ctl = PAIRWALLCTL
-    else:
-        ctl = p.dir / "pairwallctl"
-        if not ctl.exists():
-            ctl.write_text(f'#!/bin/sh\n[ "$1" = -s ] && {{ s=$2; shift 2; }}\nexec {FAILOVERD} --ctl "$s" "$@"\n')
-            ctl.chmod(0o755)
-    sock = p.socket_path(node)
-    text = (SHIPPED / "keepalived.conf").read_text()
-    replaced = {
-        "router_id pairwall-a": f"router_id pairwall-{node}",
-        'script "/usr/bin/pairwallctl health"': f'script "{ctl} -s {sock} health"',
-        'notify "/usr/lib/pairwall/pairwall-notify.sh"': f'notify "{SHIPPED}/pairwall-notify.sh -s {sock} -c {ctl}"',
-    }
-    for old, new in replaced.items():
-        assert old in text, f"the shipped keepalived.conf no longer contains {old!r}"
-        text = text.replace(old, new)
-    path = p.dir / f"keepalived-{node}.conf"
-    path.write_text(text)
-    return path
-
-
-def start_keepalived(p, node):
-    conf = keepalived_conf(p, node)
-    log = open(p.dir / f"keepalived-{node}.log", "a")
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", p.ns[node], "keepalived", "-n", "-l", "-D", "-P", "-f", str(conf),
-         "-p", str(p.dir / f"ka-{node}.pid"), "-r", str(p.dir / f"vrrp-{node}.pid"),
-         "-c", str(p.dir / f"chk-{node}.pid")], stdout=log, stderr=subprocess.STDOUT)
-    p.procs[(node, "keepalived")] = proc
-    return proc
-
-
-def kill_keepalived(p, node):
-    """kill -9 of keepalived and its VRRP child: a crash, no cleanup, the VIPs stay in the kernel."""
-    t = monotonic_us()
-    vrrp_pid = (p.dir / f"vrrp-{node}.pid")
-    pids = [int(vrrp_pid.read_text())] if vrrp_pid.exists() else []
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    p.kill(node, "keepalived", sig=signal.SIGKILL)
-    return t
-
-
-def vip_holder(p):
-    held = [n for n in ("a", "b") if p.holds_vips(n)]
-    return held[0] if len(held) == 1 else None
+from failover_net import CLIENTS, LANS, monotonic_us, probe
+from keepalived_net import kill_keepalived, start_keepalived, vip_holder
 
 
 @pytest.fixture
