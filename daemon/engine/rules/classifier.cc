@@ -108,6 +108,19 @@ std::vector<KeyRange> port_ranges(const std::vector<PortMatch>& ports) {
   return out;
 }
 
+// std::popcount is a library call unless the target has POPCNT, which the default x86-64 one does
+// not; this is the same few instructions inline.
+inline uint64_t popcount64(uint64_t x) {
+#ifdef __POPCNT__
+  return static_cast<uint64_t>(__builtin_popcountll(x));
+#else
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (x * 0x0101010101010101ull) >> 56;
+#endif
+}
+
 uint32_t checked_u32(std::size_t v, const char* what) {
   if (v > UINT32_MAX - 1) throw std::length_error(std::string("rule set too large: ") + what);
   return static_cast<uint32_t>(v);
@@ -277,72 +290,120 @@ bool AddressTable::contains(Family f, const IpAddress& a) const {
 // ---------------------------------------------------------------------------------------------
 // IntervalIndex
 
-void IntervalIndex::build(std::vector<AddressKey> starts, std::vector<uint32_t> values) {
-  starts_ = std::move(starts);
-  values_ = std::move(values);
+template <typename Key>
+void IntervalIndex<Key>::build(const std::vector<Key>& starts, const std::vector<uint32_t>& values) {
+  if (starts.size() >= kValue) throw std::length_error("rule set too large: address intervals");
+  for (uint32_t v : values) {
+    if (v & kKindMask) throw std::length_error("rule set too large: class pool");
+  }
   nodes_.clear();
   children_.clear();
-  root_ = build_entry(0, static_cast<uint32_t>(starts_.size()), 0);
+  leaves_.clear();
+  root_ = build_entry(starts, values, 0, static_cast<uint32_t>(starts.size()), 0);
+  nodes_.shrink_to_fit();
+  children_.shrink_to_fit();
+  leaves_.shrink_to_fit();
 }
 
-// Builds the entry for starts_[lo, hi), all of which share their top `known_bits` bits.
-uint32_t IntervalIndex::build_entry(uint32_t lo, uint32_t hi, uint32_t known_bits) {
-  if (hi - lo <= kLeafSize) return kLeafFlag | lo << 4 | (hi - lo);
-  // hi - lo >= 2 distinct starts, so the first and last differ somewhere below `known_bits`.
-  const AddressKey diff = starts_[lo] ^ starts_[hi - 1];
-  const uint64_t diff_hi = static_cast<uint64_t>(diff >> 64);
-  const unsigned common =
-      diff_hi != 0 ? std::countl_zero(diff_hi) : 64 + std::countl_zero(static_cast<uint64_t>(diff));
-  const unsigned stride = std::clamp<unsigned>(std::bit_width(hi - lo) - 1, 1, std::min(16u, 128 - common));
-  if (lo >= (1u << 27) || hi >= (1u << 27)) throw std::length_error("rule set too large: address intervals");
+// The entry for starts[lo, hi), which share their top `known_bits` bits; keys that reach it and
+// lie below starts[lo] belong to the interval before (lo > 0 there: starts[0] == 0).
+template <typename Key>
+uint32_t IntervalIndex<Key>::build_entry(const std::vector<Key>& starts, const std::vector<uint32_t>& values,
+                                         uint32_t lo, uint32_t hi, uint32_t known_bits) {
+  const uint32_t before = values[lo == 0 ? 0 : lo - 1];
+  if (lo == hi) return kValue | before;
+  if (hi - lo <= kLeafKeys) {
+    Leaf leaf;
+    leaf.values[0] = before;
+    for (uint32_t j = 0; j < kLeafKeys; ++j) {
+      const uint32_t i = std::min(lo + j, hi - 1);
+      leaf.keys[j] = starts[i];
+      leaf.values[j + 1] = values[i];
+    }
+    leaves_.push_back(leaf);
+    return kLeaf | static_cast<uint32_t>(leaves_.size() - 1);
+  }
+  // At least two distinct starts: the first and last differ below `known_bits`.
+  const Key diff = starts[lo] ^ starts[hi - 1];
+  unsigned common;
+  if constexpr (sizeof(Key) == 4) {
+    common = static_cast<unsigned>(std::countl_zero(diff));
+  } else {
+    const auto diff_hi = static_cast<uint64_t>(diff >> 64);
+    common = diff_hi != 0 ? std::countl_zero(diff_hi) : 64 + std::countl_zero(static_cast<uint64_t>(diff));
+  }
+  const unsigned stride = std::clamp<unsigned>(std::bit_width(hi - lo) - 1, 1, std::min(16u, kBits - common));
   Node node;
-  node.prefix = common == 0 ? 0 : starts_[lo] & ~(kKeyMax >> common);
+  node.mask = common == 0 ? 0 : static_cast<Key>(~(static_cast<Key>(~Key{0}) >> common));
+  node.prefix = starts[lo] & node.mask;
   node.shift = static_cast<uint8_t>(common);
-  node.check_prefix = common > known_bits;
-  node.lo = lo;
-  node.hi = hi;
   node.stride = static_cast<uint8_t>(stride);
+  node.check_prefix = common > known_bits;
+  node.before = before;
+  node.after = values[hi - 1];
   node.child_base = static_cast<uint32_t>(children_.size());
-  const uint32_t index = static_cast<uint32_t>(nodes_.size());
+  const auto index = static_cast<uint32_t>(nodes_.size());
+  if (index >= kLeaf) throw std::length_error("rule set too large: address index");
   nodes_.push_back(node);
   const uint32_t fanout = 1u << stride;
   children_.resize(children_.size() + fanout);
-  auto child_of = [&](AddressKey key) { return static_cast<uint32_t>((key << common) >> (128 - stride)); };
+  auto child_of = [&](Key key) {
+    return static_cast<uint32_t>(static_cast<Key>(key << common) >> (kBits - stride));
+  };
   uint32_t first = lo;
   for (uint32_t c = 0; c < fanout; ++c) {
     uint32_t last = first;
-    while (last < hi && child_of(starts_[last]) == c) ++last;
-    // An empty child answers with the interval before it (starts_[first - 1]): first >= 1 there,
-    // because the node's first child holds starts_[lo] and lo is 0 or preceded by a smaller start.
-    const uint32_t entry = build_entry(first, last, common + stride);
+    while (last < hi && child_of(starts[last]) == c) ++last;
+    const uint32_t entry = build_entry(starts, values, first, last, common + stride);
     children_[node.child_base + c] = entry;
     first = last;
   }
   return index;
 }
 
-uint32_t IntervalIndex::find(AddressKey key) const noexcept {
+// Key bits [shift, shift + stride) from the top. For IPv6 keys, 64-bit halves: a variable shift of
+// a 128-bit integer costs several times as much.
+template <typename Key>
+inline uint32_t IntervalIndex<Key>::child_index(Key key, unsigned shift, unsigned stride) noexcept {
+  if constexpr (sizeof(Key) == 4) {
+    return static_cast<uint32_t>(key << shift) >> (32 - stride);
+  } else {
+    const auto hi = static_cast<uint64_t>(key >> 64);
+    const auto lo = static_cast<uint64_t>(key);
+    const uint64_t window = shift >= 64  ? lo << (shift - 64)
+                            : shift == 0 ? hi
+                                         : (hi << shift) | (lo >> (64 - shift));
+    return static_cast<uint32_t>(window >> (64 - stride));
+  }
+}
+
+template <typename Key>
+uint32_t IntervalIndex<Key>::find(Key key) const noexcept {
   uint32_t entry = root_;
-  while (!(entry & kLeafFlag)) {
+  while ((entry & kKindMask) == kNode) {
     const Node& node = nodes_[entry];
     if (node.check_prefix) {
       // Outside the shared prefix: the key lies before or after every start under this node.
-      const AddressKey q = key >> (128 - node.shift);
-      const AddressKey p = node.prefix >> (128 - node.shift);
-      if (q != p) return values_[q < p ? node.lo - 1 : node.hi - 1];
+      const Key masked = key & node.mask;
+      if (masked != node.prefix) return masked < node.prefix ? node.before : node.after;
     }
-    entry = children_[node.child_base + static_cast<uint32_t>((key << node.shift) >> (128 - node.stride))];
+    entry = children_[node.child_base + child_index(key, node.shift, node.stride)];
   }
-  uint32_t i = (entry >> 4) & 0x7ff'ffff;
-  const uint32_t end = i + (entry & 0xf);
-  while (i < end && starts_[i] <= key) ++i;
-  return values_[i - 1];
+  if ((entry & kKindMask) == kValue) return entry & ~kKindMask;
+  const Leaf& leaf = leaves_[entry & ~kKindMask];
+  uint32_t below = 0;
+  for (uint32_t j = 0; j < kLeafKeys; ++j) below += leaf.keys[j] <= key;
+  return leaf.values[below];
 }
 
-std::size_t IntervalIndex::memory_bytes() const {
+template <typename Key>
+std::size_t IntervalIndex<Key>::memory_bytes() const {
   return nodes_.capacity() * sizeof(Node) + children_.capacity() * sizeof(uint32_t) +
-         starts_.capacity() * sizeof(AddressKey) + values_.capacity() * sizeof(uint32_t);
+         leaves_.capacity() * sizeof(Leaf);
 }
+
+template class IntervalIndex<uint32_t>;
+template class IntervalIndex<AddressKey>;
 
 // ---------------------------------------------------------------------------------------------
 // Classifier
@@ -357,26 +418,32 @@ class ClassifierBuilder {
     c_.rule_count_ = checked_u32(n, "rules");
     c_.words_ = std::max<uint32_t>(1, static_cast<uint32_t>((n + 63) / 64));
     c_.summary_words_ = (c_.words_ + 63) / 64;
+    c_.rank_words_ = (c_.summary_words_ + 3) / 4;
     assign_priorities();
-    c_.word_masks_.assign(c_.words_, {});
-    c_.broad_summary_.assign(c_.summary_words_, 0);
-    build_dense_fields();
+    for (auto& masks : c_.word_masks_) masks.assign(c_.words_, {});
     prepare_sparse_fields();
     choose_anchors();
+    build_dense_fields();  // after the anchors: dense records summarize the broad rules
+    assign_groups();
     emit_sparse_fields();
+    c_.dense_pool_.shrink_to_fit();
+    c_.sparse_pool_.shrink_to_fit();
   }
 
  private:
   using Field = Classifier::SparseField;
   static constexpr int kFields = Classifier::kSparseFields;
 
-  // A sparse field as seen during the build. Address fields hold both families: key ranges of a
-  // rule are per family and the families' intervals are indexed apart.
+  // A sparse field as seen during the build. Address fields have a domain per family (their
+  // intervals are indexed apart); ports have one.
   struct SparseBuild {
-    std::vector<bool> wildcard;                                // by rule
-    std::vector<std::array<std::vector<KeyRange>, 2>> ranges;  // by rule, [v4/v6] (ports use [0])
+    std::vector<bool> wildcard;                                // by rule: the field is not constrained
+    std::vector<std::array<std::vector<KeyRange>, 2>> ranges;  // by rule and domain: values accepted
+    std::vector<std::array<bool, 2>> by_default;               // by rule and domain: stored as exceptions
+    std::vector<uint64_t> default_bits[2];                     // by domain, by priority
     BitmapInterner interner;
     Intervals intervals[2];
+    uint32_t no_port_class = 0;
     explicit SparseBuild(uint32_t words) : interner(words) {}
   };
 
@@ -408,10 +475,13 @@ class ClassifierBuilder {
     if (inserted) {
       it->second = checked_u32(c_.dense_pool_.size(), "dense pool");
       const std::size_t base = c_.dense_pool_.size();
-      c_.dense_pool_.resize(base + c_.summary_words_ + c_.words_, 0);
+      const uint32_t sw = c_.summary_words_;
+      c_.dense_pool_.resize(base + 2 * sw + c_.words_, 0);
       for (uint32_t w = 0; w < c_.words_; ++w) {
-        c_.dense_pool_[base + c_.summary_words_ + w] = words[w];
-        if (words[w] != 0) c_.dense_pool_[base + w / 64] |= uint64_t{1} << (w % 64);
+        const uint64_t bit = uint64_t{1} << (w % 64);
+        c_.dense_pool_[base + 2 * sw + w] = words[w];
+        if (words[w] != 0) c_.dense_pool_[base + w / 64] |= bit;
+        if (words[w] & c_.word_masks_[0][w].broad) c_.dense_pool_[base + sw + w / 64] |= bit;
       }
     }
     return it->second;
@@ -546,72 +616,115 @@ class ClassifierBuilder {
     for (int f = 0; f < kFields; ++f) {
       fields_[f] = std::make_unique<SparseBuild>(c_.words_);
       SparseBuild& b = *fields_[f];
+      const bool address = f == Field::kSrcAddr || f == Field::kDstAddr;
+      const AddressKey max = address ? kKeyMax : kPortMax;
       b.wildcard.assign(n, false);
       b.ranges.resize(n);
-      const bool address = f == Field::kSrcAddr || f == Field::kDstAddr;
-      // Class 0 is the empty bitmap: the port class of packets without ports.
-      b.interner.intern(std::vector<uint64_t>(c_.words_, 0));
-      std::vector<Event> events[2];
+      b.by_default.assign(n, {false, false});
       for (uint32_t r = 0; r < n; ++r) {
         const MatchSpec& s = specs_[r];
         if (address) {
           const auto& terms = f == Field::kSrcAddr ? s.src : s.dst;
-          if (terms.empty()) {
-            b.wildcard[r] = true;
-            continue;
+          if (!terms.empty()) {
+            b.ranges[r][0] = address_ranges(terms, Family::V4);
+            b.ranges[r][1] = address_ranges(terms, Family::V6);
           }
-          b.ranges[r][0] = address_ranges(terms, Family::V4);
-          b.ranges[r][1] = address_ranges(terms, Family::V6);
-          if (covers_all(b.ranges[r][0], kKeyMax) && covers_all(b.ranges[r][1], kKeyMax)) {
-            b.wildcard[r] = true;
-            b.ranges[r] = {};
-            continue;
-          }
+          b.wildcard[r] =
+              terms.empty() || (covers_all(b.ranges[r][0], max) && covers_all(b.ranges[r][1], max));
         } else {
-          const auto& ports = f == Field::kSrcPort ? s.src_ports : s.dst_ports;
-          // A port list, even one covering every port, is never a wildcard: it also requires that
+          // A port list, even one covering every port, is not a wildcard: it also requires that
           // the packet has ports at all.
-          if (ports.empty()) {
-            b.wildcard[r] = true;
-            continue;
-          }
+          const auto& ports = f == Field::kSrcPort ? s.src_ports : s.dst_ports;
           b.ranges[r][0] = port_ranges(ports);
+          b.wildcard[r] = ports.empty();
         }
-        for (int fam = 0; fam < 2; ++fam) {
-          for (const KeyRange& k : b.ranges[r][fam]) {
-            events[fam].push_back({k.first, priority_[r], true});
-            const AddressKey max = address ? kKeyMax : kPortMax;
-            if (k.last < max) events[fam].push_back({k.last + 1, priority_[r], false});
-          }
-        }
+        if (b.wildcard[r]) b.ranges[r] = {};
       }
-      b.intervals[0] = sweep(events[0], b.interner, c_.words_);
-      if (address) b.intervals[1] = sweep(events[1], b.interner, c_.words_);
+      for (int d = 0; d < (address ? 2 : 1); ++d) sweep_domain(b, d, max);
+      if (!address) {
+        // Packets without ports: only rules without a port list accept them.
+        std::vector<uint64_t> exceptions(c_.words_, 0);
+        for (uint32_t r = 0; r < n; ++r) {
+          if (!b.wildcard[r] && b.by_default[r][0]) set_bit(exceptions, r);
+        }
+        b.no_port_class = b.interner.intern(exceptions);
+      }
     }
   }
 
-  // Each rule that constrains a sparse field is anchored on the one where the most crowded
-  // interval it covers holds the fewest specific rules: that bounds how many candidates a packet
-  // matching it through that field brings along.
+  // Elementary intervals of one domain. A rule's bit in a class says where it differs from its
+  // default: a rule that accepts most intervals (a wildcard, `! 10.0.0.0/8`, `port != 22`) is
+  // accepted by default and listed where it is not; the others are listed where they are. Either
+  // way few classes hold its bit, which keeps the compressed bitmaps small.
+  void sweep_domain(SparseBuild& b, int d, AddressKey max) {
+    const uint32_t n = c_.rule_count_;
+    std::vector<AddressKey> bounds{0};
+    for (uint32_t r = 0; r < n; ++r) {
+      for (const KeyRange& k : b.ranges[r][d]) {
+        bounds.push_back(k.first);
+        if (k.last < max) bounds.push_back(k.last + 1);
+      }
+    }
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    auto interval_of = [&bounds](AddressKey k) {
+      return static_cast<std::size_t>(std::upper_bound(bounds.begin(), bounds.end(), k) - bounds.begin() - 1);
+    };
+    b.default_bits[d].assign(c_.words_, 0);
+    std::vector<Event> events;
+    for (uint32_t r = 0; r < n; ++r) {
+      bool by_default = b.wildcard[r];
+      if (!by_default) {
+        std::size_t covered = 0;
+        for (const KeyRange& k : b.ranges[r][d]) covered += interval_of(k.last) - interval_of(k.first) + 1;
+        by_default = covered * 2 > bounds.size();
+      }
+      b.by_default[r][d] = by_default;
+      if (by_default) set_bit(b.default_bits[d], r);
+      if (b.wildcard[r]) continue;
+      for (const KeyRange& k : by_default ? complement(b.ranges[r][d], max) : b.ranges[r][d]) {
+        events.push_back({k.first, priority_[r], true});
+        if (k.last < max) events.push_back({k.last + 1, priority_[r], false});
+      }
+    }
+    b.intervals[d] = sweep(events, b.interner, c_.words_);
+  }
+
+  // Each rule that constrains a sparse field (and is not stored by default there) is anchored on
+  // the one where the most crowded interval it covers holds the fewest such rules: that bounds how
+  // many candidates a packet matching it through that field brings along.
   void choose_anchors() {
     const uint32_t n = c_.rule_count_;
     constexpr uint32_t kUnscored = UINT32_MAX;
     std::vector<std::array<uint32_t, kFields>> score(n);
     for (int f = 0; f < kFields; ++f) {
       SparseBuild& b = *fields_[f];
-      for (uint32_t r = 0; r < n; ++r) score[r][f] = b.wildcard[r] ? kUnscored : 0;
-      for (int fam = 0; fam < 2; ++fam) {
-        const Intervals& iv = b.intervals[fam];
+      for (uint32_t r = 0; r < n; ++r) {
+        const bool eligible = !b.wildcard[r] && !b.by_default[r][0] && !b.by_default[r][1];
+        score[r][f] = eligible ? 0 : kUnscored;
+      }
+      for (int d = 0; d < 2; ++d) {
+        const Intervals& iv = b.intervals[d];
         if (iv.starts.empty()) continue;
+        std::vector<uint32_t> class_count(b.interner.classes().size(), UINT32_MAX);
         std::vector<uint32_t> counts(iv.classes.size());
-        for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = b.interner.count(iv.classes[i]);
+        for (std::size_t i = 0; i < counts.size(); ++i) {
+          uint32_t& c = class_count[iv.classes[i]];
+          if (c == UINT32_MAX) {
+            const auto& bits = b.interner.classes()[iv.classes[i]];
+            c = 0;
+            for (uint32_t w = 0; w < c_.words_; ++w) c += std::popcount(bits[w] & ~b.default_bits[d][w]);
+          }
+          counts[i] = c;
+        }
         const RangeMax range_max(std::move(counts));
         auto interval_of = [&iv](AddressKey k) {
           return static_cast<std::size_t>(std::upper_bound(iv.starts.begin(), iv.starts.end(), k) -
                                           iv.starts.begin() - 1);
         };
         for (uint32_t r = 0; r < n; ++r) {
-          for (const KeyRange& k : b.ranges[r][fam]) {
+          if (score[r][f] == kUnscored) continue;
+          for (const KeyRange& k : b.ranges[r][d]) {
             score[r][f] = std::max(score[r][f], range_max.max(interval_of(k.first), interval_of(k.last)));
           }
         }
@@ -622,21 +735,43 @@ class ClassifierBuilder {
     for (uint32_t r = 0; r < n; ++r) {
       const uint32_t p = priority_[r];
       const uint64_t bit = uint64_t{1} << (p % 64);
-      Classifier::WordMasks& m = c_.word_masks_[p / 64];
       int best = -1;
       for (const Field f : kPreference) {
         if (score[r][f] != kUnscored && (best < 0 || score[r][f] < score[r][best])) best = f;
       }
-      if (best < 0) {
-        m.broad |= bit;
-        c_.broad_summary_[p / 64 / 64] |= uint64_t{1} << (p / 64 % 64);
-      } else {
-        m.anchored[best] |= bit;
-      }
-      for (int f = 0; f < kFields; ++f) {
-        if (fields_[f]->wildcard[r]) m.wildcard[f] |= bit;
+      for (int fam = 0; fam < 2; ++fam) {
+        Classifier::WordMasks& m = c_.word_masks_[fam][p / 64];
+        if (best < 0) {
+          m.broad |= bit;
+        } else {
+          m.anchored[best] |= bit;
+        }
+        for (int f = 0; f < kFields; ++f) {
+          const int d = f == Field::kSrcAddr || f == Field::kDstAddr ? fam : 0;
+          if (fields_[f]->by_default[r][d]) m.by_default[f] |= bit;
+        }
       }
     }
+  }
+
+  // The (direction, interface) group of each rule, for splitting anchor summaries: a rule for one
+  // direction on one interface can only be a candidate for packets of that pass. The rest share
+  // group 0, which every packet consults. At most kMaxGroups; the rest fall back to group 0.
+  static constexpr uint32_t kMaxGroups = 48;  // the group mask shares a word with an offset
+
+  void assign_groups() {
+    const uint32_t slots = c_.iface_slots_;
+    c_.packet_group_.assign(3 * slots, 0);
+    group_of_priority_.assign(std::size_t{c_.words_} * 64, 0);
+    c_.group_count_ = 1;
+    for (uint32_t r = 0; r < c_.rule_count_; ++r) {
+      const MatchSpec& s = specs_[r];
+      if (s.direction == Direction::Any || s.interfaces.size() != 1 || s.interfaces[0].negated) continue;
+      uint8_t& group = c_.packet_group_[(s.direction == Direction::In ? 0 : slots) + s.interfaces[0].id];
+      if (group == 0 && c_.group_count_ < kMaxGroups) group = static_cast<uint8_t>(c_.group_count_++);
+      group_of_priority_[priority_[r]] = group;
+    }
+    c_.zeros_.assign(c_.summary_words_, 0);
   }
 
   void emit_sparse_fields() {
@@ -645,29 +780,54 @@ class ClassifierBuilder {
       SparseBuild& b = *fields_[f];
       const auto& classes = b.interner.classes();
       std::vector<uint32_t> offsets(classes.size());
+      std::vector<std::vector<uint64_t>> group_summaries(c_.group_count_);
       for (std::size_t id = 0; id < classes.size(); ++id) {
         const std::vector<uint64_t>& bits = classes[id];
+        for (auto& g : group_summaries) g.assign(sw, 0);
+        uint64_t groups = 0;
+        for (uint32_t w = 0; w < c_.words_; ++w) {
+          for (uint64_t a = bits[w] & c_.word_masks_[0][w].anchored[f]; a != 0; a &= a - 1) {
+            const uint32_t g = group_of_priority_[w * 64 + static_cast<uint32_t>(std::countr_zero(a))];
+            group_summaries[g][w / 64] |= uint64_t{1} << (w % 64);
+            groups |= uint64_t{1} << g;
+          }
+        }
         offsets[id] = checked_u32(c_.sparse_pool_.size(), "sparse pool");
         const std::size_t base = c_.sparse_pool_.size();
-        c_.sparse_pool_.resize(base + 3 * sw, 0);
+        const uint32_t ranks = c_.rank_words_;
+        c_.sparse_pool_.resize(base + 1 + sw + ranks, 0);
+        for (uint32_t g = 0; g < c_.group_count_; ++g) {
+          if (groups >> g & 1)
+            c_.sparse_pool_.insert(c_.sparse_pool_.end(), group_summaries[g].begin(),
+                                   group_summaries[g].end());
+        }
+        const std::size_t words_at = c_.sparse_pool_.size() - base;
+        if (words_at > 0xffff) throw std::length_error("rule set too large: class record header");
+        c_.sparse_pool_[base] = groups | static_cast<uint64_t>(words_at) << 48;
         uint64_t rank = 0;
         for (uint32_t w = 0; w < c_.words_; ++w) {
-          if (w % 64 == 0) c_.sparse_pool_[base + 2 * sw + w / 64] = rank;
+          if (w % 64 == 0) c_.sparse_pool_[base + 1 + sw + w / 256] |= rank << (16 * (w / 64 % 4));
           if (bits[w] == 0) continue;
-          const uint64_t bit = uint64_t{1} << (w % 64);
-          if (bits[w] & c_.word_masks_[w].anchored[f]) c_.sparse_pool_[base + w / 64] |= bit;
-          c_.sparse_pool_[base + sw + w / 64] |= bit;
+          c_.sparse_pool_[base + 1 + w / 64] |= uint64_t{1} << (w % 64);
           c_.sparse_pool_.push_back(bits[w]);
           ++rank;
         }
+        if (rank > 0xffff) throw std::length_error("rule set too large: class record");
         c_.sparse_pool_.push_back(0);  // read, then masked off, for words not present
       }
       if (f == Field::kSrcAddr || f == Field::kDstAddr) {
         for (int fam = 0; fam < 2; ++fam) {
-          Intervals& iv = b.intervals[fam];
+          const Intervals& iv = b.intervals[fam];
           std::vector<uint32_t> values(iv.classes.size());
           for (std::size_t i = 0; i < values.size(); ++i) values[i] = offsets[iv.classes[i]];
-          c_.address_index_[f][fam].build(std::move(iv.starts), std::move(values));
+          if (fam == 0) {
+            std::vector<uint32_t> starts(iv.starts.size());
+            for (std::size_t i = 0; i < starts.size(); ++i)
+              starts[i] = static_cast<uint32_t>(iv.starts[i] >> 96);
+            c_.v4_index_[f].build(starts, values);
+          } else {
+            c_.v6_index_[f].build(iv.starts, values);
+          }
         }
       } else {
         if (classes.size() > 65536) throw std::length_error("rule set too large: distinct port classes");
@@ -680,6 +840,7 @@ class ClassifierBuilder {
           const auto end = i + 1 < iv.starts.size() ? static_cast<uint32_t>(iv.starts[i + 1]) : 65536u;
           std::fill(table.begin() + first, table.begin() + end, static_cast<uint16_t>(iv.classes[i]));
         }
+        c_.port_none_class_[side] = static_cast<uint16_t>(b.no_port_class);
         c_.port_records_[side] = std::move(offsets);
       }
       fields_[f].reset();
@@ -689,7 +850,8 @@ class ClassifierBuilder {
   Classifier& c_;
   std::span<const MatchSpec> specs_;
   MatchOrder order_;
-  std::vector<uint32_t> priority_;  // by rule
+  std::vector<uint32_t> priority_;          // by rule
+  std::vector<uint8_t> group_of_priority_;  // anchor group, by priority
   std::unordered_map<std::string, uint32_t> dense_ids_;
   std::unique_ptr<SparseBuild> fields_[kFields];
 };
@@ -699,10 +861,11 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
 }
 
 inline uint64_t Classifier::sparse_word(const uint64_t* record, uint32_t word) const noexcept {
-  const uint32_t sw = summary_words_;
-  const uint64_t summary = record[sw + word / 64];
+  const uint32_t sw = word / 64;
+  const uint64_t summary = record[1 + sw];
   const uint64_t below = summary & ((uint64_t{1} << (word % 64)) - 1);
-  const uint64_t value = record[3 * sw + record[2 * sw + word / 64] + std::popcount(below)];
+  const uint64_t rank = record[1 + summary_words_ + sw / 4] >> (16 * (sw % 4)) & 0xffff;
+  const uint64_t value = record[(record[0] >> 48) + rank + popcount64(below)];
   return (summary >> (word % 64) & 1) ? value : 0;
 }
 
@@ -736,28 +899,58 @@ uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId ifa
       dense_pool_.data() + l4_record(p, has_l4),
   };
   const uint64_t* sparse[kSparseFields] = {
-      sparse_pool_.data() + address_index_[0][v6].find(address_key(p.family, p.src)),
-      sparse_pool_.data() + address_index_[1][v6].find(address_key(p.family, p.dst)),
-      sparse_pool_.data() + port_records_[0][has_ports ? port_classes_[0][p.src_port] : 0],
-      sparse_pool_.data() + port_records_[1][has_ports ? port_classes_[1][p.dst_port] : 0],
+      sparse_pool_.data() +
+          (v6 ? v6_index_[0].find(address_key(Family::V6, p.src)) : v4_index_[0].find(p.src.v4_value())),
+      sparse_pool_.data() +
+          (v6 ? v6_index_[1].find(address_key(Family::V6, p.dst)) : v4_index_[1].find(p.dst.v4_value())),
+      sparse_pool_.data() + port_records_[0][has_ports ? port_classes_[0][p.src_port] : port_none_class_[0]],
+      sparse_pool_.data() + port_records_[1][has_ports ? port_classes_[1][p.dst_port] : port_none_class_[1]],
   };
 
+  // Anchor summaries of each field's class: the group every packet consults, and this pass's own.
   const uint32_t sw_count = summary_words_;
+  const uint32_t group = packet_group_[row * iface_slots_ + slot];
+  const uint64_t group_bit = uint64_t{1} << group;
+  const uint64_t* shared[kSparseFields];
+  const uint64_t* own[kSparseFields];
+#pragma GCC unroll 4
+  for (int f = 0; f < kSparseFields; ++f) {
+    const uint64_t groups = sparse[f][0] & kGroupMask;
+    const uint64_t* summaries = sparse[f] + 1 + sw_count + rank_words_;
+    shared[f] = groups & 1 ? summaries : zeros_.data();
+    own[f] = group != 0 && (groups & group_bit) ? summaries + sw_count * popcount64(groups & (group_bit - 1))
+                                                : zeros_.data();
+  }
+
+  const WordMasks* masks = word_masks_[v6].data();
   for (uint32_t sw = 0; sw < sw_count; ++sw) {
-    uint64_t candidates = broad_summary_[sw] | sparse[0][sw] | sparse[1][sw] | sparse[2][sw] | sparse[3][sw];
-    candidates &= dense[0][sw] & dense[1][sw] & dense[2][sw];
+    // Broad rules are candidates where all three dense fields have one that accepts the packet;
+    // anchored rules where their field lists them and the dense fields have any rule for it.
+    uint64_t from[kSparseFields];
+    uint64_t anchored = 0;
+#pragma GCC unroll 4
+    for (int f = 0; f < kSparseFields; ++f) {
+      from[f] = shared[f][sw] | own[f][sw];
+      anchored |= from[f];
+    }
+    uint64_t candidates = (anchored & dense[0][sw] & dense[1][sw] & dense[2][sw]) |
+                          (dense[0][sw_count + sw] & dense[1][sw_count + sw] & dense[2][sw_count + sw]);
     while (candidates != 0) {
-      const uint32_t w = sw * 64 + static_cast<uint32_t>(std::countr_zero(candidates));
+      const uint32_t bit = static_cast<uint32_t>(std::countr_zero(candidates));
+      const uint32_t w = sw * 64 + bit;
       candidates &= candidates - 1;
-      const WordMasks& m = word_masks_[w];
+      const WordMasks& m = masks[w];
+      // First the rules this word can offer: broad ones and those anchored on a field whose class
+      // lists them here, with the cheap dense fields; most candidate words end here.
       uint64_t hit = m.broad;
-      uint64_t all = dense[0][sw_count + w] & dense[1][sw_count + w] & dense[2][sw_count + w];
+#pragma GCC unroll 4
       for (int f = 0; f < kSparseFields; ++f) {
-        const uint64_t s = sparse_word(sparse[f], w);
-        hit |= s & m.anchored[f];
-        all &= s | m.wildcard[f];
+        if (from[f] >> bit & 1) hit |= sparse_word(sparse[f], w) & m.anchored[f];
       }
-      hit &= all;
+      hit &= dense[0][2 * sw_count + w] & dense[1][2 * sw_count + w] & dense[2][2 * sw_count + w];
+      if (hit == 0) continue;
+#pragma GCC unroll 4
+      for (int f = 0; f < kSparseFields; ++f) hit &= sparse_word(sparse[f], w) ^ m.by_default[f];
       if (hit != 0) return priority_to_rule_[w * 64 + static_cast<uint32_t>(std::countr_zero(hit))];
     }
   }
@@ -766,14 +959,14 @@ uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId ifa
 
 std::size_t Classifier::memory_bytes() const {
   std::size_t bytes = sizeof(*this) + priority_to_rule_.capacity() * sizeof(uint32_t) +
-                      word_masks_.capacity() * sizeof(WordMasks) +
-                      (broad_summary_.capacity() + dense_pool_.capacity() + sparse_pool_.capacity()) * 8 +
+                      (word_masks_[0].capacity() + word_masks_[1].capacity()) * sizeof(WordMasks) +
+                      (dense_pool_.capacity() + sparse_pool_.capacity() + zeros_.capacity()) * 8 +
+                      packet_group_.capacity() +
                       (iface_records_.capacity() + proto_records_.capacity() + l4_records_.capacity() +
                        l4_codes_.capacity()) *
                           sizeof(uint32_t);
-  for (const auto& side : address_index_) {
-    for (const IntervalIndex& index : side) bytes += index.memory_bytes();
-  }
+  for (int side = 0; side < 2; ++side)
+    bytes += v4_index_[side].memory_bytes() + v6_index_[side].memory_bytes();
   for (int side = 0; side < 2; ++side) {
     bytes +=
         port_classes_[side].capacity() * sizeof(uint16_t) + port_records_[side].capacity() * sizeof(uint32_t);

@@ -124,36 +124,53 @@ enum class MatchOrder : uint8_t {
 };
 
 // Finds the elementary interval holding a key: a radix tree over the sorted interval starts that
-// skips the bits its starts share, with leaves of at most kLeafSize starts scanned in order.
+// skips the bits its starts share. A child holding no start stores its interval's value itself; a
+// child holding a few is a leaf of one cache line, keys and values side by side, searched without
+// branches. Key is uint32_t (IPv4) or AddressKey (IPv6).
+template <typename Key>
 class IntervalIndex {
  public:
-  // starts ascending and starts[0] == 0; values[i] belongs to [starts[i], starts[i+1]).
-  void build(std::vector<AddressKey> starts, std::vector<uint32_t> values);
-  uint32_t find(AddressKey key) const noexcept;
+  // starts ascending and starts[0] == 0; values[i] (< 2^30) belongs to [starts[i], starts[i+1]).
+  void build(const std::vector<Key>& starts, const std::vector<uint32_t>& values);
+  uint32_t find(Key key) const noexcept;
   std::size_t memory_bytes() const;
 
-  static constexpr uint32_t kLeafSize = 8;
+  static constexpr uint32_t kLeafKeys = sizeof(Key) == 4 ? 7 : 3;
 
  private:
+  static constexpr unsigned kBits = sizeof(Key) * 8;
+  struct alignas(64) Leaf {
+    Key keys[kLeafKeys];             // unused slots repeat the last key
+    uint32_t values[kLeafKeys + 1];  // values[i]: keys below keys[i] (i = 0: the interval before)
+  };
   struct Node {
-    AddressKey prefix = 0;  // the top `shift` bits every start under this node shares
-    uint32_t lo = 0;        // starts_[lo, hi) are under this node
-    uint32_t hi = 0;
+    Key prefix = 0;  // the top `shift` bits every start under this node shares
+    Key mask = 0;    // the top `shift` bits set
     uint32_t child_base = 0;
-    uint8_t shift = 0;  // children are chosen by key bits [shift, shift + stride) from the top
+    uint32_t before = 0;  // value for keys below the shared prefix
+    uint32_t after = 0;   // value for keys above it
+    uint8_t shift = 0;    // children are chosen by key bits [shift, shift + stride) from the top
     uint8_t stride = 0;
     bool check_prefix = false;  // the parent did not already compare all `shift` bits
   };
-  static constexpr uint32_t kLeafFlag = 0x8000'0000u;  // child = kLeafFlag | first << 4 | count
+  // A child: kind in the top two bits, then a node index, a leaf index or the value itself.
+  static constexpr uint32_t kKindMask = 0xc000'0000u;
+  static constexpr uint32_t kNode = 0;
+  static constexpr uint32_t kLeaf = 0x4000'0000u;
+  static constexpr uint32_t kValue = 0x8000'0000u;
 
-  uint32_t build_entry(uint32_t lo, uint32_t hi, uint32_t known_bits);
+  static uint32_t child_index(Key key, unsigned shift, unsigned stride) noexcept;
+  uint32_t build_entry(const std::vector<Key>& starts, const std::vector<uint32_t>& values, uint32_t lo,
+                       uint32_t hi, uint32_t known_bits);
 
   std::vector<Node> nodes_;
   std::vector<uint32_t> children_;
-  std::vector<AddressKey> starts_;
-  std::vector<uint32_t> values_;
-  uint32_t root_ = kLeafFlag;
+  std::vector<Leaf> leaves_;
+  uint32_t root_ = kValue;
 };
+
+extern template class IntervalIndex<uint32_t>;
+extern template class IntervalIndex<AddressKey>;
 
 class Classifier {
  public:
@@ -177,25 +194,35 @@ class Classifier {
   enum SparseField : uint8_t { kSrcAddr, kDstAddr, kSrcPort, kDstPort, kSparseFields };
 
   // Per 64-rule word, the masks that do not depend on the packet: rules that are always
-  // candidates, rules that accept any value of a sparse field, rules anchored on a sparse field.
+  // candidates, rules anchored on each sparse field, and rules that a sparse field's classes store
+  // by exception (they accept a value unless its class lists them), per family.
   struct WordMasks {
     uint64_t broad = 0;
-    uint64_t wildcard[kSparseFields] = {};
     uint64_t anchored[kSparseFields] = {};
+    uint64_t by_default[kSparseFields] = {};
   };
 
   // Class records (offsets into the pools):
-  //   dense:  summary[summary_words_], words[words_]
-  //   sparse: anchor_summary[S], summary[S], rank[S], words[popcount(summary)], 0   (S = summary_words_)
+  //   dense:  summary[S], broad summary[S] (words with a broad rule that accepts this value),
+  //           words[words_]                                                     (S = summary_words_)
+  //   sparse: groups | words_at << 48, summary[S], rank[S] (16 bits each, 4 per word),
+  //           anchor summary[S] per group in `groups`, words[popcount(summary)] (at words_at), 0
+  // A sparse class's words hold, per rule, whether it differs from the rule's default; its anchor
+  // summaries say which words hold rules anchored on this field that list this class, split by
+  // the rules' (direction, interface) group so that a packet only meets its own pass's rules.
   uint64_t sparse_word(const uint64_t* record, uint32_t word) const noexcept;
   uint32_t l4_record(const PacketView& packet, bool has_l4) const noexcept;
 
   uint32_t rule_count_ = 0;
   uint32_t words_ = 1;
   uint32_t summary_words_ = 1;
+  uint32_t rank_words_ = 1;
+  static constexpr uint64_t kGroupMask = (uint64_t{1} << 48) - 1;
   std::vector<uint32_t> priority_to_rule_;  // words_ * 64 entries, kNoMatch past the end
-  std::vector<WordMasks> word_masks_;
-  std::vector<uint64_t> broad_summary_;
+  std::vector<WordMasks> word_masks_[2];    // [v4/v6]
+  std::vector<uint64_t> zeros_;             // summary_words_ zeros, for absent anchor summaries
+  std::vector<uint8_t> packet_group_;       // [direction row * iface_slots_ + slot] -> anchor group
+  uint32_t group_count_ = 1;
   std::vector<uint64_t> dense_pool_;
   std::vector<uint64_t> sparse_pool_;
 
@@ -211,8 +238,10 @@ class Classifier {
   static constexpr uint32_t kL4Other = 768;
 
   // Sparse lookups (values are offsets into sparse_pool_).
-  IntervalIndex address_index_[2][2];      // [src/dst][v4/v6]
-  std::vector<uint16_t> port_classes_[2];  // [src/dst][port]; class 0 = no port
+  IntervalIndex<uint32_t> v4_index_[2];    // [src/dst]
+  IntervalIndex<AddressKey> v6_index_[2];  // [src/dst]
+  std::vector<uint16_t> port_classes_[2];  // [src/dst][port]
+  uint16_t port_none_class_[2] = {0, 0};   // the class of packets without ports
   std::vector<uint32_t> port_records_[2];  // class -> offset
 };
 

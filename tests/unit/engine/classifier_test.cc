@@ -1,5 +1,7 @@
 // The decision structure against pf's semantics: hand-written tables per field, then random rule
 // sets checked against a linear reference evaluator that follows the rules one by one, as pf does.
+#include "daemon/engine/rules/classifier.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <deque>
@@ -7,8 +9,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "daemon/engine/rules/classifier.h"
 
 namespace pairwall::engine::rules {
 namespace {
@@ -44,12 +44,15 @@ AddressTerm table_term(const AddressTable& table, bool negated = false) {
   return t;
 }
 
-PortMatch port_op(PortMatch::Op op, uint16_t low, uint16_t high = 0) { return PortMatch{op, low, high}; }
+PortMatch port_op(PortMatch::Op op, uint16_t low, uint16_t high = 0) {
+  return PortMatch{op, low, high};
+}
 
 struct Packet {
   PacketView view;
 
-  static Packet make(uint8_t proto, const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
+  static Packet make(uint8_t proto, const std::string& src, uint16_t sport, const std::string& dst,
+                     uint16_t dport) {
     Packet p;
     Family f;
     p.view.src = *parse_address(src, &f);
@@ -133,11 +136,15 @@ struct Reference {
     for (const AddressTerm& t : terms) {
       bool m = false;
       switch (t.kind) {
-        case AddressElement::Kind::Any: m = !t.negated; break;
+        case AddressElement::Kind::Any:
+          m = !t.negated;
+          break;
         case AddressElement::Kind::Prefix:
           m = t.prefix.family == f && bit_prefix_contains(t.prefix, f, a) != t.negated;
           break;
-        case AddressElement::Kind::Table: m = ref_table_contains(table_of(t.table), f, a) != t.negated; break;
+        case AddressElement::Kind::Table:
+          m = ref_table_contains(table_of(t.table), f, a) != t.negated;
+          break;
       }
       if (m) return true;
     }
@@ -148,15 +155,33 @@ struct Reference {
     for (const PortMatch& m : list) {
       bool ok = false;
       switch (m.op) {
-        case PortMatch::Op::Eq: ok = port == m.low; break;
-        case PortMatch::Op::Ne: ok = port != m.low; break;
-        case PortMatch::Op::Lt: ok = port < m.low; break;
-        case PortMatch::Op::Le: ok = port <= m.low; break;
-        case PortMatch::Op::Gt: ok = port > m.low; break;
-        case PortMatch::Op::Ge: ok = port >= m.low; break;
-        case PortMatch::Op::RangeInclusive: ok = port >= m.low && port <= m.high; break;
-        case PortMatch::Op::RangeExclusive: ok = port > m.low && port < m.high; break;
-        case PortMatch::Op::Outside: ok = port < m.low || port > m.high; break;
+        case PortMatch::Op::Eq:
+          ok = port == m.low;
+          break;
+        case PortMatch::Op::Ne:
+          ok = port != m.low;
+          break;
+        case PortMatch::Op::Lt:
+          ok = port < m.low;
+          break;
+        case PortMatch::Op::Le:
+          ok = port <= m.low;
+          break;
+        case PortMatch::Op::Gt:
+          ok = port > m.low;
+          break;
+        case PortMatch::Op::Ge:
+          ok = port >= m.low;
+          break;
+        case PortMatch::Op::RangeInclusive:
+          ok = port >= m.low && port <= m.high;
+          break;
+        case PortMatch::Op::RangeExclusive:
+          ok = port > m.low && port < m.high;
+          break;
+        case PortMatch::Op::Outside:
+          ok = port < m.low || port > m.high;
+          break;
       }
       if (ok) return true;
     }
@@ -165,13 +190,14 @@ struct Reference {
 
   bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface) const {
     if (s.direction != Direction::Any && s.direction != dir) return false;
-    if (!s.interfaces.empty() && std::none_of(s.interfaces.begin(), s.interfaces.end(), [&](const InterfaceTerm& t) {
-          return (t.id == iface) != t.negated;
-        })) {
+    if (!s.interfaces.empty() &&
+        std::none_of(s.interfaces.begin(), s.interfaces.end(),
+                     [&](const InterfaceTerm& t) { return (t.id == iface) != t.negated; })) {
       return false;
     }
     if (s.family && *s.family != p.family) return false;
-    if (!s.protocols.empty() && std::find(s.protocols.begin(), s.protocols.end(), p.proto) == s.protocols.end()) {
+    if (!s.protocols.empty() &&
+        std::find(s.protocols.begin(), s.protocols.end(), p.proto) == s.protocols.end()) {
       return false;
     }
     const bool has_l4 = !p.is_fragment || p.is_first_fragment;
@@ -336,20 +362,25 @@ TEST_CASE("tables: both families, nested prefixes, negated entries, negated tabl
     bool member;
   };
   const std::vector<Row> rows = {
-      {"10.0.0.0", true},        {"10.255.255.255", true},       {"10.1.0.0", false},
-      {"10.1.255.255", false},   {"10.1.2.0", true},             {"10.1.2.255", true},
-      {"10.1.3.0", false},       {"10.9.9.9", false},            {"10.9.9.8", true},
-      {"9.255.255.255", false},  {"11.0.0.0", false},            {"192.0.2.7", true},
-      {"192.0.2.6", false},      {"2001:db8::", true},           {"2001:db8:ffff::1", true},
-      {"2001:db8:1::1", false},  {"2001:db8:1:2::1", true},      {"2001:db8:1:3::", false},
-      {"2001:db9::", false},     {"::", false},                  {"0.0.0.0", false},
+      {"10.0.0.0", true},         {"10.255.255.255", true},
+      {"10.1.0.0", false},        {"10.1.255.255", false},
+      {"10.1.2.0", true},         {"10.1.2.255", true},
+      {"10.1.3.0", false},        {"10.9.9.9", false},
+      {"10.9.9.8", true},         {"9.255.255.255", false},
+      {"11.0.0.0", false},        {"192.0.2.7", true},
+      {"192.0.2.6", false},       {"2001:db8::", true},
+      {"2001:db8:ffff::1", true}, {"2001:db8:1::1", false},
+      {"2001:db8:1:2::1", true},  {"2001:db8:1:3::", false},
+      {"2001:db9::", false},      {"::", false},
+      {"0.0.0.0", false},
   };
   for (const Row& row : rows) {
     INFO(row.address);
     Family f;
     const IpAddress a = *parse_address(row.address, &f);
     CHECK(table.contains(f, a) == row.member);
-    const auto p = f == Family::V4 ? Packet::tcp(row.address, 1, "1.1.1.1", 2) : Packet::tcp(row.address, 1, "::1", 2);
+    const auto p =
+        f == Family::V4 ? Packet::tcp(row.address, 1, "1.1.1.1", 2) : Packet::tcp(row.address, 1, "::1", 2);
     CHECK(run({in_table}, p) == (row.member ? 0 : kNone));
     CHECK(run({not_in_table}, p) == (row.member ? kNone : 0));
   }
@@ -448,7 +479,8 @@ TEST_CASE("TCP flags apply to TCP only; ICMP types and codes per family", "[clas
   };
   const std::vector<Row> rows = {
       {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn), true},
-      {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn | tcpflag::kEce | tcpflag::kCwr), true},
+      {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn | tcpflag::kEce | tcpflag::kCwr),
+       true},
       {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn | tcpflag::kAck), false},
       {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kAck), false},
       {&syn_only, Packet::udp("1.1.1.1", 1, "2.2.2.2", 2), false},
@@ -505,11 +537,17 @@ struct RandomRules {
   bool chance(uint32_t percent) { return pick(100) < percent; }
 
   // Few distinct values, nested and adjacent, so that rules overlap and packets hit edges.
-  std::vector<std::string> v4_nets = {"0.0.0.0/0",   "10.0.0.0/8",   "10.1.0.0/16", "10.1.2.0/24",
-                                      "10.1.2.3/32", "10.2.0.0/15",  "192.0.2.0/24", "192.0.2.128/25",
-                                      "192.0.2.7/32", "172.16.0.0/12", "11.0.0.0/8",  "255.255.255.255/32"};
-  std::vector<std::string> v6_nets = {"::/0",          "2001:db8::/32",    "2001:db8:1::/48", "2001:db8:1:2::/64",
-                                      "2001:db8::1/128", "2001:db8:8000::/33", "fd00::/8",       "fd00::5/128",
+  std::vector<std::string> v4_nets = {"0.0.0.0/0",    "10.0.0.0/8",    "10.1.0.0/16",  "10.1.2.0/24",
+                                      "10.1.2.3/32",  "10.2.0.0/15",   "192.0.2.0/24", "192.0.2.128/25",
+                                      "192.0.2.7/32", "172.16.0.0/12", "11.0.0.0/8",   "255.255.255.255/32"};
+  std::vector<std::string> v6_nets = {"::/0",
+                                      "2001:db8::/32",
+                                      "2001:db8:1::/48",
+                                      "2001:db8:1:2::/64",
+                                      "2001:db8::1/128",
+                                      "2001:db8:8000::/33",
+                                      "fd00::/8",
+                                      "fd00::5/128",
                                       "ffff::/16"};
   std::vector<uint16_t> ports = {0, 1, 22, 53, 79, 80, 81, 443, 1023, 1024, 1025, 8080, 65534, 65535};
 
@@ -525,17 +563,29 @@ struct RandomRules {
     if (f == Family::V4) {
       const uint32_t host = p.length == 0 ? UINT32_MAX : p.length == 32 ? 0 : (1u << (32 - p.length)) - 1;
       switch (pick(4)) {
-        case 0: break;
-        case 1: a = IpAddress::v4(a.v4_value() | host); break;
-        case 2: a = IpAddress::v4((a.v4_value() | host) + 1); break;
-        case 3: a = IpAddress::v4(a.v4_value() - 1); break;
+        case 0:
+          break;
+        case 1:
+          a = IpAddress::v4(a.v4_value() | host);
+          break;
+        case 2:
+          a = IpAddress::v4((a.v4_value() | host) + 1);
+          break;
+        case 3:
+          a = IpAddress::v4(a.v4_value() - 1);
+          break;
       }
       if (chance(10)) a = IpAddress::v4(static_cast<uint32_t>(rng()));
     } else {
       switch (pick(3)) {
-        case 0: break;
-        case 1: a.lo -= 1, a.hi -= (a.lo == UINT64_MAX); break;
-        case 2: a.lo += pick(3); break;
+        case 0:
+          break;
+        case 1:
+          a.lo -= 1, a.hi -= (a.lo == UINT64_MAX);
+          break;
+        case 2:
+          a.lo += pick(3);
+          break;
       }
       if (chance(10)) a = IpAddress{rng(), rng()};
     }
@@ -592,14 +642,16 @@ struct RandomRules {
     s.direction = static_cast<Direction>(pick(3));
     if (chance(50)) {
       const uint32_t n = 1 + pick(2);
-      for (uint32_t i = 0; i < n; ++i) s.interfaces.push_back({static_cast<IfaceId>(1 + pick(4)), chance(20)});
+      for (uint32_t i = 0; i < n; ++i)
+        s.interfaces.push_back({static_cast<IfaceId>(1 + pick(4)), chance(20)});
     }
     if (chance(30)) s.family = chance(50) ? Family::V4 : Family::V6;
     const uint32_t kind = pick(10);
     if (kind < 4) {
       s.protocols = {ipproto::kTcp};
-      if (chance(30)) s.flags = chance(50) ? FlagsMatch{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck}
-                                           : FlagsMatch{0, tcpflag::kRst};
+      if (chance(30))
+        s.flags = chance(50) ? FlagsMatch{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck}
+                             : FlagsMatch{0, tcpflag::kRst};
     } else if (kind < 6) {
       s.protocols = {ipproto::kUdp};
     } else if (kind < 7) {
@@ -614,9 +666,9 @@ struct RandomRules {
     } else if (kind < 9) {
       s.protocols = {static_cast<uint8_t>(47 + pick(2))};
     }
-    const bool port_ok = !s.protocols.empty() && std::all_of(s.protocols.begin(), s.protocols.end(), [](uint8_t p) {
-      return p == ipproto::kTcp || p == ipproto::kUdp;
-    });
+    const bool port_ok = !s.protocols.empty() &&
+                         std::all_of(s.protocols.begin(), s.protocols.end(),
+                                     [](uint8_t p) { return p == ipproto::kTcp || p == ipproto::kUdp; });
     s.src = random_addresses();
     s.dst = random_addresses();
     if (port_ok && chance(25)) s.src_ports = random_ports();
@@ -631,8 +683,8 @@ struct RandomRules {
   PacketView random_packet() {
     PacketView p;
     p.family = chance(55) ? Family::V4 : Family::V6;
-    static constexpr uint8_t kProtos[] = {ipproto::kTcp, ipproto::kTcp, ipproto::kUdp, ipproto::kIcmp,
-                                          ipproto::kIcmp6, 47, 48, 50};
+    static constexpr uint8_t kProtos[] = {
+        ipproto::kTcp, ipproto::kTcp, ipproto::kUdp, ipproto::kIcmp, ipproto::kIcmp6, 47, 48, 50};
     p.proto = kProtos[pick(8)];
     p.src = random_address(p.family);
     p.dst = random_address(p.family);
@@ -663,8 +715,9 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
     const uint32_t expected = ref.evaluate(specs, p, dir, iface, order);
     const uint32_t got = classifier.match(p, dir, iface);
     if (got != expected) {
-      INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src " << to_string(p.family, p.src)
-                   << ":" << p.src_port << " dst " << to_string(p.family, p.dst) << ":" << p.dst_port);
+      INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src "
+                   << to_string(p.family, p.src) << ":" << p.src_port << " dst " << to_string(p.family, p.dst)
+                   << ":" << p.dst_port);
       REQUIRE(got == expected);
     }
     matched += expected != kNone;
@@ -675,49 +728,73 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
 }
 
 TEST_CASE("random rule sets agree with a linear pf evaluator", "[classifier][random]") {
-  for (uint64_t seed = 1; seed <= 12; ++seed) cross_check(seed, 50 + 40 * seed, 2000, MatchOrder::QuickOrLast);
+  for (uint64_t seed = 1; seed <= 12; ++seed)
+    cross_check(seed, 50 + 40 * seed, 2000, MatchOrder::QuickOrLast);
   for (uint64_t seed = 100; seed <= 104; ++seed) cross_check(seed, 300, 2000, MatchOrder::First);
 }
 
-TEST_CASE("random large rule sets (more than one summary word) agree with the evaluator", "[classifier][random]") {
+TEST_CASE("random large rule sets (more than one summary word) agree with the evaluator",
+          "[classifier][random]") {
   cross_check(7001, 5000, 400, MatchOrder::QuickOrLast);
   cross_check(7002, 9000, 300, MatchOrder::First);
 }
 
+template <typename Key>
+void check_interval_index(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto random_key = [&rng]() -> Key {
+    if constexpr (sizeof(Key) == 4) {
+      return static_cast<Key>(rng());
+    } else {
+      return static_cast<Key>(rng()) << 64 | rng();
+    }
+  };
+  std::vector<Key> starts{0};
+  const auto n = static_cast<uint32_t>(rng() % 3000);
+  // Clusters with long shared prefixes, as IPv6 rule sets have, and a spread of others.
+  const Key cluster = random_key() & ~static_cast<Key>(0xffffff);
+  for (uint32_t i = 0; i < n; ++i) {
+    starts.push_back(i % 3 == 0 ? random_key() : static_cast<Key>(cluster + rng() % (seed * 1000 + 1)));
+  }
+  if (seed % 4 == 0) starts.push_back(static_cast<Key>(~Key{0}));  // an interval of one key at the very end
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  std::vector<uint32_t> values(starts.size());
+  for (uint32_t i = 0; i < values.size(); ++i) values[i] = i * 3 + 1;
+  IntervalIndex<Key> index;
+  index.build(starts, values);
+  for (int probe = 0; probe < 5000; ++probe) {
+    Key key;
+    const Key s = starts[rng() % starts.size()];
+    switch (probe % 5) {
+      case 0:
+        key = s;
+        break;
+      case 1:
+        key = s - 1;
+        break;
+      case 2:
+        key = s + 1;
+        break;
+      case 3:
+        key = probe % 2 ? Key{0} : static_cast<Key>(~Key{0});
+        break;
+      default:
+        key = random_key();
+        break;
+    }
+    const auto i = std::upper_bound(starts.begin(), starts.end(), key) - starts.begin() - 1;
+    if (index.find(key) != values[i]) {
+      INFO("seed " << seed << " probe " << probe << " of " << starts.size() << " starts");
+      REQUIRE(index.find(key) == values[i]);
+    }
+  }
+}
+
 TEST_CASE("interval index finds the interval of any key, shallow or deep", "[classifier]") {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<AddressKey> starts{0};
-    const uint32_t n = static_cast<uint32_t>(rng() % 3000);
-    // Clusters with long shared prefixes, as IPv6 rule sets have, and a spread of others.
-    const AddressKey cluster = static_cast<AddressKey>(rng()) << 64;
-    for (uint32_t i = 0; i < n; ++i) {
-      const AddressKey k = i % 3 == 0 ? (static_cast<AddressKey>(rng()) << 64 | rng())
-                                      : cluster + (rng() % (seed * 1000 + 1));
-      starts.push_back(k);
-    }
-    std::sort(starts.begin(), starts.end());
-    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
-    std::vector<uint32_t> values(starts.size());
-    for (uint32_t i = 0; i < values.size(); ++i) values[i] = i;
-    IntervalIndex index;
-    index.build(starts, values);
-    for (int probe = 0; probe < 5000; ++probe) {
-      AddressKey key;
-      const auto& s = starts[rng() % starts.size()];
-      switch (probe % 4) {
-        case 0: key = s; break;
-        case 1: key = s - 1; break;
-        case 2: key = s + 1; break;
-        default: key = static_cast<AddressKey>(rng()) << 64 | rng(); break;
-      }
-      const auto expected =
-          static_cast<uint32_t>(std::upper_bound(starts.begin(), starts.end(), key) - starts.begin() - 1);
-      if (index.find(key) != expected) {
-        INFO("seed " << seed << " probe " << probe);
-        REQUIRE(index.find(key) == expected);
-      }
-    }
+    check_interval_index<uint32_t>(seed);
+    check_interval_index<AddressKey>(seed);
   }
 }
 
