@@ -1,0 +1,40 @@
+// Realistic rule sets of a given size for the rule benchmarks, with the packets to measure them.
+//
+// A set looks like a perimeter firewall's: `block log all` first, a few quick rules near the top
+// (a block list table, anti-spoofing, DNS to the resolvers), then pass and block rules on four
+// interfaces, in and out, IPv4 and IPv6 prefixes of varied lengths, tables, port lists and ranges,
+// TCP/UDP/ICMP, `flags S/SA`. Consecutive rules differ in interface, direction, family, protocol
+// and addresses, so pf's skip-steps could not jump over long runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "daemon/engine/interfaces.h"
+#include "daemon/engine/packet.h"
+#include "daemon/engine/rules/ast.h"
+
+namespace pairwall::bench {
+
+struct GeneratedRules {
+  engine::rules::RuleFile file;
+  std::vector<const char*> interfaces;  // names the rules use
+};
+
+// `count` filter rules (exactly), deterministic for a given seed.
+GeneratedRules generate_rules(uint32_t count, uint64_t seed);
+
+struct BenchPacket {
+  engine::PacketView view;
+  engine::IfaceId iface = engine::kNoIface;  // arrival interface (the in pass)
+};
+
+// `count` new-flow packets for the in pass, each drawn from the fields of one of the last `tail`
+// rules of `file` (addresses inside its prefixes and tables, ports inside its port lists), kept
+// when `keep` says so (the caller checks which rule really decides). `ifaces` resolves names.
+std::vector<BenchPacket> packets_for_tail(const engine::rules::RuleFile& file, uint32_t tail, uint32_t count,
+                                          engine::InterfaceRegistry& ifaces, uint64_t seed,
+                                          const std::function<bool(const BenchPacket&)>& keep);
+
+}  // namespace pairwall::bench

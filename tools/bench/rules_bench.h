@@ -1,0 +1,21 @@
+// Rule evaluation benchmark: new-flow classification (RuleSet::evaluate on the in pass, one
+// thread) on generated rule sets of growing size, with packets decided near the end of the set.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace pairwall::bench {
+
+struct RulesBenchPoint {
+  double mpps = 0;            // median of the runs, millions of packets per second
+  double compile_ms = 0;      // compile() of the parsed file, median of the runs
+  uint64_t memory_bytes = 0;  // heap held by the compiled RuleSet
+};
+
+// `seconds` per run (at least), `runs` runs per point, median reported.
+std::map<uint32_t, RulesBenchPoint> run_rules_bench(const std::vector<uint32_t>& rule_counts, double seconds,
+                                                    int runs);
+
+}  // namespace pairwall::bench
