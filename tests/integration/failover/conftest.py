@@ -1,4 +1,11 @@
-"""Fixtures of the failover integration tests: a pair of nodes in namespaces named pf-f<N>-*."""
+"""Fixtures of the failover integration tests: a pair of nodes in namespaces named pf-f<N>-*.
+
+    sudo python3 -m pytest -q tests/integration/failover            # against pairwalld (build/bin)
+    FAILOVER_DAEMON=failoverd sudo -E python3 -m pytest -q tests/integration/failover
+                                                  # against pairwall-failoverd, the service alone
+    PAIRWALL_BIN_DIR=build-debug/bin ...          # another build
+    FAILOVER_RESULTS=results.jsonl ...            # append the measured figures as JSON lines
+"""
 
 import itertools
 import json
@@ -15,11 +22,10 @@ import failover_net  # noqa: E402
 _ids = itertools.count()
 
 
-def pytest_collection_modifyitems(config, items):
+@pytest.fixture(autouse=True)
+def _root():
     if os.geteuid() != 0:
-        skip = pytest.mark.skip(reason="needs root (network namespaces)")
-        for item in items:
-            item.add_marker(skip)
+        pytest.skip("needs root: network namespaces, iptables, netlink")
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ PAIRWALLD = str(BIN_DIR / "pairwalld")
 PAIRWALLCTL = str(BIN_DIR / "pairwallctl")
 # Which process runs the failover service in each node: "failoverd" (the service alone) or
 # "pairwalld" (the whole daemon: engine, hooks, control socket, metrics).
-DAEMON = os.environ.get("FAILOVER_DAEMON", "failoverd")
+DAEMON = os.environ.get("FAILOVER_DAEMON", "pairwalld")
 METRICS_PORT = 9477
 KEY = "failover-test-key-0123456789abcdef"
 SYNC_KEY = "sync-test-key-0123456789abcdef0123456789"

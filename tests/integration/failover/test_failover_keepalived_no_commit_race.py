@@ -13,8 +13,8 @@ import signal
 import subprocess
 import time
 
-from keepalived_net import kill_keepalived, start_keepalived, vip_holder
-from tcp_probe import CLIENT, RULES, SERVER, states
+from failover_keepalived import kill_keepalived, start_keepalived, vip_holder
+from failover_tcp import CLIENT, RULES, SERVER, states
 
 
 def routed_pair(pair_factory, sync):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from failover_net import monotonic_us
-from tcp_probe import CLIENT, RULES, SERVER, states
+from failover_tcp import CLIENT, RULES, SERVER, states
 
 ADVBASE_MS = 100
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from failover_net import CLIENTS, LANS, monotonic_us, probe
-from keepalived_net import kill_keepalived, start_keepalived, vip_holder
+from failover_keepalived import kill_keepalived, start_keepalived, vip_holder
 
 
 @pytest.fixture
