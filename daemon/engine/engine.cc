@@ -386,6 +386,13 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     for (int i = 0; i < 2; ++i) {
       PeerTracking& l = *local[i];
       const PeerTracking& r = *remote[i];
+      if (r.state > l.state) {
+        // The peer saw this end progress further: its tracking is newer as a whole. Comparing field
+        // by field would keep placeholders (seqhi 1 before an end has sent anything) against a
+        // sequence number more than 2^31 away (pfsync_upd_tcp decides on the states first too).
+        l = r;
+        continue;
+      }
       if (l.seqlo == 0 || seq_gt(r.seqlo, l.seqlo)) l.seqlo = r.seqlo;
       if (l.seqhi == 0 || seq_gt(r.seqhi, l.seqhi)) l.seqhi = r.seqhi;
       l.max_win = std::max(l.max_win, r.max_win);

@@ -1,0 +1,101 @@
+// EngineStore: the protocol's seam onto the real engine. What applying a peer's records does to
+// the engine's table, and what the protocol reads back for bulks and resyncs.
+#include "daemon/sync/engine_store.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+
+using namespace pairwall;
+using namespace pairwall::sync;
+using engine::StateRecord;
+using engine::TcpState;
+
+namespace {
+
+StateRecord syn_state(uint64_t counter) {
+  StateRecord r;
+  r.kind = StateRecord::Kind::Insert;
+  r.id = {1, counter};
+  r.stack_key.family = engine::Family::V4;
+  r.stack_key.proto = 6;
+  r.stack_key.addr[0] = engine::IpAddress::v4(0x0a580102);
+  r.stack_key.addr[1] = engine::IpAddress::v4(0x0a580202);
+  r.stack_key.port[0] = static_cast<uint16_t>(40000 + counter);
+  r.stack_key.port[1] = 9000;
+  r.wire_key = r.stack_key;
+  // As pf leaves a state after the SYN: the responder has sent nothing, its seqhi a placeholder.
+  r.src = {1001, 1002, 64240, 0x87, static_cast<uint8_t>(TcpState::SynSent), 1460};
+  r.dst = {0, 1, 0, 0, static_cast<uint8_t>(TcpState::Closed), 0};
+  r.timeout = engine::TimeoutClass::TcpFirst;
+  r.expires_in = engine::Millis{30'000};
+  return r;
+}
+
+const Micros kNow{std::chrono::duration_cast<Micros>(std::chrono::hours(1))};
+
+}  // namespace
+
+TEST_CASE("a peer's insert, update and delete reach the engine's table", "[sync][engine_store]") {
+  engine::Engine e;
+  EngineStore store(e);
+  const auto ins = syn_state(1);
+  CHECK(store.apply(ins, kNow) == ApplyResult::Applied);
+  {
+    auto h = e.states().find_by_id(ins.id);
+    REQUIRE(h);
+    CHECK(h->peer[0] == ins.src);
+    CHECK((h->flags & engine::stateflag::kFromPeer) != 0);
+  }
+
+  // The handshake completes: the responder's ISN is more than 2^31 from the placeholder.
+  auto upd = ins;
+  upd.kind = StateRecord::Kind::Update;
+  upd.src = {1001, 0xf0010000, 64240, 0x87, static_cast<uint8_t>(TcpState::Established), 1460};
+  upd.dst = {0xf0000001, 1001 + 65535, 65160, 0x87, static_cast<uint8_t>(TcpState::Established), 1460};
+  CHECK(store.apply(upd, kNow) == ApplyResult::Applied);
+  {
+    auto h = e.states().find_by_id(ins.id);
+    REQUIRE(h);
+    CHECK(h->peer[0] == upd.src);
+    CHECK(h->peer[1] == upd.dst);
+  }
+
+  // An older update does not move anything back.
+  auto old = upd;
+  old.src.seqlo = 900;
+  old.dst.seqlo = 0xf0000000;
+  store.apply(old, kNow);
+  {
+    auto h = e.states().find_by_id(ins.id);
+    CHECK(h->peer[0].seqlo == 1001);
+    CHECK(h->peer[1].seqlo == 0xf0000001);
+  }
+
+  // What a bulk or a resync sends of it.
+  StateRecord cur;
+  REQUIRE(store.current(ins.id, kNow, cur));
+  CHECK(cur.kind == StateRecord::Kind::Insert);
+  CHECK(cur.stack_key == ins.stack_key);
+  CHECK(cur.dst == upd.dst);
+  std::vector<engine::StateId> ids;
+  store.collect_ids(ids);
+  CHECK(ids == std::vector<engine::StateId>{ins.id});
+
+  StateRecord del;
+  del.kind = StateRecord::Kind::Delete;
+  del.id = ins.id;
+  CHECK(store.apply(del, kNow) == ApplyResult::Applied);
+  CHECK_FALSE(store.current(ins.id, kNow, cur));
+  CHECK(store.apply(del, kNow) == ApplyResult::Unknown);
+  CHECK(store.apply(upd, kNow) == ApplyResult::Unknown);
+}
+
+TEST_CASE("the same connection under another id is not a failure", "[sync][engine_store]") {
+  engine::Engine e;
+  EngineStore store(e);
+  CHECK(store.apply(syn_state(1), kNow) == ApplyResult::Applied);
+  auto twin = syn_state(1);
+  twin.id = {2, 77};  // both nodes saw the first packet
+  CHECK(store.apply(twin, kNow) == ApplyResult::Stale);
+  CHECK(e.states().size() == 1);
+}
