@@ -36,6 +36,7 @@
 #include "daemon/control/dataplane.h"
 #include "daemon/control/metrics.h"
 #include "daemon/control/metrics_server.h"
+#include "daemon/control/progress_watch.h"
 #include "daemon/control/server.h"
 #include "daemon/control/service.h"
 #include "daemon/engine/engine.h"
@@ -220,49 +221,29 @@ class QueueDataPlane final : public control::DataPlane {
   io::NfQueue& queues_;
 };
 
-// Detects a stuck packet worker: packets wait in its kernel queue and it makes no progress. An
-// idle worker (nothing queued) is not stuck, however long it sleeps.
-class WorkerWatch {
- public:
-  explicit WorkerWatch(io::NfQueue& queues) : queues_(queues), last_(queues.workers()) {}
-
-  void tick(steady_clock::time_point now) {
-    std::vector<io::KernelQueueStats> kernel;
-    try {
-      kernel = queues_.kernel_stats();
-    } catch (const std::exception&) {
-      return;  // no kernel view: cannot tell idle from stuck, so accuse nobody
-    }
-    stuck_.reset();
-    for (std::size_t i = 0; i < last_.size(); ++i) {
-      const auto& c = queues_.counters(i);
-      const uint64_t progress = c.packets.get() + c.polls.get() + c.recv_calls.get();
-      const auto k = io::find_queue(kernel, queues_.queue_of(i));
-      auto& w = last_[i];
-      if (progress != w.progress || !k || k->queued == 0 || w.since == steady_clock::time_point{}) {
-        w.progress = progress;
-        w.since = now;
-        continue;
-      }
-      if (now - w.since >= kStuckAfter && !stuck_) {
-        const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - w.since).count();
-        stuck_ = "queue " + std::to_string(queues_.queue_of(i)) + " worker made no progress for " +
-                 std::to_string(secs) + " s with " + std::to_string(k->queued) + " packets waiting";
-      }
-    }
+// Samples every worker's progress and its kernel queue for the ProgressWatch.
+std::vector<control::ProgressWatch::Sample> progress_samples(const io::NfQueue& queues) {
+  std::vector<io::KernelQueueStats> kernel;
+  bool have_kernel = true;
+  try {
+    kernel = queues.kernel_stats();
+  } catch (const std::exception&) {
+    have_kernel = false;  // no kernel view: idle and stuck look alike, so accuse nobody
   }
-
-  const std::optional<std::string>& stuck() const { return stuck_; }
-
- private:
-  struct Last {
-    uint64_t progress = 0;
-    steady_clock::time_point since{};
-  };
-  io::NfQueue& queues_;
-  std::vector<Last> last_;
-  std::optional<std::string> stuck_;
-};
+  std::vector<control::ProgressWatch::Sample> out;
+  for (std::size_t i = 0; i < queues.workers(); ++i) {
+    const auto& c = queues.counters(i);
+    control::ProgressWatch::Sample s;
+    s.queue = queues.queue_of(i);
+    s.progress = c.packets.get() + c.polls.get() + c.recv_calls.get();
+    if (have_kernel) {
+      const auto k = io::find_queue(kernel, s.queue);
+      s.queued = k ? k->queued : 0u;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
 
 void notify(const std::string& text) {
   sd_notify(0, text.c_str());
@@ -292,7 +273,7 @@ int run(const control::Config& c) {
   std::unique_ptr<io::PcapLog> pcap;
   std::unique_ptr<io::NfQueue> queues;
   std::unique_ptr<QueueDataPlane> data_plane;
-  std::unique_ptr<WorkerWatch> watch;
+  control::ProgressWatch watch(kStuckAfter);
   std::unique_ptr<io::Hooks> hooks;
   bool hooks_installed = false;
   std::unique_ptr<sync::SyncService> sync_service;
@@ -349,9 +330,8 @@ int run(const control::Config& c) {
     queues = std::make_unique<io::NfQueue>(engine, qc, pcap.get());
     queues->start();
     data_plane = std::make_unique<QueueDataPlane>(*queues);
-    watch = std::make_unique<WorkerWatch>(*queues);
     service.set_data_plane(data_plane.get());
-    service.set_health_probe([&watch] { return watch->stuck(); });
+    service.set_health_probe([&watch] { return watch.stuck(); });
 
     // Sync (daemon/sync/): drains the workers' state change rings and applies the peer's records;
     // started before the hooks so that the bulk request goes out as early as possible.
@@ -379,7 +359,7 @@ int run(const control::Config& c) {
     // without filtering behind them. Stopped before the hooks go (see after loop.run()).
     if (c.failover) {
       failover::FailoverHooks fh;
-      fh.engine_healthy = [&watch] { return !watch->stuck(); };
+      fh.engine_healthy = [&watch] { return !watch.stuck(); };
       // Demoted until this node holds the peer's table (DESIGN.md: bulk resync on boot).
       if (sync_service) fh.bulk_sync_complete = [&sync_service] { return sync_service->bulk_done(); };
       failover_service = std::make_unique<failover::FailoverService>(
@@ -426,7 +406,7 @@ int run(const control::Config& c) {
     }
     w.family("pairwall_worker_stuck", T::Gauge,
              "1 while a packet worker makes no progress with packets waiting.");
-    w.sample(uint64_t{watch->stuck() ? 1u : 0u});
+    w.sample(uint64_t{watch.stuck() ? 1u : 0u});
   });
 
   control_server->start();
@@ -486,7 +466,7 @@ int run(const control::Config& c) {
       while (engine.control_events().pop(record)) {
       }
     }
-    watch->tick(steady_clock::now());
+    watch.tick(steady_clock::now(), progress_samples(*queues));
     if (++ticks % 5 == 0) notify(status_line());
     tick.expires_after(std::chrono::seconds(1));
     tick.async_wait(on_tick);
@@ -501,7 +481,7 @@ int run(const control::Config& c) {
   std::function<void(const boost::system::error_code&)> on_watchdog =
       [&](const boost::system::error_code& ec) {
         if (ec) return;
-        if (const auto& why = watch->stuck()) {
+        if (const auto& why = watch.stuck()) {
           spdlog::error("{}: not feeding the watchdog", *why);
           notify("STATUS=" + *why);
         } else {
