@@ -365,9 +365,12 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   if (!state && record.kind == StateRecord::Kind::Update) return false;  // the insert has not arrived
   const Timeouts timeouts = rules()->timeouts();
   if (!state) {
+    // The record says how long the state has left; on our clock that is an older "last seen".
+    const Millis duration = timeouts[record.timeout];
+    const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
     StateTable::CreateStatus status;
-    state = states_.create(record.stack_key, record.wire_key, record.id, record.timeout,
-                           timeouts[record.timeout], now, status);
+    state = states_.create(record.stack_key, record.wire_key, record.id, record.timeout, duration, last_seen,
+                           status);
     if (status != StateTable::CreateStatus::Created) {
       // Exists: the same connection under another id (both nodes saw its first packet); the
       // local entry stands. Full / NoMemory: counted by the caller.

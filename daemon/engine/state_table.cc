@@ -342,6 +342,7 @@ StateTable::Handle StateTable::create(const StateKey& stack, const StateKey& wir
   e->flags = translated ? stateflag::kTranslated : 0;
   e->created = now;
   e->last_seen = now;
+  e->queued_at = now;
   e->timeout = timeout;
   home.link_key(e, 0);
   if (translated) shards_[s1]->link_key(e, 1);
@@ -377,9 +378,10 @@ void StateTable::touch(Handle& handle, TimeoutClass timeout, Millis duration, Mi
       // Keep the old queue: the entry expires on its previous timeout, which is still bounded.
     }
   }
-  if (home.queues[q].tail == e && q == e->queue) return;
+  if (q == e->queue && e->last_seen - e->queued_at < kRequeueAfter) return;
   home.queue_unlink(e);
   home.queue_append(e, q);
+  e->queued_at = e->last_seen;
 }
 
 void StateTable::unlink_and_free(StateEntry* e) noexcept {
@@ -418,9 +420,17 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
       handle.locked_[0] = &shard;
       // Pop expired heads that live in this shard alone; stop at the first that spans two.
       StateEntry* cross = nullptr;
-      for (auto& q : shard.queues) {
-        while (q.head != nullptr && q.head->last_seen + q.duration <= now) {
+      for (uint16_t qi = 0; qi < shard.queues.size(); ++qi) {
+        auto& q = shard.queues[qi];
+        while (q.head != nullptr && q.head->queued_at + q.duration <= now) {
           StateEntry* e = q.head;
+          if (e->last_seen + q.duration > now) {
+            // Seen since it was queued: back to the tail, at its last activity.
+            shard.queue_unlink(e);
+            shard.queue_append(e, qi);
+            e->queued_at = e->last_seen;
+            continue;
+          }
           if (e->translated() && e->wire_shard != s) {
             cross = e;
             break;

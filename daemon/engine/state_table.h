@@ -10,9 +10,13 @@
 // only touched with both locks held, always taken in ascending shard order. The id index has its
 // own locks, never held while a shard lock is being acquired.
 //
-// Expiry. Each shard keeps one FIFO queue per distinct timeout duration; a touched entry moves to
-// the tail of its queue, so every queue is ordered by expiry and expire() pops heads only:
-// O(expired), never a sweep (the load-model thesis measured the jitter of pf's purge sweep).
+// Expiry. Each shard keeps one FIFO queue per distinct timeout duration, ordered by the time each
+// entry joined it. A packet only records its time; the entry moves to the tail when its class
+// changes or its place is kRequeueAfter old, so a busy flow costs no list surgery (and no cache
+// misses on its neighbours) per packet. expire() pops heads: an expired head is removed, a head
+// seen since it was queued goes back to the tail. Work per call is O(expired + requeued), each
+// entry requeued at most once per timeout period, never a sweep (the load-model thesis measured
+// the jitter of pf's purge sweep); an entry expires at most kRequeueAfter late.
 //
 // Memory. Entries come from per-shard slabs of fixed-size chunks and return to a free list; the
 // table never exceeds its limit, and hitting the limit is counted by the caller (StateLimit).
@@ -54,6 +58,7 @@ struct StateEntry {
   uint32_t rule = rules::kNoRule;
   Millis created{0};
   Millis last_seen{0};
+  Millis queued_at{0};  // when the entry took its place in its expiry queue (<= last_seen)
   Millis last_synced{0};
   uint64_t packets[2] = {0, 0};
   uint64_t bytes[2] = {0, 0};
@@ -80,6 +85,8 @@ class SpinLock {
 class StateTable {
  public:
   struct Shard;
+
+  static constexpr Millis kRequeueAfter{1000};
 
   // A found or created entry with the shard lock(s) it needs held. Movable, not copyable;
   // releasing (or destroying) it unlocks.
