@@ -185,10 +185,13 @@ def main(argv=None):
                 print(f"plot:          {rep['plot']}")
         elif args.cmd == "demo":
             rep = demo(args, say)
-            print(json.dumps(rep, indent=1) if args.json else report.human(rep))
-            if rep.get("plot"):
-                print(f"plot:          {rep['plot']}")
-            print(f"report:        {os.path.join(os.path.dirname(rep['samples']), 'report.json')}")
+            if args.json:
+                print(json.dumps(rep, indent=1))
+            else:
+                print(report.human(rep))
+                if rep.get("plot"):
+                    print(f"plot:          {rep['plot']}")
+                print(f"report:        {os.path.join(os.path.dirname(rep['samples']), 'report.json')}")
     except LabError as e:
         print(f"pairwall-lab: {e}", file=sys.stderr)
         return 1

@@ -73,6 +73,14 @@ def _read_line(proc, timeout, what):
     return line.decode() if isinstance(line, bytes) else line
 
 
+def cpu_times():
+    """(steal, total) jiffies of all CPUs from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice, already inside user/nice]
+    return fields[7], sum(fields[:8])
+
+
 def default_out_dir():
     return REPO / "lab-out" / datetime.now().strftime("drill-%Y%m%d-%H%M%S")
 
@@ -109,6 +117,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     common = ["--port", str(topology.TCP_PORT), "--udp-port", str(topology.UDP_PORT), "--interval-ms",
               str(interval_ms)]
 
+    cpu0 = cpu_times()
     procs = []
     kills = []  # (t_kill, old master, expected new master)
     watcher = RoleWatcher(lab)
@@ -188,6 +197,9 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
             except LabError:
                 pass  # `down` removes what is left
 
+    cpu1 = cpu_times()
+    # Figures on a shared VM mean little without the CPU time the hypervisor took away meanwhile.
+    steal_pct = round(100.0 * (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1]), 1)
     server_summary = {}
     try:
         server_summary = json.loads((out / "server.json").read_text())
@@ -207,7 +219,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         "driver": driver.name, "kill": kill, "advbase_ms": lab.advbase_ms, "roles_before": roles_before,
         "roles_after": driver.roles(), "pair_settled": settled,
         "server_sequence_violations": server_summary.get("violations"), "samples": str(out / "samples.jsonl"),
-        "t_kill_s": round(t_first - t_start, 3)})
+        "t_kill_s": round(t_first - t_start, 3), "cpu_steal_pct": steal_pct})
     rep["old_master"], rep["new_master"] = kills[0][1], kills[0][2]
     if repeat > 1:
         fos = [k["failover_ms"] for k in per_kill]

@@ -131,6 +131,8 @@ def human(report):
     lines.append(f"probes:        ping lost {report['ping_lost']}/{report['ping_sent']}, "
                  f"UDP lost {report['udp_lost']}/{report['udp_sent']}")
     lines.append(f"states:        fwA {report['states_a']}, fwB {report['states_b']}")
+    if report.get("cpu_steal_pct") is not None:
+        lines.append(f"cpu steal:     {report['cpu_steal_pct']}% during the drill")
     if report.get("churn"):
         c = report["churn"]
         lines.append(f"short conns:   {c['ok']}/{c['opened']} completed, {c['failed_after_failover']} failed "
