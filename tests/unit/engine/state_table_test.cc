@@ -218,3 +218,21 @@ TEST_CASE("concurrent workers create, find and expire without losing entries", "
   CHECK(t.size() == 4 * kPerThread);
   CHECK(t.expire(Millis{1000}, nullptr) == 4 * kPerThread);
 }
+
+TEST_CASE("a busy entry stays while touched and expires at most kRequeueAfter late", "[state_table]") {
+  StateTable t(1, kKey, 10);
+  const auto k = tcp_key(1, 1, 2, 2);
+  make(t, k, 1, Millis{0}, Millis{2000}).release();
+  make(t, tcp_key(5, 1, 2, 2), 2, Millis{0}, Millis{2000}).release();  // idle neighbour
+  std::size_t expired_early = 0;
+  for (int64_t ms = 10; ms <= 5000; ms += 10) {
+    auto h = t.find(k, t.hash(k));
+    REQUIRE(h);
+    t.touch(h, TimeoutClass::TcpEstablished, Millis{2000}, Millis{ms});
+    h.release();
+    if (ms % 250 == 0) expired_early += t.expire(Millis{ms}, nullptr);
+  }
+  CHECK(expired_early == 1);  // only the idle neighbour, at 2000
+  CHECK(t.expire(Millis{6999}, nullptr) == 0);
+  CHECK(t.expire(Millis{7000} + StateTable::kRequeueAfter, nullptr) == 1);
+}
