@@ -95,6 +95,27 @@ void set_endpoint(StateEndpoint* ep, engine::Family family, const engine::IpAddr
   ep->set_port(port);
 }
 
+void fill_queue(const QueueCounters& q, QueueStats* out) {
+  out->set_queue(q.queue);
+  out->set_packets(q.packets);
+  out->set_bytes(q.bytes);
+  out->set_drops(q.drops);
+  out->set_overruns(q.overruns);
+  out->set_fail_open_accepted(q.fail_open_accepted);
+  out->set_verdict_errors(q.verdict_errors);
+}
+
+void fill_rule(const RuleCounters& r, RuleInfo* out) {
+  out->set_number(r.number);
+  out->set_text(r.text);
+  out->set_location(r.location);
+  out->set_evaluations(r.evaluations);
+  out->set_packets(r.packets);
+  out->set_bytes(r.bytes);
+  out->set_states_current(r.states_current);
+  out->set_states_created(r.states_created);
+}
+
 }  // namespace
 
 ControlService::ControlService(const Config& config, engine::Engine& engine, Clock now)
@@ -226,16 +247,7 @@ void ControlService::status(Status* out) const {
   out->set_rule_reload_failures(reload_failures_);
   out->set_states(snap.states);
   out->set_state_limit(snap.state_limit);
-  for (const auto& q : snap.queues) {
-    auto* qs = out->add_queues();
-    qs->set_queue(q.queue);
-    qs->set_packets(q.packets);
-    qs->set_bytes(q.bytes);
-    qs->set_drops(q.drops);
-    qs->set_overruns(q.overruns);
-    qs->set_fail_open_accepted(q.fail_open_accepted);
-    qs->set_verdict_errors(q.verdict_errors);
-  }
+  for (const auto& q : snap.queues) fill_queue(q, out->add_queues());
   out->set_packets(snap.packets);
   out->set_bytes(snap.bytes);
   out->set_drops(snap.drops());
@@ -244,17 +256,7 @@ void ControlService::status(Status* out) const {
 
 void ControlService::rules_show(RuleList* out) const {
   out->set_rules_file(rules_file_);
-  for (const auto& r : snapshot().rules) {
-    auto* info = out->add_rules();
-    info->set_number(r.number);
-    info->set_text(r.text);
-    info->set_location(r.location);
-    info->set_evaluations(r.evaluations);
-    info->set_packets(r.packets);
-    info->set_bytes(r.bytes);
-    info->set_states_current(r.states_current);
-    info->set_states_created(r.states_created);
-  }
+  for (const auto& r : snapshot().rules) fill_rule(r, out->add_rules());
 }
 
 std::string ControlService::states(const StatesRequest& request, StateList* out) const {
@@ -359,27 +361,8 @@ void ControlService::stats(Stats* out) const {
     rc->set_count(snap.reasons[i]);
     rc->set_pass(engine::is_pass(reason));
   }
-  for (const auto& r : snap.rules) {
-    auto* info = out->add_rules();
-    info->set_number(r.number);
-    info->set_text(r.text);
-    info->set_location(r.location);
-    info->set_evaluations(r.evaluations);
-    info->set_packets(r.packets);
-    info->set_bytes(r.bytes);
-    info->set_states_current(r.states_current);
-    info->set_states_created(r.states_created);
-  }
-  for (const auto& q : snap.queues) {
-    auto* qs = out->add_queues();
-    qs->set_queue(q.queue);
-    qs->set_packets(q.packets);
-    qs->set_bytes(q.bytes);
-    qs->set_drops(q.drops);
-    qs->set_overruns(q.overruns);
-    qs->set_fail_open_accepted(q.fail_open_accepted);
-    qs->set_verdict_errors(q.verdict_errors);
-  }
+  for (const auto& r : snap.rules) fill_rule(r, out->add_rules());
+  for (const auto& q : snap.queues) fill_queue(q, out->add_queues());
   out->set_packets(snap.packets);
   out->set_bytes(snap.bytes);
   out->set_states(snap.states);
