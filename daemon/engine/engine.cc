@@ -253,9 +253,17 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMet
     if (rule.action == rules::Action::Block) {
       Verdict v = drop(Reason::RuleBlock, r);
       v.log = rule.log;
-      if (rule.reply != rules::BlockReply::Drop && !(packet.is_icmp() && packet.icmp.is_error)) {
+      // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
+      // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
+      // RFC 1122 3.2.2).
+      rules::BlockReply reply = rule.reply;
+      if (rule.reply_rst_for_tcp) reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
+      if (reply == rules::BlockReply::ReturnRst && !packet.is_tcp()) reply = rules::BlockReply::Drop;
+      const bool unanswerable = (packet.is_icmp() && packet.icmp.is_error) ||
+                                (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst));
+      if (reply != rules::BlockReply::Drop && !unanswerable) {
         v.action = Verdict::Action::Reject;
-        v.reply = rule.reply;
+        v.reply = reply;
       }
       return v;
     }

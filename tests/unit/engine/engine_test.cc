@@ -169,6 +169,34 @@ TEST_CASE("pf rule semantics over the two passes", "[engine][rules]") {
   }
 }
 
+TEST_CASE("block replies: return-rst only for TCP, return for both, never to a reset", "[engine][rules]") {
+  struct Case {
+    const char* rules;
+    Bytes packet;
+    Action action;
+    rules::BlockReply reply;
+  };
+  const Bytes udp = PacketBuilder().ipv4(kClient, kServer).udp(1, 2).build();
+  const Bytes tcp = syn(80);
+  const Bytes rst = tcp4(kClient, 1, kServer, 2).flags(tcpflag::kRst).build();
+  const Case cases[] = {
+      {"block return-rst all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
+      {"block return-rst all", udp, Action::Drop, rules::BlockReply::Drop},
+      {"block return-rst all", rst, Action::Drop, rules::BlockReply::Drop},
+      {"block return-icmp all", udp, Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block return all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
+      {"block return all", udp, Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block drop all", tcp, Action::Drop, rules::BlockReply::Drop},
+  };
+  for (const auto& c : cases) {
+    Firewall fw(c.rules);
+    const Verdict v = fw.out(c.packet);
+    CHECK(v.reason == Reason::RuleBlock);
+    CHECK(v.action == c.action);
+    CHECK(v.reply == c.reply);
+  }
+}
+
 TEST_CASE("TCP connection passes by state in both directions; unsolicited replies do not", "[engine][tcp]") {
   Firewall fw(kWebOnly);
   Verdict v = fw.out(syn(80));
