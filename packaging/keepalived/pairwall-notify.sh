@@ -1,16 +1,24 @@
 #!/bin/sh
-# keepalived notify script for pairwalld in [failover] driver = "keepalived".
+# keepalived notify script for pairwalld in [failover] driver = "keepalived": passes the role
+# keepalived decided on to pairwalld (pairwallctl failover set-role master|backup|fault).
 #
-# keepalived runs it as:  pairwall-notify.sh [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY
-# (TYPE is INSTANCE or GROUP; STATE is MASTER, BACKUP, FAULT, STOP or DELETED) and we pass the role
-# on: pairwallctl failover set-role master|backup|fault. STOP / DELETED mean keepalived no longer
-# runs the instance and has removed the VIPs: this node is not master any more, so "backup".
+# Two ways keepalived can run it:
+#   pairwall-notify.sh [-s SOCKET] [-c PAIRWALLCTL] FIFO
+#       as vrrp_notify_fifo_script (the shipped keepalived.conf): keepalived writes one line per
+#       state change, "INSTANCE "NAME" STATE PRIORITY", into FIFO, and we apply them one after the
+#       other. This is the way to use: keepalived forks a separate notify script per event, so two
+#       quick changes (BACKUP -> MASTER -> BACKUP) can reach pairwalld in the wrong order; the FIFO
+#       keeps them in order.
+#   pairwall-notify.sh [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY
+#       as a per-instance `notify` script.
+# STATE is MASTER, BACKUP, FAULT, STOP or DELETED. STOP / DELETED mean keepalived no longer runs the
+# instance and has removed its VIPs: this node is not master any more, so "backup".
 #
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
 #
-# A failure is retried briefly (pairwalld may be restarting) and then logged: keepalived does not
-# look at a notify script's exit status, so the log is the only trace.
+# A failure is retried for about a second (pairwalld may be restarting) and then logged: keepalived
+# does not look at the exit status, so the log is the only trace.
 set -u
 
 ctl=pairwallctl
@@ -19,39 +27,50 @@ while getopts "s:c:" opt; do
   case "$opt" in
     s) sock=$OPTARG ;;
     c) ctl=$OPTARG ;;
-    *) echo "usage: $0 [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY" >&2; exit 2 ;;
+    *) echo "usage: $0 [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 
+# tell NAME STATE: one state change of instance NAME.
+tell() {
+  case "$2" in
+    MASTER) role=master ;;
+    BACKUP | STOP | DELETED) role=backup ;;
+    FAULT) role=fault ;;
+    *)
+      logger -t pairwall-notify "keepalived instance $1: unknown state '$2', pairwalld not told"
+      return 2
+      ;;
+  esac
+  tries=0
+  while :; do
+    if [ -n "$sock" ]; then
+      out=$($ctl -s "$sock" failover set-role "$role" 2>&1) && return 0
+    else
+      out=$($ctl failover set-role "$role" 2>&1) && return 0
+    fi
+    tries=$((tries + 1))
+    if [ "$tries" -ge 5 ]; then
+      logger -t pairwall-notify "keepalived instance $1 is $2 but pairwalld was not told: $out"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+if [ $# -eq 1 ] && [ -p "$1" ]; then
+  # Runs as long as keepalived keeps the FIFO open.
+  while read -r type name state _priority; do
+    [ "$type" = INSTANCE ] || continue
+    name=$(echo "$name" | tr -d '"')
+    tell "$name" "$state"
+  done <"$1"
+  exit 0
+fi
+
 if [ $# -lt 3 ]; then
-  echo "usage: $0 [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY" >&2
+  echo "usage: $0 [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2
   exit 2
 fi
-name=$2
-state=$3
-
-case "$state" in
-  MASTER) role=master ;;
-  BACKUP | STOP | DELETED) role=backup ;;
-  FAULT) role=fault ;;
-  *)
-    logger -t pairwall-notify "keepalived instance $name: unknown state '$state', pairwalld not told"
-    exit 2
-    ;;
-esac
-
-tries=0
-while :; do
-  if [ -n "$sock" ]; then
-    out=$($ctl -s "$sock" failover set-role "$role" 2>&1) && exit 0
-  else
-    out=$($ctl failover set-role "$role" 2>&1) && exit 0
-  fi
-  tries=$((tries + 1))
-  if [ "$tries" -ge 5 ]; then
-    logger -t pairwall-notify "keepalived instance $name is $state but pairwalld was not told: $out"
-    exit 1
-  fi
-  sleep 0.2
-done
+tell "$2" "$3"

@@ -2,7 +2,8 @@
 packaging/keepalived/keepalived.conf and pairwall-notify.sh, in both namespaces; the failover
 service only follows the role it is told and reports its health. Killing the master — its pairwall
 process, or keepalived itself — moves the group to the other node, and the other node's service
-learns it is master through the notify script."""
+learns it is master through the notify script (run as keepalived's vrrp_notify_fifo_script, so
+that role changes arrive in order)."""
 
 import time
 
@@ -46,6 +47,7 @@ def test_keepalived_kill_master_keepalived(kpair, report):
     report(test="keepalived_kill_keepalived", advert_int_ms=100, vips_moved_ms_upper=round(vips_ms, 1),
            pairwall_role_ms=round(role_ms, 1))
     assert p.last_transition(backup, "master")["cause"] == "external driver"
+    assert role_ms > 0  # this takeover's notification, not an earlier one
     assert vips_ms <= 3 * 100 + 100 + 100  # 3 * advert_int + skew (priority 100: ~0.06 s) + slack
 
 
