@@ -184,6 +184,10 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   replay_.commit(h.xmit);
   ++counters_.datagrams_received;
   counters_.bytes_received += datagram.size();
+  // Heard again after the peer was down: tell it at once, so that it does not see a one-way link
+  // for a keepalive interval.
+  if (!new_epoch && now - last_heard_ > config_.dead_interval)
+    last_keepalive_ = now - config_.keepalive_interval;
   last_heard_ = now;
 
   rx_ack_valid_ = (h.flags & frameflag::kAck) != 0 && h.ack_epoch == config_.epoch;
@@ -723,7 +727,10 @@ Micros SyncProtocol::next_deadline(Micros now) const noexcept {
 
 PeerState SyncProtocol::peer_state(Micros now) const noexcept {
   if (!peer_known_ || now - last_heard_ > config_.dead_interval) return PeerState::Down;
-  const bool heard_by_peer = peer_keepalive_seen_ && now - peer_keepalive_at_ <= config_.dead_interval &&
+  // A keepalive may be one interval older than the last datagram heard: allow for it, or every
+  // link failure would pass through a spurious one-way state.
+  const bool heard_by_peer = peer_keepalive_seen_ &&
+                             now - peer_keepalive_at_ <= config_.dead_interval + config_.keepalive_interval &&
                              peer_heard_epoch_ == config_.epoch &&
                              Micros{int64_t{peer_heard_age_ms_} * 1000} <= config_.dead_interval;
   return heard_by_peer ? PeerState::Up : PeerState::OneWay;

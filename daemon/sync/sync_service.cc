@@ -20,6 +20,7 @@ using udp = asio::ip::udp;
 constexpr Micros kDrainPeriod{2'000};   // how long a local change may sit in a worker's ring
 constexpr Micros kStatusPeriod{5'000};  // how stale the status the control thread reads may be
 constexpr Micros kDropLogPeriod{10'000'000};
+constexpr Micros kOneWayGrace{300'000};
 constexpr int kSocketBuffer = 4 << 20;
 constexpr int kDscpCs6 = 0xc0;  // RFC 4594: network control
 constexpr std::size_t kReceiveBatch = 256;
@@ -279,7 +280,12 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
   const ProtocolStatus& o = logged_;
   const auto& c = s.counters;
   const auto& oc = o.counters;
-  if (s.peer_state != o.peer_state) {
+  // A one-way link is reported once it lasts: for a moment after a start or a link coming back,
+  // one side hears the other before its keepalive says so.
+  if (s.peer_state != o.peer_state) peer_state_since_ = now;
+  const bool settled = s.peer_state != PeerState::OneWay || now - peer_state_since_ >= kOneWayGrace;
+  if (s.peer_state != logged_peer_state_ && settled) {
+    logged_peer_state_ = s.peer_state;
     switch (s.peer_state) {
       case PeerState::Up:
         spdlog::info("sync: peer node {} up (epoch {})", s.peer_node_id, s.peer_epoch);
@@ -319,7 +325,7 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
     }
   }
   if (c.holes > oc.holes && now - last_hole_log_ >= kDropLogPeriod) {
-    spdlog::warn(
+    spdlog::info(
         "sync: {} gaps in the peer's sequence since the last report ({} datagrams held past them): "
         "resends requested",
         c.holes - logged_holes_, s.held);
@@ -339,9 +345,13 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
   if (c.full_resyncs_received > oc.full_resyncs_received) {
     spdlog::warn("sync: the peer started a full resync");
   }
-  if (c.window_evictions > oc.window_evictions && s.peer_state == PeerState::Up) {
-    spdlog::warn("sync: resend window full, {} unacked datagrams evicted (their states kept for a resync)",
-                 c.window_evictions - oc.window_evictions);
+  if (c.window_evictions > logged_evictions_ && now - last_eviction_log_ >= kDropLogPeriod) {
+    spdlog::warn(
+        "sync: resend window full: {} unacked datagrams evicted since the last report (their states are "
+        "kept for a resync)",
+        c.window_evictions - logged_evictions_);
+    logged_evictions_ = c.window_evictions;
+    last_eviction_log_ = now;
   }
   if (c.evicted_ids_dropped > oc.evicted_ids_dropped) {
     spdlog::warn("sync: {} state ids of evicted datagrams dropped: a gap over them needs a full resync",

@@ -96,6 +96,10 @@ class SyncService final : public control::SyncControl {
   ProtocolStatus logged_;
   Micros last_drop_log_{0};
   Micros last_hole_log_{0};
+  Micros last_eviction_log_{0};
+  PeerState logged_peer_state_ = PeerState::Down;
+  Micros peer_state_since_{0};
+  uint64_t logged_evictions_ = 0;
   uint64_t logged_holes_ = 0;
   std::array<uint64_t, kDropReasonCount> last_drops_{};
 };
