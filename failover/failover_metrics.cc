@@ -32,7 +32,8 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
   out.sample({{"vhid", vhid}}, uint64_t{s.master_node_id});
   out.family("pairwall_failover_last_heard_seconds", Type::Gauge,
              "Seconds since the last valid advertisement from a peer, -1 never");
-  out.sample({{"vhid", vhid}}, s.last_heard_ms_ago < 0 ? -1.0 : s.last_heard_ms_ago / 1000.0);
+  out.sample({{"vhid", vhid}},
+             s.last_heard_ms_ago < 0 ? -1.0 : static_cast<double>(s.last_heard_ms_ago) / 1000.0);
   out.family("pairwall_failover_vips_held", Type::Gauge, "1 while this node holds the group's VIPs");
   out.sample({{"vhid", vhid}}, uint64_t{s.vips_held});
   out.family("pairwall_failover_carrier", Type::Gauge, "1 while a VIP interface has carrier");

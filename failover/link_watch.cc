@@ -21,7 +21,7 @@ constexpr std::size_t kNetlinkBuffer = 8192;
 
 LinkWatch::LinkWatch(boost::asio::io_context& io, std::vector<std::string> names,
                      std::function<void()> on_change)
-    : io_(io), on_change_(std::move(on_change)), fd_(io) {
+    : on_change_(std::move(on_change)), fd_(io) {
   for (auto& n : names) links_.push_back(Link{std::move(n), 0, false});
 }
 

@@ -45,7 +45,6 @@ class LinkWatch {
   int on_message(const nlmsghdr* nlh);
   void arm();
 
-  boost::asio::io_context& io_;
   std::vector<Link> links_;
   std::function<void()> on_change_;
   mnl_socket* nl_ = nullptr;
