@@ -249,6 +249,14 @@ def stop_null(proc, timeout=15):
     return json.loads(out)
 
 
+def udp_counters(net, where):
+    """(InDatagrams, InErrors) of UDP in a namespace, from /proc/net/snmp: what reached the host,
+    whether or not the receiving socket had room for it."""
+    lines = [l.split() for l in net.exec(where, "cat", "/proc/net/snmp").stdout.splitlines() if l.startswith("Udp:")]
+    row = dict(zip(lines[0][1:], map(int, lines[1][1:])))
+    return row["InDatagrams"], row["InErrors"]
+
+
 def steal_ticks():
     """(steal, total) jiffies from /proc/stat: CPU steal next to every figure, without mpstat."""
     fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
