@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -108,17 +109,11 @@ std::vector<KeyRange> port_ranges(const std::vector<PortMatch>& ports) {
   return out;
 }
 
-// std::popcount is a library call unless the target has POPCNT, which the default x86-64 one does
-// not; this is the same few instructions inline.
+// std::popcount is a library call unless the target has POPCNT, which the baseline x86-64 target
+// lacks; match() is therefore also built for CPUs with POPCNT (see there), where this is one
+// instruction.
 inline uint64_t popcount64(uint64_t x) {
-#ifdef __POPCNT__
   return static_cast<uint64_t>(__builtin_popcountll(x));
-#else
-  x = x - ((x >> 1) & 0x5555555555555555ull);
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  return (x * 0x0101010101010101ull) >> 56;
-#endif
 }
 
 uint32_t checked_u32(std::size_t v, const char* what) {
@@ -298,7 +293,7 @@ void IntervalIndex<Key>::build(const std::vector<Key>& starts, const std::vector
   }
   nodes_.clear();
   children_.clear();
-  leaves_.clear();
+  leaves_.assign(1, Leaf{});  // the dummy leaf, read when find() lands on a value
   root_ = build_entry(starts, values, 0, static_cast<uint32_t>(starts.size()), 0);
   nodes_.shrink_to_fit();
   children_.shrink_to_fit();
@@ -334,13 +329,14 @@ uint32_t IntervalIndex<Key>::build_entry(const std::vector<Key>& starts, const s
   }
   const unsigned stride = std::clamp<unsigned>(std::bit_width(hi - lo) - 1, 1, std::min(16u, kBits - common));
   Node node;
-  node.mask = common == 0 ? 0 : static_cast<Key>(~(static_cast<Key>(~Key{0}) >> common));
+  // Only bits the parent has not compared need checking; a zero mask makes the check pass.
+  node.mask = common == known_bits ? 0 : static_cast<Key>(~(static_cast<Key>(~Key{0}) >> common));
   node.prefix = starts[lo] & node.mask;
   node.shift = static_cast<uint8_t>(common);
   node.stride = static_cast<uint8_t>(stride);
-  node.check_prefix = common > known_bits;
-  node.before = before;
-  node.after = values[hi - 1];
+  // Two entries before the children answer for keys below and above the shared prefix.
+  children_.push_back(kValue | before);
+  children_.push_back(kValue | values[hi - 1]);
   node.child_base = static_cast<uint32_t>(children_.size());
   const auto index = static_cast<uint32_t>(nodes_.size());
   if (index >= kLeaf) throw std::length_error("rule set too large: address index");
@@ -382,18 +378,19 @@ uint32_t IntervalIndex<Key>::find(Key key) const noexcept {
   uint32_t entry = root_;
   while ((entry & kKindMask) == kNode) {
     const Node& node = nodes_[entry];
-    if (node.check_prefix) {
-      // Outside the shared prefix: the key lies before or after every start under this node.
-      const Key masked = key & node.mask;
-      if (masked != node.prefix) return masked < node.prefix ? node.before : node.after;
-    }
-    entry = children_[node.child_base + child_index(key, node.shift, node.stride)];
+    // Outside the shared prefix the key lies before or after every start under this node: the
+    // two entries before the children say which interval. Selected without a branch.
+    const Key masked = key & node.mask;
+    const int64_t inside = child_index(key, node.shift, node.stride);
+    const int64_t outside = masked < node.prefix ? -2 : -1;
+    entry = children_[node.child_base + (masked == node.prefix ? inside : outside)];
   }
-  if ((entry & kKindMask) == kValue) return entry & ~kKindMask;
-  const Leaf& leaf = leaves_[entry & ~kKindMask];
+  // A value, or a leaf to search; leaf 0 is a dummy so that both are computed without a branch.
+  const bool is_leaf = (entry & kKindMask) == kLeaf;
+  const Leaf& leaf = leaves_[is_leaf ? entry & ~kKindMask : 0];
   uint32_t below = 0;
   for (uint32_t j = 0; j < kLeafKeys; ++j) below += leaf.keys[j] <= key;
-  return leaf.values[below];
+  return is_leaf ? leaf.values[below] : entry & ~kKindMask;
 }
 
 template <typename Key>
@@ -569,6 +566,10 @@ class ClassifierBuilder {
                return t.type == type && (t.code < 0 || t.code == code);
              });
     });
+    c_.l4_base_.fill(Classifier::kL4Other);
+    c_.l4_base_[ipproto::kTcp] = 0;
+    c_.l4_base_[ipproto::kIcmp] = 256;
+    c_.l4_base_[ipproto::kIcmp6] = 512;
     c_.l4_records_.assign(records.begin(), records.begin() + base);
     c_.l4_codes_.assign(records.begin() + base, records.end());
     for (uint32_t e = 0; e < base; ++e) {
@@ -792,11 +793,16 @@ class ClassifierBuilder {
             groups |= uint64_t{1} << g;
           }
         }
+        // Each record starts a cache line: its first line holds all that most packets read.
+        c_.sparse_pool_.resize((c_.sparse_pool_.size() + 7) / 8 * 8, 0);
         offsets[id] = checked_u32(c_.sparse_pool_.size(), "sparse pool");
         const std::size_t base = c_.sparse_pool_.size();
         const uint32_t ranks = c_.rank_words_;
-        c_.sparse_pool_.resize(base + 1 + sw + ranks, 0);
-        for (uint32_t g = 0; g < c_.group_count_; ++g) {
+        // What every packet reads first (the shared group's anchors, the word summary and ranks)
+        // comes first, then the other groups' anchors, then the words.
+        c_.sparse_pool_.resize(base + 1 + 2 * sw + ranks, 0);
+        std::copy(group_summaries[0].begin(), group_summaries[0].end(), c_.sparse_pool_.begin() + base + 1);
+        for (uint32_t g = 1; g < c_.group_count_; ++g) {
           if (groups >> g & 1)
             c_.sparse_pool_.insert(c_.sparse_pool_.end(), group_summaries[g].begin(),
                                    group_summaries[g].end());
@@ -806,9 +812,9 @@ class ClassifierBuilder {
         c_.sparse_pool_[base] = groups | static_cast<uint64_t>(words_at) << 48;
         uint64_t rank = 0;
         for (uint32_t w = 0; w < c_.words_; ++w) {
-          if (w % 64 == 0) c_.sparse_pool_[base + 1 + sw + w / 256] |= rank << (16 * (w / 64 % 4));
+          if (w % 64 == 0) c_.sparse_pool_[base + 1 + 2 * sw + w / 256] |= rank << (16 * (w / 64 % 4));
           if (bits[w] == 0) continue;
-          c_.sparse_pool_[base + 1 + w / 64] |= uint64_t{1} << (w % 64);
+          c_.sparse_pool_[base + 1 + sw + w / 64] |= uint64_t{1} << (w % 64);
           c_.sparse_pool_.push_back(bits[w]);
           ++rank;
         }
@@ -832,13 +838,23 @@ class ClassifierBuilder {
       } else {
         if (classes.size() > 65536) throw std::length_error("rule set too large: distinct port classes");
         const int side = f == Field::kSrcPort ? 0 : 1;
-        auto& table = c_.port_classes_[side];
-        table.assign(65536, 0);
+        std::vector<uint16_t> table(65536);
         const Intervals& iv = b.intervals[0];
         for (std::size_t i = 0; i < iv.starts.size(); ++i) {
           const auto first = static_cast<uint32_t>(iv.starts[i]);
           const auto end = i + 1 < iv.starts.size() ? static_cast<uint32_t>(iv.starts[i + 1]) : 65536u;
           std::fill(table.begin() + first, table.begin() + end, static_cast<uint16_t>(iv.classes[i]));
+        }
+        // Blocks of 256 ports, identical blocks stored once: rules name few ports, so most blocks
+        // are one class and the whole table stays small.
+        std::map<std::vector<uint16_t>, uint16_t> blocks;
+        auto& stored = c_.port_blocks_[side];
+        stored.clear();
+        for (uint32_t hi = 0; hi < 256; ++hi) {
+          std::vector<uint16_t> block(table.begin() + hi * 256, table.begin() + (hi + 1) * 256);
+          auto [it, inserted] = blocks.try_emplace(block, static_cast<uint16_t>(blocks.size()));
+          if (inserted) stored.insert(stored.end(), block.begin(), block.end());
+          c_.port_top_[side][hi] = it->second;
         }
         c_.port_none_class_[side] = static_cast<uint16_t>(b.no_port_class);
         c_.port_records_[side] = std::move(offsets);
@@ -862,30 +878,36 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
 
 inline uint64_t Classifier::sparse_word(const uint64_t* record, uint32_t word) const noexcept {
   const uint32_t sw = word / 64;
-  const uint64_t summary = record[1 + sw];
+  const uint64_t summary = record[1 + summary_words_ + sw];
   const uint64_t below = summary & ((uint64_t{1} << (word % 64)) - 1);
-  const uint64_t rank = record[1 + summary_words_ + sw / 4] >> (16 * (sw % 4)) & 0xffff;
+  const uint64_t rank = record[1 + 2 * summary_words_ + sw / 4] >> (16 * (sw % 4)) & 0xffff;
   const uint64_t value = record[(record[0] >> 48) + rank + popcount64(below)];
-  return (summary >> (word % 64) & 1) ? value : 0;
+  return value & (uint64_t{0} - (summary >> (word % 64) & 1));
+}
+
+inline uint32_t Classifier::port_class(int side, uint16_t port) const noexcept {
+  return port_blocks_[side][uint32_t{port_top_[side][port >> 8]} * 256 + (port & 255)];
 }
 
 inline uint32_t Classifier::l4_record(const PacketView& p, bool has_l4) const noexcept {
-  uint32_t entry = kL4Other;
-  if (has_l4) {
-    if (p.proto == ipproto::kTcp) {
-      entry = p.tcp.flags;
-    } else if (p.proto == ipproto::kIcmp) {
-      entry = 256 + p.icmp.type;
-    } else if (p.proto == ipproto::kIcmp6) {
-      entry = 512 + p.icmp.type;
-    }
-  }
+  // TCP: the flags; ICMP: the type, at 256 or 512; anything else, or no transport header: kL4Other.
+  const uint32_t base = has_l4 ? l4_base_[p.proto] : kL4Other;
+  const uint32_t flags = p.tcp.flags;
+  const uint32_t type = p.icmp.type;
+  const uint32_t value = p.proto == ipproto::kTcp ? flags : type;
+  const uint32_t entry = base == kL4Other ? kL4Other : base + value;
   const uint32_t record = l4_records_[entry];
   if (!(record & kCodeTable)) return record;
   return l4_codes_[(record & ~kCodeTable) * 256 + p.icmp.code];
 }
 
-uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
+// Built twice, with and without POPCNT (the rank of a compressed word is a popcount); the loader
+// picks one version once for the CPU it runs on.
+#if defined(__x86_64__) && !defined(__POPCNT__)
+__attribute__((target_clones("popcnt", "default")))
+#endif
+uint32_t
+Classifier::match(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
   const uint32_t row = direction == Direction::In ? 0 : direction == Direction::Out ? 1 : 2;
   const uint32_t slot = std::min<uint32_t>(iface, iface_slots_ - 1);
   const bool v6 = p.family == Family::V6;
@@ -903,54 +925,50 @@ uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId ifa
           (v6 ? v6_index_[0].find(address_key(Family::V6, p.src)) : v4_index_[0].find(p.src.v4_value())),
       sparse_pool_.data() +
           (v6 ? v6_index_[1].find(address_key(Family::V6, p.dst)) : v4_index_[1].find(p.dst.v4_value())),
-      sparse_pool_.data() + port_records_[0][has_ports ? port_classes_[0][p.src_port] : port_none_class_[0]],
-      sparse_pool_.data() + port_records_[1][has_ports ? port_classes_[1][p.dst_port] : port_none_class_[1]],
+      sparse_pool_.data() + port_records_[0][has_ports ? port_class(0, p.src_port) : port_none_class_[0]],
+      sparse_pool_.data() + port_records_[1][has_ports ? port_class(1, p.dst_port) : port_none_class_[1]],
   };
 
   // Anchor summaries of each field's class: the group every packet consults, and this pass's own.
   const uint32_t sw_count = summary_words_;
   const uint32_t group = packet_group_[row * iface_slots_ + slot];
   const uint64_t group_bit = uint64_t{1} << group;
-  const uint64_t* shared[kSparseFields];
+  const uint64_t* shared[kSparseFields];  // per field: the group 0 and own-group anchor summaries
   const uint64_t* own[kSparseFields];
 #pragma GCC unroll 4
   for (int f = 0; f < kSparseFields; ++f) {
     const uint64_t groups = sparse[f][0] & kGroupMask;
-    const uint64_t* summaries = sparse[f] + 1 + sw_count + rank_words_;
-    shared[f] = groups & 1 ? summaries : zeros_.data();
-    own[f] = group != 0 && (groups & group_bit) ? summaries + sw_count * popcount64(groups & (group_bit - 1))
-                                                : zeros_.data();
+    shared[f] = sparse[f] + 1;
+    // Without an own summary, point at the shared one: OR-ing it twice changes nothing.
+    const uint64_t present = groups & group_bit & ~uint64_t{1};
+    const std::size_t at = 1 + 2 * sw_count + rank_words_ + sw_count * popcount64(groups & (group_bit - 2));
+    own[f] = sparse[f] + 1 + (at - 1) * (present != 0);
   }
 
   const WordMasks* masks = word_masks_[v6].data();
   for (uint32_t sw = 0; sw < sw_count; ++sw) {
     // Broad rules are candidates where all three dense fields have one that accepts the packet;
     // anchored rules where their field lists them and the dense fields have any rule for it.
-    uint64_t from[kSparseFields];
     uint64_t anchored = 0;
 #pragma GCC unroll 4
-    for (int f = 0; f < kSparseFields; ++f) {
-      from[f] = shared[f][sw] | own[f][sw];
-      anchored |= from[f];
-    }
+    for (int f = 0; f < kSparseFields; ++f) anchored |= shared[f][sw] | own[f][sw];
     uint64_t candidates = (anchored & dense[0][sw] & dense[1][sw] & dense[2][sw]) |
                           (dense[0][sw_count + sw] & dense[1][sw_count + sw] & dense[2][sw_count + sw]);
     while (candidates != 0) {
-      const uint32_t bit = static_cast<uint32_t>(std::countr_zero(candidates));
-      const uint32_t w = sw * 64 + bit;
+      const uint32_t w = sw * 64 + static_cast<uint32_t>(std::countr_zero(candidates));
       candidates &= candidates - 1;
+      // Rules anchored elsewhere (another group, another field) that show up here fail the dense
+      // or the sparse test below; no branch per field keeps the pipeline full.
       const WordMasks& m = masks[w];
-      // First the rules this word can offer: broad ones and those anchored on a field whose class
-      // lists them here, with the cheap dense fields; most candidate words end here.
       uint64_t hit = m.broad;
+      uint64_t all = dense[0][2 * sw_count + w] & dense[1][2 * sw_count + w] & dense[2][2 * sw_count + w];
 #pragma GCC unroll 4
       for (int f = 0; f < kSparseFields; ++f) {
-        if (from[f] >> bit & 1) hit |= sparse_word(sparse[f], w) & m.anchored[f];
+        const uint64_t x = sparse_word(sparse[f], w);
+        hit |= x & m.anchored[f];
+        all &= x ^ m.by_default[f];
       }
-      hit &= dense[0][2 * sw_count + w] & dense[1][2 * sw_count + w] & dense[2][2 * sw_count + w];
-      if (hit == 0) continue;
-#pragma GCC unroll 4
-      for (int f = 0; f < kSparseFields; ++f) hit &= sparse_word(sparse[f], w) ^ m.by_default[f];
+      hit &= all;
       if (hit != 0) return priority_to_rule_[w * 64 + static_cast<uint32_t>(std::countr_zero(hit))];
     }
   }
@@ -969,7 +987,7 @@ std::size_t Classifier::memory_bytes() const {
     bytes += v4_index_[side].memory_bytes() + v6_index_[side].memory_bytes();
   for (int side = 0; side < 2; ++side) {
     bytes +=
-        port_classes_[side].capacity() * sizeof(uint16_t) + port_records_[side].capacity() * sizeof(uint32_t);
+        port_blocks_[side].capacity() * sizeof(uint16_t) + port_records_[side].capacity() * sizeof(uint32_t);
   }
   return bytes;
 }

@@ -47,8 +47,10 @@
 // Immutable after construction; match() is noexcept, allocation-free and lock-free.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <span>
 #include <vector>
@@ -59,6 +61,18 @@
 #include "daemon/engine/rules/ast.h"
 
 namespace pairwall::engine::rules {
+
+// Allocates cache-line aligned storage, so that records placed at multiples of 8 words start a line.
+template <typename T>
+struct LineAllocator {
+  using value_type = T;
+  LineAllocator() = default;
+  template <typename U>
+  LineAllocator(const LineAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, std::size_t) { ::operator delete (p, std::align_val_t{64}); }
+  friend bool operator==(const LineAllocator&, const LineAllocator&) { return true; }
+};
 
 // An address as one integer. IPv4 addresses are left-aligned (the top 32 bits) so that both
 // families share the bit positions of the radix index; the family keeps them apart.
@@ -135,7 +149,7 @@ class IntervalIndex {
   uint32_t find(Key key) const noexcept;
   std::size_t memory_bytes() const;
 
-  static constexpr uint32_t kLeafKeys = sizeof(Key) == 4 ? 7 : 3;
+  static constexpr uint32_t kLeafKeys = sizeof(Key) == 4 ? 7 : 3;  // a leaf fills one cache line
 
  private:
   static constexpr unsigned kBits = sizeof(Key) * 8;
@@ -145,13 +159,10 @@ class IntervalIndex {
   };
   struct Node {
     Key prefix = 0;  // the top `shift` bits every start under this node shares
-    Key mask = 0;    // the top `shift` bits set
+    Key mask = 0;    // the top `shift` bits set, or 0 where the parent compared them all
     uint32_t child_base = 0;
-    uint32_t before = 0;  // value for keys below the shared prefix
-    uint32_t after = 0;   // value for keys above it
-    uint8_t shift = 0;    // children are chosen by key bits [shift, shift + stride) from the top
+    uint8_t shift = 0;  // children are chosen by key bits [shift, shift + stride) from the top
     uint8_t stride = 0;
-    bool check_prefix = false;  // the parent did not already compare all `shift` bits
   };
   // A child: kind in the top two bits, then a node index, a leaf index or the value itself.
   static constexpr uint32_t kKindMask = 0xc000'0000u;
@@ -205,13 +216,15 @@ class Classifier {
   // Class records (offsets into the pools):
   //   dense:  summary[S], broad summary[S] (words with a broad rule that accepts this value),
   //           words[words_]                                                     (S = summary_words_)
-  //   sparse: groups | words_at << 48, summary[S], rank[S] (16 bits each, 4 per word),
-  //           anchor summary[S] per group in `groups`, words[popcount(summary)] (at words_at), 0
+  //   sparse: groups | words_at << 48, anchor summary[S] of group 0, summary[S], rank[S] (16 bits
+  //           each, 4 per word), anchor summary[S] per other group in `groups`,
+  //           words[popcount(summary)] (at words_at), 0
   // A sparse class's words hold, per rule, whether it differs from the rule's default; its anchor
   // summaries say which words hold rules anchored on this field that list this class, split by
   // the rules' (direction, interface) group so that a packet only meets its own pass's rules.
   uint64_t sparse_word(const uint64_t* record, uint32_t word) const noexcept;
   uint32_t l4_record(const PacketView& packet, bool has_l4) const noexcept;
+  uint32_t port_class(int side, uint16_t port) const noexcept;
 
   uint32_t rule_count_ = 0;
   uint32_t words_ = 1;
@@ -224,7 +237,7 @@ class Classifier {
   std::vector<uint8_t> packet_group_;       // [direction row * iface_slots_ + slot] -> anchor group
   uint32_t group_count_ = 1;
   std::vector<uint64_t> dense_pool_;
-  std::vector<uint64_t> sparse_pool_;
+  std::vector<uint64_t, LineAllocator<uint64_t>> sparse_pool_;
 
   // Dense lookups (values are offsets into dense_pool_).
   uint32_t iface_slots_ = 1;             // interface ids >= iface_slots_ - 1 share the last slot
@@ -234,13 +247,16 @@ class Classifier {
   // An entry with kCodeTable set indexes l4_codes_ (256 entries per table) for per-code classes.
   std::vector<uint32_t> l4_records_;
   std::vector<uint32_t> l4_codes_;
+  std::array<uint16_t, 256> l4_base_{};  // by protocol: 0 (TCP), 256 (ICMP), 512 (ICMPv6) or kL4Other
   static constexpr uint32_t kCodeTable = 0x8000'0000u;
   static constexpr uint32_t kL4Other = 768;
 
   // Sparse lookups (values are offsets into sparse_pool_).
   IntervalIndex<uint32_t> v4_index_[2];    // [src/dst]
   IntervalIndex<AddressKey> v6_index_[2];  // [src/dst]
-  std::vector<uint16_t> port_classes_[2];  // [src/dst][port]
+  // [src/dst]: port -> class through blocks of 256 ports, identical blocks stored once.
+  uint16_t port_top_[2][256] = {};
+  std::vector<uint16_t> port_blocks_[2];
   uint16_t port_none_class_[2] = {0, 0};   // the class of packets without ports
   std::vector<uint32_t> port_records_[2];  // class -> offset
 };
