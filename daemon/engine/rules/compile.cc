@@ -491,7 +491,16 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const st
                                                                         InterfaceRegistry& interfaces) {
   auto parsed = parse_rules_file(path);
   if (auto* error = std::get_if<RuleError>(&parsed)) return std::move(*error);
-  return compile(std::get<RuleFile>(parsed), interfaces);
+  const RuleFile& file = std::get<RuleFile>(parsed);
+  // The engine does not rewrite addresses yet. A deployed rule set that asks for translation is
+  // refused rather than run without it: untranslated traffic would leave with inside addresses.
+  for (const TranslationRule& t : file.translation_rules) {
+    if (t.negate_translation) continue;
+    return RuleError{t.location,
+                     "nat/rdr/binat rules are understood but not applied by this version of the engine; "
+                     "remove the rule (or use the kernel's NAT beside pairwalld)"};
+  }
+  return compile(file, interfaces);
 }
 
 // --- RuleSet
