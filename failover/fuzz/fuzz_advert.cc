@@ -1,6 +1,6 @@
 // libFuzzer target for the advertisement decoder (preset "fuzz"):
 //   ninja -C build-fuzz fuzz_advert && build-fuzz/bin/fuzz_advert -max_total_time=60 /tmp/advert
-//   failover/fuzz/corpus
+//   tests/fuzz/corpus/advert
 // The first byte picks the mode: even, the bytes are a frame as received (almost all fail at the
 // tag); odd, the rest is taken as header and body and given a valid tag, so the body parser and
 // the field checks behind the HMAC are reached too.
