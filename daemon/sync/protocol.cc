@@ -81,6 +81,11 @@ SyncProtocol::~SyncProtocol() = default;
 
 void SyncProtocol::enqueue(const engine::StateRecord& record, Micros now) noexcept {
   ++counters_.records_queued;
+  if (pending_.size() >= config_.pending_limit) {
+    pending_.clear();
+    ++counters_.pending_overflows;
+    full_resync_owed_ = true;
+  }
   pending_.add(record, now);
   counters_.records_coalesced = pending_.coalesced();
 }
@@ -134,7 +139,6 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   // this node asks for.
   rwin_.reset(h.send_base == 0 ? 1 : h.send_base);
   gaps_to_request_.clear();
-  resync_request_seq_ = 0;
   acks_owed_ = 0;
   ack_now_ = true;  // tell the peer at once where this node starts
   sack_now_ = false;
@@ -193,10 +197,7 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   rx_ack_valid_ = (h.flags & frameflag::kAck) != 0 && h.ack_epoch == config_.epoch;
   rx_cum_ = h.cum_ack;
   if (rx_ack_valid_) {
-    const uint64_t cum = std::min(h.cum_ack, window_.next_seq() - 1);
-    peer_cum_ = std::max(peer_cum_, cum);
-    window_.on_ack(cum, h.sack, (h.flags & frameflag::kResyncPending) != 0, now);
-    if (resync_request_seq_ != 0 && peer_cum_ >= resync_request_seq_) resync_request_seq_ = 0;
+    window_.on_ack(std::min(h.cum_ack, window_.next_seq() - 1), h.sack, now);
   }
 
   const uint8_t* const current = payload.data();
@@ -452,12 +453,12 @@ void SyncProtocol::bulk_ended(uint32_t request, uint64_t count) {
 // ---------------------------------------------------------------------------------------------
 // Sending.
 
-bool SyncProtocol::resync_pending() const noexcept {
-  return !gaps_to_request_.empty() || resync_request_seq_ != 0;
-}
-
 bool SyncProtocol::has_background() const noexcept {
   return !backlog_.empty() || bulk_sending_;
+}
+
+bool SyncProtocol::controls_waiting() const noexcept {
+  return !controls_.empty() || !gaps_to_request_.empty();
 }
 
 bool SyncProtocol::flush_due(Micros now) const noexcept {
@@ -479,7 +480,6 @@ Header SyncProtocol::make_header(uint64_t seq) noexcept {
     h.cum_ack = rwin_.base();
     h.sack = rwin_.sack_bits(h.cum_ack);
   }
-  if (resync_pending()) h.flags |= frameflag::kResyncPending;
   return h;
 }
 
@@ -523,7 +523,6 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
   tx_controls_.Clear();
   tx_ids_.clear();
   tx_used_ = 0;
-  bool carries_resync_request = false;
 
   while (!controls_.empty()) {
     const wire::Message& c = controls_.front();
@@ -533,7 +532,6 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
       ++counters_.send_errors;
       continue;
     }
-    carries_resync_request = carries_resync_request || c.has_resync_request();
     *tx_controls_.add_messages() = c;
     controls_.pop_front();
   }
@@ -551,7 +549,6 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
       *tx_controls_.add_messages() = tx_batch_.messages(tx_batch_.messages_size() - 1);
       gaps_to_request_.erase(gaps_to_request_.begin(),
                              gaps_to_request_.begin() + static_cast<std::ptrdiff_t>(n));
-      carries_resync_request = true;
       ++counters_.resync_requests_sent;
     }
   }
@@ -641,7 +638,6 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
   std::string controls;
   if (tx_controls_.messages_size() > 0) tx_controls_.SerializeToString(&controls);
   const uint64_t seq = window_.push(std::move(payload), tx_ids_, std::move(controls), now);
-  if (carries_resync_request) resync_request_seq_ = seq;
   transmit(seq, window_.slot(seq).payload, now, send);
   return true;
 }
@@ -683,6 +679,12 @@ void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
     ++counters_.bulk_timeouts;
   }
 
+  if (full_resync_owed_ && peer_state(now) != PeerState::Down) {
+    full_resync_owed_ = false;
+    ++counters_.full_resyncs_started;
+    serve_bulk(kUnsolicited | (static_cast<uint32_t>(counters_.full_resyncs_started) & ~kUnsolicited), now);
+  }
+
   window_.check_timer(now);
   while (window_.has_lost() && window_.cwnd_open()) {
     const uint64_t seq = window_.next_lost();
@@ -692,13 +694,15 @@ void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
     transmit(seq, window_.slot(seq).payload, now, send);
   }
 
-  if (flush_due(now)) {
-    while ((!controls_.empty() || !gaps_to_request_.empty() || !pending_.empty()) &&
-           send_data(now, true, window_.cwnd_open(), send)) {
-    }
-  } else {
-    while (pending_.estimated_bytes() >= tx_budget_ && send_data(now, true, false, send)) {
-    }
+  // Controls go out whatever the window: they are few, and bulks and resyncs wait for them.
+  while (controls_waiting() && send_data(now, window_.cwnd_open(), window_.cwnd_open(), send)) {
+  }
+  // Live records when the flush is due or a datagram's worth waits, paced by the window: a peer
+  // that cannot keep up (or a dead link) makes them wait here, coalescing per state, instead of
+  // overflowing its socket buffer and the resend window.
+  const bool due = flush_due(now);
+  while (window_.cwnd_open() && !pending_.empty() && (due || pending_.estimated_bytes() >= tx_budget_) &&
+         send_data(now, true, true, send)) {
   }
   while (has_background() && window_.cwnd_open() && send_data(now, false, true, send)) {
   }
@@ -712,10 +716,17 @@ void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
 }
 
 Micros SyncProtocol::next_deadline(Micros now) const noexcept {
-  if ((peer_known_ && (ack_now_ || sack_now_)) || flush_due(now)) return now;
-  if ((window_.has_lost() || has_background()) && window_.cwnd_open()) return now;
+  if ((peer_known_ && (ack_now_ || sack_now_)) || controls_waiting()) return now;
   Micros d = last_keepalive_ + config_.keepalive_interval;
-  if (!pending_.empty()) d = std::min(d, pending_.oldest() + config_.flush_interval);
+  // With the window closed, what waits for it is sent when an ack opens it (receive() then
+  // poll()), or when the resend timer fires.
+  if (window_.cwnd_open()) {
+    if (window_.has_lost() || has_background() || pending_.urgent() ||
+        pending_.estimated_bytes() >= tx_budget_) {
+      return now;
+    }
+    if (!pending_.empty()) d = std::min(d, pending_.oldest() + config_.flush_interval);
+  }
   if (peer_known_) {
     d = std::min(d, ack_due_);
     d = std::min(d, last_heard_ + config_.dead_interval + Micros{1});

@@ -11,8 +11,10 @@
 // selective-ack bitmap; the sender resends what is lost (RACK + timer). A sequence the sender can
 // no longer resend is given up by the receiver, counted as a gap and answered by an incremental
 // resync: the current version of every state that sequence carried. A gap even that cannot cover
-// starts a full resync (a bulk transfer). Bulk transfers are paced by a congestion window on the
-// acks, not by a fixed gap; live records never wait for it.
+// starts a full resync (a bulk transfer). Everything but control messages is paced by a congestion
+// window on the acks (not by a fixed gap as pfsync's bulk): live records first, then resyncs, then
+// the bulk. Live records that wait for the window coalesce per state, so a slow peer or a dead link
+// costs at most one pending record per state, and nothing is dropped.
 #pragma once
 
 #include <cstddef>
@@ -73,6 +75,10 @@ struct ProtocolConfig {
   double bulk_min_rate = 10'000;
   bool request_bulk_at_start = true;
   uint32_t state_requests_per_s = 2'000;
+  // Local changes waiting for the window (one per state at most, they coalesce). Past this many
+  // (a link down for a long time under heavy churn) they are dropped and the peer gets a full
+  // resync once it answers again.
+  std::size_t pending_limit = 1u << 20;
   // A learned peer id may change (the peer node was replaced) once it has been down this long.
   Micros peer_relearn{10'000'000};
 };
@@ -161,13 +167,13 @@ class SyncProtocol {
 
   // Sending.
   bool has_background() const noexcept;
+  bool controls_waiting() const noexcept;
   bool flush_due(Micros now) const noexcept;
   bool send_data(Micros now, bool live, bool background, const SendFn& send);
   bool add_message(const std::function<void(wire::Message*)>& fill);
   void transmit(uint64_t seq, std::span<const uint8_t> payload, Micros now, const SendFn& send);
   void send_unsequenced(bool keepalive, Micros now, const SendFn& send);
   Header make_header(uint64_t seq) noexcept;
-  bool resync_pending() const noexcept;
 
   ProtocolConfig config_;
   std::unique_ptr<Authenticator> auth_;
@@ -187,7 +193,6 @@ class SyncProtocol {
   std::size_t tx_budget_ = 0;
   std::vector<engine::StateId> tx_ids_;
   std::vector<uint8_t> tx_payload_;
-  uint64_t peer_cum_ = 0;  // the peer's cumulative ack of this node's stream
   Micros last_keepalive_{0};
 
   // Bulk transfer being sent.
@@ -206,7 +211,6 @@ class SyncProtocol {
   wire::Batch rx_batch_;
   wire::Batch held_batch_;
   std::vector<GapRange> gaps_to_request_;
-  uint64_t resync_request_seq_ = 0;  // the datagram carrying the last resync request
   std::size_t acks_owed_ = 0;
   bool ack_now_ = false;
   bool sack_now_ = false;      // held datagrams changed: send the runs in an unsequenced ack
@@ -231,6 +235,7 @@ class SyncProtocol {
   uint32_t bulk_request_ = 0;   // this node's latest request
   uint32_t bulk_transfer_ = 0;  // the transfer being received: the request, or a full resync
   uint64_t bulk_end_count_ = 0;
+  bool full_resync_owed_ = false;  // pending records were dropped: send the whole table
   uint32_t next_bulk_request_ = 1;
   uint64_t bulk_expected_ = 0;
   uint64_t bulk_received_ = 0;

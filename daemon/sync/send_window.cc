@@ -171,7 +171,7 @@ void SendWindow::on_loss_event(bool timeout, uint64_t highest_lost) {
   recovery_end_ = next_seq();
 }
 
-std::size_t SendWindow::on_ack(uint64_t cum, uint64_t sack, bool keep_evicted, Micros now) {
+std::size_t SendWindow::on_ack(uint64_t cum, uint64_t sack, Micros now) {
   const std::size_t before = outstanding_;
   const uint64_t last = std::min(cum, next_seq() - 1);
   for (uint64_t seq = first_seq_; seq <= last; ++seq) ack_slot(seq, now, true);
@@ -182,12 +182,6 @@ std::size_t SendWindow::on_ack(uint64_t cum, uint64_t sack, bool keep_evicted, M
     }
   }
   pop_acked_front();
-  if (!keep_evicted) {
-    while (!evicted_.empty() && evicted_.front().seq <= cum) {
-      evicted_ids_ -= evicted_.front().ids.size();
-      evicted_.pop_front();
-    }
-  }
   const std::size_t newly = before - outstanding_;
   on_progress(newly, now);
   detect_losses();

@@ -74,9 +74,9 @@ class SendWindow {
   uint64_t push(std::vector<uint8_t> payload, std::vector<engine::StateId> ids, std::string controls,
                 Micros now);
 
-  // The peer's ack. `keep_evicted`: the peer is waiting for a resync of sequences it gave up, so
-  // the evicted store must not be trimmed by this ack. Returns how many datagrams it newly acked.
-  std::size_t on_ack(uint64_t cum, uint64_t sack, bool keep_evicted, Micros now);
+  // The peer's ack. Returns how many datagrams it newly acked. Acks never trim the evicted store:
+  // a cumulative ack also covers sequences the peer gave up, whose resync request may still come.
+  std::size_t on_ack(uint64_t cum, uint64_t sack, Micros now);
   // Selective-ack runs beyond `cum` (see wire::Sack). Returns how many datagrams it newly acked.
   std::size_t on_sack_runs(uint64_t cum, std::span<const uint64_t> runs, Micros now);
 

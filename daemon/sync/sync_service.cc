@@ -338,9 +338,14 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
         "incremental resync requested",
         c.gap_sequences - oc.gap_sequences, c.gaps);
   }
+  if (c.pending_overflows > oc.pending_overflows) {
+    spdlog::warn(
+        "sync: too many local changes waited for the peer: dropped, the peer gets a full resync once it "
+        "answers");
+  }
   if (c.full_resyncs_started > oc.full_resyncs_started) {
     spdlog::warn(
-        "sync: a gap the peer reported cannot be filled from the resend records: full resync started");
+        "sync: full resync of the peer started (changes no resend or incremental resync could deliver)");
   }
   if (c.full_resyncs_received > oc.full_resyncs_received) {
     spdlog::warn("sync: the peer started a full resync");

@@ -22,9 +22,8 @@ inline constexpr std::size_t kOverhead = kHeaderSize + kTagSize;
 inline constexpr std::size_t kMaxPayload = 65507 - kOverhead;  // largest UDP payload, IPv4
 
 namespace frameflag {
-inline constexpr uint8_t kSequenced = 0x01;      // reliable payload with a data sequence
-inline constexpr uint8_t kAck = 0x02;            // ack epoch / cumulative ack / bitmap valid
-inline constexpr uint8_t kResyncPending = 0x04;  // the sender waits for a resync of sequences it gave up
+inline constexpr uint8_t kSequenced = 0x01;  // reliable payload with a data sequence
+inline constexpr uint8_t kAck = 0x02;        // ack epoch / cumulative ack / bitmap valid
 }  // namespace frameflag
 
 struct Header {

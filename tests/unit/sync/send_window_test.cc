@@ -33,16 +33,16 @@ TEST_CASE("cumulative and selective acks free datagrams", "[sync][swin]") {
   CHECK(w.outstanding() == 6);
   CHECK(w.send_base() == 1);
   // cum 2, and 4 and 6 selectively (bits for 2+2+0 = 4 and 2+2+2 = 6).
-  CHECK(w.on_ack(2, 0b101, false, Micros{1500}) == 4);
+  CHECK(w.on_ack(2, 0b101, Micros{1500}) == 4);
   CHECK(w.outstanding() == 2);
   CHECK(w.send_base() == 3);
-  CHECK(w.on_ack(6, 0, false, Micros{1600}) == 2);
+  CHECK(w.on_ack(6, 0, Micros{1600}) == 2);
   CHECK(w.outstanding() == 0);
   CHECK(w.send_base() == 7);
   CHECK(w.next_seq() == 7);
   CHECK(w.timer_deadline() == Micros::max());
   // A stale ack is harmless.
-  CHECK(w.on_ack(1, 0, false, Micros{1700}) == 0);
+  CHECK(w.on_ack(1, 0, Micros{1700}) == 0);
 }
 
 TEST_CASE("a datagram sent before one that got through is lost (RACK)", "[sync][swin]") {
@@ -51,16 +51,16 @@ TEST_CASE("a datagram sent before one that got through is lost (RACK)", "[sync][
   push(w, 2, Micros{5000});
   push(w, 3, Micros{5000});
   // 2 arrives, 1 does not: 1 was sent 4 ms earlier, beyond the reordering window.
-  w.on_ack(0, 0b1, false, Micros{6000});
+  w.on_ack(0, 0b1, Micros{6000});
   REQUIRE(w.has_lost());
   CHECK(w.next_lost() == 1);
   CHECK_FALSE(w.has_lost());
   w.resent(1, Micros{6100});
   CHECK(w.slot(1).transmissions == 2);
   // 3 was sent with 2: not lost.
-  w.on_ack(0, 0b11, false, Micros{6200});
+  w.on_ack(0, 0b11, Micros{6200});
   CHECK_FALSE(w.has_lost());
-  w.on_ack(3, 0, false, Micros{7000});
+  w.on_ack(3, 0, Micros{7000});
   CHECK(w.outstanding() == 0);
 }
 
@@ -68,7 +68,7 @@ TEST_CASE("datagrams sent together are not lost for each other's ack", "[sync][s
   SendWindow w(small_config());
   push(w, 1, Micros{1000});
   push(w, 2, Micros{1000});
-  w.on_ack(0, 0b1, false, Micros{1400});  // 2 before 1: reordering, not loss
+  w.on_ack(0, 0b1, Micros{1400});  // 2 before 1: reordering, not loss
   CHECK_FALSE(w.has_lost());
 }
 
@@ -90,7 +90,7 @@ TEST_CASE("the resend timer fires, backs off, and resets on progress", "[sync][s
   w.resent(2, first);
   const Micros second = w.timer_deadline();
   CHECK(second - first == Micros{200'000});  // backed off
-  w.on_ack(2, 0, false, first + Micros{500});
+  w.on_ack(2, 0, first + Micros{500});
   push(w, 3, first + Micros{600});
   CHECK(w.timer_deadline() - (first + Micros{600}) == Micros{100'000});  // backoff reset
 }
@@ -99,7 +99,7 @@ TEST_CASE("a lossy but answering peer keeps the timer short", "[sync][swin]") {
   SendWindow w(small_config());
   push(w, 1, Micros{0});
   push(w, 2, Micros{0});
-  w.on_ack(1, 0, false, Micros{1000});  // the peer is there
+  w.on_ack(1, 0, Micros{1000});  // the peer is there
   const Micros t = w.timer_deadline();
   w.check_timer(t);
   CHECK(w.next_lost() == 2);
@@ -118,7 +118,7 @@ TEST_CASE("RTT samples set the timeout (RFC 6298) and Karn skips resends", "[syn
   for (int i = 0; i < 20; ++i) {
     const Micros t{static_cast<int64_t>(i) * 100'000};
     const uint64_t seq = push(w, static_cast<uint64_t>(i), t);
-    w.on_ack(seq, 0, false, t + Micros{20'000});
+    w.on_ack(seq, 0, t + Micros{20'000});
   }
   CHECK(w.srtt() > Micros{19'000});
   CHECK(w.srtt() < Micros{21'000});
@@ -158,14 +158,17 @@ TEST_CASE("the evicted store drops the oldest over budget, counted", "[sync][swi
   CHECK(w.take_for_resync(3, ids, controls) == SendWindow::Lookup::Found);
 }
 
-TEST_CASE("acks trim the evicted store unless the peer waits for a resync", "[sync][swin]") {
+TEST_CASE("acks never trim the evicted store; serving a resync does", "[sync][swin]") {
   SendWindow w(small_config());
   for (uint64_t i = 1; i <= 10; ++i) push(w, i, Micros{1000});
   REQUIRE(w.evicted_entries() == 2);
-  w.on_ack(5, 0, true, Micros{2000});
-  CHECK(w.evicted_entries() == 2);  // the peer gave 1..2 up and asked: keep
-  w.on_ack(5, 0, false, Micros{2100});
-  CHECK(w.evicted_entries() == 0);  // the peer had them
+  w.on_ack(10, 0, Micros{2000});  // may cover 1..2 given up: their request can still come
+  CHECK(w.evicted_entries() == 2);
+  std::vector<StateId> ids;
+  std::string controls;
+  CHECK(w.take_for_resync(1, ids, controls) == SendWindow::Lookup::Found);
+  CHECK(w.take_for_resync(2, ids, controls) == SendWindow::Lookup::Found);
+  CHECK(w.evicted_entries() == 0);
 }
 
 TEST_CASE("congestion window grows on acks and halves on loss", "[sync][swin]") {
@@ -174,12 +177,12 @@ TEST_CASE("congestion window grows on acks and halves on loss", "[sync][swin]") 
   uint64_t seq = 0;
   for (int i = 0; i < 4; ++i) seq = push(w, 1, Micros{1000});
   CHECK_FALSE(w.cwnd_open());
-  w.on_ack(seq, 0, false, Micros{2000});
+  w.on_ack(seq, 0, Micros{2000});
   CHECK(w.cwnd() == 8);  // slow start: one per acked datagram
   CHECK(w.cwnd_open());
   const uint64_t lost = push(w, 1, Micros{3000});
   push(w, 1, Micros{9000});
-  w.on_ack(lost - 1, 0b1, false, Micros{10'000});  // the second acked, the first not
+  w.on_ack(lost - 1, 0b1, Micros{10'000});  // the second acked, the first not
   CHECK(w.has_lost());
   CHECK(w.cwnd() == Approx(4.5));  // (8 + 1) / 2
 }
