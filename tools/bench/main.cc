@@ -14,6 +14,7 @@
 #include "tools/bench/json.h"
 #include "tools/bench/rules_bench.h"
 #include "tools/bench/state_bench.h"
+#include "tools/bench/sync_bench.h"
 
 namespace pairwall::bench {
 namespace {
@@ -50,6 +51,7 @@ void state_keys(const Options& options, Json& out) {
 
 const std::map<std::string_view, std::vector<Benchmark>> kSuites = {
     {"engine", {{"rules", rules_keys}, {"state", state_keys}}},
+    {"sync", {{"sync", [](const Options& o, Json& out) { sync_keys(o.seconds, o.runs, out); }}}},
 };
 
 int usage(const std::string& problem) {

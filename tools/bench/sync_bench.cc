@@ -1,0 +1,369 @@
+#include "tools/bench/sync_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/udp.hpp>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "daemon/engine/engine.h"
+#include "daemon/engine/rules/compile.h"
+#include "daemon/engine/rules/parser.h"
+#include "daemon/sync/sync_service.h"
+
+namespace pairwall::bench {
+namespace {
+
+using namespace pairwall::engine;
+using Clock = std::chrono::steady_clock;
+
+// A minimal IPv4/TCP packet whose addresses, ports and flags are rewritten in place (the engine
+// does not verify checksums: the kernel did).
+struct Tcp {
+  uint8_t bytes[40] = {};
+  Tcp() {
+    bytes[0] = 0x45;
+    bytes[3] = 40;
+    bytes[8] = 64;
+    bytes[9] = ipproto::kTcp;
+    bytes[32] = 5 << 4;
+    bytes[34] = 0xff;
+    bytes[35] = 0xff;
+  }
+  static void put16(uint8_t* p, uint16_t v) {
+    p[0] = static_cast<uint8_t>(v >> 8);
+    p[1] = static_cast<uint8_t>(v);
+  }
+  static void put32(uint8_t* p, uint32_t v) {
+    put16(p, static_cast<uint16_t>(v >> 16));
+    put16(p + 2, static_cast<uint16_t>(v));
+  }
+  void set(uint32_t src, uint16_t sport, uint32_t dst, uint16_t dport, uint8_t flags, uint32_t seq,
+           uint32_t ack) {
+    put32(bytes + 12, src);
+    put32(bytes + 16, dst);
+    put16(bytes + 20, sport);
+    put16(bytes + 22, dport);
+    put32(bytes + 24, seq);
+    put32(bytes + 28, ack);
+    bytes[33] = flags;
+  }
+};
+
+constexpr uint32_t kServer = 0xc0000250;
+constexpr uint32_t kClientBase = 0x0a000000;
+
+Millis now_ms() {
+  return std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch());
+}
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+uint16_t free_port() {
+  boost::asio::io_context io;
+  boost::asio::ip::udp::socket s(io, boost::asio::ip::udp::endpoint(boost::asio::ip::udp::v4(), 0));
+  return s.local_endpoint().port();
+}
+
+// One node: an engine with permissive rules and long timeouts, its workers, its sync service.
+struct Node {
+  std::unique_ptr<Engine> engine;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::unique_ptr<sync::SyncService> sync;
+  PacketMeta out;
+  PacketMeta in;
+
+  Node(uint32_t id, std::size_t worker_count) {
+    EngineConfig c;
+    c.node_id = id;
+    engine = std::make_unique<Engine>(c);
+    auto parsed = rules::parse_rules(
+        "set limit states 3000000\nset timeout { tcp.first 3600, tcp.opening 3600 }\n"
+        "pass all\n",
+        "bench.conf");
+    auto compiled = rules::compile(std::get<rules::RuleFile>(parsed), engine->interfaces());
+    if (auto* e = std::get_if<rules::RuleError>(&compiled)) throw std::runtime_error(e->to_string());
+    engine->load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+    for (std::size_t i = 0; i < worker_count; ++i) workers.push_back(std::make_unique<Worker>(*engine));
+    out = {Hook::Forward, engine->interfaces().intern("lan0"), engine->interfaces().intern("wan0"), false};
+    in = {Hook::Forward, out.out_iface, out.in_iface, false};
+  }
+
+  void start_sync(const std::string& self, const std::string& peer, uint16_t port) {
+    sync::SyncConfig c;
+    c.interface = "lo";
+    c.address = self;
+    c.peer = peer;
+    c.port = port;
+    c.key = std::vector<uint8_t>(32, 0x5a);
+    c.mtu = 1500;  // as on an Ethernet sync link, not loopback's 64 KiB
+    sync = std::make_unique<sync::SyncService>(*engine, c, engine->config().node_id);
+    for (auto& w : workers) sync->add_ring(w->events());
+    sync->add_ring(engine->control_events());
+    sync->start();
+  }
+
+  // A new connection's first packet: creates a state (flow numbers are unique per run).
+  bool syn(Worker& w, uint64_t flow) {
+    Tcp t;
+    t.set(kClientBase + static_cast<uint32_t>(flow >> 16), static_cast<uint16_t>(flow), kServer, 80,
+          tcpflag::kSyn, 1000, 0);
+    return engine->process(w, t.bytes, out, now_ms()).reason == Reason::Match;
+  }
+  // The server's answer: a TCP state change on the state `flow` made.
+  bool syn_ack(Worker& w, uint64_t flow) {
+    Tcp t;
+    t.set(kServer, 80, kClientBase + static_cast<uint32_t>(flow >> 16), static_cast<uint16_t>(flow),
+          tcpflag::kSyn | tcpflag::kAck, 50000, 1001);
+    return engine->process(w, t.bytes, in, now_ms()).reason == Reason::State;
+  }
+};
+
+StateKey key_of(uint64_t flow) {
+  StateKey k;
+  k.family = Family::V4;
+  k.proto = ipproto::kTcp;
+  k.addr[0] = IpAddress::v4(kClientBase + static_cast<uint32_t>(flow >> 16));
+  k.addr[1] = IpAddress::v4(kServer);
+  k.port[0] = static_cast<uint16_t>(flow);
+  k.port[1] = 80;
+  return k;
+}
+
+// B's view of flow's responder side, or -1 when B does not have the state.
+int peer_state_on(Engine& e, uint64_t flow) {
+  const StateKey k = key_of(flow);
+  auto h = e.states().find(k, e.states().hash(k));
+  return h ? h->peer[1].state : -1;
+}
+
+template <typename F>
+bool wait_for(F&& done, double seconds) {
+  const auto start = Clock::now();
+  while (since(start) < seconds) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return done();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+// Sustained replication: one worker makes states as fast as A's sync drains them (it waits when
+// its ring is half full, so nothing is lost), B applies them.
+void sustained(double seconds, SyncBenchResult& r) {
+  Node a(1, 1);
+  Node b(2, 0);
+  const uint16_t port = free_port();
+  a.start_sync("127.0.0.1", "127.0.0.2", port);
+  b.start_sync("127.0.0.2", "127.0.0.1", port);
+  if (!wait_for([&] { return a.sync->bulk_done() && b.sync->bulk_done(); }, 10)) {
+    throw std::runtime_error("sync bench: the two nodes did not pair up");
+  }
+  Worker& w = *a.workers[0];
+  const std::size_t high = w.events().capacity() / 2;
+  uint64_t created = 0;
+  const auto start = Clock::now();
+  while (since(start) < seconds) {
+    for (int i = 0; i < 256; ++i) {
+      while (w.events().size_approx() > high) std::this_thread::yield();
+      created += a.syn(w, created + 1);
+    }
+  }
+  if (!wait_for([&] { return b.engine->states().size() >= created; }, 60)) {
+    r.lost += created - b.engine->states().size();
+  }
+  r.states_synced = created;
+  r.states_synced_per_s = static_cast<double>(b.engine->states().size()) / since(start);
+  r.lost += w.events_lost();
+  a.sync->stop();
+  b.sync->stop();
+}
+
+// Latency of single changes while another worker creates 20,000 states/s in the background.
+void latency(double seconds, SyncBenchResult& r) {
+  Node a(1, 2);
+  Node b(2, 0);
+  const uint16_t port = free_port();
+  a.start_sync("127.0.0.1", "127.0.0.2", port);
+  b.start_sync("127.0.0.2", "127.0.0.1", port);
+  if (!wait_for([&] { return a.sync->bulk_done() && b.sync->bulk_done(); }, 10)) {
+    throw std::runtime_error("sync bench: the two nodes did not pair up");
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> background{0};
+  std::thread load([&] {
+    Worker& w = *a.workers[1];
+    const auto start = Clock::now();
+    uint64_t n = 0;
+    while (!stop.load()) {
+      background += a.syn(w, (uint64_t{1} << 40) + n++);
+      const auto due = start + std::chrono::microseconds(n * 50);
+      std::this_thread::sleep_until(due);
+    }
+  });
+  Worker& w = *a.workers[0];
+  std::vector<double> inserts;
+  std::vector<double> updates;
+  const auto start = Clock::now();
+  for (uint64_t flow = 1; since(start) < seconds || inserts.size() < 200; ++flow) {
+    auto t0 = Clock::now();
+    a.syn(w, flow);
+    if (!wait_for([&] { return peer_state_on(*b.engine, flow) >= 0; }, 5)) {
+      ++r.lost;
+      continue;
+    }
+    inserts.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    const int before = peer_state_on(*b.engine, flow);
+    t0 = Clock::now();
+    a.syn_ack(w, flow);
+    if (!wait_for([&] { return peer_state_on(*b.engine, flow) != before; }, 5)) {
+      ++r.lost;
+      continue;
+    }
+    updates.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  stop = true;
+  load.join();
+  r.insert_latency_ms_p50 = percentile(inserts, 0.5);
+  r.insert_latency_ms_p99 = percentile(inserts, 0.99);
+  r.update_latency_ms_p50 = percentile(updates, 0.5);
+  r.update_latency_ms_p99 = percentile(updates, 0.99);
+  const uint64_t expect = background.load() + inserts.size() + r.lost;
+  if (!wait_for([&] { return b.engine->states().size() >= expect; }, 30))
+    r.lost += expect - b.engine->states().size();
+  a.sync->stop();
+  b.sync->stop();
+}
+
+// A holds `count` states; B starts with an empty table and asks for them all.
+void bulk(uint32_t count, SyncBenchResult& r) {
+  Node a(1, 1);
+  Node b(2, 0);
+  Worker& w = *a.workers[0];
+  for (uint64_t f = 1; a.engine->states().size() < count; ++f) {
+    a.syn(w, f);
+    StateRecord drop;
+    while (w.events().pop(drop)) {
+    }
+  }
+  const uint16_t port = free_port();
+  a.start_sync("127.0.0.1", "127.0.0.2", port);
+  const auto start = Clock::now();
+  b.start_sync("127.0.0.2", "127.0.0.1", port);
+  if (!wait_for([&] { return b.sync->bulk_done(); }, 600))
+    throw std::runtime_error("sync bench: bulk did not end");
+  r.bulk_seconds = since(start);
+  r.bulk_states = b.engine->states().size();
+  r.bulk_states_per_s = static_cast<double>(r.bulk_states) / r.bulk_seconds;
+  if (r.bulk_states < count) r.lost += count - r.bulk_states;
+  if (b.sync->status().bulk_state != sync::BulkState::Done)
+    throw std::runtime_error("sync bench: bulk timed out");
+  a.sync->stop();
+  b.sync->stop();
+}
+
+// One worker making states as fast as it can for `seconds`, with sync on (shipping every state to
+// B, which runs on the same two CPUs here, unlike a real pair) or off (its ring drained and
+// discarded, as pairwalld does without [sync]).
+double create_rate(bool with_sync, double seconds, SyncBenchResult& r) {
+  Node a(1, 1);
+  Node b(2, 0);
+  const uint16_t port = free_port();
+  std::atomic<bool> stop{false};
+  std::thread drainer;
+  Worker& w = *a.workers[0];
+  if (with_sync) {
+    a.start_sync("127.0.0.1", "127.0.0.2", port);
+    b.start_sync("127.0.0.2", "127.0.0.1", port);
+    if (!wait_for([&] { return a.sync->bulk_done() && b.sync->bulk_done(); }, 10)) {
+      throw std::runtime_error("sync bench: the two nodes did not pair up");
+    }
+  } else {
+    drainer = std::thread([&] {
+      StateRecord rec;
+      while (!stop.load()) {
+        while (w.events().pop(rec)) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  // With sync the worker never outruns it (it waits while its ring is half full): the rate is the
+  // one at which every new state also reaches the peer.
+  const std::size_t high = w.events().capacity() / 2;
+  uint64_t created = 0;
+  const auto start = Clock::now();
+  while (since(start) < seconds) {
+    for (int i = 0; i < 256; ++i) {
+      while (with_sync && w.events().size_approx() > high) std::this_thread::yield();
+      created += a.syn(w, created + 1);
+    }
+  }
+  const double rate = static_cast<double>(created) / since(start);
+  if (with_sync) {
+    // Whatever the ring could not hold never reached sync: counted as lost.
+    const uint64_t shipped = created - w.events_lost();
+    if (!wait_for([&] { return b.engine->states().size() >= shipped; }, 60)) {
+      r.lost += shipped - b.engine->states().size();
+    }
+    r.lost += w.events_lost();
+    a.sync->stop();
+    b.sync->stop();
+  } else {
+    stop = true;
+    drainer.join();
+  }
+  return rate;
+}
+
+}  // namespace
+
+void sync_keys(double seconds, int runs, Json& out) {
+  const SyncBenchResult r = run_sync_bench(seconds, 1'000'000, runs);
+  out["states_synced_per_s"] = r.states_synced_per_s;
+  out["bulk_states_per_s"] = r.bulk_states_per_s;
+  out["bulk_states"] = r.bulk_states;
+  out["bulk_seconds"] = r.bulk_seconds;
+  out["create_rate_ratio"] = r.create_rate_ratio;
+  out["create_per_s_sync_off"] = r.create_per_s_sync_off;
+  out["create_per_s_sync_on"] = r.create_per_s_sync_on;
+  out["update_latency_ms_p50"] = r.update_latency_ms_p50;
+  out["update_latency_ms_p99"] = r.update_latency_ms_p99;
+  out["insert_latency_ms_p50"] = r.insert_latency_ms_p50;
+  out["insert_latency_ms_p99"] = r.insert_latency_ms_p99;
+  out["lost"] = r.lost;
+}
+
+SyncBenchResult run_sync_bench(double seconds, uint32_t bulk_states, int runs) {
+  if (::geteuid() != 0) throw std::runtime_error("sync bench: needs root (the sync socket binds to lo)");
+  SyncBenchResult r;
+  sustained(std::max(seconds, 2.0), r);
+  latency(std::max(seconds, 2.0), r);
+  bulk(bulk_states, r);
+  std::vector<double> off;
+  std::vector<double> on;
+  for (int i = 0; i < runs; ++i) {
+    off.push_back(create_rate(false, seconds, r));
+    on.push_back(create_rate(true, seconds, r));
+  }
+  r.create_per_s_sync_off = percentile(off, 0.5);
+  r.create_per_s_sync_on = percentile(on, 0.5);
+  r.create_rate_ratio = r.create_per_s_sync_on / r.create_per_s_sync_off;
+  return r;
+}
+
+}  // namespace pairwall::bench
