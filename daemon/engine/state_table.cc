@@ -356,6 +356,21 @@ StateTable::Handle StateTable::create(const StateKey& stack, const StateKey& wir
     e->next_id = slot;
     slot = e;
     ++ids.count;
+    // Grows like the key index: the table is sized for the limit it was built with, and a rule
+    // set may raise the limit later (sync looks every applied record up by id).
+    if (ids.count > ids.buckets.size() * 2) {
+      std::vector<StateEntry*> bigger(ids.buckets.size() * 4, nullptr);
+      for (StateEntry* head : ids.buckets) {
+        while (head != nullptr) {
+          StateEntry* next = head->next_id;
+          StateEntry*& to = bigger[(id_hash(head->id) >> 16) & (bigger.size() - 1)];
+          head->next_id = to;
+          to = head;
+          head = next;
+        }
+      }
+      ids.buckets.swap(bigger);
+    }
   }
 
   handle.entry_ = e;

@@ -99,3 +99,24 @@ TEST_CASE("the same connection under another id is not a failure", "[sync][engin
   CHECK(store.apply(twin, kNow) == ApplyResult::Stale);
   CHECK(e.states().size() == 1);
 }
+
+TEST_CASE("every state stays findable by id as the table grows past its initial size",
+          "[sync][engine_store]") {
+  engine::Engine e;
+  e.states().set_limit(1'000'000);  // as a rule set with `set limit states` does after construction
+  EngineStore store(e);
+  constexpr uint64_t kStates = 60'000;
+  for (uint64_t i = 1; i <= kStates; ++i) {
+    auto r = syn_state(i);
+    r.stack_key.addr[0] = engine::IpAddress::v4(0x0a000000u + static_cast<uint32_t>(i));
+    r.wire_key = r.stack_key;
+    REQUIRE(store.apply(r, kNow) == ApplyResult::Applied);
+  }
+  StateRecord cur;
+  uint64_t found = 0;
+  for (uint64_t i = 1; i <= kStates; ++i) found += store.current({1, i}, kNow, cur) ? 1 : 0;
+  CHECK(found == kStates);
+  std::vector<engine::StateId> ids;
+  store.collect_ids(ids);
+  CHECK(ids.size() == kStates);
+}
