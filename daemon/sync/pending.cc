@@ -60,8 +60,8 @@ bool PendingRecords::add(const engine::StateRecord& r, Micros now) {
   }
 
   if (r.kind != Kind::Clear) {
-    if (auto it = by_id_.find(r.id); it != by_id_.end()) {
-      Item& item = at(it->second);
+    if (const uint64_t* found = by_id_.find(r.id)) {
+      Item& item = at(*found);
       ++coalesced_;
       estimated_bytes_ -= estimate(item.record);
       if (r.kind == Kind::Update && item.record.kind == Kind::Insert) {
@@ -82,7 +82,7 @@ bool PendingRecords::add(const engine::StateRecord& r, Micros now) {
   if (live_ == 0) oldest_ = now;
   const uint64_t index = first_index_ + items_.size();
   items_.push_back(Item{r, now, false});
-  if (r.kind != Kind::Clear) by_id_.emplace(r.id, index);
+  if (r.kind != Kind::Clear) by_id_.insert(r.id, index);
   ++live_;
   estimated_bytes_ += estimate(r);
   urgent_ = urgent_ || urgent;

@@ -56,6 +56,27 @@ std::string_view bulk_state_name(BulkState s) {
   return "unknown";
 }
 
+namespace {
+constexpr std::size_t kArenaBlock = 256 << 10;  // a datagram's messages, decoded, with room to spare
+}  // namespace
+
+BatchArena::BatchArena()
+    : block_(kArenaBlock), arena_([this] {
+        google::protobuf::ArenaOptions o;
+        o.initial_block = block_.data();
+        o.initial_block_size = block_.size();
+        return o;
+      }()) {}
+
+wire::Batch* BatchArena::fresh() {
+  arena_.Reset();
+  return google::protobuf::Arena::CreateMessage<wire::Batch>(&arena_);
+}
+
+wire::Batch* BatchArena::another() {
+  return google::protobuf::Arena::CreateMessage<wire::Batch>(&arena_);
+}
+
 SyncProtocol::SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t> key, StateStore& store,
                            Micros now)
     : config_(config),
@@ -178,9 +199,9 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
     return;
   }
   const bool sequenced = (h.flags & frameflag::kSequenced) != 0;
-  rx_batch_.Clear();
+  rx_batch_ = rx_arena_.fresh();
   if ((sequenced && h.seq == 0) ||
-      (!payload.empty() && !rx_batch_.ParseFromArray(payload.data(), static_cast<int>(payload.size())))) {
+      (!payload.empty() && !rx_batch_->ParseFromArray(payload.data(), static_cast<int>(payload.size())))) {
     ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
     return;
   }
@@ -207,7 +228,7 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   auto on_give_up = [&](uint64_t first, uint64_t last) { give_up(first, last); };
   rwin_.advance_to(h.send_base, on_deliver, on_give_up);
   if (!sequenced) {
-    if (rx_batch_.messages_size() > 0) apply_batch(rx_batch_, false, now);
+    if (rx_batch_->messages_size() > 0) apply_batch(*rx_batch_, false, now);
     return;
   }
   switch (rwin_.accept(h.seq, payload, on_deliver, on_give_up)) {
@@ -236,14 +257,15 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
 void SyncProtocol::deliver(std::span<const uint8_t> payload, bool parsed, Micros now) {
   if (payload.empty()) return;
   if (parsed) {
-    apply_batch(rx_batch_, true, now);
+    apply_batch(*rx_batch_, true, now);
     return;
   }
-  if (!held_batch_.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+  wire::Batch* held = held_arena_.fresh();
+  if (!held->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
     return;
   }
-  apply_batch(held_batch_, true, now);
+  apply_batch(*held, true, now);
 }
 
 void SyncProtocol::apply_record(const engine::StateRecord& record, Micros now) {
@@ -505,12 +527,12 @@ void SyncProtocol::transmit(uint64_t seq, std::span<const uint8_t> payload, Micr
 }
 
 bool SyncProtocol::add_message(const std::function<void(wire::Message*)>& fill) {
-  wire::Message* m = tx_batch_.add_messages();
+  wire::Message* m = tx_batch_->add_messages();
   fill(m);
   const std::size_t size = m->ByteSizeLong();
   const std::size_t cost = 1 + varint_size(size) + size;
   if (tx_used_ + cost > tx_budget_) {
-    tx_batch_.mutable_messages()->RemoveLast();
+    tx_batch_->mutable_messages()->RemoveLast();
     return false;
   }
   tx_used_ += cost;
@@ -519,20 +541,20 @@ bool SyncProtocol::add_message(const std::function<void(wire::Message*)>& fill) 
 }
 
 bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendFn& send) {
-  tx_batch_.Clear();
-  tx_controls_.Clear();
+  tx_batch_ = tx_arena_.fresh();
+  tx_controls_ = tx_arena_.another();
   tx_ids_.clear();
   tx_used_ = 0;
 
   while (!controls_.empty()) {
     const wire::Message& c = controls_.front();
     if (!add_message([&](wire::Message* m) { *m = c; })) {
-      if (tx_batch_.messages_size() > 0) break;
+      if (tx_batch_->messages_size() > 0) break;
       controls_.pop_front();  // cannot fit any datagram: a bug, counted rather than looping
       ++counters_.send_errors;
       continue;
     }
-    *tx_controls_.add_messages() = c;
+    *tx_controls_->add_messages() = c;
     controls_.pop_front();
   }
   if (controls_.empty() && !gaps_to_request_.empty()) {
@@ -546,7 +568,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
             r->set_last(gaps_to_request_[i].last);
           }
         })) {
-      *tx_controls_.add_messages() = tx_batch_.messages(tx_batch_.messages_size() - 1);
+      *tx_controls_->add_messages() = tx_batch_->messages(tx_batch_->messages_size() - 1);
       gaps_to_request_.erase(gaps_to_request_.begin(),
                              gaps_to_request_.begin() + static_cast<std::ptrdiff_t>(n));
       ++counters_.resync_requests_sent;
@@ -622,7 +644,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
         end.mutable_bulk_end()->set_request(bulk_send_request_);
         end.mutable_bulk_end()->set_count(bulk_sent_);
         if (add_message([&](wire::Message* m) { *m = end; })) {
-          *tx_controls_.add_messages() = end;
+          *tx_controls_->add_messages() = end;
         } else {
           controls_.push_back(std::move(end));
         }
@@ -632,11 +654,11 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
     }
   }
 
-  if (tx_batch_.messages_size() == 0) return false;
-  std::vector<uint8_t> payload(tx_batch_.ByteSizeLong());
-  tx_batch_.SerializeWithCachedSizesToArray(payload.data());
+  if (tx_batch_->messages_size() == 0) return false;
+  std::vector<uint8_t> payload(tx_batch_->ByteSizeLong());
+  tx_batch_->SerializeWithCachedSizesToArray(payload.data());
   std::string controls;
-  if (tx_controls_.messages_size() > 0) tx_controls_.SerializeToString(&controls);
+  if (tx_controls_->messages_size() > 0) tx_controls_->SerializeToString(&controls);
   const uint64_t seq = window_.push(std::move(payload), tx_ids_, std::move(controls), now);
   transmit(seq, window_.slot(seq).payload, now, send);
   return true;

@@ -113,6 +113,21 @@ struct ProtocolStatus {
   SyncCounters counters;
 };
 
+// A wire::Batch on an arena that is reset for each datagram: once the arena's first block is warm,
+// building or parsing a datagram takes nothing from the heap.
+class BatchArena {
+ public:
+  BatchArena();
+  // A new empty batch; every batch this arena gave before is gone.
+  wire::Batch* fresh();
+  // Another batch living until the next fresh().
+  wire::Batch* another();
+
+ private:
+  std::vector<char> block_;
+  google::protobuf::Arena arena_;
+};
+
 class SyncProtocol {
  public:
   // Sends one datagram; false when the socket refused it (counted; reliability resends).
@@ -187,8 +202,9 @@ class SyncProtocol {
   PendingRecords pending_;
   std::deque<wire::Message> controls_;   // reliable control messages, sent before any record
   std::deque<engine::StateId> backlog_;  // states to send in their current version (resync)
-  wire::Batch tx_batch_;
-  wire::Batch tx_controls_;  // the control messages of the datagram being built, for resyncs
+  BatchArena tx_arena_;
+  wire::Batch* tx_batch_ = nullptr;
+  wire::Batch* tx_controls_ = nullptr;  // the control messages of the datagram being built, for resyncs
   std::size_t tx_used_ = 0;
   std::size_t tx_budget_ = 0;
   std::vector<engine::StateId> tx_ids_;
@@ -208,8 +224,9 @@ class SyncProtocol {
   uint64_t peer_epoch_ = 0;
   ReplayWindow replay_;
   ReceiveWindow rwin_;
-  wire::Batch rx_batch_;
-  wire::Batch held_batch_;
+  BatchArena rx_arena_;
+  BatchArena held_arena_;
+  wire::Batch* rx_batch_ = nullptr;
   std::vector<GapRange> gaps_to_request_;
   std::size_t acks_owed_ = 0;
   bool ack_now_ = false;
