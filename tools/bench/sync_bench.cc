@@ -1,5 +1,9 @@
 #include "tools/bench/sync_bench.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/rules/compile.h"
 #include "daemon/engine/rules/parser.h"
+#include "daemon/sync/protocol.h"
 #include "daemon/sync/sync_service.h"
 
 namespace pairwall::bench {
@@ -276,22 +281,103 @@ void bulk(uint32_t count, SyncBenchResult& r) {
   b.sync->stop();
 }
 
+// The peer's side reduced to the protocol: it authenticates, orders, acks and counts every record,
+// but applies nothing, so that the node under test is measured without the peer's table work on
+// its CPUs (on a real pair that work happens on the other machine).
+class SinkPeer {
+ public:
+  SinkPeer(const std::string& self, const std::string& peer, uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    const int big = 4 << 20;
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_port = htons(port);
+    ::inet_pton(AF_INET, self.c_str(), &local.sin_addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+      throw std::runtime_error("sync bench: sink peer cannot bind");
+    }
+    peer_.sin_family = AF_INET;
+    peer_.sin_port = htons(port);
+    ::inet_pton(AF_INET, peer.c_str(), &peer_.sin_addr);
+    sync::ProtocolConfig c;
+    c.node_id = 2;
+    c.epoch = static_cast<uint64_t>(now_us().count());
+    c.max_datagram = 1472;
+    c.request_bulk_at_start = false;
+    protocol_ = std::make_unique<sync::SyncProtocol>(c, std::vector<uint8_t>(32, 0x5a), store_, now_us());
+    thread_ = std::thread([this] { run(); });
+  }
+  ~SinkPeer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  uint64_t records() const { return store_.applied.load(); }
+
+ private:
+  struct CountingStore : sync::StateStore {
+    std::atomic<uint64_t> applied{0};
+    sync::ApplyResult apply(const StateRecord&, sync::Micros) override {
+      applied.fetch_add(1, std::memory_order_relaxed);
+      return sync::ApplyResult::Applied;
+    }
+    bool current(const StateId&, sync::Micros, StateRecord&) override { return false; }
+    void collect_ids(std::vector<StateId>&) override {}
+  };
+  static sync::Micros now_us() {
+    return std::chrono::duration_cast<sync::Micros>(Clock::now().time_since_epoch());
+  }
+  void run() {
+    std::vector<uint8_t> buf(65536);
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      ::poll(&p, 1, 1);
+      for (int i = 0; i < 256; ++i) {
+        const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+        if (n <= 0) break;
+        protocol_->receive(std::span<const uint8_t>(buf.data(), static_cast<std::size_t>(n)), now_us());
+      }
+      protocol_->poll(now_us(), [this](std::span<const uint8_t> d) {
+        return ::sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&peer_),
+                        sizeof peer_) == static_cast<ssize_t>(d.size());
+      });
+    }
+  }
+
+  int fd_ = -1;
+  sockaddr_in peer_{};
+  CountingStore store_;
+  std::unique_ptr<sync::SyncProtocol> protocol_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // One worker making states as fast as it can for `seconds`, with sync on (shipping every state to
 // B, which runs on the same two CPUs here, unlike a real pair) or off (its ring drained and
 // discarded, as pairwalld does without [sync]).
-double create_rate(bool with_sync, double seconds, SyncBenchResult& r) {
+enum class Peer : uint8_t { None, Engine, Sink };
+
+double create_rate(Peer peer, double seconds, SyncBenchResult& r) {
+  const bool with_sync = peer != Peer::None;
   Node a(1, 1);
   Node b(2, 0);
   const uint16_t port = free_port();
   std::atomic<bool> stop{false};
   std::thread drainer;
   Worker& w = *a.workers[0];
-  if (with_sync) {
+  std::unique_ptr<SinkPeer> sink;
+  if (peer == Peer::Engine) {
     a.start_sync("127.0.0.1", "127.0.0.2", port);
     b.start_sync("127.0.0.2", "127.0.0.1", port);
     if (!wait_for([&] { return a.sync->bulk_done() && b.sync->bulk_done(); }, 10)) {
       throw std::runtime_error("sync bench: the two nodes did not pair up");
     }
+  } else if (peer == Peer::Sink) {
+    sink = std::make_unique<SinkPeer>("127.0.0.2", "127.0.0.1", port);
+    a.start_sync("127.0.0.1", "127.0.0.2", port);
+    if (!wait_for([&] { return a.sync->bulk_done(); }, 10))
+      throw std::runtime_error("sync bench: no sink peer");
   } else {
     drainer = std::thread([&] {
       StateRecord rec;
@@ -315,14 +401,11 @@ double create_rate(bool with_sync, double seconds, SyncBenchResult& r) {
   }
   const double rate = static_cast<double>(created) / since(start);
   if (with_sync) {
-    // Whatever the ring could not hold never reached sync: counted as lost.
-    const uint64_t shipped = created - w.events_lost();
-    if (!wait_for([&] { return b.engine->states().size() >= shipped; }, 60)) {
-      r.lost += shipped - b.engine->states().size();
-    }
+    auto arrived = [&] { return peer == Peer::Sink ? sink->records() : b.engine->states().size(); };
+    if (!wait_for([&] { return arrived() >= created; }, 60)) r.lost += created - arrived();
     r.lost += w.events_lost();
     a.sync->stop();
-    b.sync->stop();
+    if (b.sync) b.sync->stop();
   } else {
     stop = true;
     drainer.join();
@@ -341,6 +424,8 @@ void sync_keys(double seconds, int runs, Json& out) {
   out["create_rate_ratio"] = r.create_rate_ratio;
   out["create_per_s_sync_off"] = r.create_per_s_sync_off;
   out["create_per_s_sync_on"] = r.create_per_s_sync_on;
+  out["create_rate_ratio_shared_cpu"] = r.create_rate_ratio_shared_cpu;
+  out["create_per_s_sync_on_shared_cpu"] = r.create_per_s_sync_on_shared;
   out["update_latency_ms_p50"] = r.update_latency_ms_p50;
   out["update_latency_ms_p99"] = r.update_latency_ms_p99;
   out["insert_latency_ms_p50"] = r.insert_latency_ms_p50;
@@ -356,13 +441,17 @@ SyncBenchResult run_sync_bench(double seconds, uint32_t bulk_states, int runs) {
   bulk(bulk_states, r);
   std::vector<double> off;
   std::vector<double> on;
+  std::vector<double> shared;
   for (int i = 0; i < runs; ++i) {
-    off.push_back(create_rate(false, seconds, r));
-    on.push_back(create_rate(true, seconds, r));
+    off.push_back(create_rate(Peer::None, seconds, r));
+    on.push_back(create_rate(Peer::Sink, seconds, r));
+    shared.push_back(create_rate(Peer::Engine, seconds, r));
   }
   r.create_per_s_sync_off = percentile(off, 0.5);
   r.create_per_s_sync_on = percentile(on, 0.5);
+  r.create_per_s_sync_on_shared = percentile(shared, 0.5);
   r.create_rate_ratio = r.create_per_s_sync_on / r.create_per_s_sync_off;
+  r.create_rate_ratio_shared_cpu = r.create_per_s_sync_on_shared / r.create_per_s_sync_off;
   return r;
 }
 

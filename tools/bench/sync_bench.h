@@ -21,8 +21,13 @@ struct SyncBenchResult {
   double insert_latency_ms_p50 = 0;  // a new state on A until B has it
   double insert_latency_ms_p99 = 0;
   double create_per_s_sync_off = 0;  // new states per second on one worker, rings drained
-  double create_per_s_sync_on = 0;   // the same with sync shipping every one to the peer
+  // The same with sync shipping every one to a peer that acks and counts them (its table work is
+  // not on this node's CPUs, as on a real pair).
+  double create_per_s_sync_on = 0;
   double create_rate_ratio = 0;
+  // The same with the whole peer (engine, apply) in this process, on the same two CPUs.
+  double create_per_s_sync_on_shared = 0;
+  double create_rate_ratio_shared_cpu = 0;
   uint64_t lost = 0;  // states made on A that never reached B, over every phase (must be 0)
 };
 
