@@ -9,12 +9,12 @@
 namespace pairwall::bench {
 
 struct RulesBenchPoint {
-  double mpps = 0;            // median of the runs, millions of packets per second
+  double mpps = 0;            // median of the runs, millions of packets per CPU second of the thread
   double compile_ms = 0;      // compile() of the parsed file, median of the runs
   uint64_t memory_bytes = 0;  // heap held by the compiled RuleSet
 };
 
-// `seconds` per run (at least), `runs` runs per point, median reported.
+// `seconds` (of thread CPU time) per run at least, `runs` runs per point, median reported.
 std::map<uint32_t, RulesBenchPoint> run_rules_bench(const std::vector<uint32_t>& rule_counts, double seconds,
                                                     int runs);
 

@@ -772,7 +772,6 @@ class ClassifierBuilder {
       if (group == 0 && c_.group_count_ < kMaxGroups) group = static_cast<uint8_t>(c_.group_count_++);
       group_of_priority_[priority_[r]] = group;
     }
-    c_.zeros_.assign(c_.summary_words_, 0);
   }
 
   void emit_sparse_fields() {
@@ -978,8 +977,7 @@ Classifier::match(const PacketView& p, Direction direction, IfaceId iface) const
 std::size_t Classifier::memory_bytes() const {
   std::size_t bytes = sizeof(*this) + priority_to_rule_.capacity() * sizeof(uint32_t) +
                       (word_masks_[0].capacity() + word_masks_[1].capacity()) * sizeof(WordMasks) +
-                      (dense_pool_.capacity() + sparse_pool_.capacity() + zeros_.capacity()) * 8 +
-                      packet_group_.capacity() +
+                      (dense_pool_.capacity() + sparse_pool_.capacity()) * 8 + packet_group_.capacity() +
                       (iface_records_.capacity() + proto_records_.capacity() + l4_records_.capacity() +
                        l4_codes_.capacity()) *
                           sizeof(uint32_t);
