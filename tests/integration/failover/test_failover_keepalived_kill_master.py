@@ -33,10 +33,17 @@ def caches_at(p, node):
 
 def test_keepalived_kill_master_keepalived(kpair, report):
     p, master, backup = kpair
-    for lan, client in CLIENTS.items():
-        for vip in p.vips(lan):
-            probe(p, client, vip)
-    p.wait_for(lambda: caches_at(p, master), 5, what="clients cached at the master")
+    def resolved_at_master():
+        # keepalived adds the IPv6 VIPs with duplicate address detection: a probe sent while they
+        # are tentative gets no answer, so probe again until every client has resolved them.
+        if caches_at(p, master):
+            return True
+        for lan, client in CLIENTS.items():
+            for vip in p.vips(lan):
+                probe(p, client, vip)
+        return False
+
+    p.wait_for(resolved_at_master, 10, step=0.3, what="clients cached at the master")
 
     t_kill = kill_keepalived(p, master)
     p.wait_for(lambda: p.holds_vips(backup), 5, step=0.005, what="backup's keepalived taking the VIPs")
