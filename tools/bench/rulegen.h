@@ -1,10 +1,12 @@
 // Realistic rule sets of a given size for the rule benchmarks, with the packets to measure them.
 //
-// A set looks like a perimeter firewall's: `block log all` first, a few quick rules near the top
-// (a block list table, anti-spoofing, DNS to the resolvers), then pass and block rules on four
-// interfaces, in and out, IPv4 and IPv6 prefixes of varied lengths, tables, port lists and ranges,
-// TCP/UDP/ICMP, `flags S/SA`. Consecutive rules differ in interface, direction, family, protocol
-// and addresses, so pf's skip-steps could not jump over long runs.
+// A set looks like a perimeter firewall's: `block log all`, a quick block list (`<blocked>`, public
+// hosts and small networks, as many entries as rules) and `pass out all` first, then pass and
+// block rules on four interfaces, in and out (1% of them quick), IPv4 and IPv6 prefixes of varied
+// lengths (many under 10/8, including wide ones), address groups as tables (one pair per 200
+// rules, each used by a handful of rules), port lists and ranges, TCP/UDP/ICMP, `flags S/SA`.
+// Consecutive rules differ in interface, direction, family, protocol and addresses, so pf's
+// skip-steps could not jump over long runs.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,7 @@ namespace pairwall::bench {
 
 struct RulesBenchPoint {
   double mpps = 0;            // median of the runs, millions of packets per CPU second of the thread
-  double compile_ms = 0;      // compile() of the parsed file, median of the runs
+  double compile_ms = 0;      // compile() of the parsed file, thread CPU time, median of the runs
   uint64_t memory_bytes = 0;  // heap held by the compiled RuleSet
 };
 

@@ -128,30 +128,23 @@ class BitmapInterner {
 
   uint32_t intern(const std::vector<uint64_t>& bits) {
     key_.clear();
-    uint32_t count = 0;
     for (uint32_t w = 0; w < words_; ++w) {
       if (bits[w] == 0) continue;
       key_.append(reinterpret_cast<const char*>(&w), sizeof w);
       key_.append(reinterpret_cast<const char*>(&bits[w]), sizeof bits[w]);
-      count += static_cast<uint32_t>(std::popcount(bits[w]));
     }
     auto [it, inserted] = ids_.try_emplace(key_, static_cast<uint32_t>(classes_.size()));
-    if (inserted) {
-      classes_.push_back(bits);
-      counts_.push_back(count);
-    }
+    if (inserted) classes_.push_back(bits);
     return it->second;
   }
 
   const std::vector<std::vector<uint64_t>>& classes() const { return classes_; }
-  uint32_t count(uint32_t id) const { return counts_[id]; }
 
  private:
   uint32_t words_;
   std::string key_;
   std::unordered_map<std::string, uint32_t> ids_;
   std::vector<std::vector<uint64_t>> classes_;
-  std::vector<uint32_t> counts_;
 };
 
 struct Event {

@@ -34,8 +34,9 @@
 // What still grows: the per-packet work is flat (about 390 instructions at 10 rules, 460 at 10,000,
 // counted with cachegrind on the benchmark), but a 10,000-rule structure (17 MB with the compiled
 // rules) does not stay in L1: about 8 L1 misses per packet instead of 1. pairwall-bench engine
-// --only rules measured 23.7 Mpps at 10 rules and 9.1 Mpps at 10,000 (a ratio of 0.39, on a shared
-// 2-core machine under load; hot-cache runs gave 0.68). The 0.8 target is not met.
+// --only rules measured 22-24 Mpps at 10 rules and 8.2-9.1 Mpps at 10,000 (a ratio of 0.36-0.39,
+// on a shared 2-core machine under load; with 64 packets repeated, so that everything stays
+// cached, 0.68). The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
