@@ -14,7 +14,7 @@ packages=(
   libssl-dev libtomlplusplus-dev libsystemd-dev
   # lab, integration tests and benchmarks
   iproute2 iptables ipset keepalived conntrack conntrackd iperf3 netsniff-ng tcpdump
-  python3 python3-pytest python3-scapy python3-matplotlib procps
+  python3 python3-pytest python3-scapy python3-matplotlib procps iputils-ping sysstat
 )
 
 missing=()

@@ -3,7 +3,11 @@
 // A suite is a list of named benchmarks; each adds its keys to one JSON object, printed as one
 // line with --json or as a table otherwise. Add a benchmark by writing a function that fills its
 // keys and listing it under its suite in kSuites.
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -59,7 +63,7 @@ int usage(const std::string& problem) {
       stderr,
       "pairwall-bench: %s\n"
       "usage: pairwall-bench SUITE [--json] [--only NAME] [--seconds S] [--runs N] [--rules N,N,...]\n"
-      "suites:",
+      "suites: e2e (namespaces, root),",
       problem.c_str());
   for (const auto& [name, benchmarks] : kSuites)
     std::fprintf(stderr, " %.*s", static_cast<int>(name.size()), name.data());
@@ -96,8 +100,29 @@ void print_table(const Json& result, const std::string& indent = "") {
   }
 }
 
+// Suites that drive network namespaces and external tools (iperf3, iptables, pairwalld) are
+// scripts beside this file; the binary hands them its arguments so that every suite has one entry.
+int exec_script_suite(const std::string& suite, int argc, char** argv) {
+  const std::string script = std::string(PAIRWALL_SOURCE_DIR) + "/tools/bench/" + suite + ".py";
+  std::vector<char*> args;
+  std::string python = "python3";
+  args.push_back(python.data());
+  std::string script_arg = script;
+  args.push_back(script_arg.data());
+  std::string build_flag = "--build";
+  std::string build_dir = std::string(PAIRWALL_BINARY_DIR);
+  args.push_back(build_flag.data());
+  args.push_back(build_dir.data());
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "pairwall-bench: cannot run %s: %s\n", script.c_str(), std::strerror(errno));
+  return 1;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) return usage("no suite given");
+  if (std::string_view(argv[1]) == "e2e") return exec_script_suite("e2e", argc, argv);
   const auto suite = kSuites.find(argv[1]);
   if (suite == kSuites.end()) return usage(std::string("unknown suite '") + argv[1] + "'");
   Options options;
