@@ -58,7 +58,19 @@ std::shared_ptr<const rules::RuleSet> empty_rules() { return std::make_shared<co
 
 // ---- Worker -------------------------------------------------------------------------------
 
-Worker::Worker(Engine& engine) : events_(engine.config().event_ring_capacity) {}
+Worker::Worker(Engine& engine) : events_(engine.config().event_ring_capacity) {
+  // Seeded once from the OS; the packet path then draws without a system call or a lock.
+  const SipKey seed = random_sip_key();
+  random_state_ = seed.k0 | 1;
+}
+
+uint16_t Worker::next_random16() noexcept {
+  // xorshift64* (Vigna): enough to make IP IDs unpredictable to an observer, not a CSPRNG.
+  random_state_ ^= random_state_ >> 12;
+  random_state_ ^= random_state_ << 25;
+  random_state_ ^= random_state_ >> 27;
+  return static_cast<uint16_t>((random_state_ * 0x2545F4914F6CDD1DULL) >> 48);
+}
 
 void Worker::emit(const StateRecord& record) noexcept {
   if (!emit_events_) return;
@@ -147,15 +159,46 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMet
 
   // 2. Normalize. The kernel reassembles fragments before the queue when defragmentation is
   // active; a fragment that still reaches us cannot be matched to ports, so it is dropped.
-  const bool inbound = meta.hook != Hook::Output;
-  const rules::Direction scrub_direction = inbound ? rules::Direction::In : rules::Direction::Out;
-  const IfaceId scrub_iface = inbound ? meta.in_iface : meta.out_iface;
   if (packet.is_fragment) return drop(Reason::Fragment);
   if (packet.is_tcp() && !tcp_flags_valid(packet.tcp.flags)) return drop(Reason::BadTcpFlags);
-  const rules::ScrubAction scrub = rules.scrub(packet, scrub_direction, scrub_iface);
+  // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
+  // arrival interface and `scrub out` on its departure interface; the stricter settings win.
+  rules::ScrubAction scrub;
+  if (meta.hook != Hook::Output) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
+  if (meta.hook != Hook::Input) {
+    const rules::ScrubAction out = rules.scrub(packet, rules::Direction::Out, meta.out_iface);
+    if (out.matched) {
+      scrub.matched = true;
+      scrub.min_ttl = std::max(scrub.min_ttl, out.min_ttl);
+      if (out.max_mss != 0 && (scrub.max_mss == 0 || out.max_mss < scrub.max_mss)) scrub.max_mss = out.max_mss;
+      scrub.random_id = scrub.random_id || out.random_id;
+      scrub.no_df = scrub.no_df || out.no_df;
+    }
+  }
   bool rewritten = false;
   if (scrub.matched) {
     if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) return drop(Reason::MinTtl);
+    if (packet.family == Family::V4 && (scrub.no_df || scrub.random_id)) {
+      // IPv4 flags/fragment-offset word (bytes 6-7) and identification (bytes 4-5); the header
+      // checksum (bytes 10-11) is never left to the kernel, so it is always updated.
+      uint8_t* ip = bytes.data();
+      if (scrub.no_df && packet.dont_fragment) {
+        const uint16_t old_word = load_be16(ip + 6);
+        const uint16_t new_word = static_cast<uint16_t>(old_word & ~0x4000);
+        store_be16(ip + 6, new_word);
+        checksum_replace16(ip + 10, old_word, new_word);
+        packet.dont_fragment = false;
+        rewritten = true;
+      }
+      if (scrub.random_id) {
+        // pf's random-id: hide the sender's ID sequence (host counting, idle scans).
+        const uint16_t old_id = load_be16(ip + 4);
+        const uint16_t new_id = worker.next_random16();
+        store_be16(ip + 4, new_id);
+        checksum_replace16(ip + 10, old_id, new_id);
+        rewritten = true;
+      }
+    }
     if (scrub.max_mss != 0 && packet.is_tcp() && packet.tcp.has_mss && packet.tcp.mss > scrub.max_mss) {
       uint8_t* mss = bytes.data() + packet.tcp.mss_offset;
       const uint16_t old_mss = load_be16(mss);

@@ -78,6 +78,7 @@ class Worker {
     bytes_.store(bytes_.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
   }
   void emit(const StateRecord& record) noexcept;
+  uint16_t next_random16() noexcept;
 
   ReasonCounters counters_;
   SpscRing<StateRecord> events_;
@@ -89,6 +90,7 @@ class Worker {
   std::shared_ptr<const rules::RuleSet> rules_;
   uint64_t rules_generation_ = 0;
   bool emit_events_ = true;
+  uint64_t random_state_ = 0;
 };
 
 class Engine {

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -373,6 +374,30 @@ TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl d
   const Verdict small = fw.out(tcp4(kClient, 3, kServer, 2).flags(tcpflag::kSyn).mss(1200).build());
   CHECK_FALSE(small.rewritten);
   CHECK(fw.out(tcp4(kClient, 4, kServer, 2).flags(tcpflag::kSyn).ttl(3).build()).reason == Reason::MinTtl);
+}
+
+TEST_CASE("scrub out applies on the departure interface of a forwarded packet", "[engine][scrub]") {
+  Firewall fw("scrub out on wan0 all max-mss 1300\nscrub in on lan0 all max-mss 1400\npass all");
+  const Verdict v = fw.out(tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1460).build());
+  CHECK(v.rewritten);
+  CHECK(fw.last_packet == tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1300).build());
+  // The other direction departs on lan0, where no `scrub out` applies.
+  const Verdict back = fw.in(tcp4(kServer, 2, kClient, 1).flags(tcpflag::kSyn | tcpflag::kAck).mss(1460).build());
+  CHECK_FALSE(back.rewritten);
+}
+
+TEST_CASE("scrub no-df clears DF and random-id replaces the IPv4 ID, checksums kept valid", "[engine][scrub]") {
+  Firewall fw("scrub in all no-df random-id\npass all");
+  std::set<uint16_t> ids;
+  for (uint16_t port = 1; port <= 20; ++port) {
+    const Verdict v = fw.out(tcp4(kClient, port, kServer, 80).flags(tcpflag::kSyn).df().ip_id(7).build());
+    CHECK(v.rewritten);
+    const Bytes& p = fw.last_packet;
+    CHECK((p[6] & 0x40) == 0);
+    CHECK(pairwall::test::internet_checksum(p.data(), 20) == 0);
+    ids.insert(pairwall::test::get16(p, 4));
+  }
+  CHECK(ids.size() > 15);  // 20 draws of 16 bits: collisions are rare, a constant would fail
 }
 
 TEST_CASE("a reload keeps existing states and changes decisions for new flows", "[engine][reload]") {
