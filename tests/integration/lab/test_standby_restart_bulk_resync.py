@@ -18,6 +18,10 @@ def test_standby_restart_bulk_resync(make_lab):
     while time.monotonic() < deadline and (lab.driver.states()[standby] or 0) < have:
         time.sleep(0.5)
 
+    # A clean link carries 100k states in well under a second, faster than the status can be
+    # polled; 30 % loss on the sync link stretches the bulk (resends and a shrinking window) so
+    # that "demoted until the bulk ends" is observable, and exercises the bulk's recovery too.
+    chaos.sync_loss(lab, 0.3)
     lab.kill9(standby, "pairwalld")
     t0 = time.monotonic()
     lab.driver.restore(standby, "master")  # restart pairwalld
@@ -31,6 +35,7 @@ def test_standby_restart_bulk_resync(make_lab):
             break
         time.sleep(0.1)
     bulk_s = time.monotonic() - t0
+    chaos.clear_faults(lab)
     assert st["bulk_done"], f"bulk resync not done after {bulk_s:.0f} s: {st}"
     assert demoted_seen, "the standby never reported itself demoted while its bulk resync ran"
     counts = lab.driver.states()
