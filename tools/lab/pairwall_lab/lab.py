@@ -109,9 +109,9 @@ class Lab:
         # A killed pairwalld can take seconds to finish exiting (the kernel flushes its queues and
         # sockets); a restart before then finds its control and metrics addresses still bound.
         deadline = time.monotonic() + 15
-        while netns.pid_alive(pid) and time.monotonic() < deadline:
+        while not netns.fully_exited(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
-        if netns.pid_alive(pid):
+        if not netns.fully_exited(pid):
             raise LabError(f"{what} in {self.ns[node]} (pid {pid}) still exiting 15 s after SIGKILL")
 
     def log_tail(self, node, what, lines=20):

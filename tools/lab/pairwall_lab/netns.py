@@ -58,6 +58,19 @@ def netns_pids(ns):
     return [int(x) for x in cp.stdout.split()] if cp.returncode == 0 else []
 
 
+def fully_exited(pid):
+    """True once every thread of `pid` has exited, so its sockets are closed. A killed
+    multi-threaded process can show its leader as a zombie while other threads are still leaving
+    the kernel and still hold the process's files."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X") and len(tasks) <= 1
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
