@@ -73,7 +73,6 @@ uint16_t Worker::next_random16() noexcept {
 }
 
 void Worker::emit(const StateRecord& record) noexcept {
-  if (!emit_events_) return;
   if (!events_.push(record)) {
     events_lost_.store(events_lost_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }

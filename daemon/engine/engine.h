@@ -89,7 +89,6 @@ class Worker {
   // packet path reads one shared atomic and never touches a shared reference count.
   std::shared_ptr<const rules::RuleSet> rules_;
   uint64_t rules_generation_ = 0;
-  bool emit_events_ = true;
   uint64_t random_state_ = 0;
 };
 
