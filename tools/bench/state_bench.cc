@@ -1,5 +1,7 @@
 #include "tools/bench/state_bench.h"
 
+#include "tools/bench/bench_packets.h"
+
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -17,52 +19,11 @@ namespace {
 using namespace pairwall::engine;
 using Clock = std::chrono::steady_clock;
 
-// A minimal IPv4/TCP packet (no options) whose addresses and ports the benchmark rewrites in
-// place; the engine does not verify checksums (the kernel did), so none are recomputed.
-struct TcpTemplate {
-  uint8_t bytes[40] = {};
-
-  TcpTemplate() {
-    bytes[0] = 0x45;
-    bytes[3] = 40;
-    bytes[8] = 64;
-    bytes[9] = ipproto::kTcp;
-    bytes[32] = 5 << 4;
-    bytes[34] = 0xff;  // window 65535
-    bytes[35] = 0xff;
-  }
-  static void put16(uint8_t* p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v >> 8);
-    p[1] = static_cast<uint8_t>(v);
-  }
-  static void put32(uint8_t* p, uint32_t v) {
-    put16(p, static_cast<uint16_t>(v >> 16));
-    put16(p + 2, static_cast<uint16_t>(v));
-  }
-  void set(uint32_t src, uint16_t sport, uint32_t dst, uint16_t dport, uint8_t flags, uint32_t seq, uint32_t ack) {
-    put32(bytes + 12, src);
-    put32(bytes + 16, dst);
-    put16(bytes + 20, sport);
-    put16(bytes + 22, dport);
-    put32(bytes + 24, seq);
-    put32(bytes + 28, ack);
-    bytes[33] = flags;
-  }
-};
-
-constexpr uint32_t kServer = 0xc0000250;  // 192.0.2.80
-constexpr uint32_t kClientBase = 0x0a000000;
+constexpr uint32_t kServer = kBenchServer;
+constexpr uint32_t kClientBase = kBenchClientBase;
 
 uint32_t client_of(uint32_t flow) { return kClientBase + (flow >> 8); }
 uint16_t port_of(uint32_t flow) { return static_cast<uint16_t>(10000 + (flow & 0xff)); }
-
-std::shared_ptr<const rules::RuleSet> compile_text(const std::string& text, Engine& engine) {
-  auto parsed = rules::parse_rules(text, "bench.conf");
-  if (auto* e = std::get_if<rules::RuleError>(&parsed)) throw std::runtime_error(e->to_string());
-  auto compiled = rules::compile(std::get<rules::RuleFile>(parsed), engine.interfaces());
-  if (auto* e = std::get_if<rules::RuleError>(&compiled)) throw std::runtime_error(e->to_string());
-  return std::get<std::shared_ptr<const rules::RuleSet>>(compiled);
-}
 
 EngineConfig bench_config() {
   EngineConfig c;
@@ -73,7 +34,7 @@ EngineConfig bench_config() {
 // Completes a handshake for `flows` connections, then sends pure ACKs on random flows.
 double lookup_mpps(uint32_t flows, double seconds) {
   Engine engine(bench_config());
-  engine.load_rules(compile_text("set limit states " + std::to_string(flows + 1000) + "\npass all\n", engine));
+  engine.load_rules(compile_rules_text("set limit states " + std::to_string(flows + 1000) + "\npass all\n", engine));
   Worker worker(engine);
   const PacketMeta out{Hook::Forward, engine.interfaces().intern("lan0"), engine.interfaces().intern("wan0"), false};
   const PacketMeta in{Hook::Forward, out.out_iface, out.in_iface, false};
@@ -117,7 +78,7 @@ double lookup_mpps(uint32_t flows, double seconds) {
 // 100x faster than wall time here so expiry works throughout.
 double create_per_s(double seconds) {
   Engine engine(bench_config());
-  engine.load_rules(compile_text("set limit states 2000000\nset timeout tcp.first 1\npass all\n", engine));
+  engine.load_rules(compile_rules_text("set limit states 2000000\nset timeout tcp.first 1\npass all\n", engine));
   Worker worker(engine);
   const PacketMeta out{Hook::Forward, engine.interfaces().intern("lan0"), engine.interfaces().intern("wan0"), false};
   TcpTemplate t;

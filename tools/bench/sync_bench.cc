@@ -22,6 +22,7 @@
 #include "daemon/engine/rules/parser.h"
 #include "daemon/sync/protocol.h"
 #include "daemon/sync/sync_service.h"
+#include "tools/bench/bench_packets.h"
 
 namespace pairwall::bench {
 namespace {
@@ -29,41 +30,9 @@ namespace {
 using namespace pairwall::engine;
 using Clock = std::chrono::steady_clock;
 
-// A minimal IPv4/TCP packet whose addresses, ports and flags are rewritten in place (the engine
-// does not verify checksums: the kernel did).
-struct Tcp {
-  uint8_t bytes[40] = {};
-  Tcp() {
-    bytes[0] = 0x45;
-    bytes[3] = 40;
-    bytes[8] = 64;
-    bytes[9] = ipproto::kTcp;
-    bytes[32] = 5 << 4;
-    bytes[34] = 0xff;
-    bytes[35] = 0xff;
-  }
-  static void put16(uint8_t* p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v >> 8);
-    p[1] = static_cast<uint8_t>(v);
-  }
-  static void put32(uint8_t* p, uint32_t v) {
-    put16(p, static_cast<uint16_t>(v >> 16));
-    put16(p + 2, static_cast<uint16_t>(v));
-  }
-  void set(uint32_t src, uint16_t sport, uint32_t dst, uint16_t dport, uint8_t flags, uint32_t seq,
-           uint32_t ack) {
-    put32(bytes + 12, src);
-    put32(bytes + 16, dst);
-    put16(bytes + 20, sport);
-    put16(bytes + 22, dport);
-    put32(bytes + 24, seq);
-    put32(bytes + 28, ack);
-    bytes[33] = flags;
-  }
-};
-
-constexpr uint32_t kServer = 0xc0000250;
-constexpr uint32_t kClientBase = 0x0a000000;
+using Tcp = TcpTemplate;
+constexpr uint32_t kServer = kBenchServer;
+constexpr uint32_t kClientBase = kBenchClientBase;
 
 Millis now_ms() {
   return std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch());
@@ -90,13 +59,8 @@ struct Node {
     EngineConfig c;
     c.node_id = id;
     engine = std::make_unique<Engine>(c);
-    auto parsed = rules::parse_rules(
-        "set limit states 3000000\nset timeout { tcp.first 3600, tcp.opening 3600 }\n"
-        "pass all\n",
-        "bench.conf");
-    auto compiled = rules::compile(std::get<rules::RuleFile>(parsed), engine->interfaces());
-    if (auto* e = std::get_if<rules::RuleError>(&compiled)) throw std::runtime_error(e->to_string());
-    engine->load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+    engine->load_rules(compile_rules_text(
+        "set limit states 3000000\nset timeout { tcp.first 3600, tcp.opening 3600 }\npass all\n", *engine));
     for (std::size_t i = 0; i < worker_count; ++i) workers.push_back(std::make_unique<Worker>(*engine));
     out = {Hook::Forward, engine->interfaces().intern("lan0"), engine->interfaces().intern("wan0"), false};
     in = {Hook::Forward, out.out_iface, out.in_iface, false};
