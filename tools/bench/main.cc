@@ -58,13 +58,19 @@ const std::map<std::string_view, std::vector<Benchmark>> kSuites = {
     {"sync", {{"sync", [](const Options& o, Json& out) { sync_keys(o.seconds, o.runs, out); }}}},
 };
 
+// Suites that drive network namespaces and external tools, run as tools/bench/<name>.py.
+constexpr std::string_view kScriptSuites[] = {"e2e", "rules", "states", "failover", "sync-lab"};
+
 int usage(const std::string& problem) {
   std::fprintf(
       stderr,
       "pairwall-bench: %s\n"
       "usage: pairwall-bench SUITE [--json] [--only NAME] [--seconds S] [--runs N] [--rules N,N,...]\n"
-      "suites: e2e (namespaces, root),",
+      "suites (namespaces, root):",
       problem.c_str());
+  for (const std::string_view name : kScriptSuites)
+    std::fprintf(stderr, " %.*s", static_cast<int>(name.size()), name.data());
+  std::fprintf(stderr, "\nsuites (in process):");
   for (const auto& [name, benchmarks] : kSuites)
     std::fprintf(stderr, " %.*s", static_cast<int>(name.size()), name.data());
   std::fprintf(stderr, "\n");
@@ -122,7 +128,8 @@ int exec_script_suite(const std::string& suite, int argc, char** argv) {
 
 int run(int argc, char** argv) {
   if (argc < 2) return usage("no suite given");
-  if (std::string_view(argv[1]) == "e2e") return exec_script_suite("e2e", argc, argv);
+  for (const std::string_view script : kScriptSuites)
+    if (argv[1] == script) return exec_script_suite(std::string(script), argc, argv);
   const auto suite = kSuites.find(argv[1]);
   if (suite == kSuites.end()) return usage(std::string("unknown suite '") + argv[1] + "'");
   Options options;
