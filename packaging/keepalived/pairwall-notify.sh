@@ -17,8 +17,9 @@
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
 #
-# A failure is retried for about a second (pairwalld may be restarting) and then logged: keepalived
-# does not look at the exit status, so the log is the only trace.
+# A failure is retried for about five seconds (pairwalld may be restarting or busy) and then logged
+# to syslog and stderr: keepalived does not look at the exit status, so the log is the only trace
+# of a role pairwalld was never told.
 set -u
 
 ctl=pairwallctl
@@ -51,8 +52,10 @@ tell() {
       out=$($ctl failover set-role "$role" 2>&1) && return 0
     fi
     tries=$((tries + 1))
-    if [ "$tries" -ge 5 ]; then
-      logger -t pairwall-notify "keepalived instance $1 is $2 but pairwalld was not told: $out"
+    if [ "$tries" -ge 25 ]; then
+      msg="keepalived instance $1 is $2 but pairwalld was not told: $out"
+      logger -t pairwall-notify "$msg" 2>/dev/null
+      echo "pairwall-notify: $msg" >&2
       return 1
     fi
     sleep 0.2

@@ -14,7 +14,14 @@ def keepalived_conf(p, node):
     """The shipped example with this test's paths: the health script and the notify script talk to
     this node's pairwall-failoverd through a pairwallctl stand-in."""
     if p.daemon == "pairwalld":
-        ctl = PAIRWALLCTL
+        # pairwallctl itself, through a wrapper that records every call the scripts make and its
+        # exit status, so that a role pairwalld never learned can be traced afterwards.
+        ctl = p.dir / "pairwallctl-traced"
+        if not ctl.exists():
+            ctl.write_text(f'#!/bin/sh\nout=$({PAIRWALLCTL} "$@" 2>&1); rc=$?\n'
+                           f'echo "$(date +%T.%N) rc=$rc $* $out" >>{p.dir / "ctl-calls.log"}\n'
+                           'echo "$out"; exit $rc\n')
+            ctl.chmod(0o755)
     else:
         ctl = p.dir / "pairwallctl"
         if not ctl.exists():
@@ -57,6 +64,24 @@ def kill_keepalived(p, node):
         os.kill(pid, signal.SIGKILL)
     p.kill(node, "keepalived", sig=signal.SIGKILL)
     return t
+
+
+def keepalived_trace(p):
+    """What both nodes' keepalived decided and what their scripts told pairwall: the story behind a
+    role that did not settle."""
+    lines = []
+    for node in ("a", "b"):
+        for name in (f"keepalived-{node}.log", f"{node}.log"):
+            path = p.dir / name
+            if path.exists():
+                kept = [l for l in path.read_text(errors="replace").splitlines()
+                        if "STATE" in l or "failover:" in l or "priority" in l.lower()]
+                lines += [f"[{name}] {l}" for l in kept[-25:]]
+    calls = p.dir / "ctl-calls.log"
+    if calls.exists():
+        lines += [f"[ctl] {l}" for l in calls.read_text(errors="replace").splitlines()
+                  if "set-role" in l][-20:]
+    return "\n".join(lines)
 
 
 def vip_holder(p):
