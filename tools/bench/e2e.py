@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end throughput through one firewall namespace, every data path in one run.
 
-    pairwall-bench e2e [--json] [--seconds S] [--build DIR]
+    pairwall-bench e2e [--json] [--seconds S] [--trial-seconds T] [--budget B] [--paths A,B] [--plot PNG]
+                       [--out JSON] [--no-lossless]
 
 Topology (created here, removed on exit):  pwb-c (client) -- pwb-fw -- pwb-s (server), veth.
 Paths measured, in this order, on the same namespaces:
@@ -10,80 +11,42 @@ Paths measured, in this order, on the same namespaces:
   nfqueue_null      every forwarded packet through NFQUEUE to pairwall-nfq-null (accepts all)
   pairwalld_q1      pairwalld with one queue
   pairwalld_q2      pairwalld with two queues (--queue-balance)
-For each: UDP 64-byte packets/s delivered to the server (pairwall-udpgen, 16 flows from 4 client
-addresses, offered as fast as the sender can for S seconds) and TCP Gbit/s (iperf3, S seconds).
+For each: UDP 64-byte packets/s delivered to the server offered as fast as the sender can for S
+seconds (udp_pps; pairwall-udpgen, 16 flows from 4 client addresses), the highest offered rate with
+loss <= 0.005 (udp_lossless_pps, lossless.py's binary search, T-second trials, B seconds at most),
+one-way latency p50/p99 at half that rate (latency_us_p50/p99), TCP Gbit/s (iperf3, S seconds) and
+the mean mpstat %steal while the path ran. A PNG of the three goes to --plot (default lab-out/e2e.png,
+git-ignored) or beside --out. Run under `flock /tmp/pairwall-bench.lock` on a shared machine.
 """
 import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-NS_C, NS_FW, NS_S = "pwb-c", "pwb-fw", "pwb-s"
-CLIENT_ADDRS = ["10.91.1.2", "10.91.1.3", "10.91.1.4", "10.91.1.5"]
-SERVER = "10.91.2.2"
-UDP_PORT = 9000
-TCP_PORT = 5201
-
-
-def sh(*args, check=True, **kw):
-    return subprocess.run(list(args), check=check, capture_output=True, text=True, **kw)
-
-
-def ns(name, *args, **kw):
-    return sh("ip", "netns", "exec", name, *args, **kw)
-
-
-def topology_down():
-    for n in (NS_C, NS_FW, NS_S):
-        sh("ip", "netns", "del", n, check=False)
-
-
-def topology_up():
-    topology_down()
-    for n in (NS_C, NS_FW, NS_S):
-        sh("ip", "netns", "add", n)
-        ns(n, "ip", "link", "set", "lo", "up")
-    sh("ip", "link", "add", "pwb-c0", "netns", NS_C, "type", "veth", "peer", "name", "pwb-fw0", "netns", NS_FW)
-    sh("ip", "link", "add", "pwb-s0", "netns", NS_S, "type", "veth", "peer", "name", "pwb-fw1", "netns", NS_FW)
-    for a in CLIENT_ADDRS:
-        ns(NS_C, "ip", "addr", "add", a + "/24", "dev", "pwb-c0")
-    ns(NS_C, "ip", "link", "set", "pwb-c0", "up")
-    ns(NS_C, "ip", "route", "add", "default", "via", "10.91.1.1")
-    ns(NS_FW, "ip", "addr", "add", "10.91.1.1/24", "dev", "pwb-fw0")
-    ns(NS_FW, "ip", "addr", "add", "10.91.2.1/24", "dev", "pwb-fw1")
-    ns(NS_FW, "ip", "link", "set", "pwb-fw0", "up")
-    ns(NS_FW, "ip", "link", "set", "pwb-fw1", "up")
-    ns(NS_FW, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-    ns(NS_S, "ip", "addr", "add", SERVER + "/24", "dev", "pwb-s0")
-    ns(NS_S, "ip", "link", "set", "pwb-s0", "up")
-    ns(NS_S, "ip", "route", "add", "default", "via", "10.91.2.1")
-    ns(NS_C, "ping", "-c", "1", "-W", "2", SERVER)
-
-
-def flush_fw():
-    for tool in ("iptables", "ip6tables"):
-        ns(NS_FW, tool, "-F", check=False)
-        ns(NS_FW, tool, "-X", check=False)
-        ns(NS_FW, tool, "-P", "FORWARD", "ACCEPT", check=False)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchnet as bn  # noqa: E402
+import lossless  # noqa: E402
+from benchnet import NS_C, NS_FW, NS_S, CLIENT_ADDRS, SERVER, UDP_PORT, TCP_PORT, ns, flush_fw  # noqa: E402
 
 
 def measure_udp(build, seconds):
-    sink = subprocess.Popen(["ip", "netns", "exec", NS_S, f"{build}/bin/pairwall-udpgen", "recv", "--port",
-                             str(UDP_PORT), "--duration", str(seconds + 5), "--idle", "1"],
-                            stdout=subprocess.PIPE, text=True)
-    time.sleep(0.3)
-    sent = json.loads(ns(NS_C, f"{build}/bin/pairwall-udpgen", "send", "--dst", SERVER, "--port", str(UDP_PORT),
-                         "--src", ",".join(CLIENT_ADDRS), "--flows", "16", "--size", "64",
-                         "--duration", str(seconds)).stdout)
-    out, _ = sink.communicate(timeout=seconds + 10)
-    got = json.loads(out)
-    return {"udp_pps": round(got["received"] / seconds), "udp_offered_pps": round(sent["pps"]),
-            "udp_latency_us_p50": got["latency_us_p50"], "udp_latency_us_p99": got["latency_us_p99"]}
+    t = lossless.trial(build, 0, seconds)
+    return {"udp_pps": round(t["received"] / seconds), "udp_offered_pps": t["offered_pps"],
+            "udp_latency_us_p50": t["latency_us_p50"], "udp_latency_us_p99": t["latency_us_p99"]}
+
+
+def measure_lossless(build, seconds, budget, log):
+    r = lossless.lossless_and_latency(build, seconds, log=log, budget=budget)
+    out = {"udp_lossless_pps": r["lossless_pps"], "udp_lossless_sender_limited": r["sender_limited"],
+           "udp_lossless_steps": r["steps"], "udp_lossless_sink_drops": r["sink_drops"]}
+    if "latency_us_p50" in r:
+        out.update(latency_rate_pps=r["latency_rate_pps"], latency_us_p50=r["latency_us_p50"],
+                   latency_us_p99=r["latency_us_p99"])
+    return out
 
 
 def measure_tcp(seconds):
@@ -99,67 +62,41 @@ def measure_tcp(seconds):
         server.wait()
 
 
-class Background:
-    """A process in the firewall namespace, stopped by PID."""
-
-    def __init__(self, argv, ready):
-        self.proc = subprocess.Popen(["ip", "netns", "exec", NS_FW] + argv, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{argv[0]} exited: {self.proc.stderr.read()[-2000:]}")
-            if ready():
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{argv[0]} did not become ready")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+PAIRWALL_RULES = ("set limit states 200000\nblock all\n"
+                  f"pass proto udp to port {UDP_PORT} keep state\n"
+                  f"pass proto tcp to port {TCP_PORT} flags S/SA keep state\n")
 
 
-def chain_installed():
-    return ns(NS_FW, "iptables", "-S", "FORWARD", check=False).stdout.find("NFQUEUE") >= 0 or \
-        ns(NS_FW, "iptables", "-S", check=False).stdout.find("NFQUEUE") >= 0
-
-
-def run_path(name, build, seconds, workdir):
+def run_path(name, build, args, workdir, steal, log):
     flush_fw()
     helper = None
     if name == "kernel_conntrack":
-        for args in (["-P", "FORWARD", "DROP"],
+        for rule in (["-P", "FORWARD", "DROP"],
                      ["-A", "FORWARD", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
                      ["-A", "FORWARD", "-p", "udp", "--dport", str(UDP_PORT), "-m", "conntrack", "--ctstate", "NEW",
                       "-j", "ACCEPT"],
                      ["-A", "FORWARD", "-p", "tcp", "--dport", str(TCP_PORT), "-m", "conntrack", "--ctstate", "NEW",
                       "-j", "ACCEPT"]):
-            ns(NS_FW, "iptables", *args)
+            ns(NS_FW, "iptables", *rule)
     elif name == "nfqueue_null":
-        helper = Background([f"{build}/bin/pairwall-nfq-null", "--queue", "0", "--hooks"], chain_installed)
+        helper = bn.Background(NS_FW, [f"{build}/bin/pairwall-nfq-null", "--queue", "0", "--hooks"],
+                               bn.nfqueue_installed, log=os.path.join(workdir, "nfq-null.log"))
     elif name.startswith("pairwalld_q"):
-        queues = int(name[-1])
-        rules = os.path.join(workdir, "rules.conf")
-        with open(rules, "w") as f:
-            f.write("set limit states 200000\nblock all\n"
-                    f"pass proto udp to port {UDP_PORT} keep state\n"
-                    f"pass proto tcp to port {TCP_PORT} flags S/SA keep state\n")
-        config = os.path.join(workdir, f"pairwall-{queues}.toml")
-        sock = os.path.join(workdir, f"control-{queues}.sock")
-        with open(config, "w") as f:
-            f.write(f'[node]\nid = 1\n[queue]\nfirst = 0\ncount = {queues}\n[rules]\nfile = "{rules}"\n'
-                    f'[control]\nsocket = "{sock}"\n[metrics]\nlisten = ""\n')
-        helper = Background([f"{build}/bin/pairwalld", "-f", "-c", config], chain_installed)
+        helper = bn.Pairwalld(build, workdir, PAIRWALL_RULES, queues=int(name[-1]))
+    elif name != "forward":
+        raise ValueError(f"unknown path {name}")
     try:
+        started = time.time()
         result = {}
-        result.update(measure_udp(build, seconds))
-        result.update(measure_tcp(seconds))
+        result.update(measure_udp(build, args.seconds))
+        if not args.no_lossless:
+            log(f"{name}: lossless search")
+            drops = bn.nfqueue_drops() if helper else 0
+            result.update(measure_lossless(build, args.trial_seconds, args.budget, log))
+            if helper:
+                result["nfqueue_drops"] = bn.nfqueue_drops() - drops
+        result.update(measure_tcp(args.seconds))
+        result.update(steal.between(started, time.time()))
         return result
     finally:
         if helper:
@@ -167,36 +104,95 @@ def run_path(name, build, seconds, workdir):
         flush_fw()
 
 
+PATH_LABELS = {"forward": "forward", "kernel_conntrack": "kernel\nconntrack", "nfqueue_null": "NFQUEUE\nnull",
+               "pairwalld_q1": "pairwalld\n1 queue", "pairwalld_q2": "pairwalld\n2 queues"}
+
+
+def plot(results, path, title):
+    plt = bn.new_figure()
+    paths = [p for p, r in results.items() if isinstance(r, dict) and "udp_pps" in r]
+    if not paths:
+        return
+    labels = [PATH_LABELS.get(p, p) for p in paths]
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.5))
+    x = range(len(paths))
+    w = 0.4
+    ax1.bar([i - w / 2 for i in x], [results[p].get("udp_lossless_pps", 0) / 1e3 for p in paths], w,
+            label="lossless (loss <= 0.005)")
+    ax1.bar([i + w / 2 for i in x], [results[p]["udp_pps"] / 1e3 for p in paths], w, label="delivered, flat out")
+    ax1.set_ylabel("kpps (64-byte UDP)")
+    ax1.set_title("UDP throughput")
+    ax1.legend(fontsize=8)
+    ax2.bar(list(x), [results[p].get("tcp_gbps", 0) for p in paths], 0.6, color="tab:green")
+    ax2.set_ylabel("Gbit/s")
+    ax2.set_title("TCP (iperf3)")
+    ax3.bar([i - w / 2 for i in x], [results[p].get("latency_us_p50", 0) for p in paths], w, label="p50")
+    ax3.bar([i + w / 2 for i in x], [results[p].get("latency_us_p99", 0) for p in paths], w, label="p99")
+    ax3.set_ylabel("one-way latency (us)")
+    ax3.set_title("latency at half the lossless rate")
+    ax3.legend(fontsize=8)
+    for ax in (ax1, ax2, ax3):
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
+    bn.ensure_matplotlib()
     parser = argparse.ArgumentParser(prog="pairwall-bench e2e")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="flat-out UDP and TCP runs")
+    parser.add_argument("--trial-seconds", type=float, default=1.0, help="one lossless-search trial")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds for one path's lossless search")
+    parser.add_argument("--no-lossless", action="store_true", help="skip the lossless search (smoke)")
     parser.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build"))
     parser.add_argument("--paths", default="forward,kernel_conntrack,nfqueue_null,pairwalld_q1,pairwalld_q2")
+    parser.add_argument("--plot", default=None, help="PNG to write (default lab-out/e2e.png); 'none' for none")
+    parser.add_argument("--out", default=None, help="also write the JSON here (the PNG goes beside it)")
+    parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("pairwall-bench e2e: needs root (network namespaces, iptables)")
-    for tool in ("iperf3", "iptables"):
-        if not shutil.which(tool):
-            sys.exit(f"pairwall-bench e2e: {tool} not found (tools/install-deps.sh installs it)")
+    bn.check_root("e2e", ("iperf3", "iptables", "mpstat"))
     build = os.path.abspath(args.build)
+
+    def log(msg):
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
     results = {}
     workdir = tempfile.mkdtemp(prefix="pwb-")
+    steal = bn.Steal()
     try:
-        topology_up()
+        bn.topology_up()
         for path in args.paths.split(","):
             try:
-                results[path] = run_path(path, build, args.seconds, workdir)
+                results[path] = run_path(path, build, args, workdir, steal, log)
+                log(f"{path}: {results[path]}")
             except Exception as e:  # one broken path must not hide the others' figures
                 results[path] = {"error": str(e)}
     finally:
-        topology_down()
+        steal.stop()
+        bn.topology_down()
         shutil.rmtree(workdir, ignore_errors=True)
-    if "nfqueue_null" in results and "pairwalld_q1" in results:
-        null = results["nfqueue_null"].get("udp_pps")
-        q1 = results["pairwalld_q1"].get("udp_pps")
-        if null and q1:
-            results["pairwalld_q1_vs_null_udp"] = round(q1 / null, 3)
+    null, q1 = results.get("nfqueue_null", {}), results.get("pairwalld_q1", {})
+    if null.get("udp_pps") and q1.get("udp_pps"):
+        results["pairwalld_q1_vs_null_udp"] = round(q1["udp_pps"] / null["udp_pps"], 3)
+    if null.get("udp_lossless_pps") and q1.get("udp_lossless_pps"):
+        results["pairwalld_q1_vs_null_udp_lossless"] = round(q1["udp_lossless_pps"] / null["udp_lossless_pps"], 3)
+    results["machine"] = bn.machine()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    png = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else bn.default_plot_path("e2e.png"))
+    if png != "none":
+        try:
+            plot(results, png, f"pairwall-bench e2e, {bn.machine()['cpus']} CPUs, kernel {os.uname().release}")
+            log(f"plot: {png}")
+        except ImportError:
+            log("plot: matplotlib not installed, no PNG")
     if args.json:
         print(json.dumps(results))
     else:
