@@ -111,6 +111,11 @@ void SyncProtocol::enqueue(const engine::StateRecord& record, Micros now) noexce
   counters_.records_coalesced = pending_.coalesced();
 }
 
+void SyncProtocol::local_changes_lost() noexcept {
+  ++counters_.changes_lost;
+  full_resync_owed_ = true;
+}
+
 void SyncProtocol::request_bulk(Micros now) noexcept {
   bulk_request_ = next_bulk_request_;
   next_bulk_request_ = next_bulk_request_ + 1 >= kUnsolicited ? 1 : next_bulk_request_ + 1;

@@ -143,6 +143,10 @@ class SyncProtocol {
   // A change of the local state table, to send to the peer.
   void enqueue(const engine::StateRecord& record, Micros now) noexcept;
 
+  // The engine dropped local changes before they reached enqueue() (a full ring): which states
+  // they were is unknown, so the peer gets the whole table once it answers.
+  void local_changes_lost() noexcept;
+
   // One datagram from the socket. Drops and counts what it cannot accept.
   void receive(std::span<const uint8_t> datagram, Micros now) noexcept;
 

@@ -247,6 +247,15 @@ void SyncService::pump() {
   for (auto* ring : rings_) {
     while (ring->pop(record)) protocol_->enqueue(record, now);
   }
+  // conntrackd's netlink path loses events under load and nobody notices until a failover; a
+  // change our rings dropped is made good by a full resync instead.
+  if (events_lost_) {
+    const uint64_t lost = events_lost_();
+    if (lost > events_lost_seen_) {
+      events_lost_seen_ = lost;
+      protocol_->local_changes_lost();
+    }
+  }
   protocol_->poll(now, [this](std::span<const uint8_t> d) { return send(d); });
 
   // The status the control thread reads is refreshed before bulk_done() turns true, so that
@@ -337,6 +346,11 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
         "sync: {} sequences from the peer were lost beyond its resend window ({} gaps in all): "
         "incremental resync requested",
         c.gap_sequences - oc.gap_sequences, c.gaps);
+  }
+  if (c.changes_lost > oc.changes_lost) {
+    spdlog::warn("sync: the engine dropped state changes before sync saw them ({} lost in all): the peer "
+                 "gets a full resync once it answers",
+                 events_lost_ ? events_lost_() : 0);
   }
   if (c.pending_overflows > oc.pending_overflows) {
     spdlog::warn(

@@ -73,6 +73,7 @@ class SyncService final : public control::SyncControl {
   EngineStore store_;
   std::vector<engine::SpscRing<engine::StateRecord>*> rings_;
   std::function<uint64_t()> events_lost_;
+  uint64_t events_lost_seen_ = 0;  // the count the last full resync made good (sync thread only)
   std::function<void()> bulk_done_callback_;
 
   boost::asio::io_context io_;

@@ -314,6 +314,24 @@ TEST_CASE("a gap nothing can fill any more starts a full resync, reported", "[sy
   CHECK(p.tables_agree());
 }
 
+TEST_CASE("changes the engine dropped before sync saw them: a full resync", "[sync][protocol][gap]") {
+  Pair p;
+  settle(p);
+  for (uint64_t i = 1; i <= 200; ++i) p.change(true, make_insert(1, i));
+  // Fifty more states exist on A whose inserts never reached the protocol (a full ring).
+  for (uint64_t i = 201; i <= 250; ++i) p.store_a.local(make_insert(1, i));
+  p.run(ms(1000));
+  CHECK(p.store_b.states.size() == 200);
+  CHECK_FALSE(p.tables_agree());
+  p.a->local_changes_lost();
+  p.run(ms(5000));
+  CHECK(p.a->counters().changes_lost == 1);
+  CHECK(p.a->counters().full_resyncs_started == 1);
+  CHECK(p.b->counters().full_resyncs_received == 1);
+  CHECK(p.store_b.states.size() == 250);
+  CHECK(p.tables_agree());
+}
+
 TEST_CASE("too many changes waiting for a dead peer: dropped, then a full resync", "[sync][protocol][gap]") {
   Pair p;
   p.config_a.pending_limit = 100;
