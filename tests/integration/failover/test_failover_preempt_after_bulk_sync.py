@@ -5,6 +5,7 @@ With pairwall-failoverd the bulk state is a switch (--bulk-pending, `bulk done`)
 the real sync service, held back by dropping the sync link's traffic and released by letting it pass.
 """
 
+import json
 import time
 
 import pytest
@@ -57,6 +58,11 @@ def test_restarted_better_node(pair_factory, report, preempt):
         report(test="preempt_after_bulk", daemon=p.daemon, advbase_ms=200, takeover_after_bulk_released_ms=round(took_ms, 1))
         assert took_ms < bound_s * 1000
         p.wait_for(lambda: p.holds_vips("a") and not p.holds_any_vip("b"), 3, what="VIPs on A only")
+        if real_sync:
+            # The takeover followed a bulk that finished, not one that timed out.
+            ok, text = p.ctl("a", "sync status")
+            assert ok, text
+            assert json.loads(text).get("bulk_state") == "DONE", text
     else:
         p.wait_for(lambda: p.status("a")["demotion"] == 0, bound_s + 2, what="A's bulk sync to end")
         time.sleep(2)
