@@ -53,8 +53,10 @@ def parser():
 
     up = sub.add_parser("up", help="build the pair and start it")
     up.add_argument("--nodes", type=int, default=2, choices=[2], help="firewall nodes (2)")
-    up.add_argument("--driver", choices=["builtin", "keepalived", "scripted", "none"], default="builtin",
+    up.add_argument("--driver", choices=["builtin", "keepalived", "conntrackd", "scripted", "none"],
+                    default="builtin",
                     help="who elects the master (scripted: pairwalld filters, the lab moves the VIPs; "
+                         "conntrackd: no pairwalld, the kernel conntrack + conntrackd + keepalived baseline; "
                          "none: no pairwalld, kernel forwarding)")
     up.add_argument("--advbase-ms", type=int, default=200)
     up.add_argument("--replace", action="store_true", help="tear down a lab with this prefix first")
@@ -77,7 +79,8 @@ def parser():
         if name == "drill":
             d.add_argument("--plot", action="store_true", help="also write drill.png beside the report")
         if name == "demo":
-            d.add_argument("--driver", choices=["auto", "builtin", "keepalived", "scripted", "none"], default="auto",
+            d.add_argument("--driver", choices=["auto", "builtin", "keepalived", "conntrackd", "scripted", "none"],
+                           default="auto",
                            help="auto: builtin when pairwalld is built, otherwise none (said loudly)")
             d.add_argument("--advbase-ms", type=int, default=200)
             d.add_argument("--no-build", action="store_true", help="do not install packages or build")

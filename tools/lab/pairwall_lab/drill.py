@@ -73,6 +73,10 @@ def _read_line(proc, timeout, what):
     return line.decode() if isinstance(line, bytes) else line
 
 
+# The states on each node are read this long before the first kill (a read takes some tens of ms).
+STATES_BEFORE_KILL_S = 0.5
+
+
 def cpu_times():
     """(steal, total) jiffies of all CPUs from /proc/stat."""
     with open("/proc/stat", encoding="ascii") as f:
@@ -123,6 +127,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     watcher = RoleWatcher(lab)
     pending_restore = None
     settled = None
+    states_before = None
     try:
         server = lab.spawn("server", "traffic-server", [lab.python, traffic, "server", *common, "--duration",
                                                          str(duration + 60), "--summary", str(out / "server.json")],
@@ -141,6 +146,9 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         watcher.start()
 
         old = first_master
+        # What each node holds just before the first kill: the backup must already have the master's states.
+        time.sleep(max(0.0, t_start + kill_after - STATES_BEFORE_KILL_S - time.monotonic()))
+        states_before = driver.states()
         for k in range(repeat):
             time.sleep(max(0.0, t_start + kill_after + k * kill_every - time.monotonic()))
             if k > 0:
@@ -219,7 +227,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         "driver": driver.name, "kill": kill, "advbase_ms": lab.advbase_ms, "roles_before": roles_before,
         "roles_after": driver.roles(), "pair_settled": settled,
         "server_sequence_violations": server_summary.get("violations"), "samples": str(out / "samples.jsonl"),
-        "t_kill_s": round(t_first - t_start, 3), "cpu_steal_pct": steal_pct})
+        "t_kill_s": round(t_first - t_start, 3), "cpu_steal_pct": steal_pct, "states_before_kill": states_before})
     rep["old_master"], rep["new_master"] = kills[0][1], kills[0][2]
     if repeat > 1:
         fos = [k["failover_ms"] for k in per_kill]
