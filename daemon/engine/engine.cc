@@ -357,13 +357,11 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMet
   state->peer[0] = src;
   state->peer[1] = dst;
   state->rule = creator->number;
-  state->creator = creator;
-  state->creator_rules = worker.rules_;
+  states_.attach_creator(state, creator, worker.rules_);
   if (creator->log) state->flags |= stateflag::kLog;
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();
   state->last_synced = now;
-  creator->stats->states_current.fetch_add(1, std::memory_order_relaxed);
   creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
   worker.emit(make_record(*state, now, rules));
   v.state = state->id;
@@ -372,7 +370,6 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMet
 
 std::size_t Engine::expire(Millis now) {
   return states_.expire(now, [this](const StateEntry& e) {
-    if (e.creator != nullptr) e.creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
     if (e.id.creator == config_.node_id) {
       StateRecord gone;
       gone.kind = StateRecord::Kind::Delete;
@@ -383,9 +380,7 @@ std::size_t Engine::expire(Millis now) {
 }
 
 std::size_t Engine::flush_states() {
-  const std::size_t n = states_.clear([](const StateEntry& e) {
-    if (e.creator != nullptr) e.creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
-  });
+  const std::size_t n = states_.clear(nullptr);
   StateRecord clear;
   clear.kind = StateRecord::Kind::Clear;
   emit_control(clear);
@@ -395,14 +390,11 @@ std::size_t Engine::flush_states() {
 bool Engine::apply(const StateRecord& record, Millis now) {
   switch (record.kind) {
     case StateRecord::Kind::Clear:
-      states_.clear([](const StateEntry& e) {
-        if (e.creator != nullptr) e.creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
-      });
+      states_.clear(nullptr);
       return true;
     case StateRecord::Kind::Delete: {
       auto state = states_.find_by_id(record.id);
       if (!state) return false;
-      if (state->creator != nullptr) state->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
       states_.erase(state);
       return true;
     }

@@ -399,7 +399,17 @@ void StateTable::touch(Handle& handle, TimeoutClass timeout, Millis duration, Mi
   e->queued_at = e->last_seen;
 }
 
+void StateTable::attach_creator(Handle& handle, const rules::CompiledRule* rule,
+                                std::shared_ptr<const rules::RuleSet> rules) noexcept {
+  StateEntry* e = handle.get();
+  e->creator = rule;
+  e->creator_rules = std::move(rules);
+  if (rule != nullptr) rule->stats->states_current.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The one place an entry leaves the table.
 void StateTable::unlink_and_free(StateEntry* e) noexcept {
+  if (e->creator != nullptr) e->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
   Shard& home = *shards_[e->home];
   home.unlink_key(e, 0);
   if (e->translated()) shards_[e->wire_shard]->unlink_key(e, 1);

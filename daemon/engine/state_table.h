@@ -139,11 +139,18 @@ class StateTable {
   // Records activity: entry->last_seen = last_seen, class `timeout`, queue for `duration`.
   void touch(Handle& handle, TimeoutClass timeout, Millis duration, Millis last_seen) noexcept;
 
+  // Makes `rule` (of `rules`) the entry's creator and counts the entry in the rule's
+  // states_current. The count is given back when the entry is removed, whichever way (erase,
+  // expire, clear): removal has one path, unlink_and_free(), and that is where it happens.
+  void attach_creator(Handle& handle, const rules::CompiledRule* rule,
+                      std::shared_ptr<const rules::RuleSet> rules) noexcept;
+
   // Removes the entry the handle holds; the handle becomes empty.
   void erase(Handle& handle) noexcept;
 
   // Removes every entry whose last_seen + queue duration <= now. `on_expired` sees each entry
   // (under its lock) before it is freed. Returns the number removed.
+  // Every removal gives back the creating rule's states_current (see attach_creator).
   std::size_t expire(Millis now, const std::function<void(const StateEntry&)>& on_expired);
 
   // Removes every entry; returns how many.

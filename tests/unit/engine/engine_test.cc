@@ -255,6 +255,25 @@ TEST_CASE("a closed connection's ports can be reused by a new SYN", "[engine][tc
   CHECK(fw.engine.states().size() == 1);
 }
 
+TEST_CASE("port reuse gives the old state's place back to its rule's (max N)", "[engine][tcp][limits]") {
+  Firewall fw("pass all keep state (max 1)");
+  const auto current = [&] { return fw.engine.rules()->rule(0).stats->states_current.load(); };
+  for (uint32_t isn : {1000u, 777777u, 5555555u}) {
+    INFO("connection with isn " << isn);
+    REQUIRE(fw.out(syn(80, isn)).reason == Reason::Match);
+    CHECK(current() == 1);
+    REQUIRE(fw.in(synack(80, isn)).reason == Reason::State);
+    REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kFin | tcpflag::kAck).seq(isn + 1).ack(9001).build()).reason == Reason::State);
+    REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kFin | tcpflag::kAck).seq(9001).ack(isn + 2).build()).reason == Reason::State);
+    REQUIRE(fw.out(ack_from_client(80, isn + 2, 9002)).reason == Reason::State);
+  }
+  CHECK(fw.engine.states().size() == 1);
+  CHECK(current() == 1);
+  CHECK(fw.worker.counters().get(Reason::RuleStateLimit) == 0);
+  fw.engine.expire(fw.now + Millis{1'000'000});
+  CHECK(current() == 0);
+}
+
 TEST_CASE("UDP request creates a state that passes the reply until it expires", "[engine][udp]") {
   Firewall fw(kWebOnly);
   auto query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();
