@@ -215,6 +215,10 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMet
     if (parse_quoted_packet(inner, quoted) == Reason::Match && quoted.family == packet.family) {
       const StateKey qkey = key_of(quoted);
       if (auto state = states_.find(qkey, states_.hash(qkey))) {
+        // The error travels back toward the quoted packet's sender (pf_test_state_icmp checks
+        // the direction the same way): one addressed to the quoted packet's destination did not
+        // come from that packet's path.
+        if (packet.dst != quoted.src) return drop(Reason::StateMismatch, state->rule);
         const bool from_initiator = !state.reversed();
         PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];

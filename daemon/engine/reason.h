@@ -32,7 +32,8 @@ enum class Reason : uint8_t {
   RuleBlock,  // a block rule decided
   // States.
   StateMismatch,   // a packet that fits a state's key but not its protocol state (e.g. SYN on an
-                   // established state, an ICMP error quoting an unrelated connection)
+                   // established state, an ICMP error travelling the same way as the packet it
+                   // quotes instead of back to that packet's sender)
   BadSeq,          // TCP sequence/ack outside the windows both ends advertised
   StateLimit,      // the state table is full (set limit states)
   RuleStateLimit,  // the rule's own (max N) is reached

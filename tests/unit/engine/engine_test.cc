@@ -324,6 +324,57 @@ TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[eng
   }
 }
 
+TEST_CASE("an ICMP error must travel back toward the sender of the packet it quotes", "[engine][icmp]") {
+  struct Case {
+    const char* name;
+    bool v6;
+    bool quote_client;   // quotes the client's SYN, else the server's SYN-ACK
+    bool to_client;      // the error's destination
+    Reason reason;
+  };
+  const Case cases[] = {
+      {"v4 error about the client's packet, to the client", false, true, true, Reason::State},
+      {"v4 error about the client's packet, to the server", false, true, false, Reason::StateMismatch},
+      {"v4 error about the server's packet, to the server", false, false, false, Reason::State},
+      {"v4 error about the server's packet, to the client", false, false, true, Reason::StateMismatch},
+      {"v6 error about the client's packet, to the client", true, true, true, Reason::State},
+      {"v6 error about the client's packet, to the server", true, true, false, Reason::StateMismatch},
+      {"v6 error about the server's packet, to the server", true, false, false, Reason::State},
+      {"v6 error about the server's packet, to the client", true, false, true, Reason::StateMismatch},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    Firewall fw("pass all");
+    const std::string& client = c.v6 ? kClient6 : kClient;
+    const std::string& server = c.v6 ? kServer6 : kServer;
+    const std::string router = c.v6 ? "2001:db8:9::1" : "198.51.100.1";
+    const auto tcp = [&](const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
+      PacketBuilder b;
+      if (c.v6) {
+        b.ipv6(src, dst).tcp(sport, dport);
+      } else {
+        b.ipv4(src, dst).tcp(sport, dport);
+      }
+      return b;
+    };
+    const Bytes client_syn = tcp(client, kClientPort, server, 80).flags(tcpflag::kSyn).seq(1000).build();
+    const Bytes server_synack =
+        tcp(server, 80, client, kClientPort).flags(tcpflag::kSyn | tcpflag::kAck).seq(9000).ack(1001).build();
+    REQUIRE(fw.out(client_syn).reason == Reason::Match);
+    REQUIRE(fw.in(server_synack).reason == Reason::State);
+    PacketBuilder error;
+    if (c.v6) {
+      error.ipv6(router, c.to_client ? client : server).icmp_error(1, 4, c.quote_client ? client_syn : server_synack);
+    } else {
+      error.ipv4(router, c.to_client ? client : server).icmp_error(3, 4, c.quote_client ? client_syn : server_synack);
+    }
+    const Verdict v = c.to_client ? fw.in(error.build()) : fw.out(error.build());
+    CHECK(v.reason == c.reason);
+    CHECK(v.action == (c.reason == Reason::State ? Action::Accept : Action::Drop));
+    CHECK(fw.worker.counters().get(Reason::StateMismatch) == (c.reason == Reason::StateMismatch ? 1u : 0u));
+  }
+}
+
 TEST_CASE("IPv6: TCP and ICMPv6 echo through states", "[engine][ipv6]") {
   Firewall fw(kWebOnly);
   auto s = PacketBuilder().ipv6(kClient6, kServer6).tcp(50000, 22).flags(tcpflag::kSyn).seq(5).build();
