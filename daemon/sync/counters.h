@@ -41,6 +41,7 @@ struct SyncCounters {
   uint64_t records_coalesced = 0;  // folded into a pending record of the same state
   uint64_t pending_overflows = 0;  // pending records dropped for a full resync (pending_limit)
   uint64_t changes_lost = 0;       // the engine's rings dropped changes before sync saw them
+  uint64_t epoch_regressions = 0;  // a silent peer came back with a lower epoch (clock behind)
   uint64_t messages_sent = 0;
   uint64_t messages_received = 0;
   uint64_t messages_unknown = 0;  // a message type this version does not know (ignored)

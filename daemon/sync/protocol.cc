@@ -148,6 +148,15 @@ bool SyncProtocol::accept_sender(const Header& h, Micros now, bool& new_epoch) n
     return false;
   }
   if (peer_known_ && h.epoch < peer_epoch_) {
+    // The epoch is the peer's boot time: a peer that restarted with its clock behind (no RTC, NTP
+    // not yet synced) would be refused for ever. Take it back like a replaced peer, only once the
+    // incarnation we knew has been silent for peer_relearn, so that replayed datagrams of an old
+    // epoch cannot interrupt a live peer.
+    if (now - last_heard_ >= config_.peer_relearn) {
+      ++counters_.epoch_regressions;
+      new_epoch = true;
+      return true;
+    }
     ++counters_.drops[static_cast<std::size_t>(DropReason::StaleEpoch)];
     return false;
   }

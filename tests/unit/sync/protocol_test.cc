@@ -592,6 +592,27 @@ TEST_CASE("a captured datagram played again is dropped as a replay", "[sync][pro
   CHECK(p.store_b.states.count(r.id) == 0);
 }
 
+TEST_CASE("a peer restarted with its clock behind is taken back once its old epoch fell silent",
+          "[sync][protocol][epoch]") {
+  Pair p;
+  p.config_b.epoch = 50'000;
+  settle(p);
+  p.restart_b(40'000);  // the clock went back across the restart
+  p.run(ms(2000));
+  CHECK(drops(*p.a, DropReason::StaleEpoch) > 0);
+  CHECK(p.a->counters().epoch_regressions == 0);
+  CHECK(p.a->peer_state(p.now) == PeerState::Down);
+
+  p.run(p.config_a.peer_relearn);
+  CHECK(p.a->counters().epoch_regressions == 1);
+  CHECK(p.a->peer_state(p.now) == PeerState::Up);
+  const StateRecord r = make_insert(2, 7);
+  p.change(false, r);
+  p.run(ms(100));
+  CHECK(p.store_a.states.count(r.id) == 1);
+  CHECK(p.b->bulk_done());
+}
+
 TEST_CASE("a peer restart is noticed and both sides resync", "[sync][protocol][bulk]") {
   Pair p;
   settle(p);
