@@ -28,6 +28,29 @@ UDP_PORT = 9000
 TCP_PORT = 5201
 LOCK = "/tmp/pairwall-bench.lock"
 
+# CPU layout. On veth a packet's forwarding work runs in the sender's softirq unless steered, so a
+# slow firewall slows the sender instead of losing packets and no loss-based search can see it.
+# With pinning (the default), the generator, the sink, iperf3 run on HARNESS_CPU; RPS on the
+# firewall's two interfaces moves its kernel work (forwarding, netfilter, NFQUEUE) to FW_CPU, and
+# firewall daemons are pinned there too: the firewall is one CPU, as a box under test would be.
+PIN = {"on": False}
+HARNESS_CPU = 0
+FW_CPU = max(0, (os.cpu_count() or 1) - 1)
+
+
+def harness(argv):
+    return (["taskset", "-c", str(HARNESS_CPU)] if PIN["on"] else []) + list(argv)
+
+
+def firewall(argv):
+    return (["taskset", "-c", str(FW_CPU)] if PIN["on"] else []) + list(argv)
+
+
+def cpu_layout():
+    if not PIN["on"]:
+        return "unpinned"
+    return f"generator, sink, iperf3 on cpu{HARNESS_CPU}; firewall (RPS + daemons) on cpu{FW_CPU}"
+
 
 def sh(*args, check=True, **kw):
     return subprocess.run(list(args), check=check, capture_output=True, text=True, **kw)
@@ -77,8 +100,9 @@ def topology_down():
         sh("ip", "netns", "del", n, check=False)
 
 
-def topology_up(peer=False):
+def topology_up(peer=False, pin=True):
     topology_down()
+    PIN["on"] = pin and FW_CPU != HARNESS_CPU
     names = (NS_C, NS_FW, NS_S) + ((NS_FW2,) if peer else ())
     for n in names:
         sh("ip", "netns", "add", n)
@@ -102,6 +126,10 @@ def topology_up(peer=False):
         for n in (NS_FW, NS_FW2):
             ns(n, "ip", "addr", "add", SYNC_ADDR[n] + "/30", "dev", "sync0")
             ns(n, "ip", "link", "set", "sync0", "up")
+    if PIN["on"]:
+        mask = format(1 << FW_CPU, "x")
+        for dev in ("pwb-fw0", "pwb-fw1"):
+            ns(NS_FW, "sh", "-c", f"echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
     ns(NS_C, "ping", "-c", "1", "-W", "2", SERVER)
 
 
@@ -120,7 +148,7 @@ class Background:
     def __init__(self, netns, argv, ready, timeout=30, log=None):
         self.log = log
         out = open(log, "w") if log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(["ip", "netns", "exec", netns] + argv, stdout=out, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(["ip", "netns", "exec", netns] + firewall(argv), stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         if log:
             out.close()

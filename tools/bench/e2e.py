@@ -15,7 +15,9 @@ For each: UDP 64-byte packets/s delivered to the server offered as fast as the s
 seconds (udp_pps; pairwall-udpgen, 16 flows from 4 client addresses), the highest offered rate with
 loss <= 0.005 (udp_lossless_pps, lossless.py's binary search, T-second trials, B seconds at most),
 one-way latency p50/p99 at half that rate (latency_us_p50/p99), TCP Gbit/s (iperf3, S seconds) and
-the mean mpstat %steal while the path ran. A PNG of the three goes to --plot (default lab-out/e2e.png,
+the mean mpstat %steal while the path ran. By default the generator, sink and iperf3 run on cpu 0
+and the firewall (its kernel work by RPS, its daemon by affinity) on the last cpu (benchnet.py says
+why; --no-pin for the old unpinned layout). A PNG of the three goes to --plot (default lab-out/e2e.png,
 git-ignored) or beside --out. Run under `flock /tmp/pairwall-bench.lock` on a shared machine.
 """
 import argparse
@@ -50,11 +52,11 @@ def measure_lossless(build, seconds, budget, log):
 
 
 def measure_tcp(seconds):
-    server = subprocess.Popen(["ip", "netns", "exec", NS_S, "iperf3", "-s", "-1", "-p", str(TCP_PORT)],
+    server = subprocess.Popen(["ip", "netns", "exec", NS_S] + bn.harness(["iperf3", "-s", "-1", "-p", str(TCP_PORT)]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
     try:
-        result = json.loads(ns(NS_C, "iperf3", "-c", SERVER, "-p", str(TCP_PORT), "-t", str(seconds), "-J",
+        result = json.loads(ns(NS_C, *bn.harness(["iperf3", "-c", SERVER]), "-p", str(TCP_PORT), "-t", str(seconds), "-J",
                                timeout=seconds + 20).stdout)
         return {"tcp_gbps": round(result["end"]["sum_received"]["bits_per_second"] / 1e9, 3)}
     finally:
@@ -154,6 +156,7 @@ def main():
     parser.add_argument("--plot", default=None, help="PNG to write (default lab-out/e2e.png); 'none' for none")
     parser.add_argument("--out", default=None, help="also write the JSON here (the PNG goes beside it)")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--no-pin", action="store_true", help="no CPU pinning / RPS (see benchnet.py)")
     args = parser.parse_args()
     bn.check_root("e2e", ("iperf3", "iptables", "mpstat"))
     build = os.path.abspath(args.build)
@@ -166,7 +169,7 @@ def main():
     workdir = tempfile.mkdtemp(prefix="pwb-")
     steal = bn.Steal()
     try:
-        bn.topology_up()
+        bn.topology_up(pin=not args.no_pin)
         for path in args.paths.split(","):
             try:
                 results[path] = run_path(path, build, args, workdir, steal, log)
@@ -182,7 +185,7 @@ def main():
         results["pairwalld_q1_vs_null_udp"] = round(q1["udp_pps"] / null["udp_pps"], 3)
     if null.get("udp_lossless_pps") and q1.get("udp_lossless_pps"):
         results["pairwalld_q1_vs_null_udp_lossless"] = round(q1["udp_lossless_pps"] / null["udp_lossless_pps"], 3)
-    results["machine"] = bn.machine()
+    results["machine"] = dict(bn.machine(), cpu_layout=bn.cpu_layout())
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -19,11 +19,17 @@ import benchnet as bn
 LOSS = 0.005
 
 
+def backlog_drops():
+    """Packets the kernel dropped for a full per-CPU input backlog (all CPUs; /proc/net/softnet_stat col 2)."""
+    with open("/proc/net/softnet_stat") as f:
+        return sum(int(line.split()[1], 16) for line in f if line.strip())
+
+
 def trial(build, rate, seconds=1.0, flows=16, size=64, src=None, port=bn.UDP_PORT, dst=bn.SERVER,
           client=bn.NS_C, server=bn.NS_S):
     """One paced run (rate 0 = as fast as possible); returns sent, received, loss and latency."""
-    sink = subprocess.Popen(["ip", "netns", "exec", server, f"{build}/bin/pairwall-udpgen", "recv", "--port",
-                             str(port), "--duration", str(seconds + 5), "--idle", "0.5"],
+    sink = subprocess.Popen(["ip", "netns", "exec", server] + bn.harness([f"{build}/bin/pairwall-udpgen", "recv",
+                             "--port", str(port), "--duration", str(seconds + 5), "--idle", "0.5"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         time.sleep(0.2)
@@ -33,19 +39,21 @@ def trial(build, rate, seconds=1.0, flows=16, size=64, src=None, port=bn.UDP_POR
                "--duration", str(seconds)]
         if rate > 0:
             cmd += ["--rate", str(int(rate))]
-        sent = json.loads(bn.ns(client, *cmd, timeout=seconds + 20).stdout)
+        backlog = backlog_drops()
+        sent = json.loads(bn.ns(client, *bn.harness(cmd), timeout=seconds + 20).stdout)
         out, err = sink.communicate(timeout=seconds + 15)
         got = json.loads(out)
     finally:
         if sink.poll() is None:
             sink.kill()
             sink.wait()
+    backlog = backlog_drops() - backlog
     after = bn.udp_snmp(server)
     sink_drops = after.get("RcvbufErrors", 0) - before.get("RcvbufErrors", 0)
     n_sent, n_recv = sent["sent"], got["received"]
     lost = max(0, n_sent - n_recv - sink_drops)
     return {"rate": int(rate), "sent": n_sent, "received": n_recv, "sink_drops": sink_drops,
-            "offered_pps": round(sent["pps"]), "delivered_pps": round(n_recv / max(sent["seconds"], 1e-9)),
+            "backlog_drops": backlog, "offered_pps": round(sent["pps"]), "delivered_pps": round(n_recv / max(sent["seconds"], 1e-9)),
             "loss": round(lost / n_sent, 5) if n_sent else 1.0,
             "latency_us_p50": got["latency_us_p50"], "latency_us_p99": got["latency_us_p99"]}
 
@@ -60,8 +68,9 @@ def search(run, resolution=0.03, max_steps=9, budget=90.0, loss=LOSS, log=None):
         t["pass"] = t["loss"] <= loss
         trials.append(t)
         if log:
-            log(f"  rate {int(rate):>8}  sent {t['sent']:>8}  recv {t['received']:>8}  loss {t['loss']:.4f}"
-                f"{'  sink_drops ' + str(t['sink_drops']) if t['sink_drops'] else ''}  {'ok' if t['pass'] else 'LOSS'}")
+            log(f"  rate {int(rate):>8}  offered {t['offered_pps']:>8}  recv {t['received']:>8}  loss {t['loss']:.4f}"
+                f"  backlog_drops {t['backlog_drops']}{'  SINK_DROPS ' + str(t['sink_drops']) if t['sink_drops'] else ''}"
+                f"  {'ok' if t['pass'] else 'LOSS'}")
         return t
 
     top = probe(0)
@@ -75,16 +84,19 @@ def search(run, resolution=0.03, max_steps=9, budget=90.0, loss=LOSS, log=None):
         rate = min(max(top["delivered_pps"], ceiling * 0.05), ceiling * 0.95)
         while len(trials) < max_steps + 1 and time.time() - start < budget and bad - good > resolution * bad:
             t = probe(rate)
+            # The rate actually offered counts: a paced sender can fall short of the asked rate.
+            offered = min(rate, t["offered_pps"])
             if t["pass"]:
-                good = rate
+                good = max(good, offered)
             else:
-                bad = rate
+                bad = max(good + 1, min(bad, offered))
             rate = (good + bad) / 2
         result.update(lossless_pps=int(good), sender_limited=False, failing_pps=int(bad))
     result["steps"] = len(trials)
     result["search_seconds"] = round(time.time() - start, 1)
     result["sink_drops"] = sum(t["sink_drops"] for t in trials)
-    result["trials"] = [{k: t[k] for k in ("rate", "sent", "received", "loss", "sink_drops")} for t in trials]
+    result["trials"] = [{k: t[k] for k in ("rate", "offered_pps", "sent", "received", "loss", "sink_drops",
+                                            "backlog_drops")} for t in trials]
     return result
 
 
@@ -108,11 +120,13 @@ if __name__ == "__main__":
     p.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build"))
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--rates", default="50000,100000,200000,0")
+    p.add_argument("--no-pin", action="store_true")
     a = p.parse_args()
     bn.check_root("lossless")
     build = os.path.abspath(a.build)
     try:
-        bn.topology_up()
+        bn.topology_up(pin=not a.no_pin)
+        print(bn.cpu_layout(), file=sys.stderr)
         for rate in map(float, a.rates.split(",")):
             print(json.dumps(trial(build, rate, a.seconds)))
         print(json.dumps(search(lambda r: trial(build, r, a.seconds), log=lambda s: print(s, file=sys.stderr))))
