@@ -29,6 +29,9 @@ class Lab:
         self.prefix = prefix
         self.ns = topology.ns_names(prefix)
         self.run_dir = Path(run_dir) if run_dir else RUN_ROOT / prefix
+        # FIFOs (keepalived's notify FIFO) live beside the run directory, not in it, so that the run files
+        # can be copied as plain files while the lab runs.
+        self.fifo_dir = self.run_dir.with_name(self.run_dir.name + ".fifos")
         self.bin_dir = Path(bin_dir) if bin_dir else REPO / "build" / "bin"
         self.pkg_dir = PKG_DIR
         self.python = sys.executable or "/usr/bin/python3"
@@ -158,13 +161,14 @@ class Lab:
         for name in self.exists():
             netns.run(["ip", "netns", "del", name], check=False)
             removed["namespaces"].append(name)
-        if self.run_dir.exists():
-            for p in sorted(self.run_dir.rglob("*"), reverse=True):
-                if p.is_dir():
-                    p.rmdir()
-                else:
-                    p.unlink()
-            self.run_dir.rmdir()
+        for d in (self.run_dir, self.fifo_dir):
+            if d.exists():
+                for p in sorted(d.rglob("*"), reverse=True):
+                    if p.is_dir():
+                        p.rmdir()
+                    else:
+                        p.unlink()
+                d.rmdir()
         return removed
 
     def status(self):
