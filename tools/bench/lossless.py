@@ -59,7 +59,8 @@ def trial(build, rate, seconds=1.0, flows=16, size=64, src=None, port=bn.UDP_POR
 
 
 def search(run, resolution=0.03, max_steps=9, budget=90.0, loss=LOSS, log=None):
-    """Bisect on `run(rate) -> trial dict`. Returns {lossless_pps, steps, trials, ...}."""
+    """Bisect on `run(rate) -> trial dict`. Returns {lossless_pps, steps, trials, ...}. No trial starts
+    that would end past `budget` seconds (one trial's time is taken from the first)."""
     start = time.time()
     trials = []
 
@@ -82,7 +83,9 @@ def search(run, resolution=0.03, max_steps=9, budget=90.0, loss=LOSS, log=None):
         good, bad = 0, ceiling
         # The delivered rate when overloaded is a close first guess at the lossless rate.
         rate = min(max(top["delivered_pps"], ceiling * 0.05), ceiling * 0.95)
-        while len(trials) < max_steps + 1 and time.time() - start < budget and bad - good > resolution * bad:
+        per_trial = time.time() - start
+        while len(trials) < max_steps + 1 and time.time() - start + per_trial <= budget and \
+                bad - good > resolution * bad:
             t = probe(rate)
             # The rate actually offered counts: a paced sender can fall short of the asked rate.
             offered = min(rate, t["offered_pps"])
