@@ -145,10 +145,10 @@ def flush_fw(name=NS_FW):
 class Background:
     """A process in a namespace, started and stopped by PID; `ready` is polled until true."""
 
-    def __init__(self, netns, argv, ready, timeout=30, log=None):
+    def __init__(self, netns, argv, ready, timeout=30, log=None, on_harness=False):
         self.log = log
         out = open(log, "w") if log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(["ip", "netns", "exec", netns] + firewall(argv), stdout=out, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(["ip", "netns", "exec", netns] + (harness(argv) if on_harness else firewall(argv)), stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         if log:
             out.close()
@@ -227,7 +227,7 @@ class Pairwalld(Background):
     """pairwalld in a namespace with the given rule text; with `sync_key`, joined to its peer over sync0."""
 
     def __init__(self, build, workdir, rules_text, netns=NS_FW, queues=1, sync_key=None, node_id=1,
-                 wait_hooks=True, timeout=60):
+                 wait_hooks=True, timeout=60, on_harness=False):
         self.build, self.netns = build, netns
         tag = f"{netns}-{queues}"
         rules = os.path.join(workdir, f"rules-{tag}.conf")
@@ -248,7 +248,7 @@ class Pairwalld(Background):
         ready = (lambda: nfqueue_installed(netns) and self.ctl("status").returncode == 0) if wait_hooks else \
             (lambda: self.ctl("status").returncode == 0)
         super().__init__(netns, [f"{build}/bin/pairwalld", "-f", "-c", self.config], ready, timeout=timeout,
-                         log=os.path.join(workdir, f"pairwalld-{tag}.log"))
+                         log=os.path.join(workdir, f"pairwalld-{tag}.log"), on_harness=on_harness)
 
     def ctl(self, *args, timeout=60):
         return ns(self.netns, f"{self.build}/bin/pairwallctl", "-s", self.socket, *map(str, args), check=False,
