@@ -894,8 +894,9 @@ inline uint32_t Classifier::l4_record(const PacketView& p, bool has_l4) const no
 }
 
 // Built twice, with and without POPCNT (the rank of a compressed word is a popcount); the loader
-// picks one version once for the CPU it runs on.
-#if defined(__x86_64__) && !defined(__POPCNT__)
+// picks one version once for the CPU it runs on. GCC only: clang 14 emits the clones but no symbol
+// that callers in other files can link against.
+#if defined(__x86_64__) && !defined(__POPCNT__) && !defined(__clang__)
 __attribute__((target_clones("popcnt", "default")))
 #endif
 uint32_t
