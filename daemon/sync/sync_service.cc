@@ -68,8 +68,7 @@ control::SyncStatus::BulkState bulk_state_value(BulkState s) {
 }  // namespace
 
 SyncService::SyncService(engine::Engine& engine, SyncConfig config, uint32_t node_id)
-    : engine_(engine),
-      config_(std::move(config)),
+    : config_(std::move(config)),
       node_id_(node_id),
       store_(engine),
       socket_(io_),

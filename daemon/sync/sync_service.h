@@ -67,7 +67,6 @@ class SyncService final : public control::SyncControl {
   void log_changes(const ProtocolStatus& s, Micros now);
   bool send(std::span<const uint8_t> datagram) noexcept;
 
-  engine::Engine& engine_;
   SyncConfig config_;
   uint32_t node_id_;
   EngineStore store_;
