@@ -31,7 +31,7 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
 
   step "fuzz targets (short runs)"
   cmake --preset fuzz >/dev/null
-  cmake --build --preset fuzz -j"$jobs" --target fuzz_packet fuzz_rules fuzz_advert
+  cmake --build --preset fuzz -j"$jobs" --target fuzz_packet fuzz_rules fuzz_advert fuzz_sync
   seconds="${PAIRWALL_FUZZ_SECONDS:-20}"
   for target in build-fuzz/bin/fuzz_*; do
     [[ -x "$target" ]] || continue
@@ -39,8 +39,10 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
     corpus="tests/fuzz/corpus/$name"
     work=$(mktemp -d)
     cp -r "$corpus"/. "$work"/ 2>/dev/null || true
+    dict=()
+    [[ -f "tests/fuzz/$name.dict" ]] && dict=(-dict="tests/fuzz/$name.dict")
     echo "fuzzing $name for ${seconds}s"
-    "$target" -max_total_time="$seconds" -print_final_stats=1 "$work" 2>&1 | tail -n 3
+    "$target" -max_total_time="$seconds" -print_final_stats=1 "${dict[@]}" "$work" 2>&1 | tail -n 3
     rm -rf "$work"
   done
 fi
