@@ -12,6 +12,8 @@ packages=(
   libmnl-dev libspdlog-dev catch2
   # HMAC-SHA256 for sync and advertisements; config parsing; sd_notify
   libssl-dev libtomlplusplus-dev libsystemd-dev
+  # systemd-analyze checks the shipped unit in the tests
+  systemd
   # lab, integration tests and benchmarks
   iproute2 iptables ipset keepalived conntrack conntrackd iperf3 netsniff-ng tcpdump
   python3 python3-pytest python3-scapy python3-matplotlib procps iputils-ping sysstat
