@@ -326,6 +326,7 @@ int run(const control::Config& c) {
     qc.queue.fail_open = c.queue.fail_open;
     qc.queue.rcvbuf_bytes = static_cast<int>(c.queue.rcvbuf_bytes);
     qc.queue.batch_verdicts = c.queue.batch_verdicts;
+    qc.queue.gso = c.queue.gso;
     qc.reject_config.mark = kReplyMark;
     queues = std::make_unique<io::NfQueue>(engine, qc, pcap.get());
     queues->start();

@@ -188,6 +188,7 @@ void parse_queue(Config& cfg, const toml::table* t) {
   if (auto v = s.integer("maxlen", 1, 1 << 24)) q.maxlen = static_cast<uint32_t>(*v);
   if (auto v = s.integer("rcvbuf_bytes", 64 << 10, 1 << 30)) q.rcvbuf_bytes = static_cast<uint32_t>(*v);
   if (auto v = s.boolean("batch_verdicts")) q.batch_verdicts = *v;
+  if (auto v = s.boolean("gso")) q.gso = *v;
   if (auto v = s.choice("hooks", std::array<std::string_view, 2>{"forward", "forward+local"})) {
     q.hooks = *v == "forward" ? HookSet::Forward : HookSet::ForwardLocal;
   }

@@ -46,6 +46,7 @@ TEST_CASE("config: a minimal file gets the documented defaults", "[config]") {
   CHECK(c.queue.maxlen == 65536);
   CHECK(c.queue.rcvbuf_bytes == 32u << 20);
   CHECK(c.queue.batch_verdicts);
+  CHECK(c.queue.gso);
   CHECK(c.queue.hooks == HookSet::Forward);
   CHECK(c.queue.exclude_interfaces.empty());
   CHECK(c.log.level == "info");
@@ -74,6 +75,7 @@ fail_open = true
 maxlen = 4096
 rcvbuf_bytes = 8388608
 batch_verdicts = false
+gso = false
 hooks = "forward+local"
 exclude_interfaces = ["sync0", "eth1.100"]
 [rules]
@@ -104,6 +106,7 @@ vhid = 3
   CHECK(c.queue.fail_open);
   CHECK(c.queue.maxlen == 4096);
   CHECK(c.queue.rcvbuf_bytes == 8388608);
+  CHECK_FALSE(c.queue.gso);
   CHECK_FALSE(c.queue.batch_verdicts);
   CHECK(c.queue.hooks == HookSet::ForwardLocal);
   CHECK(c.queue.exclude_interfaces == std::vector<std::string>{"sync0", "eth1.100"});
