@@ -7,6 +7,12 @@
 //                          |                            | log:    PcapLog ring
 //                          <-- batched verdicts <-------+
 //
+// Threads, not Asio: each worker blocks in recvmmsg (MSG_WAITFORONE, a 100 ms timeout to notice
+// stop()) on its own socket. An Asio reactor would add an epoll_wait and a handler dispatch to
+// every batch and move packets between threads; a dedicated thread per queue is one syscall per
+// batch in and one out. Everything else in pairwalld (control, metrics, sync, failover) runs on
+// Asio.
+//
 // Time: each batch reads std::chrono::steady_clock once and passes it to process() as
 // milliseconds since steady_clock's epoch; whoever calls Engine::expire() must use the same clock.
 //
