@@ -139,22 +139,63 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   return r;
 }
 
+// A packet parsed, with the hash of its state key when it will be looked up by that key.
+struct Engine::Parsed {
+  PacketView packet;
+  Reason parse = Reason::Internal;
+  bool lookup = false;  // parsed, not a fragment, not an ICMP error (those look up the quote)
+  uint64_t hash = 0;
+};
+
+void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
+  parsed.parse = parse_packet(bytes, parsed.packet);
+  const PacketView& p = parsed.packet;
+  parsed.lookup = parsed.parse == Reason::Match && !p.is_fragment && !(p.is_icmp() && p.icmp.is_error);
+  if (parsed.lookup) parsed.hash = states_.hash(key_of(p));
+}
+
 Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept {
   worker.count_packet(bytes.size());
   refresh_rules(worker);
-  const Verdict verdict = decide(worker, bytes, meta, now);
+  Parsed parsed;
+  prepare(bytes, parsed);
+  const Verdict verdict = decide(worker, bytes, parsed, meta, now);
   worker.counters_.add(verdict.reason);
   return verdict;
 }
 
-// One packet, top to bottom: parse, normalize, state, rules, state creation. One exit per
-// outcome, each with its reason.
-Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept {
+void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept {
+  refresh_rules(worker);
+  Parsed parsed[kPrefetchGroup];
+  for (std::size_t first = 0; first < batch.size(); first += kPrefetchGroup) {
+    const std::size_t n = std::min(kPrefetchGroup, batch.size() - first);
+    // Three sweeps over the group, each giving the loads of the previous one time to arrive:
+    // parse and hash, then the bucket, then the entry at its head, then decide.
+    for (std::size_t i = 0; i < n; ++i) {
+      prepare(batch[first + i].bytes, parsed[i]);
+      if (parsed[i].lookup) states_.prefetch_bucket(parsed[i].hash);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (parsed[i].lookup) states_.prefetch_entry(parsed[i].hash);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      BatchPacket& p = batch[first + i];
+      worker.count_packet(p.bytes.size());
+      p.verdict = decide(worker, p.bytes, parsed[i], p.meta, now);
+      worker.counters_.add(p.verdict.reason);
+    }
+  }
+}
+
+// One packet, top to bottom: parse (prepare()), normalize, state, rules, state creation. One exit
+// per outcome, each with its reason.
+Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
+                       Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
 
   // 1. Parse.
-  PacketView packet;
-  if (const Reason r = parse_packet(bytes, packet); r != Reason::Match) return drop(r);
+  if (parsed.parse != Reason::Match) return drop(parsed.parse);
+  PacketView& packet = parsed.packet;
 
   // 2. Normalize. The kernel reassembles fragments before the queue when defragmentation is
   // active; a fragment that still reaches us cannot be matched to ports, so it is dropped.
@@ -241,8 +282,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, const PacketMet
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
     const StateKey key = key_of(packet);
-    const uint64_t hash = states_.hash(key);
-    if (auto state = states_.find(key, hash)) {
+    if (auto state = states_.find(key, parsed.hash)) {
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];

@@ -49,6 +49,14 @@ struct Verdict {
   StateId state;                   // matched or created state; counter 0 when none
 };
 
+// One packet of a batch for Engine::process_batch(): the caller fills bytes and meta, the engine
+// the verdict.
+struct BatchPacket {
+  std::span<uint8_t> bytes;
+  PacketMeta meta;
+  Verdict verdict;
+};
+
 struct EngineConfig {
   uint32_t node_id = 1;
   std::size_t shards = 64;                  // power of two; one lock each
@@ -107,6 +115,14 @@ class Engine {
   Verdict process(Worker& worker, std::span<uint8_t> packet, const PacketMeta& meta,
                   Millis now) noexcept;
 
+  // Decides the packets of a batch (one recvmmsg, say) in order, each exactly as process()
+  // would. The state lookups of up to kPrefetchGroup packets are started before the first of
+  // them is decided, so that their cache and TLB misses overlap instead of adding up: at a
+  // million states nearly every hit misses on its bucket and on its entry. A rule set published
+  // during the batch applies from the next batch on.
+  static constexpr std::size_t kPrefetchGroup = 16;
+  void process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept;
+
   // Removes states whose timeout has passed; O(expired), never a sweep. Returns how many.
   // Emits no sync records: each node expires on its own clock, as pfsync does.
   std::size_t expire(Millis now);
@@ -138,7 +154,10 @@ class Engine {
   static Millis timeout_of(const StateEntry& entry, TimeoutClass timeout, const rules::RuleSet& current) noexcept;
   static StateRecord make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept;
   void emit_control(const StateRecord& record) noexcept;
-  Verdict decide(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept;
+  struct Parsed;
+  void prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept;
+  Verdict decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
+                 Millis now) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

@@ -1,6 +1,9 @@
 #include "daemon/engine/state_table.h"
 
 #include <sched.h>
+#include <sys/mman.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <bit>
@@ -12,7 +15,55 @@ namespace pairwall::engine {
 namespace {
 
 constexpr std::size_t kChunkEntries = 1024;
-constexpr std::size_t kMinBuckets = 64;
+constexpr std::size_t kMinBuckets = 64;  // per shard
+
+// About two buckets per state at the limit: most hits then find their entry first on its chain,
+// the one entry a batch prefetches.
+std::size_t buckets_for(uint32_t limit, std::size_t shard_count) {
+  return std::max<std::size_t>(kMinBuckets, std::bit_ceil(std::size_t{limit} * 2 / shard_count + 1));
+}
+
+// Past this many small chunks a shard takes its entries from 2 MiB chunks backed by transparent
+// huge pages: at a million states the entries span hundreds of MB, and with 4 KiB pages nearly
+// every state hit is also a TLB miss. Small tables keep small chunks (a huge page is 2 MiB of
+// memory as soon as it is touched).
+constexpr std::size_t kSmallChunks = 2;
+constexpr std::size_t kHugeChunkBytes = std::size_t{2} << 20;
+constexpr std::size_t kHugeChunkEntries = kHugeChunkBytes / sizeof(StateEntry);
+
+static_assert(sizeof(StateEntry) % 64 == 0);
+
+void prefetch_read(const void* p) { __builtin_prefetch(p, 0, 3); }
+void prefetch_write(const void* p) { __builtin_prefetch(p, 1, 3); }
+
+// A slab of entries: new[] for small chunks, a 2 MiB aligned block advised for huge pages for
+// the others.
+struct ChunkDeleter {
+  std::size_t count = 0;
+  bool huge = false;
+  void operator()(StateEntry* p) const noexcept {
+    if (!huge) {
+      delete[] p;
+      return;
+    }
+    std::destroy_n(p, count);
+    std::free(p);
+  }
+};
+using Chunk = std::unique_ptr<StateEntry, ChunkDeleter>;
+
+Chunk make_chunk(bool want_huge) {
+  if (want_huge) {
+    if (void* block = std::aligned_alloc(kHugeChunkBytes, kHugeChunkBytes)) {
+      // Advice only: without THP the block is ordinary memory.
+      madvise(block, kHugeChunkBytes, MADV_HUGEPAGE);
+      auto* entries = static_cast<StateEntry*>(block);
+      std::uninitialized_default_construct_n(entries, kHugeChunkEntries);
+      return Chunk(entries, ChunkDeleter{kHugeChunkEntries, true});
+    }
+  }
+  return Chunk(new StateEntry[kChunkEntries], ChunkDeleter{kChunkEntries, false});
+}
 
 uintptr_t tag(StateEntry* e, int k) { return reinterpret_cast<uintptr_t>(e) | static_cast<uintptr_t>(k); }
 StateEntry* untag_entry(uintptr_t t) { return reinterpret_cast<StateEntry*>(t & ~uintptr_t{1}); }
@@ -56,17 +107,31 @@ struct StateTable::Shard {
 
   alignas(64) SpinLock lock;
   std::vector<uintptr_t> buckets;
+  // The bucket array's address and size for prefetch_bucket(), which reads them without the
+  // lock and only ever computes an address from them.
+  std::atomic<const uintptr_t*> bucket_base{nullptr};
+  std::atomic<std::size_t> bucket_mask{0};
   std::size_t links = 0;  // key links filed in this shard
   std::vector<Queue> queues;
-  std::vector<std::unique_ptr<StateEntry[]>> chunks;
+  std::vector<Chunk> chunks;
   StateEntry* free_list = nullptr;
 
   uintptr_t& bucket(uint64_t hash) { return buckets[hash & (buckets.size() - 1)]; }
 
+  void publish_buckets() {
+    bucket_base.store(buckets.data(), std::memory_order_relaxed);
+    bucket_mask.store(buckets.size() - 1, std::memory_order_relaxed);
+  }
+
   // Grows the bucket array when the chains get long. Rare (doubling), under the shard lock.
   void maybe_grow() {
     if (links <= buckets.size() * 2) return;
-    std::vector<uintptr_t> bigger(buckets.size() * 4, 0);
+    rehash(buckets.size() * 4);
+  }
+
+  // Moves every link to a bucket array of `size` (a power of two). Under the shard lock.
+  void rehash(std::size_t size) {
+    std::vector<uintptr_t> bigger(size, 0);
     for (uintptr_t head : buckets) {
       while (head != 0) {
         StateEntry* e = untag_entry(head);
@@ -79,16 +144,19 @@ struct StateTable::Shard {
       }
     }
     buckets.swap(bigger);
+    publish_buckets();
   }
 
   StateEntry* allocate() {
     if (free_list == nullptr) {
-      auto chunk = std::unique_ptr<StateEntry[]>(new StateEntry[kChunkEntries]);
-      for (std::size_t i = 0; i < kChunkEntries; ++i) {
-        chunk[i].queue_next = free_list;
-        free_list = &chunk[i];
-      }
+      Chunk chunk = make_chunk(chunks.size() >= kSmallChunks);
+      StateEntry* entries = chunk.get();
+      const std::size_t count = chunk.get_deleter().count;
       chunks.push_back(std::move(chunk));
+      for (std::size_t i = count; i-- > 0;) {
+        entries[i].queue_next = free_list;
+        free_list = &entries[i];
+      }
     }
     StateEntry* e = free_list;
     free_list = e->queue_next;
@@ -197,10 +265,11 @@ void StateTable::Handle::release() noexcept {
 
 StateTable::StateTable(std::size_t shard_count, SipKey key, uint32_t limit) : key_(key), limit_(limit) {
   shard_count = std::bit_ceil(std::clamp<std::size_t>(shard_count, 1, 4096));
-  const std::size_t buckets = std::max(kMinBuckets, std::bit_ceil(std::size_t{limit} / shard_count + 1));
+  const std::size_t buckets = buckets_for(limit, shard_count);
   for (std::size_t i = 0; i < shard_count; ++i) {
     auto shard = std::make_unique<Shard>();
     shard->buckets.assign(buckets, 0);
+    shard->publish_buckets();
     shards_.push_back(std::move(shard));
     id_shards_.push_back(std::make_unique<IdShard>());
     id_shards_.back()->buckets.assign(buckets, nullptr);
@@ -208,6 +277,22 @@ StateTable::StateTable(std::size_t shard_count, SipKey key, uint32_t limit) : ke
 }
 
 StateTable::~StateTable() = default;
+
+void StateTable::set_limit(uint32_t limit) noexcept {
+  limit_.store(limit, std::memory_order_relaxed);
+  // A raised limit gets its buckets now, on the control thread, rather than by growth steps on
+  // the packet path with chains twice as long in between.
+  const std::size_t buckets = buckets_for(limit, shards_.size());
+  for (auto& shard : shards_) {
+    std::lock_guard guard(shard->lock);
+    if (shard->buckets.size() >= buckets) continue;
+    try {
+      shard->rehash(buckets);
+    } catch (const std::bad_alloc&) {
+      // Keep the smaller array: lookups stay correct, chains longer.
+    }
+  }
+}
 
 uint64_t StateTable::hash(const StateKey& k) const noexcept {
   // Order the endpoints so that both directions of a flow hash alike.
@@ -241,6 +326,25 @@ void StateTable::lock_pair(Handle& handle, uint16_t a, uint16_t b) noexcept {
     shards_[b]->lock.lock();
     handle.locked_[1] = shards_[b].get();
   }
+}
+
+void StateTable::prefetch_bucket(uint64_t hash) const noexcept {
+  Shard& shard = *shards_[shard_index(hash)];
+  prefetch_write(&shard.lock);
+  const uintptr_t* base = shard.bucket_base.load(std::memory_order_relaxed);
+  prefetch_read(base + (hash & shard.bucket_mask.load(std::memory_order_relaxed)));
+}
+
+void StateTable::prefetch_entry(uint64_t hash) noexcept {
+  Shard& shard = *shards_[shard_index(hash)];
+  shard.lock.lock();
+  const uintptr_t head = shard.bucket(hash);
+  shard.lock.unlock();
+  // Entries are never returned to the system while the table lives, so even one removed since
+  // the lock was dropped is memory that may be prefetched.
+  if (head == 0) return;
+  const auto* e = reinterpret_cast<const char*>(untag_entry(head));
+  for (std::size_t offset = 0; offset < StateEntry::kHotBytes; offset += 64) prefetch_write(e + offset);
 }
 
 StateTable::Handle StateTable::find(const StateKey& key, uint64_t hash) noexcept {

@@ -274,6 +274,59 @@ TEST_CASE("port reuse gives the old state's place back to its rule's (max N)", "
   CHECK(current() == 0);
 }
 
+TEST_CASE("process_batch decides each packet as process() would, in order", "[engine][batch]") {
+  // Two firewalls with the same rules and the same hash key: one sees the traffic packet by
+  // packet, the other in batches larger and smaller than a prefetch group. Within a batch a
+  // packet sees the states the packets before it created or changed.
+  Firewall single(kWebOnly);
+  Firewall batched(kWebOnly);
+  std::vector<std::pair<Bytes, bool>> traffic;  // packet, outbound
+  for (uint16_t i = 0; i < 40; ++i) {
+    const uint16_t port = static_cast<uint16_t>(kClientPort + i);
+    const uint16_t dport = i % 5 == 0 ? 25 : 80;  // some blocked
+    const uint32_t isn = 1000u + i * 100'000u;
+    traffic.emplace_back(tcp4(kClient, port, kServer, dport).flags(tcpflag::kSyn).seq(isn).build(), true);
+    traffic.emplace_back(tcp4(kServer, dport, kClient, port).flags(tcpflag::kSyn | tcpflag::kAck).seq(9000).ack(isn + 1).build(), false);
+    traffic.emplace_back(tcp4(kClient, port, kServer, dport).flags(tcpflag::kAck).seq(isn + 1).ack(9001).build(), true);
+    traffic.emplace_back(tcp4(kClient, port, kServer, dport).flags(tcpflag::kAck).seq(isn + 90'000'000).ack(9001).build(), true);
+  }
+  traffic.emplace_back(Bytes{0x45, 0x00}, true);  // malformed
+  traffic.emplace_back(PacketBuilder().ipv4("198.51.100.1", kClient).icmp_error(3, 4, traffic[0].first).build(), false);
+
+  std::vector<Verdict> expected;
+  for (auto& [bytes, outbound] : traffic) expected.push_back(outbound ? single.out(bytes) : single.in(bytes));
+
+  std::vector<Bytes> buffers;
+  for (auto& [bytes, outbound] : traffic) buffers.push_back(bytes);
+  std::size_t at = 0;
+  for (const std::size_t size : {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{3}, buffers.size()}) {
+    if (at >= buffers.size()) break;
+    const std::size_t n = std::min(size, buffers.size() - at);
+    std::vector<BatchPacket> batch(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool outbound = traffic[at + i].second;
+      batch[i].bytes = buffers[at + i];
+      batch[i].meta = PacketMeta{Hook::Forward, outbound ? batched.lan : batched.wan,
+                                 outbound ? batched.wan : batched.lan, false};
+    }
+    batched.engine.process_batch(batched.worker, batch, batched.now);
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("packet " << at + i);
+      CHECK(batch[i].verdict.action == expected[at + i].action);
+      CHECK(batch[i].verdict.reason == expected[at + i].reason);
+      CHECK(batch[i].verdict.rule == expected[at + i].rule);
+      CHECK(batch[i].verdict.state.counter == expected[at + i].state.counter);
+    }
+    at += n;
+  }
+  REQUIRE(at == buffers.size());
+  CHECK(batched.engine.states().size() == single.engine.states().size());
+  CHECK(batched.worker.packets() == single.worker.packets());
+  for (std::size_t r = 0; r < kReasonCount; ++r) {
+    CHECK(batched.worker.counters().get(static_cast<Reason>(r)) == single.worker.counters().get(static_cast<Reason>(r)));
+  }
+}
+
 TEST_CASE("UDP request creates a state that passes the reply until it expires", "[engine][udp]") {
   Firewall fw(kWebOnly);
   auto query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();

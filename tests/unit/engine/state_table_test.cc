@@ -236,3 +236,27 @@ TEST_CASE("a busy entry stays while touched and expires at most kRequeueAfter la
   CHECK(t.expire(Millis{6999}, nullptr) == 0);
   CHECK(t.expire(Millis{7000} + StateTable::kRequeueAfter, nullptr) == 1);
 }
+
+TEST_CASE("entries stay findable across a raised limit and into huge-page chunks", "[state_table]") {
+  // 3 000 entries in 1 shard: past the small chunks, so some come from the 2 MiB chunks; the
+  // raised limit rehashes the key index with every entry in it.
+  StateTable t(1, kKey, 100);
+  t.set_limit(3'000);
+  for (uint32_t i = 0; i < 3'000; ++i) {
+    const auto k = tcp_key(0x0a000000 + i, 1000, 0x0a0000ff, 80);
+    REQUIRE(make(t, k, i + 1));
+    if (i == 1'500) t.set_limit(100'000);
+  }
+  CHECK(t.size() == 3'000);
+  for (uint32_t i = 0; i < 3'000; ++i) {
+    const auto k = tcp_key(0x0a000000 + i, 1000, 0x0a0000ff, 80);
+    t.prefetch_bucket(t.hash(k));
+    t.prefetch_entry(t.hash(k));
+    auto h = t.find(k.reversed(), t.hash(k));
+    REQUIRE(h);
+    CHECK(h->id.counter == i + 1);
+    CHECK(reinterpret_cast<uintptr_t>(h.get()) % 64 == 0);
+  }
+  CHECK(t.clear(nullptr) == 3'000);
+  CHECK(t.size() == 0);
+}
