@@ -119,8 +119,11 @@ def plot(results, path, title):
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.5))
     x = range(len(paths))
     w = 0.4
-    ax1.bar([i - w / 2 for i in x], [results[p].get("udp_lossless_pps", 0) / 1e3 for p in paths], w,
-            label="lossless (loss <= 0.005)")
+    bars = ax1.bar([i - w / 2 for i in x], [results[p].get("udp_lossless_pps", 0) / 1e3 for p in paths], w,
+                   label="lossless (loss <= 0.005; hatched: sender-limited)")
+    for bar, p in zip(bars, paths):
+        if results[p].get("udp_lossless_sender_limited"):
+            bar.set_hatch("//")
     ax1.bar([i + w / 2 for i in x], [results[p]["udp_pps"] / 1e3 for p in paths], w, label="delivered, flat out")
     ax1.set_ylabel("kpps (64-byte UDP)")
     ax1.set_title("UDP throughput")
