@@ -19,7 +19,9 @@ held in the kernel for `none` and `scripted`.
 
 import json
 import os
+import re
 import secrets
+import shutil
 import signal
 import time
 
@@ -556,8 +558,6 @@ vrrp_instance VI_2 {{
 def _render(text, replacements, what):
     """`text` with each (regex, replacement) applied once; LabError naming `what` when one no longer matches
     (the packaged example changed)."""
-    import re
-
     for pattern, repl in replacements:
         text, n = re.subn(pattern, repl, text, count=1, flags=re.M)
         if n != 1:
@@ -586,9 +586,7 @@ def conntrackd_conf(example_text, *, sync_addr, sync_if, lock, socket, log, igno
 
 def primary_backup_sh(example_text, *, lock, config):
     """conntrack-tools' primary-backup.sh with this node's paths (binary from PATH, lock file, config)."""
-    import shutil as _shutil
-
-    binary = _shutil.which("conntrackd") or "/usr/sbin/conntrackd"
+    binary = shutil.which("conntrackd") or "/usr/sbin/conntrackd"
     return _render(example_text, [
         (r"^CONNTRACKD_BIN=.*$", f"CONNTRACKD_BIN={binary}"),
         (r"^CONNTRACKD_LOCK=.*$", f"CONNTRACKD_LOCK={lock}"),
@@ -709,10 +707,8 @@ class ConntrackdDriver(Driver):
             "-r", str(d / "vrrp.pid"), "-c", str(d / "checkers.pid")])
 
     def start(self):
-        import shutil as _shutil
-
         for tool in ("conntrackd", "keepalived", "conntrack", "iptables"):
-            if _shutil.which(tool) is None:
+            if shutil.which(tool) is None:
                 raise LabError(f"{tool} not found: run tools/install-deps.sh")
         self.write_configs()
         for n in topology.NODES:
