@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/control/boot_epoch.h"
 #include "daemon/control/config.h"
 #include "daemon/control/dataplane.h"
 #include "daemon/control/metrics.h"
@@ -278,6 +279,10 @@ int run(const control::Config& c) {
   bool hooks_installed = false;
   std::unique_ptr<sync::SyncService> sync_service;
   std::unique_ptr<failover::FailoverService> failover_service;
+  // One epoch for this start, shared by sync and the advertisements.
+  const control::BootEpoch epoch = control::take_boot_epoch(c.node.epoch_file, control::wall_clock_us());
+  if (!epoch.warning.empty()) spdlog::warn("{}", epoch.warning);
+  const uint64_t boot_epoch = epoch.epoch;
 
   auto remove_hooks = [&] {
     if (!hooks_installed) return;
@@ -338,7 +343,8 @@ int run(const control::Config& c) {
     // started before the hooks so that the bulk request goes out as early as possible.
     if (c.sync) {
       sync_service =
-          std::make_unique<sync::SyncService>(engine, sync::parse_sync_config(*c.sync, c.file), c.node.id);
+          std::make_unique<sync::SyncService>(engine, sync::parse_sync_config(*c.sync, c.file), c.node.id,
+                                              boot_epoch);
       for (std::size_t i = 0; i < queues->workers(); ++i)
         sync_service->add_ring(queues->engine_worker(i).events());
       sync_service->add_ring(engine.control_events());
@@ -364,7 +370,7 @@ int run(const control::Config& c) {
       // Demoted until this node holds the peer's table (DESIGN.md: bulk resync on boot).
       if (sync_service) fh.bulk_sync_complete = [&sync_service] { return sync_service->bulk_done(); };
       failover_service = std::make_unique<failover::FailoverService>(
-          loop, failover::parse_failover_config(*c.failover, c.file), c.node.id, std::move(fh));
+          loop, failover::parse_failover_config(*c.failover, c.file), c.node.id, std::move(fh), boot_epoch);
       failover_service->start();
       service.set_failover(failover_service.get());
       failover::register_failover_metrics(registry, *failover_service);

@@ -51,7 +51,7 @@ Time FailoverService::now() {
 }
 
 FailoverService::FailoverService(boost::asio::io_context& io, FailoverConfig config, uint32_t node_id,
-                                 FailoverHooks hooks)
+                                 FailoverHooks hooks, uint64_t boot_epoch)
     : io_(io),
       config_(std::move(config)),
       node_id_(node_id),
@@ -60,7 +60,7 @@ FailoverService::FailoverService(boost::asio::io_context& io, FailoverConfig con
       codec_(config_.key, config_.vhid, node_id),
       timer_(io),
       poll_timer_(io),
-      boot_epoch_(wall_clock_us()) {}
+      boot_epoch_(boot_epoch ? boot_epoch : wall_clock_us()) {}
 
 FailoverService::~FailoverService() {
   boost::system::error_code ec;

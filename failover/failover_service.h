@@ -97,8 +97,9 @@ class FailoverService final : public control::FailoverControl {
  public:
   static constexpr Time kPollInterval = std::chrono::milliseconds(50);
 
+  // `boot_epoch`: this start's epoch (control/boot_epoch.h); 0 takes the wall clock.
   FailoverService(boost::asio::io_context& io, FailoverConfig config, uint32_t node_id,
-                  FailoverHooks hooks = {});
+                  FailoverHooks hooks = {}, uint64_t boot_epoch = 0);
   ~FailoverService() override;
   FailoverService(const FailoverService&) = delete;
   FailoverService& operator=(const FailoverService&) = delete;

@@ -172,6 +172,12 @@ void parse_node(Config& cfg, const toml::table* t) {
   } else {
     cfg.node.name = default_node_name();
   }
+  if (auto v = s.string("epoch_file")) {
+    if (v->empty()) s.fail("epoch_file", "expected a path, got \"\"");
+    std::filesystem::path p(*v);
+    if (p.is_relative()) p = std::filesystem::absolute(std::filesystem::path(cfg.file)).parent_path() / p;
+    cfg.node.epoch_file = p.string();
+  }
   s.finish();
 }
 

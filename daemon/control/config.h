@@ -25,6 +25,9 @@ inline constexpr std::string_view kDefaultMetricsListen = "127.0.0.1:9477";
 struct NodeConfig {
   uint32_t id = 0;   // required, 1..2^32-1; the creator id of this node's states
   std::string name;  // defaults to the host name
+  // Remembers the last boot epoch so that it grows even when the clock went back across a restart
+  // (control/boot_epoch.h). Empty: the wall clock alone.
+  std::string epoch_file;
 };
 
 enum class HookSet : uint8_t {

@@ -1,5 +1,7 @@
 #include "daemon/sync/sync_service.h"
 
+#include "daemon/control/boot_epoch.h"
+
 #include <net/if.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
@@ -67,9 +69,10 @@ control::SyncStatus::BulkState bulk_state_value(BulkState s) {
 
 }  // namespace
 
-SyncService::SyncService(engine::Engine& engine, SyncConfig config, uint32_t node_id)
+SyncService::SyncService(engine::Engine& engine, SyncConfig config, uint32_t node_id, uint64_t epoch)
     : config_(std::move(config)),
       node_id_(node_id),
+      epoch_(epoch),
       store_(engine),
       socket_(io_),
       timer_(io_),
@@ -177,10 +180,8 @@ void SyncService::start() {
   ProtocolConfig pc;
   pc.node_id = node_id_;
   pc.peer_node_id = config_.peer_node_id;
-  // Wall clock: larger at every restart, which is what the peer's stale-epoch check needs.
-  pc.epoch = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
+  // Larger at every restart, which is what the peer's stale-epoch check needs.
+  pc.epoch = epoch_ ? epoch_ : control::wall_clock_us();
   const std::size_t ip_udp = (destination_.address().is_v6() ? 40 : 20) + 8;
   pc.max_datagram = config_.mtu - ip_udp;
   pc.flush_interval = std::chrono::duration_cast<Micros>(config_.flush_interval);

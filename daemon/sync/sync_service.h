@@ -32,7 +32,8 @@ namespace pairwall::sync {
 class SyncService final : public control::SyncControl {
  public:
   // `node_id`: this node's [node] id. Touches neither the network nor a thread until start().
-  SyncService(engine::Engine& engine, SyncConfig config, uint32_t node_id);
+  // `epoch`: this start's boot epoch (control/boot_epoch.h); 0 takes the wall clock.
+  SyncService(engine::Engine& engine, SyncConfig config, uint32_t node_id, uint64_t epoch = 0);
   ~SyncService() override;
   SyncService(const SyncService&) = delete;
   SyncService& operator=(const SyncService&) = delete;
@@ -69,6 +70,7 @@ class SyncService final : public control::SyncControl {
 
   SyncConfig config_;
   uint32_t node_id_;
+  uint64_t epoch_;
   EngineStore store_;
   std::vector<engine::SpscRing<engine::StateRecord>*> rings_;
   std::function<uint64_t()> events_lost_;

@@ -68,6 +68,7 @@ TEST_CASE("config: every key accepts its good values", "[config]") {
 [node]
 id = 4294967295
 name = "fw-a"
+epoch_file = "state/epoch"
 [queue]
 first = 10
 count = 64
@@ -101,6 +102,7 @@ vhid = 3
                                 "/etc/pairwall/pairwall.toml");
   CHECK(c.node.id == 4294967295u);
   CHECK(c.node.name == "fw-a");
+  CHECK(c.node.epoch_file.ends_with("/state/epoch"));
   CHECK(c.queue.first == 10);
   CHECK(c.queue.count == 64);
   CHECK(c.queue.fail_open);
