@@ -12,82 +12,15 @@
 #include <sstream>
 #include <string_view>
 
+#include "daemon/control/config_section.h"
 #include "failover/election.h"
 
 namespace pairwall::failover {
 namespace {
 
-std::string describe(const toml::node& node) {
-  if (auto v = node.value_exact<int64_t>()) return std::to_string(*v);
-  if (auto s = node.value_exact<std::string>()) {
-    // Built by appending: gcc 12 at -O3 reports a false -Wrestrict on "\"" + std::string.
-    std::string quoted = "\"";
-    quoted += s->size() > 40 ? s->substr(0, 40) + "..." : *s;
-    return quoted + "\"";
-  }
-  if (auto b = node.value_exact<bool>()) return *b ? "true" : "false";
-  if (node.is_table()) return "a table";
-  if (node.is_array()) return "an array";
-  if (node.is_floating_point()) return "a float";
-  return "a date/time";
-}
-
-class Reader {
- public:
-  Reader(const toml::table& table, const std::string& file) : table_(table), file_(file) {}
-
-  [[noreturn]] void fail(std::string_view key, std::string_view what) const {
-    throw ConfigError(file_ + ": [failover] " + std::string(key) + ": " + std::string(what));
-  }
-
-  const toml::node* get(std::string_view key) {
-    known_.emplace(key);
-    return table_.get(key);
-  }
-
-  std::optional<int64_t> integer(std::string_view key, int64_t lo, int64_t hi) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    const auto v = node->value_exact<int64_t>();
-    if (!v || *v < lo || *v > hi) {
-      fail(key, "expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + describe(*node));
-    }
-    return v;
-  }
-
-  std::optional<bool> boolean(std::string_view key) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    const auto v = node->value_exact<bool>();
-    if (!v) fail(key, "expected true or false, got " + describe(*node));
-    return v;
-  }
-
-  std::optional<std::string> string(std::string_view key) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    auto v = node->value_exact<std::string>();
-    if (!v) fail(key, "expected a string, got " + describe(*node));
-    return v;
-  }
-
-  void finish() const {
-    for (auto&& [key, value] : table_) {
-      if (!known_.contains(std::string(key.str()))) fail(key.str(), "unknown key");
-    }
-  }
-
- private:
-  const toml::table& table_;
-  const std::string& file_;
-  std::set<std::string, std::less<>> known_;
-};
-
-bool valid_interface_name(std::string_view name) {
-  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
-  return std::none_of(name.begin(), name.end(),
-                      [](char c) { return c == '/' || c == ':' || c == ' ' || c == '\t' || c == '\n'; });
-}
+using control::ConfigSection;
+using control::describe;
+using control::valid_interface_name;
 
 // "ADDRESS/PREFIX" of a unicast host address; false when it is not one.
 bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
@@ -130,7 +63,7 @@ bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
   return true;
 }
 
-std::string read_key(Reader& r, const std::string& path) {
+std::string read_key(ConfigSection& r, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) r.fail("key_file", "cannot read \"" + path + "\": " + std::strerror(errno));
   std::ostringstream buf;
@@ -173,7 +106,7 @@ uint32_t FailoverConfig::effective_vip_lease_s() const {
 }
 
 FailoverConfig parse_failover_config(const toml::table& section, const std::string& file) {
-  Reader r(section, file);
+  ConfigSection r(&section, "failover", file);
   FailoverConfig c;
 
   if (auto v = r.string("driver")) {

@@ -1,5 +1,7 @@
 #include "daemon/control/config.h"
 
+#include "daemon/control/config_section.h"
+
 #include <unistd.h>
 
 #include <array>
@@ -15,146 +17,6 @@
 namespace pairwall::control {
 namespace {
 
-std::string_view type_name(toml::node_type t) {
-  switch (t) {
-    case toml::node_type::table:
-      return "a table";
-    case toml::node_type::array:
-      return "an array";
-    case toml::node_type::string:
-      return "a string";
-    case toml::node_type::integer:
-      return "an integer";
-    case toml::node_type::floating_point:
-      return "a float";
-    case toml::node_type::boolean:
-      return "a boolean";
-    case toml::node_type::date:
-    case toml::node_type::time:
-    case toml::node_type::date_time:
-      return "a date/time";
-    case toml::node_type::none:
-      break;
-  }
-  return "nothing";
-}
-
-// What the operator wrote, for "got ...": the value itself when it is short and scalar.
-std::string describe(const toml::node& node) {
-  if (auto v = node.value_exact<int64_t>()) return std::to_string(*v);
-  if (auto s = node.value_exact<std::string>()) {
-    std::string quoted = "\"";
-    quoted += s->size() > 40 ? s->substr(0, 40) + "..." : *s;
-    return quoted + "\"";
-  }
-  if (auto b = node.value_exact<bool>()) return *b ? "true" : "false";
-  return std::string(type_name(node.type()));
-}
-
-// Reads one [section], remembering which keys were consumed so that finish() can refuse the rest.
-class Section {
- public:
-  Section(const toml::table* table, std::string_view name, const std::string& file)
-      : table_(table), name_(name), file_(file) {}
-
-  [[noreturn]] void fail(std::string_view key, std::string_view what) const {
-    std::string msg = file_ + ": [" + name_ + "] ";
-    msg += key;
-    msg += ": ";
-    msg += what;
-    throw ConfigError(msg);
-  }
-
-  const toml::node* get(std::string_view key) {
-    known_.emplace(key);
-    return table_ ? table_->get(key) : nullptr;
-  }
-
-  std::optional<int64_t> integer(std::string_view key, int64_t lo, int64_t hi) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    const auto v = node->value_exact<int64_t>();
-    if (!v || *v < lo || *v > hi) {
-      fail(key, "expected " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + describe(*node));
-    }
-    return v;
-  }
-
-  std::optional<bool> boolean(std::string_view key) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    const auto v = node->value_exact<bool>();
-    if (!v) fail(key, "expected true or false, got " + describe(*node));
-    return v;
-  }
-
-  std::optional<std::string> string(std::string_view key) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    auto v = node->value_exact<std::string>();
-    if (!v) fail(key, "expected a string, got " + describe(*node));
-    return v;
-  }
-
-  // One of `choices`, case-sensitive.
-  template <std::size_t N>
-  std::optional<std::string> choice(std::string_view key, const std::array<std::string_view, N>& choices) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    const auto v = node->value_exact<std::string>();
-    std::string expected;
-    for (std::size_t i = 0; i < N; ++i) {
-      expected += (i == 0 ? "" : (i + 1 == N ? " or " : ", "));
-      expected += "\"" + std::string(choices[i]) + "\"";
-    }
-    if (!v) fail(key, "expected " + expected + ", got " + describe(*node));
-    for (auto c : choices) {
-      if (*v == c) return v;
-    }
-    fail(key, "expected " + expected + ", got " + describe(*node));
-  }
-
-  std::optional<std::vector<std::string>> strings(std::string_view key) {
-    const toml::node* node = get(key);
-    if (!node) return std::nullopt;
-    const toml::array* arr = node->as_array();
-    if (!arr) fail(key, "expected an array of strings, got " + describe(*node));
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < arr->size(); ++i) {
-      auto v = (*arr)[i].value_exact<std::string>();
-      if (!v) {
-        fail(key,
-             "expected an array of strings, element " + std::to_string(i) + " is " + describe((*arr)[i]));
-      }
-      out.push_back(std::move(*v));
-    }
-    return out;
-  }
-
-  // Refuses every key nobody asked for: a misspelt key must not silently mean "default".
-  void finish() const {
-    if (!table_) return;
-    for (auto&& [key, value] : *table_) {
-      if (!known_.contains(std::string(key.str()))) fail(key.str(), "unknown key");
-    }
-  }
-
- private:
-  const toml::table* table_;
-  std::string name_;
-  const std::string& file_;
-  std::set<std::string, std::less<>> known_;
-};
-
-bool valid_interface_name(std::string_view name) {
-  // IFNAMSIZ - 1, and what the kernel's dev_valid_name() refuses.
-  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
-  for (char c : name) {
-    if (c == '/' || c == ':' || c == ' ' || c == '\t' || c == '\n' || c == '\0') return false;
-  }
-  return true;
-}
-
 std::string default_node_name() {
   std::array<char, 256> buf{};
   if (gethostname(buf.data(), buf.size() - 1) != 0) return "pairwall";
@@ -162,7 +24,7 @@ std::string default_node_name() {
 }
 
 void parse_node(Config& cfg, const toml::table* t) {
-  Section s(t, "node", cfg.file);
+  ConfigSection s(t, "node", cfg.file);
   const auto id = s.integer("id", 1, std::numeric_limits<uint32_t>::max());
   if (!id) s.fail("id", "missing: every node needs a unique id (1..4294967295)");
   cfg.node.id = static_cast<uint32_t>(*id);
@@ -182,7 +44,7 @@ void parse_node(Config& cfg, const toml::table* t) {
 }
 
 void parse_queue(Config& cfg, const toml::table* t) {
-  Section s(t, "queue", cfg.file);
+  ConfigSection s(t, "queue", cfg.file);
   auto& q = cfg.queue;
   if (auto v = s.integer("first", 0, 65535)) q.first = static_cast<uint16_t>(*v);
   if (auto v = s.integer("count", 1, 64)) q.count = static_cast<uint16_t>(*v);
@@ -211,7 +73,7 @@ void parse_queue(Config& cfg, const toml::table* t) {
 }
 
 void parse_rules(Config& cfg, const toml::table* t) {
-  Section s(t, "rules", cfg.file);
+  ConfigSection s(t, "rules", cfg.file);
   auto file = s.string("file");
   if (!file) s.fail("file", "missing: name the rule file, e.g. file = \"/etc/pairwall/pf.conf\"");
   if (file->empty()) s.fail("file", "expected a path, got \"\"");
@@ -224,7 +86,7 @@ void parse_rules(Config& cfg, const toml::table* t) {
 }
 
 void parse_log(Config& cfg, const toml::table* t) {
-  Section s(t, "log", cfg.file);
+  ConfigSection s(t, "log", cfg.file);
   auto& l = cfg.log;
   if (auto v = s.choice("level", std::array<std::string_view, 7>{"trace", "debug", "info", "warn", "error",
                                                                  "critical", "off"})) {
@@ -239,7 +101,7 @@ void parse_log(Config& cfg, const toml::table* t) {
 }
 
 void parse_control(Config& cfg, const toml::table* t) {
-  Section s(t, "control", cfg.file);
+  ConfigSection s(t, "control", cfg.file);
   if (auto v = s.string("socket")) {
     if (v->empty() || (*v)[0] != '/') s.fail("socket", "expected an absolute path, got \"" + *v + "\"");
     // sun_path holds 108 bytes including the terminator.
@@ -267,7 +129,7 @@ void parse_control(Config& cfg, const toml::table* t) {
 }
 
 void parse_metrics(Config& cfg, const toml::table* t) {
-  Section s(t, "metrics", cfg.file);
+  ConfigSection s(t, "metrics", cfg.file);
   if (auto v = s.string("listen")) {
     cfg.metrics.listen = *v;
     if (!v->empty() && !split_host_port(*v, cfg.metrics.host, cfg.metrics.port)) {
@@ -281,7 +143,7 @@ void parse_metrics(Config& cfg, const toml::table* t) {
 }
 
 void parse_engine(Config& cfg, const toml::table* t) {
-  Section s(t, "engine", cfg.file);
+  ConfigSection s(t, "engine", cfg.file);
   if (auto v = s.integer("shards", 1, 4096)) {
     if ((*v & (*v - 1)) != 0) s.fail("shards", "expected a power of two 1..4096, got " + std::to_string(*v));
     cfg.engine.shards = static_cast<uint32_t>(*v);
