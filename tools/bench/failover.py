@@ -87,8 +87,8 @@ def plot(results, stacks, path, title):
     for i, s in enumerate(stacks):
         pts = [r["failover_ms"] for r in results[s]["runs"] if r.get("failover_ms") is not None]
         ax1.plot([i] * len(pts), pts, "k.", markersize=6, label="each run" if i == 0 else None)
-        ax1.annotate(f"{med[i]:.0f} ms", (i, med[i]), ha="center", va="bottom", fontsize=8,
-                     xytext=(0, 3), textcoords="offset points")
+        ax1.annotate(f"median {med[i]:.0f} ms", (i, 0), ha="center", va="bottom", fontsize=8,
+                     xytext=(0, 4), textcoords="offset points")
     ax1.set_ylabel("failover_ms (kill -> first reply via the new master)")
     ax1.set_title("takeover time")
     ax1.legend(fontsize=8)
