@@ -342,9 +342,8 @@ int run(const control::Config& c) {
     // Sync (daemon/sync/): drains the workers' state change rings and applies the peer's records;
     // started before the hooks so that the bulk request goes out as early as possible.
     if (c.sync) {
-      sync_service =
-          std::make_unique<sync::SyncService>(engine, sync::parse_sync_config(*c.sync, c.file), c.node.id,
-                                              boot_epoch);
+      sync_service = std::make_unique<sync::SyncService>(engine, sync::parse_sync_config(*c.sync, c.file),
+                                                         c.node.id, boot_epoch);
       for (std::size_t i = 0; i < queues->workers(); ++i)
         sync_service->add_ring(queues->engine_worker(i).events());
       sync_service->add_ring(engine.control_events());

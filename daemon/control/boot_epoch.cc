@@ -27,7 +27,8 @@ BootEpoch take_boot_epoch(const std::string& file, uint64_t wall_clock_us) {
     uint64_t last = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), last);
     if (ec != std::errc() || end != text.data() + text.size()) {
-      out.warning = "boot epoch file " + file + " holds \"" + text.substr(0, 32) + "\", not a number: replaced";
+      out.warning =
+          "boot epoch file " + file + " holds \"" + text.substr(0, 32) + "\", not a number: replaced";
     } else if (last >= out.epoch) {
       out.epoch = last + 1;  // the clock is behind an earlier boot
     }

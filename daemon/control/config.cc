@@ -1,7 +1,5 @@
 #include "daemon/control/config.h"
 
-#include "daemon/control/config_section.h"
-
 #include <unistd.h>
 
 #include <array>
@@ -13,6 +11,8 @@
 #include <limits>
 #include <set>
 #include <sstream>
+
+#include "daemon/control/config_section.h"
 
 namespace pairwall::control {
 namespace {

@@ -1,7 +1,5 @@
 #include "daemon/sync/sync_service.h"
 
-#include "daemon/control/boot_epoch.h"
-
 #include <net/if.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
@@ -12,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+
+#include "daemon/control/boot_epoch.h"
 
 namespace pairwall::sync {
 namespace {
@@ -348,9 +348,10 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
         c.gap_sequences - oc.gap_sequences, c.gaps);
   }
   if (c.changes_lost > oc.changes_lost) {
-    spdlog::warn("sync: the engine dropped state changes before sync saw them ({} lost in all): the peer "
-                 "gets a full resync once it answers",
-                 events_lost_ ? events_lost_() : 0);
+    spdlog::warn(
+        "sync: the engine dropped state changes before sync saw them ({} lost in all): the peer "
+        "gets a full resync once it answers",
+        events_lost_ ? events_lost_() : 0);
   }
   if (c.pending_overflows > oc.pending_overflows) {
     spdlog::warn(
