@@ -15,7 +15,8 @@ probe reply forwarded by the new master; a connection survives when it was never
 both ways after the failover. Per stack: the median failover_ms over the runs, survived/total over all
 runs, and the median of each run's longest TCP stall (probes can make new states on the new master, TCP
 needs the old ones: a cache commit after the takeover shows there). --preload N fills the table with N UDP
-states before each drill. mpstat %steal is logged beside the figures (machine.steal_pct, and each run's cpu_steal_pct).
+states before each drill. mpstat %steal is logged beside the figures (machine.steal_pct, and each run's
+cpu_steal_pct).
 """
 import argparse
 import json
