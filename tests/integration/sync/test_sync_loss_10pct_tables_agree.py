@@ -1,12 +1,19 @@
 """10% of the sync datagrams dropped in both directions (iptables -m statistic) during 10 s of
 connection churn through node A: once the loss stops, both tables hold exactly the same states, in
-the same TCP states. Nothing was lost silently: resends did the work, and each node says so."""
+the same identities, TCP states and windows. Nothing was lost silently: resends did the work, and each node says so."""
 
 import threading
 
 from sync_pair import SERVER, TCP_PORT, describe_difference
 
 LOSS = 0.10
+
+
+def same_state(s):
+    """What both nodes must agree on: the state's identity (creator, id), both keys, each side's
+    TCP state and window tracking, and the timeout class. Counters and ages are each node's own."""
+    return (s.get("creator"), s.get("id"), s.get("wire_src"), s.get("wire_dst"), s.get("src_state"),
+            s.get("dst_state"), s.get("timeout"), s.get("src_window"), s.get("dst_window"))
 
 
 def test_sync_loss_10pct_tables_agree(make_pair):
@@ -22,12 +29,11 @@ def test_sync_loss_10pct_tables_agree(make_pair):
     finally:
         pair.clear_loss(LOSS)
     assert churn.get("tcp", 0) > 500 and churn.get("failed", 1) == 0, churn
-    a, b, took = pair.wait_tables_agree(timeout=30)
+    a, b, took = pair.wait_tables_agree(timeout=30, compare=same_state)
     print(f"\nafter the loss: {len(a)} states on fwA, {len(b)} on fwB, compared in {took:.1f} s; churn {churn}")
     assert len(a) > 30_000
-    assert a.keys() == b.keys(), describe_difference(a, b)
-    assert all((a[k]["src_state"], a[k]["dst_state"]) == (b[k]["src_state"], b[k]["dst_state"]) for k in a), \
-        describe_difference(a, b)
+    assert a.keys() == b.keys(), describe_difference(a, b, compare=same_state)
+    assert all(same_state(a[k]) == same_state(b[k]) for k in a), describe_difference(a, b, compare=same_state)
     sa, sb = pair.a.sync_status(), pair.b.sync_status()
     print(f"fwA sync: resends {sa['resends']}, gaps {sa['gaps']}, resyncs {sa['resyncs']}, drops {sa['drops']}")
     print(f"fwB sync: resends {sb['resends']}, gaps {sb['gaps']}, resyncs {sb['resyncs']}, drops {sb['drops']}")
