@@ -20,6 +20,8 @@
 //
 // Memory. Entries come from per-shard slabs of fixed-size chunks and return to a free list; the
 // table never exceeds its limit, and hitting the limit is counted by the caller (StateLimit).
+// Past two small chunks a shard's chunks are 2 MiB blocks advised for transparent huge pages, so
+// that a large table does not cost a TLB miss per hit. Chunks are only freed with the table.
 #pragma once
 
 #include <atomic>
