@@ -87,8 +87,10 @@ Engine::Engine(EngineConfig config)
       control_events_(kControlRingCapacity) {}
 
 void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules) {
-  std::lock_guard lock(rules_mutex_);
+  // Outside rules_mutex_: set_limit() takes the shard locks, and apply() reads the rules while
+  // holding one.
   states_.set_limit(rules->state_limit());
+  std::lock_guard lock(rules_mutex_);
   rules_ = std::move(rules);
   rules_generation_.fetch_add(1, std::memory_order_release);
 }
