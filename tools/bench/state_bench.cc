@@ -163,15 +163,6 @@ StateBenchResult run_state_bench(const std::vector<uint32_t>& state_counts, doub
     result.ns_per_packet_hit_states = result.lookup_mpps.rbegin()->first;
     result.ns_per_packet_hit = 1e3 / result.lookup_mpps.rbegin()->second;
   }
-  // Keys the JSON of pairwall-bench does not carry yet, on stderr so that stdout stays one object.
-  std::string batch_line;
-  for (const auto& [n, mpps] : result.lookup_batch_mpps) {
-    batch_line += (batch_line.empty() ? "" : ", ") + ("\"" + std::to_string(n) + "\": ") + std::to_string(mpps);
-  }
-  std::fprintf(stderr,
-               "state bench: state_lookup_batch_mpps (process_batch, %zu-packet batches) {%s}; "
-               "ns_per_packet_hit is single-packet process() at %u states\n",
-               kBenchBatch, batch_line.c_str(), result.ns_per_packet_hit_states);
   return result;
 }
 
