@@ -124,7 +124,9 @@ class Engine {
   void process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept;
 
   // Removes states whose timeout has passed; O(expired), never a sweep. Returns how many.
-  // Emits no sync records: each node expires on its own clock, as pfsync does.
+  // Each node expires on its own clock, as pfsync's do; for the states this node created it also
+  // emits a Delete (control_events()), so that a peer whose copy was refreshed later (a bulk, a
+  // resync) does not keep it for a whole extra timeout.
   std::size_t expire(Millis now);
 
   // Applies a state change received from the sync peer. Windows never move backwards.
