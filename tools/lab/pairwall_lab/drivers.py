@@ -108,9 +108,34 @@ class Driver:
 
     def kill(self, node, kind):
         """Fails `node` as `kind` says. Returns nothing; the caller records the instant."""
-        raise NotImplementedError
+        p = self.lab.prefix
+        if kind in ("master", "node"):
+            self.kill_software(node, kind)
+            if kind == "node":
+                topology.set_node_links(p, node, False)  # a power loss: every cable out
+        elif kind == "link":
+            topology.set_lan_port(p, node, "out", False)
+        elif kind == "sync":
+            topology.set_sync_link(p, node, False)
+        else:
+            raise LabError(f"unknown kill kind {kind!r}; expected one of {', '.join(KILL_KINDS)}")
 
     def restore(self, node, kind):
+        p = self.lab.prefix
+        if kind == "node":
+            topology.set_node_links(p, node, True)
+        elif kind == "link":
+            topology.set_lan_port(p, node, "out", True)
+        elif kind == "sync":
+            topology.set_sync_link(p, node, True)
+        if kind in ("master", "node"):
+            self.restart_software(node, kind)
+
+    def kill_software(self, node, kind):
+        """The firewall software of `node` dies as kill -9 leaves it: addresses stay in its kernel."""
+        raise NotImplementedError
+
+    def restart_software(self, node, kind):
         raise NotImplementedError
 
     def after_kill(self, node, kind, t_kill):
@@ -146,20 +171,12 @@ class NoneDriver(Driver):
                 out[n.name] = "backup"
         return out
 
-    def kill(self, node, kind):
-        p = self.lab.prefix
-        if kind == "master":
-            # The forwarder "process" is the kernel's forwarding: turn it off; the VIPs stay (as after kill -9).
-            netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 0)
-        elif kind == "node":
-            netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 0)
-            topology.set_node_links(p, node, False)
-        elif kind == "link":
-            topology.set_lan_port(p, node, "out", False)
-        elif kind == "sync":
-            topology.set_sync_link(p, node, False)
-        else:
-            raise LabError(f"unknown kill kind {kind!r}; expected one of {', '.join(KILL_KINDS)}")
+    def kill_software(self, node, kind):
+        # The forwarder "process" is the kernel's forwarding: turn it off; the VIPs stay (as after kill -9).
+        netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 0)
+
+    def restart_software(self, node, kind):
+        netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 1)
 
     def after_kill(self, node, kind, t_kill):
         if kind == "sync":
@@ -170,16 +187,6 @@ class NoneDriver(Driver):
         topology.del_vips(self.lab.prefix, node)  # a real master that died could not; see LAB-NOTES
         topology.add_vips(self.lab.prefix, peer)
         self._announce(peer)
-
-    def restore(self, node, kind):
-        p = self.lab.prefix
-        if kind == "node":
-            topology.set_node_links(p, node, True)
-        elif kind == "link":
-            topology.set_lan_port(p, node, "out", True)
-        elif kind == "sync":
-            topology.set_sync_link(p, node, True)
-        netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 1)
 
 
 RULES_TEMPLATE = """\
@@ -431,34 +438,16 @@ class PairwalldDriver(Driver):
             out[n.name] = int(c) if isinstance(c, (int, float)) else None
         return out
 
-    def kill(self, node, kind):
-        p = self.lab.prefix
-        if kind in ("master", "node"):
-            self.lab.kill9(node, "pairwalld")
-            if kind == "node":
-                if self.keepalived:
-                    self.lab.kill9(node, "keepalived")
-                topology.set_node_links(p, node, False)
-        elif kind == "link":
-            topology.set_lan_port(p, node, "out", False)
-        elif kind == "sync":
-            topology.set_sync_link(p, node, False)
-        else:
-            raise LabError(f"unknown kill kind {kind!r}; expected one of {', '.join(KILL_KINDS)}")
+    def kill_software(self, node, kind):
+        self.lab.kill9(node, "pairwalld")
+        if kind == "node" and self.keepalived:
+            self.lab.kill9(node, "keepalived")
 
-    def restore(self, node, kind):
-        p = self.lab.prefix
-        if kind == "node":
-            topology.set_node_links(p, node, True)
-        elif kind == "link":
-            topology.set_lan_port(p, node, "out", True)
-        elif kind == "sync":
-            topology.set_sync_link(p, node, True)
-        if kind in ("master", "node"):
-            self.start_daemon(node)
-            self.wait_socket(node)
-            if kind == "node" and self.keepalived:
-                self.start_keepalived(node)
+    def restart_software(self, node, kind):
+        self.start_daemon(node)
+        self.wait_socket(node)
+        if kind == "node" and self.keepalived:
+            self.start_keepalived(node)
 
 
 class ScriptedDriver(PairwalldDriver):
@@ -801,7 +790,7 @@ class ConntrackdDriver(Driver):
         while not netns.fully_exited(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    def _kill_software(self, node):
+    def kill_software(self, node, kind):
         netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 0)
         # The VRRP child first: killed after its parent it would be told to stop and leave cleanly (priority 0
         # advert, VIPs removed), which is a handover, not a crash.
@@ -813,31 +802,10 @@ class ConntrackdDriver(Driver):
         self._kill9_pid(self.lab.pid_of(node, "keepalived"))
         self._kill9_pid(self.conntrackd_pid(node))
 
-    def kill(self, node, kind):
-        p = self.lab.prefix
-        if kind in ("master", "node"):
-            self._kill_software(node)
-            if kind == "node":
-                topology.set_node_links(p, node, False)
-        elif kind == "link":
-            topology.set_lan_port(p, node, "out", False)
-        elif kind == "sync":
-            topology.set_sync_link(p, node, False)
-        else:
-            raise LabError(f"unknown kill kind {kind!r}; expected one of {', '.join(KILL_KINDS)}")
-
-    def restore(self, node, kind):
-        p = self.lab.prefix
-        if kind == "node":
-            topology.set_node_links(p, node, True)
-        elif kind == "link":
-            topology.set_lan_port(p, node, "out", True)
-        elif kind == "sync":
-            topology.set_sync_link(p, node, True)
-        if kind in ("master", "node"):
-            netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 1)
-            self.start_conntrackd(node)
-            self.start_keepalived(node)
+    def restart_software(self, node, kind):
+        netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 1)
+        self.start_conntrackd(node)
+        self.start_keepalived(node)
 
 
 def make(lab, name):
