@@ -317,7 +317,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
         v.reason = Reason::State;
         v.rule = state->rule;
         v.state = state->id;
-        v.log = (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log;
+        v.log = (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
         v.rewritten = rewritten;
         return v;
       }
@@ -404,7 +404,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   state->peer[1] = dst;
   state->rule = creator->number;
   states_.attach_creator(state, creator, worker.rules_);
-  if (creator->log) state->flags |= stateflag::kLog;
+  if (creator->log_states) state->flags |= stateflag::kLog;
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();
   state->last_synced = now;

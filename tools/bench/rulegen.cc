@@ -180,7 +180,7 @@ class Generator {
     }
 
     FilterRule block_all;
-    block_all.log = true;
+    block_all.log = LogMode::First;
     add(f, block_all);
     FilterRule blocked;
     blocked.direction = Direction::In;

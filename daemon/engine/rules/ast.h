@@ -60,6 +60,9 @@ struct IcmpTypeMatch {
 enum class Action : uint8_t { Pass, Block };
 enum class BlockReply : uint8_t { Drop, ReturnRst, ReturnIcmp };
 enum class Direction : uint8_t { Any, In, Out };
+// pf's `log` logs the packets the rule decides, the one that creates a state included; `log (all)`
+// also every packet that later matches that state.
+enum class LogMode : uint8_t { None, First, All };
 
 struct StateOptions {
   bool keep_state = true;  // pf: pass keeps state unless `no state`
@@ -80,7 +83,7 @@ struct FilterRule {
   // and everything else an ICMP unreachable. A consumer that ignores it still rejects TCP.
   bool reply_rst_for_tcp = false;
   Direction direction = Direction::Any;
-  bool log = false;
+  LogMode log = LogMode::None;
   bool quick = false;
   std::vector<InterfaceMatch> interfaces;  // empty: any interface; list matches if any does
   std::optional<Family> family;            // inet / inet6

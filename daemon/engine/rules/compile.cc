@@ -173,7 +173,8 @@ std::string filter_text(const FilterRule& r) {
     }
   }
   if (r.direction != Direction::Any) out += r.direction == Direction::In ? " in" : " out";
-  if (r.log) out += " log";
+  if (r.log == LogMode::First) out += " log";
+  if (r.log == LogMode::All) out += " log (all)";
   if (r.quick) out += " quick";
   out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
@@ -357,7 +358,8 @@ class Compiler {
       c.action = r.action;
       c.reply = r.reply;
       c.reply_rst_for_tcp = r.reply_rst_for_tcp;
-      c.log = r.log;
+      c.log = r.log != LogMode::None;
+      c.log_states = r.log == LogMode::All;
       c.quick = r.quick;
       c.keep_state = r.action == Action::Pass && r.state.keep_state;
       c.max_states = r.state.max_states;

@@ -119,7 +119,7 @@ std::string timeout_names() {
 }
 
 constexpr const char* kFilterOrder =
-    "filter rules read: pass|block [drop|return|return-rst|return-icmp] [in|out] [log] [quick] "
+    "filter rules read: pass|block [drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] "
     "[on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then flags, "
     "icmp-type and state options";
 
@@ -550,7 +550,14 @@ class Parser {
       stage = 2;
     }
     if (accept_word("log")) {
-      r.log = true;
+      r.log = LogMode::First;
+      if (at(TokenKind::LParen)) {
+        take();
+        if (!accept_word("all")) fail_expected(peek(), "'all' (log (all))");
+        if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
+        take();
+        r.log = LogMode::All;
+      }
       stage = 3;
     }
     if (accept_word("quick")) {

@@ -20,7 +20,7 @@ def lan(require_root):
 
 @pytest.fixture
 def daemon_factory(lan, tmp_path):
-    """daemon_factory(fail_open=False, queues=1, rules=RULES, hooks="forward") -> a started Daemon."""
+    """daemon_factory(fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None) -> a started Daemon."""
     started = []
 
     def make(**kwargs):

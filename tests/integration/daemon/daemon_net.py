@@ -65,6 +65,7 @@ file = "{rules}"
 
 [log]
 level = "debug"
+{pcap}
 
 [control]
 socket = "{socket}"
@@ -186,7 +187,7 @@ class Held:
 class Daemon:
     """pairwalld in the fw namespace, with pairwallctl to talk to it."""
 
-    def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES, hooks="forward"):
+    def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None):
         self.lan = lan
         self.work = work
         self.bin = bin_dir()
@@ -199,7 +200,8 @@ class Daemon:
         self.socket = work / "run" / "control.sock"
         self.config = work / "pairwall.toml"
         self.config.write_text(CONFIG.format(queues=queues, fail_open=str(fail_open).lower(), rules=self.rules,
-                                             socket=self.socket, hooks=hooks))
+                                             socket=self.socket, hooks=hooks,
+                                             pcap=f'pcap_file = "{pcap}"' if pcap else ""))
         self.log = work / "pairwalld.log"
         self.proc = None
 
@@ -246,8 +248,6 @@ class Daemon:
             return self.log.read_text(errors="replace")[-4000:]
         except OSError:
             return "(no log)"
-
-
 
 
 def settle():

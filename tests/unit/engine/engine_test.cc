@@ -342,6 +342,41 @@ TEST_CASE("UDP request creates a state that passes the reply until it expires", 
   CHECK(fw.in(answer).reason == Reason::RuleBlock);
 }
 
+TEST_CASE("log marks the packets a rule decides; log (all) also those of its states", "[engine][log]") {
+  auto query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();
+  auto answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).payload(120).build();
+  auto other = PacketBuilder().ipv4(kClient, kServer).udp(5353, 99).payload(40).build();
+  const std::string base = "block log all\npass out on wan0 proto udp to port 53\n";
+
+  SECTION("log: the state's first packet and blocked packets, not later state matches") {
+    Firewall fw(base + "pass in log on lan0 proto udp to port 53\n");
+    const Verdict first = fw.out(query);
+    CHECK(first.reason == Reason::Match);
+    CHECK(first.log);
+    CHECK(first.rule == 2);
+    const Verdict reply = fw.in(answer);
+    CHECK(reply.reason == Reason::State);
+    CHECK_FALSE(reply.log);
+    const Verdict blocked = fw.out(other);
+    CHECK(blocked.reason == Reason::RuleBlock);
+    CHECK(blocked.log);
+    CHECK(blocked.rule == 0);
+  }
+  SECTION("log (all): every packet of the state") {
+    Firewall fw(base + "pass in log (all) on lan0 proto udp to port 53\n");
+    CHECK(fw.out(query).log);
+    const Verdict reply = fw.in(answer);
+    CHECK(reply.reason == Reason::State);
+    CHECK(reply.log);
+    CHECK(fw.out(query).log);
+  }
+  SECTION("no log: nothing") {
+    Firewall fw("pass in on lan0 proto udp to port 53\npass out on wan0 proto udp to port 53\n");
+    CHECK_FALSE(fw.out(query).log);
+    CHECK_FALSE(fw.in(answer).log);
+  }
+}
+
 TEST_CASE("set timeout changes how long a state lives", "[engine][udp]") {
   Firewall fw("set timeout udp.first 5\npass all");
   CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(1, 2).build()).reason == Reason::Match);

@@ -110,7 +110,8 @@ std::string render(const FilterRule& r) {
   }
   if (r.direction == Direction::In) o << " in";
   if (r.direction == Direction::Out) o << " out";
-  if (r.log) o << " log";
+  if (r.log == LogMode::First) o << " log";
+  if (r.log == LogMode::All) o << " log(all)";
   if (r.quick) o << " quick";
   if (!r.interfaces.empty()) o << " on " << render(r.interfaces);
   if (r.family) o << (*r.family == Family::V4 ? " inet" : " inet6");
@@ -325,6 +326,7 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"block return-icmp out proto udp all", "block icmp out proto 17 from * to * nostate"},
       {"block return all", "block rst/icmp from * to * nostate"},
       {"pass in log quick on em0 all", "pass in log quick on em0 from * to * keep"},
+      {"pass in log (all) quick on em0 all", "pass in log(all) quick on em0 from * to * keep"},
       {"pass out on !em0 all", "pass out on !em0 from * to * keep"},
       {"pass on { em0, em1 !em2 } all", "pass on em0,em1,!em2 from * to * keep"},
       {"pass on \"eth-0.10\" all", "pass on eth-0.10 from * to * keep"},
@@ -542,16 +544,18 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"# c\npass in \\\n  on\n", "t.conf:3:5: expected interface name, got end of line"},
       {"pass in on em0 quick all",
        "t.conf:1:16: 'quick' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp] [in|out] [log] [quick] [on IF] [inet|inet6] [proto P] from SRC "
+       "[drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] [on IF] [inet|inet6] [proto P] from SRC "
        "[port P] to DST [port P] | all, then flags, icmp-type and state options"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp] [in|out] [log] [quick] [on IF] [inet|inet6] "
+       "[drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] [on IF] [inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type and state "
        "options"},
       {"pass all label \"x\"",
        "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option or end of line, got "
        "'label'"},
+      {"pass log (matches) all", "t.conf:1:11: expected 'all' (log (all)), got 'matches'"},
+      {"pass log (all all", "t.conf:1:15: expected ')', got 'all'"},
       {"pass return-rst all", "t.conf:1:6: 'return-rst' applies to block rules only"},
       {"block all keep state", "t.conf:1:11: 'keep state' has no effect on a block rule: remove it"},
       {"pass all keep", "t.conf:1:14: expected 'state' after 'keep', got end of file"},

@@ -1,0 +1,65 @@
+"""Packets of `log` rules reach the pcap file in pflog format: `tcpdump -n -e -r` reads it and shows,
+for each logged packet, the deciding rule's number, the action and the interface. As in pf, `log` on
+a rule that keeps state logs the packet that creates the state, not the replies that match it;
+packets of rules without `log` are not there."""
+
+import re
+import subprocess
+import time
+
+from daemon_net import ALLOWED, BLOCKED, RULES, UDP_PORT
+
+LOGGED_RULES = RULES + """\
+block in log quick on $in_if proto tcp to port 8081
+pass in log on $in_if proto udp to port 5353
+"""
+
+
+def read_pflog(path, until, timeout=5.0):
+    """tcpdump's lines for `path` once until(lines) holds (the writer flushes every 100 ms), or at the timeout."""
+    deadline = time.monotonic() + timeout
+    lines = []
+    while time.monotonic() < deadline:
+        if path.exists():
+            cp = subprocess.run(["tcpdump", "-n", "-e", "-r", str(path)], capture_output=True, text=True, timeout=10)
+            assert "PFLOG" in cp.stderr, cp.stderr
+            lines = cp.stdout.splitlines()
+            if until(lines):
+                return lines
+        time.sleep(0.1)
+    return lines
+
+
+def rule_number(fw, text):
+    """The number `pairwallctl rules show` gives the rule whose text contains `text`."""
+    shown = fw.ctl("rules", "show").stdout
+    for line in shown.splitlines():
+        if text in line:
+            m = re.match(r"\s*@(\d+)", line)
+            assert m, line
+            return int(m.group(1))
+    raise AssertionError(f"no rule with {text!r} in rules show:\n{shown}")
+
+
+def test_log_rules_write_pflog_pcap(lan, daemon_factory, tmp_path):
+    pcap = tmp_path / "pflog.pcap"
+    fw = daemon_factory(rules=LOGGED_RULES, pcap=pcap)
+    block_rule = rule_number(fw, "block in log quick on f0 proto tcp")
+    pass_rule = rule_number(fw, "pass in log on f0 proto udp")
+
+    assert lan.connect(4, ALLOWED)["result"] == "ok"  # passed by a rule without `log`
+    assert lan.connect(4, BLOCKED, timeout=1.5)["result"] == "timeout"
+    assert lan.udp(4, UDP_PORT)["result"] == "ok"
+
+    lines = read_pflog(pcap, lambda ls: any(f"rule {block_rule}/" in l for l in ls)
+                       and any(f"rule {pass_rule}/" in l for l in ls))
+    time.sleep(0.3)  # and a little longer, for a record that should not be there
+    lines = read_pflog(pcap, lambda ls: True)
+    blocked = [l for l in lines if f"rule {block_rule}/" in l]
+    passed = [l for l in lines if f"rule {pass_rule}/" in l]
+    assert blocked, "\n".join(lines) or "(empty log)"
+    assert passed, "\n".join(lines) or "(empty log)"
+    assert all("block in on f0" in l and f".{BLOCKED}:" in l for l in blocked), blocked
+    assert all("pass in on f0" in l and f".{UDP_PORT}:" in l for l in passed), passed
+    assert len(passed) == 1, "only the query creating the UDP state is logged, not the reply:\n" + "\n".join(passed)
+    assert not [l for l in lines if f".{ALLOWED}:" in l], "a packet of a rule without log was logged"
