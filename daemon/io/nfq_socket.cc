@@ -168,6 +168,10 @@ NfqSocket::NfqSocket(const QueueConfig& config) : config_(config), planner_(conf
       msgs_[i].msg_hdr.msg_iovlen = 1;
     }
 
+    packets_.resize(config_.recv_batch);
+    decisions_.resize(config_.recv_batch);
+    order_.reserve(config_.recv_batch);
+
     configure();
     const timeval tv{0, kStopCheckMs * 1000};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -299,10 +303,12 @@ int NfqSocket::receive() noexcept {
   return 0;
 }
 
-QueuedPacket* NfqSocket::next_packet(int slot, std::size_t& offset) noexcept {
+bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
   const mmsghdr& msg = msgs_[static_cast<std::size_t>(slot)];
   uint8_t* base = recv_buffer_.data() + static_cast<std::size_t>(slot) * slot_size_;
+  const bool batch_full = collected_ == packets_.size() || order_.size() == order_.capacity();
   if (offset == 0 && ((msg.msg_hdr.msg_flags & MSG_TRUNC) != 0 || msg.msg_len > slot_size_)) {
+    if (batch_full) return false;
     // Cannot happen with copy_range below the slot size; if it does, settle the packet by the
     // fail-open policy rather than leave it queued forever.
     counters_.oversize.add();
@@ -310,31 +316,35 @@ QueuedPacket* NfqSocket::next_packet(int slot, std::size_t& offset) noexcept {
     uint32_t id = 0;
     if (recover_packet_id(base, slot_size_, id)) {
       counters_.packets.add();
-      plan(id, config_.fail_open ? Decision::Accept : Decision::Drop, nullptr);
+      settle_later(id, config_.fail_open ? Decision::Accept : Decision::Drop);
     } else {
       counters_.malformed.add();
     }
-    return nullptr;
+    return true;
   }
   while (offset < msg.msg_len) {
+    if (collected_ == packets_.size() || order_.size() == order_.capacity()) return false;
     int remaining = static_cast<int>(msg.msg_len - offset);
     auto* nlh = reinterpret_cast<nlmsghdr*>(base + offset);
     if (!mnl_nlmsg_ok(nlh, remaining)) {
       counters_.malformed.add();
       offset = msg.msg_len;
-      return nullptr;
+      return true;
     }
     offset += MNL_ALIGN(nlh->nlmsg_len);
-    switch (parse_queue_message(nlh, current_)) {
+    QueuedPacket& packet = packets_[collected_];
+    switch (parse_queue_message(nlh, packet)) {
       case MessageStatus::Packet:
         counters_.packets.add();
-        counters_.bytes.add(current_.length);
-        return &current_;
+        counters_.bytes.add(packet.length);
+        order_.push_back({packet.id, static_cast<uint32_t>(collected_), Decision::Drop});
+        ++collected_;
+        break;
       case MessageStatus::Truncated:
         counters_.packets.add();
-        counters_.bytes.add(current_.length);
+        counters_.bytes.add(packet.length);
         counters_.truncated.add();
-        plan(current_.id, Decision::Accept, nullptr);
+        settle_later(packet.id, Decision::Accept);
         break;
       case MessageStatus::NotPacket:
         if (nlh->nlmsg_type == NLMSG_ERROR && nlh->nlmsg_len >= MNL_NLMSG_HDRLEN + sizeof(int) &&
@@ -347,7 +357,25 @@ QueuedPacket* NfqSocket::next_packet(int slot, std::size_t& offset) noexcept {
         break;
     }
   }
-  return nullptr;
+  return true;
+}
+
+void NfqSocket::settle_later(uint32_t id, Decision decision) noexcept {
+  // Not planned at once: a batch verdict planned for this id would also settle the lower ids
+  // collected before it and not yet decided.
+  order_.push_back({id, kNoPacket, decision});
+}
+
+void NfqSocket::plan_collected() noexcept {
+  for (const Settle& s : order_) {
+    if (s.packet == kNoPacket) {
+      plan(s.id, s.decision, nullptr);
+    } else {
+      plan(s.id, decisions_[s.packet], &packets_[s.packet]);
+    }
+  }
+  order_.clear();
+  collected_ = 0;
 }
 
 void NfqSocket::plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept {

@@ -6,7 +6,9 @@
 //   loop: recvmmsg up to `recv_batch` datagrams (one queued packet each), blocking for the first
 //         only (MSG_WAITFORONE) — verdicts owed were all sent before, so blocking is safe
 //         -> one steady_clock read for the batch
-//         -> per packet: parse attributes, decide, plan the verdict (verdict_plan.h)
+//         -> parse every datagram's attributes into the batch
+//         -> decide the whole batch in one call (the engine overlaps its state lookups' misses)
+//         -> plan the verdicts in queue order (verdict_plan.h)
 //         -> end of batch: close the accept run, send every verdict message in one sendto
 //
 // A socket belongs to one thread; only counters() may be read from others.
@@ -121,25 +123,29 @@ class NfqSocket {
   // Receives and decides one batch, then sends its verdicts. Blocks until packets arrive, at
   // most kStopCheckMs. Returns the number of datagrams handled.
   //
-  // decide(QueuedPacket&, std::chrono::steady_clock::time_point now) -> Decision must be
-  // noexcept. It is not called for truncated packets: those are accepted and counted, because
-  // the bytes past the copy range cannot be inspected.
-  template <typename Decide>
-  int run_once(Decide& decide) noexcept;
+  // decide(std::span<QueuedPacket> packets, std::span<Decision> decisions,
+  //        std::chrono::steady_clock::time_point now) must be noexcept and set decisions[i] for
+  // packets[i], for every i. It never sees truncated packets: those are accepted and counted,
+  // because the bytes past the copy range cannot be inspected.
+  template <typename DecideBatch>
+  int run_once(DecideBatch& decide) noexcept;
 
   // Repeats run_once until `stop` is set: seen after the current batch, within kStopCheckMs
   // when idle.
-  template <typename Decide>
-  void run(const std::atomic<bool>& stop, Decide& decide) noexcept {
+  template <typename DecideBatch>
+  void run(const std::atomic<bool>& stop, DecideBatch& decide) noexcept {
     while (!stop.load(std::memory_order_relaxed)) run_once(decide);
   }
 
  private:
   void configure();
   int receive() noexcept;
-  // Handles the datagram in slot `i`; returns the packet to decide, or nullptr when the slot held
-  // something else (already handled and counted).
-  QueuedPacket* next_packet(int slot, std::size_t& offset) noexcept;
+  // Parses the datagram in `slot` into the batch: a packet to decide, or a verdict already known
+  // (truncated, oversize). Returns false, having added nothing, when the batch is full.
+  bool collect(int slot, std::size_t& offset) noexcept;
+  void settle_later(uint32_t id, Decision decision) noexcept;
+  // Plans the verdicts of the batch collected so far, in the order the packets arrived.
+  void plan_collected() noexcept;
   void plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept;
   void append(const VerdictOp& op, const QueuedPacket* packet) noexcept;
   void finish_batch() noexcept;
@@ -158,24 +164,39 @@ class NfqSocket {
   std::size_t send_capacity_ = 0;
   std::size_t send_used_ = 0;
   VerdictPlanner planner_;
-  QueuedPacket current_;
+
+  // The batch between receive and verdicts. `order_` lists every settled packet in arrival order;
+  // its `packet` indexes packets_/decisions_, or is kNoPacket for a verdict known without deciding.
+  struct Settle {
+    uint32_t id;
+    uint32_t packet;
+    Decision decision;
+  };
+  static constexpr uint32_t kNoPacket = UINT32_MAX;
+  std::vector<QueuedPacket> packets_;
+  std::vector<Decision> decisions_;
+  std::vector<Settle> order_;
+  std::size_t collected_ = 0;
   QueueCounters counters_;
 };
 
-template <typename Decide>
-int NfqSocket::run_once(Decide& decide) noexcept {
-  static_assert(
-      std::is_nothrow_invocable_r_v<Decision, Decide&, QueuedPacket&, std::chrono::steady_clock::time_point>,
-      "the decision function is on the packet path: it must be noexcept and return a Decision");
+template <typename DecideBatch>
+int NfqSocket::run_once(DecideBatch& decide) noexcept {
+  static_assert(std::is_nothrow_invocable_v<DecideBatch&, std::span<QueuedPacket>, std::span<Decision>,
+                                            std::chrono::steady_clock::time_point>,
+                "the decision function is on the packet path: it must be noexcept");
   const int received = receive();
   if (received <= 0) return 0;
   const auto now = std::chrono::steady_clock::now();
+  auto decide_collected = [&] {
+    decide(std::span(packets_.data(), collected_), std::span(decisions_.data(), collected_), now);
+    plan_collected();
+  };
   for (int slot = 0; slot < received; ++slot) {
     std::size_t offset = 0;
-    while (QueuedPacket* packet = next_packet(slot, offset)) {
-      plan(packet->id, decide(*packet, now), packet);
-    }
+    while (!collect(slot, offset)) decide_collected();  // full: a datagram held several packets
   }
+  decide_collected();
   finish_batch();
   return received;
 }

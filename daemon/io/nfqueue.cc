@@ -40,6 +40,7 @@ void NfQueue::start() {
     QueueConfig qc = config_.queue;
     qc.queue = queue_of(w->index);
     w->socket = std::make_unique<NfqSocket>(qc);
+    w->batch.resize(w->socket->config().recv_batch);
     if (config_.reject) w->rejector = std::make_unique<Rejector>(config_.reject_config);
   }
   started_ = true;
@@ -47,9 +48,9 @@ void NfQueue::start() {
     w->thread = std::thread([this, worker = w.get()] {
       const std::string name = "pw-queue-" + std::to_string(queue_of(worker->index));
       pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
-      auto decide_fn = [this, worker](QueuedPacket& packet,
+      auto decide_fn = [this, worker](std::span<QueuedPacket> packets, std::span<Decision> decisions,
                                       std::chrono::steady_clock::time_point now) noexcept {
-        return decide(*worker, packet, now);
+        decide(*worker, packets, decisions, now);
       };
       worker->socket->run(stop_, decide_fn);
     });
@@ -81,43 +82,52 @@ std::vector<KernelQueueStats> NfQueue::kernel_stats() const {
   return ours;
 }
 
-Decision NfQueue::decide(Worker& w, QueuedPacket& packet,
-                         std::chrono::steady_clock::time_point now) noexcept {
+void NfQueue::decide(Worker& w, std::span<QueuedPacket> packets, std::span<Decision> decisions,
+                     std::chrono::steady_clock::time_point now) noexcept {
   const uint64_t generation = iface_generation_.load(std::memory_order_relaxed);
   if (w.iface_generation != generation) {
     w.ifaces.clear();
     w.iface_generation = generation;
   }
-  // lookup() returns a reference that the next lookup may reuse: keep copies.
-  const CachedIface in = w.ifaces.lookup(packet.in_ifindex);
-  const CachedIface out = w.ifaces.lookup(packet.out_ifindex);
-
-  engine::PacketMeta meta;
-  meta.hook = hook_of(packet.in_ifindex != 0, packet.out_ifindex != 0);
-  meta.in_iface = in.id;
-  meta.out_iface = out.id;
-  meta.checksum_partial = packet.checksum_partial;
+  const std::span<engine::BatchPacket> batch(w.batch.data(), packets.size());
+  for (std::size_t i = 0; i < packets.size(); ++i) {
+    const QueuedPacket& packet = packets[i];
+    engine::BatchPacket& b = batch[i];
+    b.bytes = packet.payload;
+    b.meta.hook = hook_of(packet.in_ifindex != 0, packet.out_ifindex != 0);
+    b.meta.in_iface = w.ifaces.lookup(packet.in_ifindex).id;
+    b.meta.out_iface = w.ifaces.lookup(packet.out_ifindex).id;
+    b.meta.checksum_partial = packet.checksum_partial;
+  }
   const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
+  engine_.process_batch(w.engine_worker, batch, millis);
+  for (std::size_t i = 0; i < packets.size(); ++i) decisions[i] = act(w, packets[i], batch[i], now);
+}
 
-  const engine::Verdict verdict = engine_.process(w.engine_worker, packet.payload, meta, millis);
-
+Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::BatchPacket& decided,
+                      std::chrono::steady_clock::time_point now) noexcept {
+  const engine::Verdict& verdict = decided.verdict;
   if (verdict.log && log_ != nullptr) {
     LogMeta m;
     m.family = (packet.payload[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
     m.pass = verdict.action == engine::Verdict::Action::Accept;
     m.reason = verdict.reason;
     m.rule = verdict.rule;
-    m.outbound = meta.hook == engine::Hook::Output;
-    std::memcpy(m.ifname, m.outbound ? out.name : in.name, sizeof(m.ifname));
+    m.outbound = decided.meta.hook == engine::Hook::Output;
+    // lookup() returns a reference that the next lookup may reuse: copy the name at once.
+    const uint32_t ifindex = m.outbound ? packet.out_ifindex : packet.in_ifindex;
+    std::memcpy(m.ifname, w.ifaces.lookup(ifindex).name, sizeof(m.ifname));
     if (!log_->log(w.index, m, packet.payload, now)) w.log_dropped.add();
   }
 
   switch (verdict.action) {
     case engine::Verdict::Action::Accept:
       return verdict.rewritten ? Decision::AcceptRewritten : Decision::Accept;
-    case engine::Verdict::Action::Reject:
+    case engine::Verdict::Action::Reject: {
+      const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
       if (w.rejector) w.rejector->reject(packet.payload, verdict.reply, millis);
       return Decision::Drop;
+    }
     case engine::Verdict::Action::Drop:
       break;
   }

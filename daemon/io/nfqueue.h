@@ -2,10 +2,14 @@
 // socket (NfqSocket), its engine::Worker, its interface cache and its reject sockets, so that
 // workers share nothing but the engine's state table.
 //
-//   kernel --queue N+i--> NfqSocket (batched recv) --> Engine::process() --> Verdict
+//   kernel --queue N+i--> NfqSocket (batched recv) --> Engine::process_batch() --> Verdicts
 //                          |                            | Reject: Rejector (RST / ICMP)
 //                          |                            | log:    PcapLog ring
 //                          <-- batched verdicts <-------+
+//
+// A whole receive batch goes to the engine in one call, which starts the state lookups of several
+// packets before deciding the first: at a million states nearly every lookup misses the cache,
+// and overlapped misses cost about half as much as misses in a row (pairwall-bench engine).
 //
 // Threads, not Asio: each worker blocks in recvmmsg (MSG_WAITFORONE, a 100 ms timeout to notice
 // stop()) on its own socket. An Asio reactor would add an epoll_wait and a handler dispatch to
@@ -30,6 +34,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -99,12 +104,16 @@ class NfQueue {
     std::size_t index;
     uint64_t iface_generation = 0;
     std::unique_ptr<NfqSocket> socket;
+    std::vector<engine::BatchPacket> batch;  // one receive batch, sized at start()
     std::unique_ptr<Rejector> rejector;
     Counter log_dropped;
     std::thread thread;
   };
 
-  Decision decide(Worker& worker, QueuedPacket& packet, std::chrono::steady_clock::time_point now) noexcept;
+  void decide(Worker& worker, std::span<QueuedPacket> packets, std::span<Decision> decisions,
+              std::chrono::steady_clock::time_point now) noexcept;
+  Decision act(Worker& worker, const QueuedPacket& packet, const engine::BatchPacket& decided,
+               std::chrono::steady_clock::time_point now) noexcept;
 
   engine::Engine& engine_;
   NfQueueConfig config_;

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -212,8 +214,9 @@ int main(int argc, char** argv) {
   std::vector<std::thread> workers;
   for (auto& socket : sockets) {
     workers.emplace_back([&stop, s = socket.get()] {
-      auto accept_all = [](QueuedPacket&, std::chrono::steady_clock::time_point) noexcept {
-        return Decision::Accept;
+      auto accept_all = [](std::span<QueuedPacket>, std::span<Decision> decisions,
+                           std::chrono::steady_clock::time_point) noexcept {
+        std::fill(decisions.begin(), decisions.end(), Decision::Accept);
       };
       s->run(stop, accept_all);
     });
