@@ -48,13 +48,14 @@ void rules_keys(const Options& options, Json& out) {
 
 void state_keys(const Options& options, Json& out) {
   const StateBenchResult r = run_state_bench({1000, 100000, 1000000}, options.seconds);
-  // state_lookup_mpps: one process() call per packet, as the daemon's queue workers call the
-  // engine today; state_lookup_batch_mpps: Engine::process_batch() on recvmmsg-sized batches.
+  // state_lookup_mpps: Engine::process_batch() on recvmmsg-sized batches, as the daemon's queue
+  // workers call the engine; state_lookup_single_mpps: one process() call per packet.
   for (const auto& [count, mpps] : r.lookup_mpps) out["state_lookup_mpps"][std::to_string(count)] = mpps;
-  for (const auto& [count, mpps] : r.lookup_batch_mpps)
-    out["state_lookup_batch_mpps"][std::to_string(count)] = mpps;
+  for (const auto& [count, mpps] : r.lookup_single_mpps)
+    out["state_lookup_single_mpps"][std::to_string(count)] = mpps;
   out["state_create_per_s"] = r.create_per_s;
   out["ns_per_packet_hit"] = r.ns_per_packet_hit;
+  out["ns_per_packet_hit_single"] = r.ns_per_packet_hit_single;
   out["ns_per_packet_hit_states"] = r.ns_per_packet_hit_states;
 }
 

@@ -10,15 +10,15 @@
 namespace pairwall::bench {
 
 struct StateBenchResult {
-  // State count -> millions of hit packets per CPU second of the thread, one process() call per
-  // packet (how io/nfqueue calls the engine today).
+  // State count -> millions of hit packets per CPU second of the thread, through
+  // Engine::process_batch() on 64-packet batches: one recvmmsg's worth, as io/nfqueue calls it.
   std::map<uint32_t, double> lookup_mpps;
-  // The same through Engine::process_batch() on 64-packet batches (one recvmmsg's worth).
-  std::map<uint32_t, double> lookup_batch_mpps;
+  // The same with one Engine::process() call per packet, for comparison.
+  std::map<uint32_t, double> lookup_single_mpps;
   double create_per_s = 0;  // new states per second, expiry running
-  // CPU ns per single-packet hit at the largest table measured (ns_per_packet_hit_states), from
-  // the lookup_mpps run there.
+  // CPU ns per hit at the largest table measured (ns_per_packet_hit_states): batched, and single.
   double ns_per_packet_hit = 0;
+  double ns_per_packet_hit_single = 0;
   uint32_t ns_per_packet_hit_states = 0;
 };
 
