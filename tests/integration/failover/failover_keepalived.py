@@ -87,3 +87,22 @@ def keepalived_trace(p):
 def vip_holder(p):
     held = [n for n in ("a", "b") if p.holds_vips(n)]
     return held[0] if len(held) == 1 else None
+
+
+def wait_settled(p, timeout=15):
+    """Waits until one node holds the VIPs and pairwall agrees (master there, backup on the other);
+    returns (master, backup). Both instances may start as master before they hear each other, and
+    the one with the lower address then steps down: the first VIP holder seen is not yet the answer."""
+    def settled():
+        holder = vip_holder(p)
+        if holder is None:
+            return None
+        other = "b" if holder == "a" else "a"
+        return (holder, other) if p.role(holder) == "master" and p.role(other) == "backup" else None
+
+    try:
+        return p.wait_for(settled, timeout, step=0.05,
+                          what="one VIP holder, pairwall master there and backup on the other node")
+    except AssertionError as e:
+        now = f"VIPs at {[n for n in ('a', 'b') if p.holds_vips(n)]}, roles a={p.role('a')} b={p.role('b')}"
+        raise AssertionError(f"{e} ({now})\n{keepalived_trace(p)}") from None

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from failover_net import CLIENTS, LANS, monotonic_us, probe
-from failover_keepalived import keepalived_trace, kill_keepalived, start_keepalived, vip_holder
+from failover_keepalived import kill_keepalived, start_keepalived, wait_settled
 
 
 @pytest.fixture
@@ -20,12 +20,7 @@ def kpair(pair_factory):
         p.start(node, driver="keepalived")
     for node in ("a", "b"):
         start_keepalived(p, node)
-    holder = p.wait_for(lambda: vip_holder(p), 10, what="one keepalived holding the VIPs")
-    other = "b" if holder == "a" else "a"
-    try:
-        p.wait_roles({holder: "master", other: "backup"}, timeout=5)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{keepalived_trace(p)}") from None
+    holder, other = wait_settled(p)
     return p, holder, other
 
 

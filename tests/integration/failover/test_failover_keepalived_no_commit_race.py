@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-from failover_keepalived import kill_keepalived, start_keepalived, vip_holder
+from failover_keepalived import kill_keepalived, start_keepalived, wait_settled
 from failover_tcp import CLIENT, RULES, SERVER, states
 
 
@@ -27,8 +27,8 @@ def routed_pair(pair_factory, sync):
         p.start(node, driver="keepalived")
     for node in ("a", "b"):
         start_keepalived(p, node)
-    master = p.wait_for(lambda: vip_holder(p), 10, what="one keepalived holding the VIPs")
-    return p, master, "b" if master == "a" else "a"
+    master, backup = wait_settled(p)
+    return p, master, backup
 
 
 def node_death(p, node):
