@@ -82,7 +82,7 @@ struct Options {
 };
 
 engine::Millis monotonic_now() {
-  // The clock the queue workers pass to Engine::process() (nfqueue.h).
+  // The clock the queue workers pass to Engine::process_batch() (nfqueue.h).
   return std::chrono::duration_cast<engine::Millis>(steady_clock::now().time_since_epoch());
 }
 

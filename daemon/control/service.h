@@ -23,7 +23,7 @@ class ControlService {
  public:
   using Clock = std::function<engine::Millis()>;
 
-  // `now` must be the clock the packet workers pass to Engine::process().
+  // `now` must be the clock the packet workers pass to Engine::process_batch().
   ControlService(const Config& config, engine::Engine& engine, Clock now);
 
   void set_data_plane(const DataPlane* data_plane) { data_plane_ = data_plane; }

@@ -17,7 +17,7 @@
 // batch in and one out. Everything else in pairwalld (control, metrics, sync, failover) runs on
 // Asio.
 //
-// Time: each batch reads std::chrono::steady_clock once and passes it to process() as
+// Time: each batch reads std::chrono::steady_clock once and passes it to process_batch() as
 // milliseconds since steady_clock's epoch; whoever calls Engine::expire() must use the same clock.
 //
 // Interfaces: the kernel gives ifindexes; a per-worker IfindexCache maps them to engine
