@@ -30,8 +30,8 @@ struct CompiledRule {
   Action action = Action::Block;
   BlockReply reply = BlockReply::Drop;
   bool reply_rst_for_tcp = false;  // `block return`: RST for TCP, `reply` (ICMP) for the rest
-  bool log = false;        // log the packets this rule decides
-  bool log_states = false;  // `log (all)`: and every packet of the states it creates
+  bool log = false;                // log the packets this rule decides
+  bool log_states = false;         // `log (all)`: and every packet of the states it creates
   bool quick = false;
   bool keep_state = true;
   uint32_t max_states = 0;
