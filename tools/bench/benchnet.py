@@ -85,6 +85,49 @@ def new_figure():
     return plt
 
 
+def save_figure(plt, fig, title, path):
+    """Titles, lays out and writes `fig` as a PNG, then frees it."""
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+BUILD = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build"))
+
+
+def add_output_args(parser, suite):
+    """The options every script suite takes: where the build is, and what it writes."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--build", default=BUILD)
+    parser.add_argument("--plot", default=None, help=f"PNG to write (default lab-out/{suite}.png); 'none' for none")
+    parser.add_argument("--out", default=None, help="also write the JSON here (the PNG goes beside it)")
+    parser.add_argument("--quiet", action="store_true")
+
+
+def logger(suite, quiet):
+    """Progress lines on stderr, prefixed with the suite's name; nothing with --quiet."""
+    if quiet:
+        return lambda msg: None
+    return lambda msg: print(f"{suite}: {msg}", file=sys.stderr, flush=True)
+
+
+def write_outputs(results, args, suite, draw, log):
+    """--out's JSON, then the PNG beside it (or --plot's, or lab-out/<suite>.png): draw(path)."""
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    png = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else default_plot_path(f"{suite}.png"))
+    if png == "none":
+        return
+    try:
+        draw(png)
+        log(f"plot: {png}")
+    except ImportError:
+        log("plot: matplotlib not installed, no PNG")
+
+
 def default_plot_path(name):
     """lab-out/<name> at the top of the work tree when it exists (git-ignored), else the cwd."""
     top = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))

@@ -32,7 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchnet as bn  # noqa: E402
 import lossless  # noqa: E402
-from benchnet import NS_C, NS_FW, NS_S, CLIENT_ADDRS, SERVER, UDP_PORT, TCP_PORT, ns, flush_fw  # noqa: E402
+from benchnet import NS_C, NS_FW, NS_S, SERVER, UDP_PORT, TCP_PORT, ns, flush_fw  # noqa: E402
 
 
 def measure_udp(build, seconds):
@@ -140,33 +140,23 @@ def plot(results, path, title):
         ax.set_xticks(list(x))
         ax.set_xticklabels(labels, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    bn.save_figure(plt, fig, title, path)
 
 
 def main():
     bn.ensure_matplotlib()
     parser = argparse.ArgumentParser(prog="pairwall-bench e2e")
-    parser.add_argument("--json", action="store_true")
+    bn.add_output_args(parser, "e2e")
     parser.add_argument("--seconds", type=float, default=3.0, help="flat-out UDP and TCP runs")
     parser.add_argument("--trial-seconds", type=float, default=1.0, help="one lossless-search trial")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds for one path's lossless search")
     parser.add_argument("--no-lossless", action="store_true", help="skip the lossless search (smoke)")
-    parser.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build"))
     parser.add_argument("--paths", default="forward,kernel_conntrack,nfqueue_null,pairwalld_q1,pairwalld_q2")
-    parser.add_argument("--plot", default=None, help="PNG to write (default lab-out/e2e.png); 'none' for none")
-    parser.add_argument("--out", default=None, help="also write the JSON here (the PNG goes beside it)")
-    parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--no-pin", action="store_true", help="no CPU pinning / RPS (see benchnet.py)")
     args = parser.parse_args()
     bn.check_root("e2e", ("iperf3", "iptables", "mpstat"))
     build = os.path.abspath(args.build)
-
-    def log(msg):
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
+    log = bn.logger("e2e", args.quiet)
 
     results = {}
     workdir = tempfile.mkdtemp(prefix="pwb-")
@@ -189,16 +179,8 @@ def main():
     if null.get("udp_lossless_pps") and q1.get("udp_lossless_pps"):
         results["pairwalld_q1_vs_null_udp_lossless"] = round(q1["udp_lossless_pps"] / null["udp_lossless_pps"], 3)
     results["machine"] = dict(bn.machine(), cpu_layout=bn.cpu_layout())
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-    png = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else bn.default_plot_path("e2e.png"))
-    if png != "none":
-        try:
-            plot(results, png, f"pairwall-bench e2e, {bn.machine()['cpus']} CPUs, kernel {os.uname().release}")
-            log(f"plot: {png}")
-        except ImportError:
-            log("plot: matplotlib not installed, no PNG")
+    title = f"pairwall-bench e2e, {bn.machine()['cpus']} CPUs, kernel {os.uname().release}"
+    bn.write_outputs(results, args, "e2e", lambda png: plot(results, png, title), log)
     if args.json:
         print(json.dumps(results))
     else:

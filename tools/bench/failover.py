@@ -115,16 +115,13 @@ def plot(results, stacks, path, title):
         ax.set_xticks(x)
         ax.set_xticklabels([LABELS[s] for s in stacks], fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    bn.save_figure(plt, fig, title, path)
 
 
 def main():
     bn.ensure_matplotlib()
     parser = argparse.ArgumentParser(prog="pairwall-bench failover")
-    parser.add_argument("--json", action="store_true")
+    bn.add_output_args(parser, "failover")
     parser.add_argument("--runs", type=int, default=5, help="drills per stack (default %(default)s)")
     parser.add_argument("--connections", type=int, default=200)
     parser.add_argument("--duration", type=float, default=12.0, help="traffic seconds per drill")
@@ -136,10 +133,6 @@ def main():
     parser.add_argument("--advbase-ms", type=int, default=200, help="advertisement interval of every stack")
     parser.add_argument("--stacks", default=",".join(STACKS), help="comma-separated subset of %(default)s")
     parser.add_argument("--prefix", default=PREFIX, help="lab namespace prefix (default %(default)s)")
-    parser.add_argument("--build", default=os.path.join(HERE, "../../build"))
-    parser.add_argument("--plot", default=None, help="PNG to write (default lab-out/failover.png); 'none' for none")
-    parser.add_argument("--out", default=None, help="also write the JSON here (the PNG goes beside it)")
-    parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     stacks = [s for s in args.stacks.split(",") if s]
     unknown = [s for s in stacks if s not in STACKS]
@@ -147,7 +140,7 @@ def main():
         parser.error(f"unknown stacks {unknown}" if unknown else "--runs wants a positive integer")
     bn.check_root("failover", ("keepalived", "conntrackd", "conntrack", "iptables", "mpstat"))
     bin_dir = os.path.join(os.path.abspath(args.build), "bin")
-    log = (lambda m: None) if args.quiet else (lambda m: print(f"failover: {m}", file=sys.stderr, flush=True))
+    log = bn.logger("failover", args.quiet)
     runs_dir = os.path.join(os.path.dirname(bn.default_plot_path("x")),
                             datetime.now().strftime("failover-%Y%m%d-%H%M%S"))
 
@@ -172,19 +165,11 @@ def main():
                            "kill_after_s": args.kill_after, "restore_after_s": args.restore_after,
                            "preload_states": args.preload,
                            "drill_reports": runs_dir}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-    png = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else bn.default_plot_path("failover.png"))
-    if png != "none":
-        try:
-            m = results["machine"]
-            plot(results, stacks, png, f"pairwall-bench failover: kill -9 of the {args.kill}, {args.runs} runs x "
-                 f"{args.connections} TCP connections, advert {args.advbase_ms} ms; {m['cpus']} CPUs, kernel "
-                 f"{m['kernel']}, steal {m.get('steal_pct', '?')}%")
-            log(f"plot: {png}")
-        except ImportError:
-            log("matplotlib not installed: no plot")
+    m = results["machine"]
+    title = (f"pairwall-bench failover: kill -9 of the {args.kill}, {args.runs} runs x {args.connections} TCP "
+             f"connections, advert {args.advbase_ms} ms; {m['cpus']} CPUs, kernel {m['kernel']}, steal "
+             f"{m.get('steal_pct', '?')}%")
+    bn.write_outputs(results, args, "failover", lambda png: plot(results, stacks, png, title), log)
     if args.json:
         print(json.dumps(results, indent=1))
     else:

@@ -145,24 +145,18 @@ def plot(results, counts, path, title):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.text(0.01, 0.01, "* sender-limited: the generator's own ceiling, not the firewall's", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    bn.save_figure(plt, fig, None, path)
 
 
 def main():
     bn.ensure_matplotlib()
     p = argparse.ArgumentParser(prog="pairwall-bench rules")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build"))
+    bn.add_output_args(p, "rules")
     p.add_argument("--rules", default="10,100,1000,10000")
     p.add_argument("--stacks", default=",".join(STACKS))
     p.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run")
     p.add_argument("--trial-seconds", type=float, default=1.0)
     p.add_argument("--quick", action="store_true", help="smoke: 10 and 1000 rules, short trials")
-    p.add_argument("--plot", default=None)
-    p.add_argument("--out", default=None)
-    p.add_argument("--quiet", action="store_true")
     p.add_argument("--no-pin", action="store_true", help="no CPU pinning / RPS (see benchnet.py)")
     args = p.parse_args()
     if args.quick:
@@ -171,10 +165,7 @@ def main():
     build = os.path.abspath(args.build)
     counts = [int(c) for c in args.rules.split(",")]
     stacks = args.stacks.split(",")
-
-    def log(msg):
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
+    log = bn.logger("rules", args.quiet)
 
     results = {s: {} for s in stacks}
     start = time.time()
@@ -214,17 +205,9 @@ def main():
     out = {"rules_lossless_pps": {s: {c: r.get("lossless_pps") for c, r in pts.items()} for s, pts in results.items()},
            "points": results, "seconds": round(time.time() - start), "trial_seconds": args.trial_seconds,
            "machine": dict(bn.machine(), cpu_layout=bn.cpu_layout())}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
-    png = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else bn.default_plot_path("rules.png"))
-    if png != "none":
-        try:
-            plot(results, counts, png, f"pairwall-bench rules: lossless throughput vs rules "
-                                       f"({bn.machine()['cpus']} CPUs, kernel {os.uname().release})")
-            log(f"plot: {png}")
-        except ImportError:
-            log("plot: matplotlib not installed, no PNG")
+    title = f"pairwall-bench rules: lossless throughput vs rules ({bn.machine()['cpus']} CPUs, kernel " \
+            f"{os.uname().release})"
+    bn.write_outputs(out, args, "rules", lambda png: plot(results, counts, png, title), log)
     if args.json:
         print(json.dumps(out))
     else:

@@ -371,10 +371,7 @@ def plot(out, path, title):
     ax2.set_title("new-connection rate vs timeout, sync off/on (Table B.2)", fontsize=9)
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    bn.save_figure(plt, fig, title, path)
 
 
 def main():
@@ -384,8 +381,7 @@ def main():
         return
     bn.ensure_matplotlib()
     p = argparse.ArgumentParser(prog="pairwall-bench states")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build"))
+    bn.add_output_args(p, "states")
     p.add_argument("--only", choices=("throughput", "newconn"))
     p.add_argument("--counts", default="1,1000,10000,100000,1000000")
     p.add_argument("--max", type=int, default=None, help="cap the state counts")
@@ -394,9 +390,6 @@ def main():
     p.add_argument("--trial-seconds", type=float, default=1.0)
     p.add_argument("--preload-rate", type=float, default=50000, help="preload packets/s")
     p.add_argument("--quick", action="store_true", help="smoke: up to 10k states, timeouts 1 and 10")
-    p.add_argument("--plot", default=None)
-    p.add_argument("--out", default=None)
-    p.add_argument("--quiet", action="store_true")
     p.add_argument("--no-pin", action="store_true", help="no CPU pinning / RPS (see benchnet.py)")
     args = p.parse_args()
     if args.quick:
@@ -406,10 +399,7 @@ def main():
     build = os.path.abspath(args.build)
     counts = [int(c) for c in args.counts.split(",") if args.max is None or int(c) <= args.max]
     timeouts = [int(t) for t in args.timeouts.split(",")]
-
-    def log(msg):
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
+    log = bn.logger("states", args.quiet)
 
     out = {}
     start = time.time()
@@ -433,16 +423,8 @@ def main():
         out["newconn_ratio_on_off"] = out["newconn"]["ratio_on_off"]
     out.update(seconds=round(time.time() - start), trial_seconds=args.trial_seconds,
                machine=dict(bn.machine(), cpu_layout=bn.cpu_layout()))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
-    png = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else bn.default_plot_path("states.png"))
-    if png != "none":
-        try:
-            plot(out, png, f"pairwall-bench states ({bn.machine()['cpus']} CPUs, kernel {os.uname().release})")
-            log(f"plot: {png}")
-        except ImportError:
-            log("plot: matplotlib not installed, no PNG")
+    title = f"pairwall-bench states ({bn.machine()['cpus']} CPUs, kernel {os.uname().release})"
+    bn.write_outputs(out, args, "states", lambda png: plot(out, png, title), log)
     if args.json:
         print(json.dumps(out))
     else:

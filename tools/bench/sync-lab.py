@@ -203,16 +203,13 @@ def plot(results, stacks, path, title):
     ax1.axhline(offered, color="grey", linestyle="--", linewidth=1)
     ax1.annotate(f"offered {offered:.0f}k/s", (0, offered), fontsize=7, color="grey", xytext=(0, 2),
                  textcoords="offset points")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    bn.save_figure(plt, fig, title, path)
 
 
 def main():
     bn.ensure_matplotlib()
     parser = argparse.ArgumentParser(prog="pairwall-bench sync-lab")
-    parser.add_argument("--json", action="store_true")
+    bn.add_output_args(parser, "sync-lab")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--flows", type=int, default=50000, help="UDP flows per run (default %(default)s)")
     parser.add_argument("--rate", type=int, default=40000, help="offered new flows per second (default %(default)s)")
@@ -220,17 +217,13 @@ def main():
     parser.add_argument("--advbase-ms", type=int, default=200)
     parser.add_argument("--stacks", default=",".join(STACKS))
     parser.add_argument("--prefix", default=PREFIX, help="lab namespace prefix (default %(default)s)")
-    parser.add_argument("--build", default=os.path.join(HERE, "../../build"))
-    parser.add_argument("--plot", default=None, help="PNG to write (default lab-out/sync-lab.png); 'none' for none")
-    parser.add_argument("--out", default=None, help="also write the JSON here (the PNG goes beside it)")
-    parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     stacks = [s for s in args.stacks.split(",") if s]
     if any(s not in STACKS for s in stacks) or args.runs < 1 or args.flows < 1:
         parser.error(f"--stacks from {','.join(STACKS)}, --runs and --flows positive")
     bn.check_root("sync-lab", ("keepalived", "conntrackd", "conntrack", "iptables", "mpstat"))
     bin_dir = os.path.join(os.path.abspath(args.build), "bin")
-    log = (lambda m: None) if args.quiet else (lambda m: print(f"sync-lab: {m}", file=sys.stderr, flush=True))
+    log = bn.logger("sync-lab", args.quiet)
     steal = bn.Steal()
     t_start = time.time()
     runs = {s: [] for s in stacks}
@@ -248,18 +241,10 @@ def main():
     results = {s: summarise(runs[s]) for s in stacks}
     results["machine"] = dict(bn.machine(), **steal.between(t_start, time.time()))
     results["settings"] = {"runs": args.runs, "flows": args.flows, "rate": args.rate, "advbase_ms": args.advbase_ms}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-    png = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else bn.default_plot_path("sync-lab.png"))
-    if png != "none":
-        try:
-            m = results["machine"]
-            plot(results, stacks, png, f"pairwall-bench sync-lab: {args.flows} UDP flows offered at {args.rate}/s, "
-                 f"{args.runs} runs; {m['cpus']} CPUs, kernel {m['kernel']}, steal {m.get('steal_pct', '?')}%")
-            log(f"plot: {png}")
-        except ImportError:
-            log("matplotlib not installed: no plot")
+    m = results["machine"]
+    title = (f"pairwall-bench sync-lab: {args.flows} UDP flows offered at {args.rate}/s, {args.runs} runs; "
+             f"{m['cpus']} CPUs, kernel {m['kernel']}, steal {m.get('steal_pct', '?')}%")
+    bn.write_outputs(results, args, "sync-lab", lambda png: plot(results, stacks, png, title), log)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
