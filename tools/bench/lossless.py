@@ -26,21 +26,28 @@ def backlog_drops():
 
 
 def trial(build, rate, seconds=1.0, flows=16, size=64, src=None, port=bn.UDP_PORT, dst=bn.SERVER,
-          client=bn.NS_C, server=bn.NS_S):
-    """One paced run (rate 0 = as fast as possible); returns sent, received, loss and latency."""
+          client=bn.NS_C, server=bn.NS_S, send=None):
+    """One paced run (rate 0 = as fast as possible); returns sent, received, loss and latency.
+
+    `send()`, when given, replaces pairwall-udpgen send as the sender; it must return a dict with
+    the generator's `sent`, `pps` and `seconds`."""
     sink = subprocess.Popen(["ip", "netns", "exec", server] + bn.harness([f"{build}/bin/pairwall-udpgen", "recv",
                              "--port", str(port), "--duration", str(seconds + 5), "--idle", "0.5"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        time.sleep(0.2)
-        before = bn.udp_snmp(server)
+    if send is None:
         cmd = [f"{build}/bin/pairwall-udpgen", "send", "--dst", dst, "--port", str(port),
                "--src", ",".join(src or bn.CLIENT_ADDRS), "--flows", str(flows), "--size", str(size),
                "--duration", str(seconds)]
         if rate > 0:
             cmd += ["--rate", str(int(rate))]
+
+        def send():
+            return json.loads(bn.ns(client, *bn.harness(cmd), timeout=seconds + 20).stdout)
+    try:
+        time.sleep(0.2)
+        before = bn.udp_snmp(server)
         backlog = backlog_drops()
-        sent = json.loads(bn.ns(client, *bn.harness(cmd), timeout=seconds + 20).stdout)
+        sent = send()
         out, err = sink.communicate(timeout=seconds + 15)
         got = json.loads(out)
     finally:
@@ -53,7 +60,8 @@ def trial(build, rate, seconds=1.0, flows=16, size=64, src=None, port=bn.UDP_POR
     n_sent, n_recv = sent["sent"], got["received"]
     lost = max(0, n_sent - n_recv - sink_drops)
     return {"rate": int(rate), "sent": n_sent, "received": n_recv, "sink_drops": sink_drops,
-            "backlog_drops": backlog, "offered_pps": round(sent["pps"]), "delivered_pps": round(n_recv / max(sent["seconds"], 1e-9)),
+            "backlog_drops": backlog, "offered_pps": round(sent["pps"]),
+            "delivered_pps": round(n_recv / max(sent["seconds"], 1e-9)),
             "loss": round(lost / n_sent, 5) if n_sent else 1.0,
             "latency_us_p50": got["latency_us_p50"], "latency_us_p99": got["latency_us_p99"]}
 

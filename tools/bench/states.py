@@ -161,28 +161,9 @@ def raw_send(first, count, rate, mode, seconds):
 
 
 def raw_trial(build, first, rate, seconds):
-    """A lossless.trial-shaped result for `rate` new connections per second."""
-    sink = subprocess.Popen(["ip", "netns", "exec", bn.NS_S] + bn.harness(
-        [f"{build}/bin/pairwall-udpgen", "recv", "--port", str(bn.UDP_PORT), "--duration", str(seconds + 5),
-         "--idle", "0.5"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        time.sleep(0.2)
-        before = bn.udp_snmp(bn.NS_S)
-        backlog = lossless.backlog_drops()
-        sent = raw_send(first, int(rate * seconds) if rate > 0 else 10 ** 9, rate, "wide", seconds)
-        out, _ = sink.communicate(timeout=seconds + 15)
-        got = json.loads(out)
-    finally:
-        if sink.poll() is None:
-            sink.kill()
-            sink.wait()
-    sink_drops = bn.udp_snmp(bn.NS_S).get("RcvbufErrors", 0) - before.get("RcvbufErrors", 0)
-    n_sent, n_recv = sent["sent"], got["received"]
-    return {"rate": int(rate), "sent": n_sent, "received": n_recv, "sink_drops": sink_drops,
-            "backlog_drops": lossless.backlog_drops() - backlog, "offered_pps": sent["pps"],
-            "delivered_pps": round(n_recv / max(sent["seconds"], 1e-9)),
-            "loss": round(max(0, n_sent - n_recv - sink_drops) / n_sent, 5) if n_sent else 1.0,
-            "latency_us_p50": got["latency_us_p50"], "latency_us_p99": got["latency_us_p99"]}
+    """lossless.trial for `rate` new connections per second, each packet a flow of its own."""
+    count = int(rate * seconds) if rate > 0 else 10 ** 9
+    return lossless.trial(build, rate, seconds, send=lambda: raw_send(first, count, rate, "wide", seconds))
 
 
 # --- throughput vs established states ---------------------------------------------------------------
