@@ -1,26 +1,16 @@
 #include "daemon/control/boot_epoch.h"
 
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "tests/unit/support/temp_dir.h"
+
 namespace pc = pairwall::control;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("pairwall-epoch-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 std::string read(const fs::path& p) {
   std::ifstream f(p);
@@ -32,7 +22,7 @@ std::string read(const fs::path& p) {
 }  // namespace
 
 TEST_CASE("the boot epoch grows even when the clock went back", "[control][epoch]") {
-  TempDir dir;
+  const pairwall::test::TempDir dir("epoch");
   const std::string file = (dir.path / "epoch").string();
 
   const auto first = pc::take_boot_epoch(file, 5'000'000);
@@ -58,7 +48,7 @@ TEST_CASE("no epoch file: the wall clock", "[control][epoch]") {
 }
 
 TEST_CASE("an epoch file that cannot be used is reported, not fatal", "[control][epoch]") {
-  TempDir dir;
+  const pairwall::test::TempDir dir("epoch");
   SECTION("garbage inside") {
     const std::string file = (dir.path / "epoch").string();
     std::ofstream(file) << "not a number\n";

@@ -1,6 +1,5 @@
 // [failover] parsing: a good section, and one row per mistake with the line it must produce.
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "failover/failover_config.h"
+#include "tests/unit/support/temp_dir.h"
 
 namespace pf = pairwall::failover;
 namespace fs = std::filesystem;
@@ -17,14 +17,12 @@ namespace {
 
 // A directory with a config path and a key file beside it, removed at the end of the test.
 struct Dir {
-  fs::path root;
+  pairwall::test::TempDir dir{"failover-config"};
+  const fs::path& root = dir.path;
   Dir() {
-    root = fs::temp_directory_path() / ("pairwall-failover-config-" + std::to_string(::getpid()));
-    fs::create_directories(root);
     std::ofstream(root / "failover.key") << "0123456789abcdef0123456789abcdef\n";
     std::ofstream(root / "short.key") << "tooshort\n";
   }
-  ~Dir() { fs::remove_all(root); }
   std::string file() const { return (root / "pairwall.toml").string(); }
 };
 
