@@ -141,19 +141,23 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   return r;
 }
 
-// A packet parsed, with the hash of its state key when it will be looked up by that key.
+// A packet parsed, with its state key, and the key's hash when it will be looked up by that key.
 struct Engine::Parsed {
   PacketView packet;
   Reason parse = Reason::Internal;
   bool lookup = false;  // parsed, not a fragment, not an ICMP error (those look up the quote)
+  StateKey key;
   uint64_t hash = 0;
 };
 
 void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
   parsed.parse = parse_packet(bytes, parsed.packet);
+  parsed.lookup = false;
+  if (parsed.parse != Reason::Match) return;
   const PacketView& p = parsed.packet;
-  parsed.lookup = parsed.parse == Reason::Match && !p.is_fragment && !(p.is_icmp() && p.icmp.is_error);
-  if (parsed.lookup) parsed.hash = states_.hash(key_of(p));
+  parsed.key = key_of(p);
+  parsed.lookup = !p.is_fragment && !(p.is_icmp() && p.icmp.is_error);
+  if (parsed.lookup) parsed.hash = states_.hash(parsed.key);
 }
 
 Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept {
@@ -283,8 +287,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     }
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
-    const StateKey key = key_of(packet);
-    if (auto state = states_.find(key, parsed.hash)) {
+    if (auto state = states_.find(parsed.key, parsed.hash)) {
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -379,13 +382,12 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       creator->stats->states_current.load(std::memory_order_relaxed) >= creator->max_states) {
     return drop(Reason::RuleStateLimit, creator->number);
   }
-  const StateKey key = key_of(packet);
   PeerTracking src;
   PeerTracking dst;
   const TimeoutClass timeout = track_first_packet(src, dst, packet);
   const StateId id{config_.node_id, next_state_counter_.fetch_add(1, std::memory_order_relaxed)};
   StateTable::CreateStatus status;
-  auto state = states_.create(key, key, id, timeout, creator->timeouts[timeout], now, status);
+  auto state = states_.create(parsed.key, parsed.key, id, timeout, creator->timeouts[timeout], now, status);
   switch (status) {
     case StateTable::CreateStatus::Created:
       break;
