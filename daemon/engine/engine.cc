@@ -1,6 +1,8 @@
 #include "daemon/engine/engine.h"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 
 #include "daemon/engine/checksum.h"
 #include "daemon/engine/packet.h"
@@ -49,6 +51,19 @@ Verdict drop(Reason reason, uint32_t rule = rules::kNoRule) {
   v.reason = reason;
   v.rule = rule;
   return v;
+}
+
+// A packet's rule passes: `in` on the arrival interface (pass 0), then `out` on the departure
+// interface (pass 1). A forwarded packet meets both, a local one only its own.
+constexpr rules::Direction kPassDirection[2] = {rules::Direction::In, rules::Direction::Out};
+constexpr uint8_t kNoQuery = UINT8_MAX;
+
+bool has_pass(const PacketMeta& meta, int pass) {
+  return pass == 0 ? meta.hook != Hook::Output : meta.hook != Hook::Input;
+}
+
+IfaceId pass_iface(const PacketMeta& meta, int pass) {
+  return pass == 0 ? meta.in_iface : meta.out_iface;
 }
 
 // An empty rule set: pf's implicit pass, default timeouts. Used until the first load.
@@ -148,11 +163,13 @@ struct Engine::Parsed {
   bool lookup = false;  // parsed, not a fragment, not an ICMP error (those look up the quote)
   StateKey key;
   uint64_t hash = 0;
+  bool rewritten = false;  // normalization changed the packet bytes
 };
 
 void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
   parsed.parse = parse_packet(bytes, parsed.packet);
   parsed.lookup = false;
+  parsed.rewritten = false;
   if (parsed.parse != Reason::Match) return;
   const PacketView& p = parsed.packet;
   parsed.key = key_of(p);
@@ -172,11 +189,17 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
 
 void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept {
   refresh_rules(worker);
+  const rules::RuleSet& rules = *worker.rules_;
   Parsed parsed[kPrefetchGroup];
+  uint8_t new_flows[kPrefetchGroup];
+  rules::MatchQuery queries[2 * kPrefetchGroup];
+  uint32_t decided[2 * kPrefetchGroup];
+  uint8_t pass_query[kPrefetchGroup][2];  // where each new flow's passes are in queries
   for (std::size_t first = 0; first < batch.size(); first += kPrefetchGroup) {
     const std::size_t n = std::min(kPrefetchGroup, batch.size() - first);
-    // Three sweeps over the group, each giving the loads of the previous one time to arrive:
-    // parse and hash, then the bucket, then the entry at its head, then decide.
+    // Sweeps over the group, each giving the loads of the previous one time to arrive: parse and
+    // hash, then the bucket, then the entry at its head, then the states' verdicts; the packets
+    // no state knows then meet the rules together (RuleSet::evaluate_batch).
     for (std::size_t i = 0; i < n; ++i) {
       prepare(batch[first + i].bytes, parsed[i]);
       if (parsed[i].lookup) states_.prefetch_bucket(parsed[i].hash);
@@ -184,19 +207,69 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     for (std::size_t i = 0; i < n; ++i) {
       if (parsed[i].lookup) states_.prefetch_entry(parsed[i].hash);
     }
+    std::size_t new_count = 0;
     for (std::size_t i = 0; i < n; ++i) {
       BatchPacket& p = batch[first + i];
       worker.count_packet(p.bytes.size());
-      p.verdict = decide(worker, p.bytes, parsed[i], p.meta, now);
+      std::optional<Verdict> verdict = screen(worker, p.bytes, parsed[i], p.meta);
+      if (!verdict) verdict = by_state(worker, p.bytes, parsed[i], now);
+      if (verdict) {
+        p.verdict = *verdict;
+        worker.counters_.add(p.verdict.reason);
+      } else {
+        new_flows[new_count++] = static_cast<uint8_t>(i);
+      }
+    }
+    if (new_count == 0) continue;
+
+    std::size_t query_count = 0;
+    for (std::size_t k = 0; k < new_count; ++k) {
+      const PacketMeta& meta = batch[first + new_flows[k]].meta;
+      for (int pass = 0; pass < 2; ++pass) {
+        pass_query[k][pass] = kNoQuery;
+        if (!has_pass(meta, pass)) continue;
+        pass_query[k][pass] = static_cast<uint8_t>(query_count);
+        queries[query_count++] = {&parsed[new_flows[k]].packet, kPassDirection[pass], pass_iface(meta, pass)};
+      }
+    }
+    rules.evaluate_batch({queries, query_count}, {decided, query_count});
+    auto deciding = [&](std::size_t k, int pass) {
+      return pass_query[k][pass] == kNoQuery ? rules::kNoRule : decided[pass_query[k][pass]];
+    };
+    bool created = false;
+    for (std::size_t k = 0; k < new_count; ++k) {
+      BatchPacket& p = batch[first + new_flows[k]];
+      Parsed& flow = parsed[new_flows[k]];
+      // In packet order, as process() would: a packet whose state an earlier one of the group
+      // has just created belongs to that state, not to the rules.
+      std::optional<Verdict> verdict;
+      if (created) verdict = by_state(worker, p.bytes, flow, now);
+      if (!verdict) verdict = by_rules(worker, p.bytes, flow, p.meta, {deciding(k, 0), deciding(k, 1)}, now);
+      p.verdict = *verdict;
+      created = created || p.verdict.state.counter != 0;
       worker.counters_.add(p.verdict.reason);
     }
   }
 }
 
-// One packet, top to bottom: parse (prepare()), normalize, state, rules, state creation. One exit
-// per outcome, each with its reason.
+// One packet, top to bottom: parse (prepare()), normalize, state, rules, state creation.
 Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
                        Millis now) noexcept {
+  if (auto verdict = screen(worker, bytes, parsed, meta)) return *verdict;
+  if (auto verdict = by_state(worker, bytes, parsed, now)) return *verdict;
+  const rules::RuleSet& rules = *worker.rules_;
+  std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
+  for (int pass = 0; pass < 2; ++pass) {
+    if (has_pass(meta, pass))
+      deciding[pass] = rules.evaluate(parsed.packet, kPassDirection[pass], pass_iface(meta, pass));
+  }
+  return by_rules(worker, bytes, parsed, meta, deciding, now);
+}
+
+// The parse result and normalization: a verdict for packets dropped here. One exit per outcome,
+// each with its reason, here and in the phases after.
+std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
+                                      const PacketMeta& meta) const noexcept {
   const rules::RuleSet& rules = *worker.rules_;
 
   // 1. Parse.
@@ -221,7 +294,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       scrub.no_df = scrub.no_df || out.no_df;
     }
   }
-  bool rewritten = false;
+  bool& rewritten = parsed.rewritten;
   if (scrub.matched) {
     if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) return drop(Reason::MinTtl);
     if (packet.family == Family::V4 && (scrub.no_df || scrub.random_id)) {
@@ -255,7 +328,16 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     }
   }
 
-  // 3. State lookup. An ICMP error belongs to the state of the packet it quotes.
+  return std::nullopt;
+}
+
+// 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
+// ICMP error belongs to the state of the packet it quotes.
+std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
+                                        Millis now) noexcept {
+  const rules::RuleSet& rules = *worker.rules_;
+  const PacketView& packet = parsed.packet;
+  const bool rewritten = parsed.rewritten;
   if (packet.is_icmp() && packet.icmp.is_error) {
     PacketView quoted;
     const auto inner = std::span<const uint8_t>(bytes).subspan(packet.icmp.quoted_offset);
@@ -327,15 +409,19 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     }
   }
 
-  // 4. Rules: `in` on the arrival interface, then `out` on the departure interface.
-  uint32_t deciding[2] = {rules::kNoRule, rules::kNoRule};
-  const bool passes[2] = {meta.hook != Hook::Output, meta.hook != Hook::Input};
-  const rules::Direction directions[2] = {rules::Direction::In, rules::Direction::Out};
-  const IfaceId ifaces[2] = {meta.in_iface, meta.out_iface};
+  return std::nullopt;
+}
+
+// 4. Rules: `in` on the arrival interface, then `out` on the departure interface, each pass
+// decided by `deciding` (kNoRule: no rule matched); then 5., the state.
+Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
+                         std::array<uint32_t, 2> deciding, Millis now) noexcept {
+  const rules::RuleSet& rules = *worker.rules_;
+  const PacketView& packet = parsed.packet;
+  const bool rewritten = parsed.rewritten;
   for (int pass = 0; pass < 2; ++pass) {
-    if (!passes[pass]) continue;
-    const uint32_t r = rules.evaluate(packet, directions[pass], ifaces[pass]);
-    deciding[pass] = r;
+    if (!has_pass(meta, pass)) continue;
+    const uint32_t r = deciding[pass];
     if (r == rules::kNoRule) continue;
     const rules::CompiledRule& rule = rules.rule(r);
     rule.stats->evaluations.fetch_add(1, std::memory_order_relaxed);

@@ -3,16 +3,20 @@
 //   process(): parse -> normalize -> state lookup -hit-> track (TCP windows) -> translate
 //                                              \-miss-> rules (in pass, out pass) -> create state
 //
+// process_batch() runs the same steps for a group of packets, one step for all of them at a time.
+//
 // Workers call process() concurrently, each with its own Worker (counters and the ring of state
 // changes that sync drains). The control plane swaps rule sets, expires states on a timer and
 // applies state records received from the peer.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 
 #include "daemon/engine/interfaces.h"
@@ -115,11 +119,13 @@ class Engine {
   Verdict process(Worker& worker, std::span<uint8_t> packet, const PacketMeta& meta,
                   Millis now) noexcept;
 
-  // Decides the packets of a batch (one recvmmsg, say) in order, each exactly as process()
-  // would. The state lookups of up to kPrefetchGroup packets are started before the first of
-  // them is decided, so that their cache and TLB misses overlap instead of adding up: at a
-  // million states nearly every hit misses on its bucket and on its entry. A rule set published
-  // during the batch applies from the next batch on.
+  // Decides the packets of a batch (one recvmmsg, say), each exactly as process() would in
+  // batch order. The state lookups of up to kPrefetchGroup packets are started before the first
+  // of them is decided, so that their cache and TLB misses overlap instead of adding up: at a
+  // million states nearly every hit misses on its bucket and on its entry. The packets of the
+  // group that no state knows then meet the rules together, for the same reason (a large rule
+  // set lives in L2 and L3). A rule set published during the batch applies from the next batch
+  // on.
   static constexpr std::size_t kPrefetchGroup = 16;
   void process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept;
 
@@ -160,6 +166,13 @@ class Engine {
   void prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept;
   Verdict decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
                  Millis now) noexcept;
+  // decide()'s phases, which process_batch() runs a group at a time.
+  std::optional<Verdict> screen(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
+                                const PacketMeta& meta) const noexcept;
+  std::optional<Verdict> by_state(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
+                                  Millis now) noexcept;
+  Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
+                   std::array<uint32_t, 2> deciding, Millis now) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

@@ -41,6 +41,7 @@ void rules_keys(const Options& options, Json& out) {
   for (const auto& [count, p] : points) {
     const std::string n = std::to_string(count);
     out["rules_mpps"][n] = p.mpps;
+    out["rules_single_mpps"][n] = p.single_mpps;
     out["rules_compile_ms"][n] = p.compile_ms;
     out["rules_memory_bytes"][n] = p.memory_bytes;
   }

@@ -9,7 +9,8 @@
 namespace pairwall::bench {
 
 struct RulesBenchPoint {
-  double mpps = 0;            // median of the runs, millions of packets per CPU second of the thread
+  double mpps = 0;            // evaluate_batch(), median of the runs, millions of packets per CPU second
+  double single_mpps = 0;     // one evaluate() per packet, likewise
   double compile_ms = 0;      // compile() of the parsed file, thread CPU time, median of the runs
   uint64_t memory_bytes = 0;  // heap held by the compiled RuleSet
 };

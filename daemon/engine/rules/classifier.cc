@@ -367,23 +367,61 @@ inline uint32_t IntervalIndex<Key>::child_index(Key key, unsigned shift, unsigne
 }
 
 template <typename Key>
-uint32_t IntervalIndex<Key>::find(Key key) const noexcept {
-  uint32_t entry = root_;
-  while ((entry & kKindMask) == kNode) {
-    const Node& node = nodes_[entry];
-    // Outside the shared prefix the key lies before or after every start under this node: the
-    // two entries before the children say which interval. Selected without a branch.
-    const Key masked = key & node.mask;
-    const int64_t inside = child_index(key, node.shift, node.stride);
-    const int64_t outside = masked < node.prefix ? -2 : -1;
-    entry = children_[node.child_base + (masked == node.prefix ? inside : outside)];
-  }
+inline uint32_t IntervalIndex<Key>::step(Key key, uint32_t node_index) const noexcept {
+  const Node& node = nodes_[node_index];
+  // Outside the shared prefix the key lies before or after every start under this node: the two
+  // entries before the children say which interval. Selected without a branch.
+  const Key masked = key & node.mask;
+  const int64_t inside = child_index(key, node.shift, node.stride);
+  const int64_t outside = masked < node.prefix ? -2 : -1;
+  return children_[node.child_base + (masked == node.prefix ? inside : outside)];
+}
+
+template <typename Key>
+inline uint32_t IntervalIndex<Key>::last_step(Key key, uint32_t entry) const noexcept {
   // A value, or a leaf to search; leaf 0 is a dummy so that both are computed without a branch.
   const bool is_leaf = (entry & kKindMask) == kLeaf;
   const Leaf& leaf = leaves_[is_leaf ? entry & ~kKindMask : 0];
   uint32_t below = 0;
   for (uint32_t j = 0; j < kLeafKeys; ++j) below += leaf.keys[j] <= key;
   return is_leaf ? leaf.values[below] : entry & ~kKindMask;
+}
+
+template <typename Key>
+inline void IntervalIndex<Key>::prefetch(uint32_t entry) const noexcept {
+  if ((entry & kKindMask) == kNode) __builtin_prefetch(&nodes_[entry]);
+  if ((entry & kKindMask) == kLeaf) __builtin_prefetch(&leaves_[entry & ~kKindMask]);
+}
+
+template <typename Key>
+uint32_t IntervalIndex<Key>::find(Key key) const noexcept {
+  uint32_t entry = root_;
+  while ((entry & kKindMask) == kNode) entry = step(key, entry);
+  return last_step(key, entry);
+}
+
+template <typename Key>
+void IntervalIndex<Key>::find_batch(std::span<const Key> keys, std::span<uint32_t> values) const noexcept {
+  constexpr std::size_t kWalks = 32;
+  uint32_t entry[kWalks];
+  for (std::size_t first = 0; first < keys.size(); first += kWalks) {
+    const std::size_t n = std::min(kWalks, keys.size() - first);
+    const Key* key = keys.data() + first;
+    for (std::size_t i = 0; i < n; ++i) entry[i] = root_;
+    for (bool walking = (root_ & kKindMask) == kNode; walking;) {
+      walking = false;
+      // Without a branch per walk (a mispredicted one would discard the loads in flight): a walk
+      // that has left the nodes steps node 0 too, and keeps its entry.
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool at_node = (entry[i] & kKindMask) == kNode;
+        const uint32_t next = step(key[i], at_node ? entry[i] : 0);
+        entry[i] = at_node ? next : entry[i];
+        prefetch(entry[i]);
+        walking = walking | ((entry[i] & kKindMask) == kNode);
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) values[first + i] = last_step(key[i], entry[i]);
+  }
 }
 
 template <typename Key>
@@ -868,20 +906,31 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   ClassifierBuilder(*this, specs, order).run();
 }
 
-inline uint64_t Classifier::sparse_word(const uint64_t* record, uint32_t word) const noexcept {
+// Where a sparse record keeps a word's bits: the slot (the record's trailing zero when the word
+// is absent), and whether it is present.
+[[gnu::always_inline]] inline const uint64_t* Classifier::sparse_slot(const uint64_t* record, uint32_t word,
+                                                                      bool& present) const noexcept {
   const uint32_t sw = word / 64;
   const uint64_t summary = record[1 + summary_words_ + sw];
   const uint64_t below = summary & ((uint64_t{1} << (word % 64)) - 1);
   const uint64_t rank = record[1 + 2 * summary_words_ + sw / 4] >> (16 * (sw % 4)) & 0xffff;
-  const uint64_t value = record[(record[0] >> 48) + rank + popcount64(below)];
-  return value & (uint64_t{0} - (summary >> (word % 64) & 1));
+  present = (summary >> (word % 64) & 1) != 0;
+  return record + (record[0] >> 48) + rank + popcount64(below);
 }
 
-inline uint32_t Classifier::port_class(int side, uint16_t port) const noexcept {
+[[gnu::always_inline]] inline uint64_t Classifier::sparse_word(const uint64_t* record,
+                                                               uint32_t word) const noexcept {
+  bool present = false;
+  const uint64_t value = *sparse_slot(record, word, present);
+  return value & (uint64_t{0} - uint64_t{present});
+}
+
+[[gnu::always_inline]] inline uint32_t Classifier::port_class(int side, uint16_t port) const noexcept {
   return port_blocks_[side][uint32_t{port_top_[side][port >> 8]} * 256 + (port & 255)];
 }
 
-inline uint32_t Classifier::l4_record(const PacketView& p, bool has_l4) const noexcept {
+[[gnu::always_inline]] inline uint32_t Classifier::l4_record(const PacketView& p,
+                                                             bool has_l4) const noexcept {
   // TCP: the flags; ICMP: the type, at 256 or 512; anything else, or no transport header: kL4Other.
   const uint32_t base = has_l4 ? l4_base_[p.proto] : kL4Other;
   const uint32_t flags = p.tcp.flags;
@@ -893,79 +942,182 @@ inline uint32_t Classifier::l4_record(const PacketView& p, bool has_l4) const no
   return l4_codes_[(record & ~kCodeTable) * 256 + p.icmp.code];
 }
 
-// Built twice, with and without POPCNT (the rank of a compressed word is a popcount); the loader
-// picks one version once for the CPU it runs on. GCC only: clang 14 emits the clones but no symbol
-// that callers in other files can link against.
-#if defined(__x86_64__) && !defined(__POPCNT__) && !defined(__clang__)
-__attribute__((target_clones("popcnt", "default")))
-#endif
-uint32_t
-Classifier::match(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
-  const uint32_t row = direction == Direction::In ? 0 : direction == Direction::Out ? 1 : 2;
-  const uint32_t slot = std::min<uint32_t>(iface, iface_slots_ - 1);
+[[gnu::always_inline]] inline void Classifier::begin(Probe& probe, const MatchQuery& query) const noexcept {
+  const PacketView& p = *query.packet;
+  const uint32_t row = query.direction == Direction::In ? 0 : query.direction == Direction::Out ? 1 : 2;
+  const uint32_t slot = std::min<uint32_t>(query.iface, iface_slots_ - 1);
   const bool v6 = p.family == Family::V6;
   // A later fragment has no transport header: only rules that ask nothing of it can match.
   const bool has_l4 = !p.is_fragment || p.is_first_fragment;
   const bool has_ports = has_l4 && (p.proto == ipproto::kTcp || p.proto == ipproto::kUdp);
+  probe.dense[0] = dense_pool_.data() + iface_records_[row * iface_slots_ + slot];
+  probe.dense[1] = dense_pool_.data() + proto_records_[(v6 ? 256 : 0) + p.proto];
+  probe.dense[2] = dense_pool_.data() + l4_record(p, has_l4);
+  probe.sparse[kSrcPort] =
+      sparse_pool_.data() + port_records_[0][has_ports ? port_class(0, p.src_port) : port_none_class_[0]];
+  probe.sparse[kDstPort] =
+      sparse_pool_.data() + port_records_[1][has_ports ? port_class(1, p.dst_port) : port_none_class_[1]];
+  probe.group = packet_group_[row * iface_slots_ + slot];
+  probe.masks = word_masks_[v6].data();
+}
 
-  const uint64_t* dense[3] = {
-      dense_pool_.data() + iface_records_[row * iface_slots_ + slot],
-      dense_pool_.data() + proto_records_[(v6 ? 256 : 0) + p.proto],
-      dense_pool_.data() + l4_record(p, has_l4),
-  };
-  const uint64_t* sparse[kSparseFields] = {
-      sparse_pool_.data() +
-          (v6 ? v6_index_[0].find(address_key(Family::V6, p.src)) : v4_index_[0].find(p.src.v4_value())),
-      sparse_pool_.data() +
-          (v6 ? v6_index_[1].find(address_key(Family::V6, p.dst)) : v4_index_[1].find(p.dst.v4_value())),
-      sparse_pool_.data() + port_records_[0][has_ports ? port_class(0, p.src_port) : port_none_class_[0]],
-      sparse_pool_.data() + port_records_[1][has_ports ? port_class(1, p.dst_port) : port_none_class_[1]],
-  };
+[[gnu::always_inline]] inline void Classifier::set_addresses(Probe& probe, uint32_t src_record,
+                                                             uint32_t dst_record) const noexcept {
+  probe.sparse[kSrcAddr] = sparse_pool_.data() + src_record;
+  probe.sparse[kDstAddr] = sparse_pool_.data() + dst_record;
+}
 
+[[gnu::always_inline]] inline void Classifier::find_anchors(Probe& probe) const noexcept {
   // Anchor summaries of each field's class: the group every packet consults, and this pass's own.
   const uint32_t sw_count = summary_words_;
-  const uint32_t group = packet_group_[row * iface_slots_ + slot];
-  const uint64_t group_bit = uint64_t{1} << group;
-  const uint64_t* shared[kSparseFields];  // per field: the group 0 and own-group anchor summaries
-  const uint64_t* own[kSparseFields];
+  const uint64_t group_bit = uint64_t{1} << probe.group;
 #pragma GCC unroll 4
   for (int f = 0; f < kSparseFields; ++f) {
-    const uint64_t groups = sparse[f][0] & kGroupMask;
-    shared[f] = sparse[f] + 1;
+    const uint64_t groups = probe.sparse[f][0] & kGroupMask;
+    probe.shared[f] = probe.sparse[f] + 1;
     // Without an own summary, point at the shared one: OR-ing it twice changes nothing.
     const uint64_t present = groups & group_bit & ~uint64_t{1};
     const std::size_t at = 1 + 2 * sw_count + rank_words_ + sw_count * popcount64(groups & (group_bit - 2));
-    own[f] = sparse[f] + 1 + (at - 1) * (present != 0);
+    probe.own[f] = probe.sparse[f] + 1 + (at - 1) * (present != 0);
   }
+  probe.next_summary_word = 0;
+  probe.word_base = 0;
+  probe.candidates = 0;
+}
 
-  const WordMasks* masks = word_masks_[v6].data();
-  for (uint32_t sw = 0; sw < sw_count; ++sw) {
+[[gnu::always_inline]] inline void Classifier::next_candidates(Probe& probe) const noexcept {
+  const uint32_t sw_count = summary_words_;
+  while (probe.candidates == 0 && probe.next_summary_word < sw_count) {
+    const uint32_t sw = probe.next_summary_word++;
     // Broad rules are candidates where all three dense fields have one that accepts the packet;
     // anchored rules where their field lists them and the dense fields have any rule for it.
+    const uint64_t* const* dense = probe.dense;
     uint64_t anchored = 0;
 #pragma GCC unroll 4
-    for (int f = 0; f < kSparseFields; ++f) anchored |= shared[f][sw] | own[f][sw];
-    uint64_t candidates = (anchored & dense[0][sw] & dense[1][sw] & dense[2][sw]) |
-                          (dense[0][sw_count + sw] & dense[1][sw_count + sw] & dense[2][sw_count + sw]);
-    while (candidates != 0) {
-      const uint32_t w = sw * 64 + static_cast<uint32_t>(std::countr_zero(candidates));
-      candidates &= candidates - 1;
+    for (int f = 0; f < kSparseFields; ++f) anchored |= probe.shared[f][sw] | probe.own[f][sw];
+    probe.word_base = sw * 64;
+    probe.candidates = (anchored & dense[0][sw] & dense[1][sw] & dense[2][sw]) |
+                       (dense[0][sw_count + sw] & dense[1][sw_count + sw] & dense[2][sw_count + sw]);
+  }
+}
+
+[[gnu::always_inline]] inline void Classifier::prefetch_word(const Probe& probe) const noexcept {
+  if (probe.candidates == 0) return;
+  const uint32_t w = probe.word_base + static_cast<uint32_t>(std::countr_zero(probe.candidates));
+  const uint32_t dense_at = 2 * summary_words_ + w;
+  __builtin_prefetch(&probe.masks[w]);
+  for (const uint64_t* d : probe.dense) __builtin_prefetch(d + dense_at);
+  for (const uint64_t* record : probe.sparse) {
+    bool present = false;
+    __builtin_prefetch(sparse_slot(record, w, present));
+  }
+}
+
+[[gnu::always_inline]] inline uint32_t Classifier::finish(Probe& probe) const noexcept {
+  const uint32_t sw_count = summary_words_;
+  const uint64_t* const* dense = probe.dense;
+  for (;;) {
+    while (probe.candidates != 0) {
+      const uint32_t w = probe.word_base + static_cast<uint32_t>(std::countr_zero(probe.candidates));
+      probe.candidates &= probe.candidates - 1;
       // Rules anchored elsewhere (another group, another field) that show up here fail the dense
       // or the sparse test below; no branch per field keeps the pipeline full.
-      const WordMasks& m = masks[w];
+      const WordMasks& m = probe.masks[w];
       uint64_t hit = m.broad;
       uint64_t all = dense[0][2 * sw_count + w] & dense[1][2 * sw_count + w] & dense[2][2 * sw_count + w];
 #pragma GCC unroll 4
       for (int f = 0; f < kSparseFields; ++f) {
-        const uint64_t x = sparse_word(sparse[f], w);
+        const uint64_t x = sparse_word(probe.sparse[f], w);
         hit |= x & m.anchored[f];
         all &= x ^ m.by_default[f];
       }
       hit &= all;
       if (hit != 0) return priority_to_rule_[w * 64 + static_cast<uint32_t>(std::countr_zero(hit))];
     }
+    if (probe.next_summary_word >= sw_count) return kNoMatch;
+    next_candidates(probe);
   }
-  return kNoMatch;
+}
+
+// Built twice, with and without POPCNT (the rank of a compressed word is a popcount); the loader
+// picks one version once for the CPU it runs on. GCC only: clang 14 emits the clones but no symbol
+// that callers in other files can link against.
+#if defined(__x86_64__) && !defined(__POPCNT__) && !defined(__clang__)
+#define PAIRWALL_POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
+#else
+#define PAIRWALL_POPCNT_CLONES
+#endif
+
+PAIRWALL_POPCNT_CLONES
+uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
+  Probe probe;
+  begin(probe, MatchQuery{&p, direction, iface});
+  const bool v6 = p.family == Family::V6;
+  set_addresses(probe,
+                v6 ? v6_index_[0].find(address_key(Family::V6, p.src)) : v4_index_[0].find(p.src.v4_value()),
+                v6 ? v6_index_[1].find(address_key(Family::V6, p.dst)) : v4_index_[1].find(p.dst.v4_value()));
+  find_anchors(probe);
+  next_candidates(probe);
+  return finish(probe);
+}
+
+PAIRWALL_POPCNT_CLONES
+void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
+  for (std::size_t first = 0; first < queries.size(); first += kBatch) {
+    const std::size_t n = std::min(kBatch, queries.size() - first);
+    const MatchQuery* query = queries.data() + first;
+    Probe probes[kBatch];
+
+    // 1. The fields looked up in small tables, then the address index walks, per family.
+    uint32_t v4_keys[2][kBatch];
+    AddressKey v6_keys[2][kBatch];
+    uint32_t records[2][2][kBatch];  // [v4/v6][src/dst]
+    uint8_t v4_probe[kBatch];
+    uint8_t v6_probe[kBatch];
+    std::size_t v4_count = 0;
+    std::size_t v6_count = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      begin(probes[i], query[i]);
+      const PacketView& p = *query[i].packet;
+      if (p.family == Family::V6) {
+        v6_keys[0][v6_count] = address_key(Family::V6, p.src);
+        v6_keys[1][v6_count] = address_key(Family::V6, p.dst);
+        v6_probe[v6_count++] = static_cast<uint8_t>(i);
+      } else {
+        v4_keys[0][v4_count] = p.src.v4_value();
+        v4_keys[1][v4_count] = p.dst.v4_value();
+        v4_probe[v4_count++] = static_cast<uint8_t>(i);
+      }
+    }
+    for (int side = 0; side < 2; ++side) {
+      v4_index_[side].find_batch({v4_keys[side], v4_count}, {records[0][side], v4_count});
+      v6_index_[side].find_batch({v6_keys[side], v6_count}, {records[1][side], v6_count});
+    }
+
+    // 2. The class records' first lines (header, anchor and word summaries).
+    for (std::size_t j = 0; j < v4_count; ++j)
+      set_addresses(probes[v4_probe[j]], records[0][0][j], records[0][1][j]);
+    for (std::size_t j = 0; j < v6_count; ++j)
+      set_addresses(probes[v6_probe[j]], records[1][0][j], records[1][1][j]);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (const uint64_t* record : probes[i].sparse) __builtin_prefetch(record);
+    }
+
+    // 3. The pass's own anchor summaries.
+    for (std::size_t i = 0; i < n; ++i) {
+      find_anchors(probes[i]);
+      for (const uint64_t* own : probes[i].own) __builtin_prefetch(own);
+    }
+
+    // 4. The first candidate word, and the lines that test it.
+    for (std::size_t i = 0; i < n; ++i) {
+      next_candidates(probes[i]);
+      prefetch_word(probes[i]);
+    }
+
+    // 5. The tests, in priority order.
+    for (std::size_t i = 0; i < n; ++i) out[first + i] = finish(probes[i]);
+  }
 }
 
 std::size_t Classifier::memory_bytes() const {

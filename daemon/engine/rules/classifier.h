@@ -33,10 +33,12 @@
 //
 // What still grows: the per-packet work is flat (about 390 instructions at 10 rules, 460 at 10,000,
 // counted with cachegrind on the benchmark), but a 10,000-rule structure (17 MB with the compiled
-// rules) does not stay in L1: about 8 L1 misses per packet instead of 1. pairwall-bench engine
-// --only rules measured 22-24 Mpps at 10 rules and 8.2-9.1 Mpps at 10,000 (a ratio of 0.36-0.39,
-// on a shared 2-core machine under load; with 64 packets repeated, so that everything stays
-// cached, 0.68). The 0.8 target is not met.
+// rules) does not stay in L1: about 8 L1 misses and one L2 miss per packet instead of 1 and 0, and
+// more candidate words (1.65 instead of 1.0), whose count the branch predictor cannot know. One
+// match() at a time, those misses add up; match_batch() overlaps them across the packets of a
+// batch. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on an idle 2-core VM):
+// batched 15.9/15.5 Mpps at 10 rules and 9.3/9.1 at 10,000 (a ratio of 0.58-0.59), one call per
+// packet 15.4/14.9 and 6.7/7.6 (0.44-0.51). The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
@@ -153,6 +155,9 @@ class IntervalIndex {
   // starts ascending and starts[0] == 0; values[i] (< 2^30) belongs to [starts[i], starts[i+1]).
   void build(const std::vector<Key>& starts, const std::vector<uint32_t>& values);
   uint32_t find(Key key) const noexcept;
+  // find() for each key. The walks advance together, a level at a time, each prefetching the
+  // next level's node or leaf, so that the misses of n walks overlap instead of adding up.
+  void find_batch(std::span<const Key> keys, std::span<uint32_t> values) const noexcept;
   std::size_t memory_bytes() const;
 
   static constexpr uint32_t kLeafKeys = sizeof(Key) == 4 ? 7 : 3;  // a leaf fills one cache line
@@ -177,6 +182,10 @@ class IntervalIndex {
   static constexpr uint32_t kValue = 0x8000'0000u;
 
   static uint32_t child_index(Key key, unsigned shift, unsigned stride) noexcept;
+  // A walk: the root, then step() while the entry is a node, then the value by last_step().
+  uint32_t step(Key key, uint32_t node) const noexcept;
+  uint32_t last_step(Key key, uint32_t entry) const noexcept;
+  void prefetch(uint32_t entry) const noexcept;
   uint32_t build_entry(const std::vector<Key>& starts, const std::vector<uint32_t>& values, uint32_t lo,
                        uint32_t hi, uint32_t known_bits);
 
@@ -189,6 +198,13 @@ class IntervalIndex {
 extern template class IntervalIndex<uint32_t>;
 extern template class IntervalIndex<AddressKey>;
 
+// One pass of one packet, for Classifier::match_batch().
+struct MatchQuery {
+  const PacketView* packet = nullptr;
+  Direction direction = Direction::In;
+  IfaceId iface = kNoIface;
+};
+
 class Classifier {
  public:
   // Builds the structure for `specs`; match() returns indexes into `specs`. Tables referenced by
@@ -199,6 +215,13 @@ class Classifier {
   // The deciding rule for this packet on a pass in `direction` (In or Out; Any only matches rules
   // without a direction) on `iface`, or kNoMatch.
   uint32_t match(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+
+  // match() for each query: out[i] for queries[i]. The lookups of kBatch queries advance together
+  // through the stages of a match (address index, class records, first candidate word, the rest),
+  // each stage prefetching what the next one reads, so that the queries' cache misses overlap
+  // instead of adding up: a large rule set's structure lives in L2 and L3, not in L1.
+  static constexpr std::size_t kBatch = 16;
+  void match_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept;
 
   std::size_t size() const { return rule_count_; }
   std::size_t memory_bytes() const;
@@ -219,6 +242,26 @@ class Classifier {
     uint64_t by_default[kSparseFields] = {};
   };
 
+  // One query's progress through a match: its records, then the words left to test.
+  struct Probe {
+    const uint64_t* dense[3];
+    const uint64_t* sparse[kSparseFields];
+    const uint64_t* shared[kSparseFields];  // per field: the group 0 and own-group anchor summaries
+    const uint64_t* own[kSparseFields];
+    const WordMasks* masks;
+    uint32_t group;
+    uint32_t next_summary_word;  // the next summary word to scan
+    uint32_t word_base;          // the first word of the scanned summary word's candidates
+    uint64_t candidates;         // the candidate words left, as bits from word_base
+  };
+  // The stages, in order; between them the batch prefetches what the next one reads.
+  void begin(Probe& probe, const MatchQuery& query) const noexcept;  // all but the addresses
+  void set_addresses(Probe& probe, uint32_t src_record, uint32_t dst_record) const noexcept;
+  void find_anchors(Probe& probe) const noexcept;
+  void next_candidates(Probe& probe) const noexcept;  // up to the first summary word with any
+  void prefetch_word(const Probe& probe) const noexcept;
+  uint32_t finish(Probe& probe) const noexcept;
+
   // Class records (offsets into the pools):
   //   dense:  summary[S], broad summary[S] (words with a broad rule that accepts this value),
   //           words[words_]                                                     (S = summary_words_)
@@ -228,6 +271,7 @@ class Classifier {
   // A sparse class's words hold, per rule, whether it differs from the rule's default; its anchor
   // summaries say which words hold rules anchored on this field that list this class, split by
   // the rules' (direction, interface) group so that a packet only meets its own pass's rules.
+  const uint64_t* sparse_slot(const uint64_t* record, uint32_t word, bool& present) const noexcept;
   uint64_t sparse_word(const uint64_t* record, uint32_t word) const noexcept;
   uint32_t l4_record(const PacketView& packet, bool has_l4) const noexcept;
   uint32_t port_class(int side, uint16_t port) const noexcept;

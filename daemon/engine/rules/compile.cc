@@ -514,6 +514,14 @@ uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceI
   return classifier_ ? classifier_->match(packet, direction, iface) : kNoRule;
 }
 
+void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
+  if (classifier_) {
+    classifier_->match_batch(queries, out);
+  } else {
+    std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(queries.size()), kNoRule);
+  }
+}
+
 ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {
   ScrubAction action;
   if (!scrub_classifier_) return action;

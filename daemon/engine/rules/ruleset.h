@@ -12,6 +12,7 @@
 #include "daemon/engine/interfaces.h"
 #include "daemon/engine/packet.h"
 #include "daemon/engine/rules/ast.h"
+#include "daemon/engine/rules/classifier.h"
 #include "daemon/engine/timeouts.h"
 
 namespace pairwall::engine::rules {
@@ -64,8 +65,6 @@ struct CompiledTranslation {
 
 inline constexpr uint32_t kNoRule = UINT32_MAX;
 
-class Classifier;  // the decision structure; defined in classifier.h
-
 class RuleSet {
  public:
   RuleSet();
@@ -77,6 +76,10 @@ class RuleSet {
   // `direction` is In or Out; `iface` the interface of this pass. Returns kNoRule when nothing
   // matches. Cost does not grow with the number of rules (see classifier.h).
   uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+
+  // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
+  // lookups of a batch overlap their cache misses (Classifier::match_batch).
+  void evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept;
 
   // First matching scrub rule, merged into one action (matched=false when none applies).
   ScrubAction scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;

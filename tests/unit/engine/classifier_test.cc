@@ -708,19 +708,34 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
   const Classifier classifier(specs, order);
   REQUIRE(classifier.size() == rules);
   uint32_t matched = 0;
+  std::vector<PacketView> views(packets);
+  std::vector<MatchQuery> queries(packets);
+  std::vector<uint32_t> expected(packets);
   for (uint32_t i = 0; i < packets; ++i) {
-    const PacketView p = gen.random_packet();
-    const Direction dir = static_cast<Direction>(gen.pick(3));
-    const IfaceId iface = static_cast<IfaceId>(gen.pick(7));
-    const uint32_t expected = ref.evaluate(specs, p, dir, iface, order);
-    const uint32_t got = classifier.match(p, dir, iface);
-    if (got != expected) {
+    views[i] = gen.random_packet();
+    queries[i] = {&views[i], static_cast<Direction>(gen.pick(3)), static_cast<IfaceId>(gen.pick(7))};
+  }
+  for (uint32_t i = 0; i < packets; ++i) {
+    const PacketView& p = views[i];
+    expected[i] = ref.evaluate(specs, p, queries[i].direction, queries[i].iface, order);
+    const uint32_t got = classifier.match(p, queries[i].direction, queries[i].iface);
+    if (got != expected[i]) {
       INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src "
                    << to_string(p.family, p.src) << ":" << p.src_port << " dst " << to_string(p.family, p.dst)
                    << ":" << p.dst_port);
-      REQUIRE(got == expected);
+      REQUIRE(got == expected[i]);
     }
-    matched += expected != kNone;
+    matched += expected[i] != kNone;
+  }
+  // The batched lookup, in batches that end inside and between its internal groups.
+  std::vector<uint32_t> batched(packets, kNone - 1);
+  for (uint32_t at = 0, size = 1; at < packets; at += size, size = size * 3 % 67 + 1) {
+    const uint32_t n = std::min(size, packets - at);
+    classifier.match_batch({queries.data() + at, n}, {batched.data() + at, n});
+  }
+  for (uint32_t i = 0; i < packets; ++i) {
+    INFO("seed " << seed << " batched packet " << i);
+    REQUIRE(batched[i] == expected[i]);
   }
   // The generator must make the comparison meaningful: most packets decided by some rule, not all
   // by the same few.
