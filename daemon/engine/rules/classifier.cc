@@ -906,8 +906,8 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   ClassifierBuilder(*this, specs, order).run();
 }
 
-// Where a sparse record keeps a word's bits: the slot (the record's trailing zero when the word
-// is absent), and whether it is present.
+// Where a sparse record keeps a word's bits, and whether it keeps them at all: an absent word's
+// slot is the next present word's (or the record's trailing zero), which the caller masks off.
 [[gnu::always_inline]] inline const uint64_t* Classifier::sparse_slot(const uint64_t* record, uint32_t word,
                                                                       bool& present) const noexcept {
   const uint32_t sw = word / 64;

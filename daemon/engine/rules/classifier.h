@@ -52,7 +52,8 @@
 //   - a rule with flags only matches TCP, one with ICMP types only ICMP (or ICMPv6), and neither
 //     matches a later fragment, whose transport header is absent.
 //
-// Immutable after construction; match() is noexcept, allocation-free and lock-free.
+// Immutable after construction; match() and match_batch() are noexcept, allocation-free and
+// lock-free.
 #pragma once
 
 #include <array>
