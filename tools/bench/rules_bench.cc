@@ -83,6 +83,14 @@ void prepare(Subject& subject, RulesBenchPoint& point, int runs) {
       });
   for (const BenchPacket& p : subject.packets)
     subject.queries.push_back({&p.view, rules::Direction::In, p.iface});
+  // Both ways of evaluating must decide every packet alike, or their figures compare nothing.
+  std::vector<uint32_t> decided(subject.queries.size());
+  set.evaluate_batch(subject.queries, decided);
+  for (std::size_t i = 0; i < decided.size(); ++i) {
+    const BenchPacket& p = subject.packets[i];
+    if (decided[i] != set.evaluate(p.view, rules::Direction::In, p.iface))
+      throw std::runtime_error("rules bench: evaluate_batch() and evaluate() disagree");
+  }
 }
 
 // One run of both ways of evaluating, `seconds` each.
