@@ -306,9 +306,8 @@ int NfqSocket::receive() noexcept {
 bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
   const mmsghdr& msg = msgs_[static_cast<std::size_t>(slot)];
   uint8_t* base = recv_buffer_.data() + static_cast<std::size_t>(slot) * slot_size_;
-  const bool batch_full = collected_ == packets_.size() || order_.size() == order_.capacity();
   if (offset == 0 && ((msg.msg_hdr.msg_flags & MSG_TRUNC) != 0 || msg.msg_len > slot_size_)) {
-    if (batch_full) return false;
+    if (batch_full()) return false;
     // Cannot happen with copy_range below the slot size; if it does, settle the packet by the
     // fail-open policy rather than leave it queued forever.
     counters_.oversize.add();
@@ -323,7 +322,7 @@ bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
     return true;
   }
   while (offset < msg.msg_len) {
-    if (collected_ == packets_.size() || order_.size() == order_.capacity()) return false;
+    if (batch_full()) return false;
     int remaining = static_cast<int>(msg.msg_len - offset);
     auto* nlh = reinterpret_cast<nlmsghdr*>(base + offset);
     if (!mnl_nlmsg_ok(nlh, remaining)) {

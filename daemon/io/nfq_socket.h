@@ -143,6 +143,9 @@ class NfqSocket {
   // Parses the datagram in `slot` into the batch: a packet to decide, or a verdict already known
   // (truncated, oversize). Returns false, having added nothing, when the batch is full.
   bool collect(int slot, std::size_t& offset) noexcept;
+  // Every collected packet also has its place in order_, so order_ bounds the batch; it never
+  // grows past the room reserved at construction.
+  bool batch_full() const noexcept { return order_.size() == packets_.size(); }
   void settle_later(uint32_t id, Decision decision) noexcept;
   // Plans the verdicts of the batch collected so far, in the order the packets arrived.
   void plan_collected() noexcept;
