@@ -239,7 +239,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     bool created = false;
     for (std::size_t k = 0; k < new_count; ++k) {
       BatchPacket& p = batch[first + new_flows[k]];
-      Parsed& flow = parsed[new_flows[k]];
+      const Parsed& flow = parsed[new_flows[k]];
       // In packet order, as process() would: a packet whose state an earlier one of the group
       // has just created belongs to that state, not to the rules.
       std::optional<Verdict> verdict;
@@ -333,7 +333,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
 
 // 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
 // ICMP error belongs to the state of the packet it quotes.
-std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
+std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
                                         Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
@@ -414,8 +414,8 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
 
 // 4. Rules: `in` on the arrival interface, then `out` on the departure interface, each pass
 // decided by `deciding` (kNoRule: no rule matched); then 5., the state.
-Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
-                         std::array<uint32_t, 2> deciding, Millis now) noexcept {
+Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
+                         const PacketMeta& meta, std::array<uint32_t, 2> deciding, Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;

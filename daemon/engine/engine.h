@@ -172,9 +172,9 @@ class Engine {
   // decide()'s phases, which process_batch() runs a group at a time.
   std::optional<Verdict> screen(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
                                 const PacketMeta& meta) const noexcept;
-  std::optional<Verdict> by_state(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
+  std::optional<Verdict> by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
                                   Millis now) noexcept;
-  Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
+  Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
                    std::array<uint32_t, 2> deciding, Millis now) noexcept;
 
   EngineConfig config_;
