@@ -1,6 +1,7 @@
 // Rule evaluation benchmark: new-flow classification on the in pass, one thread, on generated
 // rule sets of growing size, with packets decided near the end of the set. Measured both as the
-// engine classifies (RuleSet::evaluate_batch on groups of 16) and one evaluate() per packet.
+// engine classifies (RuleSet::evaluate_batch, the new flows of one prefetch group per call) and
+// with one evaluate() per packet.
 #pragma once
 
 #include <cstdint>
