@@ -34,7 +34,7 @@
 // What still grows: the per-packet work is flat (about 390 instructions at 10 rules, 460 at 10,000,
 // counted with cachegrind on the benchmark), but a 10,000-rule structure (17 MB with the compiled
 // rules) does not stay in L1: about 8 L1 misses and one L2 miss per packet instead of 1 and 0, and
-// more candidate words (1.65 instead of 1.0), whose count the branch predictor cannot know. One
+// more candidate words (1.7, see above), whose count the branch predictor cannot know. One
 // match() at a time, those misses add up; match_batch() overlaps them across the packets of a
 // batch. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on an idle 2-core VM):
 // batched 15.9/15.5 Mpps at 10 rules and 9.3/9.1 at 10,000 (a ratio of 0.58-0.59), one call per
