@@ -10,6 +10,10 @@
 #include <unordered_map>
 #include <utility>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace pairwall::engine::rules {
 
 namespace {
@@ -430,8 +434,127 @@ std::size_t IntervalIndex<Key>::memory_bytes() const {
          leaves_.capacity() * sizeof(Leaf);
 }
 
-template class IntervalIndex<uint32_t>;
 template class IntervalIndex<AddressKey>;
+
+// --- IntervalIndex<uint32_t>: the IPv4 B+ tree.
+
+namespace {
+// Flipping the top bit maps unsigned order onto signed order, which SSE2 compares.
+constexpr uint32_t kSignFlip = 0x8000'0000u;
+}  // namespace
+
+void IntervalIndex<uint32_t>::build(const std::vector<uint32_t>& starts,
+                                    const std::vector<uint32_t>& values) {
+  if (starts.empty() || starts[0] != 0 || values.size() != starts.size())
+    throw std::logic_error("interval index: the starts must begin at 0, one value each");
+  const uint32_t n = checked_u32(starts.size(), "address intervals");
+  last_ = n - 1;
+  // The leaves: the starts in order, 16 to a leaf. Slots past the last start hold the maximum key
+  // and the last value, so that a key at the very top lands on the last interval either way.
+  const uint32_t leaf_count = (n + kNodeKeys - 1) / kNodeKeys;
+  leaves_.assign(leaf_count, Leaf{});
+  for (uint32_t i = 0; i < leaf_count * kNodeKeys; ++i) {
+    Leaf& leaf = leaves_[i / kNodeKeys];
+    leaf.keys[i % kNodeKeys] = (i < n ? starts[i] : UINT32_MAX) ^ kSignFlip;
+    leaf.values[i % kNodeKeys] = values[std::min(i, last_)];
+  }
+  // Level sizes from the leaves up to the root, then the inner levels root first. An inner node's
+  // key j is the first start under its child j + 1.
+  std::vector<uint32_t> sizes{leaf_count};
+  while (sizes.back() > 1) sizes.push_back((sizes.back() + kFanout - 1) / kFanout);
+  std::reverse(sizes.begin(), sizes.end());
+  inner_levels_ = static_cast<uint32_t>(sizes.size() - 1);
+  nodes_.clear();
+  level_first_.clear();
+  level_last_.clear();
+  uint64_t child_span = kNodeKeys;  // starts under one child of the lowest inner level
+  for (uint32_t l = 1; l < inner_levels_; ++l) child_span *= kFanout;
+  for (uint32_t l = 0; l < inner_levels_; ++l) {
+    level_first_.push_back(static_cast<uint32_t>(nodes_.size()));
+    level_last_.push_back(sizes[l + 1] - 1);
+    for (uint32_t node = 0; node < sizes[l]; ++node) {
+      Node inner;
+      for (uint32_t j = 0; j < kNodeKeys; ++j) {
+        const uint64_t first = (uint64_t{node} * kFanout + j + 1) * child_span;
+        inner.keys[j] = (first < n ? starts[first] : UINT32_MAX) ^ kSignFlip;
+      }
+      nodes_.push_back(inner);
+    }
+    child_span /= kFanout;
+  }
+  nodes_.shrink_to_fit();
+}
+
+inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t flipped_key) noexcept {
+#if defined(__SSE2__)
+  const __m128i x = _mm_set1_epi32(static_cast<int32_t>(flipped_key));
+  const auto* k = reinterpret_cast<const __m128i*>(keys);
+  const __m128i above_low =
+      _mm_packs_epi32(_mm_cmpgt_epi32(_mm_load_si128(k), x), _mm_cmpgt_epi32(_mm_load_si128(k + 1), x));
+  const __m128i above_high =
+      _mm_packs_epi32(_mm_cmpgt_epi32(_mm_load_si128(k + 2), x), _mm_cmpgt_epi32(_mm_load_si128(k + 3), x));
+  const auto above = static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(above_low, above_high)));
+  // The keys ascend: those above the key are a suffix, which starts at the count of the others.
+  return static_cast<uint32_t>(std::countr_zero(above | (uint32_t{1} << kNodeKeys)));
+#else
+  uint32_t at_or_below = 0;
+  for (uint32_t j = 0; j < kNodeKeys; ++j)
+    at_or_below += static_cast<int32_t>(keys[j]) <= static_cast<int32_t>(flipped_key);
+  return at_or_below;
+#endif
+}
+
+// Only the maximum key counts the keys past the end; it takes the last child that exists.
+inline uint32_t IntervalIndex<uint32_t>::descend(uint32_t level, uint32_t node,
+                                                 uint32_t flipped_key) const noexcept {
+  const Node& inner = nodes_[level_first_[level] + node];
+  return std::min(node * kFanout + rank(inner.keys, flipped_key), level_last_[level]);
+}
+
+// The walk only enters a leaf whose first start is at or below the key: at least one counts.
+inline uint32_t IntervalIndex<uint32_t>::value(uint32_t leaf, uint32_t flipped_key) const noexcept {
+  const Leaf& l = leaves_[leaf];
+  return l.values[rank(l.keys, flipped_key) - 1];
+}
+
+uint32_t IntervalIndex<uint32_t>::find(uint32_t key) const noexcept {
+  const uint32_t flipped = key ^ kSignFlip;
+  uint32_t node = 0;
+  for (uint32_t level = 0; level < inner_levels_; ++level) node = descend(level, node, flipped);
+  return value(node, flipped);
+}
+
+void IntervalIndex<uint32_t>::find_batch(std::span<const uint32_t> keys,
+                                         std::span<uint32_t> values) const noexcept {
+  constexpr std::size_t kWalks = 32;
+  uint32_t flipped[kWalks];
+  uint32_t node[kWalks];
+  for (std::size_t first = 0; first < keys.size(); first += kWalks) {
+    const std::size_t n = std::min(kWalks, keys.size() - first);
+    for (std::size_t i = 0; i < n; ++i) {
+      flipped[i] = keys[first + i] ^ kSignFlip;
+      node[i] = 0;
+    }
+    for (uint32_t level = 0; level < inner_levels_; ++level) {
+      const bool to_leaves = level + 1 == inner_levels_;
+      for (std::size_t i = 0; i < n; ++i) {
+        node[i] = descend(level, node[i], flipped[i]);
+        if (to_leaves) {
+          __builtin_prefetch(leaves_[node[i]].keys);
+          __builtin_prefetch(leaves_[node[i]].values);
+        } else {
+          __builtin_prefetch(&nodes_[level_first_[level + 1] + node[i]]);
+        }
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) values[first + i] = value(node[i], flipped[i]);
+  }
+}
+
+std::size_t IntervalIndex<uint32_t>::memory_bytes() const {
+  return nodes_.capacity() * sizeof(Node) + leaves_.capacity() * sizeof(Leaf) +
+         (level_first_.capacity() + level_last_.capacity()) * sizeof(uint32_t);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Classifier

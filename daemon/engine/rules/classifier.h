@@ -146,10 +146,11 @@ enum class MatchOrder : uint8_t {
   First,        // scrub and translation rules: the first matching rule
 };
 
-// Finds the elementary interval holding a key: a radix tree over the sorted interval starts that
-// skips the bits its starts share. A child holding no start stores its interval's value itself; a
-// child holding a few is a leaf of one cache line, keys and values side by side, searched without
-// branches. Key is uint32_t (IPv4) or AddressKey (IPv6).
+// Finds the elementary interval holding a key. For AddressKey (IPv6; IPv4 has its own, below): a
+// radix tree over the sorted interval starts that skips the bits its starts share, which IPv6 rule
+// sets need: they crowd under a few long prefixes. A child holding no start stores its interval's
+// value itself; a child holding a few is a leaf of one cache line, keys and values side by side,
+// searched without branches.
 template <typename Key>
 class IntervalIndex {
  public:
@@ -196,7 +197,44 @@ class IntervalIndex {
   uint32_t root_ = kValue;
 };
 
-extern template class IntervalIndex<uint32_t>;
+// IPv4: a static B+ tree over the interval starts, 16 keys (one cache line) per node, every leaf
+// at the same depth. IPv4 starts spread over the whole key space (block lists, public networks),
+// where the radix tree's depth varies from walk to walk; here every walk takes the same steps, so
+// the batch loops know their trip counts, and a node is chosen by counting the keys at or below
+// the key, without a branch. 10,000 rules' starts take four levels, the upper three in L1.
+template <>
+class IntervalIndex<uint32_t> {
+ public:
+  void build(const std::vector<uint32_t>& starts, const std::vector<uint32_t>& values);
+  uint32_t find(uint32_t key) const noexcept;
+  void find_batch(std::span<const uint32_t> keys, std::span<uint32_t> values) const noexcept;
+  std::size_t memory_bytes() const;
+
+  static constexpr uint32_t kNodeKeys = 16;
+  static constexpr uint32_t kFanout = kNodeKeys + 1;
+
+ private:
+  // Keys are stored with the top bit flipped, so that signed SIMD compares order them as unsigned.
+  struct alignas(64) Node {
+    uint32_t keys[kNodeKeys];  // inner: the first start under children 1..16; past the end: max
+  };
+  struct alignas(64) Leaf {
+    uint32_t keys[kNodeKeys];  // 16 consecutive starts; past the last start: max
+    uint32_t values[kNodeKeys];
+  };
+  static uint32_t rank(const uint32_t* keys, uint32_t flipped_key) noexcept;  // keys <= key
+  // One step down: the child to take from inner node `node` of `level`.
+  uint32_t descend(uint32_t level, uint32_t node, uint32_t flipped_key) const noexcept;
+  uint32_t value(uint32_t leaf, uint32_t flipped_key) const noexcept;
+
+  std::vector<Node> nodes_;            // inner levels, root first
+  std::vector<uint32_t> level_first_;  // per inner level, its first node in nodes_
+  std::vector<uint32_t> level_last_;   // per level below the root, its last node (or leaf)
+  std::vector<Leaf> leaves_;
+  uint32_t inner_levels_ = 0;
+  uint32_t last_ = 0;  // the index of the last start
+};
+
 extern template class IntervalIndex<AddressKey>;
 
 // One pass of one packet, for Classifier::match_batch().

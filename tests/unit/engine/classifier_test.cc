@@ -778,6 +778,8 @@ void check_interval_index(uint64_t seed) {
   for (uint32_t i = 0; i < values.size(); ++i) values[i] = i * 3 + 1;
   IntervalIndex<Key> index;
   index.build(starts, values);
+  std::vector<Key> keys;
+  std::vector<uint32_t> expected;
   for (int probe = 0; probe < 5000; ++probe) {
     Key key;
     const Key s = starts[rng() % starts.size()];
@@ -802,6 +804,20 @@ void check_interval_index(uint64_t seed) {
     if (index.find(key) != values[i]) {
       INFO("seed " << seed << " probe " << probe << " of " << starts.size() << " starts");
       REQUIRE(index.find(key) == values[i]);
+    }
+    keys.push_back(key);
+    expected.push_back(values[i]);
+  }
+  // The same keys in batches of varied sizes, the walks of a batch at different depths.
+  std::vector<uint32_t> found(keys.size());
+  for (std::size_t at = 0, size = 1; at < keys.size(); at += size, size = size % 41 + 1) {
+    const std::size_t batch = std::min(size, keys.size() - at);
+    index.find_batch({keys.data() + at, batch}, {found.data() + at, batch});
+  }
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    if (found[k] != expected[k]) {
+      INFO("seed " << seed << " batched probe " << k << " of " << starts.size() << " starts");
+      REQUIRE(found[k] == expected[k]);
     }
   }
 }
