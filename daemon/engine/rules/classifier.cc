@@ -1055,11 +1055,12 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
 [[gnu::always_inline]] inline uint32_t Classifier::l4_record(const PacketView& p,
                                                              bool has_l4) const noexcept {
   // TCP: the flags; ICMP: the type, at 256 or 512; anything else, or no transport header: kL4Other.
+  // Selected by masks: in a batch of mixed protocols, branches here would be guesses.
   const uint32_t base = has_l4 ? l4_base_[p.proto] : kL4Other;
   const uint32_t flags = p.tcp.flags;
   const uint32_t type = p.icmp.type;
-  const uint32_t value = p.proto == ipproto::kTcp ? flags : type;
-  const uint32_t entry = base == kL4Other ? kL4Other : base + value;
+  const uint32_t value = type ^ ((flags ^ type) & (uint32_t{0} - uint32_t{p.proto == ipproto::kTcp}));
+  const uint32_t entry = base + (value & (uint32_t{0} - uint32_t{base != kL4Other}));
   const uint32_t record = l4_records_[entry];
   if (!(record & kCodeTable)) return record;
   return l4_codes_[(record & ~kCodeTable) * 256 + p.icmp.code];
@@ -1201,16 +1202,17 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
     std::size_t v6_count = 0;
     for (std::size_t i = 0; i < n; ++i) {
       begin(probes[i], query[i]);
+      // Written to both families' lists, kept in one: a branch would guess the family.
       const PacketView& p = *query[i].packet;
-      if (p.family == Family::V6) {
-        v6_keys[0][v6_count] = address_key(Family::V6, p.src);
-        v6_keys[1][v6_count] = address_key(Family::V6, p.dst);
-        v6_probe[v6_count++] = static_cast<uint8_t>(i);
-      } else {
-        v4_keys[0][v4_count] = p.src.v4_value();
-        v4_keys[1][v4_count] = p.dst.v4_value();
-        v4_probe[v4_count++] = static_cast<uint8_t>(i);
-      }
+      const bool v6 = p.family == Family::V6;
+      v6_keys[0][v6_count] = address_key(Family::V6, p.src);
+      v6_keys[1][v6_count] = address_key(Family::V6, p.dst);
+      v6_probe[v6_count] = static_cast<uint8_t>(i);
+      v4_keys[0][v4_count] = p.src.v4_value();
+      v4_keys[1][v4_count] = p.dst.v4_value();
+      v4_probe[v4_count] = static_cast<uint8_t>(i);
+      v6_count += v6;
+      v4_count += !v6;
     }
     for (int side = 0; side < 2; ++side) {
       v4_index_[side].find_batch({v4_keys[side], v4_count}, {records[0][side], v4_count});
