@@ -7,8 +7,8 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <string>
@@ -28,7 +28,8 @@ struct Options {
   double seconds = 0.5;  // per measurement run
   int runs = 3;          // runs per point; the median is reported
   std::vector<uint32_t> rule_counts = {10, 100, 1000, 10000};
-  std::string only;  // run just this benchmark of the suite
+  uint32_t rule_packets = 4096;  // distinct packets per rule count
+  std::string only;              // run just this benchmark of the suite
 };
 
 struct Benchmark {
@@ -37,7 +38,8 @@ struct Benchmark {
 };
 
 void rules_keys(const Options& options, Json& out) {
-  const auto points = run_rules_bench(options.rule_counts, options.seconds, options.runs);
+  const auto points =
+      run_rules_bench(options.rule_counts, options.rule_packets, options.seconds, options.runs);
   for (const auto& [count, p] : points) {
     const std::string n = std::to_string(count);
     out["rules_mpps"][n] = p.mpps;
@@ -73,6 +75,7 @@ int usage(const std::string& problem) {
       stderr,
       "pairwall-bench: %s\n"
       "usage: pairwall-bench SUITE [--json] [--only NAME] [--seconds S] [--runs N] [--rules N,N,...]\n"
+      "       [--rule-packets N]\n"
       "suites (namespaces, root):",
       problem.c_str());
   for (const std::string_view name : kScriptSuites)
@@ -158,6 +161,9 @@ int run(int argc, char** argv) {
     } else if (arg == "--rules" && has_value) {
       if (!parse_counts(argv[++i], options.rule_counts))
         return usage("--rules wants counts like 10,100,1000");
+    } else if (arg == "--rule-packets" && has_value) {
+      if (!parse_number(std::string_view(argv[++i]), options.rule_packets) || options.rule_packets < 1)
+        return usage("--rule-packets wants a positive integer");
     } else {
       return usage("unknown or incomplete option '" + std::string(arg) + "'");
     }

@@ -57,7 +57,7 @@ struct Subject {
   std::vector<double> batch_mpps;
 };
 
-void prepare(Subject& subject, RulesBenchPoint& point, int runs) {
+void prepare(Subject& subject, RulesBenchPoint& point, uint32_t packets, int runs) {
   const uint32_t count = subject.count;
   const GeneratedRules generated = generate_rules(count, 0x9e3779b97f4a7c15ull ^ count);
   for (const char* name : generated.interfaces) subject.ifaces.intern(name);
@@ -77,7 +77,7 @@ void prepare(Subject& subject, RulesBenchPoint& point, int runs) {
   const uint32_t tail = std::max<uint32_t>(2, count / 10);
   const rules::RuleSet& set = *subject.set;
   subject.packets =
-      packets_for_tail(generated.file, tail, 4096, subject.ifaces, count, [&](const BenchPacket& p) {
+      packets_for_tail(generated.file, tail, packets, subject.ifaces, count, [&](const BenchPacket& p) {
         const uint32_t r = set.evaluate(p.view, rules::Direction::In, p.iface);
         return r != rules::kNoRule && r >= count - tail;
       });
@@ -93,52 +93,56 @@ void prepare(Subject& subject, RulesBenchPoint& point, int runs) {
   }
 }
 
+// Passes over the packets for `seconds`, timing each: the rate of the fastest pass. A pass is
+// well under a millisecond, so most passes run undisturbed; the slower ones measure the other
+// guests of a shared host, not the code.
+template <typename Pass>
+double fastest_pass_mpps(std::size_t packets, double seconds, Pass pass) {
+  const double start = thread_seconds();
+  double fastest = 0;
+  for (double now = start; now - start < seconds;) {
+    pass();
+    const double after = thread_seconds();
+    if (fastest == 0 || after - now < fastest) fastest = after - now;
+    now = after;
+  }
+  return static_cast<double>(packets) / fastest / 1e6;
+}
+
 // One run of both ways of evaluating, `seconds` each.
 void measure(Subject& subject, double seconds) {
   const rules::RuleSet& set = *subject.set;
-  uint64_t evaluated = 0;
   uint64_t check = 0;
-  double start = thread_seconds();
-  double elapsed = 0;
-  while (elapsed < seconds) {
+  subject.single_mpps.push_back(fastest_pass_mpps(subject.packets.size(), seconds, [&] {
     for (const BenchPacket& p : subject.packets) check += set.evaluate(p.view, rules::Direction::In, p.iface);
-    evaluated += subject.packets.size();
-    elapsed = thread_seconds() - start;
-  }
+  }));
   // Every packet was chosen for the rule that decides it, so the sum cannot be zero; using it
   // also keeps the compiler from dropping the loop.
   if (check == 0) throw std::runtime_error("rules bench: no packet was decided");
-  subject.single_mpps.push_back(static_cast<double>(evaluated) / elapsed / 1e6);
 
   const std::vector<rules::MatchQuery>& queries = subject.queries;
   std::vector<uint32_t> decided(queries.size());
-  evaluated = 0;
   check = 0;
-  start = thread_seconds();
-  elapsed = 0;
-  while (elapsed < seconds) {
+  subject.batch_mpps.push_back(fastest_pass_mpps(queries.size(), seconds, [&] {
     for (std::size_t at = 0; at < queries.size(); at += kBatch) {
       const std::size_t n = std::min(kBatch, queries.size() - at);
       set.evaluate_batch({queries.data() + at, n}, {decided.data() + at, n});
     }
     for (uint32_t r : decided) check += r;
-    evaluated += queries.size();
-    elapsed = thread_seconds() - start;
-  }
+  }));
   if (check == 0) throw std::runtime_error("rules bench: no packet was decided");
-  subject.batch_mpps.push_back(static_cast<double>(evaluated) / elapsed / 1e6);
 }
 
 }  // namespace
 
-std::map<uint32_t, RulesBenchPoint> run_rules_bench(const std::vector<uint32_t>& rule_counts, double seconds,
-                                                    int runs) {
+std::map<uint32_t, RulesBenchPoint> run_rules_bench(const std::vector<uint32_t>& rule_counts,
+                                                    uint32_t packets, double seconds, int runs) {
   std::map<uint32_t, RulesBenchPoint> out;
   std::vector<std::unique_ptr<Subject>> subjects;
   for (uint32_t n : rule_counts) {
     subjects.push_back(std::make_unique<Subject>());
     subjects.back()->count = n;
-    prepare(*subjects.back(), out[n], runs);
+    prepare(*subjects.back(), out[n], packets, runs);
   }
   // The rule counts take turns, run by run: a machine whose load drifts then shifts every point
   // alike, and the ratios between them (the figure that matters) hold.

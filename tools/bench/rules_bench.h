@@ -11,14 +11,15 @@
 namespace pairwall::bench {
 
 struct RulesBenchPoint {
-  double mpps = 0;            // evaluate_batch(), median of the runs, millions of packets per CPU second
+  double mpps = 0;            // evaluate_batch(), median of the runs' fastest passes, millions per CPU second
   double single_mpps = 0;     // one evaluate() per packet, likewise
   double compile_ms = 0;      // compile() of the parsed file, thread CPU time, median of the runs
   uint64_t memory_bytes = 0;  // heap held by the compiled RuleSet
 };
 
-// `seconds` (of thread CPU time) per run at least, `runs` runs per point, median reported.
-std::map<uint32_t, RulesBenchPoint> run_rules_bench(const std::vector<uint32_t>& rule_counts, double seconds,
-                                                    int runs);
+// `packets` distinct packets per rule count; `seconds` (of thread CPU time) per run at least,
+// `runs` runs per point, median reported.
+std::map<uint32_t, RulesBenchPoint> run_rules_bench(const std::vector<uint32_t>& rule_counts,
+                                                    uint32_t packets, double seconds, int runs);
 
 }  // namespace pairwall::bench
