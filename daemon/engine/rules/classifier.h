@@ -31,14 +31,18 @@
 // sets: at 1,000 rules, packets that only `block all` decides took 145 ns without anchors and 81 ns
 // with them; at 10,000 rules a packet visits 1.7 words on average (1.0 at 10 rules).
 //
-// What still grows: the per-packet work is flat (about 390 instructions at 10 rules, 460 at 10,000,
-// counted with cachegrind on the benchmark), but a 10,000-rule structure (17 MB with the compiled
-// rules) does not stay in L1: about 8 L1 misses and one L2 miss per packet instead of 1 and 0, and
-// more candidate words (1.7, see above), whose count the branch predictor cannot know. One
-// match() at a time, those misses add up; match_batch() overlaps them across the packets of a
-// batch. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on an idle 2-core VM):
-// batched 15.9/15.5 Mpps at 10 rules and 9.3/9.1 at 10,000 (a ratio of 0.58-0.59), one call per
-// packet 15.4/14.9 and 6.7/7.6 (0.44-0.51). The 0.8 target is not met.
+// What still grows: the per-packet work is flat (in match_batch(), counted with callgrind on the
+// benchmark: about 930 instructions a packet at 10 rules, whose measured packets are all IPv6,
+// and 1,040 at 10,000), but a 10,000-rule structure (16 MB with the compiled
+// rules) does not stay in L1 or L2, and a packet meets more candidate words (1.7, see above), whose
+// count the branch predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4
+// index is a B+ tree of fixed depth (below) because the radix tree's varying depth cost
+// mispredicted loop exits and 3.5 times the memory. pairwall-bench engine (--seconds 0.5 --runs 3,
+// two invocations on a 2-core VM, fastest pass of each run): 16.2/16.1 Mpps at 10 rules and
+// 10.9/10.8 at 10,000, a ratio of 0.67 (the radix tree: 0.60). With --rule-packets 1024 instead of
+// 4,096 the ratio is 0.78: what is left is the misses of the class records the packets touch, once
+// they no longer fit in L2.
+// The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
