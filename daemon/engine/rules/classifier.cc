@@ -317,13 +317,9 @@ uint32_t IntervalIndex<Key>::build_entry(const std::vector<Key>& starts, const s
   }
   // At least two distinct starts: the first and last differ below `known_bits`.
   const Key diff = starts[lo] ^ starts[hi - 1];
-  unsigned common;
-  if constexpr (sizeof(Key) == 4) {
-    common = static_cast<unsigned>(std::countl_zero(diff));
-  } else {
-    const auto diff_hi = static_cast<uint64_t>(diff >> 64);
-    common = diff_hi != 0 ? std::countl_zero(diff_hi) : 64 + std::countl_zero(static_cast<uint64_t>(diff));
-  }
+  const auto diff_hi = static_cast<uint64_t>(diff >> 64);
+  const unsigned common = static_cast<unsigned>(
+      diff_hi != 0 ? std::countl_zero(diff_hi) : 64 + std::countl_zero(static_cast<uint64_t>(diff)));
   const unsigned stride = std::clamp<unsigned>(std::bit_width(hi - lo) - 1, 1, std::min(16u, kBits - common));
   Node node;
   // Only bits the parent has not compared need checking; a zero mask makes the check pass.
@@ -354,20 +350,17 @@ uint32_t IntervalIndex<Key>::build_entry(const std::vector<Key>& starts, const s
   return index;
 }
 
-// Key bits [shift, shift + stride) from the top. For IPv6 keys, 64-bit halves: a variable shift of
-// a 128-bit integer costs several times as much.
+// Key bits [shift, shift + stride) from the top, from 64-bit halves: a variable shift of a
+// 128-bit integer costs several times as much.
 template <typename Key>
 inline uint32_t IntervalIndex<Key>::child_index(Key key, unsigned shift, unsigned stride) noexcept {
-  if constexpr (sizeof(Key) == 4) {
-    return static_cast<uint32_t>(key << shift) >> (32 - stride);
-  } else {
-    const auto hi = static_cast<uint64_t>(key >> 64);
-    const auto lo = static_cast<uint64_t>(key);
-    const uint64_t window = shift >= 64  ? lo << (shift - 64)
-                            : shift == 0 ? hi
-                                         : (hi << shift) | (lo >> (64 - shift));
-    return static_cast<uint32_t>(window >> (64 - stride));
-  }
+  static_assert(sizeof(Key) == 16, "IPv4 has its own index");
+  const auto hi = static_cast<uint64_t>(key >> 64);
+  const auto lo = static_cast<uint64_t>(key);
+  const uint64_t window = shift >= 64  ? lo << (shift - 64)
+                          : shift == 0 ? hi
+                                       : (hi << shift) | (lo >> (64 - shift));
+  return static_cast<uint32_t>(window >> (64 - stride));
 }
 
 template <typename Key>

@@ -33,16 +33,15 @@
 //
 // What still grows: the per-packet work is flat (in match_batch(), counted with callgrind on the
 // benchmark: about 930 instructions a packet at 10 rules, whose measured packets are all IPv6,
-// and 1,040 at 10,000), but a 10,000-rule structure (16 MB with the compiled
-// rules) does not stay in L1 or L2, and a packet meets more candidate words (1.7, see above), whose
-// count the branch predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4
-// index is a B+ tree of fixed depth (below) because the radix tree's varying depth cost
-// mispredicted loop exits and 3.5 times the memory. pairwall-bench engine (--seconds 0.5 --runs 3,
-// two invocations on a 2-core VM, fastest pass of each run): 16.2/16.1 Mpps at 10 rules and
-// 10.9/10.8 at 10,000, a ratio of 0.67 (the radix tree: 0.60). With --rule-packets 1024 instead of
-// 4,096 the ratio is 0.78: what is left is the misses of the class records the packets touch, once
-// they no longer fit in L2.
-// The 0.8 target is not met.
+// and 1,040 at 10,000), but a 10,000-rule structure (16 MB with the compiled rules) does not stay
+// in L1 or L2, and a packet meets more candidate words (1.7, see above), whose count the branch
+// predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index is a B+
+// tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits
+// and 3.5 times the memory. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on a
+// 2-core VM, fastest pass of each run): 16.2/16.1 Mpps at 10 rules and 10.9/10.8 at 10,000, a
+// ratio of 0.67 (the radix tree: 0.60). With --rule-packets 1024 instead of 4,096 the ratio is
+// 0.78: what is left is the misses of the class records the packets touch, once they no longer
+// fit in L2. The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
@@ -166,7 +165,7 @@ class IntervalIndex {
   void find_batch(std::span<const Key> keys, std::span<uint32_t> values) const noexcept;
   std::size_t memory_bytes() const;
 
-  static constexpr uint32_t kLeafKeys = sizeof(Key) == 4 ? 7 : 3;  // a leaf fills one cache line
+  static constexpr uint32_t kLeafKeys = 3;  // a leaf of 16-byte keys fills one cache line
 
  private:
   static constexpr unsigned kBits = sizeof(Key) * 8;
