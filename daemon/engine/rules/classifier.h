@@ -12,8 +12,9 @@
 //   - Dense fields, small domains, bitmaps stored whole: direction x interface, family x protocol,
 //     transport detail (TCP flags; ICMP type, and code where a rule names one).
 //   - Sparse fields: source and destination address (elementary intervals, v4 and v6 apart, found
-//     by a radix index over the interval starts that skips shared prefix bits: a top-16-bit table
-//     fails on IPv6, where rule sets crowd under one /32) and source and destination port (blocks
+//     by a B+ tree of fixed depth for IPv4 and, for IPv6, a radix index over the interval starts
+//     that skips shared prefix bits: a top-16-bit table fails on IPv6, where rule sets crowd
+//     under one /32) and source and destination port (blocks
 //     of 256 ports, identical blocks stored once). Their bitmaps are compressed as in Baboescu and
 //     Varghese's aggregated bit vectors (a summary bit per 64-rule word, then the non-zero words),
 //     and stay sparse because a rule that accepts most values of a field (a wildcard, `! 10/8`,
