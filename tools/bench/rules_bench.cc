@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <variant>
@@ -99,11 +100,11 @@ void prepare(Subject& subject, RulesBenchPoint& point, uint32_t packets, int run
 template <typename Pass>
 double fastest_pass_mpps(std::size_t packets, double seconds, Pass pass) {
   const double start = thread_seconds();
-  double fastest = 0;
+  double fastest = std::numeric_limits<double>::infinity();
   for (double now = start; now - start < seconds;) {
     pass();
     const double after = thread_seconds();
-    if (fastest == 0 || after - now < fastest) fastest = after - now;
+    fastest = std::min(fastest, after - now);
     now = after;
   }
   return static_cast<double>(packets) / fastest / 1e6;

@@ -441,7 +441,7 @@ void IntervalIndex<uint32_t>::build(const std::vector<uint32_t>& starts,
   if (starts.empty() || starts[0] != 0 || values.size() != starts.size())
     throw std::logic_error("interval index: the starts must begin at 0, one value each");
   const uint32_t n = checked_u32(starts.size(), "address intervals");
-  last_ = n - 1;
+  const uint32_t last = n - 1;
   // The leaves: the starts in order, 16 to a leaf. Slots past the last start hold the maximum key
   // and the last value, so that a key at the very top lands on the last interval either way.
   const uint32_t leaf_count = (n + kNodeKeys - 1) / kNodeKeys;
@@ -449,20 +449,20 @@ void IntervalIndex<uint32_t>::build(const std::vector<uint32_t>& starts,
   for (uint32_t i = 0; i < leaf_count * kNodeKeys; ++i) {
     Leaf& leaf = leaves_[i / kNodeKeys];
     leaf.keys[i % kNodeKeys] = (i < n ? starts[i] : UINT32_MAX) ^ kSignFlip;
-    leaf.values[i % kNodeKeys] = values[std::min(i, last_)];
+    leaf.values[i % kNodeKeys] = values[std::min(i, last)];
   }
   // Level sizes from the leaves up to the root, then the inner levels root first. An inner node's
   // key j is the first start under its child j + 1.
   std::vector<uint32_t> sizes{leaf_count};
   while (sizes.back() > 1) sizes.push_back((sizes.back() + kFanout - 1) / kFanout);
   std::reverse(sizes.begin(), sizes.end());
-  inner_levels_ = static_cast<uint32_t>(sizes.size() - 1);
+  const auto inner_levels = static_cast<uint32_t>(sizes.size() - 1);
   nodes_.clear();
   level_first_.clear();
   level_last_.clear();
   uint64_t child_span = kNodeKeys;  // starts under one child of the lowest inner level
-  for (uint32_t l = 1; l < inner_levels_; ++l) child_span *= kFanout;
-  for (uint32_t l = 0; l < inner_levels_; ++l) {
+  for (uint32_t l = 1; l < inner_levels; ++l) child_span *= kFanout;
+  for (uint32_t l = 0; l < inner_levels; ++l) {
     level_first_.push_back(static_cast<uint32_t>(nodes_.size()));
     level_last_.push_back(sizes[l + 1] - 1);
     for (uint32_t node = 0; node < sizes[l]; ++node) {
@@ -513,7 +513,7 @@ inline uint32_t IntervalIndex<uint32_t>::value(uint32_t leaf, uint32_t flipped_k
 uint32_t IntervalIndex<uint32_t>::find(uint32_t key) const noexcept {
   const uint32_t flipped = key ^ kSignFlip;
   uint32_t node = 0;
-  for (uint32_t level = 0; level < inner_levels_; ++level) node = descend(level, node, flipped);
+  for (uint32_t level = 0; level < inner_levels(); ++level) node = descend(level, node, flipped);
   return value(node, flipped);
 }
 
@@ -528,8 +528,9 @@ void IntervalIndex<uint32_t>::find_batch(std::span<const uint32_t> keys,
       flipped[i] = keys[first + i] ^ kSignFlip;
       node[i] = 0;
     }
-    for (uint32_t level = 0; level < inner_levels_; ++level) {
-      const bool to_leaves = level + 1 == inner_levels_;
+    const uint32_t levels = inner_levels();
+    for (uint32_t level = 0; level < levels; ++level) {
+      const bool to_leaves = level + 1 == levels;
       for (std::size_t i = 0; i < n; ++i) {
         node[i] = descend(level, node[i], flipped[i]);
         if (to_leaves) {

@@ -230,13 +230,12 @@ class IntervalIndex<uint32_t> {
   // One step down: the child to take from inner node `node` of `level`.
   uint32_t descend(uint32_t level, uint32_t node, uint32_t flipped_key) const noexcept;
   uint32_t value(uint32_t leaf, uint32_t flipped_key) const noexcept;
+  uint32_t inner_levels() const noexcept { return static_cast<uint32_t>(level_first_.size()); }
 
   std::vector<Node> nodes_;            // inner levels, root first
   std::vector<uint32_t> level_first_;  // per inner level, its first node in nodes_
   std::vector<uint32_t> level_last_;   // per level below the root, its last node (or leaf)
   std::vector<Leaf> leaves_;
-  uint32_t inner_levels_ = 0;
-  uint32_t last_ = 0;  // the index of the last start
 };
 
 extern template class IntervalIndex<AddressKey>;
