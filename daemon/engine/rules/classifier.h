@@ -38,11 +38,11 @@
 // in L1 or L2, and a packet meets more candidate words (1.7, see above), whose count the branch
 // predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index is a B+
 // tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits
-// and 3.5 times the memory. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on a
-// 2-core VM, fastest pass of each run): 16.2/16.1 Mpps at 10 rules and 10.9/10.8 at 10,000, a
-// ratio of 0.67 (the radix tree: 0.60). With --rule-packets 1024 instead of 4,096 the ratio is
-// 0.78: what is left is the misses of the class records the packets touch, once they no longer
-// fit in L2. The 0.8 target is not met.
+// and 0.73 MB more memory at 10,000 rules. pairwall-bench engine (--seconds 0.5 --runs 3, two
+// invocations on a 2-core VM, fastest pass of each run): 16.2/16.1 Mpps at 10 rules and 10.9/10.8
+// at 10,000, a ratio of 0.67 (the radix tree: 0.60). With --rule-packets 1024 instead of 4,096
+// the ratio is 0.78: what is left is the misses of the class records the packets touch, once
+// they no longer fit in L2. The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
