@@ -442,14 +442,14 @@ void IntervalIndex<uint32_t>::build(const std::vector<uint32_t>& starts,
     throw std::logic_error("interval index: the starts must begin at 0, one value each");
   const uint32_t n = checked_u32(starts.size(), "address intervals");
   const uint32_t last = n - 1;
-  // The leaves: the starts in order, 16 to a leaf. Slots past the last start hold the maximum key
+  // The leaves: the starts in order, 8 to a leaf. Slots past the last start hold the maximum key
   // and the last value, so that a key at the very top lands on the last interval either way.
-  const uint32_t leaf_count = (n + kNodeKeys - 1) / kNodeKeys;
+  const uint32_t leaf_count = (n + kLeafKeys - 1) / kLeafKeys;
   leaves_.assign(leaf_count, Leaf{});
-  for (uint32_t i = 0; i < leaf_count * kNodeKeys; ++i) {
-    Leaf& leaf = leaves_[i / kNodeKeys];
-    leaf.keys[i % kNodeKeys] = (i < n ? starts[i] : UINT32_MAX) ^ kSignFlip;
-    leaf.values[i % kNodeKeys] = values[std::min(i, last)];
+  for (uint32_t i = 0; i < leaf_count * kLeafKeys; ++i) {
+    Leaf& leaf = leaves_[i / kLeafKeys];
+    leaf.keys[i % kLeafKeys] = (i < n ? starts[i] : UINT32_MAX) ^ kSignFlip;
+    leaf.values[i % kLeafKeys] = values[std::min(i, last)];
   }
   // Level sizes from the leaves up to the root, then the inner levels root first. An inner node's
   // key j is the first start under its child j + 1.
@@ -460,7 +460,7 @@ void IntervalIndex<uint32_t>::build(const std::vector<uint32_t>& starts,
   nodes_.clear();
   level_first_.clear();
   level_last_.clear();
-  uint64_t child_span = kNodeKeys;  // starts under one child of the lowest inner level
+  uint64_t child_span = kLeafKeys;  // starts under one child of the lowest inner level
   for (uint32_t l = 1; l < inner_levels; ++l) child_span *= kFanout;
   for (uint32_t l = 0; l < inner_levels; ++l) {
     level_first_.push_back(static_cast<uint32_t>(nodes_.size()));
@@ -478,20 +478,25 @@ void IntervalIndex<uint32_t>::build(const std::vector<uint32_t>& starts,
   nodes_.shrink_to_fit();
 }
 
+template <uint32_t N>
 inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t flipped_key) noexcept {
+  static_assert(N == 8 || N == 16);
 #if defined(__SSE2__)
   const __m128i x = _mm_set1_epi32(static_cast<int32_t>(flipped_key));
   const auto* k = reinterpret_cast<const __m128i*>(keys);
   const __m128i above_low =
       _mm_packs_epi32(_mm_cmpgt_epi32(_mm_load_si128(k), x), _mm_cmpgt_epi32(_mm_load_si128(k + 1), x));
-  const __m128i above_high =
-      _mm_packs_epi32(_mm_cmpgt_epi32(_mm_load_si128(k + 2), x), _mm_cmpgt_epi32(_mm_load_si128(k + 3), x));
+  __m128i above_high = _mm_setzero_si128();
+  if constexpr (N == 16) {
+    above_high =
+        _mm_packs_epi32(_mm_cmpgt_epi32(_mm_load_si128(k + 2), x), _mm_cmpgt_epi32(_mm_load_si128(k + 3), x));
+  }
   const auto above = static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(above_low, above_high)));
   // The keys ascend: those above the key are a suffix, which starts at the count of the others.
-  return static_cast<uint32_t>(std::countr_zero(above | (uint32_t{1} << kNodeKeys)));
+  return static_cast<uint32_t>(std::countr_zero(above | (uint32_t{1} << N)));
 #else
   uint32_t at_or_below = 0;
-  for (uint32_t j = 0; j < kNodeKeys; ++j)
+  for (uint32_t j = 0; j < N; ++j)
     at_or_below += static_cast<int32_t>(keys[j]) <= static_cast<int32_t>(flipped_key);
   return at_or_below;
 #endif
@@ -501,13 +506,13 @@ inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t fli
 inline uint32_t IntervalIndex<uint32_t>::descend(uint32_t level, uint32_t node,
                                                  uint32_t flipped_key) const noexcept {
   const Node& inner = nodes_[level_first_[level] + node];
-  return std::min(node * kFanout + rank(inner.keys, flipped_key), level_last_[level]);
+  return std::min(node * kFanout + rank<kNodeKeys>(inner.keys, flipped_key), level_last_[level]);
 }
 
 // The walk only enters a leaf whose first start is at or below the key: at least one counts.
 inline uint32_t IntervalIndex<uint32_t>::value(uint32_t leaf, uint32_t flipped_key) const noexcept {
   const Leaf& l = leaves_[leaf];
-  return l.values[rank(l.keys, flipped_key) - 1];
+  return l.values[rank<kLeafKeys>(l.keys, flipped_key) - 1];
 }
 
 uint32_t IntervalIndex<uint32_t>::find(uint32_t key) const noexcept {
@@ -535,7 +540,6 @@ void IntervalIndex<uint32_t>::find_batch(std::span<const uint32_t> keys,
         node[i] = descend(level, node[i], flipped[i]);
         if (to_leaves) {
           __builtin_prefetch(leaves_[node[i]].keys);
-          __builtin_prefetch(leaves_[node[i]].values);
         } else {
           __builtin_prefetch(&nodes_[level_first_[level + 1] + node[i]]);
         }

@@ -201,11 +201,13 @@ class IntervalIndex {
   uint32_t root_ = kValue;
 };
 
-// IPv4: a static B+ tree over the interval starts, 16 keys (one cache line) per node, every leaf
-// at the same depth. IPv4 starts spread over the whole key space (block lists, public networks),
-// where the radix tree's depth varies from walk to walk; here every walk takes the same steps, so
-// the batch loops know their trip counts, and a node is chosen by counting the keys at or below
-// the key, without a branch. 10,000 rules' starts take four levels, the upper three in L1.
+// IPv4: a static B+ tree over the interval starts, 16 keys (one cache line) per inner node, every
+// leaf at the same depth. IPv4 starts spread over the whole key space (block lists, public
+// networks), where the radix tree's depth varies from walk to walk; here every walk takes the
+// same steps, so the batch loops know their trip counts, and a node is chosen by counting the keys
+// at or below the key, without a branch. A leaf holds 8 starts and their values in one cache line:
+// the leaf is the walk's one miss, and with 16 starts the value sat on a second line. 10,000
+// rules' starts take four levels, the upper three in L1.
 template <>
 class IntervalIndex<uint32_t> {
  public:
@@ -216,6 +218,7 @@ class IntervalIndex<uint32_t> {
 
   static constexpr uint32_t kNodeKeys = 16;
   static constexpr uint32_t kFanout = kNodeKeys + 1;
+  static constexpr uint32_t kLeafKeys = 8;
 
  private:
   // Keys are stored with the top bit flipped, so that signed SIMD compares order them as unsigned.
@@ -223,10 +226,11 @@ class IntervalIndex<uint32_t> {
     uint32_t keys[kNodeKeys];  // inner: the first start under children 1..16; past the end: max
   };
   struct alignas(64) Leaf {
-    uint32_t keys[kNodeKeys];  // 16 consecutive starts; past the last start: max
-    uint32_t values[kNodeKeys];
+    uint32_t keys[kLeafKeys];  // 8 consecutive starts; past the last start: max
+    uint32_t values[kLeafKeys];
   };
-  static uint32_t rank(const uint32_t* keys, uint32_t flipped_key) noexcept;  // keys <= key
+  template <uint32_t N>
+  static uint32_t rank(const uint32_t* keys, uint32_t flipped_key) noexcept;  // of N keys, those <= key
   // One step down: the child to take from inner node `node` of `level`.
   uint32_t descend(uint32_t level, uint32_t node, uint32_t flipped_key) const noexcept;
   uint32_t value(uint32_t leaf, uint32_t flipped_key) const noexcept;
