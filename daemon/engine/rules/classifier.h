@@ -39,10 +39,10 @@
 // predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index is a B+
 // tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits
 // and 0.73 MB more memory at 10,000 rules. pairwall-bench engine (--seconds 0.5 --runs 3, two
-// invocations on a 2-core VM, fastest pass of each run): 16.2/16.1 Mpps at 10 rules and 10.9/10.8
-// at 10,000, a ratio of 0.67 (the radix tree: 0.60). With --rule-packets 1024 instead of 4,096
-// the ratio is 0.78: what is left is the misses of the class records the packets touch, once
-// they no longer fit in L2. The 0.8 target is not met.
+// invocations on a 2-core VM, fastest pass of each run): 16.3/16.3 Mpps at 10 rules and 11.8/11.7
+// at 10,000, a ratio of 0.72 (the radix tree: 0.60). With --rule-packets 1024 instead of 4,096
+// the ratio is 0.78: what is left is the misses of the lines the packets read (index leaves, class
+// records), once they no longer fit in L2. The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
