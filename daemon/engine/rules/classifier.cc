@@ -19,7 +19,9 @@ namespace pairwall::engine::rules {
 namespace {
 
 constexpr AddressKey kKeyMax = ~static_cast<AddressKey>(0);
-constexpr AddressKey kPortMax = 65535;
+// The port fields' domain: (protocol, port), TCP's 65,536 ports, then UDP's.
+constexpr uint32_t kPorts = 65536;
+constexpr AddressKey kPortMax = 2 * kPorts - 1;
 
 // Bits of `key` outside a prefix of `length` bits (top-aligned), all ones.
 AddressKey host_mask(Family family, uint8_t length) {
@@ -62,6 +64,31 @@ std::vector<KeyRange> complement(const std::vector<KeyRange>& ranges, AddressKey
     next = r.last + 1;
   }
   if (!exhausted) out.push_back({next, max});
+  return out;
+}
+
+// A rule's port list applies to the protocols it names (TCP and UDP when it names neither). In
+// the other protocol's half, which the protocol field rejects anyway, it accepts every port or
+// none, whichever lists it in fewer classes. Either way a TCP packet's port class does not offer
+// it the UDP rules of its port as candidates, nor the reverse.
+std::vector<KeyRange> protocol_port_ranges(const std::vector<KeyRange>& ports,
+                                           const std::vector<uint8_t>& protocols) {
+  auto names = [&protocols](uint8_t proto) {
+    return protocols.empty() || std::find(protocols.begin(), protocols.end(), proto) != protocols.end();
+  };
+  AddressKey covered = 0;
+  for (const KeyRange& k : ports) covered += k.last - k.first + 1;
+  const bool most = covered * 2 > kPorts;
+  std::vector<KeyRange> out;
+  for (const uint8_t proto : {ipproto::kTcp, ipproto::kUdp}) {
+    const AddressKey base = proto == ipproto::kTcp ? 0 : kPorts;
+    if (names(proto)) {
+      for (const KeyRange& k : ports) out.push_back({base + k.first, base + k.last});
+    } else if (most) {
+      out.push_back({base, base + kPorts - 1});
+    }
+  }
+  normalize(out);  // the halves may touch
   return out;
 }
 
@@ -788,7 +815,7 @@ class ClassifierBuilder {
           // A port list, even one covering every port, is not a wildcard: it also requires that
           // the packet has ports at all.
           const auto& ports = f == Field::kSrcPort ? s.src_ports : s.dst_ports;
-          b.ranges[r][0] = port_ranges(ports);
+          b.ranges[r][0] = protocol_port_ranges(port_ranges(ports), s.protocols);
           b.wildcard[r] = ports.empty();
         }
         if (b.wildcard[r]) b.ranges[r] = {};
@@ -989,11 +1016,11 @@ class ClassifierBuilder {
       } else {
         if (classes.size() > 65536) throw std::length_error("rule set too large: distinct port classes");
         const int side = f == Field::kSrcPort ? 0 : 1;
-        std::vector<uint16_t> table(65536);
+        std::vector<uint16_t> table(2 * kPorts);
         const Intervals& iv = b.intervals[0];
         for (std::size_t i = 0; i < iv.starts.size(); ++i) {
           const auto first = static_cast<uint32_t>(iv.starts[i]);
-          const auto end = i + 1 < iv.starts.size() ? static_cast<uint32_t>(iv.starts[i + 1]) : 65536u;
+          const auto end = i + 1 < iv.starts.size() ? static_cast<uint32_t>(iv.starts[i + 1]) : 2 * kPorts;
           std::fill(table.begin() + first, table.begin() + end, static_cast<uint16_t>(iv.classes[i]));
         }
         // Blocks of 256 ports, identical blocks stored once: rules name few ports, so most blocks
@@ -1001,7 +1028,7 @@ class ClassifierBuilder {
         std::map<std::vector<uint16_t>, uint16_t> blocks;
         auto& stored = c_.port_blocks_[side];
         stored.clear();
-        for (uint32_t hi = 0; hi < 256; ++hi) {
+        for (uint32_t hi = 0; hi < 2 * kPorts / 256; ++hi) {
           std::vector<uint16_t> block(table.begin() + hi * 256, table.begin() + (hi + 1) * 256);
           auto [it, inserted] = blocks.try_emplace(block, static_cast<uint16_t>(blocks.size()));
           if (inserted) stored.insert(stored.end(), block.begin(), block.end());
@@ -1046,8 +1073,9 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   return value & (uint64_t{0} - uint64_t{present});
 }
 
-[[gnu::always_inline]] inline uint32_t Classifier::port_class(int side, uint16_t port) const noexcept {
-  return port_blocks_[side][uint32_t{port_top_[side][port >> 8]} * 256 + (port & 255)];
+[[gnu::always_inline]] inline uint32_t Classifier::port_class(int side, uint32_t udp,
+                                                              uint16_t port) const noexcept {
+  return port_blocks_[side][uint32_t{port_top_[side][udp << 8 | port >> 8]} * 256 + (port & 255)];
 }
 
 [[gnu::always_inline]] inline uint32_t Classifier::l4_record(const PacketView& p,
@@ -1075,10 +1103,11 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   probe.dense[0] = dense_pool_.data() + iface_records_[row * iface_slots_ + slot];
   probe.dense[1] = dense_pool_.data() + proto_records_[(v6 ? 256 : 0) + p.proto];
   probe.dense[2] = dense_pool_.data() + l4_record(p, has_l4);
-  probe.sparse[kSrcPort] =
-      sparse_pool_.data() + port_records_[0][has_ports ? port_class(0, p.src_port) : port_none_class_[0]];
-  probe.sparse[kDstPort] =
-      sparse_pool_.data() + port_records_[1][has_ports ? port_class(1, p.dst_port) : port_none_class_[1]];
+  const uint32_t udp = p.proto == ipproto::kUdp;
+  probe.sparse[kSrcPort] = sparse_pool_.data() +
+                           port_records_[0][has_ports ? port_class(0, udp, p.src_port) : port_none_class_[0]];
+  probe.sparse[kDstPort] = sparse_pool_.data() +
+                           port_records_[1][has_ports ? port_class(1, udp, p.dst_port) : port_none_class_[1]];
   probe.group = packet_group_[row * iface_slots_ + slot];
   probe.masks = word_masks_[v6].data();
 }

@@ -14,8 +14,9 @@
 //   - Sparse fields: source and destination address (elementary intervals, v4 and v6 apart, found
 //     by a B+ tree of fixed depth for IPv4 and, for IPv6, a radix index over the interval starts
 //     that skips shared prefix bits: a top-16-bit table fails on IPv6, where rule sets crowd
-//     under one /32) and source and destination port (blocks
-//     of 256 ports, identical blocks stored once). Their bitmaps are compressed as in Baboescu and
+//     under one /32) and source and destination port (TCP's and UDP's ports apart, so that a
+//     rule's port list only offers it to its own protocol's packets; blocks of 256 ports,
+//     identical blocks stored once). Their bitmaps are compressed as in Baboescu and
 //     Varghese's aggregated bit vectors (a summary bit per 64-rule word, then the non-zero words),
 //     and stay sparse because a rule that accepts most values of a field (a wildcard, `! 10/8`,
 //     `port != 22`) is recorded where it does NOT match, against a per-field default.
@@ -320,7 +321,7 @@ class Classifier {
   const uint64_t* sparse_slot(const uint64_t* record, uint32_t word, bool& present) const noexcept;
   uint64_t sparse_word(const uint64_t* record, uint32_t word) const noexcept;
   uint32_t l4_record(const PacketView& packet, bool has_l4) const noexcept;
-  uint32_t port_class(int side, uint16_t port) const noexcept;
+  uint32_t port_class(int side, uint32_t udp, uint16_t port) const noexcept;
 
   uint32_t rule_count_ = 0;
   uint32_t words_ = 1;
@@ -349,8 +350,9 @@ class Classifier {
   // Sparse lookups (values are offsets into sparse_pool_).
   IntervalIndex<uint32_t> v4_index_[2];    // [src/dst]
   IntervalIndex<AddressKey> v6_index_[2];  // [src/dst]
-  // [src/dst]: port -> class through blocks of 256 ports, identical blocks stored once.
-  uint16_t port_top_[2][256] = {};
+  // [src/dst]: (TCP or UDP, port) -> class through blocks of 256 ports, identical blocks stored
+  // once; UDP's blocks follow TCP's.
+  uint16_t port_top_[2][512] = {};
   std::vector<uint16_t> port_blocks_[2];
   uint16_t port_none_class_[2] = {0, 0};   // the class of packets without ports
   std::vector<uint32_t> port_records_[2];  // class -> offset
