@@ -82,8 +82,12 @@ void prepare(Subject& subject, RulesBenchPoint& point, uint32_t packets, int run
         const uint32_t r = set.evaluate(p.view, rules::Direction::In, p.iface);
         return r != rules::kNoRule && r >= count - tail;
       });
-  for (const BenchPacket& p : subject.packets)
+  uint64_t words = 0;
+  for (const BenchPacket& p : subject.packets) {
     subject.queries.push_back({&p.view, rules::Direction::In, p.iface});
+    words += set.words_tested(p.view, rules::Direction::In, p.iface);
+  }
+  point.words_per_packet = static_cast<double>(words) / static_cast<double>(subject.packets.size());
   // Both ways of evaluating must decide every packet alike, or their figures compare nothing.
   std::vector<uint32_t> decided(subject.queries.size());
   set.evaluate_batch(subject.queries, decided);

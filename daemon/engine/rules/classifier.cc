@@ -1164,13 +1164,15 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   }
 }
 
-[[gnu::always_inline]] inline uint32_t Classifier::finish(Probe& probe) const noexcept {
+template <typename OnWord>
+[[gnu::always_inline]] inline uint32_t Classifier::finish(Probe& probe, OnWord on_word) const noexcept {
   const uint32_t sw_count = summary_words_;
   const uint64_t* const* dense = probe.dense;
   for (;;) {
     while (probe.candidates != 0) {
       const uint32_t w = probe.word_base + static_cast<uint32_t>(std::countr_zero(probe.candidates));
       probe.candidates &= probe.candidates - 1;
+      on_word();
       // Rules anchored elsewhere (another group, another field) that show up here fail the dense
       // or the sparse test below; no branch per field keeps the pipeline full.
       const WordMasks& m = probe.masks[w];
@@ -1199,9 +1201,7 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
 #define PAIRWALL_POPCNT_CLONES
 #endif
 
-PAIRWALL_POPCNT_CLONES
-uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
-  Probe probe;
+void Classifier::start(Probe& probe, const PacketView& p, Direction direction, IfaceId iface) const noexcept {
   begin(probe, MatchQuery{&p, direction, iface});
   const bool v6 = p.family == Family::V6;
   set_addresses(probe,
@@ -1209,7 +1209,21 @@ uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId ifa
                 v6 ? v6_index_[1].find(address_key(Family::V6, p.dst)) : v4_index_[1].find(p.dst.v4_value()));
   find_anchors(probe);
   next_candidates(probe);
-  return finish(probe);
+}
+
+PAIRWALL_POPCNT_CLONES
+uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
+  Probe probe;
+  start(probe, p, direction, iface);
+  return finish(probe, [] {});
+}
+
+uint32_t Classifier::words_tested(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
+  Probe probe;
+  start(probe, p, direction, iface);
+  uint32_t words = 0;
+  finish(probe, [&words] { ++words; });
+  return words;
 }
 
 PAIRWALL_POPCNT_CLONES
@@ -1268,7 +1282,7 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
     }
 
     // 5. The tests, in priority order.
-    for (std::size_t i = 0; i < n; ++i) out[first + i] = finish(probes[i]);
+    for (std::size_t i = 0; i < n; ++i) out[first + i] = finish(probes[i], [] {});
   }
 }
 

@@ -31,19 +31,20 @@
 // its own anchors and broad rules point to, in priority order, one branch-free AND of all seven
 // fields per word, and stops at the first match. Measured with pairwall-bench's generated rule
 // sets: at 1,000 rules, packets that only `block all` decides took 145 ns without anchors and 81 ns
-// with them; at 10,000 rules a packet visits 1.7 words on average (1.0 at 10 rules).
+// with them; at 10,000 rules a packet visits 1.45 words on average (1.0 at 10 rules).
 //
 // What still grows: the per-packet work is flat (in match_batch(), counted with callgrind on the
 // benchmark: about 930 instructions a packet at 10 rules, whose measured packets are all IPv6,
 // and 1,040 at 10,000), but a 10,000-rule structure (16 MB with the compiled rules) does not stay
-// in L1 or L2, and a packet meets more candidate words (1.7, see above), whose count the branch
+// in L1 or L2, and a packet meets more candidate words (1.45, see above), whose count the branch
 // predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index is a B+
 // tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits
 // and 0.73 MB more memory at 10,000 rules. pairwall-bench engine (--seconds 0.5 --runs 3, two
-// invocations on a 2-core VM, fastest pass of each run): 16.3/16.3 Mpps at 10 rules and 11.8/11.7
-// at 10,000, a ratio of 0.72 (the radix tree: 0.60). With --rule-packets 1024 instead of 4,096
-// the ratio is 0.78: what is left is the misses of the lines the packets read (index leaves, class
-// records), once they no longer fit in L2. The 0.8 target is not met.
+// invocations on a 2-core VM, fastest pass of each run): 16.0/16.0 Mpps at 10 rules and
+// 12.0/12.1 at 10,000, a ratio of 0.75 (the radix tree: 0.60). What is left: the IPv4 walks' four
+// levels, the candidate words that fail (0.45 a packet at 10,000 rules), and the misses of the
+// lines the packets read (index leaves, class records) once they no longer fit in L2 (with
+// --rule-packets 1024 instead of 4,096 the ratio is 0.81). The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
@@ -270,6 +271,10 @@ class Classifier {
   static constexpr std::size_t kBatch = 16;
   void match_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept;
 
+  // How many 64-rule words match() tests for this packet: the candidates that fail, then the one
+  // that decides (if any). What the structure's precision costs, for benchmarks and tests.
+  uint32_t words_tested(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+
   std::size_t size() const { return rule_count_; }
   std::size_t memory_bytes() const;
 
@@ -307,7 +312,9 @@ class Classifier {
   void find_anchors(Probe& probe) const noexcept;
   void next_candidates(Probe& probe) const noexcept;  // up to the first summary word with any
   void prefetch_word(const Probe& probe) const noexcept;
-  uint32_t finish(Probe& probe) const noexcept;
+  void start(Probe& probe, const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+  template <typename OnWord>
+  uint32_t finish(Probe& probe, OnWord on_word) const noexcept;  // on_word() per word tested
 
   // Class records (offsets into the pools):
   //   dense:  summary[S], broad summary[S] (words with a broad rule that accepts this value),

@@ -514,6 +514,10 @@ uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceI
   return classifier_ ? classifier_->match(packet, direction, iface) : kNoRule;
 }
 
+uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {
+  return classifier_ ? classifier_->words_tested(packet, direction, iface) : 0;
+}
+
 void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
   if (classifier_) {
     classifier_->match_batch(queries, out);

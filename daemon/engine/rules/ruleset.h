@@ -57,7 +57,7 @@ struct CompiledTranslation {
   bool negated = false;
   bool pass = false;  // `nat pass`: translated packets skip the filter rules
   IpPrefix target;
-  IpPrefix source;  // binat: the internal prefix, which the in pass maps `target` back to
+  IpPrefix source;        // binat: the internal prefix, which the in pass maps `target` back to
   uint16_t port_low = 0;  // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
   uint32_t number = 0;
@@ -80,6 +80,10 @@ class RuleSet {
   // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
   // lookups of a batch overlap their cache misses (Classifier::match_batch).
   void evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept;
+
+  // How many 64-rule words of the classifier evaluate() tests for this packet (see classifier.h):
+  // for benchmarks and tests, not for the packet path.
+  uint32_t words_tested(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
   // First matching scrub rule, merged into one action (matched=false when none applies).
   ScrubAction scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;

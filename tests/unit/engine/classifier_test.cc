@@ -461,6 +461,40 @@ TEST_CASE("port operators at their boundaries, on both sides, only for TCP and U
   CHECK(run({list}, Packet::tcp("1.1.1.1", 5, "2.2.2.2", 81)) == kNone);
 }
 
+TEST_CASE("a port list applies to its rule's protocols, and only offers the rule to them", "[classifier]") {
+  using Op = PortMatch::Op;
+  // One TCP rule for port 53, then UDP rules for port 53 and TCP rules for port 80 in turn (two
+  // words where both protocols have rules), then one UDP rule for every port but 53 (listed by
+  // default).
+  std::vector<MatchSpec> specs(1);
+  specs[0].protocols = {ipproto::kTcp};
+  specs[0].dst_ports = {port_op(Op::Eq, 53)};
+  for (int i = 1; i <= 128; ++i) {
+    MatchSpec rule;
+    rule.protocols = {i % 2 ? ipproto::kUdp : ipproto::kTcp};
+    rule.dst_ports = {port_op(Op::Eq, i % 2 ? 53 : 80)};
+    specs.push_back(rule);
+  }
+  MatchSpec not_53;
+  not_53.protocols = {ipproto::kUdp};
+  not_53.dst_ports = {port_op(Op::Ne, 53)};
+  specs.push_back(not_53);
+  const Classifier c(specs, MatchOrder::QuickOrLast);
+  const auto tcp_53 = Packet::tcp("1.1.1.1", 5, "2.2.2.2", 53);
+  const auto udp_53 = Packet::udp("1.1.1.1", 5, "2.2.2.2", 53);
+  const auto tcp_54 = Packet::tcp("1.1.1.1", 5, "2.2.2.2", 54);
+  const auto udp_54 = Packet::udp("1.1.1.1", 5, "2.2.2.2", 54);
+  CHECK(c.match(tcp_53.view, Direction::In, 0) == 0);
+  CHECK(c.match(udp_53.view, Direction::In, 0) == 127);
+  CHECK(c.match(tcp_54.view, Direction::In, 0) == kNone);
+  CHECK(c.match(udp_54.view, Direction::In, 0) == 129);
+  CHECK(c.match(Packet::tcp("1.1.1.1", 5, "2.2.2.2", 80).view, Direction::In, 0) == 128);
+  // The TCP packet to 53 meets no word for the UDP rules of 53: the one word it tests holds the
+  // TCP rule.
+  CHECK(c.words_tested(tcp_53.view, Direction::In, 0) == 1);
+  CHECK(c.words_tested(udp_53.view, Direction::In, 0) == 1);
+}
+
 TEST_CASE("TCP flags apply to TCP only; ICMP types and codes per family", "[classifier]") {
   MatchSpec syn_only;  // flags S/SA
   syn_only.flags = FlagsMatch{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
