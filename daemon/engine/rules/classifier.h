@@ -312,6 +312,7 @@ class Classifier {
   void find_anchors(Probe& probe) const noexcept;
   void next_candidates(Probe& probe) const noexcept;  // up to the first summary word with any
   void prefetch_word(const Probe& probe) const noexcept;
+  // One query's stages up to finish(), as match() and words_tested() take them.
   void start(Probe& probe, const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
   template <typename OnWord>
   uint32_t finish(Probe& probe, OnWord on_word) const noexcept;  // on_word() per word tested
