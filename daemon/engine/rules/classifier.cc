@@ -68,9 +68,10 @@ std::vector<KeyRange> complement(const std::vector<KeyRange>& ranges, AddressKey
 }
 
 // A rule's port list applies to the protocols it names (TCP and UDP when it names neither). In
-// the other protocol's half, which the protocol field rejects anyway, it accepts every port or
-// none, whichever lists it in fewer classes. Either way a TCP packet's port class does not offer
-// it the UDP rules of its port as candidates, nor the reverse.
+// the other protocol's half, which the protocol field rejects anyway, it accepts every port when
+// its list covers most ports (such a rule is likely stored by exception, so accepting adds none)
+// and no port otherwise. Either way a TCP packet's port class does not offer it the UDP rules of
+// its port as candidates, nor the reverse.
 std::vector<KeyRange> protocol_port_ranges(const std::vector<KeyRange>& ports,
                                            const std::vector<uint8_t>& protocols) {
   auto names = [&protocols](uint8_t proto) {
