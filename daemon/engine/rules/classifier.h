@@ -35,16 +35,15 @@
 //
 // What still grows: the per-packet work is flat (in match_batch(), counted with callgrind on the
 // benchmark when the IPv4 B+ tree came: about 930 instructions a packet at 10 rules, whose
-// measured packets are all IPv6, and 1,040 at 10,000), but a 10,000-rule structure (16 MB with the compiled rules) does not stay
-// in L1 or L2, and a packet meets more candidate words (1.45, see above), whose count the branch
-// predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index is a B+
-// tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits
-// and 0.73 MB more memory at 10,000 rules. pairwall-bench engine (--seconds 0.5 --runs 3, two
-// invocations on a 2-core VM, fastest pass of each run): 16.0/16.0 Mpps at 10 rules and
-// 12.0/12.1 at 10,000, a ratio of 0.75 (the radix tree: 0.60). What is left: the address index
-// walks (above all IPv6's, whose dependent loads leave L1 at 10,000 rules), the candidate words
-// that fail (0.45 a packet at 10,000 rules), and the misses of the
-// lines the packets read (index leaves, class records) once they no longer fit in L2 (with
+// measured packets are all IPv6, and 1,040 at 10,000), but a 10,000-rule structure (16 MB with
+// the compiled rules) does not stay in L1 or L2, and a packet meets more candidate words (1.45, see above),
+// whose count the branch predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index
+// is a B+ tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits and
+// 0.73 MB more memory at 10,000 rules. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on a
+// 2-core VM, fastest pass of each run): 16.0/16.0 Mpps at 10 rules and 12.0/12.1 at 10,000, a ratio of 0.75
+// (the radix tree: 0.60). What is left: the address index walks (above all IPv6's, whose dependent loads
+// leave L1 at 10,000 rules), the candidate words that fail (0.45 a packet at 10,000 rules), and the misses of
+// the lines the packets read (index leaves, class records) once they no longer fit in L2 (with
 // --rule-packets 1024 instead of 4,096 the ratio is 0.81). The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
