@@ -595,7 +595,6 @@ class ClassifierBuilder {
     c_.rule_count_ = checked_u32(n, "rules");
     c_.words_ = std::max<uint32_t>(1, static_cast<uint32_t>((n + 63) / 64));
     c_.summary_words_ = (c_.words_ + 63) / 64;
-    c_.rank_words_ = (c_.summary_words_ + 3) / 4;
     assign_priorities();
     for (auto& masks : c_.word_masks_) masks.assign(c_.words_, {});
     prepare_sparse_fields();
@@ -938,7 +937,7 @@ class ClassifierBuilder {
   // The (direction, interface) group of each rule, for splitting anchor summaries: a rule for one
   // direction on one interface can only be a candidate for packets of that pass. The rest share
   // group 0, which every packet consults. At most kMaxGroups; the rest fall back to group 0.
-  static constexpr uint32_t kMaxGroups = 48;  // the group mask shares a word with an offset
+  static constexpr uint32_t kMaxGroups = 64;  // a class record keeps its groups in one word
 
   void assign_groups() {
     const uint32_t slots = c_.iface_slots_;
@@ -975,29 +974,19 @@ class ClassifierBuilder {
         // Each record starts a cache line: its first line holds all that most packets read.
         c_.sparse_pool_.resize((c_.sparse_pool_.size() + 7) / 8 * 8, 0);
         offsets[id] = checked_u32(c_.sparse_pool_.size(), "sparse pool");
-        const std::size_t base = c_.sparse_pool_.size();
-        const uint32_t ranks = c_.rank_words_;
-        // What every packet reads first (the shared group's anchors, the word summary and ranks)
-        // comes first, then the other groups' anchors, then the words.
-        c_.sparse_pool_.resize(base + 1 + 2 * sw + ranks, 0);
-        std::copy(group_summaries[0].begin(), group_summaries[0].end(), c_.sparse_pool_.begin() + base + 1);
-        for (uint32_t g = 1; g < c_.group_count_; ++g) {
-          if (groups >> g & 1)
-            c_.sparse_pool_.insert(c_.sparse_pool_.end(), group_summaries[g].begin(),
-                                   group_summaries[g].end());
+        c_.sparse_pool_.push_back(groups);
+        for (uint32_t s = 0; s < sw; ++s) {
+          const uint32_t end = std::min(c_.words_, (s + 1) * 64);
+          uint64_t summary = 0;
+          for (uint32_t w = s * 64; w < end; ++w) summary |= uint64_t{bits[w] != 0} << (w % 64);
+          c_.sparse_pool_.push_back(summary);
+          for (uint32_t g = 0; g < c_.group_count_; ++g) {
+            if (g == 0 || (groups >> g & 1)) c_.sparse_pool_.push_back(group_summaries[g][s]);
+          }
+          for (uint32_t w = s * 64; w < end; ++w) {
+            if (bits[w] != 0) c_.sparse_pool_.push_back(bits[w]);
+          }
         }
-        const std::size_t words_at = c_.sparse_pool_.size() - base;
-        if (words_at > 0xffff) throw std::length_error("rule set too large: class record header");
-        c_.sparse_pool_[base] = groups | static_cast<uint64_t>(words_at) << 48;
-        uint64_t rank = 0;
-        for (uint32_t w = 0; w < c_.words_; ++w) {
-          if (w % 64 == 0) c_.sparse_pool_[base + 1 + 2 * sw + w / 256] |= rank << (16 * (w / 64 % 4));
-          if (bits[w] == 0) continue;
-          c_.sparse_pool_[base + 1 + sw + w / 64] |= uint64_t{1} << (w % 64);
-          c_.sparse_pool_.push_back(bits[w]);
-          ++rank;
-        }
-        if (rank > 0xffff) throw std::length_error("rule set too large: class record");
         c_.sparse_pool_.push_back(0);  // read, then masked off, for words not present
       }
       if (f == Field::kSrcAddr || f == Field::kDstAddr) {
@@ -1055,22 +1044,23 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   ClassifierBuilder(*this, specs, order).run();
 }
 
-// Where a sparse record keeps a word's bits, and whether it keeps them at all: an absent word's
-// slot is the next present word's (or the record's trailing zero), which the caller masks off.
-[[gnu::always_inline]] inline const uint64_t* Classifier::sparse_slot(const uint64_t* record, uint32_t word,
+// Where a sparse record keeps a word's bits (a word of the block being scanned), and whether it
+// keeps them at all: an absent word's slot is the next present word's (or the next block's first
+// word, or the record's trailing zero), which the caller masks off.
+[[gnu::always_inline]] inline const uint64_t* Classifier::sparse_slot(const Probe& probe, int field,
+                                                                      uint32_t word,
                                                                       bool& present) const noexcept {
-  const uint32_t sw = word / 64;
-  const uint64_t summary = record[1 + summary_words_ + sw];
+  const uint64_t* block = probe.block[field];
+  const uint64_t summary = block[0];
   const uint64_t below = summary & ((uint64_t{1} << (word % 64)) - 1);
-  const uint64_t rank = record[1 + 2 * summary_words_ + sw / 4] >> (16 * (sw % 4)) & 0xffff;
   present = (summary >> (word % 64) & 1) != 0;
-  return record + (record[0] >> 48) + rank + popcount64(below);
+  return block + probe.block_header[field] + popcount64(below);
 }
 
-[[gnu::always_inline]] inline uint64_t Classifier::sparse_word(const uint64_t* record,
+[[gnu::always_inline]] inline uint64_t Classifier::sparse_word(const Probe& probe, int field,
                                                                uint32_t word) const noexcept {
   bool present = false;
-  const uint64_t value = *sparse_slot(record, word, present);
+  const uint64_t value = *sparse_slot(probe, field, word, present);
   return value & (uint64_t{0} - uint64_t{present});
 }
 
@@ -1120,17 +1110,16 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
 }
 
 [[gnu::always_inline]] inline void Classifier::find_anchors(Probe& probe) const noexcept {
-  // Anchor summaries of each field's class: the group every packet consults, and this pass's own.
-  const uint32_t sw_count = summary_words_;
+  // In each field's blocks: the group every packet consults, and this pass's own.
   const uint64_t group_bit = uint64_t{1} << probe.group;
 #pragma GCC unroll 4
   for (int f = 0; f < kSparseFields; ++f) {
-    const uint64_t groups = probe.sparse[f][0] & kGroupMask;
-    probe.shared[f] = probe.sparse[f] + 1;
+    const uint64_t others = probe.sparse[f][0] & ~uint64_t{1};
+    probe.block[f] = probe.sparse[f] + 1;
+    probe.block_header[f] = 2 + static_cast<uint32_t>(popcount64(others));
     // Without an own summary, point at the shared one: OR-ing it twice changes nothing.
-    const uint64_t present = groups & group_bit & ~uint64_t{1};
-    const std::size_t at = 1 + 2 * sw_count + rank_words_ + sw_count * popcount64(groups & (group_bit - 2));
-    probe.own[f] = probe.sparse[f] + 1 + (at - 1) * (present != 0);
+    const bool present = (others & group_bit) != 0;
+    probe.own[f] = present ? 2 + static_cast<uint32_t>(popcount64(others & (group_bit - 1))) : 1;
   }
   probe.next_summary_word = 0;
   probe.word_base = 0;
@@ -1141,12 +1130,17 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   const uint32_t sw_count = summary_words_;
   while (probe.candidates == 0 && probe.next_summary_word < sw_count) {
     const uint32_t sw = probe.next_summary_word++;
+    if (sw != 0) {
+#pragma GCC unroll 4
+      for (int f = 0; f < kSparseFields; ++f)
+        probe.block[f] += probe.block_header[f] + popcount64(probe.block[f][0]);
+    }
     // Broad rules are candidates where all three dense fields have one that accepts the packet;
     // anchored rules where their field lists them and the dense fields have any rule for it.
     const uint64_t* const* dense = probe.dense;
     uint64_t anchored = 0;
 #pragma GCC unroll 4
-    for (int f = 0; f < kSparseFields; ++f) anchored |= probe.shared[f][sw] | probe.own[f][sw];
+    for (int f = 0; f < kSparseFields; ++f) anchored |= probe.block[f][1] | probe.block[f][probe.own[f]];
     probe.word_base = sw * 64;
     probe.candidates = (anchored & dense[0][sw] & dense[1][sw] & dense[2][sw]) |
                        (dense[0][sw_count + sw] & dense[1][sw_count + sw] & dense[2][sw_count + sw]);
@@ -1159,9 +1153,9 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   const uint32_t dense_at = 2 * summary_words_ + w;
   __builtin_prefetch(&probe.masks[w]);
   for (const uint64_t* d : probe.dense) __builtin_prefetch(d + dense_at);
-  for (const uint64_t* record : probe.sparse) {
+  for (int f = 0; f < kSparseFields; ++f) {
     bool present = false;
-    __builtin_prefetch(sparse_slot(record, w, present));
+    __builtin_prefetch(sparse_slot(probe, f, w, present));
   }
 }
 
@@ -1181,7 +1175,7 @@ template <typename OnWord>
       uint64_t all = dense[0][2 * sw_count + w] & dense[1][2 * sw_count + w] & dense[2][2 * sw_count + w];
 #pragma GCC unroll 4
       for (int f = 0; f < kSparseFields; ++f) {
-        const uint64_t x = sparse_word(probe.sparse[f], w);
+        const uint64_t x = sparse_word(probe, f, w);
         hit |= x & m.anchored[f];
         all &= x ^ m.by_default[f];
       }
@@ -1273,7 +1267,7 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
     // 3. The pass's own anchor summaries.
     for (std::size_t i = 0; i < n; ++i) {
       find_anchors(probes[i]);
-      for (const uint64_t* own : probes[i].own) __builtin_prefetch(own);
+      for (int f = 0; f < kSparseFields; ++f) __builtin_prefetch(probes[i].block[f] + probes[i].own[f]);
     }
 
     // 4. The first candidate word, and the lines that test it.

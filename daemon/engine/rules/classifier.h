@@ -40,11 +40,12 @@
 // whose count the branch predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index
 // is a B+ tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits and
 // 0.73 MB more memory at 10,000 rules. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on a
-// 2-core VM, fastest pass of each run): 16.0/16.0 Mpps at 10 rules and 12.0/12.1 at 10,000, a ratio of 0.75
-// (the radix tree: 0.60). What is left: the address index walks (above all IPv6's, whose dependent loads
-// leave L1 at 10,000 rules), the candidate words that fail (0.45 a packet at 10,000 rules), and the misses of
-// the lines the packets read (index leaves, class records) once they no longer fit in L2 (with
-// --rule-packets 1024 instead of 4,096 the ratio is 0.81). The 0.8 target is not met.
+// 2-core VM, fastest pass of each run): 18.5/18.5 Mpps at 10 rules and 12.5/12.4 at 10,000, a ratio of 0.67;
+// before sparse records were laid out in blocks per summary word (below), 16.0 and 12.0, 0.75: the blocks
+// made every rule count faster, 10 rules most. What is left: the address index walks (above all IPv6's,
+// whose dependent loads leave L1 at 10,000 rules), the candidate words that fail (0.45 a packet at 10,000
+// rules), and the misses of the lines the packets read (index leaves, class records) once they no longer fit
+// in L2 (with --rule-packets 1024 instead of 4,096 the ratio was 0.81). The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
@@ -298,8 +299,9 @@ class Classifier {
   struct Probe {
     const uint64_t* dense[3];
     const uint64_t* sparse[kSparseFields];
-    const uint64_t* shared[kSparseFields];  // per field: the group 0 and own-group anchor summaries
-    const uint64_t* own[kSparseFields];
+    const uint64_t* block[kSparseFields];  // per field: the block of the summary word scanned
+    uint32_t own[kSparseFields];           // where in a block the own group's anchors are
+    uint32_t block_header[kSparseFields];  // the words before a block's words
     const WordMasks* masks;
     uint32_t group;
     uint32_t next_summary_word;  // the next summary word to scan
@@ -320,22 +322,21 @@ class Classifier {
   // Class records (offsets into the pools):
   //   dense:  summary[S], broad summary[S] (words with a broad rule that accepts this value),
   //           words[words_]                                                     (S = summary_words_)
-  //   sparse: groups | words_at << 48, anchor summary[S] of group 0, summary[S], rank[S] (16 bits
-  //           each, 4 per word), anchor summary[S] per other group in `groups`,
-  //           words[popcount(summary)] (at words_at), 0
+  //   sparse: groups, then a block per summary word: summary, anchor summary of group 0, anchor
+  //           summary per other group in `groups`, the words the summary names; then 0
   // A sparse class's words hold, per rule, whether it differs from the rule's default; its anchor
   // summaries say which words hold rules anchored on this field that list this class, split by
   // the rules' (direction, interface) group so that a packet only meets its own pass's rules.
-  const uint64_t* sparse_slot(const uint64_t* record, uint32_t word, bool& present) const noexcept;
-  uint64_t sparse_word(const uint64_t* record, uint32_t word) const noexcept;
+  // Blocks keep what a packet reads for one summary word together: most packets are decided in
+  // the first, and read only the record's first lines. A block is found from the one before.
+  const uint64_t* sparse_slot(const Probe& probe, int field, uint32_t word, bool& present) const noexcept;
+  uint64_t sparse_word(const Probe& probe, int field, uint32_t word) const noexcept;
   uint32_t l4_record(const PacketView& packet, bool has_l4) const noexcept;
   uint32_t port_class(int side, uint32_t udp, uint16_t port) const noexcept;
 
   uint32_t rule_count_ = 0;
   uint32_t words_ = 1;
   uint32_t summary_words_ = 1;
-  uint32_t rank_words_ = 1;
-  static constexpr uint64_t kGroupMask = (uint64_t{1} << 48) - 1;
   std::vector<uint32_t> priority_to_rule_;  // words_ * 64 entries, kNoMatch past the end
   std::vector<WordMasks> word_masks_[2];    // [v4/v6]
   std::vector<uint8_t> packet_group_;       // [direction row * iface_slots_ + slot] -> anchor group

@@ -559,6 +559,64 @@ TEST_CASE("a later fragment only matches rules that ask nothing of the transport
   CHECK(run({plain, with_flags}, first) == 1);
 }
 
+TEST_CASE("a rule in a later summary word is found behind the class's words of the first", "[classifier]") {
+  // 5,000 rules take two summary words of 64 words each. The first rule of the file has the
+  // lowest priority, in the last word; the UDP rules after it give the source class of 10.0.0.1
+  // words in the first summary word, which a TCP packet passes to reach the rule.
+  MatchSpec pass_tcp;
+  pass_tcp.protocols = {ipproto::kTcp};
+  pass_tcp.src = {net("10.0.0.1/32")};
+  std::vector<MatchSpec> specs{pass_tcp};
+  for (int i = 1; i < 5000; ++i) {
+    MatchSpec block_udp;
+    block_udp.protocols = {ipproto::kUdp};
+    block_udp.src = {net(i % 3 == 0 ? "10.0.0.0/24" : "10.9.0.0/16")};
+    specs.push_back(block_udp);
+  }
+  const Classifier classifier(specs, MatchOrder::QuickOrLast);
+  const auto tcp = Packet::tcp("10.0.0.1", 1000, "10.0.0.2", 80);
+  const auto udp = Packet::udp("10.0.0.1", 1000, "10.0.0.2", 53);
+  const auto other = Packet::tcp("10.0.0.7", 1000, "10.0.0.2", 80);
+  CHECK(classifier.match(tcp.view, Direction::In, 1) == 0);
+  CHECK(classifier.match(udp.view, Direction::In, 1) == 4998);
+  CHECK(classifier.match(other.view, Direction::In, 1) == kNone);
+  const std::vector<MatchQuery> queries{
+      {&tcp.view, Direction::In, 1}, {&udp.view, Direction::In, 1}, {&other.view, Direction::In, 1}};
+  std::vector<uint32_t> out(queries.size());
+  classifier.match_batch(queries, out);
+  CHECK(out == std::vector<uint32_t>{0, 4998, kNone});
+}
+
+TEST_CASE("each interface's rules are found, past the anchor groups a class record can name",
+          "[classifier]") {
+  // A rule for one direction on one interface is anchored in that pass's group, up to 64 groups;
+  // later passes share group 0. Each interface's rule gets a word of its own (the other rules
+  // there cannot match), so only its group's anchors can offer it.
+  constexpr uint32_t kInterfaces = 70;
+  std::vector<MatchSpec> specs;
+  for (uint32_t k = 1; k <= kInterfaces; ++k) {
+    MatchSpec pass;
+    pass.direction = Direction::In;
+    pass.interfaces = {{static_cast<IfaceId>(k), false}};
+    pass.src = {net("10.0." + std::to_string(k) + ".1/32")};
+    specs.push_back(pass);
+    for (int filler = 0; filler < 63; ++filler) {
+      MatchSpec never;
+      never.direction = Direction::In;
+      never.interfaces = {{static_cast<IfaceId>(kInterfaces + 1), false}};
+      never.src = {net("192.0.2." + std::to_string(filler) + "/32")};
+      specs.push_back(never);
+    }
+  }
+  const Classifier classifier(specs, MatchOrder::QuickOrLast);
+  for (uint32_t k = 1; k <= kInterfaces; ++k) {
+    INFO("interface " << k);
+    const auto p = Packet::tcp("10.0." + std::to_string(k) + ".1", 1000, "10.0.0.2", 80);
+    CHECK(classifier.match(p.view, Direction::In, k) == (k - 1) * 64);
+    CHECK(classifier.match(p.view, Direction::In, k % kInterfaces + 1) == kNone);
+  }
+}
+
 // --- Randomized cross-check
 
 struct RandomRules {
