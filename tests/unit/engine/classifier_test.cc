@@ -560,7 +560,7 @@ TEST_CASE("a later fragment only matches rules that ask nothing of the transport
 }
 
 TEST_CASE("a rule in a later summary word is found behind the class's words of the first", "[classifier]") {
-  // 5,000 rules take two summary words of 64 words each. The first rule of the file has the
+  // 5,000 rules fill 79 words, two summary words (64 words each). The first rule of the file has the
   // lowest priority, in the last word; the UDP rules after it give the source class of 10.0.0.1
   // words in the first summary word, which a TCP packet passes to reach the rule.
   MatchSpec pass_tcp;
