@@ -4,6 +4,7 @@
 // longer resend them or when they fall out of the window.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -56,14 +57,16 @@ class ReceiveWindow {
   // At most `max_runs` entries, ending with a held run.
   void held_runs(uint64_t cum, std::size_t max_runs, std::vector<uint64_t>& out) const {
     out.clear();
-    if (held_ == 0 || highest_ <= cum + 1) return;
+    if (held_ == 0 || highest_ <= cum + 1 || cum < base_) return;
+    // Nothing past the window is held, whatever `highest_` says: the walk stays within it.
+    const uint64_t last = std::min<uint64_t>(highest_, base_ + slots_.size());
     uint64_t seq = cum + 1;
-    while (seq <= highest_ && out.size() + 2 <= max_runs) {
+    while (seq <= last && out.size() + 2 <= max_runs) {
       uint64_t missing = 0;
-      while (seq <= highest_ && !has(seq)) ++missing, ++seq;
-      if (seq > highest_) break;
+      while (seq <= last && !has(seq)) ++missing, ++seq;
+      if (seq > last) break;
       uint64_t run = 0;
-      while (seq <= highest_ && has(seq)) ++run, ++seq;
+      while (seq <= last && has(seq)) ++run, ++seq;
       out.push_back(missing);
       out.push_back(run);
     }
