@@ -4,7 +4,6 @@
 // longer resend them or when they fall out of the window.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -47,7 +46,9 @@ class ReceiveWindow {
   uint64_t sack_bits(uint64_t cum) const noexcept {
     uint64_t bits = 0;
     if (highest_ <= cum + 1) return 0;
-    for (uint64_t i = 0; i < 64; ++i) {
+    // Up to `highest_`, past which nothing is had and cum + 2 + i could wrap.
+    const uint64_t count = highest_ - cum - 1;
+    for (uint64_t i = 0; i < 64 && i < count; ++i) {
       if (has(cum + 2 + i)) bits |= uint64_t{1} << i;
     }
     return bits;
@@ -57,16 +58,17 @@ class ReceiveWindow {
   // At most `max_runs` entries, ending with a held run.
   void held_runs(uint64_t cum, std::size_t max_runs, std::vector<uint64_t>& out) const {
     out.clear();
-    if (held_ == 0 || highest_ <= cum + 1 || cum < base_) return;
-    // Nothing past the window is held, whatever `highest_` says: the walk stays within it.
-    const uint64_t last = std::min<uint64_t>(highest_, base_ + slots_.size());
-    uint64_t seq = cum + 1;
-    while (seq <= last && out.size() + 2 <= max_runs) {
+    if (held_ == 0 || highest_ <= cum + 1) return;
+    // Counted from cum + 1 rather than compared with `highest_`: a window that ends at the last
+    // sequence a 64-bit counter carries would otherwise wrap around to the delivered ones.
+    const uint64_t span = highest_ - cum;
+    uint64_t at = 0;
+    while (at < span && out.size() + 2 <= max_runs) {
       uint64_t missing = 0;
-      while (seq <= last && !has(seq)) ++missing, ++seq;
-      if (seq > last) break;
+      while (at < span && !has(cum + 1 + at)) ++missing, ++at;
+      if (at == span) break;
       uint64_t run = 0;
-      while (seq <= last && has(seq)) ++run, ++seq;
+      while (at < span && has(cum + 1 + at)) ++run, ++at;
       out.push_back(missing);
       out.push_back(run);
     }

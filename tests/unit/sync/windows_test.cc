@@ -140,3 +140,23 @@ TEST_CASE("receive window: a huge jump of the send base is one gap", "[sync][rwi
   CHECK(s.gaps == std::vector<std::pair<uint64_t, uint64_t>>{{1, 1'000'000}});
   CHECK(w.base() == 1'000'000);
 }
+
+TEST_CASE("receive window: held runs, up to the top of the sequence space", "[sync][rwin]") {
+  ReceiveWindow w(64);
+  w.reset(1);
+  Sink s;
+  for (uint64_t seq : {3, 4, 7}) w.accept(seq, body(seq), s.deliver(), s.give_up());
+  std::vector<uint64_t> runs;
+  w.held_runs(w.base(), 8, runs);
+  CHECK(runs == std::vector<uint64_t>{2, 2, 2, 1});  // 1-2 missing, 3-4 held, 5-6 missing, 7 held
+  w.held_runs(w.base(), 3, runs);
+  CHECK(runs == std::vector<uint64_t>{2, 2});
+
+  // The last sequence a 64-bit counter can carry, held behind three missing ones.
+  const uint64_t top = UINT64_MAX;
+  w.reset(top - 3);
+  w.accept(top, body(top), s.deliver(), s.give_up());
+  w.held_runs(w.base(), 8, runs);
+  CHECK(runs == std::vector<uint64_t>{3, 1});
+  CHECK(w.sack_bits(w.base()) == 0b100);  // the top, cum + 4; nothing past it
+}
