@@ -574,17 +574,18 @@ TEST_CASE("a rule in a later summary word is found behind the class's words of t
     specs.push_back(block_udp);
   }
   const Classifier classifier(specs, MatchOrder::QuickOrLast);
-  const auto tcp = Packet::tcp("10.0.0.1", 1000, "10.0.0.2", 80);
-  const auto udp = Packet::udp("10.0.0.1", 1000, "10.0.0.2", 53);
-  const auto other = Packet::tcp("10.0.0.7", 1000, "10.0.0.2", 80);
-  CHECK(classifier.match(tcp.view, Direction::In, 1) == 0);
-  CHECK(classifier.match(udp.view, Direction::In, 1) == 4998);
-  CHECK(classifier.match(other.view, Direction::In, 1) == kNone);
-  const std::vector<MatchQuery> queries{
-      {&tcp.view, Direction::In, 1}, {&udp.view, Direction::In, 1}, {&other.view, Direction::In, 1}};
-  std::vector<uint32_t> out(queries.size());
-  classifier.match_batch(queries, out);
-  CHECK(out == std::vector<uint32_t>{0, 4998, kNone});
+  const std::vector<Packet> packets{Packet::tcp("10.0.0.1", 1000, "10.0.0.2", 80),
+                                    Packet::udp("10.0.0.1", 1000, "10.0.0.2", 53),
+                                    Packet::tcp("10.0.0.7", 1000, "10.0.0.2", 80)};
+  const std::vector<uint32_t> expected{0, 4998, kNone};
+  std::vector<MatchQuery> queries;
+  for (std::size_t i = 0; i < packets.size(); ++i) {
+    CHECK(classifier.match(packets[i].view, Direction::In, 1) == expected[i]);
+    queries.push_back({&packets[i].view, Direction::In, 1});
+  }
+  std::vector<uint32_t> batched(queries.size());
+  classifier.match_batch(queries, batched);
+  CHECK(batched == expected);
 }
 
 TEST_CASE("each interface's rules are found, past the anchor groups a class record can name",
