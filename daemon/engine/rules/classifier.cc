@@ -963,25 +963,25 @@ class ClassifierBuilder {
       for (std::size_t id = 0; id < classes.size(); ++id) {
         const std::vector<uint64_t>& bits = classes[id];
         for (auto& g : group_summaries) g.assign(sw, 0);
-        uint64_t groups = 0;
+        uint64_t own_groups = 0;  // the groups other than 0 with anchors on this class
         for (uint32_t w = 0; w < c_.words_; ++w) {
           for (uint64_t a = bits[w] & c_.word_masks_[0][w].anchored[f]; a != 0; a &= a - 1) {
             const uint32_t g = group_of_priority_[w * 64 + static_cast<uint32_t>(std::countr_zero(a))];
             group_summaries[g][w / 64] |= uint64_t{1} << (w % 64);
-            groups |= uint64_t{1} << g;
+            own_groups |= uint64_t{g != 0} << g;
           }
         }
         // Each record starts a cache line: its first line holds all that most packets read.
         c_.sparse_pool_.resize((c_.sparse_pool_.size() + 7) / 8 * 8, 0);
         offsets[id] = checked_u32(c_.sparse_pool_.size(), "sparse pool");
-        c_.sparse_pool_.push_back(groups);
+        c_.sparse_pool_.push_back(own_groups);
         for (uint32_t s = 0; s < sw; ++s) {
           const uint32_t end = std::min(c_.words_, (s + 1) * 64);
           uint64_t summary = 0;
           for (uint32_t w = s * 64; w < end; ++w) summary |= uint64_t{bits[w] != 0} << (w % 64);
           c_.sparse_pool_.push_back(summary);
           for (uint32_t g = 0; g < c_.group_count_; ++g) {
-            if (g == 0 || (groups >> g & 1)) c_.sparse_pool_.push_back(group_summaries[g][s]);
+            if (g == 0 || (own_groups >> g & 1)) c_.sparse_pool_.push_back(group_summaries[g][s]);
           }
           for (uint32_t w = s * 64; w < end; ++w) {
             if (bits[w] != 0) c_.sparse_pool_.push_back(bits[w]);
@@ -1114,12 +1114,12 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   const uint64_t group_bit = uint64_t{1} << probe.group;
 #pragma GCC unroll 4
   for (int f = 0; f < kSparseFields; ++f) {
-    const uint64_t others = probe.sparse[f][0] & ~uint64_t{1};
+    const uint64_t own_groups = probe.sparse[f][0];
     probe.block[f] = probe.sparse[f] + 1;
-    probe.block_header[f] = 2 + static_cast<uint32_t>(popcount64(others));
+    probe.block_header[f] = 2 + static_cast<uint32_t>(popcount64(own_groups));
     // Without an own summary, point at the shared one: OR-ing it twice changes nothing.
-    const bool present = (others & group_bit) != 0;
-    probe.own[f] = present ? 2 + static_cast<uint32_t>(popcount64(others & (group_bit - 1))) : 1;
+    const bool present = (own_groups & group_bit) != 0;
+    probe.own[f] = present ? 2 + static_cast<uint32_t>(popcount64(own_groups & (group_bit - 1))) : 1;
   }
   probe.next_summary_word = 0;
   probe.word_base = 0;

@@ -322,8 +322,8 @@ class Classifier {
   // Class records (offsets into the pools):
   //   dense:  summary[S], broad summary[S] (words with a broad rule that accepts this value),
   //           words[words_]                                                     (S = summary_words_)
-  //   sparse: groups, then a block per summary word: summary, anchor summary of group 0, anchor
-  //           summary per other group in `groups`, the words the summary names; then 0
+  //   sparse: groups (those but 0 with anchors here), then a block per summary word: summary,
+  //           anchor summary of group 0, then of each of `groups`, the words the summary names; 0
   // A sparse class's words hold, per rule, whether it differs from the rule's default; its anchor
   // summaries say which words hold rules anchored on this field that list this class, split by
   // the rules' (direction, interface) group so that a packet only meets its own pass's rules.
