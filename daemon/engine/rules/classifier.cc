@@ -1118,8 +1118,9 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
     probe.block[f] = probe.sparse[f] + 1;
     probe.block_header[f] = 2 + static_cast<uint32_t>(popcount64(own_groups));
     // Without an own summary, point at the shared one: OR-ing it twice changes nothing.
-    const bool present = (own_groups & group_bit) != 0;
-    probe.own[f] = present ? 2 + static_cast<uint32_t>(popcount64(own_groups & (group_bit - 1))) : 1;
+    // Arithmetic, not a branch: whether a record has the pass's group is a coin toss per packet.
+    const uint32_t present = (own_groups & group_bit) != 0;
+    probe.own[f] = 1 + present * (1 + static_cast<uint32_t>(popcount64(own_groups & (group_bit - 1))));
   }
   probe.next_summary_word = 0;
   probe.word_base = 0;
