@@ -1109,6 +1109,7 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   probe.sparse[kDstAddr] = sparse_pool_.data() + dst_record;
 }
 
+template <bool kBatched>
 [[gnu::always_inline]] inline void Classifier::find_anchors(Probe& probe) const noexcept {
   // In each field's blocks: the group every packet consults, and this pass's own.
   const uint64_t group_bit = uint64_t{1} << probe.group;
@@ -1118,9 +1119,16 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
     probe.block[f] = probe.sparse[f] + 1;
     probe.block_header[f] = 2 + static_cast<uint32_t>(popcount64(own_groups));
     // Without an own summary, point at the shared one: OR-ing it twice changes nothing.
-    // Arithmetic, not a branch: whether a record has the pass's group is a coin toss per packet.
-    const uint32_t present = (own_groups & group_bit) != 0;
-    probe.own[f] = 1 + present * (1 + static_cast<uint32_t>(popcount64(own_groups & (group_bit - 1))));
+    const bool present = (own_groups & group_bit) != 0;
+    const auto own = 2 + static_cast<uint32_t>(popcount64(own_groups & (group_bit - 1)));
+    if constexpr (kBatched) {
+      // In a batch, by a mask: whether a record has the pass's group is a coin toss per packet
+      // in a large rule set, and a wrong guess would discard the batch's loads in flight.
+      probe.own[f] = 1 + ((own - 1) & (0u - uint32_t{present}));
+    } else {
+      // Alone, by a branch: a right guess lets the next loads start before the header arrives.
+      probe.own[f] = present ? own : 1;
+    }
   }
   probe.next_summary_word = 0;
   probe.word_base = 0;
@@ -1203,7 +1211,7 @@ void Classifier::start(Probe& probe, const PacketView& p, Direction direction, I
   set_addresses(probe,
                 v6 ? v6_index_[0].find(address_key(Family::V6, p.src)) : v4_index_[0].find(p.src.v4_value()),
                 v6 ? v6_index_[1].find(address_key(Family::V6, p.dst)) : v4_index_[1].find(p.dst.v4_value()));
-  find_anchors(probe);
+  find_anchors<false>(probe);
   next_candidates(probe);
 }
 
@@ -1267,7 +1275,7 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
 
     // 3. The pass's own anchor summaries.
     for (std::size_t i = 0; i < n; ++i) {
-      find_anchors(probes[i]);
+      find_anchors<true>(probes[i]);
       for (int f = 0; f < kSparseFields; ++f) __builtin_prefetch(probes[i].block[f] + probes[i].own[f]);
     }
 

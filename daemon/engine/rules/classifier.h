@@ -311,6 +311,7 @@ class Classifier {
   // The stages, in order; between them the batch prefetches what the next one reads.
   void begin(Probe& probe, const MatchQuery& query) const noexcept;  // all but the addresses
   void set_addresses(Probe& probe, uint32_t src_record, uint32_t dst_record) const noexcept;
+  template <bool kBatched>
   void find_anchors(Probe& probe) const noexcept;
   void next_candidates(Probe& probe) const noexcept;  // up to the first summary word with any
   void prefetch_word(const Probe& probe) const noexcept;
