@@ -597,6 +597,8 @@ class ClassifierBuilder {
     c_.summary_words_ = (c_.words_ + 63) / 64;
     assign_priorities();
     for (auto& masks : c_.word_masks_) masks.assign(c_.words_, {});
+    broad_.assign(c_.words_, 0);
+    anchored_.assign(c_.words_, {});
     prepare_sparse_fields();
     choose_anchors();
     build_dense_fields();  // after the anchors: dense records summarize the broad rules
@@ -657,7 +659,7 @@ class ClassifierBuilder {
         const uint64_t bit = uint64_t{1} << (w % 64);
         c_.dense_pool_[base + 2 * sw + w] = words[w];
         if (words[w] != 0) c_.dense_pool_[base + w / 64] |= bit;
-        if (words[w] & c_.word_masks_[0][w].broad) c_.dense_pool_[base + sw + w / 64] |= bit;
+        if (words[w] & broad_[w]) c_.dense_pool_[base + sw + w / 64] |= bit;
       }
     }
     return it->second;
@@ -919,13 +921,13 @@ class ClassifierBuilder {
       for (const Field f : kPreference) {
         if (score[r][f] != kUnscored && (best < 0 || score[r][f] < score[r][best])) best = f;
       }
+      if (best < 0) {
+        broad_[p / 64] |= bit;
+      } else {
+        anchored_[p / 64][best] |= bit;
+      }
       for (int fam = 0; fam < 2; ++fam) {
         Classifier::WordMasks& m = c_.word_masks_[fam][p / 64];
-        if (best < 0) {
-          m.broad |= bit;
-        } else {
-          m.anchored[best] |= bit;
-        }
         for (int f = 0; f < kFields; ++f) {
           const int d = f == Field::kSrcAddr || f == Field::kDstAddr ? fam : 0;
           if (fields_[f]->by_default[r][d]) m.by_default[f] |= bit;
@@ -965,7 +967,7 @@ class ClassifierBuilder {
         for (auto& g : group_summaries) g.assign(sw, 0);
         uint64_t own_groups = 0;  // the groups other than 0 with anchors on this class
         for (uint32_t w = 0; w < c_.words_; ++w) {
-          for (uint64_t a = bits[w] & c_.word_masks_[0][w].anchored[f]; a != 0; a &= a - 1) {
+          for (uint64_t a = bits[w] & anchored_[w][f]; a != 0; a &= a - 1) {
             const uint32_t g = group_of_priority_[w * 64 + static_cast<uint32_t>(std::countr_zero(a))];
             group_summaries[g][w / 64] |= uint64_t{1} << (w % 64);
             own_groups |= uint64_t{g != 0} << g;
@@ -1034,8 +1036,10 @@ class ClassifierBuilder {
   Classifier& c_;
   std::span<const MatchSpec> specs_;
   MatchOrder order_;
-  std::vector<uint32_t> priority_;          // by rule
-  std::vector<uint8_t> group_of_priority_;  // anchor group, by priority
+  std::vector<uint32_t> priority_;                       // by rule
+  std::vector<uint8_t> group_of_priority_;               // anchor group, by priority
+  std::vector<uint64_t> broad_;                          // by word: the broad rules
+  std::vector<std::array<uint64_t, kFields>> anchored_;  // by word and field: the rules anchored there
   std::unordered_map<std::string, uint32_t> dense_ids_;
   std::unique_ptr<SparseBuild> fields_[kFields];
 };
@@ -1177,19 +1181,14 @@ template <typename OnWord>
       const uint32_t w = probe.word_base + static_cast<uint32_t>(std::countr_zero(probe.candidates));
       probe.candidates &= probe.candidates - 1;
       on_word();
-      // Rules anchored elsewhere (another group, another field) that show up here fail the dense
-      // or the sparse test below; no branch per field keeps the pipeline full.
+      // Every rule of the word is tested, whatever brought the word here: rules anchored elsewhere
+      // (another group, another field) that do not match fail like any other; no branch per field
+      // keeps the pipeline full.
       const WordMasks& m = probe.masks[w];
-      uint64_t hit = m.broad;
       uint64_t all = dense[0][2 * sw_count + w] & dense[1][2 * sw_count + w] & dense[2][2 * sw_count + w];
 #pragma GCC unroll 4
-      for (int f = 0; f < kSparseFields; ++f) {
-        const uint64_t x = sparse_word(probe, f, w);
-        hit |= x & m.anchored[f];
-        all &= x ^ m.by_default[f];
-      }
-      hit &= all;
-      if (hit != 0) return priority_to_rule_[w * 64 + static_cast<uint32_t>(std::countr_zero(hit))];
+      for (int f = 0; f < kSparseFields; ++f) all &= sparse_word(probe, f, w) ^ m.by_default[f];
+      if (all != 0) return priority_to_rule_[w * 64 + static_cast<uint32_t>(std::countr_zero(all))];
     }
     if (probe.next_summary_word >= sw_count) return kNoMatch;
     next_candidates(probe);

@@ -286,12 +286,9 @@ class Classifier {
 
   enum SparseField : uint8_t { kSrcAddr, kDstAddr, kSrcPort, kDstPort, kSparseFields };
 
-  // Per 64-rule word, the masks that do not depend on the packet: broad rules, rules anchored on
-  // each sparse field, and rules that a sparse field's classes store by exception (they accept a
-  // value unless its class lists them), per family.
+  // Per 64-rule word and sparse field, the rules that the field's classes store by exception (they
+  // accept a value unless its class lists them), per family.
   struct WordMasks {
-    uint64_t broad = 0;
-    uint64_t anchored[kSparseFields] = {};
     uint64_t by_default[kSparseFields] = {};
   };
 
