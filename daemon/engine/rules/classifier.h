@@ -39,13 +39,15 @@
 // the compiled rules) does not stay in L1 or L2, and a packet meets more candidate words (1.45, see above),
 // whose count the branch predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index
 // is a B+ tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits and
-// 0.73 MB more memory at 10,000 rules. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on a
-// 2-core VM, fastest pass of each run): 18.5/18.5 Mpps at 10 rules and 12.5/12.4 at 10,000, a ratio of 0.67;
-// before sparse records were laid out in blocks per summary word (below), 16.0 and 12.0, 0.75: the blocks
-// made every rule count faster, 10 rules most. What is left: the address index walks (above all IPv6's,
+// 0.73 MB more memory at 10,000 rules. Where a condition is a coin toss per packet in a large rule set
+// (does this class record hold the pass's anchor group?), the batch computes with masks instead of
+// branching: a mispredicted branch discards the loads the batch has in flight. pairwall-bench engine
+// (--seconds 0.5 --runs 3, two invocations on a 2-core VM, fastest pass of each run): 18.6/18.6 Mpps at 10
+// rules and 13.8/13.9 at 10,000, a ratio of 0.75. What is left: the address index walks (above all IPv6's,
 // whose dependent loads leave L1 at 10,000 rules), the candidate words that fail (0.45 a packet at 10,000
-// rules), and the misses of the lines the packets read (index leaves, class records) once they no longer fit
-// in L2 (with --rule-packets 1024 instead of 4,096 the ratio was 0.81). The 0.8 target is not met.
+// rules; with none, by a temporary filter that tested only the first, 10,000 rules ran 11 % faster), and
+// the misses of the lines the packets read (index leaves, class records) once they no longer fit in L2
+// (--rule-packets 1024 / 2048 / 4,096 / 8192: ratio 0.82 / 0.81 / 0.75 / 0.69). The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
