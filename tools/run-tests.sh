@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Everything CI runs: dependencies, a warnings-as-errors release build, the unit tests, the same
-# tests under address+undefined sanitizers, a short run of every fuzz target, and the integration
-# tests in network namespaces (root required for those).
+# Everything CI runs: dependencies, a formatting check, a warnings-as-errors release build, the
+# unit tests, the same tests under address+undefined sanitizers, a short run of every fuzz target,
+# and the integration tests in network namespaces (root required for those).
 #
 #   tools/run-tests.sh              all of it
 #   PAIRWALL_SKIP_SANITIZERS=1 ...  skip the sanitizer build (faster local runs)
@@ -14,6 +14,11 @@ jobs=$(nproc)
 
 step "dependencies"
 bash tools/install-deps.sh
+
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  step "formatting (clang-format, .clang-format)"
+  git ls-files -z '*.cc' '*.h' | xargs -0 clang-format --dry-run -Werror
+fi
 
 step "release build (-Werror)"
 cmake --preset release >/dev/null

@@ -31,7 +31,7 @@ struct IpAddress {
 
 struct IpPrefix {
   Family family = Family::V4;
-  IpAddress address;  // host bits are zero
+  IpAddress address;   // host bits are zero
   uint8_t length = 0;  // 0..32 or 0..128
 
   // First and last address covered, inclusive.

@@ -67,7 +67,9 @@ IfaceId pass_iface(const PacketMeta& meta, int pass) {
 }
 
 // An empty rule set: pf's implicit pass, default timeouts. Used until the first load.
-std::shared_ptr<const rules::RuleSet> empty_rules() { return std::make_shared<const rules::RuleSet>(); }
+std::shared_ptr<const rules::RuleSet> empty_rules() {
+  return std::make_shared<const rules::RuleSet>();
+}
 
 }  // namespace
 
@@ -125,7 +127,8 @@ void Engine::refresh_rules(Worker& worker) const noexcept {
 
 // A state keeps the timeouts of the rule that created it; states learned from the peer follow
 // the current rule set's.
-Millis Engine::timeout_of(const StateEntry& entry, TimeoutClass timeout, const rules::RuleSet& current) noexcept {
+Millis Engine::timeout_of(const StateEntry& entry, TimeoutClass timeout,
+                          const rules::RuleSet& current) noexcept {
   if (entry.creator != nullptr) return entry.creator->timeouts[timeout];
   return current.timeouts()[timeout];
 }
@@ -177,7 +180,8 @@ void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
   if (parsed.lookup) parsed.hash = states_.hash(parsed.key);
 }
 
-Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta, Millis now) noexcept {
+Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMeta& meta,
+                        Millis now) noexcept {
   worker.count_packet(bytes.size());
   refresh_rules(worker);
   Parsed parsed;
@@ -289,7 +293,8 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
     if (out.matched) {
       scrub.matched = true;
       scrub.min_ttl = std::max(scrub.min_ttl, out.min_ttl);
-      if (out.max_mss != 0 && (scrub.max_mss == 0 || out.max_mss < scrub.max_mss)) scrub.max_mss = out.max_mss;
+      if (out.max_mss != 0 && (scrub.max_mss == 0 || out.max_mss < scrub.max_mss))
+        scrub.max_mss = out.max_mss;
       scrub.random_id = scrub.random_id || out.random_id;
       scrub.no_df = scrub.no_df || out.no_df;
     }
@@ -322,7 +327,8 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
       uint8_t* mss = bytes.data() + packet.tcp.mss_offset;
       const uint16_t old_mss = load_be16(mss);
       store_be16(mss, scrub.max_mss);
-      if (!meta.checksum_partial) checksum_replace16(bytes.data() + packet.l4_offset + 16, old_mss, scrub.max_mss);
+      if (!meta.checksum_partial)
+        checksum_replace16(bytes.data() + packet.l4_offset + 16, old_mss, scrub.max_mss);
       packet.tcp.mss = scrub.max_mss;
       rewritten = true;
     }
@@ -352,7 +358,8 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
         PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
         if (quoted.is_tcp() && sender.seqlo != 0) {
-          const uint32_t dws = (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
+          const uint32_t dws =
+              (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
           const uint32_t seq = quoted.tcp.seq;
           if (!seq_geq(sender.seqhi, seq) || !seq_geq(seq, sender.seqlo - (receiver.max_win << dws))) {
             return drop(Reason::BadSeq, state->rule);
@@ -373,7 +380,8 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
-      const bool syn_only = packet.is_tcp() && (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn;
+      const bool syn_only =
+          packet.is_tcp() && (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn;
       if (syn_only && from_initiator && tcp_state_reusable(sender, receiver)) {
         // Port reuse after a close: the old state gives way to a new connection.
         StateRecord gone;
@@ -434,7 +442,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
       // RFC 1122 3.2.2).
       rules::BlockReply reply = rule.reply;
-      if (rule.reply_rst_for_tcp) reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
+      if (rule.reply_rst_for_tcp)
+        reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
       if (reply == rules::BlockReply::ReturnRst && !packet.is_tcp()) reply = rules::BlockReply::Drop;
       const bool unanswerable = (packet.is_icmp() && packet.icmp.is_error) ||
                                 (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst));

@@ -47,8 +47,8 @@ struct Verdict {
   Action action = Action::Drop;
   Reason reason = Reason::Internal;
   rules::BlockReply reply = rules::BlockReply::Drop;  // how to reject, for Action::Reject
-  bool rewritten = false;  // the packet bytes were changed (NAT, normalization): send them back
-  bool log = false;        // the deciding rule or state asked for logging
+  bool rewritten = false;          // the packet bytes were changed (NAT, normalization): send them back
+  bool log = false;                // the deciding rule or state asked for logging
   uint32_t rule = rules::kNoRule;  // deciding rule, or the rule that created the matched state
   StateId state;                   // matched or created state; counter 0 when none
 };
@@ -63,7 +63,7 @@ struct BatchPacket {
 
 struct EngineConfig {
   uint32_t node_id = 1;
-  std::size_t shards = 64;                  // power of two; one lock each
+  std::size_t shards = 64;                    // power of two; one lock each
   std::size_t event_ring_capacity = 1 << 16;  // per worker
   // Secret for the state hash. Zero means "draw one from the OS at construction".
   uint64_t hash_key[2] = {0, 0};
@@ -116,8 +116,7 @@ class Engine {
   std::shared_ptr<const rules::RuleSet> rules() const;
 
   // Decides one packet. `packet` may be rewritten in place (then Verdict::rewritten is set).
-  Verdict process(Worker& worker, std::span<uint8_t> packet, const PacketMeta& meta,
-                  Millis now) noexcept;
+  Verdict process(Worker& worker, std::span<uint8_t> packet, const PacketMeta& meta, Millis now) noexcept;
 
   // Decides the packets of a batch (one recvmmsg, say) as process() would in batch order. The
   // state lookups of up to kPrefetchGroup packets are started before the first of them is
@@ -162,7 +161,8 @@ class Engine {
  private:
   friend class Worker;
   void refresh_rules(Worker& worker) const noexcept;
-  static Millis timeout_of(const StateEntry& entry, TimeoutClass timeout, const rules::RuleSet& current) noexcept;
+  static Millis timeout_of(const StateEntry& entry, TimeoutClass timeout,
+                           const rules::RuleSet& current) noexcept;
   static StateRecord make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept;
   void emit_control(const StateRecord& record) noexcept;
   struct Parsed;

@@ -50,7 +50,7 @@ struct TcpInfo {
 struct IcmpInfo {
   uint8_t type = 0;
   uint8_t code = 0;
-  uint16_t id = 0;      // echo / query identifier
+  uint16_t id = 0;        // echo / query identifier
   bool is_error = false;  // destination unreachable, time exceeded, parameter problem, packet too big
   bool is_query = false;  // echo request/reply and other request/response pairs
   bool is_reply = false;

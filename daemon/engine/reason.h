@@ -44,7 +44,9 @@ enum class Reason : uint8_t {
 
 inline constexpr std::size_t kReasonCount = static_cast<std::size_t>(Reason::Count);
 
-constexpr bool is_pass(Reason r) { return r == Reason::Match || r == Reason::State || r == Reason::DefaultPass; }
+constexpr bool is_pass(Reason r) {
+  return r == Reason::Match || r == Reason::State || r == Reason::DefaultPass;
+}
 
 // Stable snake_case name used in metrics, JSON and the CLI.
 std::string_view reason_name(Reason r);

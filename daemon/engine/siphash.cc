@@ -37,8 +37,8 @@ struct SipState {
 }  // namespace
 
 uint64_t siphash13(const SipKey& key, const uint64_t* words, std::size_t count) noexcept {
-  SipState s{key.k0 ^ 0x736f6d6570736575ULL, key.k1 ^ 0x646f72616e646f6dULL,
-             key.k0 ^ 0x6c7967656e657261ULL, key.k1 ^ 0x7465646279746573ULL};
+  SipState s{key.k0 ^ 0x736f6d6570736575ULL, key.k1 ^ 0x646f72616e646f6dULL, key.k0 ^ 0x6c7967656e657261ULL,
+             key.k1 ^ 0x7465646279746573ULL};
   for (std::size_t i = 0; i < count; ++i) s.compress(words[i]);
   // Final block: the message length in bytes in the top byte, as the reference does.
   s.compress(static_cast<uint64_t>(count * 8) << 56);

@@ -3,10 +3,9 @@
 #include <sched.h>
 #include <sys/mman.h>
 
-#include <cstdlib>
-
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <new>
 #include <tuple>
 #include <utility>
@@ -33,8 +32,12 @@ constexpr std::size_t kHugeChunkEntries = kHugeChunkBytes / sizeof(StateEntry);
 
 static_assert(sizeof(StateEntry) % 64 == 0);
 
-void prefetch_read(const void* p) { __builtin_prefetch(p, 0, 3); }
-void prefetch_write(const void* p) { __builtin_prefetch(p, 1, 3); }
+void prefetch_read(const void* p) {
+  __builtin_prefetch(p, 0, 3);
+}
+void prefetch_write(const void* p) {
+  __builtin_prefetch(p, 1, 3);
+}
 
 void prefetch_hot(const StateEntry* e) {
   const auto* bytes = reinterpret_cast<const char*>(e);
@@ -70,9 +73,15 @@ Chunk make_chunk(bool want_huge) {
   return Chunk(new StateEntry[kChunkEntries], ChunkDeleter{kChunkEntries, false});
 }
 
-uintptr_t tag(StateEntry* e, int k) { return reinterpret_cast<uintptr_t>(e) | static_cast<uintptr_t>(k); }
-StateEntry* untag_entry(uintptr_t t) { return reinterpret_cast<StateEntry*>(t & ~uintptr_t{1}); }
-int untag_key(uintptr_t t) { return static_cast<int>(t & 1); }
+uintptr_t tag(StateEntry* e, int k) {
+  return reinterpret_cast<uintptr_t>(e) | static_cast<uintptr_t>(k);
+}
+StateEntry* untag_entry(uintptr_t t) {
+  return reinterpret_cast<StateEntry*>(t & ~uintptr_t{1});
+}
+int untag_key(uintptr_t t) {
+  return static_cast<int>(t & 1);
+}
 
 // Does `packet_key` (as the packet travels) match `k`, and in which direction?
 bool key_matches(const StateKey& k, const StateKey& packet_key, bool& reversed) {
@@ -94,7 +103,8 @@ bool key_matches(const StateKey& k, const StateKey& packet_key, bool& reversed) 
 
 void SpinLock::lock() noexcept {
   for (unsigned spins = 0;; ++spins) {
-    if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire)) return;
+    if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire))
+      return;
     if (spins < 256) {
       __builtin_ia32_pause();
     } else {
@@ -247,7 +257,9 @@ struct StateTable::IdShard {
 
 // ---- Handle -------------------------------------------------------------------------------
 
-StateTable::Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
+StateTable::Handle::Handle(Handle&& other) noexcept {
+  *this = std::move(other);
+}
 
 StateTable::Handle& StateTable::Handle::operator=(Handle&& other) noexcept {
   if (this != &other) {
@@ -324,7 +336,9 @@ uint16_t StateTable::shard_index(uint64_t hash) const noexcept {
   return static_cast<uint16_t>((hash >> 48) & (shards_.size() - 1));
 }
 
-StateTable::Shard& StateTable::shard_for(uint64_t hash) noexcept { return *shards_[shard_index(hash)]; }
+StateTable::Shard& StateTable::shard_for(uint64_t hash) noexcept {
+  return *shards_[shard_index(hash)];
+}
 
 void StateTable::lock_pair(Handle& handle, uint16_t a, uint16_t b) noexcept {
   if (a > b) std::swap(a, b);

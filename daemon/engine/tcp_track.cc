@@ -21,7 +21,9 @@ void raise_state(PeerTracking& p, TcpState s, bool& changed) {
     changed = true;
   }
 }
-bool at_least(const PeerTracking& p, TcpState s) { return p.state >= static_cast<uint8_t>(s); }
+bool at_least(const PeerTracking& p, TcpState s) {
+  return p.state >= static_cast<uint8_t>(s);
+}
 
 // The window scale a SYN offers, in PeerTracking encoding (0 when absent).
 uint8_t offered_wscale(const PacketView& packet) {
@@ -29,7 +31,9 @@ uint8_t offered_wscale(const PacketView& packet) {
   return PeerTracking::kScaleOffered | std::min<uint8_t>(packet.tcp.window_scale, 14);
 }
 
-uint32_t segment_length(const PacketView& packet) { return packet.payload_length; }
+uint32_t segment_length(const PacketView& packet) {
+  return packet.payload_length;
+}
 
 }  // namespace
 
@@ -133,7 +137,8 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
 
   if (!(th.flags & kAck)) {
     ack = dst.seqlo;  // no ACK: let it through the ack-skew test
-  } else if ((ack == 0 && (th.flags & (kAck | kRst)) == (kAck | kRst)) || dst.state < static_cast<uint8_t>(TcpState::SynSent)) {
+  } else if ((ack == 0 && (th.flags & (kAck | kRst)) == (kAck | kRst)) ||
+             dst.state < static_cast<uint8_t>(TcpState::SynSent)) {
     ack = dst.seqlo;  // stacks that send RST|ACK with ack 0, or an ACK before the peer spoke
   }
 
@@ -145,14 +150,14 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
 
   const int64_t ackskew = static_cast<int32_t>(dst.seqlo - ack);
   const uint32_t orig_seq = th.seq;
-  const bool rst_exact = !(th.flags & kRst) || orig_seq == src.seqlo || orig_seq == src.seqlo + 1 ||
-                         orig_seq + 1 == src.seqlo;
+  const bool rst_exact =
+      !(th.flags & kRst) || orig_seq == src.seqlo || orig_seq == src.seqlo + 1 || orig_seq + 1 == src.seqlo;
 
-  if (seq_geq(src.seqhi, data_end) &&                      // last octet inside the other's window
-      seq_geq(seq, src.seqlo - (dst.max_win << dws)) &&   // retransmit: at most one window back
-      ackskew >= -kMaxAckWindow &&                          // acking at most one window forward
-      ackskew <= (kMaxAckWindow << sws) &&                  // acking at most one window back
-      rst_exact) {                                          // RFC 5961 3.2: resets need an exact match
+  if (seq_geq(src.seqhi, data_end) &&                    // last octet inside the other's window
+      seq_geq(seq, src.seqlo - (dst.max_win << dws)) &&  // retransmit: at most one window back
+      ackskew >= -kMaxAckWindow &&                       // acking at most one window forward
+      ackskew <= (kMaxAckWindow << sws) &&               // acking at most one window back
+      rst_exact) {                                       // RFC 5961 3.2: resets need an exact match
     if (src.max_win < win) src.max_win = win;
     if (seq_gt(end, src.seqlo)) src.seqlo = end;
     if (seq_geq(ack + (win << sws), dst.seqhi)) dst.seqhi = ack + std::max<uint32_t>(win << sws, 1);
@@ -200,7 +205,8 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
 TrackResult track_flow(PeerTracking& src, PeerTracking& dst, const PacketView& packet) noexcept {
   TrackResult result;
   result.reason = Reason::State;
-  if (src.state < static_cast<uint8_t>(FlowState::Single)) src.state = static_cast<uint8_t>(FlowState::Single);
+  if (src.state < static_cast<uint8_t>(FlowState::Single))
+    src.state = static_cast<uint8_t>(FlowState::Single);
   if (dst.state == static_cast<uint8_t>(FlowState::Single)) {
     dst.state = static_cast<uint8_t>(FlowState::Multiple);
     src.state = static_cast<uint8_t>(FlowState::Multiple);
@@ -233,7 +239,8 @@ TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const Pac
   const TcpInfo& th = packet.tcp;
   TrackResult result;
   result.timeout = current;
-  const bool established = at_least(sender, TcpState::Established) && at_least(receiver, TcpState::Established);
+  const bool established =
+      at_least(sender, TcpState::Established) && at_least(receiver, TcpState::Established);
   if ((th.flags & kSyn) && !(th.flags & kAck) && established) {
     result.reason = Reason::StateMismatch;
     return result;

@@ -11,7 +11,7 @@
 namespace pairwall::engine {
 
 struct TrackResult {
-  Reason reason = Reason::State;  // State: pass; BadSeq / StateMismatch: drop
+  Reason reason = Reason::State;        // State: pass; BadSeq / StateMismatch: drop
   bool protocol_state_changed = false;  // a TCP state moved: sync sends the update at once
   TimeoutClass timeout = TimeoutClass::TcpEstablished;
 };
@@ -39,9 +39,17 @@ TimeoutClass tcp_timeout_class(const PeerTracking& a, const PeerTracking& b) noe
 bool tcp_state_reusable(const PeerTracking& a, const PeerTracking& b) noexcept;
 
 // Serial-number arithmetic on 32-bit sequence numbers (RFC 1982).
-constexpr bool seq_lt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
-constexpr bool seq_leq(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) <= 0; }
-constexpr bool seq_gt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
-constexpr bool seq_geq(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
+constexpr bool seq_lt(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
+constexpr bool seq_leq(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) <= 0;
+}
+constexpr bool seq_gt(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) > 0;
+}
+constexpr bool seq_geq(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) >= 0;
+}
 
 }  // namespace pairwall::engine

@@ -36,7 +36,8 @@ struct TcpTemplate {
     put16(p, static_cast<uint16_t>(v >> 16));
     put16(p + 2, static_cast<uint16_t>(v));
   }
-  void set(uint32_t src, uint16_t sport, uint32_t dst, uint16_t dport, uint8_t flags, uint32_t seq, uint32_t ack) {
+  void set(uint32_t src, uint16_t sport, uint32_t dst, uint16_t dport, uint8_t flags, uint32_t seq,
+           uint32_t ack) {
     put32(bytes + 12, src);
     put32(bytes + 16, dst);
     put16(bytes + 20, sport);

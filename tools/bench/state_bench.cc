@@ -1,21 +1,20 @@
 #include "tools/bench/state_bench.h"
 
-#include "tools/bench/bench_packets.h"
-
 #include <time.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <string>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <variant>
 #include <vector>
 
 #include "daemon/engine/engine.h"
 #include "daemon/engine/rules/compile.h"
 #include "daemon/engine/rules/parser.h"
+#include "tools/bench/bench_packets.h"
 
 namespace pairwall::bench {
 namespace {
@@ -26,8 +25,12 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kServer = kBenchServer;
 constexpr uint32_t kClientBase = kBenchClientBase;
 
-uint32_t client_of(uint32_t flow) { return kClientBase + (flow >> 8); }
-uint16_t port_of(uint32_t flow) { return static_cast<uint16_t>(10000 + (flow & 0xff)); }
+uint32_t client_of(uint32_t flow) {
+  return kClientBase + (flow >> 8);
+}
+uint16_t port_of(uint32_t flow) {
+  return static_cast<uint16_t>(10000 + (flow & 0xff));
+}
 
 // Datagrams per recvmmsg in the daemon (io::QueueConfig::recv_batch).
 constexpr std::size_t kBenchBatch = 64;
@@ -55,9 +58,11 @@ struct LookupPoint {
 // process() call per packet, then process_batch() on batches of kBenchBatch packets.
 LookupPoint lookup_mpps(uint32_t flows, double seconds) {
   Engine engine(bench_config());
-  engine.load_rules(compile_rules_text("set limit states " + std::to_string(flows + 1000) + "\npass all\n", engine));
+  engine.load_rules(
+      compile_rules_text("set limit states " + std::to_string(flows + 1000) + "\npass all\n", engine));
   Worker worker(engine);
-  const PacketMeta out{Hook::Forward, engine.interfaces().intern("lan0"), engine.interfaces().intern("wan0"), false};
+  const PacketMeta out{Hook::Forward, engine.interfaces().intern("lan0"), engine.interfaces().intern("wan0"),
+                       false};
   const PacketMeta in{Hook::Forward, out.out_iface, out.in_iface, false};
   TcpTemplate t;
   const Millis now{1000};
@@ -126,9 +131,11 @@ LookupPoint lookup_mpps(uint32_t flows, double seconds) {
 // 100x faster than wall time here so expiry works throughout.
 double create_per_s(double seconds) {
   Engine engine(bench_config());
-  engine.load_rules(compile_rules_text("set limit states 2000000\nset timeout tcp.first 1\npass all\n", engine));
+  engine.load_rules(
+      compile_rules_text("set limit states 2000000\nset timeout tcp.first 1\npass all\n", engine));
   Worker worker(engine);
-  const PacketMeta out{Hook::Forward, engine.interfaces().intern("lan0"), engine.interfaces().intern("wan0"), false};
+  const PacketMeta out{Hook::Forward, engine.interfaces().intern("lan0"), engine.interfaces().intern("wan0"),
+                       false};
   TcpTemplate t;
   uint64_t created = 0;
   uint64_t flow = 0;
@@ -137,8 +144,8 @@ double create_per_s(double seconds) {
   const auto deadline = start + std::chrono::duration<double>(seconds);
   while (Clock::now() < deadline) {
     for (int i = 0; i < 1000; ++i, ++flow) {
-      t.set(kClientBase + static_cast<uint32_t>(flow >> 16), static_cast<uint16_t>(flow), kServer, 80, tcpflag::kSyn,
-            1000, 0);
+      t.set(kClientBase + static_cast<uint32_t>(flow >> 16), static_cast<uint16_t>(flow), kServer, 80,
+            tcpflag::kSyn, 1000, 0);
       created += engine.process(worker, t.bytes, out, now).reason == Reason::Match;
     }
     now += Millis{10};

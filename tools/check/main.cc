@@ -55,7 +55,8 @@ Options parse_args(int argc, char** argv) {
       std::size_t start = 0;
       while (start <= list.size()) {
         const std::size_t comma = list.find(',', start);
-        const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const std::string item =
+            list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         auto prefix = parse_prefix(item);
         if (!prefix) usage("--inside: not an address or prefix: '" + item + "'");
         o.inside.push_back(*prefix);
@@ -79,9 +80,12 @@ Options parse_args(int argc, char** argv) {
 
 const char* verdict_name(Verdict::Action a) {
   switch (a) {
-    case Verdict::Action::Accept: return "pass";
-    case Verdict::Action::Drop: return "drop";
-    case Verdict::Action::Reject: return "reject";
+    case Verdict::Action::Accept:
+      return "pass";
+    case Verdict::Action::Drop:
+      return "drop";
+    case Verdict::Action::Reject:
+      return "reject";
   }
   return "drop";
 }
@@ -118,8 +122,9 @@ int replay(const Options& o, Engine& engine) {
       }
     }
     const Verdict v = engine.process(worker, packet->ip, meta, now);
-    std::printf("{\"index\":%llu,\"verdict\":\"%s\",\"reason\":\"%.*s\",\"rule\":", static_cast<unsigned long long>(index),
-                verdict_name(v.action), static_cast<int>(reason_name(v.reason).size()), reason_name(v.reason).data());
+    std::printf("{\"index\":%llu,\"verdict\":\"%s\",\"reason\":\"%.*s\",\"rule\":",
+                static_cast<unsigned long long>(index), verdict_name(v.action),
+                static_cast<int>(reason_name(v.reason).size()), reason_name(v.reason).data());
     if (v.rule == rules::kNoRule) {
       std::printf("null");
     } else {
@@ -128,7 +133,8 @@ int replay(const Options& o, Engine& engine) {
     if (v.state.counter == 0) {
       std::printf(",\"state\":null}\n");
     } else {
-      std::printf(",\"state\":\"%u:%llu\"}\n", v.state.creator, static_cast<unsigned long long>(v.state.counter));
+      std::printf(",\"state\":\"%u:%llu\"}\n", v.state.creator,
+                  static_cast<unsigned long long>(v.state.counter));
     }
   }
   return 0;

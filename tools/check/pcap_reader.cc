@@ -16,9 +16,13 @@ constexpr uint32_t kLinkIpv4 = 228;
 constexpr uint32_t kLinkIpv6 = 229;
 constexpr uint32_t kLinkLinuxSll2 = 276;
 
-uint32_t bswap32(uint32_t v) { return __builtin_bswap32(v); }
+uint32_t bswap32(uint32_t v) {
+  return __builtin_bswap32(v);
+}
 
-uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint16_t be16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] << 8 | p[1]);
+}
 
 }  // namespace
 
@@ -29,25 +33,43 @@ PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), p
     throw std::runtime_error(path + ": too short for a pcap header");
   }
   switch (header[0]) {
-    case 0xa1b2c3d4: break;
-    case 0xd4c3b2a1: swapped_ = true; break;
-    case 0xa1b23c4d: nanoseconds_ = true; break;
-    case 0x4d3cb2a1: swapped_ = nanoseconds_ = true; break;
-    case 0x0a0d0d0a: throw std::runtime_error(path + ": pcapng is not supported; convert with `editcap -F pcap`");
-    default: throw std::runtime_error(path + ": not a pcap file (bad magic)");
+    case 0xa1b2c3d4:
+      break;
+    case 0xd4c3b2a1:
+      swapped_ = true;
+      break;
+    case 0xa1b23c4d:
+      nanoseconds_ = true;
+      break;
+    case 0x4d3cb2a1:
+      swapped_ = nanoseconds_ = true;
+      break;
+    case 0x0a0d0d0a:
+      throw std::runtime_error(path + ": pcapng is not supported; convert with `editcap -F pcap`");
+    default:
+      throw std::runtime_error(path + ": not a pcap file (bad magic)");
   }
   link_type_ = (swapped_ ? bswap32(header[5]) : header[5]) & 0x0fffffff;
   switch (link_type_) {
-    case kLinkNull: case kLinkEthernet: case kLinkRaw: case kLinkLoop: case kLinkLinuxSll:
-    case kLinkIpv4: case kLinkIpv6: case kLinkLinuxSll2: break;
-    default: throw std::runtime_error(path + ": unsupported link type " + std::to_string(link_type_));
+    case kLinkNull:
+    case kLinkEthernet:
+    case kLinkRaw:
+    case kLinkLoop:
+    case kLinkLinuxSll:
+    case kLinkIpv4:
+    case kLinkIpv6:
+    case kLinkLinuxSll2:
+      break;
+    default:
+      throw std::runtime_error(path + ": unsupported link type " + std::to_string(link_type_));
   }
 }
 
 std::optional<CapturedPacket> PcapReader::next() {
   std::array<uint32_t, 4> record{};
   if (!in_.read(reinterpret_cast<char*>(record.data()), sizeof record)) return std::nullopt;
-  if (swapped_) for (auto& v : record) v = bswap32(v);
+  if (swapped_)
+    for (auto& v : record) v = bswap32(v);
   const uint32_t caplen = record[2];
   if (caplen > (1u << 20)) throw std::runtime_error(path_ + ": record larger than 1 MiB, file corrupt");
   std::vector<uint8_t> frame(caplen);
@@ -63,8 +85,14 @@ std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> f
   std::size_t offset = 0;
   uint16_t ethertype = 0;
   switch (link_type_) {
-    case kLinkRaw: case kLinkIpv4: case kLinkIpv6: return frame;
-    case kLinkNull: case kLinkLoop: offset = 4; break;
+    case kLinkRaw:
+    case kLinkIpv4:
+    case kLinkIpv6:
+      return frame;
+    case kLinkNull:
+    case kLinkLoop:
+      offset = 4;
+      break;
     case kLinkEthernet:
       if (frame.size() < 14) return {};
       ethertype = be16(&frame[12]);
@@ -87,7 +115,8 @@ std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> f
       if (ethertype != 0x0800 && ethertype != 0x86dd) return {};
       offset = 20;
       break;
-    default: return {};
+    default:
+      return {};
   }
   if (frame.size() <= offset) return {};
   return frame.subspan(offset);

@@ -106,15 +106,24 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc) die(k + " needs a value");
     const std::string v = argv[++i];
     try {
-      if (k == "--dst") a.dst = v;
-      else if (k == "--src") a.src = split(v);
-      else if (k == "--port") a.port = static_cast<uint16_t>(std::stoul(v));
-      else if (k == "--flows") a.flows = std::stoi(v);
-      else if (k == "--size") a.size = std::stoul(v);
-      else if (k == "--rate") a.rate = std::stod(v);
-      else if (k == "--duration") a.duration = std::stod(v);
-      else if (k == "--idle") a.idle = std::stod(v);
-      else die("unknown option " + k);
+      if (k == "--dst")
+        a.dst = v;
+      else if (k == "--src")
+        a.src = split(v);
+      else if (k == "--port")
+        a.port = static_cast<uint16_t>(std::stoul(v));
+      else if (k == "--flows")
+        a.flows = std::stoi(v);
+      else if (k == "--size")
+        a.size = std::stoul(v);
+      else if (k == "--rate")
+        a.rate = std::stod(v);
+      else if (k == "--duration")
+        a.duration = std::stod(v);
+      else if (k == "--idle")
+        a.idle = std::stod(v);
+      else
+        die("unknown option " + k);
     } catch (const std::logic_error&) {
       die(k + ": bad value '" + v + "'");
     }
@@ -185,9 +194,11 @@ int send_mode(const Args& a) {
     }
   }
   const double elapsed = static_cast<double>(now_ns() - start) / 1e9;
-  std::printf("{\"sent\": %llu, \"seconds\": %.3f, \"pps\": %.0f, \"flows\": %d, \"size\": %zu, \"send_blocked\": %llu}\n",
-              static_cast<unsigned long long>(sent), elapsed, static_cast<double>(sent) / elapsed, a.flows, a.size,
-              static_cast<unsigned long long>(would_block));
+  std::printf(
+      "{\"sent\": %llu, \"seconds\": %.3f, \"pps\": %.0f, \"flows\": %d, \"size\": %zu, \"send_blocked\": "
+      "%llu}\n",
+      static_cast<unsigned long long>(sent), elapsed, static_cast<double>(sent) / elapsed, a.flows, a.size,
+      static_cast<unsigned long long>(would_block));
   for (int fd : sockets) close(fd);
   return 0;
 }
@@ -250,10 +261,11 @@ int recv_mode(const Args& a) {
     return static_cast<double>(histogram.size() - 1);
   };
   const double active = received > 1 ? static_cast<double>(last_ns - first_ns) / 1e9 : 0;
-  std::printf("{\"received\": %llu, \"active_seconds\": %.3f, \"pps\": %.0f, \"latency_us_p50\": %.0f, "
-              "\"latency_us_p99\": %.0f}\n",
-              static_cast<unsigned long long>(received), active,
-              active > 0 ? static_cast<double>(received) / active : 0.0, percentile(0.5), percentile(0.99));
+  std::printf(
+      "{\"received\": %llu, \"active_seconds\": %.3f, \"pps\": %.0f, \"latency_us_p50\": %.0f, "
+      "\"latency_us_p99\": %.0f}\n",
+      static_cast<unsigned long long>(received), active,
+      active > 0 ? static_cast<double>(received) / active : 0.0, percentile(0.5), percentile(0.99));
   close(fd);
   return 0;
 }

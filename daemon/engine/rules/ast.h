@@ -65,8 +65,8 @@ enum class Direction : uint8_t { Any, In, Out };
 enum class LogMode : uint8_t { None, First, All };
 
 struct StateOptions {
-  bool keep_state = true;  // pf: pass keeps state unless `no state`
-  uint32_t max_states = 0;  // (max N); 0 = no per-rule limit
+  bool keep_state = true;                    // pf: pass keeps state unless `no state`
+  uint32_t max_states = 0;                   // (max N); 0 = no per-rule limit
   std::map<std::string, uint32_t> timeouts;  // per-rule timeout overrides, seconds
 };
 
@@ -109,7 +109,7 @@ struct TranslationRule {
   std::vector<uint8_t> protocols;
   Endpoint from;
   Endpoint to;
-  std::optional<IpPrefix> target;       // the address (or pool prefix) after `->`
+  std::optional<IpPrefix> target;        // the address (or pool prefix) after `->`
   std::optional<PortMatch> target_port;  // `port P` or `port P:Q` after the target
 };
 

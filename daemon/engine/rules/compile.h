@@ -14,10 +14,10 @@
 namespace pairwall::engine::rules {
 
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
-                                                               InterfaceRegistry& interfaces);
+                                                                InterfaceRegistry& interfaces);
 
 // parse_rules_file + compile.
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
-                                                                       InterfaceRegistry& interfaces);
+                                                                        InterfaceRegistry& interfaces);
 
 }  // namespace pairwall::engine::rules

@@ -1,7 +1,8 @@
 // Engine::process end to end with crafted packets: rule semantics across the two passes, state
 // tracking per protocol, normalization, limits, the sync records, and peer records applied.
-#include <catch2/catch.hpp>
+#include "daemon/engine/engine.h"
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -9,7 +10,6 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/engine/engine.h"
 #include "daemon/engine/rules/compile.h"
 #include "daemon/engine/rules/parser.h"
 #include "tests/unit/support/packet_builder.h"
@@ -39,7 +39,8 @@ EngineConfig test_config(uint32_t node = 1) {
 
 // One firewall: lan0 inside (clients), wan0 outside (servers), forwarding between them.
 struct Firewall {
-  explicit Firewall(const std::string& rule_text, uint32_t node = 1) : engine(test_config(node)), worker(engine) {
+  explicit Firewall(const std::string& rule_text, uint32_t node = 1)
+      : engine(test_config(node)), worker(engine) {
     lan = engine.interfaces().intern("lan0");
     wan = engine.interfaces().intern("wan0");
     load(rule_text);
@@ -96,10 +97,22 @@ Bytes synack(uint16_t dport, uint32_t isn = 1000, uint32_t server_isn = 9000) {
       .build();
 }
 Bytes ack_from_client(uint16_t dport, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
-  return tcp4(kClient, kClientPort, kServer, dport).flags(tcpflag::kAck).seq(seq).ack(ack).window(512).payload(payload).build();
+  return tcp4(kClient, kClientPort, kServer, dport)
+      .flags(tcpflag::kAck)
+      .seq(seq)
+      .ack(ack)
+      .window(512)
+      .payload(payload)
+      .build();
 }
 Bytes ack_from_server(uint16_t dport, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
-  return tcp4(kServer, dport, kClient, kClientPort).flags(tcpflag::kAck).seq(seq).ack(ack).window(512).payload(payload).build();
+  return tcp4(kServer, dport, kClient, kClientPort)
+      .flags(tcpflag::kAck)
+      .seq(seq)
+      .ack(ack)
+      .window(512)
+      .payload(payload)
+      .build();
 }
 
 constexpr const char* kWebOnly = R"(
@@ -132,13 +145,14 @@ TEST_CASE("pf rule semantics over the two passes", "[engine][rules]") {
       {"no rules: implicit pass", "", true, 80, Action::Accept, Reason::DefaultPass, rules::kNoRule},
       {"block all", "block all", true, 80, Action::Drop, Reason::RuleBlock, 0},
       {"last match wins", "block all\npass all no state", true, 80, Action::Accept, Reason::Match, 1},
-      {"earlier block overridden only when later rule matches", "block all\npass proto tcp to port 81 no state",
-       true, 80, Action::Drop, Reason::RuleBlock, 0},
-      {"quick stops evaluation", "block quick proto tcp to port 80\npass all no state", true, 80, Action::Drop,
-       Reason::RuleBlock, 0},
+      {"earlier block overridden only when later rule matches",
+       "block all\npass proto tcp to port 81 no state", true, 80, Action::Drop, Reason::RuleBlock, 0},
+      {"quick stops evaluation", "block quick proto tcp to port 80\npass all no state", true, 80,
+       Action::Drop, Reason::RuleBlock, 0},
       {"quick pass beats later block", "pass quick all no state\nblock all", true, 80, Action::Accept,
        Reason::Match, 0},
-      {"in pass on the arrival interface", "block in on wan0 all", false, 80, Action::Drop, Reason::RuleBlock, 0},
+      {"in pass on the arrival interface", "block in on wan0 all", false, 80, Action::Drop, Reason::RuleBlock,
+       0},
       {"in pass ignores the other interface", "block in on wan0 all", true, 80, Action::Accept,
        Reason::DefaultPass, rules::kNoRule},
       {"out pass on the departure interface", "pass all no state\nblock out on wan0 proto tcp", true, 80,
@@ -152,8 +166,8 @@ TEST_CASE("pf rule semantics over the two passes", "[engine][rules]") {
        rules::kNoRule},
       {"table match", "table <clients> { 10.1.0.0/24 }\nblock from <clients>", true, 80, Action::Drop,
        Reason::RuleBlock, 0},
-      {"port range", "block all\npass proto tcp to port 70:90 no state", true, 80, Action::Accept, Reason::Match,
-       1},
+      {"port range", "block all\npass proto tcp to port 70:90 no state", true, 80, Action::Accept,
+       Reason::Match, 1},
       {"port operator", "block all\npass proto tcp to port > 1024 no state", true, 80, Action::Drop,
        Reason::RuleBlock, 0},
       {"inet6 rule does not match v4", "block inet6 all", true, 80, Action::Accept, Reason::DefaultPass,
@@ -162,8 +176,9 @@ TEST_CASE("pf rule semantics over the two passes", "[engine][rules]") {
   for (const auto& c : cases) {
     SECTION(c.name) {
       Firewall fw(c.rules);
-      const Bytes packet = c.outbound ? tcp4(kClient, kClientPort, kServer, c.port).flags(tcpflag::kSyn).build()
-                                      : tcp4(kServer, c.port, kClient, kClientPort).flags(tcpflag::kSyn).build();
+      const Bytes packet = c.outbound
+                               ? tcp4(kClient, kClientPort, kServer, c.port).flags(tcpflag::kSyn).build()
+                               : tcp4(kServer, c.port, kClient, kClientPort).flags(tcpflag::kSyn).build();
       const Verdict v = c.outbound ? fw.out(packet) : fw.in(packet);
       CHECK(v.action == c.action);
       CHECK(reason_name(v.reason) == reason_name(c.reason));
@@ -245,8 +260,18 @@ TEST_CASE("a closed connection's ports can be reused by a new SYN", "[engine][tc
   Firewall fw(kWebOnly);
   REQUIRE(fw.out(syn(80)).action == Action::Accept);
   REQUIRE(fw.in(synack(80)).reason == Reason::State);
-  REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kFin | tcpflag::kAck).seq(1001).ack(9001).build()).reason == Reason::State);
-  REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kFin | tcpflag::kAck).seq(9001).ack(1002).build()).reason == Reason::State);
+  REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80)
+                     .flags(tcpflag::kFin | tcpflag::kAck)
+                     .seq(1001)
+                     .ack(9001)
+                     .build())
+              .reason == Reason::State);
+  REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort)
+                    .flags(tcpflag::kFin | tcpflag::kAck)
+                    .seq(9001)
+                    .ack(1002)
+                    .build())
+              .reason == Reason::State);
   REQUIRE(fw.out(ack_from_client(80, 1002, 9002)).reason == Reason::State);
   const StateId old_id = fw.out(ack_from_client(80, 1002, 9002)).state;
   const Verdict again = fw.out(syn(80, 777777));
@@ -263,8 +288,18 @@ TEST_CASE("port reuse gives the old state's place back to its rule's (max N)", "
     REQUIRE(fw.out(syn(80, isn)).reason == Reason::Match);
     CHECK(current() == 1);
     REQUIRE(fw.in(synack(80, isn)).reason == Reason::State);
-    REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kFin | tcpflag::kAck).seq(isn + 1).ack(9001).build()).reason == Reason::State);
-    REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kFin | tcpflag::kAck).seq(9001).ack(isn + 2).build()).reason == Reason::State);
+    REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80)
+                       .flags(tcpflag::kFin | tcpflag::kAck)
+                       .seq(isn + 1)
+                       .ack(9001)
+                       .build())
+                .reason == Reason::State);
+    REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort)
+                      .flags(tcpflag::kFin | tcpflag::kAck)
+                      .seq(9001)
+                      .ack(isn + 2)
+                      .build())
+                .reason == Reason::State);
     REQUIRE(fw.out(ack_from_client(80, isn + 2, 9002)).reason == Reason::State);
   }
   CHECK(fw.engine.states().size() == 1);
@@ -310,7 +345,8 @@ void check_batched_like_single(const std::string& rules, const std::vector<Sent>
   std::vector<Bytes> buffers;
   for (const Sent& sent : traffic) buffers.push_back(sent.bytes);
   std::size_t at = 0;
-  for (const std::size_t size : {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{3}, buffers.size()}) {
+  for (const std::size_t size :
+       {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{3}, buffers.size()}) {
     if (at >= buffers.size()) break;
     const std::size_t n = std::min(size, buffers.size() - at);
     std::vector<BatchPacket> batch(n);
@@ -332,14 +368,17 @@ void check_batched_like_single(const std::string& rules, const std::vector<Sent>
   CHECK(batched.engine.states().size() == single.engine.states().size());
   CHECK(batched.worker.packets() == single.worker.packets());
   for (std::size_t r = 0; r < kReasonCount; ++r) {
-    CHECK(batched.worker.counters().get(static_cast<Reason>(r)) == single.worker.counters().get(static_cast<Reason>(r)));
+    CHECK(batched.worker.counters().get(static_cast<Reason>(r)) ==
+          single.worker.counters().get(static_cast<Reason>(r)));
   }
   const auto single_rules = single.engine.rules();
   const auto batched_rules = batched.engine.rules();
   for (uint32_t r = 0; r < single_rules->size(); ++r) {
     INFO("rule " << r);
-    CHECK(batched_rules->rule(r).stats->evaluations.load() == single_rules->rule(r).stats->evaluations.load());
-    CHECK(batched_rules->rule(r).stats->states_created.load() == single_rules->rule(r).stats->states_created.load());
+    CHECK(batched_rules->rule(r).stats->evaluations.load() ==
+          single_rules->rule(r).stats->evaluations.load());
+    CHECK(batched_rules->rule(r).stats->states_created.load() ==
+          single_rules->rule(r).stats->states_created.load());
   }
 }
 
@@ -352,10 +391,16 @@ TEST_CASE("process_batch decides each packet as process() would, in order", "[en
     const uint16_t dport = i % 5 == 0 ? 25 : 80;  // some blocked
     const uint32_t isn = 1000u + i * 100'000u;
     traffic.push_back({tcp4(kClient, port, kServer, dport).flags(tcpflag::kSyn).seq(isn).build()});
-    traffic.push_back({tcp4(kServer, dport, kClient, port).flags(tcpflag::kSyn | tcpflag::kAck).seq(9000).ack(isn + 1).build(),
+    traffic.push_back({tcp4(kServer, dport, kClient, port)
+                           .flags(tcpflag::kSyn | tcpflag::kAck)
+                           .seq(9000)
+                           .ack(isn + 1)
+                           .build(),
                        Hook::Forward, false});
-    traffic.push_back({tcp4(kClient, port, kServer, dport).flags(tcpflag::kAck).seq(isn + 1).ack(9001).build()});
-    traffic.push_back({tcp4(kClient, port, kServer, dport).flags(tcpflag::kAck).seq(isn + 90'000'000).ack(9001).build()});
+    traffic.push_back(
+        {tcp4(kClient, port, kServer, dport).flags(tcpflag::kAck).seq(isn + 1).ack(9001).build()});
+    traffic.push_back(
+        {tcp4(kClient, port, kServer, dport).flags(tcpflag::kAck).seq(isn + 90'000'000).ack(9001).build()});
   }
   traffic.push_back({Bytes{0x45, 0x00}});  // malformed
   traffic.push_back({PacketBuilder().ipv4("198.51.100.1", kClient).icmp_error(3, 4, traffic[0].bytes).build(),
@@ -384,10 +429,14 @@ pass out on wan0 inet proto icmp icmp-type echoreq
     const Bytes query = PacketBuilder().ipv4(kClient, server).udp(port, 53).payload(30).build();
     traffic.push_back({query});
     traffic.push_back({query});
-    traffic.push_back({PacketBuilder().ipv4(server, kClient).udp(53, port).payload(90).build(), Hook::Forward, false});
-    traffic.push_back({PacketBuilder().ipv4(kServer, kClient).icmp_error(3, 3, query).build(), Hook::Forward, false});
-    traffic.push_back({tcp4(kClient, port, "10.1.0.1", 22).flags(tcpflag::kSyn).seq(77).build(), Hook::Input});
-    traffic.push_back({PacketBuilder().ipv4("10.1.0.1", kClient).udp(514, 514).payload(10).build(), Hook::Output});
+    traffic.push_back(
+        {PacketBuilder().ipv4(server, kClient).udp(53, port).payload(90).build(), Hook::Forward, false});
+    traffic.push_back(
+        {PacketBuilder().ipv4(kServer, kClient).icmp_error(3, 3, query).build(), Hook::Forward, false});
+    traffic.push_back(
+        {tcp4(kClient, port, "10.1.0.1", 22).flags(tcpflag::kSyn).seq(77).build(), Hook::Input});
+    traffic.push_back(
+        {PacketBuilder().ipv4("10.1.0.1", kClient).udp(514, 514).payload(10).build(), Hook::Output});
     traffic.push_back({PacketBuilder().ipv4(kClient, kServer).icmp_echo(i, 1).build()});
     traffic.push_back({PacketBuilder().ipv6(kClient6, kServer6).udp(port, 53).payload(20).build()});
   }
@@ -455,7 +504,8 @@ TEST_CASE("ICMP echo state: the reply with the same id passes, another id does n
   Firewall fw(kWebOnly);
   CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).icmp_echo(77, 1).build()).reason == Reason::Match);
   CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(77, 1, true).build()).reason == Reason::State);
-  CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(78, 1, true).build()).reason == Reason::RuleBlock);
+  CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(78, 1, true).build()).reason ==
+        Reason::RuleBlock);
 }
 
 TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[engine][icmp]") {
@@ -483,8 +533,8 @@ TEST_CASE("an ICMP error must travel back toward the sender of the packet it quo
   struct Case {
     const char* name;
     bool v6;
-    bool quote_client;   // quotes the client's SYN, else the server's SYN-ACK
-    bool to_client;      // the error's destination
+    bool quote_client;  // quotes the client's SYN, else the server's SYN-ACK
+    bool to_client;     // the error's destination
     Reason reason;
   };
   const Case cases[] = {
@@ -519,9 +569,11 @@ TEST_CASE("an ICMP error must travel back toward the sender of the packet it quo
     REQUIRE(fw.in(server_synack).reason == Reason::State);
     PacketBuilder error;
     if (c.v6) {
-      error.ipv6(router, c.to_client ? client : server).icmp_error(1, 4, c.quote_client ? client_syn : server_synack);
+      error.ipv6(router, c.to_client ? client : server)
+          .icmp_error(1, 4, c.quote_client ? client_syn : server_synack);
     } else {
-      error.ipv4(router, c.to_client ? client : server).icmp_error(3, 4, c.quote_client ? client_syn : server_synack);
+      error.ipv4(router, c.to_client ? client : server)
+          .icmp_error(3, 4, c.quote_client ? client_syn : server_synack);
     }
     const Verdict v = c.to_client ? fw.in(error.build()) : fw.out(error.build());
     CHECK(v.reason == c.reason);
@@ -533,13 +585,20 @@ TEST_CASE("an ICMP error must travel back toward the sender of the packet it quo
 TEST_CASE("IPv6: TCP and ICMPv6 echo through states", "[engine][ipv6]") {
   Firewall fw(kWebOnly);
   auto s = PacketBuilder().ipv6(kClient6, kServer6).tcp(50000, 22).flags(tcpflag::kSyn).seq(5).build();
-  auto sa = PacketBuilder().ipv6(kServer6, kClient6).tcp(22, 50000).flags(tcpflag::kSyn | tcpflag::kAck).seq(70).ack(6).build();
+  auto sa = PacketBuilder()
+                .ipv6(kServer6, kClient6)
+                .tcp(22, 50000)
+                .flags(tcpflag::kSyn | tcpflag::kAck)
+                .seq(70)
+                .ack(6)
+                .build();
   CHECK(fw.out(s).reason == Reason::Match);
   CHECK(fw.in(sa).reason == Reason::State);
   CHECK(fw.out(PacketBuilder().ipv6(kClient6, kServer6).tcp(50000, 23).flags(tcpflag::kSyn).build()).reason ==
         Reason::RuleBlock);
   CHECK(fw.out(PacketBuilder().ipv6(kClient6, kServer6).icmp_echo(9, 1).build()).reason == Reason::Match);
-  CHECK(fw.in(PacketBuilder().ipv6(kServer6, kClient6).icmp_echo(9, 1, true).build()).reason == Reason::State);
+  CHECK(fw.in(PacketBuilder().ipv6(kServer6, kClient6).icmp_echo(9, 1, true).build()).reason ==
+        Reason::State);
 }
 
 TEST_CASE("malformed packets are dropped with a reason and counted", "[engine][malformed]") {
@@ -557,8 +616,10 @@ TEST_CASE("malformed packets are dropped with a reason and counted", "[engine][m
       {"IHL below 5", tcp4(kClient, 1, kServer, 2).ihl(4).build(), Reason::BadIpHeader},
       {"version 5", tcp4(kClient, 1, kServer, 2).version(5).build(), Reason::BadIpVersion},
       {"TCP data offset below 5", tcp4(kClient, 1, kServer, 2).data_offset(3).build(), Reason::BadTcpHeader},
-      {"SYN+FIN", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn | tcpflag::kFin).build(), Reason::BadTcpFlags},
-      {"SYN+RST", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn | tcpflag::kRst).build(), Reason::BadTcpFlags},
+      {"SYN+FIN", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn | tcpflag::kFin).build(),
+       Reason::BadTcpFlags},
+      {"SYN+RST", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn | tcpflag::kRst).build(),
+       Reason::BadTcpFlags},
       {"no flags", tcp4(kClient, 1, kServer, 2).flags(0).build(), Reason::BadTcpFlags},
       {"FIN without ACK", tcp4(kClient, 1, kServer, 2).flags(tcpflag::kFin).build(), Reason::BadTcpFlags},
       {"fragment", tcp4(kClient, 1, kServer, 2).fragment(0, true, 7).payload(60).build(), Reason::Fragment},
@@ -607,11 +668,13 @@ TEST_CASE("scrub out applies on the departure interface of a forwarded packet", 
   CHECK(v.rewritten);
   CHECK(fw.last_packet == tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1300).build());
   // The other direction departs on lan0, where no `scrub out` applies.
-  const Verdict back = fw.in(tcp4(kServer, 2, kClient, 1).flags(tcpflag::kSyn | tcpflag::kAck).mss(1460).build());
+  const Verdict back =
+      fw.in(tcp4(kServer, 2, kClient, 1).flags(tcpflag::kSyn | tcpflag::kAck).mss(1460).build());
   CHECK_FALSE(back.rewritten);
 }
 
-TEST_CASE("scrub no-df clears DF and random-id replaces the IPv4 ID, checksums kept valid", "[engine][scrub]") {
+TEST_CASE("scrub no-df clears DF and random-id replaces the IPv4 ID, checksums kept valid",
+          "[engine][scrub]") {
   Firewall fw("scrub in all no-df random-id\npass all");
   std::set<uint16_t> ids;
   for (uint16_t port = 1; port <= 20; ++port) {
@@ -704,7 +767,8 @@ TEST_CASE("a rule file asking for translation is refused at load, naming the rul
   const std::string path = "/tmp/pairwall-engine-test-nat.conf";
   {
     std::ofstream f(path);
-    f << "pass all\nno nat on wan0 from 10.0.0.0/8 to 10.0.0.0/8\nrdr on wan0 proto tcp to 192.0.2.1 port 80 -> 10.0.0.5\n";
+    f << "pass all\nno nat on wan0 from 10.0.0.0/8 to 10.0.0.0/8\nrdr on wan0 proto tcp to 192.0.2.1 port 80 "
+         "-> 10.0.0.5\n";
   }
   InterfaceRegistry interfaces;
   auto loaded = rules::load_rules_file(path, interfaces);

@@ -1,10 +1,9 @@
-#include <catch2/catch.hpp>
+#include "daemon/engine/state_table.h"
 
+#include <catch2/catch.hpp>
 #include <set>
 #include <thread>
 #include <vector>
-
-#include "daemon/engine/state_table.h"
 
 using namespace pairwall::engine;
 
@@ -46,7 +45,10 @@ TEST_CASE("created state is found from both directions", "[state_table]") {
   StateTable t(16, kKey, 100);
   const auto k = tcp_key(0x0a000001, 1234, 0x0a000002, 80);
   StateTable::CreateStatus status;
-  { auto h = make(t, k, 1, Millis{0}, Millis{1000}, &status); REQUIRE(h); }
+  {
+    auto h = make(t, k, 1, Millis{0}, Millis{1000}, &status);
+    REQUIRE(h);
+  }
   CHECK(status == StateTable::CreateStatus::Created);
   CHECK(t.size() == 1);
 
@@ -189,7 +191,8 @@ TEST_CASE("entries are reused after removal without leaking the limit", "[state_
   for (int round = 0; round < 50; ++round) {
     for (uint32_t i = 0; i < 10; ++i) {
       StateTable::CreateStatus status;
-      make(t, tcp_key(i, 1, 2, 3), static_cast<uint64_t>(round) * 100 + i, Millis{round * 10}, Millis{5}, &status)
+      make(t, tcp_key(i, 1, 2, 3), static_cast<uint64_t>(round) * 100 + i, Millis{round * 10}, Millis{5},
+           &status)
           .release();
       REQUIRE(status == StateTable::CreateStatus::Created);
     }

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "daemon/engine/tcp_track.h"
+
+#include <catch2/catch.hpp>
 
 using namespace pairwall::engine;
 using namespace pairwall::engine::tcpflag;
@@ -48,7 +48,8 @@ constexpr uint32_t kIsnServer = 500000;
 Conn established(int client_wscale = 7, int server_wscale = 7) {
   Conn c;
   c.timeout = track_first_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, client_wscale));
-  REQUIRE(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, server_wscale)) == Reason::State);
+  REQUIRE(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, server_wscale)) ==
+          Reason::State);
   REQUIRE(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 502)) == Reason::State);
   return c;
 }
@@ -179,11 +180,12 @@ TEST_CASE("adoption re-anchors a state learned from the peer", "[tcp]") {
   CHECK(track_packet(strict_client, strict_server, segment(kAck, far, kIsnServer + 1, 502, 1000),
                      TimeoutClass::TcpEstablished)
             .reason == Reason::BadSeq);
-  TrackResult adopted =
-      adopt_packet(client, server, segment(kAck, far, kIsnServer + 1, 502, 1000), TimeoutClass::TcpEstablished);
+  TrackResult adopted = adopt_packet(client, server, segment(kAck, far, kIsnServer + 1, 502, 1000),
+                                     TimeoutClass::TcpEstablished);
   CHECK(adopted.reason == Reason::State);
   // From here on strict tracking holds with the new anchors.
-  CHECK(track_packet(server, client, segment(kAck, kIsnServer + 1, far + 1000, 509), TimeoutClass::TcpEstablished)
+  CHECK(track_packet(server, client, segment(kAck, kIsnServer + 1, far + 1000, 509),
+                     TimeoutClass::TcpEstablished)
             .reason == Reason::State);
   CHECK(track_packet(client, server, segment(kAck, far + 1000, kIsnServer + 1, 502, 1000),
                      TimeoutClass::TcpEstablished)
