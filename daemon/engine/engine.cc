@@ -7,6 +7,7 @@
 #include "daemon/engine/checksum.h"
 #include "daemon/engine/packet.h"
 #include "daemon/engine/tcp_track.h"
+#include "daemon/engine/translate.h"
 
 namespace pairwall::engine {
 namespace {
@@ -65,6 +66,27 @@ bool has_pass(const PacketMeta& meta, int pass) {
 IfaceId pass_iface(const PacketMeta& meta, int pass) {
   return pass == 0 ? meta.in_iface : meta.out_iface;
 }
+
+// Rewrites a packet that matched a translated state by one of its keys to the other key, turned
+// the way the packet's own is.
+void translate_by_state(const StateTable::Handle& state, std::span<uint8_t> bytes, const PacketView& packet,
+                        bool checksum_partial) {
+  const StateKey& other = state->key[1 - state.key_index()];
+  rewrite_packet(bytes, packet, state.reversed() ? other.reversed() : other, checksum_partial);
+}
+
+// Whether `state` was found by `key`, either way round (and not by a key that merely collides
+// with a translation being set up).
+bool found_by(const StateTable::Handle& state, const StateKey& key) {
+  const StateKey& found = state->key[state.key_index()];
+  return found == key || found == key.reversed();
+}
+
+// pf's proxy port range for nat without `port`; ICMP query ids take the whole id space.
+constexpr uint16_t kNatPortLow = 50001;
+constexpr uint16_t kNatPortHigh = 65535;
+// Candidates tried for a nat source port before the connection is refused (TranslationFailed).
+constexpr uint32_t kPortProbes = 512;
 
 // An empty rule set: pf's implicit pass, default timeouts. Used until the first load.
 std::shared_ptr<const rules::RuleSet> empty_rules() {
@@ -169,6 +191,19 @@ struct Engine::Parsed {
   bool rewritten = false;  // normalization changed the packet bytes
 };
 
+// What the translation rules make of a new connection (translate()): the packet as each pass's
+// filter rules see it, and the key it leaves with, which becomes the state's wire key.
+struct Engine::Translation {
+  PacketView seen[2];  // pass 0 (in): after rdr; pass 1 (out): after rdr and nat
+  StateKey wire;       // the packet's own key when nothing translates it
+  bool translated = false;
+  bool filtered = true;   // false: a `nat pass` / `rdr pass` rule let it through unfiltered
+  bool nat_port = false;  // the source port (ICMP query id) was chosen; may be chosen again
+  uint16_t port_low = 0;  // where
+  uint16_t port_high = 0;
+  bool failed = false;  // no free source port: the connection is refused
+};
+
 void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
   parsed.parse = parse_packet(bytes, parsed.packet);
   parsed.lookup = false;
@@ -196,6 +231,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
   const rules::RuleSet& rules = *worker.rules_;
   Parsed parsed[kPrefetchGroup];
   uint8_t new_flows[kPrefetchGroup];
+  Translation translations[kPrefetchGroup];
   rules::MatchQuery queries[2 * kPrefetchGroup];
   uint32_t decided[2 * kPrefetchGroup];
   uint8_t pass_query[kPrefetchGroup][2];  // where each new flow's passes are in queries
@@ -216,7 +252,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       BatchPacket& p = batch[first + i];
       worker.count_packet(p.bytes.size());
       std::optional<Verdict> verdict = screen(worker, p.bytes, parsed[i], p.meta);
-      if (!verdict) verdict = by_state(worker, p.bytes, parsed[i], now);
+      if (!verdict) verdict = by_state(worker, p.bytes, parsed[i], p.meta, now);
       if (verdict) {
         p.verdict = *verdict;
         worker.counters_.add(p.verdict.reason);
@@ -229,11 +265,13 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     std::size_t query_count = 0;
     for (std::size_t k = 0; k < new_count; ++k) {
       const PacketMeta& meta = batch[first + new_flows[k]].meta;
+      Translation& translation = translations[k];
+      translate(worker, parsed[new_flows[k]], meta, translation);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
-        if (!has_pass(meta, pass)) continue;
+        if (!has_pass(meta, pass) || !translation.filtered) continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
-        queries[query_count++] = {&parsed[new_flows[k]].packet, kPassDirection[pass], pass_iface(meta, pass)};
+        queries[query_count++] = {&translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass)};
       }
     }
     rules.evaluate_batch({queries, query_count}, {decided, query_count});
@@ -247,8 +285,11 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       // In packet order, as process() would: a packet whose state an earlier one of the group
       // has just created belongs to that state, not to the rules.
       std::optional<Verdict> verdict;
-      if (created) verdict = by_state(worker, p.bytes, flow, now);
-      if (!verdict) verdict = by_rules(worker, p.bytes, flow, p.meta, {deciding(k, 0), deciding(k, 1)}, now);
+      if (created) verdict = by_state(worker, p.bytes, flow, p.meta, now);
+      if (!verdict) {
+        verdict =
+            by_rules(worker, p.bytes, flow, p.meta, translations[k], {deciding(k, 0), deciding(k, 1)}, now);
+      }
       p.verdict = *verdict;
       created = created || p.verdict.state.counter != 0;
       worker.counters_.add(p.verdict.reason);
@@ -260,14 +301,16 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
 Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
                        Millis now) noexcept {
   if (auto verdict = screen(worker, bytes, parsed, meta)) return *verdict;
-  if (auto verdict = by_state(worker, bytes, parsed, now)) return *verdict;
+  if (auto verdict = by_state(worker, bytes, parsed, meta, now)) return *verdict;
   const rules::RuleSet& rules = *worker.rules_;
+  Translation translation;
+  translate(worker, parsed, meta, translation);
   std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
   for (int pass = 0; pass < 2; ++pass) {
-    if (has_pass(meta, pass))
-      deciding[pass] = rules.evaluate(parsed.packet, kPassDirection[pass], pass_iface(meta, pass));
+    if (has_pass(meta, pass) && translation.filtered)
+      deciding[pass] = rules.evaluate(translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
   }
-  return by_rules(worker, bytes, parsed, meta, deciding, now);
+  return by_rules(worker, bytes, parsed, meta, translation, deciding, now);
 }
 
 // The parse result and normalization: a verdict for packets dropped here. One exit per outcome,
@@ -340,7 +383,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
 // 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
 // ICMP error belongs to the state of the packet it quotes.
 std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
-                                        Millis now) noexcept {
+                                        const PacketMeta& meta, Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
@@ -350,6 +393,10 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
     if (parse_quoted_packet(inner, quoted) == Reason::Match && quoted.family == packet.family) {
       const StateKey qkey = key_of(quoted);
       if (auto state = states_.find(qkey, states_.hash(qkey))) {
+        // A translated state's quote is of a packet as it left in translation: the initiator's
+        // with the wire key, a reply with the stack key.
+        if (state->translated() && state.key_index() != (state.reversed() ? 0 : 1))
+          return drop(Reason::StateMismatch, state->rule);
         // The error travels back toward the quoted packet's sender (pf_test_state_icmp checks
         // the direction the same way): one addressed to the quoted packet's destination did not
         // come from that packet's path.
@@ -371,12 +418,24 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
         v.rule = state->rule;
         v.state = state->id;
         v.rewritten = rewritten;
+        if (state->translated()) {
+          // The quote is of the packet as the error's sender saw it, on the far side of the
+          // translation: it, and the error's destination, take this side's addresses.
+          const StateKey& other = state->key[1 - state.key_index()];
+          rewrite_icmp_error(bytes, packet, quoted, state.reversed() ? other.reversed() : other);
+          v.rewritten = true;
+        }
         return v;
       }
     }
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
     if (auto state = states_.find(parsed.key, parsed.hash)) {
+      // A translated state passes the initiator's packets as they arrive (stack key) and the
+      // replies as they arrive (wire key, reversed); the same connection in its translated form
+      // has bypassed the translation.
+      if (state->translated() && state.key_index() != (state.reversed() ? 1 : 0))
+        return drop(Reason::StateMismatch, state->rule);
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -412,6 +471,10 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
         v.state = state->id;
         v.log = (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
         v.rewritten = rewritten;
+        if (state->translated()) {
+          translate_by_state(state, bytes, packet, meta.checksum_partial);
+          v.rewritten = true;
+        }
         return v;
       }
     }
@@ -420,10 +483,104 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
   return std::nullopt;
 }
 
-// 4. Rules: `in` on the arrival interface, then `out` on the departure interface, each pass
-// decided by `deciding` (kNoRule: no rule matched); then 5., the state.
+// 4a. Translation of a connection no state knows (pf's nat/rdr/binat, first match per pass): rdr
+// (and binat inbound) on the in pass rewrites the destination, nat (and binat outbound) on the
+// out pass the source, and each pass's filter rules see the packet as translated so far. Nothing
+// is written to the packet until it has passed and its state exists (by_rules()).
+void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& meta,
+                       Translation& translation) noexcept {
+  const rules::RuleSet& rules = *worker.rules_;
+  const PacketView& packet = parsed.packet;
+  translation = Translation{};
+  translation.seen[0] = packet;
+  translation.seen[1] = packet;
+  translation.wire = parsed.key;
+  // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
+  if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error)) return;
+  const bool ports = packet.is_tcp() || packet.is_udp();
+  const bool query_id = packet.is_icmp() && packet.icmp.is_query;
+
+  if (has_pass(meta, 0)) {
+    const rules::CompiledTranslation* rule = rules.translation(packet, rules::Direction::In, meta.in_iface);
+    if (rule != nullptr && !rule->negated) {
+      PacketView& seen = translation.seen[0];
+      if (rule->kind == rules::TranslationRule::Kind::Binat) {
+        seen.dst = graft(rule->source, packet.dst);
+      } else {
+        seen.dst = graft(rule->target, packet.dst);
+        if (ports && rule->port_low != 0) {
+          // A destination port range maps onto the target's ports one to one (pf's rdr).
+          seen.dst_port =
+              rule->rdr_port_base == 0
+                  ? rule->port_low
+                  : static_cast<uint16_t>(rule->port_low + (packet.dst_port - rule->rdr_port_base));
+        }
+      }
+      translation.translated = true;
+      translation.filtered = !rule->pass;
+    }
+  }
+  translation.seen[1] = translation.seen[0];
+
+  if (has_pass(meta, 1)) {
+    const PacketView& arriving = translation.seen[0];
+    const rules::CompiledTranslation* rule =
+        rules.translation(arriving, rules::Direction::Out, meta.out_iface);
+    if (rule != nullptr && !rule->negated) {
+      PacketView& seen = translation.seen[1];
+      seen.src = graft(rule->target, arriving.src);
+      if (rule->kind == rules::TranslationRule::Kind::Nat && (ports || query_id)) {
+        translation.nat_port = true;
+        translation.port_low = ports ? (rule->port_low != 0 ? rule->port_low : kNatPortLow) : 1;
+        translation.port_high = ports ? (rule->port_low != 0 ? rule->port_high : kNatPortHigh) : UINT16_MAX;
+      }
+      translation.translated = true;
+      translation.filtered = translation.filtered && !rule->pass;
+    }
+  }
+  if (!translation.translated) return;
+
+  const PacketView& leaving = translation.seen[1];
+  StateKey& wire = translation.wire;
+  wire.addr[0] = leaving.src;
+  wire.addr[1] = leaving.dst;
+  wire.port[0] = leaving.src_port;
+  wire.port[1] = leaving.dst_port;
+  if (translation.nat_port) {
+    // ICMP keeps its query id where it can; ports are drawn, as pf's proxy ports are.
+    if (!choose_source_port(worker, wire, translation.port_low, translation.port_high, query_id)) {
+      translation.failed = true;
+      return;
+    }
+    translation.seen[1].src_port = wire.port[0];
+    translation.seen[1].dst_port = wire.port[1];
+  }
+}
+
+// A source port (for ICMP, a query id) in [low, high] with which `wire` is no state's key, tried
+// from `wire`'s own when `keep_own`, else from a random one, in order (pf_get_sport). On success
+// it is in `wire`; false when kPortProbes candidates were all taken.
+bool Engine::choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
+                                bool keep_own) noexcept {
+  const bool query_id = wire.proto == ipproto::kIcmp || wire.proto == ipproto::kIcmp6;
+  const uint32_t span = uint32_t{high} - low + 1;
+  const uint32_t start = keep_own && wire.port[0] >= low && wire.port[0] <= high
+                             ? wire.port[0] - low
+                             : (uint32_t{worker.next_random16()} << 16 | worker.next_random16()) % span;
+  for (uint32_t i = 0; i < std::min(span, kPortProbes); ++i) {
+    const auto port = static_cast<uint16_t>(low + (start + i) % span);
+    wire.port[0] = port;
+    if (query_id) wire.port[1] = port;  // an ICMP query's key holds the id as both ports
+    if (!states_.find(wire, states_.hash(wire))) return true;
+  }
+  return false;
+}
+
+// 4b. Rules: `in` on the arrival interface, then `out` on the departure interface, each pass
+// decided by `deciding` (kNoRule: no rule matched); then 5., the state, and the translation.
 Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
-                         const PacketMeta& meta, std::array<uint32_t, 2> deciding, Millis now) noexcept {
+                         const PacketMeta& meta, Translation& translation, std::array<uint32_t, 2> deciding,
+                         Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
@@ -455,6 +612,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     }
   }
 
+  if (translation.failed) return drop(Reason::TranslationFailed);
+
   // The state is created by the first pass rule that keeps state (the in pass before the out).
   const rules::CompiledRule* creator = nullptr;
   for (uint32_t r : deciding) {
@@ -467,22 +626,39 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   v.action = Verdict::Action::Accept;
   v.rewritten = rewritten;
   v.rule = deciding[0] != rules::kNoRule ? deciding[0] : deciding[1];
-  v.reason = v.rule == rules::kNoRule ? Reason::DefaultPass : Reason::Match;
+  // A `nat pass` / `rdr pass` rule decided a packet no filter rule saw.
+  v.reason = v.rule == rules::kNoRule && translation.filtered ? Reason::DefaultPass : Reason::Match;
   v.log = v.rule != rules::kNoRule && rules.rule(v.rule).log;
   const bool stateless_icmp_error = packet.is_icmp() && packet.icmp.is_error;
-  if (creator == nullptr || stateless_icmp_error) return v;
+  // A translated connection always has a state: its replies are translated back by it (pf
+  // creates one for nat whatever the filter rule says). Without a rule that keeps state it takes
+  // the rule set's timeouts.
+  if ((creator == nullptr && !translation.translated) || stateless_icmp_error) return v;
 
   // 5. Create the state.
-  if (creator->max_states != 0 &&
+  const uint32_t limiting_rule = creator != nullptr ? creator->number : rules::kNoRule;
+  if (creator != nullptr && creator->max_states != 0 &&
       creator->stats->states_current.load(std::memory_order_relaxed) >= creator->max_states) {
     return drop(Reason::RuleStateLimit, creator->number);
   }
   PeerTracking src;
   PeerTracking dst;
   const TimeoutClass timeout = track_first_packet(src, dst, packet);
+  const Millis duration = creator != nullptr ? creator->timeouts[timeout] : rules.timeouts()[timeout];
   const StateId id{config_.node_id, next_state_counter_.fetch_add(1, std::memory_order_relaxed)};
   StateTable::CreateStatus status;
-  auto state = states_.create(parsed.key, parsed.key, id, timeout, creator->timeouts[timeout], now, status);
+  StateTable::Handle state;
+  for (int attempt = 0;; ++attempt) {
+    state = states_.create(parsed.key, translation.wire, id, timeout, duration, now, status);
+    if (status != StateTable::CreateStatus::Exists || !state || found_by(state, parsed.key)) break;
+    // Only the wire key exists: the nat source port chosen for this connection was taken since
+    // (by another worker, or a peer's state). Choose again, a few times.
+    state.release();
+    if (!translation.nat_port || attempt == 3 ||
+        !choose_source_port(worker, translation.wire, translation.port_low, translation.port_high, false)) {
+      return drop(Reason::TranslationFailed, limiting_rule);
+    }
+  }
   switch (status) {
     case StateTable::CreateStatus::Created:
       break;
@@ -491,23 +667,33 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       if (!state) return drop(Reason::Internal);
       v.state = state->id;
       v.reason = Reason::State;
+      if (state->translated()) {
+        translate_by_state(state, bytes, packet, meta.checksum_partial);
+        v.rewritten = true;
+      }
       return v;
     case StateTable::CreateStatus::Full:
-      return drop(Reason::StateLimit, creator->number);
+      return drop(Reason::StateLimit, limiting_rule);
     case StateTable::CreateStatus::NoMemory:
-      return drop(Reason::Memory, creator->number);
+      return drop(Reason::Memory, limiting_rule);
   }
   state->peer[0] = src;
   state->peer[1] = dst;
-  state->rule = creator->number;
-  states_.attach_creator(state, creator, worker.rules_);
-  if (creator->log_states) state->flags |= stateflag::kLog;
+  state->rule = limiting_rule;
+  if (creator != nullptr) {
+    states_.attach_creator(state, creator, worker.rules_);
+    if (creator->log_states) state->flags |= stateflag::kLog;
+  }
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();
   state->last_synced = now;
-  creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
+  if (creator != nullptr) creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
   worker.emit(make_record(*state, now, rules));
   v.state = state->id;
+  if (translation.translated) {
+    rewrite_packet(bytes, packet, translation.wire, meta.checksum_partial);
+    v.rewritten = true;
+  }
   return v;
 }
 

@@ -1,7 +1,8 @@
 // The stateful packet engine: one call per packet, no I/O, no clock, no threads of its own.
 //
 //   process(): parse -> normalize -> state lookup -hit-> track (TCP windows) -> translate
-//                                              \-miss-> rules (in pass, out pass) -> create state
+//                                              \-miss-> translate (rdr, nat) -> rules (in pass,
+//                                                       out pass) -> create state -> translate
 //
 // process_batch() runs the same steps for a group of packets, one step for all of them at a time.
 //
@@ -166,6 +167,7 @@ class Engine {
   static StateRecord make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept;
   void emit_control(const StateRecord& record) noexcept;
   struct Parsed;
+  struct Translation;
   void prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept;
   Verdict decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
                  Millis now) noexcept;
@@ -173,9 +175,13 @@ class Engine {
   std::optional<Verdict> screen(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
                                 const PacketMeta& meta) const noexcept;
   std::optional<Verdict> by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
-                                  Millis now) noexcept;
+                                  const PacketMeta& meta, Millis now) noexcept;
+  void translate(Worker& worker, const Parsed& parsed, const PacketMeta& meta,
+                 Translation& translation) noexcept;
+  bool choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
+                          bool keep_own) noexcept;
   Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
-                   std::array<uint32_t, 2> deciding, Millis now) noexcept;
+                   Translation& translation, std::array<uint32_t, 2> deciding, Millis now) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

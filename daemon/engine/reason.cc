@@ -44,6 +44,8 @@ std::string_view reason_name(Reason r) {
       return "state_limit";
     case Reason::RuleStateLimit:
       return "rule_state_limit";
+    case Reason::TranslationFailed:
+      return "translation_failed";
     case Reason::Memory:
       return "memory";
     case Reason::Internal:

@@ -31,14 +31,16 @@ enum class Reason : uint8_t {
   // Rules.
   RuleBlock,  // a block rule decided
   // States.
-  StateMismatch,   // a packet that fits a state's key but not its protocol state (e.g. SYN on an
-                   // established state, an ICMP error travelling the same way as the packet it
-                   // quotes instead of back to that packet's sender)
-  BadSeq,          // TCP sequence/ack outside the windows both ends advertised
-  StateLimit,      // the state table is full (set limit states)
-  RuleStateLimit,  // the rule's own (max N) is reached
-  Memory,          // a pool could not provide memory
-  Internal,        // a path that should not happen; counted so that it is seen if it does
+  StateMismatch,      // a packet that fits a state's key but not its protocol state (e.g. SYN on an
+                      // established state, an ICMP error travelling the same way as the packet it
+                      // quotes instead of back to that packet's sender, a translated
+                      // connection's packet in the form it only has past the translation)
+  BadSeq,             // TCP sequence/ack outside the windows both ends advertised
+  StateLimit,         // the state table is full (set limit states)
+  RuleStateLimit,     // the rule's own (max N) is reached
+  TranslationFailed,  // nat found no free source port (or ICMP query id) for a new connection
+  Memory,             // a pool could not provide memory
+  Internal,           // a path that should not happen; counted so that it is seen if it does
   Count
 };
 

@@ -23,6 +23,7 @@ constexpr uint8_t kPfresNormalize = 4;
 constexpr uint8_t kPfresMemory = 5;
 constexpr uint8_t kPfresStateMismatch = 10;
 constexpr uint8_t kPfresStateLimit = 12;
+constexpr uint8_t kPfresTranslate = 15;
 // BSD address family numbers, which pflog readers expect whatever the writing system.
 constexpr uint8_t kBsdAfInet = 2;
 constexpr uint8_t kBsdAfInet6 = 24;
@@ -59,6 +60,8 @@ uint8_t pf_reason(engine::Reason reason) {
       return kPfresStateLimit;
     case Reason::Memory:
       return kPfresMemory;
+    case Reason::TranslationFailed:
+      return kPfresTranslate;
     case Reason::BadIpVersion:
     case Reason::BadIpHeader:
     case Reason::BadIpv6Extension:

@@ -427,6 +427,16 @@ class Compiler {
         }
         t.port_low = r.target_port->low;
         t.port_high = r.target_port->op == PortMatch::Op::Eq ? r.target_port->low : r.target_port->high;
+        if (r.kind == TranslationRule::Kind::Rdr && t.port_low == t.port_high && r.to.ports.size() == 1 &&
+            r.to.ports[0].op == PortMatch::Op::RangeInclusive) {
+          const PortMatch& range = r.to.ports[0];
+          if (uint32_t{t.port_low} + (range.high - range.low) > UINT16_MAX) {
+            fail(r.location, "rdr maps ports " + std::to_string(range.low) + ":" +
+                                 std::to_string(range.high) + " onto " + std::to_string(t.port_low) +
+                                 " and up, past port 65535");
+          }
+          t.rdr_port_base = range.low;
+        }
       }
       switch (r.kind) {
         case TranslationRule::Kind::Nat:
@@ -493,16 +503,7 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const st
                                                                         InterfaceRegistry& interfaces) {
   auto parsed = parse_rules_file(path);
   if (auto* error = std::get_if<RuleError>(&parsed)) return std::move(*error);
-  const RuleFile& file = std::get<RuleFile>(parsed);
-  // The engine does not rewrite addresses yet. A deployed rule set that asks for translation is
-  // refused rather than run without it: untranslated traffic would leave with inside addresses.
-  for (const TranslationRule& t : file.translation_rules) {
-    if (t.negate_translation) continue;
-    return RuleError{t.location,
-                     "nat/rdr/binat rules are understood but not applied by this version of the engine; "
-                     "remove the rule (or use the kernel's NAT beside pairwalld)"};
-  }
-  return compile(file, interfaces);
+  return compile(std::get<RuleFile>(parsed), interfaces);
 }
 
 // --- RuleSet

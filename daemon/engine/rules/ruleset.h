@@ -60,6 +60,7 @@ struct CompiledTranslation {
   IpPrefix source;        // binat: the internal prefix, which the in pass maps `target` back to
   uint16_t port_low = 0;  // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
+  uint16_t rdr_port_base = 0;  // rdr of a port range P:Q onto one port: P maps onto port_low
   uint32_t number = 0;
 };
 
@@ -88,6 +89,7 @@ class RuleSet {
   // First matching scrub rule, merged into one action (matched=false when none applies).
   ScrubAction scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
+  bool has_translations() const noexcept { return translation_classifier_ != nullptr; }
   // First matching nat/rdr/binat rule for this pass, or nullptr.
   const CompiledTranslation* translation(const PacketView& packet, Direction direction,
                                          IfaceId iface) const noexcept;

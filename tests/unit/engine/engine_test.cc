@@ -3,8 +3,6 @@
 #include "daemon/engine/engine.h"
 
 #include <catch2/catch.hpp>
-#include <cstdio>
-#include <fstream>
 #include <set>
 #include <string>
 #include <variant>
@@ -761,21 +759,4 @@ TEST_CASE("records from the peer create states that pass mid-stream traffic", "[
     CHECK(b.engine.apply(del, b.now));
     CHECK(b.engine.states().size() == 0);
   }
-}
-
-TEST_CASE("a rule file asking for translation is refused at load, naming the rule", "[engine][nat]") {
-  const std::string path = "/tmp/pairwall-engine-test-nat.conf";
-  {
-    std::ofstream f(path);
-    f << "pass all\nno nat on wan0 from 10.0.0.0/8 to 10.0.0.0/8\nrdr on wan0 proto tcp to 192.0.2.1 port 80 "
-         "-> 10.0.0.5\n";
-  }
-  InterfaceRegistry interfaces;
-  auto loaded = rules::load_rules_file(path, interfaces);
-  std::remove(path.c_str());
-  REQUIRE(std::holds_alternative<rules::RuleError>(loaded));
-  const auto& error = std::get<rules::RuleError>(loaded);
-  CHECK(error.location.line == 3);
-  CHECK(error.location.column == 1);
-  CHECK(error.message.find("not applied") != std::string::npos);
 }

@@ -1,0 +1,161 @@
+#include "daemon/engine/translate.h"
+
+#include <initializer_list>
+
+#include "daemon/engine/checksum.h"
+
+namespace pairwall::engine {
+namespace {
+
+// A checksum field that a rewrite keeps right.
+struct Sum {
+  uint8_t* at = nullptr;  // nullptr: nothing to keep
+  bool partial = false;   // holds the uncomplemented pseudo-header sum (CHECKSUM_PARTIAL)
+  bool udp4 = false;      // IPv4 UDP: 0 means "no checksum" and stays; a computed 0 is sent as 0xffff
+};
+
+void adjust(const Sum& sum, uint16_t old_word, uint16_t new_word) {
+  if (sum.at == nullptr) return;
+  if (sum.partial) {
+    // What the kernel does for CHECKSUM_PARTIAL (inet_proto_csum_replace*): the same update on
+    // the uncomplemented sum.
+    store_be16(sum.at, static_cast<uint16_t>(~load_be16(sum.at)));
+    checksum_replace16(sum.at, old_word, new_word);
+    store_be16(sum.at, static_cast<uint16_t>(~load_be16(sum.at)));
+    return;
+  }
+  if (sum.udp4 && load_be16(sum.at) == 0) return;
+  checksum_replace16(sum.at, old_word, new_word);
+  if (sum.udp4 && load_be16(sum.at) == 0) store_be16(sum.at, 0xffff);  // RFC 768
+}
+
+// Writes the `size` bytes (even) of `value` at `at`, word by word, updating `sums` for each word
+// that changes.
+void write(uint8_t* at, const uint8_t* value, std::size_t size, std::initializer_list<Sum> sums) {
+  for (std::size_t i = 0; i < size; i += 2) {
+    const uint16_t old_word = load_be16(at + i);
+    const uint16_t new_word = load_be16(value + i);
+    if (old_word == new_word) continue;
+    store_be16(at + i, new_word);
+    for (const Sum& sum : sums) adjust(sum, old_word, new_word);
+  }
+}
+
+void write16(uint8_t* at, uint16_t value, std::initializer_list<Sum> sums) {
+  uint8_t bytes[2];
+  store_be16(bytes, value);
+  write(at, bytes, 2, sums);
+}
+
+void write_address(uint8_t* ip, Family family, bool destination, const IpAddress& address,
+                   std::initializer_list<Sum> sums) {
+  uint8_t bytes[16];
+  if (family == Family::V4) {
+    address.to_v4_bytes(bytes);
+    write(ip + (destination ? 16 : 12), bytes, 4, sums);
+  } else {
+    address.to_v6_bytes(bytes);
+    write(ip + (destination ? 24 : 8), bytes, 16, sums);
+  }
+}
+
+// Where a transport header keeps its checksum, or 0 for protocols without one we maintain.
+std::size_t checksum_offset(uint8_t proto) {
+  switch (proto) {
+    case ipproto::kTcp:
+      return 16;
+    case ipproto::kUdp:
+      return 6;
+    case ipproto::kIcmp:
+    case ipproto::kIcmp6:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+// ICMP (v4) is the one transport here whose checksum leaves out the IP pseudo-header.
+bool sums_pseudo_header(uint8_t proto) {
+  return proto != ipproto::kIcmp;
+}
+
+// The transport checksum of a header at `l4` with `available` bytes of it present.
+Sum transport_sum(const PacketView& view, uint8_t* l4, std::size_t available, bool partial) {
+  const std::size_t at = checksum_offset(view.proto);
+  if (at == 0 || at + 2 > available) return {};
+  return Sum{l4 + at, partial, view.family == Family::V4 && view.is_udp()};
+}
+
+bool has_ports(const PacketView& view) {
+  return view.is_tcp() || view.is_udp();
+}
+
+bool has_query_id(const PacketView& view) {
+  return view.is_icmp() && view.icmp.is_query;
+}
+
+}  // namespace
+
+IpAddress graft(const IpPrefix& pool, const IpAddress& address) {
+  const IpAddress last = pool.last();
+  // Host bits: where the pool's first and last address differ.
+  const IpAddress host{pool.address.hi ^ last.hi, pool.address.lo ^ last.lo};
+  return IpAddress{pool.address.hi | (address.hi & host.hi), pool.address.lo | (address.lo & host.lo)};
+}
+
+void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const StateKey& to,
+                    bool checksum_partial) noexcept {
+  uint8_t* ip = bytes.data();
+  uint8_t* l4 = ip + view.l4_offset;
+  const Sum header{view.family == Family::V4 ? ip + 10 : nullptr};
+  const Sum transport = transport_sum(view, l4, view.l4_length, checksum_partial);
+  const Sum pseudo = sums_pseudo_header(view.proto) ? transport : Sum{};
+  write_address(ip, view.family, false, to.addr[0], {header, pseudo});
+  write_address(ip, view.family, true, to.addr[1], {header, pseudo});
+  // Ports and query ids are not in the pseudo-header: under CHECKSUM_PARTIAL the kernel sums
+  // them itself, so the field is left alone.
+  const Sum payload = checksum_partial ? Sum{} : transport;
+  if (has_ports(view)) {
+    write16(l4, to.port[0], {payload});
+    write16(l4 + 2, to.port[1], {payload});
+  } else if (has_query_id(view)) {
+    write16(l4 + 4, to.port[0], {payload});
+  }
+}
+
+void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
+                        const StateKey& to) noexcept {
+  uint8_t* ip = bytes.data();
+  uint8_t* quote = ip + view.icmp.quoted_offset;
+  const std::size_t quote_size = bytes.size() - view.icmp.quoted_offset;
+  uint8_t* quoted_l4 = quote + quoted.l4_offset;
+  const std::size_t quoted_l4_size = quote_size > quoted.l4_offset ? quote_size - quoted.l4_offset : 0;
+
+  // The error's own checksum covers the quote (and for ICMPv6 the outer addresses too).
+  const Sum error{ip + view.l4_offset + 2};
+  const Sum quoted_header{quoted.family == Family::V4 ? quote + 10 : nullptr};
+  const Sum quoted_transport = transport_sum(quoted, quoted_l4, quoted_l4_size, false);
+  const Sum quoted_pseudo = sums_pseudo_header(quoted.proto) ? quoted_transport : Sum{};
+  // The quote's checksum fields are bytes of the error too: what they change by, the error's
+  // checksum changes by.
+  const uint16_t header_before = quoted_header.at ? load_be16(quoted_header.at) : 0;
+  const uint16_t transport_before = quoted_transport.at ? load_be16(quoted_transport.at) : 0;
+
+  write_address(quote, quoted.family, false, to.addr[0], {quoted_header, quoted_pseudo, error});
+  write_address(quote, quoted.family, true, to.addr[1], {quoted_header, quoted_pseudo, error});
+  if (has_ports(quoted)) {
+    write16(quoted_l4, to.port[0], {quoted_transport, error});
+    write16(quoted_l4 + 2, to.port[1], {quoted_transport, error});
+  } else if (has_query_id(quoted)) {
+    write16(quoted_l4 + 4, to.port[0], {quoted_transport, error});
+  }
+  if (quoted_header.at) adjust(error, header_before, load_be16(quoted_header.at));
+  if (quoted_transport.at) adjust(error, transport_before, load_be16(quoted_transport.at));
+
+  // The error travels back to the quoted packet's sender, whose address changed with the quote.
+  const Sum outer_header{view.family == Family::V4 ? ip + 10 : nullptr};
+  const Sum outer_pseudo = sums_pseudo_header(view.proto) ? error : Sum{};
+  write_address(ip, view.family, true, to.addr[0], {outer_header, outer_pseudo});
+}
+
+}  // namespace pairwall::engine

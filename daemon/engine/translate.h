@@ -1,0 +1,37 @@
+// NAT in bytes: the address a translation pool gives, and the rewrite of a packet from one of its
+// state's keys to the other. Every checksum a rewritten field is part of is updated
+// incrementally (RFC 1624), never recomputed over the packet.
+//
+// Translation is decided once, when the state is created (Engine::translate); the state then
+// holds both keys, and every later packet of the connection, and every ICMP error quoting one,
+// is rewritten from the key it arrived with to the other, turned the same way.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/packet.h"
+#include "daemon/engine/state.h"
+
+namespace pairwall::engine {
+
+// `address` moved into `pool`: the pool's network bits over the address's host bits (pf's
+// `bitmask` pool). A /32 (/128) pool is its one address; binat maps a prefix onto another 1:1.
+IpAddress graft(const IpPrefix& pool, const IpAddress& address);
+
+// Rewrites `bytes`, described by `view`, so that its source and destination (addresses, and
+// ports or ICMP query id) become `to.addr[0]:to.port[0]` and `to.addr[1]:to.port[1]`. Only
+// fields that differ are written. `checksum_partial`: the kernel completes the transport
+// checksum (CHECKSUM_PARTIAL), whose field then holds the pseudo-header sum alone.
+void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const StateKey& to,
+                    bool checksum_partial) noexcept;
+
+// Rewrites an ICMP error (`view`) quoting a packet of a translated state (`quoted`, parsed from
+// the bytes at view.icmp.quoted_offset): the quote becomes `to`, the quoted packet's key on this
+// side of the translation, and the error's destination, the quoted packet's source, follows it.
+// The quote's own checksums are kept right where the quote still holds them.
+void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
+                        const StateKey& to) noexcept;
+
+}  // namespace pairwall::engine

@@ -1,0 +1,385 @@
+// NAT end to end through Engine::process with crafted packets: nat, rdr and binat on the passes
+// they belong to, filter rules seeing the translated packet, replies and ICMP errors translated
+// back by the state, and every rewritten packet compared byte for byte with the one the builder
+// makes from the translated addresses (so every checksum is checked against a full recompute).
+#include <catch2/catch.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "daemon/engine/engine.h"
+#include "daemon/engine/rules/compile.h"
+#include "daemon/engine/rules/parser.h"
+#include "tests/unit/support/packet_builder.h"
+
+using namespace pairwall::engine;
+using pairwall::test::Bytes;
+using pairwall::test::checksum_add;
+using pairwall::test::get16;
+using pairwall::test::PacketBuilder;
+using pairwall::test::put16;
+using Action = Verdict::Action;
+
+namespace {
+
+EngineConfig test_config(uint32_t node) {
+  EngineConfig c;
+  c.node_id = node;
+  c.shards = 8;
+  c.event_ring_capacity = 1024;
+  c.hash_key[0] = 0x1234;
+  c.hash_key[1] = 0x5678;
+  return c;
+}
+
+// lan0 inside, wan0 outside, forwarding between them.
+struct Firewall {
+  explicit Firewall(const std::string& rule_text, uint32_t node = 1)
+      : engine(test_config(node)), worker(engine) {
+    lan = engine.interfaces().intern("lan0");
+    wan = engine.interfaces().intern("wan0");
+    auto parsed = rules::parse_rules(rule_text, "nat.conf");
+    if (auto* e = std::get_if<rules::RuleError>(&parsed)) FAIL(e->to_string());
+    auto compiled = rules::compile(std::get<rules::RuleFile>(parsed), engine.interfaces());
+    if (auto* e = std::get_if<rules::RuleError>(&compiled)) FAIL(e->to_string());
+    engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+  }
+
+  Verdict out(Bytes p, bool checksum_partial = false) {
+    return run(std::move(p), lan, wan, checksum_partial);
+  }
+  Verdict in(Bytes p) { return run(std::move(p), wan, lan, false); }
+  Verdict run(Bytes p, IfaceId from, IfaceId to, bool checksum_partial) {
+    last_packet = std::move(p);
+    return engine.process(worker, last_packet, PacketMeta{Hook::Forward, from, to, checksum_partial}, now);
+  }
+
+  Engine engine;
+  Worker worker;
+  IfaceId lan = 0;
+  IfaceId wan = 0;
+  Millis now{1'000};
+  Bytes last_packet;
+};
+
+// One packet of a flow: family by the addresses' form, protocol by name.
+struct Flow {
+  std::string proto;  // "tcp", "udp", "icmp"
+  bool v6 = false;
+
+  Bytes packet(const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport,
+               bool reply = false) const {
+    PacketBuilder b;
+    if (v6) {
+      b.ipv6(src, dst);
+    } else {
+      b.ipv4(src, dst);
+    }
+    if (proto == "tcp") {
+      b.tcp(sport, dport).flags(reply ? tcpflag::kSyn | tcpflag::kAck : tcpflag::kSyn);
+      b.seq(reply ? 9000 : 1000).ack(reply ? 1001 : 0);
+    } else if (proto == "udp") {
+      b.udp(sport, dport).payload(12);
+    } else {
+      b.icmp_echo(sport, 1, reply);  // both ports of an ICMP query key are its id
+    }
+    return b.build();
+  }
+};
+
+// The source port (ICMP: the query id) of a built packet.
+uint16_t source_port(const Bytes& p, const Flow& f) {
+  const std::size_t l4 = f.v6 ? 40 : 20;
+  return get16(p, l4 + (f.proto == "icmp" ? 4 : 0));
+}
+
+constexpr const char* kNat = R"(
+nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1
+nat on wan0 inet6 from 2001:db8:1::/48 to any -> 2001:db8:ff::1
+block all
+pass in on lan0 all
+pass out on wan0 from 203.0.113.1 to any
+pass out on wan0 from 2001:db8:ff::1 to any
+)";
+
+}  // namespace
+
+TEST_CASE("nat rewrites the source on the way out and the reply back to the inside host", "[engine][nat]") {
+  for (const Flow& f : {Flow{"tcp", false}, Flow{"udp", false}, Flow{"icmp", false}, Flow{"tcp", true},
+                        Flow{"udp", true}, Flow{"icmp", true}}) {
+    INFO(f.proto << (f.v6 ? " v6" : " v4"));
+    Firewall fw(kNat);
+    const std::string client = f.v6 ? "2001:db8:1::10" : "10.1.0.10";
+    const std::string server = f.v6 ? "2001:db8:2::80" : "192.0.2.80";
+    const std::string outside = f.v6 ? "2001:db8:ff::1" : "203.0.113.1";
+    const uint16_t id = f.proto == "icmp" ? 77 : 40000;
+    const uint16_t dport = f.proto == "icmp" ? 77 : 53;
+
+    // The out pass's filter rule only passes the translated source: it saw the packet after nat.
+    const Verdict first = fw.out(f.packet(client, id, server, dport));
+    REQUIRE(first.action == Action::Accept);
+    CHECK(first.rewritten);
+    const uint16_t port = source_port(fw.last_packet, f);
+    if (f.proto == "icmp") {
+      CHECK(port == id);  // a free query id is kept
+    } else {
+      CHECK(port >= 50001);  // pf's proxy port range
+    }
+    CHECK(fw.last_packet == f.packet(outside, port, server, f.proto == "icmp" ? port : dport));
+    REQUIRE(fw.engine.states().size() == 1);
+
+    const Verdict reply = fw.in(f.packet(server, f.proto == "icmp" ? port : dport, outside, port, true));
+    CHECK(reply.reason == Reason::State);
+    CHECK(reply.rewritten);
+    CHECK(fw.last_packet == f.packet(server, f.proto == "icmp" ? id : dport, client, id, true));
+
+    // To a port (id) of the outside address that no state translates: the rules, which block.
+    const auto other = static_cast<uint16_t>(port == 65535 ? 50001 : port + 1);
+    CHECK(fw.in(f.packet(server, f.proto == "icmp" ? other : dport, outside, other, true)).reason ==
+          Reason::RuleBlock);
+  }
+}
+
+TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filter rules", "[engine][nat]") {
+  struct Case {
+    const char* name;
+    const char* filter;
+    uint16_t dialled;
+    uint16_t reached;  // 0: dropped
+  };
+  const Case cases[] = {
+      {"the filter passes the redirected port", "pass in on wan0 proto tcp to 10.2.0.10 port 8080", 80, 8080},
+      {"the filter passes only the dialled port", "pass in on wan0 proto tcp to 203.0.113.1 port 80", 80, 0},
+      {"a port range maps one to one", "pass in on wan0 proto tcp to 10.2.0.10", 5003, 6003},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    Firewall fw(std::string("rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
+                            "rdr on wan0 proto tcp to 203.0.113.1 port 5000:5010 -> 10.2.0.10 port 6000\n"
+                            "block all\npass out on lan0 all\n") +
+                c.filter);
+    const Flow tcp{"tcp", false};
+    const Verdict v = fw.in(tcp.packet("198.51.100.7", 4000, "203.0.113.1", c.dialled));
+    if (c.reached == 0) {
+      CHECK(v.reason == Reason::RuleBlock);
+      CHECK_FALSE(v.rewritten);
+      CHECK(fw.engine.states().size() == 0);
+      continue;
+    }
+    REQUIRE(v.action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("198.51.100.7", 4000, "10.2.0.10", c.reached));
+    // The server's answer leaves from the address and port the client dialled.
+    const Verdict back = fw.out(tcp.packet("10.2.0.10", c.reached, "198.51.100.7", 4000, true));
+    CHECK(back.reason == Reason::State);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.1", c.dialled, "198.51.100.7", 4000, true));
+  }
+}
+
+TEST_CASE("binat maps an inside prefix onto an outside one, both ways, ports kept", "[engine][nat]") {
+  Firewall fw("binat on wan0 from 10.1.0.0/24 to any -> 203.0.113.0/24\npass all");
+  const Flow udp{"udp", false};
+  REQUIRE(fw.out(udp.packet("10.1.0.25", 5000, "192.0.2.80", 53)).action == Action::Accept);
+  CHECK(fw.last_packet == udp.packet("203.0.113.25", 5000, "192.0.2.80", 53));
+  REQUIRE(fw.in(udp.packet("192.0.2.80", 53, "203.0.113.25", 5000, true)).reason == Reason::State);
+  CHECK(fw.last_packet == udp.packet("192.0.2.80", 53, "10.1.0.25", 5000, true));
+  // Inbound to the outside prefix: the destination maps to the inside host.
+  REQUIRE(fw.in(udp.packet("192.0.2.99", 7000, "203.0.113.40", 123)).action == Action::Accept);
+  CHECK(fw.last_packet == udp.packet("192.0.2.99", 7000, "10.1.0.40", 123));
+}
+
+TEST_CASE("no nat exempts; nat pass skips the filter rules", "[engine][nat]") {
+  const Flow tcp{"tcp", false};
+  SECTION("no nat") {
+    Firewall fw(
+        "no nat on wan0 from 10.1.0.0/16 to 192.0.2.0/24\nnat on wan0 from 10.1.0.0/16 to any -> "
+        "203.0.113.1\npass all");
+    const Bytes syn = tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80);
+    CHECK_FALSE(fw.out(syn).rewritten);
+    CHECK(fw.last_packet == syn);
+    CHECK(fw.out(tcp.packet("10.1.0.10", 40000, "198.51.100.80", 80)).rewritten);
+  }
+  SECTION("nat pass") {
+    Firewall fw("nat pass on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\nblock all");
+    const Verdict v = fw.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80));
+    CHECK(v.action == Action::Accept);
+    CHECK(v.reason == Reason::Match);
+    CHECK(v.rewritten);
+    CHECK(fw.engine.states().size() == 1);
+    CHECK(fw.out(tcp.packet("10.1.0.11", 40000, "192.0.2.0", 80)).action == Action::Accept);
+    CHECK(fw.in(tcp.packet("192.0.2.81", 80, "10.1.0.10", 40000)).reason == Reason::RuleBlock);
+  }
+}
+
+TEST_CASE("packets that bypassed a translation do not pass by its state", "[engine][nat]") {
+  Firewall fw("nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\npass all");
+  const Flow tcp{"tcp", false};
+  REQUIRE(fw.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
+  const Bytes translated = fw.last_packet;
+  const uint16_t port = source_port(translated, tcp);
+  // The reply addressed to the inside host itself, not to the address it was translated to.
+  const Verdict direct = fw.in(tcp.packet("192.0.2.80", 80, "10.1.0.10", 40000, true));
+  CHECK(direct.reason == Reason::StateMismatch);
+  CHECK_FALSE(direct.rewritten);
+  // The translated packet coming round again.
+  CHECK(fw.out(translated).reason == Reason::StateMismatch);
+  // An ICMP error quoting the inside host's packet as it was before translation.
+  const Bytes quote = tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80);
+  CHECK(fw.in(PacketBuilder().ipv4("198.51.100.1", "10.1.0.10").icmp_error(3, 4, quote).build()).reason ==
+        Reason::StateMismatch);
+  CHECK(fw.worker.counters().get(Reason::StateMismatch) == 3);
+  // The proper reply still passes.
+  CHECK(fw.in(tcp.packet("192.0.2.80", 80, "203.0.113.1", port, true)).reason == Reason::State);
+}
+
+TEST_CASE("a translated connection gets a state even under a no state rule", "[engine][nat]") {
+  Firewall fw(
+      "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\nblock all\npass out on wan0 no state\n"
+      "pass in on lan0 no state");
+  const Flow udp{"udp", false};
+  REQUIRE(fw.out(udp.packet("10.1.0.10", 5000, "192.0.2.80", 53)).action == Action::Accept);
+  CHECK(fw.engine.states().size() == 1);
+  const uint16_t port = source_port(fw.last_packet, udp);
+  CHECK(fw.in(udp.packet("192.0.2.80", 53, "203.0.113.1", port, true)).reason == Reason::State);
+}
+
+TEST_CASE("nat chooses a free source port per connection and refuses when none is left", "[engine][nat]") {
+  Firewall fw("nat on wan0 proto tcp from 10.1.0.0/16 to any -> 203.0.113.1 port 50001:50002\npass all");
+  const Flow tcp{"tcp", false};
+  REQUIRE(fw.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
+  const uint16_t first = source_port(fw.last_packet, tcp);
+  REQUIRE(fw.out(tcp.packet("10.1.0.11", 40000, "192.0.2.80", 80)).action == Action::Accept);
+  const uint16_t second = source_port(fw.last_packet, tcp);
+  CHECK(first != second);
+  CHECK(std::min(first, second) == 50001);
+  CHECK(std::max(first, second) == 50002);
+  const Verdict third = fw.out(tcp.packet("10.1.0.12", 40000, "192.0.2.80", 80));
+  CHECK(third.action == Action::Drop);
+  CHECK(third.reason == Reason::TranslationFailed);
+  CHECK(fw.worker.counters().get(Reason::TranslationFailed) == 1);
+  // Another destination frees the pair of ports again: the wire key differs.
+  CHECK(fw.out(tcp.packet("10.1.0.12", 40000, "192.0.2.81", 80)).action == Action::Accept);
+  // The first connection's next packet keeps its port.
+  const Bytes again =
+      PacketBuilder().ipv4("10.1.0.10", "192.0.2.80").tcp(40000, 80).flags(tcpflag::kAck).seq(1001).build();
+  CHECK(fw.out(again).reason == Reason::State);
+  CHECK(source_port(fw.last_packet, tcp) == first);
+}
+
+TEST_CASE("ICMP errors about a translated packet are translated back, quote and all", "[engine][nat][icmp]") {
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "v6" : "v4"));
+    Firewall fw(kNat);
+    const Flow tcp{"tcp", v6};
+    const std::string client = v6 ? "2001:db8:1::10" : "10.1.0.10";
+    const std::string server = v6 ? "2001:db8:2::80" : "192.0.2.80";
+    const std::string outside = v6 ? "2001:db8:ff::1" : "203.0.113.1";
+    const std::string router = v6 ? "2001:db8:9::1" : "198.51.100.1";
+    const Bytes syn = tcp.packet(client, 40000, server, 80);
+    REQUIRE(fw.out(syn).action == Action::Accept);
+    const Bytes translated = fw.last_packet;
+    const uint16_t port = source_port(translated, tcp);
+
+    const auto error = [&](const std::string& to, const Bytes& quote) {
+      PacketBuilder b;
+      if (v6) {
+        b.ipv6(router, to).icmp_error(1, 4, quote);
+      } else {
+        b.ipv4(router, to).icmp_error(3, 4, quote);
+      }
+      return b.build();
+    };
+    // A router past the firewall answers the translated packet; the inside host must get an error
+    // about its own packet, addressed to itself.
+    const Verdict v = fw.in(error(outside, translated));
+    CHECK(v.reason == Reason::State);
+    CHECK(v.rewritten);
+    CHECK(fw.last_packet == error(client, syn));
+    CHECK(port >= 50001);
+  }
+}
+
+TEST_CASE("under CHECKSUM_PARTIAL only the pseudo-header sum in the field moves", "[engine][nat]") {
+  Firewall fw(kNat);
+  const Flow tcp{"tcp", false};
+  // The kernel leaves the folded pseudo-header sum, uncomplemented, for the device to finish.
+  const auto pseudo_sum = [](const Bytes& p) {
+    uint32_t sum = checksum_add(0, p.data() + 12, 8);
+    sum += ipproto::kTcp;
+    sum += static_cast<uint32_t>(p.size() - 20);
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(sum);
+  };
+  Bytes syn = tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80);
+  put16(syn, 36, pseudo_sum(syn));
+  REQUIRE(fw.out(syn, true).rewritten);
+  CHECK(get16(fw.last_packet, 36) == pseudo_sum(fw.last_packet));
+  CHECK(get16(fw.last_packet, 20) >= 50001);
+}
+
+TEST_CASE("a peer's copy of a translated state translates after failover", "[engine][nat][sync]") {
+  Firewall master(kNat, 1);
+  Firewall standby(kNat, 2);
+  const Flow tcp{"tcp", false};
+  REQUIRE(master.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
+  const uint16_t port = source_port(master.last_packet, tcp);
+  StateRecord insert;
+  REQUIRE(master.worker.events().pop(insert));
+  CHECK((insert.flags & stateflag::kTranslated) != 0);
+  REQUIRE(standby.engine.apply(insert, standby.now));
+
+  // The reply reaches the standby, now master: translated back to the inside host.
+  const Verdict reply = standby.in(tcp.packet("192.0.2.80", 80, "203.0.113.1", port, true));
+  CHECK(reply.reason == Reason::State);
+  CHECK(standby.last_packet == tcp.packet("192.0.2.80", 80, "10.1.0.10", 40000, true));
+  // And the inside host's next packet leaves with the same source port.
+  const Bytes ack = PacketBuilder()
+                        .ipv4("10.1.0.10", "192.0.2.80")
+                        .tcp(40000, 80)
+                        .flags(tcpflag::kAck)
+                        .seq(1001)
+                        .ack(9001)
+                        .build();
+  CHECK(standby.out(ack).reason == Reason::State);
+  CHECK(standby.last_packet == PacketBuilder()
+                                   .ipv4("203.0.113.1", "192.0.2.80")
+                                   .tcp(port, 80)
+                                   .flags(tcpflag::kAck)
+                                   .seq(1001)
+                                   .ack(9001)
+                                   .build());
+}
+
+TEST_CASE("process_batch translates as process() does", "[engine][nat][batch]") {
+  const Flow udp{"udp", false};
+  std::vector<Bytes> packets;
+  for (uint16_t i = 0; i < 20; ++i)
+    packets.push_back(udp.packet("10.1.0." + std::to_string(10 + i % 5), 5000 + i, "192.0.2.80", 53));
+  Firewall one(kNat);
+  Firewall batched(kNat);
+  std::vector<Bytes> single_out;
+  std::vector<Verdict> single;
+  for (const Bytes& p : packets) {
+    single.push_back(one.out(p));
+    single_out.push_back(one.last_packet);
+  }
+  std::vector<Bytes> copies = packets;
+  std::vector<BatchPacket> batch;
+  for (Bytes& p : copies)
+    batch.push_back({p, PacketMeta{Hook::Forward, batched.lan, batched.wan, false}, {}});
+  batched.engine.process_batch(batched.worker, batch, batched.now);
+  for (std::size_t i = 0; i < packets.size(); ++i) {
+    INFO(i);
+    CHECK(batch[i].verdict.action == single[i].action);
+    CHECK(batch[i].verdict.rewritten == single[i].rewritten);
+    // Ports are drawn at random: everything but the source port and the UDP checksum must agree.
+    Bytes a = copies[i];
+    Bytes b = single_out[i];
+    for (Bytes* x : {&a, &b}) {
+      put16(*x, 20, 0);
+      put16(*x, 26, 0);
+    }
+    CHECK(a == b);
+    CHECK(get16(copies[i], 20) >= 50001);
+  }
+  CHECK(batched.engine.states().size() == one.engine.states().size());
+}
