@@ -143,10 +143,11 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
 
   write_address(quote, quoted.family, false, to.addr[0], {quoted_header, quoted_pseudo, error});
   write_address(quote, quoted.family, true, to.addr[1], {quoted_header, quoted_pseudo, error});
-  if (has_ports(quoted)) {
+  // A quote may end inside its transport header (its ports then read as zero).
+  if (has_ports(quoted) && quoted_l4_size >= 4) {
     write16(quoted_l4, to.port[0], {quoted_transport, error});
     write16(quoted_l4 + 2, to.port[1], {quoted_transport, error});
-  } else if (has_query_id(quoted)) {
+  } else if (has_query_id(quoted) && quoted_l4_size >= 6) {
     write16(quoted_l4 + 4, to.port[0], {quoted_transport, error});
   }
   if (quoted_header.at) adjust(error, header_before, load_be16(quoted_header.at));

@@ -1,20 +1,27 @@
 // libFuzzer target for the packet parser: any byte string must parse or return a drop reason,
 // never read outside the buffer (the sanitizers watch), and a parsed packet must only describe
-// ranges inside the buffer, because the engine writes through them (max-mss, NAT).
+// ranges inside the buffer, because the engine writes through them (max-mss, NAT). The NAT
+// rewrites then run on every packet that parses: they must stay inside it, and what they make
+// must parse again, with the addresses and ports they wrote.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <span>
+#include <vector>
 
 #include "daemon/engine/packet.h"
+#include "daemon/engine/translate.h"
 
 namespace {
 
 using pairwall::engine::Family;
+using pairwall::engine::IpAddress;
 using pairwall::engine::PacketView;
 using pairwall::engine::parse_packet;
 using pairwall::engine::parse_quoted_packet;
 using pairwall::engine::Reason;
+using pairwall::engine::StateKey;
 
 void require(bool ok) {
   if (!ok) std::abort();
@@ -33,6 +40,48 @@ void check_view(const PacketView& p, std::size_t size) {
   if (p.icmp.is_query) require(p.src_port == p.icmp.id && p.dst_port == p.icmp.id);
 }
 
+// A key to translate to, made of the packet's own bytes so that the fuzzer steers it too.
+StateKey key_from(const uint8_t* data, std::size_t size, const PacketView& p) {
+  uint8_t mix[36] = {};
+  std::memcpy(mix, data + size - std::min<std::size_t>(size, sizeof(mix)),
+              std::min<std::size_t>(size, sizeof(mix)));
+  StateKey k;
+  k.family = p.family;
+  k.proto = p.proto;
+  for (int side = 0; side < 2; ++side) {
+    uint64_t hi = 0;
+    uint64_t lo = 0;
+    std::memcpy(&hi, mix + side * 16, 8);
+    std::memcpy(&lo, mix + side * 16 + 8, 8);
+    k.addr[side] = p.family == Family::V4 ? IpAddress::v4(static_cast<uint32_t>(lo)) : IpAddress{hi, lo};
+  }
+  k.port[0] = static_cast<uint16_t>(mix[32] << 8 | mix[33]);
+  k.port[1] = p.icmp.is_query ? k.port[0] : static_cast<uint16_t>(mix[34] << 8 | mix[35]);
+  return k;
+}
+
+void check_rewrite(const uint8_t* data, std::size_t size, const PacketView& packet) {
+  std::vector<uint8_t> copy(data, data + size);
+  const StateKey to = key_from(data, size, packet);
+  PacketView again;
+  if (packet.is_icmp() && packet.icmp.is_error) {
+    PacketView quoted;
+    require(parse_quoted_packet(std::span<const uint8_t>(copy).subspan(packet.icmp.quoted_offset), quoted) ==
+            Reason::Match);
+    pairwall::engine::rewrite_icmp_error(copy, packet, quoted, to);
+    require(parse_packet(copy, again) == Reason::Match);
+    require(again.dst == to.addr[0]);
+    return;
+  }
+  if (packet.is_fragment) return;  // the engine drops fragments before any translation
+  pairwall::engine::rewrite_packet(copy, packet, to, (size & 1) != 0);
+  require(parse_packet(copy, again) == Reason::Match);
+  require(again.src == to.addr[0] && again.dst == to.addr[1]);
+  if (packet.is_tcp() || packet.is_udp() || packet.icmp.is_query) {
+    require(again.src_port == to.port[0] && again.dst_port == to.port[1]);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -49,6 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       require(quoted.family == packet.family);
       require(quoted.data == data + packet.icmp.quoted_offset);
     }
+    check_rewrite(data, size, packet);
   }
 
   // The quote parser on its own: it accepts truncated packets, so it sees other paths.
