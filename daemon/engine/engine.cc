@@ -75,6 +75,16 @@ void translate_by_state(const StateTable::Handle& state, std::span<uint8_t> byte
   rewrite_packet(bytes, packet, state.reversed() ? other.reversed() : other, checksum_partial);
 }
 
+// Whether a packet that found a translated state is in a form the translation lets through:
+// packets from the initiator's side arrive with the stack key, replies with the wire key. An ICMP
+// error's quote is of a packet that left in translation, so it is the other way round. The same
+// connection in any other form has bypassed the translation.
+bool translation_admits(const StateTable::Handle& state, bool quote) {
+  if (!state->translated()) return true;
+  const int arriving = state.reversed() ? 1 : 0;
+  return state.key_index() == (quote ? 1 - arriving : arriving);
+}
+
 // Whether `state` was found by `key`, either way round (and not by a key that merely collides
 // with a translation being set up).
 bool found_by(const StateTable::Handle& state, const StateKey& key) {
@@ -393,10 +403,7 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
     if (parse_quoted_packet(inner, quoted) == Reason::Match && quoted.family == packet.family) {
       const StateKey qkey = key_of(quoted);
       if (auto state = states_.find(qkey, states_.hash(qkey))) {
-        // A translated state's quote is of a packet as it left in translation: the initiator's
-        // with the wire key, a reply with the stack key.
-        if (state->translated() && state.key_index() != (state.reversed() ? 0 : 1))
-          return drop(Reason::StateMismatch, state->rule);
+        if (!translation_admits(state, true)) return drop(Reason::StateMismatch, state->rule);
         // The error travels back toward the quoted packet's sender (pf_test_state_icmp checks
         // the direction the same way): one addressed to the quoted packet's destination did not
         // come from that packet's path.
@@ -431,11 +438,7 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
     if (auto state = states_.find(parsed.key, parsed.hash)) {
-      // A translated state passes the initiator's packets as they arrive (stack key) and the
-      // replies as they arrive (wire key, reversed); the same connection in its translated form
-      // has bypassed the translation.
-      if (state->translated() && state.key_index() != (state.reversed() ? 1 : 0))
-        return drop(Reason::StateMismatch, state->rule);
+      if (!translation_admits(state, false)) return drop(Reason::StateMismatch, state->rule);
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -636,7 +639,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   if ((creator == nullptr && !translation.translated) || stateless_icmp_error) return v;
 
   // 5. Create the state.
-  const uint32_t limiting_rule = creator != nullptr ? creator->number : rules::kNoRule;
+  const uint32_t creating_rule = creator != nullptr ? creator->number : rules::kNoRule;
   if (creator != nullptr && creator->max_states != 0 &&
       creator->stats->states_current.load(std::memory_order_relaxed) >= creator->max_states) {
     return drop(Reason::RuleStateLimit, creator->number);
@@ -656,7 +659,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     state.release();
     if (!translation.nat_port || attempt == 3 ||
         !choose_source_port(worker, translation.wire, translation.port_low, translation.port_high, false)) {
-      return drop(Reason::TranslationFailed, limiting_rule);
+      return drop(Reason::TranslationFailed, creating_rule);
     }
   }
   switch (status) {
@@ -665,6 +668,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     case StateTable::CreateStatus::Exists:
       // Another worker created it a moment ago; this packet is its second, judged by the state.
       if (!state) return drop(Reason::Internal);
+      if (!translation_admits(state, false)) return drop(Reason::StateMismatch, state->rule);
       v.state = state->id;
       v.reason = Reason::State;
       if (state->translated()) {
@@ -673,13 +677,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       }
       return v;
     case StateTable::CreateStatus::Full:
-      return drop(Reason::StateLimit, limiting_rule);
+      return drop(Reason::StateLimit, creating_rule);
     case StateTable::CreateStatus::NoMemory:
-      return drop(Reason::Memory, limiting_rule);
+      return drop(Reason::Memory, creating_rule);
   }
   state->peer[0] = src;
   state->peer[1] = dst;
-  state->rule = limiting_rule;
+  state->rule = creating_rule;
   if (creator != nullptr) {
     states_.attach_creator(state, creator, worker.rules_);
     if (creator->log_states) state->flags |= stateflag::kLog;
