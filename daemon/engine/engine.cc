@@ -69,10 +69,9 @@ IfaceId pass_iface(const PacketMeta& meta, int pass) {
 
 // Rewrites a packet that matched a translated state by one of its keys to the other key, turned
 // the way the packet's own is.
-void translate_by_state(const StateTable::Handle& state, std::span<uint8_t> bytes, const PacketView& packet,
-                        bool checksum_partial) {
+void translate_by_state(const StateTable::Handle& state, std::span<uint8_t> bytes, const PacketView& packet) {
   const StateKey& other = state->key[1 - state.key_index()];
-  rewrite_packet(bytes, packet, state.reversed() ? other.reversed() : other, checksum_partial);
+  rewrite_packet(bytes, packet, state.reversed() ? other.reversed() : other);
 }
 
 // Whether a packet that found a translated state is in a form the translation lets through:
@@ -232,8 +231,17 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
   Parsed parsed;
   prepare(bytes, parsed);
   const Verdict verdict = decide(worker, bytes, parsed, meta, now);
-  worker.counters_.add(verdict.reason);
+  finish(worker, bytes, parsed, meta, verdict);
   return verdict;
+}
+
+// Every packet's last step: its reason counted, and a packet the engine rewrote whose transport
+// checksum the kernel had left to finish made whole before it goes back (translate.h says why).
+void Engine::finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
+                    const Verdict& verdict) noexcept {
+  if (verdict.rewritten && meta.checksum_partial && verdict.action == Verdict::Action::Accept)
+    complete_transport_checksum(bytes, parsed.packet);
+  worker.counters_.add(verdict.reason);
 }
 
 void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept {
@@ -262,10 +270,10 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       BatchPacket& p = batch[first + i];
       worker.count_packet(p.bytes.size());
       std::optional<Verdict> verdict = screen(worker, p.bytes, parsed[i], p.meta);
-      if (!verdict) verdict = by_state(worker, p.bytes, parsed[i], p.meta, now);
+      if (!verdict) verdict = by_state(worker, p.bytes, parsed[i], now);
       if (verdict) {
         p.verdict = *verdict;
-        worker.counters_.add(p.verdict.reason);
+        finish(worker, p.bytes, parsed[i], p.meta, p.verdict);
       } else {
         new_flows[new_count++] = static_cast<uint8_t>(i);
       }
@@ -295,14 +303,14 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       // In packet order, as process() would: a packet whose state an earlier one of the group
       // has just created belongs to that state, not to the rules.
       std::optional<Verdict> verdict;
-      if (created) verdict = by_state(worker, p.bytes, flow, p.meta, now);
+      if (created) verdict = by_state(worker, p.bytes, flow, now);
       if (!verdict) {
         verdict =
             by_rules(worker, p.bytes, flow, p.meta, translations[k], {deciding(k, 0), deciding(k, 1)}, now);
       }
       p.verdict = *verdict;
       created = created || p.verdict.state.counter != 0;
-      worker.counters_.add(p.verdict.reason);
+      finish(worker, p.bytes, flow, p.meta, p.verdict);
     }
   }
 }
@@ -311,7 +319,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
 Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
                        Millis now) noexcept {
   if (auto verdict = screen(worker, bytes, parsed, meta)) return *verdict;
-  if (auto verdict = by_state(worker, bytes, parsed, meta, now)) return *verdict;
+  if (auto verdict = by_state(worker, bytes, parsed, now)) return *verdict;
   const rules::RuleSet& rules = *worker.rules_;
   Translation translation;
   translate(worker, parsed, meta, translation);
@@ -380,8 +388,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
       uint8_t* mss = bytes.data() + packet.tcp.mss_offset;
       const uint16_t old_mss = load_be16(mss);
       store_be16(mss, scrub.max_mss);
-      if (!meta.checksum_partial)
-        checksum_replace16(bytes.data() + packet.l4_offset + 16, old_mss, scrub.max_mss);
+      checksum_replace16(bytes.data() + packet.l4_offset + 16, old_mss, scrub.max_mss);
       packet.tcp.mss = scrub.max_mss;
       rewritten = true;
     }
@@ -393,7 +400,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
 // 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
 // ICMP error belongs to the state of the packet it quotes.
 std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
-                                        const PacketMeta& meta, Millis now) noexcept {
+                                        Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
@@ -475,7 +482,7 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
         v.log = (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
         v.rewritten = rewritten;
         if (state->translated()) {
-          translate_by_state(state, bytes, packet, meta.checksum_partial);
+          translate_by_state(state, bytes, packet);
           v.rewritten = true;
         }
         return v;
@@ -672,7 +679,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       v.state = state->id;
       v.reason = Reason::State;
       if (state->translated()) {
-        translate_by_state(state, bytes, packet, meta.checksum_partial);
+        translate_by_state(state, bytes, packet);
         v.rewritten = true;
       }
       return v;
@@ -695,7 +702,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   worker.emit(make_record(*state, now, rules));
   v.state = state->id;
   if (translation.translated) {
-    rewrite_packet(bytes, packet, translation.wire, meta.checksum_partial);
+    rewrite_packet(bytes, packet, translation.wire);
     v.rewritten = true;
   }
   return v;

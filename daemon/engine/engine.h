@@ -175,13 +175,15 @@ class Engine {
   std::optional<Verdict> screen(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
                                 const PacketMeta& meta) const noexcept;
   std::optional<Verdict> by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
-                                  const PacketMeta& meta, Millis now) noexcept;
+                                  Millis now) noexcept;
   void translate(Worker& worker, const Parsed& parsed, const PacketMeta& meta,
                  Translation& translation) noexcept;
   bool choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
                           bool keep_own) noexcept;
   Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
                    Translation& translation, std::array<uint32_t, 2> deciding, Millis now) noexcept;
+  void finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
+              const Verdict& verdict) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

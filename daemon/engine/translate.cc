@@ -10,20 +10,11 @@ namespace {
 // A checksum field that a rewrite keeps right.
 struct Sum {
   uint8_t* at = nullptr;  // nullptr: nothing to keep
-  bool partial = false;   // holds the uncomplemented pseudo-header sum (CHECKSUM_PARTIAL)
   bool udp4 = false;      // IPv4 UDP: 0 means "no checksum" and stays; a computed 0 is sent as 0xffff
 };
 
 void adjust(const Sum& sum, uint16_t old_word, uint16_t new_word) {
   if (sum.at == nullptr) return;
-  if (sum.partial) {
-    // What the kernel does for CHECKSUM_PARTIAL (inet_proto_csum_replace*): the same update on
-    // the uncomplemented sum.
-    store_be16(sum.at, static_cast<uint16_t>(~load_be16(sum.at)));
-    checksum_replace16(sum.at, old_word, new_word);
-    store_be16(sum.at, static_cast<uint16_t>(~load_be16(sum.at)));
-    return;
-  }
   if (sum.udp4 && load_be16(sum.at) == 0) return;
   checksum_replace16(sum.at, old_word, new_word);
   if (sum.udp4 && load_be16(sum.at) == 0) store_be16(sum.at, 0xffff);  // RFC 768
@@ -80,10 +71,10 @@ bool sums_pseudo_header(uint8_t proto) {
 }
 
 // The transport checksum of a header at `l4` with `available` bytes of it present.
-Sum transport_sum(const PacketView& view, uint8_t* l4, std::size_t available, bool partial) {
+Sum transport_sum(const PacketView& view, uint8_t* l4, std::size_t available) {
   const std::size_t at = checksum_offset(view.proto);
   if (at == 0 || at + 2 > available) return {};
-  return Sum{l4 + at, partial, view.family == Family::V4 && view.is_udp()};
+  return Sum{l4 + at, view.family == Family::V4 && view.is_udp()};
 }
 
 bool has_ports(const PacketView& view) {
@@ -103,24 +94,48 @@ IpAddress graft(const IpPrefix& pool, const IpAddress& address) {
   return IpAddress{pool.address.hi | (address.hi & host.hi), pool.address.lo | (address.lo & host.lo)};
 }
 
-void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const StateKey& to,
-                    bool checksum_partial) noexcept {
+void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const StateKey& to) noexcept {
   uint8_t* ip = bytes.data();
   uint8_t* l4 = ip + view.l4_offset;
   const Sum header{view.family == Family::V4 ? ip + 10 : nullptr};
-  const Sum transport = transport_sum(view, l4, view.l4_length, checksum_partial);
+  const Sum transport = transport_sum(view, l4, view.l4_length);
   const Sum pseudo = sums_pseudo_header(view.proto) ? transport : Sum{};
   write_address(ip, view.family, false, to.addr[0], {header, pseudo});
   write_address(ip, view.family, true, to.addr[1], {header, pseudo});
-  // Ports and query ids are not in the pseudo-header: under CHECKSUM_PARTIAL the kernel sums
-  // them itself, so the field is left alone.
-  const Sum payload = checksum_partial ? Sum{} : transport;
   if (has_ports(view)) {
-    write16(l4, to.port[0], {payload});
-    write16(l4 + 2, to.port[1], {payload});
+    write16(l4, to.port[0], {transport});
+    write16(l4 + 2, to.port[1], {transport});
   } else if (has_query_id(view)) {
-    write16(l4 + 4, to.port[0], {payload});
+    write16(l4 + 4, to.port[0], {transport});
   }
+}
+
+void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept {
+  const std::size_t at = checksum_offset(view.proto);
+  if (at == 0 || at + 2 > view.l4_length) return;
+  const uint8_t* ip = bytes.data();
+  uint8_t* l4 = bytes.data() + view.l4_offset;
+  uint64_t sum = 0;
+  const auto add = [&sum](const uint8_t* p, std::size_t n) {
+    for (std::size_t i = 0; i + 1 < n; i += 2) sum += load_be16(p + i);
+    if (n % 2 != 0) sum += static_cast<uint32_t>(p[n - 1]) << 8;
+  };
+  if (sums_pseudo_header(view.proto)) {
+    // RFC 768 / RFC 9293 3.1 and RFC 8200 8.1: addresses, protocol, transport length.
+    if (view.family == Family::V4) {
+      add(ip + 12, 8);
+    } else {
+      add(ip + 8, 32);
+    }
+    sum += view.proto;
+    sum += view.l4_length;
+  }
+  store_be16(l4 + at, 0);
+  add(l4, view.l4_length);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  auto checksum = static_cast<uint16_t>(~sum);
+  if (checksum == 0 && view.is_udp()) checksum = 0xffff;  // RFC 768: 0 would mean "none"
+  store_be16(l4 + at, checksum);
 }
 
 void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
@@ -134,7 +149,7 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
   // The error's own checksum covers the quote (and for ICMPv6 the outer addresses too).
   const Sum error{ip + view.l4_offset + 2};
   const Sum quoted_header{quoted.family == Family::V4 ? quote + 10 : nullptr};
-  const Sum quoted_transport = transport_sum(quoted, quoted_l4, quoted_l4_size, false);
+  const Sum quoted_transport = transport_sum(quoted, quoted_l4, quoted_l4_size);
   const Sum quoted_pseudo = sums_pseudo_header(quoted.proto) ? quoted_transport : Sum{};
   // The quote's checksum fields are bytes of the error too: what they change by, the error's
   // checksum changes by.

@@ -1,6 +1,7 @@
 // NAT in bytes: the address a translation pool gives, and the rewrite of a packet from one of its
 // state's keys to the other. Every checksum a rewritten field is part of is updated
-// incrementally (RFC 1624), never recomputed over the packet.
+// incrementally (RFC 1624), never recomputed over the packet, except where the kernel left the
+// transport checksum for later (complete_transport_checksum()).
 //
 // Translation is decided once, when the state is created (Engine::translate); the state then
 // holds both keys, and every later packet of the connection, and every ICMP error quoting one,
@@ -22,10 +23,8 @@ IpAddress graft(const IpPrefix& pool, const IpAddress& address);
 
 // Rewrites `bytes`, described by `view`, so that its source and destination (addresses, and
 // ports or ICMP query id) become `to.addr[0]:to.port[0]` and `to.addr[1]:to.port[1]`. Only
-// fields that differ are written. `checksum_partial`: the kernel completes the transport
-// checksum (CHECKSUM_PARTIAL), whose field then holds the pseudo-header sum alone.
-void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const StateKey& to,
-                    bool checksum_partial) noexcept;
+// fields that differ are written.
+void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const StateKey& to) noexcept;
 
 // Rewrites an ICMP error (`view`) quoting a packet of a translated state (`quoted`, parsed from
 // the bytes at view.icmp.quoted_offset): the quote becomes `to`, the quoted packet's key on this
@@ -33,5 +32,12 @@ void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const Stat
 // The quote's own checksums are kept right where the quote still holds them.
 void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
                         const StateKey& to) noexcept;
+
+// Computes the transport checksum of a TCP, UDP or ICMP/ICMPv6 packet over its whole segment.
+// For packets the kernel queued with the checksum left to finish (CHECKSUM_PARTIAL: the field
+// holds the pseudo-header sum only) and the engine changed: a verdict that returns new bytes makes
+// the kernel take the checksum as complete (nfqnl_mangle sets CHECKSUM_NONE), so it is finished
+// here. GSO packets are summed again per segment by the kernel; the work is then wasted, not wrong.
+void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept;
 
 }  // namespace pairwall::engine

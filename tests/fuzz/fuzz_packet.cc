@@ -74,7 +74,8 @@ void check_rewrite(const uint8_t* data, std::size_t size, const PacketView& pack
     return;
   }
   if (packet.is_fragment) return;  // the engine drops fragments before any translation
-  pairwall::engine::rewrite_packet(copy, packet, to, (size & 1) != 0);
+  pairwall::engine::rewrite_packet(copy, packet, to);
+  if ((size & 1) != 0) pairwall::engine::complete_transport_checksum(copy, packet);
   require(parse_packet(copy, again) == Reason::Match);
   require(again.src == to.addr[0] && again.dst == to.addr[1]);
   if (packet.is_tcp() || packet.is_udp() || packet.icmp.is_query) {

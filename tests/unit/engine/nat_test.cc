@@ -298,22 +298,43 @@ TEST_CASE("ICMP errors about a translated packet are translated back, quote and 
   }
 }
 
-TEST_CASE("under CHECKSUM_PARTIAL only the pseudo-header sum in the field moves", "[engine][nat]") {
-  Firewall fw(kNat);
-  const Flow tcp{"tcp", false};
-  // The kernel leaves the folded pseudo-header sum, uncomplemented, for the device to finish.
-  const auto pseudo_sum = [](const Bytes& p) {
-    uint32_t sum = checksum_add(0, p.data() + 12, 8);
-    sum += ipproto::kTcp;
-    sum += static_cast<uint32_t>(p.size() - 20);
+TEST_CASE("a rewritten packet whose checksum the kernel left to finish leaves with a whole one",
+          "[engine][nat][scrub]") {
+  // CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum, uncomplemented. Returning new
+  // bytes makes the kernel take the field as final, so the engine must finish it.
+  const auto partial = [](Bytes p, std::size_t l4, std::size_t field, uint8_t proto) {
+    uint32_t sum = checksum_add(0, p.data() + (l4 == 20 ? 12 : 8), l4 == 20 ? 8 : 32);
+    sum += proto;
+    sum += static_cast<uint32_t>(p.size() - l4);
     while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-    return static_cast<uint16_t>(sum);
+    put16(p, l4 + field, static_cast<uint16_t>(sum));
+    return p;
   };
-  Bytes syn = tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80);
-  put16(syn, 36, pseudo_sum(syn));
-  REQUIRE(fw.out(syn, true).rewritten);
-  CHECK(get16(fw.last_packet, 36) == pseudo_sum(fw.last_packet));
-  CHECK(get16(fw.last_packet, 20) >= 50001);
+  for (const Flow& f : {Flow{"tcp", false}, Flow{"udp", false}, Flow{"tcp", true}, Flow{"udp", true}}) {
+    INFO(f.proto << (f.v6 ? " v6" : " v4"));
+    Firewall fw(kNat);
+    const std::string client = f.v6 ? "2001:db8:1::10" : "10.1.0.10";
+    const std::string server = f.v6 ? "2001:db8:2::80" : "192.0.2.80";
+    const std::size_t l4 = f.v6 ? 40 : 20;
+    const std::size_t field = f.proto == "tcp" ? 16 : 6;
+    const uint8_t proto = f.proto == "tcp" ? ipproto::kTcp : ipproto::kUdp;
+    REQUIRE(fw.out(partial(f.packet(client, 40000, server, 53), l4, field, proto), true).rewritten);
+    const uint16_t port = source_port(fw.last_packet, f);
+    CHECK(fw.last_packet == f.packet(f.v6 ? "2001:db8:ff::1" : "203.0.113.1", port, server, 53));
+    // A packet the engine passes unchanged keeps its partial sum: the kernel still finishes it.
+    Firewall plain("pass all");
+    const Bytes untouched = partial(f.packet(client, 40000, server, 53), l4, field, proto);
+    CHECK_FALSE(plain.out(untouched, true).rewritten);
+    CHECK(plain.last_packet == untouched);
+  }
+  SECTION("max-mss") {
+    Firewall fw("scrub in all max-mss 1400\npass all");
+    const auto syn = [](uint16_t mss) {
+      return PacketBuilder().ipv4("10.1.0.10", "192.0.2.80").tcp(1, 2).flags(tcpflag::kSyn).mss(mss).build();
+    };
+    REQUIRE(fw.out(partial(syn(1460), 20, 16, ipproto::kTcp), true).rewritten);
+    CHECK(fw.last_packet == syn(1400));
+  }
 }
 
 TEST_CASE("a peer's copy of a translated state translates after failover", "[engine][nat][sync]") {
