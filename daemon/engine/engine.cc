@@ -60,7 +60,7 @@ constexpr rules::Direction kPassDirection[2] = {rules::Direction::In, rules::Dir
 constexpr uint8_t kNoQuery = UINT8_MAX;
 
 bool has_pass(const PacketMeta& meta, int pass) {
-  return pass == 0 ? meta.hook != Hook::Output : meta.hook != Hook::Input;
+  return pass == 0 ? meta.hook != Hook::Output : meta.hook == Hook::Forward || meta.hook == Hook::Output;
 }
 
 IfaceId pass_iface(const PacketMeta& meta, int pass) {
@@ -89,6 +89,12 @@ bool translation_admits(const StateTable::Handle& state, bool quote) {
 bool found_by(const StateTable::Handle& state, const StateKey& key) {
   const StateKey& found = state->key[state.key_index()];
   return found == key || found == key.reversed();
+}
+
+// Before routing the engine only takes on the connections that a translation rule rewrites; the
+// rest is decided after routing, on the hooks that know where the packet goes.
+bool claims(const PacketMeta& meta, bool translated) {
+  return meta.hook != Hook::Prerouting || translated;
 }
 
 // pf's proxy port range for nat without `port`; ICMP query ids take the whole id space.
@@ -230,7 +236,7 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
   refresh_rules(worker);
   Parsed parsed;
   prepare(bytes, parsed);
-  const Verdict verdict = decide(worker, bytes, parsed, meta, now);
+  Verdict verdict = decide(worker, bytes, parsed, meta, now);
   finish(worker, bytes, parsed, meta, verdict);
   return verdict;
 }
@@ -238,9 +244,11 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
 // Every packet's last step: its reason counted, and a packet the engine rewrote whose transport
 // checksum the kernel had left to finish made whole before it goes back (translate.h says why).
 void Engine::finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
-                    const Verdict& verdict) noexcept {
+                    Verdict& verdict) noexcept {
   if (verdict.rewritten && meta.checksum_partial && verdict.action == Verdict::Action::Accept)
     complete_transport_checksum(bytes, parsed.packet);
+  verdict.claimed = meta.hook == Hook::Prerouting && verdict.action == Verdict::Action::Accept &&
+                    verdict.reason != Reason::AfterRouting;
   worker.counters_.add(verdict.reason);
 }
 
@@ -287,7 +295,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       translate(worker, parsed[new_flows[k]], meta, translation);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
-        if (!has_pass(meta, pass) || !translation.filtered) continue;
+        if (!has_pass(meta, pass) || !translation.filtered || !claims(meta, translation.translated)) continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
         queries[query_count++] = {&translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass)};
       }
@@ -325,7 +333,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   translate(worker, parsed, meta, translation);
   std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
   for (int pass = 0; pass < 2; ++pass) {
-    if (has_pass(meta, pass) && translation.filtered)
+    if (has_pass(meta, pass) && translation.filtered && claims(meta, translation.translated))
       deciding[pass] = rules.evaluate(translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
   }
   return by_rules(worker, bytes, parsed, meta, translation, deciding, now);
@@ -348,8 +356,8 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;
-  if (meta.hook != Hook::Output) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
-  if (meta.hook != Hook::Input) {
+  if (has_pass(meta, 0)) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
+  if (has_pass(meta, 1)) {
     const rules::ScrubAction out = rules.scrub(packet, rules::Direction::Out, meta.out_iface);
     if (out.matched) {
       scrub.matched = true;
@@ -594,6 +602,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
+  if (!claims(meta, translation.translated)) {
+    Verdict v;
+    v.action = Verdict::Action::Accept;
+    v.reason = Reason::AfterRouting;
+    v.rewritten = rewritten;
+    return v;
+  }
   for (int pass = 0; pass < 2; ++pass) {
     if (!has_pass(meta, pass)) continue;
     const uint32_t r = deciding[pass];

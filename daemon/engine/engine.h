@@ -32,7 +32,11 @@ namespace pairwall::engine {
 
 // Where the kernel saw the packet. A forwarded packet is evaluated twice on a state miss, `in` on
 // the arrival interface and `out` on the departure interface, and passes only if both pass.
-enum class Hook : uint8_t { Forward, Input, Output };
+// Prerouting: a packet addressed to this node, before the kernel routes it. Destination
+// translation (replies to a nat address, rdr, binat inbound) must happen there: once routed, a
+// packet goes where its old destination sends it. The engine claims the packets it translates or
+// whose state it knows (Verdict::claimed) and leaves the rest to the hooks after routing.
+enum class Hook : uint8_t { Forward, Input, Output, Prerouting };
 
 struct PacketMeta {
   Hook hook = Hook::Forward;
@@ -49,6 +53,7 @@ struct Verdict {
   Reason reason = Reason::Internal;
   rules::BlockReply reply = rules::BlockReply::Drop;  // how to reject, for Action::Reject
   bool rewritten = false;          // the packet bytes were changed (NAT, normalization): send them back
+  bool claimed = false;            // Prerouting: decided here; the hooks after routing must let it by
   bool log = false;                // the deciding rule or state asked for logging
   uint32_t rule = rules::kNoRule;  // deciding rule, or the rule that created the matched state
   StateId state;                   // matched or created state; counter 0 when none
@@ -183,7 +188,7 @@ class Engine {
   Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
                    Translation& translation, std::array<uint32_t, 2> deciding, Millis now) noexcept;
   void finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
-              const Verdict& verdict) noexcept;
+              Verdict& verdict) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

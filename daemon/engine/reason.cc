@@ -10,6 +10,8 @@ std::string_view reason_name(Reason r) {
       return "state";
     case Reason::DefaultPass:
       return "default_pass";
+    case Reason::AfterRouting:
+      return "after_routing";
     case Reason::Short:
       return "short";
     case Reason::BadIpVersion:

@@ -11,9 +11,10 @@ namespace pairwall::engine {
 
 enum class Reason : uint8_t {
   // Passed.
-  Match,        // a pass rule decided
-  State,        // an existing state matched
-  DefaultPass,  // no rule matched (pf's implicit pass)
+  Match,         // a pass rule decided
+  State,         // an existing state matched
+  DefaultPass,   // no rule matched (pf's implicit pass)
+  AfterRouting,  // before routing, no state or translation claimed it: decided by the hooks after
   // Malformed input.
   Short,             // fewer bytes than a header claims
   BadIpVersion,      // not 4 or 6, or the version disagrees with the queue's family
@@ -47,7 +48,7 @@ enum class Reason : uint8_t {
 inline constexpr std::size_t kReasonCount = static_cast<std::size_t>(Reason::Count);
 
 constexpr bool is_pass(Reason r) {
-  return r == Reason::Match || r == Reason::State || r == Reason::DefaultPass;
+  return r == Reason::Match || r == Reason::State || r == Reason::DefaultPass || r == Reason::AfterRouting;
 }
 
 // Stable snake_case name used in metrics, JSON and the CLI.

@@ -34,6 +34,7 @@ std::size_t verdict_message_size(std::size_t payload) {
   std::size_t size = MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)) + MNL_ATTR_HDRLEN +
                      MNL_ALIGN(sizeof(nfqnl_msg_verdict_hdr));
   if (payload != 0) size += MNL_ATTR_HDRLEN + MNL_ALIGN(payload);
+  size += MNL_ATTR_HDRLEN + MNL_ALIGN(sizeof(uint32_t));  // NFQA_MARK, when the packet is claimed
   return size;
 }
 
@@ -378,17 +379,18 @@ void NfqSocket::plan_collected() noexcept {
 }
 
 void NfqSocket::plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept {
-  if (decision == Decision::AcceptRewritten &&
-      (packet == nullptr || packet->payload.size() > kMaxVerdictPayload)) {
+  if (rewritten(decision) && (packet == nullptr || packet->payload.size() > kMaxVerdictPayload)) {
     // The translated bytes cannot be returned; accepting the original would leak what NAT hides.
     counters_.rewrite_too_large.add();
     decision = Decision::Drop;
   }
   switch (decision) {
     case Decision::Accept:
+    case Decision::AcceptClaimed:
       counters_.accepted.add();
       break;
     case Decision::AcceptRewritten:
+    case Decision::AcceptRewrittenClaimed:
       counters_.rewritten.add();
       break;
     case Decision::Drop:
@@ -409,6 +411,7 @@ void NfqSocket::append(const VerdictOp& op, const QueuedPacket* packet) noexcept
   nlmsghdr* nlh =
       nfq_nlmsg_put(reinterpret_cast<char*>(send_buffer_.data() + send_used_), type, config_.queue);
   nfq_nlmsg_verdict_put(nlh, static_cast<int>(op.id), op.accept ? NF_ACCEPT : NF_DROP);
+  if (op.claimed && config_.claim_mark != 0) nfq_nlmsg_verdict_put_mark(nlh, config_.claim_mark);
   if (packet != nullptr) {
     nfq_nlmsg_verdict_put_pkt(nlh, packet->payload.data(), static_cast<uint32_t>(payload));
   }

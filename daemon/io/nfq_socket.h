@@ -45,6 +45,7 @@ struct QueueConfig {
   bool batch_verdicts = true;    // false: one verdict message per packet (for measurement)
   uint32_t recv_batch = 64;      // datagrams per recvmmsg
   uint32_t copy_range = 0xffff;  // bytes of each packet copied to us; the kernel's maximum
+  uint32_t claim_mark = 0;       // the mark a claimed packet leaves with (Decision::AcceptClaimed)
 };
 
 // One queued packet as the kernel described it. `payload` points into the receive buffer and

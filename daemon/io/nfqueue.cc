@@ -1,5 +1,6 @@
 #include "daemon/io/nfqueue.h"
 
+#include <linux/netfilter.h>
 #include <pthread.h>
 
 #include <cstring>
@@ -8,7 +9,8 @@
 
 namespace pairwall::io {
 
-engine::Hook hook_of(bool has_in_iface, bool has_out_iface) noexcept {
+engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_iface) noexcept {
+  if (netfilter_hook == NF_INET_PRE_ROUTING) return engine::Hook::Prerouting;
   if (has_in_iface && has_out_iface) return engine::Hook::Forward;
   if (has_out_iface) return engine::Hook::Output;
   return engine::Hook::Input;
@@ -94,7 +96,7 @@ void NfQueue::decide(Worker& w, std::span<QueuedPacket> packets, std::span<Decis
     const QueuedPacket& packet = packets[i];
     engine::BatchPacket& b = batch[i];
     b.bytes = packet.payload;
-    b.meta.hook = hook_of(packet.in_ifindex != 0, packet.out_ifindex != 0);
+    b.meta.hook = hook_of(packet.hook, packet.in_ifindex != 0, packet.out_ifindex != 0);
     b.meta.in_iface = w.ifaces.lookup(packet.in_ifindex).id;
     b.meta.out_iface = w.ifaces.lookup(packet.out_ifindex).id;
     b.meta.checksum_partial = packet.checksum_partial;
@@ -122,6 +124,8 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
 
   switch (verdict.action) {
     case engine::Verdict::Action::Accept:
+      if (verdict.claimed)
+        return verdict.rewritten ? Decision::AcceptRewrittenClaimed : Decision::AcceptClaimed;
       return verdict.rewritten ? Decision::AcceptRewritten : Decision::Accept;
     case engine::Verdict::Action::Reject: {
       const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());

@@ -55,7 +55,7 @@ struct NfQueueConfig {
   RejectConfig reject_config;
 };
 
-engine::Hook hook_of(bool has_in_iface, bool has_out_iface) noexcept;
+engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_iface) noexcept;
 
 class NfQueue {
  public:

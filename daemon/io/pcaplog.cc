@@ -44,6 +44,7 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::Match:
     case Reason::State:
     case Reason::DefaultPass:
+    case Reason::AfterRouting:
     case Reason::RuleBlock:
       return kPfresMatch;
     case Reason::BadOffset:

@@ -4,7 +4,8 @@
 // settles every packet still queued with an id up to N. So a run of plain accepts collapses into
 // one batch message sent when the run ends; a drop or an accept carrying rewritten bytes needs a
 // message of its own (the batch has no payload, and it must not accept a packet to be dropped),
-// and it ends the run before it. Messages are sent in the order planned, which the kernel keeps.
+// and it ends the run before it, as does a claimed accept, which carries a mark of its own.
+// Messages are sent in the order planned, which the kernel keeps.
 //
 // Precondition for batching: every lower id still in the queue has been decided by the time its
 // run is flushed (nothing is held back). A future "defer" mode would have to flush before holding.
@@ -14,7 +15,16 @@
 
 namespace pairwall::io {
 
-enum class Decision : uint8_t { Accept, AcceptRewritten, Drop };
+// Claimed: accepted before routing by the engine, which marks it (QueueConfig::claim_mark) so that
+// the hooks after routing let it by.
+enum class Decision : uint8_t { Accept, AcceptRewritten, Drop, AcceptClaimed, AcceptRewrittenClaimed };
+
+inline bool rewritten(Decision d) {
+  return d == Decision::AcceptRewritten || d == Decision::AcceptRewrittenClaimed;
+}
+inline bool claimed(Decision d) {
+  return d == Decision::AcceptClaimed || d == Decision::AcceptRewrittenClaimed;
+}
 
 struct VerdictOp {
   enum class Kind : uint8_t { Single, Batch };
@@ -22,6 +32,7 @@ struct VerdictOp {
   uint32_t id = 0;
   bool accept = true;         // NF_ACCEPT, else NF_DROP
   bool with_payload = false;  // NF_ACCEPT with NFQA_PAYLOAD (the rewritten packet)
+  bool claimed = false;       // with NFQA_MARK (the claim mark)
   friend bool operator==(const VerdictOp&, const VerdictOp&) = default;
 };
 
@@ -46,7 +57,7 @@ class VerdictPlanner {
     }
     close_run(steps);
     steps.push(
-        {VerdictOp::Kind::Single, id, decision != Decision::Drop, decision == Decision::AcceptRewritten});
+        {VerdictOp::Kind::Single, id, decision != Decision::Drop, rewritten(decision), claimed(decision)});
     return steps;
   }
 
@@ -63,7 +74,8 @@ class VerdictPlanner {
   void close_run(VerdictSteps& steps) noexcept {
     if (run_length_ == 0) return;
     // A run of one is a plain verdict: it settles exactly that packet and nothing else.
-    steps.push({run_length_ == 1 ? VerdictOp::Kind::Single : VerdictOp::Kind::Batch, run_last_, true, false});
+    steps.push(
+        {run_length_ == 1 ? VerdictOp::Kind::Single : VerdictOp::Kind::Batch, run_last_, true, false, false});
     run_length_ = 0;
   }
 

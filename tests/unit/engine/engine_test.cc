@@ -324,6 +324,8 @@ PacketMeta meta_of(const Sent& sent, const Firewall& fw) {
       return PacketMeta{Hook::Input, fw.lan, kNoIface, false};
     case Hook::Output:
       return PacketMeta{Hook::Output, kNoIface, fw.lan, false};
+    case Hook::Prerouting:
+      return PacketMeta{Hook::Prerouting, from, kNoIface, false};
   }
   return {};
 }

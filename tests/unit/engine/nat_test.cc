@@ -140,6 +140,53 @@ TEST_CASE("nat rewrites the source on the way out and the reply back to the insi
   }
 }
 
+TEST_CASE("before routing: replies to a nat address and rdr are translated and claimed, the rest left",
+          "[engine][nat][prerouting]") {
+  Firewall fw(std::string(kNat) +
+              "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
+              "pass in on wan0 proto tcp to 10.2.0.10 port 8080\n");
+  const Flow tcp{"tcp", false};
+  const auto before_routing = [&fw](Bytes p) {
+    fw.last_packet = std::move(p);
+    return fw.engine.process(fw.worker, fw.last_packet, PacketMeta{Hook::Prerouting, fw.wan, kNoIface, false},
+                             fw.now);
+  };
+  // The inside host's connection, translated on its way out (after routing, as forwarded).
+  REQUIRE(fw.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
+  const uint16_t port = source_port(fw.last_packet, tcp);
+
+  // Its reply, addressed to the nat address (this node's), before routing: back to the inside host.
+  const Verdict reply = before_routing(tcp.packet("192.0.2.80", 80, "203.0.113.1", port, true));
+  CHECK(reply.reason == Reason::State);
+  CHECK(reply.claimed);
+  CHECK(fw.last_packet == tcp.packet("192.0.2.80", 80, "10.1.0.10", 40000, true));
+
+  // A new connection to an rdr'd port: its in pass decides, its state is made, it is claimed.
+  const Verdict redirected = before_routing(tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80));
+  CHECK(redirected.reason == Reason::Match);
+  CHECK(redirected.claimed);
+  CHECK(fw.last_packet == tcp.packet("198.51.100.7", 4000, "10.2.0.10", 8080));
+  // ... whose in pass filter rules apply as they would after routing.
+  Firewall closed(std::string(kNat) +
+                  "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n");
+  closed.last_packet = tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80);
+  const Verdict blocked =
+      closed.engine.process(closed.worker, closed.last_packet,
+                            PacketMeta{Hook::Prerouting, closed.wan, kNoIface, false}, closed.now);
+  CHECK(blocked.reason == Reason::RuleBlock);
+  CHECK_FALSE(blocked.claimed);
+
+  // Anything else for this node (no state, no rdr) is left for the hooks after routing, untouched.
+  const Bytes ssh = tcp.packet("198.51.100.7", 4001, "203.0.113.1", 22);
+  const Verdict left = before_routing(ssh);
+  CHECK(left.action == Action::Accept);
+  CHECK(left.reason == Reason::AfterRouting);
+  CHECK_FALSE(left.claimed);
+  CHECK_FALSE(left.rewritten);
+  CHECK(fw.last_packet == ssh);
+  CHECK(fw.engine.states().size() == 2);
+}
+
 TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filter rules", "[engine][nat]") {
   struct Case {
     const char* name;

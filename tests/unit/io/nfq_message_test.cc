@@ -80,13 +80,15 @@ TEST_CASE("a locally generated packet has no input interface", "[nfqueue]") {
   CHECK(p.out_ifindex == 2);
   CHECK(p.hw_protocol == 0x86dd);
   CHECK_FALSE(p.checksum_partial);
-  CHECK(hook_of(p.in_ifindex != 0, p.out_ifindex != 0) == engine::Hook::Output);
+  CHECK(hook_of(p.hook, p.in_ifindex != 0, p.out_ifindex != 0) == engine::Hook::Output);
 }
 
-TEST_CASE("the hook follows the interfaces the kernel reports", "[nfqueue]") {
-  CHECK(hook_of(true, true) == engine::Hook::Forward);
-  CHECK(hook_of(true, false) == engine::Hook::Input);
-  CHECK(hook_of(false, true) == engine::Hook::Output);
+TEST_CASE("the hook follows the interfaces the kernel reports, and pre-routing its hook number",
+          "[nfqueue]") {
+  CHECK(hook_of(NF_INET_FORWARD, true, true) == engine::Hook::Forward);
+  CHECK(hook_of(NF_INET_LOCAL_IN, true, false) == engine::Hook::Input);
+  CHECK(hook_of(NF_INET_LOCAL_OUT, false, true) == engine::Hook::Output);
+  CHECK(hook_of(NF_INET_PRE_ROUTING, true, false) == engine::Hook::Prerouting);
 }
 
 TEST_CASE("a packet longer than the copy range is reported truncated", "[nfqueue]") {

@@ -10,6 +10,8 @@ namespace {
 constexpr auto A = Decision::Accept;
 constexpr auto R = Decision::AcceptRewritten;
 constexpr auto D = Decision::Drop;
+constexpr auto C = Decision::AcceptClaimed;
+constexpr auto RC = Decision::AcceptRewrittenClaimed;
 
 VerdictOp single_accept(uint32_t id) {
   return {VerdictOp::Kind::Single, id, true, false};
@@ -22,6 +24,9 @@ VerdictOp drop(uint32_t id) {
 }
 VerdictOp rewritten(uint32_t id) {
   return {VerdictOp::Kind::Single, id, true, true};
+}
+VerdictOp claimed(uint32_t id, bool with_payload) {
+  return {VerdictOp::Kind::Single, id, true, with_payload, true};
 }
 
 // Decides ids first_id, first_id + 1, ... and flushes at the end, as one receive batch does.
@@ -57,6 +62,9 @@ TEST_CASE("batched verdicts: runs of accepts collapse, drops and rewrites stand 
       {"rewrite then drop", {R, D}, {rewritten(1), drop(2)}},
       {"accept between drops", {D, A, D}, {drop(1), single_accept(2), drop(3)}},
       {"trailing drop after a long run", {A, A, A, A, A, A, A, D}, {batch_accept(7), drop(8)}},
+      {"a claimed accept carries its mark alone",
+       {A, A, C, A, RC},
+       {batch_accept(2), claimed(3, false), single_accept(4), claimed(5, true)}},
   };
   for (const auto& row : rows) {
     SECTION(row.name) {
