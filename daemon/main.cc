@@ -59,8 +59,10 @@ using namespace pairwall;
 namespace asio = boost::asio;
 using std::chrono::steady_clock;
 
-// SO_MARK of our own RST / ICMP replies; the hooks let marked packets through unqueued, so that
-// with `hooks = "forward+local"` a reply is not filtered by the daemon that sent it.
+// SO_MARK of our own RST / ICMP replies, and the mark of a packet the engine claimed before routing
+// (translated there); the hooks let marked packets through unqueued, so that with
+// `hooks = "forward+local"` a reply is not filtered by the daemon that sent it, and a claimed
+// packet is not judged again after routing.
 constexpr uint32_t kReplyMark = 0x40000000;
 // A worker with packets waiting in its kernel queue and no progress for this long is stuck: the
 // watchdog stops and `health` says so.
@@ -119,16 +121,19 @@ void setup_logging(bool foreground, const std::string& level) {
   spdlog::set_default_logger(logger);
 }
 
-io::HooksConfig hooks_config(const control::Config& c) {
+// `translations`: the rule set loaded at start has nat/rdr/binat rules, which need the pre-routing
+// hook (hooks.h). It is chosen once, here: a reload cannot add it (ControlService::load_rules).
+io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   io::HooksConfig h;
   h.queue_first = c.queue.first;
   h.queue_last = static_cast<uint16_t>(c.queue.first + c.queue.count - 1);
   h.bypass = c.queue.fail_open;
   h.input = h.output = c.queue.hooks == control::HookSet::ForwardLocal;
+  h.prerouting = translations;
   h.excluded_interfaces = c.queue.exclude_interfaces;
   // pf's customary `set skip on lo`: the node's own loopback traffic (control clients, metrics
-  // scrapes) is never queued.
-  if (h.input) h.excluded_interfaces.push_back("lo");
+  // scrapes) is never queued, neither on INPUT nor before routing.
+  if (h.input || h.prerouting) h.excluded_interfaces.push_back("lo");
   h.bypass_mark = kReplyMark;
   return h;
 }
@@ -161,7 +166,8 @@ int check(const control::Config& c) {
 int cleanup(const control::Config& c) {
   int status = 0;
   try {
-    io::Hooks(hooks_config(c)).remove();
+    // Removal takes the pre-routing chain whether or not this config would install it.
+    io::Hooks(hooks_config(c, /*translations=*/false)).remove();
     spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
   } catch (const std::exception& e) {
     spdlog::error("cleanup: {}", e.what());
@@ -333,6 +339,7 @@ int run(const control::Config& c) {
     qc.queue.batch_verdicts = c.queue.batch_verdicts;
     qc.queue.gso = c.queue.gso;
     qc.reject_config.mark = kReplyMark;
+    qc.queue.claim_mark = kReplyMark;
     queues = std::make_unique<io::NfQueue>(engine, qc, pcap.get());
     queues->start();
     data_plane = std::make_unique<QueueDataPlane>(*queues);
@@ -357,9 +364,11 @@ int run(const control::Config& c) {
       registry.add("sync", [&sync_service](control::MetricWriter& w) { sync_service->render_metrics(w); });
     }
 
-    hooks = std::make_unique<io::Hooks>(hooks_config(c));
+    hooks = std::make_unique<io::Hooks>(hooks_config(c, engine.rules()->has_translations()));
     hooks->install();
     hooks_installed = true;
+    // From here on a reload that brings translation rules the hooks cannot serve is refused.
+    service.set_prerouting_hook(hooks->config().prerouting);
 
     // Failover (failover/): started once the hooks filter, so that this node never holds the VIPs
     // without filtering behind them. Stopped before the hooks go (see after loop.run()).
@@ -420,9 +429,10 @@ int run(const control::Config& c) {
     metrics_server->start();
     spdlog::info("metrics on http://{}:{}/metrics", c.metrics.host, c.metrics.port);
   }
-  spdlog::info("filtering on queues {}..{} ({}, hooks {}), control socket {}", c.queue.first,
+  spdlog::info("filtering on queues {}..{} ({}, hooks {}{}), control socket {}", c.queue.first,
                c.queue.first + c.queue.count - 1, c.queue.fail_open ? "fail-open" : "fail-closed",
-               c.queue.hooks == control::HookSet::Forward ? "forward" : "forward+local", c.control.socket);
+               c.queue.hooks == control::HookSet::Forward ? "forward" : "forward+local",
+               hooks->config().prerouting ? ", pre-routing for translation" : "", c.control.socket);
 
   auto status_line = [&] {
     const auto s = service.snapshot();

@@ -132,6 +132,13 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     return result;
   }
   auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
+  if (rules->has_translations() && prerouting_hook_.has_value() && !*prerouting_hook_) {
+    ++reload_failures_;
+    result.error = path +
+                   ": translation rules (nat, rdr, binat) need the pre-routing hook, which is installed at "
+                   "start: restart pairwalld to use them";
+    return result;
+  }
   result.rule_count = static_cast<uint32_t>(rules->size());
   engine_.load_rules(std::move(rules));
   // load_rules() applies the file's `set limit states`; the config's override wins.

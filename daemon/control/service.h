@@ -34,13 +34,20 @@ class ControlService {
     health_probe_ = std::move(probe);
   }
 
+  // Whether the hooks queue packets before routing (io::HooksConfig::prerouting), where alone
+  // destination translation can happen. The hooks are chosen at start from the first rule set;
+  // once told they have none, a rule set with translation rules is refused. Until then (the load
+  // at start) any rule set is taken.
+  void set_prerouting_hook(bool installed) { prerouting_hook_ = installed; }
+
   struct LoadResult {
     bool ok = false;
     std::string error;  // file:line:column: message
     uint32_t rule_count = 0;
   };
-  // Parses and compiles `path` aside and publishes it; on failure the running set stays. States
-  // survive either way. An empty path reloads the current file (SIGHUP).
+  // Parses and compiles `path` aside and publishes it; on failure (including translation rules
+  // without the pre-routing hook) the running set stays. States survive either way. An empty path
+  // reloads the current file (SIGHUP).
   LoadResult load_rules(const std::string& path);
 
   void handle(const Request& request, Response& response);
@@ -62,6 +69,7 @@ class ControlService {
   SyncControl* sync_ = nullptr;
   FailoverControl* failover_ = nullptr;
   std::function<std::optional<std::string>()> health_probe_;
+  std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
   int64_t rules_loaded_unix_ms_ = 0;

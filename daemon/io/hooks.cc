@@ -28,14 +28,36 @@ const std::string& binary(const HooksConfig& config, engine::Family family) {
   return family == engine::Family::V4 ? config.iptables : config.ip6tables;
 }
 
-Command base(const HooksConfig& config, engine::Family family) {
+Command base(const HooksConfig& config, engine::Family family, const char* table = "filter") {
   // -w 10: wait up to 10 s for the xtables lock held by another iptables, rather than fail.
-  return {binary(config, family), "-w", "10", "-t", "filter"};
+  return {binary(config, family), "-w", "10", "-t", table};
+}
+
+Command mangle(const HooksConfig& config, engine::Family family) {
+  return base(config, family, "mangle");
 }
 
 Command with(Command command, std::initializer_list<std::string> args) {
   command.insert(command.end(), args.begin(), args.end());
   return command;
+}
+
+// `rule` followed by the NFQUEUE target of `config`'s queues.
+Command queue_rule(const HooksConfig& config, Command rule) {
+  rule = with(std::move(rule), {"-j", "NFQUEUE"});
+  if (config.queue_first == config.queue_last) {
+    rule = with(std::move(rule), {"--queue-num", std::to_string(config.queue_first)});
+  } else {
+    rule = with(std::move(rule), {"--queue-balance", std::to_string(config.queue_first) + ":" +
+                                                         std::to_string(config.queue_last)});
+  }
+  if (config.bypass) rule = with(std::move(rule), {"--queue-bypass"});
+  return rule;
+}
+
+Command mark_return(const HooksConfig& config, const Command& b) {
+  const std::string mark = std::to_string(config.bypass_mark);
+  return with(b, {"-A", config.chain, "-m", "mark", "--mark", mark + "/" + mark, "-j", "RETURN"});
 }
 
 std::string defrag_chain(const HooksConfig& config) {
@@ -146,6 +168,11 @@ void validate(const HooksConfig& config) {
       throw HooksError("hooks: excluded protocol 0 would match every packet; name a protocol number");
   }
   if (!config.ipv4 && !config.ipv6) throw HooksError("hooks: neither IPv4 nor IPv6 is enabled");
+  if (config.prerouting && config.bypass_mark == 0) {
+    throw HooksError(
+        "hooks: prerouting needs a non-zero bypass_mark: it is how the filter chain lets by "
+        "the packets already judged before routing");
+  }
 }
 
 std::vector<Command> install_commands(const HooksConfig& config, engine::Family family) {
@@ -153,10 +180,7 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
   const std::string& chain = config.chain;
   std::vector<Command> out;
   out.push_back(with(b, {"-N", chain}));
-  if (config.bypass_mark != 0) {
-    const std::string mark = std::to_string(config.bypass_mark);
-    out.push_back(with(b, {"-A", chain, "-m", "mark", "--mark", mark + "/" + mark, "-j", "RETURN"}));
-  }
+  if (config.bypass_mark != 0) out.push_back(mark_return(config, b));
   for (const auto& name : config.excluded_interfaces) {
     out.push_back(with(b, {"-A", chain, "-i", name, "-j", "RETURN"}));
     out.push_back(with(b, {"-A", chain, "-o", name, "-j", "RETURN"}));
@@ -164,15 +188,7 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
   for (const uint8_t proto : config.excluded_protocols) {
     out.push_back(with(b, {"-A", chain, "-p", std::to_string(proto), "-j", "RETURN"}));
   }
-  Command queue = with(b, {"-A", chain, "-j", "NFQUEUE"});
-  if (config.queue_first == config.queue_last) {
-    queue = with(queue, {"--queue-num", std::to_string(config.queue_first)});
-  } else {
-    queue = with(queue, {"--queue-balance",
-                         std::to_string(config.queue_first) + ":" + std::to_string(config.queue_last)});
-  }
-  if (config.bypass) queue = with(queue, {"--queue-bypass"});
-  out.push_back(queue);
+  out.push_back(queue_rule(config, with(b, {"-A", chain})));
   if (config.defrag) {
     // Loading a socket match enables nf_defrag for the namespace (xt_socket's checkentry), with
     // no conntrack. The chain is never jumped to, so the match itself never runs.
@@ -183,6 +199,22 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
   out.push_back(with(b, {"-I", "FORWARD", "1", "-j", chain}));
   if (config.input) out.push_back(with(b, {"-I", "INPUT", "1", "-j", chain}));
   if (config.output) out.push_back(with(b, {"-I", "OUTPUT", "1", "-j", chain}));
+  if (config.prerouting) {
+    // The same chain name in the mangle table. No -o: the route is not chosen yet. addrtype LOCAL
+    // (the kernel's local routing table) takes the node's own addresses, VIPs included, and leaves
+    // the forwarded traffic to FORWARD. Its jump comes last, like the filter ones.
+    const Command m = mangle(config, family);
+    out.push_back(with(m, {"-N", chain}));
+    out.push_back(mark_return(config, m));
+    for (const auto& name : config.excluded_interfaces) {
+      out.push_back(with(m, {"-A", chain, "-i", name, "-j", "RETURN"}));
+    }
+    for (const uint8_t proto : config.excluded_protocols) {
+      out.push_back(with(m, {"-A", chain, "-p", std::to_string(proto), "-j", "RETURN"}));
+    }
+    out.push_back(queue_rule(config, with(m, {"-A", chain, "-m", "addrtype", "--dst-type", "LOCAL"})));
+    out.push_back(with(m, {"-I", "PREROUTING", "1", "-j", chain}));
+  }
   return out;
 }
 
@@ -214,14 +246,30 @@ Command delete_defrag_command(const HooksConfig& config, engine::Family family) 
   return with(base(config, family), {"-X", defrag_chain(config)});
 }
 
+Command prerouting_exists_command(const HooksConfig& config, engine::Family family) {
+  return with(mangle(config, family), {"-S", config.chain});
+}
+
+Command delete_prerouting_jump_command(const HooksConfig& config, engine::Family family) {
+  return with(mangle(config, family), {"-D", "PREROUTING", "-j", config.chain});
+}
+
+Command flush_prerouting_command(const HooksConfig& config, engine::Family family) {
+  return with(mangle(config, family), {"-F", config.chain});
+}
+
+Command delete_prerouting_command(const HooksConfig& config, engine::Family family) {
+  return with(mangle(config, family), {"-X", config.chain});
+}
+
 Hooks::Hooks(HooksConfig config, CommandRunner runner)
     : config_(std::move(config)), runner_(std::move(runner)) {
   validate(config_);
 }
 
-void Hooks::run_checked(const Command& command) {
-  const CommandResult r = runner_(command);
-  if (r.exit_code == 0) return;
+namespace {
+
+[[noreturn]] void fail(const Command& command, const CommandResult& r) {
   std::string message = "hooks: '" + to_string(command) + "' ";
   if (r.exit_code < 0) {
     message += "could not run";
@@ -233,31 +281,60 @@ void Hooks::run_checked(const Command& command) {
     message += " (is " + command.front() + " installed and in PATH?)";
   } else if (r.output.find("ermission denied") != std::string::npos) {
     message += " (needs CAP_NET_ADMIN)";
+  } else if (r.output.find("addrtype") != std::string::npos) {
+    message += " (does this kernel have the addrtype match?)";
   } else if (r.output.find("NFQUEUE") != std::string::npos || r.output.find("socket") != std::string::npos) {
     message += " (does this kernel have the NFQUEUE target and the socket match?)";
   }
   throw HooksError(message);
 }
 
+}  // namespace
+
+void Hooks::run_checked(const Command& command) {
+  const CommandResult r = runner_(command);
+  if (r.exit_code != 0) fail(command, r);
+}
+
+// Exit code 1 is iptables' "no such chain / rule"; anything else is a real failure.
+bool Hooks::absent_or_fail(const Command& command) {
+  const CommandResult r = runner_(command);
+  if (r.exit_code == 0) return false;
+  if (r.exit_code == 1) return true;
+  fail(command, r);
+}
+
+void Hooks::delete_jumps(const Command& command, engine::Family family, const std::string& builtin,
+                         const char* table) {
+  int copies = 0;
+  while (!absent_or_fail(command)) {
+    if (++copies == kMaxJumpCopies) {
+      throw HooksError("hooks: more than " + std::to_string(kMaxJumpCopies) + " jumps from " + builtin +
+                       " to " + config_.chain + " in the " + family_name(family) + " " + table +
+                       " table; is another process adding them?");
+    }
+  }
+}
+
+void Hooks::remove_prerouting(engine::Family family) {
+  const Command exists = prerouting_exists_command(config_, family);
+  const CommandResult r = runner_(exists);
+  if (r.exit_code == 1) return;
+  // iptables-legacy cannot open a mangle table that the kernel lacks and may not load (a container
+  // without iptable_mangle): nothing of ours can be in it, and a node without NAT must still stop.
+  if (r.exit_code == 3 && r.output.find("Table does not exist") != std::string::npos) return;
+  if (r.exit_code != 0) fail(exists, r);
+  delete_jumps(delete_prerouting_jump_command(config_, family), family, "PREROUTING", "mangle");
+  run_checked(flush_prerouting_command(config_, family));
+  run_checked(delete_prerouting_command(config_, family));
+}
+
 void Hooks::remove_family(engine::Family family) {
-  // Exit code 1 is iptables' "no such chain / rule"; anything else is a real failure.
-  auto absent_or_fail = [&](const Command& command) {
-    const CommandResult r = runner_(command);
-    if (r.exit_code == 0) return false;
-    if (r.exit_code == 1) return true;
-    run_checked(command);  // reports the failure
-    return true;
-  };
+  // The reverse of install: the pre-routing jump went in last.
+  remove_prerouting(family);
   if (!absent_or_fail(chain_exists_command(config_, family))) {
     for (const char* builtin : kBuiltins) {
-      int copies = 0;
-      while (!absent_or_fail(delete_jump_command(config_, family, builtin))) {
-        if (++copies == kMaxJumpCopies) {
-          throw HooksError("hooks: more than " + std::to_string(kMaxJumpCopies) + " jumps from " + builtin +
-                           " to " + config_.chain + " in the " + family_name(family) +
-                           " filter table; is another process adding them?");
-        }
-      }
+      delete_jumps(delete_jump_command(config_, family, builtin), family, builtin, "filter");
     }
     run_checked(flush_chain_command(config_, family));
     run_checked(delete_chain_command(config_, family));

@@ -6,6 +6,20 @@
 //              -p P -j RETURN                      excluded protocols (failover advertisements)
 //              -j NFQUEUE --queue-balance A:B [--queue-bypass]   (--queue-num A for one queue)
 //
+//   with `prerouting` (the rule set translates destinations), per family as well:
+//   mangle PREROUTING:  -j PAIRWALL                        (inserted first; installed after the filter jumps)
+//   PAIRWALL (mangle):  -m mark --mark M/M -j RETURN
+//                       -i IF -j RETURN                    excluded interfaces (no -o before routing)
+//                       -p P -j RETURN                     excluded protocols
+//                       -m addrtype --dst-type LOCAL -j NFQUEUE ...   (same queues and bypass)
+//
+// Destination translation (replies to a nat address, rdr, binat inbound) must happen before the
+// kernel routes the packet: routed, it goes where its old destination sends it, and a reply to a
+// nat address that is this node's own is delivered locally. So packets addressed to this node are
+// queued in mangle PREROUTING; a packet the engine claims there comes back with M set, and the
+// filter chain's first rule lets it by after routing instead of judging it twice. Hence M must be
+// non-zero with `prerouting`.
+//
 // --queue-balance spreads flows over the queues by a hash of the addresses (the same flow always
 // reaches the same worker); --queue-cpu-fanout is not used, as it would split a flow's two
 // directions across workers by the CPU that received them. Without --queue-bypass, packets are
@@ -42,6 +56,7 @@ struct HooksConfig {
   std::vector<uint8_t> excluded_protocols;
   uint32_t bypass_mark = 0;  // 0: no mark rule
   bool defrag = true;        // enable reassembly before the queue (raw table, no conntrack)
+  bool prerouting = false;   // also queue packets to this host before routing (mangle); needs bypass_mark
   bool ipv4 = true;
   bool ipv6 = true;
   std::string iptables = "iptables";
@@ -70,7 +85,8 @@ std::string to_string(const Command& command);
 // Throws HooksError naming the offending field when the configuration cannot be installed.
 void validate(const HooksConfig& config);
 
-// Creates the chain, its rules, the defrag rule and the jumps, in that order.
+// Creates the chain, its rules, the defrag rule and the jumps, in that order; with `prerouting`,
+// then the mangle chain, its rules and its PREROUTING jump.
 std::vector<Command> install_commands(const HooksConfig& config, engine::Family family);
 
 // Building blocks of removal (a procedure: it asks before it deletes).
@@ -81,6 +97,11 @@ Command delete_chain_command(const HooksConfig& config, engine::Family family);
 Command defrag_exists_command(const HooksConfig& config, engine::Family family);
 Command flush_defrag_command(const HooksConfig& config, engine::Family family);
 Command delete_defrag_command(const HooksConfig& config, engine::Family family);
+// The mangle chain of `prerouting` and its PREROUTING jump, asked for whatever the config says.
+Command prerouting_exists_command(const HooksConfig& config, engine::Family family);
+Command delete_prerouting_jump_command(const HooksConfig& config, engine::Family family);
+Command flush_prerouting_command(const HooksConfig& config, engine::Family family);
+Command delete_prerouting_command(const HooksConfig& config, engine::Family family);
 
 class Hooks {
  public:
@@ -90,14 +111,20 @@ class Hooks {
   // throws HooksError with the command, its exit code and its output.
   void install();
 
-  // Removes the jumps, the chain and the defrag rule. Idempotent: absent pieces are fine; a
-  // command that fails for another reason throws HooksError.
+  // Removes the pre-routing jump and chain (whether or not this config has `prerouting`: a killed
+  // daemon's must go too), then the filter jumps, the chain and the defrag rule. Idempotent: absent
+  // pieces are fine; a command that fails for another reason throws HooksError.
   void remove();
 
   const HooksConfig& config() const { return config_; }
 
  private:
   void remove_family(engine::Family family);
+  void remove_prerouting(engine::Family family);
+  bool absent_or_fail(const Command& command);
+  // Deletes every copy of the jump that `command` deletes one at a time.
+  void delete_jumps(const Command& command, engine::Family family, const std::string& builtin,
+                    const char* table);
   void run_checked(const Command& command);
 
   HooksConfig config_;

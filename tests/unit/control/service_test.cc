@@ -372,3 +372,59 @@ TEST_CASE("service: health, versions, sync and failover routing", "[service]") {
   CHECK_FALSE(r.ok());
   CHECK(r.error().rfind("empty request", 0) == 0);
 }
+
+TEST_CASE("service: translation rules without the pre-routing hook are refused", "[service]") {
+  Daemon d;
+  const std::string nat = d.write("nat.conf",
+                                  "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\n"
+                                  "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.1.0.10\n"
+                                  "pass all\n");
+  const std::string plain = d.config.rules.file;
+  const std::string refused =
+      nat +
+      ": translation rules (nat, rdr, binat) need the pre-routing hook, which is installed at start: "
+      "restart pairwalld to use them";
+
+  SECTION("before the hooks are installed, the start's rule set decides them") {
+    const auto loaded = d.service.load_rules(nat);
+    INFO(loaded.error);
+    CHECK(loaded.ok);
+    CHECK(d.engine.rules()->has_translations());
+  }
+
+  SECTION("with the hook, translation rules load and go") {
+    d.service.set_prerouting_hook(true);
+    REQUIRE(d.service.load_rules(nat).ok);
+    REQUIRE(d.service.load_rules(plain).ok);
+    REQUIRE(d.service.load_rules(nat).ok);
+    CHECK(d.engine.rules()->has_translations());
+  }
+
+  SECTION("without it, a reload that brings them is refused and the running set stays") {
+    REQUIRE(d.service.load_rules(plain).ok);
+    d.service.set_prerouting_hook(false);
+    Request q;
+    q.set_version(kControlProtocolVersion);
+    q.mutable_rules_load()->set_path(nat);
+    const Response r = d.call(q);
+    CHECK_FALSE(r.ok());
+    CHECK(r.error() == refused);
+    CHECK_FALSE(r.has_rules_loaded());
+    CHECK(d.engine.rules()->size() == 3);
+    CHECK_FALSE(d.engine.rules()->has_translations());
+    CHECK(d.service.rules_file() == plain);
+    const Response st = d.call(make([](Request& x) { x.mutable_status(); }));
+    CHECK(st.status().rule_reload_failures() == 1);
+
+    // SIGHUP of the current file, edited to translate: refused the same way.
+    d.write("pf.conf", "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\npass all\n");
+    const auto sighup = d.service.load_rules("");
+    CHECK_FALSE(sighup.ok);
+    CHECK_THAT(sighup.error, Catch::Contains("need the pre-routing hook"));
+    CHECK(d.engine.rules()->size() == 3);
+
+    // Rules without translation still load.
+    d.write("pf.conf", "pass all\n");
+    CHECK(d.service.load_rules("").ok);
+  }
+}

@@ -1,5 +1,5 @@
 // iptables command generation (pure) and the install/remove procedures against a fake iptables
-// that keeps chains and rules the way the real one does.
+// that keeps tables, chains and rules the way the real one does.
 #include "daemon/io/hooks.h"
 
 #include <algorithm>
@@ -62,6 +62,81 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
         });
 }
 
+TEST_CASE("install commands: the pre-routing chain in mangle, its jump after the filter jumps", "[hooks]") {
+  struct Row {
+    const char* name;
+    HooksConfig config;
+    Family family;
+    std::vector<std::string> mangle;  // the commands after the filter ones
+  };
+  auto with = [](auto edit) {
+    HooksConfig c;
+    c.defrag = false;
+    c.bypass_mark = 0x40000000;
+    c.prerouting = true;
+    edit(c);
+    return c;
+  };
+  const Row rows[] = {
+      {"one queue, IPv4",
+       with([](HooksConfig&) {}),
+       Family::V4,
+       {
+           "iptables -w 10 -t mangle -N PAIRWALL",
+           "iptables -w 10 -t mangle -A PAIRWALL -m mark --mark 1073741824/1073741824 -j RETURN",
+           "iptables -w 10 -t mangle -A PAIRWALL -m addrtype --dst-type LOCAL -j NFQUEUE --queue-num 0",
+           "iptables -w 10 -t mangle -I PREROUTING 1 -j PAIRWALL",
+       }},
+      {"exclusions without -o, same queues and bypass, IPv6",
+       with([](HooksConfig& c) {
+         c.queue_first = 2;
+         c.queue_last = 5;
+         c.bypass = true;
+         c.excluded_interfaces = {"sync0", "lo"};
+         c.excluded_protocols = {112};
+         c.chain = "FW";
+       }),
+       Family::V6,
+       {
+           "ip6tables -w 10 -t mangle -N FW",
+           "ip6tables -w 10 -t mangle -A FW -m mark --mark 1073741824/1073741824 -j RETURN",
+           "ip6tables -w 10 -t mangle -A FW -i sync0 -j RETURN",
+           "ip6tables -w 10 -t mangle -A FW -i lo -j RETURN",
+           "ip6tables -w 10 -t mangle -A FW -p 112 -j RETURN",
+           "ip6tables -w 10 -t mangle -A FW -m addrtype --dst-type LOCAL -j NFQUEUE --queue-balance 2:5 "
+           "--queue-bypass",
+           "ip6tables -w 10 -t mangle -I PREROUTING 1 -j FW",
+       }},
+  };
+  for (const auto& row : rows) {
+    SECTION(row.name) {
+      HooksConfig filter_only = row.config;
+      filter_only.prerouting = false;
+      // The filter commands are those without prerouting; the mangle ones follow them.
+      std::vector<std::string> expected = lines(install_commands(filter_only, row.family));
+      expected.insert(expected.end(), row.mangle.begin(), row.mangle.end());
+      CHECK(lines(install_commands(row.config, row.family)) == expected);
+    }
+  }
+}
+
+TEST_CASE("install commands: nothing in mangle without prerouting", "[hooks]") {
+  HooksConfig c;
+  c.queue_last = 3;
+  c.bypass = true;
+  c.input = true;
+  c.output = true;
+  c.excluded_interfaces = {"sync0"};
+  c.excluded_protocols = {112};
+  c.bypass_mark = 0x40000000;
+  for (const auto family : {Family::V4, Family::V6}) {
+    for (const auto& line : lines(install_commands(c, family))) {
+      CHECK_THAT(
+          line, !Catch::Contains("mangle") && !Catch::Contains("PREROUTING") && !Catch::Contains("addrtype"));
+    }
+  }
+}
+
 TEST_CASE("configurations that cannot be installed are refused with the reason", "[hooks]") {
   struct Row {
     const char* name;
@@ -84,6 +159,7 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
       {"wildcard inside a name", with([](HooksConfig& c) { c.excluded_interfaces = {"a+b"}; }), "a+b"},
       {"protocol 0", with([](HooksConfig& c) { c.excluded_protocols = {0}; }), "protocol 0"},
       {"no family", with([](HooksConfig& c) { c.ipv4 = c.ipv6 = false; }), "neither"},
+      {"prerouting without a bypass mark", with([](HooksConfig& c) { c.prerouting = true; }), "bypass_mark"},
   };
   for (const auto& row : rows) {
     SECTION(row.name) {
@@ -91,13 +167,22 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
     }
   }
   CHECK_NOTHROW(validate(HooksConfig{}));
+  HooksConfig prerouting;
+  prerouting.prerouting = true;
+  prerouting.bypass_mark = 1;
+  CHECK_NOTHROW(validate(prerouting));
 }
 
-// Models one iptables binary: chains with rule lists; -N/-X/-F/-A/-I/-D/-L exit codes as the real
-// one (1 for a missing chain or rule, 1 for -N of an existing chain, 1 for -X of a referenced chain).
+// Models one iptables binary: the filter and mangle tables, chains with rule lists;
+// -N/-X/-F/-A/-I/-D/-S exit codes as the real one (1 for a missing chain or rule, 1 for -N of an
+// existing chain, 1 for -X of a referenced chain; 3 for a table the kernel does not have, as
+// iptables-legacy).
 class FakeIptables {
  public:
-  std::map<std::string, std::vector<std::string>> chains{{"FORWARD", {}}, {"INPUT", {}}, {"OUTPUT", {}}};
+  using Chains = std::map<std::string, std::vector<std::string>>;
+  Chains chains{{"FORWARD", {}}, {"INPUT", {}}, {"OUTPUT", {}}};  // the filter table
+  Chains mangle{{"PREROUTING", {}}, {"INPUT", {}}, {"FORWARD", {}}, {"OUTPUT", {}}, {"POSTROUTING", {}}};
+  bool mangle_missing = false;
   std::vector<std::string> log;
   std::string fail_on;  // a command containing this fails with exit code 2
 
@@ -106,21 +191,28 @@ class FakeIptables {
     log.push_back(line);
     if (!fail_on.empty() && line.find(fail_on) != std::string::npos)
       return {2, "iptables: simulated failure"};
-    // argv: binary -w 10 -t filter OP CHAIN [rest...]
+    // argv: binary -w 10 -t TABLE OP CHAIN [rest...]
     REQUIRE(argv.size() >= 7);
+    REQUIRE((argv[4] == "filter" || argv[4] == "mangle"));
+    if (argv[4] == "mangle" && mangle_missing) {
+      return {3,
+              "iptables v1.8.9 (legacy): can't initialize iptables table `mangle': Table does not exist (do "
+              "you need to insmod?)"};
+    }
+    Chains& table = argv[4] == "mangle" ? mangle : chains;
     const std::string& op = argv[5];
     const std::string& chain = argv[6];
     std::vector<std::string> rest(argv.begin() + 7, argv.end());
     std::string rule;
     for (const auto& r : rest) rule += (rule.empty() ? "" : " ") + r;
-    const bool exists = chains.count(chain) != 0;
+    const bool exists = table.count(chain) != 0;
     if (op == "-N") {
       if (exists) return {1, "iptables: Chain already exists."};
-      chains[chain];
+      table[chain];
       return {0, ""};
     }
     if (!exists) return {1, "iptables: No chain/target/match by that name."};
-    auto& rules = chains[chain];
+    auto& rules = table[chain];
     if (op == "-S") return {0, ""};
     if (op == "-A") {
       rules.push_back(rule);
@@ -141,13 +233,13 @@ class FakeIptables {
       return {0, ""};
     }
     if (op == "-X") {
-      for (const auto& [name, list] : chains) {
+      for (const auto& [name, list] : table) {
         for (const auto& r : list) {
           if (r == "-j " + chain) return {1, "iptables: Too many links."};
         }
       }
       if (!rules.empty()) return {1, "iptables: Directory not empty."};
-      chains.erase(chain);
+      table.erase(chain);
       return {0, ""};
     }
     FAIL("unexpected command " << line);
@@ -187,6 +279,112 @@ TEST_CASE("install then remove leaves the tables as they were", "[hooks]") {
   }
   // Removing again finds nothing and succeeds.
   CHECK_NOTHROW(hooks.remove());
+}
+
+TEST_CASE("install then remove with prerouting: the mangle chain comes and goes", "[hooks]") {
+  Pair fake;
+  HooksConfig c;
+  c.queue_last = 1;
+  c.bypass_mark = 0x40000000;
+  c.prerouting = true;
+  c.excluded_interfaces = {"sync0"};
+  Hooks hooks(c, fake.runner());
+  hooks.install();
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains["FORWARD"] == std::vector<std::string>{"-j PAIRWALL"});
+    CHECK(t->mangle["PREROUTING"] == std::vector<std::string>{"-j PAIRWALL"});
+    CHECK(t->mangle["PAIRWALL"] == std::vector<std::string>{
+                                       "-m mark --mark 1073741824/1073741824 -j RETURN",
+                                       "-i sync0 -j RETURN",
+                                       "-m addrtype --dst-type LOCAL -j NFQUEUE --queue-balance 0:1",
+                                   });
+    // The pre-routing jump is installed last.
+    CHECK_THAT(t->log.back(), Catch::Contains("-t mangle -I PREROUTING 1 -j PAIRWALL"));
+    t->log.clear();
+  }
+  hooks.remove();
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains.size() == 3);
+    CHECK(t->chains["FORWARD"].empty());
+    CHECK(t->mangle.size() == 5);
+    CHECK(t->mangle.count("PAIRWALL") == 0);
+    CHECK(t->mangle["PREROUTING"].empty());
+    // In reverse: the pre-routing jump goes before the filter ones.
+    const auto at = [&](const std::string& text) {
+      return std::find_if(t->log.begin(), t->log.end(),
+                          [&](const std::string& l) { return l.find(text) != std::string::npos; }) -
+             t->log.begin();
+    };
+    CHECK(at("-t mangle -D PREROUTING -j PAIRWALL") < at("-t filter -D FORWARD -j PAIRWALL"));
+  }
+  CHECK_NOTHROW(hooks.remove());
+}
+
+TEST_CASE("remove takes a killed run's pre-routing chain whatever the config says", "[hooks]") {
+  Pair fake;
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    t->chains["PAIRWALL"] = {"-j NFQUEUE --queue-num 0"};
+    t->chains["FORWARD"] = {"-j PAIRWALL"};
+    t->mangle["PAIRWALL"] = {"-m addrtype --dst-type LOCAL -j NFQUEUE --queue-num 0"};
+    t->mangle["PREROUTING"] = {"-j PAIRWALL", "-j MARK --set-mark 1", "-j PAIRWALL"};
+  }
+  HooksConfig c;  // no prerouting: e.g. the rule file lost its nat rules since the killed start
+  c.defrag = false;
+  Hooks hooks(c, fake.runner());
+  hooks.remove();
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains.count("PAIRWALL") == 0);
+    CHECK(t->mangle.count("PAIRWALL") == 0);
+    CHECK(t->mangle["PREROUTING"] == std::vector<std::string>{"-j MARK --set-mark 1"});
+  }
+  // And install does the same before it adds its own, without a mangle chain of its own.
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    t->mangle["PAIRWALL"] = {};
+    t->mangle["PREROUTING"] = {"-j PAIRWALL", "-j MARK --set-mark 1"};
+  }
+  hooks.install();
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains["FORWARD"] == std::vector<std::string>{"-j PAIRWALL"});
+    CHECK(t->mangle.count("PAIRWALL") == 0);
+    CHECK(t->mangle["PREROUTING"] == std::vector<std::string>{"-j MARK --set-mark 1"});
+  }
+}
+
+TEST_CASE("a kernel without a mangle table has no pre-routing chain to remove", "[hooks]") {
+  Pair fake;
+  fake.v4.mangle_missing = fake.v6.mangle_missing = true;
+  HooksConfig c;
+  Hooks hooks(c, fake.runner());
+  CHECK_NOTHROW(hooks.install());
+  CHECK(fake.v4.chains["FORWARD"] == std::vector<std::string>{"-j PAIRWALL"});
+  CHECK_NOTHROW(hooks.remove());
+  CHECK(fake.v4.chains.size() == 3);
+  // With prerouting the table is needed: install says so, and rolls the filter chain back.
+  c.bypass_mark = 1;
+  c.prerouting = true;
+  Hooks nat(c, fake.runner());
+  CHECK_THROWS_WITH(nat.install(),
+                    Catch::Contains("-t mangle -N PAIRWALL") && Catch::Contains("exit code 3"));
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains.size() == 3);
+    CHECK(t->chains["FORWARD"].empty());
+  }
+}
+
+TEST_CASE("a failed pre-routing install rolls back both tables", "[hooks]") {
+  Pair fake;
+  fake.v6.fail_on = "addrtype";
+  HooksConfig c;
+  c.bypass_mark = 1;
+  c.prerouting = true;
+  Hooks hooks(c, fake.runner());
+  CHECK_THROWS_WITH(hooks.install(), Catch::Contains("ip6tables -w 10 -t mangle -A PAIRWALL -m addrtype"));
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    CHECK(t->chains.size() == 3);
+    CHECK(t->chains["FORWARD"].empty());
+    CHECK(t->mangle.count("PAIRWALL") == 0);
+    CHECK(t->mangle["PREROUTING"].empty());
+  }
 }
 
 TEST_CASE("install cleans up what a crashed run left behind", "[hooks]") {
