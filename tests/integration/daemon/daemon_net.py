@@ -6,7 +6,9 @@ the pieces the daemon scenarios share (the fixtures in conftest.py build on them
 The server namespace runs TCP echo on 8080-8082 and UDP echo on 5353; the client namespace runs the
 same, so that tests can try connections in the reverse direction. The daemon's rules (RULES below)
 pass client -> server TCP 8080, UDP 5353 and ICMP/ICMPv6 echo requests, reject TCP 8082 with a RST,
-and block everything else; replies pass only through state.
+and block everything else; replies pass only through state. For the NAT scenarios, Lan.whoami()
+starts a server that answers with the address and port it saw the asker at (Lan.ask() asks it),
+and Lan.watch_echo() records the echo requests that reach a namespace.
 
 Namespaces are named pd2-<pid>x<n>-{client,fw,server}; everything is removed by PID and name when
 the test ends, whether it passed or not.
@@ -32,6 +34,8 @@ PEER = HERE / "peer.py"
 CLIENT4, FW_IN4, FW_OUT4, SERVER4 = "10.77.1.2", "10.77.1.1", "10.77.2.1", "10.77.2.2"
 CLIENT6, FW_IN6, FW_OUT6, SERVER6 = "fd77:1::2", "fd77:1::1", "fd77:2::1", "fd77:2::2"
 ALLOWED, BLOCKED, REJECTED, UDP_PORT = 8080, 8081, 8082, 5353
+# Lan.whoami() answers on these with the address and port it saw the asker at (for NAT scenarios).
+WHOAMI_TCP, WHOAMI_UDP = 8090, 5390
 
 RULES = """\
 # client side f0, server side f1: the client may reach the server on a few services.
@@ -136,11 +140,13 @@ class Lan:
         dst = addr(family, "server" if src == "client" else "client")
         return self.peer(ns, "udp", dst, port, "--timeout", timeout)
 
-    def ping(self, family, count=3, src="client"):
-        """Echo requests from `src` to the other end; returns {"sent": N, "received": M}."""
+    def ping(self, family, count=3, src="client", ident=None):
+        """Echo requests from `src` to the other end (with echo identifier `ident` when given);
+        returns {"sent": N, "received": M}."""
         ns = self.client if src == "client" else self.server
         dst = addr(family, "server" if src == "client" else "client")
-        return self.peer(ns, "ping", dst, "--count", count, "--timeout", 1.0, timeout=count * 2 + 5)
+        extra = ["--ident", ident] if ident is not None else []
+        return self.peer(ns, "ping", dst, "--count", count, "--timeout", 1.0, *extra, timeout=count * 2 + 5)
 
     def connect_to_fw(self, family, port, timeout=2.0):
         """A TCP connection from the client to the firewall's own inside address."""
@@ -151,6 +157,30 @@ class Lan:
         p = self.topo.spawn(self.client, [self.python, str(PEER), "hold", addr(family, "server"), str(port),
                                           "--lifetime", "120"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return Held(p)
+
+    def whoami(self, ns=None):
+        """Starts peer.py whoami in `ns` (the server by default) on WHOAMI_TCP and WHOAMI_UDP: every
+        connection or datagram is answered with the address and port the asker was seen at."""
+        ns = ns or self.server
+        p = self.topo.spawn(ns, [self.python, str(PEER), "whoami", "--tcp", str(WHOAMI_TCP), "--udp", str(WHOAMI_UDP),
+                                 "--lifetime", "120"], stdout=subprocess.PIPE)
+        line = read_line(p, 10)
+        if '"serving"' not in line:
+            raise NetnsError(f"whoami server in {ns.name} did not start: {line!r}")
+
+    def ask(self, host, port, udp=False, timeout=2.0, src="client"):
+        """Asks the whoami server at host:port from `src`; returns peer.py's result: "seen" is how the
+        server saw us, "local" our own end, "reply_from" the source of the answer."""
+        ns = self.client if src == "client" else self.server
+        return self.peer(ns, "ask", host, port, "--timeout", timeout, *(["--udp"] if udp else []))
+
+    def watch_echo(self, family, count=3, timeout=5.0, ns=None):
+        """Starts recording the echo requests that arrive in `ns` (the server by default); returns an
+        EchoWatch whose result() lists them."""
+        ns = ns or self.server
+        p = self.topo.spawn(ns, [self.python, str(PEER), "watch-echo", "--family", str(family), "--count", str(count),
+                                 "--timeout", str(timeout)], stdout=subprocess.PIPE)
+        return EchoWatch(p, timeout)
 
     def hooks_present(self):
         """Lines of our chains still in the fw's iptables/ip6tables (filter and raw tables)."""
@@ -182,6 +212,24 @@ class Held:
         self.p.stdin.flush()
         line = read_line(self.p, timeout)
         return json.loads(line) if line.strip() else {"echo": False, "error": "no answer"}
+
+
+class EchoWatch:
+    """peer.py watch-echo running in a namespace: listening once constructed; result() waits for it."""
+
+    def __init__(self, p, timeout):
+        self.p = p
+        self.timeout = timeout
+        line = read_line(p, 10)
+        if '"listening"' not in line:
+            raise NetnsError(f"watch-echo did not start: {line!r}")
+
+    def result(self):
+        """[{"src": A, "id": I, "seq": S}, ...]: the echo requests seen, in arrival order."""
+        line = read_line(self.p, self.timeout + 5)
+        if not line.strip():
+            raise NetnsError(f"watch-echo gave no result within {self.timeout + 5} s")
+        return json.loads(line)["requests"]
 
 
 class Daemon:

@@ -7,11 +7,20 @@ time; results are one JSON line on stdout.
       {"result": "ok" | "timeout" | "refused" | "reset" | "error", "echoed": N, "seconds": S}
   peer.py udp HOST PORT [--timeout 2]
       {"result": "ok" | "timeout" | "error", ...}
-  peer.py ping HOST [--count 3] [--timeout 1]
+  peer.py ping HOST [--count 3] [--timeout 1] [--ident N]
       ICMP / ICMPv6 echo over a raw socket: {"sent": N, "received": M}
   peer.py hold HOST PORT [--lifetime 120]
       Opens one TCP connection and prints {"connected": true} (or the connect result and exits);
       then for each line read on stdin, sends 1000 bytes and prints {"echo": true|false, ...}.
+  peer.py whoami --tcp 8090 --udp 5390 --lifetime 120
+      Answers every TCP connection and UDP datagram with one JSON line naming the peer as this
+      end saw it, {"address": A, "port": P}, on every address (IPv4 and IPv6).
+  peer.py ask HOST PORT [--udp] [--timeout 2]
+      Asks a whoami server: {"result": "ok" | "timeout" | ..., "seen": {"address", "port"} (as the
+      server saw us), "local": {...} (our own end), "reply_from": {...} (the reply's source)}.
+  peer.py watch-echo --family 4|6 [--count 3] [--timeout 5]
+      Prints {"listening": true}, then records the echo requests arriving at this namespace until
+      `count` are seen or the timeout passes: {"requests": [{"src": A, "id": I, "seq": S}, ...]}.
 """
 
 import argparse
@@ -105,6 +114,65 @@ def serve(args):
         time.sleep(0.2)
 
 
+def endpoint(sockaddr):
+    return {"address": sockaddr[0], "port": sockaddr[1]}
+
+
+def bound(family, kind, port):
+    s = socket.socket(family, kind)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+    s.settimeout(0.5)
+    if kind == socket.SOCK_STREAM:
+        s.listen(128)
+    return s
+
+
+def whoami_tcp(s, deadline):
+    while time.monotonic() < deadline:
+        try:
+            conn, peer = s.accept()
+        except socket.timeout:
+            continue
+        with conn:
+            conn.settimeout(1.0)
+            try:
+                conn.sendall(json.dumps(endpoint(peer)).encode() + b"\n")
+            except OSError:
+                pass
+    s.close()
+
+
+def whoami_udp(s, deadline):
+    while time.monotonic() < deadline:
+        try:
+            _, peer = s.recvfrom(65536)
+        except socket.timeout:
+            continue
+        s.sendto(json.dumps(endpoint(peer)).encode() + b"\n", peer)
+    s.close()
+
+
+def whoami(args):
+    deadline = time.monotonic() + args.lifetime
+    threads = []
+    # Bound before "serving" is printed, so that a question asked right after it finds them.
+    for fam in (socket.AF_INET, socket.AF_INET6):
+        for port in args.tcp:
+            threads.append(threading.Thread(target=whoami_tcp, args=(bound(fam, socket.SOCK_STREAM, port), deadline),
+                                            daemon=True))
+        for port in args.udp:
+            threads.append(threading.Thread(target=whoami_udp, args=(bound(fam, socket.SOCK_DGRAM, port), deadline),
+                                            daemon=True))
+    for t in threads:
+        t.start()
+    emit({"serving": True})
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 # -- clients
 
 
@@ -185,6 +253,57 @@ def udp(args):
     emit({"result": result, "seconds": round(time.monotonic() - t0, 3)})
 
 
+def ask(args):
+    """One question to a whoami server; see the module docstring."""
+    t0 = time.monotonic()
+    out = {"result": "ok"}
+    if args.udp:
+        s = socket.socket(family_of(args.host), socket.SOCK_DGRAM)
+        s.settimeout(args.timeout)
+        try:
+            s.sendto(b"whoami", (args.host, args.port))
+            # Unconnected, so that an answer from any source is received and reported; the source
+            # address the kernel picks comes from a connected twin (connect() sends nothing).
+            with socket.socket(family_of(args.host), socket.SOCK_DGRAM) as twin:
+                twin.connect((args.host, args.port))
+                out["local"] = {"address": twin.getsockname()[0], "port": s.getsockname()[1]}
+            data, sender = s.recvfrom(65536)
+            out["reply_from"] = endpoint(sender)
+            out["seen"] = json.loads(data)
+        except socket.timeout:
+            out["result"] = "timeout"
+        except (OSError, ValueError) as e:
+            out["result"] = f"error: {e}"
+        finally:
+            s.close()
+    else:
+        s, out["result"] = open_connection(args.host, args.port, args.timeout)
+        if s is not None:
+            try:
+                out["local"] = endpoint(s.getsockname())
+                out["reply_from"] = endpoint(s.getpeername())
+                data = b""
+                deadline = time.monotonic() + args.timeout
+                while not data.endswith(b"\n") and time.monotonic() < deadline:
+                    r, _, _ = select.select([s], [], [], max(0.0, deadline - time.monotonic()))
+                    if not r:
+                        break
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                if data.endswith(b"\n"):
+                    out["seen"] = json.loads(data)
+                else:
+                    out["result"] = "no-reply" if not data else "short-reply"
+            except (OSError, ValueError) as e:
+                out["result"] = f"error: {e}"
+            finally:
+                s.close()
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    emit(out)
+
+
 def checksum(data):
     if len(data) % 2:
         data += b"\0"
@@ -202,7 +321,7 @@ def ping(args):
     else:
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
         request, reply = 8, 0
-    ident = os.getpid() & 0xFFFF
+    ident = args.ident if args.ident is not None else os.getpid() & 0xFFFF
     received = 0
     for seq in range(1, args.count + 1):
         body = b"pairwall-ping" + bytes(19)
@@ -224,6 +343,31 @@ def ping(args):
                     break
     s.close()
     emit({"sent": args.count, "received": received})
+
+
+def watch_echo(args):
+    """Records the echo requests that arrive here (a raw socket gets a copy; the kernel still answers)."""
+    if args.family == 6:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        request = 128
+    else:
+        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        request = 8
+    emit({"listening": True})
+    seen = []
+    deadline = time.monotonic() + args.timeout
+    while len(seen) < args.count and time.monotonic() < deadline:
+        r, _, _ = select.select([s], [], [], max(0.0, deadline - time.monotonic()))
+        if not r:
+            break
+        data, sender = s.recvfrom(65536)
+        icmp = data if args.family == 6 else data[(data[0] & 0x0F) * 4:]
+        if len(icmp) >= 8:
+            typ, _, _, rid, rseq = struct.unpack("!BBHHH", icmp[:8])
+            if typ == request:
+                seen.append({"src": sender[0], "id": rid, "seq": rseq})
+    s.close()
+    emit({"requests": seen})
 
 
 def hold(args):
@@ -267,8 +411,23 @@ def main():
     pg.add_argument("host")
     pg.add_argument("--count", type=int, default=3)
     pg.add_argument("--timeout", type=float, default=1.0)
+    pg.add_argument("--ident", type=int, help="echo identifier (default: the PID)")
+    wh = sub.add_parser("whoami")
+    wh.add_argument("--tcp", type=int, nargs="*", default=[])
+    wh.add_argument("--udp", type=int, nargs="*", default=[])
+    wh.add_argument("--lifetime", type=float, default=120)
+    ak = sub.add_parser("ask")
+    ak.add_argument("host")
+    ak.add_argument("port", type=int)
+    ak.add_argument("--udp", action="store_true")
+    ak.add_argument("--timeout", type=float, default=2.0)
+    we = sub.add_parser("watch-echo")
+    we.add_argument("--family", type=int, choices=(4, 6), required=True)
+    we.add_argument("--count", type=int, default=3)
+    we.add_argument("--timeout", type=float, default=5.0)
     args = p.parse_args()
-    {"serve": serve, "connect": connect, "udp": udp, "hold": hold, "ping": ping}[args.mode](args)
+    {"serve": serve, "connect": connect, "udp": udp, "hold": hold, "ping": ping, "whoami": whoami, "ask": ask,
+     "watch-echo": watch_echo}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -38,11 +38,12 @@ def make_lab(tmp_path):
     need_root()
     labs = []
 
-    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True):
-        """sync: the scenario needs state sync (skips, saying why, when pairwalld runs none)."""
+    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False):
+        """sync: the scenario needs state sync (skips, saying why, when pairwalld runs none); nat: the
+        firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`)."""
         if driver != "none":
             need_pairwalld()
-        lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms)
+        lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat)
         labs.append(lab)
         try:
             lab.up(replace=True)

@@ -59,6 +59,9 @@ def parser():
                          "conntrackd: no pairwalld, the kernel conntrack + conntrackd + keepalived baseline; "
                          "none: no pairwalld, kernel forwarding)")
     up.add_argument("--advbase-ms", type=int, default=200)
+    up.add_argument("--nat", action="store_true",
+                    help=f"the firewalls also translate the inside: nat on {topology.IF_OUT} from "
+                         f"{topology.INSIDE_NET} to any -> {topology.VIP_OUT} (the outside VIP; pairwalld drivers)")
     up.add_argument("--replace", action="store_true", help="tear down a lab with this prefix first")
     up.add_argument("--json", action="store_true")
 
@@ -169,7 +172,8 @@ def main(argv=None):
             removed = Lab(args.prefix).down()
             print(f"removed {len(removed['namespaces'])} namespaces, stopped {len(removed['pids'])} processes")
         elif args.cmd == "up":
-            lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms)
+            lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
+                      nat=args.nat)
             st = lab.up(replace=args.replace)
             print(json.dumps(st, indent=1) if args.json else format_status(st))
         elif args.cmd == "status":
@@ -207,7 +211,8 @@ def main(argv=None):
 def format_status(st):
     if not st.get("up"):
         return f"lab {st['prefix']!r} is down"
-    lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms"]
+    nat = f", inside NATed to {topology.VIP_OUT}" if st.get("nat") else ""
+    lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}"]
     for node, s in st["nodes"].items():
         extra = "".join(f", {k} {s[k]}" for k in ("bulk_done", "demotion", "sync_peer") if k in s)
         lines.append(f"  {node}: {s.get('role')}, states {s.get('states')}, VIPs {st['vips'].get(node) or '-'}"

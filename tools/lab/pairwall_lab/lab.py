@@ -23,7 +23,7 @@ RUN_ROOT = Path("/run/pairwall-lab")
 
 
 class Lab:
-    def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200):
+    def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False):
         if not prefix or len(prefix) > 8 or not prefix.replace("-", "").isalnum():
             raise LabError(f"prefix {prefix!r}: use 1-8 letters, digits or '-'")
         self.prefix = prefix
@@ -36,6 +36,8 @@ class Lab:
         self.pkg_dir = PKG_DIR
         self.python = sys.executable or "/usr/bin/python3"
         self.advbase_ms = advbase_ms
+        # nat: the firewalls' rules translate the inside to the outside VIP (drivers.NAT_RULES).
+        self.nat = nat
         self.driver_name = driver
         self._driver = None
         saved = self.load_state()
@@ -43,6 +45,7 @@ class Lab:
             self.driver_name = saved.get("driver", "none")
             self.advbase_ms = saved.get("advbase_ms", advbase_ms)
             self.bin_dir = Path(saved.get("bin_dir", self.bin_dir))
+            self.nat = saved.get("nat", nat)
 
     # -- persistent description of a lab that is up
 
@@ -60,7 +63,8 @@ class Lab:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps({"prefix": self.prefix, "driver": self.driver_name,
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
-                                               "namespaces": self.ns, "created": time.time()}, indent=1))
+                                               "nat": self.nat, "namespaces": self.ns, "created": time.time()},
+                                              indent=1))
 
     @property
     def driver(self):
@@ -132,6 +136,9 @@ class Lab:
                 raise LabError(f"lab {self.prefix!r} is already up ({', '.join(left)}): run "
                                f"`pairwall-lab down{self._prefix_arg()}` first")
             self.down()
+        if self.nat and not isinstance(self.driver, drivers.PairwalldDriver):
+            raise LabError(f"--nat translates in pairwalld's rules: it needs driver builtin, keepalived or "
+                           f"scripted, not {self.driver.name}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.save_state()
         try:
@@ -175,7 +182,7 @@ class Lab:
         if not self.exists():
             return {"prefix": self.prefix, "up": False}
         st = {"prefix": self.prefix, "up": True, "driver": self.driver.name, "advbase_ms": self.advbase_ms,
-              "namespaces": self.ns, "vips": topology.vip_holders(self.prefix)}
+              "nat": self.nat, "namespaces": self.ns, "vips": topology.vip_holders(self.prefix)}
         nodes = self.driver.node_status()
         states = self.driver.states()
         for n, s in nodes.items():

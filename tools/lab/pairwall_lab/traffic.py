@@ -19,7 +19,9 @@ over a raw socket. For both, the client keeps the send time, reply time and the 
 firewalls stamp probe replies with a per-node TTL, so each reply tells which node forwarded it.
 
 Every 100 ms the client appends one JSON line of counters to --samples; at the end it writes --summary
-(per-connection results and every probe). Both processes stop after --duration seconds whatever happens.
+(per-connection results and every probe). The server's --summary says what it saw: every connection it
+accepted (peer address and port, accept time, last record received) and every UDP peer, which is how a
+translating pair shows on the server's side. Both processes stop after --duration seconds whatever happens.
 """
 
 import argparse
@@ -104,9 +106,16 @@ class ServerConn(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         self.server.conns.add(self)
+        # What the server sees of each connection (its peer is the client, or whoever translated it).
+        host, port = transport.get_extra_info("peername")[:2]
+        self.seen = {"peer": [host, port], "accepted": now(), "last_rx": None, "rx_records": 0, "closed": None}
+        self.server.accepted.append(self.seen)
 
     def data_received(self, data):
-        _n, _acked, err = self.reader.feed(data)
+        n, _acked, err = self.reader.feed(data)
+        if n:
+            self.seen["last_rx"] = now()
+            self.seen["rx_records"] += n
         if err:
             self.server.violations += 1
             # An abort sends RST: the client must see that its stream was broken.
@@ -114,6 +123,7 @@ class ServerConn(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.server.conns.discard(self)
+        self.seen["closed"] = now()
 
     def pause_writing(self):
         self.paused = True
@@ -132,12 +142,17 @@ class UdpEcho(asyncio.DatagramProtocol):
     def __init__(self):
         self.transport = None
         self.echoed = 0
+        self.peers = {}  # (address, port) -> {"first", "last", "datagrams"}
 
     def connection_made(self, transport):
         self.transport = transport
 
     def datagram_received(self, data, addr):
         self.echoed += 1
+        t = now()
+        seen = self.peers.setdefault(addr[:2], {"peer": list(addr[:2]), "first": t, "last": t, "datagrams": 0})
+        seen["last"] = t
+        seen["datagrams"] += 1
         self.transport.sendto(data, addr)
 
 
@@ -145,6 +160,7 @@ class Server:
     def __init__(self, args):
         self.args = args
         self.conns = set()
+        self.accepted = []  # ServerConn.seen of every connection accepted, in order
         self.violations = 0
 
     async def ticker(self):
@@ -177,7 +193,8 @@ class Server:
             c.transport.close()
         udp_tr.close()
         if self.args.summary:
-            write_json(self.args.summary, {"violations": self.violations, "udp_echoed": udp.echoed})
+            write_json(self.args.summary, {"violations": self.violations, "udp_echoed": udp.echoed,
+                                           "conns": self.accepted, "udp_peers": list(udp.peers.values())})
 
 
 # ---------------------------------------------------------------------------------------------- client

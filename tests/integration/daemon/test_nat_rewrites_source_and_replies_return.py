@@ -1,0 +1,61 @@
+"""nat on the server-side interface: TCP connections and UDP datagrams from the client reach the
+server from the firewall's own server-side address and a source port in pf's proxy range
+50001:65535, each flow on a port of its own; the replies come back to the client through the
+state, from the address and port it sent to. IPv4 and IPv6 alike."""
+
+import pytest
+
+from daemon_net import (ALLOWED, CLIENT4, CLIENT6, FW_OUT4, FW_OUT6, SERVER4, SERVER6, WHOAMI_TCP, WHOAMI_UDP,
+                        settle)
+
+RULES = f"""\
+in_if = "f0"
+out_if = "f1"
+nat on $out_if inet from 10.77.1.0/24 to any -> {FW_OUT4}
+nat on $out_if inet6 from fd77:1::/64 to any -> {FW_OUT6}
+block all
+pass in on $in_if proto tcp to port {{ {ALLOWED} {WHOAMI_TCP} }}
+pass out on $out_if proto tcp to port {{ {ALLOWED} {WHOAMI_TCP} }}
+pass in on $in_if proto udp to port {WHOAMI_UDP}
+pass out on $out_if proto udp to port {WHOAMI_UDP}
+"""
+
+ENDS = {4: (CLIENT4, FW_OUT4, SERVER4), 6: (CLIENT6, FW_OUT6, SERVER6)}
+FLOWS = 3
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp"])
+@pytest.mark.parametrize("family", [4, 6])
+def test_nat_rewrites_source_and_replies_return(lan, daemon_factory, family, proto):
+    client, fw_out, server = ENDS[family]
+    udp = proto == "udp"
+    port = WHOAMI_UDP if udp else WHOAMI_TCP
+    fw = daemon_factory(rules=RULES)
+    lan.whoami()
+
+    flows = []
+    for _ in range(FLOWS):
+        r = lan.ask(server, port, udp=udp)
+        assert r["result"] == "ok", f"no answer through nat: {r}; reasons {fw.reasons()}"
+        assert r["reply_from"] == {"address": server, "port": port}, r
+        assert r["local"]["address"] == client, r
+        assert r["seen"]["address"] == fw_out, f"the server saw the client untranslated: {r}"
+        assert 50001 <= r["seen"]["port"] <= 65535, f"translated port outside 50001:65535: {r}"
+        flows.append(r)
+    nat_ports = {r["seen"]["port"] for r in flows}
+    assert len(nat_ports) == FLOWS, f"{FLOWS} flows share translated ports: {flows}"
+
+    if not udp:
+        # Data both ways over a translated connection: sequence tracking holds after the rewrite.
+        echo = lan.connect(family, ALLOWED)
+        assert echo["result"] == "ok" and echo["echoed"] == 1000, echo
+
+    settle()
+    states = fw.json("states", "proto", proto)["states"]
+    for r in flows:
+        mine = [s for s in states if s["src"] == r["local"]]
+        assert len(mine) == 1, f"no single state for {r['local']}: {states}"
+        s = mine[0]
+        assert s["dst"] == {"address": server, "port": port}, s
+        assert s.get("wire_src") == r["seen"], f"the state's translated key is not what the server saw: {s}"
+        assert s.get("wire_dst") == {"address": server, "port": port}, s
