@@ -257,7 +257,8 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
   const rules::RuleSet& rules = *worker.rules_;
   Parsed parsed[kPrefetchGroup];
   uint8_t new_flows[kPrefetchGroup];
-  Translation translations[kPrefetchGroup];
+  // Constructed for new flows only: a group of state hits pays nothing for it.
+  std::optional<Translation> translations[kPrefetchGroup];
   rules::MatchQuery queries[2 * kPrefetchGroup];
   uint32_t decided[2 * kPrefetchGroup];
   uint8_t pass_query[kPrefetchGroup][2];  // where each new flow's passes are in queries
@@ -291,7 +292,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     std::size_t query_count = 0;
     for (std::size_t k = 0; k < new_count; ++k) {
       const PacketMeta& meta = batch[first + new_flows[k]].meta;
-      Translation& translation = translations[k];
+      Translation& translation = translations[k].emplace();
       translate(worker, parsed[new_flows[k]], meta, translation);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
@@ -314,7 +315,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       if (created) verdict = by_state(worker, p.bytes, flow, now);
       if (!verdict) {
         verdict =
-            by_rules(worker, p.bytes, flow, p.meta, translations[k], {deciding(k, 0), deciding(k, 1)}, now);
+            by_rules(worker, p.bytes, flow, p.meta, *translations[k], {deciding(k, 0), deciding(k, 1)}, now);
       }
       p.verdict = *verdict;
       created = created || p.verdict.state.counter != 0;
@@ -505,11 +506,11 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
 // (and binat inbound) on the in pass rewrites the destination, nat (and binat outbound) on the
 // out pass the source, and each pass's filter rules see the packet as translated so far. Nothing
 // is written to the packet until it has passed and its state exists (by_rules()).
+// `translation` comes default-constructed.
 void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& meta,
                        Translation& translation) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
-  translation = Translation{};
   translation.seen[0] = packet;
   translation.seen[1] = packet;
   translation.wire = parsed.key;
