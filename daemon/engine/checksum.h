@@ -2,7 +2,10 @@
 // instead of a pass over the packet.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "daemon/engine/address.h"
 
 namespace pairwall::engine {
 
@@ -22,6 +25,27 @@ inline void checksum_replace16(uint8_t* checksum, uint16_t old_word, uint16_t ne
   sum = (sum & 0xffff) + (sum >> 16);
   sum = (sum & 0xffff) + (sum >> 16);
   store_be16(checksum, static_cast<uint16_t>(~sum));
+}
+
+// One's complement sum of 16-bit big-endian words (RFC 1071), not yet folded or inverted.
+inline uint32_t checksum_sum(const uint8_t* p, std::size_t n, uint32_t sum = 0) {
+  for (; n > 1; p += 2, n -= 2) sum += static_cast<uint32_t>(p[0] << 8 | p[1]);
+  if (n == 1) sum += static_cast<uint32_t>(p[0] << 8);
+  return sum;
+}
+
+// The checksum field's value for a sum: folded and inverted.
+inline uint16_t checksum_fold(uint32_t sum) {
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// The pseudo-header of RFC 9293 3.1 / RFC 8200 8.1 for the upper-layer checksum, from the
+// addresses of the IP header at `ip`.
+inline uint32_t pseudo_header_sum(Family family, const uint8_t* ip, uint8_t proto, std::size_t upper_length) {
+  if (family == Family::V4) return checksum_sum(ip + 12, 8) + proto + static_cast<uint32_t>(upper_length);
+  return checksum_sum(ip + 8, 32) + static_cast<uint32_t>(upper_length >> 16) +
+         static_cast<uint32_t>(upper_length & 0xffff) + proto;
 }
 
 }  // namespace pairwall::engine

@@ -113,27 +113,12 @@ void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const Stat
 void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept {
   const std::size_t at = checksum_offset(view.proto);
   if (at == 0 || at + 2 > view.l4_length) return;
-  const uint8_t* ip = bytes.data();
   uint8_t* l4 = bytes.data() + view.l4_offset;
-  uint64_t sum = 0;
-  const auto add = [&sum](const uint8_t* p, std::size_t n) {
-    for (std::size_t i = 0; i + 1 < n; i += 2) sum += load_be16(p + i);
-    if (n % 2 != 0) sum += static_cast<uint32_t>(p[n - 1]) << 8;
-  };
-  if (sums_pseudo_header(view.proto)) {
-    // RFC 768 / RFC 9293 3.1 and RFC 8200 8.1: addresses, protocol, transport length.
-    if (view.family == Family::V4) {
-      add(ip + 12, 8);
-    } else {
-      add(ip + 8, 32);
-    }
-    sum += view.proto;
-    sum += view.l4_length;
-  }
+  const uint32_t pseudo = sums_pseudo_header(view.proto)
+                              ? pseudo_header_sum(view.family, bytes.data(), view.proto, view.l4_length)
+                              : 0;
   store_be16(l4 + at, 0);
-  add(l4, view.l4_length);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  auto checksum = static_cast<uint16_t>(~sum);
+  uint16_t checksum = checksum_fold(checksum_sum(l4, view.l4_length, pseudo));
   if (checksum == 0 && view.is_udp()) checksum = 0xffff;  // RFC 768: 0 would mean "none"
   store_be16(l4 + at, checksum);
 }

@@ -10,11 +10,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "daemon/engine/checksum.h"
 #include "daemon/engine/packet.h"
 
 namespace pairwall::io {
 namespace {
 
+using engine::checksum_fold;
+using engine::checksum_sum;
 using engine::Family;
 using engine::IpAddress;
 using engine::PacketView;
@@ -42,29 +45,6 @@ void put32(uint8_t* p, uint32_t v) {
   p[1] = static_cast<uint8_t>(v >> 16);
   p[2] = static_cast<uint8_t>(v >> 8);
   p[3] = static_cast<uint8_t>(v);
-}
-
-// One's complement sum of 16-bit big-endian words (RFC 1071), not yet folded or inverted.
-uint32_t sum_words(const uint8_t* p, std::size_t n, uint32_t sum = 0) {
-  for (; n > 1; p += 2, n -= 2) sum += static_cast<uint32_t>(p[0] << 8 | p[1]);
-  if (n == 1) sum += static_cast<uint32_t>(p[0] << 8);
-  return sum;
-}
-
-uint16_t fold(uint32_t sum) {
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
-// The pseudo-header of RFC 9293 3.1 / RFC 8200 8.1 for the upper-layer checksum.
-uint32_t pseudo_header_sum(Family family, const uint8_t* ip, uint8_t proto, std::size_t upper_length) {
-  if (family == Family::V4) {
-    uint32_t sum = sum_words(ip + 12, 8);
-    return sum + proto + static_cast<uint32_t>(upper_length);
-  }
-  uint32_t sum = sum_words(ip + 8, 32);
-  return sum + static_cast<uint32_t>(upper_length >> 16) + static_cast<uint32_t>(upper_length & 0xffff) +
-         proto;
 }
 
 bool v4_not_unicast(uint32_t a) {
@@ -107,7 +87,7 @@ std::size_t put_ip_header(const PacketView& p, uint8_t proto, uint8_t ttl, std::
     out[9] = proto;
     p.dst.to_v4_bytes(out + 12);
     p.src.to_v4_bytes(out + 16);
-    put16(out + 10, fold(sum_words(out, kIpv4Header)));
+    put16(out + 10, checksum_fold(checksum_sum(out, kIpv4Header)));
     return kIpv4Header;
   }
   std::memset(out, 0, kIpv6Header);
@@ -139,8 +119,8 @@ BuiltReply build_rst(const PacketView& p, uint8_t ttl, std::span<uint8_t> out) {
     tcp[13] = engine::tcpflag::kRst | engine::tcpflag::kAck;
   }
   tcp[12] = (kTcpHeader / 4) << 4;
-  const uint32_t sum = pseudo_header_sum(p.family, ip, engine::ipproto::kTcp, kTcpHeader);
-  put16(tcp + 16, fold(sum_words(tcp, kTcpHeader, sum)));
+  const uint32_t sum = engine::pseudo_header_sum(p.family, ip, engine::ipproto::kTcp, kTcpHeader);
+  put16(tcp + 16, checksum_fold(checksum_sum(tcp, kTcpHeader, sum)));
   r.size = ip_len + kTcpHeader;
   return r;
 }
@@ -166,8 +146,8 @@ BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, Rejec
   }
   std::memcpy(icmp + kIcmpHeader, bytes.data(), quote);
   // ICMPv4 sums the message alone (RFC 792); ICMPv6 adds the pseudo-header (RFC 4443 2.3).
-  const uint32_t sum = v4 ? 0 : pseudo_header_sum(p.family, ip, engine::ipproto::kIcmp6, icmp_len);
-  put16(icmp + 2, fold(sum_words(icmp, icmp_len, sum)));
+  const uint32_t sum = v4 ? 0 : engine::pseudo_header_sum(p.family, ip, engine::ipproto::kIcmp6, icmp_len);
+  put16(icmp + 2, checksum_fold(checksum_sum(icmp, icmp_len, sum)));
   r.size = ip_len + icmp_len;
   return r;
 }
