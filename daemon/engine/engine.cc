@@ -67,11 +67,11 @@ IfaceId pass_iface(const PacketMeta& meta, int pass) {
   return pass == 0 ? meta.in_iface : meta.out_iface;
 }
 
-// Rewrites a packet that matched a translated state by one of its keys to the other key, turned
-// the way the packet's own is.
-void translate_by_state(const StateTable::Handle& state, std::span<uint8_t> bytes, const PacketView& packet) {
+// What a packet (or a quote) that found a translated state by one of its keys becomes: the other
+// key, turned the way the found one was.
+StateKey counterpart(const StateTable::Handle& state) {
   const StateKey& other = state->key[1 - state.key_index()];
-  rewrite_packet(bytes, packet, state.reversed() ? other.reversed() : other);
+  return state.reversed() ? other.reversed() : other;
 }
 
 // Whether a packet that found a translated state is in a form the translation lets through:
@@ -209,8 +209,9 @@ struct Engine::Parsed {
 // What the translation rules make of a new connection (translate()): the packet as each pass's
 // filter rules see it, and the key it leaves with, which becomes the state's wire key.
 struct Engine::Translation {
-  PacketView seen[2];  // pass 0 (in): after rdr; pass 1 (out): after rdr and nat
-  StateKey wire;       // the packet's own key when nothing translates it
+  const PacketView* seen[2] = {};      // pass 0 (in): after rdr; pass 1 (out): after rdr and nat
+  std::optional<PacketView> after[2];  // the views a rule rewrote, only where one applied
+  StateKey wire;                       // the packet's own key when nothing translates it
   bool translated = false;
   bool filtered = true;   // false: a `nat pass` / `rdr pass` rule let it through unfiltered
   bool nat_port = false;  // the source port (ICMP query id) was chosen; may be chosen again
@@ -298,7 +299,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
         pass_query[k][pass] = kNoQuery;
         if (!has_pass(meta, pass) || !translation.filtered || !claims(meta, translation.translated)) continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
-        queries[query_count++] = {&translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass)};
+        queries[query_count++] = {translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass)};
       }
     }
     rules.evaluate_batch({queries, query_count}, {decided, query_count});
@@ -335,7 +336,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
   for (int pass = 0; pass < 2; ++pass) {
     if (has_pass(meta, pass) && translation.filtered && claims(meta, translation.translated))
-      deciding[pass] = rules.evaluate(translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
+      deciding[pass] = rules.evaluate(*translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
   }
   return by_rules(worker, bytes, parsed, meta, translation, deciding, now);
 }
@@ -444,8 +445,7 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
         if (state->translated()) {
           // The quote is of the packet as the error's sender saw it, on the far side of the
           // translation: it, and the error's destination, take this side's addresses.
-          const StateKey& other = state->key[1 - state.key_index()];
-          rewrite_icmp_error(bytes, packet, quoted, state.reversed() ? other.reversed() : other);
+          rewrite_icmp_error(bytes, packet, quoted, counterpart(state));
           v.rewritten = true;
         }
         return v;
@@ -491,7 +491,7 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
         v.log = (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
         v.rewritten = rewritten;
         if (state->translated()) {
-          translate_by_state(state, bytes, packet);
+          rewrite_packet(bytes, packet, counterpart(state));
           v.rewritten = true;
         }
         return v;
@@ -511,8 +511,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
                        Translation& translation) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
-  translation.seen[0] = packet;
-  translation.seen[1] = packet;
+  translation.seen[0] = translation.seen[1] = &packet;
   translation.wire = parsed.key;
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
   if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error)) return;
@@ -522,7 +521,8 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
   if (has_pass(meta, 0)) {
     const rules::CompiledTranslation* rule = rules.translation(packet, rules::Direction::In, meta.in_iface);
     if (rule != nullptr && !rule->negated) {
-      PacketView& seen = translation.seen[0];
+      PacketView& seen = translation.after[0].emplace(packet);
+      translation.seen[0] = translation.seen[1] = &seen;
       if (rule->kind == rules::TranslationRule::Kind::Binat) {
         seen.dst = graft(rule->source, packet.dst);
       } else {
@@ -539,14 +539,14 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
       translation.filtered = !rule->pass;
     }
   }
-  translation.seen[1] = translation.seen[0];
 
   if (has_pass(meta, 1)) {
-    const PacketView& arriving = translation.seen[0];
+    const PacketView& arriving = *translation.seen[0];
     const rules::CompiledTranslation* rule =
         rules.translation(arriving, rules::Direction::Out, meta.out_iface);
     if (rule != nullptr && !rule->negated) {
-      PacketView& seen = translation.seen[1];
+      PacketView& seen = translation.after[1].emplace(arriving);
+      translation.seen[1] = &seen;
       seen.src = graft(rule->target, arriving.src);
       if (rule->kind == rules::TranslationRule::Kind::Nat && (ports || query_id)) {
         translation.nat_port = true;
@@ -559,20 +559,16 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
   }
   if (!translation.translated) return;
 
-  const PacketView& leaving = translation.seen[1];
   StateKey& wire = translation.wire;
-  wire.addr[0] = leaving.src;
-  wire.addr[1] = leaving.dst;
-  wire.port[0] = leaving.src_port;
-  wire.port[1] = leaving.dst_port;
+  wire = key_of(*translation.seen[1]);
   if (translation.nat_port) {
     // ICMP keeps its query id where it can; ports are drawn, as pf's proxy ports are.
     if (!choose_source_port(worker, wire, translation.port_low, translation.port_high, query_id)) {
       translation.failed = true;
       return;
     }
-    translation.seen[1].src_port = wire.port[0];
-    translation.seen[1].dst_port = wire.port[1];
+    translation.after[1]->src_port = wire.port[0];
+    translation.after[1]->dst_port = wire.port[1];
   }
 }
 
@@ -695,7 +691,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       v.state = state->id;
       v.reason = Reason::State;
       if (state->translated()) {
-        translate_by_state(state, bytes, packet);
+        rewrite_packet(bytes, packet, counterpart(state));
         v.rewritten = true;
       }
       return v;
