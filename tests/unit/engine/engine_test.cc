@@ -10,10 +10,12 @@
 
 #include "daemon/engine/rules/compile.h"
 #include "daemon/engine/rules/parser.h"
+#include "tests/unit/engine/firewall.h"
 #include "tests/unit/support/packet_builder.h"
 
 using namespace pairwall::engine;
 using pairwall::test::Bytes;
+using pairwall::test::Firewall;
 using pairwall::test::PacketBuilder;
 using Action = Verdict::Action;
 
@@ -24,58 +26,6 @@ const std::string kClient = "10.1.0.10";
 const std::string kServer = "192.0.2.80";
 const std::string kClient6 = "2001:db8:1::10";
 const std::string kServer6 = "2001:db8:2::80";
-
-EngineConfig test_config(uint32_t node = 1) {
-  EngineConfig c;
-  c.node_id = node;
-  c.shards = 8;
-  c.event_ring_capacity = 1024;
-  c.hash_key[0] = 0x1234;
-  c.hash_key[1] = 0x5678;
-  return c;
-}
-
-// One firewall: lan0 inside (clients), wan0 outside (servers), forwarding between them.
-struct Firewall {
-  explicit Firewall(const std::string& rule_text, uint32_t node = 1)
-      : engine(test_config(node)), worker(engine) {
-    lan = engine.interfaces().intern("lan0");
-    wan = engine.interfaces().intern("wan0");
-    load(rule_text);
-  }
-
-  void load(const std::string& text) {
-    auto parsed = rules::parse_rules(text, "test.conf");
-    if (auto* e = std::get_if<rules::RuleError>(&parsed)) FAIL(e->to_string());
-    auto compiled = rules::compile(std::get<rules::RuleFile>(parsed), engine.interfaces());
-    if (auto* e = std::get_if<rules::RuleError>(&compiled)) FAIL(e->to_string());
-    engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
-  }
-
-  // lan0 -> wan0 (client to server) and wan0 -> lan0 (server to client).
-  Verdict out(Bytes p) { return run(std::move(p), lan, wan); }
-  Verdict in(Bytes p) { return run(std::move(p), wan, lan); }
-
-  Verdict run(Bytes p, IfaceId from, IfaceId to) {
-    last_packet = std::move(p);
-    PacketMeta meta{Hook::Forward, from, to, false};
-    return engine.process(worker, last_packet, meta, now);
-  }
-
-  std::vector<StateRecord> drain() {
-    std::vector<StateRecord> out;
-    StateRecord r;
-    while (worker.events().pop(r)) out.push_back(r);
-    return out;
-  }
-
-  Engine engine;
-  Worker worker;
-  IfaceId lan = 0;
-  IfaceId wan = 0;
-  Millis now{1'000};
-  Bytes last_packet;
-};
 
 PacketBuilder tcp4(const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
   PacketBuilder b;

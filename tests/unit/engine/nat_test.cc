@@ -4,63 +4,22 @@
 // makes from the translated addresses (so every checksum is checked against a full recompute).
 #include <catch2/catch.hpp>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "daemon/engine/engine.h"
-#include "daemon/engine/rules/compile.h"
-#include "daemon/engine/rules/parser.h"
+#include "tests/unit/engine/firewall.h"
 #include "tests/unit/support/packet_builder.h"
 
 using namespace pairwall::engine;
 using pairwall::test::Bytes;
 using pairwall::test::checksum_add;
+using pairwall::test::Firewall;
 using pairwall::test::get16;
 using pairwall::test::PacketBuilder;
 using pairwall::test::put16;
 using Action = Verdict::Action;
 
 namespace {
-
-EngineConfig test_config(uint32_t node) {
-  EngineConfig c;
-  c.node_id = node;
-  c.shards = 8;
-  c.event_ring_capacity = 1024;
-  c.hash_key[0] = 0x1234;
-  c.hash_key[1] = 0x5678;
-  return c;
-}
-
-// lan0 inside, wan0 outside, forwarding between them.
-struct Firewall {
-  explicit Firewall(const std::string& rule_text, uint32_t node = 1)
-      : engine(test_config(node)), worker(engine) {
-    lan = engine.interfaces().intern("lan0");
-    wan = engine.interfaces().intern("wan0");
-    auto parsed = rules::parse_rules(rule_text, "nat.conf");
-    if (auto* e = std::get_if<rules::RuleError>(&parsed)) FAIL(e->to_string());
-    auto compiled = rules::compile(std::get<rules::RuleFile>(parsed), engine.interfaces());
-    if (auto* e = std::get_if<rules::RuleError>(&compiled)) FAIL(e->to_string());
-    engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
-  }
-
-  Verdict out(Bytes p, bool checksum_partial = false) {
-    return run(std::move(p), lan, wan, checksum_partial);
-  }
-  Verdict in(Bytes p) { return run(std::move(p), wan, lan, false); }
-  Verdict run(Bytes p, IfaceId from, IfaceId to, bool checksum_partial) {
-    last_packet = std::move(p);
-    return engine.process(worker, last_packet, PacketMeta{Hook::Forward, from, to, checksum_partial}, now);
-  }
-
-  Engine engine;
-  Worker worker;
-  IfaceId lan = 0;
-  IfaceId wan = 0;
-  Millis now{1'000};
-  Bytes last_packet;
-};
 
 // One packet of a flow: family by the addresses' form, protocol by name.
 struct Flow {
@@ -146,39 +105,35 @@ TEST_CASE("before routing: replies to a nat address and rdr are translated and c
               "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
               "pass in on wan0 proto tcp to 10.2.0.10 port 8080\n");
   const Flow tcp{"tcp", false};
-  const auto before_routing = [&fw](Bytes p) {
-    fw.last_packet = std::move(p);
-    return fw.engine.process(fw.worker, fw.last_packet, PacketMeta{Hook::Prerouting, fw.wan, kNoIface, false},
-                             fw.now);
+  // Arriving on wan0, addressed to this node, not yet routed.
+  const auto before_routing = [](Firewall& f, Bytes p) {
+    return f.run(std::move(p), PacketMeta{Hook::Prerouting, f.wan, kNoIface, false});
   };
   // The inside host's connection, translated on its way out (after routing, as forwarded).
   REQUIRE(fw.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
   const uint16_t port = source_port(fw.last_packet, tcp);
 
   // Its reply, addressed to the nat address (this node's), before routing: back to the inside host.
-  const Verdict reply = before_routing(tcp.packet("192.0.2.80", 80, "203.0.113.1", port, true));
+  const Verdict reply = before_routing(fw, tcp.packet("192.0.2.80", 80, "203.0.113.1", port, true));
   CHECK(reply.reason == Reason::State);
   CHECK(reply.claimed);
   CHECK(fw.last_packet == tcp.packet("192.0.2.80", 80, "10.1.0.10", 40000, true));
 
   // A new connection to an rdr'd port: its in pass decides, its state is made, it is claimed.
-  const Verdict redirected = before_routing(tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80));
+  const Verdict redirected = before_routing(fw, tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80));
   CHECK(redirected.reason == Reason::Match);
   CHECK(redirected.claimed);
   CHECK(fw.last_packet == tcp.packet("198.51.100.7", 4000, "10.2.0.10", 8080));
   // ... whose in pass filter rules apply as they would after routing.
   Firewall closed(std::string(kNat) +
                   "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n");
-  closed.last_packet = tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80);
-  const Verdict blocked =
-      closed.engine.process(closed.worker, closed.last_packet,
-                            PacketMeta{Hook::Prerouting, closed.wan, kNoIface, false}, closed.now);
+  const Verdict blocked = before_routing(closed, tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80));
   CHECK(blocked.reason == Reason::RuleBlock);
   CHECK_FALSE(blocked.claimed);
 
   // Anything else for this node (no state, no rdr) is left for the hooks after routing, untouched.
   const Bytes ssh = tcp.packet("198.51.100.7", 4001, "203.0.113.1", 22);
-  const Verdict left = before_routing(ssh);
+  const Verdict left = before_routing(fw, ssh);
   CHECK(left.action == Action::Accept);
   CHECK(left.reason == Reason::AfterRouting);
   CHECK_FALSE(left.claimed);
