@@ -36,6 +36,11 @@ CLIENT6, FW_IN6, FW_OUT6, SERVER6 = "fd77:1::2", "fd77:1::1", "fd77:2::1", "fd77
 ALLOWED, BLOCKED, REJECTED, UDP_PORT = 8080, 8081, 8082, 5353
 # Lan.whoami() answers on these with the address and port it saw the asker at (for NAT scenarios).
 WHOAMI_TCP, WHOAMI_UDP = 8090, 5390
+# The NAT scenarios' translation: the client LAN leaves f1 as the firewall's own address there.
+NAT_TO_FW_OUT = f"""\
+nat on $out_if inet from 10.77.1.0/24 to any -> {FW_OUT4}
+nat on $out_if inet6 from fd77:1::/64 to any -> {FW_OUT6}
+"""
 
 RULES = """\
 # client side f0, server side f1: the client may reach the server on a few services.

@@ -4,14 +4,12 @@ keeps it), the client gets its replies back, and the state shows both keys."""
 
 import pytest
 
-from daemon_net import CLIENT4, CLIENT6, FW_OUT4, FW_OUT6, SERVER4, SERVER6, settle
+from daemon_net import CLIENT4, CLIENT6, FW_OUT4, FW_OUT6, NAT_TO_FW_OUT, SERVER4, SERVER6, settle
 
 RULES = f"""\
 in_if = "f0"
 out_if = "f1"
-nat on $out_if inet from 10.77.1.0/24 to any -> {FW_OUT4}
-nat on $out_if inet6 from fd77:1::/64 to any -> {FW_OUT6}
-block all
+{NAT_TO_FW_OUT}block all
 pass in on $in_if inet proto icmp icmp-type echoreq
 pass out on $out_if inet proto icmp icmp-type echoreq
 pass in on $in_if inet6 proto icmp6 icmp6-type echoreq

@@ -5,15 +5,13 @@ state, from the address and port it sent to. IPv4 and IPv6 alike."""
 
 import pytest
 
-from daemon_net import (ALLOWED, CLIENT4, CLIENT6, FW_OUT4, FW_OUT6, SERVER4, SERVER6, WHOAMI_TCP, WHOAMI_UDP,
-                        settle)
+from daemon_net import (ALLOWED, CLIENT4, CLIENT6, FW_OUT4, FW_OUT6, NAT_TO_FW_OUT, SERVER4, SERVER6, WHOAMI_TCP,
+                        WHOAMI_UDP, settle)
 
 RULES = f"""\
 in_if = "f0"
 out_if = "f1"
-nat on $out_if inet from 10.77.1.0/24 to any -> {FW_OUT4}
-nat on $out_if inet6 from fd77:1::/64 to any -> {FW_OUT6}
-block all
+{NAT_TO_FW_OUT}block all
 pass in on $in_if proto tcp to port {{ {ALLOWED} {WHOAMI_TCP} }}
 pass out on $out_if proto tcp to port {{ {ALLOWED} {WHOAMI_TCP} }}
 pass in on $in_if proto udp to port {WHOAMI_UDP}

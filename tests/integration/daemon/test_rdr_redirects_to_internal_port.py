@@ -1,25 +1,31 @@
-"""rdr on the client-side interface: the client dials an address and port nobody serves, the
-firewall redirects the flow to the server on another port. The server sees the client's own
-address and port (rdr leaves the source alone), the client's answers come from the address and
-port it dialled, and the filter rules judge the redirected destination: they pass only the
-server's address and port, so nothing would pass if they saw the dialled one. A port no rdr rule
-names gets nothing. TCP and UDP, IPv4 and IPv6."""
+"""rdr on the client-side interface, to an address nobody owns and to the firewall's own (a port
+forward, as pf does with `rdr on $ext_if ... to ($ext_if)`): the firewall redirects the flow to the
+server on another port. The server sees the client's own address and port (rdr leaves the source
+alone), the client's answers come from the address and port it dialled, the state shows both keys,
+and the filter rules judge the redirected destination: they pass only the server's address and
+port, so nothing would pass if they saw the dialled one. A port no rdr rule names gets nothing.
+TCP and UDP, IPv4 and IPv6."""
 
 import pytest
 
-from daemon_net import CLIENT4, CLIENT6, SERVER4, SERVER6, WHOAMI_TCP, WHOAMI_UDP, settle
+from daemon_net import CLIENT4, CLIENT6, FW_IN4, FW_IN6, SERVER4, SERVER6, WHOAMI_TCP, WHOAMI_UDP, settle
 
 # Addresses on the server's LAN that no host owns: the firewall routes them out towards the server.
 PUBLIC4, PUBLIC6 = "10.77.2.80", "fd77:2::80"
-PUBLIC_TCP, PUBLIC_UDP, UNMAPPED = 80, 53, 81
+DIALLED_TCP, DIALLED_UDP, UNMAPPED = 80, 53, 81
+CLIENTS = {4: CLIENT4, 6: CLIENT6}
+SERVERS = {4: SERVER4, 6: SERVER6}
 
-RULES = f"""\
+
+def rules(dialled):
+    """rdr of `dialled` (family -> address) to the server, and filter rules for the server only."""
+    return f"""\
 in_if = "f0"
 out_if = "f1"
-rdr on $in_if proto tcp to {PUBLIC4} port {PUBLIC_TCP} -> {SERVER4} port {WHOAMI_TCP}
-rdr on $in_if proto udp to {PUBLIC4} port {PUBLIC_UDP} -> {SERVER4} port {WHOAMI_UDP}
-rdr on $in_if proto tcp to {PUBLIC6} port {PUBLIC_TCP} -> {SERVER6} port {WHOAMI_TCP}
-rdr on $in_if proto udp to {PUBLIC6} port {PUBLIC_UDP} -> {SERVER6} port {WHOAMI_UDP}
+rdr on $in_if proto tcp to {dialled[4]} port {DIALLED_TCP} -> {SERVER4} port {WHOAMI_TCP}
+rdr on $in_if proto udp to {dialled[4]} port {DIALLED_UDP} -> {SERVER4} port {WHOAMI_UDP}
+rdr on $in_if proto tcp to {dialled[6]} port {DIALLED_TCP} -> {SERVER6} port {WHOAMI_TCP}
+rdr on $in_if proto udp to {dialled[6]} port {DIALLED_UDP} -> {SERVER6} port {WHOAMI_UDP}
 block all
 pass in on $in_if proto tcp to {{ {SERVER4} {SERVER6} }} port {WHOAMI_TCP}
 pass out on $out_if proto tcp to {{ {SERVER4} {SERVER6} }} port {WHOAMI_TCP}
@@ -27,33 +33,46 @@ pass in on $in_if proto udp to {{ {SERVER4} {SERVER6} }} port {WHOAMI_UDP}
 pass out on $out_if proto udp to {{ {SERVER4} {SERVER6} }} port {WHOAMI_UDP}
 """
 
-ENDS = {4: (CLIENT4, PUBLIC4, SERVER4), 6: (CLIENT6, PUBLIC6, SERVER6)}
+
+def check_redirect(lan, fw, family, proto, address):
+    """One flow to `address`, redirected; the answer, what the server saw, and the state."""
+    udp = proto == "udp"
+    dialled, internal = (DIALLED_UDP, WHOAMI_UDP) if udp else (DIALLED_TCP, WHOAMI_TCP)
+    r = lan.ask(address, dialled, udp=udp)
+    assert r["result"] == "ok", f"no answer through rdr: {r}; reasons {fw.reasons()}"
+    assert r["reply_from"] == {"address": address, "port": dialled}, f"the reply is not from the dialled end: {r}"
+    assert r["local"]["address"] == CLIENTS[family], r
+    assert r["seen"] == r["local"], f"rdr changed the source the server saw: {r}"
+
+    settle()
+    states = fw.json("states", "proto", proto)["states"]
+    assert len(states) == 1, states
+    s = states[0]
+    assert s["src"] == r["local"] and s["dst"] == {"address": address, "port": dialled}, s
+    assert s.get("wire_src") == r["local"], s
+    assert s.get("wire_dst") == {"address": SERVERS[family], "port": internal}, \
+        f"the state does not show the redirect: {s}"
 
 
 @pytest.mark.parametrize("proto", ["tcp", "udp"])
 @pytest.mark.parametrize("family", [4, 6])
 def test_rdr_redirects_to_internal_port(lan, daemon_factory, family, proto):
-    client, public, server = ENDS[family]
-    udp = proto == "udp"
-    dialled, internal = (PUBLIC_UDP, WHOAMI_UDP) if udp else (PUBLIC_TCP, WHOAMI_TCP)
-    fw = daemon_factory(rules=RULES)
+    public = {4: PUBLIC4, 6: PUBLIC6}
+    fw = daemon_factory(rules=rules(public))
     lan.whoami()
-
-    r = lan.ask(public, dialled, udp=udp)
-    assert r["result"] == "ok", f"no answer through rdr: {r}; reasons {fw.reasons()}"
-    assert r["reply_from"] == {"address": public, "port": dialled}, f"the reply is not from the dialled end: {r}"
-    assert r["local"]["address"] == client, r
-    assert r["seen"] == r["local"], f"rdr changed the source the server saw: {r}"
+    check_redirect(lan, fw, family, proto, public[family])
 
     before = fw.reasons()["rule_block"]
-    unmapped = lan.ask(public, UNMAPPED, udp=udp, timeout=1.0)
+    unmapped = lan.ask(public[family], UNMAPPED, udp=proto == "udp", timeout=1.0)
     assert unmapped["result"] == "timeout", unmapped
-
     settle()
     assert fw.reasons()["rule_block"] > before, "the port no rdr names was not blocked by rule"
-    states = fw.json("states", "proto", proto)["states"]
-    assert len(states) == 1, states
-    s = states[0]
-    assert s["src"] == r["local"] and s["dst"] == {"address": public, "port": dialled}, s
-    assert s.get("wire_src") == r["local"], s
-    assert s.get("wire_dst") == {"address": server, "port": internal}, f"the state does not show the redirect: {s}"
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp"])
+@pytest.mark.parametrize("family", [4, 6])
+def test_rdr_port_forward_to_firewall_address(lan, daemon_factory, family, proto):
+    own = {4: FW_IN4, 6: FW_IN6}
+    fw = daemon_factory(rules=rules(own))
+    lan.whoami()
+    check_redirect(lan, fw, family, proto, own[family])
