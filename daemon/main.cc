@@ -252,14 +252,27 @@ std::vector<control::ProgressWatch::Sample> progress_samples(const io::NfQueue& 
   return out;
 }
 
+// State ids count from the epoch (microseconds) times 4096: a later start counts from above every id
+// an earlier one made unless that one created more than 4096 states a microsecond, and the count
+// lasts until 2112.
+uint64_t first_state_counter(uint64_t boot_epoch) {
+  return (boot_epoch & ((uint64_t{1} << 52) - 1)) << 12;
+}
+
 void notify(const std::string& text) {
   sd_notify(0, text.c_str());
 }
 
 int run(const control::Config& c) {
+  // One epoch for this start, shared by sync and the advertisements, and the start of its state ids.
+  const control::BootEpoch epoch = control::take_boot_epoch(c.node.epoch_file, control::wall_clock_us());
+  if (!epoch.warning.empty()) spdlog::warn("{}", epoch.warning);
+  const uint64_t boot_epoch = epoch.epoch;
+
   engine::EngineConfig engine_config;
   engine_config.node_id = c.node.id;
   engine_config.shards = c.engine.shards;
+  engine_config.first_state_counter = first_state_counter(boot_epoch);
   engine::Engine engine(engine_config);
 
   control::ControlService service(c, engine, monotonic_now);
@@ -285,11 +298,6 @@ int run(const control::Config& c) {
   bool hooks_installed = false;
   std::unique_ptr<sync::SyncService> sync_service;
   std::unique_ptr<failover::FailoverService> failover_service;
-  // One epoch for this start, shared by sync and the advertisements.
-  const control::BootEpoch epoch = control::take_boot_epoch(c.node.epoch_file, control::wall_clock_us());
-  if (!epoch.warning.empty()) spdlog::warn("{}", epoch.warning);
-  const uint64_t boot_epoch = epoch.epoch;
-
   auto remove_hooks = [&] {
     if (!hooks_installed) return;
     try {

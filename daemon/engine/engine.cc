@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <vector>
 
 #include "daemon/engine/checksum.h"
 #include "daemon/engine/packet.h"
@@ -138,6 +139,7 @@ Engine::Engine(EngineConfig config)
     : config_(config),
       states_(config.shards, hash_key_from(config), rules::RuleSet().state_limit()),
       rules_(empty_rules()),
+      next_state_counter_(std::max<uint64_t>(config.first_state_counter, 1)),
       control_events_(kControlRingCapacity) {}
 
 void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules) {
@@ -757,6 +759,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
 
   auto state = states_.find_by_id(record.id);
   if (!state && record.kind == StateRecord::Kind::Update) return false;  // the insert has not arrived
+  if (state) state->named_at = peer_sequence_;
   const Timeouts timeouts = rules()->timeouts();
   if (!state) {
     // The record says how long the state has left; on our clock that is an older "last seen".
@@ -776,6 +779,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->flags = static_cast<uint8_t>((record.flags & ~stateflag::kTranslated) | stateflag::kFromPeer |
                                         (state->flags & stateflag::kTranslated));
     state->adopted = false;
+    state->named_at = peer_sequence_;
   } else {
     // Merge: sequence numbers and protocol states only move forward.
     PeerTracking* local[2] = {&state->peer[0], &state->peer[1]};
@@ -806,6 +810,25 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
   states_.touch(state, timeout, duration, last_seen);
   return true;
+}
+
+std::size_t Engine::remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence) {
+  auto unnamed = [&](const StateEntry& e) {
+    return e.id.creator == peer && !e.adopted && e.named_at < sequence;
+  };
+  std::vector<StateId> ids;
+  states_.for_each([&](const StateEntry& e) {
+    if (unnamed(e)) ids.push_back(e.id);
+  });
+  std::size_t removed = 0;
+  for (const StateId& id : ids) {
+    auto state = states_.find_by_id(id);
+    // Looked at again under its lock: a packet may have met it since.
+    if (!state || !unnamed(*state)) continue;
+    states_.erase(state);
+    ++removed;
+  }
+  return removed;
 }
 
 void Engine::snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const {

@@ -73,6 +73,9 @@ struct EngineConfig {
   std::size_t event_ring_capacity = 1 << 16;  // per worker
   // Secret for the state hash. Zero means "draw one from the OS at construction".
   uint64_t hash_key[2] = {0, 0};
+  // The counter of this node's first state id. The peer keeps states across this node's restarts,
+  // so a new start must not count from where an earlier one did (pf starts from its boot time).
+  uint64_t first_state_counter = 1;
 };
 
 class Engine;
@@ -147,6 +150,19 @@ class Engine {
   // Returns false when the record was stale or could not be applied (table full).
   bool apply(const StateRecord& record, Millis now);
 
+  // A full transfer of the peer's table (its bulk, or a full resync it started) names every state
+  // the peer holds. A Delete the stream lost (a gap no resend could fill is what starts a full
+  // resync) would leave its state here for a whole timeout, a day for an established TCP
+  // connection, and a later connection on the same ports would meet its stale windows. So each
+  // state remembers the sync sequence of the last record that named it (set before apply()), and
+  // at the end of a transfer the peer's states not named since its snapshot are removed, unless
+  // this node has seen their packets since (they are its own traffic now: a failover, or both
+  // nodes forwarding). Called by the one thread that calls apply().
+  void set_peer_sequence(uint64_t sequence) noexcept { peer_sequence_ = sequence; }
+  // Removes the states created by `peer` that no record from `sequence` on named and no local
+  // packet has met. Returns how many; they are not reported to sync (the peer has none).
+  std::size_t remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence);
+
   StateTable& states() { return states_; }
   const StateTable& states() const { return states_; }
 
@@ -196,9 +212,10 @@ class Engine {
   mutable std::mutex rules_mutex_;
   std::shared_ptr<const rules::RuleSet> rules_;
   std::atomic<uint64_t> rules_generation_{1};
-  std::atomic<uint64_t> next_state_counter_{1};
+  std::atomic<uint64_t> next_state_counter_;
   SpscRing<StateRecord> control_events_;
   std::atomic<uint64_t> control_events_lost_{0};
+  uint64_t peer_sequence_ = 0;  // the sync sequence of the records apply() is given
 };
 
 }  // namespace pairwall::engine

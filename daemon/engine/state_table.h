@@ -71,6 +71,7 @@ struct alignas(64) StateEntry {
   StateEntry* queue_prev = nullptr;
   StateEntry* queue_next = nullptr;
   Millis created{0};
+  uint64_t named_at = 0;  // the peer's sync sequence that last named it (Engine::apply)
   std::shared_ptr<const rules::RuleSet> creator_rules;
 
   bool translated() const { return (flags & stateflag::kTranslated) != 0; }

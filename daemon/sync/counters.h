@@ -77,6 +77,7 @@ struct SyncCounters {
   uint64_t bulk_states_sent = 0;
   uint64_t bulk_states_received = 0;
   uint64_t bulk_timeouts = 0;
+  uint64_t peer_states_removed = 0;  // states the peer no longer had at the end of its full transfer
 
   uint64_t peer_restarts = 0;  // the peer's epoch went up
   uint64_t keepalives_sent = 0;

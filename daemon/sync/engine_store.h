@@ -19,6 +19,10 @@ class EngineStore final : public StateStore {
   ApplyResult apply(const engine::StateRecord& record, Micros now) override;
   bool current(const engine::StateId& id, Micros now, engine::StateRecord& out) override;
   void collect_ids(std::vector<engine::StateId>& out) override;
+  void set_peer_sequence(uint64_t sequence) override { engine_.set_peer_sequence(sequence); }
+  std::size_t remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence) override {
+    return engine_.remove_peer_states_unnamed_since(peer, sequence);
+  }
 
  private:
   engine::Engine& engine_;

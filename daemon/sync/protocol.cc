@@ -173,6 +173,8 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   // Expect the oldest sequence the peer can still resend: older ones are covered by the bulk
   // this node asks for.
   rwin_.reset(h.send_base == 0 ? 1 : h.send_base);
+  // A new epoch numbers its sequences from 1 again: they continue the count the store sees.
+  delivered_base_ = delivered_;
   gaps_to_request_.clear();
   acks_owed_ = 0;
   ack_now_ = true;  // tell the peer at once where this node starts
@@ -236,8 +238,8 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   }
 
   const uint8_t* const current = payload.data();
-  auto on_deliver = [&](uint64_t, std::span<const uint8_t> p) {
-    deliver(p, !p.empty() && p.data() == current, now);
+  auto on_deliver = [&](uint64_t seq, std::span<const uint8_t> p) {
+    deliver(seq, p, !p.empty() && p.data() == current, now);
   };
   auto on_give_up = [&](uint64_t first, uint64_t last) { give_up(first, last); };
   rwin_.advance_to(h.send_base, on_deliver, on_give_up);
@@ -268,8 +270,10 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   }
 }
 
-void SyncProtocol::deliver(std::span<const uint8_t> payload, bool parsed, Micros now) {
+void SyncProtocol::deliver(uint64_t seq, std::span<const uint8_t> payload, bool parsed, Micros now) {
   if (payload.empty()) return;
+  delivered_ = delivered_base_ + seq;
+  store_.set_peer_sequence(delivered_);
   if (parsed) {
     apply_batch(*rx_batch_, true, now);
     return;
@@ -364,7 +368,7 @@ void SyncProtocol::apply_batch(const wire::Batch& batch, bool sequenced, Micros 
         }
         break;
       case wire::Message::kBulkStart:
-        bulk_started(m.bulk_start().request(), m.bulk_start().count(), now);
+        bulk_started(m.bulk_start().request(), m.bulk_start().count(), m.bulk_start().snapshot_seq(), now);
         break;
       case wire::Message::kBulkEnd:
         bulk_ended(m.bulk_end().request(), m.bulk_end().count());
@@ -421,6 +425,11 @@ void SyncProtocol::serve_bulk(uint32_t request, Micros now) {
   wire::Message m;
   m.mutable_bulk_start()->set_request(request);
   m.mutable_bulk_start()->set_count(bulk_ids_.size());
+  // Every state this node holds is named from the next sequence on, by its bulk insert or by the
+  // live insert of a newer one. Said only while the table is whole: a node whose own bulk has not
+  // ended (or timed out) may lack states it created before a restart, which the peer must keep.
+  const bool whole = bulk_state_ == BulkState::Idle || bulk_state_ == BulkState::Done;
+  m.mutable_bulk_start()->set_snapshot_seq(whole ? window_.next_seq() : 0);
   controls_.push_back(std::move(m));
   if (request < kUnsolicited) ++counters_.bulks_served;
 }
@@ -463,7 +472,7 @@ void SyncProtocol::serve_resync(const wire::ResyncRequest& request, Micros now) 
   for (const auto& id : ids) backlog_.push_back(id);
 }
 
-void SyncProtocol::bulk_started(uint32_t request, uint64_t count, Micros now) {
+void SyncProtocol::bulk_started(uint32_t request, uint64_t count, uint64_t snapshot_seq, Micros now) {
   const bool unsolicited = (request & kUnsolicited) != 0;
   if (!unsolicited && request != bulk_request_) return;  // an older request's transfer
   if (bulk_state_ == BulkState::Receiving && request == bulk_transfer_) return;  // seen before
@@ -472,6 +481,7 @@ void SyncProtocol::bulk_started(uint32_t request, uint64_t count, Micros now) {
   bulk_state_ = BulkState::Receiving;
   bulk_expected_ = count;
   bulk_received_ = 0;
+  bulk_snapshot_seq_ = snapshot_seq == 0 ? 0 : delivered_base_ + snapshot_seq;
   const auto allowance =
       Micros{static_cast<int64_t>(static_cast<double>(count) / config_.bulk_min_rate * 1e6)};
   bulk_deadline_ = now + config_.bulk_timeout_min + allowance;
@@ -484,6 +494,11 @@ void SyncProtocol::bulk_ended(uint32_t request, uint64_t count) {
   bulk_deadline_ = Micros::max();
   bulk_end_count_ = count;
   initial_bulk_done_ = true;
+  // Only a transfer that arrived whole names every state the peer holds; without a snapshot
+  // sequence the peer's table was not complete (its own bulk had not ended).
+  if (bulk_received_ == count && bulk_snapshot_seq_ != 0 && peer_id_ != 0) {
+    counters_.peer_states_removed += store_.remove_peer_states_unnamed_since(peer_id_, bulk_snapshot_seq_);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -175,13 +175,13 @@ class SyncProtocol {
   // Receiving.
   bool accept_sender(const Header& h, Micros now, bool& new_epoch) noexcept;
   void start_peer_epoch(const Header& h, Micros now);
-  void deliver(std::span<const uint8_t> payload, bool parsed, Micros now);
+  void deliver(uint64_t seq, std::span<const uint8_t> payload, bool parsed, Micros now);
   void apply_batch(const wire::Batch& batch, bool sequenced, Micros now);
   void apply_record(const engine::StateRecord& record, Micros now);
   void give_up(uint64_t first, uint64_t last);
   void serve_bulk(uint32_t request, Micros now);
   void serve_resync(const wire::ResyncRequest& request, Micros now);
-  void bulk_started(uint32_t request, uint64_t count, Micros now);
+  void bulk_started(uint32_t request, uint64_t count, uint64_t snapshot_seq, Micros now);
   void bulk_ended(uint32_t request, uint64_t count);
 
   // Sending.
@@ -260,6 +260,11 @@ class SyncProtocol {
   uint32_t next_bulk_request_ = 1;
   uint64_t bulk_expected_ = 0;
   uint64_t bulk_received_ = 0;
+  uint64_t bulk_snapshot_seq_ = 0;  // the transfer's BulkStart.snapshot_seq, as delivered_ counts
+  // The peer's sequences as the store sees them (set_peer_sequence): its current epoch's, counted
+  // on from those of its earlier epochs, so that they never go back.
+  uint64_t delivered_base_ = 0;
+  uint64_t delivered_ = 0;
   Micros bulk_deadline_ = Micros::max();
 };
 

@@ -3,6 +3,7 @@
 // against each other with crafted loss.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -30,6 +31,14 @@ class StateStore {
 
   // Appends the id of every state (the snapshot of a bulk transfer).
   virtual void collect_ids(std::vector<engine::StateId>& out) = 0;
+
+  // The peer's sync sequence of the records apply() is given next: a state remembers the last one
+  // that named it.
+  virtual void set_peer_sequence(uint64_t sequence) = 0;
+  // A full transfer ended with every record it announced: removes the states `peer` created that
+  // no record from `sequence` (the transfer's snapshot) on named, which the peer no longer has
+  // (their Deletes were lost), unless this node has taken them over. Returns how many.
+  virtual std::size_t remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence) = 0;
 };
 
 }  // namespace pairwall::sync

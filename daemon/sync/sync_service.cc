@@ -365,6 +365,12 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
   if (c.full_resyncs_received > oc.full_resyncs_received) {
     spdlog::warn("sync: the peer started a full resync");
   }
+  if (c.peer_states_removed > oc.peer_states_removed) {
+    spdlog::warn(
+        "sync: {} states the peer no longer has removed at the end of its full transfer (their "
+        "deletes were lost)",
+        c.peer_states_removed - oc.peer_states_removed);
+  }
   if (c.window_evictions > logged_evictions_ && now - last_eviction_log_ >= kDropLogPeriod) {
     spdlog::warn(
         "sync: resend window full: {} unacked datagrams evicted since the last report (their states are "
@@ -493,6 +499,9 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_bulk_states_total", T::Counter, "States sent and received in bulk transfers.");
   w.sample({{"direction", "sent"}}, c.bulk_states_sent);
   w.sample({{"direction", "received"}}, c.bulk_states_received);
+  w.family("pairwall_sync_peer_states_removed_total", T::Counter,
+           "The peer's states removed at the end of its full transfer: it no longer had them.");
+  w.sample(c.peer_states_removed);
   w.family("pairwall_sync_resend_window", T::Gauge, "Datagrams not yet acked by the peer.");
   w.sample(static_cast<uint64_t>(s.outstanding));
   w.family("pairwall_sync_rtt_seconds", T::Gauge, "Smoothed round trip to the peer.");

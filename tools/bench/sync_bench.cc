@@ -288,6 +288,8 @@ class SinkPeer {
     }
     bool current(const StateId&, sync::Micros, StateRecord&) override { return false; }
     void collect_ids(std::vector<StateId>&) override {}
+    void set_peer_sequence(uint64_t) override {}
+    std::size_t remove_peer_states_unnamed_since(uint32_t, uint64_t) override { return 0; }
   };
   static sync::Micros now_us() {
     return std::chrono::duration_cast<sync::Micros>(Clock::now().time_since_epoch());

@@ -712,3 +712,54 @@ TEST_CASE("records from the peer create states that pass mid-stream traffic", "[
     CHECK(b.engine.states().size() == 0);
   }
 }
+
+TEST_CASE("state ids count from the configured start, above every id of an earlier start", "[engine][sync]") {
+  EngineConfig config = pairwall::test::test_config(1);
+  config.first_state_counter = uint64_t{1} << 40;
+  Firewall fw(kWebOnly, config);
+  fw.out(syn(80));
+  fw.out(syn(443));
+  const auto made = fw.drain();
+  REQUIRE(made.size() == 2);
+  CHECK(made[0].id == StateId{1, uint64_t{1} << 40});
+  CHECK(made[1].id == StateId{1, (uint64_t{1} << 40) + 1});
+}
+
+TEST_CASE("the end of a peer's full transfer removes its states the transfer did not name",
+          "[engine][sync]") {
+  Firewall a(kWebOnly, 1);
+  Firewall b(kWebOnly, 2);
+  // Three connections from a (ports 80 and 443 to the server, and 80 from another client port)
+  // and one b made itself.
+  a.out(syn(80));
+  a.out(syn(443));
+  a.out(tcp4(kClient, kClientPort + 1, kServer, 80).flags(tcpflag::kSyn).seq(1).build());
+  const auto made = a.drain();
+  REQUIRE(made.size() == 3);
+  b.engine.set_peer_sequence(10);
+  for (const auto& r : made) REQUIRE(b.engine.apply(r, b.now));
+  REQUIRE(b.out(tcp4(kClient, kClientPort + 2, kServer, 443).flags(tcpflag::kSyn).seq(1).build()).reason ==
+          Reason::Match);
+  REQUIRE(b.engine.states().size() == 4);
+
+  // A transfer from a's snapshot at sequence 20 names the first connection only (in sequence 25);
+  // b's packets meet the third meanwhile.
+  b.engine.set_peer_sequence(25);
+  b.engine.apply(made[0], b.now);  // nothing new in it, but it names the state
+  REQUIRE(b.out(tcp4(kClient, kClientPort + 1, kServer, 80).flags(tcpflag::kSyn).seq(1).build()).reason ==
+          Reason::State);
+
+  CHECK(b.engine.remove_peer_states_unnamed_since(1, 20) == 1);
+  CHECK(b.engine.states().size() == 3);
+  CHECK(b.engine.states().find_by_id(made[0].id));
+  CHECK_FALSE(b.engine.states().find_by_id(made[1].id));  // gone on a, its delete lost
+  CHECK(b.engine.states().find_by_id(made[2].id));        // b's own traffic now
+  // Nothing to tell the peer: the states were its own.
+  StateRecord event;
+  CHECK_FALSE(b.engine.control_events().pop(event));
+  // Another transfer that names nothing removes the rest of a's that b has not taken over; b's own
+  // states are never the peer's to remove.
+  CHECK(b.engine.remove_peer_states_unnamed_since(1, 30) == 1);
+  CHECK(b.engine.remove_peer_states_unnamed_since(2, 30) == 0);
+  CHECK(b.engine.states().size() == 2);
+}

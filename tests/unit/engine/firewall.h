@@ -28,7 +28,9 @@ inline engine::EngineConfig test_config(uint32_t node = 1) {
 
 struct Firewall {
   explicit Firewall(const std::string& rule_text, uint32_t node = 1)
-      : engine(test_config(node)), worker(engine) {
+      : Firewall(rule_text, test_config(node)) {}
+  Firewall(const std::string& rule_text, const engine::EngineConfig& config)
+      : engine(config), worker(engine) {
     lan = engine.interfaces().intern("lan0");
     wan = engine.interfaces().intern("wan0");
     load(rule_text);

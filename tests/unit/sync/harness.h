@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <random>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -31,6 +33,11 @@ class FakeStore : public StateStore {
  public:
   std::map<StateId, StateRecord> states;
   uint64_t applied = 0;
+  // As the engine keeps them: the peer's sequence that last named a state, and the peer's states
+  // this node's own packets have met.
+  uint64_t peer_sequence = 0;
+  std::map<StateId, uint64_t> named;
+  std::set<StateId> seen_locally;
 
   ApplyResult apply(const StateRecord& r, Micros) override {
     using Kind = StateRecord::Kind;
@@ -41,6 +48,7 @@ class FakeStore : public StateStore {
       case Kind::Delete:
         return states.erase(r.id) != 0 ? ApplyResult::Applied : ApplyResult::Unknown;
       case Kind::Insert: {
+        named[r.id] = peer_sequence;
         auto it = states.find(r.id);
         if (it == states.end()) {
           StateRecord copy = r;
@@ -54,6 +62,7 @@ class FakeStore : public StateStore {
       case Kind::Update: {
         auto it = states.find(r.id);
         if (it == states.end()) return ApplyResult::Unknown;
+        named[r.id] = peer_sequence;
         return merge(it->second, r) ? ApplyResult::Applied : ApplyResult::Stale;
       }
     }
@@ -72,6 +81,19 @@ class FakeStore : public StateStore {
     for (const auto& [id, r] : states) out.push_back(id);
   }
 
+  void set_peer_sequence(uint64_t sequence) override { peer_sequence = sequence; }
+
+  std::size_t remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence) override {
+    std::size_t removed = 0;
+    for (auto it = states.begin(); it != states.end();) {
+      const bool unnamed =
+          it->first.creator == peer && named[it->first] < sequence && !seen_locally.count(it->first);
+      it = unnamed ? states.erase(it) : std::next(it);
+      removed += unnamed;
+    }
+    return removed;
+  }
+
   // Local change: what the engine does to its own table before emitting the record.
   void local(const StateRecord& r) {
     using Kind = StateRecord::Kind;
@@ -81,6 +103,7 @@ class FakeStore : public StateStore {
       states.clear();
     } else {
       StateRecord& s = states[r.id];
+      if (r.kind == Kind::Update) seen_locally.insert(r.id);
       if (r.kind == Kind::Insert) {
         s = r;
       } else {

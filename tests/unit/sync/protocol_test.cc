@@ -352,6 +352,42 @@ TEST_CASE("too many changes waiting for a dead peer: dropped, then a full resync
   CHECK(p.tables_agree());
 }
 
+TEST_CASE("deletes lost with the stream: the full resync removes the states the peer no longer has",
+          "[sync][protocol][gap]") {
+  Pair p;
+  p.config_a.pending_limit = 50;
+  settle(p);
+  for (uint64_t i = 1; i <= 300; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(1000));
+  REQUIRE(p.store_b.states.size() == 300);
+  // B's own packets meet one of A's connections (it forwards it too: split brain).
+  StateRecord met = make_insert(1, 7);
+  met.kind = StateRecord::Kind::Update;
+  p.store_b.local(met);
+
+  p.a_to_b.up = false;
+  p.b_to_a.up = false;
+  p.run(ms(1000));
+  // A's connections 1..100 close while nobody hears it: more deletes than may wait.
+  for (uint64_t i = 1; i <= 100; ++i) {
+    StateRecord gone;
+    gone.kind = StateRecord::Kind::Delete;
+    gone.id = {1, i};
+    p.change(true, gone);
+  }
+  CHECK(p.a->counters().pending_overflows > 0);
+  p.a_to_b.up = true;
+  p.b_to_a.up = true;
+  p.run(ms(5000));
+  CHECK(p.a->counters().full_resyncs_started >= 1);
+  CHECK(p.b->counters().full_resyncs_received >= 1);
+  CHECK(p.b->counters().peer_states_removed > 0);
+  CHECK(p.store_b.states.size() == 201);
+  CHECK(p.store_b.states.count({1, 7}) == 1);
+  p.store_b.states.erase({1, 7});
+  CHECK(p.tables_agree());
+}
+
 TEST_CASE("a starting node is demoted until its bulk ends, and gets every state", "[sync][protocol][bulk]") {
   Pair p;
   p.config_a.request_bulk_at_start = false;
@@ -627,6 +663,24 @@ TEST_CASE("a peer restart is noticed and both sides resync", "[sync][protocol][b
   CHECK(p.a->counters().peer_restarts == 1);
   CHECK(p.a->counters().bulks_served == 2);  // B's first boot and its restart
   CHECK(p.a->bulk_done());                   // A's own demotion is not affected
+}
+
+TEST_CASE("a restarted peer's transfer removes nothing before its own bulk has ended",
+          "[sync][protocol][bulk]") {
+  Pair p;
+  settle(p);
+  // B's connections, which A holds and B will lose by restarting.
+  for (uint64_t i = 1; i <= 200; ++i) p.change(false, make_insert(2, i));
+  p.run(ms(100));
+  REQUIRE(p.store_a.states.size() == 200);
+  p.restart_b(p.config_b.epoch + 1);
+  p.run(ms(1000));
+  // A asked the new B for its table while B still waited for A's: B's empty snapshot named none of
+  // them, and A kept them all (B gets them back from A's bulk).
+  CHECK(p.a->counters().bulk_states_received == 0);
+  CHECK(p.a->counters().peer_states_removed == 0);
+  CHECK(p.store_a.states.size() == 200);
+  CHECK(p.tables_agree());
 }
 
 TEST_CASE("an update for a state the peer lacks brings the whole state", "[sync][protocol]") {
