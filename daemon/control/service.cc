@@ -264,6 +264,14 @@ void ControlService::status(Status* out) const {
 void ControlService::rules_show(RuleList* out) const {
   out->set_rules_file(rules_file_);
   for (const auto& r : snapshot().rules) fill_rule(r, out->add_rules());
+  if (const auto current = engine_.rules()) {
+    for (const auto& t : current->translation_rules()) {
+      auto* info = out->add_translations();
+      info->set_number(t.number);
+      info->set_text(t.text);
+      info->set_location(t.location.file + ":" + std::to_string(t.location.line));
+    }
+  }
 }
 
 std::string ControlService::states(const StatesRequest& request, StateList* out) const {

@@ -107,7 +107,13 @@ std::string format_status(const control::Status& s) {
 
 std::string format_rules(const control::RuleList& rules) {
   std::ostringstream o;
-  if (rules.rules_size() == 0) o << "no rules loaded\n";
+  if (rules.rules_size() == 0 && rules.translations_size() == 0) o << "no rules loaded\n";
+  // pfctl lists translation rules (-s nat) apart from filter rules: each list has its own @N.
+  if (rules.translations_size() > 0) {
+    o << "# translation rules, first match\n";
+    for (const auto& t : rules.translations()) o << "@" << t.number() << " " << t.text() << "\n";
+    o << "# filter rules, last match\n";
+  }
   for (const auto& r : rules.rules()) {
     o << "@" << r.number() << " " << r.text() << "\n";
     rule_counters(o, r);

@@ -161,6 +161,21 @@ std::string endpoints_text(const Endpoint& from, const Endpoint& to) {
   return one("from", from) + one("to", to);
 }
 
+std::string translation_text(const TranslationRule& r) {
+  static constexpr const char* kKinds[] = {"nat", "rdr", "binat"};
+  std::string out = r.negate_translation ? "no " : "";
+  out += kKinds[static_cast<int>(r.kind)];
+  if (r.pass) out += " pass";
+  out += header_text(r.interfaces, r.family, r.protocols);
+  out += endpoints_text(r.from, r.to);
+  if (r.target) out += " -> " + address_text(*r.target);
+  if (r.target_port) {
+    out += " port " + std::to_string(r.target_port->low);
+    if (r.target_port->op == PortMatch::Op::RangeInclusive) out += ":" + std::to_string(r.target_port->high);
+  }
+  return out;
+}
+
 std::string filter_text(const FilterRule& r) {
   std::string out = r.action == Action::Pass ? "pass" : "block";
   if (r.action == Action::Block) {
@@ -405,6 +420,7 @@ class Compiler {
       t.negated = r.negate_translation;
       t.pass = r.pass;
       t.number = static_cast<uint32_t>(i);
+      set.translation_listing_.push_back({t.number, translation_text(r), r.location});
       if (!r.negate_translation) {
         if (!r.target) fail(r.location, "a translation rule needs a target: '-> ADDRESS'");
         t.target = *r.target;

@@ -64,6 +64,13 @@ struct CompiledTranslation {
   uint32_t number = 0;
 };
 
+// A translation rule as `rules show` lists it (binat compiles to two CompiledTranslation).
+struct TranslationListing {
+  uint32_t number = 0;  // 0-based file order among the translation rules
+  std::string text;     // canonical one-line form
+  SourceLocation location;
+};
+
 inline constexpr uint32_t kNoRule = UINT32_MAX;
 
 class RuleSet {
@@ -94,6 +101,8 @@ class RuleSet {
   const CompiledTranslation* translation(const PacketView& packet, Direction direction,
                                          IfaceId iface) const noexcept;
 
+  const std::vector<TranslationListing>& translation_rules() const { return translation_listing_; }
+
   const CompiledRule& rule(uint32_t number) const { return rules_[number]; }
   std::size_t size() const { return rules_.size(); }
 
@@ -109,6 +118,7 @@ class RuleSet {
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
   std::vector<CompiledTranslation> translations_;
+  std::vector<TranslationListing> translation_listing_;
   std::unique_ptr<Classifier> scrub_classifier_;
   std::unique_ptr<Classifier> translation_classifier_;
 };

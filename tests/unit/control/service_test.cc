@@ -398,6 +398,19 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
     REQUIRE(d.service.load_rules(plain).ok);
     REQUIRE(d.service.load_rules(nat).ok);
     CHECK(d.engine.rules()->has_translations());
+
+    // rules show lists them apart from the filter rules, numbered on their own.
+    const Response r = d.call(make([](Request& x) { x.mutable_rules_show(); }));
+    REQUIRE(r.ok());
+    REQUIRE(r.rules().translations_size() == 2);
+    CHECK(r.rules().translations(0).number() == 0);
+    CHECK(r.rules().translations(0).text() == "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1");
+    CHECK(r.rules().translations(1).number() == 1);
+    CHECK(r.rules().translations(1).text() ==
+          "rdr on wan0 proto tcp from any to 203.0.113.1 port 80 -> 10.1.0.10");
+    CHECK(r.rules().translations(1).location() == nat + ":2");
+    REQUIRE(r.rules().rules_size() == 1);
+    CHECK(r.rules().rules(0).number() == 0);
   }
 
   SECTION("without it, a reload that brings them is refused and the running set stays") {

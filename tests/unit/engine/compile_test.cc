@@ -230,6 +230,42 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   CHECK(first->rule(4).text == "pass proto tcp all flags /FSRA keep state");
 }
 
+TEST_CASE("translation rules have a canonical text that parses back to the same rule", "[compile]") {
+  const std::string text =
+      "nat pass on { wan0, wan1 } inet proto { tcp, udp } from { 10.0.0.0/8, 172.16.0.0/12 } to ! 10.0.0.0/8 "
+      "-> "
+      "203.0.113.1 "
+      "port 40000:49999\n"
+      "no nat on wan0 from 10.9.0.0/16 to any\n"
+      "rdr on wan0 proto tcp to 203.0.113.1 port 8000:8010 -> 10.1.0.10 port 80\n"
+      "binat on wan0 from 10.1.0.5 to any -> 203.0.113.5\n"
+      "no rdr on wan0 inet6 proto udp from 2001:db8::/32 to any port 53\n"
+      "pass all\n";
+  InterfaceRegistry ifs;
+  auto first = compile_ok(text, ifs);
+  const auto& listed = first->translation_rules();
+  REQUIRE(listed.size() == 5);
+  std::string again;
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    CHECK(listed[i].number == i);
+    CHECK(listed[i].location.line == i + 1);
+    again += listed[i].text + "\n";
+  }
+  auto second = compile_ok(again, ifs);
+  REQUIRE(second->translation_rules().size() == listed.size());
+  for (std::size_t i = 0; i < listed.size(); ++i)
+    CHECK(second->translation_rules()[i].text == listed[i].text);
+  CHECK(listed[0].text ==
+        "nat pass on { wan0, wan1 } inet proto { tcp, udp } from { 10.0.0.0/8, 172.16.0.0/12 } to ! "
+        "10.0.0.0/8 -> "
+        "203.0.113.1 port "
+        "40000:49999");
+  CHECK(listed[1].text == "no nat on wan0 from 10.9.0.0/16 to any");
+  CHECK(listed[2].text ==
+        "rdr on wan0 proto tcp from any to 203.0.113.1 port 8000:8010 -> 10.1.0.10 port 80");
+  CHECK(listed[3].text == "binat on wan0 from 10.1.0.5 to any -> 203.0.113.5");
+}
+
 TEST_CASE("RuleSet decides with pf semantics on both passes", "[compile]") {
   InterfaceRegistry ifs;
   const IfaceId ext = ifs.intern("ext0");
