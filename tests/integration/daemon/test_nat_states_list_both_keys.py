@@ -1,5 +1,6 @@
 """`pairwallctl states` shows a translated state with both keys — the client's own end and the
-end nat gave it — in JSON and in the human listing, and finds it by either address. A translated
+end nat gave it — in JSON and in the human listing, and finds it by either address; `pairwallctl
+rules show` lists the nat rules apart from the filter rules, as written. A translated
 flow always has a state: the UDP rules here say `no state`, and the replies (which no rule
 passes) still come back through the state the translation made. IPv4 and IPv6."""
 
@@ -58,3 +59,16 @@ def test_nat_states_list_both_keys(lan, daemon_factory, family):
     assert int(fw.json("states", client)["matched"]) == 2
     assert int(fw.json("states", fw_out)["matched"]) == 2
     assert int(fw.json("states", fw_out, "port", flows["udp"]["seen"]["port"], "proto", "udp")["matched"]) == 1
+
+    # The nat rules, macros expanded, numbered apart from the filter rules and listed before them.
+    rules = fw.json("rules", "show")
+    assert [t["text"] for t in rules["translations"]] == [
+        f"nat on f1 inet from 10.77.1.0/24 to any -> {FW_OUT4}",
+        f"nat on f1 inet6 from fd77:1::/64 to any -> {FW_OUT6}",
+    ], rules
+    assert [int(t.get("number", 0)) for t in rules["translations"]] == [0, 1], rules
+    assert rules["translations"][0]["location"].endswith(":3"), rules
+    human = fw.ctl("rules", "show").stdout.splitlines()
+    assert human[:2] == ["# translation rules, first match", f"@0 nat on f1 inet from 10.77.1.0/24 to any -> {FW_OUT4}"]
+    filters = human.index("# filter rules, last match")
+    assert human[filters + 1] == "@0 block all", human
