@@ -255,6 +255,9 @@ void Engine::finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& pars
   worker.counters_.add(verdict.reason);
 }
 
+// A group's passes meet the rules in one classifier batch.
+static_assert(rules::Classifier::kBatch >= 2 * Engine::kPrefetchGroup);
+
 void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept {
   refresh_rules(worker);
   const rules::RuleSet& rules = *worker.rules_;
