@@ -426,8 +426,8 @@ void SyncProtocol::serve_bulk(uint32_t request, Micros now) {
   m.mutable_bulk_start()->set_request(request);
   m.mutable_bulk_start()->set_count(bulk_ids_.size());
   // Every state this node holds is named from the next sequence on, by its bulk insert or by the
-  // live insert of a newer one. Said only while the table is whole: a node whose own bulk has not
-  // ended (or timed out) may lack states it created before a restart, which the peer must keep.
+  // live insert of a newer one. Said only while the table is whole: a node whose own bulk is under
+  // way, or timed out, may lack states it created before a restart, which the peer must keep.
   const bool whole = bulk_state_ == BulkState::Idle || bulk_state_ == BulkState::Done;
   m.mutable_bulk_start()->set_snapshot_seq(whole ? window_.next_seq() : 0);
   controls_.push_back(std::move(m));

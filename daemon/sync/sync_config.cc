@@ -88,14 +88,15 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
                                               "flush_interval_ms",
                                               "bulk_timeout_min_s",
                                               "peer_node_id",
-                                              "resend_window"};
+                                              "resend_window",
+                                              "pending_limit"};
   Reader r(section, file);
   for (const auto& [key, value] : section) {
     (void)value;
     if (kKeys.count(std::string(key.str())) == 0) {
       r.fail(std::string(key.str()),
              "unknown key (known: interface, address, peer, group, port, key_file, mtu, flush_interval_ms, "
-             "bulk_timeout_min_s, peer_node_id, resend_window)");
+             "bulk_timeout_min_s, peer_node_id, resend_window, pending_limit)");
     }
   }
 
@@ -133,6 +134,7 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
   c.bulk_timeout_min = std::chrono::seconds(r.integer("bulk_timeout_min_s", 5, 1, 3600));
   c.peer_node_id = static_cast<uint32_t>(r.integer("peer_node_id", 0, 0, 0xffffffff));
   c.resend_window = static_cast<uint32_t>(r.integer("resend_window", 4096, 64, 65536));
+  c.pending_limit = static_cast<uint32_t>(r.integer("pending_limit", 1 << 20, 16, 1 << 26));
 
   c.key_file = r.string("key_file", true);
   std::filesystem::path key_path(c.key_file);

@@ -13,6 +13,8 @@
 //   peer_node_id = 2           # optional: accept only this node id (default: the first heard)
 //   resend_window = 4096       # datagrams kept for resending; an outage longer than this many
 //                              # datagrams is covered by a resync instead
+//   pending_limit = 1048576    # local changes that may wait for an unreachable peer (one per
+//                              # state); past it they are dropped and the peer gets a full resync
 #pragma once
 
 #include <toml++/toml.h>
@@ -38,6 +40,7 @@ struct SyncConfig {
   std::chrono::seconds bulk_timeout_min{5};
   uint32_t peer_node_id = 0;
   uint32_t resend_window = 4096;
+  uint32_t pending_limit = 1u << 20;
 };
 
 // Reads and checks the [sync] section, and loads the key file (a relative path is relative to

@@ -187,6 +187,7 @@ void SyncService::start() {
   pc.flush_interval = std::chrono::duration_cast<Micros>(config_.flush_interval);
   pc.bulk_timeout_min = std::chrono::duration_cast<Micros>(config_.bulk_timeout_min);
   pc.send.capacity = config_.resend_window;
+  pc.pending_limit = config_.pending_limit;
   // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
   pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now());
@@ -446,6 +447,7 @@ void SyncService::fill_status(control::SyncStatus* out) {
   }
   out->set_resend_window_depth(s.outstanding);
   out->set_events_lost(events_lost_ ? events_lost_() : 0);
+  out->set_peer_states_removed(c.peer_states_removed);
 }
 
 void SyncService::render_metrics(control::MetricWriter& w) const {

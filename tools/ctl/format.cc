@@ -195,6 +195,8 @@ std::string format_sync(const control::SyncStatus& s) {
   o << "messages      " << s.messages_sent() << " sent, " << s.messages_received() << " received\n";
   o << "reliability   " << s.resends() << " resends, " << s.gaps() << " gaps, " << s.resyncs()
     << " resyncs, resend window " << s.resend_window_depth() << ", events lost " << s.events_lost() << "\n";
+  if (s.peer_states_removed() != 0)
+    o << "stale states  " << s.peer_states_removed() << " of the peer's removed after its full transfers\n";
   if (!s.drops().empty()) {
     o << "dropped\n";
     std::map<std::string, uint64_t> sorted(s.drops().begin(), s.drops().end());

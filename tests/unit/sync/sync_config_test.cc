@@ -102,6 +102,7 @@ mtu = 9000
 bulk_timeout_min_s = 20
 peer_node_id = 2
 resend_window = 256
+pending_limit = 5000
 )"),
                                    (dir.path / "pairwall.toml").string());
   CHECK(c.interface == "sync0");
@@ -117,6 +118,7 @@ resend_window = 256
   CHECK(c.bulk_timeout_min == std::chrono::seconds(20));
   CHECK(c.peer_node_id == 2);
   CHECK(c.resend_window == 256);
+  CHECK(c.pending_limit == 5000);
 }
 
 TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
@@ -131,6 +133,7 @@ TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
   CHECK(c.mtu == 1500);
   CHECK(c.flush_interval == std::chrono::milliseconds(10));
   CHECK(c.bulk_timeout_min == std::chrono::seconds(5));
+  CHECK(c.pending_limit == 1u << 20);
 }
 
 TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][config]") {
@@ -160,6 +163,8 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
       {base + "peer = \"10.0.0.2\"\nbulk_timeout_min_s = 0\n", "[sync] bulk_timeout_min_s: expected 1..3600"},
       {base + "peer = \"10.0.0.2\"\nresend_window = 10\n",
        "[sync] resend_window: expected 64..65536, got 10"},
+      {base + "peer = \"10.0.0.2\"\npending_limit = 4\n",
+       "[sync] pending_limit: expected 16..67108864, got 4"},
       {"key_file = \"" + key + "\"\npeer = \"10.0.0.2\"\n", "[sync] interface: missing (required)"},
       {"interface = \"sync0\"\npeer = \"10.0.0.2\"\n", "[sync] key_file: missing (required)"},
       {"interface = \"a-very-long-interface-name\"\npeer = \"10.0.0.2\"\nkey_file = \"" + key + "\"\n",
