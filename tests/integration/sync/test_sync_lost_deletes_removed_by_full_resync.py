@@ -58,3 +58,5 @@ def test_sync_lost_deletes_removed_by_full_resync(make_pair):
     assert sa["peer_state"] == "UP" and sb["peer_state"] == "UP", (sa, sb)
     assert "full resync" in pair.a.log.read_text(errors="replace")
     assert "the peer no longer has removed" in pair.b.log.read_text(errors="replace")
+    shown = pair.b.ctl("sync", "status").stdout
+    assert f"stale states  {sb['peer_states_removed']} of the peer's removed" in shown, shown
