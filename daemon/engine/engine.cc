@@ -762,7 +762,6 @@ bool Engine::apply(const StateRecord& record, Millis now) {
 
   auto state = states_.find_by_id(record.id);
   if (!state && record.kind == StateRecord::Kind::Update) return false;  // the insert has not arrived
-  if (state) state->named_at = peer_sequence_;
   const Timeouts timeouts = rules()->timeouts();
   if (!state) {
     // The record says how long the state has left; on our clock that is an older "last seen".
@@ -782,7 +781,6 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->flags = static_cast<uint8_t>((record.flags & ~stateflag::kTranslated) | stateflag::kFromPeer |
                                         (state->flags & stateflag::kTranslated));
     state->adopted = false;
-    state->named_at = peer_sequence_;
   } else {
     // Merge: sequence numbers and protocol states only move forward.
     PeerTracking* local[2] = {&state->peer[0], &state->peer[1]};
@@ -805,6 +803,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
       l.state = std::max(l.state, r.state);
     }
   }
+  state->named_at = peer_sequence_;
   const TimeoutClass timeout = record.stack_key.proto == ipproto::kTcp
                                    ? tcp_timeout_class(state->peer[0], state->peer[1])
                                    : record.timeout;
