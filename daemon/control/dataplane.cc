@@ -37,7 +37,7 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
       RuleCounters c;
       c.number = r.number;
       c.text = r.text;
-      c.location = r.location.file + ":" + std::to_string(r.location.line);
+      c.location = r.location.file_and_line();
       c.evaluations = r.stats->evaluations.load(std::memory_order_relaxed);
       c.packets = r.stats->packets.load(std::memory_order_relaxed);
       c.bytes = r.stats->bytes.load(std::memory_order_relaxed);

@@ -269,7 +269,7 @@ void ControlService::rules_show(RuleList* out) const {
       auto* info = out->add_translations();
       info->set_number(t.number);
       info->set_text(t.text);
-      info->set_location(t.location.file + ":" + std::to_string(t.location.line));
+      info->set_location(t.location.file_and_line());
     }
   }
 }

@@ -17,6 +17,8 @@ struct SourceLocation {
   std::string file;
   uint32_t line = 0;    // 1-based
   uint32_t column = 0;  // 1-based
+
+  std::string file_and_line() const { return file + ":" + std::to_string(line); }
 };
 
 // One element of an address list: `any`, a prefix, or a `<table>`; each may be negated.

@@ -169,10 +169,7 @@ std::string translation_text(const TranslationRule& r) {
   out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
   if (r.target) out += " -> " + address_text(*r.target);
-  if (r.target_port) {
-    out += " port " + std::to_string(r.target_port->low);
-    if (r.target_port->op == PortMatch::Op::RangeInclusive) out += ":" + std::to_string(r.target_port->high);
-  }
+  if (r.target_port) out += " port " + port_text(*r.target_port);
   return out;
 }
 
