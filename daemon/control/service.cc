@@ -81,13 +81,44 @@ struct StateCopy {
   uint64_t bytes[2] = {0, 0};
 };
 
-bool key_matches(const engine::StateKey& k, const std::optional<engine::IpPrefix>& prefix, uint32_t port,
-                 uint32_t proto) {
-  if (proto != 0 && k.proto != proto) return false;
-  if (port != 0 && k.port[0] != port && k.port[1] != port) return false;
-  if (prefix && !prefix->contains(k.family, k.addr[0]) && !prefix->contains(k.family, k.addr[1]))
-    return false;
-  return true;
+// A StateFilter, checked: an address or prefix, a port and a protocol, each optional, matched
+// against either endpoint of either key (a translated state is found by its inside address and by
+// its nat address alike).
+struct StateMatch {
+  std::optional<engine::IpPrefix> prefix;
+  uint32_t port = 0;
+  uint32_t proto = 0;
+
+  bool names_something() const { return prefix || port != 0 || proto != 0; }
+
+  bool key_matches(const engine::StateKey& k) const {
+    if (proto != 0 && k.proto != proto) return false;
+    if (port != 0 && k.port[0] != port && k.port[1] != port) return false;
+    if (prefix && !prefix->contains(k.family, k.addr[0]) && !prefix->contains(k.family, k.addr[1]))
+      return false;
+    return true;
+  }
+  bool operator()(const engine::StateEntry& e) const {
+    return key_matches(e.key[0]) || (e.translated() && key_matches(e.key[1]));
+  }
+};
+
+// Empty on success, else the reason, starting with `command`.
+std::string parse_state_filter(const StateFilter& f, const char* command, StateMatch& out) {
+  if (!f.address().empty()) {
+    out.prefix = engine::parse_prefix(f.address());
+    if (!out.prefix) {
+      return std::string(command) + ": '" + f.address() +
+             "' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)";
+    }
+  }
+  if (f.port() > 65535)
+    return std::string(command) + ": port " + std::to_string(f.port()) + " is out of range 1..65535";
+  if (f.proto() > 255)
+    return std::string(command) + ": protocol " + std::to_string(f.proto()) + " is out of range 1..255";
+  out.port = f.port();
+  out.proto = f.proto();
+  return {};
 }
 
 void set_endpoint(StateEndpoint* ep, engine::Family family, const engine::IpAddress& a, uint16_t port) {
@@ -187,6 +218,9 @@ void ControlService::handle(const Request& request, Response& response) {
     case Request::kFlushStates:
       response.mutable_flushed()->set_states(engine_.flush_states());
       break;
+    case Request::kKillStates:
+      error = kill_states(request.kill_states(), response.mutable_killed());
+      break;
     case Request::kSyncStatus: {
       auto* s = response.mutable_sync_status();
       if (sync_) {
@@ -274,20 +308,22 @@ void ControlService::rules_show(RuleList* out) const {
   }
 }
 
+std::string ControlService::kill_states(const KillStates& request, Killed* out) {
+  StateMatch match;
+  if (std::string error = parse_state_filter(request.filter(), "states kill", match); !error.empty())
+    return error;
+  if (!match.names_something())
+    return "states kill: name an address, prefix, port or protocol (every state: flush states)";
+  out->set_states(engine_.kill_states(match));
+  return {};
+}
+
 std::string ControlService::states(const StatesRequest& request, StateList* out) const {
-  const auto& f = request.filter();
-  std::optional<engine::IpPrefix> prefix;
-  if (!f.address().empty()) {
-    prefix = engine::parse_prefix(f.address());
-    if (!prefix)
-      return "states: '" + f.address() + "' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)";
-  }
-  if (f.port() > 65535) return "states: port " + std::to_string(f.port()) + " is out of range 1..65535";
-  if (f.proto() > 255) return "states: protocol " + std::to_string(f.proto()) + " is out of range 1..255";
-  const bool any_filter = prefix || f.port() != 0 || f.proto() != 0;
+  StateMatch match;
+  if (std::string error = parse_state_filter(request.filter(), "states", match); !error.empty()) return error;
   const std::size_t total = engine_.states().size();
   out->set_total(total);
-  if (request.count_only() && !any_filter) {
+  if (request.count_only() && !match.names_something()) {
     out->set_matched(total);
     return {};
   }
@@ -299,10 +335,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
   if (!request.count_only()) copies.reserve(std::min(limit, total + 64));
   uint64_t matched = 0;
   engine_.states().for_each([&](const engine::StateEntry& e) {
-    if (!key_matches(e.key[0], prefix, f.port(), f.proto()) &&
-        !(e.translated() && key_matches(e.key[1], prefix, f.port(), f.proto()))) {
-      return;
-    }
+    if (!match(e)) return;
     ++matched;
     if (request.count_only() || copies.size() >= limit) return;
     StateCopy& c = copies.emplace_back();

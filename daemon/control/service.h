@@ -59,6 +59,7 @@ class ControlService {
   void status(Status* out) const;
   void rules_show(RuleList* out) const;
   std::string states(const StatesRequest& request, StateList* out) const;
+  std::string kill_states(const KillStates& request, Killed* out);
   void stats(Stats* out) const;
   void health(Health* out) const;
 

@@ -744,6 +744,27 @@ std::size_t Engine::flush_states() {
   return n;
 }
 
+std::size_t Engine::kill_states(const std::function<bool(const StateEntry&)>& match) {
+  // Chosen under the shard locks, removed by id afterwards: a removal takes the locks of both of
+  // an entry's keys, which for_each() cannot while it holds one shard's.
+  std::vector<StateId> chosen;
+  states_.for_each([&](const StateEntry& e) {
+    if (match(e)) chosen.push_back(e.id);
+  });
+  std::size_t killed = 0;
+  for (const StateId& id : chosen) {
+    auto state = states_.find_by_id(id);
+    if (!state) continue;  // gone meanwhile (expired, closed)
+    states_.erase(state);
+    ++killed;
+    StateRecord gone;
+    gone.kind = StateRecord::Kind::Delete;
+    gone.id = id;
+    emit_control(gone);
+  }
+  return killed;
+}
+
 bool Engine::apply(const StateRecord& record, Millis now) {
   switch (record.kind) {
     case StateRecord::Kind::Clear:

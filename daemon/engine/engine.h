@@ -172,8 +172,13 @@ class Engine {
   // Removes every state and tells the peer to do the same (a Clear record). Returns how many.
   std::size_t flush_states();
 
-  // State changes made outside the packet path (expiry of this node's states, flush), for sync.
-  // Produced by the one control thread that calls expire() and flush_states().
+  // Removes the states `match` accepts and tells the peer (a Delete each), as pfctl -k does: the
+  // way to cut a host off once the rules block it, since its established connections would
+  // otherwise pass by their states. Returns how many. Control path: visits the whole table.
+  std::size_t kill_states(const std::function<bool(const StateEntry&)>& match);
+
+  // State changes made outside the packet path (expiry of this node's states, flush, kill), for
+  // sync. Produced by the one control thread that calls expire(), flush_states() and kill_states().
   SpscRing<StateRecord>& control_events() { return control_events_; }
   uint64_t control_events_lost() const { return control_events_lost_.load(std::memory_order_relaxed); }
 

@@ -36,6 +36,8 @@ commands:
   rules show                     rules with @N and their counters
   states [--count] [--limit N] [FILTER...]
                                  FILTER: ADDRESS or PREFIX, port N, proto tcp|udp|icmp|icmp6|N
+  states kill FILTER...          remove the states FILTER matches (and tell the sync peer), as
+                                 pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
   flush states                   remove every state (and tell the sync peer)
   sync status
@@ -108,6 +110,25 @@ Invocation parse_args(int argc, char** argv) {
   return inv;
 }
 
+// A state filter from words[first...]: ADDRESS or PREFIX, port N, proto P, in any order.
+void parse_state_filter(const std::vector<std::string>& w, std::size_t first, const char* command,
+                        control::StateFilter& filter) {
+  for (std::size_t i = first; i < w.size(); ++i) {
+    if (w[i] == "port" && i + 1 < w.size()) {
+      const uint32_t port = parse_number(w[++i], "port", 65535);
+      if (port == 0) throw UsageError{"port: expected 1..65535"};
+      filter.set_port(port);
+    } else if (w[i] == "proto" && i + 1 < w.size()) {
+      filter.set_proto(parse_proto(w[++i]));
+    } else if (filter.address().empty() && w[i] != "port" && w[i] != "proto") {
+      filter.set_address(w[i]);  // the daemon validates it
+    } else {
+      throw UsageError{std::string(command) + ": unexpected '" + w[i] +
+                       "' (filter: ADDRESS, port N, proto P)"};
+    }
+  }
+}
+
 // The request for the words after the options.
 Request build_request(const Invocation& inv) {
   const auto& w = inv.words;
@@ -129,23 +150,15 @@ Request build_request(const Invocation& inv) {
   } else if (cmd == "rules" && w.size() >= 2 && w[1] == "show") {
     need(2);
     r.mutable_rules_show();
+  } else if (cmd == "states" && w.size() >= 2 && w[1] == "kill") {
+    if (inv.count || inv.limit) throw UsageError{"--count and --limit go with 'states', not 'states kill'"};
+    if (w.size() == 2) throw UsageError{"states kill: name an ADDRESS or PREFIX, port N or proto P"};
+    parse_state_filter(w, 2, "states kill", *r.mutable_kill_states()->mutable_filter());
   } else if (cmd == "states") {
     auto* s = r.mutable_states();
     s->set_count_only(inv.count);
     if (inv.limit) s->set_limit(*inv.limit);
-    for (std::size_t i = 1; i < w.size(); ++i) {
-      if (w[i] == "port" && i + 1 < w.size()) {
-        const uint32_t port = parse_number(w[++i], "port", 65535);
-        if (port == 0) throw UsageError{"port: expected 1..65535"};
-        s->mutable_filter()->set_port(port);
-      } else if (w[i] == "proto" && i + 1 < w.size()) {
-        s->mutable_filter()->set_proto(parse_proto(w[++i]));
-      } else if (s->filter().address().empty() && w[i] != "port" && w[i] != "proto") {
-        s->mutable_filter()->set_address(w[i]);  // the daemon validates it
-      } else {
-        throw UsageError{"states: unexpected '" + w[i] + "' (filter: ADDRESS, port N, proto P)"};
-      }
-    }
+    parse_state_filter(w, 1, "states", *s->mutable_filter());
   } else if (cmd == "stats") {
     need(1);
     r.mutable_stats();
@@ -227,6 +240,8 @@ std::string human(const Request& request, const Response& response, bool count_o
       return ctl::format_stats(response.stats());
     case Response::kFlushed:
       return "flushed " + std::to_string(response.flushed().states()) + " states\n";
+    case Response::kKilled:
+      return "killed " + std::to_string(response.killed().states()) + " states\n";
     case Response::kSyncStatus:
       return ctl::format_sync(response.sync_status());
     case Response::kFailoverStatus:

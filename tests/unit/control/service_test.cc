@@ -303,6 +303,37 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     CHECK(d.engine.states().limit() == 5);
   }
 
+  SECTION("states kill removes what the filter names, and refuses an empty or bad filter") {
+    auto kill = [&d](const std::string& address, uint32_t port, uint32_t proto) {
+      Request q = make([](Request& r) { r.mutable_kill_states(); });
+      auto* f = q.mutable_kill_states()->mutable_filter();
+      f->set_address(address);
+      f->set_port(port);
+      f->set_proto(proto);
+      return d.call(q);
+    };
+    Response r = kill("", 0, 0);
+    CHECK_FALSE(r.ok());
+    CHECK(r.error() == "states kill: name an address, prefix, port or protocol (every state: flush states)");
+    r = kill("10.0.0.0/33", 0, 0);
+    CHECK_FALSE(r.ok());
+    CHECK(r.error() == "states kill: '10.0.0.0/33' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
+    CHECK(kill("", 70000, 0).error() == "states kill: port 70000 is out of range 1..65535");
+    CHECK(d.engine.states().size() == 2);
+
+    r = kill("10.9.0.0/16", 0, 17);  // the TCP state's server, but UDP only: nothing
+    REQUIRE(r.ok());
+    CHECK(r.killed().states() == 0);
+    r = kill("10.9.0.1", 80, 0);
+    REQUIRE(r.ok());
+    CHECK(r.killed().states() == 1);
+    CHECK(d.engine.states().size() == 1);
+    r = kill("2001:db8::/32", 0, 0);
+    REQUIRE(r.ok());
+    CHECK(r.killed().states() == 1);
+    CHECK(d.engine.states().size() == 0);
+  }
+
   SECTION("flush states empties the table") {
     const Response r = d.call(make([](Request& q) { q.mutable_flush_states(); }));
     REQUIRE(r.ok());

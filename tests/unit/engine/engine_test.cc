@@ -676,6 +676,36 @@ TEST_CASE("state changes are reported for sync", "[engine][sync]") {
   CHECK(gone.id == id);
 }
 
+TEST_CASE("killing states removes those the filter picks, tells the peer, and their traffic meets the rules",
+          "[engine][sync]") {
+  Firewall fw(kWebOnly);
+  for (const uint16_t port : {80, 443}) {
+    REQUIRE(fw.out(syn(port)).action == Action::Accept);
+    REQUIRE(fw.in(synack(port)).reason == Reason::State);
+    REQUIRE(fw.out(ack_from_client(port, 1001, 9001)).reason == Reason::State);
+  }
+  std::vector<StateId> ids;
+  for (const auto& r : fw.drain()) {
+    if (r.kind == StateRecord::Kind::Insert) ids.push_back(r.id);
+  }
+  REQUIRE(ids.size() == 2);
+
+  const std::size_t killed =
+      fw.engine.kill_states([](const StateEntry& e) { return e.key[0].port[1] == 443; });
+  CHECK(killed == 1);
+  CHECK(fw.engine.states().size() == 1);
+  StateRecord gone;
+  REQUIRE(fw.engine.control_events().pop(gone));
+  CHECK(gone.kind == StateRecord::Kind::Delete);
+  CHECK(gone.id == ids[1]);
+  CHECK_FALSE(fw.engine.control_events().pop(gone));
+
+  // The killed connection's next segment has no state and is no SYN: the rules block it.
+  CHECK(fw.out(ack_from_client(443, 1001, 9001, 100)).reason == Reason::RuleBlock);
+  CHECK(fw.out(ack_from_client(80, 1001, 9001, 100)).reason == Reason::State);
+  CHECK(fw.engine.kill_states([](const StateEntry&) { return false; }) == 0);
+}
+
 TEST_CASE("records from the peer create states that pass mid-stream traffic", "[engine][sync]") {
   Firewall a(kWebOnly, 1);
   Firewall b(kWebOnly, 2);
