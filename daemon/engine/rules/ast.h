@@ -47,7 +47,8 @@ struct Endpoint {
   std::vector<PortMatch> ports;           // empty: any port; a list matches if any element does
 };
 
-// `flags S/SA`: (tcp_flags & mask) == set. `flags any` is the absence of a FlagsMatch.
+// `flags S/SA`: (tcp_flags & mask) == set. `flags any` is the absence of a FlagsMatch (and, on a
+// filter rule, FilterRule::flags_any).
 struct FlagsMatch {
   uint8_t set = 0;
   uint8_t mask = 0;
@@ -92,7 +93,10 @@ struct FilterRule {
   std::vector<uint8_t> protocols;          // empty: any protocol
   Endpoint from;
   Endpoint to;
+  // Unset on a pass rule that keeps state and can match TCP: pf's default, `flags S/SA` for TCP
+  // packets (a connection's state starts from its SYN), unless the rule says `flags any`.
   std::optional<FlagsMatch> flags;
+  bool flags_any = false;                 // `flags any` written: no default
   std::vector<IcmpTypeMatch> icmp_types;  // for ICMP (icmp-type) or ICMPv6 (icmp6-type)
   bool icmp6_types = false;               // true when icmp_types came from icmp6-type
   StateOptions state;

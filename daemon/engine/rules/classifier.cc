@@ -709,7 +709,7 @@ class ClassifierBuilder {
         return false;
       }
       if (has_ports(s) && proto != ipproto::kTcp && proto != ipproto::kUdp) return false;
-      if (s.flags && proto != ipproto::kTcp) return false;
+      if (s.flags && !s.flags_tcp_only && proto != ipproto::kTcp) return false;
       if (!s.icmp_types.empty() && proto != (s.icmp6 ? ipproto::kIcmp6 : ipproto::kIcmp)) return false;
       return true;
     });
@@ -737,7 +737,7 @@ class ClassifierBuilder {
         code = static_cast<int>((v - base) % 256);
       }
       if (entry < 256) return s.icmp_types.empty() && (!s.flags || (entry & s.flags->mask) == s.flags->set);
-      if (s.flags) return false;
+      if (s.flags && !s.flags_tcp_only) return false;
       if (entry == Classifier::kL4Other) return s.icmp_types.empty();
       if (s.icmp_types.empty()) return true;
       const bool v6 = entry >= 512;

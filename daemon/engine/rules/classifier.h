@@ -59,7 +59,9 @@
 //     match both; a table holds an address when its longest matching entry is not negated;
 //   - a rule with ports only matches TCP and UDP packets that carry ports (not later fragments);
 //   - a rule with flags only matches TCP, one with ICMP types only ICMP (or ICMPv6), and neither
-//     matches a later fragment, whose transport header is absent.
+//     matches a later fragment, whose transport header is absent; but flags marked TCP-only (pf's
+//     default flags on a rule that is not TCP's alone) leave every other packet to the rule's
+//     other fields, a later TCP fragment included.
 //
 // Immutable after construction; match() and match_batch() are noexcept, allocation-free and
 // lock-free.
@@ -145,6 +147,7 @@ struct MatchSpec {
   std::vector<AddressTerm> dst;
   std::vector<PortMatch> dst_ports;
   std::optional<FlagsMatch> flags;
+  bool flags_tcp_only = false;  // `flags` constrain TCP packets only, the rule's other protocols pass
   std::vector<IcmpTypeMatch> icmp_types;
   bool icmp6 = false;  // icmp_types are ICMPv6 types
   bool quick = false;

@@ -173,6 +173,22 @@ std::string translation_text(const TranslationRule& r) {
   return out;
 }
 
+bool tcp_only(const std::vector<uint8_t>& protocols) {
+  return protocols.size() == 1 && protocols[0] == ipproto::kTcp;
+}
+
+// pf's default since OpenBSD 4.1: a pass rule that keeps state and names no flags takes
+// `flags S/SA` for its TCP packets, so that a connection's state starts from its SYN. A mid-stream
+// packet (an ACK scan, or a connection this node never saw opening) then meets the rules without
+// creating a state whose windows it would have guessed.
+bool takes_default_flags(const FilterRule& r) {
+  const bool may_be_tcp = r.protocols.empty() || std::find(r.protocols.begin(), r.protocols.end(),
+                                                           ipproto::kTcp) != r.protocols.end();
+  return r.action == Action::Pass && r.state.keep_state && !r.flags && !r.flags_any && may_be_tcp;
+}
+
+constexpr FlagsMatch kDefaultFlags{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
+
 std::string filter_text(const FilterRule& r) {
   std::string out = r.action == Action::Pass ? "pass" : "block";
   if (r.action == Action::Block) {
@@ -190,7 +206,14 @@ std::string filter_text(const FilterRule& r) {
   if (r.quick) out += " quick";
   out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
-  if (r.flags) out += " flags " + flags_text(r.flags->set) + "/" + flags_text(r.flags->mask);
+  // As pfctl shows them: the default flags where they are a TCP rule's, and `flags any` where it
+  // turned them off.
+  const std::optional<FlagsMatch> flags =
+      r.flags
+          ? r.flags
+          : (takes_default_flags(r) && tcp_only(r.protocols) ? std::optional(kDefaultFlags) : std::nullopt);
+  if (flags) out += " flags " + flags_text(flags->set) + "/" + flags_text(flags->mask);
+  if (r.flags_any) out += " flags any";
   if (!r.icmp_types.empty()) {
     out += r.icmp6_types ? " icmp6-type " : " icmp-type ";
     out += list_text(r.icmp_types, [](const IcmpTypeMatch& t) {
@@ -385,6 +408,10 @@ class Compiler {
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
       s.flags = r.flags;
+      if (takes_default_flags(r)) {
+        s.flags = kDefaultFlags;
+        s.flags_tcp_only = !tcp_only(r.protocols);
+      }
       s.icmp_types = r.icmp_types;
       s.icmp6 = r.icmp6_types;
       s.quick = r.quick;

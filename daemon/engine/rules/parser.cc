@@ -592,6 +592,7 @@ class Parser {
           once(flags_seen, "'flags'");
           take();
           r.flags = flags();
+          r.flags_any = !r.flags;
           continue;
         }
         if (t.text == "icmp-type" || t.text == "icmp6-type") {

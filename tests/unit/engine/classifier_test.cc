@@ -204,7 +204,10 @@ struct Reference {
     const bool has_ports = has_l4 && (p.proto == ipproto::kTcp || p.proto == ipproto::kUdp);
     if (!s.src_ports.empty() && !(has_ports && ports(s.src_ports, p.src_port))) return false;
     if (!s.dst_ports.empty() && !(has_ports && ports(s.dst_ports, p.dst_port))) return false;
-    if (s.flags && !(has_l4 && p.proto == ipproto::kTcp && (p.tcp.flags & s.flags->mask) == s.flags->set)) {
+    if (s.flags && s.flags_tcp_only) {
+      if (has_l4 && p.proto == ipproto::kTcp && (p.tcp.flags & s.flags->mask) != s.flags->set) return false;
+    } else if (s.flags &&
+               !(has_l4 && p.proto == ipproto::kTcp && (p.tcp.flags & s.flags->mask) == s.flags->set)) {
       return false;
     }
     if (!s.icmp_types.empty()) {
@@ -498,6 +501,8 @@ TEST_CASE("a port list applies to its rule's protocols, and only offers the rule
 TEST_CASE("TCP flags apply to TCP only; ICMP types and codes per family", "[classifier]") {
   MatchSpec syn_only;  // flags S/SA
   syn_only.flags = FlagsMatch{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
+  MatchSpec syn_for_tcp = syn_only;  // pf's default flags on `pass all keep state`
+  syn_for_tcp.flags_tcp_only = true;
   MatchSpec echo;  // icmp-type echoreq
   echo.icmp_types = {{8, -1}};
   MatchSpec unreach_port;  // icmp-type unreach code 3
@@ -519,6 +524,10 @@ TEST_CASE("TCP flags apply to TCP only; ICMP types and codes per family", "[clas
       {&syn_only, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kAck), false},
       {&syn_only, Packet::udp("1.1.1.1", 1, "2.2.2.2", 2), false},
       {&syn_only, Packet::icmp("1.1.1.1", "2.2.2.2", 8, 0), false},
+      {&syn_for_tcp, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kSyn), true},
+      {&syn_for_tcp, Packet::tcp("1.1.1.1", 1, "2.2.2.2", 2, tcpflag::kAck), false},
+      {&syn_for_tcp, Packet::udp("1.1.1.1", 1, "2.2.2.2", 2), true},
+      {&syn_for_tcp, Packet::icmp("1.1.1.1", "2.2.2.2", 8, 0), true},
       {&echo, Packet::icmp("1.1.1.1", "2.2.2.2", 8, 0), true},
       {&echo, Packet::icmp("1.1.1.1", "2.2.2.2", 8, 7), true},
       {&echo, Packet::icmp("1.1.1.1", "2.2.2.2", 0, 0), false},
@@ -769,6 +778,11 @@ struct RandomRules {
     // Rules that break the compile checks must still classify correctly.
     if (!port_ok && chance(3)) s.dst_ports = random_ports();
     if (chance(2)) s.flags = FlagsMatch{tcpflag::kSyn, tcpflag::kSyn};
+    // pf's default flags on a stateful rule that is not TCP's alone: they bind TCP packets only.
+    if (!s.flags && s.icmp_types.empty() && chance(15)) {
+      s.flags = FlagsMatch{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
+      s.flags_tcp_only = true;
+    }
     s.quick = chance(10);
     return s;
   }

@@ -218,7 +218,11 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
       "pass in inet proto icmp all icmp-type { 8, 3 code 1 }\n"
       "pass out inet6 proto icmp6 from ::1 to ! <t> icmp6-type 128 keep state\n"
       "block return-icmp out on ! lan0 proto 47 all\n"
-      "pass proto tcp all flags /SAFR\n";
+      "pass proto tcp all flags /SAFR\n"
+      "pass in proto tcp to port 80\n"
+      "pass in proto { tcp, udp } all flags any\n"
+      "pass out all\n"
+      "pass out proto tcp all no state\n";
   InterfaceRegistry ifs;
   auto first = compile_ok(text, ifs);
   std::string again = "table <t> { 10.0.0.0/8, !10.1.0.0/16, 2001:db8::/32 }\n";
@@ -228,6 +232,11 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   for (std::size_t i = 0; i < first->size(); ++i) CHECK(second->rule(i).text == first->rule(i).text);
   CHECK(first->rule(1).text == "pass in inet proto icmp all icmp-type { 8, 3 code 1 } keep state");
   CHECK(first->rule(4).text == "pass proto tcp all flags /FSRA keep state");
+  // pf's defaults shown as pfctl shows them: flags S/SA on a stateful TCP rule, `flags any` kept.
+  CHECK(first->rule(5).text == "pass in proto tcp from any to any port 80 flags S/SA keep state");
+  CHECK(first->rule(6).text == "pass in proto { tcp, udp } all flags any keep state");
+  CHECK(first->rule(7).text == "pass out all keep state");
+  CHECK(first->rule(8).text == "pass out proto tcp all no state");
 }
 
 TEST_CASE("translation rules have a canonical text that parses back to the same rule", "[compile]") {

@@ -197,6 +197,35 @@ TEST_CASE("TCP connection passes by state in both directions; unsolicited replie
   }
 }
 
+TEST_CASE("a stateful pass rule without flags starts TCP states from a SYN only, as pf's default S/SA",
+          "[engine][tcp]") {
+  const Bytes stray_ack = tcp4(kClient, 40001, kServer, 80).flags(tcpflag::kAck).seq(5000).ack(7000).build();
+  SECTION("a rule for TCP") {
+    Firewall fw("block all\npass in on lan0 proto tcp\npass out on wan0 proto tcp\n");
+    CHECK(fw.out(stray_ack).reason == Reason::RuleBlock);
+    CHECK(fw.out(syn(80)).reason == Reason::Match);
+    CHECK(fw.in(synack(80)).reason == Reason::State);
+  }
+  SECTION("a rule for every protocol: TCP's packets need the SYN, the others pass as before") {
+    Firewall fw("block all\npass in on lan0 all keep state\npass out on wan0 all keep state\n");
+    CHECK(fw.out(stray_ack).reason == Reason::RuleBlock);
+    CHECK(fw.out(syn(80)).reason == Reason::Match);
+    CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(5000, 53).payload(8).build()).reason ==
+          Reason::Match);
+    CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).icmp_echo(7, 1).build()).reason == Reason::Match);
+    CHECK(fw.engine.states().size() == 3);
+  }
+  SECTION("flags any picks up a connection mid-stream, and a rule without state checks no flags") {
+    Firewall any("block all\npass in on lan0 proto tcp flags any\npass out on wan0 proto tcp flags any\n");
+    CHECK(any.out(stray_ack).reason == Reason::Match);
+    CHECK(any.engine.states().size() == 1);
+    Firewall stateless(
+        "block all\npass in on lan0 proto tcp no state\npass out on wan0 proto tcp no state\n");
+    CHECK(stateless.out(stray_ack).reason == Reason::Match);
+    CHECK(stateless.engine.states().size() == 0);
+  }
+}
+
 TEST_CASE("no state: replies must pass the rules themselves", "[engine][tcp]") {
   Firewall fw("block all\npass out on wan0 proto tcp no state\npass in on lan0 proto tcp no state");
   CHECK(fw.out(syn(80)).reason == Reason::Match);
