@@ -8,6 +8,7 @@
 #include "daemon/control/framing.h"
 #include "daemon/engine/address.h"
 #include "daemon/engine/rules/compile.h"
+#include "daemon/engine/rules/parser.h"
 #include "daemon/engine/timeouts.h"
 
 #ifndef PAIRWALL_VERSION
@@ -156,29 +157,41 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
   LoadResult result;
   const std::string path =
       path_in.empty() ? (rules_file_.empty() ? config_.rules.file : rules_file_) : path_in;
-  auto compiled = engine::rules::load_rules_file(path, engine_.interfaces());
-  if (auto* error = std::get_if<engine::rules::RuleError>(&compiled)) {
+  auto parsed = engine::rules::parse_rules_file(path);
+  if (auto* error = std::get_if<engine::rules::RuleError>(&parsed)) {
     ++reload_failures_;
     result.error = error->to_string();
     return result;
   }
-  auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
-  if (rules->has_translations() && prerouting_hook_.has_value() && !*prerouting_hook_) {
+  auto& file = std::get<engine::rules::RuleFile>(parsed);
+  if (std::string error = publish(file, nullptr); !error.empty()) {
     ++reload_failures_;
-    result.error = path +
-                   ": translation rules (nat, rdr, binat) need the pre-routing hook, which is installed at "
-                   "start: restart pairwalld to use them";
+    result.error = std::move(error);
     return result;
   }
-  result.rule_count = static_cast<uint32_t>(rules->size());
-  engine_.load_rules(std::move(rules));
-  // load_rules() applies the file's `set limit states`; the config's override wins.
-  if (config_.engine.state_limit) engine_.states().set_limit(*config_.engine.state_limit);
+  result.rule_count = static_cast<uint32_t>(file.filter_rules.size());
+  loaded_ = std::move(file);
   rules_file_ = path;
   rules_loaded_unix_ms_ = unix_ms_now();
   ++reloads_;
   result.ok = true;
   return result;
+}
+
+std::string ControlService::publish(const engine::rules::RuleFile& file,
+                                    const engine::rules::RuleSet* counters_from) {
+  auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from);
+  if (auto* error = std::get_if<engine::rules::RuleError>(&compiled)) return error->to_string();
+  auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
+  if (rules->has_translations() && prerouting_hook_.has_value() && !*prerouting_hook_) {
+    return file.file +
+           ": translation rules (nat, rdr, binat) need the pre-routing hook, which is installed at "
+           "start: restart pairwalld to use them";
+  }
+  engine_.load_rules(std::move(rules));
+  // load_rules() applies the file's `set limit states`; the config's override wins.
+  if (config_.engine.state_limit) engine_.states().set_limit(*config_.engine.state_limit);
+  return {};
 }
 
 void ControlService::handle(const Request& request, Response& response) {
@@ -220,6 +233,12 @@ void ControlService::handle(const Request& request, Response& response) {
       break;
     case Request::kKillStates:
       error = kill_states(request.kill_states(), response.mutable_killed());
+      break;
+    case Request::kTables:
+      error = tables(request.tables(), response.mutable_tables());
+      break;
+    case Request::kTableEdit:
+      error = edit_table(request.table_edit(), response.mutable_tables());
       break;
     case Request::kSyncStatus: {
       auto* s = response.mutable_sync_status();
@@ -315,6 +334,73 @@ std::string ControlService::kill_states(const KillStates& request, Killed* out) 
   if (!match.names_something())
     return "states kill: name an address, prefix, port or protocol (every state: flush states)";
   out->set_states(engine_.kill_states(match));
+  return {};
+}
+
+namespace {
+
+void fill_table(const engine::rules::Table& t, bool with_entries, TableInfo* out) {
+  out->set_name(t.name);
+  out->set_count(static_cast<uint32_t>(t.entries.size() + t.negated_entries.size()));
+  out->set_is_const(t.is_const);
+  if (!with_entries) return;
+  for (const auto& p : t.entries) out->add_entries(engine::to_string(p));
+  for (const auto& p : t.negated_entries) out->add_entries("!" + engine::to_string(p));
+}
+
+}  // namespace
+
+std::string ControlService::tables(const TablesRequest& request, TableList* out) const {
+  if (!loaded_) return "tables: no rule set loaded";
+  for (const auto& t : loaded_->tables) {
+    if (request.name().empty() || t.name == request.name())
+      fill_table(t, !request.name().empty(), out->add_tables());
+  }
+  if (!request.name().empty() && out->tables_size() == 0)
+    return "tables: no table <" + request.name() + "> in " + rules_file_;
+  return {};
+}
+
+std::string ControlService::edit_table(const TableEdit& request, TableList* out) {
+  if (!loaded_) return "tables: no rule set loaded";
+  engine::rules::RuleFile edited = *loaded_;
+  auto table = std::find_if(edited.tables.begin(), edited.tables.end(),
+                            [&](const engine::rules::Table& t) { return t.name == request.name(); });
+  if (table == edited.tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;
+  if (table->is_const) return "tables: <" + request.name() + "> is const: change it in " + rules_file_;
+  uint32_t added = 0;
+  uint32_t deleted = 0;
+  if (request.op() == TableEdit::FLUSH) {
+    deleted = static_cast<uint32_t>(table->entries.size() + table->negated_entries.size());
+    table->entries.clear();
+    table->negated_entries.clear();
+  } else {
+    if (request.addresses().empty()) return "tables: name at least one address or prefix";
+    for (const std::string& text : request.addresses()) {
+      const bool negated = !text.empty() && text[0] == '!';
+      const auto prefix =
+          engine::parse_prefix(negated ? std::string_view(text).substr(1) : std::string_view(text));
+      if (!prefix) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
+      auto& list = negated ? table->negated_entries : table->entries;
+      const auto at = std::find(list.begin(), list.end(), *prefix);
+      if (request.op() == TableEdit::ADD && at == list.end()) {
+        list.push_back(*prefix);
+        ++added;
+      } else if (request.op() == TableEdit::DELETE && at != list.end()) {
+        list.erase(at);
+        ++deleted;
+      }
+    }
+  }
+  if (added != 0 || deleted != 0) {
+    if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) return "tables: " + error;
+    loaded_ = std::move(edited);
+    table = std::find_if(loaded_->tables.begin(), loaded_->tables.end(),
+                         [&](const engine::rules::Table& t) { return t.name == request.name(); });
+  }
+  fill_table(*table, true, out->add_tables());
+  out->set_added(added);
+  out->set_deleted(deleted);
   return {};
 }
 

@@ -13,6 +13,7 @@
 #include "daemon/control/control_api.h"
 #include "daemon/control/dataplane.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/rules/ast.h"
 #include "proto/control.pb.h"
 
 namespace pairwall::control {
@@ -60,6 +61,10 @@ class ControlService {
   void rules_show(RuleList* out) const;
   std::string states(const StatesRequest& request, StateList* out) const;
   std::string kill_states(const KillStates& request, Killed* out);
+  std::string tables(const TablesRequest& request, TableList* out) const;
+  std::string edit_table(const TableEdit& request, TableList* out);
+  // Compiles `file` and publishes it; empty, or why it was refused.
+  std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from);
   void stats(Stats* out) const;
   void health(Health* out) const;
 
@@ -73,6 +78,7 @@ class ControlService {
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
+  std::optional<engine::rules::RuleFile> loaded_;  // the running rules as parsed, table edits applied
   int64_t rules_loaded_unix_ms_ = 0;
   uint64_t reloads_ = 0;
   uint64_t reload_failures_ = 0;

@@ -121,6 +121,21 @@ std::string format_rules(const control::RuleList& rules) {
   return o.str();
 }
 
+std::string format_tables(const control::TableList& tables, bool entries, bool edited) {
+  std::ostringstream o;
+  if (edited) o << tables.added() << " added, " << tables.deleted() << " deleted\n";
+  for (const auto& t : tables.tables()) {
+    if (entries) {
+      for (const auto& e : t.entries()) o << "   " << e << "\n";
+      continue;
+    }
+    o << "<" << t.name() << ">  " << t.count() << (t.count() == 1 ? " entry" : " entries")
+      << (t.is_const() ? ", const" : "") << "\n";
+  }
+  if (!entries && tables.tables_size() == 0) o << "no tables\n";
+  return o.str();
+}
+
 std::string format_states(const control::StateList& list, bool count_only) {
   std::ostringstream o;
   if (count_only) {

@@ -9,6 +9,9 @@ namespace pairwall::ctl {
 
 std::string format_status(const control::Status& s);
 std::string format_rules(const control::RuleList& rules);
+// Every table and its size, or (`entries`) each table's entries, one a line; after an edit
+// (`edited`), first how many entries it added and deleted.
+std::string format_tables(const control::TableList& tables, bool entries, bool edited);
 std::string format_states(const control::StateList& states, bool count_only);
 std::string format_stats(const control::Stats& s);
 std::string format_sync(const control::SyncStatus& s);

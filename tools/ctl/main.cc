@@ -40,6 +40,10 @@ commands:
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
   flush states                   remove every state (and tell the sync peer)
+  tables [show NAME]             the running rules' tables and their sizes, or one table's entries
+  tables add|delete NAME ADDR... change a table of the running rules (ADDR: address, prefix, or
+  tables flush NAME              !PREFIX for an exception), as pfctl -T; a reload sets the
+                                 tables back to the rule file's contents
   sync status
   failover status
   failover demote N | promote N  raise / lower the administrative demotion
@@ -159,6 +163,26 @@ Request build_request(const Invocation& inv) {
     s->set_count_only(inv.count);
     if (inv.limit) s->set_limit(*inv.limit);
     parse_state_filter(w, 1, "states", *s->mutable_filter());
+  } else if (cmd == "tables") {
+    const std::string sub = w.size() >= 2 ? w[1] : "";
+    if (sub.empty()) {
+      r.mutable_tables();
+    } else if (sub == "show") {
+      need(3);
+      r.mutable_tables()->set_name(w[2]);
+    } else if (sub == "add" || sub == "delete" || sub == "flush") {
+      if (w.size() < 3) throw UsageError{"tables " + sub + ": name the table"};
+      if (sub == "flush") need(3);
+      if (sub != "flush" && w.size() < 4) throw UsageError{"tables " + sub + ": name an address or prefix"};
+      auto* edit = r.mutable_table_edit();
+      edit->set_name(w[2]);
+      edit->set_op(sub == "add"      ? control::TableEdit::ADD
+                   : sub == "delete" ? control::TableEdit::DELETE
+                                     : control::TableEdit::FLUSH);
+      for (std::size_t i = 3; i < w.size(); ++i) edit->add_addresses(w[i]);
+    } else {
+      throw UsageError{"tables: unknown subcommand '" + sub + "' (show, add, delete, flush)"};
+    }
   } else if (cmd == "stats") {
     need(1);
     r.mutable_stats();
@@ -240,6 +264,10 @@ std::string human(const Request& request, const Response& response, bool count_o
       return ctl::format_stats(response.stats());
     case Response::kFlushed:
       return "flushed " + std::to_string(response.flushed().states()) + " states\n";
+    case Response::kTables:
+      return ctl::format_tables(response.tables(),
+                                request.has_table_edit() || !request.tables().name().empty(),
+                                request.has_table_edit());
     case Response::kKilled:
       return "killed " + std::to_string(response.killed().states()) + " states\n";
     case Response::kSyncStatus:
@@ -251,7 +279,6 @@ std::string human(const Request& request, const Response& response, bool count_o
     case Response::PAYLOAD_NOT_SET:
       break;
   }
-  (void)request;
   return "ok\n";
 }
 

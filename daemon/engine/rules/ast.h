@@ -138,6 +138,7 @@ struct ScrubRule {
 struct Table {
   SourceLocation location;
   std::string name;
+  bool is_const = false;  // `const`: its entries cannot change while the rules run
   std::vector<IpPrefix> entries;
   std::vector<IpPrefix> negated_entries;  // `!10.1.2.0/24` inside a table: excluded
 };

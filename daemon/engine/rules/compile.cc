@@ -285,13 +285,19 @@ class Compiler {
  public:
   Compiler(const RuleFile& file, InterfaceRegistry& interfaces) : file_(file), interfaces_(interfaces) {}
 
-  std::shared_ptr<const RuleSet> run() {
+  std::shared_ptr<const RuleSet> run(const RuleSet* counters_from) {
     auto set = std::make_shared<RuleSet>();
     settings(*set);
     tables();
     filter_rules(*set);
     scrub_rules(*set);
     translation_rules(*set);
+    if (counters_from != nullptr) {
+      for (std::size_t i = 0; i < set->rules_.size() && i < counters_from->rules_.size(); ++i) {
+        if (set->rules_[i].text == counters_from->rules_[i].text)
+          set->rules_[i].stats = counters_from->rules_[i].stats;
+      }
+    }
     return set;
   }
 
@@ -531,9 +537,10 @@ class Compiler {
 };
 
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
-                                                                InterfaceRegistry& interfaces) {
+                                                                InterfaceRegistry& interfaces,
+                                                                const RuleSet* counters_from) {
   try {
-    return Compiler(file, interfaces).run();
+    return Compiler(file, interfaces).run(counters_from);
   } catch (const CompileFailure& f) {
     return f.error;
   }

@@ -13,8 +13,11 @@
 
 namespace pairwall::engine::rules {
 
+// `counters_from`: a rule set whose rules' counters carry over to the rules here with the same
+// number and text (a table edit recompiles the same rules).
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
-                                                                InterfaceRegistry& interfaces);
+                                                                InterfaceRegistry& interfaces,
+                                                                const RuleSet* counters_from = nullptr);
 
 // parse_rules_file + compile.
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,

@@ -319,11 +319,15 @@ class Parser {
     Table table;
     table.location = loc(name);
     table.name = name.text;
-    // `persist` and `const` are pf's runtime-management hints; rule sets here are immutable and
-    // keep every table, so both hold by construction and are accepted as no-ops.
+    // `persist` holds by construction (every table is kept, used or not); `const` refuses
+    // `pairwallctl tables add|delete|flush` on the table, as pf refuses pfctl -T on it.
     bool has_list = false;
     for (;;) {
-      if (accept_word("persist") || accept_word("const")) continue;
+      if (accept_word("persist")) continue;
+      if (accept_word("const")) {
+        table.is_const = true;
+        continue;
+      }
       if (at(TokenKind::LBrace)) {
         has_list = true;
         list(
