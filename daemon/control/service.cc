@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <vector>
 
 #include "daemon/control/framing.h"
@@ -89,8 +90,9 @@ struct StateMatch {
   std::optional<engine::IpPrefix> prefix;
   uint32_t port = 0;
   uint32_t proto = 0;
+  std::optional<engine::StateId> id;
 
-  bool names_something() const { return prefix || port != 0 || proto != 0; }
+  bool names_something() const { return prefix || port != 0 || proto != 0 || id; }
 
   bool key_matches(const engine::StateKey& k) const {
     if (proto != 0 && k.proto != proto) return false;
@@ -100,9 +102,22 @@ struct StateMatch {
     return true;
   }
   bool operator()(const engine::StateEntry& e) const {
+    if (id && !(e.id == *id)) return false;
     return key_matches(e.key[0]) || (e.translated() && key_matches(e.key[1]));
   }
 };
+
+// "CREATOR:COUNTER", both decimal, as `states` lists ids.
+std::optional<engine::StateId> parse_state_id(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return std::nullopt;
+  engine::StateId id;
+  const char* end = text.data() + text.size();
+  auto [p1, e1] = std::from_chars(text.data(), text.data() + colon, id.creator);
+  auto [p2, e2] = std::from_chars(text.data() + colon + 1, end, id.counter);
+  if (e1 != std::errc{} || p1 != text.data() + colon || e2 != std::errc{} || p2 != end) return std::nullopt;
+  return id;
+}
 
 // Empty on success, else the reason, starting with `command`.
 std::string parse_state_filter(const StateFilter& f, const char* command, StateMatch& out) {
@@ -117,6 +132,10 @@ std::string parse_state_filter(const StateFilter& f, const char* command, StateM
     return std::string(command) + ": port " + std::to_string(f.port()) + " is out of range 1..65535";
   if (f.proto() > 255)
     return std::string(command) + ": protocol " + std::to_string(f.proto()) + " is out of range 1..255";
+  if (!f.id().empty()) {
+    out.id = parse_state_id(f.id());
+    if (!out.id) return std::string(command) + ": id '" + f.id() + "' is not CREATOR:COUNTER (e.g. 1:4711)";
+  }
   out.port = f.port();
   out.proto = f.proto();
   return {};
@@ -332,7 +351,7 @@ std::string ControlService::kill_states(const KillStates& request, Killed* out) 
   if (std::string error = parse_state_filter(request.filter(), "states kill", match); !error.empty())
     return error;
   if (!match.names_something())
-    return "states kill: name an address, prefix, port or protocol (every state: flush states)";
+    return "states kill: name an address, prefix, port, protocol or id (every state: flush states)";
   out->set_states(engine_.kill_states(match));
   return {};
 }

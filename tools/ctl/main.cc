@@ -35,7 +35,8 @@ commands:
                                  a file that does not compile is refused, the running set stays
   rules show                     rules with @N and their counters
   states [--count] [--limit N] [FILTER...]
-                                 FILTER: ADDRESS or PREFIX, port N, proto tcp|udp|icmp|icmp6|N
+                                 FILTER: ADDRESS or PREFIX, port N, proto tcp|udp|icmp|icmp6|N,
+                                 id CREATOR:COUNTER (as listed)
   states kill FILTER...          remove the states FILTER matches (and tell the sync peer), as
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
@@ -114,7 +115,7 @@ Invocation parse_args(int argc, char** argv) {
   return inv;
 }
 
-// A state filter from words[first...]: ADDRESS or PREFIX, port N, proto P, in any order.
+// A state filter from words[first...]: ADDRESS or PREFIX, port N, proto P, id C:N, in any order.
 void parse_state_filter(const std::vector<std::string>& w, std::size_t first, const char* command,
                         control::StateFilter& filter) {
   for (std::size_t i = first; i < w.size(); ++i) {
@@ -124,11 +125,13 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
       filter.set_port(port);
     } else if (w[i] == "proto" && i + 1 < w.size()) {
       filter.set_proto(parse_proto(w[++i]));
-    } else if (filter.address().empty() && w[i] != "port" && w[i] != "proto") {
+    } else if (w[i] == "id" && i + 1 < w.size()) {
+      filter.set_id(w[++i]);  // the daemon validates it
+    } else if (filter.address().empty() && w[i] != "port" && w[i] != "proto" && w[i] != "id") {
       filter.set_address(w[i]);  // the daemon validates it
     } else {
       throw UsageError{std::string(command) + ": unexpected '" + w[i] +
-                       "' (filter: ADDRESS, port N, proto P)"};
+                       "' (filter: ADDRESS, port N, proto P, id C:N)"};
     }
   }
 }
@@ -156,7 +159,7 @@ Request build_request(const Invocation& inv) {
     r.mutable_rules_show();
   } else if (cmd == "states" && w.size() >= 2 && w[1] == "kill") {
     if (inv.count || inv.limit) throw UsageError{"--count and --limit go with 'states', not 'states kill'"};
-    if (w.size() == 2) throw UsageError{"states kill: name an ADDRESS or PREFIX, port N or proto P"};
+    if (w.size() == 2) throw UsageError{"states kill: name an ADDRESS or PREFIX, port N, proto P or id C:N"};
     parse_state_filter(w, 2, "states kill", *r.mutable_kill_states()->mutable_filter());
   } else if (cmd == "states") {
     auto* s = r.mutable_states();

@@ -1,7 +1,8 @@
 """`pairwallctl states kill` cuts connections off, on both nodes. Eight TCP connections through node
-A, replicated to B; killing two of them by client port removes them from A and, through sync
-Deletes, from B, and their next segments meet the rules (no state, no SYN: blocked) while the
-other six keep carrying data. A filter that names nothing, or a bad one, is refused."""
+A, replicated to B; killing two of them (one named by its client address and port, one by its
+state id) removes them from A and, through sync Deletes, from B, and their next segments meet the
+rules (no state, no SYN: blocked) while the other six keep carrying data. A filter that names
+nothing, or a bad one, is refused."""
 
 import json
 
@@ -47,7 +48,10 @@ def test_states_kill_cuts_connections_on_both_nodes(make_pair):
         assert ask(opener, "data", "data") == COUNT
 
         assert pair.a.ctl("states", "kill", CLIENT, "port", str(SPORT)).stdout == "killed 1 states\n"
-        assert pair.a.json("states", "kill", CLIENT, "port", str(SPORT + 1), "proto", "tcp") == {"states": "1"}
+        second = pair.a.json("states", CLIENT, "port", str(SPORT + 1), "proto", "tcp")["states"]
+        assert len(second) == 1
+        state_id = f"{second[0]['creator']}:{second[0]['id']}"
+        assert pair.a.json("states", "kill", "id", state_id) == {"states": "1"}
         kept = everyone - {SPORT, SPORT + 1}
         assert client_ports(pair.a) == kept
         wait_until(lambda: client_ports(pair.b) == kept, 5, what="fwB's copies of the killed states removed")

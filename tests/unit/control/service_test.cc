@@ -314,12 +314,34 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     };
     Response r = kill("", 0, 0);
     CHECK_FALSE(r.ok());
-    CHECK(r.error() == "states kill: name an address, prefix, port or protocol (every state: flush states)");
+    CHECK(r.error() ==
+          "states kill: name an address, prefix, port, protocol or id (every state: flush states)");
     r = kill("10.0.0.0/33", 0, 0);
     CHECK_FALSE(r.ok());
     CHECK(r.error() == "states kill: '10.0.0.0/33' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
     CHECK(kill("", 70000, 0).error() == "states kill: port 70000 is out of range 1..65535");
     CHECK(d.engine.states().size() == 2);
+
+    Request by_id = make([](Request& q) { q.mutable_kill_states(); });
+    by_id.mutable_kill_states()->mutable_filter()->set_id("3:x");
+    CHECK(d.call(by_id).error() == "states kill: id '3:x' is not CREATOR:COUNTER (e.g. 1:4711)");
+    engine::StateId udp_id;
+    d.engine.states().for_each([&](const engine::StateEntry& e) {
+      if (e.key[0].proto == 17) udp_id = e.id;
+    });
+    auto* id_filter = by_id.mutable_kill_states()->mutable_filter();
+    id_filter->set_id(std::to_string(udp_id.creator) + ":" + std::to_string(udp_id.counter + 1));
+    CHECK(d.call(by_id).killed().states() == 0);
+    id_filter->set_id(std::to_string(udp_id.creator) + ":" + std::to_string(udp_id.counter));
+    id_filter->set_address("10.0.0.0/8");  // the id's state, but not its address: nothing
+    CHECK(d.call(by_id).killed().states() == 0);
+    id_filter->clear_address();
+    CHECK(d.call(by_id).killed().states() == 1);
+    CHECK(d.engine.states().size() == 1);
+    REQUIRE(
+        d.send(PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").udp(5353, 53).payload(10).build()).action ==
+        engine::Verdict::Action::Accept);
+    REQUIRE(d.engine.states().size() == 2);
 
     r = kill("10.9.0.0/16", 0, 17);  // the TCP state's server, but UDP only: nothing
     REQUIRE(r.ok());
