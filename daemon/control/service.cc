@@ -83,9 +83,9 @@ struct StateCopy {
   uint64_t bytes[2] = {0, 0};
 };
 
-// A StateFilter, checked: an address or prefix, a port and a protocol, each optional, matched
-// against either endpoint of either key (a translated state is found by its inside address and by
-// its nat address alike).
+// A StateFilter, checked: an address or prefix, a port, a protocol and a state id, each optional;
+// the first two match either endpoint of either key (a translated state is found by its inside
+// address and by its nat address alike).
 struct StateMatch {
   std::optional<engine::IpPrefix> prefix;
   uint32_t port = 0;
