@@ -745,24 +745,32 @@ std::size_t Engine::flush_states() {
 }
 
 std::size_t Engine::kill_states(const std::function<bool(const StateEntry&)>& match) {
+  return remove_states_if(match, [this](const StateEntry& e) {
+    StateRecord gone;
+    gone.kind = StateRecord::Kind::Delete;
+    gone.id = e.id;
+    emit_control(gone);
+  });
+}
+
+std::size_t Engine::remove_states_if(const std::function<bool(const StateEntry&)>& choose,
+                                     const std::function<void(const StateEntry&)>& on_removed) {
   // Chosen under the shard locks, removed by id afterwards: a removal takes the locks of both of
   // an entry's keys, which for_each() cannot while it holds one shard's.
   std::vector<StateId> chosen;
   states_.for_each([&](const StateEntry& e) {
-    if (match(e)) chosen.push_back(e.id);
+    if (choose(e)) chosen.push_back(e.id);
   });
-  std::size_t killed = 0;
+  std::size_t removed = 0;
   for (const StateId& id : chosen) {
     auto state = states_.find_by_id(id);
-    if (!state) continue;  // gone meanwhile (expired, closed)
+    // Looked at again under its lock: a packet may have changed it since, or it is gone.
+    if (!state || !choose(*state)) continue;
+    on_removed(*state);
     states_.erase(state);
-    ++killed;
-    StateRecord gone;
-    gone.kind = StateRecord::Kind::Delete;
-    gone.id = id;
-    emit_control(gone);
+    ++removed;
   }
-  return killed;
+  return removed;
 }
 
 bool Engine::apply(const StateRecord& record, Millis now) {
@@ -836,22 +844,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
 }
 
 std::size_t Engine::remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence) {
-  auto unnamed = [&](const StateEntry& e) {
-    return e.id.creator == peer && !e.adopted && e.named_at < sequence;
-  };
-  std::vector<StateId> ids;
-  states_.for_each([&](const StateEntry& e) {
-    if (unnamed(e)) ids.push_back(e.id);
-  });
-  std::size_t removed = 0;
-  for (const StateId& id : ids) {
-    auto state = states_.find_by_id(id);
-    // Looked at again under its lock: a packet may have met it since.
-    if (!state || !unnamed(*state)) continue;
-    states_.erase(state);
-    ++removed;
-  }
-  return removed;
+  return remove_states_if(
+      [&](const StateEntry& e) { return e.id.creator == peer && !e.adopted && e.named_at < sequence; },
+      [](const StateEntry&) {});
 }
 
 void Engine::snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const {

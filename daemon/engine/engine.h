@@ -192,6 +192,10 @@ class Engine {
                            const rules::RuleSet& current) noexcept;
   static StateRecord make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept;
   void emit_control(const StateRecord& record) noexcept;
+  // Removes the states `choose` accepts (asked again under each state's lock), calling
+  // `on_removed` on each before it goes. Control path: visits the whole table.
+  std::size_t remove_states_if(const std::function<bool(const StateEntry&)>& choose,
+                               const std::function<void(const StateEntry&)>& on_removed);
   struct Parsed;
   struct Translation;
   void prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept;
