@@ -413,13 +413,11 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   }
   if (added != 0 || deleted != 0) {
     if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) return "tables: " + error;
-    loaded_ = std::move(edited);
-    table = std::find_if(loaded_->tables.begin(), loaded_->tables.end(),
-                         [&](const engine::rules::Table& t) { return t.name == request.name(); });
   }
   fill_table(*table, true, out->add_tables());
   out->set_added(added);
   out->set_deleted(deleted);
+  loaded_ = std::move(edited);
   return {};
 }
 

@@ -173,8 +173,11 @@ std::string translation_text(const TranslationRule& r) {
   return out;
 }
 
-bool tcp_only(const std::vector<uint8_t>& protocols) {
-  return protocols.size() == 1 && protocols[0] == ipproto::kTcp;
+// Whether every protocol a rule names is among `allowed` (a rule naming none is not).
+bool only_protocols(const std::vector<uint8_t>& protocols, std::initializer_list<uint8_t> allowed) {
+  return !protocols.empty() && std::all_of(protocols.begin(), protocols.end(), [&](uint8_t p) {
+    return std::find(allowed.begin(), allowed.end(), p) != allowed.end();
+  });
 }
 
 // pf's default since OpenBSD 4.1: a pass rule that keeps state and names no flags takes
@@ -209,9 +212,10 @@ std::string filter_text(const FilterRule& r) {
   // As pfctl shows them: the default flags where they are a TCP rule's, and `flags any` where it
   // turned them off.
   const std::optional<FlagsMatch> flags =
-      r.flags
-          ? r.flags
-          : (takes_default_flags(r) && tcp_only(r.protocols) ? std::optional(kDefaultFlags) : std::nullopt);
+      r.flags ? r.flags
+              : (takes_default_flags(r) && only_protocols(r.protocols, {ipproto::kTcp})
+                     ? std::optional(kDefaultFlags)
+                     : std::nullopt);
   if (flags) out += " flags " + flags_text(flags->set) + "/" + flags_text(flags->mask);
   if (r.flags_any) out += " flags any";
   if (!r.icmp_types.empty()) {
@@ -236,12 +240,6 @@ std::string filter_text(const FilterRule& r) {
 }
 
 // --- Validation shared by filter, translation and scrub rules.
-
-bool only_protocols(const std::vector<uint8_t>& protocols, std::initializer_list<uint8_t> allowed) {
-  return !protocols.empty() && std::all_of(protocols.begin(), protocols.end(), [&](uint8_t p) {
-    return std::find(allowed.begin(), allowed.end(), p) != allowed.end();
-  });
-}
 
 void check_ports(const SourceLocation& at, const std::vector<uint8_t>& protocols, const Endpoint& from,
                  const Endpoint& to) {
@@ -416,7 +414,7 @@ class Compiler {
       s.flags = r.flags;
       if (takes_default_flags(r)) {
         s.flags = kDefaultFlags;
-        s.flags_tcp_only = !tcp_only(r.protocols);
+        s.flags_tcp_only = !only_protocols(r.protocols, {ipproto::kTcp});
       }
       s.icmp_types = r.icmp_types;
       s.icmp6 = r.icmp6_types;
