@@ -413,12 +413,6 @@ inline uint32_t IntervalIndex<Key>::last_step(Key key, uint32_t entry) const noe
 }
 
 template <typename Key>
-inline void IntervalIndex<Key>::prefetch(uint32_t entry) const noexcept {
-  if ((entry & kKindMask) == kNode) __builtin_prefetch(&nodes_[entry]);
-  if ((entry & kKindMask) == kLeaf) __builtin_prefetch(&leaves_[entry & ~kKindMask]);
-}
-
-template <typename Key>
 uint32_t IntervalIndex<Key>::find(Key key) const noexcept {
   uint32_t entry = root_;
   while ((entry & kKindMask) == kNode) entry = step(key, entry);
@@ -441,7 +435,6 @@ void IntervalIndex<Key>::find_batch(std::span<const Key> keys, std::span<uint32_
         const bool at_node = (entry[i] & kKindMask) == kNode;
         const uint32_t next = step(key[i], at_node ? entry[i] : 0);
         entry[i] = at_node ? next : entry[i];
-        prefetch(entry[i]);
         walking = walking | ((entry[i] & kKindMask) == kNode);
       }
     }
@@ -457,7 +450,7 @@ std::size_t IntervalIndex<Key>::memory_bytes() const {
 
 template class IntervalIndex<AddressKey>;
 
-// --- IntervalIndex<uint32_t>: the IPv4 B+ tree.
+// --- IntervalIndex<uint32_t>: IPv4, leaves under a direct table.
 
 namespace {
 // Flipping the top bit maps unsigned order onto signed order, which SSE2 compares.
@@ -479,31 +472,39 @@ void IntervalIndex<uint32_t>::build(const std::vector<uint32_t>& starts,
     leaf.keys[i % kLeafKeys] = (i < n ? starts[i] : UINT32_MAX) ^ kSignFlip;
     leaf.values[i % kLeafKeys] = values[std::min(i, last)];
   }
-  // Level sizes from the leaves up to the root, then the inner levels root first. An inner node's
-  // key j is the first start under its child j + 1.
-  std::vector<uint32_t> sizes{leaf_count};
-  while (sizes.back() > 1) sizes.push_back((sizes.back() + kFanout - 1) / kFanout);
-  std::reverse(sizes.begin(), sizes.end());
-  const auto inner_levels = static_cast<uint32_t>(sizes.size() - 1);
-  nodes_.clear();
-  level_first_.clear();
-  level_last_.clear();
-  uint64_t child_span = kLeafKeys;  // starts under one child of the lowest inner level
-  for (uint32_t l = 1; l < inner_levels; ++l) child_span *= kFanout;
-  for (uint32_t l = 0; l < inner_levels; ++l) {
-    level_first_.push_back(static_cast<uint32_t>(nodes_.size()));
-    level_last_.push_back(sizes[l + 1] - 1);
-    for (uint32_t node = 0; node < sizes[l]; ++node) {
-      Node inner;
-      for (uint32_t j = 0; j < kNodeKeys; ++j) {
-        const uint64_t first = (uint64_t{node} * kFanout + j + 1) * child_span;
-        inner.keys[j] = (first < n ? starts[first] : UINT32_MAX) ^ kSignFlip;
-      }
-      nodes_.push_back(inner);
-    }
-    child_span /= kFanout;
+  leaf_first_.clear();
+  for (const Leaf& leaf : leaves_) leaf_first_.push_back(leaf.keys[0]);
+  leaf_first_.resize(leaf_first_.size() + kWindow, UINT32_MAX ^ kSignFlip);
+  tables_.clear();
+  table_depth_ = 0;
+  top_.resize(std::size_t{1} << kTopBits);
+  constexpr uint32_t chunk_bits = 32 - kTopBits;
+  for (uint32_t chunk = 0; chunk < top_.size(); ++chunk)
+    top_[chunk] = build_entry(starts, chunk << chunk_bits, chunk_bits, 0);
+  tables_.shrink_to_fit();
+}
+
+// The entry for the 2^chunk_bits addresses from chunk_first, `depth` tables below the top one.
+uint32_t IntervalIndex<uint32_t>::build_entry(const std::vector<uint32_t>& starts, uint32_t chunk_first,
+                                              uint32_t chunk_bits, uint32_t depth) {
+  const uint32_t chunk_last = chunk_first + static_cast<uint32_t>((uint64_t{1} << chunk_bits) - 1);
+  // The intervals holding the chunk's first and last addresses, and their leaves.
+  const auto first = std::upper_bound(starts.begin(), starts.end(), chunk_first) - starts.begin() - 1;
+  const auto last = std::upper_bound(starts.begin() + first, starts.end(), chunk_last) - starts.begin() - 1;
+  const auto first_leaf = static_cast<uint32_t>(first / kLeafKeys);
+  if (static_cast<uint32_t>(last / kLeafKeys) - first_leaf <= kWindow) return first_leaf;
+  // More leaves than one count reaches: a table of the next bits. (A chunk of one address, where
+  // the tables end, is never this: its first and last interval are one.)
+  const auto table = static_cast<uint32_t>(tables_.size() >> kTableBits);
+  if (table >= (1u << (32 - kTableBits))) throw std::length_error("rule set too large: address index");
+  table_depth_ = std::max(table_depth_, depth + 1);
+  tables_.resize(tables_.size() + (std::size_t{1} << kTableBits));
+  const uint32_t sub_bits = chunk_bits - kTableBits;
+  for (uint32_t j = 0; j < (1u << kTableBits); ++j) {
+    const uint32_t entry = build_entry(starts, chunk_first + (j << sub_bits), sub_bits, depth + 1);
+    tables_[(std::size_t{table} << kTableBits) + j] = entry;
   }
-  nodes_.shrink_to_fit();
+  return kTable | table;
 }
 
 template <uint32_t N>
@@ -513,11 +514,11 @@ inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t fli
   const __m128i x = _mm_set1_epi32(static_cast<int32_t>(flipped_key));
   const auto* k = reinterpret_cast<const __m128i*>(keys);
   const __m128i above_low =
-      _mm_packs_epi32(_mm_cmpgt_epi32(_mm_load_si128(k), x), _mm_cmpgt_epi32(_mm_load_si128(k + 1), x));
+      _mm_packs_epi32(_mm_cmpgt_epi32(_mm_loadu_si128(k), x), _mm_cmpgt_epi32(_mm_loadu_si128(k + 1), x));
   __m128i above_high = _mm_setzero_si128();
   if constexpr (N == 16) {
-    above_high =
-        _mm_packs_epi32(_mm_cmpgt_epi32(_mm_load_si128(k + 2), x), _mm_cmpgt_epi32(_mm_load_si128(k + 3), x));
+    above_high = _mm_packs_epi32(_mm_cmpgt_epi32(_mm_loadu_si128(k + 2), x),
+                                 _mm_cmpgt_epi32(_mm_loadu_si128(k + 3), x));
   }
   const auto above = static_cast<uint32_t>(_mm_movemask_epi8(_mm_packs_epi16(above_low, above_high)));
   // The keys ascend: those above the key are a suffix, which starts at the count of the others.
@@ -530,11 +531,21 @@ inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t fli
 #endif
 }
 
-// Only the maximum key counts the keys past the end; it takes the last child that exists.
-inline uint32_t IntervalIndex<uint32_t>::descend(uint32_t level, uint32_t node,
-                                                 uint32_t flipped_key) const noexcept {
-  const Node& inner = nodes_[level_first_[level] + node];
-  return std::min(node * kFanout + rank<kNodeKeys>(inner.keys, flipped_key), level_last_[level]);
+// A walk still in the tables takes the slot of the key's bits below `shift`; one that has left
+// them keeps its entry. By masks: whether a chunk is crowded is a coin toss from walk to walk.
+inline uint32_t IntervalIndex<uint32_t>::table_step(uint32_t entry, uint32_t key,
+                                                    uint32_t shift) const noexcept {
+  const uint32_t in_table = 0u - (entry >> 31);
+  const uint32_t slot =
+      (((entry & ~kTable) << kTableBits) | ((key >> shift) & ((1u << kTableBits) - 1))) & in_table;
+  return (tables_[slot] & in_table) | (entry & ~in_table);
+}
+
+// The leaves from the entry's on whose first key is at or below the key; only the maximum key
+// counts the padding past the last leaf, and it belongs to the last leaf.
+inline uint32_t IntervalIndex<uint32_t>::leaf_of(uint32_t entry, uint32_t flipped_key) const noexcept {
+  const uint32_t leaf = entry + rank<kWindow>(&leaf_first_[entry + 1], flipped_key);
+  return std::min(leaf, static_cast<uint32_t>(leaves_.size()) - 1);
 }
 
 // The walk only enters a leaf whose first start is at or below the key: at least one counts.
@@ -544,42 +555,40 @@ inline uint32_t IntervalIndex<uint32_t>::value(uint32_t leaf, uint32_t flipped_k
 }
 
 uint32_t IntervalIndex<uint32_t>::find(uint32_t key) const noexcept {
+  uint32_t entry = top_entry(key);
+  uint32_t shift = 32 - kTopBits;
+  for (uint32_t depth = 0; depth < table_depth_; ++depth) {
+    shift -= kTableBits;
+    entry = table_step(entry, key, shift);
+  }
   const uint32_t flipped = key ^ kSignFlip;
-  uint32_t node = 0;
-  for (uint32_t level = 0; level < inner_levels(); ++level) node = descend(level, node, flipped);
-  return value(node, flipped);
+  return value(leaf_of(entry, flipped), flipped);
 }
 
 void IntervalIndex<uint32_t>::find_batch(std::span<const uint32_t> keys,
                                          std::span<uint32_t> values) const noexcept {
   constexpr std::size_t kWalks = 32;
-  uint32_t flipped[kWalks];
-  uint32_t node[kWalks];
+  uint32_t entry[kWalks];
   for (std::size_t first = 0; first < keys.size(); first += kWalks) {
     const std::size_t n = std::min(kWalks, keys.size() - first);
+    const uint32_t* key = keys.data() + first;
+    for (std::size_t i = 0; i < n; ++i) entry[i] = top_entry(key[i]);
+    uint32_t shift = 32 - kTopBits;
+    for (uint32_t depth = 0; depth < table_depth_; ++depth) {
+      shift -= kTableBits;
+      for (std::size_t i = 0; i < n; ++i) entry[i] = table_step(entry[i], key[i], shift);
+    }
     for (std::size_t i = 0; i < n; ++i) {
-      flipped[i] = keys[first + i] ^ kSignFlip;
-      node[i] = 0;
+      entry[i] = leaf_of(entry[i], key[i] ^ kSignFlip);
+      __builtin_prefetch(leaves_[entry[i]].keys);
     }
-    const uint32_t levels = inner_levels();
-    for (uint32_t level = 0; level < levels; ++level) {
-      const bool to_leaves = level + 1 == levels;
-      for (std::size_t i = 0; i < n; ++i) {
-        node[i] = descend(level, node[i], flipped[i]);
-        if (to_leaves) {
-          __builtin_prefetch(leaves_[node[i]].keys);
-        } else {
-          __builtin_prefetch(&nodes_[level_first_[level + 1] + node[i]]);
-        }
-      }
-    }
-    for (std::size_t i = 0; i < n; ++i) values[first + i] = value(node[i], flipped[i]);
+    for (std::size_t i = 0; i < n; ++i) values[first + i] = value(entry[i], key[i] ^ kSignFlip);
   }
 }
 
 std::size_t IntervalIndex<uint32_t>::memory_bytes() const {
-  return nodes_.capacity() * sizeof(Node) + leaves_.capacity() * sizeof(Leaf) +
-         (level_first_.capacity() + level_last_.capacity()) * sizeof(uint32_t);
+  return (top_.capacity() + tables_.capacity() + leaf_first_.capacity()) * sizeof(uint32_t) +
+         leaves_.capacity() * sizeof(Leaf);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -872,7 +872,7 @@ void check_interval_index(uint64_t seed) {
     }
   };
   std::vector<Key> starts{0};
-  // Some sets large enough for the IPv4 B+ tree to take five levels.
+  // Some sets large and crowded enough for IPv4 tables two deep below the top one.
   const auto n = static_cast<uint32_t>(seed % 5 == 0 ? 60000 + rng() % 20000 : rng() % 3000);
   // Clusters with long shared prefixes, as IPv6 rule sets have, and a spread of others.
   const Key cluster = random_key() & ~static_cast<Key>(0xffffff);
