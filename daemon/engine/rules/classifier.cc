@@ -1245,7 +1245,8 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
     const MatchQuery* query = queries.data() + first;
     Probe probes[kBatch];
 
-    // 1. The fields looked up in small tables, then the address index walks, per family.
+    // 1. The fields looked up in small tables, then the address index walks, per family. The
+    // port records are known here and start loading while the walks run.
     uint32_t v4_keys[2][kBatch];
     AddressKey v6_keys[2][kBatch];
     uint32_t records[2][2][kBatch];  // [v4/v6][src/dst]
@@ -1255,6 +1256,8 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
     std::size_t v6_count = 0;
     for (std::size_t i = 0; i < n; ++i) {
       begin(probes[i], query[i]);
+      __builtin_prefetch(probes[i].sparse[kSrcPort]);
+      __builtin_prefetch(probes[i].sparse[kDstPort]);
       // Written to both families' lists, kept in one: a branch would guess the family.
       const PacketView& p = *query[i].packet;
       const bool v6 = p.family == Family::V6;
@@ -1272,13 +1275,14 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
       v6_index_[side].find_batch({v6_keys[side], v6_count}, {records[1][side], v6_count});
     }
 
-    // 2. The class records' first lines (header, anchor and word summaries).
+    // 2. The address records' first lines (header, anchor and word summaries).
     for (std::size_t j = 0; j < v4_count; ++j)
       set_addresses(probes[v4_probe[j]], records[0][0][j], records[0][1][j]);
     for (std::size_t j = 0; j < v6_count; ++j)
       set_addresses(probes[v6_probe[j]], records[1][0][j], records[1][1][j]);
     for (std::size_t i = 0; i < n; ++i) {
-      for (const uint64_t* record : probes[i].sparse) __builtin_prefetch(record);
+      __builtin_prefetch(probes[i].sparse[kSrcAddr]);
+      __builtin_prefetch(probes[i].sparse[kDstAddr]);
     }
 
     // 3. The pass's own anchor summaries.
