@@ -33,21 +33,25 @@
 // sets: at 1,000 rules, packets that only `block all` decides took 145 ns without anchors and 81 ns
 // with them; at 10,000 rules a packet visits 1.45 words on average (1.0 at 10 rules).
 //
-// What still grows: the per-packet work is flat (in match_batch(), counted with callgrind on the
-// benchmark when the IPv4 B+ tree came: about 930 instructions a packet at 10 rules, whose
-// measured packets are all IPv6, and 1,040 at 10,000), but a 10,000-rule structure (16 MB with
-// the compiled rules) does not stay in L1 or L2, and a packet meets more candidate words (1.45, see above),
-// whose count the branch predictor cannot know. match_batch() overlaps the misses of a batch; the IPv4 index
-// is a B+ tree of fixed depth (below) because the radix tree's varying depth cost mispredicted loop exits and
-// 0.73 MB more memory at 10,000 rules. Where a condition is a coin toss per packet in a large rule set
-// (does this class record hold the pass's anchor group?), the batch computes with masks instead of
-// branching: a mispredicted branch discards the loads the batch has in flight. pairwall-bench engine
-// (--seconds 0.5 --runs 3, two invocations on a 2-core VM, fastest pass of each run): 18.6/18.6 Mpps at 10
-// rules and 13.8/13.9 at 10,000, a ratio of 0.75. What is left: the address index walks (above all IPv6's,
-// whose dependent loads leave L1 at 10,000 rules), the candidate words that fail (0.45 a packet at 10,000
-// rules; with none, by a temporary filter that tested only the first, 10,000 rules ran 11 % faster), and
-// the misses of the lines the packets read (index leaves, class records) once they no longer fit in L2
-// (--rule-packets 1024 / 2048 / 4,096 / 8192: ratio 0.82 / 0.81 / 0.75 / 0.69). The 0.8 target is not met.
+// What still grows: the per-packet work is nearly flat (in match_batch(), counted with callgrind
+// on the benchmark before the IPv4 direct table came: about 930 instructions a packet at 10 rules,
+// whose measured packets are all IPv6, and 1,040 at 10,000), but a 10,000-rule structure (16 MB
+// with the compiled rules) does not stay in L1 or L2, and a packet meets more candidate words
+// (1.45, see above), whose count the branch predictor cannot know. match_batch() overlaps the
+// misses of a batch. Where a condition is a coin toss per packet in a large rule set (does this
+// class record hold the pass's anchor group?), the batch computes with masks instead of
+// branching: a mispredicted branch discards the loads the batch has in flight; where the
+// condition is predictable (an IPv6 node's shape, a walk ending at a leaf), masks measured slower
+// than branches. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on a 2-core VM,
+// fastest pass of each run): 18.5/18.5 Mpps at 10 rules and 14.4/14.4 at 10,000, a ratio of 0.78.
+// Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
+// instrumented build): the IPv4 walks, which the 10-rule packets do not take, 26 (33 with the B+ tree before
+// the direct table); the IPv6 walks 113 an IPv6 query against 53 at 10 rules (their nodes leave L1); the
+// candidate words 31 against 16 (0.45 failing words a packet; with none, by a temporary filter that tested
+// only the first, 10,000 rules ran 11 % faster); and every other stage a few ticks more, for the misses of
+// lines the packets read once the structure outgrows L2
+// (--rule-packets 1024 / 2048 / 4,096 / 8192: ratio 0.82 / 0.81 / 0.75 / 0.69 with the B+ tree).
+// The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
 // on one interface that differ only in the source port, all to the same host) makes those rules
@@ -219,7 +223,11 @@ class IntervalIndex {
 // 10. Every walk takes as many table rounds as the deepest chunk needs, one that has left the
 // tables selecting its own entry again, so that no walk's depth is guessed by a branch: the batch
 // loops know their trip counts. For 10,000 rules' starts this replaced a B+ tree's three levels of
-// 16-key searches above the leaves by one table load, one masked table round and one count.
+// 16-key searches above the leaves by one table load, one masked table round and one count
+// (pairwall-bench engine --only rules: 13.6 -> 14.3 Mpps at 10,000 rules, 18.9 -> 20.3 at 100).
+// A trie of 8-bit tables down to leaves of each chunk's own starts was measured first and
+// dropped: its partly filled leaves and tables took 2 MB for 10,000 rules' starts, and their
+// misses cost more than its walks saved (13.6 -> 13.1).
 template <>
 class IntervalIndex<uint32_t> {
  public:
