@@ -33,6 +33,17 @@ std::string local_time_ms(uint64_t unix_ms) {
   return buf;
 }
 
+// A table entry as pfctl -T show prints it: a host without its /32 or /128.
+std::string table_entry(const std::string& entry) {
+  const bool v6 = entry.find(':') != std::string::npos;
+  const std::string host_length = v6 ? "/128" : "/32";
+  if (entry.size() > host_length.size() &&
+      entry.compare(entry.size() - host_length.size(), host_length.size(), host_length) == 0) {
+    return entry.substr(0, entry.size() - host_length.size());
+  }
+  return entry;
+}
+
 std::string ago_ms(int64_t ms) {
   return ms < 0 ? "never" : human_duration_ms(static_cast<uint64_t>(ms)) + " ago";
 }
@@ -126,7 +137,7 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
   if (edited) o << tables.added() << " added, " << tables.deleted() << " deleted\n";
   for (const auto& t : tables.tables()) {
     if (entries) {
-      for (const auto& e : t.entries()) o << "   " << e << "\n";
+      for (const auto& e : t.entries()) o << "   " << table_entry(e) << "\n";
       continue;
     }
     o << "<" << t.name() << ">  " << t.count() << (t.count() == 1 ? " entry" : " entries")
