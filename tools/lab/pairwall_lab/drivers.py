@@ -824,13 +824,21 @@ class ConntrackdDriver(Driver):
     def kill_software(self, node, kind):
         netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 0)
         # The VRRP child first: killed after its parent it would be told to stop and leave cleanly (priority 0
-        # advert, VIPs removed), which is a handover, not a crash.
+        # advert, VIPs removed), which is a handover, not a crash. The parent is frozen before: running, it
+        # respawns a killed child at once, and the new child, left behind when the parent dies, takes the
+        # group back.
+        parent = self.lab.pid_of(node, "keepalived")
+        if parent is not None and netns.pid_alive(parent):
+            try:
+                os.kill(parent, signal.SIGSTOP)
+            except ProcessLookupError:
+                parent = None
         try:
             vrrp = int((self.node_dir(node) / "vrrp.pid").read_text())
         except (OSError, ValueError):
             vrrp = None
         self._kill9_pid(vrrp)
-        self._kill9_pid(self.lab.pid_of(node, "keepalived"))
+        self._kill9_pid(parent)
         self._kill9_pid(self.conntrackd_pid(node))
 
     def restart_software(self, node, kind):
