@@ -129,4 +129,9 @@ std::string to_string(const IpPrefix& p) {
   return to_string(p.family, p.address) + "/" + std::to_string(p.length);
 }
 
+std::string address_text(const IpPrefix& p) {
+  const bool host = p.length == (p.family == Family::V4 ? 32 : 128);
+  return host ? to_string(p.family, p.address) : to_string(p);
+}
+
 }  // namespace pairwall::engine

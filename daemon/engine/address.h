@@ -49,5 +49,7 @@ std::optional<IpPrefix> parse_prefix(std::string_view text);
 
 std::string to_string(Family f, const IpAddress& a);
 std::string to_string(const IpPrefix& p);
+// As pf writes it: a host without its /32 or /128, a network with its length.
+std::string address_text(const IpPrefix& p);
 
 }  // namespace pairwall::engine

@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "daemon/engine/address.h"
+
 namespace pairwall::ctl {
 namespace {
 
@@ -35,13 +37,9 @@ std::string local_time_ms(uint64_t unix_ms) {
 
 // A table entry as pfctl -T show prints it: a host without its /32 or /128.
 std::string table_entry(const std::string& entry) {
-  const bool v6 = entry.find(':') != std::string::npos;
-  const std::string host_length = v6 ? "/128" : "/32";
-  if (entry.size() > host_length.size() &&
-      entry.compare(entry.size() - host_length.size(), host_length.size(), host_length) == 0) {
-    return entry.substr(0, entry.size() - host_length.size());
-  }
-  return entry;
+  const bool negated = entry.starts_with("!");
+  const auto prefix = engine::parse_prefix(std::string_view(entry).substr(negated ? 1 : 0));
+  return prefix ? (negated ? "!" : "") + engine::address_text(*prefix) : entry;
 }
 
 std::string ago_ms(int64_t ms) {

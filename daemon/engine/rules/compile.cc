@@ -62,11 +62,6 @@ std::string family_name(Family f) {
 
 // --- Canonical text, in the syntax the parser reads.
 
-std::string address_text(const IpPrefix& p) {
-  const bool host = p.length == (p.family == Family::V4 ? 32 : 128);
-  return host ? to_string(p.family, p.address) : to_string(p);
-}
-
 template <typename T, typename F>
 std::string list_text(const std::vector<T>& items, F one) {
   if (items.size() == 1) return one(items[0]);
