@@ -396,14 +396,12 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   } else {
     if (request.addresses().empty()) return "tables: name at least one address or prefix";
     for (const std::string& text : request.addresses()) {
-      const bool negated = !text.empty() && text[0] == '!';
-      const auto prefix =
-          engine::parse_prefix(negated ? std::string_view(text).substr(1) : std::string_view(text));
-      if (!prefix) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
-      auto& list = negated ? table->negated_entries : table->entries;
-      const auto at = std::find(list.begin(), list.end(), *prefix);
+      const auto entry = engine::parse_table_entry(text);
+      if (!entry) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
+      auto& list = entry->negated ? table->negated_entries : table->entries;
+      const auto at = std::find(list.begin(), list.end(), entry->prefix);
       if (request.op() == TableEdit::ADD && at == list.end()) {
-        list.push_back(*prefix);
+        list.push_back(entry->prefix);
         ++added;
       } else if (request.op() == TableEdit::DELETE && at != list.end()) {
         list.erase(at);

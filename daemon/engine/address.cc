@@ -112,6 +112,13 @@ std::optional<IpPrefix> parse_prefix(std::string_view text) {
   return p;
 }
 
+std::optional<TableEntry> parse_table_entry(std::string_view text) {
+  const bool negated = text.starts_with('!');
+  const auto prefix = parse_prefix(text.substr(negated ? 1 : 0));
+  if (!prefix) return std::nullopt;
+  return TableEntry{negated, *prefix};
+}
+
 std::string to_string(Family f, const IpAddress& a) {
   std::array<uint8_t, 16> bytes{};
   std::array<char, INET6_ADDRSTRLEN> buf{};

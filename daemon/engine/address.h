@@ -47,6 +47,13 @@ struct IpPrefix {
 std::optional<IpAddress> parse_address(std::string_view text, Family* family_out);
 std::optional<IpPrefix> parse_prefix(std::string_view text);
 
+// A table entry as an operator writes it: a prefix, with "!" before it for an exception.
+struct TableEntry {
+  bool negated = false;
+  IpPrefix prefix;
+};
+std::optional<TableEntry> parse_table_entry(std::string_view text);
+
 std::string to_string(Family f, const IpAddress& a);
 std::string to_string(const IpPrefix& p);
 // As pf writes it: a host without its /32 or /128, a network with its length.

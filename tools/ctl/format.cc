@@ -37,9 +37,8 @@ std::string local_time_ms(uint64_t unix_ms) {
 
 // A table entry as pfctl -T show prints it: a host without its /32 or /128.
 std::string table_entry(const std::string& entry) {
-  const bool negated = entry.starts_with("!");
-  const auto prefix = engine::parse_prefix(std::string_view(entry).substr(negated ? 1 : 0));
-  return prefix ? (negated ? "!" : "") + engine::address_text(*prefix) : entry;
+  const auto parsed = engine::parse_table_entry(entry);
+  return parsed ? (parsed->negated ? "!" : "") + engine::address_text(parsed->prefix) : entry;
 }
 
 std::string ago_ms(int64_t ms) {

@@ -164,6 +164,21 @@ TEST_CASE("parse_prefix: rejected text", "[address][prefix]") {
   }
 }
 
+TEST_CASE("parse_table_entry: a prefix, '!' before it for an exception", "[address][prefix]") {
+  const auto plain = parse_table_entry("192.0.2.1");
+  REQUIRE(plain);
+  CHECK_FALSE(plain->negated);
+  CHECK(to_string(plain->prefix) == "192.0.2.1/32");
+  const auto negated = parse_table_entry("!2001:db8::/32");
+  REQUIRE(negated);
+  CHECK(negated->negated);
+  CHECK(to_string(negated->prefix) == "2001:db8::/32");
+  for (const char* text : {"", "!", "!!192.0.2.1", "! 192.0.2.1", "192.0.2.1!", "!10.0.0.1/8"}) {
+    INFO("'" << text << "'");
+    CHECK_FALSE(parse_table_entry(text));
+  }
+}
+
 TEST_CASE("parse_prefix: host bits set are an error, as in pfctl", "[address][prefix]") {
   for (const char* text :
        {"10.0.0.1/8", "192.0.2.1/24", "192.0.2.5/31", "0.0.0.1/0", "128.0.0.0/0", "2001:db8::1/32",
