@@ -11,7 +11,7 @@
 #include <utility>
 
 #if defined(__SSE2__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace pairwall::engine::rules {
@@ -507,9 +507,47 @@ uint32_t IntervalIndex<uint32_t>::build_entry(const std::vector<uint32_t>& start
   return kTable | table;
 }
 
+KeyCounting best_key_counting() noexcept {
+#if defined(__x86_64__)
+  static const bool avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+  }();
+  if (avx2) return KeyCounting::Avx2;
+#endif
+  return KeyCounting::Baseline;
+}
+
+namespace {
+
+#if defined(__x86_64__)
+// Of N ascending keys (top bit flipped), those at or below the key, for code compiled for AVX2.
 template <uint32_t N>
+[[gnu::target("avx2,popcnt")]] inline uint32_t rank_avx2(const uint32_t* keys,
+                                                         uint32_t flipped_key) noexcept {
+  const __m256i x = _mm256_set1_epi32(static_cast<int32_t>(flipped_key));
+  const auto* k = reinterpret_cast<const __m256i*>(keys);
+  if constexpr (N == 8) {
+    const __m256i above = _mm256_cmpgt_epi32(_mm256_loadu_si256(k), x);
+    return N - static_cast<uint32_t>(__builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(above))));
+  } else {
+    static_assert(N == 16);
+    // Packing interleaves the halves' lanes; a count does not mind the order.
+    const __m256i above = _mm256_packs_epi32(_mm256_cmpgt_epi32(_mm256_loadu_si256(k), x),
+                                             _mm256_cmpgt_epi32(_mm256_loadu_si256(k + 1), x));
+    return N - static_cast<uint32_t>(__builtin_popcount(_mm256_movemask_epi8(above))) / 2;
+  }
+}
+#endif
+
+}  // namespace
+
+template <KeyCounting kCounting, uint32_t N>
 inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t flipped_key) noexcept {
   static_assert(N == 8 || N == 16);
+#if defined(__x86_64__)
+  if constexpr (kCounting == KeyCounting::Avx2) return rank_avx2<N>(keys, flipped_key);
+#endif
 #if defined(__SSE2__)
   const __m128i x = _mm_set1_epi32(static_cast<int32_t>(flipped_key));
   const auto* k = reinterpret_cast<const __m128i*>(keys);
@@ -543,15 +581,17 @@ inline uint32_t IntervalIndex<uint32_t>::table_step(uint32_t entry, uint32_t key
 
 // The leaves from the entry's on whose first key is at or below the key; only the maximum key
 // counts the padding past the last leaf, and it belongs to the last leaf.
+template <KeyCounting kCounting>
 inline uint32_t IntervalIndex<uint32_t>::leaf_of(uint32_t entry, uint32_t flipped_key) const noexcept {
-  const uint32_t leaf = entry + rank<kWindow>(&leaf_first_[entry + 1], flipped_key);
+  const uint32_t leaf = entry + rank<kCounting, kWindow>(&leaf_first_[entry + 1], flipped_key);
   return std::min(leaf, static_cast<uint32_t>(leaves_.size()) - 1);
 }
 
 // The walk only enters a leaf whose first start is at or below the key: at least one counts.
+template <KeyCounting kCounting>
 inline uint32_t IntervalIndex<uint32_t>::value(uint32_t leaf, uint32_t flipped_key) const noexcept {
   const Leaf& l = leaves_[leaf];
-  return l.values[rank<kLeafKeys>(l.keys, flipped_key) - 1];
+  return l.values[rank<kCounting, kLeafKeys>(l.keys, flipped_key) - 1];
 }
 
 uint32_t IntervalIndex<uint32_t>::find(uint32_t key) const noexcept {
@@ -562,11 +602,28 @@ uint32_t IntervalIndex<uint32_t>::find(uint32_t key) const noexcept {
     entry = table_step(entry, key, shift);
   }
   const uint32_t flipped = key ^ kSignFlip;
-  return value(leaf_of(entry, flipped), flipped);
+  return value<KeyCounting::Baseline>(leaf_of<KeyCounting::Baseline>(entry, flipped), flipped);
 }
 
-void IntervalIndex<uint32_t>::find_batch(std::span<const uint32_t> keys,
-                                         std::span<uint32_t> values) const noexcept {
+void IntervalIndex<uint32_t>::find_batch(std::span<const uint32_t> keys, std::span<uint32_t> values,
+                                         KeyCounting counting) const noexcept {
+#if defined(__x86_64__)
+  if (counting == KeyCounting::Avx2) return find_batch_avx2(keys, values);
+#endif
+  (void)counting;
+  walk_batch<KeyCounting::Baseline>(keys, values);
+}
+
+#if defined(__x86_64__)
+void IntervalIndex<uint32_t>::find_batch_avx2(std::span<const uint32_t> keys,
+                                              std::span<uint32_t> values) const noexcept {
+  walk_batch<KeyCounting::Avx2>(keys, values);
+}
+#endif
+
+template <KeyCounting kCounting>
+[[gnu::always_inline]] inline void IntervalIndex<uint32_t>::walk_batch(
+    std::span<const uint32_t> keys, std::span<uint32_t> values) const noexcept {
   constexpr std::size_t kWalks = 32;
   uint32_t entry[kWalks];
   for (std::size_t first = 0; first < keys.size(); first += kWalks) {
@@ -579,10 +636,10 @@ void IntervalIndex<uint32_t>::find_batch(std::span<const uint32_t> keys,
       for (std::size_t i = 0; i < n; ++i) entry[i] = table_step(entry[i], key[i], shift);
     }
     for (std::size_t i = 0; i < n; ++i) {
-      entry[i] = leaf_of(entry[i], key[i] ^ kSignFlip);
+      entry[i] = leaf_of<kCounting>(entry[i], key[i] ^ kSignFlip);
       __builtin_prefetch(leaves_[entry[i]].keys);
     }
-    for (std::size_t i = 0; i < n; ++i) values[first + i] = value(entry[i], key[i] ^ kSignFlip);
+    for (std::size_t i = 0; i < n; ++i) values[first + i] = value<kCounting>(entry[i], key[i] ^ kSignFlip);
   }
 }
 

@@ -916,17 +916,28 @@ void check_interval_index(uint64_t seed) {
     keys.push_back(key);
     expected.push_back(values[i]);
   }
-  // The same keys in batches of varied sizes, the walks of a batch at different depths.
-  std::vector<uint32_t> found(keys.size());
-  for (std::size_t at = 0, size = 1; at < keys.size(); at += size, size = size % 41 + 1) {
-    const std::size_t batch = std::min(size, keys.size() - at);
-    index.find_batch({keys.data() + at, batch}, {found.data() + at, batch});
-  }
-  for (std::size_t k = 0; k < keys.size(); ++k) {
-    if (found[k] != expected[k]) {
-      INFO("seed " << seed << " batched probe " << k << " of " << starts.size() << " starts");
-      REQUIRE(found[k] == expected[k]);
+  // The same keys in batches of varied sizes, the walks of a batch at different depths; IPv4's
+  // with each way of counting keys this CPU runs.
+  auto check_batches = [&](auto find_batch) {
+    std::vector<uint32_t> found(keys.size());
+    for (std::size_t at = 0, size = 1; at < keys.size(); at += size, size = size % 41 + 1) {
+      const std::size_t batch = std::min(size, keys.size() - at);
+      find_batch(std::span<const Key>{keys.data() + at, batch},
+                 std::span<uint32_t>{found.data() + at, batch});
     }
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (found[k] != expected[k]) {
+        INFO("seed " << seed << " batched probe " << k << " of " << starts.size() << " starts");
+        REQUIRE(found[k] == expected[k]);
+      }
+    }
+  };
+  if constexpr (sizeof(Key) == 4) {
+    for (KeyCounting counting : {KeyCounting::Baseline, best_key_counting()}) {
+      check_batches([&](std::span<const Key> k, std::span<uint32_t> v) { index.find_batch(k, v, counting); });
+    }
+  } else {
+    check_batches([&](std::span<const Key> k, std::span<uint32_t> v) { index.find_batch(k, v); });
   }
 }
 
