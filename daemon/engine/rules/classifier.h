@@ -42,8 +42,9 @@
 // class record hold the pass's anchor group?), the batch computes with masks instead of
 // branching: a mispredicted branch discards the loads the batch has in flight; where the
 // condition is predictable (an IPv6 node's shape, a walk ending at a leaf), masks measured slower
-// than branches. pairwall-bench engine (--seconds 0.5 --runs 3, two invocations on a 2-core VM,
-// fastest pass of each run): 18.5/18.5 Mpps at 10 rules and 14.4/14.4 at 10,000, a ratio of 0.78.
+// than branches. pairwall-bench engine (--only rules --seconds 0.5 --runs 3, three invocations on
+// a 2-core VM, fastest pass of each run): 18.5/18.5/18.5 Mpps at 10 rules and 14.5/14.5/14.2 at
+// 10,000, a ratio of 0.77 to 0.79.
 // Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
 // instrumented build): the IPv4 walks, which the 10-rule packets do not take, 26 (33 with the B+ tree before
 // the direct table); the IPv6 walks 113 an IPv6 query against 53 at 10 rules (their nodes leave L1); the
