@@ -520,34 +520,9 @@ KeyCounting best_key_counting() noexcept {
 
 namespace {
 
-#if defined(__x86_64__)
-// Of N ascending keys (top bit flipped), those at or below the key, for code compiled for AVX2.
+// Of N ascending keys (top bit flipped), those at or below the key.
 template <uint32_t N>
-[[gnu::target("avx2,popcnt")]] inline uint32_t rank_avx2(const uint32_t* keys,
-                                                         uint32_t flipped_key) noexcept {
-  const __m256i x = _mm256_set1_epi32(static_cast<int32_t>(flipped_key));
-  const auto* k = reinterpret_cast<const __m256i*>(keys);
-  if constexpr (N == 8) {
-    const __m256i above = _mm256_cmpgt_epi32(_mm256_loadu_si256(k), x);
-    return N - static_cast<uint32_t>(__builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(above))));
-  } else {
-    static_assert(N == 16);
-    // Packing interleaves the halves' lanes; a count does not mind the order.
-    const __m256i above = _mm256_packs_epi32(_mm256_cmpgt_epi32(_mm256_loadu_si256(k), x),
-                                             _mm256_cmpgt_epi32(_mm256_loadu_si256(k + 1), x));
-    return N - static_cast<uint32_t>(__builtin_popcount(_mm256_movemask_epi8(above))) / 2;
-  }
-}
-#endif
-
-}  // namespace
-
-template <KeyCounting kCounting, uint32_t N>
-inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t flipped_key) noexcept {
-  static_assert(N == 8 || N == 16);
-#if defined(__x86_64__)
-  if constexpr (kCounting == KeyCounting::Avx2) return rank_avx2<N>(keys, flipped_key);
-#endif
+inline uint32_t rank_baseline(const uint32_t* keys, uint32_t flipped_key) noexcept {
 #if defined(__SSE2__)
   const __m128i x = _mm_set1_epi32(static_cast<int32_t>(flipped_key));
   const auto* k = reinterpret_cast<const __m128i*>(keys);
@@ -568,6 +543,39 @@ inline uint32_t IntervalIndex<uint32_t>::rank(const uint32_t* keys, uint32_t fli
   return at_or_below;
 #endif
 }
+
+#if defined(__x86_64__)
+// rank_baseline() for code compiled for AVX2.
+template <uint32_t N>
+[[gnu::target("avx2,popcnt")]] inline uint32_t rank_avx2(const uint32_t* keys,
+                                                         uint32_t flipped_key) noexcept {
+  const __m256i x = _mm256_set1_epi32(static_cast<int32_t>(flipped_key));
+  const auto* k = reinterpret_cast<const __m256i*>(keys);
+  if constexpr (N == 8) {
+    const __m256i above = _mm256_cmpgt_epi32(_mm256_loadu_si256(k), x);
+    return N - static_cast<uint32_t>(__builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(above))));
+  } else {
+    static_assert(N == 16);
+    // Packing interleaves the halves' lanes; a count does not mind the order.
+    const __m256i above = _mm256_packs_epi32(_mm256_cmpgt_epi32(_mm256_loadu_si256(k), x),
+                                             _mm256_cmpgt_epi32(_mm256_loadu_si256(k + 1), x));
+    return N - static_cast<uint32_t>(__builtin_popcount(_mm256_movemask_epi8(above))) / 2;
+  }
+}
+#endif
+
+template <KeyCounting kCounting, uint32_t N>
+inline uint32_t rank(const uint32_t* keys, uint32_t flipped_key) noexcept {
+  static_assert(N == 8 || N == 16);
+#if defined(__x86_64__)
+  if constexpr (kCounting == KeyCounting::Avx2)
+    return rank_avx2<N>(keys, flipped_key);
+  else
+#endif
+    return rank_baseline<N>(keys, flipped_key);
+}
+
+}  // namespace
 
 // A walk still in the tables takes the slot of the key's bits below `shift`; one that has left
 // them keeps its entry. By masks: whether a chunk is crowded is a coin toss from walk to walk.

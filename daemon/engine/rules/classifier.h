@@ -267,8 +267,6 @@ class IntervalIndex<uint32_t> {
   // An entry: a leaf index, or with kTable set, a table's index.
   static constexpr uint32_t kTable = 0x8000'0000u;
 
-  template <KeyCounting kCounting, uint32_t N>
-  static uint32_t rank(const uint32_t* keys, uint32_t flipped_key) noexcept;  // of N keys, those <= key
   uint32_t build_entry(const std::vector<uint32_t>& starts, uint32_t chunk_first, uint32_t chunk_bits,
                        uint32_t depth);
   // The walk's steps: its entry in the top table, in a table below (if it is still in the tables),
