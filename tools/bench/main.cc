@@ -47,6 +47,7 @@ void rules_keys(const Options& options, Json& out) {
     out["rules_compile_ms"][n] = p.compile_ms;
     out["rules_memory_bytes"][n] = p.memory_bytes;
     out["rules_words_per_packet"][n] = p.words_per_packet;
+    out["rules_ipv6_share"][n] = p.ipv6_share;
   }
 }
 

@@ -345,6 +345,18 @@ GeneratedRules generate_rules(uint32_t count, uint64_t seed) {
   return Generator(seed).run(count);
 }
 
+uint32_t tail_with_both_families(const RuleFile& file, uint32_t tail) {
+  const auto& rules = file.filter_rules;
+  tail = static_cast<uint32_t>(std::min<std::size_t>(tail, rules.size()));
+  auto offers = [&](Family f) {
+    return std::any_of(rules.end() - tail, rules.end(), [f](const FilterRule& rule) {
+      return rule.direction != Direction::Out && can_match(rule, f);
+    });
+  };
+  while (tail < rules.size() && !(offers(Family::V4) && offers(Family::V6))) ++tail;
+  return tail;
+}
+
 std::vector<BenchPacket> packets_for_tail(const RuleFile& file, uint32_t tail, uint32_t count,
                                           InterfaceRegistry& ifaces, uint64_t seed,
                                           const std::function<bool(const BenchPacket&)>& keep) {

@@ -32,6 +32,12 @@ struct BenchPacket {
   engine::IfaceId iface = engine::kNoIface;  // arrival interface (the in pass)
 };
 
+// The last `tail` rules of `file`, grown towards the front until the tail's in-pass rules can match
+// both families: the measured packets then mix IPv4 and IPv6 alike at every rule count, and the
+// figures of two rule counts compare rule counts, not families (a family's address walk costs
+// differ).
+uint32_t tail_with_both_families(const engine::rules::RuleFile& file, uint32_t tail);
+
 // `count` new-flow packets for the in pass, each drawn from the fields of one of the last `tail`
 // rules of `file` (addresses inside its prefixes and tables, ports inside its port lists), kept
 // when `keep` says so (the caller checks which rule really decides). `ifaces` resolves names.

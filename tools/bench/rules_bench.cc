@@ -76,8 +76,9 @@ void prepare(Subject& subject, RulesBenchPoint& point, uint32_t packets, int run
   }
   point.compile_ms = median(compile_ms);
 
-  // Packets decided by one of the last 10% of the rules (at least the last two).
-  const uint32_t tail = std::max<uint32_t>(2, count / 10);
+  // Packets decided by one of the last 10% of the rules (at least the last two, and enough for
+  // both families).
+  const uint32_t tail = tail_with_both_families(generated.file, std::max<uint32_t>(2, count / 10));
   const rules::RuleSet& set = *subject.set;
   subject.packets =
       packets_for_tail(generated.file, tail, packets, subject.ifaces, count, [&](const BenchPacket& p) {
@@ -85,11 +86,15 @@ void prepare(Subject& subject, RulesBenchPoint& point, uint32_t packets, int run
         return r != rules::kNoRule && r >= count - tail;
       });
   uint64_t words = 0;
+  uint64_t v6 = 0;
   for (const BenchPacket& p : subject.packets) {
     subject.queries.push_back({&p.view, rules::Direction::In, p.iface});
     words += set.words_tested(p.view, rules::Direction::In, p.iface);
+    v6 += p.view.family == Family::V6;
   }
-  point.words_per_packet = static_cast<double>(words) / static_cast<double>(subject.packets.size());
+  const auto measured = static_cast<double>(subject.packets.size());
+  point.words_per_packet = static_cast<double>(words) / measured;
+  point.ipv6_share = static_cast<double>(v6) / measured;
   // Both ways of evaluating must decide every packet alike, or their figures compare nothing.
   std::vector<uint32_t> decided(subject.queries.size());
   set.evaluate_batch(subject.queries, decided);

@@ -16,6 +16,7 @@ struct RulesBenchPoint {
   double compile_ms = 0;      // compile() of the parsed file, thread CPU time, median of the runs
   uint64_t memory_bytes = 0;  // heap held by the compiled RuleSet
   double words_per_packet = 0;  // 64-rule words the classifier tests per packet, mean (untimed)
+  double ipv6_share = 0;        // of the measured packets
 };
 
 // `packets` distinct packets per rule count; `seconds` (of thread CPU time) per run at least,
