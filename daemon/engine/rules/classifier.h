@@ -35,7 +35,7 @@
 //
 // What still grows: the per-packet work is nearly flat (in match_batch(), counted with callgrind
 // on the benchmark before the IPv4 direct table came: about 930 instructions a packet at 10 rules,
-// whose measured packets are all IPv6, and 1,040 at 10,000), but a 10,000-rule structure (16 MB
+// whose measured packets were then all IPv6, and 1,040 at 10,000), but a 10,000-rule structure (16 MB
 // with the compiled rules) does not stay in L1 or L2, and a packet meets more candidate words
 // (1.45, see above), whose count the branch predictor cannot know. match_batch() overlaps the
 // misses of a batch. Where a condition is a coin toss per packet in a large rule set (does this
@@ -43,15 +43,15 @@
 // branching: a mispredicted branch discards the loads the batch has in flight; where the
 // condition is predictable (an IPv6 node's shape, a walk ending at a leaf), masks measured slower
 // than branches. pairwall-bench engine (--only rules --seconds 0.5 --runs 3, three invocations on
-// a 2-core VM, fastest pass of each run): 18.5/18.5/18.5 Mpps at 10 rules and 14.5/14.5/14.2 at
-// 10,000, a ratio of 0.77 to 0.79.
+// a 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 21.9/21.9/22.0
+// Mpps at 10 rules and 14.2/14.5/14.4 at 10,000, a ratio of 0.65 to 0.66.
 // Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
-// instrumented build): the IPv4 walks, which the 10-rule packets do not take, 26 (33 with the B+ tree before
-// the direct table); the IPv6 walks 113 an IPv6 query against 53 at 10 rules (their nodes leave L1); the
-// candidate words 31 against 16 (0.45 failing words a packet; with none, by a temporary filter that tested
-// only the first, 10,000 rules ran 11 % faster); and every other stage a few ticks more, for the misses of
-// lines the packets read once the structure outgrows L2
-// (--rule-packets 1024 / 2048 / 4,096 / 8192: ratio 0.82 / 0.81 / 0.75 / 0.69 with the B+ tree).
+// instrumented build, 10 -> 10,000 rules): the address walks 29-32 -> 55-58 (an IPv6 query's about
+// 54 -> 107: as many radix steps, but a batch runs as many rounds as its deepest walk and the nodes
+// leave L1; IPv4 one table round more); the candidate words' tests 16-17 -> 29-30 (0.45 failing
+// words a packet; with none, by a temporary filter that tested only the first, 10,000 rules ran
+// 11 % faster); the small-table lookups 25 -> 34 (the port blocks leave L1, inferred); every other
+// stage a few ticks more, for the misses of lines the packets read once the structure outgrows L2.
 // The 0.8 target is not met.
 //
 // Worst case: a packet value shared by thousands of anchored rules of one group (e.g. 5,000 rules
@@ -235,7 +235,7 @@ class IntervalIndex {
 // 8 keys with one compare and reads the result with a popcount; SSE2 needs two compares and packs
 // per 8 (pairwall-bench engine --only rules --seconds 0.5 --runs 3, the best of three alternating
 // invocations of each: 100 rules 20.58 -> 20.87 Mpps, 1,000 18.30 -> 18.81, 10,000 14.28 -> 14.58;
-// 10 rules, whose measured packets are IPv6, unchanged).
+// 10 rules, whose measured packets were then all IPv6, unchanged).
 enum class KeyCounting : uint8_t {
   Baseline,  // SSE2 on x86-64, a loop elsewhere
   Avx2,      // x86-64 CPUs that have AVX2
