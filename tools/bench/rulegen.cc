@@ -372,7 +372,7 @@ std::vector<BenchPacket> packets_for_tail(const RuleFile& file, uint32_t tail, u
     if (attempt > 1000ull * count)
       throw std::runtime_error("rule generator: too few packets match near the end");
     // IPv4 and IPv6 in the same proportion at every rule count, where the tail allows.
-    const Family wanted = r.chance(30) ? Family::V6 : Family::V4;
+    const Family wanted = r.chance(kIpv6PacketPercent) ? Family::V6 : Family::V4;
     const FilterRule* chosen = nullptr;
     for (int tries = 0; tries < 20 && chosen == nullptr; ++tries) {
       const FilterRule* t = targets[r.pick(static_cast<uint32_t>(targets.size()))];

@@ -32,6 +32,9 @@ struct BenchPacket {
   engine::IfaceId iface = engine::kNoIface;  // arrival interface (the in pass)
 };
 
+// The share of IPv6 among the measured packets, where the rules near the end allow it.
+constexpr uint32_t kIpv6PacketPercent = 30;
+
 // The last `tail` rules of `file`, grown towards the front until the tail's in-pass rules can match
 // both families: the measured packets then mix IPv4 and IPv6 alike at every rule count, and the
 // figures of two rule counts compare rule counts, not families (a family's address walk costs

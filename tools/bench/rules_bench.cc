@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -95,6 +96,10 @@ void prepare(Subject& subject, RulesBenchPoint& point, uint32_t packets, int run
   const auto measured = static_cast<double>(subject.packets.size());
   point.words_per_packet = static_cast<double>(words) / measured;
   point.ipv6_share = static_cast<double>(v6) / measured;
+  // Rule counts measured on unlike packets compare families, not rule counts.
+  if (std::abs(point.ipv6_share * 100 - kIpv6PacketPercent) > 5)
+    throw std::runtime_error("rules bench: " + std::to_string(count) + " rules: IPv6 share " +
+                             std::to_string(point.ipv6_share) + ", not the generator's");
   // Both ways of evaluating must decide every packet alike, or their figures compare nothing.
   std::vector<uint32_t> decided(subject.queries.size());
   set.evaluate_batch(subject.queries, decided);
