@@ -47,10 +47,10 @@
 // Mpps at 10 rules and 14.2/14.5/14.4 at 10,000, a ratio of 0.65 to 0.66.
 // Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
 // instrumented build, 10 -> 10,000 rules): the address walks 29-32 -> 55-58 (an IPv6 query's about
-// 54 -> 107: as many radix steps, but a batch runs as many rounds as its deepest walk and the nodes
-// leave L1; IPv4 one table round more); the candidate words' tests 16-17 -> 29-30 (0.45 failing
+// 54 -> 107-114: as many radix steps, but a batch runs as many rounds as its deepest walk and the nodes
+// leave L1; IPv4 one table round more); the candidate words' tests 16-17 -> 29-31 (0.45 failing
 // words a packet; with none, by a temporary filter that tested only the first, 10,000 rules ran
-// 11 % faster); the small-table lookups 25 -> 34 (the port blocks leave L1, inferred); every other
+// 11 % faster); the small-table lookups 25-26 -> 34-35 (the port blocks leave L1, inferred); every other
 // stage a few ticks more, for the misses of lines the packets read once the structure outgrows L2.
 // The 0.8 target is not met.
 //
