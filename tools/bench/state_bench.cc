@@ -2,9 +2,11 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -49,6 +51,26 @@ double thread_seconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
+// Packets per timed pass: a pass takes about a millisecond, so most run undisturbed by the other
+// guests of a shared host; each pass hits states the passes before it did not (the random order
+// runs through a million flows), so at a million states every pass misses the caches alike.
+constexpr uint32_t kPassPackets = 4096;
+
+// Passes for `seconds` of thread CPU time, timing each: the rate of the fastest, in millions of
+// packets a second (as the rules bench measures).
+template <typename Pass>
+double fastest_pass_mpps(double seconds, Pass pass) {
+  const double start = thread_seconds();
+  double fastest = std::numeric_limits<double>::infinity();
+  for (double now = start; now - start < seconds;) {
+    pass();
+    const double after = thread_seconds();
+    fastest = std::min(fastest, after - now);
+    now = after;
+  }
+  return kPassPackets / fastest / 1e6;
+}
+
 struct LookupPoint {
   double single_mpps = 0;
   double batch_mpps = 0;
@@ -86,19 +108,15 @@ LookupPoint lookup_mpps(uint32_t flows, double seconds) {
   LookupPoint point;
   uint64_t packets = 0;
   uint64_t hits = 0;
-  double start = thread_seconds();
-  double elapsed = 0;
-  while (elapsed < seconds) {
-    for (int i = 0; i < 4096; ++i) {
+  point.single_mpps = fastest_pass_mpps(seconds, [&] {
+    for (uint32_t i = 0; i < kPassPackets; ++i) {
       const uint32_t f = order[packets & (order.size() - 1)];
       t.set(client_of(f), port_of(f), kServer, 80, tcpflag::kAck, 1001, 5001);
       hits += engine.process(worker, t.bytes, out, now).reason == Reason::State;
       ++packets;
     }
-    elapsed = thread_seconds() - start;
-  }
+  });
   if (hits != packets) throw std::runtime_error("state bench: a hit packet missed its state");
-  point.single_mpps = static_cast<double>(packets) / elapsed / 1e6;
 
   // The same traffic as the daemon's receive loop hands it over: a batch per recvmmsg.
   std::vector<TcpTemplate> buffers(kBenchBatch);
@@ -109,10 +127,8 @@ LookupPoint lookup_mpps(uint32_t flows, double seconds) {
   }
   packets = 0;
   hits = 0;
-  start = thread_seconds();
-  elapsed = 0;
-  while (elapsed < seconds) {
-    for (int round = 0; round < 4096 / static_cast<int>(kBenchBatch); ++round) {
+  point.batch_mpps = fastest_pass_mpps(seconds, [&] {
+    for (uint32_t round = 0; round < kPassPackets / kBenchBatch; ++round) {
       for (TcpTemplate& b : buffers) {
         const uint32_t f = order[packets++ & (order.size() - 1)];
         b.set(client_of(f), port_of(f), kServer, 80, tcpflag::kAck, 1001, 5001);
@@ -120,10 +136,8 @@ LookupPoint lookup_mpps(uint32_t flows, double seconds) {
       engine.process_batch(worker, batch, now);
       for (const BatchPacket& p : batch) hits += p.verdict.reason == Reason::State;
     }
-    elapsed = thread_seconds() - start;
-  }
+  });
   if (hits != packets) throw std::runtime_error("state bench: a batched hit packet missed its state");
-  point.batch_mpps = static_cast<double>(packets) / elapsed / 1e6;
   return point;
 }
 
