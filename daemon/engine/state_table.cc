@@ -18,10 +18,10 @@ constexpr std::size_t kMinBuckets = 64;  // per shard
 
 // Four to eight buckets per state at the limit (32 to 64 bytes of index per state, against 320 of
 // entry): about nine hits in ten then find their entry first on its chain, the one entry a batch
-// prefetches; the others pay a cache miss more. With two buckets a state, a fifth of the hits
-// at a million states paid it: pairwall-bench engine --only state --seconds 0.5 --runs 3, three
-// alternating invocations, state_lookup_mpps at 1M 4.00-4.19 -> 4.32-4.41 (eight buckets a state:
-// 4.44-4.55, for 64 MB of index).
+// prefetches; the others pay a cache miss more (by the load: with two buckets a state, a fifth of
+// the hits). pairwall-bench engine --only state --seconds 0.5 --runs 3, three alternating
+// invocations, state_lookup_mpps at 1M: two buckets 4.00-4.19, four 4.32-4.41, eight 4.44-4.55
+// (67 MB of index at a million states).
 std::size_t buckets_for(uint32_t limit, std::size_t shard_count) {
   return std::max<std::size_t>(kMinBuckets, std::bit_ceil(std::size_t{limit} * 4 / shard_count + 1));
 }
