@@ -1,17 +1,16 @@
 #include "tools/bench/rules_bench.h"
 
 #include <malloc.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <variant>
 
 #include "daemon/engine/engine.h"
 #include "daemon/engine/rules/compile.h"
+#include "tools/bench/pass_timing.h"
 #include "tools/bench/rulegen.h"
 
 namespace pairwall::bench {
@@ -23,14 +22,6 @@ namespace {
 // forwarded packet brings two passes (in and out), so a group of forwarded new flows is one
 // evaluate_batch() call of twice the group's size. The bench's queries are in passes.
 constexpr std::size_t kBatch = 2 * Engine::kPrefetchGroup;
-
-// CPU time of this thread: on a shared machine, wall time also counts the time the thread waits
-// for a CPU, which says nothing about the code. On an idle machine the two agree.
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -110,22 +101,6 @@ void prepare(Subject& subject, RulesBenchPoint& point, uint32_t packets, int run
     if (decided[i] != set.evaluate(p.view, rules::Direction::In, p.iface))
       throw std::runtime_error("rules bench: evaluate_batch() and evaluate() disagree");
   }
-}
-
-// Passes over the packets for `seconds`, timing each: the rate of the fastest pass. A pass is
-// well under a millisecond, so most passes run undisturbed; the slower ones measure the other
-// guests of a shared host, not the code.
-template <typename Pass>
-double fastest_pass_mpps(std::size_t packets, double seconds, Pass pass) {
-  const double start = thread_seconds();
-  double fastest = std::numeric_limits<double>::infinity();
-  for (double now = start; now - start < seconds;) {
-    pass();
-    const double after = thread_seconds();
-    fastest = std::min(fastest, after - now);
-    now = after;
-  }
-  return static_cast<double>(packets) / fastest / 1e6;
 }
 
 // One run of both ways of evaluating, `seconds` each.

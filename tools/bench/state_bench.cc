@@ -1,12 +1,8 @@
 #include "tools/bench/state_bench.h"
 
-#include <time.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -17,6 +13,7 @@
 #include "daemon/engine/rules/compile.h"
 #include "daemon/engine/rules/parser.h"
 #include "tools/bench/bench_packets.h"
+#include "tools/bench/pass_timing.h"
 
 namespace pairwall::bench {
 namespace {
@@ -43,33 +40,10 @@ EngineConfig bench_config() {
   return c;
 }
 
-// CPU time of this thread (as in the rules bench): on a shared machine wall time also counts the
-// time spent waiting for a CPU.
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
-// Packets per timed pass: a pass takes about a millisecond, so most run undisturbed by the other
-// guests of a shared host; each pass hits states the passes before it did not (the random order
-// runs through a million flows), so at a million states every pass misses the caches alike.
+// Packets per timed pass (pass_timing.h). Each pass hits states the passes before it did not
+// (the random order runs through a million flows), so at a million states every pass misses the
+// caches alike.
 constexpr uint32_t kPassPackets = 4096;
-
-// Passes for `seconds` of thread CPU time, timing each: the rate of the fastest, in millions of
-// packets a second (as the rules bench measures).
-template <typename Pass>
-double fastest_pass_mpps(double seconds, Pass pass) {
-  const double start = thread_seconds();
-  double fastest = std::numeric_limits<double>::infinity();
-  for (double now = start; now - start < seconds;) {
-    pass();
-    const double after = thread_seconds();
-    fastest = std::min(fastest, after - now);
-    now = after;
-  }
-  return kPassPackets / fastest / 1e6;
-}
 
 struct LookupPoint {
   double single_mpps = 0;
@@ -108,7 +82,7 @@ LookupPoint lookup_mpps(uint32_t flows, double seconds) {
   LookupPoint point;
   uint64_t packets = 0;
   uint64_t hits = 0;
-  point.single_mpps = fastest_pass_mpps(seconds, [&] {
+  point.single_mpps = fastest_pass_mpps(kPassPackets, seconds, [&] {
     for (uint32_t i = 0; i < kPassPackets; ++i) {
       const uint32_t f = order[packets & (order.size() - 1)];
       t.set(client_of(f), port_of(f), kServer, 80, tcpflag::kAck, 1001, 5001);
@@ -127,7 +101,7 @@ LookupPoint lookup_mpps(uint32_t flows, double seconds) {
   }
   packets = 0;
   hits = 0;
-  point.batch_mpps = fastest_pass_mpps(seconds, [&] {
+  point.batch_mpps = fastest_pass_mpps(kPassPackets, seconds, [&] {
     for (uint32_t round = 0; round < kPassPackets / kBenchBatch; ++round) {
       for (TcpTemplate& b : buffers) {
         const uint32_t f = order[packets++ & (order.size() - 1)];
