@@ -103,7 +103,7 @@ struct StateMatch {
   }
   bool operator()(const engine::StateEntry& e) const {
     if (id && !(e.id == *id)) return false;
-    return key_matches(e.key[0]) || (e.translated() && key_matches(e.key[1]));
+    return key_matches(e.key(0)) || (e.translated() && key_matches(e.key(1)));
   }
 };
 
@@ -440,8 +440,8 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     ++matched;
     if (request.count_only() || copies.size() >= limit) return;
     StateCopy& c = copies.emplace_back();
-    c.key[0] = e.key[0];
-    c.key[1] = e.key[1];
+    c.key[0] = e.key(0);
+    c.key[1] = e.key(1);
     c.peer_state[0] = e.peer[0].state;
     c.peer_state[1] = e.peer[1].state;
     c.peer[0] = e.peer[0];

@@ -71,7 +71,7 @@ IfaceId pass_iface(const PacketMeta& meta, int pass) {
 // What a packet (or a quote) that found a translated state by one of its keys becomes: the other
 // key, turned the way the found one was.
 StateKey counterpart(const StateTable::Handle& state) {
-  const StateKey& other = state->key[1 - state.key_index()];
+  const StateKey& other = state->key(1 - state.key_index());
   return state.reversed() ? other.reversed() : other;
 }
 
@@ -88,7 +88,7 @@ bool translation_admits(const StateTable::Handle& state, bool quote) {
 // Whether `state` was found by `key`, either way round (and not by a key that merely collides
 // with a translation being set up).
 bool found_by(const StateTable::Handle& state, const StateKey& key) {
-  const StateKey& found = state->key[state.key_index()];
+  const StateKey& found = state->key(state.key_index());
   return found == key || found == key.reversed();
 }
 
@@ -187,8 +187,8 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   StateRecord r;
   r.kind = StateRecord::Kind::Insert;
   r.id = entry.id;
-  r.stack_key = entry.key[0];
-  r.wire_key = entry.key[1];
+  r.stack_key = entry.key(0);
+  r.wire_key = entry.key(1);
   r.src = entry.peer[0];
   r.dst = entry.peer[1];
   r.timeout = entry.timeout;

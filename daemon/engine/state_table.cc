@@ -43,9 +43,11 @@ void prefetch_write(const void* p) {
   __builtin_prefetch(p, 1, 3);
 }
 
-void prefetch_hot(const StateEntry* e) {
+// The lines a hit by key `k` reads: the hot ones, and the wire link's for the wire key.
+void prefetch_hot(const StateEntry* e, int k) {
   const auto* bytes = reinterpret_cast<const char*>(e);
   for (std::size_t offset = 0; offset < StateEntry::kHotBytes; offset += 64) prefetch_write(bytes + offset);
+  if (k != 0) prefetch_read(&e->wire_link);
 }
 
 // A slab of entries: new[] for small chunks, a 2 MiB aligned block advised for huge pages for
@@ -155,9 +157,9 @@ struct StateTable::Shard {
       while (head != 0) {
         StateEntry* e = untag_entry(head);
         const int k = untag_key(head);
-        const uintptr_t next = e->next_key[k];
-        uintptr_t& slot = bigger[e->hash[k] & (bigger.size() - 1)];
-        e->next_key[k] = slot;
+        const uintptr_t next = e->link(k).next;
+        uintptr_t& slot = bigger[e->link(k).hash & (bigger.size() - 1)];
+        e->link(k).next = slot;
         slot = tag(e, k);
         head = next;
       }
@@ -220,35 +222,35 @@ struct StateTable::Shard {
       const int k = untag_key(link);
       // A hit reads all of the hot part: ask for its lines together rather than one miss after
       // another as the packet path gets to them.
-      prefetch_hot(e);
-      if (e->hash[k] == hash && key_matches(e->key[k], key, reversed)) {
+      prefetch_hot(e, k);
+      if (e->link(k).hash == hash && key_matches(e->key(k), key, reversed)) {
         key_index = k;
         return e;
       }
-      link = e->next_key[k];
+      link = e->link(k).next;
     }
     return nullptr;
   }
 
   void link_key(StateEntry* e, int k) {
-    uintptr_t& slot = bucket(e->hash[k]);
-    e->next_key[k] = slot;
+    uintptr_t& slot = bucket(e->link(k).hash);
+    e->link(k).next = slot;
     slot = tag(e, k);
     ++links;
     maybe_grow();
   }
 
   void unlink_key(StateEntry* e, int k) {
-    uintptr_t* slot = &bucket(e->hash[k]);
+    uintptr_t* slot = &bucket(e->link(k).hash);
     while (*slot != 0) {
       StateEntry* cur = untag_entry(*slot);
       const int ck = untag_key(*slot);
       if (cur == e && ck == k) {
-        *slot = e->next_key[k];
+        *slot = e->link(k).next;
         --links;
         return;
       }
-      slot = &cur->next_key[ck];
+      slot = &cur->link(ck).next;
     }
   }
 };
@@ -369,7 +371,7 @@ void StateTable::prefetch_entry(uint64_t hash) noexcept {
   shard.lock.unlock();
   // Entries are never returned to the system while the table lives, so even one removed since
   // the lock was dropped is memory that may be prefetched.
-  if (head != 0) prefetch_hot(untag_entry(head));
+  if (head != 0) prefetch_hot(untag_entry(head), untag_key(head));
 }
 
 StateTable::Handle StateTable::find(const StateKey& key, uint64_t hash) noexcept {
@@ -417,8 +419,8 @@ StateTable::Handle StateTable::find_by_id(const StateId& id) noexcept {
     StateEntry* e = ids.buckets[(h >> 16) & (ids.buckets.size() - 1)];
     while (e != nullptr && e->id != id) e = e->next_id;
     if (e == nullptr) return Handle{};
-    key = e->key[0];
-    key_hash = e->hash[0];
+    key = e->key(0);
+    key_hash = e->stack_link.hash;
   }
   Handle handle = find(key, key_hash);
   if (handle && handle->id != id) handle.release();  // replaced between the two lookups
@@ -461,10 +463,10 @@ StateTable::Handle StateTable::create(const StateKey& stack, const StateKey& wir
     status = CreateStatus::NoMemory;
     return Handle{};
   }
-  e->key[0] = stack;
-  e->key[1] = wire;
-  e->hash[0] = h0;
-  e->hash[1] = h1;
+  e->stack_link.key = stack;
+  e->wire_link.key = wire;
+  e->stack_link.hash = h0;
+  e->wire_link.hash = h1;
   e->home = s0;
   e->wire_shard = s1;
   e->id = id;

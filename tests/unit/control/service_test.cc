@@ -327,7 +327,7 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     CHECK(d.call(by_id).error() == "states kill: id '3:x' is not CREATOR:COUNTER (e.g. 1:4711)");
     engine::StateId udp_id;
     d.engine.states().for_each([&](const engine::StateEntry& e) {
-      if (e.key[0].proto == 17) udp_id = e.id;
+      if (e.key(0).proto == 17) udp_id = e.id;
     });
     auto* id_filter = by_id.mutable_kill_states()->mutable_filter();
     id_filter->set_id(std::to_string(udp_id.creator) + ":" + std::to_string(udp_id.counter + 1));

@@ -720,7 +720,7 @@ TEST_CASE("killing states removes those the filter picks, tells the peer, and th
   REQUIRE(ids.size() == 2);
 
   const std::size_t killed =
-      fw.engine.kill_states([](const StateEntry& e) { return e.key[0].port[1] == 443; });
+      fw.engine.kill_states([](const StateEntry& e) { return e.key(0).port[1] == 443; });
   CHECK(killed == 1);
   CHECK(fw.engine.states().size() == 1);
   StateRecord gone;

@@ -172,7 +172,7 @@ TEST_CASE("find by id, erase, clear", "[state_table]") {
   {
     auto h = t.find_by_id(StateId{1, 7});
     REQUIRE(h);
-    CHECK(h->key[0].addr[0] == IpAddress::v4(6));
+    CHECK(h->key(0).addr[0] == IpAddress::v4(6));
     t.erase(h);
     CHECK_FALSE(h);
   }
