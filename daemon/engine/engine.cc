@@ -49,6 +49,12 @@ bool tcp_flags_valid(uint8_t flags) {
   return true;
 }
 
+// by_state()'s way out with a verdict made elsewhere.
+bool decided(Verdict& out, const Verdict& verdict) {
+  out = verdict;
+  return true;
+}
+
 Verdict drop(Reason reason, uint32_t rule = rules::kNoRule) {
   Verdict v;
   v.action = Verdict::Action::Drop;
@@ -286,10 +292,14 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     for (std::size_t i = 0; i < n; ++i) {
       BatchPacket& p = batch[first + i];
       worker.count_packet(p.bytes.size());
-      std::optional<Verdict> verdict = screen(worker, p.bytes, parsed[i], p.meta);
-      if (!verdict) verdict = by_state(worker, p.bytes, parsed[i], now);
-      if (verdict) {
-        p.verdict = *verdict;
+      bool decided_here = false;
+      if (std::optional<Verdict> screened = screen(worker, p.bytes, parsed[i], p.meta)) {
+        p.verdict = *screened;
+        decided_here = true;
+      } else {
+        decided_here = by_state(worker, p.bytes, parsed[i], now, p.verdict);
+      }
+      if (decided_here) {
         finish(worker, p.bytes, parsed[i], p.meta, p.verdict);
       } else {
         new_flows[new_count++] = static_cast<uint8_t>(i);
@@ -319,13 +329,10 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       const Parsed& flow = parsed[new_flows[k]];
       // In packet order, as process() would: a packet whose state an earlier one of the group
       // has just created belongs to that state, not to the rules.
-      std::optional<Verdict> verdict;
-      if (created) verdict = by_state(worker, p.bytes, flow, now);
-      if (!verdict) {
-        verdict =
+      if (!created || !by_state(worker, p.bytes, flow, now, p.verdict)) {
+        p.verdict =
             by_rules(worker, p.bytes, flow, p.meta, *translations[k], {deciding(k, 0), deciding(k, 1)}, now);
       }
-      p.verdict = *verdict;
       created = created || p.verdict.state.counter != 0;
       finish(worker, p.bytes, flow, p.meta, p.verdict);
     }
@@ -335,17 +342,23 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
 // One packet, top to bottom: parse (prepare()), normalize, state, rules, state creation.
 Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
                        Millis now) noexcept {
-  if (auto verdict = screen(worker, bytes, parsed, meta)) return *verdict;
-  if (auto verdict = by_state(worker, bytes, parsed, now)) return *verdict;
-  const rules::RuleSet& rules = *worker.rules_;
-  Translation translation;
-  translate(worker, parsed, meta, translation);
-  std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
-  for (int pass = 0; pass < 2; ++pass) {
-    if (has_pass(meta, pass) && translation.filtered && claims(meta, translation.translated))
-      deciding[pass] = rules.evaluate(*translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
+  // One verdict, returned in place (by_state() says why).
+  Verdict verdict;
+  if (std::optional<Verdict> screened = screen(worker, bytes, parsed, meta)) {
+    verdict = *screened;
+  } else if (!by_state(worker, bytes, parsed, now, verdict)) {
+    const rules::RuleSet& rules = *worker.rules_;
+    Translation translation;
+    translate(worker, parsed, meta, translation);
+    std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
+    for (int pass = 0; pass < 2; ++pass) {
+      if (has_pass(meta, pass) && translation.filtered && claims(meta, translation.translated))
+        deciding[pass] =
+            rules.evaluate(*translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
+    }
+    verdict = by_rules(worker, bytes, parsed, meta, translation, deciding, now);
   }
-  return by_rules(worker, bytes, parsed, meta, translation, deciding, now);
+  return verdict;
 }
 
 // The parse result and normalization: a verdict for packets dropped here. One exit per outcome,
@@ -416,8 +429,8 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
 
 // 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
 // ICMP error belongs to the state of the packet it quotes.
-std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
-                                        Millis now) noexcept {
+bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, Millis now,
+                      Verdict& verdict) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
@@ -428,11 +441,12 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
       StateKey qkey;
       set_key(qkey, quoted);
       if (auto state = states_.find(qkey, states_.hash(qkey))) {
-        if (!translation_admits(state, true)) return drop(Reason::StateMismatch, state->rule);
+        if (!translation_admits(state, true))
+          return decided(verdict, drop(Reason::StateMismatch, state->rule));
         // The error travels back toward the quoted packet's sender (pf_test_state_icmp checks
         // the direction the same way): one addressed to the quoted packet's destination did not
         // come from that packet's path.
-        if (packet.dst != quoted.src) return drop(Reason::StateMismatch, state->rule);
+        if (packet.dst != quoted.src) return decided(verdict, drop(Reason::StateMismatch, state->rule));
         const bool from_initiator = !state.reversed();
         PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -441,28 +455,29 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
               (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
           const uint32_t seq = quoted.tcp.seq;
           if (!seq_geq(sender.seqhi, seq) || !seq_geq(seq, sender.seqlo - (receiver.max_win << dws))) {
-            return drop(Reason::BadSeq, state->rule);
+            return decided(verdict, drop(Reason::BadSeq, state->rule));
           }
         }
-        Verdict v;
-        v.action = Verdict::Action::Accept;
-        v.reason = Reason::State;
-        v.rule = state->rule;
-        v.state = state->id;
-        v.rewritten = rewritten;
+        verdict = Verdict{};
+        verdict.action = Verdict::Action::Accept;
+        verdict.reason = Reason::State;
+        verdict.rule = state->rule;
+        verdict.state = state->id;
+        verdict.rewritten = rewritten;
         if (state->translated()) {
           // The quote is of the packet as the error's sender saw it, on the far side of the
           // translation: it, and the error's destination, take this side's addresses.
           rewrite_icmp_error(bytes, packet, quoted, counterpart(state));
-          v.rewritten = true;
+          verdict.rewritten = true;
         }
-        return v;
+        return true;
       }
     }
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
     if (auto state = states_.find(parsed.key, parsed.hash)) {
-      if (!translation_admits(state, false)) return drop(Reason::StateMismatch, state->rule);
+      if (!translation_admits(state, false))
+        return decided(verdict, drop(Reason::StateMismatch, state->rule));
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -478,7 +493,7 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
       } else {
         const TrackResult track = state->adopted ? track_packet(sender, receiver, packet, state->timeout)
                                                  : adopt_packet(sender, receiver, packet, state->timeout);
-        if (track.reason != Reason::State) return drop(track.reason, state->rule);
+        if (track.reason != Reason::State) return decided(verdict, drop(track.reason, state->rule));
         state->adopted = true;
         const int side = from_initiator ? 0 : 1;
         ++state->packets[side];
@@ -491,23 +506,24 @@ std::optional<Verdict> Engine::by_state(Worker& worker, std::span<uint8_t> bytes
           update.kind = StateRecord::Kind::Update;
           worker.emit(update);
         }
-        Verdict v;
-        v.action = Verdict::Action::Accept;
-        v.reason = Reason::State;
-        v.rule = state->rule;
-        v.state = state->id;
-        v.log = (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
-        v.rewritten = rewritten;
+        verdict = Verdict{};
+        verdict.action = Verdict::Action::Accept;
+        verdict.reason = Reason::State;
+        verdict.rule = state->rule;
+        verdict.state = state->id;
+        verdict.log =
+            (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
+        verdict.rewritten = rewritten;
         if (state->translated()) {
           rewrite_packet(bytes, packet, counterpart(state));
-          v.rewritten = true;
+          verdict.rewritten = true;
         }
-        return v;
+        return true;
       }
     }
   }
 
-  return std::nullopt;
+  return false;
 }
 
 // 4a. Translation of a connection no state knows (pf's nat/rdr/binat, first match per pass): rdr

@@ -204,8 +204,14 @@ class Engine {
   // decide()'s phases, which process_batch() runs a group at a time.
   std::optional<Verdict> screen(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
                                 const PacketMeta& meta) const noexcept;
-  std::optional<Verdict> by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed,
-                                  Millis now) noexcept;
+  // Whether a state decides the packet; its verdict then in `verdict`, written in place: a
+  // returned std::optional<Verdict>, copied out, had the copy's loads stall on the stores that
+  // had just built it (pairwall-bench engine --only state --seconds 0.5 --runs 3, three
+  // alternating invocations, with decide() returning one named verdict for the same reason:
+  // state_lookup_mpps at 1k states 8.52-8.55 -> 9.02-9.05, state_lookup_single_mpps 8.36-8.45
+  // -> 8.66-8.71, a disturbed round of each left out).
+  bool by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, Millis now,
+                Verdict& verdict) noexcept;
   void translate(Worker& worker, const Parsed& parsed, const PacketMeta& meta,
                  Translation& translation) noexcept;
   bool choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
