@@ -292,14 +292,9 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     for (std::size_t i = 0; i < n; ++i) {
       BatchPacket& p = batch[first + i];
       worker.count_packet(p.bytes.size());
-      bool decided_here = false;
-      if (std::optional<Verdict> screened = screen(worker, p.bytes, parsed[i], p.meta)) {
-        p.verdict = *screened;
-        decided_here = true;
-      } else {
-        decided_here = by_state(worker, p.bytes, parsed[i], now, p.verdict);
-      }
-      if (decided_here) {
+      const std::optional<Verdict> screened = screen(worker, p.bytes, parsed[i], p.meta);
+      if (screened) p.verdict = *screened;
+      if (screened || by_state(worker, p.bytes, parsed[i], now, p.verdict)) {
         finish(worker, p.bytes, parsed[i], p.meta, p.verdict);
       } else {
         new_flows[new_count++] = static_cast<uint8_t>(i);
