@@ -680,6 +680,7 @@ class ClassifierBuilder {
     emit_sparse_fields();
     c_.dense_pool_.shrink_to_fit();
     c_.sparse_pool_.shrink_to_fit();
+    c_.batch_pays_ = c_.memory_bytes() > Classifier::kBatchFloorBytes;
   }
 
  private:

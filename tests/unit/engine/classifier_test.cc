@@ -597,6 +597,26 @@ TEST_CASE("a rule in a later summary word is found behind the class's words of t
   CHECK(batched == expected);
 }
 
+TEST_CASE("only a structure that outgrows the near caches is matched in lockstep batches", "[classifier]") {
+  auto rules_to = [](int count) {
+    std::vector<MatchSpec> specs;
+    for (int i = 0; i < count; ++i) {
+      MatchSpec pass;
+      pass.protocols = {ipproto::kTcp};
+      pass.dst = {net("10." + std::to_string(i / 256 % 256) + "." + std::to_string(i % 256) + ".0/24")};
+      pass.dst_ports = {port_op(PortMatch::Op::Eq, static_cast<uint16_t>(1000 + i))};
+      specs.push_back(pass);
+    }
+    return specs;
+  };
+  const Classifier small(rules_to(10), MatchOrder::QuickOrLast);
+  const Classifier large(rules_to(5000), MatchOrder::QuickOrLast);
+  CHECK(small.memory_bytes() <= Classifier::kBatchFloorBytes);
+  CHECK_FALSE(small.batch_pays());
+  CHECK(large.memory_bytes() > Classifier::kBatchFloorBytes);
+  CHECK(large.batch_pays());
+}
+
 TEST_CASE("each interface's rules are found, past the anchor groups a class record can name",
           "[classifier]") {
   // A rule for one direction on one interface is anchored in that pass's group, up to 64 groups;
