@@ -322,9 +322,8 @@ class Classifier {
 
   // Whether match_batch() is worth its bookkeeping here. A structure this small stays in L1 and
   // L2, leaves no misses for a batch to overlap, and one match() per query is faster
-  // (pairwall-bench engine --only rules --rules 10,100 --seconds 0.5 --runs 3, three alternating
-  // invocations: 10 rules, 85 KB, 21.8-22.2 Mpps batched, 23.8-24.0 one match() per query;
-  // 100 rules, 181 KB, 20.6-20.8 and 20.6-21.1, even).
+  // (pairwall-bench engine --seconds 0.5 --runs 3, three alternating invocations: 10 rules, 85 KB,
+  // 21.8-22.2 Mpps batched, 22.9-23.1 one match() per query; 100 rules, 181 KB, even).
   static constexpr std::size_t kBatchFloorBytes = 128 * 1024;
   bool batch_pays() const { return batch_pays_; }
 
