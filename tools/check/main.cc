@@ -99,7 +99,14 @@ int replay(const Options& o, Engine& engine) {
   Millis last_expire{0};
   for (uint64_t index = 0;; ++index) {
     auto packet = reader.next();
-    if (!packet) break;
+    if (!packet) {
+      if (!reader.truncation().empty()) {
+        std::fprintf(stderr, "pairwall-check: %s: %s; records replayed before it: %llu\n",
+                     o.pcap_file.c_str(), reader.truncation().c_str(),
+                     static_cast<unsigned long long>(index));
+      }
+      break;
+    }
     if (!first_us) first_us = packet->timestamp_us;
     // Engine time starts at 1 s so that "0" never means "unset".
     const Millis now{1000 + (packet->timestamp_us - *first_us) / 1000};

@@ -67,13 +67,23 @@ PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), p
 
 std::optional<CapturedPacket> PcapReader::next() {
   std::array<uint32_t, 4> record{};
-  if (!in_.read(reinterpret_cast<char*>(record.data()), sizeof record)) return std::nullopt;
+  if (!in_.read(reinterpret_cast<char*>(record.data()), sizeof record)) {
+    if (in_.gcount() != 0) {
+      truncation_ = "the last record header is cut short (" + std::to_string(in_.gcount()) + " of " +
+                    std::to_string(sizeof record) + " bytes)";
+    }
+    return std::nullopt;
+  }
   if (swapped_)
     for (auto& v : record) v = bswap32(v);
   const uint32_t caplen = record[2];
   if (caplen > (1u << 20)) throw std::runtime_error(path_ + ": record larger than 1 MiB, file corrupt");
   std::vector<uint8_t> frame(caplen);
-  if (!in_.read(reinterpret_cast<char*>(frame.data()), caplen)) return std::nullopt;
+  if (!in_.read(reinterpret_cast<char*>(frame.data()), caplen)) {
+    truncation_ = "the last record is cut short (" + std::to_string(in_.gcount()) + " of " +
+                  std::to_string(caplen) + " bytes)";
+    return std::nullopt;
+  }
   CapturedPacket packet;
   packet.timestamp_us = int64_t{record[0]} * 1'000'000 + (nanoseconds_ ? record[1] / 1000 : record[1]);
   const auto ip = strip_link_layer(frame);

@@ -21,8 +21,12 @@ class PcapReader {
   // Throws std::runtime_error naming the file and what is wrong with it.
   explicit PcapReader(const std::string& path);
 
-  // The next packet, or nullopt at the end. A truncated last record ends the file.
+  // The next packet, or nullopt at the end. A truncated last record (a capture copied while
+  // tcpdump still wrote it) ends the file, and truncation() then says so.
   std::optional<CapturedPacket> next();
+
+  // What was cut short at the end of the file ("" when nothing was).
+  const std::string& truncation() const { return truncation_; }
 
  private:
   std::span<const uint8_t> strip_link_layer(std::span<const uint8_t> frame) const;
@@ -32,6 +36,7 @@ class PcapReader {
   bool swapped_ = false;
   bool nanoseconds_ = false;
   uint32_t link_type_ = 0;
+  std::string truncation_;
 };
 
 }  // namespace pairwall::tools

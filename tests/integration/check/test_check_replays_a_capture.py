@@ -5,6 +5,7 @@ decided: the deciding rule, then the one state each connection's later packets p
 
 import json
 import os
+import struct
 import subprocess
 from pathlib import Path
 
@@ -62,6 +63,29 @@ def test_check_replays_a_capture(tmp_path):
     assert set(states) == {"tcp4", "udp4", "tcp6"}, states
     assert all(len(ids) == 1 for ids in states.values()), states
     assert len({next(iter(ids)) for ids in states.values()}) == 3, states
+
+
+def test_check_says_where_a_capture_is_cut_short(tmp_path):
+    # A capture copied while tcpdump still wrote it: the complete records are replayed, and the
+    # cut-off one is named instead of silently ending the file.
+    rules = tmp_path / "rules.conf"
+    rules.write_text("pass all\n")
+    udp = bytes.fromhex("4500001c000100004011f9cf0a0000010a000002" "00350035000800ff")
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 101)  # LINKTYPE_RAW
+    record = struct.pack("<IIII", 1, 0, len(udp), len(udp)) + udp
+    cut = struct.pack("<IIII", 2, 0, 1000, 1000) + udp
+    pcap = tmp_path / "cut.pcap"
+    pcap.write_bytes(header + record + record + cut)
+    r = run_check("-f", str(rules), "--pcap", str(pcap), "--inside", "10.0.0.1/32")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line)["index"] for line in r.stdout.splitlines()] == [0, 1], r.stdout
+    assert "cut short (28 of 1000 bytes)" in r.stderr and "before it: 2" in r.stderr, r.stderr
+
+    pcap.write_bytes(header + record + cut[:9])
+    r = run_check("-f", str(rules), "--pcap", str(pcap), "--inside", "10.0.0.1/32")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 1, r.stdout
+    assert "record header is cut short (9 of 16 bytes)" in r.stderr, r.stderr
 
 
 def test_check_refuses_a_bad_rule_file_with_its_position(tmp_path):
