@@ -30,6 +30,7 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
   s.events_lost += engine.control_events_lost();
   s.states = engine.states().size();
   s.state_limit = engine.states().limit();
+  s.timeout_scale = engine.timeout_scale();
   if (auto rules = engine.rules()) {
     s.rules.reserve(rules->size());
     for (std::size_t i = 0; i < rules->size(); ++i) {
@@ -64,6 +65,10 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   out.sample(s.states);
   out.family("pairwall_state_limit", T::Gauge, "Maximum entries in the state table.");
   out.sample(s.state_limit);
+  out.family("pairwall_timeout_scale", T::Gauge,
+             "Factor adaptive timeouts scaled every state timeout by at the last expiry run (1: fewer "
+             "states than adaptive.start).");
+  out.sample(s.timeout_scale);
   out.family("pairwall_state_events_lost_total", T::Counter,
              "State changes dropped before sync saw them (event ring full).");
   out.sample(s.events_lost);

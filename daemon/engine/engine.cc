@@ -740,14 +740,19 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
 }
 
 std::size_t Engine::expire(Millis now) {
-  return states_.expire(now, [this](const StateEntry& e) {
-    if (e.id.creator == config_.node_id) {
-      StateRecord gone;
-      gone.kind = StateRecord::Kind::Delete;
-      gone.id = e.id;
-      emit_control(gone);
-    }
-  });
+  const double scale = rules()->adaptive_timeouts().scale(states_.size(), states_.limit());
+  timeout_scale_.store(scale, std::memory_order_relaxed);
+  return states_.expire(
+      now,
+      [this](const StateEntry& e) {
+        if (e.id.creator == config_.node_id) {
+          StateRecord gone;
+          gone.kind = StateRecord::Kind::Delete;
+          gone.id = e.id;
+          emit_control(gone);
+        }
+      },
+      scale);
 }
 
 std::size_t Engine::flush_states() {

@@ -143,8 +143,11 @@ class Engine {
   // Removes states whose timeout has passed; O(expired), never a sweep. Returns how many.
   // Each node expires on its own clock, as pfsync's do; for the states this node created it also
   // emits a Delete (control_events()), so that a peer whose copy was refreshed later (a bulk, a
-  // resync) does not keep it for a whole extra timeout.
+  // resync) does not keep it for a whole extra timeout. Timeouts are scaled by the rule set's
+  // adaptive timeouts for the table's size at the call.
   std::size_t expire(Millis now);
+  // The factor the last expire() scaled timeouts by (1: the table below adaptive.start).
+  double timeout_scale() const noexcept { return timeout_scale_.load(std::memory_order_relaxed); }
 
   // Applies a state change received from the sync peer. Windows never move backwards.
   // Returns false when the record was stale or could not be applied (table full).
@@ -230,6 +233,7 @@ class Engine {
   std::atomic<uint64_t> next_state_counter_;
   SpscRing<StateRecord> control_events_;
   std::atomic<uint64_t> control_events_lost_{0};
+  std::atomic<double> timeout_scale_{1.0};
   uint64_t peer_sequence_ = 0;  // the sync sequence of the records apply() is given
 };
 

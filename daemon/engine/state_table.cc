@@ -566,7 +566,18 @@ void StateTable::erase(Handle& handle) noexcept {
   handle.release();
 }
 
-std::size_t StateTable::expire(Millis now, const std::function<void(const StateEntry&)>& on_expired) {
+namespace {
+
+// A scaled queue keeps its order: its entries' deadlines all shrink by the same factor.
+Millis scaled(Millis duration, double scale) {
+  if (scale >= 1.0) return duration;
+  return Millis{static_cast<Millis::rep>(static_cast<double>(duration.count()) * scale)};
+}
+
+}  // namespace
+
+std::size_t StateTable::expire(Millis now, const std::function<void(const StateEntry&)>& on_expired,
+                               double timeout_scale) {
   std::size_t removed = 0;
   for (uint16_t s = 0; s < shards_.size(); ++s) {
     Shard& shard = *shards_[s];
@@ -578,9 +589,10 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
       StateEntry* cross = nullptr;
       for (uint16_t qi = 0; qi < shard.queues.size(); ++qi) {
         auto& q = shard.queues[qi];
-        while (q.head != nullptr && q.head->queued_at + q.duration <= now) {
+        const Millis duration = scaled(q.duration, timeout_scale);
+        while (q.head != nullptr && q.head->queued_at + duration <= now) {
           StateEntry* e = q.head;
-          if (e->last_seen + q.duration > now) {
+          if (e->last_seen + duration > now) {
             // Seen since it was queued: back to the tail, at its last activity.
             shard.queue_unlink(e);
             shard.queue_append(e, qi);
@@ -609,7 +621,7 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
       }
       const Shard::Queue& q = shard.queues[cross->queue];
       if (q.head == cross && cross->home == s && cross->wire_shard == other &&
-          cross->last_seen + q.duration <= now) {
+          cross->last_seen + scaled(q.duration, timeout_scale) <= now) {
         if (on_expired) on_expired(*cross);
         unlink_and_free(cross);
         ++removed;

@@ -182,10 +182,12 @@ class StateTable {
   // Removes the entry the handle holds; the handle becomes empty.
   void erase(Handle& handle) noexcept;
 
-  // Removes every entry whose last_seen + queue duration <= now. `on_expired` sees each entry
-  // (under its lock) before it is freed. Returns the number removed.
+  // Removes every entry whose last_seen + queue duration * timeout_scale <= now (the scale of
+  // adaptive timeouts, 1 without). `on_expired` sees each entry (under its lock) before it is
+  // freed. Returns the number removed.
   // Every removal gives back the creating rule's states_current (see attach_creator).
-  std::size_t expire(Millis now, const std::function<void(const StateEntry&)>& on_expired);
+  std::size_t expire(Millis now, const std::function<void(const StateEntry&)>& on_expired,
+                     double timeout_scale = 1.0);
 
   // Removes every entry; returns how many.
   std::size_t clear(const std::function<void(const StateEntry&)>& on_removed);

@@ -48,6 +48,15 @@ Timeouts Timeouts::defaults() {
   return t;
 }
 
+double AdaptiveTimeouts::scale(uint64_t states, uint64_t limit) const noexcept {
+  // pf's defaults, PFSTATE_ADAPT_START and PFSTATE_ADAPT_END: 60 % and 120 % of the limit.
+  const uint64_t first = start ? *start : limit * 6 / 10;
+  const uint64_t last = end ? *end : limit * 12 / 10;
+  if (last <= first || states <= first) return 1.0;
+  if (states >= last) return 0.0;
+  return static_cast<double>(last - states) / static_cast<double>(last - first);
+}
+
 std::optional<TimeoutClass> timeout_class_from_name(std::string_view name) {
   for (const auto& e : kTimeoutTable)
     if (e.name == name) return e.cls;

@@ -41,6 +41,23 @@ struct Timeouts {
   static Timeouts defaults();
 };
 
+// pf's adaptive timeouts (pf.conf(5) `set timeout { adaptive.start N, adaptive.end M }`): once the
+// table holds more than `start` states, every timeout is scaled by (end - states) / (end - start),
+// down to zero at `end`, so that a table filling up (a flood of new connections) sheds its idle
+// states sooner instead of refusing new ones. Unset, they follow the state limit as pf's do
+// (60 % and 120 % of it); both 0 turn scaling off.
+struct AdaptiveTimeouts {
+  static constexpr std::string_view kStartName = "adaptive.start";
+  static constexpr std::string_view kEndName = "adaptive.end";
+
+  std::optional<uint32_t> start;  // set together with `end` (the rule compiler checks)
+  std::optional<uint32_t> end;
+
+  // The factor every timeout is multiplied by with `states` entries in a table limited to `limit`:
+  // 1 up to the start, 0 from the end on.
+  double scale(uint64_t states, uint64_t limit) const noexcept;
+};
+
 // "tcp.established" -> TimeoutClass::TcpEstablished; nullopt for an unknown name.
 std::optional<TimeoutClass> timeout_class_from_name(std::string_view name);
 std::string_view timeout_class_name(TimeoutClass c);

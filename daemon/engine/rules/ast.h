@@ -147,7 +147,9 @@ struct Settings {
   std::optional<uint32_t> limit_states;
   std::optional<uint32_t> limit_frags;
   std::map<std::string, uint32_t> timeouts;  // `set timeout { tcp.established 86400, ... }`, seconds
-  std::map<std::string, SourceLocation> timeout_locations;
+  std::map<std::string, SourceLocation> timeout_locations;  // adaptive.start and .end's too
+  std::optional<uint32_t> adaptive_start;                   // `set timeout adaptive.start N`, states
+  std::optional<uint32_t> adaptive_end;
 };
 
 struct RuleFile {

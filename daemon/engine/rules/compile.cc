@@ -311,6 +311,30 @@ class Compiler {
         fail(file_location(), "'set limit states 0' would refuse every new connection");
       set.state_limit_ = *s.limit_states;
     }
+    adaptive_timeouts(set);
+  }
+
+  void adaptive_timeouts(RuleSet& set) {
+    const Settings& s = file_.settings;
+    auto where = [&](std::string_view name) {
+      auto it = s.timeout_locations.find(std::string(name));
+      return it != s.timeout_locations.end() ? it->second : file_location();
+    };
+    const std::string start_name(AdaptiveTimeouts::kStartName);
+    const std::string end_name(AdaptiveTimeouts::kEndName);
+    if (s.adaptive_start.has_value() != s.adaptive_end.has_value()) {
+      const std::string& given = s.adaptive_start ? start_name : end_name;
+      const std::string& missing = s.adaptive_start ? end_name : start_name;
+      fail(where(given), "'" + given + "' without '" + missing +
+                             "': set both (or neither, and they follow the state limit)");
+    }
+    if (s.adaptive_start && !(*s.adaptive_start == 0 && *s.adaptive_end == 0) &&
+        *s.adaptive_start >= *s.adaptive_end) {
+      fail(where(end_name), "'" + end_name + " " + std::to_string(*s.adaptive_end) + "' must be above '" +
+                                start_name + " " + std::to_string(*s.adaptive_start) +
+                                "' (both 0 turn adaptive timeouts off)");
+    }
+    set.adaptive_timeouts_ = AdaptiveTimeouts{s.adaptive_start, s.adaptive_end};
   }
 
   void tables() {

@@ -369,7 +369,16 @@ class Parser {
     } else if (accept_word("timeout")) {
       auto one = [&] {
         const Token name = take_value("a timeout name");
-        check_timeout_name(name);
+        if (is_adaptive(name)) {
+          const auto states =
+              static_cast<uint32_t>(number(take_value("a number of states"), 0,
+                                           std::numeric_limits<uint32_t>::max(), "a number of states"));
+          (name.text == AdaptiveTimeouts::kStartName ? out_.settings.adaptive_start
+                                                     : out_.settings.adaptive_end) = states;
+          out_.settings.timeout_locations[name.text] = loc(name);
+          return;
+        }
+        check_timeout_name(name, true);
         const Token value = take_value("timeout in seconds");
         out_.settings.timeouts[name.text] = static_cast<uint32_t>(
             number(value, 0, std::numeric_limits<uint32_t>::max(), "timeout in seconds"));
@@ -386,10 +395,20 @@ class Parser {
     expect_end("end of line");
   }
 
-  void check_timeout_name(const Token& name) {
+  // `set timeout` also takes the adaptive bounds, a rule's state options do not.
+  void check_timeout_name(const Token& name, bool with_adaptive) {
     if (!timeout_class_from_name(name.text)) {
-      fail_at(name, "unknown timeout " + name.describe() + ": expected one of " + timeout_names());
+      std::string expected = timeout_names();
+      if (with_adaptive) {
+        expected +=
+            ", " + std::string(AdaptiveTimeouts::kStartName) + ", " + std::string(AdaptiveTimeouts::kEndName);
+      }
+      fail_at(name, "unknown timeout " + name.describe() + ": expected one of " + expected);
     }
+  }
+
+  static bool is_adaptive(const Token& name) {
+    return name.text == AdaptiveTimeouts::kStartName || name.text == AdaptiveTimeouts::kEndName;
   }
 
   void scrub() {
@@ -662,11 +681,15 @@ class Parser {
       if (name.text == "max") {
         r.state.max_states = static_cast<uint32_t>(
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
+      } else if (is_adaptive(name)) {
+        fail_at(name, name.describe() +
+                          " scales every state's timeouts by the size of the whole table: set it "
+                          "with 'set timeout', not per rule");
       } else if (timeout_class_from_name(name.text)) {
         r.state.timeouts[name.text] = static_cast<uint32_t>(number(
             take_value("timeout in seconds"), 0, std::numeric_limits<uint32_t>::max(), "timeout in seconds"));
       } else if (name.text.find('.') != std::string::npos) {
-        check_timeout_name(name);
+        check_timeout_name(name, false);
       } else {
         fail_expected(name, "state option ('max N' or a timeout such as 'tcp.established N')");
       }

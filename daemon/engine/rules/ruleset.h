@@ -108,12 +108,14 @@ class RuleSet {
   std::size_t size() const { return rules_.size(); }
 
   const Timeouts& timeouts() const { return timeouts_; }
+  const AdaptiveTimeouts& adaptive_timeouts() const { return adaptive_timeouts_; }
   uint32_t state_limit() const { return state_limit_; }
 
  private:
   friend class Compiler;
   std::vector<CompiledRule> rules_;
   Timeouts timeouts_ = Timeouts::defaults();
+  AdaptiveTimeouts adaptive_timeouts_;
   uint32_t state_limit_ = 100'000;  // pf's default `set limit states`
   std::unique_ptr<Classifier> classifier_;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.

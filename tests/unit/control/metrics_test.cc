@@ -94,6 +94,7 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   s.reasons[static_cast<std::size_t>(engine::Reason::RuleBlock)] = 6;
   s.states = 12;
   s.state_limit = 100000;
+  s.timeout_scale = 0.5;
   s.rules.push_back({0, "block all", "pf.conf:1", 6, 6, 384, 0, 0});
   s.rules.push_back({1, "pass proto tcp to port 80", "pf.conf:2", 60, 90, 5760, 12, 15});
   s.queues.push_back({3, 100, 6400, 7, 8, 9, 1});
@@ -119,6 +120,8 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("# TYPE pairwall_states gauge");
   has("pairwall_states 12");
   has("pairwall_state_limit 100000");
+  has("# TYPE pairwall_timeout_scale gauge");
+  has("pairwall_timeout_scale 0.5");
   has("pairwall_rule_packets_total{rule=\"0\"} 6");
   has("pairwall_rule_packets_total{rule=\"1\"} 90");
   has("pairwall_rule_bytes_total{rule=\"1\"} 5760");

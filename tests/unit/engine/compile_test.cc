@@ -86,6 +86,12 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
        "t.conf:1:1: binat maps one internal address or prefix: write 'from ADDRESS[/LEN]'"},
       {"rdr on ext proto icmp to 192.0.2.1 -> 10.0.0.1 port 80",
        "t.conf:1:1: a translation 'port' needs 'proto tcp' or 'proto udp'"},
+      {"set timeout { udp.first 20, adaptive.start 6000 }",
+       "t.conf:1:29: 'adaptive.start' without 'adaptive.end': set both (or neither, and they follow the "
+       "state limit)"},
+      {"set timeout adaptive.start 6000\nset timeout adaptive.end 6000",
+       "t.conf:2:13: 'adaptive.end 6000' must be above 'adaptive.start 6000' (both 0 turn adaptive timeouts "
+       "off)"},
   };
   for (const Row& row : rows) {
     INFO(row.text);
@@ -181,6 +187,8 @@ TEST_CASE("settings and per-rule state options reach the compiled rules", "[comp
   CHECK(set->timeouts()[TimeoutClass::TcpEstablished] == std::chrono::seconds(3600));
   CHECK(set->timeouts()[TimeoutClass::UdpFirst] == std::chrono::seconds(20));
   CHECK(set->timeouts()[TimeoutClass::TcpFirst] == Timeouts::defaults()[TimeoutClass::TcpFirst]);
+  CHECK_FALSE(set->adaptive_timeouts().start.has_value());
+  CHECK_FALSE(set->adaptive_timeouts().end.has_value());
 
   const CompiledRule& block = set->rule(0);
   CHECK(block.number == 0);
@@ -208,6 +216,30 @@ TEST_CASE("settings and per-rule state options reach the compiled rules", "[comp
   CHECK(set->rule(2).text == "pass out proto udp all no state");
   CHECK(set->rule(3).reply == BlockReply::ReturnRst);
   CHECK(set->rule(3).text == "block return-rst in proto tcp all");
+}
+
+TEST_CASE("adaptive timeouts scale every timeout as the table fills, as pf's do", "[compile]") {
+  InterfaceRegistry ifs;
+  auto set = compile_ok("set timeout { adaptive.start 6000, adaptive.end 12000 }\npass all\n", ifs);
+  const AdaptiveTimeouts& adaptive = set->adaptive_timeouts();
+  CHECK(adaptive.start == 6000u);
+  CHECK(adaptive.end == 12000u);
+  // The limit does not matter once both are given.
+  CHECK(adaptive.scale(6000, 1'000'000) == 1.0);
+  CHECK(adaptive.scale(9000, 1'000'000) == 0.5);
+  CHECK(adaptive.scale(10500, 10) == 0.25);
+  CHECK(adaptive.scale(12000, 1'000'000) == 0.0);
+  CHECK(adaptive.scale(20000, 1'000'000) == 0.0);
+
+  // Unset: 60 % and 120 % of the state limit.
+  const AdaptiveTimeouts defaults;
+  CHECK(defaults.scale(600, 1000) == 1.0);
+  CHECK(defaults.scale(900, 1000) == 0.5);
+  CHECK(defaults.scale(1000, 1000) == Approx(1.0 / 3));
+
+  auto off = compile_ok("set timeout { adaptive.start 0, adaptive.end 0 }\npass all\n", ifs);
+  CHECK(off->adaptive_timeouts().scale(1000, 1000) == 1.0);
+  CHECK(off->adaptive_timeouts().scale(5000, 1000) == 1.0);
 }
 
 TEST_CASE("canonical text parses back to the same rule", "[compile]") {

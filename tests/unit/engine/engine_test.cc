@@ -479,6 +479,42 @@ TEST_CASE("set timeout changes how long a state lives", "[engine][udp]") {
   CHECK(fw.engine.expire(fw.now + Millis{5'000}) == 1);
 }
 
+TEST_CASE("adaptive timeouts expire idle states sooner as the table fills", "[engine][udp]") {
+  // UDP timeouts of 60 s, scaled from 10 states on, to nothing at 20.
+  const std::string rules =
+      "set timeout { udp.first 60, udp.single 60, adaptive.start 10, adaptive.end 20 }\npass all\n";
+  auto open_flows = [](Firewall& fw, uint16_t count) {
+    for (uint16_t port = 1; port <= count; ++port)
+      REQUIRE(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(port, 53).build()).reason == Reason::Match);
+  };
+  SECTION("15 states: half the timeout") {
+    Firewall fw(rules);
+    open_flows(fw, 15);
+    CHECK(fw.engine.expire(fw.now + Millis{29'999}) == 0);
+    CHECK(fw.engine.timeout_scale() == 0.5);
+    CHECK(fw.engine.expire(fw.now + Millis{30'000}) == 15);
+    CHECK(fw.engine.states().size() == 0);
+  }
+  SECTION("10 states: the whole timeout") {
+    Firewall fw(rules);
+    open_flows(fw, 10);
+    CHECK(fw.engine.expire(fw.now + Millis{59'999}) == 0);
+    CHECK(fw.engine.timeout_scale() == 1.0);
+    CHECK(fw.engine.expire(fw.now + Millis{60'000}) == 10);
+  }
+  SECTION("a busy state outlives the scaled timeout") {
+    Firewall fw(rules);
+    open_flows(fw, 15);
+    const Millis start = fw.now;
+    fw.now += Millis{20'000};
+    CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(1, 53).build()).reason == Reason::State);
+    CHECK(fw.engine.expire(start + Millis{30'000}) == 14);
+    // One state left: below adaptive.start, its whole 60 s from its last packet.
+    CHECK(fw.engine.expire(fw.now + Millis{59'999}) == 0);
+    CHECK(fw.engine.expire(fw.now + Millis{60'000}) == 1);
+  }
+}
+
 TEST_CASE("ICMP echo state: the reply with the same id passes, another id does not", "[engine][icmp]") {
   Firewall fw(kWebOnly);
   CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).icmp_echo(77, 1).build()).reason == Reason::Match);

@@ -687,12 +687,16 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"set timeout tcp.foo 10",
        "t.conf:1:13: unknown timeout 'tcp.foo': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
-       "other.first, other.single, other.multiple"},
+       "other.first, other.single, other.multiple, adaptive.start, adaptive.end"},
       {"set timeout { tcp.first 10, frag 30 }",
        "t.conf:1:29: unknown timeout 'frag': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
-       "other.first, other.single, other.multiple"},
+       "other.first, other.single, other.multiple, adaptive.start, adaptive.end"},
       {"set timeout tcp.first -1", "t.conf:1:23: expected timeout in seconds, got '-1'"},
+      {"set timeout adaptive.start -5", "t.conf:1:28: expected a number of states, got '-5'"},
+      {"pass all keep state (adaptive.start 100)",
+       "t.conf:1:22: 'adaptive.start' scales every state's timeouts by the size of the whole table: set it "
+       "with 'set timeout', not per rule"},
       {"set limit states 0", "t.conf:1:18: limit must be between 1 and 4294967295, got '0'"},
       {"set limit tables 10", "t.conf:1:11: expected 'states' or 'frags', got 'tables'"},
       {"set skip on lo", "t.conf:1:5: expected 'limit' or 'timeout' after 'set', got 'skip'"},
