@@ -76,6 +76,12 @@ IfaceId pass_iface(const PacketMeta& meta, int pass) {
   return pass == 0 ? meta.in_iface : meta.out_iface;
 }
 
+// Whether the packet meets the rules on this pass: it has the pass, and `set skip` does not
+// exempt the pass's interface.
+bool filters(const PacketMeta& meta, int pass, const rules::RuleSet& rules) {
+  return has_pass(meta, pass) && !rules.skips(pass_iface(meta, pass));
+}
+
 // What a packet (or a quote) that found a translated state by one of its keys becomes: the other
 // key, turned the way the found one was.
 StateKey counterpart(const StateTable::Handle& state) {
@@ -258,8 +264,9 @@ void Engine::finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& pars
                     Verdict& verdict) noexcept {
   if (verdict.rewritten && meta.checksum_partial && verdict.action == Verdict::Action::Accept)
     complete_transport_checksum(bytes, parsed.packet);
+  // A skipped packet is not claimed either: past routing, its other pass may still be filtered.
   verdict.claimed = meta.hook == Hook::Prerouting && verdict.action == Verdict::Action::Accept &&
-                    verdict.reason != Reason::AfterRouting;
+                    verdict.reason != Reason::AfterRouting && verdict.reason != Reason::Skipped;
   worker.counters_.add(verdict.reason);
 }
 
@@ -309,7 +316,8 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       translate(worker, parsed[new_flows[k]], meta, translation);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
-        if (!has_pass(meta, pass) || !translation.filtered || !claims(meta, translation.translated)) continue;
+        if (!filters(meta, pass, rules) || !translation.filtered || !claims(meta, translation.translated))
+          continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
         queries[query_count++] = {translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass)};
       }
@@ -347,7 +355,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     translate(worker, parsed, meta, translation);
     std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
     for (int pass = 0; pass < 2; ++pass) {
-      if (has_pass(meta, pass) && translation.filtered && claims(meta, translation.translated))
+      if (filters(meta, pass, rules) && translation.filtered && claims(meta, translation.translated))
         deciding[pass] =
             rules.evaluate(*translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
     }
@@ -362,6 +370,14 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
                                       const PacketMeta& meta) const noexcept {
   const rules::RuleSet& rules = *worker.rules_;
 
+  // 0. Skipped interfaces: a packet no pass of which meets the rules is not looked at (pf).
+  if (!filters(meta, 0, rules) && !filters(meta, 1, rules)) {
+    Verdict v;
+    v.action = Verdict::Action::Accept;
+    v.reason = Reason::Skipped;
+    return v;
+  }
+
   // 1. Parse.
   if (parsed.parse != Reason::Match) return drop(parsed.parse);
   PacketView& packet = parsed.packet;
@@ -373,8 +389,8 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;
-  if (has_pass(meta, 0)) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
-  if (has_pass(meta, 1)) {
+  if (filters(meta, 0, rules)) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
+  if (filters(meta, 1, rules)) {
     const rules::ScrubAction out = rules.scrub(packet, rules::Direction::Out, meta.out_iface);
     if (out.matched) {
       scrub.matched = true;
@@ -537,7 +553,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
   const bool ports = packet.is_tcp() || packet.is_udp();
   const bool query_id = packet.is_icmp() && packet.icmp.is_query;
 
-  if (has_pass(meta, 0)) {
+  if (filters(meta, 0, rules)) {
     const rules::CompiledTranslation* rule = rules.translation(packet, rules::Direction::In, meta.in_iface);
     if (rule != nullptr && !rule->negated) {
       PacketView& seen = translation.after[0].emplace(packet);
@@ -559,7 +575,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
     }
   }
 
-  if (has_pass(meta, 1)) {
+  if (filters(meta, 1, rules)) {
     const PacketView& arriving = *translation.seen[0];
     const rules::CompiledTranslation* rule =
         rules.translation(arriving, rules::Direction::Out, meta.out_iface);
@@ -626,7 +642,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     return v;
   }
   for (int pass = 0; pass < 2; ++pass) {
-    if (!has_pass(meta, pass)) continue;
+    if (!filters(meta, pass, rules)) continue;
     const uint32_t r = deciding[pass];
     if (r == rules::kNoRule) continue;
     const rules::CompiledRule& rule = rules.rule(r);

@@ -12,6 +12,8 @@ std::string_view reason_name(Reason r) {
       return "default_pass";
     case Reason::AfterRouting:
       return "after_routing";
+    case Reason::Skipped:
+      return "skipped";
     case Reason::Short:
       return "short";
     case Reason::BadIpVersion:

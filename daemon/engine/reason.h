@@ -15,6 +15,7 @@ enum class Reason : uint8_t {
   State,         // an existing state matched
   DefaultPass,   // no rule matched (pf's implicit pass)
   AfterRouting,  // before routing, no state or translation claimed it: decided by the hooks after
+  Skipped,       // every pass of the packet is on a `set skip` interface: not inspected
   // Malformed input.
   Short,             // fewer bytes than a header claims
   BadIpVersion,      // not 4 or 6, or the version disagrees with the queue's family
@@ -48,7 +49,8 @@ enum class Reason : uint8_t {
 inline constexpr std::size_t kReasonCount = static_cast<std::size_t>(Reason::Count);
 
 constexpr bool is_pass(Reason r) {
-  return r == Reason::Match || r == Reason::State || r == Reason::DefaultPass || r == Reason::AfterRouting;
+  return r == Reason::Match || r == Reason::State || r == Reason::DefaultPass || r == Reason::AfterRouting ||
+         r == Reason::Skipped;
 }
 
 // Stable snake_case name used in metrics, JSON and the CLI.

@@ -45,6 +45,7 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::State:
     case Reason::DefaultPass:
     case Reason::AfterRouting:
+    case Reason::Skipped:
     case Reason::RuleBlock:
       return kPfresMatch;
     case Reason::BadOffset:

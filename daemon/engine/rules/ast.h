@@ -85,6 +85,7 @@ struct FilterRule {
   // `block return` (pf's PFRULE_RETURN): reply is ReturnIcmp and this is set, so TCP gets an RST
   // and everything else an ICMP unreachable. A consumer that ignores it still rejects TCP.
   bool reply_rst_for_tcp = false;
+  bool reply_given = false;  // drop or a return written: `set block-policy` does not apply
   Direction direction = Direction::Any;
   LogMode log = LogMode::None;
   bool quick = false;
@@ -150,6 +151,8 @@ struct Settings {
   std::map<std::string, SourceLocation> timeout_locations;  // adaptive.start and .end's too
   std::optional<uint32_t> adaptive_start;                   // `set timeout adaptive.start N`, states
   std::optional<uint32_t> adaptive_end;
+  bool block_policy_return = false;          // `set block-policy return`: a plain `block` is `block return`
+  std::vector<std::string> skip_interfaces;  // `set skip on { lo ... }`: passes there are not filtered
 };
 
 struct RuleFile {

@@ -190,7 +190,9 @@ constexpr FlagsMatch kDefaultFlags{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck}
 std::string filter_text(const FilterRule& r) {
   std::string out = r.action == Action::Pass ? "pass" : "block";
   if (r.action == Action::Block) {
-    if (r.reply_rst_for_tcp) {
+    if (r.reply_given && r.reply == BlockReply::Drop) {
+      out += " drop";
+    } else if (r.reply_rst_for_tcp) {
       out += " return";
     } else if (r.reply == BlockReply::ReturnRst) {
       out += " return-rst";
@@ -312,6 +314,11 @@ class Compiler {
       set.state_limit_ = *s.limit_states;
     }
     adaptive_timeouts(set);
+    for (const std::string& name : s.skip_interfaces) {
+      const IfaceId id = interfaces_.intern(name);
+      if (id >= set.skipped_.size()) set.skipped_.resize(id + 1, 0);
+      set.skipped_[id] = 1;
+    }
   }
 
   void adaptive_timeouts(RuleSet& set) {
@@ -416,6 +423,10 @@ class Compiler {
       c.action = r.action;
       c.reply = r.reply;
       c.reply_rst_for_tcp = r.reply_rst_for_tcp;
+      if (r.action == Action::Block && !r.reply_given && file_.settings.block_policy_return) {
+        c.reply = BlockReply::ReturnIcmp;  // as `block return`
+        c.reply_rst_for_tcp = true;
+      }
       c.log = r.log != LogMode::None;
       c.log_states = r.log == LogMode::All;
       c.quick = r.quick;

@@ -389,8 +389,19 @@ class Parser {
       } else {
         one();
       }
+    } else if (accept_word("block-policy")) {
+      const Token policy = take_value("'drop' or 'return'");
+      if (policy.text != "drop" && policy.text != "return") fail_expected(policy, "'drop' or 'return'");
+      out_.settings.block_policy_return = policy.text == "return";
+    } else if (accept_word("skip")) {
+      expect_word("on", "'on' and an interface after 'set skip'");
+      const Token first = peek();
+      for (InterfaceMatch& m : interfaces()) {
+        if (m.negated) fail_at(first, "'set skip' takes interface names: '!' would skip every other one");
+        out_.settings.skip_interfaces.push_back(std::move(m.name));
+      }
     } else {
-      fail_expected(peek(), "'limit' or 'timeout' after 'set'");
+      fail_expected(peek(), "'limit', 'timeout', 'block-policy' or 'skip' after 'set'");
     }
     expect_end("end of line");
   }
@@ -558,6 +569,7 @@ class Parser {
     if (filter_stage(peek().kind == TokenKind::Word ? peek().text : "") == 1) {
       if (r.action == Action::Pass) fail_at(peek(), "'" + peek().text + "' applies to block rules only");
       const Token t = take();
+      r.reply_given = true;
       if (t.text == "return-rst") {
         r.reply = BlockReply::ReturnRst;
       } else if (t.text == "return-icmp") {

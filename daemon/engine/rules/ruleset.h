@@ -110,12 +110,16 @@ class RuleSet {
   const Timeouts& timeouts() const { return timeouts_; }
   const AdaptiveTimeouts& adaptive_timeouts() const { return adaptive_timeouts_; }
   uint32_t state_limit() const { return state_limit_; }
+  // `set skip on IFACE`: a pass on this interface is not filtered (pf: as if it were disabled
+  // there). Interfaces first seen after the compile are not skipped.
+  bool skips(IfaceId iface) const noexcept { return iface < skipped_.size() && skipped_[iface] != 0; }
 
  private:
   friend class Compiler;
   std::vector<CompiledRule> rules_;
   Timeouts timeouts_ = Timeouts::defaults();
   AdaptiveTimeouts adaptive_timeouts_;
+  std::vector<uint8_t> skipped_;    // by interface id
   uint32_t state_limit_ = 100'000;  // pf's default `set limit states`
   std::unique_ptr<Classifier> classifier_;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.

@@ -242,6 +242,30 @@ TEST_CASE("adaptive timeouts scale every timeout as the table fills, as pf's do"
   CHECK(off->adaptive_timeouts().scale(5000, 1000) == 1.0);
 }
 
+TEST_CASE("set block-policy and set skip reach the compiled rules", "[compile]") {
+  InterfaceRegistry ifs;
+  auto set = compile_ok(
+      "set block-policy return\nset skip on { lo, sync0 }\nset skip on wg0\nblock all\nblock drop in all\n",
+      ifs);
+  CHECK(set->rule(0).reply == BlockReply::ReturnIcmp);
+  CHECK(set->rule(0).reply_rst_for_tcp);
+  CHECK(set->rule(0).text == "block all");
+  CHECK(set->rule(1).reply == BlockReply::Drop);
+  CHECK_FALSE(set->rule(1).reply_rst_for_tcp);
+  CHECK(set->rule(1).text == "block drop in all");
+  for (const char* name : {"lo", "sync0", "wg0"}) {
+    INFO(name);
+    REQUIRE(ifs.find(name).has_value());
+    CHECK(set->skips(*ifs.find(name)));
+  }
+  CHECK_FALSE(set->skips(ifs.intern("eth0")));
+  CHECK_FALSE(set->skips(kNoIface));
+
+  auto plain = compile_ok("block all\n", ifs);
+  CHECK(plain->rule(0).reply == BlockReply::Drop);
+  CHECK_FALSE(plain->skips(*ifs.find("lo")));
+}
+
 TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   const std::string text =
       "table <t> { 10.0.0.0/8, !10.1.0.0/16, 2001:db8::/32 }\n"

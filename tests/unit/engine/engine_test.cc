@@ -153,6 +153,13 @@ TEST_CASE("block replies: return-rst only for TCP, return for both, never to a r
       {"block return all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
       {"block return all", udp, Action::Reject, rules::BlockReply::ReturnIcmp},
       {"block drop all", tcp, Action::Drop, rules::BlockReply::Drop},
+      {"block all", tcp, Action::Drop, rules::BlockReply::Drop},
+      // set block-policy return: a block rule that names no reply is `block return`.
+      {"set block-policy return\nblock all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
+      {"set block-policy return\nblock all", udp, Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"set block-policy return\nblock drop all", tcp, Action::Drop, rules::BlockReply::Drop},
+      {"set block-policy return\nblock return-icmp all", tcp, Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"set block-policy drop\nblock all", udp, Action::Drop, rules::BlockReply::Drop},
   };
   for (const auto& c : cases) {
     Firewall fw(c.rules);
@@ -513,6 +520,34 @@ TEST_CASE("adaptive timeouts expire idle states sooner as the table fills", "[en
     CHECK(fw.engine.expire(fw.now + Millis{59'999}) == 0);
     CHECK(fw.engine.expire(fw.now + Millis{60'000}) == 1);
   }
+}
+
+TEST_CASE("set skip: a pass on a skipped interface is not filtered, the other pass is", "[engine]") {
+  Firewall fw("set skip on { lan0, lo }\nblock all\npass out on wan0 proto udp\n");
+  const Bytes udp = PacketBuilder().ipv4(kClient, kServer).udp(1, 53).build();
+  const Bytes tcp = syn(80);
+  // Forwarded lan0 -> wan0: only the out pass on wan0 meets the rules.
+  const Verdict out_udp = fw.out(udp);
+  CHECK(out_udp.action == Action::Accept);
+  CHECK(out_udp.reason == Reason::Match);
+  CHECK(out_udp.rule == 1);
+  CHECK(fw.out(tcp).reason == Reason::RuleBlock);
+  // Forwarded wan0 -> lan0: the in pass on wan0 is filtered.
+  CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).udp(53, 2).build()).reason == Reason::RuleBlock);
+  // Delivered to the node through lan0, or sent by it there: no pass left, not inspected, not even
+  // parsed (pf does not look at a skipped interface's packets).
+  const Verdict local = fw.run(tcp, PacketMeta{Hook::Input, fw.lan, kNoIface, false});
+  CHECK(local.action == Action::Accept);
+  CHECK(local.reason == Reason::Skipped);
+  CHECK(fw.run(Bytes{0x45, 0x00}, PacketMeta{Hook::Output, kNoIface, fw.lan, false}).reason ==
+        Reason::Skipped);
+  CHECK(fw.run(tcp, PacketMeta{Hook::Input, fw.wan, kNoIface, false}).reason == Reason::RuleBlock);
+  // Before routing, a skipped packet is left to the hooks after routing, where its out pass may
+  // still be filtered.
+  const Verdict early = fw.run(tcp, PacketMeta{Hook::Prerouting, fw.lan, kNoIface, false});
+  CHECK(early.reason == Reason::Skipped);
+  CHECK_FALSE(early.claimed);
+  CHECK(fw.engine.states().size() == 1);  // the UDP flow's, created on its out pass
 }
 
 TEST_CASE("ICMP echo state: the reply with the same id passes, another id does not", "[engine][icmp]") {
