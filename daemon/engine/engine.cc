@@ -49,6 +49,11 @@ bool tcp_flags_valid(uint8_t flags) {
   return true;
 }
 
+// Whether sync hears of the state: not when its rule said (no-sync).
+bool synced(const StateEntry& entry) {
+  return (entry.flags & stateflag::kNoSync) == 0;
+}
+
 // by_state()'s way out with a verdict made elsewhere.
 bool decided(Verdict& out, const Verdict& verdict) {
   out = verdict;
@@ -499,7 +504,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         StateRecord gone;
         gone.kind = StateRecord::Kind::Delete;
         gone.id = state->id;
-        worker.emit(gone);
+        if (synced(*state)) worker.emit(gone);
         states_.erase(state);
       } else {
         const TrackResult track = state->adopted ? track_packet(sender, receiver, packet, state->timeout)
@@ -511,7 +516,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         state->bytes[side] += bytes.size();
         const bool class_changed = track.timeout != state->timeout;
         states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
-        if (track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh) {
+        if (synced(*state) &&
+            (track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh)) {
           state->last_synced = now;
           StateRecord update = make_record(*state, now, rules);
           update.kind = StateRecord::Kind::Update;
@@ -741,12 +747,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   if (creator != nullptr) {
     states_.attach_creator(state, creator, worker.rules_);
     if (creator->log_states) state->flags |= stateflag::kLog;
+    if (creator->no_sync) state->flags |= stateflag::kNoSync;
   }
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();
   state->last_synced = now;
   if (creator != nullptr) creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
-  worker.emit(make_record(*state, now, rules));
+  if (synced(*state)) worker.emit(make_record(*state, now, rules));
   v.state = state->id;
   if (translation.translated) {
     rewrite_packet(bytes, packet, translation.wire);
@@ -761,7 +768,7 @@ std::size_t Engine::expire(Millis now) {
   return states_.expire(
       now,
       [this](const StateEntry& e) {
-        if (e.id.creator == config_.node_id) {
+        if (e.id.creator == config_.node_id && synced(e)) {
           StateRecord gone;
           gone.kind = StateRecord::Kind::Delete;
           gone.id = e.id;
@@ -781,6 +788,7 @@ std::size_t Engine::flush_states() {
 
 std::size_t Engine::kill_states(const std::function<bool(const StateEntry&)>& match) {
   return remove_states_if(match, [this](const StateEntry& e) {
+    if (!synced(e)) return;
     StateRecord gone;
     gone.kind = StateRecord::Kind::Delete;
     gone.id = e.id;
@@ -886,7 +894,9 @@ std::size_t Engine::remove_peer_states_unnamed_since(uint32_t peer, uint64_t seq
 
 void Engine::snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const {
   const auto current = rules();
-  states_.for_each([&](const StateEntry& e) { sink(make_record(e, now, *current)); });
+  states_.for_each([&](const StateEntry& e) {
+    if (synced(e)) sink(make_record(e, now, *current));
+  });
 }
 
 }  // namespace pairwall::engine

@@ -169,7 +169,7 @@ class Engine {
   StateTable& states() { return states_; }
   const StateTable& states() const { return states_; }
 
-  // Every state as an Insert record, for a bulk transfer to the peer.
+  // Every state as an Insert record, for a bulk transfer to the peer; not those of (no-sync) rules.
   void snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const;
 
   // Removes every state and tells the peer to do the same (a Clear record). Returns how many.

@@ -70,6 +70,7 @@ enum class LogMode : uint8_t { None, First, All };
 struct StateOptions {
   bool keep_state = true;                    // pf: pass keeps state unless `no state`
   uint32_t max_states = 0;                   // (max N); 0 = no per-rule limit
+  bool no_sync = false;                      // (no-sync): the states are not sent to the sync peer
   std::map<std::string, uint32_t> timeouts;  // per-rule timeout overrides, seconds
 };
 

@@ -225,6 +225,7 @@ std::string filter_text(const FilterRule& r) {
     out += r.state.keep_state ? " keep state" : " no state";
     std::vector<std::string> options;
     if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
+    if (r.state.no_sync) options.push_back("no-sync");
     for (const auto& [name, seconds] : r.state.timeouts)
       options.push_back(name + " " + std::to_string(seconds));
     if (r.state.keep_state && !options.empty()) {
@@ -432,6 +433,7 @@ class Compiler {
       c.quick = r.quick;
       c.keep_state = r.action == Action::Pass && r.state.keep_state;
       c.max_states = r.state.max_states;
+      c.no_sync = r.state.no_sync;
       c.timeouts = set.timeouts_;
       apply_timeouts(
           r.state.timeouts, c.timeouts, [&](const std::string&) { return r.location; },

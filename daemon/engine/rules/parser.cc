@@ -678,7 +678,9 @@ class Parser {
     for (;;) {
       if (at(TokenKind::RParen)) {
         if (!any)
-          fail_at(peek(), "empty state options: expected 'max N' or a timeout such as 'tcp.established N'");
+          fail_at(
+              peek(),
+              "empty state options: expected 'max N', 'no-sync' or a timeout such as 'tcp.established N'");
         take();
         return;
       }
@@ -689,10 +691,13 @@ class Parser {
         comma_ok = false;
         continue;
       }
-      const Token name = take_value("state option ('max N' or a timeout such as 'tcp.established N')");
+      const Token name =
+          take_value("state option ('max N', 'no-sync' or a timeout such as 'tcp.established N')");
       if (name.text == "max") {
         r.state.max_states = static_cast<uint32_t>(
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
+      } else if (name.text == "no-sync") {
+        r.state.no_sync = true;
       } else if (is_adaptive(name)) {
         fail_at(name, name.describe() +
                           " scales every state's timeouts by the size of the whole table: set it "
@@ -703,7 +708,7 @@ class Parser {
       } else if (name.text.find('.') != std::string::npos) {
         check_timeout_name(name, false);
       } else {
-        fail_expected(name, "state option ('max N' or a timeout such as 'tcp.established N')");
+        fail_expected(name, "state option ('max N', 'no-sync' or a timeout such as 'tcp.established N')");
       }
       any = true;
       comma_ok = true;

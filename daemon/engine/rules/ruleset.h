@@ -36,7 +36,8 @@ struct CompiledRule {
   bool quick = false;
   bool keep_state = true;
   uint32_t max_states = 0;
-  Timeouts timeouts;  // global timeouts with this rule's overrides applied
+  bool no_sync = false;  // (no-sync): its states stay on this node (pfsync's no-sync)
+  Timeouts timeouts;     // global timeouts with this rule's overrides applied
   SourceLocation location;
   std::string text;  // canonical one-line form for `rules show`
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();

@@ -278,7 +278,8 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
       "pass in proto tcp to port 80\n"
       "pass in proto { tcp, udp } all flags any\n"
       "pass out all\n"
-      "pass out proto tcp all no state\n";
+      "pass out proto tcp all no state\n"
+      "pass in proto udp all keep state (max 5, no-sync, udp.first 10)\n";
   InterfaceRegistry ifs;
   auto first = compile_ok(text, ifs);
   std::string again = "table <t> { 10.0.0.0/8, !10.1.0.0/16, 2001:db8::/32 }\n";
@@ -293,6 +294,9 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   CHECK(first->rule(6).text == "pass in proto { tcp, udp } all flags any keep state");
   CHECK(first->rule(7).text == "pass out all keep state");
   CHECK(first->rule(8).text == "pass out proto tcp all no state");
+  CHECK(first->rule(9).text == "pass in proto udp all keep state (max 5, no-sync, udp.first 10)");
+  CHECK(first->rule(9).no_sync);
+  CHECK_FALSE(first->rule(8).no_sync);
 }
 
 TEST_CASE("translation rules have a canonical text that parses back to the same rule", "[compile]") {

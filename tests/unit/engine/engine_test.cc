@@ -776,6 +776,33 @@ TEST_CASE("state changes are reported for sync", "[engine][sync]") {
   CHECK(gone.id == id);
 }
 
+TEST_CASE("the states of a (no-sync) rule stay on this node", "[engine][sync]") {
+  Firewall fw(
+      "block all\n"
+      "pass in on lan0 proto tcp to port 80 keep state (no-sync)\n"
+      "pass in on lan0 proto tcp to port 443\n"
+      "pass out on wan0 proto tcp\n");
+  REQUIRE(fw.out(syn(80)).reason == Reason::Match);
+  CHECK(fw.in(synack(80)).reason == Reason::State);
+  CHECK(fw.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
+  CHECK(fw.drain().empty());
+  // A state of a rule without the option is reported as ever.
+  REQUIRE(fw.out(syn(443)).reason == Reason::Match);
+  const auto records = fw.drain();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].stack_key.port[1] == 443);
+  // Nor does a bulk carry it, or a kill or an expiry announce its end.
+  std::vector<uint16_t> bulk;
+  fw.engine.snapshot(fw.now, [&](const StateRecord& r) { bulk.push_back(r.stack_key.port[1]); });
+  CHECK(bulk == std::vector<uint16_t>{443});
+  CHECK(fw.engine.kill_states([](const StateEntry& e) { return e.key(0).port[1] == 80; }) == 1);
+  CHECK(fw.engine.expire(fw.now + Millis{100'000'000}) == 1);
+  std::vector<StateId> gone;
+  StateRecord r;
+  while (fw.engine.control_events().pop(r)) gone.push_back(r.id);
+  CHECK(gone == std::vector<StateId>{records[0].id});
+}
+
 TEST_CASE("killing states removes those the filter picks, tells the peer, and their traffic meets the rules",
           "[engine][sync]") {
   Firewall fw(kWebOnly);
