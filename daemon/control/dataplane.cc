@@ -57,7 +57,8 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   out.family("pairwall_bytes_total", T::Counter, "Bytes of the packets the engine decided.");
   out.sample(s.bytes);
   out.family("pairwall_verdicts_total", T::Counter,
-             "Verdicts by reason: match, state and default_pass passed; every other reason dropped.");
+             "Verdicts by reason: match, state, default_pass, after_routing and skipped passed; every "
+             "other reason dropped.");
   for (std::size_t i = 0; i < engine::kReasonCount; ++i) {
     out.sample({{"reason", engine::reason_name(static_cast<engine::Reason>(i))}}, s.reasons[i]);
   }

@@ -817,6 +817,8 @@ TEST_CASE("reason names are stable snake_case and unique", "[reason]") {
   CHECK(reason_name(Reason::Match) == "match");
   CHECK(reason_name(Reason::State) == "state");
   CHECK(reason_name(Reason::DefaultPass) == "default_pass");
+  CHECK(reason_name(Reason::Skipped) == "skipped");
+  CHECK(is_pass(Reason::Skipped));
   CHECK(reason_name(Reason::Short) == "short");
   CHECK(reason_name(Reason::BadIpVersion) == "bad_ip_version");
   CHECK(reason_name(Reason::BadIpv6Extension) == "bad_ipv6_extension");
