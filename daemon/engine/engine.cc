@@ -376,7 +376,9 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   const rules::RuleSet& rules = *worker.rules_;
 
   // 0. Skipped interfaces: a packet no pass of which meets the rules is not looked at (pf).
-  if (!filters(meta, 0, rules) && !filters(meta, 1, rules)) {
+  const bool filtered_in = filters(meta, 0, rules);
+  const bool filtered_out = filters(meta, 1, rules);
+  if (!filtered_in && !filtered_out) {
     Verdict v;
     v.action = Verdict::Action::Accept;
     v.reason = Reason::Skipped;
@@ -394,8 +396,8 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;
-  if (filters(meta, 0, rules)) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
-  if (filters(meta, 1, rules)) {
+  if (filtered_in) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
+  if (filtered_out) {
     const rules::ScrubAction out = rules.scrub(packet, rules::Direction::Out, meta.out_iface);
     if (out.matched) {
       scrub.matched = true;
