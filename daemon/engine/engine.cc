@@ -375,14 +375,19 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
                                       const PacketMeta& meta) const noexcept {
   const rules::RuleSet& rules = *worker.rules_;
 
-  // 0. Skipped interfaces: a packet no pass of which meets the rules is not looked at (pf).
-  const bool filtered_in = filters(meta, 0, rules);
-  const bool filtered_out = filters(meta, 1, rules);
-  if (!filtered_in && !filtered_out) {
-    Verdict v;
-    v.action = Verdict::Action::Accept;
-    v.reason = Reason::Skipped;
-    return v;
+  // 0. Skipped interfaces: a packet no pass of which meets the rules is not looked at (pf). Most
+  // rule sets skip nothing, and then a hit pays one test for it.
+  bool filtered_in = has_pass(meta, 0);
+  bool filtered_out = has_pass(meta, 1);
+  if (rules.skips_any()) {
+    filtered_in = filtered_in && !rules.skips(meta.in_iface);
+    filtered_out = filtered_out && !rules.skips(meta.out_iface);
+    if (!filtered_in && !filtered_out) {
+      Verdict v;
+      v.action = Verdict::Action::Accept;
+      v.reason = Reason::Skipped;
+      return v;
+    }
   }
 
   // 1. Parse.
@@ -518,8 +523,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         state->bytes[side] += bytes.size();
         const bool class_changed = track.timeout != state->timeout;
         states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
-        if (synced(*state) &&
-            (track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh)) {
+        if ((track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh) &&
+            synced(*state)) {
           state->last_synced = now;
           StateRecord update = make_record(*state, now, rules);
           update.kind = StateRecord::Kind::Update;

@@ -320,7 +320,6 @@ class Compiler {
       if (id >= set.skipped_.size()) set.skipped_.resize(id + 1, 0);
       set.skipped_[id] = 1;
     }
-    set.skipped_end_ = static_cast<uint32_t>(set.skipped_.size());
   }
 
   void adaptive_timeouts(RuleSet& set) {

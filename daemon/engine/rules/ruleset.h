@@ -113,7 +113,8 @@ class RuleSet {
   uint32_t state_limit() const { return state_limit_; }
   // `set skip on IFACE`: a pass on this interface is not filtered (pf: as if it were disabled
   // there). Interfaces first seen after the compile are not skipped.
-  bool skips(IfaceId iface) const noexcept { return iface < skipped_end_ && skipped_[iface] != 0; }
+  bool skips(IfaceId iface) const noexcept { return iface < skipped_.size() && skipped_[iface] != 0; }
+  bool skips_any() const noexcept { return !skipped_.empty(); }
 
  private:
   friend class Compiler;
@@ -121,7 +122,6 @@ class RuleSet {
   Timeouts timeouts_ = Timeouts::defaults();
   AdaptiveTimeouts adaptive_timeouts_;
   std::vector<uint8_t> skipped_;    // by interface id
-  uint32_t skipped_end_ = 0;        // skipped_.size(), one load on the packet path
   uint32_t state_limit_ = 100'000;  // pf's default `set limit states`
   std::unique_ptr<Classifier> classifier_;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
