@@ -42,9 +42,11 @@
 // class record hold the pass's anchor group?), the batch computes with masks instead of
 // branching: a mispredicted branch discards the loads the batch has in flight; where the
 // condition is predictable (an IPv6 node's shape, a walk ending at a leaf), masks measured slower
-// than branches. pairwall-bench engine (--only rules --seconds 0.5 --runs 3, three invocations on
-// a 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 21.9/21.9/22.0
-// Mpps at 10 rules and 14.2/14.5/14.4 at 10,000, a ratio of 0.65 to 0.66.
+// than branches. A structure small enough to stay in L1 and L2 is matched one query at a time
+// (batch_pays()). pairwall-bench engine (--seconds 0.5 --runs 3, four undisturbed invocations on a
+// 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 22.8 to 23.2 Mpps
+// at 10 rules and 13.8 to 14.2 at 10,000, a ratio of 0.60 to 0.62 (0.65 to 0.66 while 10 rules
+// were batched too).
 // Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
 // instrumented build, 10 -> 10,000 rules): the address walks 29-32 -> 55-58 (an IPv6 query's about
 // 54 -> 107-114: as many radix steps, but a batch runs as many rounds as its deepest walk and the nodes
