@@ -673,7 +673,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all keep state (max 4294967296)",
        "t.conf:1:26: max must be between 1 and 4294967295, got '4294967296'"},
       {"pass all keep state (max 10, sloppy)",
-       "t.conf:1:30: expected state option ('max N', 'no-sync' or a timeout such as 'tcp.established N'), got 'sloppy'"},
+       "t.conf:1:30: expected state option ('max N', 'no-sync' or a timeout such as 'tcp.established N'), "
+       "got 'sloppy'"},
       {"pass all keep state (tcp.bogus 10)",
        "t.conf:1:22: unknown timeout 'tcp.bogus': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
@@ -682,7 +683,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:28: expected ')' to close the state options opened at line 1, "
        "column 21, got end of file"},
       {"pass all keep state ()",
-       "t.conf:1:22: empty state options: expected 'max N', 'no-sync' or a timeout such as 'tcp.established N'"},
+       "t.conf:1:22: empty state options: expected 'max N', 'no-sync' or a timeout such as 'tcp.established "
+       "N'"},
       // Settings.
       {"set timeout tcp.foo 10",
        "t.conf:1:13: unknown timeout 'tcp.foo': expected one of tcp.first, tcp.opening, tcp.established, "
