@@ -81,12 +81,6 @@ IfaceId pass_iface(const PacketMeta& meta, int pass) {
   return pass == 0 ? meta.in_iface : meta.out_iface;
 }
 
-// Whether the packet meets the rules on this pass: it has the pass, and `set skip` does not
-// exempt the pass's interface.
-bool filters(const PacketMeta& meta, int pass, const rules::RuleSet& rules) {
-  return has_pass(meta, pass) && !rules.skips(pass_iface(meta, pass));
-}
-
 // What a packet (or a quote) that found a translated state by one of its keys becomes: the other
 // key, turned the way the found one was.
 StateKey counterpart(const StateTable::Handle& state) {
@@ -225,6 +219,9 @@ struct Engine::Parsed {
   StateKey key;
   uint64_t hash = 0;
   bool rewritten = false;  // normalization changed the packet bytes
+  // The passes that meet the rules (scrub, translation, filter), decided once by screen(): the
+  // packet's own, less those on an interface `set skip` exempts.
+  bool filtered[2] = {false, false};
 };
 
 // What the translation rules make of a new connection (translate()): the packet as each pass's
@@ -321,7 +318,8 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       translate(worker, parsed[new_flows[k]], meta, translation);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
-        if (!filters(meta, pass, rules) || !translation.filtered || !claims(meta, translation.translated))
+        if (!parsed[new_flows[k]].filtered[pass] || !translation.filtered ||
+            !claims(meta, translation.translated))
           continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
         queries[query_count++] = {translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass)};
@@ -360,7 +358,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     translate(worker, parsed, meta, translation);
     std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
     for (int pass = 0; pass < 2; ++pass) {
-      if (filters(meta, pass, rules) && translation.filtered && claims(meta, translation.translated))
+      if (parsed.filtered[pass] && translation.filtered && claims(meta, translation.translated))
         deciding[pass] =
             rules.evaluate(*translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
     }
@@ -375,19 +373,14 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
                                       const PacketMeta& meta) const noexcept {
   const rules::RuleSet& rules = *worker.rules_;
 
-  // 0. Skipped interfaces: a packet no pass of which meets the rules is not looked at (pf). Most
-  // rule sets skip nothing, and then a hit pays one test for it.
-  bool filtered_in = has_pass(meta, 0);
-  bool filtered_out = has_pass(meta, 1);
-  if (rules.skips_any()) {
-    filtered_in = filtered_in && !rules.skips(meta.in_iface);
-    filtered_out = filtered_out && !rules.skips(meta.out_iface);
-    if (!filtered_in && !filtered_out) {
-      Verdict v;
-      v.action = Verdict::Action::Accept;
-      v.reason = Reason::Skipped;
-      return v;
-    }
+  // 0. Skipped interfaces: a packet no pass of which meets the rules is not looked at (pf).
+  for (int pass = 0; pass < 2; ++pass)
+    parsed.filtered[pass] = has_pass(meta, pass) && !rules.skips(pass_iface(meta, pass));
+  if (!parsed.filtered[0] && !parsed.filtered[1]) {
+    Verdict v;
+    v.action = Verdict::Action::Accept;
+    v.reason = Reason::Skipped;
+    return v;
   }
 
   // 1. Parse.
@@ -401,8 +394,8 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;
-  if (filtered_in) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
-  if (filtered_out) {
+  if (parsed.filtered[0]) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
+  if (parsed.filtered[1]) {
     const rules::ScrubAction out = rules.scrub(packet, rules::Direction::Out, meta.out_iface);
     if (out.matched) {
       scrub.matched = true;
@@ -566,7 +559,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
   const bool ports = packet.is_tcp() || packet.is_udp();
   const bool query_id = packet.is_icmp() && packet.icmp.is_query;
 
-  if (filters(meta, 0, rules)) {
+  if (parsed.filtered[0]) {
     const rules::CompiledTranslation* rule = rules.translation(packet, rules::Direction::In, meta.in_iface);
     if (rule != nullptr && !rule->negated) {
       PacketView& seen = translation.after[0].emplace(packet);
@@ -588,7 +581,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
     }
   }
 
-  if (filters(meta, 1, rules)) {
+  if (parsed.filtered[1]) {
     const PacketView& arriving = *translation.seen[0];
     const rules::CompiledTranslation* rule =
         rules.translation(arriving, rules::Direction::Out, meta.out_iface);
@@ -655,7 +648,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     return v;
   }
   for (int pass = 0; pass < 2; ++pass) {
-    if (!filters(meta, pass, rules)) continue;
+    if (!parsed.filtered[pass]) continue;
     const uint32_t r = deciding[pass];
     if (r == rules::kNoRule) continue;
     const rules::CompiledRule& rule = rules.rule(r);

@@ -114,7 +114,6 @@ class RuleSet {
   // `set skip on IFACE`: a pass on this interface is not filtered (pf: as if it were disabled
   // there). Interfaces first seen after the compile are not skipped.
   bool skips(IfaceId iface) const noexcept { return iface < skipped_.size() && skipped_[iface] != 0; }
-  bool skips_any() const noexcept { return !skipped_.empty(); }
 
  private:
   friend class Compiler;
