@@ -599,11 +599,9 @@ uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, If
 void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
   if (classifier_ && classifier_->batch_pays()) {
     classifier_->match_batch(queries, out);
-  } else if (classifier_) {
-    for (std::size_t i = 0; i < queries.size(); ++i)
-      out[i] = classifier_->match(*queries[i].packet, queries[i].direction, queries[i].iface);
   } else {
-    std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(queries.size()), kNoRule);
+    for (std::size_t i = 0; i < queries.size(); ++i)
+      out[i] = evaluate(*queries[i].packet, queries[i].direction, queries[i].iface);
   }
 }
 
