@@ -813,13 +813,7 @@ class ConntrackdDriver(Driver):
     def _kill9_pid(self, pid):
         if pid is None or not netns.pid_alive(pid):
             return
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 15
-        while not netns.fully_exited(pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        netns.kill9_and_wait(pid, f"process {pid}")
 
     def kill_software(self, node, kind):
         netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 0)

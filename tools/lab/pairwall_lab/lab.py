@@ -7,7 +7,6 @@ crashed run left behind by the namespace names alone (`ip netns pids`), so it ne
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -112,14 +111,7 @@ class Lab:
         pid = self.pid_of(node, what)
         if pid is None or not netns.pid_alive(pid):
             raise LabError(f"{what} in {self.ns[node]} is not running (pid file {self.pid_file(node, what)})")
-        os.kill(pid, signal.SIGKILL)
-        # A killed pairwalld can take seconds to finish exiting (the kernel flushes its queues and
-        # sockets); a restart before then finds its control and metrics addresses still bound.
-        deadline = time.monotonic() + 15
-        while not netns.fully_exited(pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not netns.fully_exited(pid):
-            raise LabError(f"{what} in {self.ns[node]} (pid {pid}) still exiting 15 s after SIGKILL")
+        netns.kill9_and_wait(pid, f"{what} in {self.ns[node]}")
 
     def log_tail(self, node, what, lines=20):
         try:

@@ -71,6 +71,45 @@ def fully_exited(pid):
     return state in ("Z", "X") and len(tasks) <= 1
 
 
+def _thread_report(pid):
+    """Where each remaining thread of `pid` waits: state, wait channel and kernel stack."""
+    lines = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return "(gone)"
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        parts = []
+        for name in ("comm", "stat", "wchan", "stack"):
+            try:
+                with open(f"{base}/{name}", errors="replace") as f:
+                    text = f.read().strip()
+            except OSError as e:
+                text = f"({e.strerror})"
+            if name == "stat":
+                text = text.rsplit(")", 1)[-1].split()[0] if ")" in text else text
+            parts.append(text.replace("\n", " | "))
+        lines.append(f"  thread {tid} {parts[0]}: state {parts[1]}, wchan {parts[2]}, stack {parts[3]}")
+    return "\n".join(lines)
+
+
+def kill9_and_wait(pid, what, timeout=60):
+    """SIGKILLs `pid` and waits until every thread has exited (its sockets closed), so that a
+    restart finds its addresses free. A killed daemon usually takes milliseconds; on a loaded host
+    the kernel can take seconds to tear down its netlink queues and memory. Raises LabError with
+    where the threads still wait."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while not fully_exited(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not fully_exited(pid):
+        raise LabError(f"{what} (pid {pid}) still exiting {timeout} s after SIGKILL:\n{_thread_report(pid)}")
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
