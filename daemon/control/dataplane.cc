@@ -31,6 +31,8 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
   s.states = engine.states().size();
   s.state_limit = engine.states().limit();
   s.timeout_scale = engine.timeout_scale();
+  s.source_nodes = engine.sources().size();
+  s.source_node_limit = engine.sources().limit();
   if (auto rules = engine.rules()) {
     s.rules.reserve(rules->size());
     for (std::size_t i = 0; i < rules->size(); ++i) {
@@ -70,6 +72,11 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
              "Factor adaptive timeouts scaled every state timeout by at the last expiry run (1: fewer "
              "states than adaptive.start).");
   out.sample(s.timeout_scale);
+  out.family("pairwall_source_nodes", T::Gauge,
+             "Source addresses tracked for the max-src-* limits of the rules (pf's source nodes).");
+  out.sample(s.source_nodes);
+  out.family("pairwall_source_node_limit", T::Gauge, "Maximum source nodes (set limit src-nodes).");
+  out.sample(s.source_node_limit);
   out.family("pairwall_state_events_lost_total", T::Counter,
              "State changes dropped before sync saw them (event ring full).");
   out.sample(s.events_lost);

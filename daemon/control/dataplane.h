@@ -49,6 +49,8 @@ struct CountersSnapshot {
   uint64_t states = 0;
   uint64_t state_limit = 0;
   double timeout_scale = 1.0;  // adaptive timeouts' factor at the last expiry run
+  uint64_t source_nodes = 0;
+  uint64_t source_node_limit = 0;
   uint64_t events_lost = 0;
   std::vector<RuleCounters> rules;
   std::vector<QueueCounters> queues;
@@ -61,7 +63,8 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
 
 class MetricWriter;
 // pairwall_packets_total, pairwall_bytes_total, pairwall_verdicts_total{reason}, pairwall_states,
-// pairwall_state_limit, pairwall_timeout_scale, pairwall_rule_*{rule}, pairwall_queue_*{queue}.
+// pairwall_state_limit, pairwall_timeout_scale, pairwall_source_nodes, pairwall_source_node_limit,
+// pairwall_rule_*{rule}, pairwall_queue_*{queue}.
 void render_core_metrics(const CountersSnapshot& snapshot, MetricWriter& out);
 
 }  // namespace pairwall::control

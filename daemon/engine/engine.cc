@@ -150,7 +150,8 @@ void Worker::emit(const StateRecord& record) noexcept {
 
 Engine::Engine(EngineConfig config)
     : config_(config),
-      states_(config.shards, hash_key_from(config), rules::RuleSet().state_limit()),
+      sources_(config.shards, hash_key_from(config), rules::RuleSet().source_node_limit()),
+      states_(config.shards, hash_key_from(config), rules::RuleSet().state_limit(), &sources_),
       rules_(empty_rules()),
       next_state_counter_(std::max<uint64_t>(config.first_state_counter, 1)),
       control_events_(kControlRingCapacity) {}
@@ -159,6 +160,7 @@ void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules) {
   // Outside rules_mutex_: set_limit() takes the shard locks, and apply() reads the rules while
   // holding one.
   states_.set_limit(rules->state_limit());
+  sources_.set_limit(rules->source_node_limit());
   std::lock_guard lock(rules_mutex_);
   rules_ = std::move(rules);
   rules_generation_.fetch_add(1, std::memory_order_release);
@@ -207,7 +209,7 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   r.timeout = entry.timeout;
   r.expires_in = std::max(Millis{0}, entry.last_seen + timeout_of(entry, entry.timeout, current) - now);
   r.rule = entry.rule;
-  r.flags = entry.flags;
+  r.flags = entry.flags & ~stateflag::kSourceConnection;  // the peer keeps no source nodes
   return r;
 }
 
@@ -514,6 +516,16 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         const int side = from_initiator ? 0 : 1;
         ++state->packets[side];
         state->bytes[side] += bytes.size();
+        if (track.protocol_state_changed && state->source != nullptr && !connection_admitted(state, now)) {
+          // pf_src_connlimit: the connection that goes over max-src-conn or its rate ends here.
+          StateRecord gone;
+          gone.kind = StateRecord::Kind::Delete;
+          gone.id = state->id;
+          if (synced(*state)) worker.emit(gone);
+          const uint32_t rule = state->rule;
+          states_.erase(state);
+          return decided(verdict, drop(Reason::SourceLimit, rule));
+        }
         const bool class_changed = track.timeout != state->timeout;
         states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
         if ((track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh) &&
@@ -724,6 +736,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   }
   switch (status) {
     case StateTable::CreateStatus::Created:
+      if (creator != nullptr && creator->sources.tracks()) {
+        const Reason refused = admit_source(state, *creator, packet);
+        if (refused != Reason::State) {
+          states_.erase(state);
+          return drop(refused, creating_rule);
+        }
+      }
       break;
     case StateTable::CreateStatus::Exists:
       // Another worker created it a moment ago; this packet is its second, judged by the state.
@@ -760,6 +779,41 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     v.rewritten = true;
   }
   return v;
+}
+
+// Counts a new state in its source node (pf's pf_insert_src_node and max-src-states); State when
+// admitted, else the reason to refuse it.
+Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule& creator,
+                            const PacketView& packet) noexcept {
+  const SourceLimits& limits = creator.sources;
+  SourceNode* node = nullptr;
+  switch (sources_.admit(limits, limits.global ? nullptr : creator.stats.get(),
+                         limits.global ? nullptr : &creator.stats->source_nodes, packet.family, packet.src,
+                         node)) {
+    case SourceTable::Admission::Admitted:
+      states_.attach_source(state, node);
+      return Reason::State;
+    case SourceTable::Admission::TableFull:
+      return Reason::SourceNodeLimit;
+    case SourceTable::Admission::NodesLimit:
+    case SourceTable::Admission::StatesLimit:
+      return Reason::SourceLimit;
+    case SourceTable::Admission::NoMemory:
+      break;
+  }
+  return Reason::Memory;
+}
+
+// A tracked TCP connection whose handshake just completed: does its source stay within the
+// creating rule's max-src-conn and max-src-conn-rate? Counted once per state.
+bool Engine::connection_admitted(StateTable::Handle& state, Millis now) noexcept {
+  if ((state->flags & stateflag::kSourceConnection) || state->creator == nullptr ||
+      !state->creator->sources.limits_connections() ||
+      state->peer[0].state < static_cast<uint8_t>(TcpState::Established) ||
+      state->peer[1].state < static_cast<uint8_t>(TcpState::Established))
+    return true;
+  state->flags |= stateflag::kSourceConnection;
+  return sources_.established(state->source, state->creator->sources, now);
 }
 
 std::size_t Engine::expire(Millis now) {

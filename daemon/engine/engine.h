@@ -166,6 +166,7 @@ class Engine {
   // packet has met. Returns how many; they are not reported to sync (the peer has none).
   std::size_t remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence);
 
+  const SourceTable& sources() const { return sources_; }
   StateTable& states() { return states_; }
   const StateTable& states() const { return states_; }
 
@@ -223,9 +224,13 @@ class Engine {
                    Translation& translation, std::array<uint32_t, 2> deciding, Millis now) noexcept;
   void finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
               Verdict& verdict) noexcept;
+  Reason admit_source(StateTable::Handle& state, const rules::CompiledRule& creator,
+                      const PacketView& packet) noexcept;
+  bool connection_admitted(StateTable::Handle& state, Millis now) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;
+  SourceTable sources_;  // before states_: the states' nodes go back to it when they are freed
   StateTable states_;
   mutable std::mutex rules_mutex_;
   std::shared_ptr<const rules::RuleSet> rules_;

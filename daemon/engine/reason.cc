@@ -48,6 +48,10 @@ std::string_view reason_name(Reason r) {
       return "state_limit";
     case Reason::RuleStateLimit:
       return "rule_state_limit";
+    case Reason::SourceLimit:
+      return "src_limit";
+    case Reason::SourceNodeLimit:
+      return "src_node_limit";
     case Reason::TranslationFailed:
       return "translation_failed";
     case Reason::Memory:

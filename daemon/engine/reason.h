@@ -40,6 +40,9 @@ enum class Reason : uint8_t {
   BadSeq,             // TCP sequence/ack outside the windows both ends advertised
   StateLimit,         // the state table is full (set limit states)
   RuleStateLimit,     // the rule's own (max N) is reached
+  SourceLimit,        // the source address is at its rule's max-src-states, max-src-nodes,
+                      // max-src-conn or max-src-conn-rate
+  SourceNodeLimit,    // the source node table is full (set limit src-nodes)
   TranslationFailed,  // nat found no free source port (or ICMP query id) for a new connection
   Memory,             // a pool could not provide memory
   Internal,           // a path that should not happen; counted so that it is seen if it does

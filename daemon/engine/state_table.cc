@@ -107,18 +107,6 @@ bool key_matches(const StateKey& k, const StateKey& packet_key, bool& reversed) 
 
 }  // namespace
 
-void SpinLock::lock() noexcept {
-  for (unsigned spins = 0;; ++spins) {
-    if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire))
-      return;
-    if (spins < 256) {
-      __builtin_ia32_pause();
-    } else {
-      sched_yield();
-    }
-  }
-}
-
 struct StateTable::Shard {
   struct Queue {
     Millis duration{0};
@@ -289,7 +277,8 @@ void StateTable::Handle::release() noexcept {
 
 // ---- StateTable ---------------------------------------------------------------------------
 
-StateTable::StateTable(std::size_t shard_count, SipKey key, uint32_t limit) : key_(key), limit_(limit) {
+StateTable::StateTable(std::size_t shard_count, SipKey key, uint32_t limit, SourceTable* sources)
+    : key_(key), limit_(limit), sources_(sources) {
   shard_count = std::bit_ceil(std::clamp<std::size_t>(shard_count, 1, 4096));
   const std::size_t buckets = buckets_for(limit, shard_count);
   for (std::size_t i = 0; i < shard_count; ++i) {
@@ -541,6 +530,7 @@ void StateTable::attach_creator(Handle& handle, const rules::CompiledRule* rule,
 // The one place an entry leaves the table.
 void StateTable::unlink_and_free(StateEntry* e) noexcept {
   if (e->creator != nullptr) e->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
+  if (e->source != nullptr) sources_->release(e->source, (e->flags & stateflag::kSourceConnection) != 0);
   Shard& home = *shards_[e->home];
   home.unlink_key(e, 0);
   if (e->translated()) shards_[e->wire_shard]->unlink_key(e, 1);

@@ -33,6 +33,8 @@
 
 #include "daemon/engine/rules/ruleset.h"
 #include "daemon/engine/siphash.h"
+#include "daemon/engine/source_table.h"
+#include "daemon/engine/spin_lock.h"
 #include "daemon/engine/state.h"
 #include "daemon/engine/time.h"
 #include "daemon/engine/timeouts.h"
@@ -75,8 +77,9 @@ struct alignas(64) StateEntry {
   uint16_t home = 0;
   uint16_t wire_shard = 0;
   TimeoutClass timeout = TimeoutClass::TcpFirst;
-  uint8_t flags = 0;    // stateflag::*
-  bool adopted = true;  // false for a state learned from the peer and not yet seen locally
+  uint8_t flags = 0;             // stateflag::*
+  bool adopted = true;           // false for a state learned from the peer and not yet seen locally
+  SourceNode* source = nullptr;  // the source node counting it (its rule tracks sources)
 
   // Line 3: the wire link (after translation; equal to the stack key's without).
   alignas(64) KeyLink wire_link;
@@ -94,19 +97,6 @@ struct alignas(64) StateEntry {
   const KeyLink& link(int k) const { return k == 0 ? stack_link : wire_link; }
   const StateKey& key(int k) const { return link(k).key; }
   bool translated() const { return (flags & stateflag::kTranslated) != 0; }
-};
-
-// A test-and-test-and-set lock: shard critical sections are a few hundred nanoseconds and never
-// block, so spinning beats a futex round trip. Yields after a while so that a preempted holder on
-// a two-core machine gets the CPU back.
-class SpinLock {
- public:
-  void lock() noexcept;
-  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> locked_{false};
 };
 
 class StateTable {
@@ -144,7 +134,8 @@ class StateTable {
 
   enum class CreateStatus : uint8_t { Created, Exists, Full, NoMemory };
 
-  StateTable(std::size_t shard_count, SipKey key, uint32_t limit);
+  // `sources` (optional) must outlive the table: entries give their source nodes back to it.
+  StateTable(std::size_t shard_count, SipKey key, uint32_t limit, SourceTable* sources = nullptr);
   ~StateTable();
   StateTable(const StateTable&) = delete;
   StateTable& operator=(const StateTable&) = delete;
@@ -171,6 +162,10 @@ class StateTable {
   // expire, clear): removal has one path, unlink_and_free(), and that is where it happens.
   void attach_creator(Handle& handle, const rules::CompiledRule* rule,
                       std::shared_ptr<const rules::RuleSet> rules) noexcept;
+
+  // Makes `node` (admitted by the table's sources) count the entry; given back, with its
+  // connection if stateflag::kSourceConnection is set, when the entry is removed.
+  void attach_source(Handle& handle, SourceNode* node) noexcept { handle->source = node; }
 
   // Batch lookups: start loading what find(key, hash) is going to read, so that the cache and
   // TLB misses of a batch's packets overlap instead of adding up. Hints only: they change
@@ -216,6 +211,7 @@ class StateTable {
   std::vector<std::unique_ptr<IdShard>> id_shards_;
   std::atomic<std::size_t> count_{0};
   std::atomic<uint32_t> limit_;
+  SourceTable* sources_;  // may be null: then no entry has a source
 };
 
 }  // namespace pairwall::engine

@@ -68,9 +68,16 @@ enum class Direction : uint8_t { Any, In, Out };
 enum class LogMode : uint8_t { None, First, All };
 
 struct StateOptions {
-  bool keep_state = true;                    // pf: pass keeps state unless `no state`
-  uint32_t max_states = 0;                   // (max N); 0 = no per-rule limit
-  bool no_sync = false;                      // (no-sync): the states are not sent to the sync peer
+  bool keep_state = true;   // pf: pass keeps state unless `no state`
+  uint32_t max_states = 0;  // (max N); 0 = no per-rule limit
+  bool no_sync = false;     // (no-sync): the states are not sent to the sync peer
+  // Source tracking; 0 = no limit.
+  uint32_t max_src_states = 0;     // (max-src-states N): states per source address
+  uint32_t max_src_nodes = 0;      // (max-src-nodes N): source addresses with states
+  uint32_t max_src_conn = 0;       // (max-src-conn N): established TCP connections per source
+  uint32_t max_src_conn_rate = 0;  // (max-src-conn-rate N/S): new connections per S seconds
+  uint32_t max_src_conn_rate_seconds = 0;
+  bool source_track_global = false;  // (source-track global): one count per address for all such rules
   std::map<std::string, uint32_t> timeouts;  // per-rule timeout overrides, seconds
 };
 
@@ -148,6 +155,7 @@ struct Table {
 struct Settings {
   std::optional<uint32_t> limit_states;
   std::optional<uint32_t> limit_frags;
+  std::optional<uint32_t> limit_src_nodes;
   std::map<std::string, uint32_t> timeouts;  // `set timeout { tcp.established 86400, ... }`, seconds
   std::map<std::string, SourceLocation> timeout_locations;  // adaptive.start and .end's too
   std::optional<uint32_t> adaptive_start;                   // `set timeout adaptive.start N`, states

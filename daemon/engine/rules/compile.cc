@@ -226,6 +226,16 @@ std::string filter_text(const FilterRule& r) {
     std::vector<std::string> options;
     if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
     if (r.state.no_sync) options.push_back("no-sync");
+    if (r.state.max_src_nodes != 0)
+      options.push_back("max-src-nodes " + std::to_string(r.state.max_src_nodes));
+    if (r.state.max_src_states != 0)
+      options.push_back("max-src-states " + std::to_string(r.state.max_src_states));
+    if (r.state.max_src_conn != 0) options.push_back("max-src-conn " + std::to_string(r.state.max_src_conn));
+    if (r.state.max_src_conn_rate != 0) {
+      options.push_back("max-src-conn-rate " + std::to_string(r.state.max_src_conn_rate) + "/" +
+                        std::to_string(r.state.max_src_conn_rate_seconds));
+    }
+    if (r.state.source_track_global) options.push_back("source-track global");
     for (const auto& [name, seconds] : r.state.timeouts)
       options.push_back(name + " " + std::to_string(seconds));
     if (r.state.keep_state && !options.empty()) {
@@ -314,6 +324,7 @@ class Compiler {
         fail(file_location(), "'set limit states 0' would refuse every new connection");
       set.state_limit_ = *s.limit_states;
     }
+    if (s.limit_src_nodes) set.source_node_limit_ = *s.limit_src_nodes;
     adaptive_timeouts(set);
     for (const std::string& name : s.skip_interfaces) {
       const IfaceId id = interfaces_.intern(name);
@@ -434,6 +445,17 @@ class Compiler {
       c.keep_state = r.action == Action::Pass && r.state.keep_state;
       c.max_states = r.state.max_states;
       c.no_sync = r.state.no_sync;
+      c.sources.max_src_states = r.state.max_src_states;
+      c.sources.max_src_nodes = r.state.max_src_nodes;
+      c.sources.max_src_conn = r.state.max_src_conn;
+      c.sources.conn_rate_count = r.state.max_src_conn_rate;
+      c.sources.conn_rate_seconds = r.state.max_src_conn_rate_seconds;
+      c.sources.global = r.state.source_track_global;
+      if (r.state.source_track_global && !c.sources.tracks()) {
+        fail(r.location,
+             "'source-track global' without a limit tracks nothing: add max-src-states, "
+             "max-src-nodes, max-src-conn or max-src-conn-rate");
+      }
       c.timeouts = set.timeouts_;
       apply_timeouts(
           r.state.timeouts, c.timeouts, [&](const std::string&) { return r.location; },

@@ -355,14 +355,17 @@ class Parser {
     take();  // 'set'
     if (accept_word("limit")) {
       auto one = [&] {
-        const Token which = take_value("'states' or 'frags'");
-        if (which.text != "states" && which.text != "frags") fail_expected(which, "'states' or 'frags'");
+        const Token which = take_value("'states', 'frags' or 'src-nodes'");
+        if (which.text != "states" && which.text != "frags" && which.text != "src-nodes")
+          fail_expected(which, "'states', 'frags' or 'src-nodes'");
         const uint32_t n = static_cast<uint32_t>(
             number(take_value("a limit"), 1, std::numeric_limits<uint32_t>::max(), "limit"));
-        (which.text == "states" ? out_.settings.limit_states : out_.settings.limit_frags) = n;
+        (which.text == "states"  ? out_.settings.limit_states
+         : which.text == "frags" ? out_.settings.limit_frags
+                                 : out_.settings.limit_src_nodes) = n;
       };
       if (at(TokenKind::LBrace)) {
-        list("'states N' or 'frags N'", one);
+        list("'states N', 'frags N' or 'src-nodes N'", one);
       } else {
         one();
       }
@@ -691,13 +694,32 @@ class Parser {
         comma_ok = false;
         continue;
       }
-      const Token name =
-          take_value("state option ('max N', 'no-sync' or a timeout such as 'tcp.established N')");
+      const Token name = take_value(
+          "state option ('max N', 'max-src-states N', 'no-sync' or a timeout such as 'tcp.established N')");
       if (name.text == "max") {
         r.state.max_states = static_cast<uint32_t>(
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
       } else if (name.text == "no-sync") {
         r.state.no_sync = true;
+      } else if (name.text == "max-src-states" || name.text == "max-src-nodes" ||
+                 name.text == "max-src-conn") {
+        const auto n = static_cast<uint32_t>(
+            number(take_value("a limit"), 1, std::numeric_limits<uint32_t>::max(), name.text));
+        (name.text == "max-src-states"  ? r.state.max_src_states
+         : name.text == "max-src-nodes" ? r.state.max_src_nodes
+                                        : r.state.max_src_conn) = n;
+      } else if (name.text == "max-src-conn-rate") {
+        source_conn_rate(r.state);
+      } else if (name.text == "source-track") {
+        if (accept_word("global")) {
+          r.state.source_track_global = true;
+        } else {
+          accept_word("rule");  // pf's default
+        }
+      } else if (name.text == "overload") {
+        fail_at(name,
+                "'overload' is not supported: the source limits refuse the connection without adding "
+                "its address to a table");
       } else if (is_adaptive(name)) {
         fail_at(name, name.describe() +
                           " scales every state's timeouts by the size of the whole table: set it "
@@ -708,11 +730,29 @@ class Parser {
       } else if (name.text.find('.') != std::string::npos) {
         check_timeout_name(name, false);
       } else {
-        fail_expected(name, "state option ('max N', 'no-sync' or a timeout such as 'tcp.established N')");
+        fail_expected(
+            name,
+            "state option ('max N', 'max-src-states N', 'no-sync' or a timeout such as 'tcp.established N')");
       }
       any = true;
       comma_ok = true;
     }
+  }
+
+  // `max-src-conn-rate N/S`: N connections per S seconds.
+  void source_conn_rate(StateOptions& state) {
+    const Token t = take_value("a rate such as 15/5 (connections/seconds)");
+    const auto slash = t.text.find('/');
+    if (slash == std::string::npos) fail_expected(t, "a rate such as 15/5 (connections/seconds)");
+    Token count = t;
+    count.text = t.text.substr(0, slash);
+    Token seconds = t;
+    seconds.text = t.text.substr(slash + 1);
+    seconds.column = t.column + static_cast<uint32_t>(slash) + 1;
+    state.max_src_conn_rate = static_cast<uint32_t>(
+        number(count, 1, std::numeric_limits<uint32_t>::max(), "connections in max-src-conn-rate"));
+    state.max_src_conn_rate_seconds =
+        static_cast<uint32_t>(number(seconds, 1, 86'400, "seconds in max-src-conn-rate"));
   }
 
   // ---- rule parts ------------------------------------------------------------------------

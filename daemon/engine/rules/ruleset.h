@@ -13,6 +13,7 @@
 #include "daemon/engine/packet.h"
 #include "daemon/engine/rules/ast.h"
 #include "daemon/engine/rules/classifier.h"
+#include "daemon/engine/source_table.h"
 #include "daemon/engine/timeouts.h"
 
 namespace pairwall::engine::rules {
@@ -23,6 +24,7 @@ struct RuleStats {
   std::atomic<uint64_t> packets{0};
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint32_t> states_current{0};
+  std::atomic<uint32_t> source_nodes{0};  // source addresses its states come from (max-src-nodes)
   std::atomic<uint64_t> states_created{0};
 };
 
@@ -37,6 +39,7 @@ struct CompiledRule {
   bool keep_state = true;
   uint32_t max_states = 0;
   bool no_sync = false;  // (no-sync): its states stay on this node (pfsync's no-sync)
+  SourceLimits sources;  // max-src-*: counted per source address in the engine's SourceTable
   Timeouts timeouts;     // global timeouts with this rule's overrides applied
   SourceLocation location;
   std::string text;  // canonical one-line form for `rules show`
@@ -111,6 +114,7 @@ class RuleSet {
   const Timeouts& timeouts() const { return timeouts_; }
   const AdaptiveTimeouts& adaptive_timeouts() const { return adaptive_timeouts_; }
   uint32_t state_limit() const { return state_limit_; }
+  uint32_t source_node_limit() const { return source_node_limit_; }
   // `set skip on IFACE`: a pass on this interface is not filtered (pf: as if it were disabled
   // there). Interfaces first seen after the compile are not skipped.
   bool skips(IfaceId iface) const noexcept { return iface < skipped_.size() && skipped_[iface] != 0; }
@@ -120,8 +124,9 @@ class RuleSet {
   std::vector<CompiledRule> rules_;
   Timeouts timeouts_ = Timeouts::defaults();
   AdaptiveTimeouts adaptive_timeouts_;
-  std::vector<uint8_t> skipped_;    // by interface id
-  uint32_t state_limit_ = 100'000;  // pf's default `set limit states`
+  std::vector<uint8_t> skipped_;         // by interface id
+  uint32_t state_limit_ = 100'000;       // pf's default `set limit states`
+  uint32_t source_node_limit_ = 10'000;  // pf's default `set limit src-nodes`
   std::unique_ptr<Classifier> classifier_;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;

@@ -89,6 +89,9 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"set timeout { udp.first 20, adaptive.start 6000 }",
        "t.conf:1:29: 'adaptive.start' without 'adaptive.end': set both (or neither, and they follow the "
        "state limit)"},
+      {"pass in proto tcp all keep state (source-track global)",
+       "t.conf:1:1: 'source-track global' without a limit tracks nothing: add max-src-states, max-src-nodes, "
+       "max-src-conn or max-src-conn-rate"},
       {"set timeout adaptive.start 6000\nset timeout adaptive.end 6000",
        "t.conf:2:13: 'adaptive.end 6000' must be above 'adaptive.start 6000' (both 0 turn adaptive timeouts "
        "off)"},
@@ -174,7 +177,7 @@ TEST_CASE("settings and per-rule state options reach the compiled rules", "[comp
   InterfaceRegistry ifs;
   const IfaceId lan = ifs.intern("lan0");
   auto set = compile_ok(
-      "set limit states 5000\n"
+      "set limit { states 5000, src-nodes 70 }\n"
       "set timeout { tcp.established 3600, udp.first 20 }\n"
       "block return log all\n"
       "pass in quick on { ext0, ! lan0 } inet6 proto tcp from any to 2001:db8::/32 port { 80, 443 } "
@@ -184,6 +187,8 @@ TEST_CASE("settings and per-rule state options reach the compiled rules", "[comp
       ifs);
   REQUIRE(set->size() == 4);
   CHECK(set->state_limit() == 5000);
+  CHECK(set->source_node_limit() == 70);
+  CHECK(RuleSet().source_node_limit() == 10'000);  // pf's default
   CHECK(set->timeouts()[TimeoutClass::TcpEstablished] == std::chrono::seconds(3600));
   CHECK(set->timeouts()[TimeoutClass::UdpFirst] == std::chrono::seconds(20));
   CHECK(set->timeouts()[TimeoutClass::TcpFirst] == Timeouts::defaults()[TimeoutClass::TcpFirst]);
@@ -279,7 +284,10 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
       "pass in proto { tcp, udp } all flags any\n"
       "pass out all\n"
       "pass out proto tcp all no state\n"
-      "pass in proto udp all keep state (max 5, no-sync, udp.first 10)\n";
+      "pass in proto udp all keep state (max 5, no-sync, udp.first 10)\n"
+      "pass in proto tcp all keep state (source-track global, max-src-conn-rate 15/5, max-src-conn 9, "
+      "max-src-nodes 100, max-src-states 3)\n"
+      "pass in proto tcp all keep state (max-src-states 3, source-track rule)\n";
   InterfaceRegistry ifs;
   auto first = compile_ok(text, ifs);
   std::string again = "table <t> { 10.0.0.0/8, !10.1.0.0/16, 2001:db8::/32 }\n";
@@ -296,6 +304,19 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   CHECK(first->rule(8).text == "pass out proto tcp all no state");
   CHECK(first->rule(9).text == "pass in proto udp all keep state (max 5, no-sync, udp.first 10)");
   CHECK(first->rule(9).no_sync);
+  CHECK(first->rule(10).text ==
+        "pass in proto tcp all flags S/SA keep state (max-src-nodes 100, max-src-states 3, max-src-conn 9, "
+        "max-src-conn-rate 15/5, source-track global)");
+  const SourceLimits& limits = first->rule(10).sources;
+  CHECK(limits.max_src_nodes == 100);
+  CHECK(limits.max_src_states == 3);
+  CHECK(limits.max_src_conn == 9);
+  CHECK(limits.conn_rate_count == 15);
+  CHECK(limits.conn_rate_seconds == 5);
+  CHECK(limits.global);
+  CHECK(first->rule(11).text == "pass in proto tcp all flags S/SA keep state (max-src-states 3)");
+  CHECK_FALSE(first->rule(11).sources.global);
+  CHECK_FALSE(first->rule(9).sources.tracks());
   CHECK_FALSE(first->rule(8).no_sync);
 }
 

@@ -823,6 +823,8 @@ TEST_CASE("reason names are stable snake_case and unique", "[reason]") {
   CHECK(reason_name(Reason::BadIpVersion) == "bad_ip_version");
   CHECK(reason_name(Reason::BadIpv6Extension) == "bad_ipv6_extension");
   CHECK(reason_name(Reason::RuleStateLimit) == "rule_state_limit");
+  CHECK(reason_name(Reason::SourceLimit) == "src_limit");
+  CHECK(reason_name(Reason::SourceNodeLimit) == "src_node_limit");
   CHECK(reason_name(Reason::Internal) == "internal");
   std::vector<std::string> seen;
   for (std::size_t i = 0; i < kReasonCount; ++i) {

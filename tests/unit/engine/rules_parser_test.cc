@@ -127,6 +127,12 @@ std::string render(const FilterRule& r) {
   }
   o << (r.state.keep_state ? " keep" : " nostate");
   if (r.state.max_states) o << " max=" << r.state.max_states;
+  if (r.state.max_src_states) o << " max-src-states=" << r.state.max_src_states;
+  if (r.state.max_src_nodes) o << " max-src-nodes=" << r.state.max_src_nodes;
+  if (r.state.max_src_conn) o << " max-src-conn=" << r.state.max_src_conn;
+  if (r.state.max_src_conn_rate)
+    o << " max-src-conn-rate=" << r.state.max_src_conn_rate << "/" << r.state.max_src_conn_rate_seconds;
+  if (r.state.source_track_global) o << " source-track=global";
   for (const auto& [name, seconds] : r.state.timeouts) o << " " << name << "=" << seconds;
   return o.str();
 }
@@ -478,16 +484,18 @@ TEST_CASE("settings: limits and timeouts, single and in lists") {
       "set limit states 5000\n"
       "set limit frags 100\n"
       "set limit { states 7, frags 8 }\n"
+      "set limit src-nodes 900\n"
       "set timeout tcp.first 30\n"
       "set timeout { tcp.opening 5 tcp.closed 0, other.multiple 4294967295 }\n");
   CHECK(f.settings.limit_states == 7u);
   CHECK(f.settings.limit_frags == 8u);
+  CHECK(f.settings.limit_src_nodes == 900u);
   CHECK(f.settings.timeouts ==
         std::map<std::string, uint32_t>{
             {"tcp.first", 30}, {"tcp.opening", 5}, {"tcp.closed", 0}, {"other.multiple", 4294967295u}});
-  CHECK(f.settings.timeout_locations.at("tcp.first").line == 4);
+  CHECK(f.settings.timeout_locations.at("tcp.first").line == 5);
   CHECK(f.settings.timeout_locations.at("tcp.first").column == 13);
-  CHECK(f.settings.timeout_locations.at("other.multiple").line == 5);
+  CHECK(f.settings.timeout_locations.at("other.multiple").line == 6);
   CHECK(f.settings.timeout_locations.at("other.multiple").column == 43);
 
   // Every timeout name of timeouts.h is accepted, in settings and per rule.
@@ -673,8 +681,18 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all keep state (max 4294967296)",
        "t.conf:1:26: max must be between 1 and 4294967295, got '4294967296'"},
       {"pass all keep state (max 10, sloppy)",
-       "t.conf:1:30: expected state option ('max N', 'no-sync' or a timeout such as 'tcp.established N'), "
-       "got 'sloppy'"},
+       "t.conf:1:30: expected state option ('max N', 'max-src-states N', 'no-sync' or a timeout such as "
+       "'tcp.established N'), got 'sloppy'"},
+      {"pass all keep state (max-src-conn-rate 10)",
+       "t.conf:1:40: expected a rate such as 15/5 (connections/seconds), got '10'"},
+      {"pass all keep state (max-src-conn-rate 10/0)",
+       "t.conf:1:43: seconds in max-src-conn-rate must be between 1 and 86400, got '0'"},
+      {"pass all keep state (max-src-states 0)",
+       "t.conf:1:37: max-src-states must be between 1 and 4294967295, got '0'"},
+      {"pass all keep state (max-src-conn 10, overload <bad> flush)",
+       "t.conf:1:39: 'overload' is not supported: the source limits refuse the connection without adding its "
+       "address to a table"},
+      {"set limit src-node 10", "t.conf:1:11: expected 'states', 'frags' or 'src-nodes', got 'src-node'"},
       {"pass all keep state (tcp.bogus 10)",
        "t.conf:1:22: unknown timeout 'tcp.bogus': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
@@ -700,7 +718,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:22: 'adaptive.start' scales every state's timeouts by the size of the whole table: set it "
        "with 'set timeout', not per rule"},
       {"set limit states 0", "t.conf:1:18: limit must be between 1 and 4294967295, got '0'"},
-      {"set limit tables 10", "t.conf:1:11: expected 'states' or 'frags', got 'tables'"},
+      {"set limit tables 10", "t.conf:1:11: expected 'states', 'frags' or 'src-nodes', got 'tables'"},
       {"set state-policy if-bound",
        "t.conf:1:5: expected 'limit', 'timeout', 'block-policy' or 'skip' after 'set', got 'state-policy'"},
       {"set skip lo", "t.conf:1:10: expected 'on' and an interface after 'set skip', got 'lo'"},

@@ -1,0 +1,154 @@
+#include "daemon/engine/source_table.h"
+
+#include <algorithm>
+#include <bit>
+#include <mutex>
+#include <new>
+
+#include "daemon/engine/spin_lock.h"
+
+namespace pairwall::engine {
+
+namespace {
+constexpr std::size_t kChunkNodes = 64;
+constexpr std::size_t kMinBuckets = 16;
+}  // namespace
+
+struct SourceTable::Shard {
+  alignas(64) SpinLock lock;
+  std::vector<SourceNode*> buckets = std::vector<SourceNode*>(kMinBuckets, nullptr);
+  std::size_t count = 0;
+  SourceNode* free = nullptr;
+  std::vector<std::unique_ptr<SourceNode[]>> chunks;
+
+  SourceNode*& bucket(uint64_t hash) { return buckets[(hash >> 16) & (buckets.size() - 1)]; }
+
+  // Doubles the buckets once the chains average one node; kept as they are when memory is short.
+  void grow(SourceTable& table) {
+    if (count < buckets.size()) return;
+    std::vector<SourceNode*> bigger(buckets.size() * 2, nullptr);
+    for (SourceNode* head : buckets) {
+      while (head != nullptr) {
+        SourceNode* next = head->next;
+        SourceNode*& slot =
+            bigger[(table.hash(head->owner, head->family, head->address) >> 16) & (bigger.size() - 1)];
+        head->next = slot;
+        slot = head;
+        head = next;
+      }
+    }
+    buckets.swap(bigger);
+  }
+
+  SourceNode* allocate() {
+    if (free == nullptr) {
+      chunks.push_back(std::make_unique<SourceNode[]>(kChunkNodes));
+      for (std::size_t i = 0; i < kChunkNodes; ++i) {
+        chunks.back()[i].next = free;
+        free = &chunks.back()[i];
+      }
+    }
+    SourceNode* node = free;
+    free = node->next;
+    *node = SourceNode{};
+    return node;
+  }
+};
+
+SourceTable::SourceTable(std::size_t shard_count, SipKey key, uint32_t limit) : key_(key), limit_(limit) {
+  shard_count = std::bit_ceil(std::clamp<std::size_t>(shard_count, 1, 4096));
+  for (std::size_t i = 0; i < shard_count; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+SourceTable::~SourceTable() = default;
+
+uint64_t SourceTable::hash(const void* owner, Family family, const IpAddress& address) const noexcept {
+  const uint64_t words[3] = {reinterpret_cast<uintptr_t>(owner) ^ static_cast<uint64_t>(family), address.hi,
+                             address.lo};
+  return siphash13(key_, words, 3);
+}
+
+SourceTable::Admission SourceTable::admit(const SourceLimits& limits, const void* owner,
+                                          std::atomic<uint32_t>* owner_nodes, Family family,
+                                          const IpAddress& address, SourceNode*& node) noexcept {
+  const uint64_t h = hash(owner, family, address);
+  const auto shard_index = static_cast<uint16_t>(h & (shards_.size() - 1));
+  Shard& shard = *shards_[shard_index];
+  std::lock_guard guard(shard.lock);
+  SourceNode* n = shard.bucket(h);
+  while (n != nullptr && (n->owner != owner || n->family != family || n->address != address)) n = n->next;
+  if (n == nullptr) {
+    if (count_.load(std::memory_order_relaxed) >= limit_.load(std::memory_order_relaxed))
+      return Admission::TableFull;
+    // Checked and counted under this shard's lock only: two workers creating a rule's last
+    // allowed node at once in different shards can overshoot max-src-nodes by one each.
+    if (limits.max_src_nodes != 0 && owner_nodes != nullptr &&
+        owner_nodes->load(std::memory_order_relaxed) >= limits.max_src_nodes)
+      return Admission::NodesLimit;
+    try {
+      n = shard.allocate();
+      ++shard.count;
+      shard.grow(*this);
+    } catch (const std::bad_alloc&) {
+      if (n != nullptr) {
+        --shard.count;
+        n->next = shard.free;
+        shard.free = n;
+      }
+      return Admission::NoMemory;
+    }
+    n->owner = owner;
+    n->owner_nodes = owner_nodes;
+    n->family = family;
+    n->address = address;
+    n->shard = shard_index;
+    SourceNode*& head = shard.bucket(h);
+    n->next = head;
+    head = n;
+    count_.fetch_add(1, std::memory_order_relaxed);
+    if (owner_nodes != nullptr) owner_nodes->fetch_add(1, std::memory_order_relaxed);
+  } else if (limits.max_src_states != 0 && n->states >= limits.max_src_states) {
+    return Admission::StatesLimit;
+  }
+  ++n->states;
+  node = n;
+  return Admission::Admitted;
+}
+
+void SourceTable::release(SourceNode* node, bool was_connection) noexcept {
+  Shard& shard = *shards_[node->shard];
+  std::lock_guard guard(shard.lock);
+  if (was_connection && node->connections > 0) --node->connections;
+  if (--node->states > 0) return;
+  SourceNode** slot = &shard.bucket(hash(node->owner, node->family, node->address));
+  while (*slot != nullptr && *slot != node) slot = &(*slot)->next;
+  if (*slot == node) *slot = node->next;
+  if (node->owner_nodes != nullptr) node->owner_nodes->fetch_sub(1, std::memory_order_relaxed);
+  --shard.count;
+  count_.fetch_sub(1, std::memory_order_relaxed);
+  node->next = shard.free;
+  shard.free = node;
+}
+
+bool SourceTable::established(SourceNode* node, const SourceLimits& limits, Millis now) noexcept {
+  Shard& shard = *shards_[node->shard];
+  std::lock_guard guard(shard.lock);
+  ++node->connections;
+  bool within = limits.max_src_conn == 0 || node->connections <= limits.max_src_conn;
+  if (limits.conn_rate_count != 0) {
+    // pf_add_threshold: the count decays in proportion to the time since the last connection.
+    const auto period = static_cast<uint64_t>(limits.conn_rate_seconds) * 1000;
+    const auto elapsed = static_cast<uint64_t>(std::max<int64_t>(0, (now - node->rate_at).count()));
+    if (elapsed >= period) {
+      node->rate = 0;
+    } else {
+      node->rate -= node->rate * elapsed / period;
+    }
+    node->rate += kRateUnit;
+    node->rate_at = now;
+    within = within && node->rate <= static_cast<uint64_t>(limits.conn_rate_count) * kRateUnit;
+  }
+  return within;
+}
+
+}  // namespace pairwall::engine

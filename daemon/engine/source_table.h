@@ -1,0 +1,103 @@
+// Source tracking (pf's source nodes): per source address, how many states and established TCP
+// connections it holds under a rule's `max-src-*` limits, and how fast it opens connections.
+//
+// A node is keyed by its owner and the source address. The owner is the rule's RuleStats with
+// `source-track rule` (pf's default: each rule counts alone), or nothing with `source-track
+// global` (every such rule counts into one node per address). A node lives as long as states
+// refer to it: the last state's removal frees it, as pf's with `src.track 0`.
+//
+// Sharded by a keyed hash of the key with a lock per shard; taken only while a state is created,
+// a connection completes its handshake or a state is removed, and always after the state
+// table's own locks. Nodes come from per-shard chunks and return to a free list, so that a
+// node's address stays valid for the states that hold it. `set limit src-nodes` bounds the
+// whole table.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/siphash.h"
+#include "daemon/engine/time.h"
+
+namespace pairwall::engine {
+
+// A rule's source limits; zero means no limit.
+struct SourceLimits {
+  uint32_t max_src_states = 0;
+  uint32_t max_src_nodes = 0;
+  uint32_t max_src_conn = 0;
+  uint32_t conn_rate_count = 0;  // max-src-conn-rate COUNT / SECONDS
+  uint32_t conn_rate_seconds = 0;
+  bool global = false;  // source-track global
+
+  bool tracks() const {
+    return max_src_states != 0 || max_src_nodes != 0 || max_src_conn != 0 || conn_rate_count != 0;
+  }
+  bool limits_connections() const { return max_src_conn != 0 || conn_rate_count != 0; }
+};
+
+struct SourceNode {
+  SourceNode* next = nullptr;  // the bucket's chain, or the free list
+  const void* owner = nullptr;
+  std::atomic<uint32_t>* owner_nodes = nullptr;  // the rule's node count, for max-src-nodes
+  IpAddress address;
+  Family family = Family::V4;
+  uint16_t shard = 0;
+  uint32_t states = 0;
+  uint32_t connections = 0;  // states counted as established connections
+  // pf's connection rate threshold: a count (x kRateUnit) that decays linearly over the rate's
+  // period, raised by kRateUnit per connection.
+  uint64_t rate = 0;
+  Millis rate_at{0};
+};
+
+class SourceTable {
+ public:
+  enum class Admission : uint8_t {
+    Admitted,
+    TableFull,    // set limit src-nodes reached
+    NodesLimit,   // the rule's max-src-nodes reached by a new address
+    StatesLimit,  // the address holds max-src-states states
+    NoMemory,
+  };
+
+  SourceTable(std::size_t shard_count, SipKey key, uint32_t limit);
+  ~SourceTable();
+  SourceTable(const SourceTable&) = delete;
+  SourceTable& operator=(const SourceTable&) = delete;
+
+  // Counts one more state of `address` under `limits`, creating its node if need be. `owner` is
+  // the rule's identity (nullptr for source-track global) and `owner_nodes` its node count. On
+  // Admitted, `node` is where the state keeps its share, to give back with release().
+  Admission admit(const SourceLimits& limits, const void* owner, std::atomic<uint32_t>* owner_nodes,
+                  Family family, const IpAddress& address, SourceNode*& node) noexcept;
+
+  // A state of the node is gone; `was_connection` if it had been counted by established().
+  void release(SourceNode* node, bool was_connection) noexcept;
+
+  // A TCP connection of the node completed its handshake at `now`: counts it, and its rate.
+  // False when the node is now over max-src-conn or max-src-conn-rate (the connection still
+  // counts until its state goes).
+  bool established(SourceNode* node, const SourceLimits& limits, Millis now) noexcept;
+
+  std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
+  uint32_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+  void set_limit(uint32_t limit) noexcept { limit_.store(limit, std::memory_order_relaxed); }
+
+  static constexpr uint64_t kRateUnit = 1000;  // pf's PF_THRESHOLD_MULT
+
+ private:
+  struct Shard;
+  uint64_t hash(const void* owner, Family family, const IpAddress& address) const noexcept;
+
+  SipKey key_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<std::size_t> count_{0};
+  std::atomic<uint32_t> limit_;
+};
+
+}  // namespace pairwall::engine

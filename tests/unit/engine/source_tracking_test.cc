@@ -1,0 +1,232 @@
+// Source tracking end to end with crafted packets: max-src-states, max-src-nodes, max-src-conn
+// and max-src-conn-rate, per rule and global, and the node table's own limit.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "daemon/engine/engine.h"
+#include "daemon/engine/source_table.h"
+#include "tests/unit/engine/firewall.h"
+#include "tests/unit/support/packet_builder.h"
+
+using namespace pairwall::engine;
+using pairwall::test::Bytes;
+using pairwall::test::Firewall;
+using pairwall::test::PacketBuilder;
+
+namespace {
+
+const std::string kServer = "192.0.2.80";
+
+// One TCP connection of `client` from `port` to the server's port 22.
+struct Connection {
+  std::string client;
+  uint16_t port;
+
+  PacketBuilder from_client() const {
+    PacketBuilder b;
+    b.ipv4(client, kServer).tcp(port, 22);
+    return b;
+  }
+  PacketBuilder from_server() const {
+    PacketBuilder b;
+    b.ipv4(kServer, client).tcp(22, port);
+    return b;
+  }
+  Bytes syn() const { return from_client().flags(tcpflag::kSyn).seq(1000).build(); }
+  Bytes synack() const {
+    return from_server().flags(tcpflag::kSyn | tcpflag::kAck).seq(9000).ack(1001).build();
+  }
+  Bytes ack() const { return from_client().flags(tcpflag::kAck).seq(1001).ack(9001).build(); }
+  Bytes data() const { return from_client().flags(tcpflag::kAck).seq(1001).ack(9001).payload(10).build(); }
+};
+
+// The three-way handshake; returns the verdict of the client's ACK, which completes it.
+Verdict handshake(Firewall& fw, const Connection& c) {
+  REQUIRE(fw.out(c.syn()).reason == Reason::Match);
+  REQUIRE(fw.in(c.synack()).reason == Reason::State);
+  return fw.out(c.ack());
+}
+
+uint32_t source_nodes_of(Firewall& fw, uint32_t rule) {
+  return fw.engine.rules()->rule(rule).stats->source_nodes.load();
+}
+
+}  // namespace
+
+TEST_CASE("max-src-states limits the states of each source address, not of the rule",
+          "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max-src-states 2)");
+  CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.out(Connection{"10.1.0.1", 1002}.syn()).reason == Reason::Match);
+  const Verdict third = fw.out(Connection{"10.1.0.1", 1003}.syn());
+  CHECK(third.action == Verdict::Action::Drop);
+  CHECK(third.reason == Reason::SourceLimit);
+  CHECK(fw.worker.counters().get(Reason::SourceLimit) == 1);
+  // Another address has its own count.
+  CHECK(fw.out(Connection{"10.1.0.2", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.engine.states().size() == 3);
+  CHECK(fw.engine.sources().size() == 2);
+  CHECK(source_nodes_of(fw, 0) == 2);
+  CHECK(fw.engine.rules()->rule(0).stats->states_current.load() == 3);
+
+  // States that expire give their place back, and the last one frees its node.
+  fw.engine.expire(fw.now + Millis{1'000'000});
+  CHECK(fw.engine.sources().size() == 0);
+  CHECK(source_nodes_of(fw, 0) == 0);
+  CHECK(fw.out(Connection{"10.1.0.1", 1004}.syn()).reason == Reason::Match);
+}
+
+TEST_CASE("max-src-nodes limits how many addresses a rule's states come from", "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max-src-nodes 2)");
+  CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.out(Connection{"10.1.0.2", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.out(Connection{"10.1.0.3", 1001}.syn()).reason == Reason::SourceLimit);
+  // Known addresses open more states.
+  CHECK(fw.out(Connection{"10.1.0.1", 1002}.syn()).reason == Reason::Match);
+  CHECK(source_nodes_of(fw, 0) == 2);
+}
+
+TEST_CASE("source-track: per rule by default, shared by the rules that say global",
+          "[engine][limits][source]") {
+  SECTION("rule") {
+    Firewall fw(
+        "pass out proto tcp to port 22 keep state (max-src-states 1)\n"
+        "pass out proto tcp to port 80 keep state (max-src-states 1)");
+    CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
+    PacketBuilder web;
+    web.ipv4("10.1.0.1", kServer).tcp(1002, 80).flags(tcpflag::kSyn).seq(1);
+    CHECK(fw.out(web.build()).reason == Reason::Match);
+    CHECK(fw.engine.sources().size() == 2);
+  }
+  SECTION("global") {
+    Firewall fw(
+        "pass out proto tcp to port 22 keep state (max-src-states 1, source-track global)\n"
+        "pass out proto tcp to port 80 keep state (max-src-states 1, source-track global)");
+    CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
+    PacketBuilder web;
+    web.ipv4("10.1.0.1", kServer).tcp(1002, 80).flags(tcpflag::kSyn).seq(1);
+    CHECK(fw.out(web.build()).reason == Reason::SourceLimit);
+    CHECK(fw.engine.sources().size() == 1);
+  }
+}
+
+TEST_CASE("max-src-conn counts connections once their handshake completes", "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max-src-conn 2)");
+  const Connection a{"10.1.0.1", 1001};
+  const Connection b{"10.1.0.1", 1002};
+  const Connection c{"10.1.0.1", 1003};
+  CHECK(handshake(fw, a).reason == Reason::State);
+  CHECK(handshake(fw, b).reason == Reason::State);
+  // A third handshake starts (half-open connections do not count) but may not complete.
+  const Verdict third = handshake(fw, c);
+  CHECK(third.action == Verdict::Action::Drop);
+  CHECK(third.reason == Reason::SourceLimit);
+  CHECK(fw.engine.states().size() == 2);
+  // The refused connection's state is gone; the two admitted ones carry on.
+  CHECK(fw.out(c.data()).reason != Reason::State);
+  CHECK(fw.out(a.data()).reason == Reason::State);
+  CHECK(fw.out(b.data()).reason == Reason::State);
+  // Another source has its own count.
+  CHECK(handshake(fw, Connection{"10.1.0.2", 1001}).reason == Reason::State);
+}
+
+TEST_CASE("max-src-conn-rate: N connections per S seconds, the count decaying over S",
+          "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max-src-conn-rate 3/10)");
+  uint16_t port = 1000;
+  for (int i = 0; i < 3; ++i) CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::SourceLimit);
+  // Five seconds later half of the count has decayed: 4 - 2 = 2, and one more fits.
+  fw.now += Millis{5'000};
+  CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::SourceLimit);
+  // A full period later the count starts again.
+  fw.now += Millis{10'000};
+  for (int i = 0; i < 3; ++i) CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
+}
+
+TEST_CASE("set limit src-nodes bounds the node table", "[engine][limits][source]") {
+  Firewall fw("set limit src-nodes 2\npass out proto tcp keep state (max-src-states 10)");
+  CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.out(Connection{"10.1.0.2", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.out(Connection{"10.1.0.3", 1001}.syn()).reason == Reason::SourceNodeLimit);
+  CHECK(fw.worker.counters().get(Reason::SourceNodeLimit) == 1);
+  CHECK(fw.engine.states().size() == 2);
+}
+
+TEST_CASE("rules without source limits keep no source nodes", "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max 10)");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(fw.engine.sources().size() == 0);
+}
+
+TEST_CASE("a source node's count never goes to the sync peer", "[engine][limits][source][sync]") {
+  Firewall fw("pass out proto tcp keep state (max-src-conn 5)");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  for (const StateRecord& r : fw.drain()) CHECK((r.flags & stateflag::kSourceConnection) == 0);
+}
+
+TEST_CASE("SourceTable: nodes are found again, freed with their last state, reused", "[source][table]") {
+  SourceTable table(4, SipKey{1, 2}, 100);
+  SourceLimits limits;
+  limits.max_src_states = 3;
+  std::atomic<uint32_t> nodes{0};
+  const int owner = 0;
+  const IpAddress a = IpAddress::v4(0x0a000001);
+  const IpAddress b = IpAddress::v4(0x0a000002);
+  SourceNode* first = nullptr;
+  SourceNode* again = nullptr;
+  SourceNode* other = nullptr;
+  REQUIRE(table.admit(limits, &owner, &nodes, Family::V4, a, first) == SourceTable::Admission::Admitted);
+  REQUIRE(table.admit(limits, &owner, &nodes, Family::V4, a, again) == SourceTable::Admission::Admitted);
+  CHECK(first == again);
+  CHECK(first->states == 2);
+  // The same address of another family, or under another owner, is another node.
+  REQUIRE(table.admit(limits, nullptr, nullptr, Family::V4, a, other) == SourceTable::Admission::Admitted);
+  CHECK(other != first);
+  CHECK(table.size() == 2);
+  CHECK(nodes.load() == 1);
+  table.release(first, false);
+  table.release(first, false);
+  CHECK(table.size() == 1);
+  CHECK(nodes.load() == 0);
+  SourceNode* fresh = nullptr;
+  REQUIRE(table.admit(limits, &owner, &nodes, Family::V4, b, fresh) == SourceTable::Admission::Admitted);
+  CHECK(fresh->states == 1);
+  CHECK(fresh->connections == 0);
+}
+
+TEST_CASE("SourceTable: many addresses spread over the shards and come back", "[source][table]") {
+  SourceTable table(8, SipKey{3, 4}, 100'000);
+  SourceLimits limits;
+  std::vector<SourceNode*> nodes;
+  for (uint32_t i = 0; i < 5000; ++i) {
+    SourceNode* n = nullptr;
+    REQUIRE(table.admit(limits, nullptr, nullptr, Family::V6, IpAddress{0x20010db8ull << 32, i}, n) ==
+            SourceTable::Admission::Admitted);
+    nodes.push_back(n);
+  }
+  CHECK(table.size() == 5000);
+  for (uint32_t i = 0; i < 5000; i += 7) {
+    SourceNode* n = nullptr;
+    REQUIRE(table.admit(limits, nullptr, nullptr, Family::V6, IpAddress{0x20010db8ull << 32, i}, n) ==
+            SourceTable::Admission::Admitted);
+    CHECK(n == nodes[i]);
+    table.release(n, false);
+  }
+  for (SourceNode* n : nodes) table.release(n, false);
+  CHECK(table.size() == 0);
+}
+
+TEST_CASE("flushed and killed states give their source nodes back", "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max-src-conn 5, max-src-states 5)");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(fw.out(Connection{"10.1.0.2", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.engine.sources().size() == 2);
+  CHECK(fw.engine.kill_states([](const StateEntry& e) { return e.key(0).port[0] == 1001; }) == 2);
+  CHECK(fw.engine.sources().size() == 0);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
+  CHECK(fw.engine.flush_states() == 1);
+  CHECK(fw.engine.sources().size() == 0);
+  CHECK(source_nodes_of(fw, 0) == 0);
+}
