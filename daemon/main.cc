@@ -498,6 +498,31 @@ int run(const control::Config& c) {
   tick.expires_after(std::chrono::seconds(1));
   tick.async_wait(on_tick);
 
+  // Sources over a rule's connection limits with `overload <table>`: pf inserts them at once; here
+  // the workers queue them and the control loop adds them within 100 ms (each further
+  // connection of theirs meanwhile is still refused by the limit).
+  asio::steady_timer overload_tick(loop);
+  std::vector<engine::SourceOverload> overloads;
+  std::function<void(const boost::system::error_code&)> on_overload_tick =
+      [&](const boost::system::error_code& ec) {
+        if (ec) return;
+        overloads.clear();
+        engine::SourceOverload o;
+        for (std::size_t i = 0; i < queues->workers(); ++i) {
+          while (queues->engine_worker(i).overloads().pop(o)) overloads.push_back(o);
+        }
+        if (!overloads.empty()) {
+          const auto r = service.apply_overloads(overloads);
+          for (const std::string& line : r.added) spdlog::warn("overload: added {}", line);
+          if (r.states_killed != 0) spdlog::warn("overload: {} states flushed", r.states_killed);
+          if (!r.error.empty()) spdlog::error("{}", r.error);
+        }
+        overload_tick.expires_after(std::chrono::milliseconds(100));
+        overload_tick.async_wait(on_overload_tick);
+      };
+  overload_tick.expires_after(std::chrono::milliseconds(100));
+  overload_tick.async_wait(on_overload_tick);
+
   // The watchdog is fed from this loop only while no worker is stuck: a wedged worker (or a
   // wedged loop) lets systemd restart the daemon.
   asio::steady_timer watchdog(loop);

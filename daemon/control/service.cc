@@ -419,6 +419,48 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   return {};
 }
 
+ControlService::OverloadResult ControlService::apply_overloads(
+    std::span<const engine::SourceOverload> overloads) {
+  OverloadResult result;
+  if (overloads.empty() || !loaded_) return result;
+  engine::rules::RuleFile edited = *loaded_;
+  for (const engine::SourceOverload& o : overloads) {
+    const std::string name(o.table.data());
+    auto table = std::find_if(edited.tables.begin(), edited.tables.end(),
+                              [&](const engine::rules::Table& t) { return t.name == name; });
+    if (table == edited.tables.end() || table->is_const) continue;
+    const engine::IpPrefix host{o.family, o.address,
+                                static_cast<uint8_t>(o.family == engine::Family::V4 ? 32 : 128)};
+    if (std::find(table->entries.begin(), table->entries.end(), host) != table->entries.end()) continue;
+    table->entries.push_back(host);
+    result.added.push_back(engine::to_string(o.family, o.address) + " to <" + name + "> (rule @" +
+                           std::to_string(o.rule) + ")");
+  }
+  if (!result.added.empty()) {
+    if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) {
+      result.error = "overload: " + error;
+      result.added.clear();
+    } else {
+      loaded_ = std::move(edited);
+    }
+  }
+  const bool flushing = std::any_of(overloads.begin(), overloads.end(), [](const engine::SourceOverload& o) {
+    return o.flush != engine::rules::OverloadFlush::None;
+  });
+  if (flushing) {
+    result.states_killed = engine_.kill_states([&](const engine::StateEntry& e) {
+      const engine::StateKey& key = e.key(0);
+      return std::any_of(overloads.begin(), overloads.end(), [&](const engine::SourceOverload& o) {
+        return o.flush != engine::rules::OverloadFlush::None && key.family == o.family &&
+               key.addr[0] == o.address &&
+               (o.flush == engine::rules::OverloadFlush::Global ||
+                (e.creator != nullptr && e.creator->stats.get() == o.owner));
+      });
+    });
+  }
+  return result;
+}
+
 std::string ControlService::states(const StatesRequest& request, StateList* out) const {
   StateMatch match;
   if (std::string error = parse_state_filter(request.filter(), "states", match); !error.empty()) return error;

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "daemon/control/config.h"
 #include "daemon/control/control_api.h"
@@ -52,6 +54,17 @@ class ControlService {
   LoadResult load_rules(const std::string& path);
 
   void handle(const Request& request, Response& response);
+
+  struct OverloadResult {
+    std::vector<std::string> added;  // one line per address added: "ADDR to <table> (rule @N)"
+    std::size_t states_killed = 0;
+    std::string error;  // the edited rule set was refused (the running one stays)
+  };
+  // Acts on the sources the workers found over a rule's max-src-conn or max-src-conn-rate where
+  // the rule says `overload <table>`: adds each address to its table (one recompile for all, as
+  // `tables add` would) and kills the states its `flush` names. A table that a reload removed or
+  // made const since is passed over.
+  OverloadResult apply_overloads(std::span<const engine::SourceOverload> overloads);
 
   CountersSnapshot snapshot() const { return take_snapshot(engine_, data_plane_); }
   const std::string& rules_file() const { return rules_file_; }

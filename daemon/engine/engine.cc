@@ -18,6 +18,8 @@ namespace {
 constexpr Millis kSyncRefresh{1000};
 
 constexpr std::size_t kControlRingCapacity = 1 << 16;
+// Overloads are drained every 100 ms; a worker meets at most one per refused connection.
+constexpr std::size_t kOverloadRingCapacity = 1024;
 
 SipKey hash_key_from(const EngineConfig& config) {
   if (config.hash_key[0] == 0 && config.hash_key[1] == 0) return random_sip_key();
@@ -126,7 +128,8 @@ std::shared_ptr<const rules::RuleSet> empty_rules() {
 
 // ---- Worker -------------------------------------------------------------------------------
 
-Worker::Worker(Engine& engine) : events_(engine.config().event_ring_capacity) {
+Worker::Worker(Engine& engine)
+    : events_(engine.config().event_ring_capacity), overloads_(kOverloadRingCapacity) {
   // Seeded once from the OS; the packet path then draws without a system call or a lock.
   const SipKey seed = random_sip_key();
   random_state_ = seed.k0 | 1;
@@ -516,7 +519,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         const int side = from_initiator ? 0 : 1;
         ++state->packets[side];
         state->bytes[side] += bytes.size();
-        if (track.protocol_state_changed && state->source != nullptr && !connection_admitted(state, now)) {
+        if (track.protocol_state_changed && state->source != nullptr &&
+            !connection_admitted(worker, state, now)) {
           // pf_src_connlimit: the connection that goes over max-src-conn or its rate ends here.
           StateRecord gone;
           gone.kind = StateRecord::Kind::Delete;
@@ -806,14 +810,28 @@ Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule
 
 // A tracked TCP connection whose handshake just completed: does its source stay within the
 // creating rule's max-src-conn and max-src-conn-rate? Counted once per state.
-bool Engine::connection_admitted(StateTable::Handle& state, Millis now) noexcept {
-  if ((state->flags & stateflag::kSourceConnection) || state->creator == nullptr ||
-      !state->creator->sources.limits_connections() ||
+bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept {
+  const rules::CompiledRule* rule = state->creator;
+  if ((state->flags & stateflag::kSourceConnection) || rule == nullptr ||
+      !rule->sources.limits_connections() ||
       state->peer[0].state < static_cast<uint8_t>(TcpState::Established) ||
       state->peer[1].state < static_cast<uint8_t>(TcpState::Established))
     return true;
   state->flags |= stateflag::kSourceConnection;
-  return sources_.established(state->source, state->creator->sources, now);
+  if (sources_.established(state->source, rule->sources, now)) return true;
+  if (!rule->overload_table.empty()) {
+    SourceOverload overload;
+    rule->overload_table.copy(overload.table.data(), overload.table.size() - 1);
+    overload.rule = rule->number;
+    overload.family = state->key(0).family;
+    overload.address = state->key(0).addr[0];
+    overload.owner = rule->stats.get();
+    overload.flush = rule->overload_flush;
+    if (!worker.overloads_.push(overload))
+      worker.overloads_lost_.store(worker.overloads_lost_.load(std::memory_order_relaxed) + 1,
+                                   std::memory_order_relaxed);
+  }
+  return false;
 }
 
 std::size_t Engine::expire(Millis now) {

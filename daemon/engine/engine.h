@@ -82,6 +82,18 @@ class Engine;
 
 // Per-thread context for process(): counters written only by this thread, and the state change
 // records this thread produced, for sync to drain.
+// A source that went over a rule's max-src-conn or max-src-conn-rate, where the rule says
+// `overload <table>`: the daemon adds the address to the table and, with `flush`, kills its states
+// (of this rule, or with `flush global` all of them). Off the packet path: the worker only queues it.
+struct SourceOverload {
+  std::array<char, rules::kTableNameSize> table{};  // NUL-terminated
+  uint32_t rule = 0;
+  Family family = Family::V4;
+  IpAddress address;
+  const rules::RuleStats* owner = nullptr;  // the rule's identity, for a flush of its states
+  rules::OverloadFlush flush = rules::OverloadFlush::None;
+};
+
 class Worker {
  public:
   explicit Worker(Engine& engine);
@@ -89,6 +101,8 @@ class Worker {
   const ReasonCounters& counters() const { return counters_; }
   SpscRing<StateRecord>& events() { return events_; }
   uint64_t events_lost() const { return events_lost_.load(std::memory_order_relaxed); }
+  SpscRing<SourceOverload>& overloads() { return overloads_; }
+  uint64_t overloads_lost() const { return overloads_lost_.load(std::memory_order_relaxed); }
   uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
@@ -104,6 +118,8 @@ class Worker {
   ReasonCounters counters_;
   SpscRing<StateRecord> events_;
   std::atomic<uint64_t> events_lost_{0};
+  SpscRing<SourceOverload> overloads_;
+  std::atomic<uint64_t> overloads_lost_{0};
   std::atomic<uint64_t> packets_{0};
   std::atomic<uint64_t> bytes_{0};
   // The rule set this worker is using; refreshed when the engine's generation changes, so the
@@ -226,7 +242,7 @@ class Engine {
               Verdict& verdict) noexcept;
   Reason admit_source(StateTable::Handle& state, const rules::CompiledRule& creator,
                       const PacketView& packet) noexcept;
-  bool connection_admitted(StateTable::Handle& state, Millis now) noexcept;
+  bool connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

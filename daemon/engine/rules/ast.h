@@ -67,6 +67,13 @@ enum class Direction : uint8_t { Any, In, Out };
 // also every packet that later matches that state.
 enum class LogMode : uint8_t { None, First, All };
 
+// pf's PF_TABLE_NAME_SIZE: table names are at most one less, so that `overload` can hand one to
+// the daemon in a fixed array.
+inline constexpr std::size_t kTableNameSize = 32;
+
+// `overload <table> flush [global]`: which states of an overloading source to kill.
+enum class OverloadFlush : uint8_t { None, Rule, Global };
+
 struct StateOptions {
   bool keep_state = true;   // pf: pass keeps state unless `no state`
   uint32_t max_states = 0;  // (max N); 0 = no per-rule limit
@@ -78,6 +85,9 @@ struct StateOptions {
   uint32_t max_src_conn_rate = 0;  // (max-src-conn-rate N/S): new connections per S seconds
   uint32_t max_src_conn_rate_seconds = 0;
   bool source_track_global = false;  // (source-track global): one count per address for all such rules
+  std::string overload_table;        // (overload <t>): a source over max-src-conn(-rate) joins <t>
+  SourceLocation overload_location;
+  OverloadFlush overload_flush = OverloadFlush::None;
   std::map<std::string, uint32_t> timeouts;  // per-rule timeout overrides, seconds
 };
 

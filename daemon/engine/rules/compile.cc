@@ -236,6 +236,12 @@ std::string filter_text(const FilterRule& r) {
                         std::to_string(r.state.max_src_conn_rate_seconds));
     }
     if (r.state.source_track_global) options.push_back("source-track global");
+    if (!r.state.overload_table.empty()) {
+      options.push_back("overload <" + r.state.overload_table + ">" +
+                        (r.state.overload_flush == OverloadFlush::Global ? " flush global"
+                         : r.state.overload_flush == OverloadFlush::Rule ? " flush"
+                                                                         : ""));
+    }
     for (const auto& [name, seconds] : r.state.timeouts)
       options.push_back(name + " " + std::to_string(seconds));
     if (r.state.keep_state && !options.empty()) {
@@ -331,6 +337,26 @@ class Compiler {
       if (id >= set.skipped_.size()) set.skipped_.resize(id + 1, 0);
       set.skipped_[id] = 1;
     }
+  }
+
+  // `overload <t> [flush [global]]`: <t> must be a table that can change, and a connection limit
+  // must be there to go over.
+  void overload(const StateOptions& state, CompiledRule& c) {
+    const std::string& name = state.overload_table;
+    const auto table = std::find_if(file_.tables.begin(), file_.tables.end(),
+                                    [&](const Table& t) { return t.name == name; });
+    if (table == file_.tables.end()) {
+      fail(state.overload_location,
+           "table <" + name + "> is not defined; define it before use with 'table <" + name + "> persist'");
+    }
+    if (table->is_const)
+      fail(state.overload_location, "table <" + name + "> is const: 'overload' adds addresses to it");
+    if (!c.sources.limits_connections()) {
+      fail(state.overload_location,
+           "'overload' acts when a source goes over 'max-src-conn' or 'max-src-conn-rate': add one");
+    }
+    c.overload_table = name;
+    c.overload_flush = state.overload_flush;
   }
 
   void adaptive_timeouts(RuleSet& set) {
@@ -451,6 +477,7 @@ class Compiler {
       c.sources.conn_rate_count = r.state.max_src_conn_rate;
       c.sources.conn_rate_seconds = r.state.max_src_conn_rate_seconds;
       c.sources.global = r.state.source_track_global;
+      if (!r.state.overload_table.empty()) overload(r.state, c);
       if (r.state.source_track_global && !c.sources.tracks()) {
         fail(r.location,
              "'source-track global' without a limit tracks nothing: add max-src-states, "

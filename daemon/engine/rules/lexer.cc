@@ -23,7 +23,7 @@ bool is_table_char(char c) {
 }
 
 // Table names share pf's limit (PF_TABLE_NAME_SIZE - 1).
-constexpr std::size_t kMaxTableName = 31;
+constexpr std::size_t kMaxTableName = kTableNameSize - 1;  // pf's limit, less the NUL
 
 // Error messages quote user text: keep them on one line and of a readable length.
 std::string printable(std::string_view text) {

@@ -717,9 +717,15 @@ class Parser {
           accept_word("rule");  // pf's default
         }
       } else if (name.text == "overload") {
-        fail_at(name,
-                "'overload' is not supported: the source limits refuse the connection without adding "
-                "its address to a table");
+        const Token table = peek();
+        if (table.kind != TokenKind::Table)
+          fail_expected(table, "a table name in angle brackets after 'overload', e.g. <bruteforce>");
+        take();
+        r.state.overload_table = table.text;
+        r.state.overload_location = loc(table);
+        if (accept_word("flush")) {
+          r.state.overload_flush = accept_word("global") ? OverloadFlush::Global : OverloadFlush::Rule;
+        }
       } else if (is_adaptive(name)) {
         fail_at(name, name.describe() +
                           " scales every state's timeouts by the size of the whole table: set it "

@@ -38,9 +38,11 @@ struct CompiledRule {
   bool quick = false;
   bool keep_state = true;
   uint32_t max_states = 0;
-  bool no_sync = false;  // (no-sync): its states stay on this node (pfsync's no-sync)
-  SourceLimits sources;  // max-src-*: counted per source address in the engine's SourceTable
-  Timeouts timeouts;     // global timeouts with this rule's overrides applied
+  bool no_sync = false;        // (no-sync): its states stay on this node (pfsync's no-sync)
+  SourceLimits sources;        // max-src-*: counted per source address in the engine's SourceTable
+  std::string overload_table;  // overload <table>: empty for none
+  OverloadFlush overload_flush = OverloadFlush::None;
+  Timeouts timeouts;  // global timeouts with this rule's overrides applied
   SourceLocation location;
   std::string text;  // canonical one-line form for `rules show`
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -435,6 +436,63 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   r = d.call(make([](Request& q) { q.mutable_tables()->set_name("blocked"); }));
   CHECK(r.tables().tables(0).count() == 0);
   CHECK(d.send(syn("10.0.0.1", 40003, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+}
+
+TEST_CASE("service: overload adds a source to its table and flushes its states", "[service][source]") {
+  const char* kRules =
+      "table <abusers> persist {}\n"
+      "block all\n"
+      "pass proto tcp to port 22 keep state (max-src-conn 1, overload <abusers> %s)\n"
+      "pass proto tcp to port 80 keep state\n"
+      "block quick from <abusers>\n";
+  struct Case {
+    const char* flush;
+    std::size_t killed;  // the port 80 state, the first SSH connection's
+  };
+  for (const Case c : {Case{"flush global", 2}, Case{"flush", 1}, Case{"", 0}}) {
+    DYNAMIC_SECTION("overload <abusers> " << c.flush) {
+      Daemon d;
+      char text[512];
+      std::snprintf(text, sizeof text, kRules, c.flush);
+      REQUIRE(d.service.load_rules(d.write("overload.conf", text)).ok);
+      auto handshake = [&d](uint16_t port) {
+        auto from_client = [&] { return PacketBuilder().ipv4("10.0.0.1", "10.9.0.1").tcp(port, 22); };
+        REQUIRE(d.send(from_client().flags(tcpflag::kSyn).seq(1000).build()).reason == engine::Reason::Match);
+        REQUIRE(d.send(PacketBuilder()
+                           .ipv4("10.9.0.1", "10.0.0.1")
+                           .tcp(22, port)
+                           .flags(tcpflag::kSyn | tcpflag::kAck)
+                           .seq(9000)
+                           .ack(1001)
+                           .build())
+                    .reason == engine::Reason::State);
+        return d.send(from_client().flags(tcpflag::kAck).seq(1001).ack(9001).build()).reason;
+      };
+      REQUIRE(d.send(syn("10.0.0.1", 50000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+      REQUIRE(handshake(40000) == engine::Reason::State);
+      CHECK(handshake(40001) == engine::Reason::SourceLimit);
+
+      std::vector<engine::SourceOverload> overloads;
+      engine::SourceOverload o;
+      while (d.data_plane.worker.overloads().pop(o)) overloads.push_back(o);
+      REQUIRE(overloads.size() == 1);
+      CHECK(std::string(overloads[0].table.data()) == "abusers");
+      CHECK(overloads[0].rule == 1);
+      const auto r = d.service.apply_overloads(overloads);
+      CHECK(r.error.empty());
+      CHECK(r.added == std::vector<std::string>{"10.0.0.1 to <abusers> (rule @1)"});
+      CHECK(r.states_killed == c.killed);
+      CHECK(d.engine.states().size() == 2 - c.killed);
+      // The table now blocks the source's new connections; others still come in.
+      CHECK(d.send(syn("10.0.0.1", 40002, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+      CHECK(d.send(syn("10.0.0.2", 40002, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+      // Applied twice (a second worker saw it too), the address is not added again.
+      CHECK(d.service.apply_overloads(overloads).added.empty());
+      const Response shown = d.call(make([](Request& q) { q.mutable_tables()->set_name("abusers"); }));
+      REQUIRE(shown.tables().tables_size() == 1);
+      CHECK(shown.tables().tables(0).count() == 1);
+    }
+  }
 }
 
 TEST_CASE("service: health, versions, sync and failover routing", "[service]") {

@@ -89,6 +89,12 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"set timeout { udp.first 20, adaptive.start 6000 }",
        "t.conf:1:29: 'adaptive.start' without 'adaptive.end': set both (or neither, and they follow the "
        "state limit)"},
+      {"pass in proto tcp all keep state (max-src-conn 5, overload <nope>)",
+       "t.conf:1:60: table <nope> is not defined; define it before use with 'table <nope> persist'"},
+      {"table <c> const { 10.0.0.1 }\npass in proto tcp all keep state (max-src-conn 5, overload <c> flush)",
+       "t.conf:2:60: table <c> is const: 'overload' adds addresses to it"},
+      {"table <t> persist\npass in proto tcp all keep state (max-src-states 5, overload <t>)",
+       "t.conf:2:62: 'overload' acts when a source goes over 'max-src-conn' or 'max-src-conn-rate': add one"},
       {"pass in proto tcp all keep state (source-track global)",
        "t.conf:1:1: 'source-track global' without a limit tracks nothing: add max-src-states, max-src-nodes, "
        "max-src-conn or max-src-conn-rate"},
@@ -287,7 +293,10 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
       "pass in proto udp all keep state (max 5, no-sync, udp.first 10)\n"
       "pass in proto tcp all keep state (source-track global, max-src-conn-rate 15/5, max-src-conn 9, "
       "max-src-nodes 100, max-src-states 3)\n"
-      "pass in proto tcp all keep state (max-src-states 3, source-track rule)\n";
+      "pass in proto tcp all keep state (max-src-states 3, source-track rule)\n"
+      "pass in proto tcp all keep state (max-src-conn 3, overload <t> flush global)\n"
+      "pass in proto tcp all keep state (max-src-conn-rate 3/1, overload <t> flush)\n"
+      "pass in proto tcp all keep state (max-src-conn 3, overload <t>)\n";
   InterfaceRegistry ifs;
   auto first = compile_ok(text, ifs);
   std::string again = "table <t> { 10.0.0.0/8, !10.1.0.0/16, 2001:db8::/32 }\n";
@@ -317,6 +326,16 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   CHECK(first->rule(11).text == "pass in proto tcp all flags S/SA keep state (max-src-states 3)");
   CHECK_FALSE(first->rule(11).sources.global);
   CHECK_FALSE(first->rule(9).sources.tracks());
+  CHECK(first->rule(12).text ==
+        "pass in proto tcp all flags S/SA keep state (max-src-conn 3, overload <t> flush global)");
+  CHECK(first->rule(12).overload_table == "t");
+  CHECK(first->rule(12).overload_flush == OverloadFlush::Global);
+  CHECK(first->rule(13).text ==
+        "pass in proto tcp all flags S/SA keep state (max-src-conn-rate 3/1, overload <t> flush)");
+  CHECK(first->rule(13).overload_flush == OverloadFlush::Rule);
+  CHECK(first->rule(14).text == "pass in proto tcp all flags S/SA keep state (max-src-conn 3, overload <t>)");
+  CHECK(first->rule(14).overload_flush == OverloadFlush::None);
+  CHECK(first->rule(11).overload_table.empty());
   CHECK_FALSE(first->rule(8).no_sync);
 }
 

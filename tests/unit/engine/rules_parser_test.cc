@@ -689,9 +689,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:43: seconds in max-src-conn-rate must be between 1 and 86400, got '0'"},
       {"pass all keep state (max-src-states 0)",
        "t.conf:1:37: max-src-states must be between 1 and 4294967295, got '0'"},
-      {"pass all keep state (max-src-conn 10, overload <bad> flush)",
-       "t.conf:1:39: 'overload' is not supported: the source limits refuse the connection without adding its "
-       "address to a table"},
+      {"pass all keep state (max-src-conn 10, overload bad flush)",
+       "t.conf:1:48: expected a table name in angle brackets after 'overload', e.g. <bruteforce>, got 'bad'"},
       {"set limit src-node 10", "t.conf:1:11: expected 'states', 'frags' or 'src-nodes', got 'src-node'"},
       {"pass all keep state (tcp.bogus 10)",
        "t.conf:1:22: unknown timeout 'tcp.bogus': expected one of tcp.first, tcp.opening, tcp.established, "

@@ -230,3 +230,33 @@ TEST_CASE("flushed and killed states give their source nodes back", "[engine][li
   CHECK(fw.engine.sources().size() == 0);
   CHECK(source_nodes_of(fw, 0) == 0);
 }
+
+TEST_CASE("overload: the source that goes over a connection limit is queued for its table",
+          "[engine][limits][source]") {
+  Firewall fw(
+      "table <bruteforce> persist {}\n"
+      "block quick from <bruteforce>\n"
+      "pass out proto tcp keep state (max-src-conn-rate 2/60, overload <bruteforce> flush global)\n"
+      "pass out proto tcp to port 22 keep state (max-src-conn 1)\n");
+  SourceOverload o;
+  // The last rule has no overload: going over its limit queues nothing.
+  CHECK(handshake(fw, Connection{"10.1.0.9", 1001}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.9", 1002}).reason == Reason::SourceLimit);
+  CHECK_FALSE(fw.worker.overloads().pop(o));
+
+  fw.load(
+      "table <bruteforce> persist {}\n"
+      "block quick from <bruteforce>\n"
+      "pass out proto tcp keep state (max-src-conn-rate 2/60, overload <bruteforce> flush global)\n");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::SourceLimit);
+  REQUIRE(fw.worker.overloads().pop(o));
+  CHECK(std::string(o.table.data()) == "bruteforce");
+  CHECK(o.rule == 1);
+  CHECK(o.family == Family::V4);
+  CHECK(o.address == IpAddress::v4(0x0a010001));
+  CHECK(o.flush == rules::OverloadFlush::Global);
+  CHECK(o.owner == fw.engine.rules()->rule(1).stats.get());
+  CHECK_FALSE(fw.worker.overloads().pop(o));
+}
