@@ -259,6 +259,9 @@ void ControlService::handle(const Request& request, Response& response) {
     case Request::kTableEdit:
       error = edit_table(request.table_edit(), response.mutable_tables());
       break;
+    case Request::kSources:
+      sources(request.sources(), response.mutable_sources());
+      break;
     case Request::kSyncStatus: {
       auto* s = response.mutable_sync_status();
       if (sync_) {
@@ -417,6 +420,23 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   out->set_deleted(deleted);
   loaded_ = std::move(edited);
   return {};
+}
+
+void ControlService::sources(const SourcesRequest& request, SourceList* out) const {
+  const uint32_t limit = request.limit() != 0 ? request.limit() : kDefaultSourceListLimit;
+  out->set_total(engine_.sources().size());
+  out->set_limit(engine_.sources().limit());
+  engine_.sources().for_each(now_(), [&](const engine::SourceView& v) {
+    if (static_cast<uint32_t>(out->sources_size()) >= limit) return;
+    SourceNode* n = out->add_sources();
+    n->set_address(engine::to_string(v.family, v.address));
+    n->set_rule(v.owner.rule);
+    n->set_global(v.owner.id == nullptr);
+    n->set_states(v.states);
+    n->set_connections(v.connections);
+    n->set_rate(v.rate);
+    n->set_rate_seconds(v.rate_seconds);
+  });
 }
 
 ControlService::OverloadResult ControlService::apply_overloads(

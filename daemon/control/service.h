@@ -21,6 +21,7 @@
 namespace pairwall::control {
 
 inline constexpr uint32_t kDefaultStateListLimit = 10000;
+inline constexpr uint32_t kDefaultSourceListLimit = 10000;
 
 class ControlService {
  public:
@@ -75,6 +76,7 @@ class ControlService {
   std::string states(const StatesRequest& request, StateList* out) const;
   std::string kill_states(const KillStates& request, Killed* out);
   std::string tables(const TablesRequest& request, TableList* out) const;
+  void sources(const SourcesRequest& request, SourceList* out) const;
   std::string edit_table(const TableEdit& request, TableList* out);
   // Compiles `file` and publishes it; empty, or why it was refused.
   std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from);

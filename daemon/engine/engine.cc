@@ -791,9 +791,9 @@ Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule
                             const PacketView& packet) noexcept {
   const SourceLimits& limits = creator.sources;
   SourceNode* node = nullptr;
-  switch (sources_.admit(limits, limits.global ? nullptr : creator.stats.get(),
-                         limits.global ? nullptr : &creator.stats->source_nodes, packet.family, packet.src,
-                         node)) {
+  SourceOwner owner;
+  if (!limits.global) owner = SourceOwner{creator.stats.get(), &creator.stats->source_nodes, creator.number};
+  switch (sources_.admit(limits, owner, packet.family, packet.src, node)) {
     case SourceTable::Admission::Admitted:
       states_.attach_source(state, node);
       return Reason::State;

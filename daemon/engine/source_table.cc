@@ -31,7 +31,7 @@ struct SourceTable::Shard {
       while (head != nullptr) {
         SourceNode* next = head->next;
         SourceNode*& slot =
-            bigger[(table.hash(head->owner, head->family, head->address) >> 16) & (bigger.size() - 1)];
+            bigger[(table.hash(head->owner.id, head->family, head->address) >> 16) & (bigger.size() - 1)];
         head->next = slot;
         slot = head;
         head = next;
@@ -68,22 +68,22 @@ uint64_t SourceTable::hash(const void* owner, Family family, const IpAddress& ad
   return siphash13(key_, words, 3);
 }
 
-SourceTable::Admission SourceTable::admit(const SourceLimits& limits, const void* owner,
-                                          std::atomic<uint32_t>* owner_nodes, Family family,
+SourceTable::Admission SourceTable::admit(const SourceLimits& limits, const SourceOwner& owner, Family family,
                                           const IpAddress& address, SourceNode*& node) noexcept {
-  const uint64_t h = hash(owner, family, address);
+  const uint64_t h = hash(owner.id, family, address);
   const auto shard_index = static_cast<uint16_t>(h & (shards_.size() - 1));
   Shard& shard = *shards_[shard_index];
   std::lock_guard guard(shard.lock);
   SourceNode* n = shard.bucket(h);
-  while (n != nullptr && (n->owner != owner || n->family != family || n->address != address)) n = n->next;
+  while (n != nullptr && (n->owner.id != owner.id || n->family != family || n->address != address))
+    n = n->next;
   if (n == nullptr) {
     if (count_.load(std::memory_order_relaxed) >= limit_.load(std::memory_order_relaxed))
       return Admission::TableFull;
     // Checked and counted under this shard's lock only: two workers creating a rule's last
     // allowed node at once in different shards can overshoot max-src-nodes by one each.
-    if (limits.max_src_nodes != 0 && owner_nodes != nullptr &&
-        owner_nodes->load(std::memory_order_relaxed) >= limits.max_src_nodes)
+    if (limits.max_src_nodes != 0 && owner.nodes != nullptr &&
+        owner.nodes->load(std::memory_order_relaxed) >= limits.max_src_nodes)
       return Admission::NodesLimit;
     try {
       n = shard.allocate();
@@ -98,7 +98,7 @@ SourceTable::Admission SourceTable::admit(const SourceLimits& limits, const void
       return Admission::NoMemory;
     }
     n->owner = owner;
-    n->owner_nodes = owner_nodes;
+    n->rate_seconds = limits.conn_rate_seconds;
     n->family = family;
     n->address = address;
     n->shard = shard_index;
@@ -106,7 +106,7 @@ SourceTable::Admission SourceTable::admit(const SourceLimits& limits, const void
     n->next = head;
     head = n;
     count_.fetch_add(1, std::memory_order_relaxed);
-    if (owner_nodes != nullptr) owner_nodes->fetch_add(1, std::memory_order_relaxed);
+    if (owner.nodes != nullptr) owner.nodes->fetch_add(1, std::memory_order_relaxed);
   } else if (limits.max_src_states != 0 && n->states >= limits.max_src_states) {
     return Admission::StatesLimit;
   }
@@ -120,10 +120,10 @@ void SourceTable::release(SourceNode* node, bool was_connection) noexcept {
   std::lock_guard guard(shard.lock);
   if (was_connection && node->connections > 0) --node->connections;
   if (--node->states > 0) return;
-  SourceNode** slot = &shard.bucket(hash(node->owner, node->family, node->address));
+  SourceNode** slot = &shard.bucket(hash(node->owner.id, node->family, node->address));
   while (*slot != nullptr && *slot != node) slot = &(*slot)->next;
   if (*slot == node) *slot = node->next;
-  if (node->owner_nodes != nullptr) node->owner_nodes->fetch_sub(1, std::memory_order_relaxed);
+  if (node->owner.nodes != nullptr) node->owner.nodes->fetch_sub(1, std::memory_order_relaxed);
   --shard.count;
   count_.fetch_sub(1, std::memory_order_relaxed);
   node->next = shard.free;
@@ -136,19 +136,40 @@ bool SourceTable::established(SourceNode* node, const SourceLimits& limits, Mill
   ++node->connections;
   bool within = limits.max_src_conn == 0 || node->connections <= limits.max_src_conn;
   if (limits.conn_rate_count != 0) {
-    // pf_add_threshold: the count decays in proportion to the time since the last connection.
-    const auto period = static_cast<uint64_t>(limits.conn_rate_seconds) * 1000;
-    const auto elapsed = static_cast<uint64_t>(std::max<int64_t>(0, (now - node->rate_at).count()));
-    if (elapsed >= period) {
-      node->rate = 0;
-    } else {
-      node->rate -= node->rate * elapsed / period;
-    }
-    node->rate += kRateUnit;
+    node->rate_seconds = limits.conn_rate_seconds;
+    node->rate = decayed_rate(*node, now) + kRateUnit;
     node->rate_at = now;
     within = within && node->rate <= static_cast<uint64_t>(limits.conn_rate_count) * kRateUnit;
   }
   return within;
+}
+
+// pf_add_threshold's decay: the count falls in proportion to the time since it was last raised,
+// to nothing after a whole period.
+uint64_t SourceTable::decayed_rate(const SourceNode& node, Millis now) noexcept {
+  const auto period = static_cast<uint64_t>(node.rate_seconds) * 1000;
+  const auto elapsed = static_cast<uint64_t>(std::max<int64_t>(0, (now - node.rate_at).count()));
+  if (elapsed >= period) return 0;
+  return node.rate - node.rate * elapsed / period;
+}
+
+void SourceTable::for_each(Millis now, const std::function<void(const SourceView&)>& visit) const {
+  for (const auto& shard : shards_) {
+    std::lock_guard guard(shard->lock);
+    for (const SourceNode* head : shard->buckets) {
+      for (const SourceNode* n = head; n != nullptr; n = n->next) {
+        SourceView v;
+        v.owner = n->owner;
+        v.family = n->family;
+        v.address = n->address;
+        v.states = n->states;
+        v.connections = n->connections;
+        v.rate = static_cast<double>(decayed_rate(*n, now)) / kRateUnit;
+        v.rate_seconds = n->rate_seconds;
+        visit(v);
+      }
+    }
+  }
 }
 
 }  // namespace pairwall::engine

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,10 +41,16 @@ struct SourceLimits {
   bool limits_connections() const { return max_src_conn != 0 || conn_rate_count != 0; }
 };
 
+// Whose limits a node counts under: a rule's (source-track rule) or every global rule's.
+struct SourceOwner {
+  const void* id = nullptr;                // the rule's identity; nullptr for source-track global
+  std::atomic<uint32_t>* nodes = nullptr;  // the rule's node count, for max-src-nodes
+  uint32_t rule = 0;                       // its number, for listings
+};
+
 struct SourceNode {
   SourceNode* next = nullptr;  // the bucket's chain, or the free list
-  const void* owner = nullptr;
-  std::atomic<uint32_t>* owner_nodes = nullptr;  // the rule's node count, for max-src-nodes
+  SourceOwner owner;
   IpAddress address;
   Family family = Family::V4;
   uint16_t shard = 0;
@@ -53,6 +60,18 @@ struct SourceNode {
   // period, raised by kRateUnit per connection.
   uint64_t rate = 0;
   Millis rate_at{0};
+  uint32_t rate_seconds = 0;  // the rate's period, from the limits it was admitted under
+};
+
+// A node as listings show it.
+struct SourceView {
+  SourceOwner owner;
+  Family family = Family::V4;
+  IpAddress address;
+  uint32_t states = 0;
+  uint32_t connections = 0;
+  double rate = 0;  // connections counted over the last rate_seconds
+  uint32_t rate_seconds = 0;
 };
 
 class SourceTable {
@@ -70,11 +89,10 @@ class SourceTable {
   SourceTable(const SourceTable&) = delete;
   SourceTable& operator=(const SourceTable&) = delete;
 
-  // Counts one more state of `address` under `limits`, creating its node if need be. `owner` is
-  // the rule's identity (nullptr for source-track global) and `owner_nodes` its node count. On
+  // Counts one more state of `address` under `owner`'s `limits`, creating its node if need be. On
   // Admitted, `node` is where the state keeps its share, to give back with release().
-  Admission admit(const SourceLimits& limits, const void* owner, std::atomic<uint32_t>* owner_nodes,
-                  Family family, const IpAddress& address, SourceNode*& node) noexcept;
+  Admission admit(const SourceLimits& limits, const SourceOwner& owner, Family family,
+                  const IpAddress& address, SourceNode*& node) noexcept;
 
   // A state of the node is gone; `was_connection` if it had been counted by established().
   void release(SourceNode* node, bool was_connection) noexcept;
@@ -83,6 +101,9 @@ class SourceTable {
   // False when the node is now over max-src-conn or max-src-conn-rate (the connection still
   // counts until its state goes).
   bool established(SourceNode* node, const SourceLimits& limits, Millis now) noexcept;
+
+  // Visits every node as of `now`, shard by shard under its lock (control path).
+  void for_each(Millis now, const std::function<void(const SourceView&)>& visit) const;
 
   std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
   uint32_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
@@ -93,6 +114,7 @@ class SourceTable {
  private:
   struct Shard;
   uint64_t hash(const void* owner, Family family, const IpAddress& address) const noexcept;
+  static uint64_t decayed_rate(const SourceNode& node, Millis now) noexcept;
 
   SipKey key_;
   std::vector<std::unique_ptr<Shard>> shards_;

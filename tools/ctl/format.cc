@@ -144,6 +144,25 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
   return o.str();
 }
 
+std::string format_sources(const control::SourceList& list) {
+  std::ostringstream o;
+  for (const auto& n : list.sources()) {
+    o << n.address() << "  " << (n.global() ? std::string("global") : "rule @" + std::to_string(n.rule()))
+      << "  states " << n.states() << ", connections " << n.connections();
+    if (n.rate_seconds() != 0) {
+      char rate[32];
+      std::snprintf(rate, sizeof rate, "%.1f", n.rate());
+      o << ", rate " << rate << "/" << n.rate_seconds() << "s";
+    }
+    o << "\n";
+  }
+  o << list.total() << " of " << list.limit() << " source nodes";
+  if (static_cast<uint64_t>(list.sources_size()) < list.total())
+    o << " (" << list.sources_size() << " listed)";
+  o << "\n";
+  return o.str();
+}
+
 std::string format_states(const control::StateList& list, bool count_only) {
   std::ostringstream o;
   if (count_only) {

@@ -13,6 +13,8 @@ std::string format_rules(const control::RuleList& rules);
 // (`edited`), first how many entries it added and deleted.
 std::string format_tables(const control::TableList& tables, bool entries, bool edited);
 std::string format_states(const control::StateList& states, bool count_only);
+// One source node a line, as pfctl -s Sources -v shows them, then how many of the limit.
+std::string format_sources(const control::SourceList& sources);
 std::string format_stats(const control::Stats& s);
 std::string format_sync(const control::SyncStatus& s);
 std::string format_failover(const control::FailoverStatus& s);

@@ -41,6 +41,7 @@ commands:
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
   flush states                   remove every state (and tell the sync peer)
+  sources [--limit N]            the source nodes of the rules' max-src-* limits, as pfctl -s Sources
   tables [show NAME]             the running rules' tables and their sizes, or one table's entries
   tables add|delete NAME ADDR... change a table of the running rules (ADDR: address, prefix, or
   tables flush NAME              !PREFIX for an exception), as pfctl -T; a reload sets the
@@ -186,6 +187,10 @@ Request build_request(const Invocation& inv) {
     } else {
       throw UsageError{"tables: unknown subcommand '" + sub + "' (show, add, delete, flush)"};
     }
+  } else if (cmd == "sources") {
+    need(1);
+    if (inv.limit) r.mutable_sources()->set_limit(*inv.limit);
+    r.mutable_sources();
   } else if (cmd == "stats") {
     need(1);
     r.mutable_stats();
@@ -228,7 +233,9 @@ Request build_request(const Invocation& inv) {
     for (const auto& word : w) all += (all.empty() ? "" : " ") + word;
     throw UsageError{"unknown command '" + all + "'"};
   }
-  if (cmd != "states" && (inv.count || inv.limit)) throw UsageError{"--count and --limit go with 'states'"};
+  if (cmd != "states" && inv.count) throw UsageError{"--count goes with 'states'"};
+  if (cmd != "states" && cmd != "sources" && inv.limit)
+    throw UsageError{"--limit goes with 'states' and 'sources'"};
   return r;
 }
 
@@ -271,6 +278,8 @@ std::string human(const Request& request, const Response& response, bool count_o
       return ctl::format_tables(response.tables(),
                                 request.has_table_edit() || !request.tables().name().empty(),
                                 request.has_table_edit());
+    case Response::kSources:
+      return ctl::format_sources(response.sources());
     case Response::kKilled:
       return "killed " + std::to_string(response.killed().states()) + " states\n";
     case Response::kSyncStatus:

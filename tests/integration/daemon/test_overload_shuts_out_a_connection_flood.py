@@ -27,6 +27,11 @@ def test_overload_shuts_out_a_connection_flood(lan, daemon_factory):
     for i in range(3):
         assert lan.connect(4, BLOCKED)["result"] == "ok", f"connection {i + 1} of 3 allowed"
     assert bruteforce_entries(fw) == []
+    # pfctl -s Sources: the client's node under the guarding rule (@10), three connections counted.
+    nodes = fw.json("sources")["sources"]
+    assert [(n["address"], n["rule"], n["connections"], n["rate_seconds"]) for n in nodes] == [
+        (CLIENT4, 10, 3, 60)], nodes
+    assert f"{CLIENT4}  rule @10  states 3, connections 3, rate 3.0/60s" in fw.ctl("sources").stdout
 
     fourth = lan.connect(4, BLOCKED, timeout=1.0)
     assert fourth["result"] != "ok", fourth

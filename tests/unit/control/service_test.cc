@@ -472,6 +472,18 @@ TEST_CASE("service: overload adds a source to its table and flushes its states",
       REQUIRE(handshake(40000) == engine::Reason::State);
       CHECK(handshake(40001) == engine::Reason::SourceLimit);
 
+      // pfctl -s Sources: the client under the SSH rule, its one admitted connection counted.
+      const Response listed = d.call(make([](Request& q) { q.mutable_sources(); }));
+      REQUIRE(listed.sources().sources_size() == 1);
+      CHECK(listed.sources().total() == 1);
+      CHECK(listed.sources().limit() == 10'000);
+      const auto& node = listed.sources().sources(0);
+      CHECK(node.address() == "10.0.0.1");
+      CHECK(node.rule() == 1);
+      CHECK_FALSE(node.global());
+      CHECK(node.connections() == 1);  // the refused one went with its state
+      CHECK(node.states() == 1);
+
       std::vector<engine::SourceOverload> overloads;
       engine::SourceOverload o;
       while (d.data_plane.worker.overloads().pop(o)) overloads.push_back(o);

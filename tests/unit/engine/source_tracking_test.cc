@@ -136,8 +136,15 @@ TEST_CASE("max-src-conn-rate: N connections per S seconds, the count decaying ov
   uint16_t port = 1000;
   for (int i = 0; i < 3; ++i) CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
   CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::SourceLimit);
+  auto listed_rate = [&] {
+    double rate = -1;
+    fw.engine.sources().for_each(fw.now, [&](const SourceView& v) { rate = v.rate; });
+    return rate;
+  };
+  CHECK(listed_rate() == Approx(4.0));
   // Five seconds later half of the count has decayed: 4 - 2 = 2, and one more fits.
   fw.now += Millis{5'000};
+  CHECK(listed_rate() == Approx(2.0));
   CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
   CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::SourceLimit);
   // A full period later the count starts again.
@@ -171,18 +178,19 @@ TEST_CASE("SourceTable: nodes are found again, freed with their last state, reus
   SourceLimits limits;
   limits.max_src_states = 3;
   std::atomic<uint32_t> nodes{0};
-  const int owner = 0;
+  const int rule_identity = 0;
+  const SourceOwner owner{&rule_identity, &nodes, 7};
   const IpAddress a = IpAddress::v4(0x0a000001);
   const IpAddress b = IpAddress::v4(0x0a000002);
   SourceNode* first = nullptr;
   SourceNode* again = nullptr;
   SourceNode* other = nullptr;
-  REQUIRE(table.admit(limits, &owner, &nodes, Family::V4, a, first) == SourceTable::Admission::Admitted);
-  REQUIRE(table.admit(limits, &owner, &nodes, Family::V4, a, again) == SourceTable::Admission::Admitted);
+  REQUIRE(table.admit(limits, owner, Family::V4, a, first) == SourceTable::Admission::Admitted);
+  REQUIRE(table.admit(limits, owner, Family::V4, a, again) == SourceTable::Admission::Admitted);
   CHECK(first == again);
   CHECK(first->states == 2);
   // The same address of another family, or under another owner, is another node.
-  REQUIRE(table.admit(limits, nullptr, nullptr, Family::V4, a, other) == SourceTable::Admission::Admitted);
+  REQUIRE(table.admit(limits, SourceOwner{}, Family::V4, a, other) == SourceTable::Admission::Admitted);
   CHECK(other != first);
   CHECK(table.size() == 2);
   CHECK(nodes.load() == 1);
@@ -191,9 +199,16 @@ TEST_CASE("SourceTable: nodes are found again, freed with their last state, reus
   CHECK(table.size() == 1);
   CHECK(nodes.load() == 0);
   SourceNode* fresh = nullptr;
-  REQUIRE(table.admit(limits, &owner, &nodes, Family::V4, b, fresh) == SourceTable::Admission::Admitted);
+  REQUIRE(table.admit(limits, owner, Family::V4, b, fresh) == SourceTable::Admission::Admitted);
   CHECK(fresh->states == 1);
   CHECK(fresh->connections == 0);
+  std::vector<SourceView> listed;
+  table.for_each(Millis{0}, [&](const SourceView& v) { listed.push_back(v); });
+  REQUIRE(listed.size() == 2);
+  for (const SourceView& v : listed) {
+    CHECK(v.states == 1);
+    CHECK((v.owner.id == nullptr || (v.owner.id == &rule_identity && v.owner.rule == 7)));
+  }
 }
 
 TEST_CASE("SourceTable: many addresses spread over the shards and come back", "[source][table]") {
@@ -202,14 +217,14 @@ TEST_CASE("SourceTable: many addresses spread over the shards and come back", "[
   std::vector<SourceNode*> nodes;
   for (uint32_t i = 0; i < 5000; ++i) {
     SourceNode* n = nullptr;
-    REQUIRE(table.admit(limits, nullptr, nullptr, Family::V6, IpAddress{0x20010db8ull << 32, i}, n) ==
+    REQUIRE(table.admit(limits, SourceOwner{}, Family::V6, IpAddress{0x20010db8ull << 32, i}, n) ==
             SourceTable::Admission::Admitted);
     nodes.push_back(n);
   }
   CHECK(table.size() == 5000);
   for (uint32_t i = 0; i < 5000; i += 7) {
     SourceNode* n = nullptr;
-    REQUIRE(table.admit(limits, nullptr, nullptr, Family::V6, IpAddress{0x20010db8ull << 32, i}, n) ==
+    REQUIRE(table.admit(limits, SourceOwner{}, Family::V6, IpAddress{0x20010db8ull << 32, i}, n) ==
             SourceTable::Admission::Admitted);
     CHECK(n == nodes[i]);
     table.release(n, false);
