@@ -21,6 +21,8 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
       s.packets += w->packets();
       s.bytes += w->bytes();
       s.events_lost += w->events_lost();
+      s.source_overloads += w->overloads_queued();
+      s.source_overloads_lost += w->overloads_lost();
       for (std::size_t i = 0; i < engine::kReasonCount; ++i) {
         s.reasons[i] += w->counters().get(static_cast<engine::Reason>(i));
       }
@@ -77,6 +79,13 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   out.sample(s.source_nodes);
   out.family("pairwall_source_node_limit", T::Gauge, "Maximum source nodes (set limit src-nodes).");
   out.sample(s.source_node_limit);
+  out.family("pairwall_source_overloads_total", T::Counter,
+             "Sources that went over a rule's max-src-conn or max-src-conn-rate where the rule says "
+             "overload <table>: each queued to join the table.");
+  out.sample(s.source_overloads);
+  out.family("pairwall_source_overloads_lost_total", T::Counter,
+             "Overloads dropped before the table saw them (a worker's overload ring full).");
+  out.sample(s.source_overloads_lost);
   out.family("pairwall_state_events_lost_total", T::Counter,
              "State changes dropped before sync saw them (event ring full).");
   out.sample(s.events_lost);

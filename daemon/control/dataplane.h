@@ -51,6 +51,8 @@ struct CountersSnapshot {
   double timeout_scale = 1.0;  // adaptive timeouts' factor at the last expiry run
   uint64_t source_nodes = 0;
   uint64_t source_node_limit = 0;
+  uint64_t source_overloads = 0;  // queued for their tables
+  uint64_t source_overloads_lost = 0;
   uint64_t events_lost = 0;
   std::vector<RuleCounters> rules;
   std::vector<QueueCounters> queues;
@@ -64,7 +66,8 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
 class MetricWriter;
 // pairwall_packets_total, pairwall_bytes_total, pairwall_verdicts_total{reason}, pairwall_states,
 // pairwall_state_limit, pairwall_timeout_scale, pairwall_source_nodes, pairwall_source_node_limit,
-// pairwall_rule_*{rule}, pairwall_queue_*{queue}.
+// pairwall_source_overloads_total, pairwall_source_overloads_lost_total, pairwall_rule_*{rule},
+// pairwall_queue_*{queue}.
 void render_core_metrics(const CountersSnapshot& snapshot, MetricWriter& out);
 
 }  // namespace pairwall::control

@@ -827,9 +827,8 @@ bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Mill
     overload.address = state->key(0).addr[0];
     overload.owner = rule->stats.get();
     overload.flush = rule->overload_flush;
-    if (!worker.overloads_.push(overload))
-      worker.overloads_lost_.store(worker.overloads_lost_.load(std::memory_order_relaxed) + 1,
-                                   std::memory_order_relaxed);
+    auto& counter = worker.overloads_.push(overload) ? worker.overloads_queued_ : worker.overloads_lost_;
+    counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   return false;
 }

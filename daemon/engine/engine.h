@@ -102,6 +102,7 @@ class Worker {
   SpscRing<StateRecord>& events() { return events_; }
   uint64_t events_lost() const { return events_lost_.load(std::memory_order_relaxed); }
   SpscRing<SourceOverload>& overloads() { return overloads_; }
+  uint64_t overloads_queued() const { return overloads_queued_.load(std::memory_order_relaxed); }
   uint64_t overloads_lost() const { return overloads_lost_.load(std::memory_order_relaxed); }
   uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
@@ -119,6 +120,7 @@ class Worker {
   SpscRing<StateRecord> events_;
   std::atomic<uint64_t> events_lost_{0};
   SpscRing<SourceOverload> overloads_;
+  std::atomic<uint64_t> overloads_queued_{0};
   std::atomic<uint64_t> overloads_lost_{0};
   std::atomic<uint64_t> packets_{0};
   std::atomic<uint64_t> bytes_{0};

@@ -97,6 +97,8 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   s.timeout_scale = 0.5;
   s.source_nodes = 3;
   s.source_node_limit = 10000;
+  s.source_overloads = 4;
+  s.source_overloads_lost = 1;
   s.rules.push_back({0, "block all", "pf.conf:1", 6, 6, 384, 0, 0});
   s.rules.push_back({1, "pass proto tcp to port 80", "pf.conf:2", 60, 90, 5760, 12, 15});
   s.queues.push_back({3, 100, 6400, 7, 8, 9, 1});
@@ -127,6 +129,9 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("# TYPE pairwall_source_nodes gauge");
   has("pairwall_source_nodes 3");
   has("pairwall_source_node_limit 10000");
+  has("# TYPE pairwall_source_overloads_total counter");
+  has("pairwall_source_overloads_total 4");
+  has("pairwall_source_overloads_lost_total 1");
   has("pairwall_rule_packets_total{rule=\"0\"} 6");
   has("pairwall_rule_packets_total{rule=\"1\"} 90");
   has("pairwall_rule_bytes_total{rule=\"1\"} 5760");

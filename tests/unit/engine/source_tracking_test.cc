@@ -274,4 +274,6 @@ TEST_CASE("overload: the source that goes over a connection limit is queued for 
   CHECK(o.flush == rules::OverloadFlush::Global);
   CHECK(o.owner == fw.engine.rules()->rule(1).stats.get());
   CHECK_FALSE(fw.worker.overloads().pop(o));
+  CHECK(fw.worker.overloads_queued() == 1);
+  CHECK(fw.worker.overloads_lost() == 0);
 }
