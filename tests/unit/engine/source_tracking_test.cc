@@ -88,25 +88,22 @@ TEST_CASE("max-src-nodes limits how many addresses a rule's states come from", "
 
 TEST_CASE("source-track: per rule by default, shared by the rules that say global",
           "[engine][limits][source]") {
-  SECTION("rule") {
-    Firewall fw(
-        "pass out proto tcp to port 22 keep state (max-src-states 1)\n"
-        "pass out proto tcp to port 80 keep state (max-src-states 1)");
+  struct Case {
+    const char* options;
+    Reason web;  // the address's second state, made by the other rule
+    std::size_t nodes;
+  };
+  for (const Case c : {Case{"max-src-states 1", Reason::Match, 2},
+                       Case{"max-src-states 1, source-track rule", Reason::Match, 2},
+                       Case{"max-src-states 1, source-track global", Reason::SourceLimit, 1}}) {
+    INFO(c.options);
+    Firewall fw(std::string("pass out proto tcp to port 22 keep state (") + c.options + ")\n" +
+                "pass out proto tcp to port 80 keep state (" + c.options + ")");
     CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
     PacketBuilder web;
     web.ipv4("10.1.0.1", kServer).tcp(1002, 80).flags(tcpflag::kSyn).seq(1);
-    CHECK(fw.out(web.build()).reason == Reason::Match);
-    CHECK(fw.engine.sources().size() == 2);
-  }
-  SECTION("global") {
-    Firewall fw(
-        "pass out proto tcp to port 22 keep state (max-src-states 1, source-track global)\n"
-        "pass out proto tcp to port 80 keep state (max-src-states 1, source-track global)");
-    CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
-    PacketBuilder web;
-    web.ipv4("10.1.0.1", kServer).tcp(1002, 80).flags(tcpflag::kSyn).seq(1);
-    CHECK(fw.out(web.build()).reason == Reason::SourceLimit);
-    CHECK(fw.engine.sources().size() == 1);
+    CHECK(fw.out(web.build()).reason == c.web);
+    CHECK(fw.engine.sources().size() == c.nodes);
   }
 }
 
