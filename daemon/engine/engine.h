@@ -80,8 +80,6 @@ struct EngineConfig {
 
 class Engine;
 
-// Per-thread context for process(): counters written only by this thread, and the state change
-// records this thread produced, for sync to drain.
 // A source that went over a rule's max-src-conn or max-src-conn-rate, where the rule says
 // `overload <table>`: the daemon adds the address to the table and, with `flush`, kills its states
 // (of this rule, or with `flush global` all of them). Off the packet path: the worker only queues it.
@@ -94,6 +92,8 @@ struct SourceOverload {
   rules::OverloadFlush flush = rules::OverloadFlush::None;
 };
 
+// Per-thread context for process(): counters written only by this thread, and the state change
+// records and overloads this thread produced, for sync and the daemon to drain.
 class Worker {
  public:
   explicit Worker(Engine& engine);

@@ -1,7 +1,5 @@
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
 
 namespace pairwall::engine {
@@ -11,17 +9,7 @@ namespace pairwall::engine {
 // a two-core machine gets the CPU back.
 class SpinLock {
  public:
-  void lock() noexcept {
-    for (unsigned spins = 0;; ++spins) {
-      if (!locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire))
-        return;
-      if (spins < 256) {
-        __builtin_ia32_pause();
-      } else {
-        sched_yield();
-      }
-    }
-  }
+  void lock() noexcept;
   bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 

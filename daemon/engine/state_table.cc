@@ -1,6 +1,5 @@
 #include "daemon/engine/state_table.h"
 
-#include <sched.h>
 #include <sys/mman.h>
 
 #include <algorithm>
