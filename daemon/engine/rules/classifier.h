@@ -33,20 +33,20 @@
 // sets: at 1,000 rules, packets that only `block all` decides took 145 ns without anchors and 81 ns
 // with them; at 10,000 rules a packet visits 1.45 words on average (1.0 at 10 rules).
 //
-// What still grows: the per-packet work is nearly flat (in match_batch(), counted with callgrind
-// on the benchmark before the IPv4 direct table came: about 930 instructions a packet at 10 rules,
-// whose measured packets were then all IPv6, and 1,040 at 10,000), but a 10,000-rule structure (16 MB
-// with the compiled rules) does not stay in L1 or L2, and a packet meets more candidate words
-// (1.45, see above), whose count the branch predictor cannot know. match_batch() overlaps the
-// misses of a batch. Where a condition is a coin toss per packet in a large rule set (does this
+// What still grows: a 10,000-rule structure (16 MB with the compiled rules) does not stay in L1
+// or L2, and a packet meets more candidate words (1.45, see above), whose count the branch
+// predictor cannot know. match_batch() overlaps the misses of a batch, at the price of
+// instructions: counted with callgrind on the benchmark's packets, one match() a packet takes
+// about 500 instructions at 10 rules and 590 at 10,000, match_batch() 660 a packet at 10,000
+// (130 of them an IPv6 walk's share: 3.6 radix rounds of about 47 instructions each, for a
+// depth of 2 to 5). Where a condition is a coin toss per packet in a large rule set (does this
 // class record hold the pass's anchor group?), the batch computes with masks instead of
 // branching: a mispredicted branch discards the loads the batch has in flight; where the
 // condition is predictable (an IPv6 node's shape, a walk ending at a leaf), masks measured slower
 // than branches. A structure small enough to stay in L1 and L2 is matched one query at a time
-// (batch_pays()). pairwall-bench engine (--seconds 0.5 --runs 3, four undisturbed invocations on a
-// 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 22.8 to 23.2 Mpps
-// at 10 rules and 13.8 to 14.2 at 10,000, a ratio of 0.60 to 0.62 (0.65 to 0.66 while 10 rules
-// were batched too).
+// (batch_pays()). pairwall-bench engine (--seconds 0.5 --runs 3, three alternating invocations
+// on a 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 22.5 to 22.6
+// Mpps at 10 rules and 15.2 to 15.4 at 10,000, a ratio of 0.67 to 0.69.
 // Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
 // instrumented build, 10 -> 10,000 rules): the address walks 29-32 -> 55-58 (an IPv6 query's about
 // 54 -> 107-114: as many radix steps, but a batch runs as many rounds as its deepest walk and the nodes
@@ -315,8 +315,8 @@ class Classifier {
   uint32_t match(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
   // match() for each query: out[i] for queries[i]. The lookups of kBatch queries advance together
-  // through the stages of a match (address index, class records, first candidate word, the rest),
-  // each stage prefetching what the next one reads, so that the queries' cache misses overlap
+  // through the stages of a match (small tables and address index, class records, the rest), the
+  // first two prefetching what the next one reads, so that the queries' cache misses overlap
   // instead of adding up: a large rule set's structure lives in L2 and L3, not in L1. 32: the two
   // passes of each of a prefetch group's forwarded new flows (Engine::kPrefetchGroup).
   static constexpr std::size_t kBatch = 32;
@@ -363,13 +363,12 @@ class Classifier {
     uint32_t word_base;          // the first word of the scanned summary word's candidates
     uint64_t candidates;         // the candidate words left, as bits from word_base
   };
-  // The stages, in order; between them the batch prefetches what the next one reads.
+  // The stages, in order.
   void begin(Probe& probe, const MatchQuery& query) const noexcept;  // all but the addresses
   void set_addresses(Probe& probe, uint32_t src_record, uint32_t dst_record) const noexcept;
   template <bool kBatched>
   void find_anchors(Probe& probe) const noexcept;
   void next_candidates(Probe& probe) const noexcept;  // up to the first summary word with any
-  void prefetch_word(const Probe& probe) const noexcept;
   // One query's stages up to finish(), as match() and words_tested() take them.
   void start(Probe& probe, const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
   template <typename OnWord>
