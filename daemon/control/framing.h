@@ -15,7 +15,9 @@ namespace pairwall::control {
 
 inline constexpr uint32_t kControlProtocolVersion = 1;
 inline constexpr std::size_t kFrameHeaderBytes = 4;
-inline constexpr std::size_t kMaxRequestBytes = 64u << 10;
+// A request carries at most a table's new contents (`pairwallctl tables replace NAME -f FILE`):
+// 16 MiB holds about 800,000 addresses.
+inline constexpr std::size_t kMaxRequestBytes = 16u << 20;
 inline constexpr std::size_t kMaxResponseBytes = 64u << 20;
 
 // Appends the frame carrying `message` to `out`. Returns false (and leaves `out` as it was) when the

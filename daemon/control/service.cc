@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
+#include <tuple>
 #include <vector>
 
 #include "daemon/control/framing.h"
@@ -370,6 +372,27 @@ void fill_table(const engine::rules::Table& t, bool with_entries, TableInfo* out
   for (const auto& p : t.negated_entries) out->add_entries("!" + engine::to_string(p));
 }
 
+// A table's entries as a set, so that an edit of many entries (a feed's list) costs n log n.
+class TableEntrySet {
+ public:
+  TableEntrySet() = default;
+  explicit TableEntrySet(const engine::rules::Table& t) {
+    for (const auto& p : t.entries) keys_.insert(key({false, p}));
+    for (const auto& p : t.negated_entries) keys_.insert(key({true, p}));
+  }
+  bool insert(const engine::TableEntry& e) { return keys_.insert(key(e)).second; }
+  bool erase(const engine::TableEntry& e) { return keys_.erase(key(e)) != 0; }
+  bool contains(const engine::TableEntry& e) const { return keys_.contains(key(e)); }
+  std::size_t size() const { return keys_.size(); }
+
+ private:
+  using Key = std::tuple<bool, engine::Family, uint64_t, uint64_t, uint8_t>;
+  static Key key(const engine::TableEntry& e) {
+    return {e.negated, e.prefix.family, e.prefix.address.hi, e.prefix.address.lo, e.prefix.length};
+  }
+  std::set<Key> keys_;
+};
+
 }  // namespace
 
 std::string ControlService::tables(const TablesRequest& request, TableList* out) const {
@@ -390,26 +413,47 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
                             [&](const engine::rules::Table& t) { return t.name == request.name(); });
   if (table == edited.tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;
   if (table->is_const) return "tables: <" + request.name() + "> is const: change it in " + rules_file_;
+  std::vector<engine::TableEntry> wanted;
+  wanted.reserve(static_cast<std::size_t>(request.addresses_size()));
+  for (const std::string& text : request.addresses()) {
+    const auto entry = engine::parse_table_entry(text);
+    if (!entry) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
+    wanted.push_back(*entry);
+  }
+  if ((request.op() == TableEdit::ADD || request.op() == TableEdit::DELETE) && wanted.empty())
+    return "tables: name at least one address or prefix";
+  if (request.op() == TableEdit::FLUSH && !wanted.empty()) return "tables: flush takes no addresses";
   uint32_t added = 0;
   uint32_t deleted = 0;
-  if (request.op() == TableEdit::FLUSH) {
-    deleted = static_cast<uint32_t>(table->entries.size() + table->negated_entries.size());
+  if (request.op() == TableEdit::FLUSH || request.op() == TableEdit::REPLACE) {
+    // Counted against what the table held, so that a feed's replace reports what changed.
+    const TableEntrySet before(*table);
     table->entries.clear();
     table->negated_entries.clear();
+    TableEntrySet after;
+    for (const engine::TableEntry& e : wanted) {
+      if (!after.insert(e)) continue;
+      (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
+      added += !before.contains(e);
+    }
+    deleted = static_cast<uint32_t>(before.size() - (after.size() - added));
+  } else if (request.op() == TableEdit::ADD) {
+    TableEntrySet present(*table);
+    for (const engine::TableEntry& e : wanted) {
+      if (!present.insert(e)) continue;
+      (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
+      ++added;
+    }
   } else {
-    if (request.addresses().empty()) return "tables: name at least one address or prefix";
-    for (const std::string& text : request.addresses()) {
-      const auto entry = engine::parse_table_entry(text);
-      if (!entry) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
-      auto& list = entry->negated ? table->negated_entries : table->entries;
-      const auto at = std::find(list.begin(), list.end(), entry->prefix);
-      if (request.op() == TableEdit::ADD && at == list.end()) {
-        list.push_back(entry->prefix);
-        ++added;
-      } else if (request.op() == TableEdit::DELETE && at != list.end()) {
-        list.erase(at);
-        ++deleted;
-      }
+    TableEntrySet removed;
+    for (const engine::TableEntry& e : wanted) removed.insert(e);
+    for (const bool negated : {false, true}) {
+      auto& list = negated ? table->negated_entries : table->entries;
+      const auto kept = std::remove_if(list.begin(), list.end(), [&](const engine::IpPrefix& p) {
+        return removed.contains({negated, p});
+      });
+      deleted += static_cast<uint32_t>(list.end() - kept);
+      list.erase(kept, list.end());
     }
   }
   if (added != 0 || deleted != 0) {

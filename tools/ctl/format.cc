@@ -130,10 +130,12 @@ std::string format_rules(const control::RuleList& rules) {
 }
 
 std::string format_tables(const control::TableList& tables, bool entries, bool edited) {
+  constexpr uint32_t kEditListed = 32;
   std::ostringstream o;
   if (edited) o << tables.added() << " added, " << tables.deleted() << " deleted\n";
   for (const auto& t : tables.tables()) {
-    if (entries) {
+    // After an edit, a table the size of a feed's list is summed up rather than listed.
+    if (entries && !(edited && t.count() > kEditListed)) {
       for (const auto& e : t.entries()) o << "   " << table_entry(e) << "\n";
       continue;
     }

@@ -10,7 +10,8 @@ namespace pairwall::ctl {
 std::string format_status(const control::Status& s);
 std::string format_rules(const control::RuleList& rules);
 // Every table and its size, or (`entries`) each table's entries, one a line; after an edit
-// (`edited`), first how many entries it added and deleted.
+// (`edited`), first how many entries it added and deleted, and a table of more than 32 entries
+// by its size alone.
 std::string format_tables(const control::TableList& tables, bool entries, bool edited);
 std::string format_states(const control::StateList& states, bool count_only);
 // One source node a line, as pfctl -s Sources -v shows them, then how many of the limit.

@@ -8,16 +8,22 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "daemon/control/client.h"
 #include "daemon/control/config.h"
 #include "daemon/control/framing.h"
+#include "daemon/engine/address.h"
+#include "daemon/engine/rules/parser.h"
 #include "proto/control.pb.h"
 #include "tools/ctl/format.h"
 
@@ -44,8 +50,12 @@ commands:
   sources [--limit N]            the source nodes of the rules' max-src-* limits, as pfctl -s Sources
   tables [show NAME]             the running rules' tables and their sizes, or one table's entries
   tables add|delete NAME ADDR... change a table of the running rules (ADDR: address, prefix, or
-  tables flush NAME              !PREFIX for an exception), as pfctl -T; a reload sets the
-                                 tables back to the rule file's contents
+  tables replace NAME [ADDR...]  !PREFIX for an exception), as pfctl -T; replace leaves exactly
+  tables flush NAME              the ADDRs; a reload sets the tables back to the rule file's
+                                 contents
+  tables add|delete|replace NAME -f FILE
+                                 the same with the addresses of FILE (white space apart, # to
+                                 the end of a line a comment), as pfctl -T ... -f
   sync status
   failover status
   failover demote N | promote N  raise / lower the administrative demotion
@@ -54,6 +64,7 @@ commands:
 
 options:
   -s, --socket SOCKET            control socket (default /run/pairwall/control.sock)
+  -f, --file FILE                a table command's addresses from FILE
   --json                         machine-readable output
 )";
 
@@ -85,6 +96,7 @@ struct Invocation {
   bool json = false;
   bool count = false;
   std::optional<uint32_t> limit;
+  std::optional<std::string> file;  // -f: a table command's addresses
   std::vector<std::string> words;
 };
 
@@ -104,6 +116,8 @@ Invocation parse_args(int argc, char** argv) {
       inv.count = true;
     } else if (a == "--limit") {
       inv.limit = parse_number(value("--limit"), "--limit", UINT32_MAX);
+    } else if (a == "-f" || a == "--file") {
+      inv.file = value("-f");
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -135,6 +149,18 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
                        "' (filter: ADDRESS, port N, proto P, id C:N)"};
     }
   }
+}
+
+// A table file's entries (engine::rules::parse_table_entries()), read here: the daemon's file
+// system and working directory are not the operator's.
+std::vector<engine::TableEntry> read_table_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError{"-f " + path + ": " + std::strerror(errno)};
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto entries = engine::rules::parse_table_entries(text.str(), path);
+  if (auto* error = std::get_if<engine::rules::RuleError>(&entries)) throw UsageError{error->to_string()};
+  return std::get<std::vector<engine::TableEntry>>(std::move(entries));
 }
 
 // The request for the words after the options.
@@ -174,18 +200,27 @@ Request build_request(const Invocation& inv) {
     } else if (sub == "show") {
       need(3);
       r.mutable_tables()->set_name(w[2]);
-    } else if (sub == "add" || sub == "delete" || sub == "flush") {
+    } else if (sub == "add" || sub == "delete" || sub == "flush" || sub == "replace") {
       if (w.size() < 3) throw UsageError{"tables " + sub + ": name the table"};
       if (sub == "flush") need(3);
-      if (sub != "flush" && w.size() < 4) throw UsageError{"tables " + sub + ": name an address or prefix"};
+      if (inv.file && (sub == "flush" || w.size() > 3))
+        throw UsageError{"tables " + sub + ": -f FILE " +
+                         (sub == "flush" ? "goes with add, delete or replace" : "replaces the addresses")};
+      if ((sub == "add" || sub == "delete") && w.size() < 4 && !inv.file)
+        throw UsageError{"tables " + sub + ": name an address or prefix, or -f FILE"};
       auto* edit = r.mutable_table_edit();
       edit->set_name(w[2]);
       edit->set_op(sub == "add"      ? control::TableEdit::ADD
                    : sub == "delete" ? control::TableEdit::DELETE
-                                     : control::TableEdit::FLUSH);
+                   : sub == "flush"  ? control::TableEdit::FLUSH
+                                     : control::TableEdit::REPLACE);
       for (std::size_t i = 3; i < w.size(); ++i) edit->add_addresses(w[i]);
+      if (inv.file) {
+        for (const engine::TableEntry& e : read_table_file(*inv.file))
+          edit->add_addresses((e.negated ? "!" : "") + engine::to_string(e.prefix));
+      }
     } else {
-      throw UsageError{"tables: unknown subcommand '" + sub + "' (show, add, delete, flush)"};
+      throw UsageError{"tables: unknown subcommand '" + sub + "' (show, add, delete, replace, flush)"};
     }
   } else if (cmd == "sources") {
     need(1);
@@ -236,6 +271,7 @@ Request build_request(const Invocation& inv) {
   if (cmd != "states" && inv.count) throw UsageError{"--count goes with 'states'"};
   if (cmd != "states" && cmd != "sources" && inv.limit)
     throw UsageError{"--limit goes with 'states' and 'sources'"};
+  if (inv.file && !r.has_table_edit()) throw UsageError{"-f FILE goes with tables add, delete or replace"};
   return r;
 }
 

@@ -154,12 +154,19 @@ struct ScrubRule {
   bool no_df = false;
 };
 
+// `file "PATH"` in a table definition: the file's entries join the table's (pf's table files).
+struct TableFile {
+  SourceLocation location;  // of the path, for errors reading it
+  std::string path;         // as written; relative paths are the rule file's directory's
+};
+
 struct Table {
   SourceLocation location;
   std::string name;
   bool is_const = false;  // `const`: its entries cannot change while the rules run
   std::vector<IpPrefix> entries;
   std::vector<IpPrefix> negated_entries;  // `!10.1.2.0/24` inside a table: excluded
+  std::vector<TableFile> files;           // read by parse_rules_file(), not by parse_rules()
 };
 
 struct Settings {

@@ -1,6 +1,6 @@
 // Recursive descent over the token stream, one statement per logical line. Statements:
 //   name = value                       macro definition
-//   table <name> [persist] [const] [{ addr, !addr/len, ... }]
+//   table <name> [persist] [const] [file "path" ...] [{ addr, !addr/len, ... }]
 //   set limit ... | set timeout ...
 //   scrub ...
 //   [no] nat|rdr|binat ...
@@ -16,6 +16,9 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
+#include <tuple>
 
 #include "daemon/engine/rules/lexer.h"
 #include "daemon/engine/timeouts.h"
@@ -25,12 +28,12 @@ namespace {
 
 // Words with a meaning of their own: they cannot name macros or interfaces.
 constexpr std::string_view kKeywords[] = {
-    "all",       "any",   "binat",      "block",      "code",        "const",      "drop",  "flags",
-    "fragment",  "from",  "icmp-type",  "icmp6-type", "in",          "inet",       "inet6", "keep",
-    "limit",     "log",   "max",        "max-mss",    "min-ttl",     "modulate",   "nat",   "no",
-    "no-df",     "on",    "out",        "pass",       "persist",     "port",       "proto", "quick",
-    "random-id", "rdr",   "reassemble", "return",     "return-icmp", "return-rst", "scrub", "set",
-    "state",     "table", "timeout",    "to",
+    "all",   "any",       "binat", "block",      "code",       "const",       "drop",       "flags",
+    "file",  "fragment",  "from",  "icmp-type",  "icmp6-type", "in",          "inet",       "inet6",
+    "keep",  "limit",     "log",   "max",        "max-mss",    "min-ttl",     "modulate",   "nat",
+    "no",    "no-df",     "on",    "out",        "pass",       "persist",     "port",       "proto",
+    "quick", "random-id", "rdr",   "reassemble", "return",     "return-icmp", "return-rst", "scrub",
+    "set",   "state",     "table", "timeout",    "to",
 };
 
 // pf.conf statements this subset does not implement: say so instead of "unknown keyword".
@@ -328,6 +331,14 @@ class Parser {
         table.is_const = true;
         continue;
       }
+      if (accept_word("file")) {
+        const Token& path = peek();
+        if (path.kind != TokenKind::String || path.text.empty())
+          fail_expected(path, "a quoted file name after 'file', e.g. \"/etc/pairwall/blocked\"");
+        table.files.push_back(TableFile{loc(path), path.text});
+        take();
+        continue;
+      }
       if (at(TokenKind::LBrace)) {
         has_list = true;
         list(
@@ -346,7 +357,7 @@ class Parser {
       }
       break;
     }
-    expect_end(has_list ? "end of line" : "'persist', 'const', '{' or end of line");
+    expect_end(has_list ? "end of line" : "'persist', 'const', 'file', '{' or end of line");
     table_index_.emplace(table.name, out_.tables.size());
     out_.tables.push_back(std::move(table));
   }
@@ -1116,13 +1127,12 @@ std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string
   }
 }
 
-std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path) {
-  auto os_error = [&](int err) {
-    return RuleError{SourceLocation{path, 0, 0}, std::string("cannot read rule file: ") + std::strerror(err)};
-  };
+namespace {
+
+// The whole file in `text`; 0, or the errno of the failure.
+int read_file(const std::string& path, std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return os_error(errno);
-  std::string text;
+  if (!f) return errno;
   char buf[65536];
   for (;;) {
     const std::size_t n = std::fread(buf, 1, sizeof buf, f);
@@ -1131,8 +1141,87 @@ std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path) {
   }
   const int err = std::ferror(f) ? errno : 0;
   std::fclose(f);
-  if (err != 0) return os_error(err);
-  return parse_rules(text, path);
+  return err;
+}
+
+using PrefixKey = std::tuple<Family, uint64_t, uint64_t, uint8_t>;
+PrefixKey key_of(const IpPrefix& p) {
+  return {p.family, p.address.hi, p.address.lo, p.length};
+}
+
+// Reads the table's files into its entries, each entry once.
+std::optional<RuleError> read_table_files(Table& table, const std::string& rule_file) {
+  std::set<PrefixKey> seen[2];
+  for (const IpPrefix& p : table.entries) seen[0].insert(key_of(p));
+  for (const IpPrefix& p : table.negated_entries) seen[1].insert(key_of(p));
+  for (const TableFile& file : table.files) {
+    std::string path = file.path;
+    if (!path.starts_with('/')) {
+      const auto slash = rule_file.rfind('/');
+      if (slash != std::string::npos) path = rule_file.substr(0, slash + 1) + path;
+    }
+    std::string text;
+    if (const int err = read_file(path, text); err != 0) {
+      return RuleError{file.location, "cannot read table file \"" + path + "\": " + std::strerror(err)};
+    }
+    auto entries = parse_table_entries(text, path);
+    if (auto* error = std::get_if<RuleError>(&entries)) return std::move(*error);
+    for (const TableEntry& e : std::get<std::vector<TableEntry>>(entries)) {
+      if (seen[e.negated].insert(key_of(e.prefix)).second)
+        (e.negated ? table.negated_entries : table.entries).push_back(e.prefix);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<std::vector<TableEntry>, RuleError> parse_table_entries(std::string_view text,
+                                                                     const std::string& file_name) {
+  std::vector<TableEntry> out;
+  uint32_t line = 1;
+  std::size_t line_start = 0;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = ++i;
+    } else if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+    } else if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else {
+      const std::size_t start = i;
+      while (i < text.size() && text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n' &&
+             text[i] != '#')
+        ++i;
+      const std::string_view word = text.substr(start, i - start);
+      const auto entry = parse_table_entry(word);
+      if (!entry) {
+        const SourceLocation at{file_name, line, static_cast<uint32_t>(start - line_start + 1)};
+        return RuleError{at,
+                         "expected an address or prefix (e.g. 10.0.0.1, 2001:db8::/32, !10.0.0.0/8), got '" +
+                             std::string(word.substr(0, 64)) + "'"};
+      }
+      out.push_back(*entry);
+    }
+  }
+  return out;
+}
+
+std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path) {
+  std::string text;
+  if (const int err = read_file(path, text); err != 0) {
+    return RuleError{SourceLocation{path, 0, 0}, std::string("cannot read rule file: ") + std::strerror(err)};
+  }
+  auto parsed = parse_rules(text, path);
+  if (auto* file = std::get_if<RuleFile>(&parsed)) {
+    for (Table& table : file->tables) {
+      if (auto error = read_table_files(table, path)) return std::move(*error);
+    }
+  }
+  return parsed;
 }
 
 }  // namespace pairwall::engine::rules

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "daemon/engine/rules/ast.h"
 
@@ -18,9 +19,19 @@ struct RuleError {
   std::string to_string() const;
 };
 
+// Parses rule text. Table files (`table <t> file "PATH"`) are only named in Table::files: reading
+// them is parse_rules_file()'s.
 std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name);
 
-// Reads and parses a file; an unreadable file is a RuleError at line 0.
+// Reads and parses a rule file, then the table files it names (a relative PATH is the rule file's
+// directory's), whose entries join their tables' once each. An unreadable rule file is a
+// RuleError at line 0; an unreadable table file one at its name in the rule file; a bad entry one
+// at its place in the table file.
 std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path);
+
+// A table file's text (pf's table files, pfctl -T ... -f): addresses and prefixes separated by
+// white space, `!` before an exception, `#` starting a comment that runs to the end of the line.
+std::variant<std::vector<TableEntry>, RuleError> parse_table_entries(std::string_view text,
+                                                                     const std::string& file_name);
 
 }  // namespace pairwall::engine::rules

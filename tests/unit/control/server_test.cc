@@ -114,7 +114,7 @@ TEST_CASE("server: an oversized frame is refused before its body is read", "[ser
   ControlClient client(f.path);
   const Response r = client.call_raw(header(static_cast<uint32_t>(kMaxRequestBytes) + 1));
   CHECK_FALSE(r.ok());
-  CHECK(r.error() == "request frame of 65537 bytes exceeds the 65536-byte limit");
+  CHECK(r.error() == "request frame of 16777217 bytes exceeds the 16777216-byte limit");
   CHECK_THROWS(client.call(rules_load("/x")));
   CHECK(f.handled == 0);
 }

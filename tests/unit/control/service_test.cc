@@ -430,6 +430,34 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   CHECK(r.tables().deleted() == 1);
   CHECK(r.tables().tables(0).count() == 0);
 
+  // Replace leaves exactly the list given and counts what changed, as a feed's refresh needs.
+  REQUIRE(edit("blocked", TableEdit::ADD, {"10.0.0.0/24", "10.1.0.0/16", "!10.0.0.7"}).tables().added() == 3);
+  r = edit("blocked", TableEdit::REPLACE, {"10.1.0.0/16", "10.0.0.1", "10.0.0.1", "2001:db8::/32"});
+  REQUIRE(r.ok());
+  CHECK(r.tables().added() == 2);
+  CHECK(r.tables().deleted() == 2);
+  CHECK(entries(r) == std::vector<std::string>{"10.1.0.0/16", "10.0.0.1/32", "2001:db8::/32"});
+  CHECK(d.send(syn("10.0.0.1", 40004, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(d.send(syn("10.0.0.2", 40004, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  r = edit("blocked", TableEdit::REPLACE, {});
+  CHECK(r.tables().deleted() == 3);
+  CHECK(r.tables().tables(0).count() == 0);
+  CHECK(edit("blocked", TableEdit::FLUSH, {"10.0.0.1"}).error() == "tables: flush takes no addresses");
+  CHECK(edit("fixed", TableEdit::REPLACE, {}).error() == "tables: <fixed> is const: change it in " + path);
+
+  // A feed's worth of entries: added, then deleted, each once.
+  std::vector<std::string> feed;
+  for (int i = 0; i < 20000; ++i)
+    feed.push_back("10." + std::to_string(i / 256 + 100) + "." + std::to_string(i % 256) + ".1");
+  CHECK(edit("blocked", TableEdit::ADD, feed).tables().added() == 20000);
+  feed.resize(15000);
+  r = edit("blocked", TableEdit::DELETE, feed);
+  CHECK(r.tables().deleted() == 15000);
+  CHECK(r.tables().tables(0).count() == 5000);
+  CHECK(d.send(syn("10.178.31.1", 40005, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(d.send(syn("10.100.0.1", 40005, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  REQUIRE(edit("blocked", TableEdit::FLUSH, {}).tables().deleted() == 5000);
+
   // A reload sets the tables back to the file's contents, as pfctl -f does.
   REQUIRE(edit("blocked", TableEdit::ADD, {"10.0.0.0/24"}).tables().added() == 1);
   REQUIRE(d.service.load_rules("").ok);

@@ -12,6 +12,7 @@
 #include "daemon/engine/rules/lexer.h"
 #include "daemon/engine/rules/parser.h"
 #include "daemon/engine/timeouts.h"
+#include "tests/unit/support/temp_dir.h"
 
 namespace {
 
@@ -591,7 +592,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"table <t> { any }", "t.conf:1:13: expected address or prefix, got 'any'"},
       {"table <t> { 10.0.0.0/8 } counters", "t.conf:1:26: expected end of line, got 'counters'"},
       {"table <t> persist counters",
-       "t.conf:1:19: expected 'persist', 'const', '{' or end of line, got 'counters'"},
+       "t.conf:1:19: expected 'persist', 'const', 'file', '{' or end of line, got 'counters'"},
       {"table <t> { 10.0.0.0/8 } { 10.1.0.0/16 }", "t.conf:1:26: expected end of line, got '{'"},
       {"table <t> {} const", "t.conf:1:14: expected end of line, got 'const'"},
       {"block from <foo", "t.conf:1:12: unterminated table name '<foo': expected '>'"},
@@ -799,6 +800,63 @@ TEST_CASE("parse_rules_file: reads a file, names it in locations, reports OS err
   auto dir = parse_rules_file("/");
   REQUIRE(std::holds_alternative<RuleError>(dir));
   CHECK(std::get<RuleError>(dir).to_string() == "/: cannot read rule file: Is a directory");
+}
+
+TEST_CASE("table files: entries join their table once, relative to the rule file, errors where they are") {
+  pairwall::test::TempDir dir("table-files");
+  const std::string rules = (dir.path / "pf.conf").string();
+  auto write = [&dir](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path / name) << text;
+    return (dir.path / name).string();
+  };
+  const std::string feed = write("feed.txt",
+                                 "# a feed: one entry a line, or several\n"
+                                 "192.0.2.1 198.51.100.0/24\t2001:db8::/32   # a comment after entries\n"
+                                 "\n"
+                                 "!198.51.100.7\r\n"
+                                 "192.0.2.1\n");
+  write(rules, "table <feed> persist file \"feed.txt\" file \"" + feed + "\" { 192.0.2.1, 203.0.113.9 }\n" +
+                   "table <plain> { 10.0.0.1 }\nblock in quick from <feed>\n");
+  auto parsed = parse_rules_file(rules);
+  REQUIRE(std::holds_alternative<RuleFile>(parsed));
+  const RuleFile& file = std::get<RuleFile>(parsed);
+  const Table& t = file.tables.at(0);
+  REQUIRE(t.files.size() == 2);
+  CHECK(t.files[0].path == "feed.txt");
+  CHECK(t.files[0].location.line == 1);
+  CHECK(t.files[0].location.column == 27);
+  std::vector<std::string> entries;
+  for (const IpPrefix& p : t.entries) entries.push_back(to_string(p));
+  CHECK(entries ==
+        std::vector<std::string>{"192.0.2.1/32", "203.0.113.9/32", "198.51.100.0/24", "2001:db8::/32"});
+  REQUIRE(t.negated_entries.size() == 1);
+  CHECK(to_string(t.negated_entries[0]) == "198.51.100.7/32");
+  CHECK(file.tables.at(1).entries.size() == 1);
+
+  // parse_rules() names the files and reads none.
+  auto text_only = parse_rules("table <t> file \"/nonexistent\"\n", "t.conf");
+  REQUIRE(std::holds_alternative<RuleFile>(text_only));
+  CHECK(std::get<RuleFile>(text_only).tables.at(0).entries.empty());
+
+  write(rules, "table <feed> persist file \"missing.txt\"\n");
+  auto missing = parse_rules_file(rules);
+  REQUIRE(std::holds_alternative<RuleError>(missing));
+  CHECK(std::get<RuleError>(missing).to_string() == rules + ":1:27: cannot read table file \"" +
+                                                        (dir.path / "missing.txt").string() +
+                                                        "\": No such file or directory");
+
+  write("bad.txt", "192.0.2.1\n  10.0.0.1/8 # host bits\n");
+  write(rules, "table <feed> file \"bad.txt\"\n");
+  auto bad = parse_rules_file(rules);
+  REQUIRE(std::holds_alternative<RuleError>(bad));
+  CHECK(std::get<RuleError>(bad).to_string() == (dir.path / "bad.txt").string() +
+                                                    ":2:3: expected an address or prefix (e.g. 10.0.0.1, "
+                                                    "2001:db8::/32, !10.0.0.0/8), got '10.0.0.1/8'");
+
+  CHECK(parse_error("table <t> file feed.txt\n") ==
+        "t.conf:1:16: expected a quoted file name after 'file', e.g. \"/etc/pairwall/blocked\", got "
+        "'feed.txt'");
+  CHECK(parse_error("file = \"x\"\n") == "t.conf:1:1: 'file' is a keyword and cannot be a macro name");
 }
 
 TEST_CASE("the packaged sample rule set and the fuzz corpus parse") {
