@@ -174,6 +174,24 @@ void fill_rule(const RuleCounters& r, RuleInfo* out) {
 ControlService::ControlService(const Config& config, engine::Engine& engine, Clock now)
     : config_(config), engine_(engine), now_(std::move(now)) {}
 
+namespace {
+
+// pfctl -f's rule for tables: one the new file defines without a list or a file of entries keeps
+// what the running one holds (an overload table's offenders, a feed's last list), unless it is
+// const; the others are set to the file's.
+void keep_unlisted_tables(const engine::rules::RuleFile& running, engine::rules::RuleFile& next) {
+  for (engine::rules::Table& table : next.tables) {
+    if (table.lists_entries || table.is_const) continue;
+    const auto old = std::find_if(running.tables.begin(), running.tables.end(),
+                                  [&](const engine::rules::Table& t) { return t.name == table.name; });
+    if (old == running.tables.end()) continue;
+    table.entries = old->entries;
+    table.negated_entries = old->negated_entries;
+  }
+}
+
+}  // namespace
+
 ControlService::LoadResult ControlService::load_rules(const std::string& path_in) {
   LoadResult result;
   const std::string path =
@@ -185,6 +203,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     return result;
   }
   auto& file = std::get<engine::rules::RuleFile>(parsed);
+  if (loaded_) keep_unlisted_tables(*loaded_, file);
   if (std::string error = publish(file, nullptr); !error.empty()) {
     ++reload_failures_;
     result.error = std::move(error);

@@ -51,8 +51,8 @@ commands:
   tables [show NAME]             the running rules' tables and their sizes, or one table's entries
   tables add|delete NAME ADDR... change a table of the running rules (ADDR: address, prefix, or
   tables replace NAME [ADDR...]  !PREFIX for an exception), as pfctl -T; replace leaves exactly
-  tables flush NAME              the ADDRs; a reload sets the tables back to the rule file's
-                                 contents
+  tables flush NAME              the ADDRs; a reload sets the tables the rule file lists entries
+                                 for back to them
   tables add|delete|replace NAME -f FILE
                                  the same with the addresses of FILE (white space apart, # to
                                  the end of a line a comment), as pfctl -T ... -f

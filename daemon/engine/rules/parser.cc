@@ -336,11 +336,13 @@ class Parser {
         if (path.kind != TokenKind::String || path.text.empty())
           fail_expected(path, "a quoted file name after 'file', e.g. \"/etc/pairwall/blocked\"");
         table.files.push_back(TableFile{loc(path), path.text});
+        table.lists_entries = true;
         take();
         continue;
       }
       if (at(TokenKind::LBrace)) {
         has_list = true;
+        table.lists_entries = true;
         list(
             "address or prefix",
             [&] {

@@ -1,14 +1,15 @@
 """A table filled from a file, as pf's `table <t> persist file "PATH"`, and refreshed from a feed
 with `pairwallctl tables replace NAME -f FILE` (pfctl -T replace -f): the file's client address is
 blocked from the first packet, a replace lets it in and shuts out the other family, a bad feed is
-refused with its file:line:column and changes nothing, and a reload reads the table file again."""
+refused with its file:line:column and changes nothing, and a reload reads the table file again
+while a table defined without entries keeps what it holds (pfctl -f's rule)."""
 
 import signal
 
 from daemon_net import ALLOWED, CLIENT4, CLIENT6, RULES
 from netns import wait_until
 
-FEED_RULES = 'table <feed> persist file "feed.txt"\n' + RULES + "block in quick on $in_if from <feed>\n"
+FEED_RULES = 'table <feed> persist file "feed.txt"\ntable <kept> persist\n' + RULES + "block in quick on $in_if from <feed>\n"
 
 
 def test_table_files_feed_the_rules(lan, tmp_path, daemon_factory):
@@ -32,11 +33,13 @@ def test_table_files_feed_the_rules(lan, tmp_path, daemon_factory):
     assert f"{bad}:2:1: expected an address or prefix" in refused.stderr, refused.stderr
     assert fw.json("tables", "show", "feed")["tables"][0]["count"] == 2
 
-    # A reload sets the table back to its file, read again.
+    # A reload sets the table back to its file, read again; the table without entries keeps its.
+    fw.ctl("tables", "add", "kept", "192.0.2.77")
     (tmp_path / "feed.txt").write_text(f"{CLIENT6}/128\n")
     fw.send_signal(signal.SIGHUP)
     wait_until(lambda: "SIGHUP: rules reloaded" in fw.log_text(), 5, what="SIGHUP reload in the log")
     assert fw.json("tables", "show", "feed")["tables"][0]["entries"] == [f"{CLIENT6}/128"]
+    assert fw.json("tables", "show", "kept")["tables"][0]["entries"] == ["192.0.2.77/32"]
     assert lan.connect(4, ALLOWED)["result"] == "ok"
     assert lan.connect(6, ALLOWED, timeout=1.0)["result"] == "timeout"
 

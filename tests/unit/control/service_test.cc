@@ -466,6 +466,49 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   CHECK(d.send(syn("10.0.0.1", 40003, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
 }
 
+TEST_CASE("service: a reload keeps the entries of tables the file lists none for, as pfctl -f", "[service]") {
+  Daemon d;
+  auto rules = [&d](const std::string& extra) {
+    return d.write("keep.conf",
+                   "table <kept> persist\n"
+                   "table <listed> persist {}\n" +
+                       extra +
+                       "block all\n"
+                       "pass proto tcp to port 80\n"
+                       "block quick from { <kept> <listed> }\n");
+  };
+  const std::string path = rules("");
+  REQUIRE(d.service.load_rules(path).ok);
+  for (const char* name : {"kept", "listed"}) {
+    Request q = make([](Request& r) { r.mutable_table_edit(); });
+    q.mutable_table_edit()->set_name(name);
+    q.mutable_table_edit()->add_addresses(std::string(name) == "kept" ? "10.0.0.1" : "10.0.0.2");
+    REQUIRE(d.call(q).ok());
+  }
+  auto count = [&d](const std::string& name) {
+    Request q = make([](Request& r) { r.mutable_tables(); });
+    q.mutable_tables()->set_name(name);
+    Response r = d.call(q);
+    REQUIRE(r.ok());
+    return r.tables().tables(0).count();
+  };
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(count("kept") == 1);
+  CHECK(count("listed") == 0);
+  CHECK(d.send(syn("10.0.0.1", 40000, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(d.send(syn("10.0.0.2", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+
+  // A file that now lists entries for it, or makes it const, sets it to the file's.
+  rules("table <other> { 192.0.2.1 }\n");
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(count("kept") == 1);
+  d.write("keep.conf", "table <kept> persist { 10.0.0.9 }\nblock quick from <kept>\n");
+  REQUIRE(d.service.load_rules("").ok);
+  Response r = d.call(make([](Request& q) { q.mutable_tables()->set_name("kept"); }));
+  REQUIRE(r.tables().tables(0).entries_size() == 1);
+  CHECK(r.tables().tables(0).entries(0) == "10.0.0.9/32");
+}
+
 TEST_CASE("service: overload adds a source to its table and flushes its states", "[service][source]") {
   const char* kRules =
       "table <abusers> persist {}\n"

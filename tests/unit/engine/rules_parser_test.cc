@@ -832,11 +832,19 @@ TEST_CASE("table files: entries join their table once, relative to the rule file
   REQUIRE(t.negated_entries.size() == 1);
   CHECK(to_string(t.negated_entries[0]) == "198.51.100.7/32");
   CHECK(file.tables.at(1).entries.size() == 1);
+  CHECK(t.lists_entries);
+  CHECK(file.tables.at(1).lists_entries);
 
   // parse_rules() names the files and reads none.
   auto text_only = parse_rules("table <t> file \"/nonexistent\"\n", "t.conf");
   REQUIRE(std::holds_alternative<RuleFile>(text_only));
   CHECK(std::get<RuleFile>(text_only).tables.at(0).entries.empty());
+  CHECK(std::get<RuleFile>(text_only).tables.at(0).lists_entries);
+  // Neither a list nor a file: a reload keeps the running table's entries.
+  auto unlisted = parse_rules("table <bruteforce> persist\ntable <empty> persist {}\n", "t.conf");
+  REQUIRE(std::holds_alternative<RuleFile>(unlisted));
+  CHECK_FALSE(std::get<RuleFile>(unlisted).tables.at(0).lists_entries);
+  CHECK(std::get<RuleFile>(unlisted).tables.at(1).lists_entries);
 
   write(rules, "table <feed> persist file \"missing.txt\"\n");
   auto missing = parse_rules_file(rules);
