@@ -416,12 +416,30 @@ class TableEntrySet {
 
 std::string ControlService::tables(const TablesRequest& request, TableList* out) const {
   if (!loaded_) return "tables: no rule set loaded";
+  if (request.test_size() > 0) return test_table(request, out);
   for (const auto& t : loaded_->tables) {
     if (request.name().empty() || t.name == request.name())
       fill_table(t, !request.name().empty(), out->add_tables());
   }
   if (!request.name().empty() && out->tables_size() == 0)
     return "tables: no table <" + request.name() + "> in " + rules_file_;
+  return {};
+}
+
+std::string ControlService::test_table(const TablesRequest& request, TableList* out) const {
+  const auto table = std::find_if(loaded_->tables.begin(), loaded_->tables.end(),
+                                  [&](const engine::rules::Table& t) { return t.name == request.name(); });
+  if (table == loaded_->tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;
+  // The classifier's own reading of a table, so that the answer is what the rules see.
+  const engine::rules::AddressTable membership(table->entries, table->negated_entries);
+  for (const std::string& text : request.test()) {
+    engine::Family family = engine::Family::V4;
+    const auto address = engine::parse_address(text, &family);
+    if (!address) return "tables: '" + text + "' is not an address (e.g. 192.0.2.1, 2001:db8::1)";
+    if (membership.contains(family, *address)) out->add_matched(text);
+  }
+  out->set_tested(static_cast<uint32_t>(request.test_size()));
+  fill_table(*table, false, out->add_tables());
   return {};
 }
 

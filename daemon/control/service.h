@@ -77,6 +77,7 @@ class ControlService {
   std::string kill_states(const KillStates& request, Killed* out);
   std::string tables(const TablesRequest& request, TableList* out) const;
   void sources(const SourcesRequest& request, SourceList* out) const;
+  std::string test_table(const TablesRequest& request, TableList* out) const;
   std::string edit_table(const TableEdit& request, TableList* out);
   // Compiles `file` and publishes it; empty, or why it was refused.
   std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from);

@@ -146,6 +146,14 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
   return o.str();
 }
 
+std::string format_table_test(const control::TableList& tables) {
+  std::ostringstream o;
+  o << tables.matched_size() << "/" << tables.tested() << (tables.tested() == 1 ? " address" : " addresses")
+    << " match.\n";
+  for (const auto& a : tables.matched()) o << "   " << a << "\n";
+  return o.str();
+}
+
 std::string format_sources(const control::SourceList& list) {
   std::ostringstream o;
   for (const auto& n : list.sources()) {

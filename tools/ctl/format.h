@@ -13,6 +13,8 @@ std::string format_rules(const control::RuleList& rules);
 // (`edited`), first how many entries it added and deleted, and a table of more than 32 entries
 // by its size alone.
 std::string format_tables(const control::TableList& tables, bool entries, bool edited);
+// pfctl -T test's answer: "N/M addresses match.", then the matching ones, one a line.
+std::string format_table_test(const control::TableList& tables);
 std::string format_states(const control::StateList& states, bool count_only);
 // One source node a line, as pfctl -s Sources -v shows them, then how many of the limit.
 std::string format_sources(const control::SourceList& sources);

@@ -53,6 +53,8 @@ commands:
   tables replace NAME [ADDR...]  !PREFIX for an exception), as pfctl -T; replace leaves exactly
   tables flush NAME              the ADDRs; a reload sets the tables the rule file lists entries
                                  for back to them
+  tables test NAME ADDR...       which ADDRs the table holds, as pfctl -T test (exit 0 when
+                                 it holds them all, 1 otherwise)
   tables add|delete|replace NAME -f FILE
                                  the same with the addresses of FILE (white space apart, # to
                                  the end of a line a comment), as pfctl -T ... -f
@@ -70,6 +72,7 @@ options:
 
 struct UsageError {
   std::string message;
+  bool show_usage = true;  // false where the words were right and their input was not (-f FILE)
 };
 
 uint32_t parse_number(const std::string& text, const char* what, uint64_t max) {
@@ -155,11 +158,12 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
 // system and working directory are not the operator's.
 std::vector<engine::TableEntry> read_table_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError{"-f " + path + ": " + std::strerror(errno)};
+  if (!in) throw UsageError{"-f " + path + ": " + std::strerror(errno), false};
   std::ostringstream text;
   text << in.rdbuf();
   auto entries = engine::rules::parse_table_entries(text.str(), path);
-  if (auto* error = std::get_if<engine::rules::RuleError>(&entries)) throw UsageError{error->to_string()};
+  if (auto* error = std::get_if<engine::rules::RuleError>(&entries))
+    throw UsageError{error->to_string(), false};
   return std::get<std::vector<engine::TableEntry>>(std::move(entries));
 }
 
@@ -200,6 +204,10 @@ Request build_request(const Invocation& inv) {
     } else if (sub == "show") {
       need(3);
       r.mutable_tables()->set_name(w[2]);
+    } else if (sub == "test") {
+      if (w.size() < 4) throw UsageError{"tables test: name the table and at least one address"};
+      r.mutable_tables()->set_name(w[2]);
+      for (std::size_t i = 3; i < w.size(); ++i) r.mutable_tables()->add_test(w[i]);
     } else if (sub == "add" || sub == "delete" || sub == "flush" || sub == "replace") {
       if (w.size() < 3) throw UsageError{"tables " + sub + ": name the table"};
       if (sub == "flush") need(3);
@@ -220,7 +228,7 @@ Request build_request(const Invocation& inv) {
           edit->add_addresses((e.negated ? "!" : "") + engine::to_string(e.prefix));
       }
     } else {
-      throw UsageError{"tables: unknown subcommand '" + sub + "' (show, add, delete, replace, flush)"};
+      throw UsageError{"tables: unknown subcommand '" + sub + "' (show, test, add, delete, replace, flush)"};
     }
   } else if (cmd == "sources") {
     need(1);
@@ -311,6 +319,7 @@ std::string human(const Request& request, const Response& response, bool count_o
     case Response::kFlushed:
       return "flushed " + std::to_string(response.flushed().states()) + " states\n";
     case Response::kTables:
+      if (request.tables().test_size() > 0) return ctl::format_table_test(response.tables());
       return ctl::format_tables(response.tables(),
                                 request.has_table_edit() || !request.tables().name().empty(),
                                 request.has_table_edit());
@@ -339,7 +348,8 @@ int main(int argc, char** argv) {
     inv = parse_args(argc, argv);
     request = build_request(inv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "pairwallctl: %s\n\n%s", e.message.c_str(), kUsage);
+    std::fprintf(stderr, "pairwallctl: %s\n%s%s", e.message.c_str(), e.show_usage ? "\n" : "",
+                 e.show_usage ? kUsage : "");
     return 2;
   }
 
@@ -363,6 +373,9 @@ int main(int argc, char** argv) {
     std::cout << human(request, response, inv.count);
   }
   std::cout.flush();
+  // pfctl -T test's status: whether the table holds every address tested.
+  if (request.tables().test_size() > 0 && response.tables().matched_size() < request.tables().test_size())
+    return 1;
   if (response.has_health() && !response.health().healthy()) {
     if (inv.json) std::fprintf(stderr, "pairwallctl: unhealthy: %s\n", response.health().reason().c_str());
     return 1;

@@ -18,6 +18,9 @@ def test_table_files_feed_the_rules(lan, tmp_path, daemon_factory):
     assert fw.json("tables", "show", "feed")["tables"][0]["entries"] == [f"{CLIENT4}/32", "192.0.2.0/24"]
     assert lan.connect(4, ALLOWED, timeout=1.0)["result"] == "timeout"
     assert lan.connect(6, ALLOWED)["result"] == "ok"
+    tested = fw.ctl("tables", "test", "feed", CLIENT4, CLIENT6, check=False)
+    assert (tested.returncode, tested.stdout) == (1, f"1/2 addresses match.\n   {CLIENT4}\n"), tested
+    assert fw.ctl("tables", "test", "feed", "192.0.2.200").stdout == "1/1 address match.\n   192.0.2.200\n"
 
     fresh = tmp_path / "fresh.txt"
     fresh.write_text(f"192.0.2.0/24\n{CLIENT6}\n")

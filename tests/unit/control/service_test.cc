@@ -410,6 +410,23 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   REQUIRE(shown.rules().rules_size() == 3);
   CHECK(shown.rules().rules(1).packets() == 2);
 
+  // pfctl -T test: the addresses the table holds, its exceptions and what lies outside it not.
+  auto test = [&d](const std::string& name, std::vector<std::string> addresses) {
+    Request q = make([](Request& req) { req.mutable_tables(); });
+    q.mutable_tables()->set_name(name);
+    for (const auto& a : addresses) q.mutable_tables()->add_test(a);
+    return d.call(q);
+  };
+  r = test("blocked", {"10.0.0.1", "10.0.0.7", "10.1.0.1", "10.0.0.255"});
+  REQUIRE(r.ok());
+  CHECK(r.tables().tested() == 4);
+  CHECK(std::vector<std::string>(r.tables().matched().begin(), r.tables().matched().end()) ==
+        std::vector<std::string>{"10.0.0.1", "10.0.0.255"});
+  CHECK(test("fixed", {"192.0.2.9", "2001:db8::1"}).tables().matched_size() == 1);
+  CHECK(test("blocked", {"10.0.0.0/24"}).error() ==
+        "tables: '10.0.0.0/24' is not an address (e.g. 192.0.2.1, 2001:db8::1)");
+  CHECK(test("nope", {"10.0.0.1"}).error() == "tables: no table <nope> in " + path);
+
   CHECK(edit("blocked", TableEdit::ADD, {"10.0.0.0/24"}).tables().added() == 0);
   r = edit("blocked", TableEdit::DELETE, {"10.0.0.0/24", "10.5.0.0/16"});
   REQUIRE(r.ok());
