@@ -211,6 +211,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
   }
   result.rule_count = static_cast<uint32_t>(file.filter_rules.size());
   loaded_ = std::move(file);
+  stamp_tables();
   rules_file_ = path;
   rules_loaded_unix_ms_ = unix_ms_now();
   ++reloads_;
@@ -391,6 +392,11 @@ void fill_table(const engine::rules::Table& t, bool with_entries, TableInfo* out
   for (const auto& p : t.negated_entries) out->add_entries("!" + engine::to_string(p));
 }
 
+std::tuple<bool, engine::Family, uint64_t, uint64_t, uint8_t> table_entry_key(bool negated,
+                                                                              const engine::IpPrefix& p) {
+  return {negated, p.family, p.address.hi, p.address.lo, p.length};
+}
+
 // A table's entries as a set, so that an edit of many entries (a feed's list) costs n log n.
 class TableEntrySet {
  public:
@@ -406,9 +412,7 @@ class TableEntrySet {
 
  private:
   using Key = std::tuple<bool, engine::Family, uint64_t, uint64_t, uint8_t>;
-  static Key key(const engine::TableEntry& e) {
-    return {e.negated, e.prefix.family, e.prefix.address.hi, e.prefix.address.lo, e.prefix.length};
-  }
+  static Key key(const engine::TableEntry& e) { return table_entry_key(e.negated, e.prefix); }
   std::set<Key> keys_;
 };
 
@@ -459,10 +463,14 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   }
   if ((request.op() == TableEdit::ADD || request.op() == TableEdit::DELETE) && wanted.empty())
     return "tables: name at least one address or prefix";
-  if (request.op() == TableEdit::FLUSH && !wanted.empty()) return "tables: flush takes no addresses";
+  if ((request.op() == TableEdit::FLUSH || request.op() == TableEdit::EXPIRE) && !wanted.empty())
+    return std::string("tables: ") + (request.op() == TableEdit::FLUSH ? "flush" : "expire") +
+           " takes no addresses";
   uint32_t added = 0;
   uint32_t deleted = 0;
-  if (request.op() == TableEdit::FLUSH || request.op() == TableEdit::REPLACE) {
+  if (request.op() == TableEdit::EXPIRE) {
+    deleted = expire_table(*table, request.seconds());
+  } else if (request.op() == TableEdit::FLUSH || request.op() == TableEdit::REPLACE) {
     // Counted against what the table held, so that a feed's replace reports what changed.
     const TableEntrySet before(*table);
     table->entries.clear();
@@ -500,7 +508,45 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   out->set_added(added);
   out->set_deleted(deleted);
   loaded_ = std::move(edited);
+  stamp_tables();
   return {};
+}
+
+uint32_t ControlService::expire_table(engine::rules::Table& table, uint32_t seconds) const {
+  uint32_t deleted = 0;
+  const auto stamps = table_added_.find(table.name);
+  if (stamps == table_added_.end()) return deleted;
+  const engine::Millis cutoff = now_() - engine::Millis{int64_t{seconds} * 1000};
+  for (const bool negated : {false, true}) {
+    auto& list = negated ? table.negated_entries : table.entries;
+    const auto kept = std::remove_if(list.begin(), list.end(), [&](const engine::IpPrefix& p) {
+      const auto at = stamps->second.find(table_entry_key(negated, p));
+      return at != stamps->second.end() && at->second <= cutoff;
+    });
+    deleted += static_cast<uint32_t>(list.end() - kept);
+    list.erase(kept, list.end());
+  }
+  return deleted;
+}
+
+void ControlService::stamp_tables() {
+  const engine::Millis now = now_();
+  std::map<std::string, std::map<TableEntryKey, engine::Millis>> next;
+  for (const engine::rules::Table& table : loaded_->tables) {
+    auto& stamps = next[table.name];
+    const auto old = table_added_.find(table.name);
+    auto stamp = [&](bool negated, const engine::IpPrefix& p) {
+      const TableEntryKey key = table_entry_key(negated, p);
+      engine::Millis at = now;
+      if (old != table_added_.end()) {
+        if (const auto it = old->second.find(key); it != old->second.end()) at = it->second;
+      }
+      stamps.emplace(key, at);
+    };
+    for (const auto& p : table.entries) stamp(false, p);
+    for (const auto& p : table.negated_entries) stamp(true, p);
+  }
+  table_added_ = std::move(next);
 }
 
 void ControlService::sources(const SourcesRequest& request, SourceList* out) const {
@@ -543,6 +589,7 @@ ControlService::OverloadResult ControlService::apply_overloads(
       result.added.clear();
     } else {
       loaded_ = std::move(edited);
+      stamp_tables();
     }
   }
   const bool flushing = std::any_of(overloads.begin(), overloads.end(), [](const engine::SourceOverload& o) {

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "daemon/control/config.h"
@@ -79,6 +81,10 @@ class ControlService {
   void sources(const SourcesRequest& request, SourceList* out) const;
   std::string test_table(const TablesRequest& request, TableList* out) const;
   std::string edit_table(const TableEdit& request, TableList* out);
+  // `tables expire`: removes the entries of `table` that came `seconds` ago or earlier; how many.
+  uint32_t expire_table(engine::rules::Table& table, uint32_t seconds) const;
+  // Notes when each entry of the loaded tables came: now for new ones, unchanged for the others.
+  void stamp_tables();
   // Compiles `file` and publishes it; empty, or why it was refused.
   std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from);
   void stats(Stats* out) const;
@@ -95,6 +101,10 @@ class ControlService {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
   std::optional<engine::rules::RuleFile> loaded_;  // the running rules as parsed, table edits applied
+  // When each table entry came (loaded, added, or an overload's), by table: what `tables expire`
+  // reads, as pf's table entries keep the time they were added.
+  using TableEntryKey = std::tuple<bool, engine::Family, uint64_t, uint64_t, uint8_t>;
+  std::map<std::string, std::map<TableEntryKey, engine::Millis>> table_added_;
   int64_t rules_loaded_unix_ms_ = 0;
   uint64_t reloads_ = 0;
   uint64_t reload_failures_ = 0;

@@ -55,6 +55,8 @@ commands:
                                  for back to them
   tables test NAME ADDR...       which ADDRs the table holds, as pfctl -T test (exit 0 when
                                  it holds them all, 1 otherwise)
+  tables expire NAME SECONDS     remove the entries added SECONDS ago or earlier, as pfctl -T
+                                 expire (an overload table's offenders, from cron)
   tables add|delete|replace NAME -f FILE
                                  the same with the addresses of FILE (white space apart, # to
                                  the end of a line a comment), as pfctl -T ... -f
@@ -204,6 +206,13 @@ Request build_request(const Invocation& inv) {
     } else if (sub == "show") {
       need(3);
       r.mutable_tables()->set_name(w[2]);
+    } else if (sub == "expire") {
+      need(4);
+      if (inv.file) throw UsageError{"-f FILE goes with tables add, delete or replace"};
+      auto* edit = r.mutable_table_edit();
+      edit->set_name(w[2]);
+      edit->set_op(control::TableEdit::EXPIRE);
+      edit->set_seconds(parse_number(w[3], "tables expire SECONDS", UINT32_MAX));
     } else if (sub == "test") {
       if (w.size() < 4) throw UsageError{"tables test: name the table and at least one address"};
       r.mutable_tables()->set_name(w[2]);
@@ -228,7 +237,8 @@ Request build_request(const Invocation& inv) {
           edit->add_addresses((e.negated ? "!" : "") + engine::to_string(e.prefix));
       }
     } else {
-      throw UsageError{"tables: unknown subcommand '" + sub + "' (show, test, add, delete, replace, flush)"};
+      throw UsageError{"tables: unknown subcommand '" + sub +
+                       "' (show, test, add, delete, replace, flush, expire)"};
     }
   } else if (cmd == "sources") {
     need(1);

@@ -2,7 +2,7 @@
 with `pairwallctl tables replace NAME -f FILE` (pfctl -T replace -f): the file's client address is
 blocked from the first packet, a replace lets it in and shuts out the other family, a bad feed is
 refused with its file:line:column and changes nothing, and a reload reads the table file again
-while a table defined without entries keeps what it holds (pfctl -f's rule)."""
+while a table defined without entries keeps what it holds (pfctl -f's rule) until they expire."""
 
 import signal
 
@@ -43,6 +43,9 @@ def test_table_files_feed_the_rules(lan, tmp_path, daemon_factory):
     wait_until(lambda: "SIGHUP: rules reloaded" in fw.log_text(), 5, what="SIGHUP reload in the log")
     assert fw.json("tables", "show", "feed")["tables"][0]["entries"] == [f"{CLIENT6}/128"]
     assert fw.json("tables", "show", "kept")["tables"][0]["entries"] == ["192.0.2.77/32"]
+    # pfctl -T expire: an entry goes once it has been there the seconds given.
+    assert fw.ctl("tables", "expire", "kept", "3600").stdout == "0 added, 0 deleted\n   192.0.2.77\n"
+    assert fw.ctl("tables", "expire", "kept", "0").stdout == "0 added, 1 deleted\n"
     assert lan.connect(4, ALLOWED)["result"] == "ok"
     assert lan.connect(6, ALLOWED, timeout=1.0)["result"] == "timeout"
 

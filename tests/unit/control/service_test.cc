@@ -526,6 +526,51 @@ TEST_CASE("service: a reload keeps the entries of tables the file lists none for
   CHECK(r.tables().tables(0).entries(0) == "10.0.0.9/32");
 }
 
+TEST_CASE("service: tables expire removes the entries that came long enough ago, as pfctl -T expire",
+          "[service]") {
+  Daemon d;
+  const std::string path = d.write("expire.conf",
+                                   "table <guard> persist\n"
+                                   "table <listed> { 192.0.2.1 }\n"
+                                   "block quick from { <guard> <listed> }\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  auto edit = [&d](const std::string& name, TableEdit::Op op, std::vector<std::string> addresses,
+                   uint32_t seconds = 0) {
+    Request q = make([](Request& r) { r.mutable_table_edit(); });
+    auto* e = q.mutable_table_edit();
+    e->set_name(name);
+    e->set_op(op);
+    e->set_seconds(seconds);
+    for (const auto& a : addresses) e->add_addresses(a);
+    return d.call(q);
+  };
+  auto entries = [](const Response& r) {
+    REQUIRE(r.ok());
+    const auto& e = r.tables().tables(0).entries();
+    return std::vector<std::string>(e.begin(), e.end());
+  };
+  REQUIRE(edit("guard", TableEdit::ADD, {"10.0.0.1"}).ok());
+  d.now += Millis{60'000};
+  REQUIRE(edit("guard", TableEdit::ADD, {"10.0.0.2", "10.0.0.1"}).tables().added() == 1);
+  d.now += Millis{30'000};
+  // A reload keeps the table and when its entries came.
+  REQUIRE(d.service.load_rules("").ok);
+  d.now += Millis{10'000};
+
+  Response r = edit("guard", TableEdit::EXPIRE, {}, 41);
+  CHECK(r.tables().deleted() == 1);
+  CHECK(entries(r) == std::vector<std::string>{"10.0.0.2/32"});
+  CHECK(edit("guard", TableEdit::EXPIRE, {}, 41).tables().deleted() == 0);
+  r = edit("guard", TableEdit::EXPIRE, {}, 40);
+  CHECK(r.tables().deleted() == 1);
+  CHECK(r.tables().tables(0).count() == 0);
+  // The file's own entries came when the rules were first loaded with them: the reload that
+  // listed the same entry again kept its time.
+  CHECK(edit("listed", TableEdit::EXPIRE, {}, 101).tables().deleted() == 0);
+  CHECK(edit("listed", TableEdit::EXPIRE, {}, 100).tables().deleted() == 1);
+  CHECK(edit("guard", TableEdit::EXPIRE, {"10.0.0.1"}, 1).error() == "tables: expire takes no addresses");
+}
+
 TEST_CASE("service: overload adds a source to its table and flushes its states", "[service][source]") {
   const char* kRules =
       "table <abusers> persist {}\n"
@@ -591,6 +636,17 @@ TEST_CASE("service: overload adds a source to its table and flushes its states",
       const Response shown = d.call(make([](Request& q) { q.mutable_tables()->set_name("abusers"); }));
       REQUIRE(shown.tables().tables_size() == 1);
       CHECK(shown.tables().tables(0).count() == 1);
+
+      // The offender came when the overload added it: `tables expire` lets it in again later.
+      d.now += Millis{3'600'000};
+      Request expire = make([](Request& q) { q.mutable_table_edit(); });
+      expire.mutable_table_edit()->set_name("abusers");
+      expire.mutable_table_edit()->set_op(TableEdit::EXPIRE);
+      expire.mutable_table_edit()->set_seconds(3601);
+      CHECK(d.call(expire).tables().deleted() == 0);
+      expire.mutable_table_edit()->set_seconds(3600);
+      CHECK(d.call(expire).tables().deleted() == 1);
+      CHECK(d.send(syn("10.0.0.1", 40003, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
     }
   }
 }
