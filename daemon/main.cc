@@ -400,8 +400,10 @@ int run(const control::Config& c) {
     return 1;
   }
 
-  registry.add("engine",
-               [&](control::MetricWriter& w) { control::render_core_metrics(service.snapshot(), w); });
+  registry.add("engine", [&](control::MetricWriter& w) {
+    control::render_core_metrics(service.snapshot(), w);
+    service.render_table_metrics(w);
+  });
   registry.add("pairwalld", [&](control::MetricWriter& w) {
     using T = control::MetricWriter::Type;
     uint64_t rst = 0;

@@ -549,6 +549,14 @@ void ControlService::stamp_tables() {
   table_added_ = std::move(next);
 }
 
+void ControlService::render_table_metrics(MetricWriter& out) const {
+  if (!loaded_ || loaded_->tables.empty()) return;
+  out.family("pairwall_table_entries", MetricWriter::Type::Gauge,
+             "Entries in each table of the running rules, exceptions included.");
+  for (const engine::rules::Table& t : loaded_->tables)
+    out.sample({{"table", t.name}}, uint64_t{t.entries.size() + t.negated_entries.size()});
+}
+
 void ControlService::sources(const SourcesRequest& request, SourceList* out) const {
   const uint32_t limit = request.limit() != 0 ? request.limit() : kDefaultSourceListLimit;
   out->set_total(engine_.sources().size());

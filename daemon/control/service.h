@@ -16,6 +16,7 @@
 #include "daemon/control/config.h"
 #include "daemon/control/control_api.h"
 #include "daemon/control/dataplane.h"
+#include "daemon/control/metrics.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/rules/ast.h"
 #include "proto/control.pb.h"
@@ -70,6 +71,8 @@ class ControlService {
   OverloadResult apply_overloads(std::span<const engine::SourceOverload> overloads);
 
   CountersSnapshot snapshot() const { return take_snapshot(engine_, data_plane_); }
+  // pairwall_table_entries: each table's size, so that an overload table's growth can alert.
+  void render_table_metrics(MetricWriter& out) const;
   const std::string& rules_file() const { return rules_file_; }
 
  private:

@@ -443,6 +443,13 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
 
   r = d.call(make([](Request& q) { q.mutable_tables()->set_name("blocked"); }));
   CHECK(entries(r) == std::vector<std::string>{"!10.0.0.7/32"});
+  MetricWriter metrics;
+  d.service.render_table_metrics(metrics);
+  CHECK(metrics.text() ==
+        "# HELP pairwall_table_entries Entries in each table of the running rules, exceptions included.\n"
+        "# TYPE pairwall_table_entries gauge\n"
+        "pairwall_table_entries{table=\"blocked\"} 1\n"
+        "pairwall_table_entries{table=\"fixed\"} 1\n");
   r = edit("blocked", TableEdit::FLUSH, {});
   CHECK(r.tables().deleted() == 1);
   CHECK(r.tables().tables(0).count() == 0);
