@@ -49,6 +49,7 @@ def test_overload_shuts_out_a_connection_flood(lan, daemon_factory):
     metrics = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout.splitlines()
     assert "pairwall_source_overloads_total 1" in metrics, [m for m in metrics if "source" in m]
     assert "pairwall_source_overloads_lost_total 0" in metrics
+    assert 'pairwall_table_entries{table="bruteforce"} 1' in metrics, [m for m in metrics if "table" in m]
 
     # The client's IPv6 address is another source: the limit and the table leave it alone.
     assert lan.connect(6, BLOCKED)["result"] == "ok"
