@@ -220,9 +220,8 @@ Request build_request(const Invocation& inv) {
     } else if (sub == "add" || sub == "delete" || sub == "flush" || sub == "replace") {
       if (w.size() < 3) throw UsageError{"tables " + sub + ": name the table"};
       if (sub == "flush") need(3);
-      if (inv.file && (sub == "flush" || w.size() > 3))
-        throw UsageError{"tables " + sub + ": -f FILE " +
-                         (sub == "flush" ? "goes with add, delete or replace" : "replaces the addresses")};
+      if (inv.file && sub == "flush") throw UsageError{"-f FILE goes with tables add, delete or replace"};
+      if (inv.file && w.size() > 3) throw UsageError{"tables " + sub + ": addresses or -f FILE, not both"};
       if ((sub == "add" || sub == "delete") && w.size() < 4 && !inv.file)
         throw UsageError{"tables " + sub + ": name an address or prefix, or -f FILE"};
       auto* edit = r.mutable_table_edit();
