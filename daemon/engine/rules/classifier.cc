@@ -1348,8 +1348,8 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
     // order. Neither prefetches for the next: the lines they read are mostly the records' first,
     // which stage 2 brings, and prefetching the own anchor summaries and the first candidate
     // word's lines cost more instructions than their misses did (pairwall-bench engine --only
-    // rules --seconds 0.5 --runs 3, three alternating invocations each: 1,000 rules 17.9-18.4 ->
-    // 20.5-21.0 Mpps, 10,000 rules 13.9-14.4 -> 14.8-15.4).
+    // rules --seconds 0.5 --runs 3, three alternating invocations each: 1,000 rules 18.1-18.4 ->
+    // 20.6-21.1 Mpps, 10,000 rules 13.9-14.3 -> 15.2-15.4).
     for (std::size_t i = 0; i < n; ++i) {
       find_anchors<true>(probes[i]);
       next_candidates(probes[i]);
