@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <set>
-#include <tuple>
 #include <vector>
 
 #include "daemon/control/framing.h"
@@ -176,14 +175,20 @@ ControlService::ControlService(const Config& config, engine::Engine& engine, Clo
 
 namespace {
 
+// The table named `name` in a rule file, or its tables' end().
+template <typename File>
+auto find_table(File& file, std::string_view name) {
+  return std::find_if(file.tables.begin(), file.tables.end(),
+                      [name](const engine::rules::Table& t) { return t.name == name; });
+}
+
 // pfctl -f's rule for tables: one the new file defines without a list or a file of entries keeps
 // what the running one holds (an overload table's offenders, a feed's last list), unless it is
 // const; the others are set to the file's.
 void keep_unlisted_tables(const engine::rules::RuleFile& running, engine::rules::RuleFile& next) {
   for (engine::rules::Table& table : next.tables) {
     if (table.lists_entries || table.is_const) continue;
-    const auto old = std::find_if(running.tables.begin(), running.tables.end(),
-                                  [&](const engine::rules::Table& t) { return t.name == table.name; });
+    const auto old = find_table(running, table.name);
     if (old == running.tables.end()) continue;
     table.entries = old->entries;
     table.negated_entries = old->negated_entries;
@@ -392,29 +397,13 @@ void fill_table(const engine::rules::Table& t, bool with_entries, TableInfo* out
   for (const auto& p : t.negated_entries) out->add_entries("!" + engine::to_string(p));
 }
 
-std::tuple<bool, engine::Family, uint64_t, uint64_t, uint8_t> table_entry_key(bool negated,
-                                                                              const engine::IpPrefix& p) {
-  return {negated, p.family, p.address.hi, p.address.lo, p.length};
-}
-
 // A table's entries as a set, so that an edit of many entries (a feed's list) costs n log n.
-class TableEntrySet {
- public:
-  TableEntrySet() = default;
-  explicit TableEntrySet(const engine::rules::Table& t) {
-    for (const auto& p : t.entries) keys_.insert(key({false, p}));
-    for (const auto& p : t.negated_entries) keys_.insert(key({true, p}));
-  }
-  bool insert(const engine::TableEntry& e) { return keys_.insert(key(e)).second; }
-  bool erase(const engine::TableEntry& e) { return keys_.erase(key(e)) != 0; }
-  bool contains(const engine::TableEntry& e) const { return keys_.contains(key(e)); }
-  std::size_t size() const { return keys_.size(); }
-
- private:
-  using Key = std::tuple<bool, engine::Family, uint64_t, uint64_t, uint8_t>;
-  static Key key(const engine::TableEntry& e) { return table_entry_key(e.negated, e.prefix); }
-  std::set<Key> keys_;
-};
+std::set<engine::TableEntry> entry_set(const engine::rules::Table& t) {
+  std::set<engine::TableEntry> out;
+  for (const auto& p : t.entries) out.insert({false, p});
+  for (const auto& p : t.negated_entries) out.insert({true, p});
+  return out;
+}
 
 }  // namespace
 
@@ -431,8 +420,7 @@ std::string ControlService::tables(const TablesRequest& request, TableList* out)
 }
 
 std::string ControlService::test_table(const TablesRequest& request, TableList* out) const {
-  const auto table = std::find_if(loaded_->tables.begin(), loaded_->tables.end(),
-                                  [&](const engine::rules::Table& t) { return t.name == request.name(); });
+  const auto table = find_table(*loaded_, request.name());
   if (table == loaded_->tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;
   // The classifier's own reading of a table, so that the answer is what the rules see.
   const engine::rules::AddressTable membership(table->entries, table->negated_entries);
@@ -450,8 +438,7 @@ std::string ControlService::test_table(const TablesRequest& request, TableList* 
 std::string ControlService::edit_table(const TableEdit& request, TableList* out) {
   if (!loaded_) return "tables: no rule set loaded";
   engine::rules::RuleFile edited = *loaded_;
-  auto table = std::find_if(edited.tables.begin(), edited.tables.end(),
-                            [&](const engine::rules::Table& t) { return t.name == request.name(); });
+  auto table = find_table(edited, request.name());
   if (table == edited.tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;
   if (table->is_const) return "tables: <" + request.name() + "> is const: change it in " + rules_file_;
   std::vector<engine::TableEntry> wanted;
@@ -472,26 +459,25 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
     deleted = expire_table(*table, request.seconds());
   } else if (request.op() == TableEdit::FLUSH || request.op() == TableEdit::REPLACE) {
     // Counted against what the table held, so that a feed's replace reports what changed.
-    const TableEntrySet before(*table);
+    const std::set<engine::TableEntry> before = entry_set(*table);
     table->entries.clear();
     table->negated_entries.clear();
-    TableEntrySet after;
+    std::set<engine::TableEntry> after;
     for (const engine::TableEntry& e : wanted) {
-      if (!after.insert(e)) continue;
+      if (!after.insert(e).second) continue;
       (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
       added += !before.contains(e);
     }
     deleted = static_cast<uint32_t>(before.size() - (after.size() - added));
   } else if (request.op() == TableEdit::ADD) {
-    TableEntrySet present(*table);
+    std::set<engine::TableEntry> present = entry_set(*table);
     for (const engine::TableEntry& e : wanted) {
-      if (!present.insert(e)) continue;
+      if (!present.insert(e).second) continue;
       (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
       ++added;
     }
   } else {
-    TableEntrySet removed;
-    for (const engine::TableEntry& e : wanted) removed.insert(e);
+    const std::set<engine::TableEntry> removed(wanted.begin(), wanted.end());
     for (const bool negated : {false, true}) {
       auto& list = negated ? table->negated_entries : table->entries;
       const auto kept = std::remove_if(list.begin(), list.end(), [&](const engine::IpPrefix& p) {
@@ -520,7 +506,7 @@ uint32_t ControlService::expire_table(engine::rules::Table& table, uint32_t seco
   for (const bool negated : {false, true}) {
     auto& list = negated ? table.negated_entries : table.entries;
     const auto kept = std::remove_if(list.begin(), list.end(), [&](const engine::IpPrefix& p) {
-      const auto at = stamps->second.find(table_entry_key(negated, p));
+      const auto at = stamps->second.find({negated, p});
       return at != stamps->second.end() && at->second <= cutoff;
     });
     deleted += static_cast<uint32_t>(list.end() - kept);
@@ -531,12 +517,12 @@ uint32_t ControlService::expire_table(engine::rules::Table& table, uint32_t seco
 
 void ControlService::stamp_tables() {
   const engine::Millis now = now_();
-  std::map<std::string, std::map<TableEntryKey, engine::Millis>> next;
+  std::map<std::string, std::map<engine::TableEntry, engine::Millis>> next;
   for (const engine::rules::Table& table : loaded_->tables) {
     auto& stamps = next[table.name];
     const auto old = table_added_.find(table.name);
     auto stamp = [&](bool negated, const engine::IpPrefix& p) {
-      const TableEntryKey key = table_entry_key(negated, p);
+      const engine::TableEntry key{negated, p};
       engine::Millis at = now;
       if (old != table_added_.end()) {
         if (const auto it = old->second.find(key); it != old->second.end()) at = it->second;
@@ -581,8 +567,7 @@ ControlService::OverloadResult ControlService::apply_overloads(
   engine::rules::RuleFile edited = *loaded_;
   for (const engine::SourceOverload& o : overloads) {
     const std::string name(o.table.data());
-    auto table = std::find_if(edited.tables.begin(), edited.tables.end(),
-                              [&](const engine::rules::Table& t) { return t.name == name; });
+    auto table = find_table(edited, name);
     if (table == edited.tables.end() || table->is_const) continue;
     const engine::IpPrefix host{o.family, o.address,
                                 static_cast<uint8_t>(o.family == engine::Family::V4 ? 32 : 128)};

@@ -10,7 +10,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "daemon/control/config.h"
@@ -106,8 +105,7 @@ class ControlService {
   std::optional<engine::rules::RuleFile> loaded_;  // the running rules as parsed, table edits applied
   // When each table entry came (loaded, added, or an overload's), by table: what `tables expire`
   // reads, as pf's table entries keep the time they were added.
-  using TableEntryKey = std::tuple<bool, engine::Family, uint64_t, uint64_t, uint8_t>;
-  std::map<std::string, std::map<TableEntryKey, engine::Millis>> table_added_;
+  std::map<std::string, std::map<engine::TableEntry, engine::Millis>> table_added_;
   int64_t rules_loaded_unix_ms_ = 0;
   uint64_t reloads_ = 0;
   uint64_t reload_failures_ = 0;

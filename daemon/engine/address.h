@@ -40,6 +40,7 @@ struct IpPrefix {
   bool contains(Family f, const IpAddress& a) const;
 
   friend bool operator==(const IpPrefix&, const IpPrefix&) = default;
+  friend auto operator<=>(const IpPrefix&, const IpPrefix&) = default;  // for sets of prefixes
 };
 
 // Parses "192.0.2.1", "192.0.2.0/24", "2001:db8::/32". Host bits set in a prefix are an error
@@ -51,6 +52,8 @@ std::optional<IpPrefix> parse_prefix(std::string_view text);
 struct TableEntry {
   bool negated = false;
   IpPrefix prefix;
+
+  friend auto operator<=>(const TableEntry&, const TableEntry&) = default;
 };
 std::optional<TableEntry> parse_table_entry(std::string_view text);
 

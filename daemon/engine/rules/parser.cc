@@ -18,7 +18,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <tuple>
 
 #include "daemon/engine/rules/lexer.h"
 #include "daemon/engine/timeouts.h"
@@ -1146,16 +1145,11 @@ int read_file(const std::string& path, std::string& text) {
   return err;
 }
 
-using PrefixKey = std::tuple<Family, uint64_t, uint64_t, uint8_t>;
-PrefixKey key_of(const IpPrefix& p) {
-  return {p.family, p.address.hi, p.address.lo, p.length};
-}
-
 // Reads the table's files into its entries, each entry once.
 std::optional<RuleError> read_table_files(Table& table, const std::string& rule_file) {
-  std::set<PrefixKey> seen[2];
-  for (const IpPrefix& p : table.entries) seen[0].insert(key_of(p));
-  for (const IpPrefix& p : table.negated_entries) seen[1].insert(key_of(p));
+  std::set<IpPrefix> seen[2];
+  seen[0].insert(table.entries.begin(), table.entries.end());
+  seen[1].insert(table.negated_entries.begin(), table.negated_entries.end());
   for (const TableFile& file : table.files) {
     std::string path = file.path;
     if (!path.starts_with('/')) {
@@ -1169,7 +1163,7 @@ std::optional<RuleError> read_table_files(Table& table, const std::string& rule_
     auto entries = parse_table_entries(text, path);
     if (auto* error = std::get_if<RuleError>(&entries)) return std::move(*error);
     for (const TableEntry& e : std::get<std::vector<TableEntry>>(entries)) {
-      if (seen[e.negated].insert(key_of(e.prefix)).second)
+      if (seen[e.negated].insert(e.prefix).second)
         (e.negated ? table.negated_entries : table.entries).push_back(e.prefix);
     }
   }
