@@ -121,12 +121,34 @@ std::string Token::source_text() const {
   }
 }
 
-Lexer::Lexer(std::string_view text) {
-  sources_.push_back(Source{text, 0, false, 1, 1});
+Lexer::Lexer(std::string_view text, std::string file_name) {
+  sources_.push_back(Source{text, 0, false, 1, 1, 0});
+  files_.push_back(std::move(file_name));
+}
+
+void Lexer::include(std::string_view text, std::string file_name, const Token& at) {
+  if (includes_ >= kMaxIncludeDepth) {
+    throw SyntaxError(at.line, at.column,
+                      "includes nest deeper than " + std::to_string(kMaxIncludeDepth) + " files", at.file);
+  }
+  if (files_.size() >= kMaxFiles) {
+    throw SyntaxError(at.line, at.column, "more than " + std::to_string(kMaxFiles) + " included files",
+                      at.file);
+  }
+  files_.push_back(std::move(file_name));
+  sources_.push_back(Source{text, 0, false, 1, 1, static_cast<uint16_t>(files_.size() - 1)});
+  ++includes_;
+}
+
+bool Lexer::reading(const std::string& file_name) const {
+  for (const Source& src : sources_) {
+    if (!src.expansion && files_[src.file] == file_name) return true;
+  }
+  return false;
 }
 
 void Lexer::fail(uint32_t line, uint32_t column, const std::string& message) const {
-  throw SyntaxError(line, column, message);
+  throw SyntaxError(line, column, message, sources_.back().file);
 }
 
 void Lexer::advance(Source& src, std::size_t n) {
@@ -148,21 +170,27 @@ Token Lexer::make(TokenKind kind, std::string text, const Source& src, uint32_t 
   t.line = line;
   t.column = column;
   t.from_macro = src.expansion;
+  t.file = src.file;
   return t;
 }
 
 void Lexer::define_macro(const Token& name, std::string value) {
   if (auto it = macros_.find(name.text); it != macros_.end()) {
-    fail(name.line, name.column,
-         "macro '" + name.text + "' is already defined at line " + std::to_string(it->second.line) +
-             ", column " + std::to_string(it->second.column));
+    const Macro& first = it->second;
+    throw SyntaxError(name.line, name.column,
+                      "macro '" + name.text + "' is already defined at " +
+                          (first.file != name.file ? files_[first.file] + ":" : std::string("line ")) +
+                          std::to_string(first.line) + (first.file != name.file ? ":" : ", column ") +
+                          std::to_string(first.column),
+                      name.file);
   }
   if (value.size() > kMaxMacroValue) {
-    fail(name.line, name.column,
-         "value of macro '" + name.text + "' is longer than " + std::to_string(kMaxMacroValue) +
-             " characters");
+    throw SyntaxError(
+        name.line, name.column,
+        "value of macro '" + name.text + "' is longer than " + std::to_string(kMaxMacroValue) + " characters",
+        name.file);
   }
-  macros_.emplace(name.text, Macro{std::move(value), name.line, name.column});
+  macros_.emplace(name.text, Macro{std::move(value), name.line, name.column, name.file});
 }
 
 Token Lexer::next() {
@@ -198,8 +226,15 @@ Token Lexer::next() {
 
     if (src.pos >= text.size()) {
       if (sources_.size() == 1) return make(TokenKind::End, "", src, src.line, src.column);
+      if (src.expansion) {
+        sources_.pop_back();
+        continue;
+      }
+      // An included file ends like a file: no statement runs on into the including one.
+      Token end = make(TokenKind::End, "", src, src.line, src.column);
       sources_.pop_back();
-      continue;
+      --includes_;
+      return end;
     }
 
     const uint32_t line = src.line;
@@ -214,7 +249,7 @@ Token Lexer::next() {
       if (name.empty()) fail(line, column, "expected a macro name after '$'");
       auto it = macros_.find(name);
       if (it == macros_.end()) fail(line, column, "undefined macro '$" + name + "'");
-      if (sources_.size() > kMaxExpansionDepth) {
+      if (sources_.size() - includes_ > kMaxExpansionDepth) {
         fail(line, column, "macro '$" + name + "' expands too deeply (does it refer to itself?)");
       }
       expanded_ += it->second.value.size();
@@ -225,7 +260,8 @@ Token Lexer::next() {
       }
       advance(src, end - src.pos);
       // `src` is invalidated by the push below.
-      sources_.push_back(Source{it->second.value, 0, true, line, column});
+      const uint16_t file = src.file;
+      sources_.push_back(Source{it->second.value, 0, true, line, column, file});
       continue;
     }
 

@@ -10,6 +10,9 @@
 // as rule text the way pfctl does, so `$ports` may expand to `{ 22 80 }`. Tokens from an
 // expansion carry the position of the `$name` that produced them. Macros are not expanded
 // inside quotes.
+//
+// Included files (`include "path"`, read by the parser) are lexed where the statement stands, as
+// pfctl reads them: the macros of one file are the others' too, and each token names its file.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@
 namespace pairwall::engine::rules {
 
 enum class TokenKind : uint8_t {
-  End,             // end of file
+  End,             // end of file (of an included one: Token::file is not 0)
   Newline,         // end of a logical line
   Word,            // unquoted: keyword, name, number, address, ...
   String,          // "quoted", text without the quotes
@@ -53,6 +56,7 @@ struct Token {
   uint32_t line = 0;        // 1-based
   uint32_t column = 0;      // 1-based
   bool from_macro = false;  // produced by a $macro expansion: line/column are the `$`'s
+  uint16_t file = 0;        // Lexer::file_name(file): 0 the file lexed first, then included ones
 
   // How an error message quotes it: 'pass', '"quoted"', '<table>', end of line, end of file.
   std::string describe() const;
@@ -63,20 +67,22 @@ struct Token {
 // The first syntax error; parse_rules turns it into a RuleError.
 class SyntaxError : public std::runtime_error {
  public:
-  SyntaxError(uint32_t line, uint32_t column, const std::string& message)
-      : std::runtime_error(message), line_(line), column_(column) {}
+  SyntaxError(uint32_t line, uint32_t column, const std::string& message, uint16_t file = 0)
+      : std::runtime_error(message), line_(line), column_(column), file_(file) {}
   uint32_t line() const { return line_; }
   uint32_t column() const { return column_; }
+  uint16_t file() const { return file_; }  // as Token::file
 
  private:
   uint32_t line_;
   uint32_t column_;
+  uint16_t file_;
 };
 
 class Lexer {
  public:
   // `text` must outlive the lexer.
-  explicit Lexer(std::string_view text);
+  explicit Lexer(std::string_view text, std::string file_name = {});
 
   // The next token; throws SyntaxError (unterminated string, undefined macro, stray character).
   Token next();
@@ -87,26 +93,38 @@ class Lexer {
 
   bool has_macro(const std::string& name) const { return macros_.count(name) != 0; }
 
+  // Lexes `text` (which must outlive the lexer), named `file_name`, from the next token on; its
+  // End (Token::file not 0) ends its last statement, then the lexing goes on where it was. Throws
+  // SyntaxError at `at` when includes would nest deeper than kMaxIncludeDepth.
+  void include(std::string_view text, std::string file_name, const Token& at);
+  // Whether `file_name` is being lexed: the first file, or one included and not yet finished.
+  bool reading(const std::string& file_name) const;
+  const std::string& file_name(uint16_t file) const { return files_[file]; }
+
   // Bounds that keep hostile input from exhausting memory or stack.
   static constexpr std::size_t kMaxExpansionDepth = 16;
   static constexpr std::size_t kMaxMacroValue = 64 * 1024;
   // Quoted values are expanded where used, so macros referring to macros multiply: bound the
   // text all expansions of one file may produce.
   static constexpr std::size_t kMaxExpandedText = 4 * 1024 * 1024;
+  static constexpr std::size_t kMaxIncludeDepth = 16;
+  static constexpr std::size_t kMaxFiles = 4096;  // included files, all told
 
  private:
   struct Macro {
     std::string value;
     uint32_t line;
     uint32_t column;
+    uint16_t file;
   };
-  // The file is source 0; each active $macro expansion pushes one.
+  // The file is source 0; each active $macro expansion and each included file pushes one.
   struct Source {
     std::string_view text;
     std::size_t pos = 0;
     bool expansion = false;
     uint32_t line = 1;  // the file's position, or the `$` of the expansion
     uint32_t column = 1;
+    uint16_t file = 0;  // the file, or the file of the `$`
   };
 
   Token lex_from(Source& src);
@@ -116,6 +134,8 @@ class Lexer {
   static void advance(Source& src, std::size_t n);
 
   std::vector<Source> sources_;
+  std::vector<std::string> files_;  // by Token::file
+  std::size_t includes_ = 0;        // included files among sources_
   std::map<std::string, Macro> macros_;
   std::size_t expanded_ = 0;  // bytes of macro text pushed so far
 };

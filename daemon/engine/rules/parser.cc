@@ -1,5 +1,6 @@
 // Recursive descent over the token stream, one statement per logical line. Statements:
 //   name = value                       macro definition
+//   include "path"                     another rule file, read where the statement stands
 //   table <name> [persist] [const] [file "path" ...] [{ addr, !addr/len, ... }]
 //   set limit ... | set timeout ...
 //   scrub ...
@@ -27,18 +28,24 @@ namespace {
 
 // Words with a meaning of their own: they cannot name macros or interfaces.
 constexpr std::string_view kKeywords[] = {
-    "all",   "any",       "binat", "block",      "code",       "const",       "drop",       "flags",
-    "file",  "fragment",  "from",  "icmp-type",  "icmp6-type", "in",          "inet",       "inet6",
-    "keep",  "limit",     "log",   "max",        "max-mss",    "min-ttl",     "modulate",   "nat",
-    "no",    "no-df",     "on",    "out",        "pass",       "persist",     "port",       "proto",
-    "quick", "random-id", "rdr",   "reassemble", "return",     "return-icmp", "return-rst", "scrub",
-    "set",   "state",     "table", "timeout",    "to",
+    "all",   "any",      "binat",     "block",     "code",       "const",   "drop",        "flags",
+    "file",  "fragment", "from",      "icmp-type", "icmp6-type", "in",      "include",     "inet",
+    "inet6", "keep",     "limit",     "log",       "max",        "max-mss", "min-ttl",     "modulate",
+    "nat",   "no",       "no-df",     "on",        "out",        "pass",    "persist",     "port",
+    "proto", "quick",    "random-id", "rdr",       "reassemble", "return",  "return-icmp", "return-rst",
+    "scrub", "set",      "state",     "table",     "timeout",    "to",
 };
+
+// `path` as named in `file`: a relative path is the file's directory's.
+std::string beside(const std::string& file, const std::string& path) {
+  if (path.starts_with('/')) return path;
+  const auto slash = file.rfind('/');
+  return slash == std::string::npos ? path : file.substr(0, slash + 1) + path;
+}
 
 // pf.conf statements this subset does not implement: say so instead of "unknown keyword".
 constexpr std::string_view kUnsupportedStatements[] = {
-    "match", "anchor", "antispoof",  "include",    "load",
-    "queue", "altq",   "nat-anchor", "rdr-anchor", "binat-anchor",
+    "match", "anchor", "antispoof", "load", "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
 };
 
 struct Named {
@@ -140,15 +147,18 @@ int filter_stage(std::string_view w) {
 
 class Parser {
  public:
-  Parser(std::string_view text, std::string file) : lexer_(text), file_(std::move(file)) {
-    out_.file = file_;
+  Parser(std::string_view text, std::string file, const ReadFile& read_file)
+      : lexer_(text, file), read_file_(read_file) {
+    out_.file = std::move(file);
   }
+
+  const std::string& file_name(uint16_t file) const { return lexer_.file_name(file); }
 
   RuleFile run() {
     for (;;) {
       const Token& t = peek();
-      if (t.kind == TokenKind::End) break;
-      if (t.kind == TokenKind::Newline) {
+      if (t.kind == TokenKind::End && t.file == 0) break;
+      if (t.kind == TokenKind::Newline || t.kind == TokenKind::End) {  // or an included file's end
         take();
         continue;
       }
@@ -187,14 +197,16 @@ class Parser {
 
   bool at_end_of_statement() { return at(TokenKind::Newline) || at(TokenKind::End); }
 
-  SourceLocation loc(const Token& t) const { return SourceLocation{file_, t.line, t.column}; }
+  SourceLocation loc(const Token& t) const {
+    return SourceLocation{lexer_.file_name(t.file), t.line, t.column};
+  }
 
   static std::string where(const Token& t) {
     return "line " + std::to_string(t.line) + ", column " + std::to_string(t.column);
   }
 
   [[noreturn]] static void fail_at(const Token& t, const std::string& message) {
-    throw SyntaxError(t.line, t.column, message);
+    throw SyntaxError(t.line, t.column, message, t.file);
   }
 
   [[noreturn]] static void fail_expected(const Token& t, std::string_view what) {
@@ -268,8 +280,9 @@ class Parser {
     const Token& t = peek();
     if (t.kind == TokenKind::Word && at(TokenKind::Eq, 1)) return macro();
     if (t.kind != TokenKind::Word) {
-      fail_expected(t, "a rule, 'table', 'set' or a macro definition");
+      fail_expected(t, "a rule, 'table', 'set', 'include' or a macro definition");
     }
+    if (t.text == "include") return include();
     if (t.text == "table") return table();
     if (t.text == "set") return set();
     if (t.text == "scrub") return scrub();
@@ -278,7 +291,28 @@ class Parser {
     for (auto u : kUnsupportedStatements) {
       if (u == t.text) fail_at(t, "'" + t.text + "' rules are not supported");
     }
-    fail_expected(t, "a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set' or a macro definition");
+    fail_expected(
+        t, "a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set', 'include' or a macro definition");
+  }
+
+  // include "path": the file's statements stand here; a relative path is the including file's
+  // directory's.
+  void include() {
+    take();
+    if (!at(TokenKind::String)) fail_expected(peek(), "a quoted file name after 'include'");
+    const Token name = take();
+    if (!at_end_of_statement()) fail_expected(peek(), "end of line after the included file's name");
+    if (!read_file_) fail_at(name, "'include' reads files: these rules were not read from one");
+    const std::string path = beside(lexer_.file_name(name.file), name.text);
+    if (lexer_.reading(path)) fail_at(name, "\"" + path + "\" includes itself");
+    std::string text;
+    if (const int err = read_file_(path, text); err != 0)
+      fail_at(name, "cannot read included file \"" + path + "\": " + std::strerror(err));
+    // The line's end is all the lookahead holds (an end of file would stop the parse before the
+    // included statements): the included file's tokens come next.
+    ahead_.clear();
+    included_.push_back(std::move(text));
+    lexer_.include(included_.back(), path, name);
   }
 
   void macro() {
@@ -1104,9 +1138,10 @@ class Parser {
     return out;
   }
 
+  std::deque<std::string> included_;  // the included files' text, which the lexer reads in place
   Lexer lexer_;
   std::deque<Token> ahead_;
-  std::string file_;
+  const ReadFile& read_file_;
   RuleFile out_;
   std::map<std::string, std::size_t> table_index_;  // name -> index in out_.tables
 };
@@ -1119,12 +1154,13 @@ std::string RuleError::to_string() const {
          message;
 }
 
-std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name) {
+std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name,
+                                              const ReadFile& read_file) {
+  Parser parser(text, std::move(file_name), read_file);
   try {
-    Parser parser(text, file_name);
     return parser.run();
   } catch (const SyntaxError& e) {
-    return RuleError{SourceLocation{std::move(file_name), e.line(), e.column()}, e.what()};
+    return RuleError{SourceLocation{parser.file_name(e.file()), e.line(), e.column()}, e.what()};
   }
 }
 
@@ -1146,16 +1182,12 @@ int read_file(const std::string& path, std::string& text) {
 }
 
 // Reads the table's files into its entries, each entry once.
-std::optional<RuleError> read_table_files(Table& table, const std::string& rule_file) {
+std::optional<RuleError> read_table_files(Table& table) {
   std::set<IpPrefix> seen[2];
   seen[0].insert(table.entries.begin(), table.entries.end());
   seen[1].insert(table.negated_entries.begin(), table.negated_entries.end());
   for (const TableFile& file : table.files) {
-    std::string path = file.path;
-    if (!path.starts_with('/')) {
-      const auto slash = rule_file.rfind('/');
-      if (slash != std::string::npos) path = rule_file.substr(0, slash + 1) + path;
-    }
+    const std::string path = beside(file.location.file, file.path);
     std::string text;
     if (const int err = read_file(path, text); err != 0) {
       return RuleError{file.location, "cannot read table file \"" + path + "\": " + std::strerror(err)};
@@ -1211,10 +1243,10 @@ std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path) {
   if (const int err = read_file(path, text); err != 0) {
     return RuleError{SourceLocation{path, 0, 0}, std::string("cannot read rule file: ") + std::strerror(err)};
   }
-  auto parsed = parse_rules(text, path);
+  auto parsed = parse_rules(text, path, read_file);
   if (auto* file = std::get_if<RuleFile>(&parsed)) {
     for (Table& table : file->tables) {
-      if (auto error = read_table_files(table, path)) return std::move(*error);
+      if (auto error = read_table_files(table)) return std::move(*error);
     }
   }
   return parsed;

@@ -2,6 +2,7 @@
 // was expected and what was found; the first error stops the parse.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -19,14 +20,20 @@ struct RuleError {
   std::string to_string() const;
 };
 
-// Parses rule text. Table files (`table <t> file "PATH"`) are only named in Table::files: reading
-// them is parse_rules_file()'s.
-std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name);
+// Reads the file at `path` into `text`: 0, or the errno of the failure.
+using ReadFile = std::function<int(const std::string& path, std::string& text)>;
 
-// Reads and parses a rule file, then the table files it names (a relative PATH is the rule file's
-// directory's), whose entries join their tables' once each. An unreadable rule file is a
-// RuleError at line 0; an unreadable table file one at its name in the rule file; a bad entry one
-// at its place in the table file.
+// Parses rule text. `include "PATH"` reads PATH with `read_file` (a relative PATH is the
+// including file's directory's; without `read_file`, an include is an error); an error in an
+// included file names that file. Table files (`table <t> file "PATH"`) are only named in
+// Table::files: reading them is parse_rules_file()'s.
+std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name,
+                                              const ReadFile& read_file = {});
+
+// Reads and parses a rule file and the files it includes, then the table files they name (a
+// relative PATH is the naming file's directory's), whose entries join their tables' once each. An
+// unreadable rule file is a RuleError at line 0; an unreadable included or table file one at its
+// name in the file naming it; a bad entry one at its place in the table file.
 std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path);
 
 // A table file's text (pf's table files, pfctl -T ... -f): addresses and prefixes separated by

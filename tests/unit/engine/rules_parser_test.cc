@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -542,10 +545,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
   const Case cases[] = {
       // Structure and keywords.
       {"allow in all",
-       "t.conf:1:1: expected a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set' or a macro "
-       "definition, got 'allow'"},
+       "t.conf:1:1: expected a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set', 'include' or a "
+       "macro definition, got 'allow'"},
       {"pass all\nanchor \"x\"", "t.conf:2:1: 'anchor' rules are not supported"},
-      {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set' or a macro definition, got '{'"},
+      {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set', 'include' or a macro definition, got '{'"},
       {"pass all; block all", "t.conf:1:9: unexpected character ';'"},
       {"pass \\ all", "t.conf:1:6: unexpected '\\': a backslash continues a line only as its last character"},
       {"pass all\r\nblock foo\r\n",
@@ -865,6 +868,124 @@ TEST_CASE("table files: entries join their table once, relative to the rule file
         "t.conf:1:16: expected a quoted file name after 'file', e.g. \"/etc/pairwall/blocked\", got "
         "'feed.txt'");
   CHECK(parse_error("file = \"x\"\n") == "t.conf:1:1: 'file' is a keyword and cannot be a macro name");
+}
+
+// Included files from memory: path -> text; a missing path reads as ENOENT.
+struct FakeFiles {
+  std::map<std::string, std::string> files;
+  std::vector<std::string> read;  // paths, in the order they were read
+  ReadFile reader() {
+    return [this](const std::string& path, std::string& text) {
+      read.push_back(path);
+      auto it = files.find(path);
+      if (it == files.end()) return ENOENT;
+      text = it->second;
+      return 0;
+    };
+  }
+};
+
+std::string render_rules(const RuleFile& f) {
+  std::string out;
+  for (const FilterRule& r : f.filter_rules) {
+    out += r.location.file + ":" + std::to_string(r.location.line) + " " +
+           (r.action == Action::Pass ? "pass" : "block") + " " + render(r.interfaces) + "\n";
+  }
+  return out;
+}
+
+TEST_CASE("include: the file's statements stand where it is named, macros shared both ways") {
+  FakeFiles fs;
+  fs.files["/etc/pw/site/lan.conf"] =
+      "lan_if = \"lan0\"\n"
+      "pass in on $ext_if\n"
+      "include \"dmz.conf\"\n"  // relative to this file's directory
+      "block in on $lan_if";    // no newline at the end
+  fs.files["/etc/pw/site/dmz.conf"] = "pass out on dmz0\n";
+  fs.files["/etc/pw/last.conf"] = "block out on $lan_if\n";
+  auto r = parse_rules(
+      "ext_if = \"ext0\"\n"
+      "block all\n"
+      "include \"site/lan.conf\"\n"
+      "pass in on $lan_if\n"
+      "include \"/etc/pw/last.conf\"",  // the main file ends on an include
+      "/etc/pw/pf.conf", fs.reader());
+  if (auto* e = std::get_if<RuleError>(&r)) FAIL(e->to_string());
+  const RuleFile& f = std::get<RuleFile>(r);
+  CHECK(render_rules(f) ==
+        "/etc/pw/pf.conf:2 block \n"
+        "/etc/pw/site/lan.conf:2 pass ext0\n"
+        "/etc/pw/site/dmz.conf:1 pass dmz0\n"
+        "/etc/pw/site/lan.conf:4 block lan0\n"
+        "/etc/pw/pf.conf:4 pass lan0\n"
+        "/etc/pw/last.conf:1 block lan0\n");
+  CHECK(f.file == "/etc/pw/pf.conf");
+  CHECK(fs.read ==
+        std::vector<std::string>{"/etc/pw/site/lan.conf", "/etc/pw/site/dmz.conf", "/etc/pw/last.conf"});
+}
+
+TEST_CASE("include: errors name the file they are in, and the include that failed") {
+  FakeFiles fs;
+  fs.files["/r/a.conf"] = "pass all\n\nblock in on em0 bogus\n";
+  fs.files["/r/self.conf"] = "include \"self.conf\"\n";
+  fs.files["/r/loop1.conf"] = "include \"loop2.conf\"\n";
+  fs.files["/r/loop2.conf"] = "pass all\ninclude \"loop1.conf\"\n";
+  fs.files["/r/macro.conf"] = "x = \"1\"\n";
+  fs.files["/r/undefined.conf"] = "pass in on $nowhere\n";
+  fs.files["/r/open.conf"] = "pass in proto { tcp\n";
+  auto error = [&fs](std::string_view text) {
+    auto r = parse_rules(text, "/r/pf.conf", fs.reader());
+    if (std::holds_alternative<RuleFile>(r)) FAIL("parsed without error: " << text);
+    return std::get<RuleError>(r).to_string();
+  };
+  CHECK(error("include \"a.conf\"\n") ==
+        "/r/a.conf:3:17: expected 'from', 'to', 'all', a rule option or end of line, got 'bogus'");
+  CHECK(error("pass all\ninclude \"missing.conf\"\n") ==
+        "/r/pf.conf:2:9: cannot read included file \"/r/missing.conf\": No such file or directory");
+  CHECK(error("include \"self.conf\"\n") == "/r/self.conf:1:9: \"/r/self.conf\" includes itself");
+  CHECK(error("include \"loop1.conf\"\n") == "/r/loop2.conf:2:9: \"/r/loop1.conf\" includes itself");
+  CHECK(error("include \"pf.conf\"\n") == "/r/pf.conf:1:9: \"/r/pf.conf\" includes itself");
+  CHECK(error("x = \"0\"\ninclude \"macro.conf\"\n") ==
+        "/r/macro.conf:1:1: macro 'x' is already defined at /r/pf.conf:1:1");
+  CHECK(error("include \"undefined.conf\"\n") == "/r/undefined.conf:1:12: undefined macro '$nowhere'");
+  // A statement cannot run past the end of its file into the next.
+  CHECK(error("include \"open.conf\"\n}\n") ==
+        "/r/open.conf:2:1: expected '}' to close the list opened at line 1, column 15, got end of file");
+  CHECK(error("include a.conf\n") ==
+        "/r/pf.conf:1:9: expected a quoted file name after 'include', got 'a.conf'");
+  CHECK(error("include \"a.conf\" pass\n") ==
+        "/r/pf.conf:1:18: expected end of line after the included file's name, got 'pass'");
+  CHECK(error("include = \"x\"\n") == "/r/pf.conf:1:1: 'include' is a keyword and cannot be a macro name");
+  // Without a way to read files (rules given as text), an include is refused.
+  CHECK(parse_error("include \"a.conf\"\n") ==
+        "t.conf:1:9: 'include' reads files: these rules were not read from one");
+
+  // Deep nesting is bounded.
+  for (int i = 0; i < 40; ++i)
+    fs.files["/r/d" + std::to_string(i) + ".conf"] = "include \"d" + std::to_string(i + 1) + ".conf\"\n";
+  CHECK(error("include \"d0.conf\"\n") == "/r/d15.conf:1:9: includes nest deeper than 16 files");
+}
+
+TEST_CASE("include: parse_rules_file reads included files from disk, and their table files beside them") {
+  pairwall::test::TempDir dir("include");
+  std::filesystem::create_directories(dir.path / "site");
+  std::ofstream(dir.path / "pf.conf") << "include \"site/tables.conf\"\nblock in quick from <feed>\n";
+  std::ofstream(dir.path / "site" / "tables.conf") << "table <feed> file \"feed.txt\"\n";
+  std::ofstream(dir.path / "site" / "feed.txt") << "192.0.2.1\n";
+  auto r = parse_rules_file((dir.path / "pf.conf").string());
+  if (auto* e = std::get_if<RuleError>(&r)) FAIL(e->to_string());
+  const RuleFile& f = std::get<RuleFile>(r);
+  REQUIRE(f.tables.size() == 1);
+  REQUIRE(f.tables[0].entries.size() == 1);
+  CHECK(to_string(f.tables[0].entries[0]) == "192.0.2.1/32");
+  CHECK(f.tables[0].location.file == (dir.path / "site" / "tables.conf").string());
+
+  std::filesystem::remove(dir.path / "site" / "feed.txt");
+  auto missing = parse_rules_file((dir.path / "pf.conf").string());
+  REQUIRE(std::holds_alternative<RuleError>(missing));
+  CHECK(std::get<RuleError>(missing).to_string() ==
+        (dir.path / "site" / "tables.conf").string() + ":1:19: cannot read table file \"" +
+            (dir.path / "site" / "feed.txt").string() + "\": No such file or directory");
 }
 
 TEST_CASE("the packaged sample rule set and the fuzz corpus parse") {
