@@ -15,6 +15,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/rules/compile.h"
 #include "daemon/io/hooks.h"
+#include "daemon/io/host_addresses.h"
 #include "daemon/io/kernel_queue_stats.h"
 #include "daemon/io/nfqueue.h"
 #include "daemon/io/pcaplog.h"
@@ -276,6 +278,22 @@ int run(const control::Config& c) {
   engine::Engine engine(engine_config);
 
   control::ControlService service(c, engine, monotonic_now);
+  // Rules may name interfaces as addresses. The failover's virtual addresses count as their
+  // interfaces' on both nodes, held or not, so that both load the same rules.
+  std::vector<failover::Vip> vips;
+  if (c.failover) vips = failover::parse_failover_config(*c.failover, c.file).vips;
+  service.set_interface_addresses([vips] {
+    engine::rules::InterfaceAddresses addresses = io::host_interface_addresses();
+    for (const failover::Vip& v : vips) {
+      engine::rules::InterfaceAddress a;
+      a.family = v.family == AF_INET ? engine::Family::V4 : engine::Family::V6;
+      a.address = a.family == engine::Family::V4 ? engine::IpAddress::from_v4_bytes(v.address.data())
+                                                 : engine::IpAddress::from_v6_bytes(v.address.data());
+      a.prefix_length = v.prefix_len;
+      addresses[v.interface].push_back(a);
+    }
+    return addresses;
+  });
   if (auto loaded = service.load_rules(c.rules.file); !loaded.ok) {
     spdlog::error("{}", loaded.error);
     return 1;

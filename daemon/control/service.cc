@@ -208,6 +208,19 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     return result;
   }
   auto& file = std::get<engine::rules::RuleFile>(parsed);
+  engine::rules::InterfaceAddresses addresses;
+  try {
+    if (interface_addresses_) addresses = interface_addresses_();
+  } catch (const std::exception& e) {
+    ++reload_failures_;
+    result.error = path + ": cannot read the interfaces' addresses: " + e.what();
+    return result;
+  }
+  if (auto error = engine::rules::resolve_interfaces(file, addresses)) {
+    ++reload_failures_;
+    result.error = error->to_string();
+    return result;
+  }
   if (loaded_) keep_unlisted_tables(*loaded_, file);
   if (std::string error = publish(file, nullptr); !error.empty()) {
     ++reload_failures_;

@@ -18,6 +18,7 @@
 #include "daemon/control/metrics.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/rules/ast.h"
+#include "daemon/engine/rules/interface_addresses.h"
 #include "proto/control.pb.h"
 
 namespace pairwall::control {
@@ -45,6 +46,13 @@ class ControlService {
   // once told they have none, a rule set with translation rules is refused. Until then (the load
   // at start) any rule set is taken.
   void set_prerouting_hook(bool installed) { prerouting_hook_ = installed; }
+
+  // The host's interfaces and addresses, asked at every load for rules that name interfaces in
+  // address positions (`em0`, `em0:network`, `antispoof`). Unset: no interface is known, and such
+  // rules are refused. May throw (a load error says why).
+  void set_interface_addresses(std::function<engine::rules::InterfaceAddresses()> source) {
+    interface_addresses_ = std::move(source);
+  }
 
   struct LoadResult {
     bool ok = false;
@@ -99,6 +107,7 @@ class ControlService {
   SyncControl* sync_ = nullptr;
   FailoverControl* failover_ = nullptr;
   std::function<std::optional<std::string>()> health_probe_;
+  std::function<engine::rules::InterfaceAddresses()> interface_addresses_;
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;

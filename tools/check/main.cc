@@ -1,7 +1,9 @@
 // pairwall-check: the operator's dry run.
 //
-//   pairwall-check -f RULES
+//   pairwall-check -f RULES [--iface-address NAME=ADDR/LEN[,ADDR/LEN...]]...
 //       parse and compile RULES; print errors as file:line:column (exit 1), like `pfctl -nf`.
+//       Interfaces named in address positions (`em0`, `em0:network`, `antispoof for em0`) have
+//       this host's addresses, as pfctl reads them, but those --iface-address gives.
 //   pairwall-check -f RULES --pcap FILE --inside CIDR[,CIDR...] [--inside-if NAME] [--outside-if NAME]
 //       replay a capture through the engine as a forwarding firewall would see it and print one
 //       JSON line per packet: index, verdict, reason, deciding rule, state id.
@@ -16,6 +18,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/packet.h"
 #include "daemon/engine/rules/compile.h"
+#include "daemon/io/host_addresses.h"
 #include "tools/check/pcap_reader.h"
 
 namespace {
@@ -29,11 +32,13 @@ struct Options {
   std::vector<IpPrefix> inside;
   std::string inside_if = "in0";
   std::string outside_if = "out0";
+  rules::InterfaceAddresses addresses;  // --iface-address: instead of the host's, per interface
 };
 
 [[noreturn]] void usage(const std::string& error) {
   if (!error.empty()) std::cerr << "pairwall-check: " << error << "\n";
-  std::cerr << "usage: pairwall-check -f RULES [--pcap FILE --inside CIDR[,CIDR...] [--inside-if NAME]"
+  std::cerr << "usage: pairwall-check -f RULES [--iface-address NAME=ADDR/LEN[,ADDR/LEN...]]...\n"
+               "                      [--pcap FILE --inside CIDR[,CIDR...] [--inside-if NAME]"
                " [--outside-if NAME]]\n";
   std::exit(2);
 }
@@ -48,6 +53,35 @@ Options parse_args(int argc, char** argv) {
     };
     if (arg == "-f") {
       o.rules_file = value();
+    } else if (arg == "--iface-address") {
+      const std::string spec = value();
+      const auto eq = spec.find('=');
+      if (eq == std::string::npos || eq == 0) usage("--iface-address wants NAME=ADDR/LEN[,ADDR/LEN...]");
+      auto& addresses = o.addresses[spec.substr(0, eq)];
+      std::size_t start = eq + 1;
+      while (start <= spec.size()) {
+        const std::size_t comma = spec.find(',', start);
+        const std::string item =
+            spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const auto slash = item.find('/');
+        rules::InterfaceAddress a;
+        const auto address = parse_address(item.substr(0, slash), &a.family);
+        const unsigned width = a.family == Family::V4 ? 32 : 128;
+        unsigned length = width;
+        if (slash != std::string::npos) {
+          const std::string digits = item.substr(slash + 1);
+          length = digits.empty() || digits.size() > 3 ||
+                           digits.find_first_not_of("0123456789") != std::string::npos
+                       ? width + 1
+                       : static_cast<unsigned>(std::stoul(digits));
+        }
+        if (!address || length > width) usage("--iface-address: '" + item + "' is not ADDR/LEN");
+        a.address = *address;
+        a.prefix_length = static_cast<uint8_t>(length);
+        addresses.push_back(a);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
     } else if (arg == "--pcap") {
       o.pcap_file = value();
     } else if (arg == "--inside") {
@@ -152,7 +186,14 @@ int replay(const Options& o, Engine& engine) {
 int main(int argc, char** argv) {
   const Options options = parse_args(argc, argv);
   Engine engine;
-  auto loaded = rules::load_rules_file(options.rules_file, engine.interfaces());
+  rules::InterfaceAddresses addresses;
+  try {
+    addresses = io::host_interface_addresses();
+  } catch (const std::exception& e) {
+    std::cerr << "pairwall-check: " << e.what() << " (interfaces in rules get only --iface-address)\n";
+  }
+  for (const auto& [name, given] : options.addresses) addresses[name] = given;
+  auto loaded = rules::load_rules_file(options.rules_file, engine.interfaces(), addresses);
   if (auto* error = std::get_if<rules::RuleError>(&loaded)) {
     std::cerr << error->to_string() << "\n";
     return 1;

@@ -21,15 +21,18 @@ struct SourceLocation {
   std::string file_and_line() const { return file + ":" + std::to_string(line); }
 };
 
-// One element of an address list: `any`, a prefix, or a `<table>`; each may be negated.
-// An address spec with no elements means `any`. A spec matches when any element matches
-// (pf expands lists into one rule per element; the union is the same).
+// One element of an address list: `any`, a prefix, a `<table>`, or an interface's addresses (`em0`)
+// or networks (`em0:network`); each may be negated. An address spec with no elements means `any`.
+// A spec matches when any element matches (pf expands lists into one rule per element; the union
+// is the same). Interface elements are resolved to tables when the rules load
+// (resolve_interfaces()); the classifier never sees one.
 struct AddressElement {
-  enum class Kind : uint8_t { Any, Prefix, Table };
+  enum class Kind : uint8_t { Any, Prefix, Table, Interface };
   Kind kind = Kind::Any;
   bool negated = false;
   IpPrefix prefix;
-  std::string table;
+  std::string table;      // Table; Interface: the interface's name
+  bool networks = false;  // Interface: `:network`
   SourceLocation location;
 };
 

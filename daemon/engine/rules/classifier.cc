@@ -862,6 +862,8 @@ class ClassifierBuilder {
             out.push_back({0, kKeyMax});
           }
           break;
+        case AddressElement::Kind::Interface:  // the compiler hands these over as tables
+          break;
       }
     }
     normalize(out);

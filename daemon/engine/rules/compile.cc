@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/engine/rules/classifier.h"
+#include "daemon/engine/rules/interface_addresses.h"
 
 namespace pairwall::engine::rules {
 
@@ -79,6 +80,8 @@ std::string element_text(const AddressElement& e) {
       return out + address_text(e.prefix);
     case AddressElement::Kind::Table:
       return out + "<" + e.table + ">";
+    case AddressElement::Kind::Interface:
+      return out + e.table + (e.networks ? ":network" : "");
   }
   return out;
 }
@@ -406,6 +409,15 @@ class Compiler {
                                e.table + "> { ... }'");
         }
         t.table = &it->second.second;
+      } else if (e.kind == AddressElement::Kind::Interface) {
+        // resolve_interfaces() made the table; rules parsed from text alone have none.
+        auto it = tables_.find(interface_table_name(e));
+        if (it == tables_.end()) {
+          fail(e.location, "the addresses of interface '" + e.table +
+                               "' are known only to rules loaded on a host (resolve_interfaces())");
+        }
+        t.kind = AddressElement::Kind::Table;
+        t.table = &it->second.second;
       }
       out.push_back(t);
     }
@@ -626,10 +638,13 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& 
 }
 
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
-                                                                        InterfaceRegistry& interfaces) {
+                                                                        InterfaceRegistry& interfaces,
+                                                                        const InterfaceAddresses& addresses) {
   auto parsed = parse_rules_file(path);
   if (auto* error = std::get_if<RuleError>(&parsed)) return std::move(*error);
-  return compile(std::get<RuleFile>(parsed), interfaces);
+  RuleFile& file = std::get<RuleFile>(parsed);
+  if (auto error = resolve_interfaces(file, addresses)) return std::move(*error);
+  return compile(file, interfaces);
 }
 
 // --- RuleSet

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "daemon/engine/interfaces.h"
+#include "daemon/engine/rules/interface_addresses.h"
 #include "daemon/engine/rules/parser.h"
 #include "daemon/engine/rules/ruleset.h"
 
@@ -19,8 +20,8 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& 
                                                                 InterfaceRegistry& interfaces,
                                                                 const RuleSet* counters_from = nullptr);
 
-// parse_rules_file + compile.
-std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
-                                                                        InterfaceRegistry& interfaces);
+// parse_rules_file + resolve_interfaces + compile.
+std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(
+    const std::string& path, InterfaceRegistry& interfaces, const InterfaceAddresses& addresses = {});
 
 }  // namespace pairwall::engine::rules

@@ -252,16 +252,25 @@ Token Lexer::next() {
       if (sources_.size() - includes_ > kMaxExpansionDepth) {
         fail(line, column, "macro '$" + name + "' expands too deeply (does it refer to itself?)");
       }
-      expanded_ += it->second.value.size();
+      // Word characters right after the name belong to the value's last word, as in pfctl's
+      // textual expansion: `$int_if:network`, `$net/24`.
+      std::size_t suffix_end = end;
+      while (suffix_end < text.size() && is_word_char(text[suffix_end])) ++suffix_end;
+      std::string_view value = it->second.value;
+      if (suffix_end > end) {
+        glued_.push_back(it->second.value + std::string(text.substr(end, suffix_end - end)));
+        value = glued_.back();
+      }
+      expanded_ += value.size();
       if (expanded_ > kMaxExpandedText) {
         fail(line, column,
              "macros expand to more than " + std::to_string(kMaxExpandedText >> 20) +
                  " MiB of text (macros referring to macros multiply)");
       }
-      advance(src, end - src.pos);
+      advance(src, suffix_end - src.pos);
       // `src` is invalidated by the push below.
       const uint16_t file = src.file;
-      sources_.push_back(Source{it->second.value, 0, true, line, column, file});
+      sources_.push_back(Source{value, 0, true, line, column, file});
       continue;
     }
 

@@ -8,14 +8,16 @@
 //
 // Macros: the parser defines them (`name = value`); `$name` is replaced by the value, re-read
 // as rule text the way pfctl does, so `$ports` may expand to `{ 22 80 }`. Tokens from an
-// expansion carry the position of the `$name` that produced them. Macros are not expanded
-// inside quotes.
+// expansion carry the position of the `$name` that produced them; word characters written right
+// after the name join the value's last word (`$int_if:network` is `em1:network`). Macros are not
+// expanded inside quotes.
 //
 // Included files (`include "path"`, read by the parser) are lexed where the statement stands, as
 // pfctl reads them: the macros of one file are the others' too, and each token names its file.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -137,7 +139,8 @@ class Lexer {
   std::vector<std::string> files_;  // by Token::file
   std::size_t includes_ = 0;        // included files among sources_
   std::map<std::string, Macro> macros_;
-  std::size_t expanded_ = 0;  // bytes of macro text pushed so far
+  std::deque<std::string> glued_;  // values with the word characters that followed their `$name`
+  std::size_t expanded_ = 0;       // bytes of macro text pushed so far
 };
 
 }  // namespace pairwall::engine::rules

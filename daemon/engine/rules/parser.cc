@@ -10,6 +10,8 @@
 // so every message is about what the operator wrote, not about a cascade.
 #include "daemon/engine/rules/parser.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -28,12 +30,12 @@ namespace {
 
 // Words with a meaning of their own: they cannot name macros or interfaces.
 constexpr std::string_view kKeywords[] = {
-    "all",   "any",      "binat",     "block",     "code",       "const",   "drop",        "flags",
-    "file",  "fragment", "from",      "icmp-type", "icmp6-type", "in",      "include",     "inet",
-    "inet6", "keep",     "limit",     "log",       "max",        "max-mss", "min-ttl",     "modulate",
-    "nat",   "no",       "no-df",     "on",        "out",        "pass",    "persist",     "port",
-    "proto", "quick",    "random-id", "rdr",       "reassemble", "return",  "return-icmp", "return-rst",
-    "scrub", "set",      "state",     "table",     "timeout",    "to",
+    "all",         "antispoof",  "any",   "binat",    "block",     "code",      "const",      "drop",
+    "flags",       "file",       "for",   "fragment", "from",      "icmp-type", "icmp6-type", "in",
+    "include",     "inet",       "inet6", "keep",     "limit",     "log",       "max",        "max-mss",
+    "min-ttl",     "modulate",   "nat",   "no",       "no-df",     "on",        "out",        "pass",
+    "persist",     "port",       "proto", "quick",    "random-id", "rdr",       "reassemble", "return",
+    "return-icmp", "return-rst", "scrub", "set",      "state",     "table",     "timeout",    "to",
 };
 
 // `path` as named in `file`: a relative path is the file's directory's.
@@ -45,7 +47,7 @@ std::string beside(const std::string& file, const std::string& path) {
 
 // pf.conf statements this subset does not implement: say so instead of "unknown keyword".
 constexpr std::string_view kUnsupportedStatements[] = {
-    "match", "anchor", "antispoof", "load", "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
+    "match", "anchor", "load", "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
 };
 
 struct Named {
@@ -288,11 +290,14 @@ class Parser {
     if (t.text == "scrub") return scrub();
     if (t.text == "nat" || t.text == "rdr" || t.text == "binat" || t.text == "no") return translation();
     if (t.text == "pass" || t.text == "block") return filter();
+    if (t.text == "antispoof") return antispoof();
     for (auto u : kUnsupportedStatements) {
       if (u == t.text) fail_at(t, "'" + t.text + "' rules are not supported");
     }
     fail_expected(
-        t, "a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set', 'include' or a macro definition");
+        t,
+        "a rule (pass, block, antispoof, nat, rdr, binat, scrub), 'table', 'set', 'include' or a macro "
+        "definition");
   }
 
   // include "path": the file's statements stand here; a relative path is the including file's
@@ -605,6 +610,46 @@ class Parser {
     }
     if (m.op == PortMatch::Op::RangeInclusive) check_range(t, m);
     return m;
+  }
+
+  // antispoof [log] [quick] for IF | { IF, ... } [inet | inet6], as pfctl expands it: per interface,
+  // `block drop in on ! IF from IF:network` (its networks arrive on it alone) and, but for the
+  // loopback, `block drop in from IF` (its own addresses never arrive from outside). Dropped
+  // silently: a reply would go to the address the spoofer forged.
+  void antispoof() {
+    const Token first = take();
+    FilterRule r;
+    r.location = loc(first);
+    r.action = Action::Block;
+    r.reply_given = true;
+    r.state.keep_state = false;
+    r.direction = Direction::In;
+    if (accept_word("log")) r.log = LogMode::First;
+    r.quick = accept_word("quick");
+    expect_word("for", "'for' and the interfaces to protect (antispoof [log] [quick] for IF)");
+    const Token list_start = peek();
+    const std::vector<InterfaceMatch> names = interfaces();
+    for (const InterfaceMatch& m : names) {
+      if (m.negated) fail_at(list_start, "antispoof protects interfaces it names: '!' has no place here");
+    }
+    r.family = family();
+    if (!at_end_of_statement()) fail_expected(peek(), "'inet', 'inet6' or end of line");
+    for (const InterfaceMatch& m : names) {
+      AddressElement own;
+      own.kind = AddressElement::Kind::Interface;
+      own.table = m.name;
+      own.location = loc(list_start);
+      FilterRule elsewhere = r;
+      elsewhere.interfaces = {InterfaceMatch{m.name, true}};
+      own.networks = true;
+      elsewhere.from.addresses = {own};
+      out_.filter_rules.push_back(std::move(elsewhere));
+      if (m.name == "lo") continue;
+      FilterRule from_outside = r;
+      own.networks = false;
+      from_outside.from.addresses = {own};
+      out_.filter_rules.push_back(std::move(from_outside));
+    }
   }
 
   void filter() {
@@ -937,6 +982,12 @@ class Parser {
       } else if (t.kind == TokenKind::Word && t.text == "any") {
         take();
         e.kind = AddressElement::Kind::Any;
+      } else if (t.kind == TokenKind::LParen) {
+        fail_at(t,
+                "'(interface)', addresses followed as they change, is not supported: write the interface's "
+                "name (its addresses when the rules load) or NAME:network");
+      } else if (t.kind == TokenKind::Word && !is_keyword(t.text) && interface_element(t, e)) {
+        take();
       } else if (t.kind == TokenKind::Word || t.kind == TokenKind::String) {
         if (t.kind == TokenKind::Word && is_keyword(t.text)) {
           fail_expected(t, "address, prefix, <table> or 'any'");
@@ -959,6 +1010,33 @@ class Parser {
       one(false);
     }
     return out;
+  }
+
+  // `em0` (the interface's addresses) or `em0:network` (the networks they lie in), as pf reads an
+  // address that is an interface name: a word that starts with a letter, with at most one ':'
+  // (an IPv6 address has two or more) before letters. Fills `e` and returns true for those.
+  static bool interface_element(const Token& t, AddressElement& e) {
+    const std::string_view word = t.text;
+    if (word.empty() || !std::isalpha(static_cast<unsigned char>(word[0]))) return false;
+    const auto colon = word.find(':');
+    const std::string_view modifier = colon == std::string_view::npos ? "" : word.substr(colon + 1);
+    if (colon != std::string_view::npos &&
+        (modifier.empty() || !std::all_of(modifier.begin(), modifier.end(), [](char c) {
+           return std::isalpha(static_cast<unsigned char>(c));
+         }))) {
+      return false;
+    }
+    Token name = t;
+    name.text = std::string(word.substr(0, colon));
+    check_interface_name(name);
+    if (!modifier.empty() && modifier != "network") {
+      fail_at(t, "'" + t.text + "': ':" + std::string(modifier) + "' is not supported; write " + name.text +
+                     " (its addresses) or " + name.text + ":network (their networks)");
+    }
+    e.kind = AddressElement::Kind::Interface;
+    e.table = name.text;
+    e.networks = !modifier.empty();
+    return true;
   }
 
   // "192.0.2.0/24", "2001:db8::1", ...: a missing length means a host.

@@ -788,3 +788,42 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
     CHECK(d.service.load_rules("").ok);
   }
 }
+
+TEST_CASE("service: interfaces named as addresses take the host's addresses at each load", "[service]") {
+  Daemon d;
+  const std::string path = d.write("ifaces.conf",
+                                   "pass all\n"
+                                   "block in quick from em1:network\n");
+  // Without a source of addresses no interface is known.
+  auto unknown = d.service.load_rules(path);
+  CHECK_FALSE(unknown.ok);
+  CHECK(unknown.error == path + ":2:21: no interface named 'em1' on this host");
+
+  engine::rules::InterfaceAddress lan;
+  lan.address = *engine::parse_address("10.1.0.1", &lan.family);
+  lan.prefix_length = 16;
+  bool fail = false;
+  d.service.set_interface_addresses([&] {
+    if (fail) throw std::runtime_error("getifaddrs: Too many open files");
+    return engine::rules::InterfaceAddresses{{"em1", {lan}}};
+  });
+  REQUIRE(d.service.load_rules(path).ok);
+  CHECK(d.send(syn("10.1.2.3", 40000, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(d.send(syn("10.2.2.3", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  Response r = d.call(make([](Request& q) { q.mutable_tables()->set_name("em1:network"); }));
+  REQUIRE(r.ok());
+  CHECK(r.tables().tables(0).is_const());
+  REQUIRE(r.tables().tables(0).entries_size() == 1);
+  CHECK(r.tables().tables(0).entries(0) == "10.1.0.0/16");
+
+  // A reload reads them again; a host that cannot be asked refuses the reload, the rules stay.
+  lan.address = *engine::parse_address("10.2.0.1", &lan.family);
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(d.send(syn("10.1.2.3", 40001, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  CHECK(d.send(syn("10.2.2.3", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  fail = true;
+  auto refused = d.service.load_rules("");
+  CHECK_FALSE(refused.ok);
+  CHECK(refused.error == path + ": cannot read the interfaces' addresses: getifaddrs: Too many open files");
+  CHECK(d.send(syn("10.2.2.4", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+}

@@ -145,6 +145,9 @@ struct Reference {
         case AddressElement::Kind::Table:
           m = ref_table_contains(table_of(t.table), f, a) != t.negated;
           break;
+        case AddressElement::Kind::Interface:
+          FAIL("interface elements reach the classifier as tables");
+          break;
       }
       if (m) return true;
     }

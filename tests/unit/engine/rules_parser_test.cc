@@ -88,6 +88,9 @@ std::string render(const Endpoint& e) {
       case AddressElement::Kind::Prefix:
         s += to_string(a.prefix);
         break;
+      case AddressElement::Kind::Interface:
+        s += "if:" + a.table + (a.networks ? ":network" : "");
+        break;
     }
   }
   if (s.empty()) s = "*";
@@ -545,8 +548,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
   const Case cases[] = {
       // Structure and keywords.
       {"allow in all",
-       "t.conf:1:1: expected a rule (pass, block, nat, rdr, binat, scrub), 'table', 'set', 'include' or a "
-       "macro definition, got 'allow'"},
+       "t.conf:1:1: expected a rule (pass, block, antispoof, nat, rdr, binat, scrub), 'table', 'set', "
+       "'include' or a macro definition, got 'allow'"},
       {"pass all\nanchor \"x\"", "t.conf:2:1: 'anchor' rules are not supported"},
       {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set', 'include' or a macro definition, got '{'"},
       {"pass all; block all", "t.conf:1:9: unexpected character ';'"},
@@ -626,8 +629,19 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"block to 2001:db8::1/32",
        "t.conf:1:10: host bits set in '2001:db8::1/32': did you mean 2001:db8::/32?"},
       {"block from 10.0.0.256", "t.conf:1:12: expected address, prefix, <table> or 'any', got '10.0.0.256'"},
-      {"block from example.com",
-       "t.conf:1:12: expected address, prefix, <table> or 'any', got 'example.com'"},
+      {"block from 10.0.0.300", "t.conf:1:12: expected address, prefix, <table> or 'any', got '10.0.0.300'"},
+      {"block from em0:broadcast",
+       "t.conf:1:12: 'em0:broadcast': ':broadcast' is not supported; write em0 (its addresses) or "
+       "em0:network "
+       "(their networks)"},
+      {"block from (em0)",
+       "t.conf:1:12: '(interface)', addresses followed as they change, is not supported: write the "
+       "interface's name (its addresses when the rules load) or NAME:network"},
+      {"antispoof em0",
+       "t.conf:1:11: expected 'for' and the interfaces to protect (antispoof [log] [quick] for "
+       "IF), got 'em0'"},
+      {"antispoof for ! em0", "t.conf:1:15: antispoof protects interfaces it names: '!' has no place here"},
+      {"antispoof for em0 label x", "t.conf:1:19: expected 'inet', 'inet6' or end of line, got 'label'"},
       {"block from to any", "t.conf:1:12: expected address, prefix, <table> or 'any', got 'to'"},
       {"pass inet from 2001:db8::1",
        "t.conf:1:16: '2001:db8::1' is not an IPv4 address, as the rule's address family requires"},

@@ -1,0 +1,87 @@
+#include "daemon/engine/rules/interface_addresses.h"
+
+#include <set>
+
+namespace pairwall::engine::rules {
+namespace {
+
+IpPrefix network_of(const InterfaceAddress& a) {
+  const unsigned width = a.family == Family::V4 ? 32 : 128;
+  const unsigned length = a.prefix_length > width ? width : a.prefix_length;
+  // The host bits of a 128-bit address kept as (hi, lo), IPv4's in the low 32 bits of lo.
+  const unsigned host = width - length;
+  const uint64_t lo_mask = host >= 64 ? ~uint64_t{0} : (uint64_t{1} << host) - 1;
+  const uint64_t hi_mask = host <= 64 ? 0 : host >= 128 ? ~uint64_t{0} : (uint64_t{1} << (host - 64)) - 1;
+  return IpPrefix{a.family, IpAddress{a.address.hi & ~hi_mask, a.address.lo & ~lo_mask},
+                  static_cast<uint8_t>(length)};
+}
+
+IpPrefix host_of(const InterfaceAddress& a) {
+  return IpPrefix{a.family, a.address, static_cast<uint8_t>(a.family == Family::V4 ? 32 : 128)};
+}
+
+class Resolver {
+ public:
+  Resolver(RuleFile& file, const InterfaceAddresses& addresses) : file_(file), addresses_(addresses) {}
+
+  std::optional<RuleError> run() {
+    for (FilterRule& r : file_.filter_rules) {
+      if (auto e = endpoints(r.from, r.to)) return e;
+    }
+    for (TranslationRule& r : file_.translation_rules) {
+      if (auto e = endpoints(r.from, r.to)) return e;
+    }
+    for (ScrubRule& r : file_.scrub_rules) {
+      if (auto e = endpoints(r.from, r.to)) return e;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::optional<RuleError> endpoints(const Endpoint& from, const Endpoint& to) {
+    for (const Endpoint* ep : {&from, &to}) {
+      for (const AddressElement& e : ep->addresses) {
+        if (e.kind != AddressElement::Kind::Interface) continue;
+        if (auto error = table_for(e)) return error;
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<RuleError> table_for(const AddressElement& e) {
+    const std::string name = interface_table_name(e);
+    if (!made_.insert(name).second) return std::nullopt;
+    auto it = addresses_.find(e.table);
+    if (it == addresses_.end())
+      return RuleError{e.location, "no interface named '" + e.table + "' on this host"};
+    Table t;
+    t.location = e.location;
+    t.name = name;
+    t.is_const = true;
+    t.lists_entries = true;
+    std::set<IpPrefix> seen;
+    for (const InterfaceAddress& a : it->second) {
+      const IpPrefix p = e.networks ? network_of(a) : host_of(a);
+      if (seen.insert(p).second) t.entries.push_back(p);
+    }
+    if (t.entries.empty()) return RuleError{e.location, "interface '" + e.table + "' has no address"};
+    file_.tables.push_back(std::move(t));
+    return std::nullopt;
+  }
+
+  RuleFile& file_;
+  const InterfaceAddresses& addresses_;
+  std::set<std::string> made_;
+};
+
+}  // namespace
+
+std::string interface_table_name(const AddressElement& element) {
+  return element.table + (element.networks ? ":network" : ":addresses");
+}
+
+std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses) {
+  return Resolver(file, addresses).run();
+}
+
+}  // namespace pairwall::engine::rules

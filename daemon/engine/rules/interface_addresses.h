@@ -1,0 +1,36 @@
+// Interface names in address positions, as pf reads them: `em0` is the addresses the interface has
+// when the rules load, `em0:network` the networks they lie in. The engine stays free of I/O: the
+// caller brings the host's addresses (daemon/io/host_addresses.h reads them), and each interface
+// element becomes a const table of them, named after it ("em0:addresses", "em0:network"), which
+// `pairwallctl tables show` lists and a reload sets anew. pf's `(em0)`, addresses followed as they
+// change, is not supported: a reload takes the new ones.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/rules/ast.h"
+#include "daemon/engine/rules/parser.h"
+
+namespace pairwall::engine::rules {
+
+struct InterfaceAddress {
+  Family family = Family::V4;
+  IpAddress address;
+  uint8_t prefix_length = 32;  // of the network the address lies in
+};
+
+// Every interface of the host by name, those without an address included.
+using InterfaceAddresses = std::map<std::string, std::vector<InterfaceAddress>>;
+
+// The table an interface element reads.
+std::string interface_table_name(const AddressElement& element);
+
+// Turns every interface element of `file` into a read of its table, adding the tables. An
+// interface the host does not have, or one without an address, is a RuleError at the element.
+std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
+
+}  // namespace pairwall::engine::rules

@@ -1,0 +1,177 @@
+// Interface names in address positions (`em0`, `em0:network`) and `antispoof`: parsed, resolved
+// against a host's addresses into const tables, and decided by the compiled rules.
+#include "daemon/engine/rules/interface_addresses.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <variant>
+
+#include "daemon/engine/rules/compile.h"
+
+namespace pairwall::engine::rules {
+namespace {
+
+RuleFile parse(const std::string& text) {
+  auto parsed = parse_rules(text, "t.conf");
+  if (auto* e = std::get_if<RuleError>(&parsed)) FAIL("parse error: " << e->to_string());
+  return std::get<RuleFile>(std::move(parsed));
+}
+
+InterfaceAddress address(const std::string& text, uint8_t length) {
+  InterfaceAddress a;
+  a.address = *parse_address(text, &a.family);
+  a.prefix_length = length;
+  return a;
+}
+
+// A host: em0 outside (two IPv4 addresses in one /24, one IPv6), em1 inside, lo, and a link
+// without addresses.
+InterfaceAddresses host() {
+  return {
+      {"em0", {address("192.0.2.10", 24), address("192.0.2.11", 24), address("2001:db8::10", 64)}},
+      {"em1", {address("10.1.0.1", 16), address("fd01::1", 64)}},
+      {"lo", {address("127.0.0.1", 8), address("::1", 128)}},
+      {"sync0", {}},
+  };
+}
+
+std::string error_of(RuleFile file) {
+  auto e = resolve_interfaces(file, host());
+  return e ? e->to_string() : "(resolved)";
+}
+
+std::shared_ptr<const RuleSet> load(const std::string& text, InterfaceRegistry& ifs) {
+  RuleFile file = parse(text);
+  if (auto e = resolve_interfaces(file, host())) FAIL("resolve error: " << e->to_string());
+  auto compiled = compile(file, ifs);
+  if (auto* e = std::get_if<RuleError>(&compiled)) FAIL("compile error: " << e->to_string());
+  return std::get<std::shared_ptr<const RuleSet>>(compiled);
+}
+
+PacketView tcp(const std::string& src, const std::string& dst) {
+  PacketView p;
+  Family f;
+  p.src = *parse_address(src, &f);
+  p.dst = *parse_address(dst, &f);
+  p.family = f;
+  p.proto = ipproto::kTcp;
+  p.src_port = 40000;
+  p.dst_port = 80;
+  p.tcp.flags = tcpflag::kSyn;
+  return p;
+}
+
+std::string entries(const Table& t) {
+  std::string out;
+  for (const IpPrefix& p : t.entries) out += (out.empty() ? "" : " ") + to_string(p);
+  return out;
+}
+
+TEST_CASE("interface elements: names, networks, macros glued to a modifier", "[interfaces]") {
+  const RuleFile f = parse(
+      "int_if = \"em1\"\n"
+      "net = 10.1.0.0\n"
+      "pass in on $int_if from $int_if:network to ! em0\n"
+      "pass in from $net/16\n");
+  const auto& from = f.filter_rules.at(0).from.addresses.at(0);
+  CHECK(from.kind == AddressElement::Kind::Interface);
+  CHECK(from.table == "em1");
+  CHECK(from.networks);
+  CHECK(from.location.column == 25);
+  const auto& to = f.filter_rules.at(0).to.addresses.at(0);
+  CHECK(to.kind == AddressElement::Kind::Interface);
+  CHECK(to.table == "em0");
+  CHECK_FALSE(to.networks);
+  CHECK(to.negated);
+  // Word characters after a macro's name join its value, as pfctl's textual expansion has it.
+  CHECK(to_string(f.filter_rules.at(1).from.addresses.at(0).prefix) == "10.1.0.0/16");
+  // IPv6 addresses that start with a letter stay addresses.
+  const RuleFile v6 = parse("pass from fd01::1 to abcd::/16\n");
+  CHECK(v6.filter_rules.at(0).from.addresses.at(0).kind == AddressElement::Kind::Prefix);
+  CHECK(v6.filter_rules.at(0).to.addresses.at(0).kind == AddressElement::Kind::Prefix);
+}
+
+TEST_CASE("resolve_interfaces: one const table per element kind, networks masked, errors where named",
+          "[interfaces]") {
+  RuleFile f = parse(
+      "pass in from em0:network to em0\n"
+      "nat on em0 from em1:network to any -> 192.0.2.10\n"
+      "block in from em0:network\n");
+  REQUIRE_FALSE(resolve_interfaces(f, host()));
+  REQUIRE(f.tables.size() == 3);
+  CHECK(f.tables[0].name == "em0:network");
+  CHECK(entries(f.tables[0]) == "192.0.2.0/24 2001:db8::/64");
+  CHECK(f.tables[0].is_const);
+  CHECK(f.tables[0].lists_entries);
+  CHECK(f.tables[1].name == "em0:addresses");
+  CHECK(entries(f.tables[1]) == "192.0.2.10/32 192.0.2.11/32 2001:db8::10/128");
+  CHECK(f.tables[2].name == "em1:network");
+  CHECK(entries(f.tables[2]) == "10.1.0.0/16 fd01::/64");
+
+  CHECK(error_of(parse("pass all\npass in from em9\n")) ==
+        "t.conf:2:14: no interface named 'em9' on this host");
+  CHECK(error_of(parse("pass in to sync0:network\n")) == "t.conf:1:12: interface 'sync0' has no address");
+  // Without resolving, the compiler says what is missing rather than matching nothing.
+  InterfaceRegistry ifs;
+  auto unresolved = compile(parse("pass in from em0\n"), ifs);
+  REQUIRE(std::holds_alternative<RuleError>(unresolved));
+  CHECK(std::get<RuleError>(unresolved).to_string() ==
+        "t.conf:1:14: the addresses of interface 'em0' are known only to rules loaded on a host "
+        "(resolve_interfaces())");
+}
+
+TEST_CASE("interface elements decide packets like the tables they stand for", "[interfaces]") {
+  InterfaceRegistry ifs;
+  const IfaceId em0 = ifs.intern("em0");
+  auto set = load(
+      "block all\n"                                  // 0
+      "pass in on em0 to em0\n"                      // 1
+      "pass in on em1 from ! em1:network to any\n",  // 2
+      ifs);
+  const IfaceId em1 = ifs.intern("em1");
+  CHECK(set->evaluate(tcp("203.0.113.1", "192.0.2.11"), Direction::In, em0) == 1);
+  CHECK(set->evaluate(tcp("203.0.113.1", "192.0.2.12"), Direction::In, em0) == 0);
+  CHECK(set->evaluate(tcp("2001:db8:1::1", "2001:db8::10"), Direction::In, em0) == 1);
+  // A negated network: both families' networks are the exception, each in its own family.
+  CHECK(set->evaluate(tcp("10.1.2.3", "192.0.2.10"), Direction::In, em1) == 0);
+  CHECK(set->evaluate(tcp("10.2.2.3", "192.0.2.10"), Direction::In, em1) == 2);
+  CHECK(set->evaluate(tcp("fd01::5", "2001:db8::10"), Direction::In, em1) == 0);
+  CHECK(set->evaluate(tcp("fd02::5", "2001:db8::10"), Direction::In, em1) == 2);
+  CHECK(set->rule(1).text == "pass in on em0 from any to em0 keep state");
+}
+
+TEST_CASE("antispoof expands as pfctl does and drops what arrives where it cannot come from",
+          "[interfaces]") {
+  InterfaceRegistry ifs;
+  const IfaceId em0 = ifs.intern("em0");
+  const IfaceId em1 = ifs.intern("em1");
+  const IfaceId lo = ifs.intern("lo");
+  auto set = load(
+      "pass all\n"
+      "antispoof log quick for { em1 lo }\n",
+      ifs);
+  REQUIRE(set->size() == 4);
+  CHECK(set->rule(1).text == "block drop in log quick on ! em1 from em1:network to any");
+  CHECK(set->rule(2).text == "block drop in log quick from em1 to any");
+  CHECK(set->rule(3).text == "block drop in log quick on ! lo from lo:network to any");
+  // em1's networks from elsewhere, em1's own addresses from anywhere: spoofed.
+  CHECK(set->evaluate(tcp("10.1.0.5", "192.0.2.10"), Direction::In, em0) == 1);
+  CHECK(set->evaluate(tcp("fd01::5", "2001:db8::10"), Direction::In, em0) == 1);
+  CHECK(set->evaluate(tcp("10.1.0.1", "192.0.2.10"), Direction::In, em1) == 2);
+  CHECK(set->evaluate(tcp("127.0.0.1", "192.0.2.10"), Direction::In, em0) == 3);
+  // Where they belong, and everything leaving: passed.
+  CHECK(set->evaluate(tcp("10.1.0.5", "192.0.2.10"), Direction::In, em1) == 0);
+  CHECK(set->evaluate(tcp("10.2.0.5", "192.0.2.10"), Direction::In, em0) == 0);
+  CHECK(set->evaluate(tcp("10.1.0.5", "192.0.2.10"), Direction::Out, em0) == 0);
+  CHECK(set->evaluate(tcp("127.0.0.1", "127.0.0.1"), Direction::In, lo) == 0);
+
+  // A family keeps the expansion to it.
+  InterfaceRegistry ifs4;
+  auto v4 = load("pass all\nantispoof for em1 inet\n", ifs4);
+  CHECK(v4->rule(1).text == "block drop in on ! em1 inet from em1:network to any");
+  CHECK(v4->evaluate(tcp("fd01::5", "2001:db8::10"), Direction::In, ifs4.intern("em0")) == 0);
+  CHECK(v4->evaluate(tcp("10.1.0.5", "192.0.2.10"), Direction::In, ifs4.intern("em0")) == 1);
+}
+
+}  // namespace
+}  // namespace pairwall::engine::rules
