@@ -42,6 +42,7 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
       RuleCounters c;
       c.number = r.number;
       c.text = r.text;
+      c.label = r.label;
       c.location = r.location.file_and_line();
       c.evaluations = r.stats->evaluations.load(std::memory_order_relaxed);
       c.packets = r.stats->packets.load(std::memory_order_relaxed);
@@ -90,14 +91,21 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
              "State changes dropped before sync saw them (event ring full).");
   out.sample(s.events_lost);
 
+  // Each rule's samples carry its `label`, where it has one, so that sum by (label) adds up the
+  // rules an operator named alike (pfctl -s labels).
+  auto rule_labels = [](const RuleCounters& r) {
+    std::vector<std::pair<std::string, std::string>> labels{{"rule", std::to_string(r.number)}};
+    if (!r.label.empty()) labels.emplace_back("label", r.label);
+    return labels;
+  };
   out.family("pairwall_rule_packets_total", T::Counter, "Packets matched by each rule or its states.");
-  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, r.packets);
+  for (const auto& r : s.rules) out.sample(rule_labels(r), r.packets);
   out.family("pairwall_rule_bytes_total", T::Counter, "Bytes matched by each rule or its states.");
-  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, r.bytes);
+  for (const auto& r : s.rules) out.sample(rule_labels(r), r.bytes);
   out.family("pairwall_rule_evaluations_total", T::Counter, "Times each rule decided a packet.");
-  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, r.evaluations);
+  for (const auto& r : s.rules) out.sample(rule_labels(r), r.evaluations);
   out.family("pairwall_rule_states", T::Gauge, "States currently held by each rule.");
-  for (const auto& r : s.rules) out.sample({{"rule", std::to_string(r.number)}}, uint64_t{r.states_current});
+  for (const auto& r : s.rules) out.sample(rule_labels(r), uint64_t{r.states_current});
 
   out.family("pairwall_queue_packets_total", T::Counter, "Packets received from each NFQUEUE.");
   for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.packets);

@@ -32,6 +32,7 @@ class DataPlane {
 struct RuleCounters {
   uint32_t number = 0;
   std::string text;
+  std::string label;     // the rule's `label`, or empty
   std::string location;  // file:line
   uint64_t evaluations = 0;
   uint64_t packets = 0;

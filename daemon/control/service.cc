@@ -160,6 +160,7 @@ void fill_queue(const QueueCounters& q, QueueStats* out) {
 void fill_rule(const RuleCounters& r, RuleInfo* out) {
   out->set_number(r.number);
   out->set_text(r.text);
+  out->set_label(r.label);
   out->set_location(r.location);
   out->set_evaluations(r.evaluations);
   out->set_packets(r.packets);

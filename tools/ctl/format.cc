@@ -1,9 +1,12 @@
 #include "tools/ctl/format.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "daemon/engine/address.h"
 
@@ -125,6 +128,31 @@ std::string format_rules(const control::RuleList& rules) {
   for (const auto& r : rules.rules()) {
     o << "@" << r.number() << " " << r.text() << "\n";
     rule_counters(o, r);
+  }
+  return o.str();
+}
+
+std::string format_labels(const control::RuleList& rules) {
+  struct Sums {
+    uint64_t evaluations = 0, packets = 0, bytes = 0, states = 0, created = 0;
+  };
+  std::vector<std::pair<std::string, Sums>> labels;
+  for (const auto& r : rules.rules()) {
+    if (r.label().empty()) continue;
+    auto it = std::find_if(labels.begin(), labels.end(), [&](const auto& l) { return l.first == r.label(); });
+    if (it == labels.end()) it = labels.insert(labels.end(), {r.label(), Sums{}});
+    it->second.evaluations += r.evaluations();
+    it->second.packets += r.packets();
+    it->second.bytes += r.bytes();
+    it->second.states += r.states_current();
+    it->second.created += r.states_created();
+  }
+  std::ostringstream o;
+  if (labels.empty()) return "no rule has a label\n";
+  o << "# label evaluations packets bytes states states-created\n";
+  for (const auto& [label, s] : labels) {
+    o << label << " " << s.evaluations << " " << s.packets << " " << s.bytes << " " << s.states << " "
+      << s.created << "\n";
   }
   return o.str();
 }

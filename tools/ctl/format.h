@@ -9,6 +9,8 @@ namespace pairwall::ctl {
 
 std::string format_status(const control::Status& s);
 std::string format_rules(const control::RuleList& rules);
+// pfctl -s labels: per label, in the order labels first appear, the sums of its rules' counters.
+std::string format_labels(const control::RuleList& rules);
 // Every table and its size, or (`entries`) each table's entries, one a line; after an edit
 // (`edited`), first how many entries it added and deleted, and a table of more than 32 entries
 // by its size alone.

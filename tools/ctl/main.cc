@@ -40,6 +40,8 @@ commands:
   rules load FILE                compile FILE aside and swap it in (states survive);
                                  a file that does not compile is refused, the running set stays
   rules show                     rules with @N and their counters
+  rules labels                   the counters of the rules' labels, rules with one label added
+                                 up, as pfctl -s labels
   states [--count] [--limit N] [FILTER...]
                                  FILTER: ADDRESS or PREFIX, port N, proto tcp|udp|icmp|icmp6|N,
                                  id CREATOR:COUNTER (as listed)
@@ -187,7 +189,7 @@ Request build_request(const Invocation& inv) {
     // The daemon's working directory is not ours: send an absolute path.
     char resolved[PATH_MAX];
     r.mutable_rules_load()->set_path(::realpath(w[2].c_str(), resolved) ? resolved : w[2]);
-  } else if (cmd == "rules" && w.size() >= 2 && w[1] == "show") {
+  } else if (cmd == "rules" && w.size() >= 2 && (w[1] == "show" || w[1] == "labels")) {
     need(2);
     r.mutable_rules_show();
   } else if (cmd == "states" && w.size() >= 2 && w[1] == "kill") {
@@ -310,7 +312,8 @@ std::string to_json(const google::protobuf::Message& m) {
   return out;
 }
 
-std::string human(const Request& request, const Response& response, bool count_only) {
+std::string human(const Request& request, const Response& response, const Invocation& inv) {
+  const bool count_only = inv.count;
   switch (response.payload_case()) {
     case Response::kStatus:
       return ctl::format_status(response.status());
@@ -320,7 +323,8 @@ std::string human(const Request& request, const Response& response, bool count_o
              std::to_string(l.states_kept()) + " states kept\n";
     }
     case Response::kRules:
-      return ctl::format_rules(response.rules());
+      return inv.words.size() >= 2 && inv.words[1] == "labels" ? ctl::format_labels(response.rules())
+                                                               : ctl::format_rules(response.rules());
     case Response::kStates:
       return ctl::format_states(response.states(), count_only);
     case Response::kStats:
@@ -379,7 +383,7 @@ int main(int argc, char** argv) {
     const auto* payload = payload_of(response);
     std::cout << (payload ? to_json(*payload) : std::string("{}\n"));
   } else {
-    std::cout << human(request, response, inv.count);
+    std::cout << human(request, response, inv);
   }
   std::cout.flush();
   // pfctl -T test's status: whether the table holds every address tested.

@@ -122,6 +122,7 @@ struct FilterRule {
   std::vector<IcmpTypeMatch> icmp_types;  // for ICMP (icmp-type) or ICMPv6 (icmp6-type)
   bool icmp6_types = false;               // true when icmp_types came from icmp6-type
   StateOptions state;
+  std::string label;  // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
 };
 
 // `nat on IF from SRC to DST -> ADDR [port P]`, `rdr on IF proto P to DST port P -> ADDR [port P]`,

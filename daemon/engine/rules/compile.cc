@@ -253,6 +253,14 @@ std::string filter_text(const FilterRule& r) {
       out += ")";
     }
   }
+  if (!r.label.empty()) {
+    out += " label \"";
+    for (const char c : r.label) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
   return out;
 }
 
@@ -501,6 +509,7 @@ class Compiler {
           "the rule's state options");
       c.location = r.location;
       c.text = filter_text(r);
+      c.label = r.label;
       set.rules_.push_back(std::move(c));
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);

@@ -30,12 +30,13 @@ namespace {
 
 // Words with a meaning of their own: they cannot name macros or interfaces.
 constexpr std::string_view kKeywords[] = {
-    "all",         "antispoof",  "any",   "binat",    "block",     "code",      "const",      "drop",
-    "flags",       "file",       "for",   "fragment", "from",      "icmp-type", "icmp6-type", "in",
-    "include",     "inet",       "inet6", "keep",     "limit",     "log",       "max",        "max-mss",
-    "min-ttl",     "modulate",   "nat",   "no",       "no-df",     "on",        "out",        "pass",
-    "persist",     "port",       "proto", "quick",    "random-id", "rdr",       "reassemble", "return",
-    "return-icmp", "return-rst", "scrub", "set",      "state",     "table",     "timeout",    "to",
+    "all",        "antispoof", "any",       "binat",   "block",      "code",     "const",
+    "drop",       "flags",     "file",      "for",     "fragment",   "from",     "icmp-type",
+    "icmp6-type", "in",        "label",     "include", "inet",       "inet6",    "keep",
+    "limit",      "log",       "max",       "max-mss", "min-ttl",    "modulate", "nat",
+    "no",         "no-df",     "on",        "out",     "pass",       "persist",  "port",
+    "proto",      "quick",     "random-id", "rdr",     "reassemble", "return",   "return-icmp",
+    "return-rst", "scrub",     "set",       "state",   "table",      "timeout",  "to",
 };
 
 // `path` as named in `file`: a relative path is the file's directory's.
@@ -132,7 +133,7 @@ std::string timeout_names() {
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] "
     "[on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then flags, "
-    "icmp-type and state options";
+    "icmp-type, state options and label";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
@@ -652,6 +653,24 @@ class Parser {
     }
   }
 
+  // After `label`: the quoted name of the rule's counters, at most pf's 63 characters. pf's label
+  // macros ($if, $srcaddr, $nr, ...) are refused rather than kept as text.
+  std::string label() {
+    const Token t = peek();
+    if (t.kind != TokenKind::String) fail_expected(t, "a quoted label after 'label', e.g. \"web\"");
+    take();
+    if (t.text.empty() || t.text.size() > kMaxLabel)
+      fail_at(t, "a label has 1 to " + std::to_string(kMaxLabel) + " characters");
+    for (const char c : t.text) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+        fail_at(t, "a label holds printable characters only");
+    }
+    if (t.text.find('$') != std::string::npos)
+      fail_at(t, "label macros ($if, $srcaddr, $nr, ...) are not expanded: write the label's text");
+    return t.text;
+  }
+  static constexpr std::size_t kMaxLabel = 63;  // PF_RULE_LABEL_SIZE less the NUL
+
   void filter() {
     const Token first = take();
     FilterRule r;
@@ -710,6 +729,7 @@ class Parser {
     std::optional<Token> flags_seen;
     std::optional<Token> icmp_seen;
     std::optional<Token> state_seen;
+    std::optional<Token> label_seen;
     while (!at_end_of_statement()) {
       const Token t = peek();
       if (t.kind == TokenKind::Word) {
@@ -740,12 +760,19 @@ class Parser {
           state(r);
           continue;
         }
+        if (t.text == "label") {
+          once(label_seen, "'label'");
+          take();
+          r.label = label();
+          continue;
+        }
         if (int s = filter_stage(t.text); s != 0 && s <= 8) {
           fail_at(t, "'" + t.text + "' is out of order or repeated: " + kFilterOrder);
         }
       }
-      fail_expected(t, stage < 8 ? "'from', 'to', 'all', a rule option or end of line"
-                                 : "'flags', 'icmp-type', 'icmp6-type', a state option or end of line");
+      fail_expected(t, stage < 8
+                           ? "'from', 'to', 'all', a rule option or end of line"
+                           : "'flags', 'icmp-type', 'icmp6-type', a state option, 'label' or end of line");
     }
     out_.filter_rules.push_back(std::move(r));
   }

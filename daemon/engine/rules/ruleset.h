@@ -44,7 +44,8 @@ struct CompiledRule {
   OverloadFlush overload_flush = OverloadFlush::None;
   Timeouts timeouts;  // global timeouts with this rule's overrides applied
   SourceLocation location;
-  std::string text;  // canonical one-line form for `rules show`
+  std::string text;   // canonical one-line form for `rules show`
+  std::string label;  // `label "..."`, or empty
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
 };
 

@@ -296,7 +296,9 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
       "pass in proto tcp all keep state (max-src-states 3, source-track rule)\n"
       "pass in proto tcp all keep state (max-src-conn 3, overload <t> flush global)\n"
       "pass in proto tcp all keep state (max-src-conn-rate 3/1, overload <t> flush)\n"
-      "pass in proto tcp all keep state (max-src-conn 3, overload <t>)\n";
+      "pass in proto tcp all keep state (max-src-conn 3, overload <t>)\n"
+      "pass in proto tcp to port 443 label \"web \\\"tls\\\" \\\\ 443\"\n"
+      "block in all label \"default\"\n";
   InterfaceRegistry ifs;
   auto first = compile_ok(text, ifs);
   std::string again = "table <t> { 10.0.0.0/8, !10.1.0.0/16, 2001:db8::/32 }\n";
@@ -337,6 +339,12 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   CHECK(first->rule(14).overload_flush == OverloadFlush::None);
   CHECK(first->rule(11).overload_table.empty());
   CHECK_FALSE(first->rule(8).no_sync);
+  CHECK(first->rule(15).label == "web \"tls\" \\ 443");
+  CHECK(
+      first->rule(15).text ==
+      "pass in proto tcp from any to any port 443 flags S/SA keep state label \"web \\\"tls\\\" \\\\ 443\"");
+  CHECK(first->rule(16).text == "block in all label \"default\"");
+  CHECK(first->rule(8).label.empty());
 }
 
 TEST_CASE("translation rules have a canonical text that parses back to the same rule", "[compile]") {

@@ -560,15 +560,23 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass in on em0 quick all",
        "t.conf:1:16: 'quick' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] [on IF] [inet|inet6] [proto P] "
-       "from SRC [port P] to DST [port P] | all, then flags, icmp-type and state options"},
+       "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options and label"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] [on IF] [inet|inet6] "
-       "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type and state "
-       "options"},
-      {"pass all label \"x\"",
-       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option or end of line, got "
-       "'label'"},
+       "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
+       "options and label"},
+      {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
+      {"pass all label \"a\" label \"b\"",
+       "t.conf:1:20: duplicate 'label': already given at line 1, column 10"},
+      {"pass all label \"$if-in\"",
+       "t.conf:1:16: label macros ($if, $srcaddr, $nr, ...) are not expanded: write the label's text"},
+      {"pass all label \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
+       "t.conf:1:16: a label has 1 to 63 characters"},
+      {"pass all bogus",
+       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'label' or end of line, "
+       "got "
+       "'bogus'"},
       {"pass log (matches) all", "t.conf:1:11: expected 'all' (log (all)), got 'matches'"},
       {"pass log (all all", "t.conf:1:15: expected ')', got 'all'"},
       {"pass return-rst all", "t.conf:1:6: 'return-rst' applies to block rules only"},

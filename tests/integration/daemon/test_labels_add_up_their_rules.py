@@ -1,0 +1,36 @@
+"""`label "..."` in the running daemon: the rules that share a label add up under it in
+`pairwallctl rules labels` (pfctl -s labels), and each rule's metrics carry its label."""
+
+from daemon_net import ALLOWED, RULES, UDP_PORT
+
+LABELLED_RULES = (
+    RULES
+    + 'pass in on $in_if proto tcp to port 8080 label "client-out"\n'
+    + 'pass in on $in_if proto udp to port 5353 label "client-out"\n'
+    + 'pass in on $in_if inet proto icmp icmp-type echoreq label "ping"\n'
+)
+
+
+def test_labels_add_up_their_rules(lan, tmp_path, daemon_factory):
+    fw = daemon_factory(rules=LABELLED_RULES)
+    assert lan.connect(4, ALLOWED)["result"] == "ok"
+    assert lan.udp(4, UDP_PORT)["result"] == "ok"
+
+    rules = fw.json("rules", "show")["rules"]
+    labelled = [r for r in rules if r.get("label") == "client-out"]
+    assert len(labelled) == 2 and all('label "client-out"' in r["text"] for r in labelled), labelled
+    packets = sum(int(r["packets"]) for r in labelled)
+    assert packets >= 2
+
+    lines = fw.ctl("rules", "labels").stdout.splitlines()
+    assert lines[0] == "# label evaluations packets bytes states states-created", lines
+    client_out = next(l.split() for l in lines if l.startswith("client-out "))
+    assert int(client_out[2]) == packets, lines
+    assert int(client_out[5]) == 2, lines  # one TCP and one UDP state
+    assert next(l.split() for l in lines if l.startswith("ping "))[2] == "0", lines
+
+    metrics = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
+    labelled_samples = [l for l in metrics.splitlines()
+                        if l.startswith("pairwall_rule_packets_total{") and 'label="client-out"' in l]
+    assert len(labelled_samples) == 2, labelled_samples
+    assert sum(int(l.split()[-1]) for l in labelled_samples) == packets
