@@ -5,6 +5,8 @@
 namespace pairwall::engine::rules {
 namespace {
 
+constexpr const char* kSelf = "self";  // pf's word for every address of the host
+
 IpPrefix network_of(const InterfaceAddress& a) {
   const unsigned width = a.family == Family::V4 ? 32 : 128;
   const unsigned length = a.prefix_length > width ? width : a.prefix_length;
@@ -51,20 +53,29 @@ class Resolver {
   std::optional<RuleError> table_for(const AddressElement& e) {
     const std::string name = interface_table_name(e);
     if (!made_.insert(name).second) return std::nullopt;
-    auto it = addresses_.find(e.table);
-    if (it == addresses_.end())
+    std::vector<InterfaceAddress> own;
+    if (e.table == kSelf) {
+      for (const auto& [interface, addresses] : addresses_)
+        own.insert(own.end(), addresses.begin(), addresses.end());
+    } else if (auto it = addresses_.find(e.table); it != addresses_.end()) {
+      own = it->second;
+    } else {
       return RuleError{e.location, "no interface named '" + e.table + "' on this host"};
+    }
     Table t;
     t.location = e.location;
     t.name = name;
     t.is_const = true;
     t.lists_entries = true;
     std::set<IpPrefix> seen;
-    for (const InterfaceAddress& a : it->second) {
+    for (const InterfaceAddress& a : own) {
       const IpPrefix p = e.networks ? network_of(a) : host_of(a);
       if (seen.insert(p).second) t.entries.push_back(p);
     }
-    if (t.entries.empty()) return RuleError{e.location, "interface '" + e.table + "' has no address"};
+    if (t.entries.empty()) {
+      return RuleError{e.location, e.table == kSelf ? std::string("this host has no address")
+                                                    : "interface '" + e.table + "' has no address"};
+    }
     file_.tables.push_back(std::move(t));
     return std::nullopt;
   }

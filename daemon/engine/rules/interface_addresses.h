@@ -1,9 +1,10 @@
 // Interface names in address positions, as pf reads them: `em0` is the addresses the interface has
-// when the rules load, `em0:network` the networks they lie in. The engine stays free of I/O: the
-// caller brings the host's addresses (daemon/io/host_addresses.h reads them), and each interface
-// element becomes a const table of them, named after it ("em0:addresses", "em0:network"), which
-// `pairwallctl tables show` lists and a reload sets anew. pf's `(em0)`, addresses followed as they
-// change, is not supported: a reload takes the new ones.
+// when the rules load, `em0:network` the networks they lie in, and `self` every address of the
+// host. The engine stays free of I/O: the caller brings the host's addresses
+// (daemon/io/host_addresses.h reads them), and each such element becomes a const table of them,
+// named after it ("em0:addresses", "em0:network", "self:addresses"), which `pairwallctl tables
+// show` lists and a reload sets anew. pf's `(em0)`, addresses followed as they change, is not
+// supported: a reload takes the new ones.
 #pragma once
 
 #include <map>

@@ -1056,6 +1056,8 @@ class Parser {
     Token name = t;
     name.text = std::string(word.substr(0, colon));
     check_interface_name(name);
+    if (name.text == "self" && !modifier.empty())
+      fail_at(t, "'self' is every address of this host: it takes no ':" + std::string(modifier) + "'");
     if (!modifier.empty() && modifier != "network") {
       fail_at(t, "'" + t.text + "': ':" + std::string(modifier) + "' is not supported; write " + name.text +
                      " (its addresses) or " + name.text + ":network (their networks)");

@@ -35,8 +35,8 @@ InterfaceAddresses host() {
   };
 }
 
-std::string error_of(RuleFile file) {
-  auto e = resolve_interfaces(file, host());
+std::string error_of(RuleFile file, const InterfaceAddresses& addresses = host()) {
+  auto e = resolve_interfaces(file, addresses);
   return e ? e->to_string() : "(resolved)";
 }
 
@@ -107,6 +107,15 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   CHECK(entries(f.tables[1]) == "192.0.2.10/32 192.0.2.11/32 2001:db8::10/128");
   CHECK(f.tables[2].name == "em1:network");
   CHECK(entries(f.tables[2]) == "10.1.0.0/16 fd01::/64");
+
+  // self: every address of the host, each once.
+  RuleFile self = parse("pass in to self\n");
+  REQUIRE_FALSE(resolve_interfaces(self, host()));
+  REQUIRE(self.tables.size() == 1);
+  CHECK(self.tables[0].name == "self:addresses");
+  CHECK(entries(self.tables[0]) ==
+        "192.0.2.10/32 192.0.2.11/32 2001:db8::10/128 10.1.0.1/32 fd01::1/128 127.0.0.1/32 ::1/128");
+  CHECK(error_of(parse("pass in to self\n"), {}) == "t.conf:1:12: this host has no address");
 
   CHECK(error_of(parse("pass all\npass in from em9\n")) ==
         "t.conf:2:14: no interface named 'em9' on this host");

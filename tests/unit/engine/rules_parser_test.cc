@@ -642,6 +642,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:12: 'em0:broadcast': ':broadcast' is not supported; write em0 (its addresses) or "
        "em0:network "
        "(their networks)"},
+      {"block from self:network",
+       "t.conf:1:12: 'self' is every address of this host: it takes no ':network'"},
       {"block from (em0)",
        "t.conf:1:12: '(interface)', addresses followed as they change, is not supported: write the "
        "interface's name (its addresses when the rules load) or NAME:network"},
