@@ -32,7 +32,7 @@ namespace {
 constexpr std::string_view kKeywords[] = {
     "all",        "antispoof", "any",       "binat",   "block",      "code",     "const",
     "drop",       "flags",     "file",      "for",     "fragment",   "from",     "icmp-type",
-    "icmp6-type", "in",        "label",     "include", "inet",       "inet6",    "keep",
+    "icmp6-type", "in",        "include",   "inet",    "inet6",      "keep",     "label",
     "limit",      "log",       "max",       "max-mss", "min-ttl",    "modulate", "nat",
     "no",         "no-df",     "on",        "out",     "pass",       "persist",  "port",
     "proto",      "quick",     "random-id", "rdr",     "reassemble", "return",   "return-icmp",
