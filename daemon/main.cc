@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -147,9 +148,35 @@ void validate_component_sections(const control::Config& c) {
   if (c.failover) (void)failover::parse_failover_config(*c.failover, c.file);
 }
 
+// Where rules that name interfaces as addresses get the host's addresses. The failover's virtual
+// addresses count as their interfaces' on both nodes, held or not, so that both load the same rules.
+std::function<engine::rules::InterfaceAddresses()> interface_addresses(const control::Config& c) {
+  std::vector<failover::Vip> vips;
+  if (c.failover) vips = failover::parse_failover_config(*c.failover, c.file).vips;
+  return [vips] {
+    engine::rules::InterfaceAddresses addresses = io::host_interface_addresses();
+    for (const failover::Vip& v : vips) {
+      engine::rules::InterfaceAddress a;
+      a.family = v.family == AF_INET ? engine::Family::V4 : engine::Family::V6;
+      a.address = a.family == engine::Family::V4 ? engine::IpAddress::from_v4_bytes(v.address.data())
+                                                 : engine::IpAddress::from_v6_bytes(v.address.data());
+      a.prefix_length = v.prefix_len;
+      addresses[v.interface].push_back(a);
+    }
+    return addresses;
+  };
+}
+
 int check(const control::Config& c) {
   engine::InterfaceRegistry interfaces;
-  auto compiled = engine::rules::load_rules_file(c.rules.file, interfaces);
+  engine::rules::InterfaceAddresses addresses;
+  try {
+    addresses = interface_addresses(c)();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pairwalld: cannot read the interfaces' addresses: %s\n", e.what());
+    return 1;
+  }
+  auto compiled = engine::rules::load_rules_file(c.rules.file, interfaces, addresses);
   if (auto* e = std::get_if<engine::rules::RuleError>(&compiled)) {
     std::fprintf(stderr, "pairwalld: %s\n", e->to_string().c_str());
     return 1;
@@ -278,22 +305,7 @@ int run(const control::Config& c) {
   engine::Engine engine(engine_config);
 
   control::ControlService service(c, engine, monotonic_now);
-  // Rules may name interfaces as addresses. The failover's virtual addresses count as their
-  // interfaces' on both nodes, held or not, so that both load the same rules.
-  std::vector<failover::Vip> vips;
-  if (c.failover) vips = failover::parse_failover_config(*c.failover, c.file).vips;
-  service.set_interface_addresses([vips] {
-    engine::rules::InterfaceAddresses addresses = io::host_interface_addresses();
-    for (const failover::Vip& v : vips) {
-      engine::rules::InterfaceAddress a;
-      a.family = v.family == AF_INET ? engine::Family::V4 : engine::Family::V6;
-      a.address = a.family == engine::Family::V4 ? engine::IpAddress::from_v4_bytes(v.address.data())
-                                                 : engine::IpAddress::from_v6_bytes(v.address.data());
-      a.prefix_length = v.prefix_len;
-      addresses[v.interface].push_back(a);
-    }
-    return addresses;
-  });
+  service.set_interface_addresses(interface_addresses(c));
   if (auto loaded = service.load_rules(c.rules.file); !loaded.ok) {
     spdlog::error("{}", loaded.error);
     return 1;
