@@ -629,17 +629,19 @@ class Parser {
     r.quick = accept_word("quick");
     expect_word("for", "'for' and the interfaces to protect (antispoof [log] [quick] for IF)");
     const Token list_start = peek();
-    const std::vector<InterfaceMatch> names = interfaces();
+    std::vector<SourceLocation> places;
+    const std::vector<InterfaceMatch> names = interfaces(&places);
     for (const InterfaceMatch& m : names) {
       if (m.negated) fail_at(list_start, "antispoof protects interfaces it names: '!' has no place here");
     }
     r.family = family();
     if (!at_end_of_statement()) fail_expected(peek(), "'inet', 'inet6' or end of line");
-    for (const InterfaceMatch& m : names) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const InterfaceMatch& m = names[i];
       AddressElement own;
       own.kind = AddressElement::Kind::Interface;
       own.table = m.name;
-      own.location = loc(list_start);
+      own.location = places[i];
       FilterRule elsewhere = r;
       elsewhere.interfaces = {InterfaceMatch{m.name, true}};
       own.networks = true;
@@ -893,8 +895,8 @@ class Parser {
     return std::nullopt;
   }
 
-  // After `on`: IF, !IF or { IF, !IF, ... }.
-  std::vector<InterfaceMatch> interfaces() {
+  // After `on`: IF, !IF or { IF, !IF, ... }; `where`, when given, receives each name's place.
+  std::vector<InterfaceMatch> interfaces(std::vector<SourceLocation>* where = nullptr) {
     std::vector<InterfaceMatch> out;
     auto one = [&] {
       InterfaceMatch m;
@@ -915,6 +917,7 @@ class Parser {
       take();
       check_interface_name(t);
       m.name = t.text;
+      if (where) where->push_back(loc(t));
       out.push_back(std::move(m));
     };
     if (at(TokenKind::LBrace)) {

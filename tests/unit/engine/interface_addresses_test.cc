@@ -120,6 +120,8 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   CHECK(error_of(parse("pass all\npass in from em9\n")) ==
         "t.conf:2:14: no interface named 'em9' on this host");
   CHECK(error_of(parse("pass in to sync0:network\n")) == "t.conf:1:12: interface 'sync0' has no address");
+  CHECK(error_of(parse("antispoof for { em1, em9 }\n")) ==
+        "t.conf:1:22: no interface named 'em9' on this host");
   // Without resolving, the compiler says what is missing rather than matching nothing.
   InterfaceRegistry ifs;
   auto unresolved = compile(parse("pass in from em0\n"), ifs);
