@@ -171,6 +171,9 @@ struct Table {
   std::vector<IpPrefix> entries;
   std::vector<IpPrefix> negated_entries;  // `!10.1.2.0/24` inside a table: excluded
   std::vector<TableFile> files;           // read by parse_rules_file(), not by parse_rules()
+  // `{ em0, !em1:network, self }`: interface entries, whose addresses resolve_interfaces() adds to
+  // the entries (and then clears this).
+  std::vector<AddressElement> interfaces;
   // A `{ }` list or a file names the table's entries: loading the rules sets the table to them.
   // Without either (`table <bruteforce> persist`) a reload keeps the running table's entries, as
   // pfctl -f keeps a table it defines without addresses.

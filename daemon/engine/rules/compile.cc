@@ -395,6 +395,11 @@ class Compiler {
 
   void tables() {
     for (const Table& t : file_.tables) {
+      if (!t.interfaces.empty()) {
+        fail(t.interfaces[0].location,
+             "the addresses of interface '" + t.interfaces[0].table +
+                 "' are known only to rules loaded on a host (resolve_interfaces())");
+      }
       auto [it, inserted] = tables_.try_emplace(t.name, &t, AddressTable(t.entries, t.negated_entries));
       if (!inserted) {
         fail(t.location, "table <" + t.name + "> is already defined at line " +

@@ -27,6 +27,19 @@ class Resolver {
   Resolver(RuleFile& file, const InterfaceAddresses& addresses) : file_(file), addresses_(addresses) {}
 
   std::optional<RuleError> run() {
+    // Tables first: the tables made for rules' elements are appended after them.
+    for (Table& t : file_.tables) {
+      std::set<IpPrefix> seen[2] = {{t.entries.begin(), t.entries.end()},
+                                    {t.negated_entries.begin(), t.negated_entries.end()}};
+      for (const AddressElement& e : t.interfaces) {
+        std::vector<IpPrefix> prefixes;
+        if (auto error = addresses_of(e, prefixes)) return error;
+        for (const IpPrefix& p : prefixes) {
+          if (seen[e.negated].insert(p).second) (e.negated ? t.negated_entries : t.entries).push_back(p);
+        }
+      }
+      t.interfaces.clear();
+    }
     for (FilterRule& r : file_.filter_rules) {
       if (auto e = endpoints(r.from, r.to)) return e;
     }
@@ -53,6 +66,18 @@ class Resolver {
   std::optional<RuleError> table_for(const AddressElement& e) {
     const std::string name = interface_table_name(e);
     if (!made_.insert(name).second) return std::nullopt;
+    Table t;
+    t.location = e.location;
+    t.name = name;
+    t.is_const = true;
+    t.lists_entries = true;
+    if (auto error = addresses_of(e, t.entries)) return error;
+    file_.tables.push_back(std::move(t));
+    return std::nullopt;
+  }
+
+  // The element's addresses (or networks), each once.
+  std::optional<RuleError> addresses_of(const AddressElement& e, std::vector<IpPrefix>& out) const {
     std::vector<InterfaceAddress> own;
     if (e.table == kSelf) {
       for (const auto& [interface, addresses] : addresses_)
@@ -62,21 +87,15 @@ class Resolver {
     } else {
       return RuleError{e.location, "no interface named '" + e.table + "' on this host"};
     }
-    Table t;
-    t.location = e.location;
-    t.name = name;
-    t.is_const = true;
-    t.lists_entries = true;
     std::set<IpPrefix> seen;
     for (const InterfaceAddress& a : own) {
       const IpPrefix p = e.networks ? network_of(a) : host_of(a);
-      if (seen.insert(p).second) t.entries.push_back(p);
+      if (seen.insert(p).second) out.push_back(p);
     }
-    if (t.entries.empty()) {
+    if (out.empty()) {
       return RuleError{e.location, e.table == kSelf ? std::string("this host has no address")
                                                     : "interface '" + e.table + "' has no address"};
     }
-    file_.tables.push_back(std::move(t));
     return std::nullopt;
   }
 

@@ -3,8 +3,9 @@
 // host. The engine stays free of I/O: the caller brings the host's addresses
 // (daemon/io/host_addresses.h reads them), and each such element becomes a const table of them,
 // named after it ("em0:addresses", "em0:network", "self:addresses"), which `pairwallctl tables
-// show` lists and a reload sets anew. pf's `(em0)`, addresses followed as they change, is not
-// supported: a reload takes the new ones.
+// show` lists and a reload sets anew; in a table's `{ }` list (`table <mine> { self, !em1 }`) they
+// join its entries. pf's `(em0)`, addresses followed as they change, is not supported: a reload
+// takes the new ones.
 #pragma once
 
 #include <map>
@@ -30,8 +31,9 @@ using InterfaceAddresses = std::map<std::string, std::vector<InterfaceAddress>>;
 // The table an interface element reads.
 std::string interface_table_name(const AddressElement& element);
 
-// Turns every interface element of `file` into a read of its table, adding the tables. An
-// interface the host does not have, or one without an address, is a RuleError at the element.
+// Turns every interface element of `file`'s rules into a read of its table, adding the tables, and
+// the interface entries of its tables into entries. An interface the host does not have, or one
+// without an address, is a RuleError at the element.
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
 
 }  // namespace pairwall::engine::rules

@@ -391,6 +391,13 @@ class Parser {
                 negated = true;
               }
               const Token t = take_value("address or prefix");
+              AddressElement e;
+              if (t.kind == TokenKind::Word && !is_keyword(t.text) && interface_element(t, e)) {
+                e.negated = negated;
+                e.location = loc(t);
+                table.interfaces.push_back(std::move(e));
+                return;
+              }
               IpPrefix p = prefix(t, "address or prefix");
               (negated ? table.negated_entries : table.entries).push_back(p);
             },

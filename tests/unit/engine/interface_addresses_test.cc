@@ -117,6 +117,17 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
         "192.0.2.10/32 192.0.2.11/32 2001:db8::10/128 10.1.0.1/32 fd01::1/128 127.0.0.1/32 ::1/128");
   CHECK(error_of(parse("pass in to self\n"), {}) == "t.conf:1:12: this host has no address");
 
+  // In a table's list, as pf allows: the addresses join the table's entries (or exceptions).
+  RuleFile listed =
+      parse("table <mine> { 198.51.100.1, em1:network, !em1, 10.1.0.0/16 }\npass in to <mine>\n");
+  REQUIRE_FALSE(resolve_interfaces(listed, host()));
+  REQUIRE(listed.tables.size() == 1);
+  CHECK(entries(listed.tables[0]) == "198.51.100.1/32 10.1.0.0/16 fd01::/64");
+  REQUIRE(listed.tables[0].negated_entries.size() == 2);
+  CHECK(to_string(listed.tables[0].negated_entries[0]) == "10.1.0.1/32");
+  CHECK(listed.tables[0].interfaces.empty());
+  CHECK(error_of(parse("table <t> { em9 }\n")) == "t.conf:1:13: no interface named 'em9' on this host");
+
   CHECK(error_of(parse("pass all\npass in from em9\n")) ==
         "t.conf:2:14: no interface named 'em9' on this host");
   CHECK(error_of(parse("pass in to sync0:network\n")) == "t.conf:1:12: interface 'sync0' has no address");
@@ -128,6 +139,11 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   REQUIRE(std::holds_alternative<RuleError>(unresolved));
   CHECK(std::get<RuleError>(unresolved).to_string() ==
         "t.conf:1:14: the addresses of interface 'em0' are known only to rules loaded on a host "
+        "(resolve_interfaces())");
+  auto unresolved_table = compile(parse("table <t> { 10.0.0.1 em0 }\n"), ifs);
+  REQUIRE(std::holds_alternative<RuleError>(unresolved_table));
+  CHECK(std::get<RuleError>(unresolved_table).to_string() ==
+        "t.conf:1:22: the addresses of interface 'em0' are known only to rules loaded on a host "
         "(resolve_interfaces())");
 }
 
