@@ -197,8 +197,11 @@ set limit states 400000
 # UDP flows preloaded by the chaos scenarios must outlive a bulk resync.
 set timeout {{ tcp.established 86400, udp.first 600, udp.single 600, udp.multiple 600 }}
 {nat}block all
-pass in on $in_if inet from {inside} to any keep state
-pass out on $out_if inet from {inside} to any keep state
+# Only the inside's own network may arrive on the inside, and only there (both nodes resolve
+# $in_if:network from their own address on it, the same network).
+antispoof quick for $in_if inet
+pass in on $in_if inet from $in_if:network to any keep state
+pass out on $out_if inet from $in_if:network to any keep state
 {nat_pass}"""
 
 # `up --nat` adds these to RULES_TEMPLATE (they render empty otherwise, leaving the default rules as they
