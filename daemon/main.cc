@@ -44,6 +44,7 @@
 #include "daemon/control/service.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/rules/compile.h"
+#include "daemon/io/address_watch.h"
 #include "daemon/io/hooks.h"
 #include "daemon/io/host_addresses.h"
 #include "daemon/io/kernel_queue_stats.h"
@@ -554,6 +555,25 @@ int run(const control::Config& c) {
       };
   overload_tick.expires_after(std::chrono::milliseconds(100));
   overload_tick.async_wait(on_overload_tick);
+
+  // Interfaces named as addresses follow the host's addresses: after a burst of address events
+  // settles (an interface brought up adds several at once), the tables made of them are set anew.
+  asio::steady_timer address_settle(loop);
+  io::AddressWatch address_watch(loop, [&] {
+    address_settle.expires_after(std::chrono::milliseconds(200));
+    address_settle.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      const auto r = service.refresh_interface_addresses();
+      for (const std::string& table : r.changed)
+        spdlog::info("interface addresses changed: table {} set anew", table);
+      if (!r.error.empty()) spdlog::error("interface addresses changed: {}", r.error);
+    });
+  });
+  try {
+    address_watch.start();
+  } catch (const std::exception& e) {
+    spdlog::warn("interface addresses are read at rule loads only: {}", e.what());
+  }
 
   // The watchdog is fed from this loop only while no worker is stuck: a wedged worker (or a
   // wedged loop) lets systemd restart the daemon.

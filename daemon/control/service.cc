@@ -238,6 +238,29 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
   return result;
 }
 
+ControlService::RefreshResult ControlService::refresh_interface_addresses() {
+  RefreshResult result;
+  if (!loaded_ || !interface_addresses_) return result;
+  engine::rules::InterfaceAddresses addresses;
+  try {
+    addresses = interface_addresses_();
+  } catch (const std::exception& e) {
+    result.error = std::string("cannot read the interfaces' addresses: ") + e.what();
+    return result;
+  }
+  engine::rules::RuleFile edited = *loaded_;
+  result.changed = engine::rules::refresh_interface_tables(edited, addresses);
+  if (result.changed.empty()) return result;
+  if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) {
+    result.error = std::move(error);
+    result.changed.clear();
+    return result;
+  }
+  loaded_ = std::move(edited);
+  stamp_tables();
+  return result;
+}
+
 std::string ControlService::publish(const engine::rules::RuleFile& file,
                                     const engine::rules::RuleSet* counters_from) {
   auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from);

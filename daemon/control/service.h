@@ -66,6 +66,15 @@ class ControlService {
 
   void handle(const Request& request, Response& response);
 
+  struct RefreshResult {
+    std::vector<std::string> changed;  // the interface tables whose addresses changed
+    std::string error;                 // the addresses could not be read, or the rules were refused
+  };
+  // Reads the interfaces' addresses again and sets the tables the rules made of them (`em0`,
+  // `em0:network`, `self`) to them: the running rules recompiled with states and counters kept,
+  // when any changed.
+  RefreshResult refresh_interface_addresses();
+
   struct OverloadResult {
     std::vector<std::string> added;  // one line per address added: "ADDR to <table> (rule @N)"
     std::size_t states_killed = 0;

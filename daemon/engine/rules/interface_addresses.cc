@@ -22,6 +22,26 @@ IpPrefix host_of(const InterfaceAddress& a) {
   return IpPrefix{a.family, a.address, static_cast<uint8_t>(a.family == Family::V4 ? 32 : 128)};
 }
 
+// The addresses (or networks) of `interface` (or of every interface, for `self`), each once; false
+// when the host has no such interface.
+bool collect(const std::string& interface, bool networks, const InterfaceAddresses& addresses,
+             std::vector<IpPrefix>& out) {
+  std::vector<InterfaceAddress> own;
+  if (interface == kSelf) {
+    for (const auto& [name, list] : addresses) own.insert(own.end(), list.begin(), list.end());
+  } else if (auto it = addresses.find(interface); it != addresses.end()) {
+    own = it->second;
+  } else {
+    return false;
+  }
+  std::set<IpPrefix> seen;
+  for (const InterfaceAddress& a : own) {
+    const IpPrefix p = networks ? network_of(a) : host_of(a);
+    if (seen.insert(p).second) out.push_back(p);
+  }
+  return true;
+}
+
 class Resolver {
  public:
   Resolver(RuleFile& file, const InterfaceAddresses& addresses) : file_(file), addresses_(addresses) {}
@@ -78,20 +98,8 @@ class Resolver {
 
   // The element's addresses (or networks), each once.
   std::optional<RuleError> addresses_of(const AddressElement& e, std::vector<IpPrefix>& out) const {
-    std::vector<InterfaceAddress> own;
-    if (e.table == kSelf) {
-      for (const auto& [interface, addresses] : addresses_)
-        own.insert(own.end(), addresses.begin(), addresses.end());
-    } else if (auto it = addresses_.find(e.table); it != addresses_.end()) {
-      own = it->second;
-    } else {
+    if (!collect(e.table, e.networks, addresses_, out))
       return RuleError{e.location, "no interface named '" + e.table + "' on this host"};
-    }
-    std::set<IpPrefix> seen;
-    for (const InterfaceAddress& a : own) {
-      const IpPrefix p = e.networks ? network_of(a) : host_of(a);
-      if (seen.insert(p).second) out.push_back(p);
-    }
     if (out.empty()) {
       return RuleError{e.location, e.table == kSelf ? std::string("this host has no address")
                                                     : "interface '" + e.table + "' has no address"};
@@ -112,6 +120,21 @@ std::string interface_table_name(const AddressElement& element) {
 
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses) {
   return Resolver(file, addresses).run();
+}
+
+std::vector<std::string> refresh_interface_tables(RuleFile& file, const InterfaceAddresses& addresses) {
+  std::vector<std::string> changed;
+  for (Table& t : file.tables) {
+    // Only the tables made for interface elements have a ':' in their names.
+    const auto colon = t.name.find(':');
+    if (colon == std::string::npos) continue;
+    std::vector<IpPrefix> now;
+    collect(t.name.substr(0, colon), t.name.substr(colon + 1) == "network", addresses, now);
+    if (now == t.entries) continue;
+    t.entries = std::move(now);
+    changed.push_back(t.name);
+  }
+  return changed;
 }
 
 }  // namespace pairwall::engine::rules

@@ -1,11 +1,11 @@
-// Interface names in address positions, as pf reads them: `em0` is the addresses the interface has
-// when the rules load, `em0:network` the networks they lie in, and `self` every address of the
-// host. The engine stays free of I/O: the caller brings the host's addresses
-// (daemon/io/host_addresses.h reads them), and each such element becomes a const table of them,
-// named after it ("em0:addresses", "em0:network", "self:addresses"), which `pairwallctl tables
-// show` lists and a reload sets anew; in a table's `{ }` list (`table <mine> { self, !em1 }`) they
-// join its entries. pf's `(em0)`, addresses followed as they change, is not supported: a reload
-// takes the new ones.
+// Interface names in address positions, as pf reads them: `em0` is the addresses the interface has,
+// `em0:network` the networks they lie in, and `self` every address of the host. The engine stays
+// free of I/O: the caller brings the host's addresses (daemon/io/host_addresses.h reads them), and
+// each such element becomes a const table of them, named after it ("em0:addresses", "em0:network",
+// "self:addresses"), which `pairwallctl tables show` lists. Those tables follow the addresses as
+// they change (refresh_interface_tables(); pf does so for `(em0)` only, which is read here as
+// `em0`); in a table's `{ }` list (`table <mine> { self, !em1 }`) they join its entries as they are
+// when the rules load.
 #pragma once
 
 #include <map>
@@ -35,5 +35,9 @@ std::string interface_table_name(const AddressElement& element);
 // the interface entries of its tables into entries. An interface the host does not have, or one
 // without an address, is a RuleError at the element.
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
+
+// Sets the tables resolve_interfaces() made to the addresses now, and returns the names of those
+// that changed. An interface that lost its addresses, or is gone, leaves its table empty.
+std::vector<std::string> refresh_interface_tables(RuleFile& file, const InterfaceAddresses& addresses);
 
 }  // namespace pairwall::engine::rules

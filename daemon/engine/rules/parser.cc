@@ -1020,9 +1020,14 @@ class Parser {
         take();
         e.kind = AddressElement::Kind::Any;
       } else if (t.kind == TokenKind::LParen) {
-        fail_at(t,
-                "'(interface)', addresses followed as they change, is not supported: write the interface's "
-                "name (its addresses when the rules load) or NAME:network");
+        // pf's `(em0)`: the addresses as they change, which is how every interface element is read.
+        take();
+        const Token name = peek();
+        if (name.kind != TokenKind::Word || is_keyword(name.text) || !interface_element(name, e))
+          fail_expected(name, "an interface name inside '( )'");
+        take();
+        if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
+        take();
       } else if (t.kind == TokenKind::Word && !is_keyword(t.text) && interface_element(t, e)) {
         take();
       } else if (t.kind == TokenKind::Word || t.kind == TokenKind::String) {

@@ -821,9 +821,26 @@ TEST_CASE("service: interfaces named as addresses take the host's addresses at e
   REQUIRE(d.service.load_rules("").ok);
   CHECK(d.send(syn("10.1.2.3", 40001, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
   CHECK(d.send(syn("10.2.2.3", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  // Addresses that change between loads: the interface tables follow, the rules' counters stay.
+  CHECK(d.service.refresh_interface_addresses().changed.empty());
+  const auto counted = [&d] {
+    return d.call(make([](Request& q) { q.mutable_rules_show(); })).rules().rules(1).packets();
+  };
+  const uint64_t packets_before = counted();
+  CHECK(packets_before > 0);
+  lan.address = *engine::parse_address("10.3.0.1", &lan.family);
+  auto refreshed = d.service.refresh_interface_addresses();
+  CHECK(refreshed.error.empty());
+  CHECK(refreshed.changed == std::vector<std::string>{"em1:network"});
+  CHECK(counted() == packets_before);
+  CHECK(d.send(syn("10.2.2.5", 40002, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  CHECK(d.send(syn("10.3.2.5", 40002, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
   fail = true;
+  CHECK(d.service.refresh_interface_addresses().error ==
+        "cannot read the interfaces' addresses: getifaddrs: Too many open files");
+  CHECK(d.send(syn("10.3.2.6", 40002, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
   auto refused = d.service.load_rules("");
   CHECK_FALSE(refused.ok);
   CHECK(refused.error == path + ": cannot read the interfaces' addresses: getifaddrs: Too many open files");
-  CHECK(d.send(syn("10.2.2.4", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(d.send(syn("10.3.2.4", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
 }

@@ -85,6 +85,11 @@ TEST_CASE("interface elements: names, networks, macros glued to a modifier", "[i
   CHECK(to.negated);
   // Word characters after a macro's name join its value, as pfctl's textual expansion has it.
   CHECK(to_string(f.filter_rules.at(1).from.addresses.at(0).prefix) == "10.1.0.0/16");
+  // pf's `(em0)` is the same element.
+  const RuleFile dynamic = parse("int_if = em1\npass in to ($int_if:network)\n");
+  CHECK(dynamic.filter_rules.at(0).to.addresses.at(0).kind == AddressElement::Kind::Interface);
+  CHECK(dynamic.filter_rules.at(0).to.addresses.at(0).table == "em1");
+  CHECK(dynamic.filter_rules.at(0).to.addresses.at(0).networks);
   // IPv6 addresses that start with a letter stay addresses.
   const RuleFile v6 = parse("pass from fd01::1 to abcd::/16\n");
   CHECK(v6.filter_rules.at(0).from.addresses.at(0).kind == AddressElement::Kind::Prefix);
@@ -145,6 +150,30 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   CHECK(std::get<RuleError>(unresolved_table).to_string() ==
         "t.conf:1:22: the addresses of interface 'em0' are known only to rules loaded on a host "
         "(resolve_interfaces())");
+}
+
+TEST_CASE("refresh_interface_tables follows the addresses, and says which tables changed", "[interfaces]") {
+  RuleFile f = parse("table <mine> { em1 }\npass in from em1:network to { em0, self }\n");
+  REQUIRE_FALSE(resolve_interfaces(f, host()));
+  CHECK(refresh_interface_tables(f, host()).empty());
+
+  InterfaceAddresses moved = host();
+  moved["em1"] = {address("10.9.0.1", 24)};
+  moved.erase("em0");
+  const auto changed = refresh_interface_tables(f, moved);
+  CHECK(changed == std::vector<std::string>{"em1:network", "em0:addresses", "self:addresses"});
+  auto table = [&f](const std::string& name) -> const Table& {
+    for (const Table& t : f.tables) {
+      if (t.name == name) return t;
+    }
+    FAIL("no table " << name);
+    return f.tables.front();
+  };
+  CHECK(entries(table("em1:network")) == "10.9.0.0/24");
+  CHECK(entries(table("em0:addresses")).empty());  // gone: matches nothing
+  CHECK(entries(table("self:addresses")) == "10.9.0.1/32 127.0.0.1/32 ::1/128");
+  // A table listing an interface keeps what the load read.
+  CHECK(entries(table("mine")) == "10.1.0.1/32 fd01::1/128");
 }
 
 TEST_CASE("interface elements decide packets like the tables they stand for", "[interfaces]") {

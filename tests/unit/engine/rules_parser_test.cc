@@ -644,9 +644,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "(their networks)"},
       {"block from self:network",
        "t.conf:1:12: 'self' is every address of this host: it takes no ':network'"},
-      {"block from (em0)",
-       "t.conf:1:12: '(interface)', addresses followed as they change, is not supported: write the "
-       "interface's name (its addresses when the rules load) or NAME:network"},
+      {"block from (10.0.0.1)", "t.conf:1:13: expected an interface name inside '( )', got '10.0.0.1'"},
+      {"block from (em0", "t.conf:1:16: expected ')', got end of file"},
       {"antispoof em0",
        "t.conf:1:11: expected 'for' and the interfaces to protect (antispoof [log] [quick] for "
        "IF), got 'em0'"},
