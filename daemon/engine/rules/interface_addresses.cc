@@ -22,8 +22,9 @@ IpPrefix host_of(const InterfaceAddress& a) {
   return IpPrefix{a.family, a.address, static_cast<uint8_t>(a.family == Family::V4 ? 32 : 128)};
 }
 
-// The addresses (or networks) of `interface` (or of every interface, for `self`), each once; false
-// when the host has no such interface.
+// The addresses (or networks) of `interface` (or of every interface, for `self`), each once and in
+// order, so that a refresh compares sets and not the order the kernel listed them in; false when
+// the host has no such interface.
 bool collect(const std::string& interface, bool networks, const InterfaceAddresses& addresses,
              std::vector<IpPrefix>& out) {
   std::vector<InterfaceAddress> own;
@@ -34,11 +35,9 @@ bool collect(const std::string& interface, bool networks, const InterfaceAddress
   } else {
     return false;
   }
-  std::set<IpPrefix> seen;
-  for (const InterfaceAddress& a : own) {
-    const IpPrefix p = networks ? network_of(a) : host_of(a);
-    if (seen.insert(p).second) out.push_back(p);
-  }
+  std::set<IpPrefix> prefixes;
+  for (const InterfaceAddress& a : own) prefixes.insert(networks ? network_of(a) : host_of(a));
+  out.assign(prefixes.begin(), prefixes.end());
   return true;
 }
 

@@ -2,6 +2,7 @@
 // against a host's addresses into const tables, and decided by the compiled rules.
 #include "daemon/engine/rules/interface_addresses.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <variant>
@@ -119,7 +120,7 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   REQUIRE(self.tables.size() == 1);
   CHECK(self.tables[0].name == "self:addresses");
   CHECK(entries(self.tables[0]) ==
-        "192.0.2.10/32 192.0.2.11/32 2001:db8::10/128 10.1.0.1/32 fd01::1/128 127.0.0.1/32 ::1/128");
+        "10.1.0.1/32 127.0.0.1/32 192.0.2.10/32 192.0.2.11/32 ::1/128 2001:db8::10/128 fd01::1/128");
   CHECK(error_of(parse("pass in to self\n"), {}) == "t.conf:1:12: this host has no address");
 
   // In a table's list, as pf allows: the addresses join the table's entries (or exceptions).
@@ -156,6 +157,9 @@ TEST_CASE("refresh_interface_tables follows the addresses, and says which tables
   RuleFile f = parse("table <mine> { em1 }\npass in from em1:network to { em0, self }\n");
   REQUIRE_FALSE(resolve_interfaces(f, host()));
   CHECK(refresh_interface_tables(f, host()).empty());
+  InterfaceAddresses reordered = host();
+  std::reverse(reordered["em0"].begin(), reordered["em0"].end());
+  CHECK(refresh_interface_tables(f, reordered).empty());  // the kernel's order is no change
 
   InterfaceAddresses moved = host();
   moved["em1"] = {address("10.9.0.1", 24)};
