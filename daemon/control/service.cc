@@ -210,11 +210,9 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
   }
   auto& file = std::get<engine::rules::RuleFile>(parsed);
   engine::rules::InterfaceAddresses addresses;
-  try {
-    if (interface_addresses_) addresses = interface_addresses_();
-  } catch (const std::exception& e) {
+  if (std::string error = read_interface_addresses(addresses); !error.empty()) {
     ++reload_failures_;
-    result.error = path + ": cannot read the interfaces' addresses: " + e.what();
+    result.error = path + ": " + error;
     return result;
   }
   if (auto error = engine::rules::resolve_interfaces(file, addresses)) {
@@ -242,10 +240,8 @@ ControlService::RefreshResult ControlService::refresh_interface_addresses() {
   RefreshResult result;
   if (!loaded_ || !interface_addresses_) return result;
   engine::rules::InterfaceAddresses addresses;
-  try {
-    addresses = interface_addresses_();
-  } catch (const std::exception& e) {
-    result.error = std::string("cannot read the interfaces' addresses: ") + e.what();
+  if (std::string error = read_interface_addresses(addresses); !error.empty()) {
+    result.error = std::move(error);
     return result;
   }
   engine::rules::RuleFile edited = *loaded_;
@@ -259,6 +255,16 @@ ControlService::RefreshResult ControlService::refresh_interface_addresses() {
   loaded_ = std::move(edited);
   stamp_tables();
   return result;
+}
+
+std::string ControlService::read_interface_addresses(engine::rules::InterfaceAddresses& out) const {
+  if (!interface_addresses_) return {};
+  try {
+    out = interface_addresses_();
+  } catch (const std::exception& e) {
+    return std::string("cannot read the interfaces' addresses: ") + e.what();
+  }
+  return {};
 }
 
 std::string ControlService::publish(const engine::rules::RuleFile& file,

@@ -104,6 +104,8 @@ class ControlService {
   uint32_t expire_table(engine::rules::Table& table, uint32_t seconds) const;
   // Notes when each entry of the loaded tables came: now for new ones, unchanged for the others.
   void stamp_tables();
+  // The addresses rules naming interfaces resolve to (none without a source); empty, or why not.
+  std::string read_interface_addresses(engine::rules::InterfaceAddresses& out) const;
   // Compiles `file` and publishes it; empty, or why it was refused.
   std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from);
   void stats(Stats* out) const;
