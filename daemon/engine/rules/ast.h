@@ -122,7 +122,30 @@ struct FilterRule {
   std::vector<IcmpTypeMatch> icmp_types;  // for ICMP (icmp-type) or ICMPv6 (icmp6-type)
   bool icmp6_types = false;               // true when icmp_types came from icmp6-type
   StateOptions state;
-  std::string label;  // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
+  std::string label;   // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
+  std::string anchor;  // the path of the anchor holding the rule; empty in the main rule set
+};
+
+// `anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [{ rules }]`: a named rule set
+// evaluated where the anchor stands, for the packets that match the anchor's own terms (pf's
+// anchors). Its rules are filter rules whose `anchor` is its path; they stand together in
+// RuleFile::filter_rules from `position`, anchors within it included. A quick rule in an anchor is
+// final for the whole evaluation; a quick anchor ends the evaluation where any of its rules
+// matched. pf's `anchor "x" from ... to ...` is not supported.
+struct Anchor {
+  SourceLocation location;
+  std::string path;       // "name", or "outer/name" for an anchor inside another
+  std::string parent;     // the enclosing anchor's path, empty for the main rule set
+  uint32_t position = 0;  // index in filter_rules of its first rule (where they would stand)
+  bool quick = false;
+  Direction direction = Direction::Any;
+  std::vector<InterfaceMatch> interfaces;
+  std::optional<Family> family;
+  std::vector<uint8_t> protocols;
+  // Its rules are the file's (`{ ... }` or `load anchor`): a reload of the file sets them. The
+  // rules of any other anchor are loaded into the running rule set (pairwallctl anchors load) and
+  // kept across reloads.
+  bool file_defines_rules = false;
 };
 
 // `nat on IF from SRC to DST -> ADDR [port P]`, `rdr on IF proto P to DST port P -> ADDR [port P]`,
@@ -198,7 +221,8 @@ struct RuleFile {
   std::vector<Table> tables;
   std::vector<ScrubRule> scrub_rules;
   std::vector<TranslationRule> translation_rules;
-  std::vector<FilterRule> filter_rules;  // numbered from 0 in file order, as pfctl's @N
+  std::vector<FilterRule> filter_rules;  // in file order, anchors' rules where the anchors stand
+  std::vector<Anchor> anchors;           // in the order they were declared
 };
 
 }  // namespace pairwall::engine::rules

@@ -705,7 +705,17 @@ class ClassifierBuilder {
     c_.priority_to_rule_.assign(std::size_t{c_.words_} * 64, Classifier::kNoMatch);
     priority_.assign(n, 0);
     uint32_t next = 0;
-    for (uint32_t r = 0; r < n; ++r) {
+    if (order_ == MatchOrder::Ranked) {
+      std::vector<bool> taken(n, false);
+      for (uint32_t r = 0; r < n; ++r) {
+        const uint32_t rank = specs_[r].rank;
+        if (rank >= n || taken[rank])
+          throw std::invalid_argument("classifier: ranks are not 0..N-1, each once");
+        taken[rank] = true;
+        priority_[r] = rank;
+      }
+    }
+    for (uint32_t r = 0; r < n && order_ != MatchOrder::Ranked; ++r) {
       if (order_ == MatchOrder::First || specs_[r].quick) priority_[r] = next++;
     }
     if (order_ == MatchOrder::QuickOrLast) {

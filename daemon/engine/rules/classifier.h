@@ -158,11 +158,13 @@ struct MatchSpec {
   std::vector<IcmpTypeMatch> icmp_types;
   bool icmp6 = false;  // icmp_types are ICMPv6 types
   bool quick = false;
+  uint32_t rank = 0;  // MatchOrder::Ranked: the rule's place in the order of decision, 0 first
 };
 
 enum class MatchOrder : uint8_t {
   QuickOrLast,  // pf filter rules: the first matching quick rule, else the last matching rule
   First,        // scrub and translation rules: the first matching rule
+  Ranked,       // the matching rule of the lowest MatchSpec::rank (ranks are 0..N-1, each once)
 };
 
 // Finds the elementary interval holding a key. For AddressKey (IPv6; IPv4 has its own, below): a

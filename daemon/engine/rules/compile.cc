@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/engine/rules/anchors.h"
 #include "daemon/engine/rules/classifier.h"
 #include "daemon/engine/rules/interface_addresses.h"
 
@@ -315,16 +316,25 @@ class Compiler {
     filter_rules(*set);
     scrub_rules(*set);
     translation_rules(*set);
-    if (counters_from != nullptr) {
-      for (std::size_t i = 0; i < set->rules_.size() && i < counters_from->rules_.size(); ++i) {
-        if (set->rules_[i].text == counters_from->rules_[i].text)
-          set->rules_[i].stats = counters_from->rules_[i].stats;
-      }
-    }
+    if (counters_from != nullptr) keep_counters(*set, *counters_from);
     return set;
   }
 
  private:
+  // A rule written alike in the same anchor keeps its counters (the first such rule those of the
+  // first, and so on), wherever rules were added or removed around it.
+  static void keep_counters(RuleSet& set, const RuleSet& from) {
+    std::map<std::pair<std::string_view, std::string_view>, std::vector<const CompiledRule*>> earlier;
+    for (auto it = from.rules_.rbegin(); it != from.rules_.rend(); ++it)
+      earlier[{it->anchor, it->text}].push_back(&*it);
+    for (CompiledRule& rule : set.rules_) {
+      auto found = earlier.find({rule.anchor, rule.text});
+      if (found == earlier.end() || found->second.empty()) continue;
+      rule.stats = found->second.back()->stats;
+      found->second.pop_back();
+    }
+  }
+
   SourceLocation file_location() const { return SourceLocation{file_.file, 0, 0}; }
 
   void settings(RuleSet& set) {
@@ -458,10 +468,78 @@ class Compiler {
     return s;
   }
 
+  // The rule as its anchors narrow it: each enclosing anchor's direction, interfaces, family and
+  // protocols must hold as well as the rule's own. Terms that leave nothing to match are an error.
+  FilterRule within_anchors(const FilterRule& written) const {
+    FilterRule r = written;
+    for (const Anchor* a = find_anchor(file_, r.anchor); a != nullptr; a = find_anchor(file_, a->parent)) {
+      const std::string anchor = "anchor \"" + a->path + "\" (" + a->location.file_and_line() + ")";
+      if (a->direction != Direction::Any) {
+        if (r.direction != Direction::Any && r.direction != a->direction)
+          fail(r.location, "the rule can never match: its direction is not that of " + anchor);
+        r.direction = a->direction;
+      }
+      if (a->family) {
+        if (r.family && *r.family != *a->family)
+          fail(r.location, "the rule can never match: its address family is not that of " + anchor);
+        r.family = a->family;
+      }
+      if (!a->protocols.empty()) {
+        if (r.protocols.empty()) {
+          r.protocols = a->protocols;
+        } else {
+          std::erase_if(r.protocols, [&](uint8_t p) {
+            return std::find(a->protocols.begin(), a->protocols.end(), p) == a->protocols.end();
+          });
+          if (r.protocols.empty())
+            fail(r.location, "the rule can never match: none of its protocols is one of " + anchor);
+        }
+      }
+      if (!a->interfaces.empty()) r.interfaces = narrowed_interfaces(r, a->interfaces, anchor);
+    }
+    return r;
+  }
+
+  // The interfaces both the rule's `on` and its anchor's accept. A `! IF` combines with a list of
+  // plain names (the list less IF); two lists with '!' in both are refused.
+  std::vector<InterfaceMatch> narrowed_interfaces(const FilterRule& r,
+                                                  const std::vector<InterfaceMatch>& outer,
+                                                  const std::string& anchor) const {
+    if (r.interfaces.empty()) return outer;
+    auto negates = [](const std::vector<InterfaceMatch>& l) {
+      return std::any_of(l.begin(), l.end(), [](const InterfaceMatch& m) { return m.negated; });
+    };
+    auto named = [](const std::vector<InterfaceMatch>& l, const std::string& name) {
+      return std::any_of(l.begin(), l.end(), [&](const InterfaceMatch& m) { return m.name == name; });
+    };
+    std::vector<InterfaceMatch> out;
+    if (!negates(r.interfaces) && !negates(outer)) {
+      for (const InterfaceMatch& m : r.interfaces) {
+        if (named(outer, m.name)) out.push_back(m);
+      }
+    } else if (r.interfaces.size() == 1 && r.interfaces[0].negated && !negates(outer)) {
+      for (const InterfaceMatch& m : outer) {
+        if (m.name != r.interfaces[0].name) out.push_back(m);
+      }
+    } else if (outer.size() == 1 && outer[0].negated && !negates(r.interfaces)) {
+      for (const InterfaceMatch& m : r.interfaces) {
+        if (m.name != outer[0].name) out.push_back(m);
+      }
+    } else {
+      fail(r.location, "the rule's 'on' and that of " + anchor +
+                           " both have '!': write the interfaces it may match by name");
+    }
+    if (out.empty()) fail(r.location, "the rule can never match: none of its interfaces is one of " + anchor);
+    return out;
+  }
+
   void filter_rules(RuleSet& set) {
     std::vector<MatchSpec> specs;
+    const std::vector<uint32_t> ranks = decision_ranks(file_);
+    std::map<std::string, uint32_t> numbers;  // by anchor: the next rule's @N
     for (std::size_t i = 0; i < file_.filter_rules.size(); ++i) {
-      const FilterRule& r = file_.filter_rules[i];
+      const FilterRule& written = file_.filter_rules[i];
+      const FilterRule r = within_anchors(written);
       check_ports(r.location, r.protocols, r.from, r.to);
       check_families(r.location, r.family, r.from, r.to);
       if (r.flags && !only_protocols(r.protocols, {ipproto::kTcp})) {
@@ -482,7 +560,8 @@ class Compiler {
         }
       }
       CompiledRule c;
-      c.number = static_cast<uint32_t>(i);
+      c.number = numbers[r.anchor]++;
+      c.anchor = r.anchor;
       c.action = r.action;
       c.reply = r.reply;
       c.reply_rst_for_tcp = r.reply_rst_for_tcp;
@@ -513,7 +592,7 @@ class Compiler {
           r.state.timeouts, c.timeouts, [&](const std::string&) { return r.location; },
           "the rule's state options");
       c.location = r.location;
-      c.text = filter_text(r);
+      c.text = filter_text(written);
       c.label = r.label;
       set.rules_.push_back(std::move(c));
 
@@ -526,9 +605,10 @@ class Compiler {
       s.icmp_types = r.icmp_types;
       s.icmp6 = r.icmp6_types;
       s.quick = r.quick;
+      s.rank = ranks[i];
       specs.push_back(std::move(s));
     }
-    set.classifier_ = build(specs, MatchOrder::QuickOrLast);
+    set.classifier_ = build(specs, MatchOrder::Ranked);
   }
 
   void scrub_rules(RuleSet& set) {

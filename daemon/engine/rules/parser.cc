@@ -21,7 +21,9 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 
+#include "daemon/engine/rules/anchors.h"
 #include "daemon/engine/rules/lexer.h"
 #include "daemon/engine/timeouts.h"
 
@@ -48,7 +50,19 @@ std::string beside(const std::string& file, const std::string& path) {
 
 // pf.conf statements this subset does not implement: say so instead of "unknown keyword".
 constexpr std::string_view kUnsupportedStatements[] = {
-    "match", "anchor", "load", "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
+    "match", "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
+};
+
+// Statements of the main rule file only: an anchor holds filter rules and anchors.
+constexpr std::string_view kMainFileStatements[] = {
+    "table", "set", "scrub", "nat", "rdr", "binat", "no",
+};
+
+constexpr std::size_t kMaxAnchorName = 63;  // pf's anchor names, PF_ANCHOR_NAME_SIZE less the NUL
+
+// An anchor file's error, thrown out of the parser that reads `load anchor` as it is.
+struct AnchorFileError {
+  RuleError error;
 };
 
 struct Named {
@@ -150,12 +164,17 @@ int filter_stage(std::string_view w) {
 
 class Parser {
  public:
-  Parser(std::string_view text, std::string file, const ReadFile& read_file)
-      : lexer_(text, file), read_file_(read_file) {
+  // `anchor_rules`: the text is an anchor's (pfctl -a NAME -f FILE), which holds filter rules,
+  // anchors and macros only.
+  Parser(std::string_view text, std::string file, const ReadFile& read_file, bool anchor_rules = false)
+      : lexer_(text, file), read_file_(read_file), anchor_rules_(anchor_rules) {
     out_.file = std::move(file);
   }
 
   const std::string& file_name(uint16_t file) const { return lexer_.file_name(file); }
+  SourceLocation location(const SyntaxError& e) const {
+    return SourceLocation{file_name(e.file()), e.line(), e.column()};
+  }
 
   RuleFile run() {
     for (;;) {
@@ -286,6 +305,15 @@ class Parser {
       fail_expected(t, "a rule, 'table', 'set', 'include' or a macro definition");
     }
     if (t.text == "include") return include();
+    if (anchor_rules_ || !scope_.empty()) {
+      for (auto m : kMainFileStatements) {
+        if (m == t.text)
+          fail_at(t,
+                  "'" + t.text + "' belongs in the main rule file: an anchor holds filter rules and anchors");
+      }
+    }
+    if (t.text == "anchor") return anchor();
+    if (t.text == "load") return load_anchor();
     if (t.text == "table") return table();
     if (t.text == "set") return set();
     if (t.text == "scrub") return scrub();
@@ -297,8 +325,120 @@ class Parser {
     }
     fail_expected(
         t,
-        "a rule (pass, block, antispoof, nat, rdr, binat, scrub), 'table', 'set', 'include' or a macro "
-        "definition");
+        "a rule (pass, block, antispoof, anchor, nat, rdr, binat, scrub), 'table', 'set', 'include' or a "
+        "macro definition");
+  }
+
+  // anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [all] [{ rules }]
+  void anchor() {
+    const Token first = take();
+    Anchor a;
+    a.location = loc(first);
+    const Token name = anchor_name("anchor");
+    a.path = scoped(name.text);
+    a.parent = scope_;
+    if (const Anchor* known = find(a.path)) {
+      fail_at(name, "anchor \"" + a.path + "\" is already declared at " + known->location.file_and_line() +
+                        ": an anchor stands in one place");
+    }
+    a.direction = direction();
+    a.quick = accept_word("quick");
+    if (accept_word("on")) a.interfaces = interfaces();
+    a.family = family();
+    if (accept_word("proto")) a.protocols = protocols();
+    accept_word("all");
+    if (at_word("from") || at_word("to")) {
+      fail_at(peek(),
+              "an anchor matches on direction, interface, family and protocol: write 'from' and "
+              "'to' on its rules");
+    }
+    a.position = static_cast<uint32_t>(out_.filter_rules.size());
+    const bool block = at(TokenKind::LBrace);
+    a.file_defines_rules = block;
+    out_.anchors.push_back(a);
+    if (block) anchor_block(take(), a.path);
+    expect_end(block ? "end of line after the anchor's '}'"
+                     : "'in', 'out', 'quick', 'on', 'inet', 'inet6', 'proto', '{' or end of line");
+  }
+
+  // The rules of an anchor written in place, up to its '}'.
+  void anchor_block(const Token& open, const std::string& path) {
+    if (!at(TokenKind::Newline)) fail_expected(peek(), "end of line after the anchor's '{'");
+    const std::string outer = std::exchange(scope_, path);
+    for (;;) {
+      const Token& t = peek();
+      if (t.kind == TokenKind::RBrace) break;
+      if (t.kind == TokenKind::End && t.file == 0) {
+        fail_at(t, "anchor \"" + path + "\" opened at " + where(open) + " has no '}'");
+      }
+      if (t.kind == TokenKind::Newline || t.kind == TokenKind::End) {  // or an included file's end
+        take();
+        continue;
+      }
+      statement();
+    }
+    take();
+    scope_ = outer;
+  }
+
+  // load anchor "name" from "FILE": the file's rules are the anchor's, as `pfctl -a name -f FILE`
+  // would load them; a relative FILE is the naming file's directory's.
+  void load_anchor() {
+    take();
+    expect_word("anchor", "'anchor' after 'load' (load anchor NAME from FILE)");
+    const Token name = anchor_name("load anchor");
+    const std::string path = scoped(name.text);
+    expect_word("from", "'from' and the anchor's file (load anchor NAME from FILE)");
+    if (!at(TokenKind::String)) fail_expected(peek(), "the anchor's file in quotes");
+    const Token file = take();
+    expect_end("end of line after the anchor's file");
+    Anchor* target = find(path);
+    if (target == nullptr) fail_at(name, "no anchor \"" + path + "\" is declared before this line");
+    if (target->file_defines_rules) {
+      fail_at(name, "anchor \"" + path + "\" has its rules from " + target->location.file_and_line());
+    }
+    if (!read_file_) fail_at(file, "'load anchor' reads files: these rules were not read from one");
+    const std::string file_path = beside(lexer_.file_name(file.file), file.text);
+    std::string text;
+    if (const int err = read_file_(file_path, text); err != 0)
+      fail_at(file, "cannot read anchor file \"" + file_path + "\": " + std::strerror(err));
+    Parser content(text, file_path, read_file_, /*anchor_rules=*/true);
+    RuleFile rules;
+    try {
+      rules = content.run();
+    } catch (const SyntaxError& e) {
+      throw AnchorFileError{RuleError{content.location(e), e.what()}};
+    }
+    target->file_defines_rules = true;
+    set_anchor_rules(out_, path, std::move(rules));
+  }
+
+  // The name after `anchor` or `load anchor`: pf's characters, no wildcard, no path.
+  Token anchor_name(std::string_view keyword) {
+    const Token& t = peek();
+    if (t.kind != TokenKind::String && t.kind != TokenKind::Word)
+      fail_expected(t, "the anchor's name after '" + std::string(keyword) + "', e.g. \"ftp-proxy\"");
+    Token name = take();
+    if (name.text.empty() || name.text.size() > kMaxAnchorName)
+      fail_at(name, "an anchor's name has 1 to " + std::to_string(kMaxAnchorName) + " characters");
+    if (name.text.find('*') != std::string::npos)
+      fail_at(name, "anchor wildcards ('*') are not supported: name each anchor");
+    if (name.text.find('/') != std::string::npos)
+      fail_at(name, "an anchor inside another is written inside its '{ }': its name has no '/'");
+    for (const char c : name.text) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+        fail_at(name, "an anchor's name holds letters, digits, '_', '-' and '.' only");
+    }
+    return name;
+  }
+
+  std::string scoped(const std::string& name) const { return scope_.empty() ? name : scope_ + "/" + name; }
+
+  Anchor* find(const std::string& path) {
+    for (Anchor& a : out_.anchors) {
+      if (a.path == path) return &a;
+    }
+    return nullptr;
   }
 
   // include "path": the file's statements stand here; a relative path is the including file's
@@ -632,6 +772,7 @@ class Parser {
     r.reply_given = true;
     r.state.keep_state = false;
     r.direction = Direction::In;
+    r.anchor = scope_;
     if (accept_word("log")) r.log = LogMode::First;
     r.quick = accept_word("quick");
     expect_word("for", "'for' and the interfaces to protect (antispoof [log] [quick] for IF)");
@@ -686,6 +827,7 @@ class Parser {
     r.location = loc(first);
     r.action = first.text == "pass" ? Action::Pass : Action::Block;
     r.state.keep_state = r.action == Action::Pass;
+    r.anchor = scope_;
     int stage = 0;
 
     if (filter_stage(peek().kind == TokenKind::Word ? peek().text : "") == 1) {
@@ -1264,6 +1406,8 @@ class Parser {
   Lexer lexer_;
   std::deque<Token> ahead_;
   const ReadFile& read_file_;
+  const bool anchor_rules_;
+  std::string scope_;  // the path of the anchor whose `{ }` the parser is in; empty outside
   RuleFile out_;
   std::map<std::string, std::size_t> table_index_;  // name -> index in out_.tables
 };
@@ -1282,7 +1426,21 @@ std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string
   try {
     return parser.run();
   } catch (const SyntaxError& e) {
-    return RuleError{SourceLocation{parser.file_name(e.file()), e.line(), e.column()}, e.what()};
+    return RuleError{parser.location(e), e.what()};
+  } catch (AnchorFileError& e) {
+    return std::move(e.error);
+  }
+}
+
+std::variant<RuleFile, RuleError> parse_anchor_rules(std::string_view text, std::string file_name,
+                                                     const ReadFile& read_file) {
+  Parser parser(text, std::move(file_name), read_file, /*anchor_rules=*/true);
+  try {
+    return parser.run();
+  } catch (const SyntaxError& e) {
+    return RuleError{parser.location(e), e.what()};
+  } catch (AnchorFileError& e) {
+    return std::move(e.error);
   }
 }
 
@@ -1358,6 +1516,15 @@ std::variant<std::vector<TableEntry>, RuleError> parse_table_entries(std::string
     }
   }
   return out;
+}
+
+std::variant<RuleFile, RuleError> parse_anchor_file(const std::string& path) {
+  std::string text;
+  if (const int err = read_file(path, text); err != 0) {
+    return RuleError{SourceLocation{path, 0, 0},
+                     std::string("cannot read anchor file: ") + std::strerror(err)};
+  }
+  return parse_anchor_rules(text, path, read_file);
 }
 
 std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path) {

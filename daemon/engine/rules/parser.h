@@ -30,6 +30,13 @@ using ReadFile = std::function<int(const std::string& path, std::string& text)>;
 std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name,
                                               const ReadFile& read_file = {});
 
+// Parses an anchor's rules, as `pfctl -a NAME -f FILE` reads them: filter rules, anchors (their
+// paths relative to the anchor: set_anchor_rules() places them), macros and includes; a table,
+// `set`, scrub or translation rule is an error.
+std::variant<RuleFile, RuleError> parse_anchor_rules(std::string_view text, std::string file_name,
+                                                     const ReadFile& read_file = {});
+std::variant<RuleFile, RuleError> parse_anchor_file(const std::string& path);
+
 // Reads and parses a rule file and the files it includes, then the table files they name (a
 // relative PATH is the naming file's directory's), whose entries join their tables' once each. An
 // unreadable rule file is a RuleError at line 0; an unreadable included or table file one at its

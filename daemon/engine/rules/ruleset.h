@@ -29,7 +29,8 @@ struct RuleStats {
 };
 
 struct CompiledRule {
-  uint32_t number = 0;  // @N, 0-based file order
+  uint32_t number = 0;  // @N, 0-based file order within its anchor (pfctl -a NAME -s rules)
+  std::string anchor;   // the path of its anchor, empty in the main rule set
   Action action = Action::Block;
   BlockReply reply = BlockReply::Drop;
   bool reply_rst_for_tcp = false;  // `block return`: RST for TCP, `reply` (ICMP) for the rest
@@ -111,7 +112,8 @@ class RuleSet {
 
   const std::vector<TranslationListing>& translation_rules() const { return translation_listing_; }
 
-  const CompiledRule& rule(uint32_t number) const { return rules_[number]; }
+  // By evaluate()'s result: the rules of the main rule set and its anchors in file order.
+  const CompiledRule& rule(uint32_t index) const { return rules_[index]; }
   std::size_t size() const { return rules_.size(); }
 
   const Timeouts& timeouts() const { return timeouts_; }

@@ -548,9 +548,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
   const Case cases[] = {
       // Structure and keywords.
       {"allow in all",
-       "t.conf:1:1: expected a rule (pass, block, antispoof, nat, rdr, binat, scrub), 'table', 'set', "
+       "t.conf:1:1: expected a rule (pass, block, antispoof, anchor, nat, rdr, binat, scrub), 'table', "
+       "'set', "
        "'include' or a macro definition, got 'allow'"},
-      {"pass all\nanchor \"x\"", "t.conf:2:1: 'anchor' rules are not supported"},
+      {"pass all\nnat-anchor \"x\"", "t.conf:2:1: 'nat-anchor' rules are not supported"},
       {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set', 'include' or a macro definition, got '{'"},
       {"pass all; block all", "t.conf:1:9: unexpected character ';'"},
       {"pass \\ all", "t.conf:1:6: unexpected '\\': a backslash continues a line only as its last character"},
