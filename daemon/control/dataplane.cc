@@ -41,6 +41,7 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
       const auto& r = rules->rule(static_cast<uint32_t>(i));
       RuleCounters c;
       c.number = r.number;
+      c.anchor = r.anchor;
       c.text = r.text;
       c.label = r.label;
       c.location = r.location.file_and_line();
@@ -95,6 +96,7 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   // rules an operator named alike (pfctl -s labels).
   auto rule_labels = [](const RuleCounters& r) {
     std::vector<std::pair<std::string, std::string>> labels{{"rule", std::to_string(r.number)}};
+    if (!r.anchor.empty()) labels.emplace_back("anchor", r.anchor);
     if (!r.label.empty()) labels.emplace_back("label", r.label);
     return labels;
   };

@@ -30,7 +30,8 @@ class DataPlane {
 };
 
 struct RuleCounters {
-  uint32_t number = 0;
+  uint32_t number = 0;  // within its anchor
+  std::string anchor;   // its path, empty in the main rule set
   std::string text;
   std::string label;     // the rule's `label`, or empty
   std::string location;  // file:line

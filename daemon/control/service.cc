@@ -9,6 +9,7 @@
 
 #include "daemon/control/framing.h"
 #include "daemon/engine/address.h"
+#include "daemon/engine/rules/anchors.h"
 #include "daemon/engine/rules/compile.h"
 #include "daemon/engine/rules/parser.h"
 #include "daemon/engine/timeouts.h"
@@ -159,6 +160,7 @@ void fill_queue(const QueueCounters& q, QueueStats* out) {
 
 void fill_rule(const RuleCounters& r, RuleInfo* out) {
   out->set_number(r.number);
+  out->set_anchor(r.anchor);
   out->set_text(r.text);
   out->set_label(r.label);
   out->set_location(r.location);
@@ -209,6 +211,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     return result;
   }
   auto& file = std::get<engine::rules::RuleFile>(parsed);
+  place_loaded_anchors(file);
   engine::rules::InterfaceAddresses addresses;
   if (std::string error = read_interface_addresses(addresses); !error.empty()) {
     ++reload_failures_;
@@ -331,6 +334,12 @@ void ControlService::handle(const Request& request, Response& response) {
       break;
     case Request::kSources:
       sources(request.sources(), response.mutable_sources());
+      break;
+    case Request::kAnchors:
+      anchors(response.mutable_anchors());
+      break;
+    case Request::kAnchorLoad:
+      error = load_anchor(request.anchor_load(), response.mutable_anchors());
       break;
     case Request::kSyncStatus: {
       auto* s = response.mutable_sync_status();
@@ -539,6 +548,63 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   loaded_ = std::move(edited);
   stamp_tables();
   return {};
+}
+
+namespace {
+
+void fill_anchor(const engine::rules::RuleFile& file, const engine::rules::Anchor& a, AnchorInfo* out) {
+  out->set_name(a.path);
+  out->set_terms(engine::rules::anchor_terms_text(a));
+  out->set_rules(static_cast<uint32_t>(engine::rules::anchor_rule_count(file, a.path)));
+  out->set_from_file(a.file_defines_rules);
+  out->set_location(a.location.file_and_line());
+}
+
+}  // namespace
+
+void ControlService::anchors(AnchorList* out) const {
+  if (!loaded_) return;
+  for (const auto& a : loaded_->anchors) fill_anchor(*loaded_, a, out->add_anchors());
+}
+
+std::string ControlService::load_anchor(const AnchorLoad& request, AnchorList* out) {
+  if (!loaded_) return "anchors: no rule set loaded";
+  const std::string& name = request.name();
+  engine::rules::RuleFile edited = *loaded_;
+  if (engine::rules::find_anchor(edited, name) == nullptr) {
+    return "anchors: no anchor \"" + name + "\" in " + rules_file_ + ": declare it there with anchor \"" +
+           name + "\"";
+  }
+  engine::rules::RuleFile content;
+  if (!request.flush()) {
+    auto parsed = !request.has_text() ? engine::rules::parse_anchor_file(request.path())
+                                      : engine::rules::parse_anchor_rules(request.text(), request.path());
+    if (auto* error = std::get_if<engine::rules::RuleError>(&parsed)) return "anchors: " + error->to_string();
+    content = std::get<engine::rules::RuleFile>(std::move(parsed));
+  }
+  engine::rules::set_anchor_rules(edited, name, content);
+  engine::rules::InterfaceAddresses addresses;
+  if (std::string error = read_interface_addresses(addresses); !error.empty()) return "anchors: " + error;
+  if (auto error = engine::rules::resolve_interfaces(edited, addresses))
+    return "anchors: " + error->to_string();
+  if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) return "anchors: " + error;
+  // The anchors within it are those the new rules declare: what was loaded into the old ones goes.
+  std::erase_if(anchor_rules_, [&](const auto& entry) { return entry.first.starts_with(name + "/"); });
+  anchor_rules_[name] = std::move(content);
+  loaded_ = std::move(edited);
+  stamp_tables();
+  fill_anchor(*loaded_, *engine::rules::find_anchor(*loaded_, name), out->add_anchors());
+  return {};
+}
+
+void ControlService::place_loaded_anchors(engine::rules::RuleFile& file) {
+  // Placing an anchor's rules inserts the anchors within it right after it, which this loop then
+  // visits in turn.
+  for (std::size_t i = 0; i < file.anchors.size(); ++i) {
+    if (file.anchors[i].file_defines_rules) continue;
+    const auto loaded = anchor_rules_.find(file.anchors[i].path);
+    if (loaded != anchor_rules_.end()) engine::rules::set_anchor_rules(file, loaded->first, loaded->second);
+  }
 }
 
 uint32_t ControlService::expire_table(engine::rules::Table& table, uint32_t seconds) const {

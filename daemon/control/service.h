@@ -97,6 +97,11 @@ class ControlService {
   std::string states(const StatesRequest& request, StateList* out) const;
   std::string kill_states(const KillStates& request, Killed* out);
   std::string tables(const TablesRequest& request, TableList* out) const;
+  void anchors(AnchorList* out) const;
+  std::string load_anchor(const AnchorLoad& request, AnchorList* out);
+  // Places the rules loaded into anchors (load_anchor) in a rule file parsed afresh, where the file
+  // declares the anchor and does not give its rules itself.
+  void place_loaded_anchors(engine::rules::RuleFile& file);
   void sources(const SourcesRequest& request, SourceList* out) const;
   std::string test_table(const TablesRequest& request, TableList* out) const;
   std::string edit_table(const TableEdit& request, TableList* out);
@@ -123,6 +128,8 @@ class ControlService {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
   std::optional<engine::rules::RuleFile> loaded_;  // the running rules as parsed, table edits applied
+  // The rules loaded into anchors, by path, as parsed (parse_anchor_rules): a reload places them again.
+  std::map<std::string, engine::rules::RuleFile> anchor_rules_;
   // When each table entry came (loaded, added, or an overload's), by table: what `tables expire`
   // reads, as pf's table entries keep the time they were added.
   std::map<std::string, std::map<engine::TableEntry, engine::Millis>> table_added_;

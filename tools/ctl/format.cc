@@ -125,10 +125,30 @@ std::string format_rules(const control::RuleList& rules) {
     for (const auto& t : rules.translations()) o << "@" << t.number() << " " << t.text() << "\n";
     o << "# filter rules, last match\n";
   }
+  // An anchor's rules stand where it does, under its name, indented by its depth.
+  std::string anchor;
   for (const auto& r : rules.rules()) {
-    o << "@" << r.number() << " " << r.text() << "\n";
-    rule_counters(o, r);
+    const std::string indent(
+        r.anchor().empty() ? 0 : 2 * (1 + std::count(r.anchor().begin(), r.anchor().end(), '/')), ' ');
+    if (r.anchor() != anchor && !r.anchor().empty())
+      o << indent.substr(2) << "anchor \"" << r.anchor() << "\"\n";
+    anchor = r.anchor();
+    o << indent << "@" << r.number() << " " << r.text() << "\n";
+    std::ostringstream counters;
+    rule_counters(counters, r);
+    o << indent << counters.str();
   }
+  return o.str();
+}
+
+std::string format_anchors(const control::AnchorList& list) {
+  std::ostringstream o;
+  for (const auto& a : list.anchors()) {
+    o << "anchor \"" << a.name() << "\" " << a.terms() << "  " << a.rules()
+      << (a.rules() == 1 ? " rule" : " rules") << (a.from_file() ? ", from the rule file" : ", loaded")
+      << " (" << a.location() << ")\n";
+  }
+  if (list.anchors_size() == 0) o << "no anchors\n";
   return o.str();
 }
 

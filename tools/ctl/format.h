@@ -19,6 +19,7 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
 std::string format_table_test(const control::TableList& tables);
 std::string format_states(const control::StateList& states, bool count_only);
 // One source node a line, as pfctl -s Sources -v shows them, then how many of the limit.
+std::string format_anchors(const control::AnchorList& list);
 std::string format_sources(const control::SourceList& sources);
 std::string format_stats(const control::Stats& s);
 std::string format_sync(const control::SyncStatus& s);

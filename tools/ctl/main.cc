@@ -62,6 +62,12 @@ commands:
   tables add|delete|replace NAME -f FILE
                                  the same with the addresses of FILE (white space apart, # to
                                  the end of a line a comment), as pfctl -T ... -f
+  anchors [show]                 the running rules' anchors, their terms and rule counts
+  anchors load NAME -f FILE      make FILE's rules (filter rules, anchors, macros) the rules of
+                                 anchor NAME ("outer/inner" for one inside another), as pfctl -a
+                                 NAME -f FILE; -f - reads them from standard input. A reload of
+                                 the rule file keeps them
+  anchors flush NAME             remove anchor NAME's rules, as pfctl -a NAME -F rules
   sync status
   failover status
   failover demote N | promote N  raise / lower the administrative demotion
@@ -70,7 +76,7 @@ commands:
 
 options:
   -s, --socket SOCKET            control socket (default /run/pairwall/control.sock)
-  -f, --file FILE                a table command's addresses from FILE
+  -f, --file FILE                a table command's addresses, or an anchor's rules, from FILE
   --json                         machine-readable output
 )";
 
@@ -241,6 +247,35 @@ Request build_request(const Invocation& inv) {
       throw UsageError{"tables: unknown subcommand '" + sub +
                        "' (show, test, add, delete, replace, flush, expire)"};
     }
+  } else if (cmd == "anchors") {
+    const std::string sub = w.size() >= 2 ? w[1] : "show";
+    if (sub == "show") {
+      if (w.size() > 2) throw UsageError{"wrong number of arguments for 'anchors show'"};
+      r.mutable_anchors();
+    } else if (sub == "load" || sub == "flush") {
+      need(3);
+      auto* load = r.mutable_anchor_load();
+      load->set_name(w[2]);
+      if (sub == "flush") {
+        if (inv.file) throw UsageError{"anchors flush takes no -f FILE"};
+        load->set_flush(true);
+      } else if (!inv.file) {
+        throw UsageError{"anchors load: name the rules' file with -f FILE (-f - for standard input)"};
+      } else if (*inv.file == "-") {
+        std::ostringstream text;
+        text << std::cin.rdbuf();
+        load->set_path("(standard input)");
+        load->set_text(text.str());
+      } else {
+        // The daemon reads the file (and those it includes) itself, from an absolute path.
+        char resolved[PATH_MAX];
+        if (::realpath(inv.file->c_str(), resolved) == nullptr)
+          throw UsageError{"-f " + *inv.file + ": " + std::strerror(errno), false};
+        load->set_path(resolved);
+      }
+    } else {
+      throw UsageError{"anchors: unknown subcommand '" + sub + "' (show, load, flush)"};
+    }
   } else if (cmd == "sources") {
     need(1);
     if (inv.limit) r.mutable_sources()->set_limit(*inv.limit);
@@ -290,7 +325,8 @@ Request build_request(const Invocation& inv) {
   if (cmd != "states" && inv.count) throw UsageError{"--count goes with 'states'"};
   if (cmd != "states" && cmd != "sources" && inv.limit)
     throw UsageError{"--limit goes with 'states' and 'sources'"};
-  if (inv.file && !r.has_table_edit()) throw UsageError{"-f FILE goes with tables add, delete or replace"};
+  if (inv.file && !r.has_table_edit() && !r.has_anchor_load())
+    throw UsageError{"-f FILE goes with tables add, delete or replace, and anchors load"};
   return r;
 }
 
@@ -338,6 +374,13 @@ std::string human(const Request& request, const Response& response, const Invoca
                                 request.has_table_edit());
     case Response::kSources:
       return ctl::format_sources(response.sources());
+    case Response::kAnchors:
+      if (request.has_anchor_load()) {
+        const auto& a = response.anchors().anchors(0);
+        return "anchor \"" + a.name() + "\": " + std::to_string(a.rules()) +
+               (a.rules() == 1 ? " rule" : " rules") + "\n";
+      }
+      return ctl::format_anchors(response.anchors());
     case Response::kKilled:
       return "killed " + std::to_string(response.killed().states()) + " states\n";
     case Response::kSyncStatus:

@@ -13,7 +13,7 @@ const Anchor* find_anchor(const RuleFile& file, std::string_view path) {
   return nullptr;
 }
 
-bool set_anchor_rules(RuleFile& file, const std::string& path, RuleFile content) {
+bool set_anchor_rules(RuleFile& file, std::string path, RuleFile content) {
   auto& anchors = file.anchors;
   const auto target =
       std::find_if(anchors.begin(), anchors.end(), [&](const Anchor& a) { return a.path == path; });

@@ -16,7 +16,7 @@ const Anchor* find_anchor(const RuleFile& file, std::string_view path);
 // Makes `content`'s filter rules and anchors (parse_anchor_rules(); their paths relative to the
 // anchor) the rules of the anchor at `path`, in place of those it had, the anchors within it
 // included. False when `file` declares no such anchor.
-bool set_anchor_rules(RuleFile& file, const std::string& path, RuleFile content);
+bool set_anchor_rules(RuleFile& file, std::string path, RuleFile content);
 
 // The rules of the anchor at `path` itself, those of anchors within it left out.
 std::size_t anchor_rule_count(const RuleFile& file, std::string_view path);

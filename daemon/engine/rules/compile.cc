@@ -172,6 +172,18 @@ std::string translation_text(const TranslationRule& r) {
   return out;
 }
 
+}  // namespace
+
+std::string anchor_terms_text(const Anchor& a) {
+  std::string out;
+  if (a.direction != Direction::Any) out += a.direction == Direction::In ? " in" : " out";
+  if (a.quick) out += " quick";
+  out += header_text(a.interfaces, a.family, a.protocols);
+  return out.empty() ? "all" : out.substr(1);
+}
+
+namespace {
+
 // Whether every protocol a rule names is among `allowed` (a rule naming none is not).
 bool only_protocols(const std::vector<uint8_t>& protocols, std::initializer_list<uint8_t> allowed) {
   return !protocols.empty() && std::all_of(protocols.begin(), protocols.end(), [&](uint8_t p) {

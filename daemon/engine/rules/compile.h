@@ -20,6 +20,9 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& 
                                                                 InterfaceRegistry& interfaces,
                                                                 const RuleSet* counters_from = nullptr);
 
+// What an anchor matches, as written after its name ("in quick on lan0 proto tcp", or "all").
+std::string anchor_terms_text(const Anchor& anchor);
+
 // parse_rules_file + resolve_interfaces + compile.
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(
     const std::string& path, InterfaceRegistry& interfaces, const InterfaceAddresses& addresses = {});

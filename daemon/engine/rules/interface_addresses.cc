@@ -43,7 +43,13 @@ bool collect(const std::string& interface, bool networks, const InterfaceAddress
 
 class Resolver {
  public:
-  Resolver(RuleFile& file, const InterfaceAddresses& addresses) : file_(file), addresses_(addresses) {}
+  // Tables an earlier resolution made stay as they are (refresh_interface_tables() sets them), so
+  // that rules added to a resolved file, an anchor's, resolve alike.
+  Resolver(RuleFile& file, const InterfaceAddresses& addresses) : file_(file), addresses_(addresses) {
+    for (const Table& t : file.tables) {
+      if (t.name.find(':') != std::string::npos) made_.insert(t.name);
+    }
+  }
 
   std::optional<RuleError> run() {
     // Tables first: the tables made for rules' elements are appended after them.

@@ -33,7 +33,8 @@ std::string interface_table_name(const AddressElement& element);
 
 // Turns every interface element of `file`'s rules into a read of its table, adding the tables, and
 // the interface entries of its tables into entries. An interface the host does not have, or one
-// without an address, is a RuleError at the element.
+// without an address, is a RuleError at the element. Tables an earlier call made are kept as they
+// are: resolving a file again resolves only what was added to it since.
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
 
 // Sets the tables resolve_interfaces() made to the addresses now, and returns the names of those

@@ -99,8 +99,10 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   s.source_node_limit = 10000;
   s.source_overloads = 4;
   s.source_overloads_lost = 1;
-  s.rules.push_back({0, "block all", "", "pf.conf:1", 6, 6, 384, 0, 0});
-  s.rules.push_back({1, "pass proto tcp to port 80 label \"web\"", "web", "pf.conf:2", 60, 90, 5760, 12, 15});
+  s.rules.push_back({0, "", "block all", "", "pf.conf:1", 6, 6, 384, 0, 0});
+  s.rules.push_back(
+      {1, "", "pass proto tcp to port 80 label \"web\"", "web", "pf.conf:2", 60, 90, 5760, 12, 15});
+  s.rules.push_back({0, "ssh", "pass proto tcp to port 22", "", "pf.conf:4", 2, 3, 180, 1, 1});
   s.queues.push_back({3, 100, 6400, 7, 8, 9, 1});
   CHECK(s.drops() == 10);
 
@@ -137,6 +139,7 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("pairwall_rule_packets_total{rule=\"1\",label=\"web\"} 90");
   has("pairwall_rule_bytes_total{rule=\"1\",label=\"web\"} 5760");
   has("pairwall_rule_states{rule=\"1\",label=\"web\"} 12");
+  has("pairwall_rule_packets_total{rule=\"0\",anchor=\"ssh\"} 3");  // @0 of anchor "ssh", not of the main set
   has("pairwall_queue_packets_total{queue=\"3\"} 100");
   has("pairwall_queue_drops_total{queue=\"3\"} 7");
   has("pairwall_queue_overruns_total{queue=\"3\"} 8");

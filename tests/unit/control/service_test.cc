@@ -844,3 +844,83 @@ TEST_CASE("service: interfaces named as addresses take the host's addresses at e
   CHECK(refused.error == path + ": cannot read the interfaces' addresses: getifaddrs: Too many open files");
   CHECK(d.send(syn("10.3.2.4", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
 }
+
+TEST_CASE("service: anchors take rules at run time, keep them across reloads, and refuse bad ones whole",
+          "[service][anchors]") {
+  Daemon d;
+  const std::string path = d.write("anchors.conf",
+                                   "block all\n"
+                                   "anchor \"ssh\" in proto tcp\n"
+                                   "anchor \"fixed\" {\n"
+                                   "  pass proto udp to port 53\n"
+                                   "}\n"
+                                   "pass proto tcp to port 80\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  auto load = [&d](const std::string& name, const std::optional<std::string>& text) {
+    Request q = make([](Request& r) { r.mutable_anchor_load(); });
+    q.mutable_anchor_load()->set_name(name);
+    q.mutable_anchor_load()->set_path("ssh-anchor.conf");
+    if (text) {
+      q.mutable_anchor_load()->set_text(*text);
+    } else {
+      q.mutable_anchor_load()->set_flush(true);
+    }
+    return d.call(q);
+  };
+  uint16_t port = 40000;  // a new connection each time, which no state already passes
+  auto ssh_from = [&d, &port](const std::string& src) { return d.send(syn(src, ++port, "10.9.0.1", 22)); };
+
+  CHECK(ssh_from("192.0.2.7").reason == engine::Reason::RuleBlock);
+  Response loaded = load("ssh", "admin = \"192.0.2.7\"\npass from $admin to port 22\n");
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.anchors().anchors_size() == 1);
+  CHECK(loaded.anchors().anchors(0).name() == "ssh");
+  CHECK(loaded.anchors().anchors(0).rules() == 1);
+  CHECK(ssh_from("192.0.2.7").action == engine::Verdict::Action::Accept);
+  CHECK(ssh_from("192.0.2.8").reason == engine::Reason::RuleBlock);
+
+  // Listed where it stands, numbered within it; the anchors with their terms.
+  Response shown = d.call(make([](Request& r) { r.mutable_rules_show(); }));
+  REQUIRE(shown.rules().rules_size() == 4);
+  CHECK(shown.rules().rules(1).anchor() == "ssh");
+  CHECK(shown.rules().rules(1).number() == 0);
+  CHECK(shown.rules().rules(1).text() == "pass from 192.0.2.7 to any port 22 keep state");  // as written
+  CHECK(shown.rules().rules(1).evaluations() == 1);
+  CHECK(shown.rules().rules(3).number() == 1);
+  Response listed = d.call(make([](Request& r) { r.mutable_anchors(); }));
+  REQUIRE(listed.anchors().anchors_size() == 2);
+  CHECK(listed.anchors().anchors(0).terms() == "in proto tcp");
+  CHECK_FALSE(listed.anchors().anchors(0).from_file());
+  CHECK(listed.anchors().anchors(1).name() == "fixed");
+  CHECK(listed.anchors().anchors(1).from_file());
+
+  // Refused whole, with the place of the error; the running rules stay.
+  Response bad = load("ssh", "pass from any to port 22\npass from nowhere to port 22\n");
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.error() == "anchors: ssh-anchor.conf:2:11: no interface named 'nowhere' on this host");
+  Response contradicts = load("ssh", "pass out all\n");
+  CHECK_FALSE(contradicts.ok());
+  CHECK(contradicts.error() ==
+        "anchors: ssh-anchor.conf:1:1: the rule can never match: its direction is not "
+        "that of anchor \"ssh\" (" +
+            path + ":2)");
+  Response undeclared = load("telnet", "pass all\n");
+  CHECK(undeclared.error() ==
+        "anchors: no anchor \"telnet\" in " + path + ": declare it there with anchor \"telnet\"");
+  CHECK(ssh_from("192.0.2.7").action == engine::Verdict::Action::Accept);
+
+  // A reload of the rule file keeps what was loaded into the anchor, and sets back the anchors
+  // whose rules the file gives.
+  REQUIRE(load("fixed", "block all\n").ok());
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(ssh_from("192.0.2.7").action == engine::Verdict::Action::Accept);
+  listed = d.call(make([](Request& r) { r.mutable_anchors(); }));
+  CHECK(listed.anchors().anchors(1).rules() == 1);
+  shown = d.call(make([](Request& r) { r.mutable_rules_show(); }));
+  CHECK(shown.rules().rules(2).text() == "pass proto udp from any to any port 53 keep state");
+
+  REQUIRE(load("ssh", std::nullopt).ok());
+  CHECK(ssh_from("192.0.2.7").reason == engine::Reason::RuleBlock);
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(ssh_from("192.0.2.7").reason == engine::Reason::RuleBlock);
+}
