@@ -417,8 +417,28 @@ void ControlService::status(Status* out) const {
 
 void ControlService::rules_show(RuleList* out) const {
   out->set_rules_file(rules_file_);
-  for (const auto& r : snapshot().rules) fill_rule(r, out->add_rules());
-  if (const auto current = engine_.rules()) {
+  const auto current = engine_.rules();
+  const auto snap = snapshot();
+  // Each anchor's line stands before the rule at its position, as pfctl -s rules lists them.
+  const auto& anchors = current ? current->anchors() : std::vector<engine::rules::AnchorListing>{};
+  std::size_t next_anchor = 0;
+  auto anchors_before = [&](std::size_t rule) {
+    for (; next_anchor < anchors.size() && anchors[next_anchor].position <= rule; ++next_anchor) {
+      const auto& a = anchors[next_anchor];
+      auto* info = out->add_rules();
+      info->set_number(a.number);
+      info->set_anchor(a.parent);
+      info->set_calls_anchor(a.path);
+      info->set_text(a.text);
+      info->set_location(a.location.file_and_line());
+    }
+  };
+  for (std::size_t i = 0; i < snap.rules.size(); ++i) {
+    anchors_before(i);
+    fill_rule(snap.rules[i], out->add_rules());
+  }
+  anchors_before(SIZE_MAX);
+  if (current) {
     for (const auto& t : current->translation_rules()) {
       auto* info = out->add_translations();
       info->set_number(t.number);

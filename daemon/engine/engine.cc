@@ -483,6 +483,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         verdict.action = Verdict::Action::Accept;
         verdict.reason = Reason::State;
         verdict.rule = state->rule;
+        verdict.by_rule = rules.holds(state->creator) ? state->creator : nullptr;
         verdict.state = state->id;
         verdict.rewritten = rewritten;
         if (state->translated()) {
@@ -543,6 +544,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         verdict.action = Verdict::Action::Accept;
         verdict.reason = Reason::State;
         verdict.rule = state->rule;
+        verdict.by_rule = rules.holds(state->creator) ? state->creator : nullptr;
         verdict.state = state->id;
         verdict.log =
             (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
@@ -672,7 +674,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     rule.stats->packets.fetch_add(1, std::memory_order_relaxed);
     rule.stats->bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
     if (rule.action == rules::Action::Block) {
-      Verdict v = drop(Reason::RuleBlock, r);
+      Verdict v = drop(Reason::RuleBlock, rule.number);
+      v.by_rule = &rule;
       v.log = rule.log;
       // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
       // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
@@ -704,10 +707,14 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   Verdict v;
   v.action = Verdict::Action::Accept;
   v.rewritten = rewritten;
-  v.rule = deciding[0] != rules::kNoRule ? deciding[0] : deciding[1];
+  const uint32_t passed_by = deciding[0] != rules::kNoRule ? deciding[0] : deciding[1];
   // A `nat pass` / `rdr pass` rule decided a packet no filter rule saw.
-  v.reason = v.rule == rules::kNoRule && translation.filtered ? Reason::DefaultPass : Reason::Match;
-  v.log = v.rule != rules::kNoRule && rules.rule(v.rule).log;
+  v.reason = passed_by == rules::kNoRule && translation.filtered ? Reason::DefaultPass : Reason::Match;
+  if (passed_by != rules::kNoRule) {
+    v.by_rule = &rules.rule(passed_by);
+    v.rule = v.by_rule->number;
+    v.log = v.by_rule->log;
+  }
   const bool stateless_icmp_error = packet.is_icmp() && packet.icmp.is_error;
   // A translated connection always has a state: its replies are translated back by it (pf
   // creates one for nat whatever the filter rule says). Without a rule that keeps state it takes

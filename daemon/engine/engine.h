@@ -55,8 +55,11 @@ struct Verdict {
   bool rewritten = false;          // the packet bytes were changed (NAT, normalization): send them back
   bool claimed = false;            // Prerouting: decided here; the hooks after routing must let it by
   bool log = false;                // the deciding rule or state asked for logging
-  uint32_t rule = rules::kNoRule;  // deciding rule, or the rule that created the matched state
-  StateId state;                   // matched or created state; counter 0 when none
+  uint32_t rule = rules::kNoRule;  // deciding rule's @N, or that of the rule that created the matched state
+  // That rule, where known (a state learned from the peer has none): its anchor, for logs. Valid
+  // until the worker's next batch, which may take up a newer rule set.
+  const rules::CompiledRule* by_rule = nullptr;
+  StateId state;  // matched or created state; counter 0 when none
 };
 
 // One packet of a batch for Engine::process_batch(): the caller fills bytes and meta, the engine

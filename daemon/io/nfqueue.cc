@@ -115,6 +115,11 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
     m.pass = verdict.action == engine::Verdict::Action::Accept;
     m.reason = verdict.reason;
     m.rule = verdict.rule;
+    if (verdict.by_rule != nullptr && !verdict.by_rule->anchor.empty()) {
+      m.rule = verdict.by_rule->anchor_number;
+      m.subrule = verdict.by_rule->number;
+      verdict.by_rule->anchor.copy(m.ruleset, sizeof(m.ruleset) - 1);
+    }
     m.outbound = decided.meta.hook == engine::Hook::Output;
     // lookup() returns a reference that the next lookup may reuse: copy the name at once.
     const uint32_t ifindex = m.outbound ? packet.out_ifindex : packet.in_ifindex;

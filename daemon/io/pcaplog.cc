@@ -106,8 +106,9 @@ std::array<uint8_t, kPflogHeaderSize> encode_pflog_header(const LogMeta& meta) {
   h[2] = meta.pass ? kPfPass : kPfDrop;
   h[3] = pf_reason(meta.reason);
   std::memcpy(h.data() + 4, meta.ifname, strnlen(meta.ifname, IF_NAMESIZE - 1));
+  std::memcpy(h.data() + 20, meta.ruleset, strnlen(meta.ruleset, kPflogRulesetSize - 1));
   put32be(h.data() + 36, meta.rule);
-  put32be(h.data() + 40, UINT32_MAX);
+  put32be(h.data() + 40, meta.subrule);
   put32be(h.data() + 44, UINT32_MAX);
   put32be(h.data() + 48, UINT32_MAX);
   put32be(h.data() + 52, UINT32_MAX);

@@ -11,9 +11,11 @@
 //     2   1  action      0 pass, 1 block (PF_PASS / PF_DROP); a reject is a block
 //     3   1  reason      PFRES_* nearest to the engine's reason (pf_reason())
 //     4  16  ifname      the interface of the pass that decided, NUL-padded
-//    20  16  ruleset     empty (no anchors)
-//    36   4  rulenr      the deciding rule's number, big-endian; 0xffffffff for none
-//    40   4  subrulenr   0xffffffff (no anchor rule), so readers print "rule N/"
+//    20  16  ruleset     the deciding rule's anchor path (cut to 15 characters), empty outside one
+//    36   4  rulenr      the deciding rule's number, big-endian; 0xffffffff for none; in an anchor,
+//                        the anchor's number where it stands
+//    40   4  subrulenr   in an anchor, the rule's number in it, so that readers print "rule
+//                        N.ANCHOR.M/"; otherwise 0xffffffff, and they print "rule N/"
 //    44   4  uid         0xffffffff: no socket user (pf's UID_MAX)
 //    48   4  pid         -1
 //    52   4  rule_uid    0xffffffff
@@ -49,6 +51,7 @@ namespace pairwall::io {
 
 inline constexpr uint32_t kLinktypePflog = 117;
 inline constexpr std::size_t kPflogHeaderSize = 64;
+inline constexpr std::size_t kPflogRulesetSize = 16;
 inline constexpr std::size_t kPcapFileHeaderSize = 24;
 inline constexpr std::size_t kPcapRecordHeaderSize = 16;
 
@@ -67,7 +70,9 @@ struct LogMeta {
   engine::Family family = engine::Family::V4;
   bool pass = false;
   engine::Reason reason = engine::Reason::Match;
-  uint32_t rule = UINT32_MAX;  // rules::kNoRule
+  uint32_t rule = UINT32_MAX;            // rules::kNoRule
+  uint32_t subrule = UINT32_MAX;         // the rule's number in its anchor; `rule` is the anchor's
+  char ruleset[kPflogRulesetSize] = {};  // the anchor's path, NUL-terminated
   bool outbound = false;
   char ifname[IF_NAMESIZE] = {};
 };

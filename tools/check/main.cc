@@ -6,7 +6,8 @@
 //       this host's addresses, as pfctl reads them, but those --iface-address gives.
 //   pairwall-check -f RULES --pcap FILE --inside CIDR[,CIDR...] [--inside-if NAME] [--outside-if NAME]
 //       replay a capture through the engine as a forwarding firewall would see it and print one
-//       JSON line per packet: index, verdict, reason, deciding rule, state id.
+//       JSON line per packet: index, verdict, reason, deciding rule (@N, and its anchor's path
+//       where it stands in one), state id.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -171,6 +172,9 @@ int replay(const Options& o, Engine& engine) {
     } else {
       std::printf("%u", v.rule);
     }
+    // A rule in an anchor is numbered within it (anchor names hold no character JSON escapes).
+    if (v.by_rule != nullptr && !v.by_rule->anchor.empty())
+      std::printf(",\"anchor\":\"%s\"", v.by_rule->anchor.c_str());
     if (v.state.counter == 0) {
       std::printf(",\"state\":null}\n");
     } else {

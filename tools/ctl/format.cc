@@ -125,15 +125,12 @@ std::string format_rules(const control::RuleList& rules) {
     for (const auto& t : rules.translations()) o << "@" << t.number() << " " << t.text() << "\n";
     o << "# filter rules, last match\n";
   }
-  // An anchor's rules stand where it does, under its name, indented by its depth.
-  std::string anchor;
+  // An anchor's rules follow its line, indented by its depth.
   for (const auto& r : rules.rules()) {
-    const std::string indent(
-        r.anchor().empty() ? 0 : 2 * (1 + std::count(r.anchor().begin(), r.anchor().end(), '/')), ' ');
-    if (r.anchor() != anchor && !r.anchor().empty())
-      o << indent.substr(2) << "anchor \"" << r.anchor() << "\"\n";
-    anchor = r.anchor();
+    const auto depth = r.anchor().empty() ? 0 : 1 + std::count(r.anchor().begin(), r.anchor().end(), '/');
+    const std::string indent(static_cast<std::size_t>(2 * depth), ' ');
     o << indent << "@" << r.number() << " " << r.text() << "\n";
+    if (!r.calls_anchor().empty()) continue;
     std::ostringstream counters;
     rule_counters(counters, r);
     o << indent << counters.str();

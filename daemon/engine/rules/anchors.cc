@@ -61,6 +61,60 @@ std::size_t anchor_rule_count(const RuleFile& file, std::string_view path) {
 
 namespace {
 
+// Visits the rules and anchors that stand directly in each rule set (the main one, then each
+// anchor's), in file order: an anchor standing at a rule's index was written before that rule.
+class Scopes {
+ public:
+  explicit Scopes(const RuleFile& file) {
+    for (std::size_t a = 0; a < file.anchors.size(); ++a) children_[file.anchors[a].parent].push_back(a);
+    for (uint32_t r = 0; r < file.filter_rules.size(); ++r) rules_[file.filter_rules[r].anchor].push_back(r);
+  }
+
+  // on_rule(index in filter_rules), on_anchor(index in anchors), in the order they stand in `scope`.
+  template <typename OnRule, typename OnAnchor>
+  void walk(const RuleFile& file, const std::string& scope, OnRule&& on_rule, OnAnchor&& on_anchor) const {
+    static const std::vector<uint32_t> kNoRules;
+    static const std::vector<std::size_t> kNoAnchors;
+    const auto r_it = rules_.find(scope);
+    const auto c_it = children_.find(scope);
+    const std::vector<uint32_t>& rules = r_it == rules_.end() ? kNoRules : r_it->second;
+    const std::vector<std::size_t>& children = c_it == children_.end() ? kNoAnchors : c_it->second;
+    std::size_t r = 0;
+    std::size_t c = 0;
+    while (r < rules.size() || c < children.size()) {
+      if (c < children.size() && (r == rules.size() || file.anchors[children[c]].position <= rules[r])) {
+        on_anchor(children[c++]);
+      } else {
+        on_rule(rules[r++]);
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, std::vector<uint32_t>> rules_;
+  std::map<std::string, std::vector<std::size_t>> children_;
+};
+
+}  // namespace
+
+RuleNumbers rule_numbers(const RuleFile& file) {
+  RuleNumbers out;
+  out.rules.assign(file.filter_rules.size(), 0);
+  out.anchors.assign(file.anchors.size(), 0);
+  const Scopes scopes(file);
+  auto number = [&](const std::string& scope) {
+    uint32_t next = 0;
+    scopes.walk(
+        file, scope, [&](uint32_t rule) { out.rules[rule] = next++; },
+        [&](std::size_t anchor) { out.anchors[anchor] = next++; });
+  };
+  number("");
+  for (const Anchor& a : file.anchors) number(a.path);
+  return out;
+}
+
+namespace {
+
 // pf's evaluation of one rule set (the main one or an anchor's) as two lists: the rules that are
 // final when they match, in the order they are met, and the others, in file order (the last of
 // which to match wins).
@@ -71,34 +125,24 @@ struct DecisionOrder {
 
 class Ranker {
  public:
-  explicit Ranker(const RuleFile& file) : file_(file) {
-    for (const Anchor& a : file.anchors) children_[a.parent].push_back(&a);
-    for (uint32_t r = 0; r < file.filter_rules.size(); ++r) rules_[file.filter_rules[r].anchor].push_back(r);
-  }
+  explicit Ranker(const RuleFile& file) : file_(file), scopes_(file) {}
 
-  DecisionOrder order(const std::string& scope) {
+  DecisionOrder order(const std::string& scope) const {
     DecisionOrder out;
-    const std::vector<uint32_t>& rules = rules_[scope];
-    const std::vector<const Anchor*>& children = children_[scope];
-    std::size_t r = 0;
-    std::size_t c = 0;
-    while (r < rules.size() || c < children.size()) {
-      // An anchor standing at a rule's index was written before that rule.
-      if (c < children.size() && (r == rules.size() || children[c]->position <= rules[r])) {
-        const Anchor& anchor = *children[c++];
-        DecisionOrder inner = order(anchor.path);
-        append(out.final, inner.final);
-        if (anchor.quick) {
-          std::reverse(inner.last_match.begin(), inner.last_match.end());
-          append(out.final, inner.last_match);
-        } else {
-          append(out.last_match, inner.last_match);
-        }
-      } else {
-        const uint32_t rule = rules[r++];
-        (file_.filter_rules[rule].quick ? out.final : out.last_match).push_back(rule);
-      }
-    }
+    scopes_.walk(
+        file_, scope,
+        [&](uint32_t rule) { (file_.filter_rules[rule].quick ? out.final : out.last_match).push_back(rule); },
+        [&](std::size_t index) {
+          const Anchor& anchor = file_.anchors[index];
+          DecisionOrder inner = order(anchor.path);
+          append(out.final, inner.final);
+          if (anchor.quick) {
+            std::reverse(inner.last_match.begin(), inner.last_match.end());
+            append(out.final, inner.last_match);
+          } else {
+            append(out.last_match, inner.last_match);
+          }
+        });
     return out;
   }
 
@@ -108,8 +152,7 @@ class Ranker {
   }
 
   const RuleFile& file_;
-  std::map<std::string, std::vector<uint32_t>> rules_;
-  std::map<std::string, std::vector<const Anchor*>> children_;
+  const Scopes scopes_;
 };
 
 }  // namespace

@@ -21,6 +21,14 @@ bool set_anchor_rules(RuleFile& file, std::string path, RuleFile content);
 // The rules of the anchor at `path` itself, those of anchors within it left out.
 std::size_t anchor_rule_count(const RuleFile& file, std::string_view path);
 
+// pfctl's @N: each filter rule's number within its anchor (or the main rule set), and each anchor's
+// within the one it stands in, an anchor counted among the rules there where it stands.
+struct RuleNumbers {
+  std::vector<uint32_t> rules;    // by index in filter_rules
+  std::vector<uint32_t> anchors;  // by index in anchors
+};
+RuleNumbers rule_numbers(const RuleFile& file);
+
 // Each filter rule's rank in pf's order of decision, 0 deciding first: the quick rules in file
 // order, then the others in reverse file order, so that the lowest-ranked matching rule is the
 // one pf's evaluation ends on. An anchor's rules stand where the anchor does; the quick ones

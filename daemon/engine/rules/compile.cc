@@ -548,7 +548,15 @@ class Compiler {
   void filter_rules(RuleSet& set) {
     std::vector<MatchSpec> specs;
     const std::vector<uint32_t> ranks = decision_ranks(file_);
-    std::map<std::string, uint32_t> numbers;  // by anchor: the next rule's @N
+    const RuleNumbers numbers = rule_numbers(file_);
+    std::map<std::string, uint32_t> anchor_numbers;
+    for (std::size_t a = 0; a < file_.anchors.size(); ++a) {
+      const Anchor& anchor = file_.anchors[a];
+      anchor_numbers[anchor.path] = numbers.anchors[a];
+      const std::string name = anchor.path.substr(anchor.path.rfind('/') + 1);
+      set.anchors_.push_back({anchor.path, anchor.parent, numbers.anchors[a], anchor.position,
+                              "anchor \"" + name + "\" " + anchor_terms_text(anchor), anchor.location});
+    }
     for (std::size_t i = 0; i < file_.filter_rules.size(); ++i) {
       const FilterRule& written = file_.filter_rules[i];
       const FilterRule r = within_anchors(written);
@@ -572,8 +580,9 @@ class Compiler {
         }
       }
       CompiledRule c;
-      c.number = numbers[r.anchor]++;
+      c.number = numbers.rules[i];
       c.anchor = r.anchor;
+      if (!r.anchor.empty()) c.anchor_number = anchor_numbers[r.anchor];
       c.action = r.action;
       c.reply = r.reply;
       c.reply_rst_for_tcp = r.reply_rst_for_tcp;

@@ -28,9 +28,12 @@ struct RuleStats {
   std::atomic<uint64_t> states_created{0};
 };
 
+inline constexpr uint32_t kNoRuleNumber = UINT32_MAX;
+
 struct CompiledRule {
   uint32_t number = 0;  // @N, 0-based file order within its anchor (pfctl -a NAME -s rules)
   std::string anchor;   // the path of its anchor, empty in the main rule set
+  uint32_t anchor_number = kNoRuleNumber;  // its anchor's @N where the anchor stands (pflog's rulenr)
   Action action = Action::Block;
   BlockReply reply = BlockReply::Drop;
   bool reply_rst_for_tcp = false;  // `block return`: RST for TCP, `reply` (ICMP) for the rest
@@ -81,6 +84,17 @@ struct TranslationListing {
 
 inline constexpr uint32_t kNoRule = UINT32_MAX;
 
+// An anchor as `rules show` lists it: a line of the rule set it stands in, before the rule at
+// `position` (RuleSet::rule()), as pfctl -s rules lists `anchor "name"` among the rules.
+struct AnchorListing {
+  std::string path;
+  std::string parent;     // the path of the anchor it stands in, empty for the main rule set
+  uint32_t number = 0;    // its @N among the rules where it stands
+  uint32_t position = 0;  // the index of the first rule after it in file order
+  std::string text;       // `anchor "name" in on lan0 proto tcp`
+  SourceLocation location;
+};
+
 class RuleSet {
  public:
   RuleSet();
@@ -111,9 +125,14 @@ class RuleSet {
                                          IfaceId iface) const noexcept;
 
   const std::vector<TranslationListing>& translation_rules() const { return translation_listing_; }
+  const std::vector<AnchorListing>& anchors() const { return anchors_; }
 
   // By evaluate()'s result: the rules of the main rule set and its anchors in file order.
   const CompiledRule& rule(uint32_t index) const { return rules_[index]; }
+  // Whether `r` is one of these rules (a state's creator may be a rule of an earlier set).
+  bool holds(const CompiledRule* r) const noexcept {
+    return !rules_.empty() && r >= rules_.data() && r < rules_.data() + rules_.size();
+  }
   std::size_t size() const { return rules_.size(); }
 
   const Timeouts& timeouts() const { return timeouts_; }
@@ -127,6 +146,7 @@ class RuleSet {
  private:
   friend class Compiler;
   std::vector<CompiledRule> rules_;
+  std::vector<AnchorListing> anchors_;
   Timeouts timeouts_ = Timeouts::defaults();
   AdaptiveTimeouts adaptive_timeouts_;
   std::vector<uint8_t> skipped_;         // by interface id

@@ -65,6 +65,40 @@ def test_check_replays_a_capture(tmp_path):
     assert len({next(iter(ids)) for ids in states.values()}) == 3, states
 
 
+def test_check_names_the_anchor_of_a_deciding_rule(tmp_path):
+    # The UDP rules moved into an anchor whose rules `load anchor` reads beside the rule file:
+    # the same verdicts, those rules numbered within the anchor and named by it.
+    (tmp_path / "dns.conf").write_text("pass in on in0 to port 53\npass out on out0 to port 53\n")
+    rules = tmp_path / "rules.conf"
+    rules.write_text("\n".join(RULES.splitlines()[:3]) + '\nanchor "dns" proto udp\nload anchor "dns" from "dns.conf"\n')
+    pcap = tmp_path / "capture.pcap"
+    made = subprocess.run([python_with_scapy(), str(HERE / "capture.py"), str(pcap)], capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    expected = json.loads(made.stdout)
+    r = run_check("-f", str(rules), "--pcap", str(pcap), "--inside", "10.1.0.0/16,2001:db8:1::/48")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(lines) == len(expected), r.stdout
+    udp_in = 3  # `pass in ... proto udp to port 53` in RULES
+    decided_in_anchor = 0
+    for line, want in zip(lines, expected):
+        what = f"{want['summary']}: {line}"
+        assert line["verdict"] == want["verdict"], what
+        if want["rule"] == udp_in:
+            assert (line["rule"], line.get("anchor")) == (0, "dns"), what
+            decided_in_anchor += 1
+        elif isinstance(want["rule"], int):
+            assert line["rule"] == want["rule"] and "anchor" not in line, what
+    assert decided_in_anchor > 0
+
+    (tmp_path / "dns.conf").write_text("pass in on in0 to port 53\npass out on out0 to port 53 flags S/SA\n")
+    refused = run_check("-f", str(rules))
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == f"{tmp_path}/dns.conf:2:1: 'flags' applies to TCP only: add 'proto tcp'", \
+        refused.stderr
+
+
 def test_check_says_where_a_capture_is_cut_short(tmp_path):
     # A capture copied while tcpdump still wrote it: the complete records are replayed, and the
     # cut-off one is named instead of silently ending the file.

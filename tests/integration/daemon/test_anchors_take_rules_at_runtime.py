@@ -29,12 +29,14 @@ def test_anchors_take_rules_at_runtime(lan, tmp_path, daemon_factory):
     held = lan.hold(4, port=BLOCKED)
     assert held.opened.get("connected"), held.opened
 
-    # Listed where the anchor stands, numbered within it; its metrics say which anchor.
+    # Listed as pfctl -s rules lists them: the anchor's line with its @N, then its rules numbered
+    # within it; their metrics say which anchor.
     shown = fw.ctl("rules", "show").stdout.splitlines()
-    at = shown.index('anchor "admin"')
+    at = next(i for i, line in enumerate(shown) if line.endswith(' anchor "admin" in on f0 proto tcp'))
     assert shown[at + 1] == f"  @0 pass from {CLIENT4} to any port 8081 keep state", shown
     rules = fw.json("rules", "show")["rules"]
     assert [r.get("anchor", "") for r in rules].count("admin") == 1
+    assert [r for r in rules if r["calls_anchor"] == "admin"][0]["number"] == int(shown[at].split()[0][1:])
     metrics = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
     assert 'pairwall_rule_packets_total{rule="0",anchor="admin"} ' in metrics
 

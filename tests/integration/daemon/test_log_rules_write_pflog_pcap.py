@@ -1,7 +1,8 @@
 """Packets of `log` rules reach the pcap file in pflog format: `tcpdump -n -e -r` reads it and shows,
 for each logged packet, the deciding rule's number, the action and the interface. As in pf, `log` on
 a rule that keeps state logs the packet that creates the state, not the replies that match it;
-packets of rules without `log` are not there."""
+packets of rules without `log` are not there. A rule in an anchor is logged as pf logs it, by the
+anchor's number, its name and the rule's number in it ("rule 10.guard.0/")."""
 
 import re
 import subprocess
@@ -10,7 +11,9 @@ import time
 from daemon_net import ALLOWED, BLOCKED, RULES, UDP_PORT
 
 LOGGED_RULES = RULES + """\
-block in log quick on $in_if proto tcp to port 8081
+anchor "guard" in on $in_if {
+  block log quick proto tcp to port 8081
+}
 pass in log on $in_if proto udp to port 5353
 """
 
@@ -44,7 +47,9 @@ def rule_number(fw, text):
 def test_log_rules_write_pflog_pcap(lan, daemon_factory, tmp_path):
     pcap = tmp_path / "pflog.pcap"
     fw = daemon_factory(rules=LOGGED_RULES, pcap=pcap)
-    block_rule = rule_number(fw, "block in log quick on f0 proto tcp")
+    anchor = rule_number(fw, 'anchor "guard"')
+    block_rule = f"{anchor}.guard.{rule_number(fw, 'block log quick proto tcp')}"
+    assert block_rule.endswith(".guard.0"), block_rule
     pass_rule = rule_number(fw, "pass in log on f0 proto udp")
 
     assert lan.connect(4, ALLOWED)["result"] == "ok"  # passed by a rule without `log`

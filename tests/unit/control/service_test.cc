@@ -881,12 +881,18 @@ TEST_CASE("service: anchors take rules at run time, keep them across reloads, an
 
   // Listed where it stands, numbered within it; the anchors with their terms.
   Response shown = d.call(make([](Request& r) { r.mutable_rules_show(); }));
-  REQUIRE(shown.rules().rules_size() == 4);
-  CHECK(shown.rules().rules(1).anchor() == "ssh");
-  CHECK(shown.rules().rules(1).number() == 0);
-  CHECK(shown.rules().rules(1).text() == "pass from 192.0.2.7 to any port 22 keep state");  // as written
-  CHECK(shown.rules().rules(1).evaluations() == 1);
-  CHECK(shown.rules().rules(3).number() == 1);
+  // Listed as pfctl -s rules: each anchor's line, @N among the rules where it stands, then its rules.
+  REQUIRE(shown.rules().rules_size() == 6);
+  CHECK(shown.rules().rules(1).calls_anchor() == "ssh");
+  CHECK(shown.rules().rules(1).number() == 1);
+  CHECK(shown.rules().rules(1).text() == "anchor \"ssh\" in proto tcp");
+  CHECK(shown.rules().rules(2).anchor() == "ssh");
+  CHECK(shown.rules().rules(2).number() == 0);
+  CHECK(shown.rules().rules(2).text() == "pass from 192.0.2.7 to any port 22 keep state");  // as written
+  CHECK(shown.rules().rules(2).evaluations() == 1);
+  CHECK(shown.rules().rules(3).calls_anchor() == "fixed");
+  CHECK(shown.rules().rules(4).anchor() == "fixed");
+  CHECK(shown.rules().rules(5).number() == 3);
   Response listed = d.call(make([](Request& r) { r.mutable_anchors(); }));
   REQUIRE(listed.anchors().anchors_size() == 2);
   CHECK(listed.anchors().anchors(0).terms() == "in proto tcp");
@@ -917,7 +923,7 @@ TEST_CASE("service: anchors take rules at run time, keep them across reloads, an
   listed = d.call(make([](Request& r) { r.mutable_anchors(); }));
   CHECK(listed.anchors().anchors(1).rules() == 1);
   shown = d.call(make([](Request& r) { r.mutable_rules_show(); }));
-  CHECK(shown.rules().rules(2).text() == "pass proto udp from any to any port 53 keep state");
+  CHECK(shown.rules().rules(4).text() == "pass proto udp from any to any port 53 keep state");
 
   REQUIRE(load("ssh", std::nullopt).ok());
   CHECK(ssh_from("192.0.2.7").reason == engine::Reason::RuleBlock);

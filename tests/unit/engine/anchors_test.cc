@@ -241,7 +241,8 @@ TEST_CASE("rules in anchors decide as pf's: in place, quick final, quick anchors
   const std::vector<Row> rows = {
       // An anchor's rules take part in "last match wins" where the anchor stands.
       {"block all\nanchor \"a\" {\n pass proto tcp\n}", true, Direction::In, "lan0", "a@0"},
-      {"anchor \"a\" {\n pass proto tcp\n}\nblock all", true, Direction::In, "lan0", "-@0"},
+      // (An anchor takes an @N among the rules where it stands, as pfctl numbers it.)
+      {"anchor \"a\" {\n pass proto tcp\n}\nblock all", true, Direction::In, "lan0", "-@1"},
       {"pass all\nanchor \"a\" {\n block proto tcp\n pass proto udp\n}", true, Direction::In, "lan0", "a@0"},
       {"pass all\nanchor \"a\" {\n block proto tcp\n pass proto udp\n}", false, Direction::In, "lan0", "a@1"},
       // A quick rule inside an anchor is final for the whole evaluation.
@@ -250,7 +251,7 @@ TEST_CASE("rules in anchors decide as pf's: in place, quick final, quick anchors
       // A quick anchor ends the evaluation on its last matching rule, when one matched.
       {"anchor \"a\" quick {\n pass proto tcp\n block all\n}\npass all", true, Direction::In, "lan0", "a@1"},
       {"anchor \"a\" quick {\n block all\n pass proto tcp\n}\nblock all", true, Direction::In, "lan0", "a@1"},
-      {"anchor \"a\" quick {\n pass proto tcp\n}\nblock all", false, Direction::In, "lan0", "-@0"},
+      {"anchor \"a\" quick {\n pass proto tcp\n}\nblock all", false, Direction::In, "lan0", "-@1"},
       {"block quick proto udp\nanchor \"a\" quick {\n pass all\n}", false, Direction::In, "lan0", "-@0"},
       // The anchor's own terms hold for its rules.
       {"block all\nanchor \"a\" in on lan0 {\n pass all\n}", true, Direction::In, "lan0", "a@0"},
@@ -264,7 +265,7 @@ TEST_CASE("rules in anchors decide as pf's: in place, quick final, quick anchors
       {"block all\nanchor \"a\" proto tcp {\n anchor \"b\" in quick {\n  pass all\n }\n block all\n}", true,
        Direction::In, "lan0", "a/b@0"},
       {"block all\nanchor \"a\" proto tcp {\n anchor \"b\" in quick {\n  pass all\n }\n block all\n}", true,
-       Direction::Out, "lan0", "a@0"},
+       Direction::Out, "lan0", "a@1"},
       {"block all\nanchor \"a\" proto tcp {\n anchor \"b\" in quick {\n  pass all\n }\n block all\n}", false,
        Direction::In, "lan0", "-@0"},
       // An anchor without rules changes nothing.
@@ -336,7 +337,12 @@ TEST_CASE("rules are numbered within their anchor and keep their counters across
   CHECK(after.rule(1).number == 0);
   CHECK(after.rule(2).number == 1);
   CHECK(after.rule(3).anchor.empty());
-  CHECK(after.rule(3).number == 1);
+  CHECK(after.rule(3).number == 2);  // after `anchor "a"`, @1
+  REQUIRE(after.anchors().size() == 1);
+  CHECK(after.anchors()[0].number == 1);
+  CHECK(after.anchors()[0].position == 1);
+  CHECK(after.anchors()[0].text == "anchor \"a\" all");
+  CHECK(after.rule(1).anchor_number == 1);
   CHECK(after.rule(3).stats == before.rule(1).stats);  // `pass out all`, two places further on
   CHECK(after.rule(3).stats->packets == 7);
   CHECK(after.rule(1).stats != before.rule(1).stats);

@@ -105,6 +105,18 @@ TEST_CASE("pflog header fields", "[pcaplog]") {
   CHECK(v4[1] == 2);
   CHECK(v4[2] == 0);
   CHECK(v4[60] == 1);
+
+  // A rule in an anchor: the anchor's number, its path and the rule's number in it, as pf logs it
+  // (tcpdump prints "rule 5.ftp-proxy/a.2/"); a path longer than the field is cut.
+  LogMeta in_anchor = meta(engine::Family::V4, true, engine::Reason::Match, 5, false, "lan0");
+  in_anchor.subrule = 2;
+  std::strcpy(in_anchor.ruleset, "ftp-proxy/a");
+  const auto a = encode_pflog_header(in_anchor);
+  CHECK(std::string(reinterpret_cast<const char*>(a.data() + 20)) == "ftp-proxy/a");
+  CHECK((a[36] == 0 && a[39] == 5));
+  CHECK((a[40] == 0 && a[43] == 2));
+  std::memset(in_anchor.ruleset, 'x', sizeof(in_anchor.ruleset));  // no NUL: at most 15 are written
+  CHECK(encode_pflog_header(in_anchor)[35] == 0);
 }
 
 TEST_CASE("engine reasons map to the nearest pf reason", "[pcaplog]") {
