@@ -65,6 +65,15 @@ struct AnchorFileError {
   RuleError error;
 };
 
+// What `load anchor` may still read, shared by the parsers of one rule file: anchor files load
+// others, each in a parser of its own, and a file that loads itself would never end.
+struct LoadBudget {
+  static constexpr unsigned kMaxDepth = Lexer::kMaxIncludeDepth;
+  static constexpr unsigned kMaxFiles = Lexer::kMaxFiles;
+  unsigned depth = 0;  // of the parser at hand
+  unsigned files = 0;  // anchor files read, all told
+};
+
 struct Named {
   std::string_view name;
   uint16_t value;
@@ -166,8 +175,9 @@ class Parser {
  public:
   // `anchor_rules`: the text is an anchor's (pfctl -a NAME -f FILE), which holds filter rules,
   // anchors and macros only.
-  Parser(std::string_view text, std::string file, const ReadFile& read_file, bool anchor_rules = false)
-      : lexer_(text, file), read_file_(read_file), anchor_rules_(anchor_rules) {
+  Parser(std::string_view text, std::string file, const ReadFile& read_file, bool anchor_rules,
+         LoadBudget& budget)
+      : lexer_(text, file), read_file_(read_file), anchor_rules_(anchor_rules), budget_(budget) {
     out_.file = std::move(file);
   }
 
@@ -398,17 +408,23 @@ class Parser {
       fail_at(name, "anchor \"" + path + "\" has its rules from " + target->location.file_and_line());
     }
     if (!read_file_) fail_at(file, "'load anchor' reads files: these rules were not read from one");
+    if (budget_.depth >= LoadBudget::kMaxDepth)
+      fail_at(file, "anchor files load others deeper than " + std::to_string(LoadBudget::kMaxDepth));
+    if (++budget_.files > LoadBudget::kMaxFiles)
+      fail_at(file, "more than " + std::to_string(LoadBudget::kMaxFiles) + " anchor files loaded");
     const std::string file_path = beside(lexer_.file_name(file.file), file.text);
     std::string text;
     if (const int err = read_file_(file_path, text); err != 0)
       fail_at(file, "cannot read anchor file \"" + file_path + "\": " + std::strerror(err));
-    Parser content(text, file_path, read_file_, /*anchor_rules=*/true);
+    ++budget_.depth;
+    Parser content(text, file_path, read_file_, /*anchor_rules=*/true, budget_);
     RuleFile rules;
     try {
       rules = content.run();
     } catch (const SyntaxError& e) {
       throw AnchorFileError{RuleError{content.location(e), e.what()}};
     }
+    --budget_.depth;
     target->file_defines_rules = true;
     set_anchor_rules(out_, path, std::move(rules));
   }
@@ -1407,6 +1423,7 @@ class Parser {
   std::deque<Token> ahead_;
   const ReadFile& read_file_;
   const bool anchor_rules_;
+  LoadBudget& budget_;
   std::string scope_;  // the path of the anchor whose `{ }` the parser is in; empty outside
   RuleFile out_;
   std::map<std::string, std::size_t> table_index_;  // name -> index in out_.tables
@@ -1420,9 +1437,12 @@ std::string RuleError::to_string() const {
          message;
 }
 
-std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name,
-                                              const ReadFile& read_file) {
-  Parser parser(text, std::move(file_name), read_file);
+namespace {
+
+std::variant<RuleFile, RuleError> parse(std::string_view text, std::string file_name,
+                                        const ReadFile& read_file, bool anchor_rules) {
+  LoadBudget budget;
+  Parser parser(text, std::move(file_name), read_file, anchor_rules, budget);
   try {
     return parser.run();
   } catch (const SyntaxError& e) {
@@ -1432,16 +1452,16 @@ std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string
   }
 }
 
+}  // namespace
+
+std::variant<RuleFile, RuleError> parse_rules(std::string_view text, std::string file_name,
+                                              const ReadFile& read_file) {
+  return parse(text, std::move(file_name), read_file, /*anchor_rules=*/false);
+}
+
 std::variant<RuleFile, RuleError> parse_anchor_rules(std::string_view text, std::string file_name,
                                                      const ReadFile& read_file) {
-  Parser parser(text, std::move(file_name), read_file, /*anchor_rules=*/true);
-  try {
-    return parser.run();
-  } catch (const SyntaxError& e) {
-    return RuleError{parser.location(e), e.what()};
-  } catch (AnchorFileError& e) {
-    return std::move(e.error);
-  }
+  return parse(text, std::move(file_name), read_file, /*anchor_rules=*/true);
 }
 
 namespace {

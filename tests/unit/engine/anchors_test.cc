@@ -106,6 +106,7 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
   Files files;
   files.text["/etc/pw/bad.conf"] = "pass all\ntable <t> { 10.0.0.1 }\n";
   files.text["/etc/pw/ok.conf"] = "pass all\n";
+  files.text["/etc/pw/self.conf"] = "anchor \"again\"\nload anchor \"again\" from \"self.conf\"\n";
   struct Row {
     std::string text;
     std::string expected;
@@ -141,6 +142,8 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
       {"anchor \"a\"\nload anchor \"a\" from \"bad.conf\"",
        "/etc/pw/bad.conf:2:1: 'table' belongs in the main rule file: an anchor holds filter rules and "
        "anchors"},
+      {"anchor \"a\"\nload anchor \"a\" from \"self.conf\"",
+       "/etc/pw/self.conf:2:26: anchor files load others deeper than 16"},
       {"anchor \"a\"\nload \"a\"",
        "/etc/pw/pf.conf:2:6: expected 'anchor' after 'load' (load anchor NAME from FILE), "
        "got '\"a\"'"},
