@@ -312,7 +312,7 @@ void ControlService::handle(const Request& request, Response& response) {
       break;
     }
     case Request::kRulesShow:
-      rules_show(response.mutable_rules());
+      error = rules_show(request.rules_show(), response.mutable_rules());
       break;
     case Request::kStates:
       error = states(request.states(), response.mutable_states());
@@ -415,16 +415,27 @@ void ControlService::status(Status* out) const {
   out->set_fail_open(config_.queue.fail_open);
 }
 
-void ControlService::rules_show(RuleList* out) const {
+std::string ControlService::rules_show(const RulesShow& request, RuleList* out) const {
   out->set_rules_file(rules_file_);
   const auto current = engine_.rules();
   const auto snap = snapshot();
+  static const std::vector<engine::rules::AnchorListing> kNoAnchors;
+  const auto& anchors = current ? current->anchors() : kNoAnchors;
+  // With an anchor named, what stands in it: its rules and the anchors within it, theirs too.
+  const std::string& only = request.anchor();
+  if (!only.empty() &&
+      std::none_of(anchors.begin(), anchors.end(), [&](const auto& a) { return a.path == only; })) {
+    return "rules: no anchor \"" + only + "\" in " + rules_file_;
+  }
+  auto shown = [&](const std::string& anchor) {
+    return only.empty() || anchor == only || anchor.starts_with(only + "/");
+  };
   // Each anchor's line stands before the rule at its position, as pfctl -s rules lists them.
-  const auto& anchors = current ? current->anchors() : std::vector<engine::rules::AnchorListing>{};
   std::size_t next_anchor = 0;
   auto anchors_before = [&](std::size_t rule) {
     for (; next_anchor < anchors.size() && anchors[next_anchor].position <= rule; ++next_anchor) {
       const auto& a = anchors[next_anchor];
+      if (!shown(a.parent)) continue;
       auto* info = out->add_rules();
       info->set_number(a.number);
       info->set_anchor(a.parent);
@@ -435,10 +446,10 @@ void ControlService::rules_show(RuleList* out) const {
   };
   for (std::size_t i = 0; i < snap.rules.size(); ++i) {
     anchors_before(i);
-    fill_rule(snap.rules[i], out->add_rules());
+    if (shown(snap.rules[i].anchor)) fill_rule(snap.rules[i], out->add_rules());
   }
   anchors_before(SIZE_MAX);
-  if (current) {
+  if (current && only.empty()) {
     for (const auto& t : current->translation_rules()) {
       auto* info = out->add_translations();
       info->set_number(t.number);
@@ -446,6 +457,7 @@ void ControlService::rules_show(RuleList* out) const {
       info->set_location(t.location.file_and_line());
     }
   }
+  return {};
 }
 
 std::string ControlService::kill_states(const KillStates& request, Killed* out) {

@@ -93,7 +93,7 @@ class ControlService {
 
  private:
   void status(Status* out) const;
-  void rules_show(RuleList* out) const;
+  std::string rules_show(const RulesShow& request, RuleList* out) const;
   std::string states(const StatesRequest& request, StateList* out) const;
   std::string kill_states(const KillStates& request, Killed* out);
   std::string tables(const TablesRequest& request, TableList* out) const;

@@ -63,6 +63,8 @@ commands:
                                  the same with the addresses of FILE (white space apart, # to
                                  the end of a line a comment), as pfctl -T ... -f
   anchors [show]                 the running rules' anchors, their terms and rule counts
+  anchors show NAME              the rules of anchor NAME and of the anchors in it, with their
+                                 counters, as pfctl -a NAME -s rules
   anchors load NAME -f FILE      make FILE's rules (filter rules, anchors, macros) the rules of
                                  anchor NAME ("outer/inner" for one inside another), as pfctl -a
                                  NAME -f FILE; -f - reads them from standard input. A reload of
@@ -249,7 +251,9 @@ Request build_request(const Invocation& inv) {
     }
   } else if (cmd == "anchors") {
     const std::string sub = w.size() >= 2 ? w[1] : "show";
-    if (sub == "show") {
+    if (sub == "show" && w.size() == 3) {
+      r.mutable_rules_show()->set_anchor(w[2]);
+    } else if (sub == "show") {
       if (w.size() > 2) throw UsageError{"wrong number of arguments for 'anchors show'"};
       r.mutable_anchors();
     } else if (sub == "load" || sub == "flush") {
@@ -359,6 +363,8 @@ std::string human(const Request& request, const Response& response, const Invoca
              std::to_string(l.states_kept()) + " states kept\n";
     }
     case Response::kRules:
+      if (!request.rules_show().anchor().empty() && response.rules().rules_size() == 0)
+        return "anchor \"" + request.rules_show().anchor() + "\": no rules\n";
       return inv.words.size() >= 2 && inv.words[1] == "labels" ? ctl::format_labels(response.rules())
                                                                : ctl::format_rules(response.rules());
     case Response::kStates:

@@ -37,6 +37,7 @@ def test_anchors_take_rules_at_runtime(lan, tmp_path, daemon_factory):
     rules = fw.json("rules", "show")["rules"]
     assert [r.get("anchor", "") for r in rules].count("admin") == 1
     assert [r for r in rules if r["calls_anchor"] == "admin"][0]["number"] == int(shown[at].split()[0][1:])
+    assert fw.ctl("anchors", "show", "admin").stdout.splitlines()[0] == shown[at + 1]
     metrics = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
     assert 'pairwall_rule_packets_total{rule="0",anchor="admin"} ' in metrics
 
@@ -60,6 +61,7 @@ def test_anchors_take_rules_at_runtime(lan, tmp_path, daemon_factory):
 
     # Flushed: new connections stop, the one already passed keeps its state.
     assert fw.ctl("anchors", "flush", "admin").stdout == 'anchor "admin": 0 rules\n'
+    assert fw.ctl("anchors", "show", "admin").stdout == 'anchor "admin": no rules\n'
     assert lan.connect(4, BLOCKED, timeout=1.0)["result"] == "timeout"
     assert held.echo()["echo"], "a connection passed by the anchor stopped when the anchor was flushed"
 

@@ -893,6 +893,14 @@ TEST_CASE("service: anchors take rules at run time, keep them across reloads, an
   CHECK(shown.rules().rules(3).calls_anchor() == "fixed");
   CHECK(shown.rules().rules(4).anchor() == "fixed");
   CHECK(shown.rules().rules(5).number() == 3);
+  // One anchor's rules, as pfctl -a NAME -s rules.
+  Request one = make([](Request& r) { r.mutable_rules_show()->set_anchor("ssh"); });
+  Response ssh_rules = d.call(one);
+  REQUIRE(ssh_rules.ok());
+  REQUIRE(ssh_rules.rules().rules_size() == 1);
+  CHECK(ssh_rules.rules().rules(0).anchor() == "ssh");
+  one.mutable_rules_show()->set_anchor("nowhere");
+  CHECK(d.call(one).error() == "rules: no anchor \"nowhere\" in " + path);
   Response listed = d.call(make([](Request& r) { r.mutable_anchors(); }));
   REQUIRE(listed.anchors().anchors_size() == 2);
   CHECK(listed.anchors().anchors(0).terms() == "in proto tcp");
