@@ -58,7 +58,8 @@ constexpr std::string_view kMainFileStatements[] = {
     "table", "set", "scrub", "nat", "rdr", "binat", "no",
 };
 
-constexpr std::size_t kMaxAnchorName = 63;  // pf's anchor names, PF_ANCHOR_NAME_SIZE less the NUL
+constexpr std::size_t kMaxAnchorName = 63;   // pf's anchor names, PF_ANCHOR_NAME_SIZE less the NUL
+constexpr std::size_t kMaxAnchorDepth = 16;  // anchors within anchors, as includes nest
 
 // An anchor file's error, thrown out of the parser that reads `load anchor` as it is.
 struct AnchorFileError {
@@ -347,6 +348,8 @@ class Parser {
     const Token name = anchor_name("anchor");
     a.path = scoped(name.text);
     a.parent = scope_;
+    if (static_cast<std::size_t>(std::count(a.path.begin(), a.path.end(), '/')) >= kMaxAnchorDepth)
+      fail_at(name, "anchors nest deeper than " + std::to_string(kMaxAnchorDepth));
     if (const Anchor* known = find(a.path)) {
       fail_at(name, "anchor \"" + a.path + "\" is already declared at " + known->location.file_and_line() +
                         ": an anchor stands in one place");

@@ -152,6 +152,10 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
     INFO(row.text);
     CHECK(parse_error(row.text, files.reader()) == row.expected);
   }
+  // Nesting is bounded, so that a hostile file cannot exhaust the parser's stack.
+  std::string deep;
+  for (int i = 0; i < 17; ++i) deep += "anchor a {\n";
+  CHECK(parse_error(deep) == "/etc/pw/pf.conf:17:8: anchors nest deeper than 16");
   auto anchor_text = parse_anchor_rules("pass all\nscrub in all\n", "a.conf");
   REQUIRE(std::holds_alternative<RuleError>(anchor_text));
   CHECK(std::get<RuleError>(anchor_text).to_string() ==
