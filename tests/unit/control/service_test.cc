@@ -938,3 +938,42 @@ TEST_CASE("service: anchors take rules at run time, keep them across reloads, an
   REQUIRE(d.service.load_rules("").ok);
   CHECK(ssh_from("192.0.2.7").reason == engine::Reason::RuleBlock);
 }
+
+TEST_CASE(
+    "service: anchors loaded within loaded anchors are placed again on reload, and go with their parent",
+    "[service][anchors]") {
+  Daemon d;
+  const std::string path = d.write("nested.conf", "block all\nanchor \"site\"\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  auto load = [&d](const std::string& name, const std::string& text) {
+    Request q = make([](Request& r) { r.mutable_anchor_load(); });
+    q.mutable_anchor_load()->set_name(name);
+    q.mutable_anchor_load()->set_path(name + ".conf");
+    q.mutable_anchor_load()->set_text(text);
+    return d.call(q);
+  };
+  auto names = [&d] {
+    std::string out;
+    const Response listed = d.call(make([](Request& r) { r.mutable_anchors(); }));
+    for (const auto& a : listed.anchors().anchors()) out += a.name() + ":" + std::to_string(a.rules()) + " ";
+    return out;
+  };
+  uint16_t port = 40000;
+  auto web = [&d, &port] { return d.send(syn("192.0.2.9", ++port, "10.9.0.1", 443)).action; };
+
+  REQUIRE(load("site", "pass proto udp\nanchor \"web\" proto tcp\n").ok());
+  REQUIRE(load("site/web", "pass to port 443\n").ok());
+  CHECK(names() == "site:1 site/web:1 ");
+  CHECK(web() == engine::Verdict::Action::Accept);
+
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(names() == "site:1 site/web:1 ");
+  CHECK(web() == engine::Verdict::Action::Accept);
+
+  // New rules for the parent declare its anchors anew: what was loaded into the old ones goes.
+  REQUIRE(load("site", "anchor \"web\" proto tcp\n").ok());
+  CHECK(names() == "site:0 site/web:0 ");
+  CHECK(web() == engine::Verdict::Action::Drop);
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(names() == "site:0 site/web:0 ");
+}
