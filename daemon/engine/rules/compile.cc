@@ -734,6 +734,8 @@ class Compiler {
       return std::make_unique<Classifier>(specs, order);
     } catch (const std::length_error& e) {
       fail(file_location(), e.what());
+    } catch (const std::invalid_argument& e) {  // a rule of an anchor the file does not declare
+      fail(file_location(), e.what());
     }
   }
 

@@ -14,8 +14,8 @@
 
 namespace pairwall::engine::rules {
 
-// `counters_from`: a rule set whose rules' counters carry over to the rules here with the same
-// number and text (a table edit recompiles the same rules).
+// `counters_from`: a rule set whose rules' counters carry over to the rules here written alike in
+// the same anchor (a table edit or an anchor's load recompiles the others unchanged).
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
                                                                 InterfaceRegistry& interfaces,
                                                                 const RuleSet* counters_from = nullptr);
