@@ -52,13 +52,14 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
   done
 fi
 
-if [[ -d tests/integration ]] && find tests/integration -name "test_*.py" | grep -q .; then
-  step "integration tests (network namespaces)"
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "integration tests need root (network namespaces, NFQUEUE)" >&2
-    exit 1
-  fi
-  python3 -m pytest -q -p no:cacheprovider tests/integration
+# Unconditional: asking first whether there are tests (`find | grep -q`) fails under pipefail
+# whenever grep exits before find has written everything (find dies of SIGPIPE), and then skipped
+# the whole suite.
+step "integration tests (network namespaces)"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "integration tests need root (network namespaces, NFQUEUE)" >&2
+  exit 1
 fi
+python3 -m pytest -q -p no:cacheprovider tests/integration
 
 step "all tests passed"
