@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -131,7 +132,9 @@ class RuleSet {
   const CompiledRule& rule(uint32_t index) const { return rules_[index]; }
   // Whether `r` is one of these rules (a state's creator may be a rule of an earlier set).
   bool holds(const CompiledRule* r) const noexcept {
-    return !rules_.empty() && r >= rules_.data() && r < rules_.data() + rules_.size();
+    // std::less: pointers into different arrays are compared in its total order, not with `<`.
+    const std::less<const CompiledRule*> before;
+    return !rules_.empty() && !before(r, rules_.data()) && before(r, rules_.data() + rules_.size());
   }
   std::size_t size() const { return rules_.size(); }
 

@@ -354,6 +354,10 @@ TEST_CASE("rules are numbered within their anchor and keep their counters across
   CHECK(after.rule(3).stats->packets == 7);
   CHECK(after.rule(1).stats != before.rule(1).stats);
   CHECK(after.rule(0).stats == before.rule(0).stats);
+  // A state's creator names its anchor in logs only while it is a rule of the running set.
+  CHECK(after.holds(&after.rule(3)));
+  CHECK_FALSE(after.holds(&before.rule(0)));
+  CHECK_FALSE(after.holds(nullptr));
 }
 
 }  // namespace
