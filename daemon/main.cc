@@ -20,6 +20,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -328,6 +329,7 @@ int run(const control::Config& c) {
   std::unique_ptr<io::Hooks> hooks;
   bool hooks_installed = false;
   std::unique_ptr<sync::SyncService> sync_service;
+  bool defer_enabled = false;
   std::unique_ptr<failover::FailoverService> failover_service;
   auto remove_hooks = [&] {
     if (!hooks_installed) return;
@@ -369,6 +371,9 @@ int run(const control::Config& c) {
       pcap = std::make_unique<io::PcapLog>(pc);
     }
 
+    std::optional<sync::SyncConfig> sync_config;
+    if (c.sync) sync_config = sync::parse_sync_config(*c.sync, c.file);
+
     io::NfQueueConfig qc;
     qc.first_queue = c.queue.first;
     qc.queues = c.queue.count;
@@ -379,25 +384,39 @@ int run(const control::Config& c) {
     qc.queue.gso = c.queue.gso;
     qc.reject_config.mark = kReplyMark;
     qc.queue.claim_mark = kReplyMark;
+    if (sync_config && sync_config->defer) {
+      qc.defer.enabled = true;
+      qc.defer.timeout = sync_config->defer_timeout;
+      defer_enabled = true;
+    }
     queues = std::make_unique<io::NfQueue>(engine, qc, pcap.get());
-    queues->start();
-    data_plane = std::make_unique<QueueDataPlane>(*queues);
-    service.set_data_plane(data_plane.get());
-    service.set_health_probe([&watch] { return watch.stuck(); });
 
     // Sync (daemon/sync/): drains the workers' state change rings and applies the peer's records;
-    // started before the hooks so that the bulk request goes out as early as possible.
-    if (c.sync) {
-      sync_service = std::make_unique<sync::SyncService>(engine, sync::parse_sync_config(*c.sync, c.file),
-                                                         c.node.id, boot_epoch);
-      for (std::size_t i = 0; i < queues->workers(); ++i)
-        sync_service->add_ring(queues->engine_worker(i).events());
+    // started before the hooks so that the bulk request goes out as early as possible. With
+    // defer, each worker learns from its ring how much of it the peer has.
+    if (sync_config) {
+      sync_service =
+          std::make_unique<sync::SyncService>(engine, std::move(*sync_config), c.node.id, boot_epoch);
+      for (std::size_t i = 0; i < queues->workers(); ++i) {
+        sync::SyncService::SyncedFn on_synced;
+        if (qc.defer.enabled) {
+          on_synced = [&queues, i](uint64_t synced, bool peer_up) { queues->on_synced(i, synced, peer_up); };
+        }
+        sync_service->add_ring(queues->engine_worker(i).events(), std::move(on_synced));
+      }
       sync_service->add_ring(engine.control_events());
       sync_service->set_events_lost([&engine, &queues] {
         uint64_t lost = engine.control_events_lost();
         for (std::size_t i = 0; i < queues->workers(); ++i) lost += queues->engine_worker(i).events_lost();
         return lost;
       });
+      if (qc.defer.enabled) queues->set_sync_kick([service = sync_service.get()] { service->kick(); });
+    }
+    queues->start();
+    data_plane = std::make_unique<QueueDataPlane>(*queues);
+    service.set_data_plane(data_plane.get());
+    service.set_health_probe([&watch] { return watch.stuck(); });
+    if (sync_service) {
       sync_service->start();
       service.set_sync(sync_service.get());
       registry.add("sync", [&sync_service](control::MetricWriter& w) { sync_service->render_metrics(w); });
@@ -459,6 +478,35 @@ int run(const control::Config& c) {
       w.sample(s.written);
       w.family("pairwall_pcap_dropped_total", T::Counter, "Logged packets lost because a log ring was full.");
       w.sample(s.dropped);
+    }
+    if (defer_enabled) {
+      uint64_t held = 0;
+      uint64_t too_large = 0;
+      uint64_t holding = 0;
+      std::array<uint64_t, static_cast<std::size_t>(io::ReleaseCause::Count)> released{};
+      for (std::size_t i = 0; i < queues->workers(); ++i) {
+        const io::DeferCounters* d = queues->defer_counters(i);
+        if (d == nullptr) continue;
+        held += d->held.get();
+        too_large += d->too_large.get();
+        holding += queues->held(i);
+        for (std::size_t k = 0; k < released.size(); ++k) released[k] += d->released[k].get();
+      }
+      w.family("pairwall_defer_held_total", T::Counter,
+               "Packets held until the sync peer acknowledged their states (defer).");
+      w.sample(held);
+      w.family("pairwall_defer_released_total", T::Counter,
+               "Held packets let go, by cause: synced (the peer acknowledged), timeout, full (a newer "
+               "packet needed the room), stopped (the peer stopped answering, or shutdown).");
+      for (std::size_t k = 0; k < released.size(); ++k) {
+        w.sample({{"cause", std::string(io::release_cause_name(static_cast<io::ReleaseCause>(k)))}},
+                 released[k]);
+      }
+      w.family("pairwall_defer_too_large_total", T::Counter,
+               "Rewritten packets too large to copy for holding: passed at once.");
+      w.sample(too_large);
+      w.family("pairwall_defer_holding", T::Gauge, "Packets held now.");
+      w.sample(holding);
     }
     w.family("pairwall_worker_stuck", T::Gauge,
              "1 while a packet worker makes no progress with packets waiting.");

@@ -783,7 +783,10 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   state->bytes[0] = bytes.size();
   state->last_synced = now;
   if (creator != nullptr) creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
-  if (synced(*state)) worker.emit(make_record(*state, now, rules));
+  if (synced(*state)) {
+    worker.emit(make_record(*state, now, rules));
+    v.synced_insert = true;
+  }
   v.state = state->id;
   if (translation.translated) {
     rewrite_packet(bytes, packet, translation.wire);

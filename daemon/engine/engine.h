@@ -55,6 +55,7 @@ struct Verdict {
   bool rewritten = false;          // the packet bytes were changed (NAT, normalization): send them back
   bool claimed = false;            // Prerouting: decided here; the hooks after routing must let it by
   bool log = false;                // the deciding rule or state asked for logging
+  bool synced_insert = false;      // created `state` and queued its insert for the peer (defer)
   uint32_t rule = rules::kNoRule;  // deciding rule's @N, or that of the rule that created the matched state
   // That rule, where known (a state learned from the peer has none): its anchor, for logs. Valid
   // until the worker's next batch, which may take up a newer rule set.

@@ -43,6 +43,11 @@ class SpscRing {
     return true;
   }
 
+  // Records pushed so far: the producer's count, read by the producer.
+  std::size_t produced() const noexcept { return head_.load(std::memory_order_relaxed); }
+  // Records popped so far: the consumer's count, read by the consumer.
+  std::size_t consumed() const noexcept { return tail_.load(std::memory_order_relaxed); }
+
   std::size_t size_approx() const noexcept {
     return head_.load(std::memory_order_acquire) - tail_.load(std::memory_order_acquire);
   }

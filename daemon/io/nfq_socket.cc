@@ -379,11 +379,37 @@ void NfqSocket::plan_collected() noexcept {
 }
 
 void NfqSocket::plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept {
+  if (decision == Decision::Held) {
+    const VerdictSteps steps = planner_.hold();
+    for (uint8_t i = 0; i < steps.count; ++i) append(steps.ops[i], {});
+    return;
+  }
   if (rewritten(decision) && (packet == nullptr || packet->payload.size() > kMaxVerdictPayload)) {
     // The translated bytes cannot be returned; accepting the original would leak what NAT hides.
     counters_.rewrite_too_large.add();
     decision = Decision::Drop;
   }
+  count(decision);
+  const VerdictSteps steps = planner_.add(id, decision);
+  for (uint8_t i = 0; i < steps.count; ++i) {
+    append(steps.ops[i], steps.ops[i].with_payload ? std::span<const uint8_t>(packet->payload)
+                                                   : std::span<const uint8_t>());
+  }
+}
+
+void NfqSocket::settle_held(uint32_t id, Decision decision, std::span<const uint8_t> bytes) noexcept {
+  planner_.released();
+  if (rewritten(decision) && bytes.size() > kMaxVerdictPayload) {
+    counters_.rewrite_too_large.add();
+    decision = Decision::Drop;
+  }
+  count(decision);
+  const VerdictOp op{VerdictOp::Kind::Single, id, decision != Decision::Drop, rewritten(decision),
+                     claimed(decision)};
+  append(op, op.with_payload ? bytes : std::span<const uint8_t>());
+}
+
+void NfqSocket::count(Decision decision) noexcept {
   switch (decision) {
     case Decision::Accept:
     case Decision::AcceptClaimed:
@@ -396,25 +422,20 @@ void NfqSocket::plan(uint32_t id, Decision decision, const QueuedPacket* packet)
     case Decision::Drop:
       counters_.dropped.add();
       break;
-  }
-  const VerdictSteps steps = planner_.add(id, decision);
-  for (uint8_t i = 0; i < steps.count; ++i) {
-    append(steps.ops[i], steps.ops[i].with_payload ? packet : nullptr);
+    case Decision::Held:
+      break;
   }
 }
 
-void NfqSocket::append(const VerdictOp& op, const QueuedPacket* packet) noexcept {
-  const std::size_t payload = packet != nullptr ? packet->payload.size() : 0;
-  const std::size_t need = verdict_message_size(payload);
+void NfqSocket::append(const VerdictOp& op, std::span<const uint8_t> payload) noexcept {
+  const std::size_t need = verdict_message_size(payload.size());
   if (send_used_ + need > send_capacity_) send_pending();
   const int type = op.kind == VerdictOp::Kind::Batch ? NFQNL_MSG_VERDICT_BATCH : NFQNL_MSG_VERDICT;
   nlmsghdr* nlh =
       nfq_nlmsg_put(reinterpret_cast<char*>(send_buffer_.data() + send_used_), type, config_.queue);
   nfq_nlmsg_verdict_put(nlh, static_cast<int>(op.id), op.accept ? NF_ACCEPT : NF_DROP);
   if (op.claimed && config_.claim_mark != 0) nfq_nlmsg_verdict_put_mark(nlh, config_.claim_mark);
-  if (packet != nullptr) {
-    nfq_nlmsg_verdict_put_pkt(nlh, packet->payload.data(), static_cast<uint32_t>(payload));
-  }
+  if (op.with_payload) nfq_nlmsg_verdict_put_pkt(nlh, payload.data(), static_cast<uint32_t>(payload.size()));
   send_used_ += MNL_ALIGN(nlh->nlmsg_len);
   counters_.verdict_messages.add();
   if (op.kind == VerdictOp::Kind::Batch) counters_.batch_verdicts.add();
@@ -422,7 +443,7 @@ void NfqSocket::append(const VerdictOp& op, const QueuedPacket* packet) noexcept
 
 void NfqSocket::finish_batch() noexcept {
   const VerdictSteps steps = planner_.flush();
-  for (uint8_t i = 0; i < steps.count; ++i) append(steps.ops[i], nullptr);
+  for (uint8_t i = 0; i < steps.count; ++i) append(steps.ops[i], {});
   send_pending();
 }
 

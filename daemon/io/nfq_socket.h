@@ -4,7 +4,8 @@
 // whole path and differ only in the decision.
 //
 //   loop: recvmmsg up to `recv_batch` datagrams (one queued packet each), blocking for the first
-//         only (MSG_WAITFORONE) — verdicts owed were all sent before, so blocking is safe
+//         only (MSG_WAITFORONE) — verdicts owed were all sent before (but those of held packets,
+//         whose owner waits for them itself), so blocking is safe
 //         -> one steady_clock read for the batch
 //         -> parse every datagram's attributes into the batch
 //         -> decide the whole batch in one call (the engine overlaps its state lookups' misses)
@@ -138,6 +139,13 @@ class NfqSocket {
     while (!stop.load(std::memory_order_relaxed)) run_once(decide);
   }
 
+  // The verdict of a packet decided Decision::Held, with its rewritten bytes where the decision
+  // says so. Sent with the next batch's verdicts, or by send_verdicts().
+  void settle_held(uint32_t id, Decision decision, std::span<const uint8_t> bytes) noexcept;
+  void send_verdicts() noexcept { send_pending(); }
+  // Packets decided Held whose verdicts are still owed (may be briefly negative, see VerdictPlanner).
+  int64_t held() const noexcept { return planner_.held(); }
+
  private:
   void configure();
   int receive() noexcept;
@@ -151,7 +159,8 @@ class NfqSocket {
   // Plans the verdicts of the batch collected so far, in the order the packets arrived.
   void plan_collected() noexcept;
   void plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept;
-  void append(const VerdictOp& op, const QueuedPacket* packet) noexcept;
+  void count(Decision decision) noexcept;
+  void append(const VerdictOp& op, std::span<const uint8_t> payload) noexcept;
   void finish_batch() noexcept;
   void send_pending() noexcept;
 

@@ -1,8 +1,13 @@
 #include "daemon/io/nfqueue.h"
 
 #include <linux/netfilter.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -32,6 +37,9 @@ NfQueue::NfQueue(engine::Engine& engine, NfQueueConfig config, PcapLog* log)
 
 NfQueue::~NfQueue() {
   stop();
+  for (auto& w : workers_) {
+    if (w->wake_fd >= 0) ::close(w->wake_fd);
+  }
 }
 
 void NfQueue::start() {
@@ -44,17 +52,18 @@ void NfQueue::start() {
     w->socket = std::make_unique<NfqSocket>(qc);
     w->batch.resize(w->socket->config().recv_batch);
     if (config_.reject) w->rejector = std::make_unique<Rejector>(config_.reject_config);
+    if (config_.defer.enabled) {
+      w->deferred = std::make_unique<DeferQueue>(config_.defer.max_packets, config_.defer.max_bytes);
+      w->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (w->wake_fd < 0) throw std::runtime_error(std::string("nfqueue: eventfd: ") + std::strerror(errno));
+    }
   }
   started_ = true;
   for (auto& w : workers_) {
     w->thread = std::thread([this, worker = w.get()] {
       const std::string name = "pw-queue-" + std::to_string(queue_of(worker->index));
       pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
-      auto decide_fn = [this, worker](std::span<QueuedPacket> packets, std::span<Decision> decisions,
-                                      std::chrono::steady_clock::time_point now) noexcept {
-        decide(*worker, packets, decisions, now);
-      };
-      worker->socket->run(stop_, decide_fn);
+      run_worker(*worker);
     });
   }
 }
@@ -69,6 +78,69 @@ void NfQueue::stop() {
 const QueueCounters& NfQueue::counters(std::size_t worker) const {
   if (!workers_[worker]->socket) throw std::logic_error("nfqueue: counters() before start()");
   return workers_[worker]->socket->counters();
+}
+
+void NfQueue::run_worker(Worker& w) noexcept {
+  auto decide_fn = [this, &w](std::span<QueuedPacket> packets, std::span<Decision> decisions,
+                              std::chrono::steady_clock::time_point now) noexcept {
+    decide(w, packets, decisions, now);
+  };
+  if (!w.deferred) {
+    w.socket->run(stop_, decide_fn);
+    return;
+  }
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (w.deferred->empty() || wait_holding(w)) w.socket->run_once(decide_fn);
+    release_held(w, std::chrono::steady_clock::now());
+  }
+  w.deferred->release_all(ReleaseCause::Stopped, [&w](const DeferQueue::Release& r) {
+    w.socket->settle_held(r.id, r.decision, r.bytes);
+  });
+  w.socket->send_verdicts();
+}
+
+bool NfQueue::wait_holding(Worker& w) noexcept {
+  const auto now = std::chrono::steady_clock::now();
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(w.deferred->next_deadline() - now);
+  const int timeout = static_cast<int>(std::clamp<int64_t>(left.count(), 0, NfqSocket::kStopCheckMs));
+  pollfd fds[2] = {{w.socket->fd(), POLLIN, 0}, {w.wake_fd, POLLIN, 0}};
+  if (::poll(fds, 2, timeout) <= 0) return false;
+  if ((fds[1].revents & POLLIN) != 0) {
+    uint64_t wakes = 0;
+    [[maybe_unused]] const ssize_t n = ::read(w.wake_fd, &wakes, sizeof wakes);
+  }
+  return (fds[0].revents & POLLIN) != 0;
+}
+
+void NfQueue::release_held(Worker& w, std::chrono::steady_clock::time_point now) noexcept {
+  if (w.deferred->empty()) return;
+  auto settle = [&w](const DeferQueue::Release& r) { w.socket->settle_held(r.id, r.decision, r.bytes); };
+  if (w.peer_up.load(std::memory_order_seq_cst)) {
+    w.deferred->release(w.synced.load(std::memory_order_seq_cst), now, settle);
+  } else {
+    w.deferred->release_all(ReleaseCause::Stopped, settle);
+  }
+  w.socket->send_verdicts();
+  w.held_now.store(w.deferred->size(), std::memory_order_relaxed);
+  if (w.deferred->empty()) w.holding.store(false, std::memory_order_seq_cst);
+}
+
+void NfQueue::on_synced(std::size_t worker, uint64_t synced, bool peer_up) noexcept {
+  Worker& w = *workers_[worker];
+  if (!w.deferred) return;
+  // Stored before `holding` is read, as the worker stores `holding` before it reads these: one of
+  // the two sees the other's write, so a wake-up is never lost (and the timeout bounds it anyway).
+  w.synced.store(synced, std::memory_order_seq_cst);
+  w.peer_up.store(peer_up, std::memory_order_seq_cst);
+  if (w.holding.load(std::memory_order_seq_cst)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(w.wake_fd, &one, sizeof one);
+  }
+}
+
+const DeferCounters* NfQueue::defer_counters(std::size_t worker) const {
+  const auto& d = workers_[worker]->deferred;
+  return d ? &d->counters() : nullptr;
 }
 
 const RejectCounters* NfQueue::reject_counters(std::size_t worker) const {
@@ -103,7 +175,40 @@ void NfQueue::decide(Worker& w, std::span<QueuedPacket> packets, std::span<Decis
   }
   const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
   engine_.process_batch(w.engine_worker, batch, millis);
-  for (std::size_t i = 0; i < packets.size(); ++i) decisions[i] = act(w, packets[i], batch[i], now);
+  if (!w.deferred) {
+    for (std::size_t i = 0; i < packets.size(); ++i) decisions[i] = act(w, packets[i], batch[i], now);
+    return;
+  }
+  // Every insert of this batch is among the ring's records up to here.
+  w.ticket = w.engine_worker.events().produced();
+  w.held_in_batch = false;
+  for (std::size_t i = 0; i < packets.size(); ++i) {
+    decisions[i] = hold_if_deferred(w, packets[i], batch[i].verdict, act(w, packets[i], batch[i], now), now);
+  }
+  if (w.held_in_batch) {
+    w.held_now.store(w.deferred->size(), std::memory_order_relaxed);
+    if (sync_kick_) sync_kick_();
+  }
+}
+
+Decision NfQueue::hold_if_deferred(Worker& w, const QueuedPacket& packet, const engine::Verdict& verdict,
+                                   Decision decision, std::chrono::steady_clock::time_point now) noexcept {
+  if (decision == Decision::Drop) return decision;
+  // The first packet of a synced state while the peer answers; or a later packet of a state whose
+  // first is still held, which must not overtake it.
+  const bool first = verdict.synced_insert && w.peer_up.load(std::memory_order_relaxed);
+  if (!first &&
+      (w.deferred->empty() || verdict.state.counter == 0 || !w.deferred->holds_state(verdict.state))) {
+    return decision;
+  }
+  auto settle = [&w](const DeferQueue::Release& r) { w.socket->settle_held(r.id, r.decision, r.bytes); };
+  if (!w.deferred->hold(packet.id, decision, packet.payload, verdict.state, w.ticket,
+                        now + config_.defer.timeout, settle)) {
+    return decision;
+  }
+  w.held_in_batch = true;
+  w.holding.store(true, std::memory_order_seq_cst);
+  return Decision::Held;
 }
 
 Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::BatchPacket& decided,

@@ -26,19 +26,29 @@
 // Hook: derived from which interfaces the kernel reported: in and out -> Forward, in only ->
 // Input, out only -> Output.
 //
+// Defer (NfQueueConfig::defer, pfsync's `defer`): a packet that creates a synced state is held
+// (defer_queue.h) until on_synced() says the peer has acknowledged the worker's state records up
+// to that packet's batch, or for the timeout. While it holds packets a worker waits in poll() on
+// its socket and an eventfd that on_synced() writes, not in the blocking receive; after a batch
+// that held packets it calls the sync kick, so that the insert leaves at once rather than at the
+// next drain of the rings.
+//
 // Logging (Verdict::log): the pflog record names the arrival interface with direction in
 // (Forward, Input), or the departure interface with direction out (Output); the engine does not
 // say which pass of a forwarded packet decided. The bytes logged are those after any rewrite.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include "daemon/engine/engine.h"
+#include "daemon/io/defer_queue.h"
 #include "daemon/io/ifindex_cache.h"
 #include "daemon/io/kernel_queue_stats.h"
 #include "daemon/io/nfq_socket.h"
@@ -47,12 +57,20 @@
 
 namespace pairwall::io {
 
+struct DeferConfig {
+  bool enabled = false;
+  std::chrono::milliseconds timeout{10};  // pfsync's: 10 ticks at hz 1000
+  std::size_t max_packets = 128;          // per queue, as pfsync's per bucket
+  std::size_t max_bytes = 1 << 20;        // per queue, for the copies of rewritten packets
+};
+
 struct NfQueueConfig {
   uint16_t first_queue = 0;
   uint16_t queues = 1;  // one worker each: first_queue .. first_queue + queues - 1
   QueueConfig queue;    // for every queue; its `queue` field is set per worker
   bool reject = true;   // false: Reject verdicts drop silently (no raw sockets needed)
   RejectConfig reject_config;
+  DeferConfig defer;
 };
 
 engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_iface) noexcept;
@@ -92,6 +110,19 @@ class NfQueue {
   // /proc/net/netfilter/nfnetlink_queue; throws std::runtime_error when it cannot.
   std::vector<KernelQueueStats> kernel_stats() const;
 
+  // Defer: called by a worker (any thread, no allocation) after a batch in which it held packets.
+  // Before start().
+  void set_sync_kick(std::function<void()> kick) { sync_kick_ = std::move(kick); }
+  // Defer, from the sync side (any thread): the peer has acknowledged the first `synced` records
+  // of `worker`'s state change ring; `peer_up` false releases everything held and holds nothing
+  // new (a peer that does not answer is not worth a timeout per connection).
+  void on_synced(std::size_t worker, uint64_t synced, bool peer_up) noexcept;
+  // Defer counters of `worker`, or null when defer is off. Valid after start().
+  const DeferCounters* defer_counters(std::size_t worker) const;
+  std::size_t held(std::size_t worker) const {
+    return workers_[worker]->held_now.load(std::memory_order_relaxed);
+  }
+
   // Makes every worker forget its ifindex mappings at its next packet.
   void refresh_interfaces() { iface_generation_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -108,7 +139,24 @@ class NfQueue {
     std::unique_ptr<Rejector> rejector;
     Counter log_dropped;
     std::thread thread;
+    // Defer (null / unused when off).
+    std::unique_ptr<DeferQueue> deferred;
+    int wake_fd = -1;                 // eventfd written by on_synced()
+    std::atomic<uint64_t> synced{0};  // records of this worker's ring the peer acknowledged
+    std::atomic<bool> peer_up{false};
+    std::atomic<bool> holding{false};  // deferred is not empty: on_synced() must wake it
+    std::atomic<std::size_t> held_now{0};
+    uint64_t ticket = 0;  // the ring's record count after the current batch
+    bool held_in_batch = false;
   };
+
+  void run_worker(Worker& worker) noexcept;
+  // Waits, while packets are held, for packets, a wake-up or the next hold's deadline. Returns
+  // whether packets are waiting on the socket.
+  bool wait_holding(Worker& worker) noexcept;
+  void release_held(Worker& worker, std::chrono::steady_clock::time_point now) noexcept;
+  Decision hold_if_deferred(Worker& worker, const QueuedPacket& packet, const engine::Verdict& verdict,
+                            Decision decision, std::chrono::steady_clock::time_point now) noexcept;
 
   void decide(Worker& worker, std::span<QueuedPacket> packets, std::span<Decision> decisions,
               std::chrono::steady_clock::time_point now) noexcept;
@@ -118,6 +166,7 @@ class NfQueue {
   engine::Engine& engine_;
   NfQueueConfig config_;
   PcapLog* log_;
+  std::function<void()> sync_kick_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> iface_generation_{0};

@@ -8,7 +8,8 @@
 // Messages are sent in the order planned, which the kernel keeps.
 //
 // Precondition for batching: every lower id still in the queue has been decided by the time its
-// run is flushed (nothing is held back). A future "defer" mode would have to flush before holding.
+// run is flushed. A held packet (defer_queue.h), whose verdict comes later, ends the run before
+// it, and while any packet is held every accept is a message of its own.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,8 @@
 namespace pairwall::io {
 
 // Claimed: accepted before routing by the engine, which marks it (QueueConfig::claim_mark) so that
-// the hooks after routing let it by.
-enum class Decision : uint8_t { Accept, AcceptRewritten, Drop, AcceptClaimed, AcceptRewrittenClaimed };
+// the hooks after routing let it by. Held: decided, but settled later (NfqSocket::settle_held).
+enum class Decision : uint8_t { Accept, AcceptRewritten, Drop, AcceptClaimed, AcceptRewrittenClaimed, Held };
 
 inline bool rewritten(Decision d) {
   return d == Decision::AcceptRewritten || d == Decision::AcceptRewrittenClaimed;
@@ -50,7 +51,7 @@ class VerdictPlanner {
 
   VerdictSteps add(uint32_t id, Decision decision) noexcept {
     VerdictSteps steps;
-    if (decision == Decision::Accept && batch_) {
+    if (decision == Decision::Accept && batch_ && held_ == 0) {
       run_last_ = id;
       ++run_length_;
       return steps;
@@ -60,6 +61,18 @@ class VerdictPlanner {
         {VerdictOp::Kind::Single, id, decision != Decision::Drop, rewritten(decision), claimed(decision)});
     return steps;
   }
+
+  // A packet held for a later verdict: it ends the run before it, and no batch may settle it.
+  VerdictSteps hold() noexcept {
+    VerdictSteps steps;
+    close_run(steps);
+    ++held_;
+    return steps;
+  }
+  // A held packet's verdict is sent. Signed: a packet may be released (when the hold queue makes
+  // room) before its own decision is planned.
+  void released() noexcept { --held_; }
+  int64_t held() const noexcept { return held_; }
 
   // Ends the current run of accepts; call before blocking for more packets.
   VerdictSteps flush() noexcept {
@@ -80,6 +93,7 @@ class VerdictPlanner {
   }
 
   bool batch_;
+  int64_t held_ = 0;
   uint32_t run_last_ = 0;
   uint32_t run_length_ = 0;
 };

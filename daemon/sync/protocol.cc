@@ -102,6 +102,7 @@ SyncProtocol::~SyncProtocol() = default;
 
 void SyncProtocol::enqueue(const engine::StateRecord& record, Micros now) noexcept {
   ++counters_.records_queued;
+  ++enqueued_;
   if (pending_.size() >= config_.pending_limit) {
     pending_.clear();
     ++counters_.pending_overflows;
@@ -235,6 +236,7 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   rx_cum_ = h.cum_ack;
   if (rx_ack_valid_) {
     window_.on_ack(std::min(h.cum_ack, window_.next_seq() - 1), h.sack, now);
+    advance_synced();
   }
 
   const uint8_t* const current = payload.data();
@@ -249,7 +251,7 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   }
   switch (rwin_.accept(h.seq, payload, on_deliver, on_give_up)) {
     case ReceiveWindow::Accept::Delivered:
-      if (++acks_owed_ >= config_.ack_every) {
+      if (++acks_owed_ >= config_.ack_every || (h.flags & frameflag::kAckNow) != 0) {
         ack_now_ = true;
       } else if (ack_due_ == Micros::max()) {
         ack_due_ = now + config_.ack_delay;
@@ -534,9 +536,11 @@ Header SyncProtocol::make_header(uint64_t seq) noexcept {
   return h;
 }
 
-void SyncProtocol::transmit(uint64_t seq, std::span<const uint8_t> payload, Micros now, const SendFn& send) {
+void SyncProtocol::transmit(uint64_t seq, std::span<const uint8_t> payload, Micros now, const SendFn& send,
+                            uint8_t flags) {
   (void)now;
-  const Header h = make_header(seq);
+  Header h = make_header(seq);
+  h.flags |= flags;
   const std::size_t n = seal(h, payload, *auth_, out_);
   if (n == 0) {
     ++counters_.send_errors;
@@ -574,6 +578,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
   tx_controls_ = tx_arena_.another();
   tx_ids_.clear();
   tx_used_ = 0;
+  tx_inserts_ = false;
 
   while (!controls_.empty()) {
     const wire::Message& c = controls_.front();
@@ -626,6 +631,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
         }
       });
       if (!ok) break;
+      tx_inserts_ = tx_inserts_ || r.kind == Kind::Insert;
       // A clear is marked by counter 0: if its datagram is lost beyond resending, only a full
       // resync is correct.
       tx_ids_.push_back(r.kind == Kind::Clear ? engine::StateId{r.id.creator, 0} : r.id);
@@ -689,8 +695,25 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
   std::string controls;
   if (tx_controls_->messages_size() > 0) tx_controls_->SerializeToString(&controls);
   const uint64_t seq = window_.push(std::move(payload), tx_ids_, std::move(controls), now);
-  transmit(seq, window_.slot(seq).payload, now, send);
+  const bool ack_now = tx_inserts_ && config_.ack_inserts_at_once;
+  transmit(seq, window_.slot(seq).payload, now, send, ack_now ? frameflag::kAckNow : 0);
   return true;
+}
+
+void SyncProtocol::mark_sent() noexcept {
+  if (!pending_.empty() || marked_ == enqueued_) return;
+  marked_ = enqueued_;
+  if (marks_.size() == kMaxMarks) marks_.pop_front();
+  marks_.push_back({enqueued_, window_.next_seq() - 1});
+  advance_synced();
+}
+
+void SyncProtocol::advance_synced() noexcept {
+  // send_base() is the oldest sequence not yet acked: every one below it was.
+  while (!marks_.empty() && marks_.front().seq < window_.send_base()) {
+    synced_ = marks_.front().enqueued;
+    marks_.pop_front();
+  }
 }
 
 void SyncProtocol::send_unsequenced(bool keepalive, Micros now, const SendFn& send) {
@@ -757,6 +780,7 @@ void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
   }
   while (has_background() && window_.cwnd_open() && send_data(now, false, true, send)) {
   }
+  mark_sent();
 
   if (peer_known_ && (ack_now_ || sack_now_ || now >= ack_due_)) send_unsequenced(false, now, send);
   if (now - last_keepalive_ >= config_.keepalive_interval) send_unsequenced(true, now, send);

@@ -81,6 +81,9 @@ struct ProtocolConfig {
   std::size_t pending_limit = 1u << 20;
   // A learned peer id may change (the peer node was replaced) once it has been down this long.
   Micros peer_relearn{10'000'000};
+  // Datagrams carrying inserts ask the peer to ack at once (frameflag::kAckNow): the node holds
+  // new connections' first packets until then (pfsync's defer).
+  bool ack_inserts_at_once = false;
 };
 
 struct ProtocolStatus {
@@ -143,6 +146,12 @@ class SyncProtocol {
   // A change of the local state table, to send to the peer.
   void enqueue(const engine::StateRecord& record, Micros now) noexcept;
 
+  // Local changes enqueued so far, and how many of the first of them the peer has: each sent in
+  // a datagram it acknowledged (or folded into a later record that was). For holding packets
+  // until their states are on the peer.
+  uint64_t enqueued() const noexcept { return enqueued_; }
+  uint64_t synced() const noexcept { return synced_; }
+
   // The engine dropped local changes before they reached enqueue() (a full ring): which states
   // they were is unknown, so the peer gets the whole table once it answers.
   void local_changes_lost() noexcept;
@@ -190,7 +199,10 @@ class SyncProtocol {
   bool flush_due(Micros now) const noexcept;
   bool send_data(Micros now, bool live, bool background, const SendFn& send);
   bool add_message(const std::function<void(wire::Message*)>& fill);
-  void transmit(uint64_t seq, std::span<const uint8_t> payload, Micros now, const SendFn& send);
+  void transmit(uint64_t seq, std::span<const uint8_t> payload, Micros now, const SendFn& send,
+                uint8_t flags = 0);
+  void mark_sent() noexcept;
+  void advance_synced() noexcept;
   void send_unsequenced(bool keepalive, Micros now, const SendFn& send);
   Header make_header(uint64_t seq) noexcept;
 
@@ -213,7 +225,20 @@ class SyncProtocol {
   std::size_t tx_budget_ = 0;
   std::vector<engine::StateId> tx_ids_;
   std::vector<uint8_t> tx_payload_;
+  bool tx_inserts_ = false;  // the datagram being built carries a live insert
   Micros last_keepalive_{0};
+
+  // What the peer has of the local changes: after each poll that left nothing pending, the count
+  // enqueued then and the last sequence sent; a mark is reached when the peer acks that sequence.
+  struct SyncedMark {
+    uint64_t enqueued = 0;
+    uint64_t seq = 0;
+  };
+  static constexpr std::size_t kMaxMarks = 4096;  // past it the oldest go: later marks cover them
+  uint64_t enqueued_ = 0;
+  uint64_t synced_ = 0;
+  uint64_t marked_ = 0;
+  std::deque<SyncedMark> marks_;
 
   // Bulk transfer being sent.
   bool bulk_sending_ = false;

@@ -59,6 +59,13 @@ class Reader {
     return v;
   }
 
+  bool boolean(const std::string& key, bool def) const {
+    const toml::node* n = section_.get(key);
+    if (n == nullptr) return def;
+    if (!n->is_boolean()) fail(key, "expected true or false");
+    return *n->value<bool>();
+  }
+
   int64_t integer(const std::string& key, int64_t def, int64_t lo, int64_t hi) const {
     const toml::node* n = section_.get(key);
     if (n == nullptr) return def;
@@ -89,14 +96,16 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
                                               "bulk_timeout_min_s",
                                               "peer_node_id",
                                               "resend_window",
-                                              "pending_limit"};
+                                              "pending_limit",
+                                              "defer",
+                                              "defer_timeout_ms"};
   Reader r(section, file);
   for (const auto& [key, value] : section) {
     (void)value;
     if (kKeys.count(std::string(key.str())) == 0) {
       r.fail(std::string(key.str()),
              "unknown key (known: interface, address, peer, group, port, key_file, mtu, flush_interval_ms, "
-             "bulk_timeout_min_s, peer_node_id, resend_window, pending_limit)");
+             "bulk_timeout_min_s, peer_node_id, resend_window, pending_limit, defer, defer_timeout_ms)");
     }
   }
 
@@ -135,6 +144,11 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
   c.peer_node_id = static_cast<uint32_t>(r.integer("peer_node_id", 0, 0, 0xffffffff));
   c.resend_window = static_cast<uint32_t>(r.integer("resend_window", 4096, 64, 65536));
   c.pending_limit = static_cast<uint32_t>(r.integer("pending_limit", 1 << 20, 16, 1 << 26));
+  c.defer = r.boolean("defer", false);
+  c.defer_timeout = std::chrono::milliseconds(r.integer("defer_timeout_ms", 10, 1, 1000));
+  if (!c.defer && section.get("defer_timeout_ms") != nullptr) {
+    r.fail("defer_timeout_ms", "set without defer = true");
+  }
 
   c.key_file = r.string("key_file", true);
   std::filesystem::path key_path(c.key_file);

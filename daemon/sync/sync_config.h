@@ -15,6 +15,9 @@
 //                              # datagrams is covered by a resync instead
 //   pending_limit = 1048576    # local changes that may wait for an unreachable peer (one per
 //                              # state); past it they are dropped and the peer gets a full resync
+//   defer = false              # hold a new connection's first packet until the peer acks its
+//                              # state (pfsync's defer), while the peer answers
+//   defer_timeout_ms = 10      # the longest a packet is held
 #pragma once
 
 #include <toml++/toml.h>
@@ -41,6 +44,8 @@ struct SyncConfig {
   uint32_t peer_node_id = 0;
   uint32_t resend_window = 4096;
   uint32_t pending_limit = 1u << 20;
+  bool defer = false;
+  std::chrono::milliseconds defer_timeout{10};
 };
 
 // Reads and checks the [sync] section, and loads the key file (a relative path is relative to

@@ -3,7 +3,9 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -21,6 +23,7 @@ using udp = asio::ip::udp;
 
 constexpr Micros kDrainPeriod{2'000};   // how long a local change may sit in a worker's ring
 constexpr Micros kStatusPeriod{5'000};  // how stale the status the control thread reads may be
+constexpr std::size_t kMaxRingMarks = 4096;
 constexpr Micros kDropLogPeriod{10'000'000};
 constexpr Micros kOneWayGrace{300'000};
 constexpr int kSocketBuffer = 4 << 20;
@@ -76,14 +79,35 @@ SyncService::SyncService(engine::Engine& engine, SyncConfig config, uint32_t nod
       store_(engine),
       socket_(io_),
       timer_(io_),
-      rx_buffer_(65536) {}
+      kick_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      kick_(io_),
+      rx_buffer_(65536) {
+  if (kick_fd_ < 0) throw std::runtime_error(std::string("sync: eventfd: ") + std::strerror(errno));
+}
 
 SyncService::~SyncService() {
   stop();
+  if (kick_fd_ >= 0) ::close(kick_fd_);
 }
 
-void SyncService::add_ring(engine::SpscRing<engine::StateRecord>& ring) {
-  rings_.push_back(&ring);
+void SyncService::add_ring(engine::SpscRing<engine::StateRecord>& ring, SyncedFn on_synced) {
+  rings_.push_back(Ring{&ring, std::move(on_synced), {}, 0, false, false});
+}
+
+void SyncService::kick() noexcept {
+  const uint64_t one = 1;
+  if (kick_fd_ >= 0) {
+    [[maybe_unused]] const ssize_t n = ::write(kick_fd_, &one, sizeof one);
+  }
+}
+
+void SyncService::arm_kick() {
+  kick_.async_read_some(asio::buffer(&kick_count_, sizeof kick_count_),
+                        [this](const boost::system::error_code& ec, std::size_t) {
+                          if (ec) return;
+                          pump();
+                          arm_kick();
+                        });
 }
 
 void SyncService::open_socket() {
@@ -200,8 +224,10 @@ void SyncService::start() {
   spdlog::info("sync: node {} epoch {} on {} ({}:{} -> {}), datagrams up to {} bytes, flush {} ms", node_id_,
                pc.epoch, config_.interface, socket_.local_endpoint().address().to_string(), config_.port,
                destination_.address().to_string(), pc.max_datagram, config_.flush_interval.count());
+  kick_.assign(kick_fd_);
   running_ = true;
   arm_receive();
+  arm_kick();
   asio::post(io_, [this] { pump(); });
   thread_ = std::thread([this] { io_.run(); });
 }
@@ -213,6 +239,8 @@ void SyncService::stop() {
   if (thread_.joinable()) thread_.join();
   boost::system::error_code ec;
   socket_.close(ec);
+  // The eventfd stays open until destruction: workers may still kick.
+  kick_.release();
 }
 
 void SyncService::arm_receive() {
@@ -245,8 +273,13 @@ bool SyncService::send(std::span<const uint8_t> datagram) noexcept {
 void SyncService::pump() {
   const Micros now = steady_now();
   engine::StateRecord record;
-  for (auto* ring : rings_) {
-    while (ring->pop(record)) protocol_->enqueue(record, now);
+  for (Ring& r : rings_) {
+    const uint64_t popped_before = r.ring->consumed();
+    while (r.ring->pop(record)) protocol_->enqueue(record, now);
+    if (r.on_synced && r.ring->consumed() != popped_before) {
+      if (r.marks.size() == kMaxRingMarks) r.marks.pop_front();  // the later marks cover it
+      r.marks.emplace_back(r.ring->consumed(), protocol_->enqueued());
+    }
   }
   // conntrackd's netlink path loses events under load and nobody notices until a failover; a
   // change our rings dropped is made good by a full resync instead.
@@ -258,6 +291,7 @@ void SyncService::pump() {
     }
   }
   protocol_->poll(now, [this](std::span<const uint8_t> d) { return send(d); });
+  report_synced(now);
 
   // The status the control thread reads is refreshed before bulk_done() turns true, so that
   // both never disagree.
@@ -275,6 +309,29 @@ void SyncService::pump() {
     if (bulk_done_callback_) bulk_done_callback_();
   }
   arm_timer(now);
+}
+
+void SyncService::report_synced(Micros now) {
+  const bool peer_up = protocol_->peer_state(now) == PeerState::Up;
+  const uint64_t synced = protocol_->synced();
+  for (Ring& r : rings_) {
+    if (!r.on_synced) continue;
+    uint64_t ring_synced = r.synced;
+    while (!r.marks.empty() && r.marks.front().second <= synced) {
+      ring_synced = r.marks.front().first;
+      r.marks.pop_front();
+    }
+    if (!peer_up) {
+      // Nothing will be acked: what waits is let go, and the marks start again.
+      r.marks.clear();
+      ring_synced = r.ring->consumed();
+    }
+    if (r.reported && ring_synced == r.synced && peer_up == r.peer_up) continue;
+    r.synced = ring_synced;
+    r.peer_up = peer_up;
+    r.reported = true;
+    r.on_synced(ring_synced, peer_up);
+  }
 }
 
 void SyncService::arm_timer(Micros now) {

@@ -2,8 +2,9 @@
 // the dedicated sync link, the engine's state change rings drained on a short timer, the peer's
 // records applied to the engine, status for pairwallctl and metrics for Prometheus.
 //
-//   workers' rings + engine control ring ─(every 2 ms)─▶ SyncProtocol::enqueue ─▶ poll ─▶ socket
+//   workers' rings + engine control ring ─(every 2 ms, or a kick)─▶ SyncProtocol::enqueue ─▶ poll ─▶ socket
 //   socket ─▶ SyncProtocol::receive ─▶ EngineStore::apply (Engine::apply)
+//             └─ acks ─▶ SyncProtocol::synced() ─▶ each ring's SyncedFn (defer: held packets go)
 //
 // The socket is bound to the sync interface (SO_BINDTODEVICE) so that sync never leaks onto, or
 // is accepted from, another link; datagrams leave with DSCP CS6 (network control, RFC 4594).
@@ -13,7 +14,9 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/udp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -38,8 +41,15 @@ class SyncService final : public control::SyncControl {
   SyncService(const SyncService&) = delete;
   SyncService& operator=(const SyncService&) = delete;
 
+  // How many of a ring's records the peer has (acknowledged), and whether the peer answers. Called
+  // on the sync thread when either changes.
+  using SyncedFn = std::function<void(uint64_t synced, bool peer_up)>;
+
   // A ring of state changes to drain (each worker's, and the engine's control ring). Before start().
-  void add_ring(engine::SpscRing<engine::StateRecord>& ring);
+  void add_ring(engine::SpscRing<engine::StateRecord>& ring, SyncedFn on_synced = {});
+  // Drains the rings now rather than at the next period (a worker holds packets until their
+  // inserts are acked). Any thread; a write to an eventfd, no allocation. After start().
+  void kick() noexcept;
   // Records the rings dropped because they were full, for status (the engine counts them).
   void set_events_lost(std::function<uint64_t()> events_lost) { events_lost_ = std::move(events_lost); }
   // Called once, on the sync thread, when this node's initial bulk ends or times out.
@@ -62,7 +72,9 @@ class SyncService final : public control::SyncControl {
  private:
   void open_socket();
   void arm_receive();
+  void arm_kick();
   void on_receive(const boost::system::error_code& ec, std::size_t n);
+  void report_synced(Micros now);
   void pump();
   void arm_timer(Micros now);
   void log_changes(const ProtocolStatus& s, Micros now);
@@ -72,7 +84,16 @@ class SyncService final : public control::SyncControl {
   uint32_t node_id_;
   uint64_t epoch_;
   EngineStore store_;
-  std::vector<engine::SpscRing<engine::StateRecord>*> rings_;
+  struct Ring {
+    engine::SpscRing<engine::StateRecord>* ring;
+    SyncedFn on_synced;
+    // (records popped, SyncProtocol::enqueued() then), while the protocol's synced() is below it.
+    std::deque<std::pair<uint64_t, uint64_t>> marks;
+    uint64_t synced = 0;
+    bool peer_up = false;
+    bool reported = false;
+  };
+  std::vector<Ring> rings_;
   std::function<uint64_t()> events_lost_;
   uint64_t events_lost_seen_ = 0;  // the count the last full resync made good (sync thread only)
   std::function<void()> bulk_done_callback_;
@@ -80,6 +101,9 @@ class SyncService final : public control::SyncControl {
   boost::asio::io_context io_;
   boost::asio::ip::udp::socket socket_;
   boost::asio::steady_timer timer_;
+  int kick_fd_ = -1;                            // an eventfd
+  boost::asio::posix::stream_descriptor kick_;  // kick_fd_ on the loop
+  uint64_t kick_count_ = 0;
   boost::asio::ip::udp::endpoint destination_;
   boost::asio::ip::udp::endpoint sender_;
   std::vector<uint8_t> rx_buffer_;

@@ -24,6 +24,7 @@ inline constexpr std::size_t kMaxPayload = 65507 - kOverhead;  // largest UDP pa
 namespace frameflag {
 inline constexpr uint8_t kSequenced = 0x01;  // reliable payload with a data sequence
 inline constexpr uint8_t kAck = 0x02;        // ack epoch / cumulative ack / bitmap valid
+inline constexpr uint8_t kAckNow = 0x04;     // the sender waits for this datagram's ack: no delay
 }  // namespace frameflag
 
 struct Header {

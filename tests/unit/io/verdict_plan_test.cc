@@ -117,5 +117,27 @@ TEST_CASE("the run carries across add() calls until flush", "[verdict]") {
   CHECK(planner.flush().count == 0);
 }
 
+TEST_CASE("a held packet ends the run before it, and no batch settles it while held", "[verdict][defer]") {
+  VerdictPlanner planner(true);
+  std::vector<VerdictOp> out;
+  auto take = [&](const VerdictSteps& steps) {
+    for (uint8_t i = 0; i < steps.count; ++i) out.push_back(steps.ops[i]);
+  };
+  take(planner.add(1, A));
+  take(planner.add(2, A));
+  take(planner.hold());  // id 3 held
+  take(planner.add(4, A));
+  take(planner.add(5, A));
+  take(planner.flush());
+  CHECK(out == std::vector<VerdictOp>{batch_accept(2), single_accept(4), single_accept(5)});
+  CHECK(planner.held() == 1);
+  planner.released();  // id 3's verdict went out
+  out.clear();
+  take(planner.add(6, A));
+  take(planner.add(7, A));
+  take(planner.flush());
+  CHECK(out == std::vector<VerdictOp>{batch_accept(7)});
+}
+
 }  // namespace
 }  // namespace pairwall::io

@@ -756,3 +756,43 @@ TEST_CASE("mutated authenticated datagrams never break a node", "[sync][protocol
   p.run(ms(10));
   CHECK(p.store_b.states.count(r.id) == 1);
 }
+
+TEST_CASE("synced() counts the local changes the peer has acknowledged, and no more",
+          "[sync][protocol][defer]") {
+  Pair p;
+  settle(p);
+  const uint64_t before = p.a->enqueued();
+  CHECK(p.a->synced() == before);
+  p.a_to_b.up = false;
+  p.change(true, make_insert(1, 1));
+  p.change(true, make_insert(1, 2));
+  CHECK(p.a->enqueued() == before + 2);
+  p.run(ms(50));
+  CHECK(p.a->synced() == before);  // sent, never acked
+  p.a_to_b.up = true;
+  p.run(ms(400));  // the resend timer brings them over
+  CHECK(p.a->synced() == before + 2);
+  CHECK(p.store_b.states.size() == 2);
+}
+
+TEST_CASE("inserts a node holds packets for are acked at once, others after the ack delay",
+          "[sync][protocol][defer]") {
+  for (const bool at_once : {true, false}) {
+    CAPTURE(at_once);
+    Pair p;
+    p.config_a.ack_inserts_at_once = at_once;
+    p.config_b.ack_delay = ms(5);  // below the sender's shortest resend timeout (10 ms)
+    p.config_b.ack_every = 100;
+    settle(p);
+    const Micros t0 = p.now;
+    p.change(true, make_insert(1, 7));
+    const uint64_t want = p.a->enqueued();
+    while (p.a->synced() < want && p.now - t0 < ms(100)) p.run(Micros{50}, Micros{50});
+    REQUIRE(p.a->synced() == want);
+    if (at_once) {
+      CHECK(p.now - t0 < ms(1));  // two link delays of 100 us, and polls
+    } else {
+      CHECK(p.now - t0 >= ms(5));
+    }
+  }
+}

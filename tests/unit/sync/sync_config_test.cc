@@ -103,6 +103,8 @@ bulk_timeout_min_s = 20
 peer_node_id = 2
 resend_window = 256
 pending_limit = 5000
+defer = true
+defer_timeout_ms = 25
 )"),
                                    (dir.path / "pairwall.toml").string());
   CHECK(c.interface == "sync0");
@@ -119,6 +121,8 @@ pending_limit = 5000
   CHECK(c.peer_node_id == 2);
   CHECK(c.resend_window == 256);
   CHECK(c.pending_limit == 5000);
+  CHECK(c.defer);
+  CHECK(c.defer_timeout == std::chrono::milliseconds(25));
 }
 
 TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
@@ -134,6 +138,8 @@ TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
   CHECK(c.flush_interval == std::chrono::milliseconds(10));
   CHECK(c.bulk_timeout_min == std::chrono::seconds(5));
   CHECK(c.pending_limit == 1u << 20);
+  CHECK_FALSE(c.defer);
+  CHECK(c.defer_timeout == std::chrono::milliseconds(10));
 }
 
 TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][config]") {
@@ -165,6 +171,11 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
        "[sync] resend_window: expected 64..65536, got 10"},
       {base + "peer = \"10.0.0.2\"\npending_limit = 4\n",
        "[sync] pending_limit: expected 16..67108864, got 4"},
+      {base + "peer = \"10.0.0.2\"\ndefer = 1\n", "[sync] defer: expected true or false"},
+      {base + "peer = \"10.0.0.2\"\ndefer = true\ndefer_timeout_ms = 0\n",
+       "[sync] defer_timeout_ms: expected 1..1000, got 0"},
+      {base + "peer = \"10.0.0.2\"\ndefer_timeout_ms = 20\n",
+       "[sync] defer_timeout_ms: set without defer = true"},
       {"key_file = \"" + key + "\"\npeer = \"10.0.0.2\"\n", "[sync] interface: missing (required)"},
       {"interface = \"sync0\"\npeer = \"10.0.0.2\"\n", "[sync] key_file: missing (required)"},
       {"interface = \"a-very-long-interface-name\"\npeer = \"10.0.0.2\"\nkey_file = \"" + key + "\"\n",
