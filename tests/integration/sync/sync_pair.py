@@ -33,6 +33,7 @@ SYNC = {"fwA": "10.88.9.1", "fwB": "10.88.9.2"}
 NODE_ID = {"fwA": 1, "fwB": 2}
 TCP_PORT = 9000
 SYNC_PORT = 8370
+METRICS = "127.0.0.1:9477"  # in each firewall's own namespace
 
 RULES = """\
 in_if = "a0"
@@ -65,7 +66,7 @@ level = "info"
 socket = "{socket}"
 
 [metrics]
-listen = ""
+listen = "{metrics}"
 
 [sync]
 interface = "sync0"
@@ -85,7 +86,7 @@ def bin_dir() -> Path:
 class Node:
     """pairwalld in one firewall namespace, and pairwallctl to ask it things."""
 
-    def __init__(self, pair, name, work: Path, sync_extra=""):
+    def __init__(self, pair, name, work: Path, sync_extra="", metrics=False):
         self.pair = pair
         self.name = name
         self.ns = pair.ns[name]
@@ -102,7 +103,7 @@ class Node:
         peer = "fwB" if name == "fwA" else "fwA"
         self.config.write_text(CONFIG.format(node_id=NODE_ID[name], name=name, rules=rules, socket=self.socket,
                                              own=SYNC[name], peer=SYNC[peer], port=SYNC_PORT, key=pair.key,
-                                             extra=sync_extra))
+                                             extra=sync_extra, metrics=METRICS if metrics else ""))
         self.log = self.dir / "pairwalld.log"
         self.proc = None
 
@@ -140,6 +141,16 @@ class Node:
     def json(self, *args):
         return json.loads(self.ctl("--json", *args).stdout)
 
+    def metrics(self):
+        """The /metrics samples as {"name{labels}": value} (the pair made with metrics=True)."""
+        text = self.ns.exec("curl", "-s", "-m", "3", f"http://{METRICS}/metrics").stdout
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
     def sync_status(self):
         return self.json("sync", "status")
 
@@ -165,7 +176,7 @@ class Node:
 class Pair:
     """The four namespaces, the TCP echo server, and the two nodes (not started)."""
 
-    def __init__(self, topo, work: Path, sync_extra=""):
+    def __init__(self, topo, work: Path, sync_extra="", metrics=False):
         self.topo = topo
         self.work = work
         self.ns = {r: topo.namespace(r) for r in ("client", "fwA", "fwB", "server")}
@@ -190,8 +201,8 @@ class Pair:
                        stdout=subprocess.PIPE)
         if b"serving" not in p.stdout.readline():
             raise NetnsError("echo server did not start")
-        self.a = Node(self, "fwA", work, sync_extra)
-        self.b = Node(self, "fwB", work, sync_extra)
+        self.a = Node(self, "fwA", work, sync_extra, metrics)
+        self.b = Node(self, "fwB", work, sync_extra, metrics)
 
     def start(self):
         self.a.start()
