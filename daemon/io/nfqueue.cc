@@ -109,7 +109,8 @@ bool NfQueue::wait_holding(Worker& w) noexcept {
     uint64_t wakes = 0;
     [[maybe_unused]] const ssize_t n = ::read(w.wake_fd, &wakes, sizeof wakes);
   }
-  return (fds[0].revents & POLLIN) != 0;
+  // An error pending on the socket (ENOBUFS) is the receive's to take and count.
+  return (fds[0].revents & (POLLIN | POLLERR)) != 0;
 }
 
 void NfQueue::release_held(Worker& w, std::chrono::steady_clock::time_point now) noexcept {

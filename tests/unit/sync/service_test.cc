@@ -7,6 +7,7 @@
 #include <boost/asio/ip/udp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "daemon/sync/sync_service.h"
@@ -174,6 +175,57 @@ TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, sta
   CHECK(w.text().find("pairwall_sync_peer_state{state=\"up\"} 1") != std::string::npos);
   a.stop();
   b.stop();
+}
+
+TEST_CASE("a ring's records count as synced once the peer acks them; a kick sends them at once",
+          "[sync][service][defer]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: SO_BINDTODEVICE needs root (CAP_NET_RAW)");
+    return;
+  }
+  const uint16_t port = free_port();
+  engine::EngineConfig ea;
+  ea.node_id = 1;
+  engine::EngineConfig eb;
+  eb.node_id = 2;
+  engine::Engine engine_a(ea);
+  engine::Engine engine_b(eb);
+  engine::SpscRing<StateRecord> ring_a(1024);
+  std::mutex m;
+  std::vector<std::pair<uint64_t, bool>> reports;
+  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
+  a.add_ring(ring_a, [&](uint64_t synced, bool peer_up) {
+    std::lock_guard lock(m);
+    reports.emplace_back(synced, peer_up);
+  });
+  auto last = [&] {
+    std::lock_guard lock(m);
+    return reports.empty() ? std::pair<uint64_t, bool>{0, false} : reports.back();
+  };
+  a.start();
+  b.start();
+  REQUIRE(wait_for([&] { return last().second; }, std::chrono::milliseconds(5000)));  // peer up
+  CHECK(last().first == 0);
+
+  // Both records synced only once B has them; the kick sends them without waiting for the drain
+  // period, and B acks an insert at once.
+  REQUIRE(ring_a.push(state(1, 1)));
+  REQUIRE(ring_a.push(state(1, 2)));
+  const auto t0 = std::chrono::steady_clock::now();
+  a.kick();
+  REQUIRE(wait_for([&] { return last().first == 2; }, std::chrono::milliseconds(2000)));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100));
+  CHECK(has(engine_b, {1, 1}));
+  CHECK(has(engine_b, {1, 2}));
+
+  // The peer gone: reported down, and everything popped counts as let go.
+  b.stop();
+  REQUIRE(ring_a.push(state(1, 3)));
+  REQUIRE(wait_for([&] { return !last().second; }, std::chrono::milliseconds(3000)));
+  CHECK(last().first == 3);
+  CHECK_FALSE(has(engine_b, {1, 3}));
+  a.stop();
 }
 
 TEST_CASE("a service refuses an interface that does not exist", "[sync][service]") {
