@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <utility>
 
 namespace pairwall::engine::rules {
 
@@ -13,12 +14,15 @@ const Anchor* find_anchor(const RuleFile& file, std::string_view path) {
   return nullptr;
 }
 
+Anchor* find_anchor(RuleFile& file, std::string_view path) {
+  return const_cast<Anchor*>(find_anchor(std::as_const(file), path));
+}
+
 bool set_anchor_rules(RuleFile& file, std::string path, RuleFile content) {
   auto& anchors = file.anchors;
-  const auto target =
-      std::find_if(anchors.begin(), anchors.end(), [&](const Anchor& a) { return a.path == path; });
-  if (target == anchors.end()) return false;
-  const std::size_t index = static_cast<std::size_t>(target - anchors.begin());
+  Anchor* target = find_anchor(file, path);
+  if (target == nullptr) return false;
+  const std::size_t index = static_cast<std::size_t>(target - anchors.data());
   const std::string prefix = path + "/";
   const auto position = static_cast<std::ptrdiff_t>(target->position);
 

@@ -12,6 +12,7 @@
 namespace pairwall::engine::rules {
 
 const Anchor* find_anchor(const RuleFile& file, std::string_view path);
+Anchor* find_anchor(RuleFile& file, std::string_view path);
 
 // Makes `content`'s filter rules and anchors (parse_anchor_rules(); their paths relative to the
 // anchor) the rules of the anchor at `path`, in place of those it had, the anchors within it

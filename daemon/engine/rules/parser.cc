@@ -350,7 +350,7 @@ class Parser {
     a.parent = scope_;
     if (static_cast<std::size_t>(std::count(a.path.begin(), a.path.end(), '/')) >= kMaxAnchorDepth)
       fail_at(name, "anchors nest deeper than " + std::to_string(kMaxAnchorDepth));
-    if (const Anchor* known = find(a.path)) {
+    if (const Anchor* known = find_anchor(out_, a.path)) {
       fail_at(name, "anchor \"" + a.path + "\" is already declared at " + known->location.file_and_line() +
                         ": an anchor stands in one place");
     }
@@ -405,7 +405,7 @@ class Parser {
     if (!at(TokenKind::String)) fail_expected(peek(), "the anchor's file in quotes");
     const Token file = take();
     expect_end("end of line after the anchor's file");
-    Anchor* target = find(path);
+    Anchor* target = find_anchor(out_, path);
     if (target == nullptr) fail_at(name, "no anchor \"" + path + "\" is declared before this line");
     if (target->file_defines_rules) {
       fail_at(name, "anchor \"" + path + "\" has its rules from " + target->location.file_and_line());
@@ -452,13 +452,6 @@ class Parser {
   }
 
   std::string scoped(const std::string& name) const { return scope_.empty() ? name : scope_ + "/" + name; }
-
-  Anchor* find(const std::string& path) {
-    for (Anchor& a : out_.anchors) {
-      if (a.path == path) return &a;
-    }
-    return nullptr;
-  }
 
   // include "path": the file's statements stand here; a relative path is the including file's
   // directory's.
