@@ -219,6 +219,27 @@ int cleanup(const control::Config& c) {
 
 // What the control plane reads from the queues: the engine workers' counters, each worker's queue
 // counters, and the kernel's view of the same queues.
+// The defer counters of every queue worker, added up.
+struct DeferTotals {
+  uint64_t held = 0;
+  uint64_t holding = 0;
+  uint64_t too_large = 0;
+  std::array<uint64_t, static_cast<std::size_t>(io::ReleaseCause::Count)> released{};
+};
+
+DeferTotals defer_totals(const io::NfQueue& queues) {
+  DeferTotals t;
+  for (std::size_t i = 0; i < queues.workers(); ++i) {
+    const io::DeferCounters* d = queues.defer_counters(i);
+    if (d == nullptr) continue;
+    t.held += d->held.get();
+    t.holding += queues.held(i);
+    t.too_large += d->too_large.get();
+    for (std::size_t k = 0; k < t.released.size(); ++k) t.released[k] += d->released[k].get();
+  }
+  return t;
+}
+
 class QueueDataPlane final : public control::DataPlane {
  public:
   explicit QueueDataPlane(io::NfQueue& queues) : queues_(queues) {}
@@ -410,7 +431,19 @@ int run(const control::Config& c) {
         for (std::size_t i = 0; i < queues->workers(); ++i) lost += queues->engine_worker(i).events_lost();
         return lost;
       });
-      if (qc.defer.enabled) queues->set_sync_kick([service = sync_service.get()] { service->kick(); });
+      if (qc.defer.enabled) {
+        queues->set_sync_kick([service = sync_service.get()] { service->kick(); });
+        sync_service->set_defer_status([&queues](control::SyncStatus::Defer* out) {
+          const DeferTotals d = defer_totals(*queues);
+          out->set_held(d.held);
+          out->set_holding(d.holding);
+          out->set_too_large(d.too_large);
+          for (std::size_t k = 0; k < d.released.size(); ++k) {
+            (*out->mutable_released())[std::string(
+                io::release_cause_name(static_cast<io::ReleaseCause>(k)))] = d.released[k];
+          }
+        });
+      }
     }
     queues->start();
     data_plane = std::make_unique<QueueDataPlane>(*queues);
@@ -480,33 +513,22 @@ int run(const control::Config& c) {
       w.sample(s.dropped);
     }
     if (defer_enabled) {
-      uint64_t held = 0;
-      uint64_t too_large = 0;
-      uint64_t holding = 0;
-      std::array<uint64_t, static_cast<std::size_t>(io::ReleaseCause::Count)> released{};
-      for (std::size_t i = 0; i < queues->workers(); ++i) {
-        const io::DeferCounters* d = queues->defer_counters(i);
-        if (d == nullptr) continue;
-        held += d->held.get();
-        too_large += d->too_large.get();
-        holding += queues->held(i);
-        for (std::size_t k = 0; k < released.size(); ++k) released[k] += d->released[k].get();
-      }
+      const DeferTotals d = defer_totals(*queues);
       w.family("pairwall_defer_held_total", T::Counter,
                "Packets held until the sync peer acknowledged their states (defer).");
-      w.sample(held);
+      w.sample(d.held);
       w.family("pairwall_defer_released_total", T::Counter,
                "Held packets let go, by cause: synced (the peer acknowledged), timeout, full (a newer "
                "packet needed the room), stopped (the peer stopped answering, or shutdown).");
-      for (std::size_t k = 0; k < released.size(); ++k) {
+      for (std::size_t k = 0; k < d.released.size(); ++k) {
         w.sample({{"cause", std::string(io::release_cause_name(static_cast<io::ReleaseCause>(k)))}},
-                 released[k]);
+                 d.released[k]);
       }
       w.family("pairwall_defer_too_large_total", T::Counter,
                "Rewritten packets too large to copy for holding: passed at once.");
-      w.sample(too_large);
+      w.sample(d.too_large);
       w.family("pairwall_defer_holding", T::Gauge, "Packets held now.");
-      w.sample(holding);
+      w.sample(d.holding);
     }
     w.family("pairwall_worker_stuck", T::Gauge,
              "1 while a packet worker makes no progress with packets waiting.");

@@ -505,6 +505,12 @@ void SyncService::fill_status(control::SyncStatus* out) {
   out->set_resend_window_depth(s.outstanding);
   out->set_events_lost(events_lost_ ? events_lost_() : 0);
   out->set_peer_states_removed(c.peer_states_removed);
+  if (config_.defer) {
+    auto* d = out->mutable_defer();
+    d->set_enabled(true);
+    d->set_timeout_ms(static_cast<uint32_t>(config_.defer_timeout.count()));
+    if (defer_status_) defer_status_(d);
+  }
 }
 
 void SyncService::render_metrics(control::MetricWriter& w) const {

@@ -52,6 +52,10 @@ class SyncService final : public control::SyncControl {
   void kick() noexcept;
   // Records the rings dropped because they were full, for status (the engine counts them).
   void set_events_lost(std::function<uint64_t()> events_lost) { events_lost_ = std::move(events_lost); }
+  // Fills the defer part of the status (the packet path keeps those counters). Control thread.
+  void set_defer_status(std::function<void(control::SyncStatus::Defer*)> fill) {
+    defer_status_ = std::move(fill);
+  }
   // Called once, on the sync thread, when this node's initial bulk ends or times out.
   void on_bulk_done(std::function<void()> callback) { bulk_done_callback_ = std::move(callback); }
 
@@ -97,6 +101,7 @@ class SyncService final : public control::SyncControl {
   std::function<uint64_t()> events_lost_;
   uint64_t events_lost_seen_ = 0;  // the count the last full resync made good (sync thread only)
   std::function<void()> bulk_done_callback_;
+  std::function<void(control::SyncStatus::Defer*)> defer_status_;
 
   boost::asio::io_context io_;
   boost::asio::ip::udp::socket socket_;

@@ -294,6 +294,17 @@ std::string format_sync(const control::SyncStatus& s) {
     << " resyncs, resend window " << s.resend_window_depth() << ", events lost " << s.events_lost() << "\n";
   if (s.peer_states_removed() != 0)
     o << "stale states  " << s.peer_states_removed() << " of the peer's removed after its full transfers\n";
+  if (s.defer().enabled()) {
+    const auto& d = s.defer();
+    const auto released = [&](const char* cause) {
+      const auto it = d.released().find(cause);
+      return it == d.released().end() ? uint64_t{0} : it->second;
+    };
+    o << "defer         " << d.holding() << " held now, " << d.held() << " held in all (timeout "
+      << d.timeout_ms() << " ms): " << released("synced") << " went when the peer acked, "
+      << released("timeout") << " timed out, " << released("full") << " made room, " << released("stopped")
+      << " let go with the peer down\n";
+  }
   if (!s.drops().empty()) {
     o << "dropped\n";
     std::map<std::string, uint64_t> sorted(s.drops().begin(), s.drops().end());

@@ -55,6 +55,11 @@ def test_defer_holds_first_packets_until_peer_acks(make_pair):
     assert m["pairwall_defer_holding"] == 0, m
     assert max(took) < TIMEOUT_MS / 1000 / 2, took
     assert len(b.states("proto", "tcp", "port", TCP_PORT)) >= 30
+    defer = a.sync_status()["defer"]
+    assert defer["enabled"] and defer["timeout_ms"] == TIMEOUT_MS, defer
+    assert int(defer["held"]) == m[HELD] and int(defer["released"]["synced"]) == m[HELD], defer
+    text = a.ctl("sync", "status").stdout
+    assert f"defer         0 held now, {int(m[HELD])} held in all (timeout {TIMEOUT_MS} ms)" in text, text
 
     # B's acks cut while A still counts it up: the SYN waits for the timeout, and still passes.
     held_before = m[HELD]
