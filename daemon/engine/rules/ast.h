@@ -163,6 +163,10 @@ struct TranslationRule {
   Endpoint to;
   std::optional<IpPrefix> target;        // the address (or pool prefix) after `->`
   std::optional<PortMatch> target_port;  // `port P` or `port P:Q` after the target
+  // `-> em0` or `-> (em0)`: the interface's address of the rule's family, which
+  // resolve_interfaces() sets as `target` and refresh_interface_tables() keeps current.
+  std::string target_interface;
+  SourceLocation target_location;
 };
 
 // `scrub [in|out] [on IF] [all|from..to] [fragment reassemble] [max-mss N] [min-ttl N] [random-id]

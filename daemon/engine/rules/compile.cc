@@ -167,7 +167,11 @@ std::string translation_text(const TranslationRule& r) {
   if (r.pass) out += " pass";
   out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
-  if (r.target) out += " -> " + address_text(*r.target);
+  if (!r.target_interface.empty()) {
+    out += " -> (" + r.target_interface + ")";
+  } else if (r.target) {
+    out += " -> " + address_text(*r.target);
+  }
   if (r.target_port) out += " port " + port_text(*r.target_port);
   return out;
 }
@@ -658,6 +662,10 @@ class Compiler {
       t.number = static_cast<uint32_t>(i);
       set.translation_listing_.push_back({t.number, translation_text(r), r.location});
       if (!r.negate_translation) {
+        if (!r.target && !r.target_interface.empty()) {
+          // resolve_interfaces() sets it; rules compiled without the host's addresses cannot.
+          fail(r.target_location, "the address of interface '" + r.target_interface + "' is not known here");
+        }
         if (!r.target) fail(r.location, "a translation rule needs a target: '-> ADDRESS'");
         t.target = *r.target;
         const uint8_t matched = families_of(r.from.addresses) & families_of(r.to.addresses) &

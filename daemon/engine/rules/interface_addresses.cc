@@ -1,5 +1,6 @@
 #include "daemon/engine/rules/interface_addresses.h"
 
+#include <optional>
 #include <set>
 
 namespace pairwall::engine::rules {
@@ -41,6 +42,28 @@ bool collect(const std::string& interface, bool networks, const InterfaceAddress
   return true;
 }
 
+// The family a translation rule translates: its own, else that of the first address it names.
+Family translated_family(const TranslationRule& r) {
+  if (r.family) return *r.family;
+  for (const Endpoint* ep : {&r.from, &r.to}) {
+    for (const AddressElement& e : ep->addresses) {
+      if (e.kind == AddressElement::Kind::Prefix) return e.prefix.family;
+    }
+  }
+  return Family::V4;
+}
+
+// The interface's first address (the kernel's primary) of the rule's family, as a host prefix.
+std::optional<IpPrefix> interface_target(const TranslationRule& r, const InterfaceAddresses& addresses) {
+  const auto it = addresses.find(r.target_interface);
+  if (it == addresses.end()) return std::nullopt;
+  const Family family = translated_family(r);
+  for (const InterfaceAddress& a : it->second) {
+    if (a.family == family) return host_of(a);
+  }
+  return std::nullopt;
+}
+
 class Resolver {
  public:
   // Tables an earlier resolution made stay as they are (refresh_interface_tables() sets them), so
@@ -70,6 +93,14 @@ class Resolver {
     }
     for (TranslationRule& r : file_.translation_rules) {
       if (auto e = endpoints(r.from, r.to)) return e;
+      if (r.target_interface.empty() || r.target) continue;
+      r.target = interface_target(r, addresses_);
+      if (r.target) continue;
+      if (addresses_.count(r.target_interface) == 0)
+        return RuleError{r.target_location, "no interface named '" + r.target_interface + "' on this host"};
+      return RuleError{r.target_location, "interface '" + r.target_interface + "' has no " +
+                                              (translated_family(r) == Family::V4 ? "IPv4" : "IPv6") +
+                                              " address to translate to"};
     }
     for (ScrubRule& r : file_.scrub_rules) {
       if (auto e = endpoints(r.from, r.to)) return e;
@@ -138,6 +169,15 @@ std::vector<std::string> refresh_interface_tables(RuleFile& file, const Interfac
     if (now == t.entries) continue;
     t.entries = std::move(now);
     changed.push_back(t.name);
+  }
+  // An interface without an address of the family keeps the target it had: a translation to
+  // nothing would not pass the rule's packets either.
+  for (TranslationRule& r : file.translation_rules) {
+    if (r.target_interface.empty()) continue;
+    const std::optional<IpPrefix> now = interface_target(r, addresses);
+    if (!now || now == r.target) continue;
+    r.target = now;
+    changed.push_back(r.target_interface + " (translation address)");
   }
   return changed;
 }

@@ -32,13 +32,15 @@ using InterfaceAddresses = std::map<std::string, std::vector<InterfaceAddress>>;
 std::string interface_table_name(const AddressElement& element);
 
 // Turns every interface element of `file`'s rules into a read of its table, adding the tables, and
-// the interface entries of its tables into entries. An interface the host does not have, or one
-// without an address, is a RuleError at the element. Tables an earlier call made are kept as they
-// are: resolving a file again resolves only what was added to it since.
+// the interface entries of its tables into entries; a translation rule's `-> em0` becomes the
+// interface's first address of the rule's family. An interface the host does not have, or one
+// without an address (of that family), is a RuleError at the element. Tables an earlier call made are kept as
+// they are: resolving a file again resolves only what was added to it since.
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
 
-// Sets the tables resolve_interfaces() made to the addresses now, and returns the names of those
-// that changed. An interface that lost its addresses, or is gone, leaves its table empty.
+// Sets the tables resolve_interfaces() made, and the translation addresses it set, to the addresses
+// now, and returns the names of those that changed. An interface that lost its addresses, or is
+// gone, leaves its table empty and its translation address as it was.
 std::vector<std::string> refresh_interface_tables(RuleFile& file, const InterfaceAddresses& addresses);
 
 }  // namespace pairwall::engine::rules

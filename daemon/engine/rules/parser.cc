@@ -728,16 +728,20 @@ class Parser {
       fail_expected(peek(), "'->' and a translation address");
     }
     take();
-    const Token target = peek();
-    if (target.kind != TokenKind::Word && target.kind != TokenKind::String) {
-      fail_expected(target, "translation address (an address or prefix)");
-    }
-    take();
-    r.target = prefix(target, "translation address (an address or prefix)");
-    if (r.family && *r.family != r.target->family) {
-      fail_at(target, "translation address " + target.describe() + " is not " +
-                          (*r.family == Family::V4 ? "an IPv4" : "an IPv6") +
-                          " address, as the rule's address family requires");
+    constexpr std::string_view kTarget = "translation address (an address, a prefix or an interface)";
+    r.target_location = loc(peek());
+    if (const std::optional<std::string> interface = target_interface()) {
+      r.target_interface = *interface;
+    } else {
+      const Token target = peek();
+      if (target.kind != TokenKind::Word && target.kind != TokenKind::String) fail_expected(target, kTarget);
+      take();
+      r.target = prefix(target, kTarget);
+      if (r.family && *r.family != r.target->family) {
+        fail_at(target, "translation address " + target.describe() + " is not " +
+                            (*r.family == Family::V4 ? "an IPv4" : "an IPv6") +
+                            " address, as the rule's address family requires");
+      }
     }
     if (at_word("port")) {
       if (binat) fail_at(peek(), "binat maps whole addresses and takes no 'port'");
@@ -746,6 +750,30 @@ class Parser {
     }
     expect_end("'port' or end of line");
     out_.translation_rules.push_back(std::move(r));
+  }
+
+  // `-> em0` or `-> (em0)`: translation to the interface's address. pf reads `em0` as the address
+  // when the rules load and `(em0)` as the address as it changes; both follow it here, as
+  // interfaces in filter rules do.
+  std::optional<std::string> target_interface() {
+    AddressElement e;
+    const Token t = peek();
+    if (t.kind == TokenKind::LParen) {
+      take();
+      const Token name = peek();
+      if (name.kind != TokenKind::Word || is_keyword(name.text) || !interface_element(name, e))
+        fail_expected(name, "an interface name inside '( )'");
+      take();
+      if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
+      take();
+    } else if (t.kind == TokenKind::Word && !is_keyword(t.text) && interface_element(t, e)) {
+      take();
+    } else {
+      return std::nullopt;
+    }
+    if (e.table == "self") fail_at(t, "'self' is every address of this host: translate to one interface's");
+    if (e.networks) fail_at(t, "translate to " + e.table + " (its address), not to its networks");
+    return e.table;
   }
 
   // `port 8080` or `port 8080:8090` after the translation target.

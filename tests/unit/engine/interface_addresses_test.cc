@@ -233,5 +233,64 @@ TEST_CASE("antispoof expands as pfctl does and drops what arrives where it canno
   CHECK(v4->evaluate(tcp("10.1.0.5", "192.0.2.10"), Direction::In, ifs4.intern("em0")) == 1);
 }
 
+TEST_CASE("a translation to an interface takes its address of the rule's family, and follows it",
+          "[interfaces][nat]") {
+  RuleFile f = parse(
+      "nat on em0 from 10.1.0.0/16 to any -> (em0)\n"
+      "nat on em0 inet6 proto udp from fd01::/64 to any -> em0 port 30000:30999\n"
+      "binat on em0 from 10.1.0.7 to any -> (em0)\n"
+      "pass all\n");
+  REQUIRE(f.translation_rules[0].target_interface == "em0");
+  CHECK_FALSE(f.translation_rules[0].target);
+  REQUIRE_FALSE(resolve_interfaces(f, host()));
+  // The first address the kernel lists for the family, not the numerically lowest.
+  CHECK(to_string(*f.translation_rules[0].target) == "192.0.2.10/32");
+  CHECK(to_string(*f.translation_rules[1].target) == "2001:db8::10/128");
+  CHECK(to_string(*f.translation_rules[2].target) == "192.0.2.10/32");
+
+  InterfaceRegistry ifs;
+  const IfaceId em0 = ifs.intern("em0");
+  auto compiled = compile(f, ifs);
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(compiled));
+  const auto& set = *std::get<std::shared_ptr<const RuleSet>>(compiled);
+  CHECK(set.translation_rules()[0].text == "nat on em0 from 10.1.0.0/16 to any -> (em0)");
+  CHECK(set.translation_rules()[1].text ==
+        "nat on em0 inet6 proto udp from fd01::/64 to any -> (em0) port 30000:30999");
+  const CompiledTranslation* t = set.translation(tcp("10.1.2.3", "198.51.100.1"), Direction::Out, em0);
+  REQUIRE(t != nullptr);
+  CHECK(to_string(t->target) == "192.0.2.10/32");
+
+  // The address changes: the target follows, and the change is named.
+  InterfaceAddresses moved = host();
+  moved["em0"] = {address("203.0.113.5", 24), address("2001:db8::10", 64)};
+  const auto changed = refresh_interface_tables(f, moved);
+  CHECK(std::count(changed.begin(), changed.end(), "em0 (translation address)") == 2);
+  CHECK(to_string(*f.translation_rules[0].target) == "203.0.113.5/32");
+  CHECK(to_string(*f.translation_rules[1].target) == "2001:db8::10/128");
+  // Gone: the target stays as it was.
+  InterfaceAddresses gone = moved;
+  gone["em0"] = {};
+  CHECK(refresh_interface_tables(f, gone).empty());
+  CHECK(to_string(*f.translation_rules[0].target) == "203.0.113.5/32");
+
+  // Refusals, where the target is written.
+  CHECK(error_of(parse("nat on em0 from 10.0.0.0/8 to any -> (em9)\n")) ==
+        "t.conf:1:38: no interface named 'em9' on this host");
+  CHECK(error_of(parse("nat on sync0 from 10.0.0.0/8 to any -> sync0\n")) ==
+        "t.conf:1:40: interface 'sync0' has no IPv4 address to translate to");
+  CHECK(error_of(parse("nat on lo inet6 from any to any -> lo\n")) == "(resolved)");
+  auto refused = [](const std::string& text) {
+    auto parsed = parse_rules(text, "t.conf");
+    auto* e = std::get_if<RuleError>(&parsed);
+    return e ? e->to_string() : std::string("(parsed)");
+  };
+  CHECK(refused("nat on em0 from any to any -> self\n") ==
+        "t.conf:1:31: 'self' is every address of this host: translate to one interface's");
+  CHECK(refused("nat on em0 from any to any -> em0:network\n") ==
+        "t.conf:1:31: translate to em0 (its address), not to its networks");
+  CHECK(refused("nat on em0 from any to any -> (10.0.0.1)\n") ==
+        "t.conf:1:32: expected an interface name inside '( )', got '10.0.0.1'");
+}
+
 }  // namespace
 }  // namespace pairwall::engine::rules

@@ -768,7 +768,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"nat from any -> 192.0.2.1", "t.conf:1:5: expected 'on' and an interface, got 'from'"},
       {"nat on em0 from 10.0.0.0/8", "t.conf:1:27: expected '->' and a translation address, got end of file"},
       {"nat on em0 from 10.0.0.0/8 -> <pool>",
-       "t.conf:1:31: expected translation address (an address or prefix), got '<pool>'"},
+       "t.conf:1:31: expected translation address (an address, a prefix or an interface), got '<pool>'"},
       {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 static-port",
        "t.conf:1:41: expected 'port' or end of line, got 'static-port'"},
       {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 port 2000:1000",
