@@ -513,8 +513,10 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         if (synced(*state)) worker.emit(gone);
         states_.erase(state);
       } else {
-        const TrackResult track = state->adopted ? track_packet(sender, receiver, packet, state->timeout)
-                                                 : adopt_packet(sender, receiver, packet, state->timeout);
+        const TrackResult track = (state->flags & stateflag::kSloppy) != 0
+                                      ? track_sloppy(sender, receiver, packet, state->timeout)
+                                  : state->adopted ? track_packet(sender, receiver, packet, state->timeout)
+                                                   : adopt_packet(sender, receiver, packet, state->timeout);
         if (track.reason != Reason::State) return decided(verdict, drop(track.reason, state->rule));
         state->adopted = true;
         const int side = from_initiator ? 0 : 1;
@@ -778,6 +780,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     states_.attach_creator(state, creator, worker.rules_);
     if (creator->log_states) state->flags |= stateflag::kLog;
     if (creator->no_sync) state->flags |= stateflag::kNoSync;
+    if (creator->sloppy) state->flags |= stateflag::kSloppy;
   }
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();

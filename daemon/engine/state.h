@@ -97,6 +97,7 @@ inline constexpr uint8_t kTranslated = 0x02;        // stack_key != wire_key
 inline constexpr uint8_t kFromPeer = 0x04;          // created by a sync peer
 inline constexpr uint8_t kNoSync = 0x08;            // its rule said (no-sync): never sent to the peer
 inline constexpr uint8_t kSourceConnection = 0x10;  // counted by its source node as a connection
+inline constexpr uint8_t kSloppy = 0x20;            // its rule said (sloppy): TCP without windows
 }  // namespace stateflag
 
 }  // namespace pairwall::engine

@@ -233,6 +233,38 @@ TrackResult track_packet(PeerTracking& sender, PeerTracking& receiver, const Pac
   return track_flow(sender, receiver, packet);
 }
 
+TrackResult track_sloppy(PeerTracking& sender, PeerTracking& receiver, const PacketView& packet,
+                         TimeoutClass current) noexcept {
+  if (!packet.is_tcp()) return track_packet(sender, receiver, packet, current);
+  const uint8_t flags = packet.tcp.flags;
+  const auto is = [](const PeerTracking& p, TcpState s) { return p.state == static_cast<uint8_t>(s); };
+  TrackResult result;
+  bool changed = false;
+  if (flags & kSyn) raise_state(sender, TcpState::SynSent, changed);
+  if (flags & kFin) raise_state(sender, TcpState::Closing, changed);
+  if (flags & kAck) {
+    if (is(receiver, TcpState::SynSent)) {
+      raise_state(receiver, TcpState::Established, changed);
+    } else if (is(receiver, TcpState::Closing)) {
+      raise_state(receiver, TcpState::FinWait2, changed);
+    } else if (is(sender, TcpState::SynSent) && !at_least(receiver, TcpState::SynSent)) {
+      // Only the initiator's half is seen: its ACK after the SYN establishes the connection.
+      raise_state(sender, TcpState::Established, changed);
+      raise_state(receiver, TcpState::Established, changed);
+    } else if (is(sender, TcpState::Closing) && is(receiver, TcpState::Established) && receiver.seqlo == 0) {
+      // The close of a half connection, whose other end's FIN is never seen.
+      raise_state(receiver, TcpState::Closing, changed);
+    }
+  }
+  if (flags & kRst) {
+    raise_state(sender, TcpState::TimeWait, changed);
+    raise_state(receiver, TcpState::TimeWait, changed);
+  }
+  result.protocol_state_changed = changed;
+  result.timeout = tcp_timeout_class(sender, receiver);
+  return result;
+}
+
 TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const PacketView& packet,
                          TimeoutClass current) noexcept {
   if (!packet.is_tcp()) return track_flow(sender, receiver, packet);

@@ -37,6 +37,15 @@ TrackResult track_packet(PeerTracking& sender, PeerTracking& receiver, const Pac
 TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const PacketView& packet,
                          TimeoutClass current) noexcept;
 
+// pf's sloppy tracker (pf_tcp_track_sloppy), for states whose rule said (sloppy): TCP states move
+// on the flags alone, from either side, and no sequence number is checked, so that a node that
+// sees one direction of a connection (asymmetric routing across a pair) can still follow it: an
+// ACK after the initiator's SYN with nothing seen from the other end makes both established. It
+// makes blind insertion and teardown easier, which is why pf only does it when asked. Other
+// protocols are tracked as by track_packet().
+TrackResult track_sloppy(PeerTracking& sender, PeerTracking& receiver, const PacketView& packet,
+                         TimeoutClass current) noexcept;
+
 // Timeout class for the given TCP peer states (pf's table in pf_tcp_track_full).
 TimeoutClass tcp_timeout_class(const PeerTracking& a, const PeerTracking& b) noexcept;
 

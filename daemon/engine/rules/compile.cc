@@ -246,6 +246,7 @@ std::string filter_text(const FilterRule& r) {
     std::vector<std::string> options;
     if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
     if (r.state.no_sync) options.push_back("no-sync");
+    if (r.state.sloppy) options.push_back("sloppy");
     if (r.state.max_src_nodes != 0)
       options.push_back("max-src-nodes " + std::to_string(r.state.max_src_nodes));
     if (r.state.max_src_states != 0)
@@ -600,6 +601,7 @@ class Compiler {
       c.keep_state = r.action == Action::Pass && r.state.keep_state;
       c.max_states = r.state.max_states;
       c.no_sync = r.state.no_sync;
+      c.sloppy = r.state.sloppy;
       c.sources.max_src_states = r.state.max_src_states;
       c.sources.max_src_nodes = r.state.max_src_nodes;
       c.sources.max_src_conn = r.state.max_src_conn;

@@ -1004,12 +1004,15 @@ class Parser {
         continue;
       }
       const Token name = take_value(
-          "state option ('max N', 'max-src-states N', 'no-sync' or a timeout such as 'tcp.established N')");
+          "state option ('max N', 'max-src-states N', 'no-sync', 'sloppy' or a timeout such as "
+          "'tcp.established N')");
       if (name.text == "max") {
         r.state.max_states = static_cast<uint32_t>(
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
       } else if (name.text == "no-sync") {
         r.state.no_sync = true;
+      } else if (name.text == "sloppy") {
+        r.state.sloppy = true;
       } else if (name.text == "max-src-states" || name.text == "max-src-nodes" ||
                  name.text == "max-src-conn") {
         const auto n = static_cast<uint32_t>(
@@ -1045,9 +1048,9 @@ class Parser {
       } else if (name.text.find('.') != std::string::npos) {
         check_timeout_name(name, false);
       } else {
-        fail_expected(
-            name,
-            "state option ('max N', 'max-src-states N', 'no-sync' or a timeout such as 'tcp.established N')");
+        fail_expected(name,
+                      "state option ('max N', 'max-src-states N', 'no-sync', 'sloppy' or a timeout such as "
+                      "'tcp.established N')");
       }
       any = true;
       comma_ok = true;

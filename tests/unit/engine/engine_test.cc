@@ -2,6 +2,7 @@
 // tracking per protocol, normalization, limits, the sync records, and peer records applied.
 #include "daemon/engine/engine.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
@@ -231,6 +232,34 @@ TEST_CASE("a stateful pass rule without flags starts TCP states from a SYN only,
     CHECK(stateless.out(stray_ack).reason == Reason::Match);
     CHECK(stateless.engine.states().size() == 0);
   }
+}
+
+TEST_CASE("keep state (sloppy): no window checks, one direction is enough, and the peer tracks alike",
+          "[engine][tcp][sloppy]") {
+  Firewall fw(
+      "block all\npass in on lan0 proto tcp keep state (sloppy)\npass out on wan0 proto tcp keep state "
+      "(sloppy)\n"
+      "pass in on lan0 proto tcp to port 443\npass out on wan0 proto tcp to port 443\n");
+  CHECK(fw.engine.rules()->rule(1).text == "pass in on lan0 proto tcp all flags S/SA keep state (sloppy)");
+  // Only the client's half crosses this node: SYN, then its ACK and data.
+  REQUIRE(fw.out(syn(80)).reason == Reason::Match);
+  CHECK(fw.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
+  CHECK(fw.out(ack_from_client(80, 1001, 9001, 1000)).reason == Reason::State);
+  // Out of any window: the sloppy state passes it where a full one drops it.
+  CHECK(fw.in(ack_from_server(80, 9001 + 50'000'000, 2001, 100)).reason == Reason::State);
+  REQUIRE(fw.out(syn(443)).reason == Reason::Match);
+  REQUIRE(fw.in(synack(443)).reason == Reason::State);
+  CHECK(fw.in(ack_from_server(443, 9001 + 50'000'000, 1001, 100)).reason == Reason::BadSeq);
+
+  // The flag travels with the state's insert: the peer tracks it sloppily too.
+  const auto records = fw.drain();
+  const auto sloppy_insert = std::find_if(records.begin(), records.end(), [](const StateRecord& r) {
+    return r.kind == StateRecord::Kind::Insert && (r.flags & stateflag::kSloppy) != 0;
+  });
+  REQUIRE(sloppy_insert != records.end());
+  Firewall peer("block all\n", 2);
+  REQUIRE(peer.engine.apply(*sloppy_insert, peer.now));
+  CHECK(peer.out(ack_from_client(80, 1001 + 70'000'000, 9001)).reason == Reason::State);
 }
 
 TEST_CASE("no state: replies must pass the rules themselves", "[engine][tcp]") {

@@ -220,3 +220,61 @@ TEST_CASE("ICMP query state answered uses the error-reply timeout", "[icmp]") {
   CHECK(track_first_packet(a, b, p) == TimeoutClass::IcmpFirst);
   CHECK(track_packet(b, a, p, TimeoutClass::IcmpFirst).timeout == TimeoutClass::IcmpError);
 }
+
+TEST_CASE("sloppy tracking: flags move the states from either side, sequence numbers are not checked",
+          "[tcp][sloppy]") {
+  auto sloppy = [](PeerTracking& s, PeerTracking& d, const PacketView& p) {
+    return track_sloppy(s, d, p, TimeoutClass::TcpFirst);
+  };
+  auto state = [](const PeerTracking& p) { return static_cast<TcpState>(p.state); };
+
+  SECTION("both halves seen: the handshake establishes, a close walks to closed") {
+    PeerTracking client, server;
+    track_first_packet(client, server, segment(kSyn, kIsn, 0, 64240));
+    TrackResult r = sloppy(server, client, segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160));
+    CHECK(r.reason == Reason::State);
+    CHECK(r.protocol_state_changed);
+    CHECK(state(client) == TcpState::Established);
+    CHECK(state(server) == TcpState::SynSent);
+    r = sloppy(client, server, segment(kAck, kIsn + 1, kIsnServer + 1, 502));
+    CHECK(state(server) == TcpState::Established);
+    CHECK(r.timeout == TimeoutClass::TcpEstablished);
+    // Data far outside any window: the full tracker drops it, the sloppy one does not look.
+    r = sloppy(server, client, segment(kAck, kIsnServer + 50'000'000, kIsn + 1, 100, 1000));
+    CHECK(r.reason == Reason::State);
+    CHECK_FALSE(r.protocol_state_changed);
+    r = sloppy(client, server, segment(kFin | kAck, kIsn + 1, kIsnServer + 1, 502));
+    CHECK(state(client) == TcpState::Closing);
+    r = sloppy(server, client, segment(kFin | kAck, kIsnServer + 1, kIsn + 2, 502));
+    CHECK(state(client) == TcpState::FinWait2);
+    CHECK(state(server) == TcpState::Closing);
+    r = sloppy(client, server, segment(kAck, kIsn + 2, kIsnServer + 2, 502));
+    CHECK(state(server) == TcpState::FinWait2);
+    CHECK(r.timeout == TimeoutClass::TcpClosed);
+  }
+  SECTION("one half seen (asymmetric routing): the initiator's ACK after its SYN establishes both") {
+    PeerTracking client, server;
+    track_first_packet(client, server, segment(kSyn, kIsn, 0, 64240));
+    const TrackResult r = sloppy(client, server, segment(kAck, kIsn + 1, kIsnServer + 1, 502));
+    CHECK(r.protocol_state_changed);
+    CHECK(state(client) == TcpState::Established);
+    CHECK(state(server) == TcpState::Established);
+    CHECK(r.timeout == TimeoutClass::TcpEstablished);
+    // Its FIN, with the other end's never seen: that end counts as closing too, and the next ACK
+    // as done (pf's order of the checks).
+    sloppy(client, server, segment(kFin | kAck, kIsn + 1, kIsnServer + 1, 502));
+    CHECK(state(client) == TcpState::Closing);
+    CHECK(state(server) == TcpState::Closing);
+    sloppy(client, server, segment(kAck, kIsn + 2, kIsnServer + 2, 502));
+    CHECK(state(server) == TcpState::FinWait2);
+  }
+  SECTION("a reset from either side ends both") {
+    PeerTracking client, server;
+    track_first_packet(client, server, segment(kSyn, kIsn, 0, 64240));
+    const TrackResult r = sloppy(server, client, segment(kRst, 12345, 0, 0));
+    CHECK(r.reason == Reason::State);
+    CHECK(state(client) == TcpState::TimeWait);
+    CHECK(state(server) == TcpState::TimeWait);
+    CHECK(r.timeout == TimeoutClass::TcpClosed);
+  }
+}
