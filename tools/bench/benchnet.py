@@ -263,14 +263,14 @@ address = "{own}"
 peer = "{peer}"
 port = 8370
 key_file = "{key}"
-"""
+{extra}"""
 
 
 class Pairwalld(Background):
     """pairwalld in a namespace with the given rule text; with `sync_key`, joined to its peer over sync0."""
 
     def __init__(self, build, workdir, rules_text, netns=NS_FW, queues=1, sync_key=None, node_id=1,
-                 wait_hooks=True, timeout=60, on_harness=False):
+                 wait_hooks=True, timeout=60, on_harness=False, sync_extra=""):
         self.build, self.netns = build, netns
         tag = f"{netns}-{queues}"
         rules = os.path.join(workdir, f"rules-{tag}.conf")
@@ -282,7 +282,7 @@ class Pairwalld(Background):
         sync, exclude = "", ""
         if sync_key:
             peer = NS_FW2 if netns == NS_FW else NS_FW
-            sync = SYNC_SECTION.format(own=SYNC_ADDR[netns], peer=SYNC_ADDR[peer], key=sync_key)
+            sync = SYNC_SECTION.format(own=SYNC_ADDR[netns], peer=SYNC_ADDR[peer], key=sync_key, extra=sync_extra)
             exclude = 'exclude_interfaces = ["sync0"]'
         self.config = os.path.join(workdir, f"pairwall-{tag}.toml")
         with open(self.config, "w") as f:

@@ -23,7 +23,8 @@ newconn (Table B.2): the highest rate of new connections with loss <= 0.005, eve
   States are flushed between trials, so a trial starts from an empty table and holds at most
   rate x trial seconds states; the timeout matters where it is shorter than the trial. The peer
   runs on the generator's CPU (it stands for another box). Reported: rate per timeout and mode, the
-  ratio on/off, and the peer's state count after the last trial (proof that sync ran).
+  ratio on/off, and the peer's state count after the last trial (proof that sync ran). Mode
+  sync_defer is sync on with `defer = true`: every new flow's first packet waits for the peer's ack.
 
 The run is held to --budget seconds (default 600). --quick: a smoke of about a minute. PNG to --plot
 (default lab-out/states.png, git-ignored) or beside --out. Run under `flock /tmp/pairwall-bench.lock`.
@@ -256,7 +257,7 @@ def throughput_vs_states(build, args, counts, budget, steal, log):
 # --- new connections per second vs timeout, sync off and on -------------------------------------------
 
 def newconn_vs_timeout(build, args, timeouts, budget, steal, log):
-    results = {"sync_off": {}, "sync_on": {}}
+    results = {"sync_off": {}, "sync_on": {}, "sync_defer": {}}
     start = time.time()
     workdir = tempfile.mkdtemp(prefix="pwb-")
     key = os.path.join(workdir, "sync.key")
@@ -264,7 +265,7 @@ def newconn_vs_timeout(build, args, timeouts, budget, steal, log):
         f.write(secrets.token_hex(32) + "\n")
     os.chmod(key, 0o600)
     counter = [0]
-    points = [(mode, t) for mode in ("sync_off", "sync_on") for t in timeouts]
+    points = [(mode, t) for mode in args.modes.split(",") for t in timeouts]
     try:
         for k, (mode, timeout) in enumerate(points):
             left = budget - (time.time() - start)
@@ -277,11 +278,12 @@ def newconn_vs_timeout(build, args, timeouts, budget, steal, log):
                 bn.flush_fw()
                 bn.flush_fw(bn.NS_FW2)
                 rules = pairwalld_state_rules(timeout, 1000000)
-                sync = key if mode == "sync_on" else None
-                nodes.append(bn.Pairwalld(build, workdir, rules, sync_key=sync, node_id=1))
+                sync = key if mode != "sync_off" else None
+                extra = "defer = true\n" if mode == "sync_defer" else ""
+                nodes.append(bn.Pairwalld(build, workdir, rules, sync_key=sync, node_id=1, sync_extra=extra))
                 if sync:
                     nodes.append(bn.Pairwalld(build, workdir, rules, netns=bn.NS_FW2, sync_key=sync, node_id=2,
-                                              on_harness=True))
+                                              on_harness=True, sync_extra=extra))
                     deadline = time.time() + 20
                     while time.time() < deadline and not all(n.json("sync", "status").get("bulk_done")
                                                               for n in nodes):
@@ -315,12 +317,17 @@ def newconn_vs_timeout(build, args, timeouts, budget, steal, log):
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     ratio = {}
+    defer_ratio = {}
     for t in timeouts:
         on = results["sync_on"].get(str(t), {}).get("lossless_pps")
         off = results["sync_off"].get(str(t), {}).get("lossless_pps")
+        defer = results["sync_defer"].get(str(t), {}).get("lossless_pps")
         if on and off:
             ratio[str(t)] = round(on / off, 3)
+        if defer and on:
+            defer_ratio[str(t)] = round(defer / on, 3)
     results["ratio_on_off"] = ratio
+    results["ratio_defer_on"] = defer_ratio
     return results
 
 
@@ -340,7 +347,7 @@ def plot(out, path, title):
     ax1.grid(alpha=0.3)
     ax1.legend(fontsize=8)
     nc = out.get("newconn", {})
-    for mode in ("sync_off", "sync_on"):
+    for mode in ("sync_off", "sync_on", "sync_defer"):
         pts = nc.get(mode, {})
         xs = sorted(int(t) for t, r in pts.items() if isinstance(r, dict) and "lossless_pps" in r)
         if xs:
@@ -349,7 +356,7 @@ def plot(out, path, title):
     ax2.set_ylim(bottom=0)
     ax2.set_xlabel("UDP state timeout (s)")
     ax2.set_ylabel("new connections, k/s (loss <= 0.005)")
-    ax2.set_title("new-connection rate vs timeout, sync off/on (Table B.2)", fontsize=9)
+    ax2.set_title("new-connection rate vs timeout, sync off/on/defer (Table B.2)", fontsize=9)
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8)
     bn.save_figure(plt, fig, title, path)
@@ -367,6 +374,8 @@ def main():
     p.add_argument("--counts", default="1,1000,10000,100000,1000000")
     p.add_argument("--max", type=int, default=None, help="cap the state counts")
     p.add_argument("--timeouts", default="1,10,60")
+    p.add_argument("--modes", default="sync_off,sync_on,sync_defer",
+                   help="new-connection modes: sync_off, sync_on, sync_defer (sync on with defer = true)")
     p.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run")
     p.add_argument("--trial-seconds", type=float, default=1.0)
     p.add_argument("--preload-rate", type=float, default=50000, help="preload packets/s")
@@ -400,8 +409,9 @@ def main():
                                   for s, pts in out.get("throughput", {}).items()}
     if "newconn" in out:
         out["newconn_per_s"] = {m: {t: r.get("lossless_pps") for t, r in out["newconn"][m].items()}
-                                for m in ("sync_off", "sync_on")}
+                                for m in ("sync_off", "sync_on", "sync_defer")}
         out["newconn_ratio_on_off"] = out["newconn"]["ratio_on_off"]
+        out["newconn_ratio_defer_on"] = out["newconn"]["ratio_defer_on"]
     out.update(seconds=round(time.time() - start), trial_seconds=args.trial_seconds,
                machine=dict(bn.machine(), cpu_layout=bn.cpu_layout()))
     title = f"pairwall-bench states ({bn.machine()['cpus']} CPUs, kernel {os.uname().release})"
@@ -409,7 +419,7 @@ def main():
     if args.json:
         print(json.dumps(out))
     else:
-        for k in ("states_lossless_pps", "newconn_per_s", "newconn_ratio_on_off"):
+        for k in ("states_lossless_pps", "newconn_per_s", "newconn_ratio_on_off", "newconn_ratio_defer_on"):
             if k in out:
                 print(f"{k:22} {out[k]}")
 

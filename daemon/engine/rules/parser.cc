@@ -11,6 +11,7 @@
 #include "daemon/engine/rules/parser.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -592,6 +593,13 @@ class Parser {
           out_.settings.timeout_locations[name.text] = loc(name);
           return;
         }
+        if (name.text == "interval" || name.text == "frag") {
+          // pf's purge interval and fragment timeout: expiry here is O(expired) and runs every
+          // second, and the kernel reassembles fragments. Accepted for pf.conf's sake.
+          number(take_value("timeout in seconds"), 0, std::numeric_limits<uint32_t>::max(),
+                 "timeout in seconds");
+          return;
+        }
         check_timeout_name(name, true);
         const Token value = take_value("timeout in seconds");
         out_.settings.timeouts[name.text] = static_cast<uint32_t>(
@@ -614,10 +622,58 @@ class Parser {
         if (m.negated) fail_at(first, "'set skip' takes interface names: '!' would skip every other one");
         out_.settings.skip_interfaces.push_back(std::move(m.name));
       }
+    } else if (accept_word("optimization")) {
+      optimization();
+    } else if (accept_word("state-policy")) {
+      const Token policy = take_value("'floating' or 'if-bound'");
+      if (policy.text == "if-bound") {
+        fail_at(policy,
+                "states here float across interfaces, as pf's do by default: 'if-bound' is not supported");
+      }
+      if (policy.text != "floating") fail_expected(policy, "'floating' or 'if-bound'");
+    } else if (at_word("hostid")) {
+      fail_at(peek(), "the id this node's states carry to its sync peer is [node] id in pairwall.toml");
+    } else if (at_word("fingerprints")) {
+      fail_at(peek(), "there is no OS fingerprinting here ('os' in rules is not supported either)");
+    } else if (accept_word("loginterface") || accept_word("debug") || accept_word("ruleset-optimization") ||
+               accept_word("require-order")) {
+      // Statistics of one interface, the kernel's log level, pfctl's rule optimizer, the order of
+      // sections: accepted for pf.conf's sake, none of them changes what the rules decide.
+      take_value("a value");
     } else {
-      fail_expected(peek(), "'limit', 'timeout', 'block-policy' or 'skip' after 'set'");
+      fail_expected(
+          peek(), "'limit', 'timeout', 'block-policy', 'skip', 'optimization' or 'state-policy' after 'set'");
     }
     expect_end("end of line");
+  }
+
+  // `set optimization`: pfctl's timeout hints, applied as if written with `set timeout` here (a
+  // later `set timeout` overrides them, an earlier one is overridden).
+  void optimization() {
+    struct Hint {
+      const char* name;
+      std::array<uint32_t, 6> seconds;  // tcp.first, .opening, .established, .closing, .finwait, .closed
+    };
+    static constexpr std::array<Hint, 6> kHints = {{
+        {"normal", {120, 30, 86400, 900, 45, 90}},
+        {"default", {120, 30, 86400, 900, 45, 90}},
+        {"high-latency", {180, 35, 86400, 905, 50, 95}},
+        {"satellite", {180, 35, 86400, 905, 50, 95}},
+        {"conservative", {3600, 900, 432000, 3600, 600, 180}},
+        {"aggressive", {30, 5, 18000, 60, 30, 30}},
+    }};
+    static constexpr std::array<const char*, 6> kTimeouts = {"tcp.first",   "tcp.opening", "tcp.established",
+                                                             "tcp.closing", "tcp.finwait", "tcp.closed"};
+    const Token which = take_value("'normal', 'high-latency', 'satellite', 'aggressive' or 'conservative'");
+    const auto hint =
+        std::find_if(kHints.begin(), kHints.end(), [&](const Hint& h) { return which.text == h.name; });
+    if (hint == kHints.end()) {
+      fail_expected(which, "'normal', 'high-latency', 'satellite', 'aggressive' or 'conservative'");
+    }
+    for (std::size_t i = 0; i < kTimeouts.size(); ++i) {
+      out_.settings.timeouts[kTimeouts[i]] = hint->seconds[i];
+      out_.settings.timeout_locations[kTimeouts[i]] = loc(which);
+    }
   }
 
   // `set timeout` also takes the adaptive bounds, a rule's state options do not.

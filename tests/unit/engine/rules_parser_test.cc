@@ -514,6 +514,37 @@ TEST_CASE("settings: limits and timeouts, single and in lists") {
   }
 }
 
+TEST_CASE("settings: pf's optimization hints are timeouts in file order; pf.conf's other settings load") {
+  const RuleFile aggressive = parse_ok(
+      "set timeout tcp.established 7200\n"
+      "set optimization aggressive\n"
+      "set timeout tcp.closed 10\n");
+  CHECK(aggressive.settings.timeouts ==
+        std::map<std::string, uint32_t>{{"tcp.first", 30},
+                                        {"tcp.opening", 5},
+                                        {"tcp.established", 18000},  // the hint overrides what came before
+                                        {"tcp.closing", 60},
+                                        {"tcp.finwait", 30},
+                                        {"tcp.closed", 10}});  // and what comes after overrides it
+  CHECK(aggressive.settings.timeout_locations.at("tcp.first").line == 2);
+  CHECK(aggressive.settings.timeout_locations.at("tcp.first").column == 18);
+  CHECK(parse_ok("set optimization conservative").settings.timeouts.at("tcp.established") == 432000u);
+  CHECK(parse_ok("set optimization high-latency").settings.timeouts.at("tcp.first") == 180u);
+  CHECK(parse_ok("set optimization normal").settings.timeouts.at("tcp.closing") == 900u);
+
+  // Accepted without changing a decision: the settings stay as without them.
+  const RuleFile others = parse_ok(
+      "set loginterface em0\n"
+      "set debug urgent\n"
+      "set ruleset-optimization basic\n"
+      "set require-order yes\n"
+      "set state-policy floating\n"
+      "set timeout { interval 10, frag 30 }\n"
+      "pass all\n");
+  CHECK(others.settings.timeouts.empty());
+  CHECK(others.filter_rules.size() == 1);
+}
+
 TEST_CASE("macros: quoted and bare values, lists, concatenation, nesting") {
   const RuleFile f = parse_ok(
       "ext_if = \"em0\"\n"
@@ -735,10 +766,11 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:13: unknown timeout 'tcp.foo': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
        "other.first, other.single, other.multiple, adaptive.start, adaptive.end"},
-      {"set timeout { tcp.first 10, frag 30 }",
-       "t.conf:1:29: unknown timeout 'frag': expected one of tcp.first, tcp.opening, tcp.established, "
+      {"set timeout { tcp.first 10, frog 30 }",
+       "t.conf:1:29: unknown timeout 'frog': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
        "other.first, other.single, other.multiple, adaptive.start, adaptive.end"},
+      {"set timeout { interval -1 }", "t.conf:1:24: expected timeout in seconds, got '-1'"},
       {"set timeout tcp.first -1", "t.conf:1:23: expected timeout in seconds, got '-1'"},
       {"set timeout adaptive.start -5", "t.conf:1:28: expected a number of states, got '-5'"},
       {"pass all keep state (adaptive.start 100)",
@@ -747,7 +779,20 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"set limit states 0", "t.conf:1:18: limit must be between 1 and 4294967295, got '0'"},
       {"set limit tables 10", "t.conf:1:11: expected 'states', 'frags' or 'src-nodes', got 'tables'"},
       {"set state-policy if-bound",
-       "t.conf:1:5: expected 'limit', 'timeout', 'block-policy' or 'skip' after 'set', got 'state-policy'"},
+       "t.conf:1:18: states here float across interfaces, as pf's do by default: 'if-bound' is not "
+       "supported"},
+      {"set state-policy sticky", "t.conf:1:18: expected 'floating' or 'if-bound', got 'sticky'"},
+      {"set optimization fast",
+       "t.conf:1:18: expected 'normal', 'high-latency', 'satellite', 'aggressive' or 'conservative', got "
+       "'fast'"},
+      {"set hostid 7",
+       "t.conf:1:5: the id this node's states carry to its sync peer is [node] id in pairwall.toml"},
+      {"set fingerprints \"/etc/pf.os\"",
+       "t.conf:1:5: there is no OS fingerprinting here ('os' in rules is not supported either)"},
+      {"set reassemble yes",
+       "t.conf:1:5: expected 'limit', 'timeout', 'block-policy', 'skip', 'optimization' or 'state-policy' "
+       "after "
+       "'set', got 'reassemble'"},
       {"set skip lo", "t.conf:1:10: expected 'on' and an interface after 'set skip', got 'lo'"},
       {"set skip on !lo", "t.conf:1:13: 'set skip' takes interface names: '!' would skip every other one"},
       {"set skip on { lo, !em0 }",
