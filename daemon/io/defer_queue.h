@@ -11,7 +11,7 @@
 // A FIFO: tickets and deadlines only grow in the order packets are held, so the front is always
 // the next to go. Bounded in packets and in bytes (the rewritten packets' copies; the kernel keeps
 // every other packet itself); a packet that finds no room releases the oldest first, as pfsync
-// does. No allocation after construction.
+// does. No allocation after construction; holds_state() is a hash lookup.
 #pragma once
 
 #include <chrono>
@@ -96,6 +96,16 @@ class DeferQueue {
   };
 
   Entry& front() noexcept { return entries_[head_]; }
+  // The held states, each with how many of its packets are held: open addressing with linear
+  // probing and backward-shift deletion, at most half full, so that the check every state's
+  // packet makes while something is held costs a probe or two rather than a scan of the queue.
+  struct StateSlot {
+    engine::StateId state;
+    uint32_t held = 0;  // 0: free
+  };
+  std::size_t home(const engine::StateId& state) const noexcept;
+  void index_add(const engine::StateId& state) noexcept;
+  void index_remove(const engine::StateId& state) noexcept;
   // Where `length` (> 0) bytes fit after the newest held bytes, or SIZE_MAX.
   std::size_t place(std::size_t length) const noexcept;
   void push(uint32_t id, Decision decision, std::span<const uint8_t> bytes, const engine::StateId& state,
@@ -105,6 +115,7 @@ class DeferQueue {
   std::vector<Entry> entries_;  // a ring of max_packets
   std::size_t head_ = 0;
   std::size_t count_ = 0;
+  std::vector<StateSlot> by_state_;  // a power of two, at least twice max_packets
   // The rewritten packets' bytes, a ring allocated in hold order: [begin_, end_), or when
   // wrapped_, [begin_, tail_end_) then [0, end_).
   std::vector<uint8_t> arena_;

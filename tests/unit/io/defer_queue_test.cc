@@ -1,6 +1,7 @@
 // The hold queue of defer: what goes when, in which order, with which bytes.
 #include "daemon/io/defer_queue.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <vector>
@@ -134,6 +135,36 @@ TEST_CASE("a rewrite larger than the arena is not held", "[defer]") {
   CHECK(q.empty());
   CHECK(q.counters().too_large.get() == 1);
   CHECK(q.counters().held.get() == 0);
+}
+
+TEST_CASE("holds_state() knows exactly the states with packets held, through wraps and overflows",
+          "[defer]") {
+  // A model to compare with: the states of the packets held, in order.
+  DeferQueue q(64, 1 << 16);
+  std::vector<engine::StateId> model;
+  Recorder rec;
+  uint64_t next = 1;
+  auto drop_released = [&] {
+    for (std::size_t i = 0; i < rec.out.size(); ++i) model.erase(model.begin());
+    rec.out.clear();
+  };
+  for (int round = 0; round < 2000; ++round) {
+    // A few states with several packets each, many with one; the counters collide in the index.
+    const engine::StateId s = state(round % 7 == 0 ? 3 : (next++ * 1024));
+    REQUIRE(q.hold(static_cast<uint32_t>(round), Decision::Accept, {}, s, static_cast<uint64_t>(round),
+                   t0 + milliseconds(round), rec));
+    drop_released();
+    model.push_back(s);
+    if (round % 5 == 0) {
+      q.release(static_cast<uint64_t>(round - 20), t0, rec);
+      drop_released();
+    }
+    REQUIRE(q.size() == model.size());
+    for (uint64_t probe : {uint64_t{3}, (next - 1) * 1024, (next - 30) * 1024, next * 1024}) {
+      const bool held = std::find(model.begin(), model.end(), state(probe)) != model.end();
+      REQUIRE(q.holds_state(state(probe)) == held);
+    }
+  }
 }
 
 }  // namespace
