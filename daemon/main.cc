@@ -217,8 +217,6 @@ int cleanup(const control::Config& c) {
   return status;
 }
 
-// What the control plane reads from the queues: the engine workers' counters, each worker's queue
-// counters, and the kernel's view of the same queues.
 // The defer counters of every queue worker, added up.
 struct DeferTotals {
   uint64_t held = 0;
@@ -240,6 +238,8 @@ DeferTotals defer_totals(const io::NfQueue& queues) {
   return t;
 }
 
+// What the control plane reads from the queues: the engine workers' counters, each worker's queue
+// counters, and the kernel's view of the same queues.
 class QueueDataPlane final : public control::DataPlane {
  public:
   explicit QueueDataPlane(io::NfQueue& queues) : queues_(queues) {}

@@ -143,8 +143,6 @@ class NfqSocket {
   // says so. Sent with the next batch's verdicts, or by send_verdicts().
   void settle_held(uint32_t id, Decision decision, std::span<const uint8_t> bytes) noexcept;
   void send_verdicts() noexcept { send_pending(); }
-  // Packets decided Held whose verdicts are still owed (may be briefly negative, see VerdictPlanner).
-  int64_t held() const noexcept { return planner_.held(); }
 
  private:
   void configure();

@@ -212,6 +212,7 @@ void SyncService::start() {
   pc.bulk_timeout_min = std::chrono::duration_cast<Micros>(config_.bulk_timeout_min);
   pc.send.capacity = config_.resend_window;
   pc.pending_limit = config_.pending_limit;
+  pc.ack_inserts_at_once = config_.defer;
   // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
   pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now());
