@@ -691,6 +691,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       if (reply != rules::BlockReply::Drop && !unanswerable) {
         v.action = Verdict::Action::Reject;
         v.reply = reply;
+        if (reply == rules::BlockReply::ReturnIcmp)
+          v.reply_code = packet.family == Family::V4 ? rule.icmp_code : rule.icmp6_code;
       }
       return v;
     }

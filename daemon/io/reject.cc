@@ -125,8 +125,8 @@ BuiltReply build_rst(const PacketView& p, uint8_t ttl, std::span<uint8_t> out) {
   return r;
 }
 
-BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, RejectIcmp code, uint8_t ttl,
-                      std::span<uint8_t> out) {
+BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, RejectIcmp kind, int16_t code,
+                      uint8_t ttl, std::span<uint8_t> out) {
   BuiltReply r{RejectStatus::Built, ReplyKind::Icmp, p.family, p.src, 0};
   const bool v4 = p.family == Family::V4;
   const std::size_t limit = v4 ? kIpv4ErrorLimit : kMaxReplySize;
@@ -139,11 +139,12 @@ BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, Rejec
   std::memset(icmp, 0, kIcmpHeader);
   if (v4) {
     icmp[0] = kIpv4DestUnreachable;
-    icmp[1] = code == RejectIcmp::PortUnreachable ? kIpv4CodePort : kIpv4CodeAdminProhibited;
+    icmp[1] = kind == RejectIcmp::PortUnreachable ? kIpv4CodePort : kIpv4CodeAdminProhibited;
   } else {
     icmp[0] = kIpv6DestUnreachable;
-    icmp[1] = code == RejectIcmp::PortUnreachable ? kIpv6CodePort : kIpv6CodeAdminProhibited;
+    icmp[1] = kind == RejectIcmp::PortUnreachable ? kIpv6CodePort : kIpv6CodeAdminProhibited;
   }
+  if (code >= 0) icmp[1] = static_cast<uint8_t>(code);
   std::memcpy(icmp + kIcmpHeader, bytes.data(), quote);
   // ICMPv4 sums the message alone (RFC 792); ICMPv6 adds the pseudo-header (RFC 4443 2.3).
   const uint32_t sum = v4 ? 0 : engine::pseudo_header_sum(p.family, ip, engine::ipproto::kIcmp6, icmp_len);
@@ -154,8 +155,8 @@ BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, Rejec
 
 }  // namespace
 
-BuiltReply build_reject(std::span<const uint8_t> offending, BlockReply reply, RejectIcmp icmp, uint8_t ttl,
-                        std::span<uint8_t> out) noexcept {
+BuiltReply build_reject(std::span<const uint8_t> offending, BlockReply reply, RejectIcmp icmp, int16_t code,
+                        uint8_t ttl, std::span<uint8_t> out) noexcept {
   BuiltReply none;
   if (out.size() < kMaxReplySize) return none;
   PacketView p;
@@ -176,7 +177,7 @@ BuiltReply build_reject(std::span<const uint8_t> offending, BlockReply reply, Re
     return build_rst(p, ttl, out);
   }
   if (is_icmp_error(p, offending)) return none;
-  return build_icmp(p, offending, icmp, ttl, out);
+  return build_icmp(p, offending, icmp, code, ttl, out);
 }
 
 Rejector::Rejector(RejectConfig config) : config_(config), bucket_(config.rate_per_second, config.burst) {
@@ -209,9 +210,9 @@ Rejector::~Rejector() {
   close(fd6_);
 }
 
-RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply reply,
+RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply reply, int16_t code,
                               engine::Millis now) noexcept {
-  const BuiltReply built = build_reject(offending, reply, config_.icmp, config_.ttl, buffer_);
+  const BuiltReply built = build_reject(offending, reply, config_.icmp, code, config_.ttl, buffer_);
   if (built.status == RejectStatus::Malformed) {
     counters_.malformed.add();
     return built.status;

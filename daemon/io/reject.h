@@ -64,10 +64,11 @@ inline constexpr std::size_t kMaxReplySize = 1280;
 // hold kMaxReplySize bytes. ReturnRst answers TCP only (as pf); ReturnIcmp answers any protocol.
 //   TCP RST (RFC 9293 3.10.7.1): if the segment has ACK, <SEQ=SEG.ACK><CTL=RST>; otherwise
 //   <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>, SEG.LEN counting SYN and FIN.
-//   ICMP: the rejected packet quoted from its IP header, as much as fits.
+//   ICMP: the rejected packet quoted from its IP header, as much as fits; destination unreachable
+//   with `code` (0..255), or where it is -1 the code `icmp` chooses.
 // Checksums are complete. Pure and noexcept.
 BuiltReply build_reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, RejectIcmp icmp,
-                        uint8_t ttl, std::span<uint8_t> out) noexcept;
+                        int16_t code, uint8_t ttl, std::span<uint8_t> out) noexcept;
 
 // Tokens refill continuously at `rate` per second up to `burst`; the bucket starts full.
 class TokenBucket {
@@ -112,8 +113,9 @@ class Rejector {
   Rejector(const Rejector&) = delete;
   Rejector& operator=(const Rejector&) = delete;
 
-  // Builds and sends the reply to `offending`; never blocks. Returns Sent or why not.
-  RejectStatus reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply,
+  // Builds and sends the reply to `offending`; never blocks. `code`: the unreachable's code for a
+  // ReturnIcmp, -1 for RejectConfig::icmp's. Returns Sent or why not.
+  RejectStatus reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, int16_t code,
                       engine::Millis now) noexcept;
 
   const RejectCounters& counters() const { return counters_; }

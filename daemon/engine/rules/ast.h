@@ -65,6 +65,13 @@ struct IcmpTypeMatch {
 
 enum class Action : uint8_t { Pass, Block };
 enum class BlockReply : uint8_t { Drop, ReturnRst, ReturnIcmp };
+// pf's names of the destination unreachable codes (ICMP type 3, ICMPv6 type 1) a rule may return.
+inline constexpr std::string_view kIcmpUnreachCodes[] = {
+    "net-unr",  "host-unr",      "proto-unr",   "port-unr",     "needfrag",    "srcfail",
+    "net-unk",  "host-unk",      "isolate",     "net-prohib",   "host-prohib", "net-tos",
+    "host-tos", "filter-prohib", "host-preced", "cutoff-preced"};
+inline constexpr std::string_view kIcmp6UnreachCodes[] = {"noroute-unr", "admin-unr", "beyond-unr",
+                                                          "addr-unr", "port-unr"};
 enum class Direction : uint8_t { Any, In, Out };
 // pf's `log` logs the packets the rule decides, the one that creates a state included; `log (all)`
 // also every packet that later matches that state.
@@ -108,6 +115,10 @@ struct FilterRule {
   // and everything else an ICMP unreachable. A consumer that ignores it still rejects TCP.
   bool reply_rst_for_tcp = false;
   bool reply_given = false;  // drop or a return written: `set block-policy` does not apply
+  // `return-icmp(CODE[, CODE6])`, `return-icmp6(CODE6)`: the unreachable's code for IPv4 and IPv6
+  // packets; -1 leaves it to the rejector (port unreachable, as pf's default).
+  int16_t icmp_code = -1;
+  int16_t icmp6_code = -1;
   Direction direction = Direction::Any;
   LogMode log = LogMode::None;
   bool quick = false;

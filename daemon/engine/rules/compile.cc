@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -217,7 +218,18 @@ std::string filter_text(const FilterRule& r) {
     } else if (r.reply == BlockReply::ReturnRst) {
       out += " return-rst";
     } else if (r.reply == BlockReply::ReturnIcmp) {
-      out += " return-icmp";
+      auto code = [](std::span<const std::string_view> names, int16_t c) {
+        return static_cast<std::size_t>(c) < names.size() ? std::string(names[static_cast<std::size_t>(c)])
+                                                          : std::to_string(c);
+      };
+      if (r.icmp_code >= 0) {
+        out += " return-icmp(" + code(kIcmpUnreachCodes, r.icmp_code) +
+               (r.icmp6_code >= 0 ? ", " + code(kIcmp6UnreachCodes, r.icmp6_code) : "") + ")";
+      } else if (r.icmp6_code >= 0) {
+        out += " return-icmp6(" + code(kIcmp6UnreachCodes, r.icmp6_code) + ")";
+      } else {
+        out += " return-icmp";
+      }
     }
   }
   if (r.direction != Direction::Any) out += r.direction == Direction::In ? " in" : " out";
@@ -591,6 +603,8 @@ class Compiler {
       c.action = r.action;
       c.reply = r.reply;
       c.reply_rst_for_tcp = r.reply_rst_for_tcp;
+      c.icmp_code = r.icmp_code;
+      c.icmp6_code = r.icmp6_code;
       if (r.action == Action::Block && !r.reply_given && file_.settings.block_policy_return) {
         c.reply = BlockReply::ReturnIcmp;  // as `block return`
         c.reply_rst_for_tcp = true;

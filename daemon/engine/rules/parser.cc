@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <utility>
 
 #include "daemon/engine/rules/anchors.h"
@@ -33,13 +34,13 @@ namespace {
 
 // Words with a meaning of their own: they cannot name macros or interfaces.
 constexpr std::string_view kKeywords[] = {
-    "all",        "antispoof", "any",       "binat",   "block",      "code",     "const",
-    "drop",       "flags",     "file",      "for",     "fragment",   "from",     "icmp-type",
-    "icmp6-type", "in",        "include",   "inet",    "inet6",      "keep",     "label",
-    "limit",      "log",       "max",       "max-mss", "min-ttl",    "modulate", "nat",
-    "no",         "no-df",     "on",        "out",     "pass",       "persist",  "port",
-    "proto",      "quick",     "random-id", "rdr",     "reassemble", "return",   "return-icmp",
-    "return-rst", "scrub",     "set",       "state",   "table",      "timeout",  "to",
+    "all",     "antispoof",   "any",        "binat",        "block", "code",      "const",      "drop",
+    "flags",   "file",        "for",        "fragment",     "from",  "icmp-type", "icmp6-type", "in",
+    "include", "inet",        "inet6",      "keep",         "label", "limit",     "log",        "max",
+    "max-mss", "min-ttl",     "modulate",   "nat",          "no",    "no-df",     "on",         "out",
+    "pass",    "persist",     "port",       "proto",        "quick", "random-id", "rdr",        "reassemble",
+    "return",  "return-icmp", "return-rst", "return-icmp6", "scrub", "set",       "state",      "table",
+    "timeout", "to",
 };
 
 // `path` as named in `file`: a relative path is the file's directory's.
@@ -156,13 +157,14 @@ std::string timeout_names() {
 }
 
 constexpr const char* kFilterOrder =
-    "filter rules read: pass|block [drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] "
-    "[on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then flags, "
+    "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
+    "[quick] [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then flags, "
     "icmp-type, state options and label";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
-  if (w == "drop" || w == "return" || w == "return-rst" || w == "return-icmp") return 1;
+  if (w == "drop" || w == "return" || w == "return-rst" || w == "return-icmp" || w == "return-icmp6")
+    return 1;
   if (w == "in" || w == "out") return 2;
   if (w == "log") return 3;
   if (w == "quick") return 4;
@@ -832,6 +834,16 @@ class Parser {
     return e.table;
   }
 
+  // An unreachable code for `return-icmp(...)`: pf's name (`host-unr`, `admin-unr`) or 0..255.
+  int16_t unreach_code(std::span<const std::string_view> names, std::string_view protocol) {
+    const std::string what = "an " + std::string(protocol) + " unreachable code (a name such as " +
+                             std::string(names[names.size() > 3 ? 3 : 1]) + ", or 0..255)";
+    const Token t = take_value(what);
+    const auto named = std::find(names.begin(), names.end(), t.text);
+    if (named != names.end()) return static_cast<int16_t>(named - names.begin());
+    return static_cast<int16_t>(number(t, 0, 255, what));
+  }
+
   // `port 8080` or `port 8080:8090` after the translation target.
   PortMatch target_port() {
     constexpr std::string_view kWhat = "port number or range (P:Q) after the translation address";
@@ -932,8 +944,22 @@ class Parser {
       r.reply_given = true;
       if (t.text == "return-rst") {
         r.reply = BlockReply::ReturnRst;
-      } else if (t.text == "return-icmp") {
+      } else if (t.text == "return-icmp" || t.text == "return-icmp6") {
         r.reply = BlockReply::ReturnIcmp;
+        if (at(TokenKind::LParen)) {
+          take();
+          if (t.text == "return-icmp") {
+            r.icmp_code = unreach_code(kIcmpUnreachCodes, "ICMP");
+            if (at(TokenKind::Comma)) {
+              take();
+              r.icmp6_code = unreach_code(kIcmp6UnreachCodes, "ICMPv6");
+            }
+          } else {
+            r.icmp6_code = unreach_code(kIcmp6UnreachCodes, "ICMPv6");
+          }
+          if (!at(TokenKind::RParen)) fail_expected(peek(), "')' after the unreachable code");
+          take();
+        }
       } else if (t.text == "return") {
         r.reply = BlockReply::ReturnIcmp;
         r.reply_rst_for_tcp = true;

@@ -171,6 +171,41 @@ TEST_CASE("block replies: return-rst only for TCP, return for both, never to a r
   }
 }
 
+TEST_CASE("return-icmp codes: written per family, by name or number, and listed as written",
+          "[engine][rules]") {
+  Firewall fw(
+      "block return-icmp(host-unr, admin-unr) in on lan0 proto udp to port 53\n"
+      "block return-icmp(13) in on lan0 proto udp to port 54\n"
+      "block return-icmp6(addr-unr) in on lan0 proto udp to port 55\n"
+      "block return-icmp in on lan0 proto udp to port 56\n");
+  const auto& rules = *fw.engine.rules();
+  CHECK(rules.rule(0).text ==
+        "block return-icmp(host-unr, admin-unr) in on lan0 proto udp from any to any port 53");
+  CHECK(rules.rule(1).text ==
+        "block return-icmp(filter-prohib) in on lan0 proto udp from any to any port 54");
+  CHECK(rules.rule(2).text == "block return-icmp6(addr-unr) in on lan0 proto udp from any to any port 55");
+  CHECK(rules.rule(3).text == "block return-icmp in on lan0 proto udp from any to any port 56");
+  struct Case {
+    bool v6;
+    uint16_t port;
+    int16_t code;
+  };
+  for (const Case c : {Case{false, 53, 1}, Case{true, 53, 1}, Case{false, 54, 13}, Case{true, 54, -1},
+                       Case{false, 55, -1}, Case{true, 55, 3}, Case{false, 56, -1}, Case{true, 56, -1}}) {
+    CAPTURE(c.v6, c.port);
+    PacketBuilder b;
+    if (c.v6) {
+      b.ipv6(kClient6, kServer6);
+    } else {
+      b.ipv4(kClient, kServer);
+    }
+    const Verdict v = fw.out(b.udp(5000, c.port).payload(8).build());
+    CHECK(v.action == Action::Reject);
+    CHECK(v.reply == rules::BlockReply::ReturnIcmp);
+    CHECK(v.reply_code == c.code);
+  }
+}
+
 TEST_CASE("TCP connection passes by state in both directions; unsolicited replies do not", "[engine][tcp]") {
   Firewall fw(kWebOnly);
   Verdict v = fw.out(syn(80));

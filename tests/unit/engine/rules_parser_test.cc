@@ -591,11 +591,13 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"# c\npass in \\\n  on\n", "t.conf:3:5: expected interface name, got end of line"},
       {"pass in on em0 quick all",
        "t.conf:1:16: 'quick' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] [on IF] [inet|inet6] [proto P] "
+       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] [on IF] "
+       "[inet|inet6] [proto P] "
        "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options and label"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp] [in|out] [log [(all)]] [quick] [on IF] [inet|inet6] "
+       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] [on IF] "
+       "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
        "options and label"},
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
@@ -735,6 +737,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:44: ICMP code must be between 0 and 255, got '256'"},
       {"pass proto icmp all icmp-type echoreq icmp-type echorep",
        "t.conf:1:39: duplicate icmp-type: already given at line 1, column 21"},
+      {"block return-icmp(host-unreachable) all",
+       "t.conf:1:19: expected an ICMP unreachable code (a name such as port-unr, or 0..255), got "
+       "'host-unreachable'"},
+      {"block return-icmp(3, 256) all",
+       "t.conf:1:22: an ICMPv6 unreachable code (a name such as addr-unr, or 0..255) must be between 0 and "
+       "255, "
+       "got '256'"},
+      {"block return-icmp6(port-unr all", "t.conf:1:29: expected ')' after the unreachable code, got 'all'"},
       // State options.
       {"pass all keep state (max 0)", "t.conf:1:26: max must be between 1 and 4294967295, got '0'"},
       {"pass all keep state (max 4294967296)",

@@ -3,6 +3,7 @@
 #include "daemon/io/reject.h"
 
 #include <catch2/catch.hpp>
+#include <tuple>
 
 #include "daemon/engine/packet.h"
 #include "tests/unit/support/packet_builder.h"
@@ -23,9 +24,10 @@ struct Reply {
   Bytes bytes;
 };
 
-Reply build(const Bytes& offending, BlockReply reply, RejectIcmp icmp = RejectIcmp::PortUnreachable) {
+Reply build(const Bytes& offending, BlockReply reply, RejectIcmp icmp = RejectIcmp::PortUnreachable,
+            int16_t code = -1) {
   Bytes out(kMaxReplySize, 0xEE);
-  const BuiltReply b = build_reject(offending, reply, icmp, 64, out);
+  const BuiltReply b = build_reject(offending, reply, icmp, code, 64, out);
   out.resize(b.size);
   return {b, out};
 }
@@ -204,6 +206,21 @@ TEST_CASE("ICMPv6 port unreachable is type 1 code 4", "[reject]") {
   CHECK(v.icmp.code == 4);
   CHECK(r.built.size == 40 + 8 + udp.size());
   CHECK(transport_checksum_residue(r.bytes, v) == 0);
+}
+
+TEST_CASE("a rule's unreachable code replaces the configured one, for each family", "[reject]") {
+  const Bytes udp4 = PacketBuilder().ipv4("192.0.2.1", "203.0.113.9").udp(5353, 53).payload(8).build();
+  const Bytes udp6 = PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").udp(1000, 2000).payload(8).build();
+  for (const auto& [offending, code, type] :
+       {std::tuple{udp4, int16_t{1}, uint8_t{3}}, std::tuple{udp4, int16_t{13}, uint8_t{3}},
+        std::tuple{udp6, int16_t{1}, uint8_t{1}}, std::tuple{udp6, int16_t{0}, uint8_t{1}}}) {
+    const Reply r = build(offending, BlockReply::ReturnIcmp, RejectIcmp::PortUnreachable, code);
+    REQUIRE(r.built.status == RejectStatus::Built);
+    const PacketView v = parse(r.bytes);
+    CHECK(v.icmp.type == type);
+    CHECK(v.icmp.code == code);
+    CHECK(transport_checksum_residue(r.bytes, v) == 0);
+  }
 }
 
 TEST_CASE("no reply where the RFCs forbid one", "[reject]") {
