@@ -48,7 +48,8 @@ class SyncService final : public control::SyncControl {
   // A ring of state changes to drain (each worker's, and the engine's control ring). Before start().
   void add_ring(engine::SpscRing<engine::StateRecord>& ring, SyncedFn on_synced = {});
   // Drains the rings now rather than at the next period (a worker holds packets until their
-  // inserts are acked). Any thread; a write to an eventfd, no allocation. After start().
+  // inserts are acked). Any thread, any time (before start() it takes effect at start); a write
+  // to an eventfd, no allocation.
   void kick() noexcept;
   // Records the rings dropped because they were full, for status (the engine counts them).
   void set_events_lost(std::function<uint64_t()> events_lost) { events_lost_ = std::move(events_lost); }
