@@ -1,16 +1,15 @@
 """[sync] defer = true (pfsync's defer): a new connection's first packet leaves node A only once
 node B has acknowledged its state, so that no connection exists on A that B would not know of.
 
-Held packets go when B acks (well within the 200 ms timeout set here); with B's acks cut they go
+Held packets go when B acks (well within the 100 ms timeout set here); with B's acks cut they go
 at the timeout; once A sees the peer down it holds nothing, and holds again when B answers."""
 
 import json
-import time
 
 from netns import wait_until
 from sync_pair import SERVER, SYNC_PORT, TCP_PORT
 
-TIMEOUT_MS = 200
+TIMEOUT_MS = 100  # short beside the 600-800 ms it takes fwA to see its peer down once acks are cut
 CONNECT = """
 import json, socket, sys, time
 took = []
