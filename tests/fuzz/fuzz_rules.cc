@@ -65,7 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   for (const auto& r : file.scrub_rules) check(r.location, lines);
   for (const auto& r : file.translation_rules) {
     check(r.location, lines);
-    if (!r.negate_translation && !r.target) std::abort();
+    // A target is an address, or an interface whose address resolve_interfaces() sets later.
+    if (!r.negate_translation && !r.target && r.target_interface.empty()) std::abort();
+    if (!r.target_interface.empty()) check(r.target_location, lines);
   }
   for (const auto& r : file.filter_rules) {
     check(r.location, lines);
