@@ -816,19 +816,7 @@ class Parser {
   std::optional<std::string> target_interface() {
     AddressElement e;
     const Token t = peek();
-    if (t.kind == TokenKind::LParen) {
-      take();
-      const Token name = peek();
-      if (name.kind != TokenKind::Word || is_keyword(name.text) || !interface_element(name, e))
-        fail_expected(name, "an interface name inside '( )'");
-      take();
-      if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
-      take();
-    } else if (t.kind == TokenKind::Word && !is_keyword(t.text) && interface_element(t, e)) {
-      take();
-    } else {
-      return std::nullopt;
-    }
+    if (!accept_interface(e)) return std::nullopt;
     if (e.table == "self") fail_at(t, "'self' is every address of this host: translate to one interface's");
     if (e.networks) fail_at(t, "translate to " + e.table + " (its address), not to its networks");
     return e.table;
@@ -1286,17 +1274,8 @@ class Parser {
       } else if (t.kind == TokenKind::Word && t.text == "any") {
         take();
         e.kind = AddressElement::Kind::Any;
-      } else if (t.kind == TokenKind::LParen) {
-        // pf's `(em0)`: the addresses as they change, which is how every interface element is read.
-        take();
-        const Token name = peek();
-        if (name.kind != TokenKind::Word || is_keyword(name.text) || !interface_element(name, e))
-          fail_expected(name, "an interface name inside '( )'");
-        take();
-        if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
-        take();
-      } else if (t.kind == TokenKind::Word && !is_keyword(t.text) && interface_element(t, e)) {
-        take();
+      } else if (accept_interface(e)) {
+        // An interface's addresses (or networks).
       } else if (t.kind == TokenKind::Word || t.kind == TokenKind::String) {
         if (t.kind == TokenKind::Word && is_keyword(t.text)) {
           fail_expected(t, "address, prefix, <table> or 'any'");
@@ -1319,6 +1298,25 @@ class Parser {
       one(false);
     }
     return out;
+  }
+
+  // `em0` or pf's `(em0)`, if one stands here: fills `e` and takes it. Both are read as pf reads
+  // `(em0)`, the addresses as they change.
+  bool accept_interface(AddressElement& e) {
+    const Token t = peek();
+    if (t.kind == TokenKind::LParen) {
+      take();
+      const Token name = peek();
+      if (name.kind != TokenKind::Word || is_keyword(name.text) || !interface_element(name, e))
+        fail_expected(name, "an interface name inside '( )'");
+      take();
+      if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
+      take();
+      return true;
+    }
+    if (t.kind != TokenKind::Word || is_keyword(t.text) || !interface_element(t, e)) return false;
+    take();
+    return true;
   }
 
   // `em0` (the interface's addresses) or `em0:network` (the networks they lie in), as pf reads an

@@ -67,6 +67,19 @@ bool has(engine::Engine& e, const engine::StateId& id) {
   return static_cast<bool>(e.states().find_by_id(id));
 }
 
+// SO_BINDTODEVICE needs root (CAP_NET_RAW): without it a test says so and stops.
+bool skipped_without_root() {
+  if (::geteuid() == 0) return false;
+  WARN("skipped: SO_BINDTODEVICE needs root (CAP_NET_RAW)");
+  return true;
+}
+
+engine::EngineConfig node_config(uint32_t node_id) {
+  engine::EngineConfig c;
+  c.node_id = node_id;
+  return c;
+}
+
 uint16_t free_port() {
   boost::asio::io_context io;
   boost::asio::ip::udp::socket s(io, boost::asio::ip::udp::endpoint(boost::asio::ip::udp::v4(), 0));
@@ -76,17 +89,10 @@ uint16_t free_port() {
 }  // namespace
 
 TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, status", "[sync][service]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: SO_BINDTODEVICE needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   const uint16_t port = free_port();
-  engine::EngineConfig ea;
-  ea.node_id = 1;
-  engine::EngineConfig eb;
-  eb.node_id = 2;
-  engine::Engine engine_a(ea);
-  engine::Engine engine_b(eb);
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
   // A's table before B starts: B's bulk must bring these.
   for (uint64_t i = 1; i <= 500; ++i) REQUIRE(engine_a.apply(state(1, i), now_ms()));
 
@@ -179,17 +185,10 @@ TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, sta
 
 TEST_CASE("a ring's records count as synced once the peer acks them; a kick sends them at once",
           "[sync][service][defer]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: SO_BINDTODEVICE needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   const uint16_t port = free_port();
-  engine::EngineConfig ea;
-  ea.node_id = 1;
-  engine::EngineConfig eb;
-  eb.node_id = 2;
-  engine::Engine engine_a(ea);
-  engine::Engine engine_b(eb);
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
   engine::SpscRing<StateRecord> ring_a(1024);
   std::mutex m;
   std::vector<std::pair<uint64_t, bool>> reports;
