@@ -1,7 +1,6 @@
 #include "daemon/io/defer_queue.h"
 
 #include <algorithm>
-#include <bit>
 #include <stdexcept>
 
 namespace pairwall::io {
@@ -23,41 +22,21 @@ std::string_view release_cause_name(ReleaseCause cause) {
 }
 
 DeferQueue::DeferQueue(std::size_t max_packets, std::size_t max_bytes)
-    : entries_(max_packets),
-      by_state_(std::bit_ceil(2 * std::max<std::size_t>(max_packets, 1))),
-      arena_(max_bytes) {
+    : entries_(max_packets), by_state_(max_packets), arena_(max_bytes) {
   if (max_packets == 0) throw std::invalid_argument("defer queue: room for at least one packet is needed");
 }
 
-std::size_t DeferQueue::home(const engine::StateId& state) const noexcept {
-  uint64_t x = state.counter * 0x9e3779b97f4a7c15ULL ^ state.creator;
-  x ^= x >> 29;
-  return static_cast<std::size_t>(x * 0xbf58476d1ce4e5b9ULL >> 17) & (by_state_.size() - 1);
-}
-
-void DeferQueue::index_add(const engine::StateId& state) noexcept {
-  const std::size_t mask = by_state_.size() - 1;
-  std::size_t i = home(state);
-  while (by_state_[i].held != 0 && !(by_state_[i].state == state)) i = (i + 1) & mask;
-  by_state_[i].state = state;
-  ++by_state_[i].held;
+void DeferQueue::index_add(const engine::StateId& state) {
+  if (uint64_t* held = by_state_.find(state)) {
+    ++*held;
+  } else {
+    by_state_.insert(state, 1);
+  }
 }
 
 void DeferQueue::index_remove(const engine::StateId& state) noexcept {
-  const std::size_t mask = by_state_.size() - 1;
-  std::size_t i = home(state);
-  while (by_state_[i].held != 0 && !(by_state_[i].state == state)) i = (i + 1) & mask;
-  if (by_state_[i].held == 0 || --by_state_[i].held != 0) return;
-  // Shift the run after the freed slot back, so that no probe sequence crosses a hole.
-  for (std::size_t j = (i + 1) & mask; by_state_[j].held != 0; j = (j + 1) & mask) {
-    const std::size_t h = home(by_state_[j].state);
-    const bool movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
-    if (movable) {
-      by_state_[i] = by_state_[j];
-      by_state_[j].held = 0;
-      i = j;
-    }
-  }
+  uint64_t* held = by_state_.find(state);
+  if (held != nullptr && --*held == 0) by_state_.erase(state);
 }
 
 DeferQueue::Clock::time_point DeferQueue::next_deadline() const noexcept {
@@ -65,11 +44,7 @@ DeferQueue::Clock::time_point DeferQueue::next_deadline() const noexcept {
 }
 
 bool DeferQueue::holds_state(const engine::StateId& state) const noexcept {
-  const std::size_t mask = by_state_.size() - 1;
-  for (std::size_t i = home(state); by_state_[i].held != 0; i = (i + 1) & mask) {
-    if (by_state_[i].state == state) return true;
-  }
-  return false;
+  return by_state_.contains(state);
 }
 
 std::size_t DeferQueue::place(std::size_t length) const noexcept {

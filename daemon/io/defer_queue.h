@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "daemon/engine/state.h"
+#include "daemon/engine/state_id_map.h"
 #include "daemon/io/counter.h"
 #include "daemon/io/verdict_plan.h"
 
@@ -96,15 +97,9 @@ class DeferQueue {
   };
 
   Entry& front() noexcept { return entries_[head_]; }
-  // The held states, each with how many of its packets are held: open addressing with linear
-  // probing and backward-shift deletion, at most half full, so that the check every state's
-  // packet makes while something is held costs a probe or two rather than a scan of the queue.
-  struct StateSlot {
-    engine::StateId state;
-    uint32_t held = 0;  // 0: free
-  };
-  std::size_t home(const engine::StateId& state) const noexcept;
-  void index_add(const engine::StateId& state) noexcept;
+  // The held states, each with how many of its packets are held, so that the check every
+  // state's packet makes while something is held is a hash probe rather than a scan of the queue.
+  void index_add(const engine::StateId& state);
   void index_remove(const engine::StateId& state) noexcept;
   // Where `length` (> 0) bytes fit after the newest held bytes, or SIZE_MAX.
   std::size_t place(std::size_t length) const noexcept;
@@ -115,7 +110,7 @@ class DeferQueue {
   std::vector<Entry> entries_;  // a ring of max_packets
   std::size_t head_ = 0;
   std::size_t count_ = 0;
-  std::vector<StateSlot> by_state_;  // a power of two, at least twice max_packets
+  engine::StateIdMap by_state_;  // sized for max_packets: it never grows
   // The rewritten packets' bytes, a ring allocated in hold order: [begin_, end_), or when
   // wrapped_, [begin_, tail_end_) then [0, end_).
   std::vector<uint8_t> arena_;

@@ -26,7 +26,7 @@ std::size_t PendingRecords::estimate(const engine::StateRecord& r) noexcept {
 }
 
 bool PendingRecords::tcp_state_changed(const engine::StateRecord& r) noexcept {
-  const std::size_t h = StateIdHash{}(r.id);
+  const std::size_t h = engine::StateIdHash{}(r.id);
   uint32_t& slot = tcp_states_[h % kTcpCacheSlots];
   const uint32_t tag = static_cast<uint32_t>(h >> 40) & 0xffffff;
   const uint32_t value = tag << 8 | static_cast<uint32_t>(r.src.state & 0x0f) << 4 | (r.dst.state & 0x0f);

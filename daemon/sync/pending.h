@@ -15,84 +15,10 @@
 #include <vector>
 
 #include "daemon/engine/state.h"
+#include "daemon/engine/state_id_map.h"
 #include "daemon/sync/time.h"
 
 namespace pairwall::sync {
-
-struct StateIdHash {
-  std::size_t operator()(const engine::StateId& id) const noexcept {
-    uint64_t x = id.counter * 0x9e3779b97f4a7c15ULL ^ id.creator;
-    x ^= x >> 29;
-    return static_cast<std::size_t>(x * 0xbf58476d1ce4e5b9ULL);
-  }
-};
-
-// StateId -> queue index, open addressing with linear probing and backward-shift deletion: one
-// array, no allocation per record (std::unordered_map allocates a node per insert). Grows at half
-// full.
-class PendingIndex {
- public:
-  PendingIndex() : slots_(kInitial) {}
-
-  uint64_t* find(const engine::StateId& id) noexcept {
-    for (std::size_t i = home(id);; i = (i + 1) & mask()) {
-      Slot& s = slots_[i];
-      if (!s.used) return nullptr;
-      if (s.id == id) return &s.index;
-    }
-  }
-  void insert(const engine::StateId& id, uint64_t index) {
-    if ((size_ + 1) * 2 > slots_.size()) grow();
-    put(id, index);
-    ++size_;
-  }
-  void erase(const engine::StateId& id) noexcept {
-    std::size_t i = home(id);
-    while (slots_[i].used && !(slots_[i].id == id)) i = (i + 1) & mask();
-    if (!slots_[i].used) return;
-    // Shift the following run back so that no probe sequence has a hole.
-    for (std::size_t j = (i + 1) & mask(); slots_[j].used; j = (j + 1) & mask()) {
-      const std::size_t h = home(slots_[j].id);
-      const bool movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
-      if (movable) {
-        slots_[i] = slots_[j];
-        i = j;
-      }
-    }
-    slots_[i].used = false;
-    --size_;
-  }
-  void clear() noexcept {
-    for (auto& s : slots_) s.used = false;
-    size_ = 0;
-  }
-  std::size_t size() const noexcept { return size_; }
-
- private:
-  struct Slot {
-    engine::StateId id;
-    uint64_t index = 0;
-    bool used = false;
-  };
-  static constexpr std::size_t kInitial = 1024;
-  std::size_t mask() const noexcept { return slots_.size() - 1; }
-  std::size_t home(const engine::StateId& id) const noexcept { return StateIdHash{}(id)&mask(); }
-  void put(const engine::StateId& id, uint64_t index) noexcept {
-    std::size_t i = home(id);
-    while (slots_[i].used) i = (i + 1) & mask();
-    slots_[i] = {id, index, true};
-  }
-  void grow() {
-    std::vector<Slot> old(slots_.size() * 2);
-    old.swap(slots_);
-    for (const Slot& s : old) {
-      if (s.used) put(s.id, s.index);
-    }
-  }
-
-  std::vector<Slot> slots_;
-  std::size_t size_ = 0;
-};
 
 class PendingRecords {
  public:
@@ -131,7 +57,7 @@ class PendingRecords {
 
   std::deque<Item> items_;
   uint64_t first_index_ = 0;  // absolute index of items_.front()
-  PendingIndex by_id_;
+  engine::StateIdMap by_id_;
   std::size_t live_ = 0;
   std::size_t estimated_bytes_ = 0;
   bool urgent_ = false;

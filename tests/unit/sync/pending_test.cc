@@ -126,8 +126,8 @@ TEST_CASE("estimated bytes grow with the pending records", "[sync][pending]") {
   CHECK(p.estimated_bytes() == 0);
 }
 
-TEST_CASE("the pending index agrees with a map through growth and deletions", "[sync][pending]") {
-  PendingIndex index;
+TEST_CASE("the state id map agrees with a map through growth and deletions", "[sync][pending]") {
+  pairwall::engine::StateIdMap index;
   std::map<pairwall::engine::StateId, uint64_t> model;
   std::mt19937_64 rng(3);
   for (int step = 0; step < 200'000; ++step) {
