@@ -93,9 +93,7 @@ void NfQueue::run_worker(Worker& w) noexcept {
     if (w.deferred->empty() || wait_holding(w)) w.socket->run_once(decide_fn);
     release_held(w, std::chrono::steady_clock::now());
   }
-  w.deferred->release_all(ReleaseCause::Stopped, [&w](const DeferQueue::Release& r) {
-    w.socket->settle_held(r.id, r.decision, r.bytes);
-  });
+  w.deferred->release_all(ReleaseCause::Stopped, settler(w));
   w.socket->send_verdicts();
 }
 
@@ -115,7 +113,7 @@ bool NfQueue::wait_holding(Worker& w) noexcept {
 
 void NfQueue::release_held(Worker& w, std::chrono::steady_clock::time_point now) noexcept {
   if (w.deferred->empty()) return;
-  auto settle = [&w](const DeferQueue::Release& r) { w.socket->settle_held(r.id, r.decision, r.bytes); };
+  const auto settle = settler(w);
   if (w.peer_up.load(std::memory_order_seq_cst)) {
     w.deferred->release(w.synced.load(std::memory_order_seq_cst), now, settle);
   } else {
@@ -202,9 +200,8 @@ Decision NfQueue::hold_if_deferred(Worker& w, const QueuedPacket& packet, const 
       (w.deferred->empty() || verdict.state.counter == 0 || !w.deferred->holds_state(verdict.state))) {
     return decision;
   }
-  auto settle = [&w](const DeferQueue::Release& r) { w.socket->settle_held(r.id, r.decision, r.bytes); };
   if (!w.deferred->hold(packet.id, decision, packet.payload, verdict.state, w.ticket,
-                        now + config_.defer.timeout, settle)) {
+                        now + config_.defer.timeout, settler(w))) {
     return decision;
   }
   w.held_in_batch = true;

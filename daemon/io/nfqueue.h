@@ -152,6 +152,10 @@ class NfQueue {
     bool held_in_batch = false;
   };
 
+  // Sends the verdict of a packet the hold queue lets go.
+  static auto settler(Worker& w) {
+    return [&w](const DeferQueue::Release& r) { w.socket->settle_held(r.id, r.decision, r.bytes); };
+  }
   void run_worker(Worker& worker) noexcept;
   // Waits, while packets are held, for packets, a wake-up or the next hold's deadline. Returns
   // whether packets are waiting on the socket.

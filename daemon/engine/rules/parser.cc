@@ -825,7 +825,7 @@ class Parser {
   // An unreachable code for `return-icmp(...)`: pf's name (`host-unr`, `admin-unr`) or 0..255.
   int16_t unreach_code(std::span<const std::string_view> names, std::string_view protocol) {
     const std::string what = "an " + std::string(protocol) + " unreachable code (a name such as " +
-                             std::string(names[names.size() > 3 ? 3 : 1]) + ", or 0..255)";
+                             std::string(names[3]) + ", or 0..255)";
     const Token t = take_value(what);
     const auto named = std::find(names.begin(), names.end(), t.text);
     if (named != names.end()) return static_cast<int16_t>(named - names.begin());
