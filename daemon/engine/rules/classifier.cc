@@ -348,7 +348,8 @@ uint32_t IntervalIndex<Key>::build_entry(const std::vector<Key>& starts, const s
   const auto diff_hi = static_cast<uint64_t>(diff >> 64);
   const unsigned common = static_cast<unsigned>(
       diff_hi != 0 ? std::countl_zero(diff_hi) : 64 + std::countl_zero(static_cast<uint64_t>(diff)));
-  const unsigned stride = std::clamp<unsigned>(std::bit_width(hi - lo) - 1, 1, std::min(16u, kBits - common));
+  // 8n to 16n children for n starts (see classifier.h).
+  const unsigned stride = std::clamp<unsigned>(std::bit_width(hi - lo) + 3, 1, std::min(16u, kBits - common));
   Node node;
   // Only bits the parent has not compared need checking; a zero mask makes the check pass.
   node.mask = common == known_bits ? 0 : static_cast<Key>(~(static_cast<Key>(~Key{0}) >> common));
