@@ -681,7 +681,6 @@ class ClassifierBuilder {
     emit_sparse_fields();
     c_.dense_pool_.shrink_to_fit();
     c_.sparse_pool_.shrink_to_fit();
-    c_.batch_pays_ = c_.memory_bytes() > Classifier::kBatchFloorBytes;
   }
 
  private:
@@ -1315,6 +1314,11 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
   for (std::size_t first = 0; first < queries.size(); first += kBatch) {
     const std::size_t n = std::min(kBatch, queries.size() - first);
     const MatchQuery* query = queries.data() + first;
+    if (n < kBatchFloor) {
+      for (std::size_t i = 0; i < n; ++i)
+        out[first + i] = match(*query[i].packet, query[i].direction, query[i].iface);
+      continue;
+    }
     Probe probes[kBatch];
 
     // 1. The fields looked up in small tables, then the address index walks, per family. The

@@ -43,8 +43,8 @@
 // toss per packet in a large rule set (does this class record hold the pass's anchor group?), the batch
 // computes with masks instead of branching: a mispredicted branch discards the loads the batch has in flight;
 // where the condition is predictable (an IPv6 node's shape, a walk ending at a leaf), masks measured slower
-// than branches. A structure small enough to stay in L1 and L2 is matched one query at a time
-// (batch_pays()). pairwall-bench engine (--seconds 0.5 --runs 3, three alternating invocations
+// than branches. A batch of fewer than kBatchFloor queries is matched one query at a time.
+// pairwall-bench engine (--seconds 0.5 --runs 3, three alternating invocations
 // on a 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 22.5 to 22.6
 // Mpps at 10 rules and 15.2 to 15.4 at 10,000, a ratio of 0.67 to 0.69.
 // Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
@@ -334,13 +334,15 @@ class Classifier {
   static constexpr std::size_t kBatch = 32;
   void match_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept;
 
-  // Whether match_batch() is worth its bookkeeping here. A structure this small stays in L1 and
-  // L2, leaves no misses for a batch to overlap, and one match() per query is faster
-  // (pairwall-bench engine --seconds 0.5 --runs 3, three alternating invocations: 10 rules, 57 KB,
-  // 21.8-22.2 Mpps batched, 22.9-23.1 one match() per query; 100 rules, 102 KB, even; 1,000
-  // rules, 457 KB, batched 1.14x as fast as one match() per query).
-  static constexpr std::size_t kBatchFloorBytes = 128 * 1024;
-  bool batch_pays() const { return batch_pays_; }
+  // Fewer queries than this are matched one match() each: the batch's stages pay for their
+  // bookkeeping with the misses they overlap and the keys they count with AVX2, and a few queries
+  // give them too little of either. pairwall-bench engine --only rules --seconds 0.3 --runs 3,
+  // match_batch() over chunks of n queries against one match() each, in Mpps: 10 rules n = 4
+  // 19.7 / 22.8, n = 8 22.4 / 23.1, n = 16 24.6 / 23.3; 10,000 rules n = 4 9.7 / 10.5, n = 8
+  // 11.8 / 10.5, n = 16 14.7 / 10.3. At any size of rule set: the batch's AVX2 counts and the
+  // wider IPv6 nodes made full batches the faster way for 10 rules too (25.0-25.3 against
+  // 21.8-22.0 at the time; the structure's size had decided before).
+  static constexpr std::size_t kBatchFloor = 8;
 
   // How many 64-rule words match() tests for this packet: the candidates that fail, then the one
   // that decides (if any). What the structure's precision costs, for benchmarks and tests.
@@ -402,7 +404,6 @@ class Classifier {
   uint32_t port_class(int side, uint32_t udp, uint16_t port) const noexcept;
 
   uint32_t rule_count_ = 0;
-  bool batch_pays_ = true;
   uint32_t words_ = 1;
   uint32_t summary_words_ = 1;
   std::vector<uint32_t> priority_to_rule_;  // words_ * 64 entries, kNoMatch past the end

@@ -802,11 +802,10 @@ uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, If
 }
 
 void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
-  if (classifier_ && classifier_->batch_pays()) {
+  if (classifier_) {
     classifier_->match_batch(queries, out);
   } else {
-    for (std::size_t i = 0; i < queries.size(); ++i)
-      out[i] = evaluate(*queries[i].packet, queries[i].direction, queries[i].iface);
+    std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(queries.size()), kNoRule);
   }
 }
 

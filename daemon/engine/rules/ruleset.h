@@ -112,8 +112,8 @@ class RuleSet {
   uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
   // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
-  // lookups of a batch overlap their cache misses (Classifier::match_batch), where the rule set is
-  // large enough to have misses (Classifier::batch_pays).
+  // lookups of a batch overlap their cache misses (Classifier::match_batch), where the batch is
+  // large enough (Classifier::kBatchFloor).
   void evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept;
 
   // How many 64-rule words of the classifier evaluate() tests for this packet (see classifier.h):

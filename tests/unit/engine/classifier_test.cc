@@ -600,7 +600,8 @@ TEST_CASE("a rule in a later summary word is found behind the class's words of t
   CHECK(batched == expected);
 }
 
-TEST_CASE("only a structure that outgrows the near caches is matched in lockstep batches", "[classifier]") {
+TEST_CASE("batches of every size decide as match() does, below the floor one query at a time",
+          "[classifier]") {
   auto rules_to = [](int count) {
     std::vector<MatchSpec> specs;
     for (int i = 0; i < count; ++i) {
@@ -612,12 +613,38 @@ TEST_CASE("only a structure that outgrows the near caches is matched in lockstep
     }
     return specs;
   };
-  const Classifier small(rules_to(10), MatchOrder::QuickOrLast);
-  const Classifier large(rules_to(5000), MatchOrder::QuickOrLast);
-  CHECK(small.memory_bytes() <= Classifier::kBatchFloorBytes);
-  CHECK_FALSE(small.batch_pays());
-  CHECK(large.memory_bytes() > Classifier::kBatchFloorBytes);
-  CHECK(large.batch_pays());
+  for (const int count : {10, 5000}) {
+    const Classifier classifier(rules_to(count), MatchOrder::QuickOrLast);
+    // Packets for rules spread over the set, every third one for no rule, some of them IPv6.
+    std::vector<Packet> packets;
+    for (int i = 0; i < 2 * static_cast<int>(Classifier::kBatch) + 5; ++i) {
+      const int rule = i * 7919 % count;
+      const std::string dst =
+          "10." + std::to_string(rule / 256 % 256) + "." + std::to_string(rule % 256) + ".9";
+      if (i % 5 == 4) {
+        packets.push_back(
+            Packet::tcp("2001:db8::1", 1000, "2001:db8::2", static_cast<uint16_t>(1000 + rule)));
+      } else {
+        packets.push_back(
+            Packet::tcp("192.0.2.1", 1000, dst, static_cast<uint16_t>(1000 + rule + (i % 3 == 0))));
+      }
+    }
+    std::vector<MatchQuery> queries;
+    std::vector<uint32_t> expected;
+    for (const Packet& p : packets) {
+      queries.push_back({&p.view, Direction::In, 1});
+      expected.push_back(classifier.match(p.view, Direction::In, 1));
+    }
+    const auto unmatched = std::count(expected.begin(), expected.end(), kNone);
+    CHECK(unmatched > 0);
+    CHECK(unmatched < static_cast<std::ptrdiff_t>(expected.size()));
+    for (std::size_t n = 1; n <= queries.size(); ++n) {
+      std::vector<uint32_t> batched(n, 12345);
+      classifier.match_batch({queries.data(), n}, batched);
+      INFO(count << " rules, a batch of " << n);
+      CHECK(std::equal(batched.begin(), batched.end(), expected.begin()));
+    }
+  }
 }
 
 TEST_CASE("each interface's rules are found, past the anchor groups a class record can name",
