@@ -45,8 +45,9 @@
 // where the condition is predictable (an IPv6 node's shape, a walk ending at a leaf), masks measured slower
 // than branches. A batch of fewer than kBatchFloor queries is matched one query at a time.
 // pairwall-bench engine (--seconds 0.5 --runs 3, three alternating invocations
-// on a 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 22.5 to 22.6
-// Mpps at 10 rules and 15.2 to 15.4 at 10,000, a ratio of 0.67 to 0.69.
+// on a 2-core VM, fastest pass of each run, 30 % IPv6 packets at every rule count): 25.0 to 25.5
+// Mpps at 10 rules and 15.3 to 15.9 at 10,000, a ratio of 0.61 to 0.62 (before batches were
+// taken at every size, 0.67 to 0.69: the 10-rule figure rose by 14 %).
 // Where the 10,000-rule time goes (time-stamp counter ticks a query, by stage, from a temporarily
 // instrumented build, 10 -> 10,000 rules): the address walks 29-32 -> 55-58 (an IPv6 query's about
 // 54 -> 107-114: as many radix steps, but a batch runs as many rounds as its deepest walk and the nodes
