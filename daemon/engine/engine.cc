@@ -693,6 +693,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
         v.reply = reply;
         if (reply == rules::BlockReply::ReturnIcmp)
           v.reply_code = packet.family == Family::V4 ? rule.icmp_code : rule.icmp6_code;
+        if (reply == rules::BlockReply::ReturnRst) v.reply_ttl = rule.rst_ttl;
       }
       return v;
     }

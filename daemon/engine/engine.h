@@ -53,6 +53,7 @@ struct Verdict {
   Reason reason = Reason::Internal;
   rules::BlockReply reply = rules::BlockReply::Drop;  // how to reject, for Action::Reject
   int16_t reply_code = -1;         // ReturnIcmp: the unreachable's code, -1 for the rejector's
+  uint8_t reply_ttl = 0;           // ReturnRst: the reset's TTL, 0 for the rejector's
   bool rewritten = false;          // the packet bytes were changed (NAT, normalization): send them back
   bool claimed = false;            // Prerouting: decided here; the hooks after routing must let it by
   bool log = false;                // the deciding rule or state asked for logging

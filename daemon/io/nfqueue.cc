@@ -237,7 +237,8 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
       return verdict.rewritten ? Decision::AcceptRewritten : Decision::Accept;
     case engine::Verdict::Action::Reject: {
       const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
-      if (w.rejector) w.rejector->reject(packet.payload, verdict.reply, verdict.reply_code, millis);
+      if (w.rejector)
+        w.rejector->reject(packet.payload, verdict.reply, verdict.reply_code, verdict.reply_ttl, millis);
       return Decision::Drop;
     }
     case engine::Verdict::Action::Drop:

@@ -210,9 +210,10 @@ Rejector::~Rejector() {
   close(fd6_);
 }
 
-RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply reply, int16_t code,
+RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply reply, int16_t code, uint8_t ttl,
                               engine::Millis now) noexcept {
-  const BuiltReply built = build_reject(offending, reply, config_.icmp, code, config_.ttl, buffer_);
+  const BuiltReply built =
+      build_reject(offending, reply, config_.icmp, code, ttl != 0 ? ttl : config_.ttl, buffer_);
   if (built.status == RejectStatus::Malformed) {
     counters_.malformed.add();
     return built.status;

@@ -114,9 +114,10 @@ class Rejector {
   Rejector& operator=(const Rejector&) = delete;
 
   // Builds and sends the reply to `offending`; never blocks. `code`: the unreachable's code for a
-  // ReturnIcmp, -1 for RejectConfig::icmp's. Returns Sent or why not.
+  // ReturnIcmp, -1 for RejectConfig::icmp's; `ttl`: the reply's TTL (hop limit), 0 for
+  // RejectConfig::ttl. Returns Sent or why not.
   RejectStatus reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, int16_t code,
-                      engine::Millis now) noexcept;
+                      uint8_t ttl, engine::Millis now) noexcept;
 
   const RejectCounters& counters() const { return counters_; }
 

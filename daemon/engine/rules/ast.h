@@ -119,6 +119,7 @@ struct FilterRule {
   // packets; -1 leaves it to the rejector (port unreachable, as pf's default).
   int16_t icmp_code = -1;
   int16_t icmp6_code = -1;
+  uint8_t rst_ttl = 0;  // `return-rst (ttl N)`: the reset's TTL; 0 leaves it to the rejector
   Direction direction = Direction::Any;
   LogMode log = LogMode::None;
   bool quick = false;

@@ -217,6 +217,7 @@ std::string filter_text(const FilterRule& r) {
       out += " return";
     } else if (r.reply == BlockReply::ReturnRst) {
       out += " return-rst";
+      if (r.rst_ttl != 0) out += " (ttl " + std::to_string(r.rst_ttl) + ")";
     } else if (r.reply == BlockReply::ReturnIcmp) {
       auto code = [](std::span<const std::string_view> names, int16_t c) {
         return static_cast<std::size_t>(c) < names.size() ? std::string(names[static_cast<std::size_t>(c)])
@@ -605,6 +606,7 @@ class Compiler {
       c.reply_rst_for_tcp = r.reply_rst_for_tcp;
       c.icmp_code = r.icmp_code;
       c.icmp6_code = r.icmp6_code;
+      c.rst_ttl = r.rst_ttl;
       if (r.action == Action::Block && !r.reply_given && file_.settings.block_policy_return) {
         c.reply = BlockReply::ReturnIcmp;  // as `block return`
         c.reply_rst_for_tcp = true;

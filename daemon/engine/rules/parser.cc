@@ -932,6 +932,13 @@ class Parser {
       r.reply_given = true;
       if (t.text == "return-rst") {
         r.reply = BlockReply::ReturnRst;
+        if (at(TokenKind::LParen)) {
+          take();
+          if (!accept_word("ttl")) fail_expected(peek(), "'ttl' (return-rst (ttl N))");
+          r.rst_ttl = static_cast<uint8_t>(number(take_value("a TTL"), 1, 255, "a TTL"));
+          if (!at(TokenKind::RParen)) fail_expected(peek(), "')' after the TTL");
+          take();
+        }
       } else if (t.text == "return-icmp" || t.text == "return-icmp6") {
         r.reply = BlockReply::ReturnIcmp;
         if (at(TokenKind::LParen)) {

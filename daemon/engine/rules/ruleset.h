@@ -40,6 +40,7 @@ struct CompiledRule {
   bool reply_rst_for_tcp = false;  // `block return`: RST for TCP, `reply` (ICMP) for the rest
   int16_t icmp_code = -1;          // return-icmp's code for IPv4 packets, -1: port unreachable
   int16_t icmp6_code = -1;         // and for IPv6 packets
+  uint8_t rst_ttl = 0;             // return-rst's TTL (hop limit), 0: the rejector's
   bool log = false;                // log the packets this rule decides
   bool log_states = false;         // `log (all)`: and every packet of the states it creates
   bool quick = false;

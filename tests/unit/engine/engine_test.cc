@@ -206,6 +206,23 @@ TEST_CASE("return-icmp codes: written per family, by name or number, and listed 
   }
 }
 
+TEST_CASE("return-rst (ttl N): the reset's TTL travels with the verdict and the listing", "[engine][rules]") {
+  Firewall fw(
+      "block return-rst (ttl 7) in on lan0 proto tcp to port 81\n"
+      "block return-rst in on lan0 proto tcp to port 82\n"
+      "block return in on lan0 proto tcp to port 83\n");
+  const auto& rules = *fw.engine.rules();
+  CHECK(rules.rule(0).text == "block return-rst (ttl 7) in on lan0 proto tcp from any to any port 81");
+  CHECK(rules.rule(1).text == "block return-rst in on lan0 proto tcp from any to any port 82");
+  for (const auto& [port, ttl] : {std::pair{81, 7}, std::pair{82, 0}, std::pair{83, 0}}) {
+    CAPTURE(port);
+    const Verdict v = fw.out(syn(static_cast<uint16_t>(port)));
+    CHECK(v.action == Action::Reject);
+    CHECK(v.reply == rules::BlockReply::ReturnRst);
+    CHECK(v.reply_ttl == ttl);
+  }
+}
+
 TEST_CASE("TCP connection passes by state in both directions; unsolicited replies do not", "[engine][tcp]") {
   Firewall fw(kWebOnly);
   Verdict v = fw.out(syn(80));

@@ -110,6 +110,7 @@ std::string render(const FilterRule& r) {
       break;
     case BlockReply::ReturnRst:
       o << " rst";
+      if (r.rst_ttl != 0) o << "(ttl=" << int{r.rst_ttl} << ")";
       break;
     case BlockReply::ReturnIcmp:
       o << (r.reply_rst_for_tcp ? " rst/icmp" : " icmp");
@@ -336,6 +337,8 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"block", "block from * to * nostate"},
       {"block drop in all", "block in from * to * nostate"},
       {"block return-rst in proto tcp all", "block rst in proto 6 from * to * nostate"},
+      {"block return-rst (ttl 64) in proto tcp all", "block rst(ttl=64) in proto 6 from * to * nostate"},
+      {"block return-rst(ttl 1) proto tcp all", "block rst(ttl=1) proto 6 from * to * nostate"},
       {"block return-icmp out proto udp all", "block icmp out proto 17 from * to * nostate"},
       {"block return all", "block rst/icmp from * to * nostate"},
       {"pass in log quick on em0 all", "pass in log quick on em0 from * to * keep"},
@@ -745,6 +748,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "255, "
        "got '256'"},
       {"block return-icmp6(port-unr all", "t.conf:1:29: expected ')' after the unreachable code, got 'all'"},
+      {"block return-rst (ttl 0) all", "t.conf:1:23: a TTL must be between 1 and 255, got '0'"},
+      {"block return-rst (ttl 256) all", "t.conf:1:23: a TTL must be between 1 and 255, got '256'"},
+      {"block return-rst (hops 3) all", "t.conf:1:19: expected 'ttl' (return-rst (ttl N)), got 'hops'"},
+      {"block return-rst (ttl 3 all", "t.conf:1:25: expected ')' after the TTL, got 'all'"},
       // State options.
       {"pass all keep state (max 0)", "t.conf:1:26: max must be between 1 and 4294967295, got '0'"},
       {"pass all keep state (max 4294967296)",
