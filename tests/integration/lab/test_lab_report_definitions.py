@@ -79,3 +79,16 @@ def test_human_summary_names_the_figures():
                        role_changes=[{"t_ms": 480.0, "node": "fwB", "from": "backup", "to": "master"}])
     text = report.human(r)
     assert "1/1 connections survived" in text and "fwB→master at +480 ms" in text
+
+
+def test_short_connections_counted_by_when_they_opened():
+    # [start, end, result]: one failed in the second before the kill, one failed 1.5 s before it (not
+    # counted there), one failed after the failover, the rest completed.
+    churn = [[98.5, 98.6, "TimeoutError"], [99.2, 99.3, "ok"], [99.95, 103.0, "TimeoutError"],
+             [100.2, 100.3, "ok"], [100.8, 101.0, "ConnectionResetError"], [101.0, 101.1, "ok"]]
+    s = summary([conn(0)], probes(T_KILL, T_KILL + 0.5))
+    s["churn"] = churn
+    r = report.analyse(s, T_KILL, TAGS, "fwA", "fwB")
+    assert r["churn"] == {"opened": 6, "ok": 3, "failed_after_failover": 1, "opened_last_second": 2,
+                          "failed_opened_last_second": 1}
+    assert "1/2 opened in the second before the kill failed" in report.human(r)

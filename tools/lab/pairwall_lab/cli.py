@@ -62,6 +62,8 @@ def parser():
     up.add_argument("--nat", action="store_true",
                     help=f"the firewalls also translate the inside: nat on {topology.IF_OUT} from "
                          f"{topology.INSIDE_NET} to any -> {topology.VIP_OUT} (the outside VIP; pairwalld drivers)")
+    up.add_argument("--defer", action="store_true",
+                    help="[sync] defer: a new state's first packet waits for the peer's copy (pairwalld drivers)")
     up.add_argument("--replace", action="store_true", help="tear down a lab with this prefix first")
     up.add_argument("--json", action="store_true")
 
@@ -86,6 +88,7 @@ def parser():
                            default="auto",
                            help="auto: builtin when pairwalld is built, otherwise none (said loudly)")
             d.add_argument("--advbase-ms", type=int, default=200)
+            d.add_argument("--defer", action="store_true", help="as `up --defer`")
             d.add_argument("--no-build", action="store_true", help="do not install packages or build")
 
     st = sub.add_parser("status", help="roles, states per node, sync health")
@@ -129,7 +132,8 @@ def make_plot(rep, say):
 
 
 def demo(args, say):
-    lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms)
+    lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
+              defer=args.defer)
     if args.driver != "none" and not args.no_build:
         build_if_needed(str(lab.bin_dir), say)
     if args.driver == "auto":
@@ -147,7 +151,8 @@ def demo(args, say):
         say(f"WARNING: {e}")
         say("WARNING: falling back to --driver scripted: pairwalld filters, the lab moves the VIPs; "
             "connections survive only if pairwalld syncs its states")
-        lab = Lab(args.prefix, bin_dir=args.bin_dir, driver="scripted", advbase_ms=args.advbase_ms)
+        lab = Lab(args.prefix, bin_dir=args.bin_dir, driver="scripted", advbase_ms=args.advbase_ms,
+                  defer=args.defer)
         lab.up(replace=True)
     try:
         rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
@@ -173,7 +178,7 @@ def main(argv=None):
             print(f"removed {len(removed['namespaces'])} namespaces, stopped {len(removed['pids'])} processes")
         elif args.cmd == "up":
             lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
-                      nat=args.nat)
+                      nat=args.nat, defer=args.defer)
             st = lab.up(replace=args.replace)
             print(json.dumps(st, indent=1) if args.json else format_status(st))
         elif args.cmd == "status":

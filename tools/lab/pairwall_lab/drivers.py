@@ -254,7 +254,7 @@ address = "{own_sync}"
 peer = "{peer_sync}"
 port = {sync_port}
 key_file = "{sync_key}"
-"""
+{sync_defer}"""
 
 FAILOVER_TEMPLATE = """
 [failover]
@@ -336,7 +336,8 @@ class PairwalldDriver(Driver):
                 peer_sync=peer.sync, sync_port=topology.SYNC_PORT, sync_key=key,
                 failover_driver=self.name, advbase_ms=self.lab.advbase_ms, advskew=n.advskew,
                 failover_key=fkey, if_in=topology.IF_IN, if_out=topology.IF_OUT, vip_in=topology.VIP_IN,
-                vip_out=topology.VIP_OUT, plen=topology.PREFIXLEN)
+                vip_out=topology.VIP_OUT, plen=topology.PREFIXLEN,
+                sync_defer="defer = true\n" if self.lab.defer else "")
             text = CONFIG_TEMPLATE.format(**fields)
             if self.elects:
                 text += FAILOVER_TEMPLATE.format(**fields)

@@ -22,7 +22,8 @@ RUN_ROOT = Path("/run/pairwall-lab")
 
 
 class Lab:
-    def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False):
+    def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False,
+                 defer=False):
         if not prefix or len(prefix) > 8 or not prefix.replace("-", "").isalnum():
             raise LabError(f"prefix {prefix!r}: use 1-8 letters, digits or '-'")
         self.prefix = prefix
@@ -37,6 +38,8 @@ class Lab:
         self.advbase_ms = advbase_ms
         # nat: the firewalls' rules translate the inside to the outside VIP (drivers.NAT_RULES).
         self.nat = nat
+        # defer: pairwalld holds a new state's first packet until the peer has its insert ([sync] defer).
+        self.defer = defer
         self.driver_name = driver
         self._driver = None
         saved = self.load_state()
@@ -45,6 +48,7 @@ class Lab:
             self.advbase_ms = saved.get("advbase_ms", advbase_ms)
             self.bin_dir = Path(saved.get("bin_dir", self.bin_dir))
             self.nat = saved.get("nat", nat)
+            self.defer = saved.get("defer", defer)
 
     # -- persistent description of a lab that is up
 
@@ -62,7 +66,8 @@ class Lab:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps({"prefix": self.prefix, "driver": self.driver_name,
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
-                                               "nat": self.nat, "namespaces": self.ns, "created": time.time()},
+                                               "nat": self.nat, "defer": self.defer, "namespaces": self.ns,
+                                               "created": time.time()},
                                               indent=1))
 
     @property
@@ -131,6 +136,9 @@ class Lab:
         if self.nat and not isinstance(self.driver, drivers.PairwalldDriver):
             raise LabError(f"--nat translates in pairwalld's rules: it needs driver builtin, keepalived or "
                            f"scripted, not {self.driver.name}")
+        if self.defer and not isinstance(self.driver, drivers.PairwalldDriver):
+            raise LabError(f"--defer is pairwalld's sync option: it needs driver builtin, keepalived or "
+                           f"scripted, not {self.driver.name}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.save_state()
         try:
@@ -174,7 +182,8 @@ class Lab:
         if not self.exists():
             return {"prefix": self.prefix, "up": False}
         st = {"prefix": self.prefix, "up": True, "driver": self.driver.name, "advbase_ms": self.advbase_ms,
-              "nat": self.nat, "namespaces": self.ns, "vips": topology.vip_holders(self.prefix)}
+              "nat": self.nat, "defer": self.defer, "namespaces": self.ns,
+              "vips": topology.vip_holders(self.prefix)}
         nodes = self.driver.node_status()
         states = self.driver.states()
         for n, s in nodes.items():
