@@ -38,12 +38,13 @@ def make_lab(tmp_path):
     need_root()
     labs = []
 
-    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False):
+    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False):
         """sync: the scenario needs state sync (skips, saying why, when pairwalld runs none); nat: the
-        firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`)."""
+        firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`); defer: both run
+        `[sync] defer` (`pairwall-lab up --defer`)."""
         if driver != "none":
             need_pairwalld()
-        lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat)
+        lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat, defer=defer)
         labs.append(lab)
         try:
             lab.up(replace=True)
