@@ -217,7 +217,8 @@ def format_status(st):
     if not st.get("up"):
         return f"lab {st['prefix']!r} is down"
     nat = f", inside NATed to {topology.VIP_OUT}" if st.get("nat") else ""
-    lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}"]
+    defer = ", sync defer on" if st.get("defer") else ""
+    lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}{defer}"]
     for node, s in st["nodes"].items():
         extra = "".join(f", {k} {s[k]}" for k in ("bulk_done", "demotion", "sync_peer") if k in s)
         lines.append(f"  {node}: {s.get('role')}, states {s.get('states')}, VIPs {st['vips'].get(node) or '-'}"
