@@ -31,11 +31,8 @@ class StateIdMap {
       : slots_(std::bit_ceil(std::max<std::size_t>(2 * expected, 2))) {}
 
   uint64_t* find(const StateId& id) noexcept {
-    for (std::size_t i = home(id);; i = (i + 1) & mask()) {
-      Slot& s = slots_[i];
-      if (!s.used) return nullptr;
-      if (s.id == id) return &s.index;
-    }
+    Slot& s = slots_[probe(id)];
+    return s.used ? &s.index : nullptr;
   }
   void insert(const StateId& id, uint64_t index) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
@@ -43,8 +40,7 @@ class StateIdMap {
     ++size_;
   }
   void erase(const StateId& id) noexcept {
-    std::size_t i = home(id);
-    while (slots_[i].used && !(slots_[i].id == id)) i = (i + 1) & mask();
+    std::size_t i = probe(id);
     if (!slots_[i].used) return;
     // Shift the following run back so that no probe sequence has a hole.
     for (std::size_t j = (i + 1) & mask(); slots_[j].used; j = (j + 1) & mask()) {
@@ -62,12 +58,7 @@ class StateIdMap {
     for (auto& s : slots_) s.used = false;
     size_ = 0;
   }
-  bool contains(const StateId& id) const noexcept {
-    for (std::size_t i = home(id);; i = (i + 1) & mask()) {
-      if (!slots_[i].used) return false;
-      if (slots_[i].id == id) return true;
-    }
-  }
+  bool contains(const StateId& id) const noexcept { return slots_[probe(id)].used; }
   std::size_t size() const noexcept { return size_; }
 
  private:
@@ -78,6 +69,12 @@ class StateIdMap {
   };
   std::size_t mask() const noexcept { return slots_.size() - 1; }
   std::size_t home(const StateId& id) const noexcept { return StateIdHash{}(id)&mask(); }
+  // The slot holding `id`, or the free slot that ends its probe sequence.
+  std::size_t probe(const StateId& id) const noexcept {
+    std::size_t i = home(id);
+    while (slots_[i].used && !(slots_[i].id == id)) i = (i + 1) & mask();
+    return i;
+  }
   void put(const StateId& id, uint64_t index) noexcept {
     std::size_t i = home(id);
     while (slots_[i].used) i = (i + 1) & mask();
