@@ -951,6 +951,27 @@ TEST_CASE("records from the peer create states that pass mid-stream traffic", "[
   }
 }
 
+TEST_CASE("a peer that has only the SYN's insert carries the handshake on, whatever it missed",
+          "[engine][sync]") {
+  Firewall a(kWebOnly, 1);
+  a.out(syn(80));
+  const auto records = a.drain();
+  REQUIRE(records.size() == 1);
+  Firewall b(kWebOnly, 2);
+  REQUIRE(b.engine.apply(records.front(), b.now));
+  SECTION("the client's retransmitted SYN, the SYN-ACK, then both sides' data") {
+    CHECK(b.out(syn(80)).reason == Reason::State);
+    CHECK(b.in(synack(80)).reason == Reason::State);
+    CHECK(b.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
+    CHECK(b.out(ack_from_client(80, 1001, 9001, 200)).reason == Reason::State);
+    CHECK(b.in(ack_from_server(80, 9001, 1201, 200)).reason == Reason::State);
+  }
+  SECTION("the server's data, acknowledging client data that went by the old master") {
+    CHECK(b.in(ack_from_server(80, 9001, 1201, 200)).reason == Reason::State);
+    CHECK(b.out(ack_from_client(80, 1201, 9201)).reason == Reason::State);
+  }
+}
+
 TEST_CASE("state ids count from the configured start, above every id of an earlier start", "[engine][sync]") {
   EngineConfig config = pairwall::test::test_config(1);
   config.first_state_counter = uint64_t{1} << 40;
