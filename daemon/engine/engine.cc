@@ -133,6 +133,15 @@ Worker::Worker(Engine& engine)
   // Seeded once from the OS; the packet path then draws without a system call or a lock.
   const SipKey seed = random_sip_key();
   random_state_ = seed.k0 | 1;
+  seqdiff_key_ = random_sip_key();
+}
+
+uint32_t Worker::next_seqdiff() noexcept {
+  for (;;) {
+    const uint64_t count = ++seqdiff_count_;
+    const auto seqdiff = static_cast<uint32_t>(siphash13(seqdiff_key_, &count, 1));
+    if (seqdiff != 0) return seqdiff;
+  }
 }
 
 uint16_t Worker::next_random16() noexcept {
@@ -213,6 +222,7 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   r.expires_in = std::max(Millis{0}, entry.last_seen + timeout_of(entry, entry.timeout, current) - now);
   r.rule = entry.rule;
   r.flags = entry.flags & ~stateflag::kSourceConnection;  // the peer keeps no source nodes
+  if ((entry.flags & stateflag::kModulated) != 0) r.seqdiff = {entry.seqdiff[0], entry.seqdiff[1]};
   return r;
 }
 
@@ -448,6 +458,42 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   return std::nullopt;
 }
 
+namespace {
+
+// The tracker a state asks for, for a packet that end `side` sent.
+TrackResult track_by_state(StateEntry& entry, int side, const PacketView& packet) noexcept {
+  PeerTracking& sender = entry.peer[side];
+  PeerTracking& receiver = entry.peer[1 - side];
+  if ((entry.flags & stateflag::kSloppy) != 0) return track_sloppy(sender, receiver, packet, entry.timeout);
+  if (entry.adopted) return track_packet(sender, receiver, packet, entry.timeout);
+  return adopt_packet(sender, receiver, packet, entry.timeout);
+}
+
+}  // namespace
+
+// Out of line, so that only modulated states pay for a copy of the view.
+[[gnu::noinline]] TrackResult Engine::track_modulated(Worker& worker, StateEntry& entry, int side,
+                                                      const PacketView& packet) noexcept {
+  uint32_t& own = entry.seqdiff[side];
+  const uint32_t other = entry.seqdiff[1 - side];
+  // pf's deferred modulator: the responder's offset is drawn on its SYN-ACK, where it chooses its
+  // initial sequence number.
+  if (own == 0 && other != 0 && (packet.tcp.flags & tcpflag::kSyn) != 0) own = worker.next_seqdiff();
+  if (other == 0 || (packet.tcp.flags & tcpflag::kAck) == 0) return track_by_state(entry, side, packet);
+  PacketView own_numbers = packet;
+  own_numbers.tcp.ack -= other;
+  return track_by_state(entry, side, own_numbers);
+}
+
+bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int side,
+                      const PacketView& packet) noexcept {
+  const uint32_t own = entry.seqdiff[side];
+  const uint32_t other = (packet.tcp.flags & tcpflag::kAck) != 0 ? entry.seqdiff[1 - side] : 0;
+  if (own == 0 && other == 0) return false;
+  modulate_segment(bytes, packet, own, other);
+  return true;
+}
+
 // 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
 // ICMP error belongs to the state of the packet it quotes.
 bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, Millis now,
@@ -471,10 +517,15 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         const bool from_initiator = !state.reversed();
         PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
+        // A modulated segment is quoted as it left this node, shifted: in the sender's own
+        // numbers again, it is checked, and so it goes back.
+        const uint32_t seqdiff = (state->flags & stateflag::kModulated) != 0 && quoted.is_tcp()
+                                     ? state->seqdiff[from_initiator ? 0 : 1]
+                                     : 0;
         if (quoted.is_tcp() && sender.seqlo != 0) {
           const uint32_t dws =
               (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
-          const uint32_t seq = quoted.tcp.seq;
+          const uint32_t seq = quoted.tcp.seq - seqdiff;
           if (!seq_geq(sender.seqhi, seq) || !seq_geq(seq, sender.seqlo - (receiver.max_win << dws))) {
             return decided(verdict, drop(Reason::BadSeq, state->rule));
           }
@@ -490,6 +541,10 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           // The quote is of the packet as the error's sender saw it, on the far side of the
           // translation: it, and the error's destination, take this side's addresses.
           rewrite_icmp_error(bytes, packet, quoted, counterpart(state));
+          verdict.rewritten = true;
+        }
+        if (seqdiff != 0) {
+          demodulate_icmp_quote(bytes, packet, quoted, seqdiff);
           verdict.rewritten = true;
         }
         return true;
@@ -513,13 +568,12 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         if (synced(*state)) worker.emit(gone);
         states_.erase(state);
       } else {
-        const TrackResult track = (state->flags & stateflag::kSloppy) != 0
-                                      ? track_sloppy(sender, receiver, packet, state->timeout)
-                                  : state->adopted ? track_packet(sender, receiver, packet, state->timeout)
-                                                   : adopt_packet(sender, receiver, packet, state->timeout);
+        const int side = from_initiator ? 0 : 1;
+        const bool modulated = (state->flags & stateflag::kModulated) != 0 && packet.is_tcp();
+        const TrackResult track =
+            modulated ? track_modulated(worker, *state, side, packet) : track_by_state(*state, side, packet);
         if (track.reason != Reason::State) return decided(verdict, drop(track.reason, state->rule));
         state->adopted = true;
-        const int side = from_initiator ? 0 : 1;
         ++state->packets[side];
         state->bytes[side] += bytes.size();
         if (track.protocol_state_changed && state->source != nullptr &&
@@ -555,6 +609,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           rewrite_packet(bytes, packet, counterpart(state));
           verdict.rewritten = true;
         }
+        if (modulated && modulate(bytes, *state, side, packet)) verdict.rewritten = true;
         return true;
       }
     }
@@ -770,6 +825,9 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
         rewrite_packet(bytes, packet, counterpart(state));
         v.rewritten = true;
       }
+      if ((state->flags & stateflag::kModulated) != 0 &&
+          modulate(bytes, *state, state.reversed() ? 1 : 0, packet))
+        v.rewritten = true;
       return v;
     case StateTable::CreateStatus::Full:
       return drop(Reason::StateLimit, creating_rule);
@@ -784,6 +842,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (creator->log_states) state->flags |= stateflag::kLog;
     if (creator->no_sync) state->flags |= stateflag::kNoSync;
     if (creator->sloppy) state->flags |= stateflag::kSloppy;
+    // Only a connection seen from its SYN is modulated: one picked up in mid-stream (`flags any`)
+    // has numbers both ends already agree on.
+    if (creator->modulate && packet.is_tcp() &&
+        (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
+      state->flags |= stateflag::kModulated;
+      state->seqdiff[0] = worker.next_seqdiff();
+    }
   }
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();
@@ -798,6 +863,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     rewrite_packet(bytes, packet, translation.wire);
     v.rewritten = true;
   }
+  if ((state->flags & stateflag::kModulated) != 0 && modulate(bytes, *state, 0, packet)) v.rewritten = true;
   return v;
 }
 
@@ -940,6 +1006,8 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->flags = static_cast<uint8_t>((record.flags & ~stateflag::kTranslated) | stateflag::kFromPeer |
                                         (state->flags & stateflag::kTranslated));
     state->adopted = false;
+    state->seqdiff[0] = record.seqdiff[0];
+    state->seqdiff[1] = record.seqdiff[1];
   } else {
     // Merge: sequence numbers and protocol states only move forward.
     PeerTracking* local[2] = {&state->peer[0], &state->peer[1]};
@@ -960,6 +1028,10 @@ bool Engine::apply(const StateRecord& record, Millis now) {
       if (l.wscale == 0) l.wscale = r.wscale;
       if (l.mss == 0) l.mss = r.mss;
       l.state = std::max(l.state, r.state);
+    }
+    // An end's offset, once drawn, never changes: only one not yet known here is taken.
+    for (int i = 0; i < 2; ++i) {
+      if (state->seqdiff[i] == 0) state->seqdiff[i] = record.seqdiff[i];
     }
   }
   state->named_at = peer_sequence_;

@@ -23,6 +23,7 @@
 #include "daemon/engine/interfaces.h"
 #include "daemon/engine/reason.h"
 #include "daemon/engine/rules/ruleset.h"
+#include "daemon/engine/siphash.h"
 #include "daemon/engine/spsc_ring.h"
 #include "daemon/engine/state.h"
 #include "daemon/engine/state_table.h"
@@ -85,6 +86,7 @@ struct EngineConfig {
 };
 
 class Engine;
+struct TrackResult;
 
 // A source that went over a rule's max-src-conn or max-src-conn-rate, where the rule says
 // `overload <table>`: the daemon adds the address to the table and, with `flush`, kills its states
@@ -121,6 +123,9 @@ class Worker {
   }
   void emit(const StateRecord& record) noexcept;
   uint16_t next_random16() noexcept;
+  // A `modulate state` offset: never 0, and unpredictable without the worker's key, unlike
+  // next_random16(), whose outputs reveal its state to whoever collects enough of them.
+  uint32_t next_seqdiff() noexcept;
 
   ReasonCounters counters_;
   SpscRing<StateRecord> events_;
@@ -135,6 +140,8 @@ class Worker {
   std::shared_ptr<const rules::RuleSet> rules_;
   uint64_t rules_generation_ = 0;
   uint64_t random_state_ = 0;
+  SipKey seqdiff_key_;
+  uint64_t seqdiff_count_ = 0;
 };
 
 class Engine {
@@ -251,6 +258,13 @@ class Engine {
   Reason admit_source(StateTable::Handle& state, const rules::CompiledRule& creator,
                       const PacketView& packet) noexcept;
   bool connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept;
+  // `modulate state`, around the tracking of a TCP segment that end `side` of a modulated state
+  // sent: the segment as that end's own numbers count it (the acknowledgment back in the
+  // receiver's numbers) tracked, then the segment shifted for the far side.
+  static TrackResult track_modulated(Worker& worker, StateEntry& entry, int side,
+                                     const PacketView& packet) noexcept;
+  static bool modulate(std::span<uint8_t> bytes, const StateEntry& entry, int side,
+                       const PacketView& packet) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

@@ -89,6 +89,9 @@ struct StateRecord {
   Millis expires_in{0};  // remaining lifetime when the record was made (clocks differ per node)
   uint32_t rule = 0;     // the creating rule's number on the creator, informational
   uint8_t flags = 0;     // StateFlags
+  // `modulate state`: what each end's sequence numbers gain on the way through ([0] the
+  // initiator's), 0 for an end not (yet) modulated.
+  std::array<uint32_t, 2> seqdiff{0, 0};
 };
 
 namespace stateflag {
@@ -98,6 +101,7 @@ inline constexpr uint8_t kFromPeer = 0x04;          // created by a sync peer
 inline constexpr uint8_t kNoSync = 0x08;            // its rule said (no-sync): never sent to the peer
 inline constexpr uint8_t kSourceConnection = 0x10;  // counted by its source node as a connection
 inline constexpr uint8_t kSloppy = 0x20;            // its rule said (sloppy): TCP without windows
+inline constexpr uint8_t kModulated = 0x40;         // `modulate state`: TCP sequence numbers shifted
 }  // namespace stateflag
 
 }  // namespace pairwall::engine

@@ -91,6 +91,9 @@ struct alignas(64) StateEntry {
   Millis created{0};
   uint64_t named_at = 0;  // the peer's sync sequence that last named it (Engine::apply)
   std::shared_ptr<const rules::RuleSet> creator_rules;
+  // `modulate state` (stateflag::kModulated): what each end's sequence numbers gain on the way
+  // through. Cold: read only for modulated states, which pay for the extra line.
+  uint32_t seqdiff[2] = {0, 0};
 
   // Key 0 is the stack key, key 1 the wire key.
   KeyLink& link(int k) { return k == 0 ? stack_link : wire_link; }

@@ -38,6 +38,17 @@ void write16(uint8_t* at, uint16_t value, std::initializer_list<Sum> sums) {
   write(at, bytes, 2, sums);
 }
 
+uint32_t load_be32(const uint8_t* p) {
+  return uint32_t{load_be16(p)} << 16 | load_be16(p + 2);
+}
+
+void write32(uint8_t* at, uint32_t value, std::initializer_list<Sum> sums) {
+  uint8_t bytes[4];
+  store_be16(bytes, static_cast<uint16_t>(value >> 16));
+  store_be16(bytes + 2, static_cast<uint16_t>(value));
+  write(at, bytes, 4, sums);
+}
+
 void write_address(uint8_t* ip, Family family, bool destination, const IpAddress& address,
                    std::initializer_list<Sum> sums) {
   uint8_t bytes[16];
@@ -108,6 +119,46 @@ void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const Stat
   } else if (has_query_id(view)) {
     write16(l4 + 4, to.port[0], {transport});
   }
+}
+
+void modulate_segment(std::span<uint8_t> bytes, const PacketView& view, uint32_t seq_add,
+                      uint32_t ack_sub) noexcept {
+  uint8_t* tcp = bytes.data() + view.l4_offset;
+  const Sum transport{tcp + 16};
+  write32(tcp + 4, view.tcp.seq + seq_add, {transport});
+  if ((view.tcp.flags & tcpflag::kAck) == 0 || ack_sub == 0) return;
+  write32(tcp + 8, view.tcp.ack - ack_sub, {transport});
+  // SACK blocks (RFC 2018): left and right edges of what the sender holds of the receiver's data.
+  // The parser checked the header length; an option's length is checked here.
+  const uint8_t* end = tcp + view.tcp.header_length;
+  for (uint8_t* option = tcp + 20; option < end;) {
+    if (*option == 0) break;  // end of options
+    if (*option == 1) {       // no-operation
+      ++option;
+      continue;
+    }
+    if (end - option < 2 || option[1] < 2 || option[1] > end - option) break;
+    if (*option == 5) {
+      for (uint8_t* edge = option + 2; edge + 4 <= option + option[1]; edge += 4)
+        write32(edge, load_be32(edge) - ack_sub, {transport});
+    }
+    option += option[1];
+  }
+}
+
+void demodulate_icmp_quote(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
+                           uint32_t seq_sub) noexcept {
+  uint8_t* quote = bytes.data() + view.icmp.quoted_offset;
+  const std::size_t quote_size = bytes.size() - view.icmp.quoted_offset;
+  if (quote_size < std::size_t{quoted.l4_offset} + 8u) return;  // no sequence number quoted
+  uint8_t* quoted_tcp = quote + quoted.l4_offset;
+  const Sum error{bytes.data() + view.l4_offset + 2};
+  // The quoted segment's own checksum, where the quote holds it, is kept right too; it is bytes
+  // of the error as well.
+  const Sum quoted_transport = transport_sum(quoted, quoted_tcp, quote_size - quoted.l4_offset);
+  const uint16_t transport_before = quoted_transport.at ? load_be16(quoted_transport.at) : 0;
+  write32(quoted_tcp + 4, quoted.tcp.seq - seq_sub, {quoted_transport, error});
+  if (quoted_transport.at) adjust(error, transport_before, load_be16(quoted_transport.at));
 }
 
 void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept {

@@ -33,6 +33,21 @@ void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const Stat
 void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
                         const StateKey& to) noexcept;
 
+// `modulate state` (pf's defence for hosts whose initial sequence numbers can be guessed): each
+// end of a TCP connection has its sequence numbers shifted by a random offset of its own on the
+// way through, so that from the far side they cannot be guessed. A segment's sequence number gains
+// `seq_add` (its sender's offset); its acknowledgment and SACK blocks, which count the receiver's
+// numbers as the sender saw them, lose `ack_sub` (the receiver's offset).
+void modulate_segment(std::span<uint8_t> bytes, const PacketView& view, uint32_t seq_add,
+                      uint32_t ack_sub) noexcept;
+
+// An ICMP error (`view`) quoting a segment of a modulated state (`quoted`) on its way back to the
+// segment's sender: the quoted sequence number loses `seq_sub`, the sender's offset, so that the
+// sender recognises its segment (a host drops an error whose quote is outside its window, and
+// with it path MTU discovery).
+void demodulate_icmp_quote(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
+                           uint32_t seq_sub) noexcept;
+
 // Computes the transport checksum of a TCP, UDP or ICMP/ICMPv6 packet over its whole segment.
 // For packets the kernel queued with the checksum left to finish (CHECKSUM_PARTIAL: the field
 // holds the pseudo-header sum only) and the engine changed: a verdict that returns new bytes makes

@@ -66,13 +66,14 @@ bool get_key(const wire::Key& in, engine::StateKey& k) {
   return get_addr(k.family, in.addr0(), k.addr[0]) && get_addr(k.family, in.addr1(), k.addr[1]);
 }
 
-void put_peer(const engine::PeerTracking& p, wire::Peer* out) {
+void put_peer(const engine::PeerTracking& p, uint32_t seqdiff, wire::Peer* out) {
   out->set_seqlo(p.seqlo);
   out->set_seqhi(p.seqhi);
   out->set_max_win(p.max_win);
   out->set_wscale(p.wscale);
   out->set_state(p.state);
   out->set_mss(p.mss);
+  out->set_seqdiff(seqdiff);
 }
 
 bool get_peer(const wire::Peer& in, bool tcp, engine::PeerTracking& p) {
@@ -111,8 +112,8 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
   out->set_counter(r.id.counter);
   put_key(r.stack_key, out->mutable_stack_key());
   if (!(r.wire_key == r.stack_key)) put_key(r.wire_key, out->mutable_wire_key());
-  put_peer(r.src, out->mutable_src());
-  put_peer(r.dst, out->mutable_dst());
+  put_peer(r.src, r.seqdiff[0], out->mutable_src());
+  put_peer(r.dst, r.seqdiff[1], out->mutable_dst());
   out->set_timeout(static_cast<uint32_t>(r.timeout));
   out->set_expires_in_ms(expires_ms(r.expires_in));
   out->set_rule(r.rule);
@@ -123,8 +124,8 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
 void encode_update(const engine::StateRecord& r, wire::Update* out) {
   out->set_creator(r.id.creator);
   out->set_counter(r.id.counter);
-  put_peer(r.src, out->mutable_src());
-  put_peer(r.dst, out->mutable_dst());
+  put_peer(r.src, r.seqdiff[0], out->mutable_src());
+  put_peer(r.dst, r.seqdiff[1], out->mutable_dst());
   out->set_timeout(static_cast<uint32_t>(r.timeout));
   out->set_expires_in_ms(expires_ms(r.expires_in));
 }
@@ -149,6 +150,7 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
   }
   const bool tcp = out.stack_key.proto == 6;
   if (!get_peer(in.src(), tcp, out.src) || !get_peer(in.dst(), tcp, out.dst)) return false;
+  out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
   if (!get_timeout(in.timeout(), out.timeout) || in.flags() > 0xff || in.expires_in_ms() > kMaxExpiresMs) {
     return false;
   }
@@ -166,6 +168,7 @@ bool decode_update(const wire::Update& in, engine::StateRecord& out) {
   // An update does not say the protocol; TCP's range is the wider one, and the table checks the
   // state it belongs to.
   if (!get_peer(in.src(), true, out.src) || !get_peer(in.dst(), true, out.dst)) return false;
+  out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
   if (!get_timeout(in.timeout(), out.timeout) || in.expires_in_ms() > kMaxExpiresMs) return false;
   out.expires_in = engine::Millis{in.expires_in_ms()};
   return true;

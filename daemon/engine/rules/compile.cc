@@ -255,7 +255,7 @@ std::string filter_text(const FilterRule& r) {
     });
   }
   if (r.action == Action::Pass) {
-    out += r.state.keep_state ? " keep state" : " no state";
+    out += !r.state.keep_state ? " no state" : r.state.modulate ? " modulate state" : " keep state";
     std::vector<std::string> options;
     if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
     if (r.state.no_sync) options.push_back("no-sync");
@@ -618,6 +618,7 @@ class Compiler {
       c.max_states = r.state.max_states;
       c.no_sync = r.state.no_sync;
       c.sloppy = r.state.sloppy;
+      c.modulate = r.state.modulate;
       c.sources.max_src_states = r.state.max_src_states;
       c.sources.max_src_nodes = r.state.max_src_nodes;
       c.sources.max_src_conn = r.state.max_src_conn;

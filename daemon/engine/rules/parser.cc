@@ -1057,9 +1057,8 @@ class Parser {
     if (r.action == Action::Block) {
       fail_at(t, "'" + t.text + " state' has no effect on a block rule: remove it");
     }
-    // Modulating initial sequence numbers is pf's defence for weak hosts; the state it creates is
-    // otherwise a kept state, which is what this engine tracks.
     r.state.keep_state = true;
+    r.state.modulate = t.text == "modulate";
     if (!at(TokenKind::LParen)) return;
     const Token open = take();
     bool comma_ok = false;

@@ -48,6 +48,7 @@ struct CompiledRule {
   uint32_t max_states = 0;
   bool no_sync = false;        // (no-sync): its states stay on this node (pfsync's no-sync)
   bool sloppy = false;         // (sloppy): its TCP states are tracked without sequence windows
+  bool modulate = false;       // `modulate state`: its TCP states shift each end's sequence numbers
   SourceLimits sources;        // max-src-*: counted per source address in the engine's SourceTable
   std::string overload_table;  // overload <table>: empty for none
   OverloadFlush overload_flush = OverloadFlush::None;

@@ -133,7 +133,7 @@ std::string render(const FilterRule& r) {
     o << (r.icmp6_types ? " icmp6" : " icmp");
     for (const auto& t : r.icmp_types) o << " " << int(t.type) << ":" << t.code;
   }
-  o << (r.state.keep_state ? " keep" : " nostate");
+  o << (!r.state.keep_state ? " nostate" : r.state.modulate ? " modulate" : " keep");
   if (r.state.max_states) o << " max=" << r.state.max_states;
   if (r.state.max_src_states) o << " max-src-states=" << r.state.max_src_states;
   if (r.state.max_src_nodes) o << " max-src-nodes=" << r.state.max_src_nodes;
@@ -393,11 +393,11 @@ TEST_CASE("filter rules: every construct into the AST") {
        "pass proto 58 from * to * icmp6 135:-1 136:-1 133:-1 134:-1 255:255 keep"},
       {"pass all keep state", "pass from * to * keep"},
       {"pass all no state", "pass from * to * nostate"},
-      {"pass all modulate state", "pass from * to * keep"},
+      {"pass all modulate state", "pass from * to * modulate"},
       {"block all no state", "block from * to * nostate"},
       {"pass proto tcp all keep state (max 100, tcp.established 3600 tcp.closing 60)",
        "pass proto 6 from * to * keep max=100 tcp.closing=60 tcp.established=3600"},
-      {"pass all modulate state (udp.first 5)", "pass from * to * keep udp.first=5"},
+      {"pass all modulate state (udp.first 5)", "pass from * to * modulate udp.first=5"},
       {"pass proto tcp all keep state flags S/SA", "pass proto 6 from * to * flags 2/18 keep"},
       {"block return-rst in log quick on em0 inet proto tcp from <bad> port > 1023 to 10.0.0.1 port 22",
        "block rst in log quick on em0 inet proto 6 from <bad> port >1023 to 10.0.0.1/32 port =22 nostate"},

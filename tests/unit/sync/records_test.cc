@@ -21,6 +21,7 @@ void check_same(const StateRecord& a, const StateRecord& b) {
   CHECK(a.expires_in == b.expires_in);
   CHECK(a.rule == b.rule);
   CHECK(a.flags == b.flags);
+  CHECK(a.seqdiff == b.seqdiff);
 }
 
 StateRecord round_trip_insert(const StateRecord& r) {
@@ -55,6 +56,12 @@ TEST_CASE("inserts round trip", "[sync][records]") {
     r.flags = pairwall::engine::stateflag::kTranslated;
     check_same(round_trip_insert(r), r);
   }
+  SECTION("modulate state: each end's offset") {
+    auto r = test::make_insert(1, 7);
+    r.flags = pairwall::engine::stateflag::kModulated;
+    r.seqdiff = {0x9e3779b9, 0xfffffffe};
+    check_same(round_trip_insert(r), r);
+  }
   SECTION("UDP with flow states") {
     auto r = test::make_insert(1, 6);
     r.stack_key.proto = r.wire_key.proto = 17;
@@ -78,6 +85,7 @@ TEST_CASE("updates and deletes round trip", "[sync][records]") {
   r.kind = StateRecord::Kind::Update;
   r.src.seqlo = 0xfffffff0;
   r.dst.state = static_cast<uint8_t>(pairwall::engine::TcpState::Established);
+  r.seqdiff = {0x12345678, 0x87654321};  // the responder's is first known in an update
   wire::Update u;
   encode_update(r, &u);
   StateRecord out;
@@ -86,6 +94,7 @@ TEST_CASE("updates and deletes round trip", "[sync][records]") {
   CHECK(out.id == r.id);
   CHECK(out.src == r.src);
   CHECK(out.dst == r.dst);
+  CHECK(out.seqdiff == r.seqdiff);
   CHECK(out.timeout == r.timeout);
 
   wire::Delete d;
