@@ -811,6 +811,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     s->set_bytes_in(c.bytes[1]);
     s->set_rule(c.rule);
     s->set_from_peer((c.flags & engine::stateflag::kFromPeer) != 0);
+    s->set_modulated((c.flags & engine::stateflag::kModulated) != 0);
     s->set_timeout(std::string(engine::timeout_class_name(c.timeout)));
     if (tcp) {
       for (int i = 0; i < 2; ++i) {

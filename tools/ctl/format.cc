@@ -247,6 +247,7 @@ std::string format_states(const control::StateList& list, bool count_only) {
     } else {
       o << "rule @" << s.rule();
     }
+    if (s.modulated()) o << ", modulated";
     o << ", id " << s.creator() << ":" << s.id() << (s.from_peer() ? " (from peer)" : "") << "\n";
   }
   o << list.matched() << " of " << list.total() << " states";

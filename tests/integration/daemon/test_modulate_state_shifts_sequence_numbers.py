@@ -1,7 +1,8 @@
 """`modulate state` through the real daemon: a TCP connection's sequence numbers differ on the two
 sides of the firewall (each end's shifted by an offset of its own), each end sees its own
 initial sequence number acknowledged, and 200,000 bytes still echo through both ways. Captured by
-tcpdump on the client's and the server's side. IPv4 and IPv6."""
+tcpdump on the client's and the server's side; `pairwallctl states` marks the state modulated. IPv4
+and IPv6."""
 
 import re
 import time
@@ -54,3 +55,5 @@ def test_modulate_state_shifts_sequence_numbers(lan, daemon_factory, tmp_path, f
     assert server_ack == (server_syn + 1) % 2**32, "the server's SYN-ACK does not acknowledge the SYN it got"
     assert client_ack == (client_syn + 1) % 2**32, "the client does not see its own SYN acknowledged"
     assert fw.reasons().get("bad_seq", 0) == 0, fw.reasons()
+    states = fw.json("states", "proto", "tcp")["states"]
+    assert states and all(s.get("modulated") for s in states), states

@@ -38,13 +38,15 @@ def make_lab(tmp_path):
     need_root()
     labs = []
 
-    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False):
+    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False, modulate=False):
         """sync: the scenario needs state sync (skips, saying why, when pairwalld runs none); nat: the
         firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`); defer: both run
-        `[sync] defer` (`pairwall-lab up --defer`)."""
+        `[sync] defer` (`pairwall-lab up --defer`); modulate: their rules keep state with `modulate
+        state` (`pairwall-lab up --modulate`)."""
         if driver != "none":
             need_pairwalld()
-        lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat, defer=defer)
+        lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat, defer=defer,
+                  modulate=modulate)
         labs.append(lab)
         try:
             lab.up(replace=True)

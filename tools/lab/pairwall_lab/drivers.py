@@ -200,8 +200,8 @@ set timeout {{ tcp.established 86400, udp.first 600, udp.single 600, udp.multipl
 # Only the inside's own network may arrive on the inside, and only there (both nodes resolve
 # $in_if:network from their own address on it, the same network).
 antispoof quick for $in_if inet
-pass in on $in_if inet from $in_if:network to any keep state
-pass out on $out_if inet from $in_if:network to any keep state
+pass in on $in_if inet from $in_if:network to any {state} state
+pass out on $out_if inet from $in_if:network to any {state} state
 {nat_pass}"""
 
 # `up --nat` adds these to RULES_TEMPLATE (they render empty otherwise, leaving the default rules as they
@@ -213,15 +213,15 @@ NAT_RULES = """\
 nat on $out_if inet from {inside} to any -> {vip_out}
 """
 NAT_PASS_RULES = """\
-pass out on $out_if inet from {vip_out} to any keep state
+pass out on $out_if inet from {vip_out} to any {state} state
 """
 
 
-def rules_text(nat=False):
-    """The rule file the lab gives both firewalls."""
-    fields = dict(inside=topology.INSIDE_NET, vip_out=topology.VIP_OUT)
+def rules_text(nat=False, modulate=False):
+    """The rule file the lab gives both firewalls; with `modulate`, its states are kept by `modulate state`."""
+    fields = dict(inside=topology.INSIDE_NET, vip_out=topology.VIP_OUT, state="modulate" if modulate else "keep")
     return RULES_TEMPLATE.format(in_if=topology.IF_IN, out_if=topology.IF_OUT, inside=topology.INSIDE_NET,
-                                 nat=NAT_RULES.format(**fields) if nat else "",
+                                 state=fields["state"], nat=NAT_RULES.format(**fields) if nat else "",
                                  nat_pass=NAT_PASS_RULES.format(**fields) if nat else "")
 
 CONFIG_TEMPLATE = """\
@@ -329,7 +329,7 @@ class PairwalldDriver(Driver):
             d.mkdir(parents=True, exist_ok=True)
             peer = topology.NODE_BY_NAME[topology.other(n.name)]
             rules = d / "pairwall.rules"
-            rules.write_text(rules_text(nat=self.lab.nat))
+            rules.write_text(rules_text(nat=self.lab.nat, modulate=self.lab.modulate))
             fields = dict(
                 name=n.name, ns=self.lab.ns[n.name], node_id=n.node_id, queue_first=0, rules=rules,
                 socket=self.socket(n.name), metrics_port=9477 + i, if_sync=topology.IF_SYNC, own_sync=n.sync,

@@ -23,7 +23,7 @@ RUN_ROOT = Path("/run/pairwall-lab")
 
 class Lab:
     def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False,
-                 defer=False):
+                 defer=False, modulate=False):
         if not prefix or len(prefix) > 8 or not prefix.replace("-", "").isalnum():
             raise LabError(f"prefix {prefix!r}: use 1-8 letters, digits or '-'")
         self.prefix = prefix
@@ -40,6 +40,8 @@ class Lab:
         self.nat = nat
         # defer: pairwalld holds a new state's first packet until the peer has its insert ([sync] defer).
         self.defer = defer
+        # modulate: the rules keep their states with `modulate state` (TCP sequence numbers shifted).
+        self.modulate = modulate
         self.driver_name = driver
         self._driver = None
         saved = self.load_state()
@@ -49,6 +51,7 @@ class Lab:
             self.bin_dir = Path(saved.get("bin_dir", self.bin_dir))
             self.nat = saved.get("nat", nat)
             self.defer = saved.get("defer", defer)
+            self.modulate = saved.get("modulate", modulate)
 
     # -- persistent description of a lab that is up
 
@@ -66,7 +69,8 @@ class Lab:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps({"prefix": self.prefix, "driver": self.driver_name,
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
-                                               "nat": self.nat, "defer": self.defer, "namespaces": self.ns,
+                                               "nat": self.nat, "defer": self.defer, "modulate": self.modulate,
+                                               "namespaces": self.ns,
                                                "created": time.time()},
                                               indent=1))
 
@@ -139,6 +143,9 @@ class Lab:
         if self.defer and not isinstance(self.driver, drivers.PairwalldDriver):
             raise LabError(f"--defer is pairwalld's sync option: it needs driver builtin, keepalived or "
                            f"scripted, not {self.driver.name}")
+        if self.modulate and not isinstance(self.driver, drivers.PairwalldDriver):
+            raise LabError(f"--modulate is pairwalld's rule option: it needs driver builtin, keepalived or "
+                           f"scripted, not {self.driver.name}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.save_state()
         try:
@@ -182,7 +189,7 @@ class Lab:
         if not self.exists():
             return {"prefix": self.prefix, "up": False}
         st = {"prefix": self.prefix, "up": True, "driver": self.driver.name, "advbase_ms": self.advbase_ms,
-              "nat": self.nat, "defer": self.defer, "namespaces": self.ns,
+              "nat": self.nat, "defer": self.defer, "modulate": self.modulate, "namespaces": self.ns,
               "vips": topology.vip_holders(self.prefix)}
         nodes = self.driver.node_status()
         states = self.driver.states()
