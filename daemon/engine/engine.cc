@@ -519,7 +519,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
         // A modulated segment is quoted as it left this node, shifted: in the sender's own
         // numbers again, it is checked, and so it goes back.
-        const uint32_t seqdiff = (state->flags & stateflag::kModulated) != 0 && quoted.is_tcp()
+        const bool quotes_tcp_header = quoted.is_tcp() && (!quoted.is_fragment || quoted.is_first_fragment);
+        const uint32_t seqdiff = (state->flags & stateflag::kModulated) != 0 && quotes_tcp_header
                                      ? state->seqdiff[from_initiator ? 0 : 1]
                                      : 0;
         if (quoted.is_tcp() && sender.seqlo != 0) {

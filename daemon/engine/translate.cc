@@ -150,7 +150,9 @@ void demodulate_icmp_quote(std::span<uint8_t> bytes, const PacketView& view, con
                            uint32_t seq_sub) noexcept {
   uint8_t* quote = bytes.data() + view.icmp.quoted_offset;
   const std::size_t quote_size = bytes.size() - view.icmp.quoted_offset;
-  if (quote_size < std::size_t{quoted.l4_offset} + 8u) return;  // no sequence number quoted
+  // No sequence number quoted: a later fragment, or a quote that ends before it.
+  if ((quoted.is_fragment && !quoted.is_first_fragment) || quote_size < std::size_t{quoted.l4_offset} + 8u)
+    return;
   uint8_t* quoted_tcp = quote + quoted.l4_offset;
   const Sum error{bytes.data() + view.l4_offset + 2};
   // The quoted segment's own checksum, where the quote holds it, is kept right too; it is bytes

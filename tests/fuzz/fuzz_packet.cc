@@ -2,7 +2,7 @@
 // never read outside the buffer (the sanitizers watch), and a parsed packet must only describe
 // ranges inside the buffer, because the engine writes through them (max-mss, NAT). The NAT
 // rewrites then run on every packet that parses: they must stay inside it, and what they make
-// must parse again, with the addresses and ports they wrote.
+// must parse again, with the addresses and ports they wrote; `modulate state`'s likewise.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -83,6 +83,40 @@ void check_rewrite(const uint8_t* data, std::size_t size, const PacketView& pack
   }
 }
 
+// `modulate state`'s rewrites, by offsets the fuzzer steers: a segment's numbers (and SACK blocks,
+// read from its options) shifted, or an ICMP error's quoted sequence number; they must stay inside
+// the packet, which must parse again with the numbers they wrote.
+void check_modulation(const uint8_t* data, std::size_t size, const PacketView& packet) {
+  uint32_t seq_add = 0;
+  uint32_t ack_sub = 0;
+  std::memcpy(&seq_add, data, std::min<std::size_t>(size, 4));
+  if (size > 4) std::memcpy(&ack_sub, data + 4, std::min<std::size_t>(size - 4, 4));
+  std::vector<uint8_t> copy(data, data + size);
+  PacketView again;
+  if (packet.is_icmp() && packet.icmp.is_error) {
+    PacketView quoted;
+    require(parse_quoted_packet(std::span<const uint8_t>(copy).subspan(packet.icmp.quoted_offset), quoted) ==
+            Reason::Match);
+    if (!quoted.is_tcp()) return;
+    pairwall::engine::demodulate_icmp_quote(copy, packet, quoted, seq_add);
+    require(parse_packet(copy, again) == Reason::Match);
+    PacketView quoted_again;
+    require(parse_quoted_packet(std::span<const uint8_t>(copy).subspan(again.icmp.quoted_offset),
+                                quoted_again) == Reason::Match);
+    const bool holds_seq = (!quoted.is_fragment || quoted.is_first_fragment) &&
+                           std::size_t{quoted.l4_offset} + 8 <= size - packet.icmp.quoted_offset;
+    require(quoted_again.tcp.seq == (holds_seq ? quoted.tcp.seq - seq_add : quoted.tcp.seq));
+    return;
+  }
+  if (!packet.is_tcp() || packet.is_fragment) return;  // the engine drops fragments first
+  require(std::size_t{packet.l4_offset} + packet.tcp.header_length <= size);
+  pairwall::engine::modulate_segment(copy, packet, seq_add, ack_sub);
+  require(parse_packet(copy, again) == Reason::Match);
+  require(again.tcp.seq == packet.tcp.seq + seq_add);
+  const bool acks = (packet.tcp.flags & pairwall::engine::tcpflag::kAck) != 0;
+  require(again.tcp.ack == (acks ? packet.tcp.ack - ack_sub : packet.tcp.ack));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -100,6 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       require(quoted.data == data + packet.icmp.quoted_offset);
     }
     check_rewrite(data, size, packet);
+    check_modulation(data, size, packet);
   }
 
   // The quote parser on its own: it accepts truncated packets, so it sees other paths.
