@@ -113,7 +113,9 @@ TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, sta
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(ring_a.push(r));
   REQUIRE(wait_for([&] { return has(engine_b, r.id); }, std::chrono::milliseconds(2000)));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(50));
+  // Sent on the flush interval (10 ms), not with the next keepalive (200 ms): the bound leaves
+  // room for a loaded or sanitized build; the latency itself is the sync bench's figure.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(150));
   {
     auto h = engine_b.states().find_by_id(r.id);
     CHECK(h->peer[0].seqlo == r.src.seqlo);
