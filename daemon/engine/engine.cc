@@ -845,7 +845,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (creator->sloppy) state->flags |= stateflag::kSloppy;
     // Only a connection seen from its SYN is modulated: one picked up in mid-stream (`flags any`)
     // has numbers both ends already agree on.
-    if (creator->modulate && packet.is_tcp() &&
+    if (config_.modulation && creator->modulate && packet.is_tcp() &&
         (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
       state->flags |= stateflag::kModulated;
       state->seqdiff[0] = worker.next_seqdiff();

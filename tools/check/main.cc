@@ -189,7 +189,9 @@ int replay(const Options& o, Engine& engine) {
 
 int main(int argc, char** argv) {
   const Options options = parse_args(argc, argv);
-  Engine engine;
+  EngineConfig config;
+  config.modulation = false;  // the capture's ends never saw shifted numbers
+  Engine engine(config);
   rules::InterfaceAddresses addresses;
   try {
     addresses = io::host_interface_addresses();

@@ -193,3 +193,22 @@ TEST_CASE("modulate state applies to TCP only: other protocols' states are kept"
   REQUIRE(records.size() == 1);
   CHECK((records[0].flags & stateflag::kModulated) == 0);
 }
+
+TEST_CASE("with modulation off, as replays of a capture run, modulate state keeps the numbers",
+          "[engine][tcp][modulate]") {
+  using namespace tcpflag;
+  auto config = pairwall::test::test_config();
+  config.modulation = false;
+  Firewall fw(kModulate, config);
+  const Connection c;
+  const Bytes syn = c.segment(true, kSyn, kClientIsn, 0);
+  REQUIRE(fw.out(syn).action == Action::Accept);
+  CHECK(fw.last_packet == syn);
+  // The server's answer acknowledges the client's own number, as in the capture.
+  const Bytes synack = c.segment(false, kSyn | kAck, kServerIsn, kClientIsn + 1);
+  REQUIRE(fw.in(synack).reason == Reason::State);
+  CHECK(fw.last_packet == synack);
+  const auto records = fw.drain();
+  REQUIRE_FALSE(records.empty());
+  CHECK((records.front().flags & stateflag::kModulated) == 0);
+}
