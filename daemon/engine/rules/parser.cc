@@ -1088,6 +1088,9 @@ class Parser {
       } else if (name.text == "no-sync") {
         r.state.no_sync = true;
       } else if (name.text == "sloppy") {
+        // A node that sees one direction of a connection cannot turn back what it shifted in it.
+        if (r.state.modulate)
+          fail_at(name, "'sloppy' cannot be used with 'modulate state': use 'keep state'");
         r.state.sloppy = true;
       } else if (name.text == "max-src-states" || name.text == "max-src-nodes" ||
                  name.text == "max-src-conn") {

@@ -756,6 +756,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all keep state (max 0)", "t.conf:1:26: max must be between 1 and 4294967295, got '0'"},
       {"pass all keep state (max 4294967296)",
        "t.conf:1:26: max must be between 1 and 4294967295, got '4294967296'"},
+      {"pass all modulate state (no-sync, sloppy)",
+       "t.conf:1:35: 'sloppy' cannot be used with 'modulate state': use 'keep state'"},
       {"pass all keep state (max 10, if-bound)",
        "t.conf:1:30: expected state option ('max N', 'max-src-states N', 'no-sync', 'sloppy' or a timeout "
        "such as 'tcp.established N'), got 'if-bound'"},
