@@ -93,6 +93,19 @@ std::pair<uint32_t, uint32_t> handshake(Firewall& fw, const Connection& c) {
   return {client_diff, server_diff};
 }
 
+// 100 bytes from the client and 300 back, each acknowledging what the other sent, as each end
+// sees the numbers: each segment must leave `fw` in the receiving end's numbers.
+void data_both_ways(Firewall& fw, const Connection& c, std::pair<uint32_t, uint32_t> diffs) {
+  using namespace tcpflag;
+  const auto [client_diff, server_diff] = diffs;
+  REQUIRE(fw.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + server_diff + 1, 100)).reason ==
+          Reason::State);
+  CHECK(fw.last_packet == c.segment(true, kAck, kClientIsn + 1 + client_diff, kServerIsn + 1, 100));
+  REQUIRE(fw.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + client_diff + 101, 300)).reason ==
+          Reason::State);
+  CHECK(fw.last_packet == c.segment(false, kAck, kServerIsn + 1 + server_diff, kClientIsn + 101, 300));
+}
+
 }  // namespace
 
 TEST_CASE("modulate state: each end's sequence numbers are shifted, and each end sees its own",
@@ -105,14 +118,7 @@ TEST_CASE("modulate state: each end's sequence numbers are shifted, and each end
           "pass in on lan0 proto tcp from any to any port 80 flags S/SA modulate state");
     const Connection c{v6};
     const auto [client_diff, server_diff] = handshake(fw, c);
-
-    // Data both ways, acknowledged in the numbers each end sees.
-    REQUIRE(fw.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + server_diff + 1, 100)).reason ==
-            Reason::State);
-    CHECK(fw.last_packet == c.segment(true, kAck, kClientIsn + 1 + client_diff, kServerIsn + 1, 100));
-    REQUIRE(fw.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + client_diff + 101, 300)).reason ==
-            Reason::State);
-    CHECK(fw.last_packet == c.segment(false, kAck, kServerIsn + 1 + server_diff, kClientIsn + 101, 300));
+    data_both_ways(fw, c, {client_diff, server_diff});
 
     // A SACK block counts the other end's numbers, as the acknowledgment does.
     const Verdict sacked =
@@ -174,12 +180,7 @@ TEST_CASE("modulate state: the offsets travel with the state, and the peer shift
 
   Firewall peer("block all\n", 2);
   for (const StateRecord& r : records) REQUIRE(peer.engine.apply(r, peer.now));
-  REQUIRE(peer.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + server_diff + 1, 100)).reason ==
-          Reason::State);
-  CHECK(peer.last_packet == c.segment(true, kAck, kClientIsn + 1 + client_diff, kServerIsn + 1, 100));
-  REQUIRE(peer.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + client_diff + 101, 300)).reason ==
-          Reason::State);
-  CHECK(peer.last_packet == c.segment(false, kAck, kServerIsn + 1 + server_diff, kClientIsn + 101, 300));
+  data_both_ways(peer, c, {client_diff, server_diff});
 }
 
 TEST_CASE("modulate state applies to TCP only: other protocols' states are kept", "[engine][modulate]") {
