@@ -12,6 +12,9 @@ namespace pairwall::engine {
 inline uint16_t load_be16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] << 8 | p[1]);
 }
+inline uint32_t load_be32(const uint8_t* p) {
+  return uint32_t{load_be16(p)} << 16 | load_be16(p + 2);
+}
 inline void store_be16(uint8_t* p, uint16_t v) {
   p[0] = static_cast<uint8_t>(v >> 8);
   p[1] = static_cast<uint8_t>(v);

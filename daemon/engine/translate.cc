@@ -38,10 +38,6 @@ void write16(uint8_t* at, uint16_t value, std::initializer_list<Sum> sums) {
   write(at, bytes, 2, sums);
 }
 
-uint32_t load_be32(const uint8_t* p) {
-  return uint32_t{load_be16(p)} << 16 | load_be16(p + 2);
-}
-
 void write32(uint8_t* at, uint32_t value, std::initializer_list<Sum> sums) {
   uint8_t bytes[4];
   store_be16(bytes, static_cast<uint16_t>(value >> 16));
