@@ -2,20 +2,14 @@
 
 #include <algorithm>
 
+#include "daemon/engine/checksum.h"
+
 namespace pairwall::engine {
 
 namespace {
 
 // Every read below is preceded by a length check against the end of the datagram (or of the
 // quote), never against the buffer alone: bytes after the IP total length are link padding.
-
-uint16_t be16(const uint8_t* p) noexcept {
-  return static_cast<uint16_t>(p[0] << 8 | p[1]);
-}
-uint32_t be32(const uint8_t* p) noexcept {
-  return static_cast<uint32_t>(p[0]) << 24 | static_cast<uint32_t>(p[1]) << 16 |
-         static_cast<uint32_t>(p[2]) << 8 | p[3];
-}
 
 // A whole packet from the queue, or the packet quoted in an ICMP error (truncated by design,
 // RFC 792 / RFC 4443 2.4(c): only the IP header and 8 bytes of transport are guaranteed).
@@ -77,7 +71,7 @@ Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
   if (size < 20) return Reason::Short;
   const uint32_t ihl = (d[0] & 0x0fu) * 4u;
   if (ihl < 20) return Reason::BadIpHeader;
-  const uint32_t total = be16(d + 2);
+  const uint32_t total = load_be16(d + 2);
   if (mode == Mode::Packet) {
     if (total > size) return Reason::Short;
   } else if (ihl > size) {
@@ -93,11 +87,11 @@ Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
   out.proto = d[9];
   out.src = IpAddress::from_v4_bytes(d + 12);
   out.dst = IpAddress::from_v4_bytes(d + 16);
-  const uint16_t frag = be16(d + 6);
+  const uint16_t frag = load_be16(d + 6);
   const bool more = (frag & 0x2000) != 0;
   out.dont_fragment = (frag & 0x4000) != 0;
   out.fragment_offset = static_cast<uint16_t>((frag & 0x1fff) * 8);
-  out.fragment_id = be16(d + 4);
+  out.fragment_id = load_be16(d + 4);
   out.is_fragment = more || out.fragment_offset != 0;
   out.is_first_fragment = out.is_fragment && out.fragment_offset == 0;
   out.l3_header_length = static_cast<uint16_t>(ihl);
@@ -116,7 +110,7 @@ Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
 
 Reason parse_ipv6(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, uint32_t& end) noexcept {
   if (size < 40) return Reason::Short;
-  const uint32_t claimed_end = 40u + be16(d + 4);
+  const uint32_t claimed_end = 40u + load_be16(d + 4);
   if (mode == Mode::Packet && claimed_end > size) return Reason::Short;
   end = std::min(claimed_end, size);
   // A chain that runs past the datagram is malformed; past a quote that was cut short, it is
@@ -168,10 +162,10 @@ Reason parse_ipv6(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
         seen_fragment = true;
         hlen = 8;
         if (left < hlen) return past_end;
-        const uint16_t field = be16(d + off + 2);
+        const uint16_t field = load_be16(d + off + 2);
         const bool more = (field & 1) != 0;
         out.fragment_offset = static_cast<uint16_t>(field & 0xfff8);
-        out.fragment_id = be32(d + off + 4);
+        out.fragment_id = load_be32(d + off + 4);
         // An atomic fragment (offset 0, no more) is a whole packet (RFC 6946).
         out.is_fragment = more || out.fragment_offset != 0;
         out.is_first_fragment = out.is_fragment && out.fragment_offset == 0;
@@ -229,7 +223,7 @@ Reason walk_tcp_options(const uint8_t* p, uint32_t len, uint16_t options_offset,
       case 2:
         if (olen == 4) {
           tcp.has_mss = true;
-          tcp.mss = be16(p + i + 2);
+          tcp.mss = load_be16(p + i + 2);
           tcp.mss_offset = static_cast<uint16_t>(options_offset + i + 2);
         }
         break;
@@ -246,8 +240,8 @@ Reason walk_tcp_options(const uint8_t* p, uint32_t len, uint16_t options_offset,
       case 8:
         if (olen == 10) {
           tcp.has_timestamps = true;
-          tcp.ts_value = be32(p + i + 2);
-          tcp.ts_echo = be32(p + i + 6);
+          tcp.ts_value = load_be32(p + i + 2);
+          tcp.ts_echo = load_be32(p + i + 6);
         }
         break;
       default:
@@ -262,21 +256,21 @@ Reason parse_tcp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out)
   TcpInfo& tcp = out.tcp;
   if (mode == Mode::Quote) {
     if (out.l4_length < 8) return Reason::Short;
-    out.src_port = be16(p);
-    out.dst_port = be16(p + 2);
-    tcp.seq = be32(p + 4);
+    out.src_port = load_be16(p);
+    out.dst_port = load_be16(p + 2);
+    tcp.seq = load_be32(p + 4);
     return Reason::Match;
   }
   if (out.l4_length < 20) return too_short;
   const uint32_t hlen = (p[12] >> 4) * 4u;
   if (hlen < 20) return Reason::BadTcpHeader;
   if (hlen > out.l4_length) return out.is_first_fragment ? Reason::BadOffset : Reason::BadTcpHeader;
-  out.src_port = be16(p);
-  out.dst_port = be16(p + 2);
-  tcp.seq = be32(p + 4);
-  tcp.ack = be32(p + 8);
+  out.src_port = load_be16(p);
+  out.dst_port = load_be16(p + 2);
+  tcp.seq = load_be32(p + 4);
+  tcp.ack = load_be32(p + 8);
   tcp.flags = p[13];
-  tcp.window = be16(p + 14);
+  tcp.window = load_be16(p + 14);
   tcp.header_length = static_cast<uint8_t>(hlen);
   const auto options_offset = static_cast<uint16_t>(out.l4_offset + 20);
   if (Reason r = walk_tcp_options(p + 20, hlen - 20, options_offset, tcp); r != Reason::Match) return r;
@@ -287,12 +281,12 @@ Reason parse_tcp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out)
 
 Reason parse_udp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out) noexcept {
   if (out.l4_length < 8) return mode == Mode::Quote ? Reason::Short : too_short;
-  out.src_port = be16(p);
-  out.dst_port = be16(p + 2);
+  out.src_port = load_be16(p);
+  out.dst_port = load_be16(p + 2);
   if (mode == Mode::Quote) return Reason::Match;
   // RFC 768: the length covers header and data. A first fragment holds only part of the
   // datagram the length describes.
-  const uint16_t length = be16(p + 4);
+  const uint16_t length = load_be16(p + 4);
   if (length < 8) return Reason::BadUdpHeader;
   if (!out.is_first_fragment && length > out.l4_length) return Reason::BadUdpHeader;
   const uint16_t end = out.is_first_fragment ? out.l4_length : length;
@@ -372,7 +366,7 @@ Reason parse_icmp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out
       return Reason::BadIcmp;
     icmp.is_query = true;
     icmp.is_reply = q.reply;
-    icmp.id = be16(p + 4);
+    icmp.id = load_be16(p + 4);
     out.src_port = icmp.id;
     out.dst_port = icmp.id;
     return Reason::Match;

@@ -3,6 +3,8 @@
 #include <array>
 #include <stdexcept>
 
+#include "daemon/engine/checksum.h"
+
 namespace pairwall::tools {
 namespace {
 
@@ -18,10 +20,6 @@ constexpr uint32_t kLinkLinuxSll2 = 276;
 
 uint32_t bswap32(uint32_t v) {
   return __builtin_bswap32(v);
-}
-
-uint16_t be16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] << 8 | p[1]);
 }
 
 }  // namespace
@@ -105,23 +103,23 @@ std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> f
       break;
     case kLinkEthernet:
       if (frame.size() < 14) return {};
-      ethertype = be16(&frame[12]);
+      ethertype = engine::load_be16(&frame[12]);
       offset = 14;
       while ((ethertype == 0x8100 || ethertype == 0x88a8) && frame.size() >= offset + 4) {
-        ethertype = be16(&frame[offset + 2]);
+        ethertype = engine::load_be16(&frame[offset + 2]);
         offset += 4;
       }
       if (ethertype != 0x0800 && ethertype != 0x86dd) return {};
       break;
     case kLinkLinuxSll:
       if (frame.size() < 16) return {};
-      ethertype = be16(&frame[14]);
+      ethertype = engine::load_be16(&frame[14]);
       if (ethertype != 0x0800 && ethertype != 0x86dd) return {};
       offset = 16;
       break;
     case kLinkLinuxSll2:
       if (frame.size() < 20) return {};
-      ethertype = be16(&frame[0]);
+      ethertype = engine::load_be16(&frame[0]);
       if (ethertype != 0x0800 && ethertype != 0x86dd) return {};
       offset = 20;
       break;
