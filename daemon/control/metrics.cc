@@ -71,49 +71,43 @@ std::string& MetricWriter::begin_sample() {
   return f.text;
 }
 
-void MetricWriter::append_label(std::string& out, bool first, std::string_view name, std::string_view value) {
-  out += first ? '{' : ',';
-  out += name;
-  out += "=\"";
-  append_escaped(out, value);
-  out += '"';
-}
+namespace {
 
-void MetricWriter::sample(std::initializer_list<Label> labels, uint64_t value) {
-  std::string& out = begin_sample();
+// A sample's labels, `{name="value",...}` (nothing without labels), and the space before its value.
+template <typename Labels>
+void append_labels(std::string& out, const Labels& labels) {
   bool first = true;
-  for (const auto& [k, v] : labels) {
-    append_label(out, first, k, v);
+  for (const auto& [name, value] : labels) {
+    out += first ? '{' : ',';
+    out += name;
+    out += "=\"";
+    MetricWriter::append_escaped(out, value);
+    out += '"';
     first = false;
   }
   if (!first) out += '}';
   out += ' ';
+}
+
+}  // namespace
+
+void MetricWriter::sample(std::initializer_list<Label> labels, uint64_t value) {
+  std::string& out = begin_sample();
+  append_labels(out, labels);
   out += std::to_string(value);
   out += '\n';
 }
 
 void MetricWriter::sample(const std::vector<std::pair<std::string, std::string>>& labels, uint64_t value) {
   std::string& out = begin_sample();
-  bool first = true;
-  for (const auto& [k, v] : labels) {
-    append_label(out, first, k, v);
-    first = false;
-  }
-  if (!first) out += '}';
-  out += ' ';
+  append_labels(out, labels);
   out += std::to_string(value);
   out += '\n';
 }
 
 void MetricWriter::sample(std::initializer_list<Label> labels, double value) {
   std::string& out = begin_sample();
-  bool first = true;
-  for (const auto& [k, v] : labels) {
-    append_label(out, first, k, v);
-    first = false;
-  }
-  if (!first) out += '}';
-  out += ' ';
+  append_labels(out, labels);
   if (std::isnan(value)) {
     out += "NaN";
   } else if (std::isinf(value)) {

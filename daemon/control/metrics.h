@@ -45,7 +45,6 @@ class MetricWriter {
     std::string text;  // HELP, TYPE, then the samples
   };
   std::string& begin_sample();
-  static void append_label(std::string& out, bool first, std::string_view name, std::string_view value);
 
   std::vector<Family> families_;
   std::size_t current_ = 0;
