@@ -797,10 +797,21 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   StateTable::Handle state;
   for (int attempt = 0;; ++attempt) {
     state = states_.create(parsed.key, translation.wire, id, timeout, duration, now, status);
-    if (status != StateTable::CreateStatus::Exists || !state || found_by(state, parsed.key)) break;
+    if (status != StateTable::CreateStatus::Exists || !state) break;
+    const bool same_connection = found_by(state, parsed.key);
+    state.release();
+    if (same_connection) {
+      // Another worker (or the peer) created this connection's state a moment ago: this packet is
+      // the connection's second, and that state tracks it like any later one (its reply's window,
+      // its UDP side, its counts), or the state refuses it.
+      Verdict judged;
+      if (by_state(worker, bytes, parsed, now, judged)) return judged;
+      // That state has gone again (expired, or gave way to a new connection on its ports).
+      if (attempt == 3) return drop(Reason::Internal, creating_rule);
+      continue;
+    }
     // Only the wire key exists: the nat source port chosen for this connection was taken since
     // (by another worker, or a peer's state). Choose again, a few times.
-    state.release();
     if (!translation.nat_port || attempt == 3 ||
         !choose_source_port(worker, translation.wire, translation.port_low, translation.port_high, false)) {
       return drop(Reason::TranslationFailed, creating_rule);
@@ -816,20 +827,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
         }
       }
       break;
-    case StateTable::CreateStatus::Exists:
-      // Another worker created it a moment ago; this packet is its second, judged by the state.
-      if (!state) return drop(Reason::Internal);
-      if (!translation_admits(state, false)) return drop(Reason::StateMismatch, state->rule);
-      v.state = state->id;
-      v.reason = Reason::State;
-      if (state->translated()) {
-        rewrite_packet(bytes, packet, counterpart(state));
-        v.rewritten = true;
-      }
-      if ((state->flags & stateflag::kModulated) != 0 &&
-          modulate(bytes, *state, state.reversed() ? 1 : 0, packet))
-        v.rewritten = true;
-      return v;
+    case StateTable::CreateStatus::Exists:  // without a handle: the loop above handled the others
+      return drop(Reason::Internal, creating_rule);
     case StateTable::CreateStatus::Full:
       return drop(Reason::StateLimit, creating_rule);
     case StateTable::CreateStatus::NoMemory:

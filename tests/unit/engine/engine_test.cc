@@ -3,9 +3,11 @@
 #include "daemon/engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -523,6 +525,56 @@ TEST_CASE("UDP request creates a state that passes the reply until it expires", 
   fw.now += Millis{60'000};
   CHECK(fw.engine.expire(fw.now) == 1);
   CHECK(fw.in(answer).reason == Reason::RuleBlock);
+}
+
+TEST_CASE("a connection's first two packets on two workers at once are both tracked",
+          "[engine][udp][workers]") {
+  // Request and reply start together on two workers: each misses the state table and passes the
+  // rules, and one of them finds the state the other has just created. That one is the
+  // connection's second packet and its end of the state must see it, as if it had come later.
+  Firewall fw("pass all\n");
+  Worker reply_worker(fw.engine);
+  constexpr uint16_t kFlows = 20000;
+  std::vector<Bytes> requests;
+  std::vector<Bytes> replies;
+  for (uint16_t i = 0; i < kFlows; ++i) {
+    requests.push_back(PacketBuilder().ipv4(kClient, kServer).udp(10000 + i, 53).payload(40).build());
+    replies.push_back(PacketBuilder().ipv4(kServer, kClient).udp(53, 10000 + i).payload(120).build());
+  }
+  std::vector<Verdict> request_verdicts(kFlows);
+  std::vector<Verdict> reply_verdicts(kFlows);
+  std::atomic<uint32_t> arrived{0};
+  auto send = [&](Worker& worker, std::vector<Bytes>& packets, std::vector<Verdict>& verdicts,
+                  const PacketMeta& meta) {
+    for (uint32_t i = 0; i < kFlows; ++i) {
+      // Both threads start each connection together.
+      arrived.fetch_add(1);
+      for (uint32_t spins = 0; arrived.load() < 2 * (i + 1); ++spins)
+        if (spins > 1000) std::this_thread::yield();
+      verdicts[i] = fw.engine.process(worker, packets[i], meta, fw.now);
+    }
+  };
+  std::thread reply_thread([&] {
+    send(reply_worker, replies, reply_verdicts, PacketMeta{Hook::Forward, fw.wan, fw.lan, false});
+  });
+  send(fw.worker, requests, request_verdicts, PacketMeta{Hook::Forward, fw.lan, fw.wan, false});
+  reply_thread.join();
+
+  for (uint32_t i = 0; i < kFlows; ++i) {
+    INFO("connection " << i);
+    REQUIRE(request_verdicts[i].action == Action::Accept);
+    REQUIRE(reply_verdicts[i].action == Action::Accept);
+    REQUIRE(request_verdicts[i].state == reply_verdicts[i].state);
+  }
+  uint32_t states = 0;
+  uint32_t untracked_ends = 0;
+  fw.engine.snapshot(fw.now, [&](const StateRecord& r) {
+    ++states;
+    for (const PeerTracking* end : {&r.src, &r.dst})
+      if (end->state == static_cast<uint8_t>(FlowState::NoTraffic)) ++untracked_ends;
+  });
+  CHECK(states == kFlows);
+  CHECK(untracked_ends == 0);
 }
 
 TEST_CASE("log marks the packets a rule decides; log (all) also those of its states", "[engine][log]") {
