@@ -7,6 +7,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "daemon/control/accept_loop.h"
+
 namespace pairwall::control {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -122,7 +124,9 @@ MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint
 }
 
 void MetricsServer::start() {
-  accept();
+  accept_connections(acceptor_, retry_, stopped_, [this](tcp::socket socket) {
+    std::make_shared<Session>(std::move(socket), *this)->start();
+  });
 }
 
 void MetricsServer::stop() {
@@ -135,22 +139,6 @@ void MetricsServer::stop() {
 uint16_t MetricsServer::port() const {
   boost::system::error_code ec;
   return acceptor_.local_endpoint(ec).port();
-}
-
-void MetricsServer::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || stopped_) return;
-    if (ec) {
-      // Out of descriptors or memory: retry shortly instead of spinning on the error.
-      retry_.expires_after(std::chrono::milliseconds(100));
-      retry_.async_wait([this](boost::system::error_code wait_ec) {
-        if (!wait_ec && !stopped_) accept();
-      });
-      return;
-    }
-    std::make_shared<Session>(std::move(socket), *this)->start();
-    accept();
-  });
 }
 
 }  // namespace pairwall::control

@@ -34,7 +34,6 @@ class MetricsServer {
 
  private:
   class Session;
-  void accept();
 
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "daemon/control/accept_loop.h"
 #include "daemon/control/framing.h"
 
 namespace pairwall::control {
@@ -185,7 +186,10 @@ ControlServer::~ControlServer() {
 }
 
 void ControlServer::start() {
-  accept();
+  accept_connections(acceptor_, retry_, stopped_, [this](stream::socket socket) {
+    ++connections_;
+    std::make_shared<Session>(std::move(socket), *this)->start();
+  });
 }
 
 void ControlServer::stop() {
@@ -195,23 +199,6 @@ void ControlServer::stop() {
   acceptor_.close(ec);
   retry_.cancel();
   ::unlink(path_.c_str());
-}
-
-void ControlServer::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, stream::socket socket) {
-    if (ec == asio::error::operation_aborted || stopped_) return;
-    if (ec) {
-      // Out of descriptors or memory: retry shortly instead of spinning on the error.
-      retry_.expires_after(std::chrono::milliseconds(100));
-      retry_.async_wait([this](boost::system::error_code wait_ec) {
-        if (!wait_ec && !stopped_) accept();
-      });
-      return;
-    }
-    ++connections_;
-    std::make_shared<Session>(std::move(socket), *this)->start();
-    accept();
-  });
 }
 
 }  // namespace pairwall::control

@@ -37,7 +37,6 @@ class ControlServer {
 
  private:
   class Session;
-  void accept();
 
   boost::asio::io_context& io_;
   std::string path_;
