@@ -803,7 +803,9 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (same_connection) {
       // Another worker (or the peer) created this connection's state a moment ago: this packet is
       // the connection's second, and that state tracks it like any later one (its reply's window,
-      // its UDP side, its counts), or the state refuses it.
+      // its UDP side, its counts), or the state refuses it. Found again rather than judged through
+      // create()'s handle: that one holds the shards of this packet's keys, not necessarily of the
+      // found state's wire key, which erasing or requeueing it touches (a rare race: one lookup more).
       Verdict judged;
       if (by_state(worker, bytes, parsed, now, judged)) return judged;
       // That state has gone again (expired, or gave way to a new connection on its ports).
