@@ -30,6 +30,13 @@ inline void checksum_replace16(uint8_t* checksum, uint16_t old_word, uint16_t ne
   store_be16(checksum, static_cast<uint16_t>(~sum));
 }
 
+// A 16-bit value at an odd offset from the start of what a checksum covers straddles two of its
+// words and counts with its bytes swapped (RFC 1071 2(B)): TCP options have no alignment, so an
+// MSS value or a SACK edge may sit there. The form to hand checksum_replace16() for such a value.
+inline uint16_t as_summed(uint16_t value, bool odd_offset) {
+  return odd_offset ? static_cast<uint16_t>(value << 8 | value >> 8) : value;
+}
+
 // One's complement sum of 16-bit big-endian words (RFC 1071), not yet folded or inverted.
 inline uint32_t checksum_sum(const uint8_t* p, std::size_t n, uint32_t sum = 0) {
   for (; n > 1; p += 2, n -= 2) sum += static_cast<uint32_t>(p[0] << 8 | p[1]);

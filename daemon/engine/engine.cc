@@ -449,7 +449,9 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
       uint8_t* mss = bytes.data() + packet.tcp.mss_offset;
       const uint16_t old_mss = load_be16(mss);
       store_be16(mss, scrub.max_mss);
-      checksum_replace16(bytes.data() + packet.l4_offset + 16, old_mss, scrub.max_mss);
+      const bool odd = ((packet.tcp.mss_offset - packet.l4_offset) & 1) != 0;
+      checksum_replace16(bytes.data() + packet.l4_offset + 16, as_summed(old_mss, odd),
+                         as_summed(scrub.max_mss, odd));
       packet.tcp.mss = scrub.max_mss;
       rewritten = true;
     }

@@ -21,14 +21,16 @@ void adjust(const Sum& sum, uint16_t old_word, uint16_t new_word) {
 }
 
 // Writes the `size` bytes (even) of `value` at `at`, word by word, updating `sums` for each word
-// that changes.
-void write(uint8_t* at, const uint8_t* value, std::size_t size, std::initializer_list<Sum> sums) {
+// that changes. `odd_offset`: `at` lies an odd number of bytes from the start of what the sums
+// cover (a TCP option's field; see as_summed()).
+void write(uint8_t* at, const uint8_t* value, std::size_t size, std::initializer_list<Sum> sums,
+           bool odd_offset = false) {
   for (std::size_t i = 0; i < size; i += 2) {
     const uint16_t old_word = load_be16(at + i);
     const uint16_t new_word = load_be16(value + i);
     if (old_word == new_word) continue;
     store_be16(at + i, new_word);
-    for (const Sum& sum : sums) adjust(sum, old_word, new_word);
+    for (const Sum& sum : sums) adjust(sum, as_summed(old_word, odd_offset), as_summed(new_word, odd_offset));
   }
 }
 
@@ -38,11 +40,11 @@ void write16(uint8_t* at, uint16_t value, std::initializer_list<Sum> sums) {
   write(at, bytes, 2, sums);
 }
 
-void write32(uint8_t* at, uint32_t value, std::initializer_list<Sum> sums) {
+void write32(uint8_t* at, uint32_t value, std::initializer_list<Sum> sums, bool odd_offset = false) {
   uint8_t bytes[4];
   store_be16(bytes, static_cast<uint16_t>(value >> 16));
   store_be16(bytes + 2, static_cast<uint16_t>(value));
-  write(at, bytes, 4, sums);
+  write(at, bytes, 4, sums, odd_offset);
 }
 
 void write_address(uint8_t* ip, Family family, bool destination, const IpAddress& address,
@@ -136,7 +138,7 @@ void modulate_segment(std::span<uint8_t> bytes, const PacketView& view, uint32_t
     if (end - option < 2 || option[1] < 2 || option[1] > end - option) break;
     if (*option == 5) {
       for (uint8_t* edge = option + 2; edge + 4 <= option + option[1]; edge += 4)
-        write32(edge, load_be32(edge) - ack_sub, {transport});
+        write32(edge, load_be32(edge) - ack_sub, {transport}, ((edge - tcp) & 1) != 0);
     }
     option += option[1];
   }

@@ -842,6 +842,14 @@ TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl d
   CHECK(fw.last_packet == tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1400).build());
   const Verdict small = fw.out(tcp4(kClient, 3, kServer, 2).flags(tcpflag::kSyn).mss(1200).build());
   CHECK_FALSE(small.rewritten);
+  // After a single no-operation the option's value sits at an odd offset, where it counts in the
+  // checksum with its bytes swapped; the builder computes the expected checksum afresh.
+  const Bytes nop{pairwall::test::tcpopt::kNop};
+  const Verdict odd =
+      fw.out(tcp4(kClient, 5, kServer, 2).flags(tcpflag::kSyn).tcp_options_raw(nop).mss(1460).build());
+  CHECK(odd.rewritten);
+  CHECK(fw.last_packet ==
+        tcp4(kClient, 5, kServer, 2).flags(tcpflag::kSyn).tcp_options_raw(nop).mss(1400).build());
   CHECK(fw.out(tcp4(kClient, 4, kServer, 2).flags(tcpflag::kSyn).ttl(3).build()).reason == Reason::MinTtl);
 }
 

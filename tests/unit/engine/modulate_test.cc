@@ -40,9 +40,10 @@ struct Connection {
   std::string server() const { return v6 ? "2001:db8:2::80" : "192.0.2.80"; }
   std::size_t tcp_offset() const { return v6 ? 40 : 20; }
 
-  // A segment from the client (or the server), optionally with one SACK block.
+  // A segment from the client (or the server), optionally with one SACK block after `nops`
+  // no-operations (one puts its edges at odd offsets).
   Bytes segment(bool from_client, uint8_t flags, uint32_t seq, uint32_t ack, std::size_t payload = 0,
-                std::optional<std::pair<uint32_t, uint32_t>> sack = std::nullopt) const {
+                std::optional<std::pair<uint32_t, uint32_t>> sack = std::nullopt, int nops = 2) const {
     PacketBuilder b;
     if (v6) {
       b.ipv6(from_client ? client() : server(), from_client ? server() : client());
@@ -52,8 +53,8 @@ struct Connection {
     b.tcp(from_client ? 40000 : port, from_client ? port : 40000).flags(flags).seq(seq).ack(ack).window(512);
     if (flags & tcpflag::kSyn) b.wscale(7);
     if (sack) {
-      Bytes option{pairwall::test::tcpopt::kNop, pairwall::test::tcpopt::kNop, pairwall::test::tcpopt::kSack,
-                   10};
+      Bytes option(static_cast<std::size_t>(nops), pairwall::test::tcpopt::kNop);
+      option.insert(option.end(), {pairwall::test::tcpopt::kSack, 10});
       for (uint32_t edge : {sack->first, sack->second})
         for (int shift = 24; shift >= 0; shift -= 8) option.push_back(static_cast<uint8_t>(edge >> shift));
       b.tcp_options_raw(option);
@@ -127,6 +128,14 @@ TEST_CASE("modulate state: each end's sequence numbers are shifted, and each end
     REQUIRE(sacked.reason == Reason::State);
     CHECK(fw.last_packet == c.segment(true, kAck, kClientIsn + 101 + client_diff, kServerIsn + 1, 0,
                                       std::pair{kServerIsn + 201, kServerIsn + 301}));
+    // Its edges at odd offsets count in the checksum with their bytes swapped; the builder
+    // computes the expected checksum afresh.
+    const Verdict sacked_odd =
+        fw.out(c.segment(true, kAck, kClientIsn + 101, kServerIsn + server_diff + 1, 0,
+                         std::pair{kServerIsn + server_diff + 211, kServerIsn + server_diff + 311}, 1));
+    REQUIRE(sacked_odd.reason == Reason::State);
+    CHECK(fw.last_packet == c.segment(true, kAck, kClientIsn + 101 + client_diff, kServerIsn + 1, 0,
+                                      std::pair{kServerIsn + 211, kServerIsn + 311}, 1));
 
     // The windows are checked in each end's own numbers: a segment that acknowledges the server's
     // real numbers, which only the server and this node know, is out of the window.
