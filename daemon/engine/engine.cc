@@ -17,7 +17,6 @@ namespace {
 // often; protocol changes (and inserts) go at once. Bounded sync load per connection.
 constexpr Millis kSyncRefresh{1000};
 
-constexpr std::size_t kControlRingCapacity = 1 << 16;
 // Overloads are drained every 100 ms; a worker meets at most one per refused connection.
 constexpr std::size_t kOverloadRingCapacity = 1024;
 
@@ -130,10 +129,11 @@ std::shared_ptr<const rules::RuleSet> empty_rules() {
 
 Worker::Worker(Engine& engine)
     : events_(engine.config().event_ring_capacity), overloads_(kOverloadRingCapacity) {
-  // Seeded once from the OS; the packet path then draws without a system call or a lock.
-  const SipKey seed = random_sip_key();
-  random_state_ = seed.k0 | 1;
-  seqdiff_key_ = random_sip_key();
+  // Seeded once (from the OS unless the configuration fixes the seed); the packet path then draws
+  // without a system call or a lock.
+  const uint64_t fixed = engine.config().random_seed;
+  random_state_ = (fixed != 0 ? fixed : random_sip_key().k0) | 1;
+  seqdiff_key_ = fixed != 0 ? SipKey{fixed, ~fixed} : random_sip_key();
 }
 
 uint32_t Worker::next_seqdiff() noexcept {
@@ -163,10 +163,12 @@ void Worker::emit(const StateRecord& record) noexcept {
 Engine::Engine(EngineConfig config)
     : config_(config),
       sources_(config.shards, hash_key_from(config), rules::RuleSet().source_node_limit()),
-      states_(config.shards, hash_key_from(config), rules::RuleSet().state_limit(), &sources_),
+      states_(config.shards, hash_key_from(config),
+              config.initial_state_limit != 0 ? config.initial_state_limit : rules::RuleSet().state_limit(),
+              &sources_),
       rules_(empty_rules()),
       next_state_counter_(std::max<uint64_t>(config.first_state_counter, 1)),
-      control_events_(kControlRingCapacity) {}
+      control_events_(config.control_ring_capacity) {}
 
 void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules) {
   // Outside rules_mutex_: set_limit() takes the shard locks, and apply() reads the rules while

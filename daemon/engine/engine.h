@@ -76,10 +76,19 @@ struct BatchPacket {
 
 struct EngineConfig {
   uint32_t node_id = 1;
-  std::size_t shards = 64;                    // power of two; one lock each
-  std::size_t event_ring_capacity = 1 << 16;  // per worker
+  std::size_t shards = 64;                      // power of two; one lock each
+  std::size_t event_ring_capacity = 1 << 16;    // per worker
+  std::size_t control_ring_capacity = 1 << 16;  // changes made off the packet path (expiry, kill)
+  // The state limit the table's index is sized for until a rule set names its own (`set limit
+  // states`); 0 for pf's default. A table sized for far more states than it will hold costs
+  // nothing but memory; one that must grow its index rehashes under its shard locks.
+  uint32_t initial_state_limit = 0;
   // Secret for the state hash. Zero means "draw one from the OS at construction".
   uint64_t hash_key[2] = {0, 0};
+  // Seed of each worker's draws (nat ports, random-id, `modulate state` offsets). Zero means
+  // "from the OS, per worker". Set, every worker draws the same sequence: for tests and fuzzing,
+  // whose failures must replay, never for a firewall whose offsets must not be guessed.
+  uint64_t random_seed = 0;
   // The counter of this node's first state id. The peer keeps states across this node's restarts,
   // so a new start must not count from where an earlier one did (pf starts from its boot time).
   uint64_t first_state_counter = 1;
