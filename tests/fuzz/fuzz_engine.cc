@@ -1,7 +1,8 @@
 // libFuzzer target for the whole engine on sequences of packets (preset "fuzz"): a forwarding
 // firewall with nat, rdr, binat, scrub, `modulate state`, source limits and a small state limit,
-// fed packets from both sides, alone and in batches, while its clock moves and states expire; what
-// it reports for the peer is applied to a second engine, as sync would. Where fuzz_packet tries
+// fed packets from both sides, alone and in batches, while its clock moves, states expire and the
+// control plane reloads, flushes, kills and sends bulks; what it reports for the peer is applied
+// to a second engine, as sync would. Where fuzz_packet tries
 // the parser and each rewrite on one packet, this one reaches what only a sequence reaches: TCP
 // windows and their states, replies and ICMP errors translated back by a state, limits, expiry.
 //
@@ -9,7 +10,8 @@
 //   build-fuzz/bin/fuzz_engine -max_total_time=60 /tmp/engine tests/fuzz/corpus/engine
 //
 // Input: records of one control byte, a 16-bit big-endian length and that many packet bytes.
-//   bits 0-2  where the packet is seen: meta_for() below
+//   bits 0-2  where the packet is seen: meta_for() below; 7, not a packet but a control
+//             operation (reload, flush, kill, bulk to the peer: control() below)
 //   bit 3     decided alone by process() (the batch so far first), else queued for process_batch()
 //   bits 4-5  the clock before it: unchanged, +1 ms, +1 s, +16 min (past every timeout the rule set
 //             names or leaves at pf's default, the longest tcp.closing's 15 min)
@@ -65,6 +67,20 @@ pass in on wan0 inet6 proto icmp6 all
 pass in proto icmp all icmp-type echoreq
 )";
 
+// What a reload switches to and back from: other limits (below the states the first may hold),
+// other translations and timeouts, rules with other numbers, while the first set's states live on.
+constexpr const char* kReloadedRules = R"(
+set limit states 32
+set timeout { tcp.established 300, udp.multiple 30 }
+scrub in all max-mss 1200
+nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.9
+block all
+pass in on lan0 proto tcp modulate state
+pass in on lan0 proto { udp icmp } keep state
+pass out on wan0 all keep state (max 16)
+pass in on wan0 proto tcp to 10.1.0.80 port 8080
+)";
+
 constexpr pe::Millis kStart{1'000'000};
 constexpr pe::Millis kSteps[4] = {pe::Millis{0}, pe::Millis{1}, pe::Millis{1'000}, pe::Millis{960'000}};
 constexpr std::size_t kMaxBatch = 64;
@@ -75,21 +91,24 @@ void require(bool ok, const char* what) {
   std::abort();
 }
 
-// The rule set above, compiled once: compiling it (65,536 ports into classes) costs far more than
-// a run, and a compiled rule set is immutable. Its per-rule state counts are shared by the runs, as
-// by the states of both rule sets across a reload; every run leaves them at zero (checked).
-const std::shared_ptr<const pe::rules::RuleSet>& compiled_rules() {
-  static const std::shared_ptr<const pe::rules::RuleSet> rules = [] {
-    pe::InterfaceRegistry interfaces;
-    interfaces.intern("lan0");
-    interfaces.intern("wan0");
-    auto parsed = pe::rules::parse_rules(kRules, "fuzz.conf");
-    if (auto* e = std::get_if<pe::rules::RuleError>(&parsed)) require(false, e->to_string().c_str());
-    auto compiled = pe::rules::compile(std::get<pe::rules::RuleFile>(parsed), interfaces);
-    if (auto* e = std::get_if<pe::rules::RuleError>(&compiled)) require(false, e->to_string().c_str());
-    return std::get<std::shared_ptr<const pe::rules::RuleSet>>(compiled);
-  }();
-  return rules;
+std::shared_ptr<const pe::rules::RuleSet> compile(const char* text) {
+  pe::InterfaceRegistry interfaces;
+  interfaces.intern("lan0");
+  interfaces.intern("wan0");
+  auto parsed = pe::rules::parse_rules(text, "fuzz.conf");
+  if (auto* e = std::get_if<pe::rules::RuleError>(&parsed)) require(false, e->to_string().c_str());
+  auto compiled = pe::rules::compile(std::get<pe::rules::RuleFile>(parsed), interfaces);
+  if (auto* e = std::get_if<pe::rules::RuleError>(&compiled)) require(false, e->to_string().c_str());
+  return std::get<std::shared_ptr<const pe::rules::RuleSet>>(compiled);
+}
+
+// The two rule sets above, compiled once: compiling one (65,536 ports into classes) costs far
+// more than a run, and a compiled rule set is immutable. Their per-rule state counts are shared by
+// the runs; every run leaves them at zero (checked).
+const std::shared_ptr<const pe::rules::RuleSet>& compiled_rules(bool reloaded = false) {
+  static const std::shared_ptr<const pe::rules::RuleSet> first = compile(kRules);
+  static const std::shared_ptr<const pe::rules::RuleSet> second = compile(kReloadedRules);
+  return reloaded ? second : first;
 }
 
 // One firewall: lan0 inside, wan0 outside (interned in the order the rule set was compiled with).
@@ -125,6 +144,7 @@ struct Node {
   pe::Worker worker;
   pe::IfaceId lan = 0;
   pe::IfaceId wan = 0;
+  bool reloaded = false;  // running the second rule set
 };
 
 pe::PacketMeta meta_for(const Node& node, uint8_t path, bool partial) {
@@ -133,7 +153,6 @@ pe::PacketMeta meta_for(const Node& node, uint8_t path, bool partial) {
     case 6:
       return {pe::Hook::Forward, node.lan, node.wan, partial};
     case 1:
-    case 7:
       return {pe::Hook::Forward, node.wan, node.lan, partial};
     case 2:
       return {pe::Hook::Prerouting, node.wan, pe::kNoIface, partial};
@@ -280,6 +299,34 @@ void replicate(Node& from, Node& to, pe::Millis now) {
   while (from.engine.control_events().pop(record)) to.engine.apply(record, now);
 }
 
+// A record seen at kControl is not a packet but what the control plane does meanwhile, chosen by
+// its first byte: a reload to the other rule set, a flush, a kill of the states whose initiator's
+// port has the parity of the second byte, or a bulk of every state to the peer.
+constexpr uint8_t kControl = 7;
+
+void control(Node& node, Node& peer, std::span<const uint8_t> op, pe::Millis now) {
+  if (op.empty()) return;
+  switch (op[0] & 3) {
+    case 0:
+      node.reloaded = !node.reloaded;
+      node.engine.load_rules(compiled_rules(node.reloaded));
+      break;
+    case 1:
+      node.engine.flush_states();
+      break;
+    case 2: {
+      const unsigned parity = op.size() > 1 ? op[1] & 1u : 0u;
+      node.engine.kill_states(
+          [parity](const pe::StateEntry& e) { return (e.key(0).port[0] & 1u) == parity; });
+      break;
+    }
+    default:
+      node.engine.snapshot(now, [&](const pe::StateRecord& record) { peer.engine.apply(record, now); });
+      break;
+  }
+  replicate(node, peer, now);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -306,13 +353,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
 
   std::size_t at = 0;
   while (at + 3 <= size) {
-    const uint8_t control = data[at];
+    const uint8_t control_byte = data[at];
     const std::size_t length =
         std::min<std::size_t>(static_cast<std::size_t>(data[at + 1] << 8 | data[at + 2]), size - at - 3);
     std::vector<uint8_t> packet(data + at + 3, data + at + 3 + length);
     at += 3 + length;
 
-    const pe::Millis step = kSteps[(control >> 4) & 3];
+    const pe::Millis step = kSteps[(control_byte >> 4) & 3];
     if (step.count() >= 1'000) {
       run_batch();
       now += step;
@@ -322,11 +369,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     } else {
       now += step;
     }
-    if ((control & 0x40) != 0) make_checksums_valid(packet);
-    const bool partial = (control & 0x80) != 0;
-    const pe::PacketMeta meta = meta_for(node, control, partial);
+    if ((control_byte & 7) == kControl) {
+      run_batch();
+      control(node, peer, packet, now);
+      continue;
+    }
+    if ((control_byte & 0x40) != 0) make_checksums_valid(packet);
+    const bool partial = (control_byte & 0x80) != 0;
+    const pe::PacketMeta meta = meta_for(node, control_byte, partial);
 
-    if ((control & 0x08) != 0) {
+    if ((control_byte & 0x08) != 0) {
       run_batch();
       const Sent before = remember(packet, partial);
       const pe::Verdict verdict = node.engine.process(node.worker, packet, meta, now);
@@ -350,10 +402,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   peer.engine.expire(now);
   require(node.engine.states().size() == 0, "states outlived every timeout");
   require(peer.engine.states().size() == 0, "the peer's states outlived every timeout");
-  const pe::rules::RuleSet& rules = *compiled_rules();
-  for (std::size_t r = 0; r < rules.size(); ++r) {
-    require(rules.rule(static_cast<uint32_t>(r)).stats->states_current.load() == 0,
-            "a rule still counts states that are gone");
+  for (const bool reloaded : {false, true}) {
+    const pe::rules::RuleSet& rules = *compiled_rules(reloaded);
+    for (std::size_t r = 0; r < rules.size(); ++r) {
+      require(rules.rule(static_cast<uint32_t>(r)).stats->states_current.load() == 0,
+              "a rule still counts states that are gone");
+    }
   }
   return 0;
 }

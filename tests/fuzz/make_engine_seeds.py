@@ -14,6 +14,7 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "engine
 
 # Where a packet is seen (bits 0-2 of the control byte).
 LAN_TO_WAN, WAN_TO_LAN, PRE_WAN, PRE_LAN = 0, 1, 2, 3
+CONTROL = 7  # then the first byte: 0 reload, 1 flush, 2 kill (by port parity), 3 bulk to the peer
 ALONE = 0x08
 MS, SECOND, PAST_TIMEOUTS = 0x10, 0x20, 0x30
 VALID = 0x40
@@ -67,7 +68,15 @@ def tcp_conversation(client, server, outside, nat_port, sport=33000, dport=443, 
     ]
 
 
+def control(op, arg=0):
+    return struct.pack("!BHBB", CONTROL, 2, op, arg)
+
+
 def seeds():
+    tcp_nat = tcp_conversation("10.1.0.12", "192.0.2.82", "203.0.113.1", 40000)
+    udp_out = record(LAN_TO_WAN, ip("10.1.0.14", "192.0.2.53", 17, udp(33005, 53, b"q" * 8)))
+    yield "control-reload-bulk-kill-flush", (tcp_nat[:3] + [control(0), control(3)] + tcp_nat[3:5] +
+                                             [udp_out, control(2, 1), control(0)] + tcp_nat[5:] + [control(1)])
     yield "v4-tcp-nat", tcp_conversation("10.1.0.10", "192.0.2.80", "203.0.113.1", 40000)
     yield "v4-tcp-nat-alone", tcp_conversation("10.1.0.11", "192.0.2.81", "203.0.113.1", 40000, alone=ALONE)
     yield "v4-tcp-binat", tcp_conversation("10.1.0.5", "192.0.2.80", "203.0.113.5", 33000)
