@@ -15,13 +15,13 @@
 //   bit 3     decided alone by process() (the batch so far first), else queued for process_batch()
 //   bits 4-5  the clock before it: unchanged, +1 ms, +1 s, +16 min (past every timeout the rule set
 //             names or leaves at pf's default, the longest tcp.closing's 15 min)
-//   bit 6     its IPv4 header and transport checksums made valid first
+//   bit 6     its checksums made valid first (IPv4 header, an ICMP error's quoted one, transport)
 //   bit 7     queued with the transport checksum left for the kernel (CHECKSUM_PARTIAL)
 //
 // Checked, besides what the sanitizers watch: an accepted packet the engine did not say it rewrote
-// is unchanged; one it rewrote still parses, and each checksum that was valid is valid
-// again (a partial one, complete); every packet is counted under exactly one reason; and once the
-// clock passes every timeout, expiry leaves both tables empty.
+// is unchanged; one it rewrote still parses, and each checksum that was valid is valid again (an
+// ICMP error's quoted IPv4 header's too; a partial one, complete); every packet is counted under
+// exactly one reason; and once the clock passes every timeout, expiry leaves both tables empty.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -214,16 +214,34 @@ bool transport_valid(std::span<const uint8_t> p, const pe::PacketView& v) {
          fold(transport_sum(p, v)) == 0xffff;
 }
 
+// Where the IPv4 header an ICMP error quotes starts, when the quote holds all of it; else 0.
+std::size_t quoted_ipv4_header(std::span<const uint8_t> p, const pe::PacketView& v) {
+  if (!v.is_icmp() || !v.icmp.is_error || v.family != pe::Family::V4) return 0;
+  const std::size_t at = v.icmp.quoted_offset;
+  if (at + 20 > p.size() || (p[at] >> 4) != 4) return 0;
+  return at + (p[at] & 15u) * 4 <= p.size() ? at : 0;
+}
+
+bool quoted_header_valid(std::span<const uint8_t> p, const pe::PacketView& v) {
+  const std::size_t at = quoted_ipv4_header(p, v);
+  return at != 0 && fold(add_bytes(0, p.data() + at, (p[at] & 15u) * 4)) == 0xffff;
+}
+
+void make_ipv4_header_valid(uint8_t* header) {
+  header[10] = header[11] = 0;
+  const uint16_t c = static_cast<uint16_t>(~fold(add_bytes(0, header, (header[0] & 15u) * 4)));
+  header[10] = static_cast<uint8_t>(c >> 8);
+  header[11] = static_cast<uint8_t>(c);
+}
+
+// The IPv4 header's, an ICMP error's quoted IPv4 header's, then the transport checksum (which
+// covers the quote).
 void make_checksums_valid(std::span<uint8_t> p) {
   pe::PacketView v;
   if (pe::parse_packet(p, v) != pe::Reason::Match) return;
-  if (v.family == pe::Family::V4) {
-    const std::size_t header = (p[0] & 15u) * 4;
-    p[10] = p[11] = 0;
-    const uint16_t c = static_cast<uint16_t>(~fold(add_bytes(0, p.data(), header)));
-    p[10] = static_cast<uint8_t>(c >> 8);
-    p[11] = static_cast<uint8_t>(c);
-  }
+  if (v.family == pe::Family::V4) make_ipv4_header_valid(p.data());
+  if (const std::size_t quote = quoted_ipv4_header(p, v); quote != 0)
+    make_ipv4_header_valid(p.data() + quote);
   const std::size_t at = transport_checksum_at(v);
   if (at == 0) return;
   uint8_t* field = p.data() + v.l4_offset + at;
@@ -240,16 +258,18 @@ struct Sent {
   bool parsed = false;
   bool header_valid = false;
   bool transport_valid = false;
+  bool quoted_header_valid = false;  // an ICMP error's quoted IPv4 header
   bool partial = false;
 };
 
 Sent remember(std::span<const uint8_t> p, bool partial) {
-  Sent s{std::vector<uint8_t>(p.begin(), p.end()), false, false, false, partial};
+  Sent s{std::vector<uint8_t>(p.begin(), p.end()), false, false, false, false, partial};
   pe::PacketView v;
   s.parsed = pe::parse_packet(p, v) == pe::Reason::Match;
   if (s.parsed) {
     s.header_valid = ip_header_valid(p, v);
     s.transport_valid = transport_valid(p, v);
+    s.quoted_header_valid = quoted_header_valid(p, v);
   }
   return s;
 }
@@ -285,6 +305,9 @@ void check(const Sent& sent, std::size_t index, std::span<const uint8_t> after, 
   pe::PacketView v;
   require(pe::parse_packet(after, v) == pe::Reason::Match, "a rewritten packet no longer parses");
   if (sent.header_valid) require(ip_header_valid(after, v), "a rewrite broke a valid IPv4 header checksum");
+  if (sent.quoted_header_valid) {
+    require(quoted_header_valid(after, v), "a rewrite broke a valid checksum of a quoted IPv4 header");
+  }
   if (sent.partial && transport_checksum_at(v) != 0) {
     require(transport_valid(after, v), "a rewritten partial-checksum packet was not completed");
   } else if (sent.transport_valid) {
