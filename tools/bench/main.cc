@@ -1,4 +1,5 @@
 // pairwall-bench SUITE [--json] [--only NAME] [--seconds S] [--runs N] [--rules N,N,...]
+//                       [--rule-packets N] [--states N,N,...]
 //
 // A suite is a list of named benchmarks; each adds its keys to one JSON object, printed as one
 // line with --json or as a table otherwise. Add a benchmark by writing a function that fills its
@@ -28,6 +29,7 @@ struct Options {
   double seconds = 0.5;  // per measurement run
   int runs = 3;          // runs per point; the median is reported
   std::vector<uint32_t> rule_counts = {10, 100, 1000, 10000};
+  std::vector<uint32_t> state_counts = {1000, 100000, 1000000};
   uint32_t rule_packets = 4096;  // distinct packets per rule count
   std::string only;              // run just this benchmark of the suite
 };
@@ -52,7 +54,7 @@ void rules_keys(const Options& options, Json& out) {
 }
 
 void state_keys(const Options& options, Json& out) {
-  const StateBenchResult r = run_state_bench({1000, 100000, 1000000}, options.seconds);
+  const StateBenchResult r = run_state_bench(options.state_counts, options.seconds);
   // state_lookup_mpps: Engine::process_batch() on recvmmsg-sized batches, as the daemon's queue
   // workers call the engine; state_lookup_single_mpps: one process() call per packet.
   for (const auto& [count, mpps] : r.lookup_mpps) out["state_lookup_mpps"][std::to_string(count)] = mpps;
@@ -77,7 +79,7 @@ int usage(const std::string& problem) {
       stderr,
       "pairwall-bench: %s\n"
       "usage: pairwall-bench SUITE [--json] [--only NAME] [--seconds S] [--runs N] [--rules N,N,...]\n"
-      "       [--rule-packets N]\n"
+      "       [--rule-packets N] [--states N,N,...]\n"
       "suites (namespaces, root):",
       problem.c_str());
   for (const std::string_view name : kScriptSuites)
@@ -163,6 +165,9 @@ int run(int argc, char** argv) {
     } else if (arg == "--rules" && has_value) {
       if (!parse_counts(argv[++i], options.rule_counts))
         return usage("--rules wants counts like 10,100,1000");
+    } else if (arg == "--states" && has_value) {
+      if (!parse_counts(argv[++i], options.state_counts))
+        return usage("--states wants counts like 1000,1000000");
     } else if (arg == "--rule-packets" && has_value) {
       if (!parse_number(std::string_view(argv[++i]), options.rule_packets) || options.rule_packets < 1)
         return usage("--rule-packets wants a positive integer");
