@@ -8,7 +8,7 @@ constexpr uint8_t kTcp = 6;
 
 }  // namespace
 
-PendingRecords::PendingRecords() : tcp_states_(kTcpCacheSlots, 0) {}
+PendingRecords::PendingRecords() : tcp_states_(new uint32_t[kTcpCacheSlots]()) {}
 
 std::size_t PendingRecords::estimate(const engine::StateRecord& r) noexcept {
   using Kind = engine::StateRecord::Kind;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "daemon/engine/state.h"
@@ -68,7 +69,7 @@ class PendingRecords {
   // makes an update urgent that needed not be; a false "unchanged" needs a 24-bit tag collision
   // on the same slot and delays one change by at most the flush interval). Bounded memory for
   // any number of states.
-  std::vector<uint32_t> tcp_states_;
+  std::unique_ptr<uint32_t[]> tcp_states_;  // kTcpCacheSlots, zeroed
 };
 
 }  // namespace pairwall::sync

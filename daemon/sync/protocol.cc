@@ -61,10 +61,10 @@ constexpr std::size_t kArenaBlock = 256 << 10;  // a datagram's messages, decode
 }  // namespace
 
 BatchArena::BatchArena()
-    : block_(kArenaBlock), arena_([this] {
+    : block_(new char[kArenaBlock]), arena_([this] {
         google::protobuf::ArenaOptions o;
-        o.initial_block = block_.data();
-        o.initial_block_size = block_.size();
+        o.initial_block = block_.get();
+        o.initial_block_size = kArenaBlock;
         return o;
       }()) {}
 

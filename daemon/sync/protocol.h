@@ -127,7 +127,7 @@ class BatchArena {
   wire::Batch* another();
 
  private:
-  std::vector<char> block_;
+  std::unique_ptr<char[]> block_;  // uninitialized: the arena writes before it reads
   google::protobuf::Arena arena_;
 };
 
