@@ -7,6 +7,7 @@
 
 #include "daemon/engine/checksum.h"
 #include "daemon/engine/packet.h"
+#include "daemon/engine/pool.h"
 #include "daemon/engine/tcp_track.h"
 #include "daemon/engine/translate.h"
 
@@ -144,12 +145,16 @@ uint32_t Worker::next_seqdiff() noexcept {
   }
 }
 
-uint16_t Worker::next_random16() noexcept {
+uint64_t Worker::next_random64() noexcept {
   // xorshift64* (Vigna): enough to make IP IDs unpredictable to an observer, not a CSPRNG.
   random_state_ ^= random_state_ >> 12;
   random_state_ ^= random_state_ << 25;
   random_state_ ^= random_state_ >> 27;
-  return static_cast<uint16_t>((random_state_ * 0x2545F4914F6CDD1DULL) >> 48);
+  return random_state_ * 0x2545F4914F6CDD1DULL;
+}
+
+uint16_t Worker::next_random16() noexcept {
+  return static_cast<uint16_t>(next_random64() >> 48);
 }
 
 void Worker::emit(const StateRecord& record) noexcept {
@@ -647,7 +652,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
       if (rule->kind == rules::TranslationRule::Kind::Binat) {
         seen.dst = graft(rule->source, packet.dst);
       } else {
-        seen.dst = graft(rule->target, packet.dst);
+        seen.dst = pool_address(*rule, packet.src, packet.dst, worker.next_random64());
         if (ports && rule->port_low != 0) {
           // A destination port range maps onto the target's ports one to one (pf's rdr).
           seen.dst_port =
@@ -668,11 +673,18 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
     if (rule != nullptr && !rule->negated) {
       PacketView& seen = translation.after[1].emplace(arriving);
       translation.seen[1] = &seen;
-      seen.src = graft(rule->target, arriving.src);
+      seen.src = rule->kind == rules::TranslationRule::Kind::Binat
+                     ? graft(rule->targets.front(), arriving.src)
+                     : pool_address(*rule, arriving.src, arriving.src, worker.next_random64());
       if (rule->kind == rules::TranslationRule::Kind::Nat && (ports || query_id)) {
         translation.nat_port = true;
-        translation.port_low = ports ? (rule->port_low != 0 ? rule->port_low : kNatPortLow) : 1;
-        translation.port_high = ports ? (rule->port_low != 0 ? rule->port_high : kNatPortHigh) : UINT16_MAX;
+        if (rule->static_port) {
+          // The one port it may have: a connection whose port is taken is refused.
+          translation.port_low = translation.port_high = arriving.src_port;
+        } else {
+          translation.port_low = ports ? (rule->port_low != 0 ? rule->port_low : kNatPortLow) : 1;
+          translation.port_high = ports ? (rule->port_low != 0 ? rule->port_high : kNatPortHigh) : UINT16_MAX;
+        }
       }
       translation.translated = true;
       translation.filtered = translation.filtered && !rule->pass;

@@ -135,7 +135,8 @@ class Worker {
     bytes_.store(bytes_.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
   }
   void emit(const StateRecord& record) noexcept;
-  uint16_t next_random16() noexcept;
+  uint64_t next_random64() noexcept;
+  uint16_t next_random16() noexcept;  // the top bits of next_random64()
   // A `modulate state` offset: never 0, and unpredictable without the worker's key, unlike
   // next_random16(), whose outputs reveal its state to whoever collects enough of them.
   uint32_t next_seqdiff() noexcept;

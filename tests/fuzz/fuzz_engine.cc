@@ -1,6 +1,6 @@
 // libFuzzer target for the whole engine on sequences of packets (preset "fuzz"): a forwarding
-// firewall with nat, rdr, binat, scrub, `modulate state`, source limits and a small state limit,
-// fed packets from both sides, alone and in batches, while its clock moves, states expire and the
+// firewall with nat, rdr and their pools, binat, scrub, `modulate state`, source limits and a small state
+// limit, fed packets from both sides, alone and in batches, while its clock moves, states expire and the
 // control plane reloads, flushes, kills and sends bulks; what it reports for the peer is applied
 // to a second engine, as sync would. Where fuzz_packet tries
 // the parser and each rewrite on one packet, this one reaches what only a sequence reaches: TCP
@@ -50,8 +50,8 @@ set timeout { tcp.established 600, udp.first 20, udp.multiple 60 }
 scrub in all max-mss 1400 min-ttl 2 random-id no-df
 nat on wan0 proto { tcp udp } from 10.1.0.0/16 to any -> 203.0.113.1 port 40000
 nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1
-nat on wan0 inet6 from 2001:db8:1::/48 to any -> 2001:db8:ff::1
-rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.1.0.80 port 8080
+nat on wan0 inet6 from 2001:db8:1::/48 to any -> 2001:db8:ff::/64 source-hash
+rdr on wan0 proto tcp to 203.0.113.1 port 80 -> { 10.1.0.80, 10.1.0.81 } port 8080
 rdr on wan0 proto udp to 203.0.113.1 port 5000:5010 -> 10.1.0.53 port 53
 binat on wan0 from 10.1.0.5 to any -> 203.0.113.5
 block return log all
@@ -61,7 +61,7 @@ pass in on lan0 all keep state (max-src-states 24, max-src-conn 12, max-src-conn
 pass in on lan0 proto tcp to port 80 modulate state
 pass in on lan0 proto tcp to port 22 flags S/SA keep state (sloppy)
 pass out on wan0 all
-pass in on wan0 proto tcp to 10.1.0.80 port 8080 flags S/SA modulate state
+pass in on wan0 proto tcp to 10.1.0.80/31 port 8080 flags S/SA modulate state
 pass in on wan0 proto udp to 10.1.0.53 port 53 keep state (no-sync)
 pass in on wan0 to 10.1.0.5
 pass in on wan0 inet6 proto icmp6 all
@@ -74,7 +74,8 @@ constexpr const char* kReloadedRules = R"(
 set limit states 32
 set timeout { tcp.established 300, udp.multiple 30 }
 scrub in all max-mss 1200
-nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.9
+nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.16/28 random
+nat on wan0 from 10.1.0.0/16 to any -> { 203.0.113.9, 203.0.113.12/30 } static-port
 block all
 pass in on lan0 proto tcp modulate state
 pass in on lan0 proto { udp icmp } keep state

@@ -65,8 +65,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   for (const auto& r : file.scrub_rules) check(r.location, lines);
   for (const auto& r : file.translation_rules) {
     check(r.location, lines);
-    // A target is an address, or an interface whose address resolve_interfaces() sets later.
-    if (!r.negate_translation && !r.target && r.target_interface.empty()) std::abort();
+    // A target is an address or a list of them, or an interface whose address
+    // resolve_interfaces() sets later; a list's addresses are of one family.
+    if (!r.negate_translation && r.targets.empty() && r.target_interface.empty()) std::abort();
+    for (const auto& t : r.targets)
+      if (t.family != r.targets[0].family) std::abort();
     if (!r.target_interface.empty()) check(r.target_location, lines);
   }
   for (const auto& r : file.filter_rules) {

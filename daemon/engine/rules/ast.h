@@ -162,8 +162,17 @@ struct Anchor {
   bool file_defines_rules = false;
 };
 
+// How a translation rule picks an address from its pool (pf's pool types; pf_map_addr).
+enum class PoolType : uint8_t {
+  Bitmask,     // the pool prefix's network bits over the packet's address (one prefix)
+  Random,      // any address of the prefix, drawn per connection
+  SourceHash,  // an address of the prefix chosen by a keyed hash of the source address
+  RoundRobin,  // the pool's addresses in turn, entry after entry
+};
+
 // `nat on IF from SRC to DST -> ADDR [port P]`, `rdr on IF proto P to DST port P -> ADDR [port P]`,
-// `binat on IF from INT to any -> EXT`.
+// `binat on IF from INT to any -> EXT`; a nat or rdr target may be a pool, `-> { ADDR, ... }`,
+// followed by a pool type, and nat may keep the source port (`static-port`).
 struct TranslationRule {
   enum class Kind : uint8_t { Nat, Rdr, Binat };
   SourceLocation location;
@@ -175,10 +184,17 @@ struct TranslationRule {
   std::vector<uint8_t> protocols;
   Endpoint from;
   Endpoint to;
-  std::optional<IpPrefix> target;        // the address (or pool prefix) after `->`
+  // The addresses or prefixes after `->`: one, or a list `{ ... }`, which round-robin walks.
+  std::vector<IpPrefix> targets;
   std::optional<PortMatch> target_port;  // `port P` or `port P:Q` after the target
+  std::optional<PoolType> pool;          // as written; compile() says what none means
+  // After `source-hash`: `0x` and 32 hex digits, or the text of `key "text"`; empty: the
+  // built-in key.
+  std::string hash_key;
+  bool hash_key_is_text = false;
+  bool static_port = false;  // nat: the source port stays, and a taken one refuses the connection
   // `-> em0` or `-> (em0)`: the interface's address of the rule's family, which
-  // resolve_interfaces() sets as `target` and refresh_interface_tables() keeps current.
+  // resolve_interfaces() sets as the one target and refresh_interface_tables() keeps current.
   std::string target_interface;
   SourceLocation target_location;
 };

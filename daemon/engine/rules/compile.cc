@@ -9,6 +9,7 @@
 #include "daemon/engine/rules/compile.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -170,10 +171,22 @@ std::string translation_text(const TranslationRule& r) {
   out += endpoints_text(r.from, r.to);
   if (!r.target_interface.empty()) {
     out += " -> (" + r.target_interface + ")";
-  } else if (r.target) {
-    out += " -> " + address_text(*r.target);
+  } else if (r.targets.size() == 1) {
+    out += " -> " + address_text(r.targets[0]);
+  } else if (!r.targets.empty()) {
+    out += " -> " + list_text(r.targets, address_text);
   }
   if (r.target_port) out += " port " + port_text(*r.target_port);
+  if (r.pool) {
+    static constexpr const char* kPools[] = {"bitmask", "random", "source-hash", "round-robin"};
+    out += std::string(" ") + kPools[static_cast<int>(*r.pool)];
+    if (r.hash_key_is_text) {
+      out += " key \"" + r.hash_key + "\"";
+    } else if (!r.hash_key.empty()) {
+      out += " " + r.hash_key;
+    }
+  }
+  if (r.static_port) out += " static-port";
   return out;
 }
 
@@ -681,22 +694,24 @@ class Compiler {
       t.number = static_cast<uint32_t>(i);
       set.translation_listing_.push_back({t.number, translation_text(r), r.location});
       if (!r.negate_translation) {
-        if (!r.target && !r.target_interface.empty()) {
+        if (r.targets.empty() && !r.target_interface.empty()) {
           // resolve_interfaces() sets it; rules compiled without the host's addresses cannot.
           fail(r.target_location, "the address of interface '" + r.target_interface + "' is not known here");
         }
-        if (!r.target) fail(r.location, "a translation rule needs a target: '-> ADDRESS'");
-        t.target = *r.target;
+        if (r.targets.empty()) fail(r.location, "a translation rule needs a target: '-> ADDRESS'");
+        t.targets = r.targets;
+        const Family family = t.targets[0].family;
         const uint8_t matched = families_of(r.from.addresses) & families_of(r.to.addresses) &
                                 (r.family ? (*r.family == Family::V4 ? 1 : 2) : 3);
-        const uint8_t target = t.target.family == Family::V4 ? 1 : 2;
+        const uint8_t target = family == Family::V4 ? 1 : 2;
         if ((matched & target) == 0) {
-          fail(r.location, "the translation target " + address_text(t.target) + " is " +
-                               family_name(t.target.family) + " but the rule only matches " +
-                               family_name(t.target.family == Family::V4 ? Family::V6 : Family::V4) +
-                               " packets");
+          fail(r.location, "the translation target " + address_text(t.targets[0]) + " is " +
+                               family_name(family) + " but the rule only matches " +
+                               family_name(family == Family::V4 ? Family::V6 : Family::V4) + " packets");
         }
+        pool(r, t);
       }
+      t.static_port = r.static_port;
       if (r.target_port) {
         if (!only_protocols(r.protocols, {ipproto::kTcp, ipproto::kUdp})) {
           fail(r.location, "a translation 'port' needs 'proto tcp' or 'proto udp'");
@@ -732,8 +747,8 @@ class Compiler {
             fail(r.location, "binat maps one internal address or prefix: write 'from ADDRESS[/LEN]'");
           }
           t.source = r.from.addresses[0].prefix;
-          if (!r.negate_translation && t.source.length != t.target.length) {
-            fail(r.location, "binat maps " + address_text(t.source) + " onto " + address_text(t.target) +
+          if (!r.negate_translation && t.source.length != t.targets[0].length) {
+            fail(r.location, "binat maps " + address_text(t.source) + " onto " + address_text(t.targets[0]) +
                                  ": both sides need the same prefix length");
           }
           specs.push_back(spec(Direction::Out, r.interfaces, r.family, r.protocols, r.from, r.to));
@@ -743,7 +758,7 @@ class Compiler {
           if (!r.negate_translation) {
             AddressElement e;
             e.kind = AddressElement::Kind::Prefix;
-            e.prefix = t.target;
+            e.prefix = t.targets[0];
             e.location = r.location;
             external.addresses.push_back(e);
           }
@@ -754,6 +769,38 @@ class Compiler {
       }
     }
     if (!specs.empty()) set.translation_classifier_ = build(specs, MatchOrder::First);
+  }
+
+  // The pool type a nat or rdr rule gives `t`, and the key of source-hash. As pfctl: a list is
+  // walked round-robin and takes no other type; one address or prefix defaults to bitmask.
+  void pool(const TranslationRule& r, CompiledTranslation& t) const {
+    const bool list = r.targets.size() > 1;
+    t.pool = r.pool.value_or(list ? PoolType::RoundRobin : PoolType::Bitmask);
+    if (list && t.pool != PoolType::RoundRobin)
+      fail(r.target_location, "a list of translation addresses is walked round-robin: no other pool type");
+    t.hash_key = source_hash_key(r);
+  }
+
+  // A key both nodes of a pair derive alike, so that a source maps to the same address on either:
+  // the one written (as 0x and hex digits, or text hashed down to 128 bits), else a built-in one.
+  static SipKey source_hash_key(const TranslationRule& r) {
+    constexpr SipKey kBuiltIn{0x7061697277616c6cULL, 0x736f757263652d68ULL};  // "pairwall", "source-h"
+    if (r.hash_key.empty()) return kBuiltIn;
+    if (!r.hash_key_is_text) {
+      const auto word = [&](std::size_t at) {
+        uint64_t v = 0;
+        std::from_chars(r.hash_key.data() + at, r.hash_key.data() + at + 16, v, 16);
+        return v;
+      };
+      return {word(2), word(18)};
+    }
+    std::vector<uint64_t> words((r.hash_key.size() + 7) / 8, 0);
+    for (std::size_t i = 0; i < r.hash_key.size(); ++i)
+      words[i / 8] |= uint64_t{static_cast<uint8_t>(r.hash_key[i])} << (8 * (i % 8));
+    // The length as well, so that texts differing only in trailing NULs differ.
+    words.push_back(r.hash_key.size());
+    return {siphash13(kBuiltIn, words.data(), words.size()),
+            siphash13({kBuiltIn.k1, kBuiltIn.k0}, words.data(), words.size())};
   }
 
   std::unique_ptr<Classifier> build(const std::vector<MatchSpec>& specs, MatchOrder order) const {

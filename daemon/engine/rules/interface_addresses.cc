@@ -93,9 +93,11 @@ class Resolver {
     }
     for (TranslationRule& r : file_.translation_rules) {
       if (auto e = endpoints(r.from, r.to)) return e;
-      if (r.target_interface.empty() || r.target) continue;
-      r.target = interface_target(r, addresses_);
-      if (r.target) continue;
+      if (r.target_interface.empty() || !r.targets.empty()) continue;
+      if (const std::optional<IpPrefix> target = interface_target(r, addresses_)) {
+        r.targets = {*target};
+        continue;
+      }
       if (addresses_.count(r.target_interface) == 0)
         return RuleError{r.target_location, "no interface named '" + r.target_interface + "' on this host"};
       return RuleError{r.target_location, "interface '" + r.target_interface + "' has no " +
@@ -175,8 +177,8 @@ std::vector<std::string> refresh_interface_tables(RuleFile& file, const Interfac
   for (TranslationRule& r : file.translation_rules) {
     if (r.target_interface.empty()) continue;
     const std::optional<IpPrefix> now = interface_target(r, addresses);
-    if (!now || now == r.target) continue;
-    r.target = now;
+    if (!now || (r.targets.size() == 1 && *now == r.targets[0])) continue;
+    r.targets = {*now};
     changed.push_back(r.target_interface + " (translation address)");
   }
   return changed;

@@ -786,28 +786,112 @@ class Parser {
       fail_expected(peek(), "'->' and a translation address");
     }
     take();
-    constexpr std::string_view kTarget = "translation address (an address, a prefix or an interface)";
+    constexpr std::string_view kTarget =
+        "translation address (an address, a prefix, an interface or a list { ... })";
     r.target_location = loc(peek());
-    if (const std::optional<std::string> interface = target_interface()) {
+    if (at(TokenKind::Table)) {
+      fail_at(peek(), "a table as a translation pool is not supported: list its addresses in '{ }'");
+    }
+    if (at(TokenKind::LBrace)) {
+      if (binat) fail_at(peek(), "binat maps one prefix onto another: its target is not a list");
+      list("translation address", [&] { r.targets.push_back(target_address(r, kTarget)); });
+    } else if (const std::optional<std::string> interface = target_interface()) {
       r.target_interface = *interface;
     } else {
-      const Token target = peek();
-      if (target.kind != TokenKind::Word && target.kind != TokenKind::String) fail_expected(target, kTarget);
-      take();
-      r.target = prefix(target, kTarget);
-      if (r.family && *r.family != r.target->family) {
-        fail_at(target, "translation address " + target.describe() + " is not " +
-                            (*r.family == Family::V4 ? "an IPv4" : "an IPv6") +
-                            " address, as the rule's address family requires");
-      }
+      r.targets.push_back(target_address(r, kTarget));
     }
     if (at_word("port")) {
       if (binat) fail_at(peek(), "binat maps whole addresses and takes no 'port'");
       take();
       r.target_port = target_port();
     }
-    expect_end("'port' or end of line");
+    pool_options(r);
+    expect_end(
+        "'port', a pool type (bitmask, random, source-hash, round-robin), 'static-port' or end of line");
     out_.translation_rules.push_back(std::move(r));
+  }
+
+  // One address or prefix of a translation target, of the rule's family.
+  IpPrefix target_address(const TranslationRule& r, std::string_view what) {
+    const Token t = peek();
+    if (t.kind != TokenKind::Word && t.kind != TokenKind::String) fail_expected(t, what);
+    take();
+    const IpPrefix p = prefix(t, what);
+    const std::optional<Family> family = r.family            ? r.family
+                                         : r.targets.empty() ? std::nullopt
+                                                             : std::optional<Family>(r.targets[0].family);
+    if (family && *family != p.family) {
+      fail_at(t, "translation address " + t.describe() + " is not " +
+                     (*family == Family::V4 ? "an IPv4" : "an IPv6") + " address, as " +
+                     (r.family ? "the rule's address family requires" : "the pool's first address is"));
+    }
+    return p;
+  }
+
+  // After the target (and its port): `bitmask | random | source-hash [KEY] | round-robin`,
+  // `sticky-address`, `static-port`, in any order, each once. Whether the pool admits the type is
+  // compile()'s to say.
+  void pool_options(TranslationRule& r) {
+    for (;;) {
+      const Token t = peek();
+      if (t.kind != TokenKind::Word) return;
+      std::optional<PoolType> type;
+      if (t.text == "bitmask") {
+        type = PoolType::Bitmask;
+      } else if (t.text == "random") {
+        type = PoolType::Random;
+      } else if (t.text == "source-hash") {
+        type = PoolType::SourceHash;
+      } else if (t.text == "round-robin") {
+        type = PoolType::RoundRobin;
+      } else if (t.text == "static-port") {
+        if (r.kind != TranslationRule::Kind::Nat)
+          fail_at(t, "'static-port' keeps a nat source port: nat only");
+        if (r.static_port) fail_at(t, "'static-port' given twice");
+        if (r.target_port) fail_at(t, "'static-port' keeps the source port: it takes no 'port'");
+        take();
+        r.static_port = true;
+        continue;
+      } else if (t.text == "sticky-address") {
+        fail_at(t,
+                "sticky-address is not supported: its memory of each source would not survive a failover; "
+                "source-hash maps a source to the same address on both nodes");
+      } else {
+        return;
+      }
+      if (r.kind == TranslationRule::Kind::Binat)
+        fail_at(t, "binat maps one prefix onto another: no pool type");
+      if (!r.target_interface.empty()) fail_at(t, "an interface's address is one address: no pool type");
+      static constexpr const char* kPools[] = {"bitmask", "random", "source-hash", "round-robin"};
+      if (r.pool) {
+        fail_at(t, "one pool type per rule, got " + t.describe() + " after '" +
+                       kPools[static_cast<int>(*r.pool)] + "'");
+      }
+      take();
+      r.pool = type;
+      if (*type == PoolType::SourceHash) source_hash_key(r);
+    }
+  }
+
+  // After `source-hash`: nothing (the built-in key), `0x` and 32 hex digits, or `key "text"`.
+  void source_hash_key(TranslationRule& r) {
+    const Token t = peek();
+    if (t.kind == TokenKind::Word && t.text == "key") {
+      take();
+      const Token text = take_value("the source-hash key's text after 'key'");
+      if (text.text.empty()) fail_at(text, "the source-hash key is empty");
+      r.hash_key = text.text;
+      r.hash_key_is_text = true;
+      return;
+    }
+    if (t.kind != TokenKind::Word || !(t.text.starts_with("0x") || t.text.starts_with("0X"))) return;
+    take();
+    const std::string_view hex = std::string_view(t.text).substr(2);
+    const bool digits = hex.size() == 32 && std::all_of(hex.begin(), hex.end(), [](char c) {
+                          return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                        });
+    if (!digits) fail_at(t, "a source-hash key is 0x and 32 hex digits (128 bits), got " + t.describe());
+    r.hash_key = t.text;
   }
 
   // `-> em0` or `-> (em0)`: translation to the interface's address. pf reads `em0` as the address

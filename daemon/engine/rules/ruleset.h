@@ -14,6 +14,7 @@
 #include "daemon/engine/packet.h"
 #include "daemon/engine/rules/ast.h"
 #include "daemon/engine/rules/classifier.h"
+#include "daemon/engine/siphash.h"
 #include "daemon/engine/source_table.h"
 #include "daemon/engine/timeouts.h"
 
@@ -73,9 +74,15 @@ struct CompiledTranslation {
   TranslationRule::Kind kind = TranslationRule::Kind::Nat;
   bool negated = false;
   bool pass = false;  // `nat pass`: translated packets skip the filter rules
-  IpPrefix target;
-  IpPrefix source;        // binat: the internal prefix, which the in pass maps `target` back to
-  uint16_t port_low = 0;  // 0: keep the port (nat: choose from the proxy range)
+  // The pool: one address or prefix (binat: its external prefix), or a list for round-robin.
+  std::vector<IpPrefix> targets;
+  PoolType pool = PoolType::Bitmask;
+  SipKey hash_key;  // source-hash
+  // round-robin: connections given an address so far, shared by the workers (and reset by a reload).
+  std::shared_ptr<std::atomic<uint64_t>> turns = std::make_shared<std::atomic<uint64_t>>(0);
+  bool static_port = false;  // nat: the source port stays (pool_address() leaves ports alone)
+  IpPrefix source;           // binat: the internal prefix, which the in pass maps `target` back to
+  uint16_t port_low = 0;     // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
   uint16_t rdr_port_base = 0;  // rdr of a port range P:Q onto one port: P maps onto port_low
   uint32_t number = 0;

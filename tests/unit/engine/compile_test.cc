@@ -86,6 +86,8 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
        "t.conf:1:1: binat maps one internal address or prefix: write 'from ADDRESS[/LEN]'"},
       {"rdr on ext proto icmp to 192.0.2.1 -> 10.0.0.1 port 80",
        "t.conf:1:1: a translation 'port' needs 'proto tcp' or 'proto udp'"},
+      {"nat on ext from 10.0.0.0/8 -> { 192.0.2.1, 192.0.2.9 } source-hash",
+       "t.conf:1:31: a list of translation addresses is walked round-robin: no other pool type"},
       {"set timeout { udp.first 20, adaptive.start 6000 }",
        "t.conf:1:29: 'adaptive.start' without 'adaptive.end': set both (or neither, and they follow the "
        "state limit)"},
@@ -444,7 +446,7 @@ TEST_CASE("scrub is first match; nat on out, rdr on in, binat on both", "[compil
   REQUIRE(nat != nullptr);
   CHECK(nat->kind == TranslationRule::Kind::Nat);
   CHECK(nat->number == 1);
-  CHECK(to_string(nat->target) == "203.0.113.1/32");
+  CHECK(to_string(nat->targets.at(0)) == "203.0.113.1/32");
   CHECK(set->translation(tcp, Direction::In, ext) == nullptr);   // nat: out pass only
   CHECK(set->translation(tcp, Direction::Out, lan) == nullptr);  // on its interface only
   const auto exempt = packet(ipproto::kTcp, "10.9.1.1", 40000, "198.51.100.1", 80);
@@ -470,7 +472,52 @@ TEST_CASE("scrub is first match; nat on out, rdr on in, binat on both", "[compil
   CHECK(in->kind == TranslationRule::Kind::Binat);
   CHECK(in->number == 3);
   CHECK(to_string(in->source) == "10.3.0.5/32");
-  CHECK(to_string(in->target) == "203.0.113.5/32");
+  CHECK(to_string(in->targets.at(0)) == "203.0.113.5/32");
+}
+
+TEST_CASE("translation pools: the type each gets, the key source-hash derives, the listing",
+          "[compile][nat]") {
+  InterfaceRegistry ifs;
+  const IfaceId ext = ifs.intern("ext0");
+  auto set = compile_ok(
+      "nat on ext0 proto tcp from 10.1.0.0/16 -> { 192.0.2.1, 192.0.2.8/30 }\n"
+      "nat on ext0 proto tcp from 10.2.0.0/16 -> 192.0.2.16/28\n"
+      "nat on ext0 proto tcp from 10.3.0.0/16 -> 192.0.2.16/28 source-hash static-port\n"
+      "nat on ext0 proto tcp from 10.4.0.0/16 -> 192.0.2.16/28 source-hash "
+      "0x000102030405060708090a0b0c0d0e0f\n"
+      "nat on ext0 proto tcp from 10.5.0.0/16 -> 192.0.2.16/28 source-hash key \"pool\"\n"
+      "nat on ext0 proto tcp from 10.6.0.0/16 -> 192.0.2.16/28 source-hash key \"pool2\"\n"
+      "nat on ext0 proto tcp from 10.7.0.0/16 -> 192.0.2.16/28 source-hash key \"pool\"\n",
+      ifs);
+  auto rule = [&](int n) {
+    const auto p = packet(ipproto::kTcp, "10." + std::to_string(n) + ".0.1", 4000, "198.51.100.1", 80);
+    const CompiledTranslation* t = set->translation(p, Direction::Out, ext);
+    REQUIRE(t != nullptr);
+    return t;
+  };
+  CHECK(rule(1)->pool == PoolType::RoundRobin);  // a list
+  CHECK(rule(1)->targets.size() == 2);
+  CHECK(rule(2)->pool == PoolType::Bitmask);  // one prefix
+  CHECK_FALSE(rule(2)->static_port);
+  CHECK(rule(3)->pool == PoolType::SourceHash);
+  CHECK(rule(3)->static_port);
+  CHECK(rule(4)->hash_key.k0 == 0x0001020304050607ULL);  // the written key, read as two big-endian words
+  CHECK(rule(4)->hash_key.k1 == 0x08090a0b0c0d0e0fULL);
+  // A key from text: the same text the same key (on either node), another text another.
+  CHECK(rule(5)->hash_key.k0 == rule(7)->hash_key.k0);
+  CHECK(rule(5)->hash_key.k1 == rule(7)->hash_key.k1);
+  CHECK(rule(5)->hash_key.k0 != rule(6)->hash_key.k0);
+  CHECK(rule(3)->hash_key.k0 != rule(5)->hash_key.k0);  // the built-in key is neither
+  const auto& listing = set->translation_rules();
+  REQUIRE(listing.size() == 7);
+  CHECK(listing[0].text == "nat on ext0 proto tcp from 10.1.0.0/16 to any -> { 192.0.2.1, 192.0.2.8/30 }");
+  CHECK(listing[2].text ==
+        "nat on ext0 proto tcp from 10.3.0.0/16 to any -> 192.0.2.16/28 source-hash static-port");
+  CHECK(listing[3].text ==
+        "nat on ext0 proto tcp from 10.4.0.0/16 to any -> 192.0.2.16/28 source-hash "
+        "0x000102030405060708090a0b0c0d0e0f");
+  CHECK(listing[4].text ==
+        "nat on ext0 proto tcp from 10.5.0.0/16 to any -> 192.0.2.16/28 source-hash key \"pool\"");
 }
 
 TEST_CASE("binat maps the internal prefix outbound when no nat comes first", "[compile]") {

@@ -241,12 +241,12 @@ TEST_CASE("a translation to an interface takes its address of the rule's family,
       "binat on em0 from 10.1.0.7 to any -> (em0)\n"
       "pass all\n");
   REQUIRE(f.translation_rules[0].target_interface == "em0");
-  CHECK_FALSE(f.translation_rules[0].target);
+  CHECK(f.translation_rules[0].targets.empty());
   REQUIRE_FALSE(resolve_interfaces(f, host()));
   // The first address the kernel lists for the family, not the numerically lowest.
-  CHECK(to_string(*f.translation_rules[0].target) == "192.0.2.10/32");
-  CHECK(to_string(*f.translation_rules[1].target) == "2001:db8::10/128");
-  CHECK(to_string(*f.translation_rules[2].target) == "192.0.2.10/32");
+  CHECK(to_string(f.translation_rules[0].targets.at(0)) == "192.0.2.10/32");
+  CHECK(to_string(f.translation_rules[1].targets.at(0)) == "2001:db8::10/128");
+  CHECK(to_string(f.translation_rules[2].targets.at(0)) == "192.0.2.10/32");
 
   InterfaceRegistry ifs;
   const IfaceId em0 = ifs.intern("em0");
@@ -258,20 +258,20 @@ TEST_CASE("a translation to an interface takes its address of the rule's family,
         "nat on em0 inet6 proto udp from fd01::/64 to any -> (em0) port 30000:30999");
   const CompiledTranslation* t = set.translation(tcp("10.1.2.3", "198.51.100.1"), Direction::Out, em0);
   REQUIRE(t != nullptr);
-  CHECK(to_string(t->target) == "192.0.2.10/32");
+  CHECK(to_string(t->targets.at(0)) == "192.0.2.10/32");
 
   // The address changes: the target follows, and the change is named.
   InterfaceAddresses moved = host();
   moved["em0"] = {address("203.0.113.5", 24), address("2001:db8::10", 64)};
   const auto changed = refresh_interface_tables(f, moved);
   CHECK(std::count(changed.begin(), changed.end(), "em0 (translation address)") == 2);
-  CHECK(to_string(*f.translation_rules[0].target) == "203.0.113.5/32");
-  CHECK(to_string(*f.translation_rules[1].target) == "2001:db8::10/128");
+  CHECK(to_string(f.translation_rules[0].targets.at(0)) == "203.0.113.5/32");
+  CHECK(to_string(f.translation_rules[1].targets.at(0)) == "2001:db8::10/128");
   // Gone: the target stays as it was.
   InterfaceAddresses gone = moved;
   gone["em0"] = {};
   CHECK(refresh_interface_tables(f, gone).empty());
-  CHECK(to_string(*f.translation_rules[0].target) == "203.0.113.5/32");
+  CHECK(to_string(f.translation_rules[0].targets.at(0)) == "203.0.113.5/32");
 
   // Refusals, where the target is written.
   CHECK(error_of(parse("nat on em0 from 10.0.0.0/8 to any -> (em9)\n")) ==

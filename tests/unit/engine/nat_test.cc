@@ -3,6 +3,8 @@
 // back by the state, and every rewritten packet compared byte for byte with the one the builder
 // makes from the translated addresses (so every checksum is checked against a full recompute).
 #include <catch2/catch.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -265,6 +267,110 @@ TEST_CASE("nat chooses a free source port per connection and refuses when none i
       PacketBuilder().ipv4("10.1.0.10", "192.0.2.80").tcp(40000, 80).flags(tcpflag::kAck).seq(1001).build();
   CHECK(fw.out(again).reason == Reason::State);
   CHECK(source_port(fw.last_packet, tcp) == first);
+}
+
+namespace {
+
+// The source (or destination) address of a built or rewritten packet, as text.
+std::string address_of(const Bytes& p, bool destination) {
+  const bool v6 = (p[0] >> 4) == 6;
+  const std::size_t at = v6 ? (destination ? 24 : 8) : (destination ? 16 : 12);
+  return to_string(v6 ? Family::V6 : Family::V4,
+                   v6 ? IpAddress::from_v6_bytes(p.data() + at) : IpAddress::from_v4_bytes(p.data() + at));
+}
+
+bool in_prefix(const std::string& address, const std::string& prefix) {
+  Family f = Family::V4;
+  const std::optional<IpAddress> a = parse_address(address, &f);
+  const std::optional<IpPrefix> p = parse_prefix(prefix);
+  return a && p && p->contains(f, *a);
+}
+
+}  // namespace
+
+TEST_CASE("rdr round-robin: a list's addresses in turn, prefixes address by address", "[engine][nat][pool]") {
+  Firewall fw(
+      "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> { 10.2.0.10, 10.2.0.20/31 } port 8080\npass all");
+  const Flow tcp{"tcp", false};
+  const char* expected[] = {"10.2.0.10", "10.2.0.20", "10.2.0.21", "10.2.0.10", "10.2.0.20"};
+  for (uint16_t i = 0; i < 5; ++i) {
+    INFO("connection " << i);
+    const auto client_port = static_cast<uint16_t>(4000 + i);
+    REQUIRE(fw.in(tcp.packet("198.51.100.7", client_port, "203.0.113.1", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("198.51.100.7", client_port, expected[i], 8080));
+    // The chosen server's answer leaves as the address the client dialled.
+    CHECK(fw.out(tcp.packet(expected[i], 8080, "198.51.100.7", client_port, true)).reason == Reason::State);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.1", 80, "198.51.100.7", client_port, true));
+  }
+}
+
+TEST_CASE("nat pools: bitmask grafts, random draws, source-hash is the same on both nodes",
+          "[engine][nat][pool]") {
+  const std::string rules =
+      "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.16/28\n"
+      "nat on wan0 from 10.2.0.0/16 to any -> 203.0.113.32/28 random\n"
+      "nat on wan0 from 10.3.0.0/16 to any -> 203.0.113.48/28 source-hash\n"
+      "nat on wan0 inet6 from 2001:db8:1::/48 to any -> 2001:db8:ff::/64 source-hash key \"v6\"\n"
+      "pass all\n";
+  Firewall fw(rules);
+  Firewall peer(rules, 2);
+  const Flow udp{"udp", false};
+  const Flow udp6{"udp", true};
+  auto outside = [&](Firewall& f, const Flow& flow, const std::string& host, uint16_t port) {
+    const Verdict v = f.out(flow.packet(host, port, flow.v6 ? "2001:db8:2::53" : "192.0.2.53", 53));
+    REQUIRE(v.action == Action::Accept);
+    REQUIRE(v.rewritten);
+    return address_of(f.last_packet, false);
+  };
+
+  // bitmask (one prefix, no type): the host's own low bits on the pool's network.
+  CHECK(outside(fw, udp, "10.1.7.37", 1000) == "203.0.113.21");  // 37 = 0x25: host bits 0x5
+
+  std::set<std::string> drawn;
+  std::set<std::string> hashed;
+  std::set<std::string> hashed6;
+  for (int host = 1; host <= 48; ++host) {
+    const std::string inside = "10.2.0." + std::to_string(host);
+    const std::string random = outside(fw, udp, inside, 2000);
+    CHECK(in_prefix(random, "203.0.113.32/28"));
+    drawn.insert(random);
+
+    // source-hash: every connection of one inside host leaves from one address, on either node.
+    const std::string source = "10.3.0." + std::to_string(host);
+    const std::string mapped = outside(fw, udp, source, 3000);
+    CHECK(in_prefix(mapped, "203.0.113.48/28"));
+    CHECK(outside(fw, udp, source, 3001) == mapped);
+    CHECK(outside(peer, udp, source, 3002) == mapped);
+    hashed.insert(mapped);
+
+    const std::string source6 = "2001:db8:1::" + std::to_string(host);
+    const std::string mapped6 = outside(fw, udp6, source6, 3000);
+    CHECK(in_prefix(mapped6, "2001:db8:ff::/64"));
+    CHECK(outside(peer, udp6, source6, 3001) == mapped6);
+    hashed6.insert(mapped6);
+  }
+  // Spread over the pool (48 draws into 16 addresses: all in one would take a broken draw).
+  CHECK(drawn.size() > 4);
+  CHECK(hashed.size() > 4);
+  CHECK(hashed6.size() == 48);  // 2^64 addresses: distinct sources do not meet
+}
+
+TEST_CASE("nat static-port keeps the source port and refuses a connection whose port is taken",
+          "[engine][nat][pool]") {
+  Firewall fw("nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1 static-port\npass all");
+  for (const Flow& f : {Flow{"tcp", false}, Flow{"udp", false}, Flow{"icmp", false}}) {
+    INFO(f.proto);
+    const uint16_t dport = f.proto == "icmp" ? 40000 : 53;
+    REQUIRE(fw.out(f.packet("10.1.0.10", 40000, "192.0.2.80", dport)).action == Action::Accept);
+    CHECK(fw.last_packet == f.packet("203.0.113.1", 40000, "192.0.2.80", dport));
+    // Another inside host on the same port to the same server would share the outside key.
+    const Verdict taken = fw.out(f.packet("10.1.0.11", 40000, "192.0.2.80", dport));
+    CHECK(taken.action == Action::Drop);
+    CHECK(taken.reason == Reason::TranslationFailed);
+    // To another server the key differs, and the port stays.
+    REQUIRE(fw.out(f.packet("10.1.0.11", 40000, "192.0.2.81", dport)).action == Action::Accept);
+    CHECK(fw.last_packet == f.packet("203.0.113.1", 40000, "192.0.2.81", dport));
+  }
 }
 
 TEST_CASE("ICMP errors about a translated packet are translated back, quote and all", "[engine][nat][icmp]") {

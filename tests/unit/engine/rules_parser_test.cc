@@ -159,8 +159,11 @@ std::string render(const TranslationRule& r) {
     for (std::size_t i = 0; i < r.protocols.size(); ++i) o << (i ? "," : "") << int(r.protocols[i]);
   }
   o << " from " << render(r.from) << " to " << render(r.to);
-  if (r.target) o << " -> " << to_string(*r.target);
+  for (std::size_t i = 0; i < r.targets.size(); ++i) o << (i ? ", " : " -> ") << to_string(r.targets[i]);
   if (r.target_port) o << " port " << render(*r.target_port);
+  if (r.pool) o << " pool " << int(*r.pool);
+  if (!r.hash_key.empty()) o << (r.hash_key_is_text ? " key-text " : " key ") << r.hash_key;
+  if (r.static_port) o << " static-port";
   return o.str();
 }
 
@@ -440,6 +443,23 @@ TEST_CASE("translation rules") {
       {"no rdr on !em0 proto tcp from 10.1.0.0/16 to any port 80",
        "no rdr on !em0 proto 6 from 10.1.0.0/16 to any port =80"},
       {"no binat on em0 all", "no binat on em0 from * to *"},
+      // Pools: a list, pool types (as pf: 3 is round-robin), keys, static-port.
+      {"rdr on em0 proto tcp to 192.0.2.1 port 80 -> { 10.0.0.5, 10.0.0.6 10.0.1.0/30 } port 8080",
+       "rdr on em0 proto 6 from * to 192.0.2.1/32 port =80 -> 10.0.0.5/32, 10.0.0.6/32, 10.0.1.0/30 port "
+       "=8080"},
+      {"nat on em0 from 10.0.0.0/8 -> { 192.0.2.1, 192.0.2.2 } round-robin",
+       "nat on em0 from 10.0.0.0/8 to * -> 192.0.2.1/32, 192.0.2.2/32 pool 3"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 bitmask",
+       "nat on em0 from 10.0.0.0/8 to * -> 192.0.2.0/28 pool 0"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 random static-port",
+       "nat on em0 from 10.0.0.0/8 to * -> 192.0.2.0/28 pool 1 static-port"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 static-port source-hash",
+       "nat on em0 from 10.0.0.0/8 to * -> 192.0.2.0/28 pool 2 static-port"},
+      {"rdr on em0 proto tcp to 192.0.2.1 -> 10.0.0.0/29 source-hash 0x0123456789abcdef0123456789ABCDEF",
+       "rdr on em0 proto 6 from * to 192.0.2.1/32 -> 10.0.0.0/29 pool 2 key "
+       "0x0123456789abcdef0123456789ABCDEF"},
+      {"rdr on em0 proto tcp to 192.0.2.1 -> 10.0.0.0/29 source-hash key \"web pool\"",
+       "rdr on em0 proto 6 from * to 192.0.2.1/32 -> 10.0.0.0/29 pool 2 key-text web pool"},
   };
   for (const auto& c : cases) {
     INFO(c.text);
@@ -832,9 +852,38 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"nat from any -> 192.0.2.1", "t.conf:1:5: expected 'on' and an interface, got 'from'"},
       {"nat on em0 from 10.0.0.0/8", "t.conf:1:27: expected '->' and a translation address, got end of file"},
       {"nat on em0 from 10.0.0.0/8 -> <pool>",
-       "t.conf:1:31: expected translation address (an address, a prefix or an interface), got '<pool>'"},
-      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 static-port",
-       "t.conf:1:41: expected 'port' or end of line, got 'static-port'"},
+       "t.conf:1:31: a table as a translation pool is not supported: list its addresses in '{ }'"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 static-port bitmask static-port",
+       "t.conf:1:61: 'static-port' given twice"},
+      {"nat on em0 proto tcp from 10.0.0.0/8 -> 192.0.2.1 port 5000 static-port",
+       "t.conf:1:61: 'static-port' keeps the source port: it takes no 'port'"},
+      {"rdr on em0 proto tcp to 192.0.2.1 -> 10.0.0.5 static-port",
+       "t.conf:1:47: 'static-port' keeps a nat source port: nat only"},
+      {"binat on em0 from 10.0.0.5 -> 192.0.2.5 source-hash",
+       "t.conf:1:41: binat maps one prefix onto another: no pool type"},
+      {"binat on em0 from 10.0.0.0/24 -> { 192.0.2.0/24 }",
+       "t.conf:1:34: binat maps one prefix onto another: its target is not a list"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 random round-robin",
+       "t.conf:1:51: one pool type per rule, got 'round-robin' after 'random'"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 sticky-address",
+       "t.conf:1:44: sticky-address is not supported: its memory of each source would not survive a "
+       "failover; "
+       "source-hash maps a source to the same address on both nodes"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 source-hash 0x0123",
+       "t.conf:1:56: a source-hash key is 0x and 32 hex digits (128 bits), got '0x0123'"},
+      {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 source-hash 0x0123456789abcdef0123456789abcdeg",
+       "t.conf:1:56: a source-hash key is 0x and 32 hex digits (128 bits), got "
+       "'0x0123456789abcdef0123456789abcdeg'"},
+      {"nat on em0 from 10.0.0.0/8 -> { 192.0.2.1, 2001:db8::1 }",
+       "t.conf:1:44: translation address '2001:db8::1' is not an IPv4 address, as the pool's first address "
+       "is"},
+      {"nat on em0 inet6 from 2001:db8::/32 -> { 2001:db8:1::1 192.0.2.1 }",
+       "t.conf:1:56: translation address '192.0.2.1' is not an IPv6 address, as the rule's address family "
+       "requires"},
+      {"nat on em0 from 10.0.0.0/8 -> (em0) round-robin",
+       "t.conf:1:37: an interface's address is one address: no pool type"},
+      {"nat on em0 from 10.0.0.0/8 -> { }",
+       "t.conf:1:33: empty list: expected at least one translation address"},
       {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 port 2000:1000",
        "t.conf:1:46: port range 2000 to 1000 is empty: the first port must not be greater than the second"},
       {"nat on em0 inet6 from any -> 192.0.2.1",

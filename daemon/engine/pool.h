@@ -1,0 +1,18 @@
+// Which address a nat or rdr rule gives a new connection, by the rule's pool type (pf_map_addr).
+// The state keeps what was chosen, so a choice is made once per connection and never has to be
+// made alike on the peer; only source-hash, whose key both nodes derive from the rule, does.
+#pragma once
+
+#include <cstdint>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/rules/ruleset.h"
+
+namespace pairwall::engine {
+
+// `address` is the one the rule rewrites (nat: the source, rdr: the destination), `source` the
+// packet's source (source-hash's input for both), `draw` a random value for `random`.
+IpAddress pool_address(const rules::CompiledTranslation& rule, const IpAddress& source,
+                       const IpAddress& address, uint64_t draw) noexcept;
+
+}  // namespace pairwall::engine
