@@ -23,6 +23,7 @@ class EngineStore final : public StateStore {
   std::size_t remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence) override {
     return engine_.remove_peer_states_unnamed_since(peer, sequence);
   }
+  uint64_t rules_digest() const override { return engine_.rules()->digest(); }
 
  private:
   engine::Engine& engine_;

@@ -185,6 +185,7 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   peer_heard_epoch_ = 0;
   peer_heard_age_ms_ = 0xffffffff;
   peer_bulk_done_ = false;
+  peer_rules_digest_ = 0;
   // Tell the new peer at once that it is heard, so that it does not see a one-way link for a
   // keepalive interval.
   last_keepalive_ = now - config_.keepalive_interval;
@@ -389,6 +390,7 @@ void SyncProtocol::apply_batch(const wire::Batch& batch, bool sequenced, Micros 
         peer_heard_epoch_ = m.keepalive().heard_epoch();
         peer_heard_age_ms_ = m.keepalive().heard_age_ms();
         peer_bulk_done_ = m.keepalive().bulk_done();
+        peer_rules_digest_ = m.keepalive().rules_digest();
         break;
       case wire::Message::kSack:
         if (!sequenced && rx_ack_valid_) {
@@ -732,6 +734,7 @@ void SyncProtocol::send_unsequenced(bool keepalive, Micros now, const SendFn& se
     k->set_heard_age_ms(age_ms < 0 || age_ms > 0xfffffffe ? 0xffffffff : static_cast<uint32_t>(age_ms));
     k->set_interval_ms(static_cast<uint32_t>(config_.keepalive_interval.count() / 1000));
     k->set_bulk_done(initial_bulk_done_);
+    k->set_rules_digest(store_.rules_digest());
     last_keepalive_ = now;
     ++counters_.keepalives_sent;
   } else {
@@ -832,6 +835,8 @@ ProtocolStatus SyncProtocol::status(Micros now) const {
   s.peer_heard = peer_known_;
   s.last_heard_age = peer_known_ ? now - last_heard_ : Micros{0};
   s.peer_bulk_done = peer_bulk_done_;
+  s.rules_digest = store_.rules_digest();
+  s.peer_rules_digest = peer_rules_digest_;
   s.bulk_state = bulk_state_;
   s.bulk_done = initial_bulk_done_;
   s.bulk_request = bulk_transfer_ != 0 ? bulk_transfer_ : bulk_request_;

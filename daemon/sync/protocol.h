@@ -95,6 +95,9 @@ struct ProtocolStatus {
   bool peer_heard = false;
   Micros last_heard_age{0};  // valid when peer_heard
   bool peer_bulk_done = false;
+  // The digests of this node's rule set and of the peer's, from its last keepalive (0: unknown).
+  uint64_t rules_digest = 0;
+  uint64_t peer_rules_digest = 0;
   BulkState bulk_state = BulkState::Idle;
   bool bulk_done = false;  // this node's initial bulk ended or timed out
   uint32_t bulk_request = 0;
@@ -274,6 +277,7 @@ class SyncProtocol {
   uint64_t peer_heard_epoch_ = 0;
   uint32_t peer_heard_age_ms_ = 0xffffffff;
   bool peer_bulk_done_ = false;
+  uint64_t peer_rules_digest_ = 0;
 
   // Bulk transfer asked for by this node.
   BulkState bulk_state_ = BulkState::Idle;

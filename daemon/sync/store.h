@@ -39,6 +39,9 @@ class StateStore {
   // no record from `sequence` (the transfer's snapshot) on named, which the peer no longer has
   // (their Deletes were lost), unless this node has taken them over. Returns how many.
   virtual std::size_t remove_peer_states_unnamed_since(uint32_t peer, uint64_t sequence) = 0;
+
+  // The digest of the rules this node runs (engine::rules::RuleSet::digest), 0 if unknown.
+  virtual uint64_t rules_digest() const { return 0; }
 };
 
 }  // namespace pairwall::sync

@@ -54,6 +54,12 @@ control::SyncStatus::PeerState peer_state_value(const ProtocolStatus& s) {
   return control::SyncStatus::UNKNOWN;
 }
 
+// Whether both rule set digests are known: this node has rules, and a peer that is up has told
+// its own (a peer gone quiet is not compared on what it said last).
+bool rules_known(const ProtocolStatus& s) {
+  return s.rules_digest != 0 && s.peer_rules_digest != 0 && s.peer_state == PeerState::Up;
+}
+
 control::SyncStatus::BulkState bulk_state_value(BulkState s) {
   switch (s) {
     case BulkState::Idle:
@@ -368,6 +374,21 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
         break;
     }
   }
+  // Told once per change, not with every keepalive.
+  const bool rules_differ = rules_known(s) && s.rules_digest != s.peer_rules_digest;
+  if (rules_known(s) && (rules_differ != logged_rules_differ_ || s.rules_digest != o.rules_digest ||
+                         s.peer_rules_digest != o.peer_rules_digest)) {
+    if (rules_differ) {
+      spdlog::warn(
+          "sync: peer node {} runs other rules than this node (digest {:016x}, here {:016x}): after a "
+          "failover it would decide new connections otherwise",
+          s.peer_node_id, s.peer_rules_digest, s.rules_digest);
+    } else if (logged_rules_differ_) {
+      spdlog::info("sync: peer node {} runs the same rules as this node again (digest {:016x})",
+                   s.peer_node_id, s.rules_digest);
+    }
+    logged_rules_differ_ = rules_differ;
+  }
   if (c.peer_restarts > oc.peer_restarts) {
     spdlog::info("sync: peer node {} restarted (epoch {}): asking for its table", s.peer_node_id,
                  s.peer_epoch);
@@ -506,6 +527,9 @@ void SyncService::fill_status(control::SyncStatus* out) {
   out->set_resend_window_depth(s.outstanding);
   out->set_events_lost(events_lost_ ? events_lost_() : 0);
   out->set_peer_states_removed(c.peer_states_removed);
+  out->set_rules_digest(s.rules_digest);
+  // What a peer that is no longer up said last is not compared.
+  out->set_peer_rules_digest(s.peer_state == PeerState::Up ? s.peer_rules_digest : 0);
   if (config_.defer) {
     auto* d = out->mutable_defer();
     d->set_enabled(true);
@@ -526,6 +550,9 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.sample(s.peer_heard ? static_cast<double>(s.last_heard_age.count()) / 1e6 : -1.0);
   w.family("pairwall_sync_bulk_done", T::Gauge, "1 once this node's initial bulk ended or timed out.");
   w.sample(uint64_t{bulk_done() ? 1u : 0u});
+  w.family("pairwall_sync_peer_rules_match", T::Gauge,
+           "1 when the peer runs the same rules as this node, 0 when not, -1 until known.");
+  w.sample(rules_known(s) ? (s.rules_digest == s.peer_rules_digest ? 1.0 : 0.0) : -1.0);
   w.family("pairwall_sync_datagrams_total", T::Counter, "Sync datagrams sent and accepted.");
   w.sample({{"direction", "sent"}}, c.datagrams_sent);
   w.sample({{"direction", "received"}}, c.datagrams_received);

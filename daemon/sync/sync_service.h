@@ -130,6 +130,7 @@ class SyncService final : public control::SyncControl {
   Micros last_hole_log_{0};
   Micros last_eviction_log_{0};
   PeerState logged_peer_state_ = PeerState::Down;
+  bool logged_rules_differ_ = false;
   Micros peer_state_since_{0};
   uint64_t logged_evictions_ = 0;
   uint64_t logged_holes_ = 0;

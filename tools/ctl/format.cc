@@ -293,6 +293,19 @@ std::string format_sync(const control::SyncStatus& s) {
   o << "messages      " << s.messages_sent() << " sent, " << s.messages_received() << " received\n";
   o << "reliability   " << s.resends() << " resends, " << s.gaps() << " gaps, " << s.resyncs()
     << " resyncs, resend window " << s.resend_window_depth() << ", events lost " << s.events_lost() << "\n";
+  if (s.rules_digest() != 0 && s.peer_rules_digest() != 0) {
+    char digests[64];
+    std::snprintf(digests, sizeof digests, "%016llx", static_cast<unsigned long long>(s.rules_digest()));
+    if (s.rules_digest() == s.peer_rules_digest()) {
+      o << "rules         the same as the peer's (digest " << digests << ")\n";
+    } else {
+      const std::string here = digests;
+      std::snprintf(digests, sizeof digests, "%016llx",
+                    static_cast<unsigned long long>(s.peer_rules_digest()));
+      o << "rules         DIFFER from the peer's (digest " << here << ", the peer's " << digests
+        << "): after a failover new connections meet other rules\n";
+    }
+  }
   if (s.peer_states_removed() != 0)
     o << "stale states  " << s.peer_states_removed() << " of the peer's removed after its full transfers\n";
   if (s.defer().enabled()) {

@@ -162,6 +162,19 @@ std::string endpoints_text(const Endpoint& from, const Endpoint& to) {
   return one("from", from) + one("to", to);
 }
 
+std::string scrub_text(const ScrubRule& r) {
+  std::string out = "scrub";
+  if (r.direction != Direction::Any) out += r.direction == Direction::In ? " in" : " out";
+  out += header_text(r.interfaces, r.family, {});
+  out += endpoints_text(r.from, r.to);
+  if (r.fragment_reassemble) out += " fragment reassemble";
+  if (r.max_mss != 0) out += " max-mss " + std::to_string(r.max_mss);
+  if (r.min_ttl != 0) out += " min-ttl " + std::to_string(r.min_ttl);
+  if (r.random_id) out += " random-id";
+  if (r.no_df) out += " no-df";
+  return out;
+}
+
 std::string translation_text(const TranslationRule& r) {
   static constexpr const char* kKinds[] = {"nat", "rdr", "binat"};
   std::string out = r.negate_translation ? "no " : "";
@@ -359,6 +372,7 @@ class Compiler {
     filter_rules(*set);
     scrub_rules(*set);
     translation_rules(*set);
+    digest(*set);
     if (counters_from != nullptr) keep_counters(*set, *counters_from);
     return set;
   }
@@ -379,6 +393,39 @@ class Compiler {
   }
 
   SourceLocation file_location() const { return SourceLocation{file_.file, 0, 0}; }
+
+  // pfsync's rule set checksum: the nodes of a pair should decide alike, and the sync link tells
+  // each whether the other would. Taken over what decides packets, as `rules show` writes it, and
+  // the settings; not over what a table holds, which changes at run time (overload) and differs
+  // between nodes (an interface's addresses), nor over nat's source ports, which the nodes of an
+  // active/active pair are told to split.
+  void digest(RuleSet& set) const {
+    std::string text;
+    const auto line = [&](std::string_view part) {
+      text.append(part);
+      text.push_back('\n');
+    };
+    for (const CompiledRule& r : set.rules_) line(r.anchor + " " + r.text);
+    for (const AnchorListing& a : set.anchors_) line(a.path + " " + a.text);
+    for (TranslationRule r : file_.translation_rules) {
+      if (r.kind == TranslationRule::Kind::Nat) r.target_port.reset();
+      line(translation_text(r));
+    }
+    for (const ScrubRule& r : file_.scrub_rules) line(scrub_text(r));
+    for (const Millis timeout : set.timeouts_.values) line(std::to_string(timeout.count()));
+    line(std::to_string(set.adaptive_timeouts_.start.value_or(0)) + " " +
+         std::to_string(set.adaptive_timeouts_.end.value_or(0)));
+    line(std::to_string(set.state_limit_) + " " + std::to_string(set.source_node_limit_));
+    std::vector<std::string> skipped = file_.settings.skip_interfaces;
+    std::sort(skipped.begin(), skipped.end());
+    for (const std::string& name : skipped) line("skip " + name);
+
+    std::vector<uint64_t> words((text.size() + 7) / 8, 0);
+    for (std::size_t i = 0; i < text.size(); ++i)
+      words[i / 8] |= uint64_t{static_cast<uint8_t>(text[i])} << (8 * (i % 8));
+    words.push_back(text.size());
+    set.digest_ = siphash13(SipKey{0x72756c6573657400ULL, 0x6469676573740000ULL}, words.data(), words.size());
+  }
 
   void settings(RuleSet& set) {
     const Settings& s = file_.settings;

@@ -150,6 +150,10 @@ class RuleSet {
   }
   std::size_t size() const { return rules_.size(); }
 
+  // A digest of what this rule set decides and its settings (compile.cc says what it leaves out):
+  // equal on two nodes that load the same rules, and sent to the peer with every keepalive.
+  uint64_t digest() const noexcept { return digest_; }
+
   const Timeouts& timeouts() const { return timeouts_; }
   const AdaptiveTimeouts& adaptive_timeouts() const { return adaptive_timeouts_; }
   uint32_t state_limit() const { return state_limit_; }
@@ -164,7 +168,8 @@ class RuleSet {
   std::vector<AnchorListing> anchors_;
   Timeouts timeouts_ = Timeouts::defaults();
   AdaptiveTimeouts adaptive_timeouts_;
-  std::vector<uint8_t> skipped_;         // by interface id
+  std::vector<uint8_t> skipped_;  // by interface id
+  uint64_t digest_ = 0;
   uint32_t state_limit_ = 100'000;       // pf's default `set limit states`
   uint32_t source_node_limit_ = 10'000;  // pf's default `set limit src-nodes`
   std::unique_ptr<Classifier> classifier_;

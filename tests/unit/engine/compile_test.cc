@@ -612,5 +612,49 @@ TEST_CASE("load_rules_file parses and compiles, or says why not", "[compile]") {
   CHECK(std::get<RuleError>(missing).location.line == 0);
 }
 
+TEST_CASE("the rule set digest: equal for the same rules, not for others, blind to table entries",
+          "[compile][digest]") {
+  const std::string base =
+      "table <t> persist { 192.0.2.1 }\n"
+      "set timeout tcp.established 3600\n"
+      "scrub in all max-mss 1400\n"
+      "nat on ext0 proto tcp from 10.0.0.0/8 -> 203.0.113.1 port 50001:57999\n"
+      "rdr on ext0 proto tcp to 203.0.113.1 port 80 -> 10.0.0.80\n"
+      "block all\n"
+      "pass in on lan0 proto tcp from 10.0.0.0/8 to ! <t> port 443\n";
+  const auto digest = [](const std::string& text) {
+    InterfaceRegistry ifs;
+    return compile_ok(text, ifs)->digest();
+  };
+  const uint64_t d = digest(base);
+  CHECK(d != 0);
+  CHECK(digest(base) == d);  // another compile, another registry: the same digest
+
+  // What a table holds changes at run time and may differ between nodes; nat's port range is
+  // split between the nodes of an active/active pair.
+  std::string entries = base;
+  entries.replace(entries.find("192.0.2.1"), 9, "192.0.2.7, 198.51.100.0/24");
+  CHECK(digest(entries) == d);
+  std::string ports = base;
+  ports.replace(ports.find("50001:57999"), 11, "58000:65535");
+  CHECK(digest(ports) == d);
+
+  // Whatever decides a packet differently does not digest alike.
+  const std::pair<const char*, const char*> changes[] = {
+      {"port 443", "port 444"},
+      {"tcp.established 3600", "tcp.established 3601"},
+      {"max-mss 1400", "max-mss 1300"},
+      {"-> 10.0.0.80", "-> 10.0.0.81"},
+      {"block all\n", "block all\nset skip on lo0\n"},
+      {"table <t> persist", "set limit states 5000\ntable <t> persist"},
+  };
+  for (const auto& [from, to] : changes) {
+    INFO(from << " -> " << to);
+    std::string changed = base;
+    changed.replace(changed.find(from), std::string_view(from).size(), to);
+    CHECK(digest(changed) != d);
+  }
+}
+
 }  // namespace
 }  // namespace pairwall::engine::rules

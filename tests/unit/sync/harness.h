@@ -38,6 +38,9 @@ class FakeStore : public StateStore {
   uint64_t peer_sequence = 0;
   std::map<StateId, uint64_t> named;
   std::set<StateId> seen_locally;
+  uint64_t digest = 0;  // of the rules this node runs, as rules_digest() says
+
+  uint64_t rules_digest() const override { return digest; }
 
   ApplyResult apply(const StateRecord& r, Micros) override {
     using Kind = StateRecord::Kind;

@@ -518,6 +518,24 @@ TEST_CASE("keepalives tell up, one-way and down within a second", "[sync][protoc
   CHECK(p.b->peer_state(p.now) == PeerState::Down);
 }
 
+TEST_CASE("keepalives carry each node's rule set digest; a reload shows within an interval",
+          "[sync][protocol][liveness]") {
+  Pair p;
+  p.store_a.digest = 0x1111;
+  p.store_b.digest = 0x1111;
+  settle(p);
+  p.run(ms(250));
+  CHECK(p.a->status(p.now).rules_digest == 0x1111);
+  CHECK(p.a->status(p.now).peer_rules_digest == 0x1111);
+  CHECK(p.b->status(p.now).peer_rules_digest == 0x1111);
+
+  p.store_b.digest = 0x2222;  // B loads other rules
+  p.run(ms(250));
+  CHECK(p.a->status(p.now).peer_rules_digest == 0x2222);
+  CHECK(p.b->status(p.now).rules_digest == 0x2222);
+  CHECK(p.b->status(p.now).peer_rules_digest == 0x1111);
+}
+
 TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sync][protocol][reject]") {
   Pair p;
   settle(p);
