@@ -162,6 +162,15 @@ std::string endpoints_text(const Endpoint& from, const Endpoint& to) {
   return one("from", from) + one("to", to);
 }
 
+// SipHash of a text, its length included (texts that differ only in trailing NULs differ).
+uint64_t hash_text(std::string_view text, const SipKey& key) {
+  std::vector<uint64_t> words((text.size() + 7) / 8, 0);
+  for (std::size_t i = 0; i < text.size(); ++i)
+    words[i / 8] |= uint64_t{static_cast<uint8_t>(text[i])} << (8 * (i % 8));
+  words.push_back(text.size());
+  return siphash13(key, words.data(), words.size());
+}
+
 std::string scrub_text(const ScrubRule& r) {
   std::string out = "scrub";
   if (r.direction != Direction::Any) out += r.direction == Direction::In ? " in" : " out";
@@ -420,11 +429,7 @@ class Compiler {
     std::sort(skipped.begin(), skipped.end());
     for (const std::string& name : skipped) line("skip " + name);
 
-    std::vector<uint64_t> words((text.size() + 7) / 8, 0);
-    for (std::size_t i = 0; i < text.size(); ++i)
-      words[i / 8] |= uint64_t{static_cast<uint8_t>(text[i])} << (8 * (i % 8));
-    words.push_back(text.size());
-    set.digest_ = siphash13(SipKey{0x72756c6573657400ULL, 0x6469676573740000ULL}, words.data(), words.size());
+    set.digest_ = hash_text(text, SipKey{0x72756c6573657400ULL, 0x6469676573740000ULL});
   }
 
   void settings(RuleSet& set) {
@@ -841,13 +846,7 @@ class Compiler {
       };
       return {word(2), word(18)};
     }
-    std::vector<uint64_t> words((r.hash_key.size() + 7) / 8, 0);
-    for (std::size_t i = 0; i < r.hash_key.size(); ++i)
-      words[i / 8] |= uint64_t{static_cast<uint8_t>(r.hash_key[i])} << (8 * (i % 8));
-    // The length as well, so that texts differing only in trailing NULs differ.
-    words.push_back(r.hash_key.size());
-    return {siphash13(kBuiltIn, words.data(), words.size()),
-            siphash13({kBuiltIn.k1, kBuiltIn.k0}, words.data(), words.size())};
+    return {hash_text(r.hash_key, kBuiltIn), hash_text(r.hash_key, {kBuiltIn.k1, kBuiltIn.k0})};
   }
 
   std::unique_ptr<Classifier> build(const std::vector<MatchSpec>& specs, MatchOrder order) const {
