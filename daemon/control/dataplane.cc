@@ -36,6 +36,7 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
   s.source_nodes = engine.sources().size();
   s.source_node_limit = engine.sources().limit();
   if (auto rules = engine.rules()) {
+    s.rules_digest = rules->digest();
     s.rules.reserve(rules->size());
     for (std::size_t i = 0; i < rules->size(); ++i) {
       const auto& r = rules->rule(static_cast<uint32_t>(i));

@@ -57,6 +57,7 @@ struct CountersSnapshot {
   uint64_t source_overloads_lost = 0;
   uint64_t events_lost = 0;
   std::vector<RuleCounters> rules;
+  uint64_t rules_digest = 0;  // engine::rules::RuleSet::digest()
   std::vector<QueueCounters> queues;
 
   // Verdicts whose reason is not a pass.

@@ -406,6 +406,7 @@ void ControlService::status(Status* out) const {
   out->set_rule_count(static_cast<uint32_t>(snap.rules.size()));
   out->set_rule_reloads(reloads_);
   out->set_rule_reload_failures(reload_failures_);
+  out->set_rules_digest(snap.rules_digest);
   out->set_states(snap.states);
   out->set_state_limit(snap.state_limit);
   for (const auto& q : snap.queues) fill_queue(q, out->add_queues());

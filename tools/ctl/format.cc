@@ -109,6 +109,11 @@ std::string format_status(const control::Status& s) {
   o << "rules     " << (s.rules_file().empty() ? "(none)" : s.rules_file()) << ": " << s.rule_count()
     << " rules, loaded " << local_time_ms(s.rules_loaded_unix_ms()) << " (" << s.rule_reloads() << " loads, "
     << s.rule_reload_failures() << " refused)\n";
+  if (s.rules_digest() != 0) {
+    char digest[32];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(s.rules_digest()));
+    o << "          digest " << digest << "\n";
+  }
   o << "states    " << s.states() << " of " << s.state_limit() << "\n";
   o << "packets   " << s.packets() << " (" << human_bytes(s.bytes()) << "), " << s.drops() << " dropped\n";
   o << "queues    " << s.queues_size() << ", " << (s.fail_open() ? "fail-open" : "fail-closed") << "\n";

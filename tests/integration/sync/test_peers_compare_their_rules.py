@@ -22,6 +22,7 @@ def test_peers_compare_their_rules(make_pair):
     a_here, a_peer = digests(pair.a)
     b_here, b_peer = digests(pair.b)
     assert a_here == a_peer == b_here == b_peer, (digests(pair.a), digests(pair.b))
+    assert pair.a.json("status")["rules_digest"] == a_here  # as pfctl -s info shows its checksum
     wait_until(lambda: match_gauge(pair.a) == 1 and match_gauge(pair.b) == 1, 10, what="the gauges saying match")
     assert "the same as the peer's" in pair.a.ctl("sync", "status").stdout
 

@@ -145,6 +145,8 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     CHECK(s.rules_file() == d.config.rules.file);
     CHECK(s.rule_count() == 3);
     CHECK(s.rule_reloads() == 1);
+    CHECK(s.rules_digest() == d.engine.rules()->digest());
+    CHECK(s.rules_digest() != 0);
     CHECK(s.states() == 2);
     CHECK(s.packets() == 4);
     CHECK(s.drops() == 2);
