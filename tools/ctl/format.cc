@@ -59,6 +59,13 @@ void queue_line(std::ostringstream& o, const control::QueueStats& q) {
     << " passed by fail-open, " << q.verdict_errors() << " verdict errors\n";
 }
 
+// A rule set digest as 16 hex digits.
+std::string digest_text(uint64_t digest) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest));
+  return text;
+}
+
 }  // namespace
 
 std::string human_bytes(uint64_t bytes) {
@@ -109,11 +116,7 @@ std::string format_status(const control::Status& s) {
   o << "rules     " << (s.rules_file().empty() ? "(none)" : s.rules_file()) << ": " << s.rule_count()
     << " rules, loaded " << local_time_ms(s.rules_loaded_unix_ms()) << " (" << s.rule_reloads() << " loads, "
     << s.rule_reload_failures() << " refused)\n";
-  if (s.rules_digest() != 0) {
-    char digest[32];
-    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(s.rules_digest()));
-    o << "          digest " << digest << "\n";
-  }
+  if (s.rules_digest() != 0) o << "          digest " << digest_text(s.rules_digest()) << "\n";
   o << "states    " << s.states() << " of " << s.state_limit() << "\n";
   o << "packets   " << s.packets() << " (" << human_bytes(s.bytes()) << "), " << s.drops() << " dropped\n";
   o << "queues    " << s.queues_size() << ", " << (s.fail_open() ? "fail-open" : "fail-closed") << "\n";
@@ -299,16 +302,11 @@ std::string format_sync(const control::SyncStatus& s) {
   o << "reliability   " << s.resends() << " resends, " << s.gaps() << " gaps, " << s.resyncs()
     << " resyncs, resend window " << s.resend_window_depth() << ", events lost " << s.events_lost() << "\n";
   if (s.rules_digest() != 0 && s.peer_rules_digest() != 0) {
-    char digests[64];
-    std::snprintf(digests, sizeof digests, "%016llx", static_cast<unsigned long long>(s.rules_digest()));
     if (s.rules_digest() == s.peer_rules_digest()) {
-      o << "rules         the same as the peer's (digest " << digests << ")\n";
+      o << "rules         the same as the peer's (digest " << digest_text(s.rules_digest()) << ")\n";
     } else {
-      const std::string here = digests;
-      std::snprintf(digests, sizeof digests, "%016llx",
-                    static_cast<unsigned long long>(s.peer_rules_digest()));
-      o << "rules         DIFFER from the peer's (digest " << here << ", the peer's " << digests
-        << "): after a failover new connections meet other rules\n";
+      o << "rules         DIFFER from the peer's (digest " << digest_text(s.rules_digest()) << ", the peer's "
+        << digest_text(s.peer_rules_digest()) << "): after a failover new connections meet other rules\n";
     }
   }
   if (s.peer_states_removed() != 0)

@@ -80,8 +80,8 @@ struct CompiledTranslation {
   SipKey hash_key;  // source-hash
   // round-robin: connections given an address so far, shared by the workers (and reset by a reload).
   std::shared_ptr<std::atomic<uint64_t>> turns = std::make_shared<std::atomic<uint64_t>>(0);
-  bool static_port = false;  // nat: the source port stays (pool_address() leaves ports alone)
-  IpPrefix source;           // binat: the internal prefix, which the in pass maps `target` back to
+  bool static_port = false;  // nat: the source port stays; a connection it would collide with is refused
+  IpPrefix source;           // binat: the internal prefix, which the in pass maps its target back to
   uint16_t port_low = 0;     // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
   uint16_t rdr_port_base = 0;  // rdr of a port range P:Q onto one port: P maps onto port_low
