@@ -643,6 +643,11 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
   if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error)) return;
   const bool ports = packet.is_tcp() || packet.is_udp();
   const bool query_id = packet.is_icmp() && packet.icmp.is_query;
+  // The random value a `random` pool draws from; other pools draw nothing, and leave the worker's
+  // generator to the IP ids and source ports it serves.
+  const auto pool_draw = [&worker](const rules::CompiledTranslation& rule) {
+    return rule.pool == rules::PoolType::Random ? worker.next_random64() : 0;
+  };
 
   if (parsed.filtered[0]) {
     const rules::CompiledTranslation* rule = rules.translation(packet, rules::Direction::In, meta.in_iface);
@@ -652,7 +657,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
       if (rule->kind == rules::TranslationRule::Kind::Binat) {
         seen.dst = graft(rule->source, packet.dst);
       } else {
-        seen.dst = pool_address(*rule, packet.src, packet.dst, worker.next_random64());
+        seen.dst = pool_address(*rule, packet.src, packet.dst, pool_draw(*rule));
         if (ports && rule->port_low != 0) {
           // A destination port range maps onto the target's ports one to one (pf's rdr).
           seen.dst_port =
@@ -675,7 +680,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
       translation.seen[1] = &seen;
       seen.src = rule->kind == rules::TranslationRule::Kind::Binat
                      ? graft(rule->targets.front(), arriving.src)
-                     : pool_address(*rule, arriving.src, arriving.src, worker.next_random64());
+                     : pool_address(*rule, arriving.src, arriving.src, pool_draw(*rule));
       if (rule->kind == rules::TranslationRule::Kind::Nat && (ports || query_id)) {
         translation.nat_port = true;
         if (rule->static_port) {
