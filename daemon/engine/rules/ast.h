@@ -170,6 +170,12 @@ enum class PoolType : uint8_t {
   RoundRobin,  // the pool's addresses in turn, entry after entry
 };
 
+// The pool type as pf.conf writes it.
+inline const char* pool_type_name(PoolType type) {
+  static constexpr const char* kNames[] = {"bitmask", "random", "source-hash", "round-robin"};
+  return kNames[static_cast<int>(type)];
+}
+
 // `nat on IF from SRC to DST -> ADDR [port P]`, `rdr on IF proto P to DST port P -> ADDR [port P]`,
 // `binat on IF from INT to any -> EXT`; a nat or rdr target may be a pool, `-> { ADDR, ... }`,
 // followed by a pool type, and nat may keep the source port (`static-port`).

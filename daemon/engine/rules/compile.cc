@@ -200,8 +200,7 @@ std::string translation_text(const TranslationRule& r) {
   }
   if (r.target_port) out += " port " + port_text(*r.target_port);
   if (r.pool) {
-    static constexpr const char* kPools[] = {"bitmask", "random", "source-hash", "round-robin"};
-    out += std::string(" ") + kPools[static_cast<int>(*r.pool)];
+    out += std::string(" ") + pool_type_name(*r.pool);
     if (r.hash_key_is_text) {
       out += " key \"" + r.hash_key + "\"";
     } else if (!r.hash_key.empty()) {

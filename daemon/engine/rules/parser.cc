@@ -862,10 +862,9 @@ class Parser {
       if (r.kind == TranslationRule::Kind::Binat)
         fail_at(t, "binat maps one prefix onto another: no pool type");
       if (!r.target_interface.empty()) fail_at(t, "an interface's address is one address: no pool type");
-      static constexpr const char* kPools[] = {"bitmask", "random", "source-hash", "round-robin"};
       if (r.pool) {
-        fail_at(t, "one pool type per rule, got " + t.describe() + " after '" +
-                       kPools[static_cast<int>(*r.pool)] + "'");
+        fail_at(t,
+                "one pool type per rule, got " + t.describe() + " after '" + pool_type_name(*r.pool) + "'");
       }
       take();
       r.pool = type;
