@@ -300,33 +300,42 @@ static_assert(rules::Classifier::kBatch >= 2 * Engine::kPrefetchGroup);
 void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept {
   refresh_rules(worker);
   const rules::RuleSet& rules = *worker.rules_;
-  Parsed parsed[kPrefetchGroup];
+  // Two groups in flight: while one is decided, the next one's buckets and then its entries are
+  // on their way.
+  Parsed parsed[2][kPrefetchGroup];
   uint8_t new_flows[kPrefetchGroup];
   // Constructed for new flows only: a group of state hits pays nothing for it.
   std::optional<Translation> translations[kPrefetchGroup];
   rules::MatchQuery queries[2 * kPrefetchGroup];
   uint32_t decided[2 * kPrefetchGroup];
   uint8_t pass_query[kPrefetchGroup][2];  // where each new flow's passes are in queries
-  for (std::size_t first = 0; first < batch.size(); first += kPrefetchGroup) {
-    const std::size_t n = std::min(kPrefetchGroup, batch.size() - first);
-    // Sweeps over the group, each giving the loads of the previous one time to arrive: parse and
-    // hash, then the bucket, then the entry at its head, then the states' verdicts; the packets
-    // no state knows then meet the rules together (RuleSet::evaluate_batch).
-    for (std::size_t i = 0; i < n; ++i) {
-      prepare(batch[first + i].bytes, parsed[i]);
-      if (parsed[i].lookup) states_.prefetch_bucket(parsed[i].hash);
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (parsed[i].lookup) states_.prefetch_entry(parsed[i].hash);
-    }
+  auto group_of = [&](std::size_t first) {
+    return batch.subspan(first, std::min(kPrefetchGroup, batch.size() - first));
+  };
+  if (!batch.empty()) {
+    start_lookups(group_of(0), parsed[0]);
+    fetch_entries(group_of(0).size(), parsed[0]);
+  }
+  for (std::size_t first = 0, g = 0; first < batch.size(); first += kPrefetchGroup, ++g) {
+    const std::span<BatchPacket> group = group_of(first);
+    const std::size_t n = group.size();
+    Parsed* const own = parsed[g & 1];
+    const std::size_t next_first = first + kPrefetchGroup;
+    Parsed* const next = next_first < batch.size() ? parsed[(g + 1) & 1] : nullptr;
+    if (next != nullptr) start_lookups(group_of(next_first), next);
+
+    // The states' verdicts; halfway, the next group's buckets have arrived and its entries are
+    // asked for. The packets no state knows then meet the rules together
+    // (RuleSet::evaluate_batch).
     std::size_t new_count = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      BatchPacket& p = batch[first + i];
+      if (i == n / 2 && next != nullptr) fetch_entries(group_of(next_first).size(), next);
+      BatchPacket& p = group[i];
       worker.count_packet(p.bytes.size());
-      const std::optional<Verdict> screened = screen(worker, p.bytes, parsed[i], p.meta);
+      const std::optional<Verdict> screened = screen(worker, p.bytes, own[i], p.meta);
       if (screened) p.verdict = *screened;
-      if (screened || by_state(worker, p.bytes, parsed[i], now, p.verdict)) {
-        finish(worker, p.bytes, parsed[i], p.meta, p.verdict);
+      if (screened || by_state(worker, p.bytes, own[i], now, p.verdict)) {
+        finish(worker, p.bytes, own[i], p.meta, p.verdict);
       } else {
         new_flows[new_count++] = static_cast<uint8_t>(i);
       }
@@ -335,12 +344,12 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
 
     std::size_t query_count = 0;
     for (std::size_t k = 0; k < new_count; ++k) {
-      const PacketMeta& meta = batch[first + new_flows[k]].meta;
+      const PacketMeta& meta = group[new_flows[k]].meta;
       Translation& translation = translations[k].emplace();
-      translate(worker, parsed[new_flows[k]], meta, translation);
+      translate(worker, own[new_flows[k]], meta, translation);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
-        if (!parsed[new_flows[k]].filtered[pass] || !translation.filtered ||
+        if (!own[new_flows[k]].filtered[pass] || !translation.filtered ||
             !claims(meta, translation.translated))
           continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
@@ -353,8 +362,8 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     };
     bool created = false;
     for (std::size_t k = 0; k < new_count; ++k) {
-      BatchPacket& p = batch[first + new_flows[k]];
-      const Parsed& flow = parsed[new_flows[k]];
+      BatchPacket& p = group[new_flows[k]];
+      const Parsed& flow = own[new_flows[k]];
       // In packet order, as process() would: a packet whose state an earlier one of the group
       // has just created belongs to that state, not to the rules.
       if (!created || !by_state(worker, p.bytes, flow, now, p.verdict)) {
@@ -364,6 +373,23 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       created = created || p.verdict.state.counter != 0;
       finish(worker, p.bytes, flow, p.meta, p.verdict);
     }
+  }
+}
+
+// A group's first steps, each a sweep over the group so that the loads of one have time to
+// arrive before the next needs them. Parsing and hashing come first, apart from the bucket
+// prefetches: a prefetch that misses the TLB holds up retirement until its page walk is done,
+// and interleaved with the parsing it left too few of them in flight at a time.
+void Engine::start_lookups(std::span<BatchPacket> group, Parsed* parsed) const noexcept {
+  for (std::size_t i = 0; i < group.size(); ++i) prepare(group[i].bytes, parsed[i]);
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (parsed[i].lookup) states_.prefetch_bucket(parsed[i].hash);
+  }
+}
+
+void Engine::fetch_entries(std::size_t n, const Parsed* parsed) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (parsed[i].lookup) states_.prefetch_entry(parsed[i].hash);
   }
 }
 

@@ -175,7 +175,8 @@ class Engine {
   // Decides the packets of a batch (one recvmmsg, say) as process() would in batch order. The
   // state lookups of up to kPrefetchGroup packets are started before the first of them is
   // decided, so that their cache and TLB misses overlap instead of adding up: at a million
-  // states nearly every hit misses on its bucket and on its entry. The packets of the group that
+  // states nearly every hit misses on its bucket and on its entry. Those of the next group are
+  // started while a group is decided, so that its misses overlap that work too. The packets of the group that
   // no state knows then meet the rules together, for the same reason (a large rule set lives in
   // L2 and L3), and create their states in order; a packet whose state an earlier one created
   // is judged by it. The one difference from process(): a group's state hits are decided before
@@ -248,6 +249,9 @@ class Engine {
   struct Parsed;
   struct Translation;
   void prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept;
+  // process_batch()'s state lookups, started a group ahead of its decisions.
+  void start_lookups(std::span<BatchPacket> group, Parsed* parsed) const noexcept;
+  void fetch_entries(std::size_t n, const Parsed* parsed) noexcept;
   Verdict decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
                  Millis now) noexcept;
   // decide()'s phases, which process_batch() runs a group at a time.
