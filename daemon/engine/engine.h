@@ -176,13 +176,13 @@ class Engine {
   // state lookups of up to kPrefetchGroup packets are started before the first of them is
   // decided, so that their cache and TLB misses overlap instead of adding up: at a million
   // states nearly every hit misses on its bucket and on its entry. Those of the next group are
-  // started while a group is decided, so that its misses overlap that work too. The packets of the group that
-  // no state knows then meet the rules together, for the same reason (a large rule set lives in
-  // L2 and L3), and create their states in order; a packet whose state an earlier one created
-  // is judged by it. The one difference from process(): a group's state hits are decided before
-  // its new flows, so a state a hit removes (TCP port reuse) has already made room when an
-  // earlier new flow of the group asks for it. A rule set published during the batch applies
-  // from the next batch on.
+  // started while a group is decided, so that its misses overlap that work too. The packets of
+  // the group that no state knows then meet the rules together, for the same reason (a large rule
+  // set lives in L2 and L3), and create their states in order; a packet whose state an earlier
+  // one created is judged by it. The one difference from process(): a group's state hits are
+  // decided before its new flows, so a state a hit removes (TCP port reuse) has already made room
+  // when an earlier new flow of the group asks for it. A rule set published during the batch
+  // applies from the next batch on.
   static constexpr std::size_t kPrefetchGroup = 16;
   void process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept;
 
