@@ -118,6 +118,10 @@ constexpr uint16_t kNatPortLow = 50001;
 constexpr uint16_t kNatPortHigh = 65535;
 // Candidates tried for a nat source port before the connection is refused (TranslationFailed).
 constexpr uint32_t kPortProbes = 512;
+// Addresses of a random or round-robin nat pool tried, the first included, before the connection
+// is refused: pf walks the whole pool, which for a large prefix would make one packet cost
+// millions of lookups.
+constexpr uint64_t kPoolAddressProbes = 16;
 
 // An empty rule set: pf's implicit pass, default timeouts. Used until the first load.
 std::shared_ptr<const rules::RuleSet> empty_rules() {
@@ -255,7 +259,8 @@ struct Engine::Translation {
   bool translated = false;
   bool filtered = true;   // false: a `nat pass` / `rdr pass` rule let it through unfiltered
   bool nat_port = false;  // the source port (ICMP query id) was chosen; may be chosen again
-  uint16_t port_low = 0;  // where
+  const rules::CompiledTranslation* nat = nullptr;  // the out pass's nat rule, with nat_port
+  uint16_t port_low = 0;                            // where
   uint16_t port_high = 0;
   bool failed = false;  // no free source port: the connection is refused
 };
@@ -709,6 +714,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
                      : pool_address(*rule, arriving.src, arriving.src, pool_draw(*rule));
       if (rule->kind == rules::TranslationRule::Kind::Nat && (ports || query_id)) {
         translation.nat_port = true;
+        translation.nat = rule;
         if (rule->static_port) {
           // The one port it may have: a connection whose port is taken is refused.
           translation.port_low = translation.port_high = arriving.src_port;
@@ -726,10 +732,18 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
   StateKey& wire = translation.wire;
   set_key(wire, *translation.seen[1]);
   if (translation.nat_port) {
-    // ICMP keeps its query id where it can; ports are drawn, as pf's proxy ports are.
-    if (!choose_source_port(worker, wire, translation.port_low, translation.port_high, query_id)) {
-      translation.failed = true;
-      return;
+    // ICMP keeps its query id where it can; ports are drawn, as pf's proxy ports are. Where they
+    // have run out for the pool's address, a random or round-robin pool offers its next ones
+    // (pf_get_sport): a busy server takes more than one outside address's ports.
+    const uint64_t addresses = std::min(kPoolAddressProbes, pool_alternatives(*translation.nat) + 1);
+    uint64_t tried = 1;
+    while (!choose_source_port(worker, wire, translation.port_low, translation.port_high, query_id)) {
+      if (tried++ == addresses) {
+        translation.failed = true;
+        return;
+      }
+      wire.addr[0] = next_pool_address(*translation.nat, wire.addr[0]);
+      translation.after[1]->src = wire.addr[0];
     }
     translation.after[1]->src_port = wire.port[0];
     translation.after[1]->dst_port = wire.port[1];

@@ -28,9 +28,14 @@ uint64_t turn_count(const IpPrefix& p) {
   return uint64_t{1} << std::min(host_bits, 32u);
 }
 
-IpAddress round_robin(const rules::CompiledTranslation& rule) {
+uint64_t turn_total(const rules::CompiledTranslation& rule) {
   uint64_t total = 0;
   for (const IpPrefix& p : rule.targets) total += turn_count(p);
+  return total;
+}
+
+IpAddress round_robin(const rules::CompiledTranslation& rule) {
+  const uint64_t total = turn_total(rule);
   uint64_t turn = rule.turns->fetch_add(1, std::memory_order_relaxed) % total;
   for (const IpPrefix& p : rule.targets) {
     if (turn < turn_count(p)) return narrow(wide(p.address) + turn);
@@ -62,6 +67,26 @@ IpAddress pool_address(const rules::CompiledTranslation& rule, const IpAddress& 
       return round_robin(rule);
   }
   return pool.address;
+}
+
+uint64_t pool_alternatives(const rules::CompiledTranslation& rule) noexcept {
+  switch (rule.pool) {
+    case rules::PoolType::RoundRobin:
+      return turn_total(rule) - 1;
+    case rules::PoolType::Random:
+      return turn_count(rule.targets.front()) - 1;
+    case rules::PoolType::Bitmask:
+    case rules::PoolType::SourceHash:
+      return 0;
+  }
+  return 0;
+}
+
+IpAddress next_pool_address(const rules::CompiledTranslation& rule, const IpAddress& current) noexcept {
+  if (rule.pool == rules::PoolType::RoundRobin) return round_robin(rule);
+  const IpPrefix& pool = rule.targets.front();
+  const Wide host = host_mask(pool);
+  return narrow((wide(current) & ~host) | ((wide(current) + 1) & host));
 }
 
 }  // namespace pairwall::engine

@@ -15,4 +15,11 @@ namespace pairwall::engine {
 IpAddress pool_address(const rules::CompiledTranslation& rule, const IpAddress& source,
                        const IpAddress& address, uint64_t draw) noexcept;
 
+// The addresses a nat rule whose ports have run out on `current` may fall back to, as pf_get_sport
+// does for random and round-robin pools: how many the pool holds besides `current` (0 for the
+// other pool types, which map a connection to one address), and the next of them. round-robin
+// takes the next turn; random the next address of its prefix, wrapping round within it.
+uint64_t pool_alternatives(const rules::CompiledTranslation& rule) noexcept;
+IpAddress next_pool_address(const rules::CompiledTranslation& rule, const IpAddress& current) noexcept;
+
 }  // namespace pairwall::engine

@@ -806,6 +806,10 @@ class Parser {
       r.target_port = target_port();
     }
     pool_options(r);
+    if (at_word("port")) {
+      fail_at(peek(), r.target_port ? "one 'port' per translation"
+                                    : "the translation 'port' comes before the pool options, as in pf.conf");
+    }
     expect_end(
         "'port', a pool type (bitmask, random, source-hash, round-robin), 'static-port' or end of line");
     out_.translation_rules.push_back(std::move(r));

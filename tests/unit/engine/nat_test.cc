@@ -355,6 +355,49 @@ TEST_CASE("nat pools: bitmask grafts, random draws, source-hash is the same on b
   CHECK(hashed6.size() == 48);  // 2^64 addresses: distinct sources do not meet
 }
 
+TEST_CASE("nat: a random or round-robin pool whose address has no port left gives the next one",
+          "[engine][nat][pool]") {
+  // One port an address: an address serves one connection to a server. As pf_get_sport, the
+  // pool's other addresses are offered before the connection is refused; a bitmask pool maps a
+  // host to one address and has no other to offer.
+  const Flow udp{"udp", false};
+  const auto open = [&](Firewall& fw, const std::string& host, const std::string& server) {
+    const Verdict v = fw.out(udp.packet(host, 1000, server, 53));
+    return v.action == Action::Accept ? address_of(fw.last_packet, false)
+                                      : std::string(reason_name(v.reason));
+  };
+  SECTION("round-robin") {
+    Firewall fw(
+        "nat on wan0 proto udp from 10.1.0.0/16 to any -> { 203.0.113.1, 203.0.113.2 } port 50000 "
+        "round-robin\n"
+        "pass all");
+    CHECK(open(fw, "10.1.0.1", "192.0.2.53") == "203.0.113.1");  // turn 0
+    CHECK(open(fw, "10.1.0.2", "192.0.2.54") == "203.0.113.2");  // turn 1, another server
+    // Turn 2 is .1, whose one port to 192.0.2.53 is taken: turn 3 gives .2.
+    CHECK(open(fw, "10.1.0.3", "192.0.2.53") == "203.0.113.2");
+    // Both taken now: refused once each address has been offered.
+    CHECK(open(fw, "10.1.0.4", "192.0.2.53") == std::string(reason_name(Reason::TranslationFailed)));
+    CHECK(open(fw, "10.1.0.5", "192.0.2.54") == "203.0.113.1");
+  }
+  SECTION("random") {
+    Firewall fw(
+        "nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.4/30 port 50000 random\npass all");
+    std::set<std::string> given;
+    for (int host = 1; host <= 4; ++host) {
+      const std::string outside = open(fw, "10.1.0." + std::to_string(host), "192.0.2.53");
+      CHECK(in_prefix(outside, "203.0.113.4/30"));
+      given.insert(outside);
+    }
+    CHECK(given.size() == 4);  // each connection found the address still free
+    CHECK(open(fw, "10.1.0.5", "192.0.2.53") == std::string(reason_name(Reason::TranslationFailed)));
+  }
+  SECTION("bitmask") {
+    Firewall fw("nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.4/30 port 50000\npass all");
+    CHECK(open(fw, "10.1.0.1", "192.0.2.53") == "203.0.113.5");
+    CHECK(open(fw, "10.1.1.1", "192.0.2.53") == std::string(reason_name(Reason::TranslationFailed)));
+  }
+}
+
 TEST_CASE("nat static-port keeps the source port and refuses a connection whose port is taken",
           "[engine][nat][pool]") {
   Firewall fw("nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1 static-port\npass all");

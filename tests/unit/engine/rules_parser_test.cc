@@ -865,6 +865,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:34: binat maps one prefix onto another: its target is not a list"},
       {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 random round-robin",
        "t.conf:1:51: one pool type per rule, got 'round-robin' after 'random'"},
+      {"nat on em0 proto udp from 10.0.0.0/8 -> 192.0.2.0/28 random port 5000",
+       "t.conf:1:61: the translation 'port' comes before the pool options, as in pf.conf"},
+      {"nat on em0 proto udp from 10.0.0.0/8 -> 192.0.2.0/28 port 5000 random port 6000",
+       "t.conf:1:71: one 'port' per translation"},
       {"nat on em0 from 10.0.0.0/8 -> 192.0.2.0/28 sticky-address",
        "t.conf:1:44: sticky-address is not supported: its memory of each source would not survive a "
        "failover; "
