@@ -735,15 +735,18 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
     // ICMP keeps its query id where it can; ports are drawn, as pf's proxy ports are. Where they
     // have run out for the pool's address, a random or round-robin pool offers its next ones
     // (pf_get_sport): a busy server takes more than one outside address's ports.
-    const uint64_t addresses = std::min(kPoolAddressProbes, pool_alternatives(*translation.nat) + 1);
-    uint64_t tried = 1;
-    while (!choose_source_port(worker, wire, translation.port_low, translation.port_high, query_id)) {
-      if (tried++ == addresses) {
+    if (!choose_source_port(worker, wire, translation.port_low, translation.port_high, query_id)) {
+      const uint64_t others = std::min(kPoolAddressProbes - 1, pool_alternatives(*translation.nat));
+      bool found = false;
+      for (uint64_t i = 0; i < others && !found; ++i) {
+        wire.addr[0] = next_pool_address(*translation.nat, wire.addr[0]);
+        translation.after[1]->src = wire.addr[0];
+        found = choose_source_port(worker, wire, translation.port_low, translation.port_high, query_id);
+      }
+      if (!found) {
         translation.failed = true;
         return;
       }
-      wire.addr[0] = next_pool_address(*translation.nat, wire.addr[0]);
-      translation.after[1]->src = wire.addr[0];
     }
     translation.after[1]->src_port = wire.port[0];
     translation.after[1]->dst_port = wire.port[1];
