@@ -74,7 +74,7 @@ constexpr const char* kReloadedRules = R"(
 set limit states 32
 set timeout { tcp.established 300, udp.multiple 30 }
 scrub in all max-mss 1200
-nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.16/28 random
+nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.16/28 port 40000:40001 random
 nat on wan0 from 10.1.0.0/16 to any -> { 203.0.113.9, 203.0.113.12/30 } static-port
 block all
 pass in on lan0 proto tcp modulate state
