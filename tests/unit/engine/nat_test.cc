@@ -388,7 +388,7 @@ TEST_CASE("nat: a random or round-robin pool whose address has no port left give
       CHECK(in_prefix(outside, "203.0.113.4/30"));
       given.insert(outside);
     }
-    CHECK(given.size() == 4);  // each connection found the address still free
+    CHECK(given.size() == 4);  // the /30's four addresses, one a connection
     CHECK(open(fw, "10.1.0.5", "192.0.2.53") == std::string(reason_name(Reason::TranslationFailed)));
   }
   SECTION("bitmask") {
