@@ -53,15 +53,21 @@ Family translated_family(const TranslationRule& r) {
   return Family::V4;
 }
 
-// The interface's first address (the kernel's primary) of the rule's family, as a host prefix.
-std::optional<IpPrefix> interface_target(const TranslationRule& r, const InterfaceAddresses& addresses) {
+// The interface's first address (the kernel's primary) of the rule's family, as a host prefix;
+// with `round-robin`, every address of the family, in the kernel's order, as pf walks `($if)`.
+// Empty when it has none.
+std::vector<IpPrefix> interface_targets(const TranslationRule& r, const InterfaceAddresses& addresses) {
+  std::vector<IpPrefix> out;
   const auto it = addresses.find(r.target_interface);
-  if (it == addresses.end()) return std::nullopt;
+  if (it == addresses.end()) return out;
   const Family family = translated_family(r);
+  const bool every = r.pool == PoolType::RoundRobin;
   for (const InterfaceAddress& a : it->second) {
-    if (a.family == family) return host_of(a);
+    if (a.family != family) continue;
+    out.push_back(host_of(a));
+    if (!every) break;
   }
-  return std::nullopt;
+  return out;
 }
 
 class Resolver {
@@ -94,8 +100,8 @@ class Resolver {
     for (TranslationRule& r : file_.translation_rules) {
       if (auto e = endpoints(r.from, r.to)) return e;
       if (r.target_interface.empty() || !r.targets.empty()) continue;
-      if (const std::optional<IpPrefix> target = interface_target(r, addresses_)) {
-        r.targets = {*target};
+      if (std::vector<IpPrefix> targets = interface_targets(r, addresses_); !targets.empty()) {
+        r.targets = std::move(targets);
         continue;
       }
       if (addresses_.count(r.target_interface) == 0)
@@ -176,9 +182,9 @@ std::vector<std::string> refresh_interface_tables(RuleFile& file, const Interfac
   // nothing would not pass the rule's packets either.
   for (TranslationRule& r : file.translation_rules) {
     if (r.target_interface.empty()) continue;
-    const std::optional<IpPrefix> now = interface_target(r, addresses);
-    if (!now || (r.targets.size() == 1 && *now == r.targets[0])) continue;
-    r.targets = {*now};
+    std::vector<IpPrefix> now = interface_targets(r, addresses);
+    if (now.empty() || now == r.targets) continue;
+    r.targets = std::move(now);
     changed.push_back(r.target_interface + " (translation address)");
   }
   return changed;

@@ -33,9 +33,10 @@ std::string interface_table_name(const AddressElement& element);
 
 // Turns every interface element of `file`'s rules into a read of its table, adding the tables, and
 // the interface entries of its tables into entries; a translation rule's `-> em0` becomes the
-// interface's first address of the rule's family. An interface the host does not have, or one
-// without an address (of that family), is a RuleError at the element. Tables an earlier call made are kept as
-// they are: resolving a file again resolves only what was added to it since.
+// interface's first address of the rule's family (`-> (em0) round-robin`: all of them, in turn).
+// An interface the host does not have, or one without an address (of that family), is a RuleError
+// at the element. Tables an earlier call made are kept as they are: resolving a file again
+// resolves only what was added to it since.
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
 
 // Sets the tables resolve_interfaces() made, and the translation addresses it set, to the addresses

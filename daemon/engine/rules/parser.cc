@@ -865,7 +865,8 @@ class Parser {
       }
       if (r.kind == TranslationRule::Kind::Binat)
         fail_at(t, "binat maps one prefix onto another: no pool type");
-      if (!r.target_interface.empty()) fail_at(t, "an interface's address is one address: no pool type");
+      if (!r.target_interface.empty() && *type != PoolType::RoundRobin)
+        fail_at(t, "an interface's addresses are walked round-robin: no other pool type");
       if (r.pool) {
         fail_at(t,
                 "one pool type per rule, got " + t.describe() + " after '" + pool_type_name(*r.pool) + "'");

@@ -7,6 +7,7 @@
 #include <string>
 #include <variant>
 
+#include "daemon/engine/pool.h"
 #include "daemon/engine/rules/compile.h"
 
 namespace pairwall::engine::rules {
@@ -290,6 +291,46 @@ TEST_CASE("a translation to an interface takes its address of the rule's family,
         "t.conf:1:31: translate to em0 (its address), not to its networks");
   CHECK(refused("nat on em0 from any to any -> (10.0.0.1)\n") ==
         "t.conf:1:32: expected an interface name inside '( )', got '10.0.0.1'");
+}
+
+TEST_CASE("a translation to an interface round-robin takes every address of the family in turn",
+          "[interfaces][nat][pool]") {
+  RuleFile f = parse(
+      "nat on em0 from 10.1.0.0/16 to any -> (em0) round-robin\n"
+      "nat on em0 inet6 from fd01::/64 to any -> (em0) round-robin\n"
+      "pass all\n");
+  REQUIRE_FALSE(resolve_interfaces(f, host()));
+  const auto targets = [&](std::size_t rule) {
+    std::string out;
+    for (const IpPrefix& p : f.translation_rules[rule].targets)
+      out += (out.empty() ? "" : " ") + to_string(p);
+    return out;
+  };
+  CHECK(targets(0) == "192.0.2.10/32 192.0.2.11/32");
+  CHECK(targets(1) == "2001:db8::10/128");
+
+  InterfaceRegistry ifs;
+  const IfaceId em0 = ifs.intern("em0");
+  auto compiled = compile(f, ifs);
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(compiled));
+  const auto& set = *std::get<std::shared_ptr<const RuleSet>>(compiled);
+  CHECK(set.translation_rules()[0].text == "nat on em0 from 10.1.0.0/16 to any -> (em0) round-robin");
+  const PacketView packet = tcp("10.1.2.3", "198.51.100.1");
+  const CompiledTranslation* t = set.translation(packet, Direction::Out, em0);
+  REQUIRE(t != nullptr);
+  CHECK(t->pool == PoolType::RoundRobin);
+  std::string taken;
+  for (int i = 0; i < 3; ++i)
+    taken += to_string(Family::V4, pool_address(*t, packet.src, packet.src, 0)) + " ";
+  CHECK(taken == "192.0.2.10 192.0.2.11 192.0.2.10 ");
+
+  // The addresses change: the pool follows them, all of them, and the change is named once.
+  InterfaceAddresses moved = host();
+  moved["em0"] = {address("203.0.113.5", 24), address("203.0.113.6", 24), address("2001:db8::10", 64)};
+  const auto changed = refresh_interface_tables(f, moved);
+  CHECK(std::count(changed.begin(), changed.end(), "em0 (translation address)") == 1);
+  CHECK(targets(0) == "203.0.113.5/32 203.0.113.6/32");
+  CHECK(refresh_interface_tables(f, moved).empty());
 }
 
 }  // namespace

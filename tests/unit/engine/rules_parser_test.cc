@@ -884,8 +884,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"nat on em0 inet6 from 2001:db8::/32 -> { 2001:db8:1::1 192.0.2.1 }",
        "t.conf:1:56: translation address '192.0.2.1' is not an IPv6 address, as the rule's address family "
        "requires"},
-      {"nat on em0 from 10.0.0.0/8 -> (em0) round-robin",
-       "t.conf:1:37: an interface's address is one address: no pool type"},
+      {"nat on em0 from 10.0.0.0/8 -> (em0) random",
+       "t.conf:1:37: an interface's addresses are walked round-robin: no other pool type"},
       {"nat on em0 from 10.0.0.0/8 -> { }",
        "t.conf:1:33: empty list: expected at least one translation address"},
       {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 port 2000:1000",
