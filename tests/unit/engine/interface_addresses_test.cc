@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "daemon/engine/pool.h"
 #include "daemon/engine/rules/compile.h"
@@ -63,10 +64,14 @@ PacketView tcp(const std::string& src, const std::string& dst) {
   return p;
 }
 
-std::string entries(const Table& t) {
+std::string prefixes_text(const std::vector<IpPrefix>& prefixes) {
   std::string out;
-  for (const IpPrefix& p : t.entries) out += (out.empty() ? "" : " ") + to_string(p);
+  for (const IpPrefix& p : prefixes) out += (out.empty() ? "" : " ") + to_string(p);
   return out;
+}
+
+std::string entries(const Table& t) {
+  return prefixes_text(t.entries);
 }
 
 TEST_CASE("interface elements: names, networks, macros glued to a modifier", "[interfaces]") {
@@ -295,28 +300,22 @@ TEST_CASE("a translation to an interface takes its address of the rule's family,
 
 TEST_CASE("a translation to an interface round-robin takes every address of the family in turn",
           "[interfaces][nat][pool]") {
-  RuleFile f = parse(
+  const std::string text =
       "nat on em0 from 10.1.0.0/16 to any -> (em0) round-robin\n"
       "nat on em0 inet6 from fd01::/64 to any -> (em0) round-robin\n"
-      "pass all\n");
+      "pass all\n";
+  RuleFile f = parse(text);
   REQUIRE_FALSE(resolve_interfaces(f, host()));
-  const auto targets = [&](std::size_t rule) {
-    std::string out;
-    for (const IpPrefix& p : f.translation_rules[rule].targets)
-      out += (out.empty() ? "" : " ") + to_string(p);
-    return out;
-  };
+  const auto targets = [&](std::size_t rule) { return prefixes_text(f.translation_rules[rule].targets); };
   CHECK(targets(0) == "192.0.2.10/32 192.0.2.11/32");
   CHECK(targets(1) == "2001:db8::10/128");
 
   InterfaceRegistry ifs;
   const IfaceId em0 = ifs.intern("em0");
-  auto compiled = compile(f, ifs);
-  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(compiled));
-  const auto& set = *std::get<std::shared_ptr<const RuleSet>>(compiled);
-  CHECK(set.translation_rules()[0].text == "nat on em0 from 10.1.0.0/16 to any -> (em0) round-robin");
+  const std::shared_ptr<const RuleSet> set = load(text, ifs);
+  CHECK(set->translation_rules()[0].text == "nat on em0 from 10.1.0.0/16 to any -> (em0) round-robin");
   const PacketView packet = tcp("10.1.2.3", "198.51.100.1");
-  const CompiledTranslation* t = set.translation(packet, Direction::Out, em0);
+  const CompiledTranslation* t = set->translation(packet, Direction::Out, em0);
   REQUIRE(t != nullptr);
   CHECK(t->pool == PoolType::RoundRobin);
   std::string taken;
