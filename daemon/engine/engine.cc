@@ -257,10 +257,11 @@ struct Engine::Translation {
   std::optional<PacketView> after[2];  // the views a rule rewrote, only where one applied
   StateKey wire;                       // the packet's own key when nothing translates it
   bool translated = false;
-  bool filtered = true;   // false: a `nat pass` / `rdr pass` rule let it through unfiltered
-  bool nat_port = false;  // the source port (ICMP query id) was chosen; may be chosen again
-  const rules::CompiledTranslation* nat = nullptr;  // the out pass's nat rule, with nat_port
-  uint16_t port_low = 0;                            // where
+  bool filtered = true;  // false: a `nat pass` / `rdr pass` rule let it through unfiltered
+  // The out pass's nat rule when it chose the source port (ICMP query id), which may be chosen
+  // again, between port_low and port_high.
+  const rules::CompiledTranslation* nat = nullptr;
+  uint16_t port_low = 0;
   uint16_t port_high = 0;
   bool failed = false;  // no free source port: the connection is refused
 };
@@ -713,7 +714,6 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
                      ? graft(rule->targets.front(), arriving.src)
                      : pool_address(*rule, arriving.src, arriving.src, pool_draw(*rule));
       if (rule->kind == rules::TranslationRule::Kind::Nat && (ports || query_id)) {
-        translation.nat_port = true;
         translation.nat = rule;
         if (rule->static_port) {
           // The one port it may have: a connection whose port is taken is refused.
@@ -731,7 +731,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
 
   StateKey& wire = translation.wire;
   set_key(wire, *translation.seen[1]);
-  if (translation.nat_port) {
+  if (translation.nat != nullptr) {
     // ICMP keeps its query id where it can; ports are drawn, as pf's proxy ports are. Where they
     // have run out for the pool's address, a random or round-robin pool offers its next ones
     // (pf_get_sport): a busy server takes more than one outside address's ports.
@@ -878,7 +878,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     }
     // Only the wire key exists: the nat source port chosen for this connection was taken since
     // (by another worker, or a peer's state). Choose again, a few times.
-    if (!translation.nat_port || attempt == 3 ||
+    if (translation.nat == nullptr || attempt == 3 ||
         !choose_source_port(worker, translation.wire, translation.port_low, translation.port_high, false)) {
       return drop(Reason::TranslationFailed, creating_rule);
     }
