@@ -517,8 +517,8 @@ TrackResult track_by_state(StateEntry& entry, int side, const PacketView& packet
                                                       const PacketView& packet) noexcept {
   uint32_t& own = entry.seqdiff[side];
   const uint32_t other = entry.seqdiff[1 - side];
-  // pf's deferred modulator: the responder's offset is drawn on its SYN-ACK, where it chooses its
-  // initial sequence number.
+  // Both offsets are drawn with the state (see by_rules()); only a state inserted by a peer that
+  // draws the responder's on its SYN-ACK, as pf does, arrives without one, and gets it here.
   if (own == 0 && other != 0 && (packet.tcp.flags & tcpflag::kSyn) != 0) own = worker.next_seqdiff();
   if (other == 0 || (packet.tcp.flags & tcpflag::kAck) == 0) return track_by_state(entry, side, packet);
   PacketView own_numbers = packet;
@@ -909,11 +909,15 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (creator->no_sync) state->flags |= stateflag::kNoSync;
     if (creator->sloppy) state->flags |= stateflag::kSloppy;
     // Only a connection seen from its SYN is modulated: one picked up in mid-stream (`flags any`)
-    // has numbers both ends already agree on.
+    // has numbers both ends already agree on. The responder's offset is drawn now too, not on its
+    // SYN-ACK as pf draws it, so that the insert carries both: a master that dies after passing
+    // the SYN-ACK but before its update reached the peer leaves the peer shifting the responder's
+    // numbers as the initiator already saw them.
     if (config_.modulation && creator->modulate && packet.is_tcp() &&
         (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
       state->flags |= stateflag::kModulated;
       state->seqdiff[0] = worker.next_seqdiff();
+      state->seqdiff[1] = worker.next_seqdiff();
     }
   }
   state->packets[0] = 1;

@@ -184,11 +184,62 @@ TEST_CASE("modulate state: the offsets travel with the state, and the peer shift
   const auto records = fw.drain();
   REQUIRE_FALSE(records.empty());
   CHECK((records.front().flags & stateflag::kModulated) != 0);
-  CHECK(records.front().seqdiff[0] == client_diff);
+  // The SYN's insert already carries the server's offset, drawn with the state.
+  CHECK(records.front().seqdiff == std::array<uint32_t, 2>{client_diff, server_diff});
   CHECK(records.back().seqdiff == std::array<uint32_t, 2>{client_diff, server_diff});
 
   Firewall peer("block all\n", 2);
   for (const StateRecord& r : records) REQUIRE(peer.engine.apply(r, peer.now));
+  data_both_ways(peer, c, {client_diff, server_diff});
+}
+
+TEST_CASE("modulate state: a peer holding only the SYN's insert shifts the server as the client saw it",
+          "[engine][tcp][modulate][sync]") {
+  // The master passed the whole handshake and died before the updates that followed the insert
+  // reached its peer: the client has seen the server's shifted ISN, and the peer must shift alike.
+  using namespace tcpflag;
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "v6" : "v4"));
+    Firewall fw(kModulate);
+    const Connection c{v6};
+    const auto diffs = handshake(fw, c);
+    const auto records = fw.drain();
+    REQUIRE_FALSE(records.empty());
+
+    Firewall peer("block all\n", 2);
+    REQUIRE(peer.engine.apply(records.front(), peer.now));
+    // The client's last ACK of the handshake, retransmitted to the new master.
+    REQUIRE(peer.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + diffs.second + 1)).reason ==
+            Reason::State);
+    CHECK(peer.last_packet == c.segment(true, kAck, kClientIsn + 1 + diffs.first, kServerIsn + 1));
+    data_both_ways(peer, c, diffs);
+  }
+}
+
+TEST_CASE("modulate state: an insert without the responder's offset gets one on the responder's SYN-ACK",
+          "[engine][tcp][modulate][sync]") {
+  // A peer that draws the responder's offset on its SYN-ACK, as pf does, inserts states with the
+  // initiator's offset alone.
+  using namespace tcpflag;
+  Firewall fw(kModulate);
+  const Connection c;
+  REQUIRE(fw.out(c.segment(true, kSyn, kClientIsn, 0)).rewritten);
+  const uint32_t client_diff = c.seq_of(fw.last_packet) - kClientIsn;
+  auto records = fw.drain();
+  REQUIRE(records.size() == 1);
+  StateRecord insert = records.front();
+  insert.seqdiff[1] = 0;
+
+  Firewall peer("block all\n", 2);
+  REQUIRE(peer.engine.apply(insert, peer.now));
+  const Verdict synack = peer.in(c.segment(false, kSyn | kAck, kServerIsn, kClientIsn + client_diff + 1));
+  REQUIRE(synack.reason == Reason::State);
+  REQUIRE(synack.rewritten);
+  const uint32_t server_diff = c.seq_of(peer.last_packet) - kServerIsn;
+  CHECK(server_diff != 0);
+  CHECK(peer.last_packet == c.segment(false, kSyn | kAck, kServerIsn + server_diff, kClientIsn + 1));
+  REQUIRE(peer.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + server_diff + 1)).reason ==
+          Reason::State);
   data_both_ways(peer, c, {client_diff, server_diff});
 }
 
