@@ -492,11 +492,13 @@ int run(const control::Config& c) {
     uint64_t rst = 0;
     uint64_t icmp = 0;
     uint64_t limited = 0;
+    uint64_t synproxy = 0;
     for (std::size_t i = 0; i < queues->workers(); ++i) {
       if (const auto* r = queues->reject_counters(i)) {
         rst += r->rst_sent.get();
         icmp += r->icmp_sent.get();
         limited += r->rate_limited.get();
+        synproxy += r->synproxy_sent.get();
       }
     }
     w.family("pairwall_rejects_sent_total", T::Counter, "Replies sent for rejected packets.");
@@ -505,6 +507,9 @@ int run(const control::Config& c) {
     w.family("pairwall_rejects_rate_limited_total", T::Counter,
              "Replies not sent because of the rate limit.");
     w.sample(limited);
+    w.family("pairwall_synproxy_segments_sent_total", T::Counter,
+             "TCP segments synproxy state sent in the name of a connection's ends.");
+    w.sample(synproxy);
     if (pcap) {
       const auto s = pcap->stats();
       w.family("pairwall_pcap_logged_total", T::Counter, "Packets written to the pcap log.");

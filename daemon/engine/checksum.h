@@ -19,6 +19,10 @@ inline void store_be16(uint8_t* p, uint16_t v) {
   p[0] = static_cast<uint8_t>(v >> 8);
   p[1] = static_cast<uint8_t>(v);
 }
+inline void store_be32(uint8_t* p, uint32_t v) {
+  store_be16(p, static_cast<uint16_t>(v >> 16));
+  store_be16(p + 2, static_cast<uint16_t>(v));
+}
 
 // HC' = ~(~HC + ~m + m')
 inline void checksum_replace16(uint8_t* checksum, uint16_t old_word, uint16_t new_word) {

@@ -51,9 +51,35 @@ bool tcp_flags_valid(uint8_t flags) {
   return true;
 }
 
-// Whether sync hears of the state: not when its rule said (no-sync).
+// Whether sync hears of the state: not when its rule said (no-sync), nor while `synproxy state`
+// holds its handshakes: until both ends are established only this node knows it, and a peer
+// taking over then has nothing to continue (the initiator retries with a new SYN). The proxy's
+// progress is only read for modulated states, which read that line anyway.
 bool synced(const StateEntry& entry) {
-  return (entry.flags & stateflag::kNoSync) == 0;
+  if ((entry.flags & stateflag::kNoSync) != 0) return false;
+  return (entry.flags & stateflag::kModulated) == 0 || entry.proxy == Proxy::None ||
+         entry.proxy == Proxy::Spliced;
+}
+
+// A synproxy state before its splice: the handshakes are this node's.
+bool proxying(const StateEntry& entry) {
+  return entry.proxy == Proxy::Initiator || entry.proxy == Proxy::Responder;
+}
+
+// The segment this node sends to a synproxy state's initiator in its responder's name (by the
+// addresses the initiator used), or to the responder in the initiator's (by the addresses past
+// any translation).
+SegmentSpec to_initiator(const StateEntry& entry, uint32_t seq, uint32_t ack, uint8_t flags,
+                         uint16_t window) {
+  const StateKey& stack = entry.key(0);
+  return {stack.family, stack.addr[1], stack.addr[0], stack.port[1], stack.port[0],
+          seq,          ack,           flags,         window,        0};
+}
+
+SegmentSpec to_responder(const StateEntry& entry, uint32_t seq, uint32_t ack, uint8_t flags,
+                         uint16_t window) {
+  const StateKey& wire = entry.key(1);
+  return {wire.family, wire.addr[0], wire.addr[1], wire.port[0], wire.port[1], seq, ack, flags, window, 0};
 }
 
 // by_state()'s way out with a verdict made elsewhere.
@@ -159,6 +185,14 @@ uint64_t Worker::next_random64() noexcept {
 
 uint16_t Worker::next_random16() noexcept {
   return static_cast<uint16_t>(next_random64() >> 48);
+}
+
+bool Worker::generate(const SegmentSpec& segment, Verdict& verdict) noexcept {
+  if (outbox_used_ == outbox_.size()) return false;
+  if (verdict.generated == 0) verdict.generated_first = static_cast<uint8_t>(outbox_used_);
+  build_segment(segment, outbox_[outbox_used_++]);
+  ++verdict.generated;
+  return true;
 }
 
 void Worker::emit(const StateRecord& record) noexcept {
@@ -281,6 +315,7 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
                         Millis now) noexcept {
   worker.count_packet(bytes.size());
   refresh_rules(worker);
+  worker.outbox_used_ = 0;
   Parsed parsed;
   prepare(bytes, parsed);
   Verdict verdict = decide(worker, bytes, parsed, meta, now);
@@ -305,6 +340,7 @@ static_assert(rules::Classifier::kBatch >= 2 * Engine::kPrefetchGroup);
 
 void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis now) noexcept {
   refresh_rules(worker);
+  worker.outbox_used_ = 0;
   const rules::RuleSet& rules = *worker.rules_;
   // Two groups in flight: while one is decided, the next one's buckets and then its entries are
   // on their way.
@@ -518,8 +554,10 @@ TrackResult track_by_state(StateEntry& entry, int side, const PacketView& packet
   uint32_t& own = entry.seqdiff[side];
   const uint32_t other = entry.seqdiff[1 - side];
   // Both offsets are drawn with the state (see by_rules()); only a state inserted by a peer that
-  // draws the responder's on its SYN-ACK, as pf does, arrives without one, and gets it here.
-  if (own == 0 && other != 0 && (packet.tcp.flags & tcpflag::kSyn) != 0) own = worker.next_seqdiff();
+  // draws the responder's on its SYN-ACK, as pf does, arrives without one, and gets it here. (A
+  // synproxy state's offsets follow from the ends' numbers, and may be 0.)
+  if (own == 0 && other != 0 && (packet.tcp.flags & tcpflag::kSyn) != 0 && entry.proxy == Proxy::None)
+    own = worker.next_seqdiff();
   if (other == 0 || (packet.tcp.flags & tcpflag::kAck) == 0) return track_by_state(entry, side, packet);
   PacketView own_numbers = packet;
   own_numbers.tcp.ack -= other;
@@ -533,6 +571,89 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
   if (own == 0 && other == 0) return false;
   modulate_segment(bytes, packet, own, other);
   return true;
+}
+
+// pf_synproxy: the initiator's SYN was answered when the state was made (by_rules()); its
+// handshake ACK opens the connection to the responder, and the responder's SYN-ACK splices the two.
+// Retransmissions drive it: a repeated SYN is answered again, and a repeated handshake ACK sends
+// the SYN to the responder again. Anything else is dropped, as are the ACKs themselves: the ends
+// only ever meet each other's packets once both are established.
+[[gnu::noinline]] Verdict Engine::proxy_handshake(Worker& worker, StateTable::Handle& state, int side,
+                                                  const PacketView& packet, Millis now) noexcept {
+  using namespace tcpflag;
+  StateEntry& entry = *state;
+  const rules::RuleSet& rules = *worker.rules_;
+  PeerTracking& initiator = entry.peer[0];
+  PeerTracking& responder = entry.peer[1];
+  const uint32_t isn = initiator.seqlo;  // the initiator's SYN's
+  const TcpInfo& th = packet.tcp;
+  const uint8_t handshake_flags = th.flags & (kSyn | kAck | kRst | kFin);
+  Verdict v = drop(Reason::Synproxy, entry.rule);
+  v.by_rule = rules.holds(entry.creator) ? entry.creator : nullptr;
+  v.state = entry.id;
+  auto send = [&](const SegmentSpec& segment) {
+    if (!worker.generate(segment, v)) v.reason = Reason::Memory;
+  };
+
+  if (side == 0) {
+    if (entry.proxy == Proxy::Initiator && handshake_flags == kSyn && th.seq == isn) {
+      // Its SYN again: the SYN-ACK was lost.
+      SegmentSpec synack = to_initiator(entry, entry.proxy_isn[0], isn + 1, kSyn | kAck, 0);
+      synack.mss = initiator.mss;
+      send(synack);
+      return v;
+    }
+    if (handshake_flags != kAck || th.seq != isn + 1 || th.ack != entry.proxy_isn[0] + 1) return v;
+    if (entry.proxy == Proxy::Initiator) {
+      entry.proxy = Proxy::Responder;
+      entry.proxy_isn[1] = worker.next_seqdiff();
+      initiator.max_win = std::max<uint32_t>(th.window, 1);  // unscaled: no scaling was agreed
+      states_.touch(state, TimeoutClass::TcpOpening, timeout_of(entry, TimeoutClass::TcpOpening, rules), now);
+    }
+    // A zero window again (pf's): the responder's first data waits for the splice's ACK.
+    SegmentSpec syn = to_responder(entry, entry.proxy_isn[1], 0, kSyn, 0);
+    syn.mss = initiator.mss;
+    send(syn);
+    return v;
+  }
+
+  // From the responder, only its SYN-ACK to this node's SYN.
+  if (entry.proxy != Proxy::Responder || handshake_flags != (kSyn | kAck) || th.ack != entry.proxy_isn[1] + 1)
+    return v;
+  const uint32_t responder_isn = th.seq;
+  responder.max_win = std::max<uint32_t>(th.window, 1);
+  if (th.has_mss) responder.mss = th.mss;
+  // Each end keeps its own numbers; the node shifts them into the other's, as modulate state does.
+  entry.seqdiff[0] = entry.proxy_isn[1] - isn;
+  entry.seqdiff[1] = entry.proxy_isn[0] - responder_isn;
+  for (PeerTracking* end : {&initiator, &responder}) {
+    end->wscale = 0;
+    end->state = static_cast<uint8_t>(TcpState::Established);
+  }
+  initiator.seqlo = isn + 1;
+  initiator.seqhi = isn + 1 + responder.max_win;
+  responder.seqlo = responder_isn + 1;
+  responder.seqhi = responder_isn + 1 + initiator.max_win;
+  entry.proxy = Proxy::Spliced;
+  if (entry.source != nullptr && !connection_admitted(worker, state, now)) {
+    // pf_src_connlimit: the connection that goes over max-src-conn or its rate ends here. The
+    // responder's half-open connection times out; the peer never heard of this one.
+    states_.erase(state);
+    v.reason = Reason::SourceLimit;
+    return v;
+  }
+  send(to_responder(entry, entry.proxy_isn[1] + 1, responder_isn + 1, kAck,
+                    static_cast<uint16_t>(std::min<uint32_t>(initiator.max_win, UINT16_MAX))));
+  send(to_initiator(entry, entry.proxy_isn[0] + 1, isn + 1, kAck,
+                    static_cast<uint16_t>(std::min<uint32_t>(responder.max_win, UINT16_MAX))));
+  states_.touch(state, TimeoutClass::TcpEstablished, timeout_of(entry, TimeoutClass::TcpEstablished, rules),
+                now);
+  // Now the peer may hear of it, whole: a failover from here on keeps the connection.
+  if (synced(entry)) {
+    entry.last_synced = now;
+    worker.emit(make_record(entry, now, rules));
+  }
+  return v;
 }
 
 // 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
@@ -612,6 +733,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       } else {
         const int side = from_initiator ? 0 : 1;
         const bool modulated = (state->flags & stateflag::kModulated) != 0 && packet.is_tcp();
+        if (modulated && proxying(*state))
+          return decided(verdict, proxy_handshake(worker, state, side, packet, now));
         const TrackResult track =
             modulated ? track_modulated(worker, *state, side, packet) : track_by_state(*state, side, packet);
         if (track.reason != Reason::State) return decided(verdict, drop(track.reason, state->rule));
@@ -919,6 +1042,14 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       state->seqdiff[0] = worker.next_seqdiff();
       state->seqdiff[1] = worker.next_seqdiff();
     }
+    // `synproxy state`: this node answers the SYN; the responder hears of the connection once the
+    // initiator has completed the handshake (proxy_handshake()).
+    if (config_.synproxy && creator->synproxy && packet.is_tcp() &&
+        (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
+      state->flags |= stateflag::kModulated;
+      state->proxy = Proxy::Initiator;
+      state->proxy_isn[0] = worker.next_seqdiff();
+    }
   }
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();
@@ -929,6 +1060,19 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     v.synced_insert = true;
   }
   v.state = state->id;
+  if (state->proxy == Proxy::Initiator) {
+    Verdict answered = drop(Reason::Synproxy, creating_rule);
+    answered.by_rule = v.by_rule;
+    answered.log = v.log;
+    answered.state = state->id;
+    // A SYN-ACK with a zero window, as pf's: the initiator's handshake ACK then carries no data,
+    // and its window opens with the ACK this node sends it at the splice.
+    SegmentSpec synack =
+        to_initiator(*state, state->proxy_isn[0], packet.tcp.seq + 1, tcpflag::kSyn | tcpflag::kAck, 0);
+    synack.mss = state->peer[0].mss;
+    if (!worker.generate(synack, answered)) answered.reason = Reason::Memory;
+    return answered;
+  }
   if (translation.translated) {
     rewrite_packet(bytes, packet, translation.wire);
     v.rewritten = true;

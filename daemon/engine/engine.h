@@ -27,6 +27,7 @@
 #include "daemon/engine/spsc_ring.h"
 #include "daemon/engine/state.h"
 #include "daemon/engine/state_table.h"
+#include "daemon/engine/synproxy.h"
 #include "daemon/engine/time.h"
 
 namespace pairwall::engine {
@@ -53,12 +54,16 @@ struct Verdict {
   Action action = Action::Drop;
   Reason reason = Reason::Internal;
   rules::BlockReply reply = rules::BlockReply::Drop;  // how to reject, for Action::Reject
-  int16_t reply_code = -1;         // ReturnIcmp: the unreachable's code, -1 for the rejector's
-  uint8_t reply_ttl = 0;           // ReturnRst: the reset's TTL, 0 for the rejector's
-  bool rewritten = false;          // the packet bytes were changed (NAT, normalization): send them back
-  bool claimed = false;            // Prerouting: decided here; the hooks after routing must let it by
-  bool log = false;                // the deciding rule or state asked for logging
-  bool synced_insert = false;      // created `state` and queued its insert for the peer (defer)
+  // Packets this decision made for the caller to send (synproxy), generated_first the first of
+  // them in Worker::generated(). (Apart, in the layout's gaps: a verdict stays 40 bytes.)
+  uint8_t generated = 0;
+  int16_t reply_code = -1;     // ReturnIcmp: the unreachable's code, -1 for the rejector's
+  uint8_t reply_ttl = 0;       // ReturnRst: the reset's TTL, 0 for the rejector's
+  bool rewritten = false;      // the packet bytes were changed (NAT, normalization): send them back
+  bool claimed = false;        // Prerouting: decided here; the hooks after routing must let it by
+  bool log = false;            // the deciding rule or state asked for logging
+  bool synced_insert = false;  // created `state` and queued its insert for the peer (defer)
+  uint8_t generated_first = 0;
   uint32_t rule = rules::kNoRule;  // deciding rule's @N, or that of the rule that created the matched state
   // That rule, where known (a state learned from the peer has none): its anchor, for logs. Valid
   // until the worker's next batch, which may take up a newer rule set.
@@ -96,6 +101,10 @@ struct EngineConfig {
   // state`. Off for replays of a capture (pairwall-check), whose packets hold the numbers the ends
   // used without this node in their path: shifted ones would then fail the windows.
   bool modulation = true;
+  // Whether `synproxy state` completes the client's handshake itself before the server sees it;
+  // without, its states are kept as by `keep state`. Off for replays of a capture, whose server
+  // answered the client's own SYN.
+  bool synproxy = true;
 };
 
 class Engine;
@@ -128,6 +137,14 @@ class Worker {
   uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
+  // The packets a verdict of the last process() or process_batch() call made for the caller to
+  // send (Verdict::generated); valid until this worker's next call.
+  std::span<const GeneratedPacket> generated(const Verdict& verdict) const {
+    return {outbox_.data() + verdict.generated_first, verdict.generated};
+  }
+  // Room for two packets per packet of a queue batch (synproxy's splice makes two).
+  static constexpr std::size_t kOutboxCapacity = 128;
+
  private:
   friend class Engine;
   void count_packet(std::size_t size) noexcept {
@@ -140,6 +157,8 @@ class Worker {
   // A `modulate state` offset: never 0, and unpredictable without the worker's key, unlike
   // next_random16(), whose outputs reveal its state to whoever collects enough of them.
   uint32_t next_seqdiff() noexcept;
+  // Adds a packet to `verdict`'s, which must be the last made; false when the outbox is full.
+  bool generate(const SegmentSpec& segment, Verdict& verdict) noexcept;
 
   ReasonCounters counters_;
   SpscRing<StateRecord> events_;
@@ -156,6 +175,8 @@ class Worker {
   uint64_t random_state_ = 0;
   SipKey seqdiff_key_;
   uint64_t seqdiff_count_ = 0;
+  std::array<GeneratedPacket, kOutboxCapacity> outbox_;
+  std::size_t outbox_used_ = 0;  // emptied at the start of each process() and process_batch()
 };
 
 class Engine {
@@ -283,6 +304,10 @@ class Engine {
                                      const PacketView& packet) noexcept;
   static bool modulate(std::span<uint8_t> bytes, const StateEntry& entry, int side,
                        const PacketView& packet) noexcept;
+  // `synproxy state` before its splice: every packet of the state is dropped, and those that move
+  // the handshakes on make this node's answers (synproxy.h).
+  Verdict proxy_handshake(Worker& worker, StateTable::Handle& state, int side, const PacketView& packet,
+                          Millis now) noexcept;
 
   EngineConfig config_;
   InterfaceRegistry interfaces_;

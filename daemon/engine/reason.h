@@ -38,6 +38,7 @@ enum class Reason : uint8_t {
                       // quotes instead of back to that packet's sender, a translated
                       // connection's packet in the form it only has past the translation)
   BadSeq,             // TCP sequence/ack outside the windows both ends advertised
+  Synproxy,           // a handshake packet of `synproxy state`: answered by this node or held back
   StateLimit,         // the state table is full (set limit states)
   RuleStateLimit,     // the rule's own (max N) is reached
   SourceLimit,        // the source address is at its rule's max-src-states, max-src-nodes,

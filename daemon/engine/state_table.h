@@ -36,6 +36,7 @@
 #include "daemon/engine/source_table.h"
 #include "daemon/engine/spin_lock.h"
 #include "daemon/engine/state.h"
+#include "daemon/engine/synproxy.h"
 #include "daemon/engine/time.h"
 #include "daemon/engine/timeouts.h"
 
@@ -94,6 +95,10 @@ struct alignas(64) StateEntry {
   // `modulate state` (stateflag::kModulated): what each end's sequence numbers gain on the way
   // through. Cold: read only for modulated states, which pay for the extra line.
   uint32_t seqdiff[2] = {0, 0};
+  // `synproxy state` (which sets kModulated as well): the handshakes' progress, and the initial
+  // sequence numbers this node chose, [0] answering the initiator, [1] opening to the responder.
+  Proxy proxy = Proxy::None;
+  uint32_t proxy_isn[2] = {0, 0};
 
   // Key 0 is the stack key, key 1 the wire key.
   KeyLink& link(int k) { return k == 0 ? stack_link : wire_link; }

@@ -242,6 +242,10 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
       return Decision::Drop;
     }
     case engine::Verdict::Action::Drop:
+      // synproxy's answers, in the ends' names.
+      if (w.rejector) {
+        for (const engine::GeneratedPacket& made : w.engine_worker.generated(verdict)) w.rejector->send(made);
+      }
       break;
   }
   return Decision::Drop;

@@ -24,6 +24,7 @@ constexpr uint8_t kPfresMemory = 5;
 constexpr uint8_t kPfresStateMismatch = 10;
 constexpr uint8_t kPfresStateLimit = 12;
 constexpr uint8_t kPfresSourceLimit = 13;
+constexpr uint8_t kPfresSynproxy = 14;
 constexpr uint8_t kPfresTranslate = 15;
 // BSD address family numbers, which pflog readers expect whatever the writing system.
 constexpr uint8_t kBsdAfInet = 2;
@@ -64,6 +65,8 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::SourceLimit:
     case Reason::SourceNodeLimit:
       return kPfresSourceLimit;
+    case Reason::Synproxy:
+      return kPfresSynproxy;
     case Reason::Memory:
       return kPfresMemory;
     case Reason::TranslationFailed:

@@ -226,26 +226,38 @@ RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply rep
     counters_.rate_limited.add();
     return RejectStatus::RateLimited;
   }
+  if (!send_datagram(built.family, built.destination, {buffer_, built.size})) return RejectStatus::SendFailed;
+  (built.kind == ReplyKind::TcpRst ? counters_.rst_sent : counters_.icmp_sent).add();
+  return RejectStatus::Sent;
+}
+
+RejectStatus Rejector::send(const engine::GeneratedPacket& packet) noexcept {
+  if (!send_datagram(packet.family, packet.destination, packet.datagram())) return RejectStatus::SendFailed;
+  counters_.synproxy_sent.add();
+  return RejectStatus::Sent;
+}
+
+bool Rejector::send_datagram(Family family, const IpAddress& destination,
+                             std::span<const uint8_t> datagram) noexcept {
   ssize_t sent;
-  if (built.family == Family::V4) {
+  if (family == Family::V4) {
     sockaddr_in to{};
     to.sin_family = AF_INET;
-    built.destination.to_v4_bytes(reinterpret_cast<uint8_t*>(&to.sin_addr));
-    sent =
-        sendto(fd4_, buffer_, built.size, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+    destination.to_v4_bytes(reinterpret_cast<uint8_t*>(&to.sin_addr));
+    sent = sendto(fd4_, datagram.data(), datagram.size(), MSG_DONTWAIT,
+                  reinterpret_cast<const sockaddr*>(&to), sizeof(to));
   } else {
     sockaddr_in6 to{};
     to.sin6_family = AF_INET6;
-    built.destination.to_v6_bytes(to.sin6_addr.s6_addr);
-    sent =
-        sendto(fd6_, buffer_, built.size, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+    destination.to_v6_bytes(to.sin6_addr.s6_addr);
+    sent = sendto(fd6_, datagram.data(), datagram.size(), MSG_DONTWAIT,
+                  reinterpret_cast<const sockaddr*>(&to), sizeof(to));
   }
-  if (sent != static_cast<ssize_t>(built.size)) {
+  if (sent != static_cast<ssize_t>(datagram.size())) {
     counters_.send_errors.add();
-    return RejectStatus::SendFailed;
+    return false;
   }
-  (built.kind == ReplyKind::TcpRst ? counters_.rst_sent : counters_.icmp_sent).add();
-  return RejectStatus::Sent;
+  return true;
 }
 
 }  // namespace pairwall::io

@@ -16,6 +16,7 @@
 
 #include "daemon/engine/address.h"
 #include "daemon/engine/rules/ast.h"
+#include "daemon/engine/synproxy.h"
 #include "daemon/engine/time.h"
 #include "daemon/io/counter.h"
 
@@ -98,6 +99,7 @@ class TokenBucket {
 struct RejectCounters {
   Counter rst_sent;
   Counter icmp_sent;
+  Counter synproxy_sent;  // segments `synproxy state` made (send())
   Counter rate_limited;
   Counter not_eligible;
   Counter malformed;
@@ -119,6 +121,11 @@ class Rejector {
   RejectStatus reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, int16_t code,
                       uint8_t ttl, engine::Millis now) noexcept;
 
+  // Sends a packet the engine made (synproxy's handshake segments) through the same sockets; never
+  // blocks. Not rate limited: each answers one packet of the connection it belongs to, as the
+  // server it stands in for would have. Returns Sent or SendFailed.
+  RejectStatus send(const engine::GeneratedPacket& packet) noexcept;
+
   const RejectCounters& counters() const { return counters_; }
 
  private:
@@ -126,6 +133,9 @@ class Rejector {
   TokenBucket bucket_;
   int fd4_ = -1;
   int fd6_ = -1;
+  bool send_datagram(engine::Family family, const engine::IpAddress& destination,
+                     std::span<const uint8_t> datagram) noexcept;
+
   RejectCounters counters_;
   uint8_t buffer_[kMaxReplySize];
 };

@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
   const Options options = parse_args(argc, argv);
   EngineConfig config;
   config.modulation = false;  // the capture's ends never saw shifted numbers
+  config.synproxy = false;    // nor this node answering for their server
   Engine engine(config);
   rules::InterfaceAddresses addresses;
   try {

@@ -90,6 +90,7 @@ struct StateOptions {
   bool no_sync = false;     // (no-sync): the states are not sent to the sync peer
   bool sloppy = false;      // (sloppy): TCP states track flags only, no sequence windows
   bool modulate = false;    // `modulate state`: TCP states shift each end's sequence numbers
+  bool synproxy = false;    // `synproxy state`: this node completes a TCP handshake before the server sees it
   // Source tracking; 0 = no limit.
   uint32_t max_src_states = 0;     // (max-src-states N): states per source address
   uint32_t max_src_nodes = 0;      // (max-src-nodes N): source addresses with states

@@ -289,7 +289,10 @@ std::string filter_text(const FilterRule& r) {
     });
   }
   if (r.action == Action::Pass) {
-    out += !r.state.keep_state ? " no state" : r.state.modulate ? " modulate state" : " keep state";
+    out += !r.state.keep_state ? " no state"
+           : r.state.modulate  ? " modulate state"
+           : r.state.synproxy  ? " synproxy state"
+                               : " keep state";
     std::vector<std::string> options;
     if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
     if (r.state.no_sync) options.push_back("no-sync");
@@ -683,6 +686,7 @@ class Compiler {
       c.no_sync = r.state.no_sync;
       c.sloppy = r.state.sloppy;
       c.modulate = r.state.modulate;
+      c.synproxy = r.state.synproxy;
       c.sources.max_src_states = r.state.max_src_states;
       c.sources.max_src_nodes = r.state.max_src_nodes;
       c.sources.max_src_conn = r.state.max_src_conn;

@@ -1133,10 +1133,9 @@ class Parser {
     out_.filter_rules.push_back(std::move(r));
   }
 
-  // keep state [(opts)] | modulate state [(opts)] | no state
+  // keep state [(opts)] | modulate state [(opts)] | synproxy state [(opts)] | no state
   void state(FilterRule& r) {
     const Token t = take();
-    if (t.text == "synproxy") fail_at(t, "'synproxy state' is not supported: use 'keep state'");
     expect_word("state", "'state' after '" + t.text + "'");
     if (t.text == "no") {
       r.state.keep_state = false;
@@ -1147,6 +1146,7 @@ class Parser {
     }
     r.state.keep_state = true;
     r.state.modulate = t.text == "modulate";
+    r.state.synproxy = t.text == "synproxy";
     if (!at(TokenKind::LParen)) return;
     const Token open = take();
     bool comma_ok = false;
@@ -1177,8 +1177,10 @@ class Parser {
         r.state.no_sync = true;
       } else if (name.text == "sloppy") {
         // A node that sees one direction of a connection cannot turn back what it shifted in it.
-        if (r.state.modulate)
-          fail_at(name, "'sloppy' cannot be used with 'modulate state': use 'keep state'");
+        if (r.state.modulate || r.state.synproxy)
+          fail_at(name, "'sloppy' cannot be used with '" +
+                            std::string(r.state.modulate ? "modulate" : "synproxy") +
+                            " state': use 'keep state'");
         r.state.sloppy = true;
       } else if (name.text == "max-src-states" || name.text == "max-src-nodes" ||
                  name.text == "max-src-conn") {

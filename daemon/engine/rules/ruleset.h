@@ -50,6 +50,7 @@ struct CompiledRule {
   bool no_sync = false;        // (no-sync): its states stay on this node (pfsync's no-sync)
   bool sloppy = false;         // (sloppy): its TCP states are tracked without sequence windows
   bool modulate = false;       // `modulate state`: its TCP states shift each end's sequence numbers
+  bool synproxy = false;       // `synproxy state`: its TCP connections are proxied until established
   SourceLimits sources;        // max-src-*: counted per source address in the engine's SourceTable
   std::string overload_table;  // overload <table>: empty for none
   OverloadFlush overload_flush = OverloadFlush::None;

@@ -133,7 +133,10 @@ std::string render(const FilterRule& r) {
     o << (r.icmp6_types ? " icmp6" : " icmp");
     for (const auto& t : r.icmp_types) o << " " << int(t.type) << ":" << t.code;
   }
-  o << (!r.state.keep_state ? " nostate" : r.state.modulate ? " modulate" : " keep");
+  o << (!r.state.keep_state ? " nostate"
+        : r.state.modulate  ? " modulate"
+        : r.state.synproxy  ? " synproxy"
+                            : " keep");
   if (r.state.max_states) o << " max=" << r.state.max_states;
   if (r.state.max_src_states) o << " max-src-states=" << r.state.max_src_states;
   if (r.state.max_src_nodes) o << " max-src-nodes=" << r.state.max_src_nodes;
@@ -397,6 +400,8 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"pass all keep state", "pass from * to * keep"},
       {"pass all no state", "pass from * to * nostate"},
       {"pass all modulate state", "pass from * to * modulate"},
+      {"pass in proto tcp to port 80 synproxy state (max 100)",
+       "pass in proto 6 from * to * port =80 synproxy max=100"},
       {"block all no state", "block from * to * nostate"},
       {"pass proto tcp all keep state (max 100, tcp.established 3600 tcp.closing 60)",
        "pass proto 6 from * to * keep max=100 tcp.closing=60 tcp.established=3600"},
@@ -639,7 +644,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass return-rst all", "t.conf:1:6: 'return-rst' applies to block rules only"},
       {"block all keep state", "t.conf:1:11: 'keep state' has no effect on a block rule: remove it"},
       {"pass all keep", "t.conf:1:14: expected 'state' after 'keep', got end of file"},
-      {"pass all synproxy state", "t.conf:1:10: 'synproxy state' is not supported: use 'keep state'"},
+      {"pass all synproxy state (sloppy)",
+       "t.conf:1:26: 'sloppy' cannot be used with 'synproxy state': use 'keep state'"},
       {"pass all keep state no state",
        "t.conf:1:21: duplicate state option: already given at line 1, column 10"},
       {"pass proto tcp all flags S/SA flags any",
