@@ -1,0 +1,94 @@
+"""`synproxy state` through the real daemon: the firewall answers the client's SYN itself, and the
+server hears of a connection only once the client has completed that handshake, from a SYN the
+firewall sends with a sequence number of its own. A connection then echoes 200,000 bytes both ways
+(IPv4 and IPv6), and SYNs that no handshake follows (sent by scapy, whose SYN-ACKs the client's
+kernel resets) are answered by the firewall and never reach the server. Captured by tcpdump on
+both sides."""
+
+import re
+import time
+
+import pytest
+
+from daemon_net import ALLOWED, SERVER4, addr, settle
+
+RULES = f"""\
+in_if = "f0"
+out_if = "f1"
+block all
+pass in on $in_if proto tcp to port {ALLOWED} synproxy state
+pass out on $out_if proto tcp to port {ALLOWED} keep state
+"""
+
+SYN = re.compile(r"Flags \[S\], seq (\d+),")
+SYN_ACK = re.compile(r"Flags \[S\.\], seq (\d+), ack (\d+),")
+
+# SYNs from the client's namespace that no ACK follows, each from its own source port.
+HALF_OPEN = """
+import sys
+from scapy.all import IP, TCP, L3RawSocket, conf, send
+conf.verb = 0
+conf.L3socket = L3RawSocket
+for port in range(41000, 41000 + int(sys.argv[2])):
+    send(IP(dst=sys.argv[1]) / TCP(sport=port, dport=int(sys.argv[3]), flags="S", seq=1000), verbose=False)
+"""
+
+
+def capture(lan, tmp_path, name, ns, iface):
+    log = tmp_path / f"{name}.log"
+    return log, lan.topo.spawn(ns, ["tcpdump", "-i", iface, "-n", "-S", "-l", "tcp", "port", str(ALLOWED)], log=log)
+
+
+def metric(lan, name):
+    text = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
+    line = next((l for l in text.splitlines() if l.startswith(name + " ")), None)
+    assert line is not None, f"{name} missing from /metrics"
+    return int(float(line.split()[-1]))
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_synproxy_splices_a_connection_that_echoes(lan, daemon_factory, tmp_path, family):
+    fw = daemon_factory(rules=RULES)
+    assert "synproxy state" in fw.ctl("rules", "show").stdout
+    dumps = [capture(lan, tmp_path, "client", lan.client, "c0"), capture(lan, tmp_path, "server", lan.server, "s0")]
+    time.sleep(1.0)
+    echo = lan.peer(lan.client, "connect", addr(family, "server"), ALLOWED, "--bytes", 200_000, "--timeout", 10)
+    time.sleep(0.5)
+    for _, d in dumps:
+        lan.topo.stop(d)
+    assert echo["result"] == "ok" and echo["echoed"] == 200_000, f"{echo}; reasons {fw.reasons()}"
+
+    (client_log, _), (server_log, _) = dumps
+    client_text, server_text = client_log.read_text(), server_log.read_text()
+    client_syn, client_synack = SYN.search(client_text), SYN_ACK.search(client_text)
+    server_syn, server_synack = SYN.search(server_text), SYN_ACK.search(server_text)
+    assert client_syn and client_synack and server_syn and server_synack, (client_text[-2000:], server_text[-2000:])
+    # The client's SYN was answered by the firewall, which opened the server's side with its own.
+    assert int(client_synack.group(2)) == int(client_syn.group(1)) + 1
+    assert int(server_syn.group(1)) != int(client_syn.group(1)), "the client's SYN reached the server"
+    assert int(server_synack.group(2)) == int(server_syn.group(1)) + 1
+    # The firewall's SYN-ACK, its SYN, and an ACK to each end at the splice.
+    assert metric(lan, "pairwall_synproxy_segments_sent_total") >= 4
+    reasons = fw.reasons()
+    assert reasons.get("synproxy", 0) >= 3 and reasons.get("bad_seq", 0) == 0, reasons
+    states = fw.json("states", "proto", "tcp")["states"]
+    assert states and all(s.get("modulated") for s in states), states
+
+
+def test_syns_without_a_handshake_never_reach_the_server(lan, daemon_factory, tmp_path):
+    fw = daemon_factory(rules=RULES)
+    log, dump = capture(lan, tmp_path, "server", lan.server, "s0")
+    time.sleep(1.0)
+    syns = 20
+    lan.client.exec(lan.python, "-c", HALF_OPEN, SERVER4, str(syns), str(ALLOWED), timeout=60)
+    settle()
+    time.sleep(1.0)
+    lan.topo.stop(dump)
+
+    server_text = log.read_text()
+    assert not SYN.search(server_text), f"a SYN reached the server:\n{server_text[-2000:]}"
+    # Each SYN was answered (and the client's kernel reset what it had not asked for: dropped too).
+    assert metric(lan, "pairwall_synproxy_segments_sent_total") >= syns
+    assert fw.reasons().get("synproxy", 0) >= syns, fw.reasons()
+    # A real connection still goes through.
+    assert lan.connect(4, ALLOWED)["result"] == "ok"
