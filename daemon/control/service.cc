@@ -78,6 +78,7 @@ struct StateCopy {
   engine::StateId id;
   engine::TimeoutClass timeout = engine::TimeoutClass::TcpFirst;
   uint8_t flags = 0;
+  engine::Proxy proxy = engine::Proxy::None;
   uint32_t rule = 0;
   engine::Millis created{0};
   engine::Millis expires_at{0};
@@ -774,6 +775,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     c.id = e.id;
     c.timeout = e.timeout;
     c.flags = e.flags;
+    c.proxy = e.proxy;
     c.rule = e.rule;
     c.created = e.created;
     const engine::Millis duration =
@@ -813,6 +815,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     s->set_rule(c.rule);
     s->set_from_peer((c.flags & engine::stateflag::kFromPeer) != 0);
     s->set_modulated((c.flags & engine::stateflag::kModulated) != 0);
+    s->set_synproxy(std::string(engine::proxy_name(c.proxy)));
     s->set_timeout(std::string(engine::timeout_class_name(c.timeout)));
     if (tcp) {
       for (int i = 0; i < 2; ++i) {

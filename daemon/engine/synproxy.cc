@@ -15,6 +15,20 @@ constexpr std::size_t kMssOption = 4;  // kind 2, length 4 (RFC 9293 3.2)
 
 }  // namespace
 
+std::string_view proxy_name(Proxy proxy) {
+  switch (proxy) {
+    case Proxy::Initiator:
+      return "awaiting initiator";
+    case Proxy::Responder:
+      return "awaiting responder";
+    case Proxy::Spliced:
+      return "spliced";
+    case Proxy::None:
+      break;
+  }
+  return "";
+}
+
 void build_segment(const SegmentSpec& spec, GeneratedPacket& out) noexcept {
   const std::size_t tcp_length = kTcpHeader + (spec.mss != 0 ? kMssOption : 0);
   uint8_t* ip = out.bytes.data();

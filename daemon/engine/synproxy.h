@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "daemon/engine/address.h"
 
@@ -26,6 +27,9 @@ enum class Proxy : uint8_t {
   Responder,  // sent the responder a SYN, waits for its SYN-ACK (PF_TCPS_PROXY_DST)
   Spliced,    // both ends established: shifted into each other's numbers, as modulate state
 };
+
+// For people: "awaiting initiator", "awaiting responder", "spliced"; "" for None.
+std::string_view proxy_name(Proxy proxy);
 
 // A packet the engine made for the caller to send: a whole IP datagram, checksums complete, sent
 // from this host like any it originates (a raw socket: the kernel routes it).

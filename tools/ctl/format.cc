@@ -255,7 +255,11 @@ std::string format_states(const control::StateList& list, bool count_only) {
     } else {
       o << "rule @" << s.rule();
     }
-    if (s.modulated()) o << ", modulated";
+    if (!s.synproxy().empty()) {
+      o << ", synproxy " << s.synproxy();
+    } else if (s.modulated()) {
+      o << ", modulated";
+    }
     o << ", id " << s.creator() << ":" << s.id() << (s.from_peer() ? " (from peer)" : "") << "\n";
   }
   o << list.matched() << " of " << list.total() << " states";

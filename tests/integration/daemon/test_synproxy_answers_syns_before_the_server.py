@@ -72,7 +72,8 @@ def test_synproxy_splices_a_connection_that_echoes(lan, daemon_factory, tmp_path
     reasons = fw.reasons()
     assert reasons.get("synproxy", 0) >= 3 and reasons.get("bad_seq", 0) == 0, reasons
     states = fw.json("states", "proto", "tcp")["states"]
-    assert states and all(s.get("modulated") for s in states), states
+    assert states and all(s.get("synproxy") == "spliced" for s in states), states
+    assert "synproxy spliced" in fw.ctl("states").stdout
 
 
 def test_syns_without_a_handshake_never_reach_the_server(lan, daemon_factory, tmp_path):
@@ -90,5 +91,7 @@ def test_syns_without_a_handshake_never_reach_the_server(lan, daemon_factory, tm
     # Each SYN was answered (and the client's kernel reset what it had not asked for: dropped too).
     assert metric(lan, "pairwall_synproxy_segments_sent_total") >= syns
     assert fw.reasons().get("synproxy", 0) >= syns, fw.reasons()
+    waiting = [s for s in fw.json("states", "proto", "tcp")["states"] if s.get("synproxy") == "awaiting initiator"]
+    assert len(waiting) == syns, waiting
     # A real connection still goes through.
     assert lan.connect(4, ALLOWED)["result"] == "ok"
