@@ -1,5 +1,5 @@
 // libFuzzer target for the whole engine on sequences of packets (preset "fuzz"): a forwarding
-// firewall with nat, rdr and their pools, binat, scrub, `modulate state`, source limits and a small state
+// firewall with nat, rdr and their pools, binat, scrub, `modulate state`, `synproxy state`, source limits and a small state
 // limit, fed packets from both sides, alone and in batches, while its clock moves, states expire and the
 // control plane reloads, flushes, kills and sends bulks; what it reports for the peer is applied
 // to a second engine, as sync would. Where fuzz_packet tries
@@ -21,7 +21,9 @@
 // Checked, besides what the sanitizers watch: an accepted packet the engine did not say it rewrote
 // is unchanged; one it rewrote still parses, and each checksum that was valid is valid again (an
 // ICMP error's quoted IPv4 header's too; a partial one, complete); every packet is counted under
-// exactly one reason; and once the clock passes every timeout, expiry leaves both tables empty.
+// exactly one reason; every packet the engine makes (synproxy's segments) parses as TCP with valid
+// checksums, and comes with a dropped packet; and once the clock passes every timeout, expiry
+// leaves both tables empty.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +62,7 @@ block in quick from <abusers>
 pass in on lan0 all keep state (max-src-states 24, max-src-conn 12, max-src-conn-rate 40/5, overload <abusers> flush)
 pass in on lan0 proto tcp to port 80 modulate state
 pass in on lan0 proto tcp to port 22 flags S/SA keep state (sloppy)
+pass in on lan0 proto tcp to port 8443 synproxy state
 pass out on wan0 all
 pass in on wan0 proto tcp to 10.1.0.80/31 port 8080 flags S/SA modulate state
 pass in on wan0 proto udp to 10.1.0.53 port 53 keep state (no-sync)
@@ -81,6 +84,7 @@ pass in on lan0 proto tcp modulate state
 pass in on lan0 proto { udp icmp } keep state
 pass out on wan0 all keep state (max 16)
 pass in on wan0 proto tcp to 10.1.0.80 port 8080
+pass in on wan0 proto tcp to 10.1.0.80 port 8443 synproxy state
 )";
 
 constexpr pe::Millis kStart{1'000'000};
@@ -310,6 +314,23 @@ void check(const Sent& sent, std::size_t index, std::span<const uint8_t> after, 
   }
 }
 
+// The packets a verdict made for sending: whole TCP segments with every checksum valid.
+void check_generated(const pe::Worker& worker, const Sent& sent, std::size_t index, std::span<const uint8_t> after,
+                     const pe::Verdict& verdict) {
+  for (const pe::GeneratedPacket& made : worker.generated(verdict)) {
+    auto require = [&](bool ok, const char* what) {
+      if (!ok) fail(what, index, verdict, sent.before, after);
+    };
+    require(verdict.action == pe::Verdict::Action::Drop, "a packet that made others was not dropped");
+    pe::PacketView v;
+    require(pe::parse_packet(made.datagram(), v) == pe::Reason::Match, "a made packet does not parse");
+    require(v.is_tcp() && v.payload_length == 0, "a made packet is not a bare TCP segment");
+    require(ip_header_valid(made.datagram(), v), "a made packet's IPv4 header checksum is wrong");
+    require(transport_valid(made.datagram(), v), "a made packet's TCP checksum is wrong");
+    require(v.dst == made.destination && v.family == made.family, "a made packet goes elsewhere than it says");
+  }
+}
+
 // The peer applies what this node reports, as sync would (here without the wire).
 void replicate(Node& from, Node& to, pe::Millis now) {
   pe::StateRecord record;
@@ -360,8 +381,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   auto run_batch = [&] {
     if (batch.empty()) return;
     node.engine.process_batch(node.worker, batch, now);
-    for (std::size_t i = 0; i < batch.size(); ++i)
+    for (std::size_t i = 0; i < batch.size(); ++i) {
       check(sent[i], processed + i, batch[i].bytes, batch[i].verdict);
+      check_generated(node.worker, sent[i], processed + i, batch[i].bytes, batch[i].verdict);
+    }
     processed += batch.size();
     batch.clear();
     sent.clear();
@@ -401,6 +424,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       const Sent before = remember(packet, partial);
       const pe::Verdict verdict = node.engine.process(node.worker, packet, meta, now);
       check(before, processed, packet, verdict);
+      check_generated(node.worker, before, processed, packet, verdict);
       ++processed;
       replicate(node, peer, now);
     } else {

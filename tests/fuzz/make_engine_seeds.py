@@ -122,6 +122,18 @@ def seeds():
         record(WAN_TO_LAN | ALONE, ip("2001:db8:2::80", "2001:db8:ff::1", 58,
                                       icmp(1, 4, b"\0\0\0\0", ip("2001:db8:ff::1", "2001:db8:2::80", 58, echo)))),
     ]
+    # synproxy state behind nat: the initial sequence numbers the node draws follow from the
+    # target's fixed random seed (0x5eed + 1: SipHash-1-3 of the draw's count, 1 then 2), so that
+    # the conversation reaches the splice and the spliced data.
+    p, q = 1834724544, 2765880523
+    client, server, outside = "10.1.0.15", "192.0.2.84", "203.0.113.1"
+    yield "v4-synproxy-nat", [
+        record(LAN_TO_WAN, ip(client, server, 6, tcp(33010, 8443, 1000, 0, SYN, options=SYN_OPTIONS))),
+        record(LAN_TO_WAN | MS, ip(client, server, 6, tcp(33010, 8443, 1001, p + 1, ACK))),
+        record(WAN_TO_LAN | ALONE, ip(server, outside, 6, tcp(8443, 40000, 5000, q + 1, SYN | ACK))),
+        record(LAN_TO_WAN, ip(client, server, 6, tcp(33010, 8443, 1001, p + 1, PSH | ACK, b"x" * 100))),
+        record(WAN_TO_LAN, ip(server, outside, 6, tcp(8443, 40000, 5001, q + 101, PSH | ACK, b"y" * 50))),
+    ]
     yield "v6-tcp-syn", [
         record(LAN_TO_WAN, ip("2001:db8:1::10", "2001:db8:2::80", 6, tcp(33004, 22, 1000, 0, SYN, options=SYN_OPTIONS))),
         record(WAN_TO_LAN, ip("2001:db8:2::80", "2001:db8:1::10", 6, tcp(22, 33004, 5000, 1001, SYN | ACK))),
