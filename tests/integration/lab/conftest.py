@@ -38,15 +38,16 @@ def make_lab(tmp_path):
     need_root()
     labs = []
 
-    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False, modulate=False):
+    def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False, modulate=False,
+             synproxy=False):
         """sync: the scenario needs state sync (skips, saying why, when pairwalld runs none); nat: the
         firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`); defer: both run
-        `[sync] defer` (`pairwall-lab up --defer`); modulate: their rules keep state with `modulate
-        state` (`pairwall-lab up --modulate`)."""
+        `[sync] defer` (`pairwall-lab up --defer`); modulate, synproxy: their rules keep state with
+        `modulate state`, `synproxy state` (`pairwall-lab up --modulate`, `--synproxy`)."""
         if driver != "none":
             need_pairwalld()
         lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat, defer=defer,
-                  modulate=modulate)
+                  modulate=modulate, synproxy=synproxy)
         labs.append(lab)
         try:
             lab.up(replace=True)

@@ -67,6 +67,9 @@ def parser():
     up.add_argument("--modulate", action="store_true",
                     help="the rules keep state with `modulate state`: TCP sequence numbers shifted on the way "
                          "through (pairwalld drivers)")
+    up.add_argument("--synproxy", action="store_true",
+                    help="the rules keep state with `synproxy state`: the firewall completes each TCP "
+                         "handshake before the server sees it (pairwalld drivers)")
     up.add_argument("--replace", action="store_true", help="tear down a lab with this prefix first")
     up.add_argument("--json", action="store_true")
 
@@ -93,6 +96,7 @@ def parser():
             d.add_argument("--advbase-ms", type=int, default=200)
             d.add_argument("--defer", action="store_true", help="as `up --defer`")
             d.add_argument("--modulate", action="store_true", help="as `up --modulate`")
+            d.add_argument("--synproxy", action="store_true", help="as `up --synproxy`")
             d.add_argument("--no-build", action="store_true", help="do not install packages or build")
 
     st = sub.add_parser("status", help="roles, states per node, sync health")
@@ -137,7 +141,7 @@ def make_plot(rep, say):
 
 def demo(args, say):
     lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
-              defer=args.defer, modulate=args.modulate)
+              defer=args.defer, modulate=args.modulate, synproxy=args.synproxy)
     if args.driver != "none" and not args.no_build:
         build_if_needed(str(lab.bin_dir), say)
     if args.driver == "auto":
@@ -156,7 +160,7 @@ def demo(args, say):
         say("WARNING: falling back to --driver scripted: pairwalld filters, the lab moves the VIPs; "
             "connections survive only if pairwalld syncs its states")
         lab = Lab(args.prefix, bin_dir=args.bin_dir, driver="scripted", advbase_ms=args.advbase_ms,
-                  defer=args.defer, modulate=args.modulate)
+                  defer=args.defer, modulate=args.modulate, synproxy=args.synproxy)
         lab.up(replace=True)
     try:
         rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
@@ -182,7 +186,7 @@ def main(argv=None):
             print(f"removed {len(removed['namespaces'])} namespaces, stopped {len(removed['pids'])} processes")
         elif args.cmd == "up":
             lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
-                      nat=args.nat, defer=args.defer, modulate=args.modulate)
+                      nat=args.nat, defer=args.defer, modulate=args.modulate, synproxy=args.synproxy)
             st = lab.up(replace=args.replace)
             print(json.dumps(st, indent=1) if args.json else format_status(st))
         elif args.cmd == "status":
@@ -223,7 +227,9 @@ def format_status(st):
     nat = f", inside NATed to {topology.VIP_OUT}" if st.get("nat") else ""
     defer = ", sync defer on" if st.get("defer") else ""
     modulate = ", modulate state" if st.get("modulate") else ""
-    lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}{defer}{modulate}"]
+    synproxy = ", synproxy state" if st.get("synproxy") else ""
+    lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}{defer}{modulate}"
+             f"{synproxy}"]
     for node, s in st["nodes"].items():
         extra = "".join(f", {k} {s[k]}" for k in ("bulk_done", "demotion", "sync_peer") if k in s)
         lines.append(f"  {node}: {s.get('role')}, states {s.get('states')}, VIPs {st['vips'].get(node) or '-'}"

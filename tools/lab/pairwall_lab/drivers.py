@@ -217,9 +217,11 @@ pass out on $out_if inet from {vip_out} to any {state} state
 """
 
 
-def rules_text(nat=False, modulate=False):
-    """The rule file the lab gives both firewalls; with `modulate`, its states are kept by `modulate state`."""
-    fields = dict(inside=topology.INSIDE_NET, vip_out=topology.VIP_OUT, state="modulate" if modulate else "keep")
+def rules_text(nat=False, modulate=False, synproxy=False):
+    """The rule file the lab gives both firewalls; with `modulate` (`synproxy`), its states are kept by
+    `modulate state` (`synproxy state`)."""
+    state = "modulate" if modulate else "synproxy" if synproxy else "keep"
+    fields = dict(inside=topology.INSIDE_NET, vip_out=topology.VIP_OUT, state=state)
     return RULES_TEMPLATE.format(in_if=topology.IF_IN, out_if=topology.IF_OUT, inside=topology.INSIDE_NET,
                                  state=fields["state"], nat=NAT_RULES.format(**fields) if nat else "",
                                  nat_pass=NAT_PASS_RULES.format(**fields) if nat else "")
@@ -329,7 +331,7 @@ class PairwalldDriver(Driver):
             d.mkdir(parents=True, exist_ok=True)
             peer = topology.NODE_BY_NAME[topology.other(n.name)]
             rules = d / "pairwall.rules"
-            rules.write_text(rules_text(nat=self.lab.nat, modulate=self.lab.modulate))
+            rules.write_text(rules_text(nat=self.lab.nat, modulate=self.lab.modulate, synproxy=self.lab.synproxy))
             fields = dict(
                 name=n.name, ns=self.lab.ns[n.name], node_id=n.node_id, queue_first=0, rules=rules,
                 socket=self.socket(n.name), metrics_port=9477 + i, if_sync=topology.IF_SYNC, own_sync=n.sync,

@@ -23,7 +23,7 @@ RUN_ROOT = Path("/run/pairwall-lab")
 
 class Lab:
     def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False,
-                 defer=False, modulate=False):
+                 defer=False, modulate=False, synproxy=False):
         if not prefix or len(prefix) > 8 or not prefix.replace("-", "").isalnum():
             raise LabError(f"prefix {prefix!r}: use 1-8 letters, digits or '-'")
         self.prefix = prefix
@@ -42,6 +42,11 @@ class Lab:
         self.defer = defer
         # modulate: the rules keep their states with `modulate state` (TCP sequence numbers shifted).
         self.modulate = modulate
+        # synproxy: the rules keep their states with `synproxy state` (the firewall completes each TCP
+        # handshake before the server sees it).
+        if modulate and synproxy:
+            raise LabError("--modulate and --synproxy are two ways of keeping state: choose one")
+        self.synproxy = synproxy
         self.driver_name = driver
         self._driver = None
         saved = self.load_state()
@@ -52,6 +57,7 @@ class Lab:
             self.nat = saved.get("nat", nat)
             self.defer = saved.get("defer", defer)
             self.modulate = saved.get("modulate", modulate)
+            self.synproxy = saved.get("synproxy", synproxy)
 
     # -- persistent description of a lab that is up
 
@@ -70,7 +76,7 @@ class Lab:
         self.state_file.write_text(json.dumps({"prefix": self.prefix, "driver": self.driver_name,
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
                                                "nat": self.nat, "defer": self.defer, "modulate": self.modulate,
-                                               "namespaces": self.ns,
+                                               "synproxy": self.synproxy, "namespaces": self.ns,
                                                "created": time.time()},
                                               indent=1))
 
@@ -143,9 +149,10 @@ class Lab:
         if self.defer and not isinstance(self.driver, drivers.PairwalldDriver):
             raise LabError(f"--defer is pairwalld's sync option: it needs driver builtin, keepalived or "
                            f"scripted, not {self.driver.name}")
-        if self.modulate and not isinstance(self.driver, drivers.PairwalldDriver):
-            raise LabError(f"--modulate is pairwalld's rule option: it needs driver builtin, keepalived or "
-                           f"scripted, not {self.driver.name}")
+        for flag, on in (("--modulate", self.modulate), ("--synproxy", self.synproxy)):
+            if on and not isinstance(self.driver, drivers.PairwalldDriver):
+                raise LabError(f"{flag} is pairwalld's rule option: it needs driver builtin, keepalived or "
+                               f"scripted, not {self.driver.name}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.save_state()
         try:
