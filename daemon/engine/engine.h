@@ -144,6 +144,7 @@ class Worker {
   }
   // Room for two packets per packet of a queue batch (synproxy's splice makes two).
   static constexpr std::size_t kOutboxCapacity = 128;
+  static_assert(kOutboxCapacity <= 256, "Verdict::generated_first is one byte");
 
  private:
   friend class Engine;
