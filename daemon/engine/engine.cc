@@ -52,9 +52,9 @@ bool tcp_flags_valid(uint8_t flags) {
 }
 
 // Whether sync hears of the state: not when its rule said (no-sync), nor while `synproxy state`
-// holds its handshakes: until both ends are established only this node knows it, and a peer
-// taking over then has nothing to continue (the initiator retries with a new SYN). The proxy's
-// progress is only read for modulated states, which read that line anyway.
+// holds its handshakes: until the splice the connection is this node's alone (a handshake in
+// progress is lost with it, as the server never heard of it). The proxy's progress is only read
+// for modulated states, which read that line anyway.
 bool synced(const StateEntry& entry) {
   if ((entry.flags & stateflag::kNoSync) != 0) return false;
   return (entry.flags & stateflag::kModulated) == 0 || entry.proxy == Proxy::None ||
@@ -80,6 +80,15 @@ SegmentSpec to_responder(const StateEntry& entry, uint32_t seq, uint32_t ack, ui
                          uint16_t window) {
   const StateKey& wire = entry.key(1);
   return {wire.family, wire.addr[0], wire.addr[1], wire.port[0], wire.port[1], seq, ack, flags, window, 0};
+}
+
+// The answer to a synproxy state's initiator's SYN: a SYN-ACK with its MSS and a zero window, as
+// pf's, so that its handshake ACK carries no data; its window opens with the splice's ACK.
+SegmentSpec proxy_synack(const StateEntry& entry) {
+  SegmentSpec synack =
+      to_initiator(entry, entry.proxy_isn[0], entry.peer[0].seqlo + 1, tcpflag::kSyn | tcpflag::kAck, 0);
+  synack.mss = entry.peer[0].mss;
+  return synack;
 }
 
 // by_state()'s way out with a verdict made elsewhere.
@@ -597,10 +606,7 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
 
   if (side == 0) {
     if (entry.proxy == Proxy::Initiator && handshake_flags == kSyn && th.seq == isn) {
-      // Its SYN again: the SYN-ACK was lost.
-      SegmentSpec synack = to_initiator(entry, entry.proxy_isn[0], isn + 1, kSyn | kAck, 0);
-      synack.mss = initiator.mss;
-      send(synack);
+      send(proxy_synack(entry));  // its SYN again: the SYN-ACK was lost
       return v;
     }
     if (handshake_flags != kAck || th.seq != isn + 1 || th.ack != entry.proxy_isn[0] + 1) return v;
@@ -1065,12 +1071,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     answered.by_rule = v.by_rule;
     answered.log = v.log;
     answered.state = state->id;
-    // A SYN-ACK with a zero window, as pf's: the initiator's handshake ACK then carries no data,
-    // and its window opens with the ACK this node sends it at the splice.
-    SegmentSpec synack =
-        to_initiator(*state, state->proxy_isn[0], packet.tcp.seq + 1, tcpflag::kSyn | tcpflag::kAck, 0);
-    synack.mss = state->peer[0].mss;
-    if (!worker.generate(synack, answered)) answered.reason = Reason::Memory;
+    if (!worker.generate(proxy_synack(*state), answered)) answered.reason = Reason::Memory;
     return answered;
   }
   if (translation.translated) {
