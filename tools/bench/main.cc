@@ -61,6 +61,7 @@ void state_keys(const Options& options, Json& out) {
   for (const auto& [count, mpps] : r.lookup_single_mpps)
     out["state_lookup_single_mpps"][std::to_string(count)] = mpps;
   out["state_create_per_s"] = r.create_per_s;
+  out["synproxy_syn_per_s"] = r.synproxy_syn_per_s;
   out["ns_per_packet_hit"] = r.ns_per_packet_hit;
   out["ns_per_packet_hit_single"] = r.ns_per_packet_hit_single;
   out["ns_per_packet_hit_states"] = r.ns_per_packet_hit_states;

@@ -116,11 +116,14 @@ LookupPoint lookup_mpps(uint32_t flows, double seconds) {
 }
 
 // New connections (SYN) with unique tuples; states expire after 1 s of engine time, which runs
-// 100x faster than wall time here so expiry works throughout.
-double create_per_s(double seconds) {
+// 100x faster than wall time here so expiry works throughout. With `synproxy`, the rule answers
+// each SYN itself: a state and a SYN-ACK each, what a flood of SYNs costs the node.
+double create_per_s(double seconds, bool synproxy) {
   Engine engine(bench_config());
   engine.load_rules(
-      compile_rules_text("set limit states 2000000\nset timeout tcp.first 1\npass all\n", engine));
+      compile_rules_text(std::string("set limit states 2000000\nset timeout tcp.first 1\npass all") +
+                             (synproxy ? " synproxy state\n" : "\n"),
+                         engine));
   Worker worker(engine);
   const PacketMeta out{Hook::Forward, engine.interfaces().intern("lan0"), engine.interfaces().intern("wan0"),
                        false};
@@ -134,7 +137,8 @@ double create_per_s(double seconds) {
     for (int i = 0; i < 1000; ++i, ++flow) {
       t.set(kClientBase + static_cast<uint32_t>(flow >> 16), static_cast<uint16_t>(flow), kServer, 80,
             tcpflag::kSyn, 1000, 0);
-      created += engine.process(worker, t.bytes, out, now).reason == Reason::Match;
+      const Verdict v = engine.process(worker, t.bytes, out, now);
+      created += synproxy ? v.reason == Reason::Synproxy && v.generated == 1 : v.reason == Reason::Match;
     }
     now += Millis{10};
     engine.expire(now);
@@ -152,7 +156,8 @@ StateBenchResult run_state_bench(const std::vector<uint32_t>& state_counts, doub
     result.lookup_mpps[n] = p.batch_mpps;
     result.lookup_single_mpps[n] = p.single_mpps;
   }
-  result.create_per_s = create_per_s(seconds);
+  result.create_per_s = create_per_s(seconds, false);
+  result.synproxy_syn_per_s = create_per_s(seconds, true);
   if (!result.lookup_mpps.empty()) {
     // The largest table: the cost of a hit where it is highest, not the cache-resident best case.
     result.ns_per_packet_hit_states = result.lookup_mpps.rbegin()->first;

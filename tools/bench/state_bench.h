@@ -17,6 +17,8 @@ struct StateBenchResult {
   // The same with one Engine::process() call per packet, for comparison.
   std::map<uint32_t, double> lookup_single_mpps;
   double create_per_s = 0;  // new states per second, expiry running
+  // SYNs `synproxy state` answers per second (a state and a SYN-ACK each), expiry running.
+  double synproxy_syn_per_s = 0;
   // CPU ns per hit at the largest table measured (ns_per_packet_hit_states): batched, and single.
   double ns_per_packet_hit = 0;
   double ns_per_packet_hit_single = 0;
