@@ -6,7 +6,8 @@
 // Building the reply is a pure function of the packet's bytes; sending is a sendto on a raw
 // socket (IPPROTO_RAW: IPv4 with IP_HDRINCL, IPv6 with the header included since Linux 4.5).
 // Replies are rate limited by a token bucket, so a flood of rejected packets cannot turn the
-// firewall into a reflector.
+// firewall into a reflector. The same sockets send the segments `synproxy state` makes in a
+// connection's ends' names (Rejector::send).
 #pragma once
 
 #include <algorithm>
@@ -129,13 +130,13 @@ class Rejector {
   const RejectCounters& counters() const { return counters_; }
 
  private:
+  bool send_datagram(engine::Family family, const engine::IpAddress& destination,
+                     std::span<const uint8_t> datagram) noexcept;
+
   RejectConfig config_;
   TokenBucket bucket_;
   int fd4_ = -1;
   int fd6_ = -1;
-  bool send_datagram(engine::Family family, const engine::IpAddress& destination,
-                     std::span<const uint8_t> datagram) noexcept;
-
   RejectCounters counters_;
   uint8_t buffer_[kMaxReplySize];
 };
