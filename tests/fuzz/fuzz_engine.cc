@@ -1,8 +1,8 @@
 // libFuzzer target for the whole engine on sequences of packets (preset "fuzz"): a forwarding
-// firewall with nat, rdr and their pools, binat, scrub, `modulate state`, `synproxy state`, source limits and a small state
-// limit, fed packets from both sides, alone and in batches, while its clock moves, states expire and the
-// control plane reloads, flushes, kills and sends bulks; what it reports for the peer is applied
-// to a second engine, as sync would. Where fuzz_packet tries
+// firewall with nat, rdr and their pools, binat, scrub, `modulate state`, `synproxy state`, source
+// limits and a small state limit, fed packets from both sides, alone and in batches, while its
+// clock moves, states expire and the control plane reloads, flushes, kills and sends bulks; what
+// it reports for the peer is applied to a second engine, as sync would. Where fuzz_packet tries
 // the parser and each rewrite on one packet, this one reaches what only a sequence reaches: TCP
 // windows and their states, replies and ICMP errors translated back by a state, limits, expiry.
 //
@@ -315,8 +315,8 @@ void check(const Sent& sent, std::size_t index, std::span<const uint8_t> after, 
 }
 
 // The packets a verdict made for sending: whole TCP segments with every checksum valid.
-void check_generated(const pe::Worker& worker, const Sent& sent, std::size_t index, std::span<const uint8_t> after,
-                     const pe::Verdict& verdict) {
+void check_generated(const pe::Worker& worker, const Sent& sent, std::size_t index,
+                     std::span<const uint8_t> after, const pe::Verdict& verdict) {
   for (const pe::GeneratedPacket& made : worker.generated(verdict)) {
     auto require = [&](bool ok, const char* what) {
       if (!ok) fail(what, index, verdict, sent.before, after);
@@ -327,7 +327,8 @@ void check_generated(const pe::Worker& worker, const Sent& sent, std::size_t ind
     require(v.is_tcp() && v.payload_length == 0, "a made packet is not a bare TCP segment");
     require(ip_header_valid(made.datagram(), v), "a made packet's IPv4 header checksum is wrong");
     require(transport_valid(made.datagram(), v), "a made packet's TCP checksum is wrong");
-    require(v.dst == made.destination && v.family == made.family, "a made packet goes elsewhere than it says");
+    require(v.dst == made.destination && v.family == made.family,
+            "a made packet goes elsewhere than it says");
   }
 }
 
