@@ -51,14 +51,9 @@ bool tcp_flags_valid(uint8_t flags) {
   return true;
 }
 
-// Whether sync hears of the state: not when its rule said (no-sync), nor while `synproxy state`
-// holds its handshakes: until the splice the connection is this node's alone (a handshake in
-// progress is lost with it, as the server never heard of it). The proxy's progress is only read
-// for modulated states, which read that line anyway.
+// Whether sync hears of the state: not when its rule said (no-sync).
 bool synced(const StateEntry& entry) {
-  if ((entry.flags & stateflag::kNoSync) != 0) return false;
-  return (entry.flags & stateflag::kModulated) == 0 || entry.proxy == Proxy::None ||
-         entry.proxy == Proxy::Spliced;
+  return (entry.flags & stateflag::kNoSync) == 0;
 }
 
 // A synproxy state before its splice: the handshakes are this node's.
@@ -276,8 +271,29 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   r.expires_in = std::max(Millis{0}, entry.last_seen + timeout_of(entry, entry.timeout, current) - now);
   r.rule = entry.rule;
   r.flags = entry.flags & ~stateflag::kSourceConnection;  // the peer keeps no source nodes
-  if ((entry.flags & stateflag::kModulated) != 0) r.seqdiff = {entry.seqdiff[0], entry.seqdiff[1]};
+  if ((entry.flags & stateflag::kModulated) != 0) {
+    r.seqdiff = {entry.seqdiff[0], entry.seqdiff[1]};
+    r.proxy = entry.proxy;
+    r.proxy_isn = {entry.proxy_isn[0], entry.proxy_isn[1]};
+  }
   return r;
+}
+
+void Engine::emit_update(Worker& worker, StateEntry& entry, Millis now,
+                         const rules::RuleSet& current) noexcept {
+  if (!synced(entry)) return;
+  entry.last_synced = now;
+  StateRecord update = make_record(entry, now, current);
+  update.kind = StateRecord::Kind::Update;
+  worker.emit(update);
+}
+
+void Engine::emit_delete(Worker& worker, const StateEntry& entry) noexcept {
+  if (!synced(entry)) return;
+  StateRecord gone;
+  gone.kind = StateRecord::Kind::Delete;
+  gone.id = entry.id;
+  worker.emit(gone);
 }
 
 // A packet parsed, with its state key, and the key's hash when it will be looked up by that key.
@@ -601,6 +617,7 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
   v.by_rule = rules.holds(entry.creator) ? entry.creator : nullptr;
   v.state = entry.id;
   auto send = [&](const SegmentSpec& segment) {
+    entry.adopted = true;  // this node's traffic now, whoever began the handshake
     if (!worker.generate(segment, v)) v.reason = Reason::Memory;
   };
 
@@ -615,6 +632,7 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
       entry.proxy_isn[1] = worker.next_seqdiff();
       initiator.max_win = std::max<uint32_t>(th.window, 1);  // unscaled: no scaling was agreed
       states_.touch(state, TimeoutClass::TcpOpening, timeout_of(entry, TimeoutClass::TcpOpening, rules), now);
+      emit_update(worker, entry, now, rules);
     }
     // A zero window again (pf's): the responder's first data waits for the splice's ACK.
     SegmentSpec syn = to_responder(entry, entry.proxy_isn[1], 0, kSyn, 0);
@@ -642,8 +660,9 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
   responder.seqhi = responder_isn + 1 + initiator.max_win;
   entry.proxy = Proxy::Spliced;
   if (entry.source != nullptr && !connection_admitted(worker, state, now)) {
-    // pf_src_connlimit: the connection that goes over max-src-conn or its rate ends here. The
-    // responder's half-open connection times out; the peer never heard of this one.
+    // pf_src_connlimit: the connection that goes over max-src-conn or its rate ends here; the
+    // responder's half-open connection times out.
+    emit_delete(worker, entry);
     states_.erase(state);
     v.reason = Reason::SourceLimit;
     return v;
@@ -654,11 +673,7 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
                     static_cast<uint16_t>(std::min<uint32_t>(responder.max_win, UINT16_MAX))));
   states_.touch(state, TimeoutClass::TcpEstablished, timeout_of(entry, TimeoutClass::TcpEstablished, rules),
                 now);
-  // Now the peer may hear of it, whole: a failover from here on keeps the connection.
-  if (synced(entry)) {
-    entry.last_synced = now;
-    worker.emit(make_record(entry, now, rules));
-  }
+  emit_update(worker, entry, now, rules);
   return v;
 }
 
@@ -731,10 +746,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           packet.is_tcp() && (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn;
       if (syn_only && from_initiator && tcp_state_reusable(sender, receiver)) {
         // Port reuse after a close: the old state gives way to a new connection.
-        StateRecord gone;
-        gone.kind = StateRecord::Kind::Delete;
-        gone.id = state->id;
-        if (synced(*state)) worker.emit(gone);
+        emit_delete(worker, *state);
         states_.erase(state);
       } else {
         const int side = from_initiator ? 0 : 1;
@@ -750,23 +762,15 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         if (track.protocol_state_changed && state->source != nullptr &&
             !connection_admitted(worker, state, now)) {
           // pf_src_connlimit: the connection that goes over max-src-conn or its rate ends here.
-          StateRecord gone;
-          gone.kind = StateRecord::Kind::Delete;
-          gone.id = state->id;
-          if (synced(*state)) worker.emit(gone);
+          emit_delete(worker, *state);
           const uint32_t rule = state->rule;
           states_.erase(state);
           return decided(verdict, drop(Reason::SourceLimit, rule));
         }
         const bool class_changed = track.timeout != state->timeout;
         states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
-        if ((track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh) &&
-            synced(*state)) {
-          state->last_synced = now;
-          StateRecord update = make_record(*state, now, rules);
-          update.kind = StateRecord::Kind::Update;
-          worker.emit(update);
-        }
+        if (track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh)
+          emit_update(worker, *state, now, rules);
         verdict = Verdict{};
         verdict.action = Verdict::Action::Accept;
         verdict.reason = Reason::State;
@@ -1223,6 +1227,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->adopted = false;
     state->seqdiff[0] = record.seqdiff[0];
     state->seqdiff[1] = record.seqdiff[1];
+    state->proxy = record.proxy;
+    state->proxy_isn[0] = record.proxy_isn[0];
+    state->proxy_isn[1] = record.proxy_isn[1];
   } else {
     // Merge: sequence numbers and protocol states only move forward.
     PeerTracking* local[2] = {&state->peer[0], &state->peer[1]};
@@ -1244,10 +1251,13 @@ bool Engine::apply(const StateRecord& record, Millis now) {
       if (l.mss == 0) l.mss = r.mss;
       l.state = std::max(l.state, r.state);
     }
-    // An end's offset, once drawn, never changes: only one not yet known here is taken.
+    // An end's offset, once drawn, never changes: only one not yet known here is taken. So with
+    // the initial sequence numbers of a synproxy state, whose handshakes only move forward.
     for (int i = 0; i < 2; ++i) {
       if (state->seqdiff[i] == 0) state->seqdiff[i] = record.seqdiff[i];
+      if (state->proxy_isn[i] == 0) state->proxy_isn[i] = record.proxy_isn[i];
     }
+    state->proxy = std::max(state->proxy, record.proxy);
   }
   state->named_at = peer_sequence_;
   const TimeoutClass timeout = record.stack_key.proto == ipproto::kTcp

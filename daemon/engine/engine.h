@@ -263,6 +263,11 @@ class Engine {
   static Millis timeout_of(const StateEntry& entry, TimeoutClass timeout,
                            const rules::RuleSet& current) noexcept;
   static StateRecord make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept;
+  // Tells the peer how a synced state stands now (an Update).
+  static void emit_update(Worker& worker, StateEntry& entry, Millis now,
+                          const rules::RuleSet& current) noexcept;
+  // Tells the peer a synced state is gone (a Delete).
+  static void emit_delete(Worker& worker, const StateEntry& entry) noexcept;
   void emit_control(const StateRecord& record) noexcept;
   // Removes the states `choose` accepts (asked again under each state's lock), calling
   // `on_removed` on each before it goes. Control path: visits the whole table.

@@ -55,6 +55,15 @@ enum class TcpState : uint8_t {
   TimeWait,
 };
 
+// Where a `synproxy state` is in the handshakes its node completes for the two ends (synproxy.h).
+// The phases only move forward.
+enum class Proxy : uint8_t {
+  None,       // not a synproxy state
+  Initiator,  // answered the initiator's SYN, waits for its ACK (pf's PF_TCPS_PROXY_SRC)
+  Responder,  // sent the responder a SYN, waits for its SYN-ACK (PF_TCPS_PROXY_DST)
+  Spliced,    // both ends established: shifted into each other's numbers, as modulate state
+};
+
 // Per-side state of a connectionless flow (pf's PFUDPS_* / PFOTHERS_*).
 enum class FlowState : uint8_t { NoTraffic, Single, Multiple };
 
@@ -92,6 +101,10 @@ struct StateRecord {
   // `modulate state`: what each end's sequence numbers gain on the way through ([0] the
   // initiator's), 0 for an end not (yet) modulated.
   std::array<uint32_t, 2> seqdiff{0, 0};
+  // `synproxy state`: the handshakes' progress, and the initial sequence numbers the node chose
+  // toward each end ([0] its SYN-ACK to the initiator, [1] its SYN to the responder; 0 not yet).
+  Proxy proxy = Proxy::None;
+  std::array<uint32_t, 2> proxy_isn{0, 0};
 };
 
 namespace stateflag {

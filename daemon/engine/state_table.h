@@ -36,7 +36,6 @@
 #include "daemon/engine/source_table.h"
 #include "daemon/engine/spin_lock.h"
 #include "daemon/engine/state.h"
-#include "daemon/engine/synproxy.h"
 #include "daemon/engine/time.h"
 #include "daemon/engine/timeouts.h"
 

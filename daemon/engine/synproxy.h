@@ -4,7 +4,8 @@
 // spliced: each end keeps the initial sequence number it chose, the node shifts each end's numbers
 // into the other's by the offsets of `modulate state` (Engine::track_modulated), and the window
 // scale, SACK and timestamp options the client offered are not passed on (pf does the same: its
-// SYN-ACK carries an MSS option only).
+// SYN-ACK carries an MSS option only). Each step reaches the sync peer in the state's records
+// (StateRecord::proxy, proxy_isn), so that a node taking over finishes a handshake its peer began.
 //
 // The engine makes the segments it sends in the two ends' names here, into packets the caller
 // sends from this host (GeneratedPacket). Pure and noexcept.
@@ -17,16 +18,9 @@
 #include <string_view>
 
 #include "daemon/engine/address.h"
+#include "daemon/engine/state.h"
 
 namespace pairwall::engine {
-
-// Where a synproxy state is in the handshakes this node completes for its ends.
-enum class Proxy : uint8_t {
-  None,       // not a synproxy state
-  Initiator,  // answered the initiator's SYN, waits for its ACK (pf's PF_TCPS_PROXY_SRC)
-  Responder,  // sent the responder a SYN, waits for its SYN-ACK (PF_TCPS_PROXY_DST)
-  Spliced,    // both ends established: shifted into each other's numbers, as modulate state
-};
 
 // For people: "awaiting initiator", "awaiting responder", "spliced"; "" for None.
 std::string_view proxy_name(Proxy proxy);

@@ -66,10 +66,14 @@ bool PendingRecords::add(const engine::StateRecord& r, Micros now) {
       estimated_bytes_ -= estimate(item.record);
       if (r.kind == Kind::Update && item.record.kind == Kind::Insert) {
         // Fold the newer tracking into the pending insert: the peer still needs the whole state.
+        // (An update carries all an insert does but the keys, rule and flags.)
         item.record.src = r.src;
         item.record.dst = r.dst;
         item.record.timeout = r.timeout;
         item.record.expires_in = r.expires_in;
+        item.record.seqdiff = r.seqdiff;
+        item.record.proxy = r.proxy;
+        item.record.proxy_isn = r.proxy_isn;
       } else if (!(r.kind == Kind::Update && item.record.kind == Kind::Delete)) {
         item.record = r;
       }

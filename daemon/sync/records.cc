@@ -66,7 +66,7 @@ bool get_key(const wire::Key& in, engine::StateKey& k) {
   return get_addr(k.family, in.addr0(), k.addr[0]) && get_addr(k.family, in.addr1(), k.addr[1]);
 }
 
-void put_peer(const engine::PeerTracking& p, uint32_t seqdiff, wire::Peer* out) {
+void put_peer(const engine::PeerTracking& p, uint32_t seqdiff, uint32_t proxy_isn, wire::Peer* out) {
   out->set_seqlo(p.seqlo);
   out->set_seqhi(p.seqhi);
   out->set_max_win(p.max_win);
@@ -74,6 +74,13 @@ void put_peer(const engine::PeerTracking& p, uint32_t seqdiff, wire::Peer* out) 
   out->set_state(p.state);
   out->set_mss(p.mss);
   out->set_seqdiff(seqdiff);
+  out->set_proxy_isn(proxy_isn);
+}
+
+bool get_proxy(uint32_t value, engine::Proxy& out) {
+  if (value > static_cast<uint32_t>(engine::Proxy::Spliced)) return false;
+  out = static_cast<engine::Proxy>(value);
+  return true;
 }
 
 bool get_peer(const wire::Peer& in, bool tcp, engine::PeerTracking& p) {
@@ -112,22 +119,24 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
   out->set_counter(r.id.counter);
   put_key(r.stack_key, out->mutable_stack_key());
   if (!(r.wire_key == r.stack_key)) put_key(r.wire_key, out->mutable_wire_key());
-  put_peer(r.src, r.seqdiff[0], out->mutable_src());
-  put_peer(r.dst, r.seqdiff[1], out->mutable_dst());
+  put_peer(r.src, r.seqdiff[0], r.proxy_isn[0], out->mutable_src());
+  put_peer(r.dst, r.seqdiff[1], r.proxy_isn[1], out->mutable_dst());
   out->set_timeout(static_cast<uint32_t>(r.timeout));
   out->set_expires_in_ms(expires_ms(r.expires_in));
   out->set_rule(r.rule);
   out->set_flags(r.flags);
   out->set_bulk(bulk);
+  out->set_proxy(static_cast<uint32_t>(r.proxy));
 }
 
 void encode_update(const engine::StateRecord& r, wire::Update* out) {
   out->set_creator(r.id.creator);
   out->set_counter(r.id.counter);
-  put_peer(r.src, r.seqdiff[0], out->mutable_src());
-  put_peer(r.dst, r.seqdiff[1], out->mutable_dst());
+  put_peer(r.src, r.seqdiff[0], r.proxy_isn[0], out->mutable_src());
+  put_peer(r.dst, r.seqdiff[1], r.proxy_isn[1], out->mutable_dst());
   out->set_timeout(static_cast<uint32_t>(r.timeout));
   out->set_expires_in_ms(expires_ms(r.expires_in));
+  out->set_proxy(static_cast<uint32_t>(r.proxy));
 }
 
 void encode_delete(const engine::StateId& id, wire::Delete* out) {
@@ -151,7 +160,9 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
   const bool tcp = out.stack_key.proto == 6;
   if (!get_peer(in.src(), tcp, out.src) || !get_peer(in.dst(), tcp, out.dst)) return false;
   out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
-  if (!get_timeout(in.timeout(), out.timeout) || in.flags() > 0xff || in.expires_in_ms() > kMaxExpiresMs) {
+  out.proxy_isn = {in.src().proxy_isn(), in.dst().proxy_isn()};
+  if (!get_timeout(in.timeout(), out.timeout) || in.flags() > 0xff || in.expires_in_ms() > kMaxExpiresMs ||
+      !get_proxy(in.proxy(), out.proxy)) {
     return false;
   }
   out.expires_in = engine::Millis{in.expires_in_ms()};
@@ -169,7 +180,11 @@ bool decode_update(const wire::Update& in, engine::StateRecord& out) {
   // state it belongs to.
   if (!get_peer(in.src(), true, out.src) || !get_peer(in.dst(), true, out.dst)) return false;
   out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
-  if (!get_timeout(in.timeout(), out.timeout) || in.expires_in_ms() > kMaxExpiresMs) return false;
+  out.proxy_isn = {in.src().proxy_isn(), in.dst().proxy_isn()};
+  if (!get_timeout(in.timeout(), out.timeout) || in.expires_in_ms() > kMaxExpiresMs ||
+      !get_proxy(in.proxy(), out.proxy)) {
+    return false;
+  }
   out.expires_in = engine::Millis{in.expires_in_ms()};
   return true;
 }

@@ -3,8 +3,8 @@ pairwalld under 100 long TCP connections: every connection carries on through th
 over. Each connection's handshake was completed by the dead master, which chose the initial sequence
 number the client saw and the one the server saw; the new master can only carry the connection on by
 shifting each end's numbers into the other's by the offsets that reached it at the splice. The
-states of the drill's connections on the new master are modulated by those offsets and were learned
-from the peer."""
+states of the drill's connections on the new master say they were spliced and learned from the
+peer."""
 
 from pairwall_lab import chaos, drill, topology
 
@@ -26,7 +26,7 @@ def test_kill_master_with_synproxy_keeps_sessions(make_lab, out_dir):
     assert r is not None, f"pairwallctl states --json failed on {rep['new_master']}"
     drilled = [s for s in r.get("states", []) if s.get("dst", {}).get("port") == topology.TCP_PORT]
     assert len(drilled) >= CONNECTIONS, r
-    # The node that took over learned them spliced: modulated by the splice's offsets.
-    assert all(s.get("modulated") for s in drilled), [s for s in drilled if not s.get("modulated")][:3]
+    assert all(s.get("synproxy") == "spliced" for s in drilled), [s for s in drilled
+                                                                    if s.get("synproxy") != "spliced"][:3]
     assert sum(1 for s in drilled if s.get("from_peer")) >= CONNECTIONS, drilled[:3]
     assert chaos.stray_check(lab) == []

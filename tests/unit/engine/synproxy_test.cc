@@ -97,35 +97,52 @@ struct ProxyIsns {
   uint32_t to_server = 0;
 };
 
-// The client's handshake with the node, then the node's with the server, through `fw`.
-ProxyIsns handshakes(Firewall& fw, const Ends& e) {
+// The three steps of the handshakes through `fw`, each checking what the node sends. The client's
+// SYN, answered: returns the node's initial sequence number toward the client.
+uint32_t answer_syn(Firewall& fw, const Ends& e) {
   using namespace tcpflag;
   const Verdict syn = fw.out(e.segment(true, kSyn, kClientIsn, 0));
   REQUIRE(syn.action == Action::Drop);
   REQUIRE(syn.reason == Reason::Synproxy);
-  auto made = made_by(fw, syn);
+  const auto made = made_by(fw, syn);
   REQUIRE(made.size() == 1);
-  ProxyIsns isns;
-  isns.to_client = e.seq_of(made[0]);
+  const uint32_t to_client = e.seq_of(made[0]);
   // A SYN-ACK from the server's address with the client's MSS and a zero window; nothing else.
-  CHECK(made[0] == e.made(true, kSyn | kAck, isns.to_client, kClientIsn + 1, 0, kMss));
+  CHECK(made[0] == e.made(true, kSyn | kAck, to_client, kClientIsn + 1, 0, kMss));
+  return to_client;
+}
 
-  const Verdict ack = fw.out(e.segment(true, kAck, kClientIsn + 1, isns.to_client + 1));
+// The client's handshake ACK, which opens the server's side: returns the node's initial sequence
+// number toward the server.
+uint32_t open_server(Firewall& fw, const Ends& e, uint32_t to_client) {
+  using namespace tcpflag;
+  const Verdict ack = fw.out(e.segment(true, kAck, kClientIsn + 1, to_client + 1));
   REQUIRE(ack.reason == Reason::Synproxy);
-  made = made_by(fw, ack);
+  const auto made = made_by(fw, ack);
   REQUIRE(made.size() == 1);
-  isns.to_server = e.seq_of(made[0]);
-  CHECK(made[0] == e.made(false, kSyn, isns.to_server, 0, 0, kMss));
+  const uint32_t to_server = e.seq_of(made[0]);
+  CHECK(made[0] == e.made(false, kSyn, to_server, 0, 0, kMss));
+  return to_server;
+}
 
+// The server's SYN-ACK, which splices the two: the server's handshake completed with the client's
+// window, the client's window opened with the server's.
+void splice(Firewall& fw, const Ends& e, const ProxyIsns& isns) {
+  using namespace tcpflag;
   const Verdict synack = fw.in(e.segment(false, kSyn | kAck, kServerIsn, isns.to_server + 1, 1024));
   REQUIRE(synack.action == Action::Drop);
   REQUIRE(synack.reason == Reason::Synproxy);
-  made = made_by(fw, synack);
+  const auto made = made_by(fw, synack);
   REQUIRE(made.size() == 2);
-  // The server's handshake completed with the client's window, the client's window opened with
-  // the server's.
   CHECK(made[0] == e.made(false, kAck, isns.to_server + 1, kServerIsn + 1, 512));
   CHECK(made[1] == e.made(true, kAck, isns.to_client + 1, kClientIsn + 1, 1024));
+}
+
+ProxyIsns handshakes(Firewall& fw, const Ends& e) {
+  ProxyIsns isns;
+  isns.to_client = answer_syn(fw, e);
+  isns.to_server = open_server(fw, e, isns.to_client);
+  splice(fw, e, isns);
   return isns;
 }
 
@@ -214,8 +231,12 @@ TEST_CASE("synproxy state: retransmissions drive the handshakes, anything else i
   CHECK(stray.generated == 0);
   const Verdict refused = fw.in(e.segment(false, kRst | kAck, 0, to_server + 1));
   CHECK(refused.reason == Reason::Synproxy);
-  // Nothing of it was told to the sync peer yet.
-  CHECK(fw.drain().empty());
+  // The sync peer heard of the state and of the server's side opening; of the packets held back,
+  // repeated or refused, nothing.
+  const auto records = fw.drain();
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].kind == StateRecord::Kind::Insert);
+  CHECK(records[1].proxy == pairwall::engine::Proxy::Responder);
 }
 
 TEST_CASE("synproxy state: a flood of SYNs never reaches the server", "[engine][tcp][synproxy]") {
@@ -237,26 +258,52 @@ TEST_CASE("synproxy state: a flood of SYNs never reaches the server", "[engine][
   }
   CHECK(fw.engine.states().size() == kSources);
   CHECK(fw.worker.counters().get(Reason::Synproxy) == kSources);
-  CHECK(fw.drain().empty());
+  // The peer is told of each half-open state, as pfsync tells of pf's: an insert each.
+  CHECK(fw.drain().size() == kSources);
 }
 
-TEST_CASE("synproxy state: the splice's insert carries the connection to the peer",
+TEST_CASE("synproxy state: the peer learns each step, and carries the connection on from any of them",
           "[engine][tcp][synproxy][sync]") {
-  Firewall fw(kSynproxy);
+  using pairwall::engine::Proxy;
   const Ends e;
-  const ProxyIsns isns = handshakes(fw, e);
-  const auto records = fw.drain();
-  // One insert, at the splice, with both ends established and their offsets.
-  REQUIRE(records.size() == 1);
-  CHECK(records[0].kind == StateRecord::Kind::Insert);
-  CHECK((records[0].flags & stateflag::kModulated) != 0);
-  CHECK(records[0].seqdiff ==
-        std::array<uint32_t, 2>{isns.to_server - kClientIsn, isns.to_client - kServerIsn});
-  CHECK(records[0].src.state == static_cast<uint8_t>(TcpState::Established));
-  CHECK(records[0].dst.state == static_cast<uint8_t>(TcpState::Established));
-
+  Firewall fw(kSynproxy);
   Firewall peer("block all\n", 2);
-  REQUIRE(peer.engine.apply(records[0], peer.now));
+  auto to_peer = [&] {
+    for (const StateRecord& r : fw.drain()) REQUIRE(peer.engine.apply(r, peer.now));
+  };
+  ProxyIsns isns;
+
+  SECTION("the master dies after the splice") {
+    isns = handshakes(fw, e);
+    const auto records = fw.drain();
+    // An insert with the SYN, an update with each step.
+    REQUIRE(records.size() == 3);
+    CHECK(records[0].kind == StateRecord::Kind::Insert);
+    CHECK(records[0].proxy == Proxy::Initiator);
+    CHECK(records[0].proxy_isn[0] == isns.to_client);
+    CHECK(records[1].kind == StateRecord::Kind::Update);
+    CHECK(records[1].proxy == Proxy::Responder);
+    CHECK(records[1].proxy_isn == std::array<uint32_t, 2>{isns.to_client, isns.to_server});
+    CHECK(records[2].proxy == Proxy::Spliced);
+    CHECK((records[2].flags & stateflag::kModulated) != 0);
+    CHECK(records[2].seqdiff ==
+          std::array<uint32_t, 2>{isns.to_server - kClientIsn, isns.to_client - kServerIsn});
+    CHECK(records[2].src.state == static_cast<uint8_t>(TcpState::Established));
+    CHECK(records[2].dst.state == static_cast<uint8_t>(TcpState::Established));
+    for (const StateRecord& r : records) REQUIRE(peer.engine.apply(r, peer.now));
+  }
+  SECTION("the master dies when the server's SYN is out: the peer splices with the server's answer") {
+    isns.to_client = answer_syn(fw, e);
+    isns.to_server = open_server(fw, e, isns.to_client);
+    to_peer();
+    splice(peer, e, isns);
+  }
+  SECTION("the master dies having answered the client: the peer opens the server's side itself") {
+    isns.to_client = answer_syn(fw, e);
+    to_peer();
+    isns.to_server = open_server(peer, e, isns.to_client);
+    splice(peer, e, isns);
+  }
   data_both_ways(peer, e, isns);
 }
 

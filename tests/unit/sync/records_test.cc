@@ -22,6 +22,8 @@ void check_same(const StateRecord& a, const StateRecord& b) {
   CHECK(a.rule == b.rule);
   CHECK(a.flags == b.flags);
   CHECK(a.seqdiff == b.seqdiff);
+  CHECK(a.proxy == b.proxy);
+  CHECK(a.proxy_isn == b.proxy_isn);
 }
 
 StateRecord round_trip_insert(const StateRecord& r) {
@@ -62,6 +64,13 @@ TEST_CASE("inserts round trip", "[sync][records]") {
     r.seqdiff = {0x9e3779b9, 0xfffffffe};
     check_same(round_trip_insert(r), r);
   }
+  SECTION("synproxy state: the handshakes' progress and the node's initial sequence numbers") {
+    auto r = test::make_insert(1, 8);
+    r.flags = pairwall::engine::stateflag::kModulated;
+    r.proxy = pairwall::engine::Proxy::Responder;
+    r.proxy_isn = {0xdeadbeef, 0x00000001};
+    check_same(round_trip_insert(r), r);
+  }
   SECTION("UDP with flow states") {
     auto r = test::make_insert(1, 6);
     r.stack_key.proto = r.wire_key.proto = 17;
@@ -85,7 +94,9 @@ TEST_CASE("updates and deletes round trip", "[sync][records]") {
   r.kind = StateRecord::Kind::Update;
   r.src.seqlo = 0xfffffff0;
   r.dst.state = static_cast<uint8_t>(pairwall::engine::TcpState::Established);
-  r.seqdiff = {0x12345678, 0x87654321};  // the responder's is first known in an update
+  r.seqdiff = {0x12345678, 0x87654321};  // a synproxy state's are first known in an update
+  r.proxy = pairwall::engine::Proxy::Spliced;
+  r.proxy_isn = {0x0badf00d, 0xfeedface};
   wire::Update u;
   encode_update(r, &u);
   StateRecord out;
@@ -95,6 +106,8 @@ TEST_CASE("updates and deletes round trip", "[sync][records]") {
   CHECK(out.src == r.src);
   CHECK(out.dst == r.dst);
   CHECK(out.seqdiff == r.seqdiff);
+  CHECK(out.proxy == r.proxy);
+  CHECK(out.proxy_isn == r.proxy_isn);
   CHECK(out.timeout == r.timeout);
 
   wire::Delete d;
@@ -127,6 +140,7 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
       {"mss 70000", [](wire::Insert& m) { m.mutable_src()->set_mss(70000); }},
       {"timeout class past the end", [](wire::Insert& m) { m.set_timeout(99); }},
       {"flags past 8 bits", [](wire::Insert& m) { m.set_flags(0x100); }},
+      {"synproxy phase past the splice", [](wire::Insert& m) { m.set_proxy(4); }},
       {"state counter 0", [](wire::Insert& m) { m.set_counter(0); }},
       {"no key", [](wire::Insert& m) { m.clear_stack_key(); }},
       {"wire key of another family",
@@ -148,6 +162,9 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
   wire::Update u;
   encode_update(r, &u);
   u.set_timeout(1000);
+  CHECK_FALSE(decode_update(u, out));
+  encode_update(r, &u);
+  u.set_proxy(4);
   CHECK_FALSE(decode_update(u, out));
   wire::Delete d;
   CHECK_FALSE(decode_delete(d, out));  // counter 0
