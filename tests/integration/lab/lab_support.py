@@ -46,3 +46,12 @@ def assert_took_over_in_time(rep, advbase_ms=ADVBASE_MS):
     assert rep["failover_ms"] <= bound, f"failover {rep['failover_ms']} ms > {bound} ms"
     assert rep["path_at_end"].keys() == {rep["new_master"]}, rep["path_at_end"]
     assert rep["roles_after"][rep["new_master"]] == "master", rep["roles_after"]
+
+
+def drilled_states(lab, node):
+    """The states of the drill's TCP connections (to the server's TCP_PORT) on `node`, from
+    `pairwallctl states --json`."""
+    r = lab.driver.ctl(node, "states", "--json", "--limit", "10000", "port", str(topology.TCP_PORT), "proto", "tcp",
+                       timeout=20)
+    assert r is not None, f"pairwallctl states --json failed on {node}"
+    return [s for s in r.get("states", []) if s.get("dst", {}).get("port") == topology.TCP_PORT]

@@ -5,9 +5,9 @@ it with the states (an end that saw its peer's numbers jump would drop the segme
 states of the drill's connections on the new master say they are modulated and were learned from the
 peer."""
 
-from pairwall_lab import chaos, drill, topology
+from pairwall_lab import chaos, drill
 
-from lab_support import assert_kept_every_session, assert_took_over_in_time
+from lab_support import assert_kept_every_session, assert_took_over_in_time, drilled_states
 
 CONNECTIONS = 100
 
@@ -20,10 +20,7 @@ def test_kill_master_with_modulate_keeps_sessions(make_lab, out_dir):
     assert_kept_every_session(rep, CONNECTIONS)
     assert_took_over_in_time(rep)
 
-    r = lab.driver.ctl(rep["new_master"], "states", "--json", "--limit", "10000", "port", str(topology.TCP_PORT),
-                       "proto", "tcp", timeout=20)
-    assert r is not None, f"pairwallctl states --json failed on {rep['new_master']}"
-    drilled = [s for s in r.get("states", []) if s.get("dst", {}).get("port") == topology.TCP_PORT]
+    drilled = drilled_states(lab, rep["new_master"])
     assert len(drilled) >= CONNECTIONS, r
     assert all(s.get("modulated") for s in drilled), [s for s in drilled if not s.get("modulated")][:3]
     assert sum(1 for s in drilled if s.get("from_peer")) >= CONNECTIONS, drilled[:3]

@@ -6,9 +6,9 @@ shifting each end's numbers into the other's by the offsets that reached it at t
 states of the drill's connections on the new master say they were spliced and learned from the
 peer."""
 
-from pairwall_lab import chaos, drill, topology
+from pairwall_lab import chaos, drill
 
-from lab_support import assert_kept_every_session, assert_took_over_in_time
+from lab_support import assert_kept_every_session, assert_took_over_in_time, drilled_states
 
 CONNECTIONS = 100
 
@@ -21,10 +21,7 @@ def test_kill_master_with_synproxy_keeps_sessions(make_lab, out_dir):
     assert_kept_every_session(rep, CONNECTIONS)
     assert_took_over_in_time(rep)
 
-    r = lab.driver.ctl(rep["new_master"], "states", "--json", "--limit", "10000", "port", str(topology.TCP_PORT),
-                       "proto", "tcp", timeout=20)
-    assert r is not None, f"pairwallctl states --json failed on {rep['new_master']}"
-    drilled = [s for s in r.get("states", []) if s.get("dst", {}).get("port") == topology.TCP_PORT]
+    drilled = drilled_states(lab, rep["new_master"])
     assert len(drilled) >= CONNECTIONS, r
     assert all(s.get("synproxy") == "spliced" for s in drilled), [s for s in drilled
                                                                     if s.get("synproxy") != "spliced"][:3]
