@@ -35,18 +35,6 @@ constexpr uint8_t kIpv6DestUnreachable = 1;       // RFC 4443 3.1
 constexpr uint8_t kIpv6CodeAdminProhibited = 1;
 constexpr uint8_t kIpv6CodePort = 4;
 
-void put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-
-void put32(uint8_t* p, uint32_t v) {
-  p[0] = static_cast<uint8_t>(v >> 24);
-  p[1] = static_cast<uint8_t>(v >> 16);
-  p[2] = static_cast<uint8_t>(v >> 8);
-  p[3] = static_cast<uint8_t>(v);
-}
-
 bool v4_not_unicast(uint32_t a) {
   // This network, multicast, class E and broadcast. Loopback is answered: the kernel drops 127/8
   // arriving from outside as martian, so a loopback packet here is the host's own (hook OUTPUT).
@@ -81,18 +69,18 @@ std::size_t put_ip_header(const PacketView& p, uint8_t proto, uint8_t ttl, std::
   if (p.family == Family::V4) {
     std::memset(out, 0, kIpv4Header);
     out[0] = 0x45;
-    put16(out + 2, static_cast<uint16_t>(kIpv4Header + upper_length));
-    put16(out + 6, 0x4000);  // DF; the id is left 0 for the kernel to fill (raw(7))
+    engine::store_be16(out + 2, static_cast<uint16_t>(kIpv4Header + upper_length));
+    engine::store_be16(out + 6, 0x4000);  // DF; the id is left 0 for the kernel to fill (raw(7))
     out[8] = ttl;
     out[9] = proto;
     p.dst.to_v4_bytes(out + 12);
     p.src.to_v4_bytes(out + 16);
-    put16(out + 10, checksum_fold(checksum_sum(out, kIpv4Header)));
+    engine::store_be16(out + 10, checksum_fold(checksum_sum(out, kIpv4Header)));
     return kIpv4Header;
   }
   std::memset(out, 0, kIpv6Header);
   out[0] = 0x60;
-  put16(out + 4, static_cast<uint16_t>(upper_length));
+  engine::store_be16(out + 4, static_cast<uint16_t>(upper_length));
   out[6] = proto;
   out[7] = ttl;
   p.dst.to_v6_bytes(out + 8);
@@ -106,21 +94,21 @@ BuiltReply build_rst(const PacketView& p, uint8_t ttl, std::span<uint8_t> out) {
   const std::size_t ip_len = put_ip_header(p, engine::ipproto::kTcp, ttl, kTcpHeader, ip);
   uint8_t* tcp = ip + ip_len;
   std::memset(tcp, 0, kTcpHeader);
-  put16(tcp + 0, p.dst_port);
-  put16(tcp + 2, p.src_port);
+  engine::store_be16(tcp + 0, p.dst_port);
+  engine::store_be16(tcp + 2, p.src_port);
   if (p.tcp.flags & engine::tcpflag::kAck) {
-    put32(tcp + 4, p.tcp.ack);
+    engine::store_be32(tcp + 4, p.tcp.ack);
     tcp[13] = engine::tcpflag::kRst;
   } else {
     uint32_t seg_len = p.payload_length;
     if (p.tcp.flags & engine::tcpflag::kSyn) ++seg_len;
     if (p.tcp.flags & engine::tcpflag::kFin) ++seg_len;
-    put32(tcp + 8, p.tcp.seq + seg_len);
+    engine::store_be32(tcp + 8, p.tcp.seq + seg_len);
     tcp[13] = engine::tcpflag::kRst | engine::tcpflag::kAck;
   }
   tcp[12] = (kTcpHeader / 4) << 4;
   const uint32_t sum = engine::pseudo_header_sum(p.family, ip, engine::ipproto::kTcp, kTcpHeader);
-  put16(tcp + 16, checksum_fold(checksum_sum(tcp, kTcpHeader, sum)));
+  engine::store_be16(tcp + 16, checksum_fold(checksum_sum(tcp, kTcpHeader, sum)));
   r.size = ip_len + kTcpHeader;
   return r;
 }
@@ -148,7 +136,7 @@ BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, Rejec
   std::memcpy(icmp + kIcmpHeader, bytes.data(), quote);
   // ICMPv4 sums the message alone (RFC 792); ICMPv6 adds the pseudo-header (RFC 4443 2.3).
   const uint32_t sum = v4 ? 0 : engine::pseudo_header_sum(p.family, ip, engine::ipproto::kIcmp6, icmp_len);
-  put16(icmp + 2, checksum_fold(checksum_sum(icmp, icmp_len, sum)));
+  engine::store_be16(icmp + 2, checksum_fold(checksum_sum(icmp, icmp_len, sum)));
   r.size = ip_len + icmp_len;
   return r;
 }
