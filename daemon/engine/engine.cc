@@ -100,6 +100,19 @@ Verdict drop(Reason reason, uint32_t rule = rules::kNoRule) {
   return v;
 }
 
+// The verdict of a packet its state passes, as pf's: the state's rule, and its log option.
+Verdict passed_by_state(const StateEntry& state, const rules::RuleSet& rules, bool rewritten) {
+  Verdict v;
+  v.action = Verdict::Action::Accept;
+  v.reason = Reason::State;
+  v.rule = state.rule;
+  v.by_rule = rules.holds(state.creator) ? state.creator : nullptr;
+  v.state = state.id;
+  v.log = (state.flags & stateflag::kLog) && state.creator != nullptr && state.creator->log_states;
+  v.rewritten = rewritten;
+  return v;
+}
+
 // A packet's rule passes: `in` on the arrival interface (pass 0), then `out` on the departure
 // interface (pass 1). A forwarded packet meets both, a local one only its own.
 constexpr rules::Direction kPassDirection[2] = {rules::Direction::In, rules::Direction::Out};
@@ -714,13 +727,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
             return decided(verdict, drop(Reason::BadSeq, state->rule));
           }
         }
-        verdict = Verdict{};
-        verdict.action = Verdict::Action::Accept;
-        verdict.reason = Reason::State;
-        verdict.rule = state->rule;
-        verdict.by_rule = rules.holds(state->creator) ? state->creator : nullptr;
-        verdict.state = state->id;
-        verdict.rewritten = rewritten;
+        verdict = passed_by_state(*state, rules, rewritten);
         if (state->translated()) {
           // The quote is of the packet as the error's sender saw it, on the far side of the
           // translation: it, and the error's destination, take this side's addresses.
@@ -771,15 +778,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
         if (track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh)
           emit_update(worker, *state, now, rules);
-        verdict = Verdict{};
-        verdict.action = Verdict::Action::Accept;
-        verdict.reason = Reason::State;
-        verdict.rule = state->rule;
-        verdict.by_rule = rules.holds(state->creator) ? state->creator : nullptr;
-        verdict.state = state->id;
-        verdict.log =
-            (state->flags & stateflag::kLog) && state->creator != nullptr && state->creator->log_states;
-        verdict.rewritten = rewritten;
+        verdict = passed_by_state(*state, rules, rewritten);
         if (state->translated()) {
           rewrite_packet(bytes, packet, counterpart(state));
           verdict.rewritten = true;

@@ -68,4 +68,13 @@ std::string_view timeout_class_name(TimeoutClass c) {
   return i < std::size(kTimeoutTable) ? kTimeoutTable[i].name : std::string_view("unknown");
 }
 
+std::string timeout_class_names() {
+  std::string out;
+  for (const auto& e : kTimeoutTable) {
+    if (!out.empty()) out += ", ";
+    out += e.name;
+  }
+  return out;
+}
+
 }  // namespace pairwall::engine

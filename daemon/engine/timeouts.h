@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "daemon/engine/time.h"
@@ -61,5 +62,7 @@ struct AdaptiveTimeouts {
 // "tcp.established" -> TimeoutClass::TcpEstablished; nullopt for an unknown name.
 std::optional<TimeoutClass> timeout_class_from_name(std::string_view name);
 std::string_view timeout_class_name(TimeoutClass c);
+// Every class's name, comma separated, for error messages.
+std::string timeout_class_names();
 
 }  // namespace pairwall::engine

@@ -34,15 +34,6 @@ struct CompileFailure {
   throw CompileFailure{RuleError{at, std::move(message)}};
 }
 
-std::string timeout_names() {
-  std::string out;
-  for (std::size_t i = 0; i < kTimeoutClassCount; ++i) {
-    if (i != 0) out += ", ";
-    out += timeout_class_name(static_cast<TimeoutClass>(i));
-  }
-  return out;
-}
-
 // Applies `name seconds` pairs onto `timeouts`; `where` locates each name for errors.
 template <typename Locate>
 void apply_timeouts(const std::map<std::string, uint32_t>& values, Timeouts& timeouts, Locate where,
@@ -51,7 +42,7 @@ void apply_timeouts(const std::map<std::string, uint32_t>& values, Timeouts& tim
     const auto cls = timeout_class_from_name(name);
     if (!cls) {
       fail(where(name), "unknown timeout '" + name + "' in " + std::string(context) + "; expected one of " +
-                            timeout_names());
+                            timeout_class_names());
     }
     if (seconds == 0) {
       fail(where(name), "timeout '" + name + "' must be at least 1 second (0 would expire states at once)");

@@ -147,15 +147,6 @@ IpAddress host_bits(Family f, uint8_t length) {
   return {length == 0 ? ~uint64_t{0} : (~uint64_t{0} >> length), ~uint64_t{0}};
 }
 
-std::string timeout_names() {
-  std::string out;
-  for (std::size_t i = 0; i < kTimeoutClassCount; ++i) {
-    if (i != 0) out += ", ";
-    out += timeout_class_name(static_cast<TimeoutClass>(i));
-  }
-  return out;
-}
-
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then flags, "
@@ -681,7 +672,7 @@ class Parser {
   // `set timeout` also takes the adaptive bounds, a rule's state options do not.
   void check_timeout_name(const Token& name, bool with_adaptive) {
     if (!timeout_class_from_name(name.text)) {
-      std::string expected = timeout_names();
+      std::string expected = timeout_class_names();
       if (with_adaptive) {
         expected +=
             ", " + std::string(AdaptiveTimeouts::kStartName) + ", " + std::string(AdaptiveTimeouts::kEndName);

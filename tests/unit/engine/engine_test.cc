@@ -604,6 +604,12 @@ TEST_CASE("log marks the packets a rule decides; log (all) also those of its sta
     CHECK(reply.reason == Reason::State);
     CHECK(reply.log);
     CHECK(fw.out(query).log);
+    // An ICMP error quoting the query is the state's too (pf_test takes the log of the state an
+    // error matches).
+    auto unreachable = PacketBuilder().ipv4(kServer, kClient).icmp_error(3, 3, query).build();
+    const Verdict error = fw.in(unreachable);
+    CHECK(error.reason == Reason::State);
+    CHECK(error.log);
   }
   SECTION("no log: nothing") {
     Firewall fw("pass in on lan0 proto udp to port 53\npass out on wan0 proto udp to port 53\n");
