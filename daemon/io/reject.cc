@@ -25,7 +25,6 @@ using engine::rules::BlockReply;
 
 constexpr std::size_t kIpv4Header = 20;
 constexpr std::size_t kIpv6Header = 40;
-constexpr std::size_t kTcpHeader = 20;
 constexpr std::size_t kIcmpHeader = 8;
 constexpr std::size_t kIpv4ErrorLimit = 576;  // RFC 1812 4.3.2.3
 constexpr uint8_t kIpv4DestUnreachable = 3;   // RFC 792
@@ -63,54 +62,25 @@ bool is_icmp_error(const PacketView& p, std::span<const uint8_t> bytes) {
   return type < 128 || type == 137;
 }
 
-// Writes the IP header of a reply from the rejected packet's destination to its source.
-std::size_t put_ip_header(const PacketView& p, uint8_t proto, uint8_t ttl, std::size_t upper_length,
-                          uint8_t* out) {
-  if (p.family == Family::V4) {
-    std::memset(out, 0, kIpv4Header);
-    out[0] = 0x45;
-    engine::store_be16(out + 2, static_cast<uint16_t>(kIpv4Header + upper_length));
-    engine::store_be16(out + 6, 0x4000);  // DF; the id is left 0 for the kernel to fill (raw(7))
-    out[8] = ttl;
-    out[9] = proto;
-    p.dst.to_v4_bytes(out + 12);
-    p.src.to_v4_bytes(out + 16);
-    engine::store_be16(out + 10, checksum_fold(checksum_sum(out, kIpv4Header)));
-    return kIpv4Header;
-  }
-  std::memset(out, 0, kIpv6Header);
-  out[0] = 0x60;
-  engine::store_be16(out + 4, static_cast<uint16_t>(upper_length));
-  out[6] = proto;
-  out[7] = ttl;
-  p.dst.to_v6_bytes(out + 8);
-  p.src.to_v6_bytes(out + 24);
-  return kIpv6Header;
-}
-
 BuiltReply build_rst(const PacketView& p, uint8_t ttl, std::span<uint8_t> out) {
-  BuiltReply r{RejectStatus::Built, ReplyKind::TcpRst, p.family, p.src, 0};
-  uint8_t* ip = out.data();
-  const std::size_t ip_len = put_ip_header(p, engine::ipproto::kTcp, ttl, kTcpHeader, ip);
-  uint8_t* tcp = ip + ip_len;
-  std::memset(tcp, 0, kTcpHeader);
-  engine::store_be16(tcp + 0, p.dst_port);
-  engine::store_be16(tcp + 2, p.src_port);
+  engine::SegmentSpec rst;
+  rst.family = p.family;
+  rst.src = p.dst;
+  rst.dst = p.src;
+  rst.src_port = p.dst_port;
+  rst.dst_port = p.src_port;
+  rst.ttl = ttl;
   if (p.tcp.flags & engine::tcpflag::kAck) {
-    engine::store_be32(tcp + 4, p.tcp.ack);
-    tcp[13] = engine::tcpflag::kRst;
+    rst.seq = p.tcp.ack;
+    rst.flags = engine::tcpflag::kRst;
   } else {
     uint32_t seg_len = p.payload_length;
     if (p.tcp.flags & engine::tcpflag::kSyn) ++seg_len;
     if (p.tcp.flags & engine::tcpflag::kFin) ++seg_len;
-    engine::store_be32(tcp + 8, p.tcp.seq + seg_len);
-    tcp[13] = engine::tcpflag::kRst | engine::tcpflag::kAck;
+    rst.ack = p.tcp.seq + seg_len;
+    rst.flags = engine::tcpflag::kRst | engine::tcpflag::kAck;
   }
-  tcp[12] = (kTcpHeader / 4) << 4;
-  const uint32_t sum = engine::pseudo_header_sum(p.family, ip, engine::ipproto::kTcp, kTcpHeader);
-  engine::store_be16(tcp + 16, checksum_fold(checksum_sum(tcp, kTcpHeader, sum)));
-  r.size = ip_len + kTcpHeader;
-  return r;
+  return {RejectStatus::Built, ReplyKind::TcpRst, p.family, p.src, engine::write_segment(rst, out.data())};
 }
 
 BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, RejectIcmp kind, int16_t code,
@@ -122,7 +92,8 @@ BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, Rejec
   const std::size_t quote = std::min(bytes.size(), limit - ip_len - kIcmpHeader);
   const std::size_t icmp_len = kIcmpHeader + quote;
   uint8_t* ip = out.data();
-  put_ip_header(p, v4 ? engine::ipproto::kIcmp : engine::ipproto::kIcmp6, ttl, icmp_len, ip);
+  engine::write_ip_header(p.family, p.dst, p.src, v4 ? engine::ipproto::kIcmp : engine::ipproto::kIcmp6, ttl,
+                          icmp_len, ip);
   uint8_t* icmp = ip + ip_len;
   std::memset(icmp, 0, kIcmpHeader);
   if (v4) {

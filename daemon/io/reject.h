@@ -17,7 +17,7 @@
 
 #include "daemon/engine/address.h"
 #include "daemon/engine/rules/ast.h"
-#include "daemon/engine/synproxy.h"
+#include "daemon/engine/segment.h"
 #include "daemon/engine/time.h"
 #include "daemon/io/counter.h"
 
