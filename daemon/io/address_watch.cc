@@ -1,5 +1,6 @@
 #include "daemon/io/address_watch.h"
 
+#include <libmnl/libmnl.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
@@ -55,8 +56,10 @@ bool AddressWatch::drain() {
       }
       return changed;  // EAGAIN: drained
     }
-    auto len = static_cast<unsigned>(n);
-    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf); NLMSG_OK(nlh, len); nlh = NLMSG_NEXT(nlh, len)) {
+    // libmnl's walk, not NLMSG_NEXT: the macro's char* cast trips clang's -Wcast-align.
+    int remaining = static_cast<int>(n);
+    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(nlh, remaining);
+         nlh = mnl_nlmsg_next(nlh, &remaining)) {
       changed = changed || nlh->nlmsg_type == RTM_NEWADDR || nlh->nlmsg_type == RTM_DELADDR;
     }
   }
