@@ -719,7 +719,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         const uint32_t seqdiff = (state->flags & stateflag::kModulated) != 0 && quotes_tcp_header
                                      ? state->seqdiff[from_initiator ? 0 : 1]
                                      : 0;
-        if (quoted.is_tcp() && sender.seqlo != 0) {
+        // A sloppy state tracks no window to hold the quote against (pf skips it too).
+        if (quoted.is_tcp() && sender.seqlo != 0 && (state->flags & stateflag::kSloppy) == 0) {
           const uint32_t dws =
               (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
           const uint32_t seq = quoted.tcp.seq - seqdiff;
@@ -806,7 +807,8 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
   if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error)) return;
   const bool ports = packet.is_tcp() || packet.is_udp();
-  const bool query_id = packet.is_icmp() && packet.icmp.is_query;
+  // A request's identifier may change, as pf changes an echo request's; a reply's stays.
+  const bool query_id = packet.is_icmp() && packet.icmp.is_query && !packet.icmp.is_reply;
   // The random value a `random` pool draws from; other pools draw nothing, and leave the worker's
   // generator to the IP ids and source ports it serves.
   const auto pool_draw = [&worker](const rules::CompiledTranslation& rule) {
@@ -890,7 +892,6 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
 // it is in `wire`; false when kPortProbes candidates were all taken.
 bool Engine::choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
                                 bool keep_own) noexcept {
-  const bool query_id = wire.proto == ipproto::kIcmp || wire.proto == ipproto::kIcmp6;
   const uint32_t span = uint32_t{high} - low + 1;
   const uint32_t start = keep_own && wire.port[0] >= low && wire.port[0] <= high
                              ? wire.port[0] - low
@@ -898,7 +899,6 @@ bool Engine::choose_source_port(Worker& worker, StateKey& wire, uint16_t low, ui
   for (uint32_t i = 0; i < std::min(span, kPortProbes); ++i) {
     const auto port = static_cast<uint16_t>(low + (start + i) % span);
     wire.port[0] = port;
-    if (query_id) wire.port[1] = port;  // an ICMP query's key holds the id as both ports
     if (!states_.find(wire, states_.hash(wire))) return true;
   }
   return false;
@@ -972,11 +972,11 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     v.rule = v.by_rule->number;
     v.log = v.by_rule->log;
   }
-  const bool stateless_icmp_error = packet.is_icmp() && packet.icmp.is_error;
+  const bool stateless_icmp = packet.is_icmp() && (packet.icmp.is_error || packet.icmp.keeps_no_state);
   // A translated connection always has a state: its replies are translated back by it (pf
   // creates one for nat whatever the filter rule says). Without a rule that keeps state it takes
   // the rule set's timeouts.
-  if ((creator == nullptr && !translation.translated) || stateless_icmp_error) return v;
+  if ((creator == nullptr && !translation.translated) || stateless_icmp) return v;
 
   // 5. Create the state.
   const uint32_t creating_rule = creator != nullptr ? creator->number : rules::kNoRule;

@@ -295,46 +295,86 @@ Reason parse_udp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out)
   return Reason::Match;
 }
 
-// Query types whose message carries an identifier at bytes 4..5, with the minimum length of the
-// message (RFC 792: timestamp 20, address mask 12 (RFC 950), the others 8).
-struct IcmpQuery {
-  bool query = false;
+// How a message that is not an error is keyed in the state table (pf's pf_icmp_mapping). A request
+// and its reply share a virtual type, the request's, and an identifier: the request's key holds
+// (identifier, virtual type) as its ports and the reply's (virtual type, identifier), so that a
+// reply matches its request's state in reverse and nothing else does: neither a request from the
+// other end nor a message of another type. Types without a reply get states of their own, keyed
+// by their type, that only match in the direction they were made.
+struct IcmpKeying {
+  uint8_t virtual_type = 0;
   bool reply = false;
-  uint8_t min_length = 8;
+  bool has_id = false;      // bytes 4..5 carry an identifier (NAT may rewrite it)
+  uint8_t min_length = 8;   // of the message: timestamp 20 (RFC 792), address mask 12 (RFC 950)
+  bool address_id = false;  // no identifier: one made from the address at bytes 8..23 (MLD, ND)
+  bool keeps_no_state = false;
 };
 
-IcmpQuery icmp4_query(uint8_t type) noexcept {
+IcmpKeying icmp4_keying(uint8_t type) noexcept {
   switch (type) {
     case 8:  // echo
-      return {true, false, 8};
+      return {8, false, true, 8};
     case 0:
-      return {true, true, 8};
+      return {8, true, true, 8};
     case 13:  // timestamp
-      return {true, false, 20};
+      return {13, false, true, 20};
     case 14:
-      return {true, true, 20};
+      return {13, true, true, 20};
     case 15:  // information
-      return {true, false, 8};
+      return {15, false, true, 8};
     case 16:
-      return {true, true, 8};
+      return {15, true, true, 8};
     case 17:  // address mask
-      return {true, false, 12};
+      return {17, false, true, 12};
     case 18:
-      return {true, true, 12};
+      return {17, true, true, 12};
+    case 10:  // router solicitation, answered by an advertisement (RFC 1256)
+      return {10, false};
+    case 9:
+      return {10, true};
+    case 33:  // IPv6 where-are-you, I-am-here
+      return {33, false};
+    case 34:
+      return {33, true};
+    case 35:  // mobile registration
+      return {35, false};
+    case 36:
+      return {35, true};
     default:
-      return {};
+      return {type, false};
   }
 }
 
-IcmpQuery icmp6_query(uint8_t type) noexcept {
+IcmpKeying icmp6_keying(uint8_t type) noexcept {
   switch (type) {
     case 128:  // echo request (RFC 4443 4.1)
-      return {true, false, 8};
+      return {128, false, true, 8};
     case 129:
-      return {true, true, 8};
+      return {128, true, true, 8};
+    case 130:  // MLD query and report, keyed by the multicast address (RFC 2710 3): a report is
+    case 131:  // sent unasked too, and to another address than the query's sender, as pf keys them
+      return {130, false, false, 24, true};
+    case 135:  // neighbor solicitation, keyed by the target (RFC 4861 4.3, 4.4); an advertisement
+      return {135, false, false, 24, true};
+    case 136:  // answers one, and makes no state: nothing answers an unsolicited one
+      return {135, true, false, 24, true, true};
+    case 139:  // node information query and reply (RFC 4620)
+      return {139, false};
+    case 140:
+      return {139, true};
+    case 200:  // multicast traceroute and its response
+      return {200, false};
+    case 201:
+      return {200, true};
     default:
-      return {};
+      return {type, false};
   }
+}
+
+// The 16 bits an address at `p` stands for in a key, as pf folds it.
+uint16_t address_id(const uint8_t* p) noexcept {
+  const uint32_t h = load_be32(p) ^ load_be32(p + 4) ^ load_be32(p + 8) ^ load_be32(p + 12);
+  return static_cast<uint16_t>((h >> 16) ^ (h & 0xffff));
 }
 
 bool icmp4_error(uint8_t type) noexcept {
@@ -356,22 +396,27 @@ Reason parse_icmp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out
   icmp.type = p[0];
   icmp.code = p[1];
   const bool v4 = out.family == Family::V4;
-  const IcmpQuery q = v4 ? icmp4_query(icmp.type) : icmp6_query(icmp.type);
   icmp.is_error = v4 ? icmp4_error(icmp.type) : icmp6_error(icmp.type);
   out.payload_offset = static_cast<uint16_t>(out.l4_offset + 8);
   out.payload_length = static_cast<uint16_t>(out.l4_length - 8);
 
-  if (q.query) {
-    if (mode == Mode::Packet && out.l4_length < q.min_length && !out.is_first_fragment)
-      return Reason::BadIcmp;
-    icmp.is_query = true;
-    icmp.is_reply = q.reply;
-    icmp.id = load_be16(p + 4);
-    out.src_port = icmp.id;
-    out.dst_port = icmp.id;
+  if (!icmp.is_error) {
+    const IcmpKeying k = v4 ? icmp4_keying(icmp.type) : icmp6_keying(icmp.type);
+    const bool whole = out.l4_length >= k.min_length;
+    if (mode == Mode::Packet && !whole && !out.is_first_fragment) return Reason::BadIcmp;
+    icmp.is_query = k.has_id;
+    icmp.is_reply = k.reply;
+    icmp.keeps_no_state = k.keeps_no_state;
+    uint16_t id = 0;
+    if (k.has_id) {
+      id = icmp.id = load_be16(p + 4);
+    } else if (k.address_id && whole) {
+      id = address_id(p + 8);
+    }
+    out.src_port = k.reply ? k.virtual_type : id;
+    out.dst_port = k.reply ? id : k.virtual_type;
     return Reason::Match;
   }
-  if (!icmp.is_error) return Reason::Match;
 
   // RFC 1122 3.2.2: no error is sent about an error, so a quote of one is forged.
   if (mode == Mode::Quote) return Reason::BadIcmp;

@@ -52,9 +52,10 @@ struct IcmpInfo {
   uint8_t code = 0;
   uint16_t id = 0;        // echo / query identifier
   bool is_error = false;  // destination unreachable, time exceeded, parameter problem, packet too big
-  bool is_query = false;  // echo request/reply and other request/response pairs
-  bool is_reply = false;
-  uint16_t quoted_offset = 0;  // start of the quoted packet inside an error, from the packet start
+  bool is_query = false;  // carries an identifier: echo, timestamp, information and mask requests and replies
+  bool is_reply = false;  // answers a request: matches the request's state in reverse
+  bool keeps_no_state = false;  // a neighbor advertisement: passed, but no state is made for it
+  uint16_t quoted_offset = 0;   // start of the quoted packet inside an error, from the packet start
 };
 
 struct PacketView {
@@ -65,7 +66,9 @@ struct PacketView {
   uint8_t proto = 0;  // upper-layer protocol after IPv6 extension headers
   IpAddress src;
   IpAddress dst;
-  uint16_t src_port = 0;  // host order; for ICMP queries both carry the identifier
+  // Host order. ICMP messages other than errors are keyed by them too, as pf keys them: a request
+  // by (identifier, type), its reply by (the request's type, identifier) (packet.cc, IcmpKeying).
+  uint16_t src_port = 0;
   uint16_t dst_port = 0;
   uint8_t ttl = 0;  // hop limit for IPv6
 

@@ -15,7 +15,8 @@
 
 namespace pairwall::engine {
 
-// (family, protocol, two endpoints). For ICMP queries both ports hold the query identifier.
+// (family, protocol, two endpoints). ICMP messages other than errors are keyed by identifier and
+// type as ports (PacketView::src_port).
 // Endpoint 0 is the side that sent the first packet.
 struct StateKey {
   IpAddress addr[2];

@@ -94,6 +94,12 @@ bool has_query_id(const PacketView& view) {
   return view.is_icmp() && view.icmp.is_query;
 }
 
+// Which of a key's ports holds an ICMP message's identifier: a request's first, a reply's second
+// (IcmpKeying in packet.cc).
+uint16_t query_id(const PacketView& view, const StateKey& key) {
+  return key.port[view.icmp.is_reply ? 1 : 0];
+}
+
 }  // namespace
 
 IpAddress graft(const IpPrefix& pool, const IpAddress& address) {
@@ -115,7 +121,7 @@ void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const Stat
     write16(l4, to.port[0], {transport});
     write16(l4 + 2, to.port[1], {transport});
   } else if (has_query_id(view)) {
-    write16(l4 + 4, to.port[0], {transport});
+    write16(l4 + 4, query_id(view, to), {transport});
   }
 }
 
@@ -199,7 +205,7 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
     write16(quoted_l4, to.port[0], {quoted_transport, error});
     write16(quoted_l4 + 2, to.port[1], {quoted_transport, error});
   } else if (has_query_id(quoted) && quoted_l4_size >= 6) {
-    write16(quoted_l4 + 4, to.port[0], {quoted_transport, error});
+    write16(quoted_l4 + 4, query_id(quoted, to), {quoted_transport, error});
   }
   if (quoted_header.at) adjust(error, header_before, load_be16(quoted_header.at));
   if (quoted_transport.at) adjust(error, transport_before, load_be16(quoted_transport.at));

@@ -304,6 +304,14 @@ TEST_CASE("keep state (sloppy): no window checks, one direction is enough, and t
   REQUIRE(fw.out(syn(443)).reason == Reason::Match);
   REQUIRE(fw.in(synack(443)).reason == Reason::State);
   CHECK(fw.in(ack_from_server(443, 9001 + 50'000'000, 1001, 100)).reason == Reason::BadSeq);
+  // A router's "fragmentation needed" quoting the client's data far past the SYN: a sloppy state
+  // has no window to hold the quote against, so the error passes (path MTU discovery keeps
+  // working); a full state checks it.
+  auto frag_needed = [](const Bytes& quote) {
+    return PacketBuilder().ipv4("198.51.100.1", kClient).icmp_error(3, 4, quote).build();
+  };
+  CHECK(fw.in(frag_needed(ack_from_client(80, 1001 + 5'000'000, 9001, 1000))).reason == Reason::State);
+  CHECK(fw.in(frag_needed(ack_from_client(443, 1001 + 5'000'000, 9001, 1000))).reason == Reason::BadSeq);
 
   // The flag travels with the state's insert: the peer tracks it sloppily too.
   const auto records = fw.drain();
@@ -695,6 +703,63 @@ TEST_CASE("ICMP echo state: the reply with the same id passes, another id does n
   CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(77, 1, true).build()).reason == Reason::State);
   CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(78, 1, true).build()).reason ==
         Reason::RuleBlock);
+}
+
+// A state is keyed by the request's type and id in one order, its reply's in the other (pf's
+// pf_icmp_mapping): only the answer rides it back, not a request or another message from the far end.
+TEST_CASE("ICMP echo state: the far end's own requests and other types do not ride it", "[engine][icmp]") {
+  Firewall fw(kWebOnly);
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "IPv6" : "IPv4"));
+    auto client_to_server = [&] {
+      return v6 ? PacketBuilder().ipv6(kClient6, kServer6) : PacketBuilder().ipv4(kClient, kServer);
+    };
+    auto server_to_client = [&] {
+      return v6 ? PacketBuilder().ipv6(kServer6, kClient6) : PacketBuilder().ipv4(kServer, kClient);
+    };
+    CHECK(fw.out(client_to_server().icmp_echo(77, 1).build()).reason == Reason::Match);
+    // The server's echo request with the client's id: blocked, as before the client's ping.
+    CHECK(fw.in(server_to_client().icmp_echo(77, 1).build()).reason == Reason::RuleBlock);
+    // A message of another type (a timestamp request; an ICMPv6 node information query) with that id.
+    auto other = server_to_client();
+    other.icmp(v6 ? 139 : 13, 0, (uint32_t{77} << 16) | 1);
+    if (!v6) other.payload(12);
+    CHECK(fw.in(other.build()).reason == Reason::RuleBlock);
+    // The reply still passes, and the client's next request too.
+    CHECK(fw.in(server_to_client().icmp_echo(77, 1, true).build()).reason == Reason::State);
+    CHECK(fw.out(client_to_server().icmp_echo(77, 2).build()).reason == Reason::State);
+  }
+}
+
+TEST_CASE("ICMPv6 neighbor discovery: an advertisement answers its solicitation's state, makes none",
+          "[engine][icmp]") {
+  Firewall fw(
+      "block all\n"
+      "pass in on lan0 inet6 proto icmp6 icmp6-type { neighbrsol neighbradv }\n"
+      "pass out on wan0 inet6 proto icmp6 icmp6-type { neighbrsol neighbradv }\n"
+      "pass in on wan0 inet6 proto icmp6 icmp6-type neighbradv no state\n"
+      "pass out on lan0 inet6 proto icmp6 icmp6-type neighbradv no state\n");
+  const Bytes target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80};
+  const Bytes other_target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x81};
+  auto solicitation = PacketBuilder().ipv6(kClient6, kServer6).ttl(255).icmp(135, 0).payload(target).build();
+  auto advertisement = [&](const Bytes& t) {
+    return PacketBuilder().ipv6(kServer6, kClient6).ttl(255).icmp(136, 0, 0x60000000).payload(t).build();
+  };
+  CHECK(fw.out(solicitation).reason == Reason::Match);
+  CHECK(fw.engine.states().size() == 1);
+  CHECK(fw.in(advertisement(target)).reason == Reason::State);
+  // Another target's advertisement is the rules' to judge (here: passed without a state).
+  CHECK(fw.in(advertisement(other_target)).reason == Reason::Match);
+  CHECK(fw.engine.states().size() == 1);
+  // An unsolicited advertisement passed by a rule that keeps state makes none.
+  const Verdict unsolicited = fw.out(PacketBuilder()
+                                         .ipv6(kClient6, kServer6)
+                                         .ttl(255)
+                                         .icmp(136, 0, 0x20000000)
+                                         .payload(other_target)
+                                         .build());
+  CHECK(unsolicited.reason == Reason::Match);
+  CHECK(fw.engine.states().size() == 1);
 }
 
 TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[engine][icmp]") {

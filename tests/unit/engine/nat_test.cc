@@ -42,7 +42,7 @@ struct Flow {
     } else if (proto == "udp") {
       b.udp(sport, dport).payload(12);
     } else {
-      b.icmp_echo(sport, 1, reply);  // both ports of an ICMP query key are its id
+      b.icmp_echo(sport, 1, reply);  // the id; ICMP has no destination port
     }
     return b.build();
   }

@@ -183,26 +183,29 @@ TEST_CASE("parse: UDP length shorter than the IP payload is allowed", "[packet]"
   CHECK(p.payload_length == 4);
 }
 
-TEST_CASE("parse: ICMP and ICMPv6 queries carry their id in both ports", "[packet]") {
+// The ports of a message that is not an error key its state as pf's pf_icmp_mapping does: a
+// request (identifier, type), its reply (the request's type, identifier).
+TEST_CASE("parse: ICMP and ICMPv6 queries are keyed by identifier and the request's type", "[packet]") {
   struct Case {
     const char* name;
     Bytes bytes;
     uint8_t type;
     bool reply;
+    uint8_t request_type;
   };
   auto v4i = [] { return PacketBuilder().ipv4("10.0.0.1", "10.0.0.2"); };
   auto v6i = [] { return PacketBuilder().ipv6("2001:db8::1", "2001:db8::2"); };
   const std::vector<Case> cases = {
-      {"echo request", v4i().icmp_echo(0x4242, 1).build(), 8, false},
-      {"echo reply", v4i().icmp_echo(0x4242, 1, true).build(), 0, true},
-      {"timestamp request", v4i().icmp(13, 0, 0x42420001).payload(12).build(), 13, false},
-      {"timestamp reply", v4i().icmp(14, 0, 0x42420001).payload(12).build(), 14, true},
-      {"information request", v4i().icmp(15, 0, 0x42420001).build(), 15, false},
-      {"information reply", v4i().icmp(16, 0, 0x42420001).build(), 16, true},
-      {"mask request", v4i().icmp(17, 0, 0x42420001).payload(4).build(), 17, false},
-      {"mask reply", v4i().icmp(18, 0, 0x42420001).payload(4).build(), 18, true},
-      {"ICMPv6 echo request", v6i().icmp_echo(0x4242, 1).payload(56).build(), 128, false},
-      {"ICMPv6 echo reply", v6i().icmp_echo(0x4242, 1, true).build(), 129, true},
+      {"echo request", v4i().icmp_echo(0x4242, 1).build(), 8, false, 8},
+      {"echo reply", v4i().icmp_echo(0x4242, 1, true).build(), 0, true, 8},
+      {"timestamp request", v4i().icmp(13, 0, 0x42420001).payload(12).build(), 13, false, 13},
+      {"timestamp reply", v4i().icmp(14, 0, 0x42420001).payload(12).build(), 14, true, 13},
+      {"information request", v4i().icmp(15, 0, 0x42420001).build(), 15, false, 15},
+      {"information reply", v4i().icmp(16, 0, 0x42420001).build(), 16, true, 15},
+      {"mask request", v4i().icmp(17, 0, 0x42420001).payload(4).build(), 17, false, 17},
+      {"mask reply", v4i().icmp(18, 0, 0x42420001).payload(4).build(), 18, true, 17},
+      {"ICMPv6 echo request", v6i().icmp_echo(0x4242, 1).payload(56).build(), 128, false, 128},
+      {"ICMPv6 echo reply", v6i().icmp_echo(0x4242, 1, true).build(), 129, true, 128},
   };
   for (const auto& c : cases) {
     INFO(c.name);
@@ -215,22 +218,34 @@ TEST_CASE("parse: ICMP and ICMPv6 queries carry their id in both ports", "[packe
     CHECK(p.icmp.is_reply == c.reply);
     CHECK_FALSE(p.icmp.is_error);
     CHECK(p.icmp.id == 0x4242);
-    CHECK(p.src_port == 0x4242);
-    CHECK(p.dst_port == 0x4242);
+    CHECK(p.src_port == (c.reply ? c.request_type : 0x4242));
+    CHECK(p.dst_port == (c.reply ? 0x4242 : c.request_type));
   }
 }
 
-TEST_CASE("parse: ICMP messages that are neither query nor error", "[packet]") {
+TEST_CASE("parse: ICMP messages that are neither query nor error are keyed by type", "[packet]") {
   struct Case {
     const char* name;
     Bytes bytes;
+    uint16_t src_port;
+    uint16_t dst_port;
+    bool keeps_no_state = false;
   };
+  // A neighbor solicitation's target, ND's "identifier": pf folds its four words into 16 bits.
+  const Bytes target = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0};
+  const uint16_t target_id = (0xfe80 ^ 0x1234 ^ 0x9abc) ^ (0x0000 ^ 0x5678 ^ 0xdef0);
   const std::vector<Case> cases = {
-      {"router advertisement",
-       PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").icmp(9, 0, 0x01000708).payload(8).build()},
-      {"neighbour solicitation",
-       PacketBuilder().ipv6("fe80::1", "ff02::1:ff00:2").ttl(255).icmp(135, 0).payload(16).build()},
-      {"MLD report", PacketBuilder().ipv6("fe80::1", "ff02::16").icmp(143, 0).build()},
+      {"router advertisement: the answer to a solicitation (type 10)",
+       PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").icmp(9, 0, 0x01000708).payload(8).build(), 10, 0},
+      {"router solicitation", PacketBuilder().ipv4("10.0.0.2", "224.0.0.2").icmp(10, 0).build(), 0, 10},
+      {"neighbour solicitation: keyed by its target",
+       PacketBuilder().ipv6("fe80::1", "ff02::1:ff00:2").ttl(255).icmp(135, 0).payload(target).build(),
+       target_id, 135},
+      {"neighbour advertisement: answers the solicitation, makes no state",
+       PacketBuilder().ipv6("fe80::2", "fe80::1").ttl(255).icmp(136, 0, 0x60000000).payload(target).build(),
+       135, target_id, true},
+      {"MLDv2 report: a state of its own type",
+       PacketBuilder().ipv6("fe80::1", "ff02::16").icmp(143, 0).build(), 0, 143},
   };
   for (const auto& c : cases) {
     INFO(c.name);
@@ -238,9 +253,14 @@ TEST_CASE("parse: ICMP messages that are neither query nor error", "[packet]") {
     REQUIRE(parse_exact(c.bytes, p) == Reason::Match);
     CHECK_FALSE(p.icmp.is_query);
     CHECK_FALSE(p.icmp.is_error);
-    CHECK(p.src_port == 0);
-    CHECK(p.dst_port == 0);
+    CHECK(p.src_port == c.src_port);
+    CHECK(p.dst_port == c.dst_port);
+    CHECK(p.icmp.keeps_no_state == c.keeps_no_state);
   }
+  // A solicitation too short for its target is malformed, as pf finds it.
+  PacketView p;
+  CHECK(parse_exact(PacketBuilder().ipv6("fe80::1", "fe80::2").ttl(255).icmp(135, 0).payload(8).build(), p) ==
+        Reason::BadIcmp);
 }
 
 TEST_CASE("parse: other transports pass with no ports", "[packet]") {
