@@ -149,14 +149,15 @@ NfqSocket::NfqSocket(const QueueConfig& config) : config_(config), planner_(conf
     len = sizeof(sndbuf_effective);
     getsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sndbuf_effective, &len);
     // netlink_sendmsg refuses a message longer than sk_sndbuf - 32.
-    send_capacity_ = std::min<std::size_t>(kSendBufferBytes, static_cast<std::size_t>(sndbuf_effective) - 64);
-    if (send_capacity_ < verdict_message_size(kMaxVerdictPayload)) {
+    const std::size_t send_capacity =
+        std::min<std::size_t>(kSendBufferBytes, static_cast<std::size_t>(sndbuf_effective) - 64);
+    if (send_capacity < verdict_message_size(kMaxVerdictPayload)) {
       throw std::runtime_error(
           "the netlink send buffer of NFQUEUE " + std::to_string(config_.queue) + " is " +
           std::to_string(sndbuf_effective) +
           " bytes, too small for one verdict with a full packet; raise net.core.wmem_max");
     }
-    send_buffer_.resize(send_capacity_);
+    verdicts_ = VerdictBuffer(send_capacity);
 
     slot_size_ = (config_.copy_range + kSlotHeadroom + 4095) / 4096 * 4096;
     recv_buffer_.resize(slot_size_ * config_.recv_batch);
@@ -352,9 +353,15 @@ bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
           counters_.netlink_errors.add();
         }
         break;
-      case MessageStatus::Malformed:
+      case MessageStatus::Malformed: {
         counters_.malformed.add();
+        // Settled by the fail-open policy where its id can be read: left alone, the next batch
+        // verdict would settle it, and accept it uninspected.
+        uint32_t id = 0;
+        if (recover_packet_id(reinterpret_cast<const uint8_t*>(nlh), nlh->nlmsg_len, id))
+          settle_later(id, config_.fail_open ? Decision::Accept : Decision::Drop);
         break;
+      }
     }
   }
   return true;
@@ -429,14 +436,15 @@ void NfqSocket::count(Decision decision) noexcept {
 
 void NfqSocket::append(const VerdictOp& op, std::span<const uint8_t> payload) noexcept {
   const std::size_t need = verdict_message_size(payload.size());
-  if (send_used_ + need > send_capacity_) send_pending();
+  // Nothing goes past verdicts the kernel has not taken (verdict_buffer.h): the worker waits for
+  // it rather than let a later batch verdict settle their packets.
+  while (!verdicts_.fits(need) && !send_pending()) poll(nullptr, 0, 1);
   const int type = op.kind == VerdictOp::Kind::Batch ? NFQNL_MSG_VERDICT_BATCH : NFQNL_MSG_VERDICT;
-  nlmsghdr* nlh =
-      nfq_nlmsg_put(reinterpret_cast<char*>(send_buffer_.data() + send_used_), type, config_.queue);
+  nlmsghdr* nlh = nfq_nlmsg_put(reinterpret_cast<char*>(verdicts_.tail()), type, config_.queue);
   nfq_nlmsg_verdict_put(nlh, static_cast<int>(op.id), op.accept ? NF_ACCEPT : NF_DROP);
   if (op.claimed && config_.claim_mark != 0) nfq_nlmsg_verdict_put_mark(nlh, config_.claim_mark);
   if (op.with_payload) nfq_nlmsg_verdict_put_pkt(nlh, payload.data(), static_cast<uint32_t>(payload.size()));
-  send_used_ += MNL_ALIGN(nlh->nlmsg_len);
+  verdicts_.commit(MNL_ALIGN(nlh->nlmsg_len));
   counters_.verdict_messages.add();
   if (op.kind == VerdictOp::Kind::Batch) counters_.batch_verdicts.add();
 }
@@ -447,20 +455,17 @@ void NfqSocket::finish_batch() noexcept {
   send_pending();
 }
 
-void NfqSocket::send_pending() noexcept {
-  if (send_used_ == 0) return;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (mnl_socket_sendto(nl_, send_buffer_.data(), send_used_) >= 0) {
-      counters_.send_calls.add();
-      send_used_ = 0;
-      return;
+bool NfqSocket::send_pending() noexcept {
+  if (verdicts_.used() == 0) return true;
+  const bool sent = verdicts_.flush([this](std::span<const uint8_t> messages) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      if (mnl_socket_sendto(nl_, messages.data(), messages.size()) >= 0) return true;
+      if (errno != EINTR && errno != ENOBUFS && errno != EAGAIN) break;
     }
-    if (errno != EINTR && errno != ENOBUFS && errno != EAGAIN) break;
-  }
-  // The packets stay queued in the kernel until the queue is unbound; counted, and visible as
-  // `queued` in the kernel's statistics.
-  counters_.send_errors.add();
-  send_used_ = 0;
+    return false;
+  });
+  (sent ? counters_.send_calls : counters_.send_errors).add();
+  return sent;
 }
 
 }  // namespace pairwall::io

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "daemon/io/counter.h"
+#include "daemon/io/verdict_buffer.h"
 #include "daemon/io/verdict_plan.h"
 
 struct mnl_socket;
@@ -88,7 +89,7 @@ struct QueueCounters {
   Counter send_calls;        // sendto calls carrying verdicts
   Counter enobufs;           // ENOBUFS from recv: the kernel dropped messages for us
   Counter recv_errors;       // other receive errors
-  Counter send_errors;       // verdict sends that failed after retries (packets stay queued)
+  Counter send_errors;       // verdict sends that failed after retries (the verdicts are sent again)
   Counter truncated;         // cap_len < len: accepted without inspection
   Counter oversize;          // a datagram larger than a receive slot (MSG_TRUNC)
   Counter malformed;         // messages that did not parse
@@ -160,7 +161,8 @@ class NfqSocket {
   void count(Decision decision) noexcept;
   void append(const VerdictOp& op, std::span<const uint8_t> payload) noexcept;
   void finish_batch() noexcept;
-  void send_pending() noexcept;
+  // Sends the buffered verdicts; false, with them kept, when the kernel would not take them.
+  bool send_pending() noexcept;
 
   QueueConfig config_;
   mnl_socket* nl_ = nullptr;
@@ -171,9 +173,7 @@ class NfqSocket {
   std::vector<uint8_t> recv_buffer_;  // recv_batch slots of slot_size_
   std::vector<mmsghdr> msgs_;
   std::vector<iovec> iovs_;
-  std::vector<uint8_t> send_buffer_;
-  std::size_t send_capacity_ = 0;
-  std::size_t send_used_ = 0;
+  VerdictBuffer verdicts_;
   VerdictPlanner planner_;
 
   // The batch between receive and verdicts. `order_` lists every settled packet in arrival order;
@@ -197,7 +197,10 @@ int NfqSocket::run_once(DecideBatch& decide) noexcept {
                                             std::chrono::steady_clock::time_point>,
                 "the decision function is on the packet path: it must be noexcept");
   const int received = receive();
-  if (received <= 0) return 0;
+  if (received <= 0) {
+    send_pending();  // verdicts a failed send kept
+    return 0;
+  }
   const auto now = std::chrono::steady_clock::now();
   auto decide_collected = [&] {
     decide(std::span(packets_.data(), collected_), std::span(decisions_.data(), collected_), now);
