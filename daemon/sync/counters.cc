@@ -22,6 +22,8 @@ std::string_view drop_reason_name(DropReason r) {
       return "replay";
     case DropReason::MalformedPayload:
       return "malformed_payload";
+    case DropReason::Unproven:
+      return "unproven_epoch";
     case DropReason::Count:
       break;
   }

@@ -19,6 +19,7 @@ enum class DropReason : uint8_t {
   StaleEpoch,        // from an earlier boot of the peer than the one already heard
   Replay,            // transmission counter seen before, or older than the anti-replay window
   MalformedPayload,  // authenticated, but the protobuf does not parse or a field is out of range
+  Unproven,          // from a new incarnation of the peer that has not yet answered this node's challenge
   Count
 };
 
@@ -79,7 +80,9 @@ struct SyncCounters {
   uint64_t bulk_timeouts = 0;
   uint64_t peer_states_removed = 0;  // states the peer no longer had at the end of its full transfer
 
-  uint64_t peer_restarts = 0;  // the peer's epoch went up
+  uint64_t peer_restarts = 0;    // the peer's epoch went up
+  uint64_t challenges_sent = 0;  // new incarnations of the peer asked to prove themselves live
+  uint64_t epochs_proven = 0;    // ...and that did
   uint64_t keepalives_sent = 0;
   uint64_t acks_sent = 0;  // datagrams sent only to carry an ack
 };

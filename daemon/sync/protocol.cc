@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <random>
 
 #include "daemon/sync/records.h"
 
@@ -12,6 +13,14 @@ constexpr uint32_t kUnsolicited = 0x80000000;  // bulk ids of full resyncs the s
 constexpr std::size_t kRangeBytes = 24;        // a SeqRange on the wire, at most
 constexpr std::size_t kMinDatagram = 256;
 constexpr std::size_t kMaxSackRuns = 512;  // mostly one-byte varints: well inside any datagram
+
+// A random 64-bit value, never 0 (the wire's "none"): challenges and the first bulk id.
+uint64_t random_nonce() {
+  std::random_device device;
+  uint64_t v = 0;
+  while (v == 0) v = (uint64_t{device()} << 32) | device();
+  return v;
+}
 
 std::size_t varint_size(std::size_t v) {
   std::size_t n = 1;
@@ -88,6 +97,9 @@ SyncProtocol::SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t
   out_.resize(config_.max_datagram);
   tx_budget_ = config_.max_datagram - kOverhead;
   last_keepalive_ = now - config_.keepalive_interval;
+  // Bulk ids differ from one boot to the next, so that a transfer meant for an earlier boot (still
+  // in the peer's resend window when this node restarted) is not taken for this one's.
+  next_bulk_request_ = 1 + static_cast<uint32_t>(random_nonce() % (kUnsolicited - 1));
   if (config_.request_bulk_at_start) {
     request_bulk(now);
   } else {
@@ -154,7 +166,6 @@ bool SyncProtocol::accept_sender(const Header& h, Micros now, bool& new_epoch) n
     // incarnation we knew has been silent for peer_relearn, so that replayed datagrams of an old
     // epoch cannot interrupt a live peer.
     if (now - last_heard_ >= config_.peer_relearn) {
-      ++counters_.epoch_regressions;
       new_epoch = true;
       return true;
     }
@@ -165,8 +176,54 @@ bool SyncProtocol::accept_sender(const Header& h, Micros now, bool& new_epoch) n
   return true;
 }
 
+// The peer's challenge, answered in this node's next keepalive (sent at once) and every one after.
+// A challenge from an older epoch than the one answered is a replay's, and would only keep the live
+// peer's from being answered.
+void SyncProtocol::take_challenge(const Header& h, const wire::Batch& batch, Micros now) noexcept {
+  for (const wire::Message& m : batch.messages()) {
+    if (!m.has_keepalive() || m.keepalive().challenge() == 0 || m.keepalive().challenge() == answer_)
+      continue;
+    if (h.node_id == answer_node_ && h.epoch < answer_epoch_ && now - answer_at_ < config_.dead_interval)
+      continue;
+    answer_ = m.keepalive().challenge();
+    answer_node_ = h.node_id;
+    answer_epoch_ = h.epoch;
+    answer_at_ = now;
+    last_keepalive_ = now - config_.keepalive_interval;
+  }
+}
+
+// Whether a datagram of a new incarnation of the peer (a new epoch, the first heard, or a replaced
+// node) proves that incarnation live: it answers the challenge this node sent it. Until one does,
+// its datagrams are dropped: the HMAC proves who made a datagram, not when, and one replayed from
+// an earlier boot could otherwise start an epoch and be applied (its ClearStates wiping the
+// table, its BulkEnd ending this node's bulk). The sender resends what was dropped: the epoch
+// starts at the proving datagram's send base.
+bool SyncProtocol::proven(const Header& h, const wire::Batch& batch, Micros now) noexcept {
+  if (challenge_.nonce != 0 && challenge_.node_id == h.node_id && challenge_.epoch == h.epoch) {
+    for (const wire::Message& m : batch.messages()) {
+      if (m.has_keepalive() && m.keepalive().answer() == challenge_.nonce) {
+        challenge_ = {};
+        ++counters_.epochs_proven;
+        return true;
+      }
+    }
+    return false;
+  }
+  // Another incarnation replaces the one challenged if it is later, or once that one had time to
+  // answer: replays of an old epoch cannot keep a later one from proving itself.
+  if (challenge_.nonce == 0 || h.node_id != challenge_.node_id || h.epoch > challenge_.epoch ||
+      now - challenge_.sent >= config_.dead_interval) {
+    challenge_ = {h.node_id, h.epoch, random_nonce(), now};
+    last_keepalive_ = now - config_.keepalive_interval;  // ask at once
+    ++counters_.challenges_sent;
+  }
+  return false;
+}
+
 void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   const bool restart = peer_known_;
+  if (restart && h.node_id == peer_id_ && h.epoch < peer_epoch_) ++counters_.epoch_regressions;
   peer_known_ = true;
   peer_id_ = h.node_id;
   peer_epoch_ = h.epoch;
@@ -221,6 +278,11 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   if ((sequenced && h.seq == 0) ||
       (!payload.empty() && !rx_batch_->ParseFromArray(payload.data(), static_cast<int>(payload.size())))) {
     ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+    return;
+  }
+  take_challenge(h, *rx_batch_, now);
+  if (new_epoch && !proven(h, *rx_batch_, now)) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::Unproven)];
     return;
   }
   if (new_epoch) start_peer_epoch(h, now);
@@ -735,6 +797,8 @@ void SyncProtocol::send_unsequenced(bool keepalive, Micros now, const SendFn& se
     k->set_interval_ms(static_cast<uint32_t>(config_.keepalive_interval.count() / 1000));
     k->set_bulk_done(initial_bulk_done_);
     k->set_rules_digest(store_.rules_digest());
+    k->set_challenge(challenge_.nonce);
+    k->set_answer(answer_);
     last_keepalive_ = now;
     ++counters_.keepalives_sent;
   } else {

@@ -186,6 +186,8 @@ class SyncProtocol {
 
   // Receiving.
   bool accept_sender(const Header& h, Micros now, bool& new_epoch) noexcept;
+  void take_challenge(const Header& h, const wire::Batch& batch, Micros now) noexcept;
+  bool proven(const Header& h, const wire::Batch& batch, Micros now) noexcept;
   void start_peer_epoch(const Header& h, Micros now);
   void deliver(uint64_t seq, std::span<const uint8_t> payload, bool parsed, Micros now);
   void apply_batch(const wire::Batch& batch, bool sequenced, Micros now);
@@ -269,6 +271,20 @@ class SyncProtocol {
   Micros ack_due_ = Micros::max();
   uint32_t state_requests_this_second_ = 0;
   Micros state_request_window_{0};
+
+  // A new incarnation of the peer, challenged to prove it is live (Keepalive.challenge).
+  struct Challenge {
+    uint32_t node_id = 0;
+    uint64_t epoch = 0;
+    uint64_t nonce = 0;  // 0: none outstanding
+    Micros sent{0};
+  };
+  Challenge challenge_;
+  // The peer's last challenge, answered in every keepalive; taken from its latest epoch.
+  uint64_t answer_ = 0;
+  uint32_t answer_node_ = 0;
+  uint64_t answer_epoch_ = 0;
+  Micros answer_at_{0};
 
   // Liveness.
   Micros last_heard_{0};

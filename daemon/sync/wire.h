@@ -15,7 +15,7 @@
 namespace pairwall::sync {
 
 inline constexpr uint16_t kMagic = 0x5057;  // "PW"
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;      // 2: new epochs prove themselves (Keepalive.challenge)
 inline constexpr std::size_t kHeaderSize = 68;
 inline constexpr std::size_t kTagSize = 16;  // HMAC-SHA-256-128, RFC 4868 section 2.6
 inline constexpr std::size_t kOverhead = kHeaderSize + kTagSize;

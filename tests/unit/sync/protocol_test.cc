@@ -108,6 +108,42 @@ std::vector<uint8_t> craft(const Header& h, const wire::Batch& batch, uint8_t ke
   return out;
 }
 
+// What `node` challenges its peer's new incarnation with: read from the keepalive it sends next.
+uint64_t challenge_of(SyncProtocol& node, Micros now) {
+  uint64_t challenge = 0;
+  node.poll(now, [&](std::span<const uint8_t> d) {
+    Authenticator auth(test_key());
+    Header h;
+    std::span<const uint8_t> payload;
+    DropReason why{};
+    wire::Batch batch;
+    if (open(d, auth, h, payload, why) &&
+        batch.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+      for (const auto& m : batch.messages())
+        if (m.has_keepalive() && m.keepalive().challenge() != 0) challenge = m.keepalive().challenge();
+    }
+    return true;
+  });
+  return challenge;
+}
+
+// Makes `node` take node `h.node_id`'s epoch `h.epoch` as its peer's, as a live peer would: a first
+// datagram draws the challenge, a keepalive answers it. Both use xmit 1, send base 1.
+void prove_peer(SyncProtocol& node, Header h, Micros now) {
+  h.flags = 0;
+  h.seq = 0;
+  h.xmit = 1;
+  h.send_base = 1;
+  node.receive(craft(h, wire::Batch{}), now);
+  const uint64_t challenge = challenge_of(node, now);
+  REQUIRE(challenge != 0);
+  wire::Batch answer;
+  answer.add_messages()->mutable_keepalive()->set_answer(challenge);
+  const uint64_t before = node.counters().epochs_proven;
+  node.receive(craft(h, answer), now);
+  REQUIRE(node.counters().epochs_proven == before + 1);
+}
+
 wire::Batch one_insert(const StateRecord& r) {
   wire::Batch b;
   encode_insert(r, 0, b.add_messages()->mutable_insert());
@@ -586,7 +622,7 @@ TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sy
   }
   SECTION("garbage and truncation") {
     p.b->receive(std::vector<uint8_t>(64, 0), p.now);
-    p.b->receive(std::vector<uint8_t>{0x50, 0x57, 1, 0}, p.now);
+    p.b->receive(std::vector<uint8_t>{0x50, 0x57, kVersion, 0}, p.now);
     CHECK(drops(*p.b, DropReason::BadMagic) == 1);
     CHECK(drops(*p.b, DropReason::Truncated) == 1);
   }
@@ -601,14 +637,14 @@ TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sy
 
 TEST_CASE("an authenticated state with out-of-range fields is dropped, the rest applied",
           "[sync][protocol][reject]") {
-  // A node that has not heard its peer yet takes this datagram as the peer's first.
   FakeStore store;
   SyncProtocol b(Pair::base_config(2), test_key(), store, ms(1000));
   Header h;
-  h.flags = frameflag::kSequenced;
   h.node_id = 1;
   h.epoch = 77;
-  h.xmit = 1;
+  prove_peer(b, h, ms(1000));
+  h.flags = frameflag::kSequenced;
+  h.xmit = 2;
   h.seq = 1;
   h.send_base = 1;
   wire::Batch batch = one_insert(make_insert(1, 1));
@@ -618,7 +654,7 @@ TEST_CASE("an authenticated state with out-of-range fields is dropped, the rest 
   CHECK(drops(b, DropReason::MalformedPayload) == 1);
   CHECK(store.states.count({1, 1}) == 0);
   CHECK(store.states.count({1, 2}) == 1);
-  CHECK(b.counters().datagrams_received == 1);
+  CHECK(b.counters().datagrams_received == 2);  // the proof, then this one
 }
 
 TEST_CASE("a captured datagram played again is dropped as a replay", "[sync][protocol][reject]") {
@@ -644,6 +680,66 @@ TEST_CASE("a captured datagram played again is dropped as a replay", "[sync][pro
   for (const auto& d : captured) p.b->receive(d, p.now);
   CHECK(drops(*p.b, DropReason::StaleEpoch) == captured.size());
   CHECK(p.store_b.states.count(r.id) == 0);
+}
+
+// An authenticated datagram proves who made it, not when: a new incarnation of the peer is taken
+// only once it answers this node's challenge, so that one replayed from an earlier boot is never
+// applied, whenever it comes.
+TEST_CASE("datagrams replayed from a peer's earlier boot are never applied, even once it fell silent",
+          "[sync][protocol][reject][epoch]") {
+  Pair p;
+  settle(p);
+  // B's first boot clears its table: the capture an attacker keeps.
+  p.b_to_a.capture = true;
+  StateRecord clear;
+  clear.kind = Kind::Clear;
+  clear.id.creator = 2;
+  p.change(false, clear);
+  p.run(ms(20));
+  p.b_to_a.capture = false;
+  const auto captured = p.b_to_a.captured;
+  REQUIRE_FALSE(captured.empty());
+  // B boots again; A carries traffic, and B goes away for longer than the relearn interval.
+  p.restart_b(p.config_b.epoch + 10);
+  p.run(ms(500));
+  REQUIRE(p.a->peer_state(p.now) == PeerState::Up);
+  for (uint64_t i = 1; i <= 20; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(50));
+  p.a_to_b.up = p.b_to_a.up = false;
+  p.run(p.config_a.peer_relearn + ms(1000));
+  REQUIRE(p.a->peer_state(p.now) == PeerState::Down);
+
+  for (const auto& d : captured) p.a->receive(d, p.now);
+  p.run(ms(50));
+  CHECK(drops(*p.a, DropReason::Unproven) > 0);
+  CHECK(p.store_a.states.size() == 20);  // the ClearStates was not applied
+  CHECK(p.a->peer_state(p.now) == PeerState::Down);
+
+  // B comes back: its incarnation proves itself, and the pair syncs again.
+  p.a_to_b.up = p.b_to_a.up = true;
+  p.run(ms(1000));
+  CHECK(p.a->peer_state(p.now) == PeerState::Up);
+  CHECK(p.store_b.states.size() == 20);
+}
+
+TEST_CASE("a booting node takes no replayed datagram for its peer's first, nor its bulk as done",
+          "[sync][protocol][reject][epoch]") {
+  Pair p;
+  // A's answer to B's first bulk request, BulkStart and BulkEnd, is captured.
+  p.a_to_b.capture = true;
+  settle(p);
+  p.a_to_b.capture = false;
+  REQUIRE(p.b->bulk_state() == BulkState::Done);
+  const auto captured = p.a_to_b.captured;
+  // B reboots while A is away; the capture is played to it.
+  p.a_to_b.up = p.b_to_a.up = false;
+  p.restart_b(p.config_b.epoch + 10);
+  for (const auto& d : captured) p.b->receive(d, p.now);
+  p.run(ms(200));
+  CHECK(drops(*p.b, DropReason::Unproven) > 0);
+  CHECK(p.b->counters().datagrams_received == 0);
+  CHECK_FALSE(p.b->bulk_done());
+  CHECK(p.b->bulk_state() == BulkState::Requested);
 }
 
 TEST_CASE("a peer restarted with its clock behind is taken back once its old epoch fell silent",
@@ -743,6 +839,8 @@ TEST_CASE("mutated authenticated datagrams never break a node", "[sync][protocol
   std::mt19937_64 rng(99);
   FakeStore store;
   SyncProtocol victim(Pair::base_config(2), test_key(), store, p.now);
+  // The victim has taken the sender's epoch, so that mutations reach past the epoch check.
+  prove_peer(victim, read_header(p.a_to_b.captured.front().data()), p.now);
   uint64_t accepted = 0;
   for (int i = 0; i < 20'000; ++i) {
     std::vector<uint8_t> d = p.a_to_b.captured[rng() % p.a_to_b.captured.size()];

@@ -164,7 +164,7 @@ TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, sta
     boost::asio::ip::udp::socket s(io, boost::asio::ip::udp::v4());
     std::vector<uint8_t> junk(100, 0x50);
     junk[1] = 0x57;
-    junk[2] = 1;
+    junk[2] = kVersion;
     s.send_to(boost::asio::buffer(junk),
               boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.2"), port));
   }

@@ -102,8 +102,8 @@ TEST_CASE("open rejects each malformed frame with its reason", "[sync][wire]") {
   cases.push_back({"garbage", std::vector<uint8_t>(100, 0xff), DropReason::BadMagic});
   {
     auto d = good;
-    d[2] = 2;
-    cases.push_back({"version 2", d, DropReason::BadVersion});
+    d[2] = kVersion + 1;
+    cases.push_back({"a later version", d, DropReason::BadVersion});
   }
   {
     auto d = good;
