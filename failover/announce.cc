@@ -13,9 +13,23 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <system_error>
 
 namespace pairwall::failover {
+namespace {
+
+// net.ipv6.conf.IFACE.forwarding, as keepalived reads it for its advertisements' Router flag.
+bool ipv6_forwarding(unsigned ifindex) {
+  char name[IF_NAMESIZE] = {};
+  if (!if_indextoname(ifindex, name)) return false;
+  std::ifstream in(std::string("/proc/sys/net/ipv6/conf/") + name + "/forwarding");
+  int value = 0;
+  return static_cast<bool>(in >> value) && value != 0;
+}
+
+}  // namespace
 
 Announcer::Announcer() {
   packet_fd_ = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0);  // protocol 0: send only
@@ -65,11 +79,11 @@ std::array<uint8_t, 28> Announcer::arp_announcement(const std::array<uint8_t, 6>
 }
 
 std::array<uint8_t, 32> Announcer::neighbour_advertisement(const std::array<uint8_t, 6>& mac,
-                                                           const uint8_t* ipv6) {
+                                                           const uint8_t* ipv6, bool router) {
   std::array<uint8_t, 32> f{};
   f[0] = ND_NEIGHBOR_ADVERT;
-  f[1] = 0;     // code; checksum (2..3) by the kernel
-  f[4] = 0x20;  // Override; Router and Solicited clear
+  f[1] = 0;                     // code; checksum (2..3) by the kernel
+  f[4] = router ? 0xa0 : 0x20;  // Router as the interface says, Override; Solicited clear
   std::memcpy(&f[8], ipv6, 16);
   f[24] = ND_OPT_TARGET_LINKADDR;
   f[25] = 1;  // length in units of 8 bytes
@@ -91,7 +105,7 @@ int Announcer::announce(const Vip& vip, unsigned ifindex) noexcept {
     std::memset(ll.sll_addr, 0xff, 6);
     n = sendto(packet_fd_, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&ll), sizeof ll);
   } else {
-    const auto frame = neighbour_advertisement(mac, vip.address.data());
+    const auto frame = neighbour_advertisement(mac, vip.address.data(), ipv6_forwarding(ifindex));
     sockaddr_in6 dst{};
     dst.sin6_family = AF_INET6;
     inet_pton(AF_INET6, "ff02::1", &dst.sin6_addr);

@@ -1,7 +1,9 @@
 // Tells the segment where a VIP now lives: a gratuitous ARP for IPv4 (an ARP request with sender =
 // target = the VIP, RFC 5227 2.3 "ARP Announcement", broadcast through AF_PACKET) and an
 // unsolicited neighbour advertisement for IPv6 (RFC 4861 7.2.6: to all-nodes ff02::1, Override
-// set, Solicited clear, with our link-layer address, hop limit 255). Both update the entries
+// set, Solicited clear, Router set where the interface forwards (RFC 5798 6.4.2; a host that saw
+// it clear would drop this router's default route, RFC 4861 7.2.5), with our link-layer address,
+// hop limit 255). Both update the entries
 // neighbours already hold for the VIP, which is what moves traffic to the new master.
 #pragma once
 
@@ -25,7 +27,7 @@ class Announcer {
   // The frames, exposed for tests.
   static std::array<uint8_t, 28> arp_announcement(const std::array<uint8_t, 6>& mac, const uint8_t* ipv4);
   static std::array<uint8_t, 32> neighbour_advertisement(const std::array<uint8_t, 6>& mac,
-                                                         const uint8_t* ipv6);
+                                                         const uint8_t* ipv6, bool router);
 
  private:
   int hardware_address(unsigned ifindex, std::array<uint8_t, 6>& mac) noexcept;

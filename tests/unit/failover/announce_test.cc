@@ -22,12 +22,13 @@ TEST_CASE("gratuitous ARP is an ARP announcement: request, sender = target = VIP
   CHECK(f == expected);
 }
 
-TEST_CASE("unsolicited NA: Override set, Solicited and Router clear, target link-layer option",
+TEST_CASE("unsolicited NA: Override set, Solicited clear, Router as the interface forwards, target option",
           "[announce]") {
   const std::array<uint8_t, 6> mac{0x02, 0x11, 0x22, 0x33, 0x44, 0x55};
   uint8_t vip[16] = {0xfd, 0x31};
   vip[15] = 1;
-  const auto f = pf::Announcer::neighbour_advertisement(mac, vip);
+  CHECK(pf::Announcer::neighbour_advertisement(mac, vip, true)[4] == 0xa0);  // R=1 S=0 O=1 (RFC 5798 6.4.2)
+  const auto f = pf::Announcer::neighbour_advertisement(mac, vip, false);
   CHECK(f[0] == 136);  // RFC 4861 4.4
   CHECK(f[1] == 0);
   CHECK(f[4] == 0x20);  // R=0 S=0 O=1
