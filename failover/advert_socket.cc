@@ -48,7 +48,14 @@ void AdvertSocket::open(Receive receive) {
   if (!ifindex_) fail(ifname_, "no such interface");
   const int fd = socket(family_, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) fail(ifname_, "socket");
-  fd_.assign(fd);
+  // Closed unless every step below succeeds: a socket without its TTL or membership would send
+  // adverts the peer drops, and hear none.
+  struct Unfinished {
+    int fd;
+    ~Unfinished() {
+      if (fd >= 0) ::close(fd);
+    }
+  } unfinished{fd};
   // Both nodes' groups, every interface: several sockets share group:port, each bound to its own
   // device so that a frame is read once, on the interface it arrived on.
   set_int(fd, SOL_SOCKET, SO_REUSEADDR, 1, ifname_, "SO_REUSEADDR");
@@ -93,6 +100,8 @@ void AdvertSocket::open(Receive receive) {
     set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0, ifname_, "IPV6_MULTICAST_ALL");
     set_int(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, ifname_, "IPV6_RECVHOPLIMIT");
   }
+  fd_.assign(fd);
+  unfinished.fd = -1;
   arm();
 }
 

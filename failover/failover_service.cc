@@ -78,7 +78,7 @@ void FailoverService::start() {
   const bool builtin = config_.driver == Driver::Builtin;
   links_ = std::make_unique<LinkWatch>(io_, config_.interfaces(), [this] { on_links_changed(); });
   links_->start();
-  for (const auto& l : links_->links()) last_carrier_.push_back(l.carrier);
+  last_links_ = links_->links();
   if (builtin) {
     vips_ = std::make_unique<VipSet>(config_.vips, config_.effective_vip_lease_s());
     announcer_ = std::make_unique<Announcer>();
@@ -272,12 +272,21 @@ void FailoverService::on_links_changed() {
   std::lock_guard lock(mutex_);
   if (!running_) return;
   const auto& links = links_->links();
-  last_carrier_.resize(links.size(), false);
+  last_links_.resize(links.size());
   bool came_up = false;
   for (std::size_t i = 0; i < links.size(); ++i) {
-    if (links[i].carrier == last_carrier_[i]) continue;
-    last_carrier_[i] = links[i].carrier;
-    spdlog::info("failover: {} carrier {}", links[i].name, links[i].carrier ? "up" : "down");
+    const LinkWatch::Link before = last_links_[i];
+    last_links_[i] = links[i];
+    // An interface deleted and made again between two looks keeps its carrier but not its index:
+    // the sockets bound to the old one hear and send nothing.
+    const bool recreated = links[i].carrier && before.carrier && links[i].ifindex != before.ifindex;
+    if (links[i].carrier == before.carrier && !recreated) continue;
+    if (recreated) {
+      spdlog::info("failover: {} was created again (index {} -> {})", links[i].name, before.ifindex,
+                   links[i].ifindex);
+    } else {
+      spdlog::info("failover: {} carrier {}", links[i].name, links[i].carrier ? "up" : "down");
+    }
     if (!links[i].carrier) continue;
     came_up = true;
     // Memberships do not survive an interface deleted and created again; reopening on carrier

@@ -29,12 +29,12 @@
 #include "failover/demotion.h"
 #include "failover/election.h"
 #include "failover/failover_config.h"
+#include "failover/link_watch.h"
 
 namespace pairwall::failover {
 
 class AdvertSocket;
 class Announcer;
-class LinkWatch;
 class VipSet;
 
 struct FailoverHooks {
@@ -154,7 +154,7 @@ class FailoverService final : public control::FailoverControl {
   std::unique_ptr<LinkWatch> links_;
   std::vector<std::unique_ptr<AdvertSocket>> sockets_;
   std::array<bool, kRejectCount> reject_logged_{};
-  std::vector<bool> last_carrier_;
+  std::vector<LinkWatch::Link> last_links_;  // as on_links_changed() last saw them
   std::string last_vip_error_;
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer poll_timer_;
