@@ -776,8 +776,10 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           return decided(verdict, drop(Reason::SourceLimit, rule));
         }
         const bool class_changed = track.timeout != state->timeout;
-        states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
-        if (track.protocol_state_changed || class_changed || now - state->last_synced >= kSyncRefresh)
+        if (track.refresh || class_changed)
+          states_.touch(state, track.timeout, timeout_of(*state, track.timeout, rules), now);
+        if (track.protocol_state_changed || class_changed ||
+            (track.refresh && now - state->last_synced >= kSyncRefresh))
           emit_update(worker, *state, now, rules);
         verdict = passed_by_state(*state, rules, rewritten);
         if (state->translated()) {

@@ -194,6 +194,7 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
       raise_state(dst, TcpState::TimeWait, result.protocol_state_changed);
     }
     result.timeout = current;
+    result.refresh = false;
     result.reason = Reason::State;
     return result;
   }

@@ -19,6 +19,7 @@ struct alignas(4) TrackResult {
   Reason reason = Reason::State;        // State: pass; BadSeq / StateMismatch: drop
   bool protocol_state_changed = false;  // a TCP state moved: sync sends the update at once
   TimeoutClass timeout = TimeoutClass::TcpEstablished;
+  bool refresh = true;  // the packet renews the state's life (not one of pf's loose branch)
 };
 
 // Sets up both halves for a new state created by `packet` (the initiator's first packet).

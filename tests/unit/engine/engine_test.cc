@@ -324,6 +324,30 @@ TEST_CASE("keep state (sloppy): no window checks, one direction is enough, and t
   CHECK(peer.out(ack_from_client(80, 1001 + 70'000'000, 9001)).reason == Reason::State);
 }
 
+// pf's loose branch passes stragglers after a close that the strict window test would drop, but
+// does not renew the state's life: a flood of them cannot keep it.
+TEST_CASE("packets of the loose branch after a close pass without keeping the state alive", "[engine][tcp]") {
+  Firewall fw(std::string("set timeout { tcp.closing 10, tcp.finwait 10, tcp.closed 10 }\n") + kWebOnly);
+  auto fin = [](bool from_client, uint32_t seq, uint32_t ack) {
+    auto b = from_client ? tcp4(kClient, kClientPort, kServer, 80) : tcp4(kServer, 80, kClient, kClientPort);
+    return b.flags(tcpflag::kFin | tcpflag::kAck).seq(seq).ack(ack).window(512).build();
+  };
+  REQUIRE(fw.out(syn(80)).reason == Reason::Match);
+  REQUIRE(fw.in(synack(80)).reason == Reason::State);
+  REQUIRE(fw.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
+  REQUIRE(fw.out(fin(true, 1001, 9001)).reason == Reason::State);
+  REQUIRE(fw.in(fin(false, 9001, 1002)).reason == Reason::State);
+  REQUIRE(fw.out(ack_from_client(80, 1002, 9002)).reason == Reason::State);
+  const Millis closed_at = fw.now;
+  // Six seconds on, an ACK acking far beyond anything sent: only the loose branch passes it.
+  fw.now = closed_at + Millis{6'000};
+  CHECK(fw.out(ack_from_client(80, 1002, 9002 + 1'000'000)).reason == Reason::State);
+  CHECK(fw.out(ack_from_client(80, 1002, 9002 + 1'000'000)).reason == Reason::State);
+  // The state still ends ten seconds after the close.
+  CHECK(fw.engine.expire(closed_at + Millis{9'999}) == 0);
+  CHECK(fw.engine.expire(closed_at + Millis{10'000}) == 1);
+}
+
 TEST_CASE("no state: replies must pass the rules themselves", "[engine][tcp]") {
   Firewall fw("block all\npass out on wan0 proto tcp no state\npass in on lan0 proto tcp no state");
   CHECK(fw.out(syn(80)).reason == Reason::Match);
