@@ -102,7 +102,13 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
   uint32_t ack = th.ack;
   uint32_t end = 0;
   uint32_t data_end = 0;
-  if (src.seqlo == 0) {
+  // An end's first packet sets up its half (and the window scale of both) before the window test:
+  // one that then fails it must leave them as they were. pf keeps them, so that one forged
+  // SYN-ACK with a wrong ack anchors the responder's half where the real one is out of window.
+  const bool first_packet = src.seqlo == 0;
+  const PeerTracking src_before = src;
+  const PeerTracking dst_before = dst;
+  if (first_packet) {
     // First packet from this end.
     end = seq + segment_length(packet);
     if (th.flags & kSyn) {
@@ -199,7 +205,12 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
     return result;
   }
 
+  if (first_packet) {
+    src = src_before;
+    dst = dst_before;
+  }
   result.reason = Reason::BadSeq;
+  result.protocol_state_changed = false;
   return result;
 }
 

@@ -119,6 +119,24 @@ TEST_CASE("old retransmissions within a window pass, ancient ones do not", "[tcp
   CHECK(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 65535, 1000)) == Reason::BadSeq);
 }
 
+TEST_CASE("a responder's first packet that fails the window test leaves the state as it was", "[tcp]") {
+  Conn c;
+  c.timeout = track_first_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, 7));
+  const PeerTracking client = c.client;
+  const PeerTracking server = c.server;
+  // A forged SYN-ACK acking nothing the client sent, from a blind attacker's sequence space.
+  CHECK(c.from_server(segment(kSyn | kAck, 77'000'000, kIsn + 1'000'000, 65160, 0, 7)) == Reason::BadSeq);
+  CHECK(c.server.seqlo == server.seqlo);
+  CHECK(c.server.seqhi == server.seqhi);
+  CHECK(c.server.wscale == server.wscale);
+  CHECK(c.client.max_win == client.max_win);
+  CHECK(c.client.wscale == client.wscale);
+  // The real one still opens the connection.
+  CHECK(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, 7)) == Reason::State);
+  CHECK(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 502)) == Reason::State);
+  CHECK(c.timeout == TimeoutClass::TcpEstablished);
+}
+
 TEST_CASE("RST must match the expected sequence number exactly", "[tcp]") {
   SECTION("blind reset guess is dropped") {
     Conn c = established();
