@@ -699,7 +699,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
   const bool rewritten = parsed.rewritten;
   if (packet.is_icmp() && packet.icmp.is_error) {
     PacketView quoted;
-    const auto inner = std::span<const uint8_t>(bytes).subspan(packet.icmp.quoted_offset);
+    const auto inner =
+        std::span<const uint8_t>(bytes).subspan(packet.icmp.quoted_offset, packet.payload_length);
     if (parse_quoted_packet(inner, quoted) == Reason::Match && quoted.family == packet.family) {
       StateKey qkey;
       set_key(qkey, quoted);

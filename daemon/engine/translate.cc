@@ -153,7 +153,7 @@ void modulate_segment(std::span<uint8_t> bytes, const PacketView& view, uint32_t
 void demodulate_icmp_quote(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
                            uint32_t seq_sub) noexcept {
   uint8_t* quote = bytes.data() + view.icmp.quoted_offset;
-  const std::size_t quote_size = bytes.size() - view.icmp.quoted_offset;
+  const std::size_t quote_size = view.payload_length;  // the IP datagram's, not link padding after it
   // No sequence number quoted: a later fragment, or a quote that ends before it.
   if ((quoted.is_fragment && !quoted.is_first_fragment) || quote_size < std::size_t{quoted.l4_offset} + 8u)
     return;
@@ -184,7 +184,7 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
                         const StateKey& to) noexcept {
   uint8_t* ip = bytes.data();
   uint8_t* quote = ip + view.icmp.quoted_offset;
-  const std::size_t quote_size = bytes.size() - view.icmp.quoted_offset;
+  const std::size_t quote_size = view.payload_length;  // the IP datagram's, not link padding after it
   uint8_t* quoted_l4 = quote + quoted.l4_offset;
   const std::size_t quoted_l4_size = quote_size > quoted.l4_offset ? quote_size - quoted.l4_offset : 0;
 

@@ -3,6 +3,8 @@
 // quotes turned back, the windows checked in each end's own numbers, and the offsets carried to a
 // sync peer. Every rewritten packet is compared byte for byte with the one the builder makes with
 // the shifted numbers, so every checksum is checked against a full recompute.
+#include <algorithm>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string>
@@ -238,6 +240,11 @@ TEST_CASE("modulate state: an insert without the responder's offset gets one on 
   const uint32_t server_diff = c.seq_of(peer.last_packet) - kServerIsn;
   CHECK(server_diff != 0);
   CHECK(peer.last_packet == c.segment(false, kSyn | kAck, kServerIsn + server_diff, kClientIsn + 1));
+  // The drawn offset goes to the other node at once, not with the next refresh.
+  const auto drawn = peer.drain();
+  CHECK(std::any_of(drawn.begin(), drawn.end(), [&](const StateRecord& r) {
+    return r.kind == StateRecord::Kind::Update && r.seqdiff[1] == server_diff;
+  }));
   REQUIRE(peer.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + server_diff + 1)).reason ==
           Reason::State);
   data_both_ways(peer, c, {client_diff, server_diff});

@@ -430,13 +430,14 @@ TEST_CASE("ICMP errors about a translated packet are translated back, quote and 
     const Bytes translated = fw.last_packet;
     const uint16_t port = source_port(translated, tcp);
 
-    const auto error = [&](const std::string& to, const Bytes& quote) {
+    const auto error = [&](const std::string& to, const Bytes& quote, std::size_t padding = 0) {
       PacketBuilder b;
       if (v6) {
         b.ipv6(router, to).icmp_error(1, 4, quote);
       } else {
         b.ipv4(router, to).icmp_error(3, 4, quote);
       }
+      if (padding != 0) b.trailing(padding, 0xee);
       return b.build();
     };
     // A router past the firewall answers the translated packet; the inside host must get an error
@@ -446,6 +447,10 @@ TEST_CASE("ICMP errors about a translated packet are translated back, quote and 
     CHECK(v.rewritten);
     CHECK(fw.last_packet == error(client, syn));
     CHECK(port >= 50001);
+    // Link padding after the datagram is not part of the quote: it is left alone, and no checksum
+    // counts it.
+    REQUIRE(fw.in(error(outside, translated, 6)).reason == Reason::State);
+    CHECK(fw.last_packet == error(client, syn, 6));
   }
 }
 
