@@ -4,7 +4,6 @@
 // sync peer. Every rewritten packet is compared byte for byte with the one the builder makes with
 // the shifted numbers, so every checksum is checked against a full recompute.
 #include <algorithm>
-#include <algorithm>
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string>
