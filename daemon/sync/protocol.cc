@@ -608,6 +608,7 @@ void SyncProtocol::transmit(uint64_t seq, std::span<const uint8_t> payload, Micr
   const std::size_t n = seal(h, payload, *auth_, out_);
   if (n == 0) {
     ++counters_.send_errors;
+    ack_now_ = false;  // owed still, but not by a poll() that would fail the same way at once
     return;
   }
   if (send(std::span<const uint8_t>(out_.data(), n))) {
@@ -803,6 +804,12 @@ void SyncProtocol::send_unsequenced(bool keepalive, Micros now, const SendFn& se
     ++counters_.keepalives_sent;
   } else {
     ++counters_.acks_sent;
+  }
+  // Runs past what the datagram holds are left out: the peer learns of the later holes from a
+  // later ack. (512 one-byte runs alone fill a 576-byte link's datagram.)
+  if (batch.messages_size() > 0 && batch.messages(0).has_sack()) {
+    auto* runs = batch.mutable_messages(0)->mutable_sack()->mutable_runs();
+    while (!runs->empty() && batch.ByteSizeLong() > tx_budget_) runs->RemoveLast();
   }
   if (batch.messages_size() > 0) {
     tx_payload_.resize(batch.ByteSizeLong());

@@ -827,6 +827,41 @@ TEST_CASE("a clear empties the peer's table", "[sync][protocol]") {
   CHECK(p.store_b.states.empty());
 }
 
+// The selective-ack runs of an unsequenced ack or keepalive must fit the datagram whatever the
+// holes: one that did not fit was never sent, and the ack it owed kept poll() spinning.
+TEST_CASE("acks of many holes fit the smallest datagram", "[sync][protocol][loss]") {
+  FakeStore store;
+  ProtocolConfig config = Pair::base_config(2);
+  config.max_datagram = 548;  // mtu 576
+  const Micros now = ms(1000);
+  SyncProtocol b(config, test_key(), store, now);
+  Header h;
+  h.node_id = 1;
+  h.epoch = 77;
+  prove_peer(b, h, now);
+  // Every other sequence lost: 600 holes, each between two held datagrams.
+  h.flags = frameflag::kSequenced;
+  h.send_base = 1;
+  for (uint64_t k = 0; k < 600; ++k) {
+    h.xmit = 2 + k;
+    h.seq = 2 + 2 * k;
+    b.receive(craft(h, one_insert(make_insert(1, k + 1))), now);
+  }
+  std::size_t sent = 0;
+  std::size_t largest = 0;
+  const auto send = [&](std::span<const uint8_t> d) {
+    ++sent;
+    largest = std::max(largest, d.size());
+    return true;
+  };
+  b.poll(now, send);
+  b.poll(now + Micros{1}, send);
+  CHECK(sent >= 1);
+  CHECK(largest <= 548);
+  CHECK(b.counters().send_errors == 0);
+  CHECK(b.next_deadline(now + Micros{1}) > now + Micros{1});  // nothing owed: poll() rests
+}
+
 TEST_CASE("mutated authenticated datagrams never break a node", "[sync][protocol][reject]") {
   // A peer with the key but broken code: every header field and payload byte may be anything.
   Pair p;
