@@ -71,12 +71,25 @@ void SendWindow::store_evicted(uint64_t seq, Slot& s) {
 
 void SendWindow::trim_evicted() {
   // Oldest first: the peer asks for the oldest gaps first, and the newest are likeliest to be
-  // needed when a link comes back.
-  while (evicted_ids_ > config_.evicted_id_budget && !evicted_.empty()) {
-    Evicted& e = evicted_.front();
+  // needed when a link comes back. Control messages stay, with a marker for the ids that went: they
+  // are few and small, and no resync of states would make up for a lost one (a resync request, a
+  // bulk request).
+  for (std::size_t i = 0; evicted_ids_ > config_.evicted_id_budget && i < evicted_.size();) {
+    Evicted& e = evicted_[i];
+    const bool keeps_controls = !e.taken && !e.controls.empty();
+    if (keeps_controls && e.ids.size() == 1 && e.ids.front() == kDroppedIds) {
+      ++i;  // trimmed already
+      continue;
+    }
     if (!e.taken) evicted_ids_dropped_ += e.ids.size();
     evicted_ids_ -= e.ids.size();
-    evicted_.pop_front();
+    if (!keeps_controls) {
+      evicted_.erase(evicted_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    e.ids.assign(1, kDroppedIds);
+    ++evicted_ids_;
+    ++i;
   }
   while (!evicted_.empty() && evicted_.front().taken) evicted_.pop_front();
 }

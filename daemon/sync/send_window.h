@@ -52,6 +52,9 @@ class SendWindow {
 
   // What a resync request for one sequence finds.
   enum class Lookup : uint8_t { Found, Acked, Forgotten };
+  // Stands in a resync's ids for those the evicted store dropped over its budget while it kept the
+  // datagram's control messages: like a clear's marker (counter 0), it asks for a full resync.
+  static constexpr engine::StateId kDroppedIds{0, 0};
 
   explicit SendWindow(const SendWindowConfig& config);
 

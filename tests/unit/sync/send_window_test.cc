@@ -158,6 +158,22 @@ TEST_CASE("the evicted store drops the oldest over budget, counted", "[sync][swi
   CHECK(w.take_for_resync(3, ids, controls) == SendWindow::Lookup::Found);
 }
 
+TEST_CASE("the evicted store keeps control messages over budget, and asks a full resync for the ids",
+          "[sync][swin]") {
+  SendWindow w(small_config());  // capacity 8, budget 6 ids
+  // Datagram 1 carries a control message (a resync request of this node's own) and a state.
+  w.push(std::vector<uint8_t>{1}, {StateId{1, 1}}, "resync-request", Micros{1000});
+  for (uint64_t i = 2; i <= 16; ++i) push(w, i, Micros{1000});
+  CHECK(w.evicted_ids_dropped() == 3);  // datagram 1's id, whose marker takes its place, and 2's and 3's
+  std::vector<StateId> ids;
+  std::string controls;
+  CHECK(w.take_for_resync(1, ids, controls) == SendWindow::Lookup::Found);
+  CHECK(controls == "resync-request");
+  CHECK(ids == std::vector<StateId>{SendWindow::kDroppedIds});
+  CHECK(w.take_for_resync(3, ids, controls) == SendWindow::Lookup::Forgotten);
+  CHECK(w.take_for_resync(4, ids, controls) == SendWindow::Lookup::Found);
+}
+
 TEST_CASE("acks never trim the evicted store; serving a resync does", "[sync][swin]") {
   SendWindow w(small_config());
   for (uint64_t i = 1; i <= 10; ++i) push(w, i, Micros{1000});
