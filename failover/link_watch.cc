@@ -66,6 +66,10 @@ void LinkWatch::stop() {
 }
 
 void LinkWatch::request_dump() {
+  if (dump_seq_ != 0) {
+    dump_again_ = true;
+    return;
+  }
   char buf[kNetlinkBuffer];
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
   nlh->nlmsg_type = RTM_GETLINK;
@@ -75,10 +79,27 @@ void LinkWatch::request_dump() {
   auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
   ifi->ifi_family = AF_UNSPEC;
   if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) dump_seq_ = 0;
-  // Links missing from the dump do not exist.
-  for (auto& l : links_) {
-    l.ifindex = 0;
-    l.carrier = false;
+  // Links keep what they hold until the dump has ended: cleared first, they would read "no carrier"
+  // to anyone looking meanwhile, and stay so if the dump never ended.
+  in_dump_.assign(links_.size(), false);
+}
+
+void LinkWatch::end_dump(bool complete) {
+  dump_seq_ = 0;
+  dumps_failed_ = complete ? 0 : dumps_failed_ + 1;
+  if (complete) {
+    for (std::size_t i = 0; i < links_.size(); ++i) {
+      if (in_dump_[i] || (links_[i].ifindex == 0 && !links_[i].carrier)) continue;
+      links_[i].ifindex = 0;
+      links_[i].carrier = false;
+      changed_ = true;
+    }
+  } else if (dumps_failed_ < 3) {
+    dump_again_ = true;  // refused or cut short: the table is still to be read
+  }
+  if (dump_again_) {
+    dump_again_ = false;
+    request_dump();
   }
 }
 
@@ -103,9 +124,12 @@ int LinkWatch::on_message(const nlmsghdr* nlh) {
       &attrs);
   const char* name = attrs.name;
   const int operstate = attrs.operstate;
-  for (auto& l : links_) {
+  const bool from_dump = dump_seq_ != 0 && nlh->nlmsg_seq == dump_seq_;
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    Link& l = links_[i];
     const bool match = name ? l.name == name : l.ifindex == static_cast<unsigned>(ifi->ifi_index);
     if (!match) continue;
+    if (from_dump && nlh->nlmsg_type == RTM_NEWLINK) in_dump_[i] = true;
     Link next = l;
     if (nlh->nlmsg_type == RTM_DELLINK) {
       next.ifindex = 0;
@@ -140,9 +164,12 @@ bool LinkWatch::read_pending(bool until_dump_done) {
     const int rc = mnl_cb_run(
         buf, static_cast<size_t>(n), 0, 0,
         [](const nlmsghdr* nlh, void* self) { return static_cast<LinkWatch*>(self)->on_message(nlh); }, this);
-    if (rc <= MNL_CB_STOP) dump_seq_ = 0;
+    if (rc <= MNL_CB_STOP && dump_seq_ != 0) end_dump(rc == MNL_CB_STOP);
     if (until_dump_done && dump_seq_ == 0) break;
   }
+  // A dump half read says nothing of the links it has yet to name: what changed is told once it
+  // has ended.
+  if (dump_seq_ != 0) return false;
   const bool changed = changed_;
   changed_ = false;
   return changed;

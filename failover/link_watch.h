@@ -39,7 +39,11 @@ class LinkWatch {
   uint64_t resyncs() const { return resyncs_; }  // full re-reads after the event queue overflowed
 
  private:
+  // Asks for every link, or, while a dump runs (the kernel allows one per socket), for another
+  // once it ends.
   void request_dump();
+  // The dump ended (`complete`: with NLMSG_DONE): the links it did not name do not exist.
+  void end_dump(bool complete);
   // Reads what is queued (or, blocking, until the dump ends); true when a watched link changed.
   bool read_pending(bool until_dump_done);
   int on_message(const nlmsghdr* nlh);
@@ -49,7 +53,10 @@ class LinkWatch {
   std::function<void()> on_change_;
   mnl_socket* nl_ = nullptr;
   boost::asio::posix::stream_descriptor fd_;
-  uint32_t dump_seq_ = 0;
+  uint32_t dump_seq_ = 0;  // of the dump in flight, 0 when none
+  bool dump_again_ = false;
+  int dumps_failed_ = 0;       // in a row: past a few, the next overflow asks again
+  std::vector<bool> in_dump_;  // per link: named by the dump in flight
   bool changed_ = false;
   uint64_t resyncs_ = 0;
 };
