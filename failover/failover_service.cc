@@ -238,6 +238,19 @@ void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl) {
   std::lock_guard lock(mutex_);
   if (!running_) return;
   const auto r = codec_.decode(frame, ttl);
+  if (!r.ok && r.reason == Reject::Own) {
+    // Our own adverts never come back (multicast loop is off): another node has this node's id,
+    // and neither can win an election against the other. The election counts it.
+    const Time t = now();
+    election_.on_advert(t, PeerAdvert{node_id_, milliseconds(0), 0, 0, false});
+    if (!own_id_logged_) {
+      own_id_logged_ = true;
+      spdlog::error(
+          "failover: another node advertises with this node's id {} on vhid {}: give each node of "
+          "the pair its own [node] id",
+          node_id_, config_.vhid);
+    }
+  }
   if (!r.ok) {
     // One line per reason, not per datagram: a flood must not flood the journal. Copies are
     // normal (one per interface and family) and not worth a line at all.

@@ -154,6 +154,7 @@ class FailoverService final : public control::FailoverControl {
   std::unique_ptr<LinkWatch> links_;
   std::vector<std::unique_ptr<AdvertSocket>> sockets_;
   std::array<bool, kRejectCount> reject_logged_{};
+  bool own_id_logged_ = false;
   std::vector<LinkWatch::Link> last_links_;  // as on_links_changed() last saw them
   std::string last_vip_error_;
   boost::asio::steady_timer timer_;
