@@ -193,16 +193,27 @@ int check(const control::Config& c) {
 }
 
 // Releases what a killed daemon leaves behind, each part even when another fails: its hooks, and
-// the VIPs of a builtin failover group.
+// the VIPs of a builtin failover group. Run by systemd after a daemon that did not stop cleanly
+// (SERVICE_RESULT other than "success"), a fail-closed node keeps its hooks: their queues, with no
+// daemon to read them, drop what they are given until a daemon listens again, where removing them
+// would let every packet through uninspected until the restart.
 int cleanup(const control::Config& c) {
   int status = 0;
-  try {
+  const char* result = std::getenv("SERVICE_RESULT");
+  const bool crashed = result != nullptr && std::string_view(result) != "success";
+  if (crashed && !c.queue.fail_open) {
+    spdlog::warn("cleanup: the daemon ended with \"{}\": hooks kept, so that nothing passes unfiltered "
+                 "(fail_open = false) until a daemon listens again",
+                 result);
+  } else {
+    try {
     // Removal takes the pre-routing chain whether or not this config would install it.
-    io::Hooks(hooks_config(c, /*translations=*/false)).remove();
-    spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
-  } catch (const std::exception& e) {
-    spdlog::error("cleanup: {}", e.what());
-    status = 1;
+      io::Hooks(hooks_config(c, /*translations=*/false)).remove();
+      spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
+    } catch (const std::exception& e) {
+      spdlog::error("cleanup: {}", e.what());
+      status = 1;
+    }
   }
   // Failover (failover/): a killed master's VIPs stay in the kernel until their lease ends;
   // remove them now.

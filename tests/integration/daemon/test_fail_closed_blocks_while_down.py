@@ -1,5 +1,7 @@
 """With fail_open = false (the default) a killed pairwalld leaves hooks without --queue-bypass:
-nothing passes, not even what the rules allowed, until a daemon listens again or --cleanup runs."""
+nothing passes, not even what the rules allowed, until a daemon listens again or --cleanup runs.
+systemd runs --cleanup after the crash too (ExecStopPost, SERVICE_RESULT=signal): it keeps the
+hooks then, or the node would pass everything unfiltered until the restart."""
 
 from daemon_net import ALLOWED
 
@@ -15,6 +17,12 @@ def test_fail_closed_blocks_while_down(lan, daemon_factory):
     assert lan.connect(4, ALLOWED, timeout=1.5)["result"] == "timeout"
     assert lan.connect(6, ALLOWED, timeout=1.5)["result"] == "timeout"
     assert lan.ping(4, count=2)["received"] == 0
+
+    cleanup = [str(fw.bin / "pairwalld"), "--cleanup", "-c", str(fw.config)]
+    cp = lan.fw.exec("env", "SERVICE_RESULT=signal", *cleanup, check=False)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert lan.hooks_present(), "a crashed fail-closed node keeps its hooks"
+    assert lan.connect(4, ALLOWED, timeout=1.5)["result"] == "timeout"
 
     # A new daemon picks the queues up again (it replaces the dead one's hooks).
     daemon_factory(fail_open=False)
