@@ -202,12 +202,13 @@ int cleanup(const control::Config& c) {
   const char* result = std::getenv("SERVICE_RESULT");
   const bool crashed = result != nullptr && std::string_view(result) != "success";
   if (crashed && !c.queue.fail_open) {
-    spdlog::warn("cleanup: the daemon ended with \"{}\": hooks kept, so that nothing passes unfiltered "
-                 "(fail_open = false) until a daemon listens again",
-                 result);
+    spdlog::warn(
+        "cleanup: the daemon ended with \"{}\": hooks kept, so that nothing passes unfiltered "
+        "(fail_open = false) until a daemon listens again",
+        result);
   } else {
     try {
-    // Removal takes the pre-routing chain whether or not this config would install it.
+      // Removal takes the pre-routing chain whether or not this config would install it.
       io::Hooks(hooks_config(c, /*translations=*/false)).remove();
       spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
     } catch (const std::exception& e) {
