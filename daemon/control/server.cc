@@ -94,7 +94,15 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       return true;
     }
     Response response;
-    server_.handler_(request, response);
+    try {
+      server_.handler_(request, response);
+    } catch (const std::exception& e) {
+      // A request the service did not foresee failing (out of memory, say) ends as an error
+      // answer, not as an exception through the event loop with the hooks in place.
+      response.Clear();
+      response.set_version(kControlProtocolVersion);
+      response.set_error(std::string("request failed: ") + e.what());
+    }
     out_.clear();
     if (!encode_frame(response, kMaxResponseBytes, out_)) {
       Response too_big;

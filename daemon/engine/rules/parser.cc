@@ -10,6 +10,10 @@
 // so every message is about what the operator wrote, not about a cascade.
 #include "daemon/engine/rules/parser.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -412,7 +416,7 @@ class Parser {
     const std::string file_path = beside(lexer_.file_name(file.file), file.text);
     std::string text;
     if (const int err = read_file_(file_path, text); err != 0)
-      fail_at(file, "cannot read anchor file \"" + file_path + "\": " + std::strerror(err));
+      fail_at(file, "cannot read anchor file \"" + file_path + "\": " + read_error(err));
     ++budget_.depth;
     Parser content(text, file_path, read_file_, /*anchor_rules=*/true, budget_);
     RuleFile rules;
@@ -459,7 +463,7 @@ class Parser {
     if (lexer_.reading(path)) fail_at(name, "\"" + path + "\" includes itself");
     std::string text;
     if (const int err = read_file_(path, text); err != 0)
-      fail_at(name, "cannot read included file \"" + path + "\": " + std::strerror(err));
+      fail_at(name, "cannot read included file \"" + path + "\": " + read_error(err));
     // The line's end is all the lookahead holds (an end of file would stop the parse before the
     // included statements): the included file's tokens come next.
     ahead_.clear();
@@ -1661,20 +1665,39 @@ std::variant<RuleFile, RuleError> parse_anchor_rules(std::string_view text, std:
   return parse(text, std::move(file_name), read_file, /*anchor_rules=*/true);
 }
 
+std::string read_error(int err) {
+  return err == kNotRegularFile ? std::string("not a regular file") : std::string(std::strerror(err));
+}
+
 namespace {
 
-// The whole file in `text`; 0, or the errno of the failure.
+// The whole file in `text`; 0, or the errno of the failure (or kNotRegularFile). Only a regular
+// file is read, and only up to kMaxFileSize: a FIFO would block the daemon's loop, a device such as
+// /dev/zero fill its memory.
 int read_file(const std::string& path, std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return errno;
-  char buf[65536];
-  for (;;) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-    text.append(buf, n);
-    if (n < sizeof buf) break;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return errno;
+  int err = 0;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    err = errno;
+  } else if (S_ISDIR(st.st_mode)) {
+    err = EISDIR;
+  } else if (!S_ISREG(st.st_mode)) {
+    err = kNotRegularFile;
+  } else if (static_cast<uint64_t>(st.st_size) > kMaxFileSize) {
+    err = EFBIG;
   }
-  const int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
+  char buf[65536];
+  while (err == 0) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxFileSize) err = EFBIG;  // it grew while read
+  }
+  ::close(fd);
   return err;
 }
 
@@ -1687,7 +1710,7 @@ std::optional<RuleError> read_table_files(Table& table) {
     const std::string path = beside(file.location.file, file.path);
     std::string text;
     if (const int err = read_file(path, text); err != 0) {
-      return RuleError{file.location, "cannot read table file \"" + path + "\": " + std::strerror(err)};
+      return RuleError{file.location, "cannot read table file \"" + path + "\": " + read_error(err)};
     }
     auto entries = parse_table_entries(text, path);
     if (auto* error = std::get_if<RuleError>(&entries)) return std::move(*error);
@@ -1738,8 +1761,7 @@ std::variant<std::vector<TableEntry>, RuleError> parse_table_entries(std::string
 std::variant<RuleFile, RuleError> parse_anchor_file(const std::string& path) {
   std::string text;
   if (const int err = read_file(path, text); err != 0) {
-    return RuleError{SourceLocation{path, 0, 0},
-                     std::string("cannot read anchor file: ") + std::strerror(err)};
+    return RuleError{SourceLocation{path, 0, 0}, std::string("cannot read anchor file: ") + read_error(err)};
   }
   return parse_anchor_rules(text, path, read_file);
 }
@@ -1747,7 +1769,7 @@ std::variant<RuleFile, RuleError> parse_anchor_file(const std::string& path) {
 std::variant<RuleFile, RuleError> parse_rules_file(const std::string& path) {
   std::string text;
   if (const int err = read_file(path, text); err != 0) {
-    return RuleError{SourceLocation{path, 0, 0}, std::string("cannot read rule file: ") + std::strerror(err)};
+    return RuleError{SourceLocation{path, 0, 0}, std::string("cannot read rule file: ") + read_error(err)};
   }
   auto parsed = parse_rules(text, path, read_file);
   if (auto* file = std::get_if<RuleFile>(&parsed)) {

@@ -2,6 +2,7 @@
 // was expected and what was found; the first error stops the parse.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -20,8 +21,12 @@ struct RuleError {
   std::string to_string() const;
 };
 
-// Reads the file at `path` into `text`: 0, or the errno of the failure.
+// Reads the file at `path` into `text`: 0, or the errno of the failure (or kNotRegularFile).
 using ReadFile = std::function<int(const std::string& path, std::string& text)>;
+inline constexpr int kNotRegularFile = -1;             // a directory, FIFO or device: not read
+inline constexpr std::size_t kMaxFileSize = 64 << 20;  // rule, anchor and table files
+// For messages: strerror(err), or what kNotRegularFile means.
+std::string read_error(int err);
 
 // Parses rule text. `include "PATH"` reads PATH with `read_file` (a relative PATH is the
 // including file's directory's; without `read_file`, an include is an error); an error in an

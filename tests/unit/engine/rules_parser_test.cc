@@ -1,5 +1,6 @@
 // Rule parser: every construct of the pf.conf subset into the AST, and the exact message (file,
 // line, column, text) for each kind of mistake.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -950,6 +951,17 @@ TEST_CASE("parse_rules_file: reads a file, names it in locations, reports OS err
   auto dir = parse_rules_file("/");
   REQUIRE(std::holds_alternative<RuleError>(dir));
   CHECK(std::get<RuleError>(dir).to_string() == "/: cannot read rule file: Is a directory");
+
+  // Neither a device nor a FIFO is read: /dev/zero would fill the memory, a FIFO block the reader.
+  auto device = parse_rules_file("/dev/zero");
+  REQUIRE(std::holds_alternative<RuleError>(device));
+  CHECK(std::get<RuleError>(device).to_string() == "/dev/zero: cannot read rule file: not a regular file");
+  pairwall::test::TempDir fifo_dir("fifo");
+  const std::string fifo = (fifo_dir.path / "rules").string();
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  auto pipe = parse_rules_file(fifo);
+  REQUIRE(std::holds_alternative<RuleError>(pipe));
+  CHECK(std::get<RuleError>(pipe).to_string() == fifo + ": cannot read rule file: not a regular file");
 }
 
 TEST_CASE("table files: entries join their table once, relative to the rule file, errors where they are") {
