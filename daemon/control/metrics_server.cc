@@ -53,7 +53,12 @@ std::string http_metrics_response(std::string_view head, const std::function<std
 class MetricsServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, MetricsServer& server)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server) {}
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server) {
+    ++server_.sessions_;
+  }
+  ~Session() { --server_.sessions_; }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   void start() {
     // A scraper that connects and says nothing must not hold the socket forever.
@@ -125,6 +130,14 @@ MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint
 
 void MetricsServer::start() {
   accept_connections(acceptor_, retry_, stopped_, [this](tcp::socket socket) {
+    // Idle connections hold a descriptor each for up to 5 s: without a bound, anyone who can reach
+    // the port could take all of the daemon's.
+    if (sessions_ >= kMaxSessions) {
+      ++refused_;
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      return;
+    }
     std::make_shared<Session>(std::move(socket), *this)->start();
   });
 }

@@ -29,8 +29,10 @@ class MetricsServer {
   void stop();
   uint16_t port() const;  // the bound port (useful with port 0)
   uint64_t scrapes() const { return scrapes_; }
+  uint64_t refused() const { return refused_; }  // connections closed at once: kMaxSessions open
 
   static constexpr std::size_t kMaxRequestHead = 8192;
+  static constexpr std::size_t kMaxSessions = 32;
 
  private:
   class Session;
@@ -39,6 +41,8 @@ class MetricsServer {
   boost::asio::steady_timer retry_;
   std::function<std::string()> render_;
   uint64_t scrapes_ = 0;
+  std::size_t sessions_ = 0;
+  uint64_t refused_ = 0;
   bool stopped_ = false;
 };
 

@@ -2,9 +2,17 @@
 // and the core daemon metrics from a counters snapshot.
 #include "daemon/control/metrics.h"
 
+#include <array>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "daemon/control/dataplane.h"
 #include "daemon/control/metrics_server.h"
@@ -174,4 +182,42 @@ TEST_CASE("metrics: the HTTP responder", "[metrics]") {
   CHECK(http_metrics_response("garbage\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
   CHECK(http_metrics_response("GET /metrics FTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
   CHECK(renders == 3);  // only the 200s rendered
+}
+
+// Idle connections hold the server's descriptors for seconds each: past kMaxSessions open at once
+// a connection is closed as soon as it is accepted, and scrapes work again as the idle ones go.
+TEST_CASE("metrics: the HTTP server bounds its open connections", "[metrics]") {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  asio::io_context io;
+  MetricsServer server(io, "127.0.0.1", 0, [] { return std::string("m 1\n"); });
+  server.start();
+  const tcp::endpoint at(asio::ip::make_address("127.0.0.1"), server.port());
+  std::vector<tcp::socket> idle;
+  for (std::size_t i = 0; i < MetricsServer::kMaxSessions + 8; ++i) {
+    idle.emplace_back(io);
+    idle.back().connect(at);
+  }
+  io.run_for(std::chrono::milliseconds(300));
+  CHECK(server.refused() == 8);
+
+  idle.clear();  // the idle clients go: their sessions end
+  io.run_for(std::chrono::milliseconds(300));
+  tcp::socket scraper(io);
+  scraper.connect(at);
+  asio::write(scraper, asio::buffer(std::string("GET /metrics HTTP/1.0\r\n\r\n")));
+  std::string reply;
+  std::thread reader([&] {
+    boost::system::error_code ec;
+    std::array<char, 512> buf{};
+    for (;;) {
+      const std::size_t n = scraper.read_some(asio::buffer(buf), ec);
+      if (ec) break;
+      reply.append(buf.data(), n);
+    }
+  });
+  io.run_for(std::chrono::milliseconds(300));
+  reader.join();
+  CHECK(reply.rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(server.scrapes() == 1);
 }
