@@ -829,10 +829,11 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
         seen.dst = pool_address(*rule, packet.src, packet.dst, pool_draw(*rule));
         if (ports && rule->port_low != 0) {
           // A destination port range maps onto the target's ports one to one (pf's rdr).
-          seen.dst_port =
-              rule->rdr_port_base == 0
-                  ? rule->port_low
-                  : static_cast<uint16_t>(rule->port_low + (packet.dst_port - rule->rdr_port_base));
+          seen.dst_port = rule->rdr_port_base == 0
+                              ? rule->port_low
+                              : static_cast<uint16_t>(rule->port_low +
+                                                      (packet.dst_port - rule->rdr_port_base) %
+                                                          (uint32_t{rule->port_high} - rule->port_low + 1));
         }
       }
       translation.translated = true;

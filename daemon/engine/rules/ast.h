@@ -194,6 +194,7 @@ struct TranslationRule {
   // The addresses or prefixes after `->`: one, or a list `{ ... }`, which round-robin walks.
   std::vector<IpPrefix> targets;
   std::optional<PortMatch> target_port;  // `port P` or `port P:Q` after the target
+  bool target_port_follows = false;      // `port P:*`: rdr maps a destination range onto P and up
   std::optional<PoolType> pool;          // as written; compile() says what none means
   // After `source-hash`: `0x` and 32 hex digits, or the text of `key "text"`; empty: the
   // built-in key.

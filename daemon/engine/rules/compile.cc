@@ -189,7 +189,7 @@ std::string translation_text(const TranslationRule& r) {
   } else if (!r.targets.empty()) {
     out += " -> " + list_text(r.targets, address_text);
   }
-  if (r.target_port) out += " port " + port_text(*r.target_port);
+  if (r.target_port) out += " port " + port_text(*r.target_port) + (r.target_port_follows ? ":*" : "");
   if (r.pool) {
     out += std::string(" ") + pool_type_name(*r.pool);
     if (r.hash_key_is_text) {
@@ -767,16 +767,24 @@ class Compiler {
         }
         t.port_low = r.target_port->low;
         t.port_high = r.target_port->op == PortMatch::Op::Eq ? r.target_port->low : r.target_port->high;
-        if (r.kind == TranslationRule::Kind::Rdr && t.port_low == t.port_high && r.to.ports.size() == 1 &&
-            r.to.ports[0].op == PortMatch::Op::RangeInclusive) {
+        // pf's rdr of a destination port range: onto one port P, all of it to P; onto P:*, the
+        // n-th port to P + n; onto P:Q, the n-th to P + n modulo the target range's width.
+        const bool dst_range = r.kind == TranslationRule::Kind::Rdr && r.to.ports.size() == 1 &&
+                               r.to.ports[0].op == PortMatch::Op::RangeInclusive;
+        if (r.target_port_follows) {
+          if (!dst_range) {
+            fail(r.location, "'port " + std::to_string(t.port_low) +
+                                 ":*' maps an rdr's destination port range P:Q: the rule names none");
+          }
           const PortMatch& range = r.to.ports[0];
           if (uint32_t{t.port_low} + (range.high - range.low) > UINT16_MAX) {
             fail(r.location, "rdr maps ports " + std::to_string(range.low) + ":" +
                                  std::to_string(range.high) + " onto " + std::to_string(t.port_low) +
                                  " and up, past port 65535");
           }
-          t.rdr_port_base = range.low;
+          t.port_high = static_cast<uint16_t>(t.port_low + (range.high - range.low));
         }
+        if (dst_range && t.port_low != t.port_high) t.rdr_port_base = r.to.ports[0].low;
       }
       switch (r.kind) {
         case TranslationRule::Kind::Nat:

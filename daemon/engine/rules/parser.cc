@@ -798,7 +798,7 @@ class Parser {
     if (at_word("port")) {
       if (binat) fail_at(peek(), "binat maps whole addresses and takes no 'port'");
       take();
-      r.target_port = target_port();
+      r.target_port = target_port(r.target_port_follows);
     }
     pool_options(r);
     if (at_word("port")) {
@@ -915,27 +915,35 @@ class Parser {
     return static_cast<int16_t>(number(t, 0, 255, what));
   }
 
-  // `port 8080` or `port 8080:8090` after the translation target.
-  PortMatch target_port() {
-    constexpr std::string_view kWhat = "port number or range (P:Q) after the translation address";
+  // `port 8080`, `port 8080:8090` or `port 8080:*` (`follows`: as many ports as the rule's
+  // destination range, from 8080) after the translation target.
+  PortMatch target_port(bool& follows) {
+    constexpr std::string_view kWhat = "port number or range (P:Q or P:*) after the translation address";
     const Token t = peek();
     if (t.kind != TokenKind::Word && t.kind != TokenKind::String) fail_expected(t, kWhat);
     take();
     PortMatch m;
+    std::string_view high;
+    Token high_token = t;
     if (auto colon = t.text.find(':'); colon != std::string::npos) {
-      m.op = PortMatch::Op::RangeInclusive;
       m.low = port_number(t, t.text.substr(0, colon), kWhat);
-      m.high = port_number(t, t.text.substr(colon + 1), kWhat);
+      high = std::string_view(t.text).substr(colon + 1);
     } else {
       m.low = port_number(t, t.text, kWhat);
       if (at(TokenKind::Colon)) {
         take();
-        const Token h = take_value(kWhat);
-        m.op = PortMatch::Op::RangeInclusive;
-        m.high = port_number(h, h.text, kWhat);
+        high_token = take_value(kWhat);
+        high = high_token.text;
       }
     }
-    if (m.op == PortMatch::Op::RangeInclusive) check_range(t, m);
+    if (high.data() == nullptr) return m;
+    if (high == "*") {
+      follows = true;
+      return m;
+    }
+    m.op = PortMatch::Op::RangeInclusive;
+    m.high = port_number(high_token, std::string(high), kWhat);
+    check_range(t, m);
     return m;
   }
 

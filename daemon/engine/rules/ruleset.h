@@ -85,7 +85,9 @@ struct CompiledTranslation {
   IpPrefix source;           // binat: the internal prefix, which the in pass maps its target back to
   uint16_t port_low = 0;     // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
-  uint16_t rdr_port_base = 0;  // rdr of a port range P:Q onto one port: P maps onto port_low
+  // rdr of a destination port range P:Q onto a range: P maps onto port_low, P+i onto port_low+i
+  // (modulo the target range's width); 0: every port onto port_low.
+  uint16_t rdr_port_base = 0;
   uint32_t number = 0;
 };
 

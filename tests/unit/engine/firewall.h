@@ -23,6 +23,9 @@ inline engine::EngineConfig test_config(uint32_t node = 1) {
   c.event_ring_capacity = 1024;
   c.hash_key[0] = 0x1234;
   c.hash_key[1] = 0x5678;
+  // Fixed draws (offsets, ports), so that a failure replays: random ones let a modulate offset
+  // fall, once in some hundred runs, within the window a test expects it to leave.
+  c.random_seed = 0x5eed0000 + node;
   return c;
 }
 

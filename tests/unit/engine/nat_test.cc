@@ -154,14 +154,23 @@ TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filt
   const Case cases[] = {
       {"the filter passes the redirected port", "pass in on wan0 proto tcp to 10.2.0.10 port 8080", 80, 8080},
       {"the filter passes only the dialled port", "pass in on wan0 proto tcp to 203.0.113.1 port 80", 80, 0},
-      {"a port range maps one to one", "pass in on wan0 proto tcp to 10.2.0.10", 5003, 6003},
+      {"a port range onto P:* maps one to one", "pass in on wan0 proto tcp to 10.2.0.10", 5003, 6003},
+      {"a port range onto one port: all to it, as pf's", "pass in on wan0 proto tcp to 10.2.0.10", 8005,
+       9500},
+      {"a port range onto a range: the n-th port to the n-th", "pass in on wan0 proto tcp to 10.2.0.10", 7004,
+       9004},
+      {"a port range onto a shorter range wraps round, as pf's", "pass in on wan0 proto tcp to 10.2.0.10",
+       7012, 9002},
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    Firewall fw(std::string("rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
-                            "rdr on wan0 proto tcp to 203.0.113.1 port 5000:5010 -> 10.2.0.10 port 6000\n"
-                            "block all\npass out on lan0 all\n") +
-                c.filter);
+    Firewall fw(
+        std::string("rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
+                    "rdr on wan0 proto tcp to 203.0.113.1 port 5000:5010 -> 10.2.0.10 port 6000:*\n"
+                    "rdr on wan0 proto tcp to 203.0.113.1 port 8000:8010 -> 10.2.0.10 port 9500\n"
+                    "rdr on wan0 proto tcp to 203.0.113.1 port 7000:7019 -> 10.2.0.10 port 9000:9009\n"
+                    "block all\npass out on lan0 all\n") +
+        c.filter);
     const Flow tcp{"tcp", false};
     const Verdict v = fw.in(tcp.packet("198.51.100.7", 4000, "203.0.113.1", c.dialled));
     if (c.reached == 0) {

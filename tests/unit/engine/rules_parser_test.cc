@@ -164,7 +164,9 @@ std::string render(const TranslationRule& r) {
   }
   o << " from " << render(r.from) << " to " << render(r.to);
   for (std::size_t i = 0; i < r.targets.size(); ++i) o << (i ? ", " : " -> ") << to_string(r.targets[i]);
-  if (r.target_port) o << " port " << render(*r.target_port);
+  if (r.target_port)
+    o << " port "
+      << (r.target_port_follows ? std::to_string(r.target_port->low) + ":*" : render(*r.target_port));
   if (r.pool) o << " pool " << int(*r.pool);
   if (!r.hash_key.empty()) o << (r.hash_key_is_text ? " key-text " : " key ") << r.hash_key;
   if (r.static_port) o << " static-port";
@@ -441,6 +443,8 @@ TEST_CASE("translation rules") {
        "rdr on em0 proto 6 from * to 192.0.2.1/32 port =80 -> 10.0.0.5/32 port =8080"},
       {"rdr on em0 proto udp from any to 192.0.2.1 port 5000:5010 -> 10.0.0.5",
        "rdr on em0 proto 17 from any to 192.0.2.1/32 port 5000:5010 -> 10.0.0.5/32"},
+      {"rdr on em0 proto tcp to 192.0.2.1 port 5000:5010 -> 10.0.0.5 port 6000:*",
+       "rdr on em0 proto 6 from * to 192.0.2.1/32 port 5000:5010 -> 10.0.0.5/32 port 6000:*"},
       {"rdr on em0 inet6 proto tcp to 2001:db8::1 port 443 -> 2001:db8:1::5",
        "rdr on em0 inet6 proto 6 from * to 2001:db8::1/128 port =443 -> 2001:db8:1::5/128"},
       {"binat on em0 from 10.0.0.5 to any -> 192.0.2.5",
@@ -908,7 +912,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"binat on em0 from 10.0.0.5 -> 192.0.2.5 port 80",
        "t.conf:1:41: binat maps whole addresses and takes no 'port'"},
       {"rdr on em0 proto tcp to any port 80 -> 10.0.0.1 port < 80",
-       "t.conf:1:54: expected port number or range (P:Q) after the translation address, got '<'"},
+       "t.conf:1:54: expected port number or range (P:Q or P:*) after the translation address, got '<'"},
   };
   for (const auto& c : cases) {
     INFO(c.text);
