@@ -758,6 +758,10 @@ class Compiler {
         pool(r, t);
       }
       t.static_port = r.static_port;
+      // A rule that names no family takes its target's, as pfctl's natrule does: an IPv4 target
+      // never rewrites an IPv6 packet (and an interface target stands for its first address).
+      const std::optional<Family> family =
+          r.family || r.negate_translation ? r.family : std::optional<Family>(t.targets[0].family);
       if (r.target_port) {
         if (!only_protocols(r.protocols, {ipproto::kTcp, ipproto::kUdp})) {
           fail(r.location, "a translation 'port' needs 'proto tcp' or 'proto udp'");
@@ -788,11 +792,11 @@ class Compiler {
       }
       switch (r.kind) {
         case TranslationRule::Kind::Nat:
-          specs.push_back(spec(Direction::Out, r.interfaces, r.family, r.protocols, r.from, r.to));
+          specs.push_back(spec(Direction::Out, r.interfaces, family, r.protocols, r.from, r.to));
           set.translations_.push_back(t);
           break;
         case TranslationRule::Kind::Rdr:
-          specs.push_back(spec(Direction::In, r.interfaces, r.family, r.protocols, r.from, r.to));
+          specs.push_back(spec(Direction::In, r.interfaces, family, r.protocols, r.from, r.to));
           set.translations_.push_back(t);
           break;
         case TranslationRule::Kind::Binat: {
@@ -805,7 +809,7 @@ class Compiler {
             fail(r.location, "binat maps " + address_text(t.source) + " onto " + address_text(t.targets[0]) +
                                  ": both sides need the same prefix length");
           }
-          specs.push_back(spec(Direction::Out, r.interfaces, r.family, r.protocols, r.from, r.to));
+          specs.push_back(spec(Direction::Out, r.interfaces, family, r.protocols, r.from, r.to));
           set.translations_.push_back(t);
           // Inbound: from the rule's destination side to the external address.
           Endpoint external;
@@ -816,7 +820,7 @@ class Compiler {
             e.location = r.location;
             external.addresses.push_back(e);
           }
-          specs.push_back(spec(Direction::In, r.interfaces, r.family, r.protocols, r.to, external));
+          specs.push_back(spec(Direction::In, r.interfaces, family, r.protocols, r.to, external));
           set.translations_.push_back(t);
           break;
         }

@@ -188,6 +188,21 @@ TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filt
   }
 }
 
+// pfctl gives a translation rule that names no family its target's: an IPv4 target never
+// rewrites an IPv6 packet (which would come out with ::203.0.113.1 in its header).
+TEST_CASE("a nat rule without a family translates its target's family only", "[engine][nat]") {
+  Firewall fw("nat on wan0 from any to any -> 203.0.113.1\npass all\n");
+  const Flow udp4{"udp", false};
+  const Flow udp6{"udp", true};
+  REQUIRE(fw.out(udp4.packet("10.1.0.10", 5000, "192.0.2.80", 53)).rewritten);
+  const Bytes v6 = udp6.packet("2001:db8:1::10", 5000, "2001:db8:2::80", 53);
+  const Verdict out6 = fw.out(v6);
+  REQUIRE(out6.action == Action::Accept);
+  CHECK_FALSE(out6.rewritten);
+  CHECK(fw.last_packet == v6);
+  CHECK(fw.in(udp6.packet("2001:db8:2::80", 53, "2001:db8:1::10", 5000, true)).reason == Reason::State);
+}
+
 TEST_CASE("binat maps an inside prefix onto an outside one, both ways, ports kept", "[engine][nat]") {
   Firewall fw("binat on wan0 from 10.1.0.0/24 to any -> 203.0.113.0/24\npass all");
   const Flow udp{"udp", false};
