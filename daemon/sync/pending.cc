@@ -28,8 +28,11 @@ std::size_t PendingRecords::estimate(const engine::StateRecord& r) noexcept {
 bool PendingRecords::tcp_state_changed(const engine::StateRecord& r) noexcept {
   const std::size_t h = engine::StateIdHash{}(r.id);
   uint32_t& slot = tcp_states_[h % kTcpCacheSlots];
-  const uint32_t tag = static_cast<uint32_t>(h >> 40) & 0xffffff;
-  const uint32_t value = tag << 8 | static_cast<uint32_t>(r.src.state & 0x0f) << 4 | (r.dst.state & 0x0f);
+  // A synproxy state's handshake phase counts as its TCP states do: a node taking over needs the
+  // step the master just took (the ISN it sent the server) as soon as the master took it.
+  const uint32_t tag = static_cast<uint32_t>(h >> 42) & 0x3fffff;
+  const uint32_t value = tag << 10 | (static_cast<uint32_t>(r.proxy) & 0x03) << 8 |
+                         static_cast<uint32_t>(r.src.state & 0x0f) << 4 | (r.dst.state & 0x0f);
   const bool changed = slot != value;
   slot = value;
   return changed;

@@ -86,6 +86,20 @@ TEST_CASE("a TCP state change is urgent, a window move is not", "[sync][pending]
   CHECK(p.add(update_of(ins, 14, TcpState::FinWait1, TcpState::Established), Micros{5}));
 }
 
+TEST_CASE("a synproxy state's step is urgent like a TCP state change", "[sync][pending]") {
+  PendingRecords p;
+  auto ins = test::make_insert(2, 19);
+  ins.proxy = pairwall::engine::Proxy::Initiator;
+  p.add(ins, Micros{0});
+  p.pop_front();
+  // The client completed the handshake: the node sent the server its SYN. The TCP states stay.
+  auto opened = update_of(ins, 20, TcpState::SynSent, TcpState::Listen);
+  CHECK_FALSE(p.add(opened, Micros{1}));  // the states as the insert said
+  p.pop_front();
+  opened.proxy = pairwall::engine::Proxy::Responder;
+  CHECK(p.add(opened, Micros{2}));
+}
+
 TEST_CASE("a delete replaces whatever is pending for the state", "[sync][pending]") {
   PendingRecords p;
   const auto a = test::make_insert(1, 1);
