@@ -211,9 +211,14 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
   if (quoted_transport.at) adjust(error, transport_before, load_be16(quoted_transport.at));
 
   // The error travels back to the quoted packet's sender, whose address changed with the quote.
+  // And where the quoted packet's destination changed, the error comes from the address that
+  // destination has on this side, as pf_change_icmp makes it: an inside host's (or router's)
+  // error about a translated connection leaves from the translated address, not its own.
   const Sum outer_header{view.family == Family::V4 ? ip + 10 : nullptr};
   const Sum outer_pseudo = sums_pseudo_header(view.proto) ? error : Sum{};
   write_address(ip, view.family, true, to.addr[0], {outer_header, outer_pseudo});
+  if (quoted.dst != to.addr[1])
+    write_address(ip, view.family, false, to.addr[1], {outer_header, outer_pseudo});
 }
 
 }  // namespace pairwall::engine

@@ -478,6 +478,39 @@ TEST_CASE("ICMP errors about a translated packet are translated back, quote and 
   }
 }
 
+// An inside host's error about a translated connection (a port unreachable for a late reply)
+// leaves as pf_change_icmp makes it: quote and source both on the outside address, so that the
+// inside address does not leak and anti-spoofing filters upstream let it by.
+TEST_CASE("ICMP errors an inside host sends about a translated connection leave from the outside address",
+          "[engine][nat][icmp]") {
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "v6" : "v4"));
+    Firewall fw(kNat);
+    const Flow udp{"udp", v6};
+    const std::string client = v6 ? "2001:db8:1::10" : "10.1.0.10";
+    const std::string server = v6 ? "2001:db8:2::80" : "192.0.2.80";
+    const std::string outside = v6 ? "2001:db8:ff::1" : "203.0.113.1";
+    REQUIRE(fw.out(udp.packet(client, 5353, server, 53)).rewritten);
+    const uint16_t port = source_port(fw.last_packet, udp);
+    const Bytes reply = udp.packet(server, 53, outside, port, true);
+    REQUIRE(fw.in(reply).reason == Reason::State);
+    const Bytes delivered = fw.last_packet;  // server:53 -> client:5353
+
+    const auto unreachable = [&](const std::string& from, const Bytes& quote) {
+      PacketBuilder b;
+      if (v6) {
+        b.ipv6(from, server).icmp_error(1, 4, quote);
+      } else {
+        b.ipv4(from, server).icmp_error(3, 3, quote);
+      }
+      return b.build();
+    };
+    const Verdict v = fw.out(unreachable(client, delivered));
+    CHECK(v.reason == Reason::State);
+    CHECK(fw.last_packet == unreachable(outside, reply));
+  }
+}
+
 TEST_CASE("a rewritten packet whose checksum the kernel left to finish leaves with a whole one",
           "[engine][nat][scrub]") {
   // CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum, uncomplemented. Returning new
