@@ -281,9 +281,7 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
            ": translation rules (nat, rdr, binat) need the pre-routing hook, which is installed at "
            "start: restart pairwalld to use them";
   }
-  engine_.load_rules(std::move(rules));
-  // load_rules() applies the file's `set limit states`; the config's override wins.
-  if (config_.engine.state_limit) engine_.states().set_limit(*config_.engine.state_limit);
+  engine_.load_rules(std::move(rules), config_.engine.state_limit);
   return {};
 }
 

@@ -61,7 +61,8 @@ class ControlService {
   };
   // Parses and compiles `path` aside and publishes it; on failure (including translation rules
   // without the pre-routing hook) the running set stays. States survive either way. An empty path
-  // reloads the current file (SIGHUP).
+  // reloads the file loaded last (`pairwallctl rules load` without a path); SIGHUP loads the
+  // config's [rules] file, as a restart would.
   LoadResult load_rules(const std::string& path);
 
   void handle(const Request& request, Response& response);

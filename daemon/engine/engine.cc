@@ -230,10 +230,10 @@ Engine::Engine(EngineConfig config)
       next_state_counter_(std::max<uint64_t>(config.first_state_counter, 1)),
       control_events_(config.control_ring_capacity) {}
 
-void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules) {
+void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules, std::optional<uint32_t> state_limit) {
   // Outside rules_mutex_: set_limit() takes the shard locks, and apply() reads the rules while
   // holding one.
-  states_.set_limit(rules->state_limit());
+  states_.set_limit(state_limit.value_or(rules->state_limit()));
   sources_.set_limit(rules->source_node_limit());
   std::lock_guard lock(rules_mutex_);
   rules_ = std::move(rules);

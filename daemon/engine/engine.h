@@ -187,8 +187,10 @@ class Engine {
   InterfaceRegistry& interfaces() { return interfaces_; }
   const EngineConfig& config() const { return config_; }
 
-  // Publishes a compiled rule set; existing states survive. Safe while workers run.
-  void load_rules(std::shared_ptr<const rules::RuleSet> rules);
+  // Publishes a compiled rule set; existing states survive. Safe while workers run. The state
+  // limit is `state_limit` where given (an operator's override), else the rule set's: set once, so
+  // that no new state meets a limit neither of them says.
+  void load_rules(std::shared_ptr<const rules::RuleSet> rules, std::optional<uint32_t> state_limit = {});
   std::shared_ptr<const rules::RuleSet> rules() const;
 
   // Decides one packet. `packet` may be rewritten in place (then Verdict::rewritten is set).
