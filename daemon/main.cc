@@ -139,6 +139,11 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   // pf's customary `set skip on lo`: the node's own loopback traffic (control clients, metrics
   // scrapes) is never queued, neither on INPUT nor before routing.
   if (h.input || h.prerouting) h.excluded_interfaces.push_back("lo");
+  // As pf's `set skip on $sync_if`: the node's own sync datagrams, and nothing else, cross the
+  // dedicated sync link; queued with the node's own traffic, a rule set that forgot them would cut
+  // the pair's sync.
+  if ((h.input || h.output) && c.sync)
+    h.excluded_interfaces.push_back(sync::parse_sync_config(*c.sync, c.file).interface);
   h.bypass_mark = kReplyMark;
   return h;
 }
