@@ -225,10 +225,13 @@ bool only_protocols(const std::vector<uint8_t>& protocols, std::initializer_list
 // `flags S/SA` for its TCP packets, so that a connection's state starts from its SYN. A mid-stream
 // packet (an ACK scan, or a connection this node never saw opening) then meets the rules without
 // creating a state whose windows it would have guessed.
+bool may_be_tcp(const std::vector<uint8_t>& protocols) {
+  return protocols.empty() || std::find(protocols.begin(), protocols.end(), ipproto::kTcp) != protocols.end();
+}
+
 bool takes_default_flags(const FilterRule& r) {
-  const bool may_be_tcp = r.protocols.empty() || std::find(r.protocols.begin(), r.protocols.end(),
-                                                           ipproto::kTcp) != r.protocols.end();
-  return r.action == Action::Pass && r.state.keep_state && !r.flags && !r.flags_any && may_be_tcp;
+  return r.action == Action::Pass && r.state.keep_state && !r.flags && !r.flags_any &&
+         may_be_tcp(r.protocols);
 }
 
 constexpr FlagsMatch kDefaultFlags{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
@@ -638,7 +641,9 @@ class Compiler {
       const FilterRule r = within_anchors(written);
       check_ports(r.location, r.protocols, r.from, r.to);
       check_families(r.location, r.family, r.from, r.to);
-      if (r.flags && !only_protocols(r.protocols, {ipproto::kTcp})) {
+      // As pfctl: flags on a rule that may match TCP test TCP packets alone (`pass in all flags
+      // S/SA`, as pfctl -sr prints `pass in all`), and a rule that cannot is an error.
+      if (r.flags && !may_be_tcp(r.protocols)) {
         fail(r.location, "'flags' applies to TCP only: add 'proto tcp'");
       }
       if (!r.icmp_types.empty()) {
@@ -701,6 +706,7 @@ class Compiler {
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
       s.flags = r.flags;
+      s.flags_tcp_only = r.flags && !only_protocols(r.protocols, {ipproto::kTcp});
       if (takes_default_flags(r)) {
         s.flags = kDefaultFlags;
         s.flags_tcp_only = !only_protocols(r.protocols, {ipproto::kTcp});

@@ -67,7 +67,6 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
        "t.conf:1:1: 'icmp-type' needs 'proto icmp' and no other protocol"},
       {"pass proto icmp icmp6-type echoreq",
        "t.conf:1:1: 'icmp6-type' needs 'proto icmp6' and no other protocol"},
-      {"pass in all flags S/SA", "t.conf:1:1: 'flags' applies to TCP only: add 'proto tcp'"},
       {"pass in proto udp all flags S/SA", "t.conf:1:1: 'flags' applies to TCP only: add 'proto tcp'"},
       {"pass in proto icmp to any port 80",
        "t.conf:1:1: 'port' applies to TCP and UDP only: add 'proto tcp', 'proto udp' or 'proto { tcp, udp "

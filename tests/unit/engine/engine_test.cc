@@ -348,6 +348,15 @@ TEST_CASE("packets of the loose branch after a close pass without keeping the st
   CHECK(fw.engine.expire(closed_at + Millis{10'000}) == 1);
 }
 
+// As pf's: flags on a rule that names no protocol (pfctl -sr prints `pass in all flags S/SA` for a
+// plain `pass in all`) test TCP packets and leave the others to the rule's other fields.
+TEST_CASE("flags on a rule of any protocol test TCP packets alone", "[engine][tcp]") {
+  Firewall fw("block all\npass in on lan0 all flags S/SA no state\npass out on wan0 all no state\n");
+  CHECK(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).build()).reason == Reason::Match);
+  CHECK(fw.out(syn(80)).reason == Reason::Match);
+  CHECK(fw.out(ack_from_client(80, 1001, 9001)).reason == Reason::RuleBlock);
+}
+
 TEST_CASE("no state: replies must pass the rules themselves", "[engine][tcp]") {
   Firewall fw("block all\npass out on wan0 proto tcp no state\npass in on lan0 proto tcp no state");
   CHECK(fw.out(syn(80)).reason == Reason::Match);
