@@ -103,14 +103,21 @@ constexpr Named kProtocols[] = {
     {"ospf", 89}, {"pim", 103}, {"vrrp", 112}, {"carp", 112}, {"sctp", 132},
 };
 
-// RFC 792 / RFC 4443 type numbers under pf's names.
+// RFC 792 / RFC 4443 type numbers under pf's names (pfctl's icmp_type and icmp6_type tables).
 constexpr Named kIcmpTypes[] = {
-    {"echorep", 0}, {"unreach", 3}, {"squench", 4},    {"redir", 5},
-    {"echoreq", 8}, {"timex", 11},  {"paramprob", 12},
+    {"echorep", 0},    {"unreach", 3},    {"squench", 4},    {"redir", 5},     {"althost", 6},
+    {"echoreq", 8},    {"routeradv", 9},  {"routersol", 10}, {"timex", 11},    {"paramprob", 12},
+    {"timereq", 13},   {"timerep", 14},   {"inforeq", 15},   {"inforep", 16},  {"maskreq", 17},
+    {"maskrep", 18},   {"trace", 30},     {"dataconv", 31},  {"mobredir", 32}, {"ipv6-where", 33},
+    {"ipv6-here", 34}, {"mobregreq", 35}, {"mobregrep", 36}, {"skip", 39},     {"photuris", 40},
 };
 constexpr Named kIcmp6Types[] = {
-    {"unreach", 1},   {"toobig", 2},      {"timex", 3},       {"paramprob", 4},    {"echoreq", 128},
-    {"echorep", 129}, {"routersol", 133}, {"routeradv", 134}, {"neighbrsol", 135}, {"neighbradv", 136},
+    {"unreach", 1},      {"toobig", 2},       {"timex", 3},        {"paramprob", 4},   {"echoreq", 128},
+    {"echorep", 129},    {"groupqry", 130},   {"listqry", 130},    {"grouprep", 131},  {"listenrep", 131},
+    {"groupterm", 132},  {"listendone", 132}, {"routersol", 133},  {"routeradv", 134}, {"neighbrsol", 135},
+    {"neighbradv", 136}, {"redir", 137},      {"routrrenum", 138}, {"wrureq", 139},    {"wrurep", 140},
+    {"fqdnreq", 139},    {"fqdnrep", 140},    {"niqry", 139},      {"nirep", 140},     {"mtraceresp", 200},
+    {"mtrace", 201},
 };
 
 template <std::size_t N>
@@ -153,7 +160,8 @@ IpAddress host_bits(Family f, uint8_t length) {
 
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
-    "[quick] [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then flags, "
+    "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
+    "flags, "
     "icmp-type, state options and label";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
@@ -1056,20 +1064,23 @@ class Parser {
       r.direction = direction();
       stage = 2;
     }
-    if (accept_word("log")) {
-      r.log = LogMode::First;
-      if (at(TokenKind::LParen)) {
-        take();
-        if (!accept_word("all")) fail_expected(peek(), "'all' (log (all))");
-        if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
-        take();
-        r.log = LogMode::All;
+    // `log` and `quick` in either order, as pfctl's logquick takes them.
+    for (int i = 0; i < 2; ++i) {
+      if (r.log == LogMode::None && accept_word("log")) {
+        r.log = LogMode::First;
+        if (at(TokenKind::LParen)) {
+          take();
+          if (!accept_word("all")) fail_expected(peek(), "'all' (log (all))");
+          if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
+          take();
+          r.log = LogMode::All;
+        }
+        stage = std::max(stage, 3);
       }
-      stage = 3;
-    }
-    if (accept_word("quick")) {
-      r.quick = true;
-      stage = 4;
+      if (!r.quick && accept_word("quick")) {
+        r.quick = true;
+        stage = 4;
+      }
     }
     if (accept_word("on")) {
       r.interfaces = interfaces();

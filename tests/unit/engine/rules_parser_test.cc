@@ -352,6 +352,7 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"block return all", "block rst/icmp from * to * nostate"},
       {"pass in log quick on em0 all", "pass in log quick on em0 from * to * keep"},
       {"pass in log (all) quick on em0 all", "pass in log(all) quick on em0 from * to * keep"},
+      {"pass in quick log on em0 all", "pass in log quick on em0 from * to * keep"},
       {"pass out on !em0 all", "pass out on !em0 from * to * keep"},
       {"pass on { em0, em1 !em2 } all", "pass on em0,em1,!em2 from * to * keep"},
       {"pass on \"eth-0.10\" all", "pass on eth-0.10 from * to * keep"},
@@ -394,6 +395,10 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"pass proto tcp all flags any", "pass proto 6 from * to * keep"},
       {"pass proto icmp all icmp-type echoreq", "pass proto 1 from * to * icmp 8:-1 keep"},
       {"pass proto icmp all icmp-type unreach code 3", "pass proto 1 from * to * icmp 3:3 keep"},
+      {"pass proto icmp all icmp-type { routersol routeradv timereq maskrep }",
+       "pass proto 1 from * to * icmp 10:-1 9:-1 13:-1 18:-1 keep"},
+      {"pass proto icmp6 all icmp6-type { redir listqry wrureq mtrace }",
+       "pass proto 58 from * to * icmp6 137:-1 130:-1 139:-1 201:-1 keep"},
       {"pass proto icmp all icmp-type { echorep, timex paramprob redir squench 42 code 0 }",
        "pass proto 1 from * to * icmp 0:-1 11:-1 12:-1 5:-1 4:-1 42:0 keep"},
       {"pass inet6 proto icmp6 all icmp6-type { echoreq echorep unreach toobig timex paramprob }",
@@ -624,12 +629,12 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"# c\npass in \\\n  on\n", "t.conf:3:5: expected interface name, got end of line"},
       {"pass in on em0 quick all",
        "t.conf:1:16: 'quick' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] [on IF] "
+       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on IF] "
        "[inet|inet6] [proto P] "
        "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options and label"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] [on IF] "
+       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on IF] "
        "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
        "options and label"},
