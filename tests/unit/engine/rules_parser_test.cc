@@ -629,12 +629,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"# c\npass in \\\n  on\n", "t.conf:3:5: expected interface name, got end of line"},
       {"pass in on em0 quick all",
        "t.conf:1:16: 'quick' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on IF] "
+       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
+       "IF] "
        "[inet|inet6] [proto P] "
        "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options and label"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
-       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on IF] "
+       "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
+       "IF] "
        "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
        "options and label"},
