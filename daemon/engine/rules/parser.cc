@@ -279,9 +279,10 @@ class Parser {
   }
 
   // `{ a, b c }`: commas optional, newlines allowed inside (as in pf). Calls `element` for each.
-  // An empty list is a mistake everywhere but in a table (`table <t> persist {}`).
+  // An empty list is a mistake everywhere but in a table (`table <t> persist {}`). `nested`: a list
+  // may hold lists, whose elements join it (pf's host lists: `lan = "{ a b }"`, then `{ $lan c }`).
   template <typename F>
-  void list(std::string_view what, F&& element, bool allow_empty = false) {
+  void list(std::string_view what, F&& element, bool allow_empty = false, bool nested = false) {
     const Token open = take();  // '{'
     bool any = false;
     bool comma_ok = false;
@@ -306,8 +307,12 @@ class Parser {
         comma_ok = false;
         continue;
       }
-      if (t.kind == TokenKind::LBrace) fail_at(t, "lists cannot be nested: expected " + std::string(what));
-      element();
+      if (t.kind == TokenKind::LBrace) {
+        if (!nested) fail_at(t, "lists cannot be nested: expected " + std::string(what));
+        list(what, element, false, true);
+      } else {
+        element();
+      }
       any = true;
       comma_ok = true;
     }
@@ -1406,7 +1411,8 @@ class Parser {
       out.push_back(std::move(e));
     };
     if (at(TokenKind::LBrace)) {
-      list("address", [&] { one(true); });
+      list(
+          "address", [&] { one(true); }, false, /*nested=*/true);
     } else {
       one(false);
     }

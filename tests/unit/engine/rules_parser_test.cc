@@ -596,6 +596,16 @@ TEST_CASE("macros: quoted and bare values, lists, concatenation, nesting") {
   CHECK(f.filter_rules[0].location.line == 6);
 }
 
+// pf's host lists hold lists: a macro holding a list can stand among other addresses.
+TEST_CASE("macros: an address list inside an address list joins it") {
+  const RuleFile f = parse_ok(
+      "lan = \"{ 10.0.0.1 10.0.0.2 }\"\n"
+      "pass from { $lan 10.0.0.3, { 2001:db8::1 } } to any\n");
+  REQUIRE(f.filter_rules.size() == 1);
+  CHECK(render(f.filter_rules[0]) ==
+        "pass from 10.0.0.1/32,10.0.0.2/32,10.0.0.3/32,2001:db8::1/128 to any keep");
+}
+
 TEST_CASE("filter rules are numbered in file order, whatever lies between them") {
   const RuleFile f = parse_ok(
       "# header\n"
@@ -670,7 +680,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"table <t> { 10.0.0.0/8\npass all",
        "t.conf:2:1: expected '}' to close the list opened at line 1, column 11, got 'pass'"},
       {"pass proto tcp to port { }", "t.conf:1:26: empty list: expected at least one port"},
-      {"pass from { 10.0.0.0/8 { 10.1.0.0/16 } }", "t.conf:1:24: lists cannot be nested: expected address"},
+      {"pass proto tcp to port { 80 { 443 } }", "t.conf:1:29: lists cannot be nested: expected port"},
       {"pass proto { tcp,, udp }",
        "t.conf:1:18: expected protocol (tcp, udp, icmp, icmp6, a name or a number "
        "0..255), got ','"},
