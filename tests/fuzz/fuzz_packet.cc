@@ -37,7 +37,8 @@ void check_view(const PacketView& p, std::size_t size) {
   if (p.tcp.has_mss) require(std::size_t{p.tcp.mss_offset} + 2 <= size);
   if (p.tcp.has_window_scale) require(p.tcp.window_scale <= 14);
   if (p.is_fragment && p.fragment_offset != 0) require(p.src_port == 0 && p.dst_port == 0);
-  if (p.icmp.is_query) require(p.src_port == p.icmp.id && p.dst_port == p.icmp.id);
+  // A query's identifier is its request's first port, its reply's second (the type the other).
+  if (p.icmp.is_query) require((p.icmp.is_reply ? p.dst_port : p.src_port) == p.icmp.id);
 }
 
 // A key to translate to, made of the packet's own bytes so that the fuzzer steers it too.
@@ -56,7 +57,9 @@ StateKey key_from(const uint8_t* data, std::size_t size, const PacketView& p) {
     k.addr[side] = p.family == Family::V4 ? IpAddress::v4(static_cast<uint32_t>(lo)) : IpAddress{hi, lo};
   }
   k.port[0] = static_cast<uint16_t>(mix[32] << 8 | mix[33]);
-  k.port[1] = p.icmp.is_query ? k.port[0] : static_cast<uint16_t>(mix[34] << 8 | mix[35]);
+  k.port[1] = static_cast<uint16_t>(mix[34] << 8 | mix[35]);
+  // Translation changes a query's identifier, never the type its key holds beside it.
+  if (p.icmp.is_query) k.port[p.icmp.is_reply ? 0 : 1] = p.icmp.is_reply ? p.src_port : p.dst_port;
   return k;
 }
 
@@ -71,6 +74,8 @@ void check_rewrite(const uint8_t* data, std::size_t size, const PacketView& pack
     pairwall::engine::rewrite_icmp_error(copy, packet, quoted, to);
     require(parse_packet(copy, again) == Reason::Match);
     require(again.dst == to.addr[0]);
+    // Where the quote's destination changed, the error comes from its new address.
+    require(quoted.dst == to.addr[1] ? again.src == packet.src : again.src == to.addr[1]);
     return;
   }
   if (packet.is_fragment) return;  // the engine drops fragments before any translation
