@@ -1,6 +1,7 @@
 """ICMP and ICMPv6 echo through nat: the server receives the client's echo requests from the
 firewall's server-side address with the client's echo identifier (no other state uses it, so nat
-keeps it), the client gets its replies back, and the state shows both keys."""
+keeps it), the client gets its replies back, and the state shows both keys: the identifier as the
+source port, the echo request's type as the destination's, as pf keys ICMP."""
 
 import pytest
 
@@ -17,6 +18,7 @@ pass out on $out_if inet6 proto icmp6 icmp6-type echoreq
 """
 
 ENDS = {4: (CLIENT4, FW_OUT4, SERVER4, "icmp"), 6: (CLIENT6, FW_OUT6, SERVER6, "icmp6")}
+ECHO_REQUEST = {4: 8, 6: 128}
 COUNT = 3
 IDENT = 0x5A17
 
@@ -38,7 +40,8 @@ def test_nat_icmp_echo_keeps_id(lan, daemon_factory, family):
     states = fw.json("states", "proto", proto)["states"]
     assert len(states) == 1, states
     s = states[0]
-    assert s["src"] == {"address": client, "port": IDENT} and s["dst"] == {"address": server, "port": IDENT}, s
+    echo = ECHO_REQUEST[family]
+    assert s["src"] == {"address": client, "port": IDENT} and s["dst"] == {"address": server, "port": echo}, s
     assert s.get("wire_src") == {"address": fw_out, "port": IDENT}, f"the state does not show the translation: {s}"
-    assert s.get("wire_dst") == {"address": server, "port": IDENT}, s
+    assert s.get("wire_dst") == {"address": server, "port": echo}, s
     assert int(s["packets_out"]) == COUNT and int(s["packets_in"]) == COUNT, s
