@@ -1,6 +1,9 @@
 #include "daemon/engine/tcp_track.h"
 
 #include <algorithm>
+#include <optional>
+#include <tuple>
+#include <utility>
 
 namespace pairwall::engine {
 namespace {
@@ -105,10 +108,10 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
   // An end's first packet sets up its half (and the window scale of both) before the window test:
   // one that then fails it must leave them as they were. pf keeps them, so that one forged
   // SYN-ACK with a wrong ack anchors the responder's half where the real one is out of window.
-  const bool first_packet = src.seqlo == 0;
-  const PeerTracking src_before = src;
-  const PeerTracking dst_before = dst;
-  if (first_packet) {
+  // Copied only then: every later packet of the connection pays nothing for it.
+  std::optional<std::pair<PeerTracking, PeerTracking>> before;
+  if (src.seqlo == 0) {
+    before.emplace(src, dst);
     // First packet from this end.
     end = seq + segment_length(packet);
     if (th.flags & kSyn) {
@@ -205,10 +208,7 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
     return result;
   }
 
-  if (first_packet) {
-    src = src_before;
-    dst = dst_before;
-  }
+  if (before) std::tie(src, dst) = *before;
   result.reason = Reason::BadSeq;
   result.protocol_state_changed = false;
   return result;
