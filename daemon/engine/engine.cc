@@ -828,7 +828,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
       } else {
         seen.dst = pool_address(*rule, packet.src, packet.dst, pool_draw(*rule));
         if (ports && rule->port_low != 0) {
-          // A destination port range maps onto the target's ports one to one (pf's rdr).
+          // pf's rdr: onto port_low, or from rdr_port_base on modulo the target range's width.
           seen.dst_port = rule->rdr_port_base == 0
                               ? rule->port_low
                               : static_cast<uint16_t>(rule->port_low +

@@ -705,12 +705,9 @@ class Compiler {
       set.rules_.push_back(std::move(c));
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
-      s.flags = r.flags;
-      s.flags_tcp_only = r.flags && !only_protocols(r.protocols, {ipproto::kTcp});
-      if (takes_default_flags(r)) {
-        s.flags = kDefaultFlags;
-        s.flags_tcp_only = !only_protocols(r.protocols, {ipproto::kTcp});
-      }
+      // Written or pf's default, flags on a rule not TCP's alone test its TCP packets only.
+      s.flags = takes_default_flags(r) ? std::optional(kDefaultFlags) : r.flags;
+      s.flags_tcp_only = s.flags && !only_protocols(r.protocols, {ipproto::kTcp});
       s.icmp_types = r.icmp_types;
       s.icmp6 = r.icmp6_types;
       s.quick = r.quick;

@@ -161,8 +161,7 @@ IpAddress host_bits(Family f, uint8_t length) {
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
-    "flags, "
-    "icmp-type, state options and label";
+    "flags, icmp-type, state options and label";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
