@@ -238,18 +238,14 @@ void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl) {
   std::lock_guard lock(mutex_);
   if (!running_) return;
   const auto r = codec_.decode(frame, ttl);
-  if (!r.ok && r.reason == Reject::Own) {
+  if (!r.ok && r.reason == Reject::Own && !own_id_logged_) {
     // Our own adverts never come back (multicast loop is off): another node has this node's id,
-    // and neither can win an election against the other. The election counts it.
-    const Time t = now();
-    election_.on_advert(t, PeerAdvert{node_id_, milliseconds(0), 0, 0, false});
-    if (!own_id_logged_) {
-      own_id_logged_ = true;
-      spdlog::error(
-          "failover: another node advertises with this node's id {} on vhid {}: give each node of "
-          "the pair its own [node] id",
-          node_id_, config_.vhid);
-    }
+    // and neither can win an election against the other.
+    own_id_logged_ = true;
+    spdlog::error(
+        "failover: another node advertises with this node's id {} on vhid {}: give each node of the "
+        "pair its own [node] id",
+        node_id_, config_.vhid);
   }
   if (!r.ok) {
     // One line per reason, not per datagram: a flood must not flood the journal. Copies are
@@ -430,7 +426,9 @@ FailoverSnapshot FailoverService::snapshot() const {
   s.rejects = codec_.rejects();
   s.counters = counters_;
   s.counters.worse_masters = election_.worse_masters();
-  s.counters.node_id_conflicts = election_.node_id_conflicts();
+  // The codec turns away adverts with this node's id before the election sees them (Reject::Own).
+  s.counters.node_id_conflicts =
+      election_.node_id_conflicts() + codec_.rejects()[static_cast<std::size_t>(Reject::Own)];
   if (links_) s.counters.link_resyncs = links_->resyncs();
   return s;
 }
