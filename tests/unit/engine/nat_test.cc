@@ -54,6 +54,20 @@ uint16_t source_port(const Bytes& p, const Flow& f) {
   return get16(p, l4 + (f.proto == "icmp" ? 4 : 0));
 }
 
+// A port unreachable (ICMP or ICMPv6) from `from` to `to` quoting `quote`, with `padding` bytes of
+// link padding after the datagram.
+Bytes unreachable(bool v6, const std::string& from, const std::string& to, const Bytes& quote,
+                  std::size_t padding = 0) {
+  PacketBuilder b;
+  if (v6) {
+    b.ipv6(from, to).icmp_error(1, 4, quote);
+  } else {
+    b.ipv4(from, to).icmp_error(3, 3, quote);
+  }
+  if (padding != 0) b.trailing(padding, 0xee);
+  return b.build();
+}
+
 constexpr const char* kNat = R"(
 nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1
 nat on wan0 inet6 from 2001:db8:1::/48 to any -> 2001:db8:ff::1
@@ -455,14 +469,7 @@ TEST_CASE("ICMP errors about a translated packet are translated back, quote and 
     const uint16_t port = source_port(translated, tcp);
 
     const auto error = [&](const std::string& to, const Bytes& quote, std::size_t padding = 0) {
-      PacketBuilder b;
-      if (v6) {
-        b.ipv6(router, to).icmp_error(1, 4, quote);
-      } else {
-        b.ipv4(router, to).icmp_error(3, 4, quote);
-      }
-      if (padding != 0) b.trailing(padding, 0xee);
-      return b.build();
+      return unreachable(v6, router, to, quote, padding);
     };
     // A router past the firewall answers the translated packet; the inside host must get an error
     // about its own packet, addressed to itself.
@@ -496,18 +503,9 @@ TEST_CASE("ICMP errors an inside host sends about a translated connection leave 
     REQUIRE(fw.in(reply).reason == Reason::State);
     const Bytes delivered = fw.last_packet;  // server:53 -> client:5353
 
-    const auto unreachable = [&](const std::string& from, const Bytes& quote) {
-      PacketBuilder b;
-      if (v6) {
-        b.ipv6(from, server).icmp_error(1, 4, quote);
-      } else {
-        b.ipv4(from, server).icmp_error(3, 3, quote);
-      }
-      return b.build();
-    };
-    const Verdict v = fw.out(unreachable(client, delivered));
+    const Verdict v = fw.out(unreachable(v6, client, server, delivered));
     CHECK(v.reason == Reason::State);
-    CHECK(fw.last_packet == unreachable(outside, reply));
+    CHECK(fw.last_packet == unreachable(v6, outside, server, reply));
   }
 }
 
