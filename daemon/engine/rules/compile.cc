@@ -364,6 +364,22 @@ void check_families(const SourceLocation& at, const std::optional<Family>& famil
   }
 }
 
+// As pfctl: ICMP names IPv4's protocol and ICMPv6 IPv6's; a rule of the other family never matches it.
+void check_icmp_family(const SourceLocation& at, const std::vector<uint8_t>& protocols,
+                       const std::optional<Family>& family, const Endpoint& from, const Endpoint& to) {
+  const uint8_t families = static_cast<uint8_t>((family ? (*family == Family::V4 ? 1 : 2) : 3) &
+                                                families_of(from.addresses) & families_of(to.addresses));
+  const auto names = [&](uint8_t p) {
+    return std::find(protocols.begin(), protocols.end(), p) != protocols.end();
+  };
+  if (families == 2 && names(ipproto::kIcmp)) {
+    fail(at, "proto icmp is IPv4's and the rule matches IPv6 only: use 'proto icmp6'");
+  }
+  if (families == 1 && names(ipproto::kIcmp6)) {
+    fail(at, "proto icmp6 is IPv6's and the rule matches IPv4 only: use 'proto icmp'");
+  }
+}
+
 }  // namespace
 
 class Compiler {
@@ -646,6 +662,13 @@ class Compiler {
       if (r.flags && !may_be_tcp(r.protocols)) {
         fail(r.location, "'flags' applies to TCP only: add 'proto tcp'");
       }
+      if (r.reply == BlockReply::ReturnRst && !only_protocols(r.protocols, {ipproto::kTcp})) {
+        fail(r.location,
+             "'return-rst' answers TCP only: add 'proto tcp', or write 'return' (a reset for TCP, ICMP for "
+             "the "
+             "rest)");
+      }
+      check_icmp_family(r.location, r.protocols, r.family, r.from, r.to);
       if (!r.icmp_types.empty()) {
         const uint8_t needed = r.icmp6_types ? ipproto::kIcmp6 : ipproto::kIcmp;
         const char* keyword = r.icmp6_types ? "icmp6-type" : "icmp-type";

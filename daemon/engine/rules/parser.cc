@@ -1324,14 +1324,18 @@ class Parser {
   std::vector<uint8_t> protocols() {
     std::vector<uint8_t> out;
     auto one = [&] {
-      constexpr std::string_view kWhat = "protocol (tcp, udp, icmp, icmp6, a name or a number 0..255)";
+      constexpr std::string_view kWhat = "protocol (tcp, udp, icmp, icmp6, a name or a number 1..255)";
       const Token t = take_value(kWhat);
       if (auto p = lookup(kProtocols, t.text)) {
         out.push_back(static_cast<uint8_t>(*p));
         return;
       }
       if (!decimal(t.text)) fail_expected(t, kWhat);
-      out.push_back(static_cast<uint8_t>(number(t, 0, 255, "protocol number")));
+      // As pfctl: 0 is IPv6's hop-by-hop header, never a packet's protocol; omit 'proto' to match all.
+      if (t.text.find_first_not_of('0') == std::string::npos) {
+        fail_at(t, "proto 0 cannot be used: omit 'proto' to match every protocol");
+      }
+      out.push_back(static_cast<uint8_t>(number(t, 1, 255, "protocol number")));
     };
     if (at(TokenKind::LBrace)) {
       list("protocol", one);
@@ -1389,6 +1393,7 @@ class Parser {
         e.kind = AddressElement::Kind::Table;
         e.table = t.text;
       } else if (t.kind == TokenKind::Word && t.text == "any") {
+        if (e.negated) fail_at(t, "'! any' matches no address: remove the rule, or write 'any'");
         take();
         e.kind = AddressElement::Kind::Any;
       } else if (accept_interface(e)) {

@@ -74,6 +74,18 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"\n\npass in from any port 80",
        "t.conf:3:1: 'port' applies to TCP and UDP only: add 'proto tcp', 'proto udp' or 'proto { tcp, udp "
        "}'"},
+      {"block return-rst all",
+       "t.conf:1:1: 'return-rst' answers TCP only: add 'proto tcp', or write 'return' "
+       "(a reset for TCP, ICMP for the rest)"},
+      {"block return-rst (ttl 9) in proto { tcp udp } to port 53",
+       "t.conf:1:1: 'return-rst' answers TCP only: add 'proto tcp', or write 'return' "
+       "(a reset for TCP, ICMP for the rest)"},
+      {"pass inet6 proto icmp all",
+       "t.conf:1:1: proto icmp is IPv4's and the rule matches IPv6 only: use 'proto icmp6'"},
+      {"pass proto { tcp icmp } to 2001:db8::/32",
+       "t.conf:1:1: proto icmp is IPv4's and the rule matches IPv6 only: use 'proto icmp6'"},
+      {"pass proto icmp6 from 10.0.0.0/8",
+       "t.conf:1:1: proto icmp6 is IPv6's and the rule matches IPv4 only: use 'proto icmp'"},
       {"pass from 10.0.0.0/8 to 2001:db8::/32",
        "t.conf:1:25: the source addresses are all IPv4 and the destination addresses all IPv6: the rule can "
        "never match"},

@@ -110,7 +110,8 @@ TEST_CASE("pf rule semantics over the two passes", "[engine][rules]") {
        Action::Drop, Reason::RuleBlock, 1},
       {"out pass of the other direction", "pass all no state\nblock out on wan0 proto tcp", false, 80,
        Action::Accept, Reason::Match, 0},
-      {"return-rst rejects", "block return-rst all", true, 80, Action::Reject, Reason::RuleBlock, 0},
+      {"return-rst rejects", "block return-rst proto tcp all", true, 80, Action::Reject, Reason::RuleBlock,
+       0},
       {"negated interface", "block in on ! lan0 all", true, 80, Action::Accept, Reason::DefaultPass,
        rules::kNoRule},
       {"negated address", "block from ! 10.1.0.0/16", true, 80, Action::Accept, Reason::DefaultPass,
@@ -138,7 +139,7 @@ TEST_CASE("pf rule semantics over the two passes", "[engine][rules]") {
   }
 }
 
-TEST_CASE("block replies: return-rst only for TCP, return for both, never to a reset", "[engine][rules]") {
+TEST_CASE("block replies: return-rst for TCP, return for both, never to a reset", "[engine][rules]") {
   struct Case {
     const char* rules;
     Bytes packet;
@@ -149,9 +150,8 @@ TEST_CASE("block replies: return-rst only for TCP, return for both, never to a r
   const Bytes tcp = syn(80);
   const Bytes rst = tcp4(kClient, 1, kServer, 2).flags(tcpflag::kRst).build();
   const Case cases[] = {
-      {"block return-rst all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
-      {"block return-rst all", udp, Action::Drop, rules::BlockReply::Drop},
-      {"block return-rst all", rst, Action::Drop, rules::BlockReply::Drop},
+      {"block return-rst proto tcp all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
+      {"block return-rst proto tcp all", rst, Action::Drop, rules::BlockReply::Drop},
       {"block return-icmp all", udp, Action::Reject, rules::BlockReply::ReturnIcmp},
       {"block return all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
       {"block return all", udp, Action::Reject, rules::BlockReply::ReturnIcmp},
