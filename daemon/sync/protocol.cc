@@ -501,6 +501,10 @@ void SyncProtocol::serve_bulk(uint32_t request, Micros now) {
 }
 
 void SyncProtocol::serve_resync(const wire::ResyncRequest& request, Micros now) {
+  if (request.epoch() != config_.epoch) {
+    ++counters_.resync_requests_stale;
+    return;
+  }
   ++counters_.resync_requests_served;
   bool full = false;
   std::vector<engine::StateId> ids;
@@ -661,6 +665,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
     const std::size_t n = std::min(room, gaps_to_request_.size());
     if (n > 0 && add_message([&](wire::Message* m) {
           auto* req = m->mutable_resync_request();
+          req->set_epoch(peer_epoch_);
           for (std::size_t i = 0; i < n; ++i) {
             auto* r = req->add_ranges();
             r->set_first(gaps_to_request_[i].first);

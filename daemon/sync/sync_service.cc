@@ -575,6 +575,7 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_resyncs_total", T::Counter, "Resyncs, by kind and side.");
   w.sample({{"kind", "incremental_requested"}}, c.resync_requests_sent);
   w.sample({{"kind", "incremental_served"}}, c.resync_requests_served);
+  w.sample({{"kind", "incremental_stale"}}, c.resync_requests_stale);
   w.sample({{"kind", "full_started"}}, c.full_resyncs_started);
   w.sample({{"kind", "full_received"}}, c.full_resyncs_received);
   w.family("pairwall_sync_records_applied_total", T::Counter, "Peer records, by what applying them did.");

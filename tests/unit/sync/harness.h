@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <random>
@@ -181,13 +182,14 @@ class Link {
   uint64_t dropped = 0;
   std::vector<std::vector<uint8_t>> captured;  // every datagram offered, for replay tests
   bool capture = false;
+  std::function<bool(std::span<const uint8_t>)> drop_if;  // loses exactly the datagrams it picks
 
   explicit Link(uint32_t seed) : rng_(seed) {}
 
   void send(std::span<const uint8_t> d, Micros now) {
     ++sent;
     if (capture) captured.emplace_back(d.begin(), d.end());
-    if (!up || chance(loss)) {
+    if (!up || chance(loss) || (drop_if && drop_if(d))) {
       ++dropped;
       return;
     }

@@ -144,6 +144,19 @@ void prove_peer(SyncProtocol& node, Header h, Micros now) {
   REQUIRE(node.counters().epochs_proven == before + 1);
 }
 
+bool carries_resync_request(std::span<const uint8_t> d) {
+  Authenticator auth(test_key());
+  Header h;
+  std::span<const uint8_t> payload;
+  DropReason why{};
+  wire::Batch batch;
+  if (!open(d, auth, h, payload, why) ||
+      !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
+    return false;
+  return std::any_of(batch.messages().begin(), batch.messages().end(),
+                     [](const wire::Message& m) { return m.has_resync_request(); });
+}
+
 wire::Batch one_insert(const StateRecord& r) {
   wire::Batch b;
   encode_insert(r, 0, b.add_messages()->mutable_insert());
@@ -777,6 +790,36 @@ TEST_CASE("a peer restart is noticed and both sides resync", "[sync][protocol][b
   CHECK(p.a->counters().peer_restarts == 1);
   CHECK(p.a->counters().bulks_served == 2);  // B's first boot and its restart
   CHECK(p.a->bulk_done());                   // A's own demotion is not affected
+}
+
+TEST_CASE("a resync request meant for the peer's earlier boot is not served by its next",
+          "[sync][protocol][gap][epoch]") {
+  Pair p;
+  p.config_b.send.capacity = 16;
+  settle(p);
+  // B's datagrams fall out of its small resend window on a lossy link; A's requests for the ranges
+  // it gives up never reach B, and stay in A's resend window.
+  p.a_to_b.drop_if = carries_resync_request;
+  p.b_to_a.loss = 0.5;
+  for (uint64_t i = 1; i <= 400; ++i) {
+    p.change(false, make_insert(2, i));
+    if (i % 4 == 0) p.run(ms(1));
+  }
+  p.run(ms(200));
+  REQUIRE(p.b->counters().window_evictions > 0);
+  REQUIRE(p.a->counters().resync_requests_sent >= 1);
+  REQUIRE(p.b->counters().resync_requests_served == 0);
+  // B restarts; its new incarnation numbers its own sequences from 1 again, and A's old requests
+  // now reach it.
+  p.b_to_a.loss = 0;
+  p.restart_b(p.config_b.epoch + 1);
+  p.a_to_b.drop_if = nullptr;
+  p.run(ms(2000));
+  CHECK(p.b->counters().resync_requests_stale >= 1);
+  CHECK(p.b->counters().resync_requests_served == 0);
+  CHECK(p.b->counters().full_resyncs_started == 0);
+  CHECK(p.b->bulk_done());
+  CHECK(p.tables_agree());
 }
 
 TEST_CASE("a restarted peer's transfer removes nothing before its own bulk has ended",
