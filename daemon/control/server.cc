@@ -44,7 +44,10 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         server_(server),
-        reader_(kMaxRequestBytes) {}
+        reader_(kMaxRequestBytes) {
+    ++server_.sessions_;
+  }
+  ~Session() { --server_.sessions_; }
 
   void start() { read(); }
 
@@ -189,6 +192,21 @@ ControlServer::ControlServer(asio::io_context& io, std::string path, uint32_t mo
   }
 }
 
+// A fresh socket's send buffer takes the short answer whole: written without waiting, then closed.
+void ControlServer::refuse(stream::socket socket) {
+  Response response;
+  response.set_version(kControlProtocolVersion);
+  response.set_error("too many control connections (" + std::to_string(kMaxSessions) +
+                     " open); close one and try again");
+  std::string frame;
+  encode_frame(response, kMaxResponseBytes, frame);
+  boost::system::error_code ignored;
+  socket.non_blocking(true, ignored);
+  socket.write_some(asio::buffer(frame), ignored);
+  socket.shutdown(stream::socket::shutdown_both, ignored);
+  socket.close(ignored);
+}
+
 ControlServer::~ControlServer() {
   stop();
 }
@@ -196,6 +214,11 @@ ControlServer::~ControlServer() {
 void ControlServer::start() {
   accept_connections(acceptor_, retry_, stopped_, [this](stream::socket socket) {
     ++connections_;
+    if (sessions_ >= kMaxSessions) {
+      ++refused_;
+      refuse(std::move(socket));
+      return;
+    }
     std::make_shared<Session>(std::move(socket), *this)->start();
   });
 }

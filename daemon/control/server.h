@@ -1,6 +1,7 @@
 // The control socket: a Unix stream socket on the daemon's Asio loop, framed requests in, one
 // response each out (proto/control.proto). Connections are served one request at a time, in
-// order; a malformed or oversized frame is answered with an error and the connection closed.
+// order; a malformed or oversized frame is answered with an error and the connection closed, and so
+// is a connection beyond kMaxSessions open ones.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -32,11 +33,16 @@ class ControlServer {
   const std::string& path() const { return path_; }
   uint64_t connections() const { return connections_; }
   uint64_t bad_frames() const { return bad_frames_; }
+  uint64_t refused() const { return refused_; }  // answered with an error and closed: kMaxSessions open
 
   static constexpr std::chrono::seconds kIdleTimeout{30};
+  // Each session may buffer a request of up to kMaxRequestBytes: a group member allowed on the
+  // socket must not hold the daemon's descriptors and memory with idle connections.
+  static constexpr std::size_t kMaxSessions = 16;
 
  private:
   class Session;
+  static void refuse(boost::asio::local::stream_protocol::socket socket);
 
   boost::asio::io_context& io_;
   std::string path_;
@@ -45,6 +51,8 @@ class ControlServer {
   boost::asio::steady_timer retry_;
   uint64_t connections_ = 0;
   uint64_t bad_frames_ = 0;
+  uint64_t refused_ = 0;
+  std::size_t sessions_ = 0;
   bool stopped_ = false;
 };
 

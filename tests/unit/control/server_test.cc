@@ -9,9 +9,11 @@
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "daemon/control/client.h"
 #include "daemon/control/framing.h"
@@ -117,6 +119,26 @@ TEST_CASE("server: an oversized frame is refused before its body is read", "[ser
   CHECK(r.error() == "request frame of 16777217 bytes exceeds the 16777216-byte limit");
   CHECK_THROWS(client.call(rules_load("/x")));
   CHECK(f.handled == 0);
+}
+
+TEST_CASE("server: connections beyond the bound are answered with an error and closed", "[server]") {
+  Fixture f;
+  std::vector<std::unique_ptr<ControlClient>> idle;
+  for (std::size_t i = 0; i < ControlServer::kMaxSessions; ++i) {
+    idle.push_back(std::make_unique<ControlClient>(f.path));
+    REQUIRE(idle.back()->call(rules_load("/idle")).ok());  // its session is open
+  }
+  ControlClient extra(f.path);
+  const Response r = extra.call(rules_load("/x"));
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "too many control connections (16 open); close one and try again");
+  CHECK(f.server->refused() == 1);
+  // Once one goes, another is served.
+  idle.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ControlClient next(f.path);
+  CHECK(next.call(rules_load("/y")).rules_loaded().path() == "/y");
+  CHECK(f.server->refused() == 1);
 }
 
 TEST_CASE("server: a second daemon on the same socket is refused; a stale socket is replaced", "[server]") {
