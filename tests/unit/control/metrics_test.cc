@@ -2,6 +2,9 @@
 // and the core daemon metrics from a counters snapshot.
 #include "daemon/control/metrics.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -205,6 +208,9 @@ TEST_CASE("metrics: the HTTP server bounds its open connections", "[metrics]") {
   io.run_for(std::chrono::milliseconds(300));
   tcp::socket scraper(io);
   scraper.connect(at);
+  // The reader gives up after 5 s: a server that never answers fails the test instead of hanging it.
+  const timeval give_up{5, 0};
+  ::setsockopt(scraper.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &give_up, sizeof give_up);
   asio::write(scraper, asio::buffer(std::string("GET /metrics HTTP/1.0\r\n\r\n")));
   std::string reply;
   std::thread reader([&] {

@@ -5,7 +5,9 @@
 // Needs root (CAP_NET_ADMIN, CAP_NET_RAW) and iptables; without root it says so and checks nothing.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +55,12 @@ int connect6(uint16_t port, int& fd) {
   return connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 ? 0 : errno;
 }
 
+void set_timeouts(int fd) {
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
 int bound_socket(int type, uint16_t port) {
   const int fd = socket(AF_INET, type, 0);
   sockaddr_in a{};
@@ -63,14 +71,13 @@ int bound_socket(int type, uint16_t port) {
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
   if (type == SOCK_STREAM && listen(fd, 4) != 0) return -1;
+  set_timeouts(fd);  // accept() and recv() give up too: a broken queue fails the scenario, not hangs it
   return fd;
 }
 
 int connected_socket(int type, uint16_t port, int& error) {
   const int fd = socket(AF_INET, type, 0);
-  timeval tv{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  set_timeouts(fd);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
@@ -122,6 +129,8 @@ std::string scenario(const fs::path& dir) {
   const int client = connected_socket(SOCK_STREAM, 11, error);
   expect(error == 0, std::string("connect to the passed port: ") + std::strerror(error));
   const int server = accept(listener, nullptr, nullptr);
+  expect(server >= 0, std::string("accept on the passed port: ") + std::strerror(errno));
+  set_timeouts(server);
   std::vector<char> data(100000, 'p');
   expect(send(client, data.data(), data.size(), 0) == static_cast<ssize_t>(data.size()), "send 100 kB");
   std::size_t got = 0;
@@ -142,14 +151,12 @@ std::string scenario(const fs::path& dir) {
   expect(udp_result < 0 && errno == ECONNREFUSED,
          std::string("UDP to the return-icmp port: ") + (udp_result < 0 ? std::strerror(errno) : "a reply"));
 
-  // return-rst: connect() to a listening port fails at once with ECONNREFUSED.
+  // return-rst: connect() to a listening port fails with ECONNREFUSED (a dropped SYN would time
+  // out instead).
   const int rst_listener = bound_socket(SOCK_STREAM, 10);
   expect(rst_listener >= 0, "bind port 10");
-  const auto before = std::chrono::steady_clock::now();
   const int refused = connected_socket(SOCK_STREAM, 10, error);
-  const auto waited = std::chrono::steady_clock::now() - before;
   expect(error == ECONNREFUSED, std::string("connect to the return-rst port: ") + std::strerror(error));
-  expect(waited < std::chrono::milliseconds(500), "the RST came at once");
 
   // The same over IPv6: the RST leaves through the IPv6 raw socket with its header included.
   const int listener6 = socket(AF_INET6, SOCK_STREAM, 0);
@@ -230,10 +237,23 @@ TEST_CASE("NfQueue passes, rejects and logs real loopback traffic in a private n
     _exit(0);
   }
   close(pipe_fds[1]);
+  // The child's result, or a verdict of its own after a deadline: a wedged child is killed.
   std::string result;
   char buf[1024];
-  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof(buf))) > 0;)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+      kill(pid, SIGKILL);
+      result = "the scenario did not finish within 120 s: " + result;
+      break;
+    }
+    const ssize_t n = read(pipe_fds[0], buf, sizeof(buf));
+    if (n <= 0) break;
     result.append(buf, static_cast<std::size_t>(n));
+  }
   close(pipe_fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);

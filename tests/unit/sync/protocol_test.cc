@@ -530,7 +530,9 @@ TEST_CASE("a bulk's timeout grows with the count it announced", "[sync][protocol
   p.start();
   for (uint64_t i = 1; i <= 30'000; ++i) p.store_a.local(make_insert(1, i));
   p.restart_b(5000);
-  while (p.b->bulk_state() != BulkState::Receiving) p.run(Micros{200});
+  const Micros restarted = p.now;
+  while (p.b->bulk_state() != BulkState::Receiving && p.now - restarted < ms(1000)) p.run(Micros{200});
+  REQUIRE(p.b->bulk_state() == BulkState::Receiving);
   const Micros started = p.now;
   p.a_to_b.up = false;  // the transfer stalls
   // 30,000 states at 10,000/s: 3 s on top of the 1 s minimum.

@@ -110,12 +110,10 @@ TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, sta
   // A live insert, as a worker would report it.
   const auto r = state(1, 1000);
   REQUIRE(engine_a.apply(r, now_ms()));
-  const auto t0 = std::chrono::steady_clock::now();
+  // When it goes out (on the flush interval) is the protocol tests' to prove, in simulated time, and
+  // its latency the sync bench's figure.
   REQUIRE(ring_a.push(r));
   REQUIRE(wait_for([&] { return has(engine_b, r.id); }, std::chrono::milliseconds(2000)));
-  // Sent on the flush interval (10 ms), not with the next keepalive (200 ms): the bound leaves
-  // room for a loaded or sanitized build; the latency itself is the sync bench's figure.
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(150));
   {
     auto h = engine_b.states().find_by_id(r.id);
     CHECK(h->peer[0].seqlo == r.src.seqlo);
@@ -213,10 +211,8 @@ TEST_CASE("a ring's records count as synced once the peer acks them; a kick send
   // period, and B acks an insert at once.
   REQUIRE(ring_a.push(state(1, 1)));
   REQUIRE(ring_a.push(state(1, 2)));
-  const auto t0 = std::chrono::steady_clock::now();
   a.kick();
   REQUIRE(wait_for([&] { return last().first == 2; }, std::chrono::milliseconds(2000)));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100));
   CHECK(has(engine_b, {1, 1}));
   CHECK(has(engine_b, {1, 2}));
 
