@@ -6,8 +6,11 @@ linear iptables chain slows down as it grows."""
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
+
+from netns import cleanup_stale
 
 REPO = Path(__file__).resolve().parents[3]
 BENCH = Path(os.environ.get("PAIRWALL_BIN_DIR", REPO / "build" / "bin")) / "pairwall-bench"
@@ -16,9 +19,17 @@ STACKS = ("pairwalld", "pairwalld_state", "iptables", "iptables_ipset")
 
 def test_bench_rules_suite_measures_every_stack(require_root, tmp_path):
     out = tmp_path / "rules.json"
-    cp = subprocess.run([str(BENCH), "rules", "--json", "--quick", "--out", str(out)],
-                        capture_output=True, text=True, timeout=600)
-    assert cp.returncode == 0, cp.stderr[-3000:]
+    bench = subprocess.Popen([str(BENCH), "rules", "--json", "--quick", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = bench.communicate(timeout=600)
+    finally:
+        # Whatever happened, nothing of the run stays: its process group, then what its namespaces hold.
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.wait()
+        left_behind = cleanup_stale("pwb-")
+    assert bench.returncode == 0, stderr[-3000:]
     result = json.loads(out.read_text())
     pps = result["rules_lossless_pps"]
     assert set(STACKS) <= set(pps), pps.keys()
@@ -30,5 +41,4 @@ def test_bench_rules_suite_measures_every_stack(require_root, tmp_path):
     assert pps["iptables"]["1000"] < pps["iptables"]["10"], pps["iptables"]
     assert out.with_suffix(".png").stat().st_size > 10_000
     # Nothing left behind: the suite removes the namespaces it made.
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "pwb-" not in left, left
+    assert not left_behind, left_behind

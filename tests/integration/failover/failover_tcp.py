@@ -10,12 +10,16 @@ RULES = f"""block all
 pass proto tcp from 10.31.0.0/24 to 10.32.0.0/24 port {PORT} flags S/SA keep state
 """
 
+# Echoes one connection; gives up when no client comes within 60 s, an idle one after 30 s, and
+# in any case after 10 minutes.
 SERVER = r"""
-import socket, sys
+import socket, sys, time
+end = time.monotonic() + 600
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("10.32.0.10", %d)); s.listen(1)
+s.bind(("10.32.0.10", %d)); s.listen(1); s.settimeout(60)
 c, _ = s.accept()
-while True:
+c.settimeout(30)
+while time.monotonic() < end:
     data = c.recv(65536)
     if not data:
         break

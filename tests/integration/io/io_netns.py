@@ -29,7 +29,7 @@ def need_root_and_binary():
     if os.geteuid() != 0:
         pytest.skip("needs root: network namespaces and NFQUEUE")
     if not os.access(NFQ_NULL, os.X_OK):
-        pytest.skip(f"{NFQ_NULL} not built (cmake --preset release && cmake --build --preset release)")
+        pytest.fail(f"{NFQ_NULL} not built (cmake --preset release && cmake --build --preset release)")
 
 
 def run(*argv, check=True, timeout=30, capture=True):

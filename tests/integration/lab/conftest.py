@@ -1,6 +1,6 @@
 """Chaos scenarios on the lab (tools/lab): a real pairwalld pair in network namespaces named pg-*.
 
-Each scenario is one file named for what it proves. Those that need pairwalld skip, saying so, when
+Each scenario is one file named for what it proves. Those that need pairwalld fail, saying so, when
 build/bin/pairwalld or pairwallctl is missing; the harness scenarios (driver none) run anyway. Long soak
 variants are marked `soak` and run only with PAIRWALL_SOAK=1.
 """
@@ -40,7 +40,7 @@ def make_lab(tmp_path):
 
     def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False, modulate=False,
              synproxy=False):
-        """sync: the scenario needs state sync (skips, saying why, when pairwalld runs none); nat: the
+        """sync: the scenario needs state sync (fails, saying why, when pairwalld runs none); nat: the
         firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`); defer: both run
         `[sync] defer` (`pairwall-lab up --defer`); modulate, synproxy: their rules keep state with
         `modulate state`, `synproxy state` (`pairwall-lab up --modulate`, `--synproxy`)."""
@@ -49,24 +49,27 @@ def make_lab(tmp_path):
         lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat, defer=defer,
                   modulate=modulate, synproxy=synproxy)
         labs.append(lab)
+        # Every feature a scenario asks for is pairwalld's: one it reports missing fails the scenario.
         try:
             lab.up(replace=True)
         except FeatureMissing as e:
-            pytest.skip(f"not in this pairwalld yet: {e}")
+            pytest.fail(f"pairwalld lacks what the lab needs: {e}")
         if driver != "none" and sync:
             off = [n for n, on in lab.driver.sync_enabled().items() if not on]
             if off:
-                pytest.skip(f"not in this pairwalld yet: state sync ({', '.join(off)} report sync status "
-                            "enabled false), which this scenario needs")
+                pytest.fail(f"state sync is off on {', '.join(off)} (sync status reports enabled false), "
+                            "which this scenario needs")
         return lab
 
     yield make
     for lab in labs:
         # Logs and generated configs outlive the lab, for whoever reads a failure (pytest keeps tmp_path).
-        if lab.run_dir.exists():
-            shutil.copytree(lab.run_dir, tmp_path / "lab-run", dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("*.sock", "*.key"))
-        lab.down()
+        try:
+            if lab.run_dir.exists():
+                shutil.copytree(lab.run_dir, tmp_path / "lab-run", dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("*.sock", "*.key"))
+        finally:
+            lab.down()
     leftover = Lab(PREFIX).exists()
     assert not leftover, f"namespaces left behind: {leftover}"
 

@@ -24,7 +24,7 @@ def need_root():
 def need_pairwalld():
     missing = [b for b in ("pairwalld", "pairwallctl") if not os.access(BIN_DIR / b, os.X_OK)]
     if missing:
-        pytest.skip(f"{', '.join(str(BIN_DIR / b) for b in missing)} not built: this scenario runs the real "
+        pytest.fail(f"{', '.join(str(BIN_DIR / b) for b in missing)} not built: this scenario runs the real "
                     "pair (build with `cmake --preset release && cmake --build --preset release`)")
 
 

@@ -21,7 +21,7 @@ def test_kill_master_with_modulate_keeps_sessions(make_lab, out_dir):
     assert_took_over_in_time(rep)
 
     drilled = drilled_states(lab, rep["new_master"])
-    assert len(drilled) >= CONNECTIONS, r
+    assert len(drilled) >= CONNECTIONS, (len(drilled), rep["new_master"])
     assert all(s.get("modulated") for s in drilled), [s for s in drilled if not s.get("modulated")][:3]
     assert sum(1 for s in drilled if s.get("from_peer")) >= CONNECTIONS, drilled[:3]
     assert chaos.stray_check(lab) == []

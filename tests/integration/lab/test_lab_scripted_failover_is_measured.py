@@ -49,11 +49,15 @@ def test_down_cleans_up_after_a_crashed_run():
     if os.geteuid() != 0:
         pytest.skip("needs root: network namespaces")
     lab = Lab(PREFIX, driver="none")
-    lab.up(replace=True)
-    # A crash: a process left running in a namespace and the run directory gone.
-    stray = lab.spawn("fwA", "stray", ["sleep", "300"])
-    for p in sorted(lab.run_dir.rglob("*"), reverse=True):
-        p.rmdir() if p.is_dir() else p.unlink()
+    try:
+        lab.up(replace=True)
+        # A crash: a process left running in a namespace and the run directory gone.
+        stray = lab.spawn("fwA", "stray", ["sleep", "300"])
+        for p in sorted(lab.run_dir.rglob("*"), reverse=True):
+            p.rmdir() if p.is_dir() else p.unlink()
+    except BaseException:
+        Lab(PREFIX).down()
+        raise
     removed = Lab(PREFIX).down()
     assert stray.pid in removed["pids"]
     assert stray.wait(timeout=5) is not None

@@ -95,8 +95,11 @@ def open_many(args):
                     s.sendall(b"pairwall sync window check")
                     got = b""
                     while len(got) < 26:
-                        got += s.recv(64)
-                    good += 1
+                        chunk = s.recv(64)
+                        if not chunk:
+                            break
+                        got += chunk
+                    good += len(got) >= 26
                 except OSError:
                     pass
             out({"data": good})
