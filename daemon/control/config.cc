@@ -228,6 +228,10 @@ Config parse_config(std::string_view text, const std::string& file_name) {
 }
 
 Config load_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    throw ConfigError(path + ": cannot read the configuration file: not a regular file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ConfigError(path + ": cannot read the configuration file: " + std::strerror(errno));

@@ -105,6 +105,7 @@ class Pair:
             self.ip(client, "addr", "add", f"{LANS[lan]['v4']}.10/24", "dev", "eth0")
             self.ip(client, "addr", "add", f"{LANS[lan]['v6']}:10/64", "dev", "eth0", "nodad")
         (self.dir / "failover.key").write_text(KEY + "\n")
+        (self.dir / "failover.key").chmod(0o600)
         if self.daemon == "pairwalld" and self.sync:
             # pairwalld runs state sync too: a direct link between the two nodes.
             self.ip(self.ns["a"], "link", "add", "sync0", "type", "veth", "peer", "name", "sync0", "netns",

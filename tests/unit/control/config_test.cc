@@ -296,6 +296,14 @@ TEST_CASE("config: load_config reads a file and names it in errors", "[config]")
   } catch (const ConfigError& e) {
     CHECK(std::string(e.what()) == path + ": cannot read the configuration file: No such file or directory");
   }
+  std::filesystem::create_directories(dir);
+  try {
+    pairwall::control::load_config(dir.string());
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) == dir.string() + ": cannot read the configuration file: not a regular file");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("config: split_host_port", "[config]") {

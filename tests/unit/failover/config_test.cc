@@ -22,6 +22,12 @@ struct Dir {
   Dir() {
     std::ofstream(root / "failover.key") << "0123456789abcdef0123456789abcdef\n";
     std::ofstream(root / "short.key") << "tooshort\n";
+    std::ofstream(root / "open.key") << "0123456789abcdef0123456789abcdef\n";
+    std::ofstream(root / "huge.key") << std::string(5000, 'k');
+    for (const char* name : {"failover.key", "short.key", "huge.key"})
+      fs::permissions(root / name, fs::perms::owner_read | fs::perms::owner_write);
+    fs::permissions(root / "open.key", fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+    fs::create_directory(root / "dir.key");
   }
   std::string file() const { return (root / "pairwall.toml").string(); }
 };
@@ -118,6 +124,11 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
        "| base64)"},
       {"key_file = \"absent.key\"\n" + kVips,
        "[failover] key_file: cannot read \"DIR/absent.key\": No such file or directory"},
+      {"key_file = \"open.key\"\n" + kVips,
+       "[failover] key_file: \"DIR/open.key\" is accessible by other users (mode 0604): chmod 600 it"},
+      {"key_file = \"huge.key\"\n" + kVips,
+       "[failover] key_file: \"DIR/huge.key\" is larger than 4096 bytes: not a key file"},
+      {"key_file = \"dir.key\"\n" + kVips, "[failover] key_file: \"DIR/dir.key\" is not a regular file"},
       {key, "[failover] vips: missing: a failover group needs at least one virtual address"},
       {key + "vips = \"10.0.0.1/24\"\n",
        "[failover] vips: expected an array of { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got "
