@@ -26,7 +26,8 @@ struct Dir {
     std::ofstream(root / "huge.key") << std::string(5000, 'k');
     for (const char* name : {"failover.key", "short.key", "huge.key"})
       fs::permissions(root / name, fs::perms::owner_read | fs::perms::owner_write);
-    fs::permissions(root / "open.key", fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+    fs::permissions(root / "open.key",
+                    fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
     fs::create_directory(root / "dir.key");
   }
   std::string file() const { return (root / "pairwall.toml").string(); }
