@@ -203,6 +203,13 @@ int check(const control::Config& c) {
 // daemon to read them, drop what they are given until a daemon listens again, where removing them
 // would let every packet through uninspected until the restart.
 int cleanup(const control::Config& c) {
+  // Run by hand, or after a second instance failed to start, while a daemon still runs: its hooks
+  // and VIPs are in use, and removing them would leave it filtering nothing.
+  if (control::socket_answers(c.control.socket)) {
+    spdlog::error("cleanup: a pairwalld answers on {}: stop it first (systemctl stop pairwalld)",
+                  c.control.socket);
+    return 1;
+  }
   int status = 0;
   const char* result = std::getenv("SERVICE_RESULT");
   const bool crashed = result != nullptr && std::string_view(result) != "success";

@@ -22,9 +22,6 @@ namespace pairwall::control {
 namespace asio = boost::asio;
 using stream = asio::local::stream_protocol;
 
-namespace {
-
-// True when something accepts connections on `path` (a running daemon); false for a stale file.
 bool socket_answers(const std::string& path) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -35,8 +32,6 @@ bool socket_answers(const std::string& path) {
   ::close(fd);
   return ok;
 }
-
-}  // namespace
 
 class ControlServer::Session : public std::enable_shared_from_this<Session> {
  public:

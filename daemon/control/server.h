@@ -16,6 +16,10 @@
 
 namespace pairwall::control {
 
+// True when something accepts connections on the Unix socket `path` (a running daemon); false for
+// a stale socket file or none.
+bool socket_answers(const std::string& path);
+
 class ControlServer {
  public:
   using Handler = std::function<void(const Request&, Response&)>;
