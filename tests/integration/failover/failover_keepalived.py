@@ -32,7 +32,7 @@ def keepalived_conf(p, node):
     replaced = {
         "router_id pairwall-a": f"router_id pairwall-{node}",
         'script "/usr/bin/pairwallctl health"': f'script "{ctl} -s {sock} health"',
-        "vrrp_notify_fifo /run/pairwall/keepalived-notify.fifo": f"vrrp_notify_fifo {p.dir / f'notify-{node}.fifo'}",
+        "vrrp_notify_fifo /run/keepalived-pairwall-notify.fifo": f"vrrp_notify_fifo {p.dir / f'notify-{node}.fifo'}",
         'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh"':
             f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh -s {sock} -c {ctl}"',
     }

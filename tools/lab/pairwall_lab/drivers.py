@@ -281,7 +281,7 @@ def shipped_keepalived_conf(text, *, name, ctl, socket, fifo, if_in, if_out, vip
     replaced = [
         ("router_id pairwall-a", f"router_id {name}"),
         ('script "/usr/bin/pairwallctl health"', f'script "{ctl} -s {socket} health"'),
-        ("vrrp_notify_fifo /run/pairwall/keepalived-notify.fifo", f"vrrp_notify_fifo {fifo}"),
+        ("vrrp_notify_fifo /run/keepalived-pairwall-notify.fifo", f"vrrp_notify_fifo {fifo}"),
         ('vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh"',
          f'vrrp_notify_fifo_script "{SHIPPED_KEEPALIVED / "pairwall-notify.sh"} -s {socket} -c {ctl}"'),
         ("advert_int 0.1", f"advert_int {advert_s}"),
