@@ -17,9 +17,10 @@ namespace {
 
 constexpr const char* kBuiltins[] = {"FORWARD", "INPUT", "OUTPUT"};
 // Chain names are limited to 28 characters (XT_EXTENSION_MAXNAMELEN - 1); the defrag chain adds
-// its suffix.
+// its suffix, and a replacement being installed (Hooks::install) its own.
 constexpr std::string_view kDefragSuffix = "_DEFRAG";
-constexpr std::size_t kMaxChain = 28 - kDefragSuffix.size();
+constexpr std::string_view kNextSuffix = "-next";
+constexpr std::size_t kMaxChain = 28 - kDefragSuffix.size() - kNextSuffix.size();
 // A jump is deleted one copy at a time; a crashed run leaves at most one per start, so this many
 // means something else keeps adding them.
 constexpr int kMaxJumpCopies = 32;
@@ -350,15 +351,48 @@ void Hooks::remove() {
   if (config_.ipv6) remove_family(engine::Family::V6);
 }
 
+bool Hooks::installed() {
+  for (const auto family : {engine::Family::V4, engine::Family::V6}) {
+    if (family == engine::Family::V4 ? !config_.ipv4 : !config_.ipv6) continue;
+    if (!absent_or_fail(chain_exists_command(config_, family))) return true;
+  }
+  return false;
+}
+
+void Hooks::install_family_commands(const HooksConfig& config) {
+  for (const auto family : {engine::Family::V4, engine::Family::V6}) {
+    if (family == engine::Family::V4 ? !config.ipv4 : !config.ipv6) continue;
+    for (const auto& command : install_commands(config, family)) run_checked(command);
+  }
+}
+
+// A killed daemon's hooks (kept on purpose by a fail-closed node, see pairwalld --cleanup) are
+// replaced make-before-break: the new chains and their jumps go in ahead of the old ones, then the
+// old ones go, and the new take their names. Every packet meets one complete chain throughout;
+// removing first would let the traffic of the whole replacement through unfiltered.
 void Hooks::install() {
-  remove();
+  HooksConfig next = config_;
+  next.chain = config_.chain + std::string(kNextSuffix);
+  Hooks staged(next, runner_);
   try {
+    staged.remove();  // what a run that died in the middle of a replacement left
+    if (!installed()) {
+      remove();  // a pre-routing chain without the filter chain, say
+      install_family_commands(config_);
+      return;
+    }
+    install_family_commands(next);
+    remove();
     for (const auto family : {engine::Family::V4, engine::Family::V6}) {
       if (family == engine::Family::V4 ? !config_.ipv4 : !config_.ipv6) continue;
-      for (const auto& command : install_commands(config_, family)) run_checked(command);
+      const Command filter = base(config_, family);
+      run_checked(with(filter, {"-E", next.chain, config_.chain}));
+      if (config_.defrag) run_checked(with(filter, {"-E", defrag_chain(next), defrag_chain(config_)}));
+      if (config_.prerouting) run_checked(with(mangle(config_, family), {"-E", next.chain, config_.chain}));
     }
   } catch (const HooksError&) {
     try {
+      staged.remove();
       remove();
     } catch (const HooksError&) {
       // The first error is the one to act on; the rollback's is secondary.

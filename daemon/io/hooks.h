@@ -107,8 +107,9 @@ class Hooks {
  public:
   explicit Hooks(HooksConfig config, CommandRunner runner = run_command);
 
-  // Removes leftovers of an earlier run, then installs. On failure, removes what it added and
-  // throws HooksError with the command, its exit code and its output.
+  // Installs, replacing an earlier run's hooks without a moment in which none are in place. On
+  // failure, removes what it added (and the earlier run's) and throws HooksError with the command,
+  // its exit code and its output.
   void install();
 
   // Removes the pre-routing jump and chain (whether or not this config has `prerouting`: a killed
@@ -119,6 +120,8 @@ class Hooks {
   const HooksConfig& config() const { return config_; }
 
  private:
+  bool installed();  // the filter chain exists in a family this config hooks
+  void install_family_commands(const HooksConfig& config);
   void remove_family(engine::Family family);
   void remove_prerouting(engine::Family family);
   bool absent_or_fail(const Command& command);

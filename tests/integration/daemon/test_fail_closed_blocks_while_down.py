@@ -10,7 +10,8 @@ def test_fail_closed_blocks_while_down(lan, daemon_factory):
     fw = daemon_factory(fail_open=False)
     assert lan.connect(4, ALLOWED)["result"] == "ok"
     assert lan.ping(4, count=1)["received"] == 1
-    assert not any("--queue-bypass" in l for l in lan.hooks_present())
+    hooks = lan.hooks_present()
+    assert not any("--queue-bypass" in l for l in hooks)
 
     fw.proc.kill()
     fw.proc.wait(timeout=5)
@@ -24,6 +25,8 @@ def test_fail_closed_blocks_while_down(lan, daemon_factory):
     assert lan.hooks_present(), "a crashed fail-closed node keeps its hooks"
     assert lan.connect(4, ALLOWED, timeout=1.5)["result"] == "timeout"
 
-    # A new daemon picks the queues up again (it replaces the dead one's hooks).
+    # A new daemon picks the queues up again. It replaces the dead one's hooks make-before-break
+    # (the unit tests prove no moment is unhooked), and they end as they were, under their names.
     daemon_factory(fail_open=False)
     assert lan.connect(4, ALLOWED)["result"] == "ok"
+    assert lan.hooks_present() == hooks

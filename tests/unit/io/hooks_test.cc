@@ -186,7 +186,30 @@ class FakeIptables {
   std::vector<std::string> log;
   std::string fail_on;  // a command containing this fails with exit code 2
 
+  // Counts the commands after which FORWARD (of the filter table) led no packet to a queue.
+  bool watch_gaps = false;
+  int unhooked = 0;
+
   CommandResult operator()(const Command& argv) {
+    const CommandResult r = run(argv);
+    if (watch_gaps && !queues_forward()) ++unhooked;
+    return r;
+  }
+
+  bool queues_forward() const {
+    for (const auto& jump : chains.at("FORWARD")) {
+      if (jump.rfind("-j ", 0) != 0) continue;
+      const auto target = chains.find(jump.substr(3));
+      if (target == chains.end()) continue;
+      for (const auto& rule : target->second) {
+        if (rule.find("NFQUEUE") != std::string::npos) return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  CommandResult run(const Command& argv) {
     const std::string line = to_string(argv);
     log.push_back(line);
     if (!fail_on.empty() && line.find(fail_on) != std::string::npos)
@@ -212,6 +235,19 @@ class FakeIptables {
       return {0, ""};
     }
     if (!exists) return {1, "iptables: No chain/target/match by that name."};
+    if (op == "-E") {
+      // A rename: the jumps follow the chain, as the kernel's do.
+      const std::string& to = rest.at(0);
+      if (table.count(to) != 0) return {1, "iptables: File exists."};
+      table[to] = std::move(table[chain]);
+      table.erase(chain);
+      for (auto& [name, list] : table) {
+        for (auto& r : list) {
+          if (r == "-j " + chain) r = "-j " + to;
+        }
+      }
+      return {0, ""};
+    }
     auto& rules = table[chain];
     if (op == "-S") return {0, ""};
     if (op == "-A") {
@@ -403,6 +439,40 @@ TEST_CASE("install cleans up what a crashed run left behind", "[hooks]") {
     CHECK(t->chains["OUTPUT"].empty());
     CHECK(t->chains["PAIRWALL"] == std::vector<std::string>{"-j NFQUEUE --queue-num 0"});
   }
+}
+
+TEST_CASE("install replaces a killed run's hooks without a moment unhooked", "[hooks]") {
+  Pair fake;
+  HooksConfig c;
+  c.queue_last = 1;
+  c.excluded_interfaces = {"sync0"};
+  c.prerouting = true;
+  c.bypass_mark = 0x40000000;
+  Hooks(c, fake.runner()).install();  // the run that was killed
+  const auto installed = fake.v4.chains;
+  const auto installed_mangle = fake.v4.mangle;
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    t->watch_gaps = true;
+    t->log.clear();
+  }
+
+  Hooks(c, fake.runner()).install();  // the restart
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    INFO(t->log.size() << " commands");
+    CHECK(t->unhooked == 0);
+    CHECK(t->queues_forward());
+  }
+  // The same hooks as a fresh install, under their own names.
+  CHECK(fake.v4.chains == installed);
+  CHECK(fake.v4.mangle == installed_mangle);
+
+  // A run killed in the middle of a replacement: its -next chains go too.
+  for (auto* t : {&fake.v4, &fake.v6}) {
+    t->chains["PAIRWALL-next"] = {"-j NFQUEUE --queue-num 5"};
+    t->chains["FORWARD"].insert(t->chains["FORWARD"].begin(), "-j PAIRWALL-next");
+  }
+  Hooks(c, fake.runner()).install();
+  CHECK(fake.v4.chains == installed);
 }
 
 TEST_CASE("a failed install rolls back and names the command", "[hooks]") {
