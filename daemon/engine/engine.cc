@@ -100,13 +100,31 @@ Verdict drop(Reason reason, uint32_t rule = rules::kNoRule) {
   return v;
 }
 
+// A packet with IP options that neither its rules nor its state allow (pf's PFRES_IPOPTIONS):
+// dropped, and logged whatever the rule says, as pf forces its log.
+Verdict refuse_options(uint32_t rule, const rules::CompiledRule* by_rule) {
+  Verdict v = drop(Reason::IpOptions, rule);
+  v.by_rule = by_rule;
+  v.log = true;
+  return v;
+}
+
+bool options_refused(const PacketView& packet, const StateEntry& state) {
+  return packet.has_ip_options && (state.flags & stateflag::kAllowOpts) == 0;
+}
+
+// The rule that made a state, while the rule set in force still holds it.
+const rules::CompiledRule* creator_in(const StateEntry& state, const rules::RuleSet& rules) {
+  return rules.holds(state.creator) ? state.creator : nullptr;
+}
+
 // The verdict of a packet its state passes, as pf's: the state's rule, and its log option.
 Verdict passed_by_state(const StateEntry& state, const rules::RuleSet& rules, bool rewritten) {
   Verdict v;
   v.action = Verdict::Action::Accept;
   v.reason = Reason::State;
   v.rule = state.rule;
-  v.by_rule = rules.holds(state.creator) ? state.creator : nullptr;
+  v.by_rule = creator_in(state, rules);
   v.state = state.id;
   v.log = (state.flags & stateflag::kLog) && state.creator != nullptr && state.creator->log_states;
   v.rewritten = rewritten;
@@ -536,7 +554,20 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   }
   bool& rewritten = parsed.rewritten;
   if (scrub.matched) {
-    if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) return drop(Reason::MinTtl);
+    if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) {
+      // pf's min-ttl raises the TTL (hop limit), so that a packet cannot be aimed to expire past
+      // the firewall but short of its destination (an evasion of what is seen here).
+      uint8_t* ip = bytes.data();
+      if (packet.family == Family::V4) {
+        const uint16_t old_word = load_be16(ip + 8);  // TTL and protocol
+        ip[8] = scrub.min_ttl;
+        checksum_replace16(ip + 10, old_word, load_be16(ip + 8));
+      } else {
+        ip[7] = scrub.min_ttl;  // the hop limit has no checksum
+      }
+      packet.ttl = scrub.min_ttl;
+      rewritten = true;
+    }
     if (packet.family == Family::V4 && (scrub.no_df || scrub.random_id)) {
       // IPv4 flags/fragment-offset word (bytes 6-7) and identification (bytes 4-5); the header
       // checksum (bytes 10-11) is never left to the kernel, so it is always updated.
@@ -707,6 +738,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       if (auto state = states_.find(qkey, states_.hash(qkey))) {
         if (!translation_admits(state, true))
           return decided(verdict, drop(Reason::StateMismatch, state->rule));
+        if (options_refused(packet, *state))
+          return decided(verdict, refuse_options(state->rule, creator_in(*state, rules)));
         // The error travels back toward the quoted packet's sender (pf_test_state_icmp checks
         // the direction the same way): one addressed to the quoted packet's destination did not
         // come from that packet's path.
@@ -748,6 +781,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
     if (auto state = states_.find(parsed.key, parsed.hash)) {
       if (!translation_admits(state, false))
         return decided(verdict, drop(Reason::StateMismatch, state->rule));
+      if (options_refused(packet, *state))
+        return decided(verdict, refuse_options(state->rule, creator_in(*state, rules)));
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -957,6 +992,20 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
 
   if (translation.failed) return drop(Reason::TranslationFailed);
 
+  // As pf: IP options pass only where every pass's rule says allow-opts (the default pass, and a
+  // `nat pass` no filter rule saw, allow none). A state remembers whether they did.
+  bool allow_opts = true;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!parsed.filtered[pass]) continue;
+    const uint32_t r = deciding[pass];
+    if (r != rules::kNoRule && rules.rule(r).allow_opts) continue;
+    allow_opts = false;
+    if (packet.has_ip_options) {
+      if (r == rules::kNoRule) return refuse_options(rules::kNoRule, nullptr);
+      return refuse_options(rules.rule(r).number, &rules.rule(r));
+    }
+  }
+
   // The state is created by the first pass rule that keeps state (the in pass before the out).
   const rules::CompiledRule* creator = nullptr;
   for (uint32_t r : deciding) {
@@ -1044,6 +1093,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (creator->log_states) state->flags |= stateflag::kLog;
     if (creator->no_sync) state->flags |= stateflag::kNoSync;
     if (creator->sloppy) state->flags |= stateflag::kSloppy;
+    if (allow_opts) state->flags |= stateflag::kAllowOpts;
     // Only a connection seen from its SYN is modulated: one picked up in mid-stream (`flags any`)
     // has numbers both ends already agree on. The responder's offset is drawn now too, not on its
     // SYN-ACK as pf draws it, so that the insert carries both: a master that dies after passing

@@ -27,6 +27,9 @@ constexpr uint8_t kAh = 51;
 constexpr uint8_t kDestOpts = 60;
 }  // namespace ip6
 
+constexpr uint8_t kIpv4RouterAlert = 148;  // RFC 2113: copied, class 0, number 20
+constexpr uint8_t kIpv6RouterAlert = 5;    // RFC 2711
+
 // IPv4 options (RFC 791 3.1): EOL ends the list, NOP is one byte, everything else is
 // type-length-value with the length covering type and length bytes.
 Reason walk_ipv4_options(const uint8_t* p, uint32_t len, PacketView& out) noexcept {
@@ -41,7 +44,7 @@ Reason walk_ipv4_options(const uint8_t* p, uint32_t len, PacketView& out) noexce
     if (len - i < 2) return Reason::BadIpHeader;
     const uint8_t olen = p[i + 1];
     if (olen < 2 || olen > len - i) return Reason::BadIpHeader;
-    out.has_ip_options = true;
+    (type == kIpv4RouterAlert ? out.router_alert : out.has_ip_options) = true;
     i += olen;
   }
   return Reason::Match;
@@ -60,7 +63,11 @@ Reason walk_ipv6_options(const uint8_t* p, uint32_t len, PacketView& out) noexce
     if (len - i < 2) return Reason::BadIpv6Extension;
     const uint32_t olen = 2u + p[i + 1];
     if (olen > len - i) return Reason::BadIpv6Extension;
-    if (type != 1) out.has_ip_options = true;
+    if (type == kIpv6RouterAlert) {
+      out.router_alert = true;
+    } else if (type != 1) {
+      out.has_ip_options = true;
+    }
     i += olen;
   }
   return Reason::Match;
@@ -284,6 +291,9 @@ Reason parse_udp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out)
   out.src_port = load_be16(p);
   out.dst_port = load_be16(p + 2);
   if (mode == Mode::Quote) return Reason::Match;
+  // No socket listens on port 0 (RFC 768 has no use for it; stacks drop it, and so does pf): a
+  // datagram to it is a probe.
+  if (out.dst_port == 0) return Reason::BadUdpHeader;
   // RFC 768: the length covers header and data. A first fragment holds only part of the
   // datagram the length describes.
   const uint16_t length = load_be16(p + 4);
@@ -425,7 +435,19 @@ Reason parse_icmp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out
   const std::span<const uint8_t> quote(out.data + out.payload_offset, out.payload_length);
   if (parse_quoted_packet(quote, quoted) != Reason::Match) return Reason::BadIcmp;
   if (quoted.family != out.family) return Reason::BadIcmp;
+  // Errors are only ever sent about a datagram's first fragment (RFC 792, RFC 4443 2.4): the
+  // quote of a later one is forged (pf_test_state_icmp drops it too).
+  if (quoted.is_fragment && quoted.fragment_offset != 0) return Reason::BadIcmp;
   return Reason::Match;
+}
+
+// Group management, which asks every router on the path to look (pf lets its router alert by):
+// IGMP, and MLD's queries, reports and done messages.
+bool carries_router_alert(const PacketView& p) noexcept {
+  if (p.proto == ipproto::kIgmp) return p.family == Family::V4;
+  if (p.proto != ipproto::kIcmp6 || p.is_fragment) return false;
+  const uint8_t type = p.icmp.type;
+  return type == 130 || type == 131 || type == 132 || type == 143;
 }
 
 Reason parse(std::span<const uint8_t> bytes, Mode mode, PacketView& out) noexcept {
@@ -466,19 +488,24 @@ Reason parse(std::span<const uint8_t> bytes, Mode mode, PacketView& out) noexcep
   const uint8_t* l4 = d + out.l4_offset;
   switch (out.proto) {
     case ipproto::kTcp:
-      return parse_tcp(l4, mode, too_short, out);
+      r = parse_tcp(l4, mode, too_short, out);
+      break;
     case ipproto::kUdp:
-      return parse_udp(l4, mode, too_short, out);
+      r = parse_udp(l4, mode, too_short, out);
+      break;
     case ipproto::kIcmp:
     case ipproto::kIcmp6:
       // pf drops ICMPv6 over IPv4 and ICMP over IPv6: neither is a valid pairing.
       if ((out.proto == ipproto::kIcmp) != (out.family == Family::V4)) return Reason::BadIcmp;
-      return parse_icmp(l4, mode, too_short, out);
+      r = parse_icmp(l4, mode, too_short, out);
+      break;
     default:
       out.payload_offset = out.l4_offset;
       out.payload_length = out.l4_length;
-      return Reason::Match;
+      break;
   }
+  if (out.router_alert && !carries_router_alert(out)) out.has_ip_options = true;
+  return r;
 }
 
 }  // namespace

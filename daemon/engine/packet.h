@@ -13,6 +13,7 @@ namespace pairwall::engine {
 
 namespace ipproto {
 inline constexpr uint8_t kIcmp = 1;
+inline constexpr uint8_t kIgmp = 2;
 inline constexpr uint8_t kTcp = 6;
 inline constexpr uint8_t kUdp = 17;
 inline constexpr uint8_t kIcmp6 = 58;
@@ -78,7 +79,11 @@ struct PacketView {
   uint16_t payload_offset = 0;
   uint16_t payload_length = 0;
 
+  // pf's badopts: IPv4 options, IPv6 hop-by-hop or destination options other than padding, or a
+  // routing header. Only a rule with `allow-opts` (and its state) passes such a packet. The router
+  // alert that IGMP and MLD carry (RFC 2236, RFC 2710) does not count for them.
   bool has_ip_options = false;
+  bool router_alert = false;       // a router alert option was among them
   bool is_fragment = false;        // any fragment (MF set or offset != 0)
   bool is_first_fragment = false;  // offset 0; carries the L4 header
   bool dont_fragment = false;

@@ -36,8 +36,8 @@ std::string_view reason_name(Reason r) {
       return "fragment";
     case Reason::BadTcpFlags:
       return "bad_tcp_flags";
-    case Reason::MinTtl:
-      return "min_ttl";
+    case Reason::IpOptions:
+      return "ip_options";
     case Reason::RuleBlock:
       return "rule_block";
     case Reason::StateMismatch:

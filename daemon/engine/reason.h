@@ -29,7 +29,7 @@ enum class Reason : uint8_t {
   // Normalization (scrub).
   Fragment,     // a fragment the engine was not allowed to pass
   BadTcpFlags,  // a flag combination no stack sends (SYN+FIN, SYN+RST, none, ...)
-  MinTtl,       // below scrub min-ttl
+  IpOptions,    // IP options (packet.h, has_ip_options) that no `allow-opts` let by
   // Rules.
   RuleBlock,  // a block rule decided
   // States.

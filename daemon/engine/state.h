@@ -116,6 +116,7 @@ inline constexpr uint8_t kNoSync = 0x08;            // its rule said (no-sync): 
 inline constexpr uint8_t kSourceConnection = 0x10;  // counted by its source node as a connection
 inline constexpr uint8_t kSloppy = 0x20;            // its rule said (sloppy): TCP without windows
 inline constexpr uint8_t kModulated = 0x40;         // `modulate state`: TCP sequence numbers shifted
+inline constexpr uint8_t kAllowOpts = 0x80;         // every pass's rule said allow-opts: IP options pass
 }  // namespace stateflag
 
 }  // namespace pairwall::engine

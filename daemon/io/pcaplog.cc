@@ -21,6 +21,7 @@ constexpr uint8_t kPfresFragment = 2;
 constexpr uint8_t kPfresShort = 3;
 constexpr uint8_t kPfresNormalize = 4;
 constexpr uint8_t kPfresMemory = 5;
+constexpr uint8_t kPfresIpOptions = 8;
 constexpr uint8_t kPfresStateMismatch = 10;
 constexpr uint8_t kPfresStateLimit = 12;
 constexpr uint8_t kPfresSourceLimit = 13;
@@ -71,6 +72,8 @@ uint8_t pf_reason(engine::Reason reason) {
       return kPfresMemory;
     case Reason::TranslationFailed:
       return kPfresTranslate;
+    case Reason::IpOptions:
+      return kPfresIpOptions;
     case Reason::BadIpVersion:
     case Reason::BadIpHeader:
     case Reason::BadIpv6Extension:
@@ -79,7 +82,6 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::BadUdpHeader:
     case Reason::BadIcmp:
     case Reason::BadTcpFlags:
-    case Reason::MinTtl:
     case Reason::Internal:
     case Reason::Count:
       break;

@@ -314,6 +314,7 @@ std::string filter_text(const FilterRule& r) {
       for (std::size_t i = 0; i < options.size(); ++i) out += (i ? ", " : "") + options[i];
       out += ")";
     }
+    if (r.allow_opts) out += " allow-opts";
   }
   if (!r.label.empty()) {
     out += " label \"";
@@ -706,6 +707,7 @@ class Compiler {
       c.sloppy = r.state.sloppy;
       c.modulate = r.state.modulate;
       c.synproxy = r.state.synproxy;
+      c.allow_opts = r.allow_opts;
       c.sources.max_src_states = r.state.max_src_states;
       c.sources.max_src_nodes = r.state.max_src_nodes;
       c.sources.max_src_conn = r.state.max_src_conn;

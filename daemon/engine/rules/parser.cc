@@ -38,13 +38,14 @@ namespace {
 
 // Words with a meaning of their own: they cannot name macros or interfaces.
 constexpr std::string_view kKeywords[] = {
-    "all",     "antispoof",   "any",        "binat",        "block", "code",      "const",      "drop",
-    "flags",   "file",        "for",        "fragment",     "from",  "icmp-type", "icmp6-type", "in",
-    "include", "inet",        "inet6",      "keep",         "label", "limit",     "log",        "max",
-    "max-mss", "min-ttl",     "modulate",   "nat",          "no",    "no-df",     "on",         "out",
-    "pass",    "persist",     "port",       "proto",        "quick", "random-id", "rdr",        "reassemble",
-    "return",  "return-icmp", "return-rst", "return-icmp6", "scrub", "set",       "state",      "table",
-    "timeout", "to",
+    "all",         "allow-opts", "antispoof",    "any",       "binat",   "block",      "code",
+    "const",       "drop",       "flags",        "file",      "for",     "fragment",   "from",
+    "icmp-type",   "icmp6-type", "in",           "include",   "inet",    "inet6",      "keep",
+    "label",       "limit",      "log",          "max",       "max-mss", "min-ttl",    "modulate",
+    "nat",         "no",         "no-df",        "on",        "out",     "pass",       "persist",
+    "port",        "proto",      "quick",        "random-id", "rdr",     "reassemble", "return",
+    "return-icmp", "return-rst", "return-icmp6", "scrub",     "set",     "state",      "table",
+    "timeout",     "to",
 };
 
 // `path` as named in `file`: a relative path is the file's directory's.
@@ -161,7 +162,7 @@ IpAddress host_bits(Family f, uint8_t length) {
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
-    "flags, icmp-type, state options and label";
+    "flags, icmp-type, state options, allow-opts and label";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
@@ -1104,6 +1105,7 @@ class Parser {
     std::optional<Token> icmp_seen;
     std::optional<Token> state_seen;
     std::optional<Token> label_seen;
+    std::optional<Token> allow_opts_seen;
     while (!at_end_of_statement()) {
       const Token t = peek();
       if (t.kind == TokenKind::Word) {
@@ -1134,6 +1136,13 @@ class Parser {
           state(r);
           continue;
         }
+        if (t.text == "allow-opts") {
+          once(allow_opts_seen, "'allow-opts'");
+          if (r.action != Action::Pass) fail_at(t, "'allow-opts' applies to pass rules only");
+          take();
+          r.allow_opts = true;
+          continue;
+        }
         if (t.text == "label") {
           once(label_seen, "'label'");
           take();
@@ -1146,7 +1155,8 @@ class Parser {
       }
       fail_expected(t, stage < 8
                            ? "'from', 'to', 'all', a rule option or end of line"
-                           : "'flags', 'icmp-type', 'icmp6-type', a state option, 'label' or end of line");
+                           : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label' or "
+                             "end of line");
     }
     out_.filter_rules.push_back(std::move(r));
   }

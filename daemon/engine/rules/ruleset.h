@@ -51,6 +51,7 @@ struct CompiledRule {
   bool sloppy = false;         // (sloppy): its TCP states are tracked without sequence windows
   bool modulate = false;       // `modulate state`: its TCP states shift each end's sequence numbers
   bool synproxy = false;       // `synproxy state`: its TCP connections are proxied until established
+  bool allow_opts = false;     // `allow-opts`: it, and its states, pass packets with IP options
   SourceLimits sources;        // max-src-*: counted per source address in the engine's SourceTable
   std::string overload_table;  // overload <table>: empty for none
   OverloadFlush overload_flush = OverloadFlush::None;

@@ -939,7 +939,8 @@ TEST_CASE("state limits: the table's and a rule's own", "[engine][limits]") {
   }
 }
 
-TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl drops", "[engine][scrub]") {
+TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl raises the TTL",
+          "[engine][scrub]") {
   Firewall fw("scrub in all max-mss 1400 min-ttl 5\npass all");
   const Verdict v = fw.out(tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1460).build());
   CHECK(v.rewritten);
@@ -954,7 +955,70 @@ TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl d
   CHECK(odd.rewritten);
   CHECK(fw.last_packet ==
         tcp4(kClient, 5, kServer, 2).flags(tcpflag::kSyn).tcp_options_raw(nop).mss(1400).build());
-  CHECK(fw.out(tcp4(kClient, 4, kServer, 2).flags(tcpflag::kSyn).ttl(3).build()).reason == Reason::MinTtl);
+  // As pf: raised to the minimum, the IPv4 header checksum (and nothing else) following.
+  const Verdict low = fw.out(tcp4(kClient, 4, kServer, 2).flags(tcpflag::kSyn).ttl(3).build());
+  CHECK(low.action == Verdict::Action::Accept);
+  CHECK(low.rewritten);
+  CHECK(fw.last_packet == tcp4(kClient, 4, kServer, 2).flags(tcpflag::kSyn).ttl(5).build());
+  const Verdict high = fw.out(tcp4(kClient, 6, kServer, 2).flags(tcpflag::kSyn).ttl(64).build());
+  CHECK_FALSE(high.rewritten);
+  const Verdict low6 = fw.out(PacketBuilder().ipv6(kClient6, kServer6).ttl(1).udp(7, 53).payload(4).build());
+  CHECK(low6.rewritten);
+  CHECK(fw.last_packet == PacketBuilder().ipv6(kClient6, kServer6).ttl(5).udp(7, 53).payload(4).build());
+}
+
+TEST_CASE("IP options pass only by rules with allow-opts, and by their states", "[engine][options]") {
+  const Bytes record_route{7, 7, 4, 0, 0, 0, 0, 0};
+  auto udp_out = [&](uint16_t sport, bool options) {
+    PacketBuilder b = PacketBuilder().ipv4(kClient, kServer);
+    if (options) b.ip_options(record_route);
+    return b.udp(sport, 53).payload(8).build();
+  };
+  auto udp_back = [&](uint16_t dport, bool options) {
+    PacketBuilder b = PacketBuilder().ipv4(kServer, kClient);
+    if (options) b.ip_options(record_route);
+    return b.udp(53, dport).payload(8).build();
+  };
+
+  SECTION("a pass rule without allow-opts, and the default pass, drop them and log") {
+    Firewall fw("pass all");
+    const Verdict v = fw.out(udp_out(1000, true));
+    CHECK(v.action == Verdict::Action::Drop);
+    CHECK(reason_name(v.reason) == "ip_options");
+    CHECK(v.rule == 0);
+    CHECK(v.log);
+    CHECK(fw.out(udp_out(1001, false)).action == Verdict::Action::Accept);
+    Firewall open_door("");
+    CHECK(reason_name(open_door.out(udp_out(1000, true)).reason) == "ip_options");
+    // An IGMP report's router alert is not refused.
+    const Bytes igmp = PacketBuilder()
+                           .ipv4(kClient, "224.0.0.22")
+                           .ip_options({148, 4, 0, 0})
+                           .raw_l4(ipproto::kIgmp, Bytes(8, 0))
+                           .build();
+    CHECK(fw.out(igmp).action == Verdict::Action::Accept);
+  }
+  SECTION("every pass of a forwarded packet must allow them") {
+    Firewall fw("pass in all allow-opts\npass out all");
+    CHECK(reason_name(fw.out(udp_out(1000, true)).reason) == "ip_options");
+    Firewall both("pass in all allow-opts\npass out all allow-opts");
+    CHECK(both.out(udp_out(1000, true)).action == Verdict::Action::Accept);
+    CHECK(both.engine.states().find_by_id({1, 1})->flags & stateflag::kAllowOpts);
+  }
+  SECTION("a state passes them only when its rules allowed them") {
+    Firewall fw("pass all allow-opts\npass proto udp to port 53 keep state");
+    // The state of the port-53 rule, which allows no options.
+    REQUIRE(fw.out(udp_out(2000, false)).action == Verdict::Action::Accept);
+    const Verdict reply = fw.in(udp_back(2000, true));
+    CHECK(reason_name(reply.reason) == "ip_options");
+    CHECK(reply.log);
+    CHECK(fw.in(udp_back(2000, false)).reason == Reason::State);
+    // One made by a rule that allows them passes them both ways.
+    Firewall open("pass all allow-opts");
+    REQUIRE(open.out(udp_out(2000, false)).action == Verdict::Action::Accept);
+    CHECK(open.in(udp_back(2000, true)).reason == Reason::State);
+    CHECK(open.out(udp_out(2000, true)).reason == Reason::State);
+  }
 }
 
 TEST_CASE("scrub out applies on the departure interface of a forwarded packet", "[engine][scrub]") {

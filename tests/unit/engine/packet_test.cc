@@ -319,6 +319,37 @@ TEST_CASE("parse: IPv4 options are walked", "[packet]") {
   }
 }
 
+TEST_CASE("parse: the router alert of group management is not an IP option to refuse", "[packet]") {
+  struct Case {
+    const char* name;
+    Bytes bytes;
+    bool has_options;
+  };
+  const Bytes alert4{148, 4, 0, 0};
+  const Bytes alert6{0, 0, 5, 2, 0, 0, 1, 0};  // hop-by-hop: router alert (MLD), PadN
+  auto v4 = [] { return PacketBuilder().ipv4("10.0.0.1", "224.0.0.22"); };
+  auto v6 = [] { return PacketBuilder().ipv6("fe80::1", "ff02::16"); };
+  const std::vector<Case> cases = {
+      {"IGMP report with router alert", v4().ip_options(alert4).raw_l4(ipproto::kIgmp, Bytes(8, 0)).build(),
+       false},
+      {"IGMP with router alert and record route",
+       v4().ip_options(cat(alert4, {7, 7, 4, 0, 0, 0, 0, 0})).raw_l4(ipproto::kIgmp, Bytes(8, 0)).build(),
+       true},
+      {"UDP with router alert", v4().ip_options(alert4).udp(1, 2).build(), true},
+      {"MLDv2 report", v6().ipv6_ext_raw(ip6ext::kHopByHop, alert6).icmp(143, 0).build(), false},
+      {"MLD query", v6().ipv6_ext_raw(ip6ext::kHopByHop, alert6).icmp(130, 0).payload(16).build(), false},
+      {"echo request with router alert", v6().ipv6_ext_raw(ip6ext::kHopByHop, alert6).icmp_echo(1, 1).build(),
+       true},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    PacketView p;
+    REQUIRE(parse_exact(c.bytes, p) == Reason::Match);
+    CHECK(p.router_alert);
+    CHECK(p.has_ip_options == c.has_options);
+  }
+}
+
 TEST_CASE("parse: IPv6 extension chains", "[packet]") {
   auto base = [] { return PacketBuilder().ipv6("2001:db8::1", "2001:db8::2"); };
   struct Case {
@@ -658,6 +689,8 @@ TEST_CASE("parse: malformed transport headers", "[packet][malformed]") {
       {"UDP length past the packet", v4_udp().payload(4).udp_length(13).build(), Reason::BadUdpHeader},
       {"UDP length 7", v4_udp().udp_length(7).build(), Reason::BadUdpHeader},
       {"UDP length 0 (no jumbograms)", v6_udp().payload(10).udp_length(0).build(), Reason::BadUdpHeader},
+      {"UDP to port 0", v4i().udp(5000, 0).build(), Reason::BadUdpHeader},
+      {"UDP to port 0 over IPv6", v6i().udp(5000, 0).build(), Reason::BadUdpHeader},
       {"ICMP of 7 bytes", v4i().raw_l4(ipproto::kIcmp, Bytes{8, 0, 0, 0, 0, 1, 0}).build(), Reason::BadIcmp},
       {"ICMPv6 of 4 bytes", v6i().raw_l4(ipproto::kIcmp6, Bytes{128, 0, 0, 0}).build(), Reason::BadIcmp},
       {"ICMP timestamp of 19 bytes", v4i().icmp(13, 0, 1).payload(11).build(), Reason::BadIcmp},
@@ -691,6 +724,12 @@ TEST_CASE("parse: ICMP errors with bad quotes", "[packet][malformed][icmp]") {
        err6(pairwall::test::truncated(v6_tcp().dest_opts(16).build(), 50)), Reason::BadIcmp},
       {"an error quoting an error", err4(pairwall::test::truncated(inner_error, 36)), Reason::BadIcmp},
       {"an error quoting a whole error", err4(inner_error), Reason::BadIcmp},
+      {"quote of a later fragment",
+       err4(pairwall::test::truncated(v4_udp().payload(64).fragment(1480, true, 7).build(), 48)),
+       Reason::BadIcmp},
+      {"ICMPv6 quote of a later fragment",
+       err6(pairwall::test::truncated(v6_udp().fragment(1232, false, 9).payload(64).build(), 80)),
+       Reason::BadIcmp},
       {"quote of ICMPv6 over IPv4",
        err4(PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").icmp_echo(1, 1).ip_proto(ipproto::kIcmp6).build()),
        Reason::BadIcmp},

@@ -642,14 +642,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] [proto P] "
-       "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options and label"},
+       "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options, allow-opts and label"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
-       "options and label"},
+       "options, allow-opts and label"},
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
       {"pass all label \"a\" label \"b\"",
        "t.conf:1:20: duplicate 'label': already given at line 1, column 10"},
@@ -658,9 +658,12 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all label \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
        "t.conf:1:16: a label has 1 to 63 characters"},
       {"pass all bogus",
-       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'label' or end of line, "
-       "got "
-       "'bogus'"},
+       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label' or "
+       "end "
+       "of line, got 'bogus'"},
+      {"block all allow-opts", "t.conf:1:11: 'allow-opts' applies to pass rules only"},
+      {"pass all allow-opts allow-opts",
+       "t.conf:1:21: duplicate 'allow-opts': already given at line 1, column 10"},
       {"pass log (matches) all", "t.conf:1:11: expected 'all' (log (all)), got 'matches'"},
       {"pass log (all all", "t.conf:1:15: expected ')', got 'all'"},
       {"pass return-rst all", "t.conf:1:6: 'return-rst' applies to block rules only"},
