@@ -139,7 +139,7 @@ struct FilterRule {
   StateOptions state;
   bool allow_opts = false;  // `allow-opts`: the rule (and its states) pass packets with IP options
   std::string label;        // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
-  std::string anchor;  // the path of the anchor holding the rule; empty in the main rule set
+  std::string anchor;       // the path of the anchor holding the rule; empty in the main rule set
 };
 
 // `anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [{ rules }]`: a named rule set
