@@ -102,12 +102,13 @@ Verdict drop(Reason reason, uint32_t rule = rules::kNoRule) {
 
 // A packet with IP options that neither its rules nor its state allow (pf's PFRES_IPOPTIONS):
 // dropped, and logged whatever the rule says, as pf forces its log.
-Verdict refuse_options(uint32_t rule, const rules::CompiledRule* by_rule) {
+Verdict refuse_options(uint32_t rule, const rules::CompiledRule* by_rule, int pass) {
   Verdict v = drop(Reason::IpOptions, rule);
   v.by_rule = by_rule;
-  v.log = true;
+  v.log = logpass::of(pass);
   return v;
 }
+
 
 bool options_refused(const PacketView& packet, const StateEntry& state) {
   return packet.has_ip_options && (state.flags & stateflag::kAllowOpts) == 0;
@@ -119,14 +120,16 @@ const rules::CompiledRule* creator_in(const StateEntry& state, const rules::Rule
 }
 
 // The verdict of a packet its state passes, as pf's: the state's rule, and its log option.
-Verdict passed_by_state(const StateEntry& state, const rules::RuleSet& rules, bool rewritten) {
+// `pass`: the one it is logged on (one state covers both passes: the packet's first).
+Verdict passed_by_state(const StateEntry& state, const rules::RuleSet& rules, bool rewritten, int pass) {
   Verdict v;
   v.action = Verdict::Action::Accept;
   v.reason = Reason::State;
   v.rule = state.rule;
   v.by_rule = creator_in(state, rules);
   v.state = state.id;
-  v.log = (state.flags & stateflag::kLog) && state.creator != nullptr && state.creator->log_states;
+  if ((state.flags & stateflag::kLog) && state.creator != nullptr && state.creator->log_states)
+    v.log = logpass::of(pass);
   v.rewritten = rewritten;
   return v;
 }
@@ -728,6 +731,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
+  const int pass = parsed.filtered[0] ? 0 : 1;  // the packet's first, which logs it
   if (packet.is_icmp() && packet.icmp.is_error) {
     PacketView quoted;
     const auto inner =
@@ -739,7 +743,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         if (!translation_admits(state, true))
           return decided(verdict, drop(Reason::StateMismatch, state->rule));
         if (options_refused(packet, *state))
-          return decided(verdict, refuse_options(state->rule, creator_in(*state, rules)));
+          return decided(verdict, refuse_options(state->rule, creator_in(*state, rules), pass));
         // The error travels back toward the quoted packet's sender (pf_test_state_icmp checks
         // the direction the same way): one addressed to the quoted packet's destination did not
         // come from that packet's path.
@@ -762,7 +766,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
             return decided(verdict, drop(Reason::BadSeq, state->rule));
           }
         }
-        verdict = passed_by_state(*state, rules, rewritten);
+        verdict = passed_by_state(*state, rules, rewritten, pass);
         if (state->translated()) {
           // The quote is of the packet as the error's sender saw it, on the far side of the
           // translation: it, and the error's destination, take this side's addresses.
@@ -782,7 +786,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       if (!translation_admits(state, false))
         return decided(verdict, drop(Reason::StateMismatch, state->rule));
       if (options_refused(packet, *state))
-        return decided(verdict, refuse_options(state->rule, creator_in(*state, rules)));
+        return decided(verdict, refuse_options(state->rule, creator_in(*state, rules), pass));
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -817,7 +821,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         if (track.protocol_state_changed || class_changed ||
             (track.refresh && now - state->last_synced >= kSyncRefresh))
           emit_update(worker, *state, now, rules);
-        verdict = passed_by_state(*state, rules, rewritten);
+        verdict = passed_by_state(*state, rules, rewritten, pass);
         if (state->translated()) {
           rewrite_packet(bytes, packet, counterpart(state));
           verdict.rewritten = true;
@@ -969,7 +973,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (rule.action == rules::Action::Block) {
       Verdict v = drop(Reason::RuleBlock, rule.number);
       v.by_rule = &rule;
-      v.log = rule.log;
+      if (rule.log) v.log = logpass::of(pass);
       // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
       // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
       // RFC 1122 3.2.2).
@@ -1001,8 +1005,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (r != rules::kNoRule && rules.rule(r).allow_opts) continue;
     allow_opts = false;
     if (packet.has_ip_options) {
-      if (r == rules::kNoRule) return refuse_options(rules::kNoRule, nullptr);
-      return refuse_options(rules.rule(r).number, &rules.rule(r));
+      if (r == rules::kNoRule) return refuse_options(rules::kNoRule, nullptr, pass);
+      return refuse_options(rules.rule(r).number, &rules.rule(r), pass);
     }
   }
 
@@ -1023,7 +1027,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   if (passed_by != rules::kNoRule) {
     v.by_rule = &rules.rule(passed_by);
     v.rule = v.by_rule->number;
-    v.log = v.by_rule->log;
+  }
+  // Each pass's rule logs on its own (pf logs the in and the out pass apart).
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint32_t r = parsed.filtered[pass] ? deciding[pass] : rules::kNoRule;
+    if (r == rules::kNoRule || !rules.rule(r).log) continue;
+    v.log |= logpass::of(pass);
+    if (r != passed_by) v.out_log_rule = &rules.rule(r);
   }
   const bool stateless_icmp = packet.is_icmp() && (packet.icmp.is_error || packet.icmp.keeps_no_state);
   // A translated connection always has a state: its replies are translated back by it (pf
@@ -1127,6 +1137,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     Verdict answered = drop(Reason::Synproxy, creating_rule);
     answered.by_rule = v.by_rule;
     answered.log = v.log;
+    answered.out_log_rule = v.out_log_rule;
     answered.state = state->id;
     if (!worker.generate(proxy_synack(*state), answered)) answered.reason = Reason::Memory;
     return answered;

@@ -49,19 +49,29 @@ struct PacketMeta {
   bool checksum_partial = false;
 };
 
+namespace logpass {
+inline constexpr uint8_t kIn = 0x01;   // pass 0: in on the arrival interface
+inline constexpr uint8_t kOut = 0x02;  // pass 1: out on the departure interface
+constexpr uint8_t of(int pass) {
+  return pass == 0 ? kIn : kOut;
+}
+}  // namespace logpass
+
 struct Verdict {
   enum class Action : uint8_t { Accept, Drop, Reject };
   Action action = Action::Drop;
   Reason reason = Reason::Internal;
   rules::BlockReply reply = rules::BlockReply::Drop;  // how to reject, for Action::Reject
   // Packets this decision made for the caller to send (synproxy), generated_first the first of
-  // them in Worker::generated(). (Apart, in the layout's gaps: a verdict stays 40 bytes.)
+  // them in Worker::generated(). (Apart, in the layout's gaps.)
   uint8_t generated = 0;
   int16_t reply_code = -1;     // ReturnIcmp: the unreachable's code, -1 for the rejector's
   uint8_t reply_ttl = 0;       // ReturnRst: the reset's TTL, 0 for the rejector's
   bool rewritten = false;      // the packet bytes were changed (NAT, normalization): send them back
   bool claimed = false;        // Prerouting: decided here; the hooks after routing must let it by
-  bool log = false;            // the deciding rule or state asked for logging
+  // logpass bits: the passes whose rule (or state) asked for the packet to be logged, each logged
+  // on its own interface and direction as pf logs them.
+  uint8_t log = 0;
   bool synced_insert = false;  // created `state` and queued its insert for the peer (defer)
   uint8_t generated_first = 0;
   uint32_t rule = rules::kNoRule;  // deciding rule's @N, or that of the rule that created the matched state
@@ -69,6 +79,9 @@ struct Verdict {
   // until the worker's next batch, which may take up a newer rule set.
   const rules::CompiledRule* by_rule = nullptr;
   StateId state;  // matched or created state; counter 0 when none
+  // The out pass's rule, where it logs a packet another rule passed in (`pass in ...` then `pass
+  // out log ...`); otherwise `rule` and `by_rule` stand for every pass logged.
+  const rules::CompiledRule* out_log_rule = nullptr;
 };
 
 // One packet of a batch for Engine::process_batch(): the caller fills bytes and meta, the engine

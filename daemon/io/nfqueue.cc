@@ -212,22 +212,31 @@ Decision NfQueue::hold_if_deferred(Worker& w, const QueuedPacket& packet, const 
 Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::BatchPacket& decided,
                       std::chrono::steady_clock::time_point now) noexcept {
   const engine::Verdict& verdict = decided.verdict;
-  if (verdict.log && log_ != nullptr) {
-    LogMeta m;
-    m.family = (packet.payload[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
-    m.pass = verdict.action == engine::Verdict::Action::Accept;
-    m.reason = verdict.reason;
-    m.rule = verdict.rule;
-    if (verdict.by_rule != nullptr && !verdict.by_rule->anchor.empty()) {
-      m.rule = verdict.by_rule->anchor_number;
-      m.subrule = verdict.by_rule->number;
-      verdict.by_rule->anchor.copy(m.ruleset, sizeof(m.ruleset) - 1);
+  if (verdict.log != 0 && log_ != nullptr) {
+    // A record per pass that asked, each on its interface and in its direction, as pf's.
+    for (int pass = 0; pass < 2; ++pass) {
+      if ((verdict.log & engine::logpass::of(pass)) == 0) continue;
+      LogMeta m;
+      m.family = (packet.payload[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
+      m.pass = verdict.action == engine::Verdict::Action::Accept;
+      m.reason = verdict.reason;
+      const engine::rules::CompiledRule* rule = verdict.by_rule;
+      m.rule = verdict.rule;
+      if (pass == 1 && verdict.out_log_rule != nullptr) {
+        rule = verdict.out_log_rule;
+        m.rule = rule->number;
+      }
+      if (rule != nullptr && !rule->anchor.empty()) {
+        m.rule = rule->anchor_number;
+        m.subrule = rule->number;
+        rule->anchor.copy(m.ruleset, sizeof(m.ruleset) - 1);
+      }
+      m.outbound = pass == 1;
+      // lookup() returns a reference that the next lookup may reuse: copy the name at once.
+      const uint32_t ifindex = m.outbound ? packet.out_ifindex : packet.in_ifindex;
+      std::memcpy(m.ifname, w.ifaces.lookup(ifindex).name, sizeof(m.ifname));
+      if (!log_->log(w.index, m, packet.payload, now)) w.log_dropped.add();
     }
-    m.outbound = decided.meta.hook == engine::Hook::Output;
-    // lookup() returns a reference that the next lookup may reuse: copy the name at once.
-    const uint32_t ifindex = m.outbound ? packet.out_ifindex : packet.in_ifindex;
-    std::memcpy(m.ifname, w.ifaces.lookup(ifindex).name, sizeof(m.ifname));
-    if (!log_->log(w.index, m, packet.payload, now)) w.log_dropped.add();
   }
 
   switch (verdict.action) {

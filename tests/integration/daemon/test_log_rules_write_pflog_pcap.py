@@ -68,3 +68,27 @@ def test_log_rules_write_pflog_pcap(lan, daemon_factory, tmp_path):
     assert all("pass in on f0" in l and f".{UDP_PORT}:" in l for l in passed), passed
     assert len(passed) == 1, "only the query creating the UDP state is logged, not the reply:\n" + "\n".join(passed)
     assert not [l for l in lines if f".{ALLOWED}:" in l], "a packet of a rule without log was logged"
+
+
+def test_out_pass_rules_log_out_on_their_interface(lan, daemon_factory, tmp_path):
+    """A forwarded packet meets two passes, and each rule logs its own: `pass out log` logs the
+    connection the in pass let by without `log`, and `block out log` the packet it drops, both as
+    `out on f1` with their own rule numbers, as pf's do."""
+    pcap = tmp_path / "pflog.pcap"
+    fw = daemon_factory(rules=RULES + "pass out log on $out_if proto tcp to port 8080\n"
+                        "block out log quick on $out_if proto udp to port 5353\n", pcap=pcap)
+    pass_out = rule_number(fw, "pass out log on f1 proto tcp")
+    block_out = rule_number(fw, "block out log quick on f1 proto udp")
+
+    assert lan.connect(4, ALLOWED)["result"] == "ok"
+    assert lan.udp(4, UDP_PORT, timeout=1.0)["result"] == "timeout"
+
+    lines = read_pflog(pcap, lambda ls: any(f"rule {pass_out}/" in l for l in ls)
+                       and any(f"rule {block_out}/" in l for l in ls))
+    time.sleep(0.3)
+    lines = read_pflog(pcap, lambda ls: True)
+    passed = [l for l in lines if f"rule {pass_out}/" in l]
+    blocked = [l for l in lines if f"rule {block_out}/" in l]
+    assert len(passed) == 1 and "pass out on f1" in passed[0] and f".{ALLOWED}:" in passed[0], lines
+    assert blocked and all("block out on f1" in l and f".{UDP_PORT}:" in l for l in blocked), lines
+    assert not [l for l in lines if " in on " in l], "no in-pass rule logs here:\n" + "\n".join(lines)

@@ -657,6 +657,27 @@ TEST_CASE("log marks the packets a rule decides; log (all) also those of its sta
     CHECK_FALSE(fw.out(query).log);
     CHECK_FALSE(fw.in(answer).log);
   }
+  SECTION("each pass logs on its own: the out pass's rule where it logs and the in pass's does not") {
+    Firewall fw("pass in on lan0 all\npass out log on wan0 all\nblock out log on wan0 proto udp to port 99\n");
+    const Verdict passed = fw.out(query);
+    CHECK(passed.log == logpass::kOut);
+    CHECK(passed.rule == 0);  // the in pass decided first
+    REQUIRE(passed.out_log_rule != nullptr);
+    CHECK(passed.out_log_rule->number == 1);
+    const Verdict blocked = fw.out(other);
+    CHECK(blocked.log == logpass::kOut);
+    CHECK(blocked.rule == 2);
+    Firewall both("pass in log on lan0 all\npass out log on wan0 all\n");
+    const Verdict twice = both.out(query);
+    CHECK(twice.log == (logpass::kIn | logpass::kOut));
+    CHECK(twice.rule == 0);
+    REQUIRE(twice.out_log_rule != nullptr);
+    CHECK(twice.out_log_rule->number == 1);
+    Firewall in_only("pass in log on lan0 all\npass out on wan0 all\n");
+    const Verdict once = in_only.out(query);
+    CHECK(once.log == logpass::kIn);
+    CHECK(once.out_log_rule == nullptr);
+  }
 }
 
 TEST_CASE("set timeout changes how long a state lives", "[engine][udp]") {
