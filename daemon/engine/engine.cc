@@ -109,7 +109,6 @@ Verdict refuse_options(uint32_t rule, const rules::CompiledRule* by_rule, int pa
   return v;
 }
 
-
 bool options_refused(const PacketView& packet, const StateEntry& state) {
   return packet.has_ip_options && (state.flags & stateflag::kAllowOpts) == 0;
 }

@@ -658,7 +658,8 @@ TEST_CASE("log marks the packets a rule decides; log (all) also those of its sta
     CHECK_FALSE(fw.in(answer).log);
   }
   SECTION("each pass logs on its own: the out pass's rule where it logs and the in pass's does not") {
-    Firewall fw("pass in on lan0 all\npass out log on wan0 all\nblock out log on wan0 proto udp to port 99\n");
+    Firewall fw(
+        "pass in on lan0 all\npass out log on wan0 all\nblock out log on wan0 proto udp to port 99\n");
     const Verdict passed = fw.out(query);
     CHECK(passed.log == logpass::kOut);
     CHECK(passed.rule == 0);  // the in pass decided first
