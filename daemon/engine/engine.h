@@ -65,10 +65,10 @@ struct Verdict {
   // Packets this decision made for the caller to send (synproxy), generated_first the first of
   // them in Worker::generated(). (Apart, in the layout's gaps.)
   uint8_t generated = 0;
-  int16_t reply_code = -1;     // ReturnIcmp: the unreachable's code, -1 for the rejector's
-  uint8_t reply_ttl = 0;       // ReturnRst: the reset's TTL, 0 for the rejector's
-  bool rewritten = false;      // the packet bytes were changed (NAT, normalization): send them back
-  bool claimed = false;        // Prerouting: decided here; the hooks after routing must let it by
+  int16_t reply_code = -1;  // ReturnIcmp: the unreachable's code, -1 for the rejector's
+  uint8_t reply_ttl = 0;    // ReturnRst: the reset's TTL, 0 for the rejector's
+  bool rewritten = false;   // the packet bytes were changed (NAT, normalization): send them back
+  bool claimed = false;     // Prerouting: decided here; the hooks after routing must let it by
   // logpass bits: the passes whose rule (or state) asked for the packet to be logged, each logged
   // on its own interface and direction as pf logs them.
   uint8_t log = 0;
