@@ -531,14 +531,22 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
     return v;
   }
 
+  // What parsing and normalization drop is logged whatever the rules say, on the packet's first
+  // pass (pf forces the log of these drops too).
+  const auto refuse = [&parsed](Reason reason) {
+    Verdict v = drop(reason);
+    v.log = logpass::of(parsed.filtered[0] ? 0 : 1);
+    return v;
+  };
+
   // 1. Parse.
-  if (parsed.parse != Reason::Match) return drop(parsed.parse);
+  if (parsed.parse != Reason::Match) return refuse(parsed.parse);
   PacketView& packet = parsed.packet;
 
   // 2. Normalize. The kernel reassembles fragments before the queue when defragmentation is
   // active; a fragment that still reaches us cannot be matched to ports, so it is dropped.
-  if (packet.is_fragment) return drop(Reason::Fragment);
-  if (packet.is_tcp() && !tcp_flags_valid(packet.tcp.flags)) return drop(Reason::BadTcpFlags);
+  if (packet.is_fragment) return refuse(Reason::Fragment);
+  if (packet.is_tcp() && !tcp_flags_valid(packet.tcp.flags)) return refuse(Reason::BadTcpFlags);
   // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;

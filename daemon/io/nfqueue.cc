@@ -217,7 +217,9 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
     for (int pass = 0; pass < 2; ++pass) {
       if ((verdict.log & engine::logpass::of(pass)) == 0) continue;
       LogMeta m;
-      m.family = (packet.payload[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
+      // A malformed packet is logged too: it may be empty.
+      m.family =
+          !packet.payload.empty() && (packet.payload[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
       m.pass = verdict.action == engine::Verdict::Action::Accept;
       m.reason = verdict.reason;
       const engine::rules::CompiledRule* rule = verdict.by_rule;
