@@ -7,7 +7,8 @@
 //   pairwall-check -f RULES --pcap FILE --inside CIDR[,CIDR...] [--inside-if NAME] [--outside-if NAME]
 //       replay a capture through the engine as a forwarding firewall would see it and print one
 //       JSON line per packet: index, verdict, reason, deciding rule (@N, and its anchor's path
-//       where it stands in one), state id.
+//       where it stands in one), state id; or verdict "skipped" for what the node never sees as
+//       captured (not IP, cut by the snaplen, a fragment).
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -149,12 +150,25 @@ int replay(const Options& o, Engine& engine) {
       engine.expire(now);
       last_expire = now;
     }
+    // What the node never sees as the capture holds it is not replayed, and says why: a frame that
+    // is not IP never reaches the queue, one the capture's snaplen cut short arrived whole, and
+    // the kernel reassembles fragments before the queue (a replay would drop each as `fragment`).
+    PacketView view;
+    const Reason parsed = parse_packet(packet->ip, view);
+    const char* skipped = packet->ip.empty()                             ? "not_ip"
+                          : packet->frame_bytes > packet->captured_bytes ? "cut_by_snaplen"
+                          : parsed == Reason::Match && view.is_fragment  ? "fragment_reassembled_by_kernel"
+                                                                         : nullptr;
+    if (skipped != nullptr) {
+      std::printf("{\"index\":%llu,\"verdict\":\"skipped\",\"reason\":\"%s\",\"rule\":null,\"state\":null}\n",
+                  static_cast<unsigned long long>(index), skipped);
+      continue;
+    }
     PacketMeta meta;
     meta.hook = Hook::Forward;
     meta.in_iface = outside_if;
     meta.out_iface = inside_if;
-    PacketView view;
-    if (parse_packet(packet->ip, view) == Reason::Match) {
+    if (parsed == Reason::Match) {
       for (const auto& prefix : o.inside) {
         if (prefix.contains(view.family, view.src)) {
           meta.in_iface = inside_if;

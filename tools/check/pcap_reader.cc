@@ -84,6 +84,8 @@ std::optional<CapturedPacket> PcapReader::next() {
   }
   CapturedPacket packet;
   packet.timestamp_us = int64_t{record[0]} * 1'000'000 + (nanoseconds_ ? record[1] / 1000 : record[1]);
+  packet.captured_bytes = caplen;
+  packet.frame_bytes = record[3];
   const auto ip = strip_link_layer(frame);
   packet.ip.assign(ip.begin(), ip.end());
   return packet;

@@ -13,7 +13,9 @@ namespace pairwall::tools {
 
 struct CapturedPacket {
   int64_t timestamp_us = 0;
-  std::vector<uint8_t> ip;  // starts at the IPv4/IPv6 header; empty for non-IP frames
+  std::vector<uint8_t> ip;      // starts at the IPv4/IPv6 header; empty for non-IP frames
+  uint32_t captured_bytes = 0;  // of the frame, as recorded
+  uint32_t frame_bytes = 0;     // as it was on the wire: more when the capture's snaplen cut it
 };
 
 class PcapReader {

@@ -127,6 +127,30 @@ def test_check_says_where_a_capture_is_cut_short(tmp_path):
     assert "record header is cut short (9 of 16 bytes)" in r.stderr, r.stderr
 
 
+def test_check_skips_what_the_node_never_sees_as_captured(tmp_path):
+    # Between two replayed datagrams: an ARP frame, a datagram the snaplen cut (96 of 240 bytes),
+    # and a fragment. Each is named, not replayed as a drop.
+    rules = tmp_path / "rules.conf"
+    rules.write_text("pass all\n")
+    udp = bytes.fromhex("4500001c000100004011f9cf0a0000010a000002" "00350035000800ff")
+    fragment = bytes.fromhex("4500001c0002000140110000" "0a0000010a000002") + bytes(8)  # at offset 8
+    arp = bytes(6) + bytes(6) + b"\x08\x06" + bytes(28)
+    ether = bytes(12) + b"\x08\x00"
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 96, 1)  # LINKTYPE_ETHERNET, snaplen 96
+
+    def record(frame, wire_length=None):
+        return struct.pack("<IIII", 1, 0, len(frame), wire_length or len(frame)) + frame
+
+    pcap = tmp_path / "mixed.pcap"
+    pcap.write_bytes(header + record(ether + udp) + record(arp) + record((ether + udp + bytes(200))[:96], 254)
+                     + record(ether + fragment) + record(ether + udp))
+    r = run_check("-f", str(rules), "--pcap", str(pcap), "--inside", "10.0.0.1/32")
+    assert r.returncode == 0, r.stderr
+    got = [(line["verdict"], line["reason"]) for line in map(json.loads, r.stdout.splitlines())]
+    assert got == [("pass", "match"), ("skipped", "not_ip"), ("skipped", "cut_by_snaplen"),
+                   ("skipped", "fragment_reassembled_by_kernel"), ("pass", "state")], r.stdout
+
+
 def test_check_refuses_a_bad_rule_file_with_its_position(tmp_path):
     rules = tmp_path / "rules.conf"
     rules.write_text("block all\npass in on in0 proto tcp to port 80 flags S/SA keep stat\n")
