@@ -136,6 +136,18 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
     }
   }
   const bool builtin = c.driver == Driver::Builtin;
+  if (!builtin) {
+    // keepalived elects and announces: a builtin setting would be shown by status and metrics
+    // while keepalived.conf's decides.
+    for (const char* key : {"vhid", "advbase_ms", "advskew", "preempt", "port", "group4", "group6",
+                            "key_file", "announce_count", "announce_interval_ms", "vip_lease_s"}) {
+      if (r.get(key) != nullptr) {
+        r.fail(key,
+               "the builtin election's; with driver = \"keepalived\", keepalived.conf decides it "
+               "(priority, advert_int, nopreempt, virtual_ipaddress): remove it");
+      }
+    }
+  }
 
   if (auto v = r.integer("vhid", 1, 255)) c.vhid = static_cast<uint8_t>(*v);
   if (auto v = r.integer("advbase_ms", kMinAdvbaseMs, kMaxAdvbaseMs))

@@ -23,10 +23,12 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
     out.sample({{"vhid", vhid}, {"reason", demote_reason_key(static_cast<DemoteReason>(i))}},
                uint64_t{s.demotion_by_reason[i]});
   }
-  out.family("pairwall_failover_advskew", Type::Gauge, "Configured advskew");
-  out.sample({{"vhid", vhid}}, uint64_t{s.advskew});
-  out.family("pairwall_failover_advbase_seconds", Type::Gauge, "Configured advertisement base interval");
-  out.sample({{"vhid", vhid}}, s.advbase_ms / 1000.0);
+  if (s.driver == Driver::Builtin) {  // keepalived's own are in keepalived.conf
+    out.family("pairwall_failover_advskew", Type::Gauge, "Configured advskew");
+    out.sample({{"vhid", vhid}}, uint64_t{s.advskew});
+    out.family("pairwall_failover_advbase_seconds", Type::Gauge, "Configured advertisement base interval");
+    out.sample({{"vhid", vhid}}, s.advbase_ms / 1000.0);
+  }
   out.family("pairwall_failover_master_node_id", Type::Gauge,
              "Node id of the master as this node sees it, 0 none");
   out.sample({{"vhid", vhid}}, uint64_t{s.master_node_id});

@@ -115,9 +115,13 @@ void FailoverService::start() {
     const bool fault = links_->with_carrier() == 0;
     apply(t, election_.start(t, fault));
   }
-  spdlog::info("failover: vhid {} driver {} node {} advbase {} ms advskew {} preempt {} VIPs {}",
-               config_.vhid, builtin ? "builtin" : "keepalived", node_id_, config_.advbase_ms,
-               config_.advskew, config_.preempt ? "on" : "off", config_.vips.size());
+  if (builtin) {
+    spdlog::info("failover: vhid {} driver builtin node {} advbase {} ms advskew {} preempt {} VIPs {}",
+                 config_.vhid, node_id_, config_.advbase_ms, config_.advskew, config_.preempt ? "on" : "off",
+                 config_.vips.size());
+  } else {
+    spdlog::info("failover: driver keepalived node {}: the roles keepalived reports", node_id_);
+  }
   rearm();
   poll_timer_.expires_after(kPollInterval);
   poll_timer_.async_wait([this](const boost::system::error_code& ec) {

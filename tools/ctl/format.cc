@@ -338,8 +338,12 @@ std::string format_failover(const control::FailoverStatus& s) {
   std::ostringstream o;
   if (!s.enabled()) return "failover is not configured\n";
   o << "role          " << control::FailoverStatus::Role_Name(s.role()) << " (driver " << s.driver() << ")\n";
-  o << "group         vhid " << s.vhid() << ", advbase " << s.advbase_ms() << " ms, advskew " << s.advskew()
-    << ", preempt " << (s.preempt() ? "on" : "off") << "\n";
+  if (s.driver() == "builtin") {
+    o << "group         vhid " << s.vhid() << ", advbase " << s.advbase_ms() << " ms, advskew " << s.advskew()
+      << ", preempt " << (s.preempt() ? "on" : "off") << "\n";
+  } else {
+    o << "group         as keepalived.conf sets it\n";
+  }
   o << "demotion      " << s.demotion();
   for (int i = 0; i < s.demotion_reasons_size(); ++i) o << (i == 0 ? " (" : ", ") << s.demotion_reasons(i);
   if (s.demotion_reasons_size() > 0) o << ")";

@@ -179,9 +179,11 @@ class Pair:
             vips.append(f'{{ interface = "{lan}", address = "{vip4(lan)}/24" }}')
             if self.ipv6:
                 vips.append(f'{{ interface = "{lan}", address = "{vip6(lan)}/64" }}')
-        text = (f"[node]\nid = {NODES[node]['id']}\n\n[failover]\ndriver = \"{driver}\"\nvhid = 1\n"
-                f"advbase_ms = {self.advbase_ms}\nadvskew = {self.skews[node]}\n"
-                f"preempt = {'true' if self.preempt else 'false'}\nkey_file = \"failover.key\"\n"
+        # keepalived.conf holds keepalived's election settings: pairwalld refuses the builtin ones there.
+        election = "" if driver == "keepalived" else (
+            f"vhid = 1\nadvbase_ms = {self.advbase_ms}\nadvskew = {self.skews[node]}\n"
+            f"preempt = {'true' if self.preempt else 'false'}\nkey_file = \"failover.key\"\n")
+        text = (f"[node]\nid = {NODES[node]['id']}\n\n[failover]\ndriver = \"{driver}\"\n{election}"
                 f"vips = [ {', '.join(vips)} ]\n{extra}")
         path = self.dir / f"{node}.toml"
         path.write_text(text)

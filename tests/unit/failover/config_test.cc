@@ -120,6 +120,13 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
        "[failover] group6: expected an IPv6 multicast address, got \"fe80::1\""},
       {"vip_lease_s = -2\n" + key + kVips, "[failover] vip_lease_s: expected -1..86400, got -2"},
       {kVips, "[failover] key_file: missing: advertisements are authenticated with a shared key file"},
+      {"driver = \"keepalived\"\nadvskew = 100\n" + kVips,
+       "[failover] advskew: the builtin election's; with driver = \"keepalived\", keepalived.conf decides it "
+       "(priority, advert_int, nopreempt, virtual_ipaddress): remove it"},
+      {"driver = \"keepalived\"\n" + key + kVips,
+       "[failover] key_file: the builtin election's; with driver = \"keepalived\", keepalived.conf decides "
+       "it "
+       "(priority, advert_int, nopreempt, virtual_ipaddress): remove it"},
       {"key_file = \"short.key\"\n" + kVips,
        "[failover] key_file: \"DIR/short.key\" holds 8 bytes, need at least 16 (e.g. head -c 32 /dev/urandom "
        "| base64)"},

@@ -261,13 +261,16 @@ key_file = "{sync_key}"
 FAILOVER_TEMPLATE = """
 [failover]
 driver = "{failover_driver}"
-vhid = 1
+{builtin_election}vips = [ {{ interface = "{if_in}", address = "{vip_in}/{plen}" }},
+         {{ interface = "{if_out}", address = "{vip_out}/{plen}" }} ]
+"""
+
+# The builtin election's settings; keepalived.conf holds keepalived's (pairwalld refuses these there).
+BUILTIN_ELECTION = """vhid = 1
 advbase_ms = {advbase_ms}
 advskew = {advskew}
 preempt = false
 key_file = "{failover_key}"
-vips = [ {{ interface = "{if_in}", address = "{vip_in}/{plen}" }},
-         {{ interface = "{if_out}", address = "{vip_out}/{plen}" }} ]
 """
 
 # The keepalived mode runs what we ship: packaging/keepalived/keepalived.conf (notify FIFO read by
@@ -340,6 +343,7 @@ class PairwalldDriver(Driver):
                 failover_key=fkey, if_in=topology.IF_IN, if_out=topology.IF_OUT, vip_in=topology.VIP_IN,
                 vip_out=topology.VIP_OUT, plen=topology.PREFIXLEN,
                 sync_defer="defer = true\n" if self.lab.defer else "")
+            fields["builtin_election"] = "" if self.keepalived else BUILTIN_ELECTION.format(**fields)
             text = CONFIG_TEMPLATE.format(**fields)
             if self.elects:
                 text += FAILOVER_TEMPLATE.format(**fields)
