@@ -11,6 +11,7 @@
 //   pairwalld [-c CONFIG] [-f]   run
 //   pairwalld --check            validate the configuration and the rule file, then exit
 //   pairwalld --cleanup          remove the hooks a killed instance left behind (ExecStopPost)
+//   pairwalld --install-hooks    put the hooks in place before any daemon listens (boot), exit
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
@@ -73,12 +74,13 @@ constexpr uint32_t kReplyMark = 0x40000000;
 // watchdog stops and `health` says so.
 constexpr auto kStuckAfter = std::chrono::seconds(3);
 
-constexpr const char* kUsage = R"(usage: pairwalld [-c CONFIG] [-f] [--check | --cleanup]
+constexpr const char* kUsage = R"(usage: pairwalld [-c CONFIG] [-f] [--check | --cleanup | --install-hooks]
 
-  -c CONFIG    configuration file (default /etc/pairwall/pairwall.toml)
-  -f           log to stderr (foreground); without it, to syslog unless started by systemd
-  --check      validate the configuration and the rule file, print a summary, exit
-  --cleanup    remove the packet hooks a killed pairwalld left behind, exit
+  -c CONFIG        configuration file (default /etc/pairwall/pairwall.toml)
+  -f               log to stderr (foreground); without it, to syslog unless started by systemd
+  --check          validate the configuration and the rule file, print a summary, exit
+  --cleanup        remove the packet hooks a killed pairwalld left behind, exit
+  --install-hooks  install the packet hooks before any pairwalld listens (early at boot), exit
 )";
 
 struct Options {
@@ -86,6 +88,7 @@ struct Options {
   bool foreground = false;
   bool check = false;
   bool cleanup = false;
+  bool install_hooks = false;
 };
 
 engine::Millis monotonic_now() {
@@ -239,6 +242,28 @@ int cleanup(const control::Config& c) {
     if (!errors.empty()) status = 1;
   }
   return status;
+}
+
+// The hooks alone, early at boot (pairwall-hooks.service, before any interface is configured): a
+// fail-closed node's queues, with no listener yet, drop what they are given until pairwalld starts
+// and takes the hooks over (make-before-break, io::Hooks::install). Without them the node would
+// forward unfiltered from the moment its interfaces came up until then.
+int install_hooks(const control::Config& c) {
+  if (control::socket_answers(c.control.socket)) {
+    spdlog::info("install-hooks: a pairwalld answers on {}: its hooks are in place", c.control.socket);
+    return 0;
+  }
+  try {
+    // Without the pre-routing chain, which the rules decide: the daemon adds it when it takes over.
+    io::Hooks(hooks_config(c, /*translations=*/false)).install();
+  } catch (const std::exception& e) {
+    spdlog::error("install-hooks: {}", e.what());
+    return 1;
+  }
+  spdlog::info(
+      "install-hooks: hooks installed (chain {}); {} until pairwalld listens", io::HooksConfig{}.chain,
+      c.queue.fail_open ? "packets pass uninspected (fail_open = true)" : "forwarded packets are dropped");
+  return 0;
 }
 
 // The defer counters of every queue worker, added up.
@@ -723,6 +748,8 @@ int main(int argc, char** argv) {
       opt.check = true;
     } else if (a == "--cleanup") {
       opt.cleanup = true;
+    } else if (a == "--install-hooks") {
+      opt.install_hooks = true;
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -731,8 +758,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (opt.check && opt.cleanup) {
-    std::fprintf(stderr, "pairwalld: --check and --cleanup exclude each other\n");
+  if (int{opt.check} + int{opt.cleanup} + int{opt.install_hooks} > 1) {
+    std::fprintf(stderr, "pairwalld: --check, --cleanup and --install-hooks exclude each other\n");
     return 2;
   }
 
@@ -746,7 +773,8 @@ int main(int argc, char** argv) {
   }
   if (opt.check) return check(config);
 
-  setup_logging(opt.foreground || opt.cleanup, config.log.level);
+  setup_logging(opt.foreground || opt.cleanup || opt.install_hooks, config.log.level);
   if (opt.cleanup) return cleanup(config);
+  if (opt.install_hooks) return install_hooks(config);
   return run(config);
 }
