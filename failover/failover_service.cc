@@ -114,6 +114,16 @@ void FailoverService::start() {
   if (builtin) {
     const bool fault = links_->with_carrier() == 0;
     apply(t, election_.start(t, fault));
+  } else if (!config_.vips.empty()) {
+    // keepalived tells a role only as it changes: restarted, this daemon would show INIT until the
+    // next change. keepalived holds virtual_ipaddress as master alone, so the VIPs say which.
+    const std::size_t held = count_present(config_.vips);
+    if (held == config_.vips.size() || held == 0) {
+      election_.force_role(t, held == 0 ? Role::Backup : Role::Master);
+      spdlog::info("failover: {} of the {} VIPs are here: keepalived's role taken as {}", held,
+                   config_.vips.size(), held == 0 ? "BACKUP" : "MASTER");
+      log_new_transitions();
+    }
   }
   if (builtin) {
     spdlog::info("failover: vhid {} driver builtin node {} advbase {} ms advskew {} preempt {} VIPs {}",

@@ -1,9 +1,11 @@
 #include "failover/vips.h"
 
+#include <ifaddrs.h>
 #include <libmnl/libmnl.h>
 #include <linux/if_addr.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -131,6 +133,28 @@ VipResult VipSet::release() {
     }
   }
   return r;
+}
+
+std::size_t count_present(const std::vector<Vip>& vips) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return 0;
+  std::size_t present = 0;
+  for (const Vip& vip : vips) {
+    for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != vip.family || vip.interface != i->ifa_name)
+        continue;
+      const void* bytes =
+          vip.family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr);
+      if (std::memcmp(bytes, vip.address.data(), vip.family == AF_INET ? 4 : 16) == 0) {
+        ++present;
+        break;
+      }
+    }
+  }
+  freeifaddrs(list);
+  return present;
 }
 
 std::size_t release_vips_from_config(const FailoverConfig& config, std::vector<std::string>* errors) {

@@ -62,6 +62,9 @@ class VipSet {
   uint32_t lease_s_;
 };
 
+// How many of `vips` are on their interfaces now (getifaddrs), whoever put them there.
+std::size_t count_present(const std::vector<Vip>& vips);
+
 // For `pairwalld --cleanup` and the unit's ExecStopPost: removes this node's VIPs of the builtin
 // driver (with driver "keepalived" they are keepalived's and are left alone). Returns how many
 // were present and removed; failures other than "not there" are appended to `errors`.
