@@ -12,6 +12,7 @@
 //   pairwalld --check            validate the configuration and the rule file, then exit
 //   pairwalld --cleanup          remove the hooks a killed instance left behind (ExecStopPost)
 //   pairwalld --install-hooks    put the hooks in place before any daemon listens (boot), exit
+#include <arpa/inet.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
@@ -147,6 +148,20 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   // the pair's sync.
   if ((h.input || h.output) && c.sync)
     h.excluded_interfaces.push_back(sync::parse_sync_config(*c.sync, c.file).interface);
+  // And the failover group's advertisements, to and from this node, as pf's users must pass CARP:
+  // a rule set that forgot them would make both nodes master.
+  if ((h.input || h.output) && c.failover) {
+    const failover::FailoverConfig f = failover::parse_failover_config(*c.failover, c.file);
+    if (f.driver == failover::Driver::Keepalived) {
+      h.excluded_protocols.push_back(112);  // VRRP
+    } else {
+      char text[INET6_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, f.group4.data(), text, sizeof text);
+      h.excluded_destinations.push_back({engine::Family::V4, 17, text, f.port});
+      inet_ntop(AF_INET6, f.group6.data(), text, sizeof text);
+      h.excluded_destinations.push_back({engine::Family::V6, 17, text, f.port});
+    }
+  }
   h.bypass_mark = kReplyMark;
   return h;
 }

@@ -1,5 +1,6 @@
 #include "daemon/io/hooks.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -168,6 +169,15 @@ void validate(const HooksConfig& config) {
     if (proto == 0)
       throw HooksError("hooks: excluded protocol 0 would match every packet; name a protocol number");
   }
+  for (const ExcludedDestination& d : config.excluded_destinations) {
+    std::array<uint8_t, 16> bytes{};
+    if (inet_pton(d.family == engine::Family::V4 ? AF_INET : AF_INET6, d.address.c_str(), bytes.data()) !=
+            1 ||
+        d.port == 0) {
+      throw HooksError("hooks: excluded destination '" + d.address + "' port " + std::to_string(d.port) +
+                       " is not a numeric address of its family and a port");
+    }
+  }
   if (!config.ipv4 && !config.ipv6) throw HooksError("hooks: neither IPv4 nor IPv6 is enabled");
   if (config.prerouting && config.bypass_mark == 0) {
     throw HooksError(
@@ -188,6 +198,11 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
   }
   for (const uint8_t proto : config.excluded_protocols) {
     out.push_back(with(b, {"-A", chain, "-p", std::to_string(proto), "-j", "RETURN"}));
+  }
+  for (const ExcludedDestination& d : config.excluded_destinations) {
+    if (d.family != family) continue;
+    out.push_back(with(b, {"-A", chain, "-p", std::to_string(d.protocol), "-d", d.address, "--dport",
+                           std::to_string(d.port), "-j", "RETURN"}));
   }
   out.push_back(queue_rule(config, with(b, {"-A", chain})));
   if (config.defrag) {

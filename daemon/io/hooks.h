@@ -3,7 +3,8 @@
 //   filter FORWARD (and optionally INPUT, OUTPUT):  -j PAIRWALL        (inserted first)
 //   PAIRWALL:  -m mark --mark M/M -j RETURN       our own RST / ICMP replies (bypass_mark)
 //              -i IF -j RETURN, -o IF -j RETURN    excluded interfaces (sync link, ...)
-//              -p P -j RETURN                      excluded protocols (failover advertisements)
+//              -p P -j RETURN                      excluded protocols (keepalived's VRRP)
+//              -p udp -d A --dport N -j RETURN     excluded destinations (builtin advertisements)
 //              -j NFQUEUE --queue-balance A:B [--queue-bypass]   (--queue-num A for one queue)
 //
 //   with `prerouting` (the rule set translates destinations), per family as well:
@@ -45,6 +46,15 @@
 
 namespace pairwall::io {
 
+// Datagrams to one address and port never queued, whatever the rules say: a failover group's
+// advertisements, which a rule set that forgot them would cut (two masters).
+struct ExcludedDestination {
+  engine::Family family = engine::Family::V4;
+  uint8_t protocol = 17;
+  std::string address;  // numeric, e.g. "224.0.0.18"
+  uint16_t port = 0;
+};
+
 struct HooksConfig {
   std::string chain = "PAIRWALL";
   uint16_t queue_first = 0;
@@ -54,9 +64,10 @@ struct HooksConfig {
   bool output = false;  // also queue traffic from this host
   std::vector<std::string> excluded_interfaces;
   std::vector<uint8_t> excluded_protocols;
-  uint32_t bypass_mark = 0;  // 0: no mark rule
-  bool defrag = true;        // enable reassembly before the queue (raw table, no conntrack)
-  bool prerouting = false;   // also queue packets to this host before routing (mangle); needs bypass_mark
+  std::vector<ExcludedDestination> excluded_destinations;  // each in its family's chain only
+  uint32_t bypass_mark = 0;                                // 0: no mark rule
+  bool defrag = true;       // enable reassembly before the queue (raw table, no conntrack)
+  bool prerouting = false;  // also queue packets to this host before routing (mangle); needs bypass_mark
   bool ipv4 = true;
   bool ipv6 = true;
   std::string iptables = "iptables";

@@ -61,11 +61,12 @@ def run(cmd, check=True, timeout=20):
 
 class Pair:
     def __init__(self, prefix, advbase_ms=1000, skews=(0, 100), preempt=False, ipv6=True, daemon=None,
-                 sync=True, rules="pass all\n"):
+                 sync=True, rules="pass all\n", hooks="forward"):
         assert prefix.startswith("pf-")
         self.daemon = daemon or DAEMON
         self.sync = sync  # pairwalld only: run state sync over a direct link
         self.rules = rules  # pairwalld only
+        self.hooks = hooks  # pairwalld only: [queue] hooks
         self.prefix = prefix
         self.advbase_ms = advbase_ms
         self.skews = dict(zip(("a", "b"), skews))
@@ -197,7 +198,7 @@ class Pair:
         rules = self.dir / "pass.rules"
         rules.write_text(self.rules)
         body = failover_conf.read_text().split("[failover]", 1)[1]
-        text = (f"[node]\nid = {NODES[node]['id']}\nname = \"{node}\"\n\n[queue]\nfail_open = false\n\n"
+        text = (f"[node]\nid = {NODES[node]['id']}\nname = \"{node}\"\n\n[queue]\nfail_open = false\nhooks = \"{self.hooks}\"\n\n"
                 f"[rules]\nfile = \"{rules}\"\n\n[control]\nsocket = \"{self.socket_path(node)}\"\n\n"
                 f"[metrics]\nlisten = \"127.0.0.1:{METRICS_PORT}\"\n\n")
         if self.sync:

@@ -41,6 +41,7 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
   c.output = true;
   c.excluded_interfaces = {"sync0", "veth+"};
   c.excluded_protocols = {112};
+  c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 8112}, {Family::V6, 17, "ff02::12", 8112}};
   c.bypass_mark = 0x10000;
   c.ip6tables = "/usr/sbin/ip6tables-legacy";
   CHECK(lines(install_commands(c, Family::V6)) ==
@@ -52,6 +53,7 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -i veth+ -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o veth+ -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 17 -d ff02::12 --dport 8112 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-balance 0:3 "
             "--queue-bypass",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -N PAIRWALL_DEFRAG",
@@ -158,6 +160,14 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
        "abcdefghijklmnop"},
       {"wildcard inside a name", with([](HooksConfig& c) { c.excluded_interfaces = {"a+b"}; }), "a+b"},
       {"protocol 0", with([](HooksConfig& c) { c.excluded_protocols = {0}; }), "protocol 0"},
+      {"destination of the other family", with([](HooksConfig& c) {
+         c.excluded_destinations = {{Family::V6, 17, "224.0.0.18", 8112}};
+       }),
+       "224.0.0.18"},
+      {"destination without a port", with([](HooksConfig& c) {
+         c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 0}};
+       }),
+       "port 0"},
       {"no family", with([](HooksConfig& c) { c.ipv4 = c.ipv6 = false; }), "neither"},
       {"prerouting without a bypass mark", with([](HooksConfig& c) { c.prerouting = true; }), "bypass_mark"},
   };

@@ -1,0 +1,27 @@
+"""With `hooks = "forward+local"` the node's own traffic meets the rules, but the failover group's
+advertisements never do: a rule set that forgot them (here `block all`) would otherwise leave each
+node deaf to the other, and both master. The builtin election's UDP to its groups (keepalived's
+VRRP, in its mode) is kept out of the queues, as the sync link is."""
+
+import subprocess
+import time
+
+
+def chain(p, node, tool):
+    return subprocess.run(["ip", "netns", "exec", p.ns[node], tool, "-S", "PAIRWALL"], capture_output=True,
+                          text=True, timeout=10).stdout
+
+
+def test_local_hooks_keep_the_advertisements_of_the_builtin_election(pair_factory):
+    p = pair_factory(advbase_ms=100, ipv6=True, daemon="pairwalld", sync=False, rules="block all\n",
+                     hooks="forward+local")
+    p.start("a")
+    p.start("b")
+    p.wait_roles({"a": "master", "b": "backup"}, timeout=5)
+    assert "-d 224.0.0.18/32 -p udp -m udp --dport 8112 -j RETURN" in chain(p, "a", "iptables")
+    assert "-d ff02::12/128 -p udp -m udp --dport 8112 -j RETURN" in chain(p, "a", "ip6tables")
+    assert "-A INPUT -j PAIRWALL" in subprocess.run(["ip", "netns", "exec", p.ns["b"], "iptables", "-S"],
+                                                     capture_output=True, text=True, timeout=10).stdout
+    # Twenty advertisement intervals later there is still one master: b goes on hearing a.
+    time.sleep(2.0)
+    assert (p.role("a"), p.role("b")) == ("master", "backup")
