@@ -150,7 +150,12 @@ Reason parse_ipv6(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
         if (left < 2) return past_end;
         hlen = (d[off + 1] + 1u) * 8u;
         if (hlen > left) return past_end;
+        const bool before = out.has_ip_options || out.router_alert;
         if (Reason r = walk_ipv6_options(d + off + 2, hlen - 2, out); r != Reason::Match) return r;
+        // As pf's: a destination options header is an option whatever it holds, and a hop-by-hop
+        // header of padding alone is no less fishy.
+        if (next == ip6::kDestOpts || (!before && !out.has_ip_options && !out.router_alert))
+          out.has_ip_options = true;
         break;
       }
       case ip6::kRouting: {
@@ -274,6 +279,7 @@ Reason parse_tcp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out)
   if (hlen > out.l4_length) return out.is_first_fragment ? Reason::BadOffset : Reason::BadTcpHeader;
   out.src_port = load_be16(p);
   out.dst_port = load_be16(p + 2);
+  if (out.dst_port == 0) return Reason::BadTcpHeader;  // as UDP's: nothing listens there (pf drops it too)
   tcp.seq = load_be32(p + 4);
   tcp.ack = load_be32(p + 8);
   tcp.flags = p[13];
@@ -442,12 +448,14 @@ Reason parse_icmp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out
 }
 
 // Group management, which asks every router on the path to look (pf lets its router alert by):
-// IGMP, and MLD's queries, reports and done messages.
+// IGMP, and MLD's queries, reports and done messages, which never leave their link (RFC 2710 3:
+// a link-local source, hop limit 1).
 bool carries_router_alert(const PacketView& p) noexcept {
   if (p.proto == ipproto::kIgmp) return p.family == Family::V4;
   if (p.proto != ipproto::kIcmp6 || p.is_fragment) return false;
   const uint8_t type = p.icmp.type;
-  return type == 130 || type == 131 || type == 132 || type == 143;
+  const bool link_local = (p.src.hi >> 54) == (0xfe80ull >> 6);
+  return (type == 130 || type == 131 || type == 132 || type == 143) && p.ttl == 1 && link_local;
 }
 
 Reason parse(std::span<const uint8_t> bytes, Mode mode, PacketView& out) noexcept {

@@ -328,7 +328,7 @@ TEST_CASE("parse: the router alert of group management is not an IP option to re
   const Bytes alert4{148, 4, 0, 0};
   const Bytes alert6{0, 0, 5, 2, 0, 0, 1, 0};  // hop-by-hop: router alert (MLD), PadN
   auto v4 = [] { return PacketBuilder().ipv4("10.0.0.1", "224.0.0.22"); };
-  auto v6 = [] { return PacketBuilder().ipv6("fe80::1", "ff02::16"); };
+  auto v6 = [] { return PacketBuilder().ipv6("fe80::1", "ff02::16").ttl(1); };
   const std::vector<Case> cases = {
       {"IGMP report with router alert", v4().ip_options(alert4).raw_l4(ipproto::kIgmp, Bytes(8, 0)).build(),
        false},
@@ -339,6 +339,16 @@ TEST_CASE("parse: the router alert of group management is not an IP option to re
       {"MLDv2 report", v6().ipv6_ext_raw(ip6ext::kHopByHop, alert6).icmp(143, 0).build(), false},
       {"MLD query", v6().ipv6_ext_raw(ip6ext::kHopByHop, alert6).icmp(130, 0).payload(16).build(), false},
       {"echo request with router alert", v6().ipv6_ext_raw(ip6ext::kHopByHop, alert6).icmp_echo(1, 1).build(),
+       true},
+      {"MLD report with a hop limit past its link",
+       v6().ttl(2).ipv6_ext_raw(ip6ext::kHopByHop, alert6).icmp(143, 0).build(), true},
+      {"MLD report from a global address",
+       PacketBuilder()
+           .ipv6("2001:db8::1", "ff02::16")
+           .ttl(1)
+           .ipv6_ext_raw(ip6ext::kHopByHop, alert6)
+           .icmp(143, 0)
+           .build(),
        true},
   };
   for (const auto& c : cases) {
@@ -360,12 +370,13 @@ TEST_CASE("parse: IPv6 extension chains", "[packet]") {
   };
   const std::vector<Case> cases = {
       {"none", base().udp(1, 2).build(), 40, false},
-      {"hop-by-hop with padding only", base().hop_by_hop().udp(1, 2).build(), 48, false},
+      {"hop-by-hop with padding only (pf: fishy)", base().hop_by_hop().udp(1, 2).build(), 48, true},
       {"hop-by-hop with router alert (MLD)",
        base().ipv6_ext_raw(ip6ext::kHopByHop, {0, 0, 5, 2, 0, 0, 1, 0}).udp(1, 2).build(), 48, true},
       {"hop-by-hop with Pad1s",
-       base().ipv6_ext_raw(ip6ext::kHopByHop, {0, 0, 0, 0, 0, 0, 0, 0}).udp(1, 2).build(), 48, false},
-      {"destination options 16 bytes", base().dest_opts(16).udp(1, 2).build(), 56, false},
+       base().ipv6_ext_raw(ip6ext::kHopByHop, {0, 0, 0, 0, 0, 0, 0, 0}).udp(1, 2).build(), 48, true},
+      {"destination options 16 bytes (pf: whatever they hold)", base().dest_opts(16).udp(1, 2).build(), 56,
+       true},
       {"routing header, segments left 0", base().routing().udp(1, 2).build(), 48, true},
       {"type 0 routing header with no segments left",
        base().ipv6_ext_raw(ip6ext::kRouting, {0, 0, 0, 0, 0, 0, 0, 0}).udp(1, 2).build(), 48, true},
@@ -373,7 +384,7 @@ TEST_CASE("parse: IPv6 extension chains", "[packet]") {
       {"all of them in RFC 8200 order",
        base().hop_by_hop().dest_opts().routing().ah().dest_opts(24).udp(1, 2).build(),
        40 + 8 + 8 + 8 + 24 + 24, true},
-      {"largest hop-by-hop (2048 bytes)", base().hop_by_hop(2048).udp(1, 2).build(), 40 + 2048, false},
+      {"largest hop-by-hop (2048 bytes)", base().hop_by_hop(2048).udp(1, 2).build(), 40 + 2048, true},
   };
   for (const auto& c : cases) {
     INFO(c.name);
@@ -690,6 +701,7 @@ TEST_CASE("parse: malformed transport headers", "[packet][malformed]") {
       {"UDP length 7", v4_udp().udp_length(7).build(), Reason::BadUdpHeader},
       {"UDP length 0 (no jumbograms)", v6_udp().payload(10).udp_length(0).build(), Reason::BadUdpHeader},
       {"UDP to port 0", v4i().udp(5000, 0).build(), Reason::BadUdpHeader},
+      {"TCP to port 0", v4i().tcp(5000, 0).build(), Reason::BadTcpHeader},
       {"UDP to port 0 over IPv6", v6i().udp(5000, 0).build(), Reason::BadUdpHeader},
       {"ICMP of 7 bytes", v4i().raw_l4(ipproto::kIcmp, Bytes{8, 0, 0, 0, 0, 1, 0}).build(), Reason::BadIcmp},
       {"ICMPv6 of 4 bytes", v6i().raw_l4(ipproto::kIcmp6, Bytes{128, 0, 0, 0}).build(), Reason::BadIcmp},
