@@ -53,10 +53,13 @@ std::string http_metrics_response(std::string_view head, const std::function<std
 class MetricsServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, MetricsServer& server)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), server_(server) {
-    ++server_.sessions_;
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        server_(server),
+        open_sessions_(server.sessions_) {
+    ++*open_sessions_;
   }
-  ~Session() { --server_.sessions_; }
+  ~Session() { --*open_sessions_; }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
@@ -109,6 +112,7 @@ class MetricsServer::Session : public std::enable_shared_from_this<Session> {
   std::array<char, 2048> chunk_{};
   std::string head_;
   std::string out_;
+  std::shared_ptr<std::size_t> open_sessions_;
 };
 
 MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port,
@@ -132,7 +136,7 @@ void MetricsServer::start() {
   accept_connections(acceptor_, retry_, stopped_, [this](tcp::socket socket) {
     // Idle connections hold a descriptor each for up to 5 s: without a bound, anyone who can reach
     // the port could take all of the daemon's.
-    if (sessions_ >= kMaxSessions) {
+    if (*sessions_ >= kMaxSessions) {
       ++refused_;
       boost::system::error_code ignored;
       socket.close(ignored);

@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -41,7 +42,9 @@ class MetricsServer {
   boost::asio::steady_timer retry_;
   std::function<std::string()> render_;
   uint64_t scrapes_ = 0;
-  std::size_t sessions_ = 0;
+  // Shared with the sessions, which may outlive the server: at shutdown the loop, destroyed after
+  // it, frees the sessions its pending handlers hold.
+  std::shared_ptr<std::size_t> sessions_ = std::make_shared<std::size_t>(0);
   uint64_t refused_ = 0;
   bool stopped_ = false;
 };

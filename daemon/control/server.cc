@@ -39,10 +39,11 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         server_(server),
-        reader_(kMaxRequestBytes) {
-    ++server_.sessions_;
+        reader_(kMaxRequestBytes),
+        open_sessions_(server.sessions_) {
+    ++*open_sessions_;
   }
-  ~Session() { --server_.sessions_; }
+  ~Session() { --*open_sessions_; }
 
   void start() { read(); }
 
@@ -144,6 +145,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   FrameReader reader_;
   std::array<char, 16384> chunk_{};
   std::string out_;
+  std::shared_ptr<std::size_t> open_sessions_;
 };
 
 ControlServer::ControlServer(asio::io_context& io, std::string path, uint32_t mode, Handler handler)
@@ -209,7 +211,7 @@ ControlServer::~ControlServer() {
 void ControlServer::start() {
   accept_connections(acceptor_, retry_, stopped_, [this](stream::socket socket) {
     ++connections_;
-    if (sessions_ >= kMaxSessions) {
+    if (*sessions_ >= kMaxSessions) {
       ++refused_;
       refuse(std::move(socket));
       return;

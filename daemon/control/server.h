@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "proto/control.pb.h"
@@ -56,7 +57,9 @@ class ControlServer {
   uint64_t connections_ = 0;
   uint64_t bad_frames_ = 0;
   uint64_t refused_ = 0;
-  std::size_t sessions_ = 0;
+  // Shared with the sessions, which may outlive the server: at shutdown the loop, destroyed after
+  // it, frees the sessions its pending handlers hold.
+  std::shared_ptr<std::size_t> sessions_ = std::make_shared<std::size_t>(0);
   bool stopped_ = false;
 };
 
