@@ -152,8 +152,12 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   // a rule set that forgot them would make both nodes master.
   if ((h.input || h.output) && c.failover) {
     const failover::FailoverConfig f = failover::parse_failover_config(*c.failover, c.file);
+    // Matched by their link-local groups, which no router forwards: forwarded traffic of the same
+    // protocol still meets the rules.
     if (f.driver == failover::Driver::Keepalived) {
-      h.excluded_protocols.push_back(112);  // VRRP
+      h.excluded_destinations.push_back(
+          {engine::Family::V4, 112, "224.0.0.18", 0});  // VRRP (RFC 5798 5.1.1.2)
+      h.excluded_destinations.push_back({engine::Family::V6, 112, "ff02::12", 0});
     } else {
       char text[INET6_ADDRSTRLEN] = {};
       inet_ntop(AF_INET, f.group4.data(), text, sizeof text);

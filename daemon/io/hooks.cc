@@ -171,11 +171,11 @@ void validate(const HooksConfig& config) {
   }
   for (const ExcludedDestination& d : config.excluded_destinations) {
     std::array<uint8_t, 16> bytes{};
-    if (inet_pton(d.family == engine::Family::V4 ? AF_INET : AF_INET6, d.address.c_str(), bytes.data()) !=
-            1 ||
-        d.port == 0) {
+    const int af = d.family == engine::Family::V4 ? AF_INET : AF_INET6;
+    const bool ports = d.protocol == 6 || d.protocol == 17;
+    if (inet_pton(af, d.address.c_str(), bytes.data()) != 1 || (d.port == 0) == ports) {
       throw HooksError("hooks: excluded destination '" + d.address + "' port " + std::to_string(d.port) +
-                       " is not a numeric address of its family and a port");
+                       " is not a numeric address of its family with a port (TCP and UDP only)");
     }
   }
   if (!config.ipv4 && !config.ipv6) throw HooksError("hooks: neither IPv4 nor IPv6 is enabled");
@@ -201,8 +201,9 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
   }
   for (const ExcludedDestination& d : config.excluded_destinations) {
     if (d.family != family) continue;
-    out.push_back(with(b, {"-A", chain, "-p", std::to_string(d.protocol), "-d", d.address, "--dport",
-                           std::to_string(d.port), "-j", "RETURN"}));
+    Command rule = with(b, {"-A", chain, "-p", std::to_string(d.protocol), "-d", d.address});
+    if (d.port != 0) rule = with(std::move(rule), {"--dport", std::to_string(d.port)});
+    out.push_back(with(std::move(rule), {"-j", "RETURN"}));
   }
   out.push_back(queue_rule(config, with(b, {"-A", chain})));
   if (config.defrag) {

@@ -3,8 +3,8 @@
 //   filter FORWARD (and optionally INPUT, OUTPUT):  -j PAIRWALL        (inserted first)
 //   PAIRWALL:  -m mark --mark M/M -j RETURN       our own RST / ICMP replies (bypass_mark)
 //              -i IF -j RETURN, -o IF -j RETURN    excluded interfaces (sync link, ...)
-//              -p P -j RETURN                      excluded protocols (keepalived's VRRP)
-//              -p udp -d A --dport N -j RETURN     excluded destinations (builtin advertisements)
+//              -p P -j RETURN                      excluded protocols
+//              -p P -d A [--dport N] -j RETURN     excluded destinations (failover advertisements)
 //              -j NFQUEUE --queue-balance A:B [--queue-bypass]   (--queue-num A for one queue)
 //
 //   with `prerouting` (the rule set translates destinations), per family as well:
@@ -52,7 +52,7 @@ struct ExcludedDestination {
   engine::Family family = engine::Family::V4;
   uint8_t protocol = 17;
   std::string address;  // numeric, e.g. "224.0.0.18"
-  uint16_t port = 0;
+  uint16_t port = 0;    // TCP and UDP only, and then required
 };
 
 struct HooksConfig {

@@ -41,7 +41,9 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
   c.output = true;
   c.excluded_interfaces = {"sync0", "veth+"};
   c.excluded_protocols = {112};
-  c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 8112}, {Family::V6, 17, "ff02::12", 8112}};
+  c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 8112},
+                             {Family::V6, 17, "ff02::12", 8112},
+                             {Family::V6, 112, "ff02::12", 0}};
   c.bypass_mark = 0x10000;
   c.ip6tables = "/usr/sbin/ip6tables-legacy";
   CHECK(lines(install_commands(c, Family::V6)) ==
@@ -54,6 +56,7 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o veth+ -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 17 -d ff02::12 --dport 8112 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -d ff02::12 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-balance 0:3 "
             "--queue-bypass",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -N PAIRWALL_DEFRAG",
@@ -168,6 +171,10 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
          c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 0}};
        }),
        "port 0"},
+      {"port of a protocol without ports", with([](HooksConfig& c) {
+         c.excluded_destinations = {{Family::V4, 112, "224.0.0.18", 5}};
+       }),
+       "port 5"},
       {"no family", with([](HooksConfig& c) { c.ipv4 = c.ipv6 = false; }), "neither"},
       {"prerouting without a bypass mark", with([](HooksConfig& c) { c.prerouting = true; }), "bypass_mark"},
   };
