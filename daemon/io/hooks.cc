@@ -284,6 +284,10 @@ Hooks::Hooks(HooksConfig config, CommandRunner runner)
   validate(config_);
 }
 
+// A validated config's staged copy, whose longer name validate() would refuse.
+Hooks::Hooks(HooksConfig config, CommandRunner runner, Staged)
+    : config_(std::move(config)), runner_(std::move(runner)) {}
+
 namespace {
 
 [[noreturn]] void fail(const Command& command, const CommandResult& r) {
@@ -363,6 +367,11 @@ void Hooks::remove_family(engine::Family family) {
 }
 
 void Hooks::remove() {
+  remove_own();
+  staged().remove_own();  // a replacement a killed run left half done
+}
+
+void Hooks::remove_own() {
   if (config_.ipv4) remove_family(engine::Family::V4);
   if (config_.ipv6) remove_family(engine::Family::V6);
 }
@@ -375,45 +384,58 @@ bool Hooks::installed() {
   return false;
 }
 
-void Hooks::install_family_commands(const HooksConfig& config) {
-  for (const auto family : {engine::Family::V4, engine::Family::V6}) {
-    if (family == engine::Family::V4 ? !config.ipv4 : !config.ipv6) continue;
-    for (const auto& command : install_commands(config, family)) run_checked(command);
+Hooks Hooks::staged() const {
+  HooksConfig next = config_;
+  next.chain = config_.chain + std::string(kNextSuffix);
+  return Hooks(std::move(next), runner_, Staged{});
+}
+
+// Installs this config's hooks; on failure removes what it added, and only that.
+void Hooks::install_fresh() {
+  try {
+    for (const auto family : {engine::Family::V4, engine::Family::V6}) {
+      if (family == engine::Family::V4 ? !config_.ipv4 : !config_.ipv6) continue;
+      for (const auto& command : install_commands(config_, family)) run_checked(command);
+    }
+  } catch (const HooksError&) {
+    try {
+      remove_own();
+    } catch (const HooksError&) {
+      // The first error is the one to act on; the rollback's is secondary.
+    }
+    throw;
   }
 }
 
 // A killed daemon's hooks (kept on purpose by a fail-closed node, see pairwalld --cleanup) are
 // replaced make-before-break: the new chains and their jumps go in ahead of the old ones, then the
 // old ones go, and the new take their names. Every packet meets one complete chain throughout;
-// removing first would let the traffic of the whole replacement through unfiltered.
+// removing first would let the traffic of the whole replacement through unfiltered. A failure at
+// any step leaves complete hooks in place (the old, the new, or both), never none.
 void Hooks::install() {
-  HooksConfig next = config_;
-  next.chain = config_.chain + std::string(kNextSuffix);
-  Hooks staged(next, runner_);
-  try {
-    staged.remove();  // what a run that died in the middle of a replacement left
-    if (!installed()) {
-      remove();  // a pre-routing chain without the filter chain, say
-      install_family_commands(config_);
-      return;
-    }
-    install_family_commands(next);
-    remove();
-    for (const auto family : {engine::Family::V4, engine::Family::V6}) {
-      if (family == engine::Family::V4 ? !config_.ipv4 : !config_.ipv6) continue;
-      const Command filter = base(config_, family);
-      run_checked(with(filter, {"-E", next.chain, config_.chain}));
-      if (config_.defrag) run_checked(with(filter, {"-E", defrag_chain(next), defrag_chain(config_)}));
-      if (config_.prerouting) run_checked(with(mangle(config_, family), {"-E", next.chain, config_.chain}));
-    }
-  } catch (const HooksError&) {
-    try {
-      staged.remove();
-      remove();
-    } catch (const HooksError&) {
-      // The first error is the one to act on; the rollback's is secondary.
-    }
-    throw;
+  Hooks next = staged();
+  const bool old_present = installed();
+  if (!old_present && !next.installed()) {
+    remove_own();  // a pre-routing chain without the filter chain, say
+    install_fresh();
+    return;
+  }
+  if (!old_present) {
+    // A run killed while renaming left only the staged hooks, complete: ours go in ahead of them.
+    install_fresh();
+    next.remove_own();
+    return;
+  }
+  next.remove_own();  // a staged copy a killed run left; the old hooks still filter meanwhile
+  next.install_fresh();
+  remove_own();
+  for (const auto family : {engine::Family::V4, engine::Family::V6}) {
+    if (family == engine::Family::V4 ? !config_.ipv4 : !config_.ipv6) continue;
+    const Command filter = base(config_, family);
+    run_checked(with(filter, {"-E", next.config_.chain, config_.chain}));
+    if (config_.defrag) run_checked(with(filter, {"-E", defrag_chain(next.config_), defrag_chain(config_)}));
+    if (config_.prerouting)
+      run_checked(with(mangle(config_, family), {"-E", next.config_.chain, config_.chain}));
   }
 }
 

@@ -119,20 +119,25 @@ class Hooks {
   explicit Hooks(HooksConfig config, CommandRunner runner = run_command);
 
   // Installs, replacing an earlier run's hooks without a moment in which none are in place. On
-  // failure, removes what it added (and the earlier run's) and throws HooksError with the command,
-  // its exit code and its output.
+  // failure throws HooksError with the command, its exit code and its output, having left complete
+  // hooks where there were any (a fresh install that fails removes what it added).
   void install();
 
   // Removes the pre-routing jump and chain (whether or not this config has `prerouting`: a killed
-  // daemon's must go too), then the filter jumps, the chain and the defrag rule. Idempotent: absent
-  // pieces are fine; a command that fails for another reason throws HooksError.
+  // daemon's must go too), then the filter jumps, the chain and the defrag rule, and the same of a
+  // replacement a killed run left half done. Idempotent: absent pieces are fine; a command that
+  // fails for another reason throws HooksError.
   void remove();
 
   const HooksConfig& config() const { return config_; }
 
  private:
-  bool installed();  // the filter chain exists in a family this config hooks
-  void install_family_commands(const HooksConfig& config);
+  struct Staged {};
+  Hooks(HooksConfig config, CommandRunner runner, Staged);
+  Hooks staged() const;  // the hooks a replacement installs first, under the chain name + "-next"
+  bool installed();      // the filter chain exists in a family this config hooks
+  void install_fresh();
+  void remove_own();
   void remove_family(engine::Family family);
   void remove_prerouting(engine::Family family);
   bool absent_or_fail(const Command& command);

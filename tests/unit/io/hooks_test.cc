@@ -492,6 +492,55 @@ TEST_CASE("install replaces a killed run's hooks without a moment unhooked", "[h
   CHECK(fake.v4.chains == installed);
 }
 
+TEST_CASE("a replacement that fails leaves the killed run's hooks, or the new ones, never none", "[hooks]") {
+  Pair fake;
+  HooksConfig c;
+  c.defrag = false;
+  Hooks(c, fake.runner()).install();  // the run that was killed
+  const auto installed = fake.v4.chains;
+
+  SECTION("the new chain cannot be filled: the old hooks stay, and nothing of the new") {
+    fake.v6.fail_on = "-A PAIRWALL-next -j NFQUEUE";
+    CHECK_THROWS_AS(Hooks(c, fake.runner()).install(), HooksError);
+    CHECK(fake.v4.chains == installed);
+    CHECK(fake.v6.queues_forward());
+    CHECK(fake.v6.chains.count("PAIRWALL-next") == 0);
+  }
+  SECTION("the old chain cannot be removed: both stay, each complete") {
+    fake.v4.fail_on = "-F PAIRWALL";
+    CHECK_THROWS_AS(Hooks(c, fake.runner()).install(), HooksError);
+    CHECK(fake.v4.queues_forward());
+    CHECK(fake.v4.chains.count("PAIRWALL-next") == 1);
+    // The next start completes the replacement.
+    fake.v4.fail_on.clear();
+    Hooks(c, fake.runner()).install();
+    CHECK(fake.v4.chains == installed);
+  }
+  SECTION("a run killed while renaming left only the new chain: it is taken over") {
+    for (auto* t : {&fake.v4, &fake.v6}) {
+      t->chains["PAIRWALL-next"] = t->chains["PAIRWALL"];
+      t->chains.erase("PAIRWALL");
+      t->chains["FORWARD"] = {"-j PAIRWALL-next"};
+      t->watch_gaps = true;
+    }
+    Hooks(c, fake.runner()).install();
+    CHECK(fake.v4.chains == installed);
+    CHECK(fake.v4.unhooked == 0);
+    CHECK(fake.v6.unhooked == 0);
+  }
+  SECTION("remove takes a half-done replacement's chain too") {
+    for (auto* t : {&fake.v4, &fake.v6}) {
+      t->chains["PAIRWALL-next"] = {"-j NFQUEUE --queue-num 0"};
+      t->chains["FORWARD"].insert(t->chains["FORWARD"].begin(), "-j PAIRWALL-next");
+    }
+    Hooks(c, fake.runner()).remove();
+    for (auto* t : {&fake.v4, &fake.v6}) {
+      CHECK(t->chains.size() == 3);
+      CHECK(t->chains["FORWARD"].empty());
+    }
+  }
+}
+
 TEST_CASE("a failed install rolls back and names the command", "[hooks]") {
   Pair fake;
   fake.v6.fail_on = "NFQUEUE";
