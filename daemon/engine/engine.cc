@@ -1105,12 +1105,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   state->peer[0] = src;
   state->peer[1] = dst;
   state->rule = creating_rule;
+  // Also on a translated connection's state that no rule keeps: its rules' allow-opts holds.
+  if (allow_opts) state->flags |= stateflag::kAllowOpts;
   if (creator != nullptr) {
     states_.attach_creator(state, creator, worker.rules_);
     if (creator->log_states) state->flags |= stateflag::kLog;
     if (creator->no_sync) state->flags |= stateflag::kNoSync;
     if (creator->sloppy) state->flags |= stateflag::kSloppy;
-    if (allow_opts) state->flags |= stateflag::kAllowOpts;
     // Only a connection seen from its SYN is modulated: one picked up in mid-stream (`flags any`)
     // has numbers both ends already agree on. The responder's offset is drawn now too, not on its
     // SYN-ACK as pf draws it, so that the insert carries both: a master that dies after passing

@@ -1041,6 +1041,18 @@ TEST_CASE("IP options pass only by rules with allow-opts, and by their states", 
     REQUIRE(open.out(udp_out(2000, false)).action == Verdict::Action::Accept);
     CHECK(open.in(udp_back(2000, true)).reason == Reason::State);
     CHECK(open.out(udp_out(2000, true)).reason == Reason::State);
+    // A translated connection has a state though its rule keeps none: the rule's allow-opts holds.
+    Firewall nat("nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\npass all no state allow-opts");
+    REQUIRE(nat.out(udp_out(2000, false)).action == Verdict::Action::Accept);
+    const uint16_t port = static_cast<uint16_t>(nat.last_packet[20] << 8 | nat.last_packet[21]);
+    const Bytes back = PacketBuilder()
+                           .ipv4(kServer, "203.0.113.1")
+                           .ip_options(record_route)
+                           .udp(53, port)
+                           .payload(8)
+                           .build();
+    // Addressed to the nat address, the reply is translated before routing.
+    CHECK(nat.run(back, PacketMeta{Hook::Prerouting, nat.wan, kNoIface, false}).reason == Reason::State);
   }
 }
 
