@@ -279,7 +279,9 @@ Reason parse_tcp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out)
   if (hlen > out.l4_length) return out.is_first_fragment ? Reason::BadOffset : Reason::BadTcpHeader;
   out.src_port = load_be16(p);
   out.dst_port = load_be16(p + 2);
-  if (out.dst_port == 0) return Reason::BadTcpHeader;  // as UDP's: nothing listens there (pf drops it too)
+  // Nothing listens on port 0 (pf drops such a segment too), and nothing can answer one from it:
+  // its replies would be such segments.
+  if (out.dst_port == 0 || out.src_port == 0) return Reason::BadTcpHeader;
   tcp.seq = load_be32(p + 4);
   tcp.ack = load_be32(p + 8);
   tcp.flags = p[13];
@@ -297,9 +299,10 @@ Reason parse_udp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out)
   out.src_port = load_be16(p);
   out.dst_port = load_be16(p + 2);
   if (mode == Mode::Quote) return Reason::Match;
-  // No socket listens on port 0 (RFC 768 has no use for it; stacks drop it, and so does pf): a
-  // datagram to it is a probe.
-  if (out.dst_port == 0) return Reason::BadUdpHeader;
+  // No socket listens on port 0 (stacks drop a datagram to it, and so does pf): one to it is a
+  // probe. One from it (RFC 768's "no reply wanted") could not be answered either, nor translated
+  // back: its state's replies would go to port 0. IANA reserves the port.
+  if (out.dst_port == 0 || out.src_port == 0) return Reason::BadUdpHeader;
   // RFC 768: the length covers header and data. A first fragment holds only part of the
   // datagram the length describes.
   const uint16_t length = load_be16(p + 4);

@@ -58,8 +58,10 @@ StateKey key_from(const uint8_t* data, std::size_t size, const PacketView& p) {
   }
   k.port[0] = static_cast<uint16_t>(mix[32] << 8 | mix[33]);
   k.port[1] = static_cast<uint16_t>(mix[34] << 8 | mix[35]);
-  // No translation sends a segment or datagram to port 0, which the parser refuses.
-  if ((p.is_udp() || p.is_tcp()) && k.port[1] == 0) k.port[1] = 1;
+  // No translation makes a segment or datagram to or from port 0, which the parser refuses.
+  for (uint16_t& port : k.port) {
+    if ((p.is_udp() || p.is_tcp()) && port == 0) port = 1;
+  }
   // Translation changes a query's identifier, never the type its key holds beside it.
   if (p.icmp.is_query) k.port[p.icmp.is_reply ? 0 : 1] = p.icmp.is_reply ? p.src_port : p.dst_port;
   return k;
