@@ -47,8 +47,15 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
     dict=()
     [[ -f "tests/fuzz/$name.dict" ]] && dict=(-dict="tests/fuzz/$name.dict")
     echo "fuzzing $name for ${seconds}s"
-    "$target" -max_total_time="$seconds" -print_final_stats=1 "${dict[@]}" "$work" 2>&1 | tail -n 3
-    rm -rf "$work"
+    # The whole report when the target finds something (the finding, the input, the stack), else
+    # the final statistics.
+    if ! "$target" -max_total_time="$seconds" -print_final_stats=1 "${dict[@]}" "$work" >"$work.log" 2>&1; then
+      grep -v '^#[0-9]' "$work.log" | tail -n 60
+      rm -rf "$work" "$work.log"
+      exit 1
+    fi
+    tail -n 3 "$work.log"
+    rm -rf "$work" "$work.log"
   done
 fi
 
