@@ -100,10 +100,11 @@ Verdict drop(Reason reason, uint32_t rule = rules::kNoRule) {
   return v;
 }
 
-// A packet with IP options that neither its rules nor its state allow (pf's PFRES_IPOPTIONS):
-// dropped, and logged whatever the rule says, as pf forces its log.
-Verdict refuse_options(uint32_t rule, const rules::CompiledRule* by_rule, int pass) {
-  Verdict v = drop(Reason::IpOptions, rule);
+// A drop logged on `pass` whatever the rules say, as pf forces the log of what parsing and
+// normalization drop, and of IP options no rule or state allows (PFRES_IPOPTIONS).
+Verdict logged_drop(Reason reason, int pass, uint32_t rule = rules::kNoRule,
+                    const rules::CompiledRule* by_rule = nullptr) {
+  Verdict v = drop(reason, rule);
   v.by_rule = by_rule;
   v.log = logpass::of(pass);
   return v;
@@ -531,13 +532,9 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
     return v;
   }
 
-  // What parsing and normalization drop is logged whatever the rules say, on the packet's first
-  // pass (pf forces the log of these drops too).
-  const auto refuse = [&parsed](Reason reason) {
-    Verdict v = drop(reason);
-    v.log = logpass::of(parsed.filtered[0] ? 0 : 1);
-    return v;
-  };
+  // What parsing and normalization drop is logged on the packet's first pass.
+  const int first_pass = parsed.filtered[0] ? 0 : 1;
+  const auto refuse = [first_pass](Reason reason) { return logged_drop(reason, first_pass); };
 
   // 1. Parse.
   if (parsed.parse != Reason::Match) return refuse(parsed.parse);
@@ -750,7 +747,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         if (!translation_admits(state, true))
           return decided(verdict, drop(Reason::StateMismatch, state->rule));
         if (options_refused(packet, *state))
-          return decided(verdict, refuse_options(state->rule, creator_in(*state, rules), pass));
+          return decided(verdict,
+                         logged_drop(Reason::IpOptions, pass, state->rule, creator_in(*state, rules)));
         // The error travels back toward the quoted packet's sender (pf_test_state_icmp checks
         // the direction the same way): one addressed to the quoted packet's destination did not
         // come from that packet's path.
@@ -793,7 +791,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       if (!translation_admits(state, false))
         return decided(verdict, drop(Reason::StateMismatch, state->rule));
       if (options_refused(packet, *state))
-        return decided(verdict, refuse_options(state->rule, creator_in(*state, rules), pass));
+        return decided(verdict, logged_drop(Reason::IpOptions, pass, state->rule, creator_in(*state, rules)));
       const bool from_initiator = !state.reversed();
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -1012,8 +1010,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (r != rules::kNoRule && rules.rule(r).allow_opts) continue;
     allow_opts = false;
     if (packet.has_ip_options) {
-      if (r == rules::kNoRule) return refuse_options(rules::kNoRule, nullptr, pass);
-      return refuse_options(rules.rule(r).number, &rules.rule(r), pass);
+      if (r == rules::kNoRule) return logged_drop(Reason::IpOptions, pass);
+      return logged_drop(Reason::IpOptions, pass, rules.rule(r).number, &rules.rule(r));
     }
   }
 
