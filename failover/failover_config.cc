@@ -2,11 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +13,7 @@
 #include <string_view>
 
 #include "daemon/control/config_section.h"
+#include "daemon/control/key_file_check.h"
 #include "failover/election.h"
 
 namespace pairwall::failover {
@@ -68,19 +67,10 @@ bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
 // As the sync key's (daemon/sync/key_file.h): a regular file of at most 4 KiB that no other user
 // may read or write, since whoever holds the key can claim the VIPs.
 std::string read_key(ConfigSection& r, const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    r.fail("key_file", "cannot read \"" + path + "\": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) r.fail("key_file", "\"" + path + "\" is not a regular file");
-  if ((st.st_mode & (S_IROTH | S_IWOTH)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    r.fail("key_file", "\"" + path + "\" is accessible by other users (mode " + mode + "): chmod 600 it");
-  }
-  if (st.st_size > kMaxKeyFileBytes) {
+  int error = 0;
+  if (const std::string problem = control::key_file_problem(path, kMaxKeyFileBytes, error); !problem.empty())
     r.fail("key_file",
-           "\"" + path + "\" is larger than " + std::to_string(kMaxKeyFileBytes) + " bytes: not a key file");
-  }
+           error != 0 ? "cannot read \"" + path + "\": " + problem : "\"" + path + "\" is " + problem);
   std::ifstream in(path, std::ios::binary);
   if (!in) r.fail("key_file", "cannot read \"" + path + "\": " + std::strerror(errno));
   std::ostringstream buf;

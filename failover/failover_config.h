@@ -69,7 +69,7 @@ struct FailoverConfig {
 };
 
 inline constexpr std::size_t kMinKeyBytes = 16;
-inline constexpr long kMaxKeyFileBytes = 4096;
+inline constexpr std::size_t kMaxKeyFileBytes = 4096;
 
 // Validates `section` ([failover] of `file`); relative key_file paths are resolved against the
 // directory of `file`. Throws ConfigError "FILE: [failover] KEY: what is wrong".

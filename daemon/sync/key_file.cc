@@ -1,14 +1,13 @@
 #include "daemon/sync/key_file.h"
 
-#include <sys/stat.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "daemon/control/config_error.h"
+#include "daemon/control/key_file_check.h"
 
 namespace pairwall::sync {
 namespace {
@@ -24,17 +23,9 @@ int hex_value(char c) {
 
 std::vector<uint8_t> load_key_file(const std::string& path, const std::string& context) {
   auto fail = [&](const std::string& what) { throw ConfigError(context + ": " + path + ": " + what); };
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) fail(std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail("not a regular file");
-  if ((st.st_mode & (S_IROTH | S_IWOTH)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    fail(std::string("accessible by other users (mode ") + mode + "): chmod 600 it");
-  }
-  if (static_cast<std::size_t>(st.st_size) > kMaxKeyFileBytes) {
-    fail("larger than " + std::to_string(kMaxKeyFileBytes) + " bytes: not a key file");
-  }
+  int error = 0;
+  if (const std::string problem = control::key_file_problem(path, kMaxKeyFileBytes, error); !problem.empty())
+    fail(problem);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(std::strerror(errno));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
