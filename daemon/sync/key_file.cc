@@ -1,6 +1,5 @@
 #include "daemon/sync/key_file.h"
 
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
