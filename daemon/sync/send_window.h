@@ -1,14 +1,16 @@
 // The sending side of the reliable stream: every sequenced datagram stays here until the peer
 // acks it, and is sent again when it is found lost — by a later datagram being acked first (RACK,
-// RFC 8985) or by the resend timer (RFC 6298). A congestion window (RFC 5681 AIMD) paces what may
-// wait (bulk transfer, resync); live records never wait for it.
+// RFC 8985) or by the resend timer (RFC 6298). A congestion window (RFC 5681 AIMD) paces every
+// datagram but those carrying control messages: live records wait for it too, coalescing per state
+// in PendingRecords, and so do resyncs and the bulk.
 //
-// The window has a fixed capacity. When it is full the oldest datagram is evicted even if unacked
-// (a dead link must not grow memory), but the state ids and control messages it carried are kept
-// in the evicted store, so that when the peer asks for a resync of that sequence the current
-// version of those states can be sent (an incremental resync). Only when the evicted store itself
-// overflows is a sequence truly forgotten; a request for it then starts a full resync. Unlike
-// conntrackd's resend queue, nothing leaves silently: every eviction is counted.
+// The window has a fixed capacity: a dead link must not grow memory, and control messages, which do
+// not wait for the congestion window, could fill any. When it is full the oldest datagram is
+// evicted even if unacked, but the state ids and control messages it carried are kept in the
+// evicted store, so that when the peer asks for a resync of that sequence the current version of
+// those states can be sent (an incremental resync). Only when the evicted store itself overflows
+// is a sequence truly forgotten; a request for it then starts a full resync. Unlike conntrackd's
+// resend queue, nothing leaves silently: every eviction is counted.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,11 @@
 """The sync link goes down for 5 s during connection churn, then comes back: node A's changes wait
-(one per state, coalescing) while the link is dead, node B reports the gap in A's sequence when the
-link returns, the gap is filled, and both tables agree again."""
+(one per state, coalescing) while the link is dead, what A sent into the dead link is sent again
+once it returns, and both tables agree again without a full resync.
+
+Which way the lost sequences come back depends on timing: when A's resend timer brings the oldest
+first, B receives them in order and sees no hole; when a newer datagram arrives first, B reports
+the hole and asks for it. Either is a correct recovery, so the test asks for the resends, not for
+a hole."""
 
 import threading
 import time
@@ -8,14 +13,14 @@ import time
 from sync_pair import SERVER, TCP_PORT, describe_difference
 
 
-def test_sync_link_down_5s_gap_resynced(make_pair):
+def test_sync_link_down_5s_lost_datagrams_resent(make_pair):
     pair = make_pair().start()
     churn = {}
     t = threading.Thread(target=lambda: churn.update(
         pair.flows("client", "churn", SERVER, TCP_PORT, "--seconds", 12, "--rate", 300)[-1]))
     t.start()
     time.sleep(2)
-    gaps_before = int(pair.b.sync_status()["gaps"])
+    resends_before = int(pair.a.sync_status()["resends"])
     pair.ns["fwA"].down("sync0")
     time.sleep(5)
     down_a, down_b = pair.a.sync_status(), pair.b.sync_status()
@@ -26,11 +31,11 @@ def test_sync_link_down_5s_gap_resynced(make_pair):
 
     a, b, took = pair.wait_tables_agree(timeout=30)
     sa, sb = pair.a.sync_status(), pair.b.sync_status()
-    print(f"\n{len(a)} states on fwA, {len(b)} on fwB; fwB: gaps {sb['gaps']} (before the cut {gaps_before}), "
-          f"resyncs {sb['resyncs']}; fwA: resends {sa['resends']}")
+    print(f"\n{len(a)} states on fwA, {len(b)} on fwB; fwB: gaps {sb['gaps']}, resyncs {sb['resyncs']}; "
+          f"fwA: resends {sa['resends']} (before the cut {resends_before})")
     assert a.keys() == b.keys(), describe_difference(a, b)
-    assert int(sb["gaps"]) > gaps_before
+    assert int(sa["resends"]) > resends_before, sa
     assert sb["peer_state"] == "UP" and sa["peer_state"] == "UP"
     log_b = pair.b.log.read_text(errors="replace")
-    assert "silent for" in log_b and "gaps in the peer's sequence" in log_b, log_b[-3000:]
+    assert "silent for" in log_b, log_b[-3000:]
     assert "full resync" not in pair.a.log.read_text(errors="replace")
