@@ -5,13 +5,15 @@
 //           fail-closed node never drops packets for want of a listener while it starts.
 //   run:    packet workers (one thread per queue) decide; this thread runs the Asio loop: control
 //           socket, /metrics, signals, expiry every second, the systemd watchdog.
-//   stop:   SIGTERM/SIGINT: hooks removed first (nothing new is queued), then the workers send the
-//           verdicts they owe and exit, then the control socket goes.
+//   stop:   SIGTERM/SIGINT: a fail-open node's hooks removed first (nothing new is queued; a
+//           fail-closed node keeps them, see release_hooks), then the workers send the verdicts
+//           they owe and exit, then the control socket goes.
 //
 //   pairwalld [-c CONFIG] [-f]   run
 //   pairwalld --check            validate the configuration and the rule file, then exit
-//   pairwalld --cleanup          remove the hooks a killed instance left behind (ExecStopPost)
+//   pairwalld --cleanup          release what a stopped instance left behind (ExecStopPost), exit
 //   pairwalld --install-hooks    put the hooks in place before any daemon listens (boot), exit
+//   pairwalld --remove-hooks     remove the hooks while no daemon listens, exit
 #include <arpa/inet.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -75,13 +77,16 @@ constexpr uint32_t kReplyMark = 0x40000000;
 // watchdog stops and `health` says so.
 constexpr auto kStuckAfter = std::chrono::seconds(3);
 
-constexpr const char* kUsage = R"(usage: pairwalld [-c CONFIG] [-f] [--check | --cleanup | --install-hooks]
+constexpr const char* kUsage =
+    R"(usage: pairwalld [-c CONFIG] [-f] [--check | --cleanup | --install-hooks | --remove-hooks]
 
   -c CONFIG        configuration file (default /etc/pairwall/pairwall.toml)
   -f               log to stderr (foreground); without it, to syslog unless started by systemd
   --check          validate the configuration and the rule file, print a summary, exit
-  --cleanup        remove the packet hooks a killed pairwalld left behind, exit
+  --cleanup        remove the packet hooks and failover VIPs a stopped pairwalld left behind, exit
+                   (as the unit's ExecStopPost: a fail-closed node's hooks are kept)
   --install-hooks  install the packet hooks before any pairwalld listens (early at boot), exit
+  --remove-hooks   remove the packet hooks while no pairwalld listens, exit
 )";
 
 struct Options {
@@ -90,6 +95,7 @@ struct Options {
   bool check = false;
   bool cleanup = false;
   bool install_hooks = false;
+  bool remove_hooks = false;
 };
 
 engine::Millis monotonic_now() {
@@ -219,14 +225,33 @@ int check(const control::Config& c) {
   return 0;
 }
 
-// Releases what a killed daemon leaves behind, each part even when another fails: its hooks, and
-// the VIPs of a builtin failover group. Run by systemd after a daemon that did not stop cleanly
-// (SERVICE_RESULT other than "success"), a fail-closed node keeps its hooks: their queues, with no
-// daemon to read them, drop what they are given until a daemon listens again, where removing them
-// would let every packet through uninspected until the restart.
+// Removes the hooks (both families, the pre-routing chain whether or not this config would install
+// it). Refused while a daemon answers on the control socket: its hooks are in use, and removing
+// them would leave it filtering nothing.
+int remove_hooks_unless_running(const control::Config& c, std::string_view who) {
+  if (control::socket_answers(c.control.socket)) {
+    spdlog::error("{}: a pairwalld answers on {}: stop it first (systemctl stop pairwalld)", who,
+                  c.control.socket);
+    return 1;
+  }
+  try {
+    io::Hooks(hooks_config(c, /*translations=*/false)).remove();
+  } catch (const std::exception& e) {
+    spdlog::error("{}: {}", who, e.what());
+    return 1;
+  }
+  spdlog::info("{}: hooks removed (chain {}){}", who, io::HooksConfig{}.chain,
+               c.queue.fail_open ? "" : ": the node forwards unfiltered until a pairwalld listens");
+  return 0;
+}
+
+// Releases what a stopped daemon leaves behind, each part even when another fails: its hooks, and
+// the VIPs of a builtin failover group. Run by systemd after every stop (ExecStopPost, which sets
+// SERVICE_RESULT), a fail-closed node keeps its hooks however the daemon ended, as the daemon
+// itself does (release_hooks in run()): their queues, with no daemon to read them, drop what they
+// are given until a daemon listens again, where removing them would let every packet through
+// uninspected until the restart. Run by hand, it removes them: the operator opens the node.
 int cleanup(const control::Config& c) {
-  // Run by hand, or after a second instance failed to start, while a daemon still runs: its hooks
-  // and VIPs are in use, and removing them would leave it filtering nothing.
   if (control::socket_answers(c.control.socket)) {
     spdlog::error("cleanup: a pairwalld answers on {}: stop it first (systemctl stop pairwalld)",
                   c.control.socket);
@@ -234,21 +259,13 @@ int cleanup(const control::Config& c) {
   }
   int status = 0;
   const char* result = std::getenv("SERVICE_RESULT");
-  const bool crashed = result != nullptr && std::string_view(result) != "success";
-  if (crashed && !c.queue.fail_open) {
-    spdlog::warn(
-        "cleanup: the daemon ended with \"{}\": hooks kept, so that nothing passes unfiltered "
-        "(fail_open = false) until a daemon listens again",
+  if (result != nullptr && !c.queue.fail_open) {
+    spdlog::info(
+        "cleanup: the daemon ended ({}): hooks kept, so that nothing passes unfiltered (fail_open = "
+        "false) until a daemon listens again; pairwalld --remove-hooks opens the node",
         result);
   } else {
-    try {
-      // Removal takes the pre-routing chain whether or not this config would install it.
-      io::Hooks(hooks_config(c, /*translations=*/false)).remove();
-      spdlog::info("cleanup: hooks removed (chain {})", io::HooksConfig{}.chain);
-    } catch (const std::exception& e) {
-      spdlog::error("cleanup: {}", e.what());
-      status = 1;
-    }
+    status = remove_hooks_unless_running(c, "cleanup");
   }
   // Failover (failover/): a killed master's VIPs stay in the kernel until their lease ends;
   // remove them now.
@@ -420,14 +437,24 @@ int run(const control::Config& c) {
   std::unique_ptr<sync::SyncService> sync_service;
   bool defer_enabled = false;
   std::unique_ptr<failover::FailoverService> failover_service;
-  auto remove_hooks = [&] {
+  // When the daemon ends, however it ends (a signal, or a start that failed after the hooks went
+  // in), a fail-closed node keeps its hooks: their queues, with no listener, drop what they are
+  // given until the next daemon takes them over make-before-break, so that `systemctl restart`
+  // passes nothing unfiltered. A fail-open node's would pass everything uninspected anyway.
+  auto release_hooks = [&] {
     if (!hooks_installed) return;
+    if (!c.queue.fail_open) {
+      spdlog::info(
+          "hooks kept (fail_open = false): nothing passes until a pairwalld listens again; "
+          "pairwalld --remove-hooks opens the node");
+      return;
+    }
     try {
       hooks->remove();
       hooks_installed = false;
       spdlog::info("hooks removed");
     } catch (const std::exception& e) {
-      spdlog::error("removing hooks: {} (run pairwalld --cleanup)", e.what());
+      spdlog::error("removing hooks: {} (run pairwalld --remove-hooks)", e.what());
     }
   };
 
@@ -545,7 +572,7 @@ int run(const control::Config& c) {
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     if (failover_service) failover_service->stop();
-    remove_hooks();
+    release_hooks();
     if (queues) queues->stop();
     if (sync_service) sync_service->stop();
     return 1;
@@ -743,7 +770,7 @@ int run(const control::Config& c) {
 
   // Failover: the leaving advertisement and the VIPs released while the hooks still filter.
   if (failover_service) failover_service->stop();
-  remove_hooks();
+  release_hooks();
   queues->stop();
   if (sync_service) sync_service->stop();
   control_server->stop();
@@ -769,6 +796,8 @@ int main(int argc, char** argv) {
       opt.cleanup = true;
     } else if (a == "--install-hooks") {
       opt.install_hooks = true;
+    } else if (a == "--remove-hooks") {
+      opt.remove_hooks = true;
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -777,8 +806,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (int{opt.check} + int{opt.cleanup} + int{opt.install_hooks} > 1) {
-    std::fprintf(stderr, "pairwalld: --check, --cleanup and --install-hooks exclude each other\n");
+  if (int{opt.check} + int{opt.cleanup} + int{opt.install_hooks} + int{opt.remove_hooks} > 1) {
+    std::fprintf(stderr,
+                 "pairwalld: --check, --cleanup, --install-hooks and --remove-hooks exclude each other\n");
     return 2;
   }
 
@@ -792,8 +822,9 @@ int main(int argc, char** argv) {
   }
   if (opt.check) return check(config);
 
-  setup_logging(opt.foreground || opt.cleanup || opt.install_hooks, config.log.level);
+  setup_logging(opt.foreground || opt.cleanup || opt.install_hooks || opt.remove_hooks, config.log.level);
   if (opt.cleanup) return cleanup(config);
   if (opt.install_hooks) return install_hooks(config);
+  if (opt.remove_hooks) return remove_hooks_unless_running(config, "remove-hooks");
   return run(config);
 }

@@ -32,7 +32,8 @@ def daemon_factory(lan, tmp_path):
     for d in started:
         if d.proc and d.proc.poll() is None:
             lan.topo.stop(d.proc, timeout=10)
-        # A test that killed the daemon leaves its hooks: remove them as ExecStopPost would.
+        # A fail-closed daemon leaves its hooks, killed or stopped: remove them, as `pairwalld --cleanup`
+        # by hand does.
         if lan.hooks_present():
             lan.fw.exec(str(d.bin / "pairwalld"), "--cleanup", "-c", str(d.config), check=False)
 

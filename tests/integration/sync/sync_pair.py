@@ -124,7 +124,7 @@ class Node:
     def kill(self):
         """kill -9: a crash, no goodbye."""
         self.pair.topo.kill(self.proc)
-        # The hooks a killed daemon leaves would drop traffic: remove them as ExecStopPost does.
+        # The hooks a killed daemon leaves would drop traffic: remove them, as `pairwalld --cleanup` by hand does.
         self.ns.exec(str(self.bin / "pairwalld"), "--cleanup", "-c", str(self.config), check=False)
 
     def alive(self):
