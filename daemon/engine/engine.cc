@@ -979,6 +979,12 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       Verdict v = drop(Reason::RuleBlock, rule.number);
       v.by_rule = &rule;
       if (rule.log) v.log = logpass::of(pass);
+      // The in pass had passed the packet: its rule logs that, as pf's pass in logs before its
+      // pass out blocks.
+      if (pass == 1 && parsed.filtered[0] && deciding[0] != rules::kNoRule && rules.rule(deciding[0]).log) {
+        v.log |= logpass::kIn;
+        v.in_log_rule = &rules.rule(deciding[0]);
+      }
       // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
       // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
       // RFC 1122 3.2.2).

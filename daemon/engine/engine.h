@@ -79,8 +79,11 @@ struct Verdict {
   // until the worker's next batch, which may take up a newer rule set.
   const rules::CompiledRule* by_rule = nullptr;
   StateId state;  // matched or created state; counter 0 when none
-  // The out pass's rule, where it logs a packet another rule passed in (`pass in ...` then `pass
-  // out log ...`); otherwise `rule` and `by_rule` stand for every pass logged.
+  // A pass's rule where it logs and is not by_rule, and so passed the packet: the out pass's of a
+  // packet another rule passed in (`pass in ...` then `pass out log ...`), the in pass's of one
+  // the out pass then blocked (`pass in log ...` then `block out ...`). Otherwise `rule` and
+  // `by_rule` stand for every pass logged.
+  const rules::CompiledRule* in_log_rule = nullptr;
   const rules::CompiledRule* out_log_rule = nullptr;
 };
 

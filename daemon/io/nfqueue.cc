@@ -216,24 +216,7 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
     // A record per pass that asked, each on its interface and in its direction, as pf's.
     for (int pass = 0; pass < 2; ++pass) {
       if ((verdict.log & engine::logpass::of(pass)) == 0) continue;
-      LogMeta m;
-      // A malformed packet is logged too: it may be empty.
-      m.family =
-          !packet.payload.empty() && (packet.payload[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
-      m.pass = verdict.action == engine::Verdict::Action::Accept;
-      m.reason = verdict.reason;
-      const engine::rules::CompiledRule* rule = verdict.by_rule;
-      m.rule = verdict.rule;
-      if (pass == 1 && verdict.out_log_rule != nullptr) {
-        rule = verdict.out_log_rule;
-        m.rule = rule->number;
-      }
-      if (rule != nullptr && !rule->anchor.empty()) {
-        m.rule = rule->anchor_number;
-        m.subrule = rule->number;
-        rule->anchor.copy(m.ruleset, sizeof(m.ruleset) - 1);
-      }
-      m.outbound = pass == 1;
+      LogMeta m = pass_log_meta(verdict, pass, packet.payload);
       // lookup() returns a reference that the next lookup may reuse: copy the name at once.
       const uint32_t ifindex = m.outbound ? packet.out_ifindex : packet.in_ifindex;
       std::memcpy(m.ifname, w.ifaces.lookup(ifindex).name, sizeof(m.ifname));

@@ -41,6 +41,31 @@ void put32be(uint8_t* p, uint32_t v) {
 
 }  // namespace
 
+LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const uint8_t> packet) {
+  LogMeta m;
+  // A malformed packet is logged too: it may be empty.
+  m.family = !packet.empty() && (packet[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
+  m.outbound = pass == 1;
+  const engine::rules::CompiledRule* rule = verdict.by_rule;
+  if (pass == 0 && verdict.in_log_rule != nullptr) rule = verdict.in_log_rule;
+  if (pass == 1 && verdict.out_log_rule != nullptr) rule = verdict.out_log_rule;
+  m.rule = rule != verdict.by_rule ? rule->number : verdict.rule;
+  m.pass = verdict.action == engine::Verdict::Action::Accept;
+  m.reason = verdict.reason;
+  // This pass's rule passed a packet that is dropped all the same: another pass's rule blocked
+  // it, or synproxy answered it (pf logs the SYN as passed, then drops it).
+  if (!m.pass && (rule != verdict.by_rule || verdict.reason == engine::Reason::Synproxy)) {
+    m.pass = true;
+    m.reason = engine::Reason::Match;
+  }
+  if (rule != nullptr && !rule->anchor.empty()) {
+    m.rule = rule->anchor_number;
+    m.subrule = rule->number;
+    rule->anchor.copy(m.ruleset, sizeof(m.ruleset) - 1);
+  }
+  return m;
+}
+
 uint8_t pf_reason(engine::Reason reason) {
   using engine::Reason;
   switch (reason) {

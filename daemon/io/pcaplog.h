@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "daemon/engine/address.h"
+#include "daemon/engine/engine.h"
 #include "daemon/engine/reason.h"
 #include "daemon/io/counter.h"
 
@@ -76,6 +77,11 @@ struct LogMeta {
   bool outbound = false;
   char ifname[IF_NAMESIZE] = {};
 };
+
+// The record of one pass of a decided packet (pass 0 in on the arrival interface, 1 out on the
+// departure one) that its verdict's `log` asks for, as pf logs it: that pass's rule, and whether
+// that rule passed the packet. The caller fills in the interface name.
+LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const uint8_t> packet);
 
 // The PFRES_* code closest to an engine reason.
 uint8_t pf_reason(engine::Reason reason);

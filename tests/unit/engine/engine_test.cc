@@ -679,6 +679,21 @@ TEST_CASE("log marks the packets a rule decides; log (all) also those of its sta
     CHECK(once.log == logpass::kIn);
     CHECK(once.out_log_rule == nullptr);
   }
+  SECTION("the in pass's log survives the out pass's block, which logs on its own") {
+    Firewall fw("pass in log on lan0 all\nblock out on wan0 proto udp to port 99\n");
+    const Verdict blocked = fw.out(other);
+    CHECK(blocked.action == Verdict::Action::Drop);
+    CHECK(blocked.rule == 1);
+    CHECK(blocked.log == logpass::kIn);
+    REQUIRE(blocked.in_log_rule != nullptr);
+    CHECK(blocked.in_log_rule->number == 0);
+    Firewall both("pass in log on lan0 all\nblock out log on wan0 proto udp to port 99\n");
+    CHECK(both.out(other).log == (logpass::kIn | logpass::kOut));
+    Firewall silent("pass in on lan0 all\nblock out log on wan0 proto udp to port 99\n");
+    const Verdict out_only = silent.out(other);
+    CHECK(out_only.log == logpass::kOut);
+    CHECK(out_only.in_log_rule == nullptr);
+  }
 }
 
 TEST_CASE("set timeout changes how long a state lives", "[engine][udp]") {

@@ -131,6 +131,79 @@ TEST_CASE("engine reasons map to the nearest pf reason", "[pcaplog]") {
   CHECK(pf_reason(Reason::RuleStateLimit) == 12);
 }
 
+TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]") {
+  using engine::Reason;
+  using engine::Verdict;
+  engine::rules::CompiledRule pass_in;
+  pass_in.number = 3;
+  pass_in.action = engine::rules::Action::Pass;
+  engine::rules::CompiledRule block_out;
+  block_out.number = 7;
+  engine::rules::CompiledRule anchored;
+  anchored.number = 1;
+  anchored.anchor = "ext/ssh";
+  anchored.anchor_number = 12;
+  const Bytes v6 = PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").udp(1, 2).build();
+
+  SECTION("a packet the in pass passed and the out pass blocked: pass in, block out") {
+    Verdict v;
+    v.action = Verdict::Action::Drop;
+    v.reason = Reason::RuleBlock;
+    v.rule = block_out.number;
+    v.by_rule = &block_out;
+    v.in_log_rule = &pass_in;
+    v.log = engine::logpass::kIn | engine::logpass::kOut;
+    const LogMeta in = pass_log_meta(v, 0, v6);
+    CHECK(in.family == engine::Family::V6);
+    CHECK_FALSE(in.outbound);
+    CHECK(in.pass);
+    CHECK(in.reason == Reason::Match);
+    CHECK(in.rule == 3);
+    const LogMeta out = pass_log_meta(v, 1, v6);
+    CHECK(out.outbound);
+    CHECK_FALSE(out.pass);
+    CHECK(out.reason == Reason::RuleBlock);
+    CHECK(out.rule == 7);
+  }
+  SECTION("an accepted packet: the out pass's own rule where it is not the deciding one") {
+    Verdict v;
+    v.action = Verdict::Action::Accept;
+    v.reason = Reason::Match;
+    v.rule = pass_in.number;
+    v.by_rule = &pass_in;
+    v.out_log_rule = &anchored;
+    const LogMeta in = pass_log_meta(v, 0, {});
+    CHECK(in.family == engine::Family::V4);
+    CHECK(in.pass);
+    CHECK(in.rule == 3);
+    CHECK(in.subrule == UINT32_MAX);
+    const LogMeta out = pass_log_meta(v, 1, {});
+    CHECK(out.pass);
+    CHECK(out.rule == 12);
+    CHECK(out.subrule == 1);
+    CHECK(std::string(out.ruleset) == "ext/ssh");
+  }
+  SECTION("a SYN synproxy answers is logged as passed, as pf's") {
+    Verdict v;
+    v.action = Verdict::Action::Drop;
+    v.reason = Reason::Synproxy;
+    v.rule = pass_in.number;
+    v.by_rule = &pass_in;
+    const LogMeta in = pass_log_meta(v, 0, {});
+    CHECK(in.pass);
+    CHECK(in.reason == Reason::Match);
+  }
+  SECTION("a drop without a rule (a malformed packet) keeps its reason") {
+    Verdict v;
+    v.action = Verdict::Action::Drop;
+    v.reason = Reason::Short;
+    const LogMeta m = pass_log_meta(v, 0, {});
+    CHECK_FALSE(m.pass);
+    CHECK(m.reason == Reason::Short);
+    CHECK(m.rule == engine::rules::kNoRule);
+  }
+}
+
 TEST_CASE("logged packets are written with their pflog header and cut at snaplen", "[pcaplog]") {
   TempDir dir;
   PcapLogConfig c;
