@@ -165,10 +165,6 @@ void validate(const HooksConfig& config) {
                        "' is not a valid interface name (1-15 characters, no spaces, '/' or ':')");
     }
   }
-  for (const uint8_t proto : config.excluded_protocols) {
-    if (proto == 0)
-      throw HooksError("hooks: excluded protocol 0 would match every packet; name a protocol number");
-  }
   for (const ExcludedDestination& d : config.excluded_destinations) {
     std::array<uint8_t, 16> bytes{};
     const int af = d.family == engine::Family::V4 ? AF_INET : AF_INET6;
@@ -196,9 +192,6 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
     out.push_back(with(b, {"-A", chain, "-i", name, "-j", "RETURN"}));
     out.push_back(with(b, {"-A", chain, "-o", name, "-j", "RETURN"}));
   }
-  for (const uint8_t proto : config.excluded_protocols) {
-    out.push_back(with(b, {"-A", chain, "-p", std::to_string(proto), "-j", "RETURN"}));
-  }
   for (const ExcludedDestination& d : config.excluded_destinations) {
     if (d.family != family) continue;
     Command rule = with(b, {"-A", chain, "-p", std::to_string(d.protocol), "-d", d.address});
@@ -225,9 +218,6 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
     out.push_back(mark_return(config, m));
     for (const auto& name : config.excluded_interfaces) {
       out.push_back(with(m, {"-A", chain, "-i", name, "-j", "RETURN"}));
-    }
-    for (const uint8_t proto : config.excluded_protocols) {
-      out.push_back(with(m, {"-A", chain, "-p", std::to_string(proto), "-j", "RETURN"}));
     }
     out.push_back(queue_rule(config, with(m, {"-A", chain, "-m", "addrtype", "--dst-type", "LOCAL"})));
     out.push_back(with(m, {"-I", "PREROUTING", "1", "-j", chain}));

@@ -3,7 +3,6 @@
 //   filter FORWARD (and optionally INPUT, OUTPUT):  -j PAIRWALL        (inserted first)
 //   PAIRWALL:  -m mark --mark M/M -j RETURN       our own RST / ICMP replies (bypass_mark)
 //              -i IF -j RETURN, -o IF -j RETURN    excluded interfaces (sync link, ...)
-//              -p P -j RETURN                      excluded protocols
 //              -p P -d A [--dport N] -j RETURN     excluded destinations (failover advertisements)
 //              -j NFQUEUE --queue-balance A:B [--queue-bypass]   (--queue-num A for one queue)
 //
@@ -11,7 +10,6 @@
 //   mangle PREROUTING:  -j PAIRWALL                        (inserted first; installed after the filter jumps)
 //   PAIRWALL (mangle):  -m mark --mark M/M -j RETURN
 //                       -i IF -j RETURN                    excluded interfaces (no -o before routing)
-//                       -p P -j RETURN                     excluded protocols
 //                       -m addrtype --dst-type LOCAL -j NFQUEUE ...   (same queues and bypass)
 //
 // Destination translation (replies to a nat address, rdr, binat inbound) must happen before the
@@ -63,7 +61,6 @@ struct HooksConfig {
   bool input = false;   // also queue traffic to this host
   bool output = false;  // also queue traffic from this host
   std::vector<std::string> excluded_interfaces;
-  std::vector<uint8_t> excluded_protocols;
   std::vector<ExcludedDestination> excluded_destinations;  // each in its family's chain only
   uint32_t bypass_mark = 0;                                // 0: no mark rule
   bool defrag = true;       // enable reassembly before the queue (raw table, no conntrack)

@@ -40,7 +40,6 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
   c.input = true;
   c.output = true;
   c.excluded_interfaces = {"sync0", "veth+"};
-  c.excluded_protocols = {112};
   c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 8112},
                              {Family::V6, 17, "ff02::12", 8112},
                              {Family::V6, 112, "ff02::12", 0}};
@@ -54,7 +53,6 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o sync0 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -i veth+ -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o veth+ -j RETURN",
-            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 17 -d ff02::12 --dport 8112 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -d ff02::12 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-balance 0:3 "
@@ -98,7 +96,6 @@ TEST_CASE("install commands: the pre-routing chain in mangle, its jump after the
          c.queue_last = 5;
          c.bypass = true;
          c.excluded_interfaces = {"sync0", "lo"};
-         c.excluded_protocols = {112};
          c.chain = "FW";
        }),
        Family::V6,
@@ -107,7 +104,6 @@ TEST_CASE("install commands: the pre-routing chain in mangle, its jump after the
            "ip6tables -w 10 -t mangle -A FW -m mark --mark 1073741824/1073741824 -j RETURN",
            "ip6tables -w 10 -t mangle -A FW -i sync0 -j RETURN",
            "ip6tables -w 10 -t mangle -A FW -i lo -j RETURN",
-           "ip6tables -w 10 -t mangle -A FW -p 112 -j RETURN",
            "ip6tables -w 10 -t mangle -A FW -m addrtype --dst-type LOCAL -j NFQUEUE --queue-balance 2:5 "
            "--queue-bypass",
            "ip6tables -w 10 -t mangle -I PREROUTING 1 -j FW",
@@ -132,7 +128,7 @@ TEST_CASE("install commands: nothing in mangle without prerouting", "[hooks]") {
   c.input = true;
   c.output = true;
   c.excluded_interfaces = {"sync0"};
-  c.excluded_protocols = {112};
+  c.excluded_destinations = {{Family::V4, 112, "224.0.0.18", 0}};
   c.bypass_mark = 0x40000000;
   for (const auto family : {Family::V4, Family::V6}) {
     for (const auto& line : lines(install_commands(c, family))) {
@@ -162,7 +158,6 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
       {"interface too long", with([](HooksConfig& c) { c.excluded_interfaces = {"abcdefghijklmnop"}; }),
        "abcdefghijklmnop"},
       {"wildcard inside a name", with([](HooksConfig& c) { c.excluded_interfaces = {"a+b"}; }), "a+b"},
-      {"protocol 0", with([](HooksConfig& c) { c.excluded_protocols = {0}; }), "protocol 0"},
       {"destination of the other family", with([](HooksConfig& c) {
          c.excluded_destinations = {{Family::V6, 17, "224.0.0.18", 8112}};
        }),
