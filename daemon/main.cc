@@ -630,6 +630,11 @@ int run(const control::Config& c) {
       w.family("pairwall_defer_holding", T::Gauge, "Packets held now.");
       w.sample(d.holding);
     }
+    w.family("pairwall_connections_refused_total", T::Counter,
+             "Connections closed at once because their server had its most sessions open, by server: "
+             "control (the socket pairwallctl and health checks use) or metrics.");
+    w.sample({{"server", "control"}}, control_server->refused());
+    if (metrics_server) w.sample({{"server", "metrics"}}, metrics_server->refused());
     w.family("pairwall_worker_stuck", T::Gauge,
              "1 while a packet worker makes no progress with packets waiting.");
     w.sample(uint64_t{watch.stuck() ? 1u : 0u});
