@@ -1035,6 +1035,16 @@ TEST_CASE("IP options pass only by rules with allow-opts, and by their states", 
                            .raw_l4(ipproto::kIgmp, Bytes(8, 0))
                            .build();
     CHECK(fw.out(igmp).action == Verdict::Action::Accept);
+    // To all hosts, IGMP never leaves its link (TTL 1): another TTL is refused, as pf's, even where
+    // the rules allow options.
+    auto to_all_hosts = [](uint8_t ttl) {
+      return PacketBuilder().ipv4(kClient, "224.0.0.1").ttl(ttl).raw_l4(ipproto::kIgmp, Bytes(8, 0)).build();
+    };
+    Firewall allowing("pass all allow-opts");
+    CHECK(allowing.out(to_all_hosts(1)).action == Verdict::Action::Accept);
+    const Verdict routed = allowing.out(to_all_hosts(2));
+    CHECK(reason_name(routed.reason) == "ip_options");
+    CHECK(routed.log);
   }
   SECTION("every pass of a forwarded packet must allow them") {
     Firewall fw("pass in all allow-opts\npass out all");
