@@ -88,6 +88,9 @@ Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
   end = std::min(total, size);
 
   if (Reason r = walk_ipv4_options(d + 20, ihl - 20, out); r != Reason::Match) return r;
+  // Options of padding alone have no use but to hide something behind the header: pf counts them
+  // as options too (pf_walk_header), as it does an IPv6 hop-by-hop header of padding.
+  if (ihl > 20 && !out.router_alert) out.has_ip_options = true;
 
   out.family = Family::V4;
   out.ttl = d[8];
