@@ -36,6 +36,12 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
              "Seconds since the last valid advertisement from a peer, -1 never");
   out.sample({{"vhid", vhid}},
              s.last_heard_ms_ago < 0 ? -1.0 : static_cast<double>(s.last_heard_ms_ago) / 1000.0);
+  if (s.driver == Driver::Keepalived) {
+    out.family("pairwall_failover_health_checked_seconds", Type::Gauge,
+               "Seconds since keepalived's vrrp_script (or any health check) last asked, -1 never");
+    out.sample({{"vhid", vhid}},
+               s.health_checked_ms_ago < 0 ? -1.0 : static_cast<double>(s.health_checked_ms_ago) / 1000.0);
+  }
   out.family("pairwall_failover_vips_held", Type::Gauge, "1 while this node holds the group's VIPs");
   out.sample({{"vhid", vhid}}, uint64_t{s.vips_held});
   out.family("pairwall_failover_carrier", Type::Gauge, "1 while a VIP interface has carrier");

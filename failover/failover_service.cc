@@ -418,6 +418,8 @@ FailoverSnapshot FailoverService::snapshot() const {
   s.now = now();
   s.peer = election_.peer();
   if (s.peer) s.last_heard_ms_ago = duration_cast<milliseconds>(s.now - s.peer->at).count();
+  if (last_health_check_ != kNever)
+    s.health_checked_ms_ago = duration_cast<milliseconds>(s.now - last_health_check_).count();
   if (s.role == Role::Master) {
     s.master_node_id = node_id_;
   } else if (s.role == Role::Backup && s.peer && !s.peer->leaving &&
@@ -459,6 +461,7 @@ void FailoverService::fill_status(control::FailoverStatus* status) {
   status->set_demotion(s.demotion);
   for (const auto& r : s.demotion_reasons) status->add_demotion_reasons(r);
   status->set_last_heard_ms_ago(s.last_heard_ms_ago);
+  status->set_health_checked_ms_ago(s.health_checked_ms_ago);
   status->set_master_node_id(s.master_node_id);
   for (const auto& t : s.transitions) {
     auto* tr = status->add_transitions();
@@ -520,6 +523,7 @@ std::string FailoverService::set_role(control::FailoverStatus::Role role) {
 control::FailoverControl::HealthResult FailoverService::healthy() {
   std::lock_guard lock(mutex_);
   HealthResult h;
+  last_health_check_ = now();
   if (!running_) return HealthResult{false, "failover service not running"};
   if (demotion_.total() > 0) {
     h.healthy = false;

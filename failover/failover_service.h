@@ -83,6 +83,9 @@ struct FailoverSnapshot {
   Time now{0};
   std::optional<PeerSeen> peer;  // the last master heard
   int64_t last_heard_ms_ago = -1;
+  // Since healthy() was last asked, -1 never: in keepalived mode, keepalived's vrrp_script asks
+  // every interval, so an age of many intervals says keepalived is not running.
+  int64_t health_checked_ms_ago = -1;
   uint32_t master_node_id = 0;  // 0: no master known
   bool vips_held = false;
   std::vector<std::string> vips;
@@ -169,6 +172,7 @@ class FailoverService final : public control::FailoverControl {
   Time next_announce_ = kNever;
   Time announce_tail_until_ = kNever;
   Time next_renew_ = kNever;
+  Time last_health_check_ = kNever;
 };
 
 }  // namespace pairwall::failover

@@ -847,6 +847,10 @@ void ControlService::stats(Stats* out) const {
 }
 
 void ControlService::health(Health* out) const {
+  // Asked first, whatever the engine's health: failover notes when it was asked (keepalived's
+  // vrrp_script asks every interval, so a long silence says keepalived is not running).
+  std::optional<FailoverControl::HealthResult> failover_health;
+  if (failover_) failover_health = failover_->healthy();
   if (rules_file_.empty()) {
     out->set_healthy(false);
     out->set_reason("no rule set loaded");
@@ -859,13 +863,10 @@ void ControlService::health(Health* out) const {
       return;
     }
   }
-  if (failover_) {
-    const auto h = failover_->healthy();
-    if (!h.healthy) {
-      out->set_healthy(false);
-      out->set_reason(h.reason.empty() ? "failover reports unhealthy" : h.reason);
-      return;
-    }
+  if (failover_health && !failover_health->healthy) {
+    out->set_healthy(false);
+    out->set_reason(failover_health->reason.empty() ? "failover reports unhealthy" : failover_health->reason);
+    return;
   }
   out->set_healthy(true);
 }

@@ -348,7 +348,12 @@ std::string format_failover(const control::FailoverStatus& s) {
   for (int i = 0; i < s.demotion_reasons_size(); ++i) o << (i == 0 ? " (" : ", ") << s.demotion_reasons(i);
   if (s.demotion_reasons_size() > 0) o << ")";
   o << "\n";
-  o << "master        node " << s.master_node_id() << ", heard " << ago_ms(s.last_heard_ms_ago()) << "\n";
+  if (s.driver() == "builtin") {
+    o << "master        node " << s.master_node_id() << ", heard " << ago_ms(s.last_heard_ms_ago()) << "\n";
+  } else {
+    // keepalived's vrrp_script asks every interval: a check long ago says keepalived is not running.
+    o << "health check  last " << ago_ms(s.health_checked_ms_ago()) << "\n";
+  }
   if (s.transitions_size() > 0) {
     o << "transitions\n";
     for (const auto& t : s.transitions()) {

@@ -49,9 +49,11 @@ struct FakeFailover : FailoverControl {
     return {};
   }
   HealthResult healthy() override {
+    ++health_asked;
     return {demotion == 0, demotion == 0 ? "" : "demoted by the administrator"};
   }
   FailoverStatus::Role role = FailoverStatus::BACKUP;
+  int health_asked = 0;
   uint32_t demotion = 0;
 };
 
@@ -709,6 +711,13 @@ TEST_CASE("service: health, versions, sync and failover routing", "[service]") {
   CHECK(d.call(health).health().healthy());
   r = d.call(make([](Request& q) { q.mutable_failover_set_role()->set_role(FailoverStatus::MASTER); }));
   CHECK(r.failover_status().role() == FailoverStatus::MASTER);
+  // Failover hears of every check, even one the engine fails first: keepalived's vrrp_script
+  // asking is what says keepalived runs.
+  const int asked = failover.health_asked;
+  stuck = "queue 0 worker made no progress for 3 s";
+  CHECK(d.call(health).health().reason() == "queue 0 worker made no progress for 3 s");
+  CHECK(failover.health_asked == asked + 1);
+  stuck.reset();
 
   Request future;
   future.set_version(kControlProtocolVersion + 1);
