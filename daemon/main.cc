@@ -151,8 +151,9 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   if (h.input || h.prerouting) h.excluded_interfaces.push_back("lo");
   // As pf's `set skip on $sync_if`: the node's own sync datagrams, and nothing else, cross the
   // dedicated sync link; queued with the node's own traffic, a rule set that forgot them would cut
-  // the pair's sync.
-  if ((h.input || h.output) && c.sync)
+  // the pair's sync. Before routing too: the datagrams to this node would meet the pre-routing
+  // queue, and a stopped fail-closed node would drop them (and an operator's way in over that link).
+  if ((h.input || h.output || h.prerouting) && c.sync)
     h.excluded_interfaces.push_back(sync::parse_sync_config(*c.sync, c.file).interface);
   // And the failover group's advertisements, to and from this node, as pf's users must pass CARP:
   // a rule set that forgot them would make both nodes master.
@@ -823,7 +824,12 @@ int main(int argc, char** argv) {
     validate_component_sections(config);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "pairwalld: %s\n", e.what());
-    return 1;
+    if (!opt.remove_hooks) return 1;
+    // A broken configuration is the usual reason a restart failed and left a fail-closed node's
+    // hooks in place: the way to open the node must not depend on it. The hooks' names are fixed;
+    // only the control socket checked for a running daemon falls back to its default.
+    std::fprintf(stderr, "pairwalld: removing the hooks by their default names all the same\n");
+    config = control::Config{};
   }
   if (opt.check) return check(config);
 

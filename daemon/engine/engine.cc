@@ -546,7 +546,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // active; a fragment that still reaches us cannot be matched to ports, so it is dropped.
   if (packet.is_fragment) return refuse(Reason::Fragment);
   if (packet.is_tcp() && !tcp_flags_valid(packet.tcp.flags)) return refuse(Reason::BadTcpFlags);
-  // RFC 1112 7.2: IGMP to all hosts never leaves its link, so its TTL is 1. Another is a misuse of
+  // RFC 1112 appendix I: IGMP to all hosts never leaves its link, so its TTL is 1. Another is a misuse of
   // the router alert IGMP may carry past the rules' allow-opts; pf drops it whatever they allow.
   if (packet.proto == ipproto::kIgmp && packet.family == Family::V4 && packet.ttl != 1 &&
       packet.dst.v4_value() == kAllHostsGroup)

@@ -397,9 +397,9 @@ void Hooks::install_fresh() {
   }
 }
 
-// A killed daemon's hooks (kept on purpose by a fail-closed node, see pairwalld --cleanup) are
-// replaced make-before-break: the new chains and their jumps go in ahead of the old ones, then the
-// old ones go, and the new take their names. Every packet meets one complete chain throughout;
+// The hooks a daemon left (a fail-closed node keeps them whenever its daemon ends, see pairwalld's
+// release_hooks) are replaced make-before-break: the new chains and their jumps go in ahead of the old ones,
+// then the old ones go, and the new take their names. Every packet meets one complete chain throughout;
 // removing first would let the traffic of the whole replacement through unfiltered. A failure at
 // any step leaves complete hooks in place (the old, the new, or both), never none.
 void Hooks::install() {

@@ -41,7 +41,7 @@ void put32be(uint8_t* p, uint32_t v) {
 
 }  // namespace
 
-LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const uint8_t> packet) {
+LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const uint8_t> packet) noexcept {
   LogMeta m;
   // A malformed packet is logged too: it may be empty.
   m.family = !packet.empty() && (packet[0] >> 4) == 6 ? engine::Family::V6 : engine::Family::V4;
@@ -49,7 +49,9 @@ LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const 
   const engine::rules::CompiledRule* rule = verdict.by_rule;
   if (pass == 0 && verdict.in_log_rule != nullptr) rule = verdict.in_log_rule;
   if (pass == 1 && verdict.out_log_rule != nullptr) rule = verdict.out_log_rule;
-  m.rule = rule != verdict.by_rule ? rule->number : verdict.rule;
+  // The verdict's own number stands for a drop without a rule, and for a state whose rule the rule
+  // set in force no longer holds.
+  m.rule = rule != nullptr ? rule->number : verdict.rule;
   m.pass = verdict.action == engine::Verdict::Action::Accept;
   m.reason = verdict.reason;
   // This pass's rule passed a packet that is dropped all the same: another pass's rule blocked

@@ -81,7 +81,7 @@ struct LogMeta {
 // The record of one pass of a decided packet (pass 0 in on the arrival interface, 1 out on the
 // departure one) that its verdict's `log` asks for, as pf logs it: that pass's rule, and whether
 // that rule passed the packet. The caller fills in the interface name.
-LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const uint8_t> packet);
+LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const uint8_t> packet) noexcept;
 
 // The PFRES_* code closest to an engine reason.
 uint8_t pf_reason(engine::Reason reason);

@@ -303,7 +303,8 @@ class Pairwalld(Background):
 
     def stop(self):
         super().stop()
-        # Hooks a daemon that did not exit cleanly leaves behind would drop the next path's traffic.
+        # The hooks a fail-closed daemon leaves behind, however it ended, would drop the next path's
+        # traffic.
         ns(self.netns, f"{self.build}/bin/pairwalld", "--cleanup", "-c", self.config, check=False)
 
 

@@ -183,15 +183,23 @@ TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]
     CHECK(out.subrule == 1);
     CHECK(std::string(out.ruleset) == "ext/ssh");
   }
-  SECTION("a SYN synproxy answers is logged as passed, as pf's") {
+  SECTION("a SYN synproxy answers is logged as passed, as pf's, each pass with its own rule") {
+    engine::rules::CompiledRule proxy_out;
+    proxy_out.number = 9;
+    proxy_out.action = engine::rules::Action::Pass;
     Verdict v;
     v.action = Verdict::Action::Drop;
     v.reason = Reason::Synproxy;
-    v.rule = pass_in.number;
+    v.rule = proxy_out.number;  // the out pass's `synproxy state` made the state
     v.by_rule = &pass_in;
+    v.out_log_rule = &proxy_out;
     const LogMeta in = pass_log_meta(v, 0, {});
     CHECK(in.pass);
     CHECK(in.reason == Reason::Match);
+    CHECK(in.rule == 3);
+    const LogMeta out = pass_log_meta(v, 1, {});
+    CHECK(out.pass);
+    CHECK(out.rule == 9);
   }
   SECTION("a drop without a rule (a malformed packet) keeps its reason") {
     Verdict v;
