@@ -974,6 +974,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     v.rewritten = rewritten;
     return v;
   }
+  // A drop on the out pass of a packet the in pass had passed: the in pass's rule logs that, as pf's
+  // pass in logs before its pass out drops.
+  const auto log_in_pass = [&](Verdict& v) {
+    if (!parsed.filtered[0] || deciding[0] == rules::kNoRule || !rules.rule(deciding[0]).log) return;
+    v.log |= logpass::kIn;
+    v.in_log_rule = &rules.rule(deciding[0]);
+  };
   for (int pass = 0; pass < 2; ++pass) {
     if (!parsed.filtered[pass]) continue;
     const uint32_t r = deciding[pass];
@@ -986,12 +993,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       Verdict v = drop(Reason::RuleBlock, rule.number);
       v.by_rule = &rule;
       if (rule.log) v.log = logpass::of(pass);
-      // The in pass had passed the packet: its rule logs that, as pf's pass in logs before its
-      // pass out blocks.
-      if (pass == 1 && parsed.filtered[0] && deciding[0] != rules::kNoRule && rules.rule(deciding[0]).log) {
-        v.log |= logpass::kIn;
-        v.in_log_rule = &rules.rule(deciding[0]);
-      }
+      if (pass == 1) log_in_pass(v);
       // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
       // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
       // RFC 1122 3.2.2).
@@ -1023,8 +1025,11 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     if (r != rules::kNoRule && rules.rule(r).allow_opts) continue;
     allow_opts = false;
     if (packet.has_ip_options) {
-      if (r == rules::kNoRule) return logged_drop(Reason::IpOptions, pass);
-      return logged_drop(Reason::IpOptions, pass, rules.rule(r).number, &rules.rule(r));
+      Verdict v = r == rules::kNoRule
+                      ? logged_drop(Reason::IpOptions, pass)
+                      : logged_drop(Reason::IpOptions, pass, rules.rule(r).number, &rules.rule(r));
+      if (pass == 1) log_in_pass(v);
+      return v;
     }
   }
 

@@ -689,6 +689,14 @@ TEST_CASE("log marks the packets a rule decides; log (all) also those of its sta
     CHECK(blocked.in_log_rule->number == 0);
     Firewall both("pass in log on lan0 all\nblock out log on wan0 proto udp to port 99\n");
     CHECK(both.out(other).log == (logpass::kIn | logpass::kOut));
+    // And when the out pass refuses its IP options.
+    Firewall options("pass in log on lan0 all allow-opts\npass out on wan0 all\n");
+    const Verdict refused = options.out(
+        PacketBuilder().ipv4(kClient, kServer).ip_options({7, 7, 4, 0, 0, 0, 0, 0}).udp(5353, 99).build());
+    CHECK(reason_name(refused.reason) == "ip_options");
+    CHECK(refused.log == (logpass::kIn | logpass::kOut));
+    REQUIRE(refused.in_log_rule != nullptr);
+    CHECK(refused.in_log_rule->number == 0);
     Firewall silent("pass in on lan0 all\nblock out log on wan0 proto udp to port 99\n");
     const Verdict out_only = silent.out(other);
     CHECK(out_only.log == logpass::kOut);
