@@ -343,6 +343,7 @@ struct Engine::Parsed {
   // The passes that meet the rules (scrub, translation, filter), decided once by screen(): the
   // packet's own, less those on an interface `set skip` exempts.
   bool filtered[2] = {false, false};
+  bool from_node = false;  // sent by this node itself (Hook::Output), set by screen()
 };
 
 // What the translation rules make of a new connection (translate()): the packet as each pass's
@@ -527,6 +528,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // 0. Skipped interfaces: a packet no pass of which meets the rules is not looked at (pf).
   for (int pass = 0; pass < 2; ++pass)
     parsed.filtered[pass] = has_pass(meta, pass) && !rules.skips(pass_iface(meta, pass));
+  parsed.from_node = meta.hook == Hook::Output;
   if (!parsed.filtered[0] && !parsed.filtered[1]) {
     Verdict v;
     v.action = Verdict::Action::Accept;
@@ -751,7 +753,12 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       StateKey qkey;
       set_key(qkey, quoted);
       if (auto state = states_.find(qkey, states_.hash(qkey))) {
-        if (!translation_admits(state, true))
+        // This node's own errors about a packet it had not translated yet (the kernel checks the
+        // TTL and the path MTU before the forward hook) quote it as its sender sent it, and go
+        // back to that sender as they are: path MTU discovery through a nat depends on them.
+        const bool untranslated_quote =
+            parsed.from_node && state->translated() && translation_admits(state, false);
+        if (!untranslated_quote && !translation_admits(state, true))
           return decided(verdict, drop(Reason::StateMismatch, state->rule));
         if (options_refused(packet, *state))
           return decided(verdict,
@@ -779,7 +786,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           }
         }
         verdict = passed_by_state(*state, rules, rewritten, pass);
-        if (state->translated()) {
+        if (state->translated() && !untranslated_quote) {
           // The quote is of the packet as the error's sender saw it, on the far side of the
           // translation: it, and the error's destination, take this side's addresses.
           rewrite_icmp_error(bytes, packet, quoted, counterpart(state));

@@ -615,3 +615,45 @@ TEST_CASE("process_batch translates as process() does", "[engine][nat][batch]") 
   }
   CHECK(batched.engine.states().size() == one.engine.states().size());
 }
+
+// The kernel checks a forwarded packet's TTL and path MTU before the forward hook, so the node's
+// own errors (through OUTPUT with local hooks) quote what it had not translated yet: an inside
+// host's packet as the host sent it, or a reply already translated back before routing. Path MTU
+// discovery through the nat depends on both reaching their sender in the form it knows.
+TEST_CASE("the node's own ICMP errors about a translated connection reach either end",
+          "[engine][nat][icmp]") {
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "v6" : "v4"));
+    Firewall fw(std::string(kNat) + "pass out all\n");
+    const Flow udp{"udp", v6};
+    const std::string client = v6 ? "2001:db8:1::10" : "10.1.0.10";
+    const std::string server = v6 ? "2001:db8:2::80" : "192.0.2.80";
+    const std::string outside = v6 ? "2001:db8:ff::1" : "203.0.113.1";
+    const std::string node_inside = v6 ? "2001:db8:1::1" : "10.1.0.1";
+    const Bytes query = udp.packet(client, 5353, server, 53);
+    REQUIRE(fw.out(query).rewritten);
+    const uint16_t port = source_port(fw.last_packet, udp);
+
+    // About the host's own packet, back to it as it is.
+    const Bytes to_client = unreachable(v6, node_inside, client, query);
+    const Verdict back = fw.run(to_client, PacketMeta{Hook::Output, kNoIface, fw.lan, false});
+    CHECK(back.reason == Reason::State);
+    CHECK_FALSE(back.rewritten);
+    CHECK(fw.last_packet == to_client);
+
+    // About a reply translated back before routing: to the server, about the reply as it sent it.
+    const Bytes reply = udp.packet(server, 53, outside, port, true);
+    REQUIRE(fw.run(reply, PacketMeta{Hook::Prerouting, fw.wan, kNoIface, false}).reason == Reason::State);
+    const Bytes delivered = fw.last_packet;
+    const Verdict to_server = fw.run(unreachable(v6, outside, server, delivered),
+                                     PacketMeta{Hook::Output, kNoIface, fw.wan, false});
+    CHECK(to_server.reason == Reason::State);
+    CHECK(fw.last_packet == unreachable(v6, outside, server, reply));
+
+    // The same quote of the host's packet from anywhere but this node has bypassed the
+    // translation.
+    const Verdict forged = fw.in(unreachable(v6, server, client, query));
+    CHECK(forged.action == Action::Drop);
+    CHECK(forged.reason == Reason::StateMismatch);
+  }
+}
