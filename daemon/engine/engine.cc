@@ -353,7 +353,9 @@ struct Engine::Translation {
   std::optional<PacketView> after[2];  // the views a rule rewrote, only where one applied
   StateKey wire;                       // the packet's own key when nothing translates it
   bool translated = false;
-  bool filtered = true;  // false: a `nat pass` / `rdr pass` rule let it through unfiltered
+  // Per pass, as pf's: false where that pass's `rdr pass` (in) or `nat pass` (out) lets it by
+  // without its filter rules; the other pass still meets its own.
+  bool filtered[2] = {true, true};
   // The out pass's nat rule when it chose the source port (ICMP query id), which may be chosen
   // again, between port_low and port_high.
   const rules::CompiledTranslation* nat = nullptr;
@@ -453,7 +455,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       translate(worker, own[new_flows[k]], meta, translation);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
-        if (!own[new_flows[k]].filtered[pass] || !translation.filtered ||
+        if (!own[new_flows[k]].filtered[pass] || !translation.filtered[pass] ||
             !claims(meta, translation.translated))
           continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
@@ -510,7 +512,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     translate(worker, parsed, meta, translation);
     std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
     for (int pass = 0; pass < 2; ++pass) {
-      if (parsed.filtered[pass] && translation.filtered && claims(meta, translation.translated))
+      if (parsed.filtered[pass] && translation.filtered[pass] && claims(meta, translation.translated))
         deciding[pass] =
             rules.evaluate(*translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
     }
@@ -771,18 +773,26 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
         // A modulated segment is quoted as it left this node, shifted: in the sender's own
-        // numbers again, it is checked, and so it goes back.
+        // numbers again, it is checked, and so it goes back. This node's own errors raised before
+        // its forward hook quote the segment as its sender sent it, in the sender's own numbers.
         const bool quotes_tcp_header = quoted.is_tcp() && (!quoted.is_fragment || quoted.is_first_fragment);
-        const uint32_t seqdiff = (state->flags & stateflag::kModulated) != 0 && quotes_tcp_header
-                                     ? state->seqdiff[from_initiator ? 0 : 1]
-                                     : 0;
+        uint32_t seqdiff =
+            (state->flags & stateflag::kModulated) != 0 && quotes_tcp_header && !untranslated_quote
+                ? state->seqdiff[from_initiator ? 0 : 1]
+                : 0;
         // A sloppy state tracks no window to hold the quote against (pf skips it too).
         if (quoted.is_tcp() && sender.seqlo != 0 && (state->flags & stateflag::kSloppy) == 0) {
           const uint32_t dws =
               (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
-          const uint32_t seq = quoted.tcp.seq - seqdiff;
-          if (!seq_geq(sender.seqhi, seq) || !seq_geq(seq, sender.seqlo - (receiver.max_win << dws))) {
-            return decided(verdict, drop(Reason::BadSeq, state->rule));
+          const auto in_window = [&](uint32_t seq) {
+            return seq_geq(sender.seqhi, seq) && seq_geq(seq, sender.seqlo - (receiver.max_win << dws));
+          };
+          if (!in_window(quoted.tcp.seq - seqdiff)) {
+            // Without a translation to tell them apart, this node's errors from before and after
+            // its forward hook (a neighbour that does not answer) are told apart by the window.
+            if (!parsed.from_node || seqdiff == 0 || !in_window(quoted.tcp.seq))
+              return decided(verdict, drop(Reason::BadSeq, state->rule));
+            seqdiff = 0;
           }
         }
         verdict = passed_by_state(*state, rules, rewritten, pass);
@@ -895,7 +905,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
         }
       }
       translation.translated = true;
-      translation.filtered = !rule->pass;
+      translation.filtered[0] = !rule->pass;
     }
   }
 
@@ -920,7 +930,7 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
         }
       }
       translation.translated = true;
-      translation.filtered = translation.filtered && !rule->pass;
+      translation.filtered[1] = !rule->pass;
     }
   }
   if (!translation.translated) return;
@@ -1053,7 +1063,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   v.rewritten = rewritten;
   const uint32_t passed_by = deciding[0] != rules::kNoRule ? deciding[0] : deciding[1];
   // A `nat pass` / `rdr pass` rule decided a packet no filter rule saw.
-  v.reason = passed_by == rules::kNoRule && translation.filtered ? Reason::DefaultPass : Reason::Match;
+  const bool passed_by_translation = !translation.filtered[0] || !translation.filtered[1];
+  v.reason = passed_by == rules::kNoRule && !passed_by_translation ? Reason::DefaultPass : Reason::Match;
   if (passed_by != rules::kNoRule) {
     v.by_rule = &rules.rule(passed_by);
     v.rule = v.by_rule->number;

@@ -186,7 +186,7 @@ struct TranslationRule {
   SourceLocation location;
   Kind kind = Kind::Nat;
   bool negate_translation = false;  // `no nat ...`: exempt matching packets
-  bool pass = false;                // `nat pass ...`: translated packets skip the filter rules
+  bool pass = false;                // `nat pass ...`: the pass it translates on skips the filter rules
   std::vector<InterfaceMatch> interfaces;
   std::optional<Family> family;
   std::vector<uint8_t> protocols;

@@ -75,7 +75,7 @@ struct ScrubAction {
 struct CompiledTranslation {
   TranslationRule::Kind kind = TranslationRule::Kind::Nat;
   bool negated = false;
-  bool pass = false;  // `nat pass`: translated packets skip the filter rules
+  bool pass = false;  // `nat pass`: the pass it translates on skips the filter rules (pf)
   // The pool: one address or prefix (binat: its external prefix), or a list for round-robin.
   std::vector<IpPrefix> targets;
   PoolType pool = PoolType::Bitmask;

@@ -229,7 +229,7 @@ TEST_CASE("binat maps an inside prefix onto an outside one, both ways, ports kep
   CHECK(fw.last_packet == udp.packet("192.0.2.99", 7000, "10.1.0.40", 123));
 }
 
-TEST_CASE("no nat exempts; nat pass skips the filter rules", "[engine][nat]") {
+TEST_CASE("no nat exempts; nat pass skips the filter rules of its pass", "[engine][nat]") {
   const Flow tcp{"tcp", false};
   SECTION("no nat") {
     Firewall fw(
@@ -240,8 +240,9 @@ TEST_CASE("no nat exempts; nat pass skips the filter rules", "[engine][nat]") {
     CHECK(fw.last_packet == syn);
     CHECK(fw.out(tcp.packet("10.1.0.10", 40000, "198.51.100.80", 80)).rewritten);
   }
-  SECTION("nat pass") {
-    Firewall fw("nat pass on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\nblock all");
+  SECTION("nat pass: the out pass it translates meets no filter rule, the in pass its own") {
+    Firewall fw(
+        "nat pass on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\nblock all\npass in on lan0 all no state");
     const Verdict v = fw.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80));
     CHECK(v.action == Action::Accept);
     CHECK(v.reason == Reason::Match);
