@@ -226,15 +226,18 @@ int check(const control::Config& c) {
   return 0;
 }
 
+// Whether a daemon answers on the control socket, said as an error: its hooks and VIPs are in use,
+// and removing them would leave it filtering nothing.
+bool refused_while_running(const control::Config& c, std::string_view who) {
+  if (!control::socket_answers(c.control.socket)) return false;
+  spdlog::error("{}: a pairwalld answers on {}: stop it first (systemctl stop pairwalld)", who,
+                c.control.socket);
+  return true;
+}
+
 // Removes the hooks (both families, the pre-routing chain whether or not this config would install
-// it). Refused while a daemon answers on the control socket: its hooks are in use, and removing
-// them would leave it filtering nothing.
-int remove_hooks_unless_running(const control::Config& c, std::string_view who) {
-  if (control::socket_answers(c.control.socket)) {
-    spdlog::error("{}: a pairwalld answers on {}: stop it first (systemctl stop pairwalld)", who,
-                  c.control.socket);
-    return 1;
-  }
+// it).
+int remove_hooks(const control::Config& c, std::string_view who) {
   try {
     io::Hooks(hooks_config(c, /*translations=*/false)).remove();
   } catch (const std::exception& e) {
@@ -253,11 +256,7 @@ int remove_hooks_unless_running(const control::Config& c, std::string_view who) 
 // are given until a daemon listens again, where removing them would let every packet through
 // uninspected until the restart. Run by hand, it removes them: the operator opens the node.
 int cleanup(const control::Config& c) {
-  if (control::socket_answers(c.control.socket)) {
-    spdlog::error("cleanup: a pairwalld answers on {}: stop it first (systemctl stop pairwalld)",
-                  c.control.socket);
-    return 1;
-  }
+  if (refused_while_running(c, "cleanup")) return 1;
   int status = 0;
   const char* result = std::getenv("SERVICE_RESULT");
   if (result != nullptr && !c.queue.fail_open) {
@@ -266,7 +265,7 @@ int cleanup(const control::Config& c) {
         "false) until a daemon listens again; pairwalld --remove-hooks opens the node",
         result);
   } else {
-    status = remove_hooks_unless_running(c, "cleanup");
+    status = remove_hooks(c, "cleanup");
   }
   // Failover (failover/): a killed master's VIPs stay in the kernel until their lease ends;
   // remove them now.
@@ -836,6 +835,7 @@ int main(int argc, char** argv) {
   setup_logging(opt.foreground || opt.cleanup || opt.install_hooks || opt.remove_hooks, config.log.level);
   if (opt.cleanup) return cleanup(config);
   if (opt.install_hooks) return install_hooks(config);
-  if (opt.remove_hooks) return remove_hooks_unless_running(config, "remove-hooks");
+  if (opt.remove_hooks)
+    return refused_while_running(config, "remove-hooks") ? 1 : remove_hooks(config, "remove-hooks");
   return run(config);
 }
