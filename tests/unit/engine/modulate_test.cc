@@ -63,11 +63,7 @@ struct Connection {
     return b.payload(payload).build();
   }
 
-  uint32_t seq_of(const Bytes& packet) const { return get32(packet, tcp_offset() + 4); }
-
-  static uint32_t get32(const Bytes& b, std::size_t at) {
-    return uint32_t{pairwall::test::get16(b, at)} << 16 | pairwall::test::get16(b, at + 2);
-  }
+  uint32_t seq_of(const Bytes& packet) const { return pairwall::test::get32(packet, tcp_offset() + 4); }
 };
 
 // A handshake through `fw`; the offsets it drew for the client ([0]) and the server ([1]).

@@ -70,11 +70,7 @@ struct Ends {
     return b.build();
   }
 
-  uint32_t seq_of(const Bytes& packet) const { return get32(packet, tcp_offset() + 4); }
-
-  static uint32_t get32(const Bytes& b, std::size_t at) {
-    return uint32_t{pairwall::test::get16(b, at)} << 16 | pairwall::test::get16(b, at + 2);
-  }
+  uint32_t seq_of(const Bytes& packet) const { return pairwall::test::get32(packet, tcp_offset() + 4); }
 };
 
 IpAddress address(const std::string& text) {

@@ -62,6 +62,9 @@ inline void put32(Bytes& b, std::size_t at, uint32_t v) {
 inline uint16_t get16(const Bytes& b, std::size_t at) {
   return static_cast<uint16_t>(b.at(at) << 8 | b.at(at + 1));
 }
+inline uint32_t get32(const Bytes& b, std::size_t at) {
+  return uint32_t{get16(b, at)} << 16 | get16(b, at + 2);
+}
 inline Bytes truncated(Bytes b, std::size_t n) {
   if (n < b.size()) b.resize(n);
   return b;
