@@ -144,15 +144,19 @@ TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]
   anchored.anchor = "ext/ssh";
   anchored.anchor_number = 12;
   const Bytes v6 = PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").udp(1, 2).build();
+  // A verdict as the engine makes it: `by` decided, and its number is the verdict's.
+  const auto verdict = [](Verdict::Action action, Reason reason, const engine::rules::CompiledRule* by) {
+    Verdict v;
+    v.action = action;
+    v.reason = reason;
+    v.by_rule = by;
+    if (by != nullptr) v.rule = by->number;
+    return v;
+  };
 
   SECTION("a packet the in pass passed and the out pass blocked: pass in, block out") {
-    Verdict v;
-    v.action = Verdict::Action::Drop;
-    v.reason = Reason::RuleBlock;
-    v.rule = block_out.number;
-    v.by_rule = &block_out;
+    Verdict v = verdict(Verdict::Action::Drop, Reason::RuleBlock, &block_out);
     v.in_log_rule = &pass_in;
-    v.log = engine::logpass::kIn | engine::logpass::kOut;
     const LogMeta in = pass_log_meta(v, 0, v6);
     CHECK(in.family == engine::Family::V6);
     CHECK_FALSE(in.outbound);
@@ -166,11 +170,7 @@ TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]
     CHECK(out.rule == 7);
   }
   SECTION("an accepted packet: the out pass's own rule where it is not the deciding one") {
-    Verdict v;
-    v.action = Verdict::Action::Accept;
-    v.reason = Reason::Match;
-    v.rule = pass_in.number;
-    v.by_rule = &pass_in;
+    Verdict v = verdict(Verdict::Action::Accept, Reason::Match, &pass_in);
     v.out_log_rule = &anchored;
     const LogMeta in = pass_log_meta(v, 0, {});
     CHECK(in.family == engine::Family::V4);
@@ -187,11 +187,8 @@ TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]
     engine::rules::CompiledRule proxy_out;
     proxy_out.number = 9;
     proxy_out.action = engine::rules::Action::Pass;
-    Verdict v;
-    v.action = Verdict::Action::Drop;
-    v.reason = Reason::Synproxy;
+    Verdict v = verdict(Verdict::Action::Drop, Reason::Synproxy, &pass_in);
     v.rule = proxy_out.number;  // the out pass's `synproxy state` made the state
-    v.by_rule = &pass_in;
     v.out_log_rule = &proxy_out;
     const LogMeta in = pass_log_meta(v, 0, {});
     CHECK(in.pass);
@@ -202,10 +199,7 @@ TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]
     CHECK(out.rule == 9);
   }
   SECTION("a drop without a rule (a malformed packet) keeps its reason") {
-    Verdict v;
-    v.action = Verdict::Action::Drop;
-    v.reason = Reason::Short;
-    const LogMeta m = pass_log_meta(v, 0, {});
+    const LogMeta m = pass_log_meta(verdict(Verdict::Action::Drop, Reason::Short, nullptr), 0, {});
     CHECK_FALSE(m.pass);
     CHECK(m.reason == Reason::Short);
     CHECK(m.rule == engine::rules::kNoRule);
