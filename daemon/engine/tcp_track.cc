@@ -289,6 +289,11 @@ TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const Pac
     result.reason = Reason::StateMismatch;
     return result;
   }
+  // The SYN of an end the record has not heard from (the responder's SYN-ACK): nothing from that
+  // end can lag, so it opens its half as pf's first packet from an end does, taking the window
+  // scale it answers with and establishing the initiator. Re-anchored instead, the connection
+  // would go on unscaled and its responder's half would never leave Closed (tcp.opening).
+  if ((th.flags & kSyn) && sender.seqlo == 0) return track_tcp(sender, receiver, packet, current);
   const uint32_t sws = (sender.wscale && receiver.wscale) ? sender.wscale & PeerTracking::kScaleMask : 0;
   uint32_t end = th.seq + segment_length(packet);
   if (th.flags & (kSyn | kFin)) ++end;

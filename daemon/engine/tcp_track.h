@@ -34,7 +34,8 @@ TrackResult track_packet(PeerTracking& sender, PeerTracking& receiver, const Pac
 // The first packet seen locally on a state learned from the peer: the windows the peer reported
 // may lag the connection by up to one sync interval, so re-anchor them on this packet (as pf does
 // for connections it picks up mid-stream) instead of judging it against stale numbers.
-// Protocol sanity still applies: a SYN cannot revive an established state.
+// Protocol sanity still applies: a SYN cannot revive an established state, and the SYN of an end
+// the record has not heard from is tracked as by track_packet().
 TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const PacketView& packet,
                          TimeoutClass current) noexcept;
 

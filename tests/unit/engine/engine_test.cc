@@ -1266,6 +1266,18 @@ TEST_CASE("a peer that has only the SYN's insert carries the handshake on, whate
     CHECK(b.in(ack_from_server(80, 9001, 1201, 200)).reason == Reason::State);
     CHECK(b.out(ack_from_client(80, 1201, 9201)).reason == Reason::State);
   }
+  SECTION("the SYN-ACK first: its window scale holds, and the connection is established") {
+    CHECK(b.in(synack(80)).reason == Reason::State);
+    CHECK(b.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
+    // The client's window of 512 is 64 kB at scale 7: the server may fill it.
+    CHECK(b.in(ack_from_server(80, 9001, 1001, 1400)).reason == Reason::State);
+    CHECK(b.in(ack_from_server(80, 9001 + 1400, 1001, 1400)).reason == Reason::State);
+    CHECK(b.out(ack_from_client(80, 1001, 9001 + 2800)).reason == Reason::State);
+    auto state = b.engine.states().find_by_id(records.front().id);
+    REQUIRE(state);
+    CHECK(state->peer[1].state == static_cast<uint8_t>(TcpState::Established));
+    CHECK(state->timeout == TimeoutClass::TcpEstablished);
+  }
 }
 
 TEST_CASE("state ids count from the configured start, above every id of an earlier start", "[engine][sync]") {
