@@ -306,8 +306,19 @@ TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const Pac
     receiver.seqlo = th.ack;
     receiver.seqhi = th.ack + std::max<uint32_t>(static_cast<uint32_t>(th.window) << sws, 1);
   }
-  // The peer's record may predate the close; track flags as the strict path would.
+  // The peer's record may predate the handshake's end or the close; track flags as the strict
+  // path would, this end having sent at least its SYN (pf's first packet from an end). An end
+  // left below Established would keep the state in tcp.opening: the one the record never heard
+  // from for good, the other until this end sends again.
+  raise_state(sender, TcpState::SynSent, result.protocol_state_changed);
   if (th.flags & kFin) raise_state(sender, TcpState::Closing, result.protocol_state_changed);
+  if (th.flags & kAck) {
+    if (receiver.state == static_cast<uint8_t>(TcpState::SynSent)) {
+      raise_state(receiver, TcpState::Established, result.protocol_state_changed);
+    } else if (receiver.state == static_cast<uint8_t>(TcpState::Closing)) {
+      raise_state(receiver, TcpState::FinWait2, result.protocol_state_changed);
+    }
+  }
   if (th.flags & kRst) {
     raise_state(sender, TcpState::TimeWait, result.protocol_state_changed);
     raise_state(receiver, TcpState::TimeWait, result.protocol_state_changed);

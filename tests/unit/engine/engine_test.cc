@@ -1265,6 +1265,10 @@ TEST_CASE("a peer that has only the SYN's insert carries the handshake on, whate
   SECTION("the server's data, acknowledging client data that went by the old master") {
     CHECK(b.in(ack_from_server(80, 9001, 1201, 200)).reason == Reason::State);
     CHECK(b.out(ack_from_client(80, 1201, 9201)).reason == Reason::State);
+    auto state = b.engine.states().find_by_id(records.front().id);
+    REQUIRE(state);
+    CHECK(state->peer[1].state == static_cast<uint8_t>(TcpState::Established));
+    CHECK(state->timeout == TimeoutClass::TcpEstablished);
   }
   SECTION("the SYN-ACK first: its window scale holds, and the connection is established") {
     CHECK(b.in(synack(80)).reason == Reason::State);
@@ -1278,6 +1282,26 @@ TEST_CASE("a peer that has only the SYN's insert carries the handshake on, whate
     CHECK(state->peer[1].state == static_cast<uint8_t>(TcpState::Established));
     CHECK(state->timeout == TimeoutClass::TcpEstablished);
   }
+}
+
+TEST_CASE("a peer that missed the handshake's last ACK establishes on the client's first packet",
+          "[engine][sync]") {
+  Firewall a(kWebOnly, 1);
+  a.out(syn(80));
+  a.in(synack(80));
+  const auto records = a.drain();  // the SYN's insert and the SYN-ACK's update, not the ACK's
+  REQUIRE(records.size() == 2);
+  Firewall b(kWebOnly, 2);
+  for (const auto& r : records) REQUIRE(b.engine.apply(r, b.now));
+  // The request, then nothing while the server thinks (a long poll), longer than tcp.opening.
+  REQUIRE(b.out(ack_from_client(80, 1001, 9001, 300)).reason == Reason::State);
+  auto state = b.engine.states().find_by_id(records.front().id);
+  REQUIRE(state);
+  CHECK(state->peer[1].state == static_cast<uint8_t>(TcpState::Established));
+  CHECK(state->timeout == TimeoutClass::TcpEstablished);
+  state.release();
+  CHECK(b.engine.expire(b.now + Millis{60'000}) == 0);
+  CHECK(b.in(ack_from_server(80, 9001, 1301, 200)).reason == Reason::State);
 }
 
 TEST_CASE("state ids count from the configured start, above every id of an earlier start", "[engine][sync]") {
