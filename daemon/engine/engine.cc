@@ -312,6 +312,10 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
     r.proxy = entry.proxy;
     r.proxy_isn = {entry.proxy_isn[0], entry.proxy_isn[1]};
   }
+  if (entry.creator_rules != nullptr && entry.creator_rules->holds(entry.creator)) {
+    r.rules_digest = entry.creator_rules->digest();
+    r.rule_index = entry.creator_rules->index_of(entry.creator);
+  }
   return r;
 }
 
@@ -1312,10 +1316,19 @@ bool Engine::apply(const StateRecord& record, Millis now) {
 
   auto state = states_.find_by_id(record.id);
   if (!state && record.kind == StateRecord::Kind::Update) return false;  // the insert has not arrived
-  const Timeouts timeouts = rules()->timeouts();
+  const std::shared_ptr<const rules::RuleSet> current = rules();
+  const Timeouts timeouts = current->timeouts();
   if (!state) {
+    // The creator's rule, where this node runs the same rule set: the state lives by its timeouts
+    // here too, before and after this node takes the connection over (with the global ones, a
+    // rule's longer timeout would end an idle connection on this node that the creator keeps).
+    const rules::CompiledRule* creator = nullptr;
+    if (record.rules_digest != 0 && record.rules_digest == current->digest() &&
+        record.rule_index < current->size() && current->rule(record.rule_index).keep_state) {
+      creator = &current->rule(record.rule_index);
+    }
     // The record says how long the state has left; on our clock that is an older "last seen".
-    const Millis duration = timeouts[record.timeout];
+    const Millis duration = creator != nullptr ? creator->timeouts[record.timeout] : timeouts[record.timeout];
     const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
     StateTable::CreateStatus status;
     state = states_.create(record.stack_key, record.wire_key, record.id, record.timeout, duration, last_seen,
@@ -1336,6 +1349,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->proxy = record.proxy;
     state->proxy_isn[0] = record.proxy_isn[0];
     state->proxy_isn[1] = record.proxy_isn[1];
+    if (creator != nullptr) states_.attach_creator(state, creator, current);
   } else {
     // Merge: sequence numbers and protocol states only move forward.
     PeerTracking* local[2] = {&state->peer[0], &state->peer[1]};

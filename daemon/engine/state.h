@@ -106,6 +106,10 @@ struct StateRecord {
   // toward each end ([0] its SYN-ACK to the initiator, [1] its SYN to the responder; 0 not yet).
   Proxy proxy = Proxy::None;
   std::array<uint32_t, 2> proxy_isn{0, 0};
+  // The creating rule's index in its rule set (RuleSet::rule()) and that rule set's digest; 0: no
+  // creating rule. Inserts only.
+  uint64_t rules_digest = 0;
+  uint32_t rule_index = 0;
 };
 
 namespace stateflag {

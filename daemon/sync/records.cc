@@ -127,6 +127,10 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
   out->set_flags(r.flags);
   out->set_bulk(bulk);
   out->set_proxy(static_cast<uint32_t>(r.proxy));
+  if (r.rules_digest != 0) {
+    out->set_rules_digest(r.rules_digest);
+    out->set_rule_index(r.rule_index);
+  }
 }
 
 void encode_update(const engine::StateRecord& r, wire::Update* out) {
@@ -168,6 +172,8 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
   out.expires_in = engine::Millis{in.expires_in_ms()};
   out.rule = in.rule();
   out.flags = static_cast<uint8_t>(in.flags());
+  out.rules_digest = in.rules_digest();
+  out.rule_index = in.rule_index();
   return true;
 }
 

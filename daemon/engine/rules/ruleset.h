@@ -153,6 +153,8 @@ class RuleSet {
     return !rules_.empty() && !before(r, rules_.data()) && before(r, rules_.data() + rules_.size());
   }
   std::size_t size() const { return rules_.size(); }
+  // The index rule() gives `r` at. Precondition: holds(r).
+  uint32_t index_of(const CompiledRule* r) const noexcept { return static_cast<uint32_t>(r - rules_.data()); }
 
   // A digest of what this rule set decides and its settings (compile.cc says what it leaves out):
   // equal on two nodes that load the same rules, and sent to the peer with every keepalive.

@@ -1247,6 +1247,41 @@ TEST_CASE("records from the peer create states that pass mid-stream traffic", "[
   }
 }
 
+TEST_CASE("a peer's state lives by its rule's own timeouts, on the node that takes it over too",
+          "[engine][sync]") {
+  // udp.multiple is 60 s by default; this rule keeps its flows for 600 s of silence.
+  const std::string rules =
+      "block all\n"
+      "pass in on lan0 proto udp to port 53 keep state (udp.multiple 600)\n"
+      "pass out on wan0 proto udp to port 53\n";
+  Firewall a(rules, 1);
+  Firewall b(rules, 2);
+  const Bytes query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();
+  const Bytes answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).payload(120).build();
+  REQUIRE(a.out(query).reason == Reason::Match);
+  REQUIRE(a.in(answer).reason == Reason::State);
+  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+
+  // Two minutes of silence: the flow is alive on a, and on b, which takes it over.
+  a.now += Millis{120'000};
+  b.now += Millis{120'000};
+  CHECK(a.engine.expire(a.now) == 0);
+  CHECK(b.engine.expire(b.now) == 0);
+  CHECK(b.in(answer).reason == Reason::State);
+  // b forwards it now, by the same rule's timeouts.
+  b.now += Millis{120'000};
+  CHECK(b.engine.expire(b.now) == 0);
+  CHECK(b.out(query).reason == Reason::State);
+
+  // A node running other rules cannot tell which of its own is the creator's: the global timeouts.
+  Firewall other(rules + "pass in on lan0 proto udp to port 123\n", 3);
+  StateRecord insert;
+  a.engine.snapshot(a.now, [&](const StateRecord& r) { insert = r; });
+  REQUIRE(other.engine.apply(insert, other.now));
+  CHECK(other.engine.expire(other.now + Millis{59'000}) == 0);
+  CHECK(other.engine.expire(other.now + Millis{61'000}) == 1);
+}
+
 TEST_CASE("a peer that has only the SYN's insert carries the handshake on, whatever it missed",
           "[engine][sync]") {
   Firewall a(kWebOnly, 1);

@@ -24,6 +24,8 @@ void check_same(const StateRecord& a, const StateRecord& b) {
   CHECK(a.seqdiff == b.seqdiff);
   CHECK(a.proxy == b.proxy);
   CHECK(a.proxy_isn == b.proxy_isn);
+  CHECK(a.rules_digest == b.rules_digest);
+  CHECK(a.rule_index == b.rule_index);
 }
 
 StateRecord round_trip_insert(const StateRecord& r) {
@@ -69,6 +71,12 @@ TEST_CASE("inserts round trip", "[sync][records]") {
     r.flags = pairwall::engine::stateflag::kModulated;
     r.proxy = pairwall::engine::Proxy::Responder;
     r.proxy_isn = {0xdeadbeef, 0x00000001};
+    check_same(round_trip_insert(r), r);
+  }
+  SECTION("the creating rule, by its place in a rule set of that digest") {
+    auto r = test::make_insert(1, 9);
+    r.rules_digest = 0x8000000000000001;
+    r.rule_index = 12;
     check_same(round_trip_insert(r), r);
   }
   SECTION("UDP with flow states") {
