@@ -1319,6 +1319,14 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   const std::shared_ptr<const rules::RuleSet> current = rules();
   const Timeouts timeouts = current->timeouts();
   if (!state) {
+    // One of the states this node created since it started, and holds no more, was removed here
+    // (killed, cut at a source limit, flushed, replaced on its ports, expired): a copy of it that
+    // the peer made before it heard of that (a bulk or a resync crossing the delete) would bring
+    // back a connection this node ended. Those of an earlier start are taken back as ever.
+    if (record.id.creator == config_.node_id && record.id.counter >= config_.first_state_counter &&
+        record.id.counter < next_state_counter_.load(std::memory_order_relaxed)) {
+      return false;
+    }
     // The creator's rule, where this node runs the same rule set: the state lives by its timeouts
     // here too, before and after this node takes the connection over (with the global ones, a
     // rule's longer timeout would end an idle connection on this node that the creator keeps).

@@ -12,7 +12,7 @@ ApplyResult EngineStore::apply(const engine::StateRecord& record, Micros now) {
   auto& states = engine_.states();
   if (record.kind == Kind::Insert && states.size() < states.limit()) {
     // The same connection exists under another id (both nodes saw its first packet): the local
-    // entry stands.
+    // entry stands. Or the state is one this node created and removed since: the removal stands.
     return ApplyResult::Stale;
   }
   return ApplyResult::Failed;

@@ -1282,6 +1282,38 @@ TEST_CASE("a peer's state lives by its rule's own timeouts, on the node that tak
   CHECK(other.engine.expire(other.now + Millis{61'000}) == 1);
 }
 
+TEST_CASE("a state this node removed is not brought back by the peer's copy that crossed the delete",
+          "[engine][sync]") {
+  Firewall a(kWebOnly, 1);
+  Firewall b(kWebOnly, 2);
+  // b carries a connection; a has it.
+  b.out(syn(80));
+  b.in(synack(80));
+  b.out(ack_from_client(80, 1001, 9001));
+  for (const auto& r : b.drain()) REQUIRE(a.engine.apply(r, a.now));
+  REQUIRE(a.engine.states().size() == 1);
+
+  // a sends its table (a bulk, a full or an incremental resync) as b kills the connection: a's copy
+  // was made before a heard of the delete, and reaches b after it.
+  StateRecord copy;
+  a.engine.snapshot(a.now, [&](const StateRecord& r) { copy = r; });
+  REQUIRE(b.engine.kill_states([](const StateEntry&) { return true; }) == 1);
+  StateRecord gone;
+  REQUIRE(b.engine.control_events().pop(gone));
+  CHECK_FALSE(b.engine.apply(copy, b.now));
+  CHECK(b.engine.states().size() == 0);
+  CHECK(b.out(ack_from_client(80, 1001, 9001, 100)).reason == Reason::RuleBlock);
+  REQUIRE(a.engine.apply(gone, a.now));
+  CHECK(a.engine.states().size() == 0);
+
+  // A state of b's earlier start, which a kept across b's restart, is b's again.
+  EngineConfig restarted = pairwall::test::test_config(2);
+  restarted.first_state_counter = uint64_t{1} << 40;
+  Firewall b2(kWebOnly, restarted);
+  CHECK(b2.engine.apply(copy, b2.now));
+  CHECK(b2.engine.states().size() == 1);
+}
+
 TEST_CASE("a peer that has only the SYN's insert carries the handshake on, whatever it missed",
           "[engine][sync]") {
   Firewall a(kWebOnly, 1);
