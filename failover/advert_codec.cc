@@ -66,6 +66,11 @@ std::size_t AdvertCodec::encode(const Advert& advert, std::span<uint8_t> out) no
   p[7] = static_cast<uint8_t>(body);
   if (!message_.SerializeToArray(p + kAdvertHeaderSize, static_cast<int>(body))) return 0;
   tag(std::span<const uint8_t>(p, kAdvertHeaderSize + body), p + kAdvertHeaderSize + body);
+  if (advert.node_id == own_node_id_) {
+    sent_epoch_ = advert.boot_epoch;
+    sent_counter_ = advert.counter;
+    sent_ = true;
+  }
   return total;
 }
 
@@ -110,7 +115,13 @@ AdvertCodec::Result AdvertCodec::decode(std::span<const uint8_t> frame, int ttl)
     return reject(Reject::Malformed);
   }
   a.advskew = static_cast<uint8_t>(skew);
-  if (a.node_id == own_node_id_) return reject(Reject::Own);
+  if (a.node_id == own_node_id_) {
+    // Multicast loop is off, yet a bridge loop, a reflecting switch port or two VIP interfaces on
+    // one segment bring our own frames back (carp(4): "replay or network loop detected"). Another
+    // node configured with our id runs under its own boot epoch.
+    const bool ours = sent_ && a.boot_epoch == sent_epoch_ && a.counter <= sent_counter_;
+    return reject(ours ? Reject::Replay : Reject::Own);
+  }
 
   ReplayMark* mark = nullptr;
   for (auto& m : marks_) {

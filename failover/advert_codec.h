@@ -60,7 +60,9 @@ class AdvertCodec {
   };
   // Checks one received frame. `ttl` is the IPv4 TTL or IPv6 hop limit it arrived with, -1 when
   // the kernel did not report it (treated as bad). An accepted frame raises the sender's replay
-  // mark; a rejected one changes nothing but its counter.
+  // mark; a rejected one changes nothing but its counter. A frame with our node id is Replay when
+  // encode() made it (a loop on the segment brought it back), Own otherwise (another node has our
+  // id).
   Result decode(std::span<const uint8_t> frame, int ttl) noexcept;
 
   const std::array<uint64_t, kRejectCount>& rejects() const { return rejects_; }
@@ -81,6 +83,10 @@ class AdvertCodec {
   uint32_t own_node_id_;
   wire::Advertisement message_;  // reused: a scalar-only message parses without allocating
   std::array<ReplayMark, 8> marks_{};
+  // The last frame we encoded with our own node id: what a loop would bring back.
+  uint64_t sent_epoch_ = 0;
+  uint64_t sent_counter_ = 0;
+  bool sent_ = false;
   uint64_t uses_ = 0;
   std::array<uint64_t, kRejectCount> rejects_{};
   uint64_t accepted_ = 0;

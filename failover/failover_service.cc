@@ -253,8 +253,8 @@ void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl) {
   if (!running_) return;
   const auto r = codec_.decode(frame, ttl);
   if (!r.ok && r.reason == Reject::Own && !own_id_logged_) {
-    // Our own adverts never come back (multicast loop is off): another node has this node's id,
-    // and neither can win an election against the other.
+    // Our own adverts brought back by a loop are replays (the codec knows what it sent): this is
+    // another node with this node's id, and neither can win an election against the other.
     own_id_logged_ = true;
     spdlog::error(
         "failover: another node advertises with this node's id {} on vhid {}: give each node of the "

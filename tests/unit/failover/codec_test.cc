@@ -184,6 +184,41 @@ TEST_CASE("replay: (boot epoch, counter) must grow per sender; copies are not re
   CHECK(rx.accepted() == 4);
 }
 
+TEST_CASE("our own frame coming back is a replay, not another node with our id", "[codec]") {
+  // A bridge loop, a reflecting switch port or two VIP interfaces on one segment hand a node its
+  // own advertisements; only a frame of another boot epoch is another node configured alike.
+  pf::AdvertCodec codec(kKey, 9, 2);
+  Frame sent;
+  for (uint64_t counter = 1; counter <= 3; ++counter) {
+    sent.assign(pf::kAdvertMaxFrame, 0);
+    sent.resize(codec.encode(sample(counter), sent));
+    REQUIRE(!sent.empty());
+  }
+  auto r = codec.decode(sent, 255);
+  CHECK_FALSE(r.ok);
+  CHECK(r.reason == pf::Reject::Replay);
+  r = codec.decode(encode(sample(2)), 255);
+  CHECK(r.reason == pf::Reject::Replay);
+  CHECK(codec.rejects()[static_cast<std::size_t>(pf::Reject::Own)] == 0);
+
+  auto other = sample(1);
+  other.boot_epoch += 1;  // another process with node id 2
+  r = codec.decode(encode(other), 255);
+  CHECK(r.reason == pf::Reject::Own);
+  other.boot_epoch -= 2;
+  r = codec.decode(encode(other), 255);
+  CHECK(r.reason == pf::Reject::Own);
+  // Same epoch but a counter we have not sent yet: not ours either.
+  r = codec.decode(encode(sample(4)), 255);
+  CHECK(r.reason == pf::Reject::Own);
+  CHECK(codec.rejects()[static_cast<std::size_t>(pf::Reject::Own)] == 3);
+  CHECK(codec.rejects()[static_cast<std::size_t>(pf::Reject::Replay)] == 2);
+
+  // Before it has sent anything, no frame can be a node's own.
+  pf::AdvertCodec fresh(kKey, 9, 2);
+  CHECK(fresh.decode(encode(sample(1)), 255).reason == pf::Reject::Own);
+}
+
 TEST_CASE("every reject reason has a distinct metrics name", "[codec]") {
   std::vector<std::string> names;
   for (std::size_t i = 0; i < pf::kRejectCount; ++i) {
