@@ -1394,7 +1394,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   const Millis duration = state->creator ? state->creator->timeouts[timeout] : timeouts[timeout];
   // The record says how long the state has left; express that as "last seen" on our clock.
   const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
-  states_.touch(state, timeout, duration, last_seen);
+  states_.file_learned(state, timeout, duration, last_seen, now);
   return true;
 }
 

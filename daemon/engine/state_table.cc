@@ -35,6 +35,31 @@ constexpr std::size_t kHugeChunkEntries = kHugeChunkBytes / sizeof(StateEntry);
 
 static_assert(sizeof(StateEntry) % 64 == 0);
 
+// Entries learned from the peer are filed by their time left, rounded up to one of 8 steps per
+// power of two milliseconds above 1,024 (so at most an eighth of it late), in queues of their own:
+// a record's time left says nothing of where the other entries of its duration's queue stand.
+// Longer than 2^40 ms (35 years) counts as that.
+constexpr uint16_t kTimeLeft = 0x8000;  // a queue index's bit for the time-left queues
+constexpr int kTimeLeftFirstPower = 10;
+constexpr int kTimeLeftLastPower = 40;
+constexpr uint16_t kTimeLeftSteps = 1 + 8 * (kTimeLeftLastPower - kTimeLeftFirstPower);
+
+uint16_t time_left_step(Millis time_left) {
+  const uint64_t ms = static_cast<uint64_t>(
+      std::clamp<Millis::rep>(time_left.count(), 1, Millis::rep{1} << kTimeLeftLastPower));
+  if (ms <= uint64_t{1} << kTimeLeftFirstPower) return 0;
+  const int power = std::bit_width(ms - 1) - 1;  // ms in (2^power, 2^(power + 1)]
+  const uint64_t unit = uint64_t{1} << (power - 3);
+  const uint64_t eighths = (ms + unit - 1) / unit;  // 9 to 16
+  return static_cast<uint16_t>(1 + 8 * (power - kTimeLeftFirstPower) + (eighths - 9));
+}
+
+Millis time_left_of(uint16_t step) {
+  if (step == 0) return Millis{Millis::rep{1} << kTimeLeftFirstPower};
+  const int power = kTimeLeftFirstPower + (step - 1) / 8;
+  return Millis{static_cast<Millis::rep>(uint64_t{9u + (step - 1u) % 8u} << (power - 3))};
+}
+
 void prefetch_read(const void* p) {
   __builtin_prefetch(p, 0, 3);
 }
@@ -119,8 +144,11 @@ struct StateTable::Shard {
   // lock and only ever computes an address from them.
   std::atomic<const uintptr_t*> bucket_base{nullptr};
   std::atomic<std::size_t> bucket_mask{0};
-  std::size_t links = 0;  // key links filed in this shard
-  std::vector<Queue> queues;
+  std::size_t links = 0;      // key links filed in this shard
+  std::vector<Queue> queues;  // one per timeout duration
+  // One per step of time left (time_left_step()), for entries filed by file_learned(); made on
+  // first use. An entry's `queue` names one of these with kTimeLeft set.
+  std::vector<Queue> time_left_queues;
   std::vector<Chunk> chunks;
   StateEntry* free_list = nullptr;
 
@@ -178,6 +206,17 @@ struct StateTable::Shard {
     free_list = e;
   }
 
+  Queue& queue(uint16_t index) {
+    return index & kTimeLeft ? time_left_queues[index & ~kTimeLeft] : queues[index];
+  }
+
+  // Every queue's index, those by duration first.
+  template <typename Visit>
+  void for_each_queue(Visit visit) {
+    for (std::size_t i = 0; i < queues.size(); ++i) visit(static_cast<uint16_t>(i));
+    for (std::size_t i = 0; i < time_left_queues.size(); ++i) visit(static_cast<uint16_t>(i | kTimeLeft));
+  }
+
   uint16_t queue_for(Millis duration) {
     for (std::size_t i = 0; i < queues.size(); ++i) {
       if (queues[i].duration == duration) return static_cast<uint16_t>(i);
@@ -186,15 +225,24 @@ struct StateTable::Shard {
     return static_cast<uint16_t>(queues.size() - 1);
   }
 
+  uint16_t queue_for_time_left(Millis time_left) {
+    if (time_left_queues.empty()) {
+      time_left_queues.resize(kTimeLeftSteps);
+      for (uint16_t step = 0; step < kTimeLeftSteps; ++step)
+        time_left_queues[step].duration = time_left_of(step);
+    }
+    return static_cast<uint16_t>(time_left_step(time_left) | kTimeLeft);
+  }
+
   void queue_unlink(StateEntry* e) {
-    Queue& q = queues[e->queue];
+    Queue& q = queue(e->queue);
     (e->queue_prev ? e->queue_prev->queue_next : q.head) = e->queue_next;
     (e->queue_next ? e->queue_next->queue_prev : q.tail) = e->queue_prev;
     e->queue_prev = e->queue_next = nullptr;
   }
 
   void queue_append(StateEntry* e, uint16_t index) {
-    Queue& q = queues[index];
+    Queue& q = queue(index);
     e->queue = index;
     e->queue_prev = q.tail;
     e->queue_next = nullptr;
@@ -505,7 +553,7 @@ void StateTable::touch(Handle& handle, TimeoutClass timeout, Millis duration, Mi
   e->timeout = timeout;
   if (last_seen > e->last_seen) e->last_seen = last_seen;
   uint16_t q = e->queue;
-  if (home.queues[q].duration != duration) {
+  if (home.queue(q).duration != duration) {
     try {
       q = home.queue_for(duration);
     } catch (const std::bad_alloc&) {
@@ -516,6 +564,25 @@ void StateTable::touch(Handle& handle, TimeoutClass timeout, Millis duration, Mi
   home.queue_unlink(e);
   home.queue_append(e, q);
   e->queued_at = e->last_seen;
+}
+
+void StateTable::file_learned(Handle& handle, TimeoutClass timeout, Millis duration, Millis last_seen,
+                              Millis now) noexcept {
+  StateEntry* e = handle.get();
+  if (last_seen > e->last_seen) e->last_seen = last_seen;
+  // Seen of late (here or by the peer): its place at its duration queue's tail is in order.
+  if (e->last_seen + kRequeueAfter > now) return touch(handle, timeout, duration, e->last_seen);
+  Shard& home = *shards_[e->home];
+  uint16_t q = 0;
+  try {
+    q = home.queue_for_time_left(e->last_seen + duration - now);
+  } catch (const std::bad_alloc&) {
+    return touch(handle, timeout, duration, e->last_seen);  // late, but bounded by `duration`
+  }
+  e->timeout = timeout;
+  home.queue_unlink(e);
+  home.queue_append(e, q);
+  e->queued_at = now;
 }
 
 void StateTable::attach_creator(Handle& handle, const rules::CompiledRule* rule,
@@ -576,10 +643,10 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
       handle.locked_[0] = &shard;
       // Pop expired heads that live in this shard alone; stop at the first that spans two.
       StateEntry* cross = nullptr;
-      for (uint16_t qi = 0; qi < shard.queues.size(); ++qi) {
-        auto& q = shard.queues[qi];
+      shard.for_each_queue([&](uint16_t qi) {
+        auto& q = shard.queue(qi);
         const Millis duration = scaled(q.duration, timeout_scale);
-        while (q.head != nullptr && q.head->queued_at + duration <= now) {
+        while (cross == nullptr && q.head != nullptr && q.head->queued_at + duration <= now) {
           StateEntry* e = q.head;
           if (e->last_seen + duration > now) {
             // Seen since it was queued: back to the tail, at its last activity.
@@ -596,8 +663,7 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
           unlink_and_free(e);
           ++removed;
         }
-        if (cross != nullptr) break;
-      }
+      });
       if (cross == nullptr) break;  // handle unlocks
       // Take both locks in order, then re-check that the entry is still an expired head.
       const uint16_t other = cross->wire_shard;
@@ -608,7 +674,7 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
         handle.release();
         lock_pair(handle, other, s);
       }
-      const Shard::Queue& q = shard.queues[cross->queue];
+      const Shard::Queue& q = shard.queue(cross->queue);
       if (q.head == cross && cross->home == s && cross->wire_shard == other &&
           cross->last_seen + scaled(q.duration, timeout_scale) <= now) {
         if (on_expired) on_expired(*cross);
@@ -635,9 +701,9 @@ std::size_t StateTable::clear(const std::function<void(const StateEntry&)>& on_r
 void StateTable::for_each(const std::function<void(const StateEntry&)>& visit) const {
   for (const auto& shard : shards_) {
     std::lock_guard guard(shard->lock);
-    for (const auto& q : shard->queues) {
-      for (const StateEntry* e = q.head; e != nullptr; e = e->queue_next) visit(*e);
-    }
+    shard->for_each_queue([&](uint16_t qi) {
+      for (const StateEntry* e = shard->queue(qi).head; e != nullptr; e = e->queue_next) visit(*e);
+    });
   }
 }
 

@@ -16,7 +16,8 @@
 // misses on its neighbours) per packet. expire() pops heads: an expired head is removed, a head
 // seen since it was queued goes back to the tail. Work per call is O(expired + requeued), each
 // entry requeued at most once per timeout period, never a sweep (the load-model thesis measured
-// the jitter of pf's purge sweep); an entry expires at most kRequeueAfter late.
+// the jitter of pf's purge sweep); an entry expires at most kRequeueAfter late (one learned from
+// the peer, filed by its time left, at most an eighth of that).
 //
 // Memory. Entries come from per-shard slabs of fixed-size chunks and return to a free list; the
 // table never exceeds its limit, and hitting the limit is counted by the caller (StateLimit).
@@ -68,7 +69,7 @@ struct alignas(64) StateEntry {
   uint64_t bytes[2] = {0, 0};
   // Line 2: identity, expiry and sync.
   StateId id;
-  Millis queued_at{0};  // when the entry took its place in its expiry queue (<= last_seen)
+  Millis queued_at{0};  // when the entry took its place in its expiry queue
   Millis last_synced{0};
   // The rule that created the state, kept alive across reloads by creator_rules.
   const rules::CompiledRule* creator = nullptr;
@@ -163,6 +164,12 @@ class StateTable {
 
   // Records activity: entry->last_seen = last_seen, class `timeout`, queue for `duration`.
   void touch(Handle& handle, TimeoutClass timeout, Millis duration, Millis last_seen) noexcept;
+  // touch() for what the peer reports, whose `last_seen` (its time left on this node's clock) may
+  // lie long before `now`: filed at its duration queue's tail, such an entry would wait behind
+  // entries of later deadlines, up to `duration` late. It joins a queue of its time left instead,
+  // and expires at most an eighth of that late.
+  void file_learned(Handle& handle, TimeoutClass timeout, Millis duration, Millis last_seen,
+                    Millis now) noexcept;
 
   // Makes `rule` (of `rules`) the entry's creator and counts the entry in the rule's
   // states_current. The count is given back when the entry is removed, whichever way (erase,

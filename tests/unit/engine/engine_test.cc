@@ -1314,6 +1314,31 @@ TEST_CASE("a state this node removed is not brought back by the peer's copy that
   CHECK(b2.engine.states().size() == 1);
 }
 
+TEST_CASE("a peer's states expire by the time they have left, whatever order their records come in",
+          "[engine][sync]") {
+  const std::string rules = "pass out on wan0 proto udp\n";
+  Firewall a(rules, 1);
+  Firewall b(rules, 2);
+  REQUIRE(a.out(PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).build()).reason == Reason::Match);
+  const auto made = a.drain();
+  REQUIRE(made.size() == 1);
+  // A bulk lists states in no order of their lifetimes: one just active, then 32 with 2 s left.
+  REQUIRE(b.engine.apply(made[0], b.now));
+  for (uint16_t i = 1; i <= 32; ++i) {
+    StateRecord r = made[0];
+    r.id.counter += i;
+    r.stack_key.port[0] = static_cast<uint16_t>(r.stack_key.port[0] + i);
+    r.wire_key = r.stack_key;
+    r.expires_in = Millis{2'000};
+    REQUIRE(b.engine.apply(r, b.now));
+  }
+  REQUIRE(b.engine.states().size() == 33);
+  CHECK(b.engine.expire(b.now + Millis{1'999}) == 0);
+  // On time, but for an eighth of their time left; not behind the state that has longer.
+  CHECK(b.engine.expire(b.now + Millis{2'250}) == 32);
+  CHECK(b.engine.states().size() == 1);
+}
+
 TEST_CASE("a peer that has only the SYN's insert carries the handshake on, whatever it missed",
           "[engine][sync]") {
   Firewall a(kWebOnly, 1);

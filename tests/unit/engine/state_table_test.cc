@@ -250,6 +250,44 @@ TEST_CASE("a busy entry stays while touched and expires at most kRequeueAfter la
   CHECK(t.expire(Millis{7000} + StateTable::kRequeueAfter, nullptr) == 1);
 }
 
+TEST_CASE("an entry learned from the peer expires by its time left, never early, at most an eighth late",
+          "[state_table]") {
+  constexpr Millis kDay{86'400'000};
+  const Millis now{kDay * 2};
+  for (const int64_t left : {1, 900, 1'024, 1'025, 1'500, 2'049, 59'999, 60'000, 3'600'000, 86'399'999}) {
+    INFO("time left " << left << " ms");
+    StateTable t(1, kKey, 100);
+    // Another entry of the same duration, active just now, queued ahead of it.
+    make(t, tcp_key(9, 1, 2, 2), 9, now, kDay).release();
+    const auto k = tcp_key(1, 1, 2, 2);
+    const Millis last_seen = now + Millis{left} - kDay;
+    make(t, k, 1, last_seen, kDay).release();
+    {
+      auto h = t.find(k, t.hash(k));
+      REQUIRE(h);
+      t.file_learned(h, TimeoutClass::TcpEstablished, kDay, last_seen, now);
+    }
+    CHECK(t.expire(now + Millis{left - 1}, nullptr) == 0);
+    t.expire(now + std::max(Millis{left + left / 8}, Millis{1'024}), nullptr);
+    CHECK_FALSE(t.find(k, t.hash(k)));
+  }
+}
+
+TEST_CASE("a learned entry the peer or a packet saw of late is filed by its duration", "[state_table]") {
+  StateTable t(1, kKey, 100);
+  const auto k = tcp_key(1, 1, 2, 2);
+  make(t, k, 1, Millis{0}, Millis{10'000}).release();
+  {
+    auto h = t.find(k, t.hash(k));
+    // 8.5 s left of 10 s: filed by its time left.
+    t.file_learned(h, TimeoutClass::TcpEstablished, Millis{10'000}, Millis{39'500}, Millis{41'000});
+    // Then a packet at 45 s: 10 s from then, as any entry of that duration.
+    t.touch(h, TimeoutClass::TcpEstablished, Millis{10'000}, Millis{45'000});
+  }
+  CHECK(t.expire(Millis{54'999}, nullptr) == 0);
+  CHECK(t.expire(Millis{55'000}, nullptr) == 1);
+}
+
 TEST_CASE("entries stay findable across a raised limit and into huge-page chunks", "[state_table]") {
   // 3 000 entries in 1 shard: past the small chunks, so some come from the 2 MiB chunks; the
   // raised limit rehashes the key index with every entry in it.
