@@ -1388,7 +1388,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->proxy = std::max(state->proxy, record.proxy);
   }
   state->named_at = peer_sequence_;
-  const TimeoutClass timeout = record.stack_key.proto == ipproto::kTcp
+  // An update names no key: the entry's own says whether the class follows the TCP states, which
+  // only move forward, rather than the record's, which a late update may have taken earlier.
+  const TimeoutClass timeout = state->key(0).proto == ipproto::kTcp
                                    ? tcp_timeout_class(state->peer[0], state->peer[1])
                                    : record.timeout;
   const Millis duration = state->creator ? state->creator->timeouts[timeout] : timeouts[timeout];

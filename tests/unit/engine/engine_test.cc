@@ -1314,6 +1314,29 @@ TEST_CASE("a state this node removed is not brought back by the peer's copy that
   CHECK(b2.engine.states().size() == 1);
 }
 
+TEST_CASE("a late update from the peer does not take an established state back to the handshake's timeout",
+          "[engine][sync]") {
+  Firewall a(kWebOnly, 1);
+  Firewall b(kWebOnly, 2);
+  a.out(syn(80));
+  auto records = a.drain();
+  REQUIRE(records.size() == 1);
+  // What the wire brings of an update: no key (decode_update), the class the sender had then.
+  StateRecord late = records.front();
+  late.kind = StateRecord::Kind::Update;
+  late.stack_key = StateKey{};
+  late.wire_key = StateKey{};
+  REQUIRE(late.timeout == TimeoutClass::TcpFirst);
+  REQUIRE(b.engine.apply(records.front(), b.now));
+  a.in(synack(80));
+  a.out(ack_from_client(80, 1001, 9001));
+  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+  // Resent after the handshake's end, or overtaken by it.
+  REQUIRE(b.engine.apply(late, b.now));
+  CHECK(b.engine.expire(b.now + Millis{120'000}) == 0);
+  CHECK(b.out(ack_from_client(80, 1001, 9001, 100)).reason == Reason::State);
+}
+
 TEST_CASE("a peer's states expire by the time they have left, whatever order their records come in",
           "[engine][sync]") {
   const std::string rules = "pass out on wan0 proto udp\n";
