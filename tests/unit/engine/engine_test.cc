@@ -1314,6 +1314,37 @@ TEST_CASE("a state this node removed is not brought back by the peer's copy that
   CHECK(b2.engine.states().size() == 1);
 }
 
+TEST_CASE("the peer's newer state on a key takes the place of its older one whose delete is behind it",
+          "[engine][sync]") {
+  const std::string rules = "pass out on wan0 proto udp\n";
+  Firewall a(rules, 1);
+  Firewall b(rules, 2);
+  const Bytes query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).build();
+  const Bytes answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).build();
+  REQUIRE(a.out(query).reason == Reason::Match);
+  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+  // a ends the flow, and the same ports start another at once; its insert overtakes the delete.
+  REQUIRE(a.engine.kill_states([](const StateEntry&) { return true; }) == 1);
+  StateRecord gone;
+  REQUIRE(a.engine.control_events().pop(gone));
+  REQUIRE(a.out(query).reason == Reason::Match);
+  const auto made = a.drain();
+  REQUIRE(made.size() == 1);
+  REQUIRE(made[0].id.counter > gone.id.counter);
+  CHECK(b.engine.apply(made[0], b.now));
+  CHECK_FALSE(b.engine.apply(gone, b.now));
+  REQUIRE(b.engine.states().size() == 1);
+  CHECK(b.engine.states().find_by_id(made[0].id));
+  CHECK(b.in(answer).reason == Reason::State);
+
+  // An older state of the creator's does not replace its newer one.
+  StateRecord older = made[0];
+  older.id.counter = gone.id.counter;
+  older.kind = StateRecord::Kind::Insert;
+  CHECK_FALSE(b.engine.apply(older, b.now));
+  CHECK(b.engine.states().find_by_id(made[0].id));
+}
+
 TEST_CASE("a late update from the peer does not take an established state back to the handshake's timeout",
           "[engine][sync]") {
   Firewall a(kWebOnly, 1);
