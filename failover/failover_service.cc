@@ -177,12 +177,17 @@ void FailoverService::apply(Time t, const Actions& a) {
   if (a.announce && vips_held_) {
     announce_all();
     announce_fast_left_ = config_.announce_count;
-    next_announce_ =
-        announce_fast_left_ ? t + milliseconds(config_.effective_announce_interval_ms()) : kNever;
     // While a killed master's kernel may still answer for the VIPs (until its lease runs out),
-    // keep repeating, slower, so every neighbour ends on our side.
+    // keep repeating, slower, so every neighbour ends on our side; with no fast repeats as well.
     const uint32_t lease = vips_ ? vips_->lease_s() : 0;
     announce_tail_until_ = lease ? t + std::chrono::seconds(lease + 1) : t;
+    if (announce_fast_left_ > 0) {
+      next_announce_ = t + milliseconds(config_.effective_announce_interval_ms());
+    } else if (t < announce_tail_until_) {
+      next_announce_ = t + std::chrono::seconds(1);
+    } else {
+      next_announce_ = kNever;
+    }
   }
   log_new_transitions();
 }
