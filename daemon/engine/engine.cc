@@ -1143,6 +1143,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   state->peer[0] = src;
   state->peer[1] = dst;
   state->rule = creating_rule;
+  state->packets[0] = 1;
+  state->bytes[0] = bytes.size();
   // Also on a translated connection's state that no rule keeps: its rules' allow-opts holds.
   if (allow_opts) state->flags |= stateflag::kAllowOpts;
   if (creator != nullptr) {
@@ -1170,8 +1172,6 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       state->proxy_isn[0] = worker.next_seqdiff();
     }
   }
-  state->packets[0] = 1;
-  state->bytes[0] = bytes.size();
   state->last_synced = now;
   if (creator != nullptr) creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
   if (synced(*state)) {

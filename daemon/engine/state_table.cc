@@ -60,6 +60,18 @@ Millis time_left_of(uint16_t step) {
   return Millis{static_cast<Millis::rep>(uint64_t{9u + (step - 1u) % 8u} << (power - 3))};
 }
 
+// Adds the entry's packets and bytes since the last fold to its creator's counters (see
+// StateTable::attach_creator).
+void fold_counters(StateEntry& e) noexcept {
+  if (e.creator == nullptr) return;
+  const uint64_t packets = e.packets[0] + e.packets[1];
+  const uint64_t bytes = e.bytes[0] + e.bytes[1];
+  e.creator->stats->packets.fetch_add(packets - e.folded_packets, std::memory_order_relaxed);
+  e.creator->stats->bytes.fetch_add(bytes - e.folded_bytes, std::memory_order_relaxed);
+  e.folded_packets = packets;
+  e.folded_bytes = bytes;
+}
+
 void prefetch_read(const void* p) {
   __builtin_prefetch(p, 0, 3);
 }
@@ -561,6 +573,7 @@ void StateTable::touch(Handle& handle, TimeoutClass timeout, Millis duration, Mi
     }
   }
   if (q == e->queue && e->last_seen - e->queued_at < kRequeueAfter) return;
+  fold_counters(*e);
   home.queue_unlink(e);
   home.queue_append(e, q);
   e->queued_at = e->last_seen;
@@ -590,11 +603,14 @@ void StateTable::attach_creator(Handle& handle, const rules::CompiledRule* rule,
   StateEntry* e = handle.get();
   e->creator = rule;
   e->creator_rules = std::move(rules);
+  e->folded_packets = e->packets[0] + e->packets[1];
+  e->folded_bytes = e->bytes[0] + e->bytes[1];
   if (rule != nullptr) rule->stats->states_current.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The one place an entry leaves the table.
 void StateTable::unlink_and_free(StateEntry* e) noexcept {
+  fold_counters(*e);
   if (e->creator != nullptr) e->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
   if (e->source != nullptr) sources_->release(e->source, (e->flags & stateflag::kSourceConnection) != 0);
   Shard& home = *shards_[e->home];
@@ -650,6 +666,7 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
           StateEntry* e = q.head;
           if (e->last_seen + duration > now) {
             // Seen since it was queued: back to the tail, at its last activity.
+            fold_counters(*e);
             shard.queue_unlink(e);
             shard.queue_append(e, qi);
             e->queued_at = e->last_seen;

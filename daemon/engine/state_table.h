@@ -99,6 +99,9 @@ struct alignas(64) StateEntry {
   // sequence numbers this node chose, [0] answering the initiator, [1] opening to the responder.
   Proxy proxy = Proxy::None;
   uint32_t proxy_isn[2] = {0, 0};
+  // What of packets and bytes the creator's counters hold already (StateTable folds the rest in).
+  uint64_t folded_packets = 0;
+  uint64_t folded_bytes = 0;
 
   // Key 0 is the stack key, key 1 the wire key.
   KeyLink& link(int k) { return k == 0 ? stack_link : wire_link; }
@@ -174,6 +177,9 @@ class StateTable {
   // Makes `rule` (of `rules`) the entry's creator and counts the entry in the rule's
   // states_current. The count is given back when the entry is removed, whichever way (erase,
   // expire, clear): removal has one path, unlink_and_free(), and that is where it happens.
+  // The entry's later packets and bytes are added to the rule's, as pf counts a state's packets to
+  // its rule: whenever the entry is requeued (at most once a second) and at its removal, never
+  // per packet. Those it holds already are the rule's (the packet that made it matched the rule).
   void attach_creator(Handle& handle, const rules::CompiledRule* rule,
                       std::shared_ptr<const rules::RuleSet> rules) noexcept;
 

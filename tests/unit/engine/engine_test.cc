@@ -417,6 +417,28 @@ TEST_CASE("port reuse gives the old state's place back to its rule's (max N)", "
   CHECK(current() == 0);
 }
 
+TEST_CASE("a rule's counters take in its states' packets, within a second and at the state's end",
+          "[engine][counters]") {
+  Firewall fw("pass out on wan0 proto udp\n");
+  const Bytes query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();
+  const Bytes answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).payload(100).build();
+  const auto& stats = *fw.engine.rules()->rule(0).stats;
+  REQUIRE(fw.out(query).reason == Reason::Match);
+  CHECK(stats.packets == 1);
+  CHECK(stats.bytes == query.size());
+  REQUIRE(fw.in(answer).reason == Reason::State);
+  REQUIRE(fw.out(query).reason == Reason::State);
+  fw.now += Millis{1'500};
+  REQUIRE(fw.in(answer).reason == Reason::State);
+  CHECK(stats.packets == 4);
+  CHECK(stats.bytes == 2 * query.size() + 2 * answer.size());
+  REQUIRE(fw.out(query).reason == Reason::State);
+  CHECK(fw.engine.expire(fw.now + Millis{1'000'000}) == 1);
+  CHECK(stats.packets == 5);
+  CHECK(stats.bytes == 3 * query.size() + 2 * answer.size());
+  CHECK(stats.evaluations == 1);
+}
+
 // One packet of a traffic mix, with where the kernel saw it.
 struct Sent {
   Bytes bytes;
