@@ -57,6 +57,7 @@
 #include "daemon/io/pcaplog.h"
 #include "daemon/sync/sync_config.h"
 #include "daemon/sync/sync_service.h"
+#include "failover/advert_codec.h"
 #include "failover/failover_config.h"
 #include "failover/failover_metrics.h"
 #include "failover/failover_service.h"
@@ -159,18 +160,21 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   // a rule set that forgot them would make both nodes master.
   if ((h.input || h.output) && c.failover) {
     const failover::FailoverConfig f = failover::parse_failover_config(*c.failover, c.file);
-    // Matched by their link-local groups, which no router forwards: forwarded traffic of the same
-    // protocol still meets the rules.
+    // Matched by their groups and by TTL 255, which every advertisement is sent with (RFC 5798
+    // 5.1.1.3; the builtin election's receivers refuse any other): a forwarded datagram has lost
+    // a hop by the time it meets the FORWARD hook, so forwarded traffic to the same group and port
+    // still meets the rules, even where the configured group is one a multicast router forwards.
+    constexpr auto advert_ttl = static_cast<uint8_t>(failover::kAdvertTtl);
     if (f.driver == failover::Driver::Keepalived) {
       h.excluded_destinations.push_back(
-          {engine::Family::V4, 112, "224.0.0.18", 0});  // VRRP (RFC 5798 5.1.1.2)
-      h.excluded_destinations.push_back({engine::Family::V6, 112, "ff02::12", 0});
+          {engine::Family::V4, 112, "224.0.0.18", 0, advert_ttl});  // VRRP (RFC 5798 5.1.1.2)
+      h.excluded_destinations.push_back({engine::Family::V6, 112, "ff02::12", 0, advert_ttl});
     } else {
       char text[INET6_ADDRSTRLEN] = {};
       inet_ntop(AF_INET, f.group4.data(), text, sizeof text);
-      h.excluded_destinations.push_back({engine::Family::V4, 17, text, f.port});
+      h.excluded_destinations.push_back({engine::Family::V4, 17, text, f.port, advert_ttl});
       inet_ntop(AF_INET6, f.group6.data(), text, sizeof text);
-      h.excluded_destinations.push_back({engine::Family::V6, 17, text, f.port});
+      h.excluded_destinations.push_back({engine::Family::V6, 17, text, f.port, advert_ttl});
     }
   }
   h.bypass_mark = kReplyMark;

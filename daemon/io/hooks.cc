@@ -196,6 +196,11 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
     if (d.family != family) continue;
     Command rule = with(b, {"-A", chain, "-p", std::to_string(d.protocol), "-d", d.address});
     if (d.port != 0) rule = with(std::move(rule), {"--dport", std::to_string(d.port)});
+    if (d.ttl != 0) {
+      rule = family == engine::Family::V4
+                 ? with(std::move(rule), {"-m", "ttl", "--ttl-eq", std::to_string(d.ttl)})
+                 : with(std::move(rule), {"-m", "hl", "--hl-eq", std::to_string(d.ttl)});
+    }
     out.push_back(with(std::move(rule), {"-j", "RETURN"}));
   }
   out.push_back(queue_rule(config, with(b, {"-A", chain})));

@@ -3,7 +3,8 @@
 //   filter FORWARD (and optionally INPUT, OUTPUT):  -j PAIRWALL        (inserted first)
 //   PAIRWALL:  -m mark --mark M/M -j RETURN       our own RST / ICMP replies (bypass_mark)
 //              -i IF -j RETURN, -o IF -j RETURN    excluded interfaces (sync link, ...)
-//              -p P -d A [--dport N] -j RETURN     excluded destinations (failover advertisements)
+//              -p P -d A [--dport N] [-m ttl --ttl-eq T] -j RETURN
+//                                                  excluded destinations (failover advertisements)
 //              -j NFQUEUE --queue-balance A:B [--queue-bypass]   (--queue-num A for one queue)
 //
 //   with `prerouting` (the rule set translates destinations), per family as well:
@@ -51,6 +52,7 @@ struct ExcludedDestination {
   uint8_t protocol = 17;
   std::string address;  // numeric, e.g. "224.0.0.18"
   uint16_t port = 0;    // TCP and UDP only, and then required
+  uint8_t ttl = 0;      // non-zero: only datagrams with this TTL (IPv6: hop limit)
 };
 
 struct HooksConfig {

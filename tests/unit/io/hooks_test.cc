@@ -41,7 +41,7 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
   c.output = true;
   c.excluded_interfaces = {"sync0", "veth+"};
   c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 8112},
-                             {Family::V6, 17, "ff02::12", 8112},
+                             {Family::V6, 17, "ff02::12", 8112, 255},
                              {Family::V6, 112, "ff02::12", 0}};
   c.bypass_mark = 0x10000;
   c.ip6tables = "/usr/sbin/ip6tables-legacy";
@@ -53,7 +53,8 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o sync0 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -i veth+ -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -o veth+ -j RETURN",
-            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 17 -d ff02::12 --dport 8112 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 17 -d ff02::12 --dport 8112 -m hl "
+            "--hl-eq 255 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -d ff02::12 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-balance 0:3 "
             "--queue-bypass",
