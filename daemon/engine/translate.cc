@@ -10,14 +10,16 @@ namespace {
 // A checksum field that a rewrite keeps right.
 struct Sum {
   uint8_t* at = nullptr;  // nullptr: nothing to keep
-  bool udp4 = false;      // IPv4 UDP: 0 means "no checksum" and stays; a computed 0 is sent as 0xffff
+  // UDP: a computed 0 is sent as 0xffff (RFC 768), as an IPv6 receiver drops a datagram whose
+  // field is 0 (RFC 8200 8.1); a 0 found there (IPv4: "no checksum") stays.
+  bool udp = false;
 };
 
 void adjust(const Sum& sum, uint16_t old_word, uint16_t new_word) {
   if (sum.at == nullptr) return;
-  if (sum.udp4 && load_be16(sum.at) == 0) return;
+  if (sum.udp && load_be16(sum.at) == 0) return;
   checksum_replace16(sum.at, old_word, new_word);
-  if (sum.udp4 && load_be16(sum.at) == 0) store_be16(sum.at, 0xffff);  // RFC 768
+  if (sum.udp && load_be16(sum.at) == 0) store_be16(sum.at, 0xffff);
 }
 
 // Writes the `size` bytes (even) of `value` at `at`, word by word, updating `sums` for each word
@@ -83,7 +85,7 @@ bool sums_pseudo_header(uint8_t proto) {
 Sum transport_sum(const PacketView& view, uint8_t* l4, std::size_t available) {
   const std::size_t at = checksum_offset(view.proto);
   if (at == 0 || at + 2 > available) return {};
-  return Sum{l4 + at, view.family == Family::V4 && view.is_udp()};
+  return Sum{l4 + at, view.is_udp()};
 }
 
 bool has_ports(const PacketView& view) {

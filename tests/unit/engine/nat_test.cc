@@ -771,6 +771,45 @@ TEST_CASE("IPv4 UDP without a checksum under nat, and in a quote", "[engine][nat
   CHECK(fw.last_packet == PacketBuilder().ipv4("192.0.2.80", "10.1.0.10").icmp_error(3, 3, q).build());
 }
 
+// A UDP checksum that comes to zero is sent as 0xffff (RFC 768), over IPv6 as well, where a
+// receiver drops a datagram whose checksum field is zero (RFC 8200 8.1).
+TEST_CASE("UDP whose rewritten checksum comes to zero leaves with 0xffff", "[engine][nat][udp]") {
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "v6" : "v4"));
+    Firewall fw(
+        "nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.1 static-port\n"
+        "nat on wan0 inet6 proto udp from 2001:db8:1::/48 to any -> 2001:db8:ff::1 static-port\n"
+        "pass all\n");
+    const std::string client = v6 ? "2001:db8:1::10" : "10.1.0.10";
+    const std::string server = v6 ? "2001:db8:2::80" : "192.0.2.80";
+    const std::string outside = v6 ? "2001:db8:ff::1" : "203.0.113.1";
+    const std::size_t l4 = v6 ? 40 : 20;
+    // Two bytes of payload chosen so that the datagram sums to zero: the checksum of the same
+    // datagram with a zero payload word is the word that cancels the rest.
+    const auto datagram = [&](const std::string& s, uint16_t sp, const std::string& d, uint16_t dp,
+                              uint16_t word) {
+      return ip(v6, s, d)
+          .udp(sp, dp)
+          .payload(Bytes{static_cast<uint8_t>(word >> 8), static_cast<uint8_t>(word)})
+          .build();
+    };
+    const auto zeroing = [&](const std::string& s, uint16_t sp, const std::string& d, uint16_t dp) {
+      return get16(datagram(s, sp, d, dp, 0), l4 + 6);
+    };
+
+    const uint16_t out_word = zeroing(outside, 5353, server, 53);
+    REQUIRE(get16(datagram(outside, 5353, server, 53, out_word), l4 + 6) == 0xffff);
+    REQUIRE(fw.out(datagram(client, 5353, server, 53, out_word)).action == Action::Accept);
+    CHECK(get16(fw.last_packet, l4 + 6) == 0xffff);
+    CHECK(fw.last_packet == datagram(outside, 5353, server, 53, out_word));
+
+    const uint16_t back_word = zeroing(server, 53, client, 5353);
+    REQUIRE(fw.in(datagram(server, 53, outside, 5353, back_word)).reason == Reason::State);
+    CHECK(get16(fw.last_packet, l4 + 6) == 0xffff);
+    CHECK(fw.last_packet == datagram(server, 53, client, 5353, back_word));
+  }
+}
+
 TEST_CASE("ICMP errors about an rdr'd connection, both ways", "[engine][nat][icmp]") {
   using namespace tcpflag;
   for (const bool v6 : {false, true}) {
