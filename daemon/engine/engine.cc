@@ -964,16 +964,23 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
 }
 
 // A source port (for ICMP, a query id) in [low, high] with which `wire` is no state's key, tried
-// from `wire`'s own when `keep_own`, else from a random one, in order (pf_get_sport). On success
-// it is in `wire`; false when kPortProbes candidates were all taken.
+// from `wire`'s own when `keep_own`, else from a random one (pf_get_sport). On success it is in
+// `wire`; false when kPortProbes candidates were all taken.
 bool Engine::choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
                                 bool keep_own) noexcept {
   const uint32_t span = uint32_t{high} - low + 1;
-  const uint32_t start = keep_own && wire.port[0] >= low && wire.port[0] <= high
-                             ? wire.port[0] - low
-                             : (uint32_t{worker.next_random16()} << 16 | worker.next_random16()) % span;
+  const auto random_offset = [&worker, span] { return static_cast<uint32_t>(worker.next_random64() % span); };
+  const uint32_t start =
+      keep_own && wire.port[0] >= low && wire.port[0] <= high ? wire.port[0] - low : random_offset();
+  // A range of no more ports than the probes is walked whole, in order, as pf walks any. A larger
+  // one is probed at random: walks of kPortProbes from random starts would pile the taken ports into
+  // runs longer than a walk (linear probing's clustering), and refuse connections with a tenth of
+  // the range still free. Random probes find a free port wherever the taken ones lie, all but
+  // surely while a few hundredths of the range are free.
+  const bool walk = span <= kPortProbes;
   for (uint32_t i = 0; i < std::min(span, kPortProbes); ++i) {
-    const auto port = static_cast<uint16_t>(low + (start + i) % span);
+    const uint32_t offset = i == 0 ? start : walk ? (start + i) % span : random_offset();
+    const auto port = static_cast<uint16_t>(low + offset);
     wire.port[0] = port;
     if (!states_.find(wire, states_.hash(wire))) return true;
   }

@@ -337,6 +337,41 @@ TEST_CASE("nat chooses a free source port per connection and refuses when none i
   CHECK(source_port(fw.last_packet, tcp) == first);
 }
 
+// Wherever the taken ports of a range lie (in one run here; static-port connections, or ports
+// chosen earlier), a new connection still finds the free ones, as pf_get_sport's walk of the whole
+// range does; and a range filled by connections to one server is used nearly to its end.
+TEST_CASE("nat finds the free ports of a range wherever the taken ones lie", "[engine][nat]") {
+  Firewall fw(
+      "nat on wan0 proto udp from 10.9.0.0/16 to any -> 203.0.113.1 static-port\n"
+      "nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.1 port 50001:51000\n"
+      "pass all\n");
+  const auto datagram = [](const std::string& client, uint16_t sport) {
+    return PacketBuilder().ipv4(client, "192.0.2.80").udp(sport, 53).payload(4).build();
+  };
+  // 50001-50900 taken by static-port connections, 50901-51000 free.
+  for (uint16_t port = 50001; port <= 50900; ++port)
+    REQUIRE(fw.out(datagram("10.9.0.1", port)).action == Action::Accept);
+  std::set<uint16_t> chosen;
+  for (int i = 1; i <= 50; ++i) {
+    INFO("connection " << i);
+    REQUIRE(fw.out(datagram("10.1.0." + std::to_string(i), 5353)).action == Action::Accept);
+    chosen.insert(get16(fw.last_packet, 20));
+  }
+  CHECK(chosen.size() == 50);
+  CHECK(*chosen.begin() >= 50901);
+  CHECK(*chosen.rbegin() <= 51000);
+
+  // The default range, 96 % filled by connections to one server.
+  Firewall busy("nat on wan0 proto udp from 10.0.0.0/8 to any -> 203.0.113.1\npass all\n");
+  int accepted = 0;
+  for (int i = 0; i < 15000; ++i) {
+    const std::string client = "10.1." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+    if (busy.out(datagram(client, 5353)).action != Action::Accept) break;
+    ++accepted;
+  }
+  CHECK(accepted == 15000);
+}
+
 namespace {
 
 // The source (or destination) address of a built or rewritten packet, as text.
