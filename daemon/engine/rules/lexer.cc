@@ -207,7 +207,22 @@ Token Lexer::next() {
         continue;
       }
       if (c == '#') {
-        while (src.pos < text.size() && text[src.pos] != '\n') advance(src, 1);
+        // pfctl joins a line ending in a backslash to the next before it looks for the comment's
+        // end, so the comment runs on over that line. Only a backslash right before the line's
+        // end (CR LF read as LF) does, and not one a backslash before it escapes: a blank after
+        // it ends the comment there, as in pfctl, and the next line stays in force.
+        for (;;) {
+          while (src.pos < text.size() && text[src.pos] != '\n') advance(src, 1);
+          if (src.pos >= text.size()) break;
+          std::size_t end = text[src.pos - 1] == '\r' ? src.pos - 1 : src.pos;
+          bool joined = false;
+          while (text[end - 1] == '\\') {
+            joined = !joined;
+            --end;
+          }
+          if (!joined) break;
+          advance(src, 1);
+        }
         continue;
       }
       if (c == '\\') {

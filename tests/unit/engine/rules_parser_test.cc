@@ -272,6 +272,28 @@ TEST_CASE("lexer: comments, continuations, CRLF and arrows inside words") {
   CHECK((t.kind == TokenKind::End && t.line == 4 && t.column == 8));
 }
 
+// pfctl's lexer joins a line ending in a backslash to the next one before it looks for a comment's
+// end, so such a comment runs on over the next line: the rule there is not in force.
+TEST_CASE("lexer: a comment ending in a backslash goes on over the next line as pfctl's") {
+  const RuleFile f = parse_ok(
+      "block in all\n"
+      "pass in quick proto tcp to port 22   # ssh, and below \\\n"
+      "pass in quick proto tcp to port 23\n"
+      "# CRLF alike \\\r\n"
+      "pass in quick proto tcp to port 24\r\n"
+      "# a blank after the backslash ends it, as pfctl's \\ \n"
+      "pass in quick proto tcp to port 25\n"
+      "# and so does a backslash before it \\\\\n"
+      "pass in quick proto tcp to port 26\n");
+  REQUIRE(f.filter_rules.size() == 4);
+  CHECK(render(f.filter_rules[1]) == "pass in quick proto 6 from * to * port =22 keep");
+  CHECK(render(f.filter_rules[2]) == "pass in quick proto 6 from * to * port =25 keep");
+  CHECK(f.filter_rules[2].location.line == 7);
+  CHECK(render(f.filter_rules[3]) == "pass in quick proto 6 from * to * port =26 keep");
+  CHECK(parse_error("# one \\\n two \\\nthree\npass foo\n") ==
+        "t.conf:4:6: expected 'from', 'to', 'all', a rule option or end of line, got 'foo'");
+}
+
 TEST_CASE("lexer: macro expansion re-reads the value at the position of the '$'") {
   Lexer lex("pass $ports x");
   Token name;
