@@ -121,6 +121,29 @@ constexpr Named kIcmp6Types[] = {
     {"mtrace", 201},
 };
 
+// pfctl's names of codes (its icmp_code and icmp6_code tables), each a code of one type only:
+// `icmp-type unreach code needfrag`.
+struct NamedCode {
+  uint8_t type;
+  std::string_view name;
+  uint8_t code;
+};
+constexpr NamedCode kIcmpCodes[] = {
+    {3, "net-unr", 0},    {3, "host-unr", 1},       {3, "proto-unr", 2},     {3, "port-unr", 3},
+    {3, "needfrag", 4},   {3, "srcfail", 5},        {3, "net-unk", 6},       {3, "host-unk", 7},
+    {3, "isolate", 8},    {3, "net-prohib", 9},     {3, "host-prohib", 10},  {3, "net-tos", 11},
+    {3, "host-tos", 12},  {3, "filter-prohib", 13}, {3, "host-preced", 14},  {3, "cutoff-preced", 15},
+    {5, "redir-net", 0},  {5, "redir-host", 1},     {5, "redir-tos-net", 2}, {5, "redir-tos-host", 3},
+    {9, "normal-adv", 0}, {9, "common-adv", 16},    {11, "transit", 0},      {11, "reassemb", 1},
+    {12, "badhead", 0},   {12, "optmiss", 1},       {12, "badlen", 2},       {40, "unknown-ind", 1},
+    {40, "auth-fail", 2}, {40, "decrypt-fail", 3},
+};
+constexpr NamedCode kIcmp6Codes[] = {
+    {1, "admin-unr", 1}, {1, "noroute-unr", 0}, {1, "notnbr-unr", 2},    {1, "beyond-unr", 2},
+    {1, "addr-unr", 3},  {1, "port-unr", 4},    {3, "transit", 0},       {3, "reassemb", 1},
+    {4, "badhead", 0},   {4, "nxthdr", 1},      {137, "redironlink", 0}, {137, "redirrouter", 1},
+};
+
 template <std::size_t N>
 std::optional<uint16_t> lookup(const Named (&table)[N], std::string_view name) {
   for (const auto& e : table) {
@@ -1645,9 +1668,7 @@ class Parser {
       } else {
         fail_expected(t, what);
       }
-      if (accept_word("code")) {
-        m.code = static_cast<int16_t>(number(take_value("ICMP code number"), 0, 255, "ICMP code"));
-      }
+      if (accept_word("code")) m.code = icmp_code(t, m.type, v6);
       out.push_back(m);
     };
     if (at(TokenKind::LBrace)) {
@@ -1656,6 +1677,26 @@ class Parser {
       one();
     }
     return out;
+  }
+
+  // After `code`: 0..255, or pfctl's name of one of the codes of the type `type` names.
+  int16_t icmp_code(const Token& type, uint8_t type_number, bool v6) {
+    const Token t = take_value("ICMP code number");
+    const std::span<const NamedCode> codes = v6 ? std::span<const NamedCode>(kIcmp6Codes) : kIcmpCodes;
+    std::vector<std::string_view> names;
+    for (const NamedCode& c : codes) {
+      if (c.type != type_number) continue;
+      if (c.name == t.text) return c.code;
+      names.push_back(c.name);
+    }
+    if (!decimal(t.text)) {
+      std::string what =
+          std::string("a code of ") + (v6 ? "ICMPv6" : "ICMP") + " type " + type.text + " (a number 0..255";
+      for (std::size_t i = 0; i < names.size(); ++i)
+        what += std::string(i == 0 ? ", or " : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+      fail_expected(t, what + ")");
+    }
+    return static_cast<int16_t>(number(t, 0, 255, "ICMP code"));
   }
 
   std::deque<std::string> included_;  // the included files' text, which the lexer reads in place

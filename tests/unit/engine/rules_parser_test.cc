@@ -427,6 +427,16 @@ TEST_CASE("filter rules: every construct into the AST") {
        "pass inet6 proto 58 from * to * icmp6 128:-1 129:-1 1:-1 2:-1 3:-1 4:-1 keep"},
       {"pass proto icmp6 all icmp6-type { neighbrsol neighbradv routersol routeradv 255 code 255 }",
        "pass proto 58 from * to * icmp6 135:-1 136:-1 133:-1 134:-1 255:255 keep"},
+      // Codes by pfctl's names, each of its type (icmp_code, icmp6_code).
+      {"pass inet proto icmp all icmp-type unreach code needfrag",
+       "pass inet proto 1 from * to * icmp 3:4 keep"},
+      {"pass proto icmp all icmp-type { unreach code filter-prohib, redir code redir-tos-host, routeradv "
+       "code "
+       "common-adv, timex code reassemb, paramprob code badlen, photuris code decrypt-fail }",
+       "pass proto 1 from * to * icmp 3:13 5:3 9:16 11:1 12:2 40:3 keep"},
+      {"pass proto icmp6 all icmp6-type { unreach code admin-unr, unreach code port-unr, timex code transit, "
+       "paramprob code nxthdr, redir code redirrouter }",
+       "pass proto 58 from * to * icmp6 1:1 1:4 3:0 4:1 137:1 keep"},
       {"pass all keep state", "pass from * to * keep"},
       {"pass all no state", "pass from * to * nostate"},
       {"pass all modulate state", "pass from * to * modulate"},
@@ -815,6 +825,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass proto icmp all icmp-type ping",
        "t.conf:1:31: expected ICMP type (a name such as echoreq, or a number 0..255), got 'ping'"},
       {"pass proto icmp all icmp-type 256", "t.conf:1:31: ICMP type must be between 0 and 255, got '256'"},
+      {"pass proto icmp all icmp-type echoreq code needfrag",
+       "t.conf:1:44: expected a code of ICMP type echoreq (a number 0..255), got 'needfrag'"},
+      {"pass proto icmp all icmp-type timex code needfrag",
+       "t.conf:1:42: expected a code of ICMP type timex (a number 0..255, or transit or reassemb), got "
+       "'needfrag'"},
+      {"pass proto icmp6 all icmp6-type unreach code needfrag",
+       "t.conf:1:46: expected a code of ICMPv6 type unreach (a number 0..255, or admin-unr, noroute-unr, "
+       "notnbr-unr, beyond-unr, addr-unr or port-unr), got 'needfrag'"},
       {"pass proto icmp all icmp-type unreach code 256",
        "t.conf:1:44: ICMP code must be between 0 and 255, got '256'"},
       {"pass proto icmp all icmp-type echoreq icmp-type echorep",
