@@ -1202,6 +1202,8 @@ class Parser {
     const Token open = take();
     bool comma_ok = false;
     bool any = false;
+    // As pfctl ("multiple definitions"): an option given twice is a mistake, not the later value.
+    std::map<std::string, Token> given;
     for (;;) {
       if (at(TokenKind::RParen)) {
         if (!any)
@@ -1221,6 +1223,9 @@ class Parser {
       const Token name = take_value(
           "state option ('max N', 'max-src-states N', 'no-sync', 'sloppy' or a timeout such as "
           "'tcp.established N')");
+      if (const auto [first, added] = given.emplace(name.text, name); !added) {
+        fail_at(name, "duplicate state option '" + name.text + "': already given at " + where(first->second));
+      }
       if (name.text == "max") {
         r.state.max_states = static_cast<uint32_t>(
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));

@@ -874,6 +874,12 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all keep state (max 10",
        "t.conf:1:28: expected ')' to close the state options opened at line 1, "
        "column 21, got end of file"},
+      {"pass all keep state (max 10, no-sync, max 20)",
+       "t.conf:1:39: duplicate state option 'max': already given at line 1, column 22"},
+      {"pass all keep state (tcp.established 60, \\\n  tcp.established 30)",
+       "t.conf:2:3: duplicate state option 'tcp.established': already given at line 1, column 22"},
+      {"pass all keep state (max-src-conn 5, overload <a>, overload <b>)",
+       "t.conf:1:52: duplicate state option 'overload': already given at line 1, column 38"},
       {"pass all keep state ()",
        "t.conf:1:22: empty state options: expected 'max N', 'no-sync' or a timeout such as 'tcp.established "
        "N'"},
