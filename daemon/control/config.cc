@@ -23,6 +23,14 @@ std::string default_node_name() {
   return std::string(buf.data());
 }
 
+// A path the config names, relative to the config file and made absolute: the daemon's working
+// directory is not the operator's, and `status` should name the file unambiguously.
+std::string beside_config(const Config& cfg, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_relative()) p = std::filesystem::absolute(std::filesystem::path(cfg.file)).parent_path() / p;
+  return p.lexically_normal().string();
+}
+
 void parse_node(Config& cfg, const toml::table* t) {
   ConfigSection s(t, "node", cfg.file);
   const auto id = s.integer("id", 1, std::numeric_limits<uint32_t>::max());
@@ -36,9 +44,7 @@ void parse_node(Config& cfg, const toml::table* t) {
   }
   if (auto v = s.string("epoch_file")) {
     if (v->empty()) s.fail("epoch_file", "expected a path, got \"\"");
-    std::filesystem::path p(*v);
-    if (p.is_relative()) p = std::filesystem::absolute(std::filesystem::path(cfg.file)).parent_path() / p;
-    cfg.node.epoch_file = p.string();
+    cfg.node.epoch_file = beside_config(cfg, *v);
   }
   s.finish();
 }
@@ -77,11 +83,7 @@ void parse_rules(Config& cfg, const toml::table* t) {
   auto file = s.string("file");
   if (!file) s.fail("file", "missing: name the rule file, e.g. file = \"/etc/pairwall/pf.conf\"");
   if (file->empty()) s.fail("file", "expected a path, got \"\"");
-  std::filesystem::path p(*file);
-  // Relative to the config file, made absolute: the daemon's working directory is not the
-  // operator's, and `status` should name the file unambiguously.
-  if (p.is_relative()) p = std::filesystem::absolute(std::filesystem::path(cfg.file)).parent_path() / p;
-  cfg.rules.file = p.lexically_normal().string();
+  cfg.rules.file = beside_config(cfg, *file);
   s.finish();
 }
 
@@ -92,7 +94,8 @@ void parse_log(Config& cfg, const toml::table* t) {
                                                                  "critical", "off"})) {
     l.level = *v;
   }
-  if (auto v = s.string("pcap_file")) l.pcap_file = *v;
+  // Empty: no pcap log.
+  if (auto v = s.string("pcap_file")) l.pcap_file = v->empty() ? *v : beside_config(cfg, *v);
   if (auto v = s.integer("pcap_rotate_bytes", 1 << 20, int64_t{1} << 40)) {
     l.pcap_rotate_bytes = static_cast<uint64_t>(*v);
   }

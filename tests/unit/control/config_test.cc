@@ -63,6 +63,26 @@ TEST_CASE("config: a minimal file gets the documented defaults", "[config]") {
   CHECK_FALSE(c.failover.has_value());
 }
 
+TEST_CASE("config: the files it names are found beside it, whatever the daemon's directory", "[config]") {
+  const Config c = parse_config(R"(
+[node]
+id = 1
+epoch_file = "state/epoch"
+[rules]
+file = "./rules/../pf.conf"
+[log]
+pcap_file = "log/pairwall.pcap"
+)",
+                                "/etc/pairwall/pairwall.toml");
+  CHECK(c.node.epoch_file == "/etc/pairwall/state/epoch");
+  CHECK(c.rules.file == "/etc/pairwall/pf.conf");
+  CHECK(c.log.pcap_file == "/etc/pairwall/log/pairwall.pcap");
+  // Empty: no pcap log.
+  CHECK(parse_config("[node]\nid = 1\n[rules]\nfile = \"pf.conf\"\n[log]\npcap_file = \"\"\n",
+                     "/etc/pairwall/pairwall.toml")
+            .log.pcap_file.empty());
+}
+
 TEST_CASE("config: every key accepts its good values", "[config]") {
   const Config c = parse_config(R"(
 [node]
