@@ -1,5 +1,8 @@
 #include "daemon/io/pcaplog.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -285,7 +288,6 @@ void PcapLog::drain_locked() {
       std::chrono::system_clock::now().time_since_epoch() -
       std::chrono::steady_clock::now().time_since_epoch());
   if (file_ == nullptr) open_file();  // retry after a failed rotation
-  bool wrote = false;
   for (auto& ring : rings_) {
     ring->drain([&](const Slot& slot, const uint8_t* data) {
       if (file_ == nullptr) {
@@ -294,7 +296,10 @@ void PcapLog::drain_locked() {
       }
       const uint64_t size = kPcapRecordHeaderSize + kPflogHeaderSize + slot.captured;
       // A failed rotation leaves no file open: records are counted as errors until the next one.
-      if (file_bytes_ + size > config_.max_file_bytes) rotate();
+      if (file_bytes_ + size > config_.max_file_bytes) {
+        commit_records();  // the full file's last records, whole before it is closed
+        rotate();
+      }
       if (file_ == nullptr) {
         write_errors_.add();
         return;
@@ -310,14 +315,45 @@ void PcapLog::drain_locked() {
                       (slot.captured == 0 || std::fwrite(data, slot.captured, 1, file_) == 1);
       if (!ok) {
         write_errors_.add();
+        discard_unflushed();
         return;
       }
       file_bytes_ += size;
-      written_.add();
-      wrote = true;
+      ++unflushed_records_;
     });
   }
-  if (wrote && std::fflush(file_) != 0) write_errors_.add();
+  commit_records();
+}
+
+void PcapLog::commit_records() {
+  if (file_ == nullptr || unflushed_records_ == 0) return;
+  if (std::fflush(file_) != 0) {
+    discard_unflushed();
+    return;
+  }
+  written_.add(unflushed_records_);
+  unflushed_records_ = 0;
+  flushed_bytes_ = file_bytes_;
+}
+
+void PcapLog::discard_unflushed() {
+  // A write that failed part way (a full disk) may have left part of a record at the file's end,
+  // and every record written after it would be read from the wrong offset: nothing after the
+  // first torn record is readable. So the file goes back to its last whole record.
+  write_errors_.add(unflushed_records_);
+  unflushed_records_ = 0;
+  // The stream closes on a copy of its descriptor, so that whatever it still writes as it closes
+  // is cut as well.
+  const int fd = ::fcntl(::fileno(file_), F_DUPFD_CLOEXEC, 0);
+  std::fclose(file_);
+  file_ = nullptr;
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(flushed_bytes_)) == 0) file_ = ::fdopen(fd, "ab");
+  if (file_ == nullptr) {
+    if (fd >= 0) ::close(fd);
+    rotate();  // the file cannot be mended: a new one, rather than records after a torn one
+    return;
+  }
+  file_bytes_ = flushed_bytes_;
 }
 
 std::string PcapLog::open_file() {
@@ -333,7 +369,8 @@ std::string PcapLog::open_file() {
     file_ = nullptr;
     return "pcap log: cannot write " + config_.path + ": " + std::strerror(err);
   }
-  file_bytes_ = kPcapFileHeaderSize;
+  file_bytes_ = flushed_bytes_ = kPcapFileHeaderSize;
+  unflushed_records_ = 0;
   return {};
 }
 

@@ -92,10 +92,10 @@ std::array<uint8_t, kPcapFileHeaderSize> pcap_file_header(uint32_t snaplen);
 std::array<uint8_t, kPflogHeaderSize> encode_pflog_header(const LogMeta& meta);
 
 struct PcapLogStats {
-  uint64_t logged = 0;   // accepted into rings
-  uint64_t dropped = 0;  // rings full
-  uint64_t written = 0;  // records written to files
-  uint64_t write_errors = 0;
+  uint64_t logged = 0;        // accepted into rings
+  uint64_t dropped = 0;       // rings full
+  uint64_t written = 0;       // records flushed whole to files
+  uint64_t write_errors = 0;  // records lost: no file open, or a failed write (a full disk)
   uint64_t rotations = 0;
 };
 
@@ -126,6 +126,11 @@ class PcapLog {
   void writer_loop();
   void drain_locked();
   void write_record(const Slot& slot, std::chrono::nanoseconds wall_offset);
+  // Flushes the records written since the last flush; they count as written once that succeeds.
+  void commit_records();
+  // After a failed write, cuts the file back to the records flushed whole, and counts the others
+  // lost.
+  void discard_unflushed();
   // Both return an error message, empty on success.
   std::string open_file();
   std::string rotate();
@@ -134,7 +139,9 @@ class PcapLog {
   std::vector<std::unique_ptr<Ring>> rings_;
   std::mutex file_mutex_;  // writer thread vs flush(); never taken by workers
   std::FILE* file_ = nullptr;
-  uint64_t file_bytes_ = 0;
+  uint64_t file_bytes_ = 0;     // what the file holds once its records are flushed
+  uint64_t flushed_bytes_ = 0;  // whole records that reached the file
+  uint64_t unflushed_records_ = 0;
   Counter written_;
   Counter write_errors_;
   Counter rotations_;

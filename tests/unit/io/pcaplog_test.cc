@@ -1,10 +1,12 @@
 // Writes pflog records, reads the files back byte by byte.
 #include "daemon/io/pcaplog.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -338,6 +340,59 @@ TEST_CASE("files rotate by size and only N are kept", "[pcaplog]") {
   CHECK(be32(current.records[0].data, 36) == 16);
   CHECK(be32(previous.records[0].data, 36) == 12);
   CHECK(be32(oldest.records[0].data, 36) == 8);
+}
+
+// A full disk, as the file size limit makes one: a write that crosses the limit stops there, as one
+// onto a full file system stops where the space ends, and the next fails.
+struct DiskFullAt {
+  rlimit saved{};
+  void (*saved_handler)(int) = SIG_DFL;
+  explicit DiskFullAt(rlim_t bytes) {
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    saved_handler = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG rather than the signal
+    const rlimit full{bytes, saved.rlim_max};
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &full) == 0);
+  }
+  ~DiskFullAt() {
+    setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, saved_handler);
+  }
+};
+
+TEST_CASE("a full disk costs the records of the failed write, and the file stays readable", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "full.pcap").string();
+  c.snaplen = 100;
+  c.flush_interval = std::chrono::hours(1);
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).payload(72).build();  // 100 bytes
+  const std::size_t record = 16 + 64 + 100;
+  auto log_rule = [&](PcapLog& log, uint32_t rule) {
+    REQUIRE(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, rule, false, "x"), p,
+                    std::chrono::steady_clock::now()));
+  };
+  {
+    PcapLog log(c);
+    log_rule(log, 1);
+    log.flush();
+    {
+      // Room for a record and a half: the second record would be torn.
+      const DiskFullAt full(24 + record + record + record / 2);
+      log_rule(log, 2);
+      log_rule(log, 3);
+      log_rule(log, 4);
+      log.flush();
+    }
+    CHECK(log.stats().write_errors == 3);
+    // Room again: later records follow the last whole one.
+    log_rule(log, 5);
+    log.flush();
+    CHECK(log.stats().written == 2);
+  }
+  const PcapFile f = read_pcap(c.path);
+  std::vector<uint32_t> rules;
+  for (const Record& r : f.records) rules.push_back(be32(r.data, 36));
+  CHECK(rules == std::vector<uint32_t>{1, 5});
 }
 
 TEST_CASE("a file left by an earlier run is rotated away, not overwritten", "[pcaplog]") {
