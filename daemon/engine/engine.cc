@@ -392,11 +392,17 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
 }
 
 // Every packet's last step: its reason counted, and a packet the engine rewrote whose transport
-// checksum the kernel had left to finish made whole before it goes back (translate.h says why).
+// checksum the kernel had left to finish made whole before it goes back, or for a GSO packet left
+// as the partial sum the kernel's segmentation starts from (translate.h says why).
 void Engine::finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
                     Verdict& verdict) noexcept {
-  if (verdict.rewritten && meta.checksum_partial && verdict.action == Verdict::Action::Accept)
-    complete_transport_checksum(bytes, parsed.packet);
+  if (verdict.rewritten && meta.checksum_partial && verdict.action == Verdict::Action::Accept) {
+    if (meta.gso) {
+      partial_transport_checksum(bytes, parsed.packet);
+    } else {
+      complete_transport_checksum(bytes, parsed.packet);
+    }
+  }
   // A skipped packet is not claimed either: past routing, its other pass may still be filtered.
   verdict.claimed = meta.hook == Hook::Prerouting && verdict.action == Verdict::Action::Accept &&
                     verdict.reason != Reason::AfterRouting && verdict.reason != Reason::Skipped;

@@ -47,6 +47,8 @@ struct PacketMeta {
   // The kernel will finish the transport checksum itself (CHECKSUM_PARTIAL, NFQA_SKB_CSUMNOTREADY):
   // rewrites must then leave the checksum field alone.
   bool checksum_partial = false;
+  // Larger than the MTU: the kernel cuts it into segments after the verdict (GSO, NFQA_SKB_GSO).
+  bool gso = false;
 };
 
 namespace logpass {

@@ -182,6 +182,13 @@ void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& vie
   store_be16(l4 + at, checksum);
 }
 
+void partial_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept {
+  const std::size_t at = checksum_offset(view.proto);
+  if (at == 0 || at + 2 > view.l4_length || !sums_pseudo_header(view.proto)) return;
+  const uint32_t pseudo = pseudo_header_sum(view.family, bytes.data(), view.proto, view.l4_length);
+  store_be16(bytes.data() + view.l4_offset + at, static_cast<uint16_t>(~checksum_fold(pseudo)));
+}
+
 void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
                         const StateKey& to) noexcept {
   uint8_t* ip = bytes.data();

@@ -52,7 +52,14 @@ void demodulate_icmp_quote(std::span<uint8_t> bytes, const PacketView& view, con
 // For packets the kernel queued with the checksum left to finish (CHECKSUM_PARTIAL: the field
 // holds the pseudo-header sum only) and the engine changed: a verdict that returns new bytes makes
 // the kernel take the checksum as complete (nfqnl_mangle sets CHECKSUM_NONE), so it is finished
-// here. GSO packets are summed again per segment by the kernel; the work is then wasted, not wrong.
+// here. Not for GSO packets (partial_transport_checksum()).
 void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept;
+
+// Writes the pseudo-header sum of a TCP or UDP packet, folded and not inverted, into its checksum
+// field: the form the kernel keeps while the checksum is left to finish. For GSO packets the engine
+// changed: the kernel cuts them into segments after the verdict and sums each segment starting
+// from that field, which for UDP (__udp_gso_segment) it takes as it finds it; a checksum finished
+// over the whole packet there would make every segment's wrong.
+void partial_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept;
 
 }  // namespace pairwall::engine

@@ -171,6 +171,7 @@ void NfQueue::decide(Worker& w, std::span<QueuedPacket> packets, std::span<Decis
     b.meta.in_iface = w.ifaces.lookup(packet.in_ifindex).id;
     b.meta.out_iface = w.ifaces.lookup(packet.out_ifindex).id;
     b.meta.checksum_partial = packet.checksum_partial;
+    b.meta.gso = packet.gso;
   }
   const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
   engine_.process_batch(w.engine_worker, batch, millis);

@@ -574,18 +574,20 @@ TEST_CASE("ICMP errors an inside host sends about a translated connection leave 
   }
 }
 
+// `p` as the kernel queues it with the transport checksum left to finish (CHECKSUM_PARTIAL): the
+// field holds the folded pseudo-header sum, uncomplemented.
+Bytes partial(Bytes p, std::size_t l4, std::size_t field, uint8_t proto) {
+  uint32_t sum = checksum_add(0, p.data() + (l4 == 20 ? 12 : 8), l4 == 20 ? 8 : 32);
+  sum += proto;
+  sum += static_cast<uint32_t>(p.size() - l4);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  put16(p, l4 + field, static_cast<uint16_t>(sum));
+  return p;
+}
+
 TEST_CASE("a rewritten packet whose checksum the kernel left to finish leaves with a whole one",
           "[engine][nat][scrub]") {
-  // CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum, uncomplemented. Returning new
-  // bytes makes the kernel take the field as final, so the engine must finish it.
-  const auto partial = [](Bytes p, std::size_t l4, std::size_t field, uint8_t proto) {
-    uint32_t sum = checksum_add(0, p.data() + (l4 == 20 ? 12 : 8), l4 == 20 ? 8 : 32);
-    sum += proto;
-    sum += static_cast<uint32_t>(p.size() - l4);
-    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-    put16(p, l4 + field, static_cast<uint16_t>(sum));
-    return p;
-  };
+  // Returning new bytes makes the kernel take the field as final, so the engine must finish it.
   for (const Flow& f : {Flow{"tcp", false}, Flow{"udp", false}, Flow{"tcp", true}, Flow{"udp", true}}) {
     INFO(f.proto << (f.v6 ? " v6" : " v4"));
     Firewall fw(kNat);
@@ -610,6 +612,35 @@ TEST_CASE("a rewritten packet whose checksum the kernel left to finish leaves wi
     };
     REQUIRE(fw.out(partial(syn(1460), 20, 16, ipproto::kTcp), true).rewritten);
     CHECK(fw.last_packet == syn(1400));
+  }
+}
+
+TEST_CASE("a rewritten GSO packet keeps the partial sum its segments' checksums start from",
+          "[engine][nat][scrub]") {
+  // The kernel cuts a GSO packet into segments after the verdict. A UDP one's segments (UDP_SEGMENT
+  // senders: QUIC) take their checksums from the packet's field as the pseudo-header sum
+  // (__udp_gso_segment), so a finished checksum there would make every segment's wrong; TCP's sets
+  // the field up again itself.
+  for (const Flow& f : {Flow{"tcp", false}, Flow{"udp", false}, Flow{"tcp", true}, Flow{"udp", true}}) {
+    INFO(f.proto << (f.v6 ? " v6" : " v4"));
+    const std::string client = f.v6 ? "2001:db8:1::10" : "10.1.0.10";
+    const std::string server = f.v6 ? "2001:db8:2::80" : "192.0.2.80";
+    const std::size_t l4 = f.v6 ? 40 : 20;
+    const std::size_t field = f.proto == "tcp" ? 16 : 6;
+    const uint8_t proto = f.proto == "tcp" ? ipproto::kTcp : ipproto::kUdp;
+    Firewall fw(kNat);
+    const PacketMeta gso{Hook::Forward, fw.lan, fw.wan, true, true};
+    REQUIRE(fw.run(partial(f.packet(client, 40000, server, 53), l4, field, proto), gso).rewritten);
+    const uint16_t port = source_port(fw.last_packet, f);
+    CHECK(fw.last_packet ==
+          partial(f.packet(f.v6 ? "2001:db8:ff::1" : "203.0.113.1", port, server, 53), l4, field, proto));
+  }
+  SECTION("scrub rewrites the IP header only: the partial sum stays as it came") {
+    Firewall fw("scrub in all min-ttl 100\npass all");
+    const Bytes p =
+        partial(Flow{"udp", false}.packet("10.1.0.10", 40000, "192.0.2.80", 53), 20, 6, ipproto::kUdp);
+    REQUIRE(fw.run(p, PacketMeta{Hook::Forward, fw.lan, fw.wan, true, true}).rewritten);
+    CHECK(get16(fw.last_packet, 26) == get16(p, 26));
   }
 }
 
