@@ -360,6 +360,7 @@ class QueueDataPlane final : public control::DataPlane {
       // ENOBUFS is how the worker sees socket overruns when the kernel's view is missing.
       if (q.overruns == 0) q.overruns = c.enobufs.get();
       q.verdict_errors = c.send_errors.get() + c.netlink_errors.get();
+      q.uninspected = c.uninspected.get();
       out.push_back(q);
     }
     return out;

@@ -118,9 +118,10 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   out.family("pairwall_queue_overruns_total", T::Counter,
              "Packets lost because the netlink socket buffer overflowed.");
   for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.overruns);
-  out.family("pairwall_queue_fail_open_accepted_total", T::Counter,
-             "Packets the kernel passed uninspected because the queue was full (fail-open).");
-  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.fail_open_accepted);
+  out.family("pairwall_queue_uninspected_total", T::Counter,
+             "Packets settled by the fail-open policy without inspection (accepted with fail_open, "
+             "dropped without): longer than the copy range, or not parsed.");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.uninspected);
   out.family("pairwall_queue_verdict_errors_total", T::Counter, "Verdicts the kernel refused.");
   for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.verdict_errors);
 }

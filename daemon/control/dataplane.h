@@ -16,9 +16,9 @@ struct QueueCounters {
   uint16_t queue = 0;
   uint64_t packets = 0;
   uint64_t bytes = 0;
-  uint64_t drops = 0;               // kernel queue full, packet dropped
-  uint64_t overruns = 0;            // netlink socket buffer overflow
-  uint64_t fail_open_accepted = 0;  // passed uninspected because the queue was full
+  uint64_t drops = 0;        // kernel queue full, packet dropped
+  uint64_t overruns = 0;     // netlink socket buffer overflow
+  uint64_t uninspected = 0;  // settled unseen by the fail-open policy (longer than the copy range, ...)
   uint64_t verdict_errors = 0;
 };
 

@@ -155,7 +155,7 @@ void fill_queue(const QueueCounters& q, QueueStats* out) {
   out->set_bytes(q.bytes);
   out->set_drops(q.drops);
   out->set_overruns(q.overruns);
-  out->set_fail_open_accepted(q.fail_open_accepted);
+  out->set_uninspected(q.uninspected);
   out->set_verdict_errors(q.verdict_errors);
 }
 

@@ -317,7 +317,7 @@ bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
     uint32_t id = 0;
     if (recover_packet_id(base, slot_size_, id)) {
       counters_.packets.add();
-      settle_later(id, config_.fail_open ? Decision::Accept : Decision::Drop);
+      settle_uninspected(id);
     } else {
       counters_.malformed.add();
     }
@@ -345,7 +345,10 @@ bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
         counters_.packets.add();
         counters_.bytes.add(packet.length);
         counters_.truncated.add();
-        settle_later(packet.id, Decision::Accept);
+        // The bytes past the copy range cannot be seen, nor can a verdict give the packet back
+        // whole with new bytes: it cannot be judged. Accepted unseen whatever the rules say, any
+        // packet that a merge (GRO) made longer than the copy range would get past them.
+        settle_uninspected(packet.id);
         break;
       case MessageStatus::NotPacket:
         if (nlh->nlmsg_type == NLMSG_ERROR && nlh->nlmsg_len >= MNL_NLMSG_HDRLEN + sizeof(int) &&
@@ -359,12 +362,17 @@ bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
         // verdict would settle it, and accept it uninspected.
         uint32_t id = 0;
         if (recover_packet_id(reinterpret_cast<const uint8_t*>(nlh), nlh->nlmsg_len, id))
-          settle_later(id, config_.fail_open ? Decision::Accept : Decision::Drop);
+          settle_uninspected(id);
         break;
       }
     }
   }
   return true;
+}
+
+void NfqSocket::settle_uninspected(uint32_t id) noexcept {
+  counters_.uninspected.add();
+  settle_later(id, config_.fail_open ? Decision::Accept : Decision::Drop);
 }
 
 void NfqSocket::settle_later(uint32_t id, Decision decision) noexcept {

@@ -90,7 +90,8 @@ struct QueueCounters {
   Counter enobufs;           // ENOBUFS from recv: the kernel dropped messages for us
   Counter recv_errors;       // other receive errors
   Counter send_errors;       // verdict sends that failed after retries (the verdicts are sent again)
-  Counter truncated;         // cap_len < len: accepted without inspection
+  Counter truncated;         // cap_len < len: longer than the copy range
+  Counter uninspected;       // settled by the fail-open policy unseen: truncated, oversize, malformed
   Counter oversize;          // a datagram larger than a receive slot (MSG_TRUNC)
   Counter malformed;         // messages that did not parse
   Counter netlink_errors;    // error replies from the kernel (e.g. a verdict for an unknown id)
@@ -128,8 +129,8 @@ class NfqSocket {
   //
   // decide(std::span<QueuedPacket> packets, std::span<Decision> decisions,
   //        std::chrono::steady_clock::time_point now) must be noexcept and set decisions[i] for
-  // packets[i], for every i. It never sees truncated packets: those are accepted and counted,
-  // because the bytes past the copy range cannot be inspected.
+  // packets[i], for every i. It never sees truncated packets: the bytes past the copy range
+  // cannot be inspected, so those are settled by the fail-open policy and counted.
   template <typename DecideBatch>
   int run_once(DecideBatch& decide) noexcept;
 
@@ -155,6 +156,8 @@ class NfqSocket {
   // grows past the room reserved at construction.
   bool batch_full() const noexcept { return order_.size() == packets_.size(); }
   void settle_later(uint32_t id, Decision decision) noexcept;
+  // A packet that cannot be inspected: accepted with fail_open, dropped without.
+  void settle_uninspected(uint32_t id) noexcept;
   // Plans the verdicts of the batch collected so far, in the order the packets arrived.
   void plan_collected() noexcept;
   void plan(uint32_t id, Decision decision, const QueuedPacket* packet) noexcept;

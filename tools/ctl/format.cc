@@ -55,8 +55,8 @@ void rule_counters(std::ostringstream& o, const control::RuleInfo& r) {
 
 void queue_line(std::ostringstream& o, const control::QueueStats& q) {
   o << "  queue " << q.queue() << ": " << q.packets() << " packets, " << q.drops()
-    << " dropped (queue full), " << q.overruns() << " overruns, " << q.fail_open_accepted()
-    << " passed by fail-open, " << q.verdict_errors() << " verdict errors\n";
+    << " dropped (queue full), " << q.overruns() << " overruns, " << q.uninspected()
+    << " uninspected (fail-open policy), " << q.verdict_errors() << " verdict errors\n";
 }
 
 // A rule set digest as 16 hex digits.

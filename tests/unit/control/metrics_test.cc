@@ -154,7 +154,7 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("pairwall_queue_packets_total{queue=\"3\"} 100");
   has("pairwall_queue_drops_total{queue=\"3\"} 7");
   has("pairwall_queue_overruns_total{queue=\"3\"} 8");
-  has("pairwall_queue_fail_open_accepted_total{queue=\"3\"} 9");
+  has("pairwall_queue_uninspected_total{queue=\"3\"} 9");
   has("pairwall_queue_verdict_errors_total{queue=\"3\"} 1");
   // Every reason is exported, zero or not, so dashboards see the whole set from the start.
   std::size_t verdict_lines = 0;

@@ -86,17 +86,20 @@ int connected_socket(int type, uint16_t port, int& error) {
   return fd;
 }
 
-// Runs in the child, in its own network namespace. Returns "" or what went wrong.
-std::string scenario(const fs::path& dir) {
-  if (unshare(CLONE_NEWNET) != 0) return std::string("unshare: ") + std::strerror(errno);
-  if (run_command({"ip", "link", "set", "lo", "up"}).exit_code != 0) return "cannot bring lo up";
-
-  engine::Engine engine;
-  auto parsed = engine::rules::parse_rules(kRules, "test.rules");
+// Compiles `rules` into `engine`. Returns "" or what went wrong.
+std::string load(engine::Engine& engine, const char* rules) {
+  auto parsed = engine::rules::parse_rules(rules, "test.rules");
   if (auto* e = std::get_if<engine::rules::RuleError>(&parsed)) return "rules: " + e->to_string();
   auto compiled = engine::rules::compile(std::get<engine::rules::RuleFile>(parsed), engine.interfaces());
   if (auto* e = std::get_if<engine::rules::RuleError>(&compiled)) return "rules: " + e->to_string();
   engine.load_rules(std::get<std::shared_ptr<const engine::rules::RuleSet>>(compiled));
+  return {};
+}
+
+// Runs in the child, in its own network namespace. Returns "" or what went wrong.
+std::string scenario(const fs::path& dir) {
+  engine::Engine engine;
+  if (std::string e = load(engine, kRules); !e.empty()) return e;
 
   PcapLogConfig pc;
   pc.path = (dir / "pflog.pcap").string();
@@ -207,28 +210,28 @@ std::string scenario(const fs::path& dir) {
   return failure;
 }
 
-TEST_CASE("NfQueue passes, rejects and logs real loopback traffic in a private namespace", "[kernel]") {
-  if (geteuid() != 0) {
-    WARN("not root: the kernel scenario needs a network namespace, NFQUEUE and raw sockets");
-    return;
-  }
-  if (run_command({"iptables", "--version"}).exit_code != 0) {
-    WARN("iptables is not installed: the kernel scenario cannot hook a queue");
-    return;
-  }
+// Runs `body` in a forked child (which unshares its network namespace) and returns what it
+// said: "ok", or what went wrong. A child still running after 120 s is killed.
+std::string run_scenario(std::string (*body)(const fs::path&)) {
   char tmpl[] = "/tmp/pairwall-nfqueue-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
+  if (mkdtemp(tmpl) == nullptr) return std::string("mkdtemp: ") + std::strerror(errno);
   const fs::path dir = tmpl;
 
   int pipe_fds[2];
-  REQUIRE(pipe(pipe_fds) == 0);
+  if (pipe(pipe_fds) != 0) return std::string("pipe: ") + std::strerror(errno);
   const pid_t pid = fork();
-  REQUIRE(pid >= 0);
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
   if (pid == 0) {
     close(pipe_fds[0]);
     std::string result;
     try {
-      result = scenario(dir);
+      if (unshare(CLONE_NEWNET) != 0) {
+        result = std::string("unshare: ") + std::strerror(errno);
+      } else if (run_command({"ip", "link", "set", "lo", "up"}).exit_code != 0) {
+        result = "cannot bring lo up";
+      } else {
+        result = body(dir);
+      }
     } catch (const std::exception& e) {
       result = std::string("exception: ") + e.what();
     }
@@ -258,8 +261,78 @@ TEST_CASE("NfQueue passes, rejects and logs real loopback traffic in a private n
   int status = 0;
   waitpid(pid, &status, 0);
   fs::remove_all(dir);
-  CHECK(WIFEXITED(status));
-  CHECK(result == "ok");
+  if (!WIFEXITED(status)) return "the scenario's child did not exit: " + result;
+  return result;
+}
+
+// Whether this machine can run the kernel scenarios; says why not when it cannot.
+bool kernel_scenarios_possible() {
+  if (geteuid() != 0) {
+    WARN("not root: the kernel scenario needs a network namespace, NFQUEUE and raw sockets");
+    return false;
+  }
+  if (run_command({"iptables", "--version"}).exit_code != 0) {
+    WARN("iptables is not installed: the kernel scenario cannot hook a queue");
+    return false;
+  }
+  return true;
+}
+
+// UDP datagrams of 100 and 1,000 bytes over loopback through a queue that copies 300 bytes of
+// each packet: the short one is judged and passed, the long one cannot be and is settled by the
+// fail-open policy (here: closed), never accepted unseen.
+std::string truncated_scenario(const fs::path&) {
+  engine::Engine engine;
+  if (std::string e = load(engine, "pass out all\n"); !e.empty()) return e;
+  NfQueueConfig qc;
+  qc.first_queue = kQueue;
+  qc.reject = false;
+  qc.queue.copy_range = 300;
+  NfQueue queues(engine, qc);
+  queues.start();
+  HooksConfig hc;
+  hc.queue_first = hc.queue_last = kQueue;
+  hc.output = true;
+  hc.defrag = false;
+  Hooks hooks(hc);
+  hooks.install();
+
+  std::string failure;
+  const int listener = bound_socket(SOCK_DGRAM, 12);
+  int error = 0;
+  const int sender = connected_socket(SOCK_DGRAM, 12, error);
+  const std::vector<char> shorter(100, 's');
+  const std::vector<char> longer(1000, 'l');
+  char buf[2048];
+  if (listener < 0 || error != 0) failure = "udp sockets";
+  if (failure.empty() && send(sender, longer.data(), longer.size(), 0) != 1000) failure = "send 1000 bytes";
+  if (failure.empty() && send(sender, shorter.data(), shorter.size(), 0) != 100) failure = "send 100 bytes";
+  // The first datagram to arrive is the short one: the long one went before it and was dropped.
+  const ssize_t n = failure.empty() ? recv(listener, buf, sizeof(buf), 0) : -1;
+  if (failure.empty() && n != 100)
+    failure = "received " + std::to_string(n) + " bytes first, not the short datagram's 100";
+
+  hooks.remove();
+  queues.stop();
+  close(listener);
+  close(sender);
+  const auto& c = queues.counters(0);
+  if (failure.empty() && (c.truncated.get() != 1 || c.uninspected.get() != 1 || c.accepted.get() != 1)) {
+    failure = "truncated " + std::to_string(c.truncated.get()) + ", uninspected " +
+              std::to_string(c.uninspected.get()) + ", accepted " + std::to_string(c.accepted.get()) +
+              " (want 1, 1, 1)";
+  }
+  return failure;
+}
+
+TEST_CASE("NfQueue passes, rejects and logs real loopback traffic in a private namespace", "[kernel]") {
+  if (!kernel_scenarios_possible()) return;
+  CHECK(run_scenario(scenario) == "ok");
+}
+
+TEST_CASE("NfQueue settles a packet longer than its copy range by the fail-open policy", "[kernel]") {
+  if (!kernel_scenarios_possible()) return;
+  CHECK(run_scenario(truncated_scenario) == "ok");
 }
 
 }  // namespace
