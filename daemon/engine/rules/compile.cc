@@ -441,6 +441,8 @@ class Compiler {
     std::vector<std::string> skipped = file_.settings.skip_interfaces;
     std::sort(skipped.begin(), skipped.end());
     for (const std::string& name : skipped) line("skip " + name);
+    // What a plain `block` does, which its rules' text does not say.
+    line(file_.settings.block_policy_return ? "block-policy return" : "block-policy drop");
 
     set.digest_ = hash_text(text, SipKey{0x72756c6573657400ULL, 0x6469676573740000ULL});
   }

@@ -662,6 +662,7 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
       {"-> 10.0.0.80", "-> 10.0.0.81"},
       {"block all\n", "block all\nset skip on lo0\n"},
       {"table <t> persist", "set limit states 5000\ntable <t> persist"},
+      {"table <t> persist", "set block-policy return\ntable <t> persist"},
   };
   for (const auto& [from, to] : changes) {
     INFO(from << " -> " << to);
