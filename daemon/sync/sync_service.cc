@@ -274,6 +274,7 @@ void SyncService::on_receive(const boost::system::error_code& ec, std::size_t n)
 bool SyncService::send(std::span<const uint8_t> datagram) noexcept {
   boost::system::error_code ec;
   socket_.send_to(asio::buffer(datagram.data(), datagram.size()), destination_, 0, ec);
+  if (ec) last_send_error_ = ec;
   return !ec;
 }
 
@@ -421,6 +422,15 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
     logged_holes_ = c.holes;
     last_hole_log_ = now;
   }
+  // The peer then looks silent from both sides: only this says that it is this node that cannot send
+  // (the sync link down, a local firewall's EPERM, the bound address gone).
+  if (c.send_errors > oc.send_errors && now - last_send_error_log_ >= kDropLogPeriod) {
+    spdlog::warn("sync: {} datagrams to {} refused by this node since the last report: {}",
+                 c.send_errors - logged_send_errors_, destination_.address().to_string(),
+                 last_send_error_ ? last_send_error_.message() : "a datagram could not be built");
+    logged_send_errors_ = c.send_errors;
+    last_send_error_log_ = now;
+  }
   if (c.gaps > oc.gaps) {
     spdlog::warn(
         "sync: {} sequences from the peer were lost beyond its resend window ({} gaps in all): "
@@ -566,6 +576,9 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   for (std::size_t i = 0; i < kDropReasonCount; ++i) {
     w.sample({{"reason", drop_reason_name(static_cast<DropReason>(i))}}, c.drops[i]);
   }
+  w.family("pairwall_sync_send_errors_total", T::Counter,
+           "Datagrams this node's socket refused to send (the sync link down, a local firewall).");
+  w.sample(c.send_errors);
   w.family("pairwall_sync_resends_total", T::Counter, "Datagrams sent again after a loss.");
   w.sample(c.resends);
   w.family("pairwall_sync_gaps_total", T::Counter,

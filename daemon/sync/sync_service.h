@@ -129,11 +129,15 @@ class SyncService final : public control::SyncControl {
   Micros last_drop_log_{0};
   Micros last_hole_log_{0};
   Micros last_eviction_log_{0};
+  Micros last_send_error_log_{0};
   PeerState logged_peer_state_ = PeerState::Down;
   bool logged_rules_differ_ = false;
   Micros peer_state_since_{0};
   uint64_t logged_evictions_ = 0;
   uint64_t logged_holes_ = 0;
+  uint64_t logged_send_errors_ = 0;
+  // Why the socket last refused a datagram (sync thread only), for the log.
+  boost::system::error_code last_send_error_;
   std::array<uint64_t, kDropReasonCount> last_drops_{};
 };
 

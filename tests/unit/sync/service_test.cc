@@ -238,3 +238,19 @@ TEST_CASE("a service refuses an interface that does not exist", "[sync][service]
           std::string::npos);
   }
 }
+
+TEST_CASE("datagrams the socket refuses are counted for the metrics", "[sync][service]") {
+  if (skipped_without_root()) return;
+  // The limited broadcast address without SO_BROADCAST: the kernel refuses every datagram (EACCES),
+  // as it does those a local firewall drops (EPERM) or those for a link that is down (ENETDOWN).
+  engine::Engine e(node_config(1));
+  SyncService s(e, config_for("127.0.0.1", "255.255.255.255", free_port()), 1);
+  s.start();
+  REQUIRE(wait_for([&] { return s.status().counters.send_errors > 0; }, std::chrono::milliseconds(3000)));
+  CHECK(s.status().counters.datagrams_sent == 0);
+  control::MetricWriter w;
+  s.render_metrics(w);
+  CHECK(w.text().find("# TYPE pairwall_sync_send_errors_total counter") != std::string::npos);
+  CHECK(w.text().find("pairwall_sync_send_errors_total 0") == std::string::npos);
+  s.stop();
+}
