@@ -869,6 +869,12 @@ void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
   counters_.rto_expirations = window_.rto_expirations();
 }
 
+void SyncProtocol::flush(Micros now, const SendFn& send) noexcept {
+  while (window_.cwnd_open() && !pending_.empty() && send_data(now, true, true, send)) {
+  }
+  mark_sent();
+}
+
 Micros SyncProtocol::next_deadline(Micros now) const noexcept {
   if ((peer_known_ && (ack_now_ || sack_now_)) || controls_waiting()) return now;
   Micros d = last_keepalive_ + config_.keepalive_interval;

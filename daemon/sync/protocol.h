@@ -165,6 +165,10 @@ class SyncProtocol {
   // Sends everything due at `now`: resends, flushes, bulk, acks, keepalives.
   void poll(Micros now, const SendFn& send) noexcept;
 
+  // Sends the live records that wait for their flush at once, as far as the window lets them:
+  // the last a node sends before it stops.
+  void flush(Micros now, const SendFn& send) noexcept;
+
   // When poll() has something to do next (now when it has work already).
   Micros next_deadline(Micros now) const noexcept;
 

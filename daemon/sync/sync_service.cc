@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <stdexcept>
 
 #include "daemon/control/boot_epoch.h"
@@ -29,6 +31,7 @@ constexpr Micros kOneWayGrace{300'000};
 constexpr int kSocketBuffer = 4 << 20;
 constexpr int kDscpCs6 = 0xc0;  // RFC 4594: network control
 constexpr std::size_t kReceiveBatch = 256;
+constexpr std::chrono::milliseconds kStopFlushWait{200};  // the most a stop waits for its last flush
 
 Micros steady_now() {
   return std::chrono::duration_cast<Micros>(std::chrono::steady_clock::now().time_since_epoch());
@@ -242,6 +245,16 @@ void SyncService::start() {
 void SyncService::stop() {
   if (!running_) return;
   running_ = false;
+  // The workers' last records (their queues stop first) and those that wait for their flush go
+  // out before the socket closes: a node stopped on purpose hands its group to the peer, which
+  // should then hold its newest connections too. Bounded: a stop never waits on a stuck loop.
+  auto flushed = std::make_shared<std::promise<void>>();
+  asio::post(io_, [this, flushed] {
+    pump();
+    protocol_->flush(steady_now(), [this](std::span<const uint8_t> d) { return send(d); });
+    flushed->set_value();
+  });
+  flushed->get_future().wait_for(kStopFlushWait);
   io_.stop();
   if (thread_.joinable()) thread_.join();
   boost::system::error_code ec;

@@ -225,6 +225,30 @@ TEST_CASE("a ring's records count as synced once the peer has them, or let go on
   a.stop();
 }
 
+TEST_CASE("a stopping service sends the records it still holds before it closes", "[sync][service]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
+  engine::SpscRing<StateRecord> ring_a(1024);
+  // A flush a second away: only the stop's own sends the record in time.
+  SyncConfig slow = config_for("127.0.0.1", "127.0.0.2", port);
+  slow.flush_interval = std::chrono::milliseconds(1000);
+  SyncService a(engine_a, slow, 1);
+  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
+  a.add_ring(ring_a);
+  a.start();
+  b.start();
+  REQUIRE(wait_for([&] { return b.bulk_done() && a.bulk_done(); }, std::chrono::milliseconds(5000)));
+  const auto r = state(1, 7);
+  REQUIRE(engine_a.apply(r, now_ms()));
+  REQUIRE(ring_a.push(r));
+  a.stop();
+  // A stopped A sends nothing more: B has the record from the stop, or never.
+  CHECK(wait_for([&] { return has(engine_b, r.id); }, std::chrono::milliseconds(500)));
+  b.stop();
+}
+
 TEST_CASE("a service refuses an interface that does not exist", "[sync][service]") {
   engine::Engine e;
   auto c = config_for("127.0.0.1", "127.0.0.2", 9);
