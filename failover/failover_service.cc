@@ -181,15 +181,15 @@ void FailoverService::apply(Time t, const Actions& a) {
     // keep repeating, slower, so every neighbour ends on our side; with no fast repeats as well.
     const uint32_t lease = vips_ ? vips_->lease_s() : 0;
     announce_tail_until_ = lease ? t + std::chrono::seconds(lease + 1) : t;
-    if (announce_fast_left_ > 0) {
-      next_announce_ = t + milliseconds(config_.effective_announce_interval_ms());
-    } else if (t < announce_tail_until_) {
-      next_announce_ = t + std::chrono::seconds(1);
-    } else {
-      next_announce_ = kNever;
-    }
+    next_announce_ = next_announcement(t);
   }
   log_new_transitions();
+}
+
+Time FailoverService::next_announcement(Time t) const {
+  if (announce_fast_left_ > 0) return t + milliseconds(config_.effective_announce_interval_ms());
+  if (t < announce_tail_until_) return t + std::chrono::seconds(1);
+  return kNever;
 }
 
 void FailoverService::log_vip_error(const std::string& what) {
@@ -379,13 +379,7 @@ void FailoverService::on_tick() {
   if (master && t >= next_announce_) {
     announce_all();
     if (announce_fast_left_ > 0) --announce_fast_left_;
-    if (announce_fast_left_ > 0) {
-      next_announce_ = t + milliseconds(config_.effective_announce_interval_ms());
-    } else if (t < announce_tail_until_) {
-      next_announce_ = t + std::chrono::seconds(1);
-    } else {
-      next_announce_ = kNever;
-    }
+    next_announce_ = next_announcement(t);
   }
   rearm();
 }

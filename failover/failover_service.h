@@ -131,6 +131,9 @@ class FailoverService final : public control::FailoverControl {
  private:
   void apply(Time now, const Actions& actions);
   void log_new_transitions();
+  // When the next announcement is due after one at `t`: the fast repeats, then one a second until
+  // the VIP lease has run out, then none.
+  Time next_announcement(Time t) const;
   void log_vip_error(const std::string& what);
   void send_advert(Time now);
   void announce_all();
