@@ -1352,16 +1352,18 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     const Millis duration = creator != nullptr ? creator->timeouts[record.timeout] : timeouts[record.timeout];
     const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
     StateTable::CreateStatus status;
-    state = states_.create(record.stack_key, record.wire_key, record.id, record.timeout, duration, last_seen,
-                           status);
+    const auto create = [&] {
+      return states_.create(record.stack_key, record.wire_key, record.id, record.timeout, duration, last_seen,
+                            status);
+    };
+    state = create();
     if (status == StateTable::CreateStatus::Exists && state->id.creator == record.id.creator &&
         state->id.counter < record.id.counter) {
       // The creator's newer state on a key its older one held (the port used again): the creator
       // holds one state a key, so the older one is gone there, its delete still on the way behind
       // this insert. Kept, the older would turn the newer away until a resync.
       states_.erase(state);
-      state = states_.create(record.stack_key, record.wire_key, record.id, record.timeout, duration,
-                             last_seen, status);
+      state = create();
     }
     if (status != StateTable::CreateStatus::Created) {
       // Exists: the same connection under another id (both nodes saw its first packet); the
