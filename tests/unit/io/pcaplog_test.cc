@@ -316,7 +316,7 @@ TEST_CASE("files rotate by size and only N are kept", "[pcaplog]") {
   c.snaplen = 100;
   c.files = 3;
   const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).payload(72).build();  // 100 bytes
-  const std::size_t record = 16 + 64 + 100;
+  const std::size_t record = kPcapRecordHeaderSize + kPflogHeaderSize + p.size();
   c.max_file_bytes = 24 + 4 * record;  // four records per file
   c.flush_interval = std::chrono::hours(1);
   {
@@ -366,7 +366,7 @@ TEST_CASE("a full disk costs the records of the failed write, and the file stays
   c.snaplen = 100;
   c.flush_interval = std::chrono::hours(1);
   const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).payload(72).build();  // 100 bytes
-  const std::size_t record = 16 + 64 + 100;
+  const std::size_t record = kPcapRecordHeaderSize + kPflogHeaderSize + p.size();
   auto log_rule = [&](PcapLog& log, uint32_t rule) {
     REQUIRE(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, rule, false, "x"), p,
                     std::chrono::steady_clock::now()));
@@ -377,7 +377,7 @@ TEST_CASE("a full disk costs the records of the failed write, and the file stays
     log.flush();
     {
       // Room for a record and a half: the second record would be torn.
-      const DiskFullAt full(24 + record + record + record / 2);
+      const DiskFullAt full(kPcapFileHeaderSize + record + record + record / 2);
       log_rule(log, 2);
       log_rule(log, 3);
       log_rule(log, 4);
