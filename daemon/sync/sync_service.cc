@@ -364,6 +364,14 @@ void SyncService::arm_timer(Micros now) {
   });
 }
 
+uint64_t SyncService::ThrottledCount::due(uint64_t count, Micros now) {
+  if (count <= logged || now - last < kDropLogPeriod) return 0;
+  const uint64_t gained = count - logged;
+  logged = count;
+  last = now;
+  return gained;
+}
+
 void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
   const ProtocolStatus& o = logged_;
   const auto& c = s.counters;
@@ -427,22 +435,18 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
         break;
     }
   }
-  if (c.holes > oc.holes && now - last_hole_log_ >= kDropLogPeriod) {
+  if (const uint64_t holes = holes_log_.due(c.holes, now)) {
     spdlog::info(
         "sync: {} gaps in the peer's sequence since the last report ({} datagrams held past them): "
         "resends requested",
-        c.holes - logged_holes_, s.held);
-    logged_holes_ = c.holes;
-    last_hole_log_ = now;
+        holes, s.held);
   }
   // The peer then looks silent from both sides: only this says that it is this node that cannot send
   // (the sync link down, a local firewall's EPERM, the bound address gone).
-  if (c.send_errors > oc.send_errors && now - last_send_error_log_ >= kDropLogPeriod) {
-    spdlog::warn("sync: {} datagrams to {} refused by this node since the last report: {}",
-                 c.send_errors - logged_send_errors_, destination_.address().to_string(),
+  if (const uint64_t refused = send_errors_log_.due(c.send_errors, now)) {
+    spdlog::warn("sync: {} datagrams to {} refused by this node since the last report: {}", refused,
+                 destination_.address().to_string(),
                  last_send_error_ ? last_send_error_.message() : "a datagram could not be built");
-    logged_send_errors_ = c.send_errors;
-    last_send_error_log_ = now;
   }
   if (c.gaps > oc.gaps) {
     spdlog::warn(
@@ -474,13 +478,11 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
         "deletes were lost)",
         c.peer_states_removed - oc.peer_states_removed);
   }
-  if (c.window_evictions > logged_evictions_ && now - last_eviction_log_ >= kDropLogPeriod) {
+  if (const uint64_t evicted = evictions_log_.due(c.window_evictions, now)) {
     spdlog::warn(
         "sync: resend window full: {} unacked datagrams evicted since the last report (their states are "
         "kept for a resync)",
-        c.window_evictions - logged_evictions_);
-    logged_evictions_ = c.window_evictions;
-    last_eviction_log_ = now;
+        evicted);
   }
   if (c.evicted_ids_dropped > oc.evicted_ids_dropped) {
     spdlog::warn("sync: {} state ids of evicted datagrams dropped: a gap over them needs a full resync",

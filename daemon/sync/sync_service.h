@@ -127,15 +127,20 @@ class SyncService final : public control::SyncControl {
   // What was last logged, to log changes only.
   ProtocolStatus logged_;
   Micros last_drop_log_{0};
-  Micros last_hole_log_{0};
-  Micros last_eviction_log_{0};
-  Micros last_send_error_log_{0};
+  // A counter logged at most once a period, with what it gained since it was last logged.
+  struct ThrottledCount {
+    uint64_t logged = 0;
+    Micros last{0};
+    // What `count` gained since the last report when one is due at `now`, else 0 (and then the
+    // gain waits for the next).
+    uint64_t due(uint64_t count, Micros now);
+  };
+  ThrottledCount holes_log_;
+  ThrottledCount evictions_log_;
+  ThrottledCount send_errors_log_;
   PeerState logged_peer_state_ = PeerState::Down;
   bool logged_rules_differ_ = false;
   Micros peer_state_since_{0};
-  uint64_t logged_evictions_ = 0;
-  uint64_t logged_holes_ = 0;
-  uint64_t logged_send_errors_ = 0;
   // Why the socket last refused a datagram (sync thread only), for the log.
   boost::system::error_code last_send_error_;
   std::array<uint64_t, kDropReasonCount> last_drops_{};
