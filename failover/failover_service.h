@@ -10,7 +10,8 @@
 // asks healthy(), which fails while this node is demoted.
 //
 // Threading: handlers run on the io_context; the control calls may come from another thread and
-// take the same mutex. Nothing here is on the packet path.
+// take the same mutex. pairwalld gives the service an io_context and a thread of its own, so that
+// nothing its control loop does delays an advertisement. Nothing here is on the packet path.
 #pragma once
 
 #include <array>

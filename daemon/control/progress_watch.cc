@@ -19,6 +19,7 @@ void ProgressWatch::tick(Clock::time_point now, const std::vector<Sample>& sampl
                " s with " + std::to_string(*s.queued) + " packets waiting";
     }
   }
+  any_stuck_.store(stuck_.has_value(), std::memory_order_relaxed);
 }
 
 }  // namespace pairwall::control

@@ -5,6 +5,7 @@
 // queued and is never stuck, however long it sleeps in poll().
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -30,8 +31,10 @@ class ProgressWatch {
   // (queued unknown) a worker is never accused.
   void tick(Clock::time_point now, const std::vector<Sample>& samples);
 
-  // Why the first stuck worker is stuck, or nullopt when none is.
+  // Why the first stuck worker is stuck, or nullopt when none is. On tick()'s thread only.
   const std::optional<std::string>& stuck() const { return stuck_; }
+  // Whether any worker was stuck at the last tick(), from any thread (the failover service asks).
+  bool any_stuck() const noexcept { return any_stuck_.load(std::memory_order_relaxed); }
 
  private:
   struct Last {
@@ -42,6 +45,7 @@ class ProgressWatch {
   std::chrono::milliseconds stuck_after_;
   std::vector<Last> last_;
   std::optional<std::string> stuck_;
+  std::atomic<bool> any_stuck_{false};
 };
 
 }  // namespace pairwall::control

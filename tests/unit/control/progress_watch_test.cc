@@ -31,9 +31,11 @@ TEST_CASE("progress watch: packets waiting without progress is stuck after the d
   w.tick(at(3000ms), {{0, 13, 3u}, {1, 5, 9u}});
   REQUIRE(w.stuck());
   CHECK(*w.stuck() == "queue 1 worker made no progress for 3 s with 9 packets waiting");
+  CHECK(w.any_stuck());
   // It moves again: no longer stuck.
   w.tick(at(4000ms), {{0, 13, 0u}, {1, 6, 9u}});
   CHECK_FALSE(w.stuck());
+  CHECK_FALSE(w.any_stuck());
 }
 
 TEST_CASE("progress watch: a worker that keeps moving with a busy queue is fine", "[watch]") {
