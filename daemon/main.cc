@@ -708,6 +708,28 @@ int run(const control::Config& c) {
   };
   notify("READY=1\n" + status_line());
 
+  // SIGHUP re-reads the sync and failover keys (key_file, accept_key_file) with the rule file, so
+  // that a pair changes its keys without a restart, which would hand the group over with the
+  // peer's states unsynced (README "Changing the keys"). The other settings need a restart.
+  auto reload_keys = [&] {
+    if (!sync_service && !failover) return;
+    try {
+      const control::Config now = control::load_config(c.file);
+      if (sync_service && now.sync) {
+        sync::SyncConfig s = sync::parse_sync_config(*now.sync, now.file);
+        sync_service->set_keys(std::move(s.key), std::move(s.accept_key));
+      }
+      if (failover && now.failover) {
+        failover::FailoverConfig f = failover::parse_failover_config(*now.failover, now.file);
+        if (f.driver == failover::Driver::Builtin)
+          failover->service().set_keys(std::move(f.key), std::move(f.accept_key));
+      }
+      spdlog::info("SIGHUP: keys re-read from {}", c.file);
+    } catch (const std::exception& e) {
+      spdlog::warn("SIGHUP: keys kept: {}", e.what());
+    }
+  };
+
   // Signals.
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
@@ -722,6 +744,7 @@ int run(const control::Config& c) {
           } else {
             spdlog::warn("SIGHUP: rules reload refused, running set kept: {}", r.error);
           }
+          reload_keys();
           notify("READY=1\n" + status_line());
           signals.async_wait(on_signal);
           return;

@@ -38,12 +38,17 @@ const char* reject_name(Reject reason) {
   return "unknown";
 }
 
-AdvertCodec::AdvertCodec(std::string key, uint8_t vhid, uint32_t own_node_id)
-    : key_(std::move(key)), vhid_(vhid), own_node_id_(own_node_id) {}
+AdvertCodec::AdvertCodec(std::string key, uint8_t vhid, uint32_t own_node_id, std::string accept_key)
+    : key_(std::move(key)), accept_key_(std::move(accept_key)), vhid_(vhid), own_node_id_(own_node_id) {}
 
-void AdvertCodec::tag(std::span<const uint8_t> data, uint8_t* out) const noexcept {
+void AdvertCodec::set_keys(std::string key, std::string accept_key) {
+  key_ = std::move(key);
+  accept_key_ = std::move(accept_key);
+}
+
+void AdvertCodec::tag(const std::string& key, std::span<const uint8_t> data, uint8_t* out) noexcept {
   unsigned int len = kAdvertTagSize;
-  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), data.data(), data.size(), out, &len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), data.data(), data.size(), out, &len);
 }
 
 std::size_t AdvertCodec::encode(const Advert& advert, std::span<uint8_t> out) noexcept {
@@ -65,7 +70,7 @@ std::size_t AdvertCodec::encode(const Advert& advert, std::span<uint8_t> out) no
   p[6] = static_cast<uint8_t>(body >> 8);
   p[7] = static_cast<uint8_t>(body);
   if (!message_.SerializeToArray(p + kAdvertHeaderSize, static_cast<int>(body))) return 0;
-  tag(std::span<const uint8_t>(p, kAdvertHeaderSize + body), p + kAdvertHeaderSize + body);
+  tag(key_, std::span<const uint8_t>(p, kAdvertHeaderSize + body), p + kAdvertHeaderSize + body);
   if (advert.node_id == own_node_id_) {
     sent_epoch_ = advert.boot_epoch;
     sent_counter_ = advert.counter;
@@ -91,10 +96,15 @@ AdvertCodec::Result AdvertCodec::decode(std::span<const uint8_t> frame, int ttl)
   }
   if (frame[5] != vhid_) return reject(Reject::WrongVhid);
 
-  uint8_t expected[kAdvertTagSize];
-  tag(frame.first(kAdvertHeaderSize + body), expected);
-  if (CRYPTO_memcmp(expected, frame.data() + kAdvertHeaderSize + body, kAdvertTagSize) != 0) {
-    return reject(Reject::BadTag);
+  const auto signed_with = [&](const std::string& key) {
+    uint8_t expected[kAdvertTagSize];
+    tag(key, frame.first(kAdvertHeaderSize + body), expected);
+    return CRYPTO_memcmp(expected, frame.data() + kAdvertHeaderSize + body, kAdvertTagSize) == 0;
+  };
+  bool on_accept_key = false;
+  if (!signed_with(key_)) {
+    if (accept_key_.empty() || !signed_with(accept_key_)) return reject(Reject::BadTag);
+    on_accept_key = true;
   }
 
   // Authentic from here on: whatever fails now is a peer bug, not an attack.
@@ -143,6 +153,7 @@ AdvertCodec::Result AdvertCodec::decode(std::span<const uint8_t> frame, int ttl)
   mark->counter = a.counter;
   mark->last_use = ++uses_;
   ++accepted_;
+  if (on_accept_key) ++accepted_on_accept_key_;
   return Result{true, Reject::Malformed, a};
 }
 

@@ -47,8 +47,11 @@ struct Advert {
 
 class AdvertCodec {
  public:
-  // `key` is the group's shared secret (raw bytes of the key file).
-  AdvertCodec(std::string key, uint8_t vhid, uint32_t own_node_id);
+  // `key` is the group's shared secret (raw bytes of the key file); frames are signed with it and
+  // accepted under it or under `accept_key` (if not empty), the key the group is changing to or
+  // from, so that its nodes need not change keys at the same moment.
+  AdvertCodec(std::string key, uint8_t vhid, uint32_t own_node_id, std::string accept_key = {});
+  void set_keys(std::string key, std::string accept_key);
 
   // Writes one frame into `out`; returns its size, or 0 when `out` is too small.
   std::size_t encode(const Advert& advert, std::span<uint8_t> out) noexcept;
@@ -67,6 +70,7 @@ class AdvertCodec {
 
   const std::array<uint64_t, kRejectCount>& rejects() const { return rejects_; }
   uint64_t accepted() const { return accepted_; }
+  uint64_t accepted_on_accept_key() const { return accepted_on_accept_key_; }  // of accepted()
 
  private:
   struct ReplayMark {
@@ -76,9 +80,10 @@ class AdvertCodec {
     uint64_t last_use = 0;
   };
   Result reject(Reject reason) noexcept;
-  void tag(std::span<const uint8_t> data, uint8_t* out) const noexcept;
+  static void tag(const std::string& key, std::span<const uint8_t> data, uint8_t* out) noexcept;
 
   std::string key_;
+  std::string accept_key_;
   uint8_t vhid_;
   uint32_t own_node_id_;
   wire::Advertisement message_;  // reused: a scalar-only message parses without allocating
@@ -90,6 +95,7 @@ class AdvertCodec {
   uint64_t uses_ = 0;
   std::array<uint64_t, kRejectCount> rejects_{};
   uint64_t accepted_ = 0;
+  uint64_t accepted_on_accept_key_ = 0;
 };
 
 }  // namespace pairwall::failover

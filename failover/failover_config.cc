@@ -66,20 +66,20 @@ bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
 
 // As the sync key's (daemon/sync/key_file.h): a regular file of at most 4 KiB that no other user
 // may read or write, since whoever holds the key can claim the VIPs.
-std::string read_key(ConfigSection& r, const std::string& path) {
+std::string read_key(ConfigSection& r, const char* setting, const std::string& path) {
   int error = 0;
   if (const std::string problem = control::key_file_problem(path, kMaxKeyFileBytes, error); !problem.empty())
-    r.fail("key_file",
+    r.fail(setting,
            error != 0 ? "cannot read \"" + path + "\": " + problem : "\"" + path + "\" is " + problem);
   std::ifstream in(path, std::ios::binary);
-  if (!in) r.fail("key_file", "cannot read \"" + path + "\": " + std::strerror(errno));
+  if (!in) r.fail(setting, "cannot read \"" + path + "\": " + std::strerror(errno));
   std::ostringstream buf;
   buf << in.rdbuf();
   std::string key = buf.str();
   while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
   if (key.size() < kMinKeyBytes) {
-    r.fail("key_file", "\"" + path + "\" holds " + std::to_string(key.size()) + " bytes, need at least " +
-                           std::to_string(kMinKeyBytes) + " (e.g. head -c 32 /dev/urandom | base64)");
+    r.fail(setting, "\"" + path + "\" holds " + std::to_string(key.size()) + " bytes, need at least " +
+                        std::to_string(kMinKeyBytes) + " (e.g. head -c 32 /dev/urandom | base64)");
   }
   return key;
 }
@@ -129,8 +129,9 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
   if (!builtin) {
     // keepalived elects and announces: a builtin setting would be shown by status and metrics
     // while keepalived.conf's decides.
-    for (const char* key : {"vhid", "advbase_ms", "advskew", "preempt", "port", "group4", "group6",
-                            "key_file", "announce_count", "announce_interval_ms", "vip_lease_s"}) {
+    for (const char* key :
+         {"vhid", "advbase_ms", "advskew", "preempt", "port", "group4", "group6", "key_file",
+          "accept_key_file", "announce_count", "announce_interval_ms", "vip_lease_s"}) {
       if (r.get(key) != nullptr) {
         r.fail(key,
                "the builtin election's; with driver = \"keepalived\", keepalived.conf decides it "
@@ -165,14 +166,22 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
     std::memcpy(c.group6.data(), &a, 16);
   }
 
-  if (auto v = r.string("key_file")) {
-    if (v->empty()) r.fail("key_file", "expected a path, got \"\"");
-    std::filesystem::path p(*v);
+  const auto key_path = [&](const char* setting, const std::string& v) {
+    if (v.empty()) r.fail(setting, "expected a path, got \"\"");
+    std::filesystem::path p(v);
     if (p.is_relative()) p = std::filesystem::path(file).parent_path() / p;
-    c.key_file = p.string();
-    c.key = read_key(r, c.key_file);
+    return p.string();
+  };
+  if (auto v = r.string("key_file")) {
+    c.key_file = key_path("key_file", *v);
+    c.key = read_key(r, "key_file", c.key_file);
   } else if (builtin) {
     r.fail("key_file", "missing: advertisements are authenticated with a shared key file");
+  }
+  if (auto v = r.string("accept_key_file")) {
+    c.accept_key_file = key_path("accept_key_file", *v);
+    c.accept_key = read_key(r, "accept_key_file", c.accept_key_file);
+    if (c.accept_key == c.key) r.fail("accept_key_file", "holds the key of key_file: name the other key");
   }
 
   if (const toml::node* node = r.get("vips")) {

@@ -7,6 +7,9 @@
 //   advskew = 0                 # 0..254, lower is preferred
 //   preempt = false             # take the group from a master that ranks below us (advskew / node id)
 //   key_file = "failover.key"   # shared secret, at least 16 bytes; relative to this file's directory
+//   accept_key_file = "failover.key.new"  # optional: a second key advertisements may be signed
+//                               # with (never used to sign), for changing the key: SIGHUP re-reads
+//                               # both files (README "Changing the keys")
 //   vips = [ { interface = "lan0", address = "10.1.0.1/24" },
 //            { interface = "lan0", address = "fd00:1::1/64" },
 //            { interface = "lan1", address = "10.2.0.1/24" } ]
@@ -51,8 +54,10 @@ struct FailoverConfig {
   uint32_t advbase_ms = 1000;
   uint8_t advskew = 0;
   bool preempt = false;
-  std::string key_file;  // resolved path
-  std::string key;       // its contents, trailing newline removed
+  std::string key_file;         // resolved path
+  std::string key;              // its contents, trailing newline removed
+  std::string accept_key_file;  // resolved path; empty: none
+  std::string accept_key;       // its contents; empty: none
   std::vector<Vip> vips;
   std::array<uint8_t, 4> group4{224, 0, 0, 18};
   std::array<uint8_t, 16> group6{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12};

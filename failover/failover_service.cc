@@ -57,7 +57,7 @@ FailoverService::FailoverService(boost::asio::io_context& io, FailoverConfig con
       node_id_(node_id),
       hooks_(std::move(hooks)),
       election_(ElectionConfig{node_id, milliseconds(config_.advbase_ms), config_.advskew, config_.preempt}),
-      codec_(config_.key, config_.vhid, node_id),
+      codec_(config_.key, config_.vhid, node_id, config_.accept_key),
       timer_(io),
       poll_timer_(io),
       boot_epoch_(boot_epoch ? boot_epoch : wall_clock_us()) {}
@@ -440,6 +440,7 @@ FailoverSnapshot FailoverService::snapshot() const {
   s.transitions_total = log.total();
   s.rejects = codec_.rejects();
   s.counters = counters_;
+  s.counters.adverts_on_accept_key = codec_.accepted_on_accept_key();
   s.counters.worse_masters = election_.worse_masters();
   // The codec turns away adverts with this node's id before the election sees them (Reject::Own).
   s.counters.node_id_conflicts =
@@ -471,6 +472,11 @@ void FailoverService::fill_status(control::FailoverStatus* status) {
   }
   auto& rejects = *status->mutable_rejects();
   for (std::size_t i = 0; i < kRejectCount; ++i) rejects[reject_name(static_cast<Reject>(i))] = s.rejects[i];
+}
+
+void FailoverService::set_keys(std::string key, std::string accept_key) {
+  std::lock_guard lock(mutex_);
+  codec_.set_keys(std::move(key), std::move(accept_key));
 }
 
 std::string FailoverService::demote(uint32_t amount) {

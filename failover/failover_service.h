@@ -48,7 +48,8 @@ struct FailoverCounters {
   uint64_t adverts_sent = 0;  // datagrams: one advertisement goes out on every interface and family
   uint64_t advert_send_errors = 0;
   uint64_t adverts_accepted = 0;
-  uint64_t announcements = 0;  // frames (one per VIP per burst step)
+  uint64_t adverts_on_accept_key = 0;  // of those, signed with accept_key: the sender signs with it
+  uint64_t announcements = 0;          // frames (one per VIP per burst step)
   uint64_t announce_errors = 0;
   uint64_t vip_renewals = 0;
   uint64_t vip_errors = 0;
@@ -117,6 +118,9 @@ class FailoverService final : public control::FailoverControl {
   void stop();
 
   FailoverSnapshot snapshot() const;
+  // The keys a SIGHUP re-read (key_file, accept_key_file): advertisements are signed with `key`
+  // from the next one on, and accepted under either. Any thread.
+  void set_keys(std::string key, std::string accept_key);
   // keepalived mode: the role keepalived decided. "" on success, otherwise why not.
   std::string set_external_role(Role role);
 

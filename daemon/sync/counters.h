@@ -33,7 +33,8 @@ struct SyncCounters {
   std::array<uint64_t, kDropReasonCount> drops{};
 
   uint64_t datagrams_sent = 0;
-  uint64_t datagrams_received = 0;  // accepted (authenticated, fresh)
+  uint64_t datagrams_received = 0;       // accepted (authenticated, fresh)
+  uint64_t datagrams_on_accept_key = 0;  // of those, signed with accept_key: the peer signs with it
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t send_errors = 0;  // the socket refused a datagram; reliability resends it

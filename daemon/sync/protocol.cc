@@ -87,9 +87,9 @@ wire::Batch* BatchArena::another() {
 }
 
 SyncProtocol::SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t> key, StateStore& store,
-                           Micros now)
+                           Micros now, std::span<const uint8_t> accept_key)
     : config_(config),
-      auth_(std::make_unique<Authenticator>(key)),
+      auth_(std::make_unique<Authenticator>(key, accept_key)),
       store_(store),
       window_(config.send),
       rwin_(config.receive_window) {
@@ -259,6 +259,10 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   }
 }
 
+void SyncProtocol::set_keys(std::span<const uint8_t> key, std::span<const uint8_t> accept_key) {
+  auth_ = std::make_unique<Authenticator>(key, accept_key);
+}
+
 void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexcept {
   Header h;
   std::span<const uint8_t> payload;
@@ -288,6 +292,7 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   if (new_epoch) start_peer_epoch(h, now);
   replay_.commit(h.xmit);
   ++counters_.datagrams_received;
+  if (auth_->last_verified_by_also_accept()) ++counters_.datagrams_on_accept_key;
   counters_.bytes_received += datagram.size();
   // Heard again after the peer was down: tell it at once, so that it does not see a one-way link
   // for a keepalive interval.

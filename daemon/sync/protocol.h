@@ -141,7 +141,9 @@ class SyncProtocol {
 
   // `key`: the shared HMAC key (at least 32 bytes). Throws std::runtime_error if HMAC cannot be
   // set up.
-  SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t> key, StateStore& store, Micros now);
+  // `key` signs; datagrams are accepted under it or under `accept_key` (if not empty).
+  SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t> key, StateStore& store, Micros now,
+               std::span<const uint8_t> accept_key = {});
   ~SyncProtocol();
   SyncProtocol(const SyncProtocol&) = delete;
   SyncProtocol& operator=(const SyncProtocol&) = delete;
@@ -174,6 +176,9 @@ class SyncProtocol {
 
   // Asks the peer for its whole table (again).
   void request_bulk(Micros now) noexcept;
+
+  // Changes the keys (a SIGHUP that re-read the key files). Throws as the constructor does.
+  void set_keys(std::span<const uint8_t> key, std::span<const uint8_t> accept_key);
 
   // This node's initial bulk ended (or timed out): until then it must not become master.
   bool bulk_done() const noexcept { return initial_bulk_done_; }

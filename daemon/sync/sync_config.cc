@@ -91,6 +91,7 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
                                               "group",
                                               "port",
                                               "key_file",
+                                              "accept_key_file",
                                               "mtu",
                                               "flush_interval_ms",
                                               "bulk_timeout_min_s",
@@ -104,7 +105,8 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
     (void)value;
     if (kKeys.count(std::string(key.str())) == 0) {
       r.fail(std::string(key.str()),
-             "unknown key (known: interface, address, peer, group, port, key_file, mtu, flush_interval_ms, "
+             "unknown key (known: interface, address, peer, group, port, key_file, accept_key_file, mtu, "
+             "flush_interval_ms, "
              "bulk_timeout_min_s, peer_node_id, resend_window, pending_limit, defer, defer_timeout_ms)");
     }
   }
@@ -150,11 +152,19 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
     r.fail("defer_timeout_ms", "set without defer = true");
   }
 
-  c.key_file = r.string("key_file", true);
-  std::filesystem::path key_path(c.key_file);
-  if (key_path.is_relative()) key_path = std::filesystem::path(file).parent_path() / key_path;
-  c.key_file = key_path.string();
+  const auto beside_config = [&file](const std::string& path) {
+    std::filesystem::path resolved(path);
+    if (resolved.is_relative()) resolved = std::filesystem::path(file).parent_path() / resolved;
+    return resolved.string();
+  };
+  c.key_file = beside_config(r.string("key_file", true));
   c.key = load_key_file(c.key_file, file + ": [sync] key_file");
+  c.accept_key_file = r.string("accept_key_file", false);
+  if (!c.accept_key_file.empty()) {
+    c.accept_key_file = beside_config(c.accept_key_file);
+    c.accept_key = load_key_file(c.accept_key_file, file + ": [sync] accept_key_file");
+    if (c.accept_key == c.key) r.fail("accept_key_file", "holds the key of key_file: name the other key");
+  }
   return c;
 }
 

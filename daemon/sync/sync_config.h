@@ -7,6 +7,9 @@
 //   group = "239.255.80.87"    # multicast group (IPv4 or IPv6), exactly one of the two
 //   port = 8370
 //   key_file = "/etc/pairwall/sync.key"   # >= 32 bytes raw or 64+ hex digits, mode 0600
+//   accept_key_file = "/etc/pairwall/sync.key.new"  # optional: a second key datagrams may be
+//                              # signed with (never used to sign), for changing the key: SIGHUP
+//                              # re-reads both files (README "Changing the keys")
 //   flush_interval_ms = 10     # longest a change waits to fill a datagram
 //   mtu = 1500                 # of the sync link: datagrams are filled up to it
 //   bulk_timeout_min_s = 5     # shortest wait for a bulk; grows with the announced count
@@ -37,7 +40,9 @@ struct SyncConfig {
   bool ipv6 = false;    // family of peer/group
   uint16_t port = 8370;
   std::string key_file;
-  std::vector<uint8_t> key;  // loaded from key_file by parse_sync_config
+  std::vector<uint8_t> key;         // loaded from key_file by parse_sync_config
+  std::string accept_key_file;      // empty: none
+  std::vector<uint8_t> accept_key;  // loaded from accept_key_file; empty: none
   std::chrono::milliseconds flush_interval{10};
   uint32_t mtu = 1500;
   std::chrono::seconds bulk_timeout_min{5};

@@ -224,7 +224,7 @@ void SyncService::start() {
   pc.ack_inserts_at_once = config_.defer;
   // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
   pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
-  protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now());
+  protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now(), config_.accept_key);
   {
     std::lock_guard lock(status_mutex_);
     status_ = protocol_->status(steady_now());
@@ -240,6 +240,21 @@ void SyncService::start() {
   arm_kick();
   asio::post(io_, [this] { pump(); });
   thread_ = std::thread([this] { io_.run(); });
+}
+
+void SyncService::set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept_key) {
+  if (!running_) {
+    config_.key = std::move(key);
+    config_.accept_key = std::move(accept_key);
+    return;
+  }
+  asio::post(io_, [this, key = std::move(key), accept_key = std::move(accept_key)] {
+    try {
+      protocol_->set_keys(key, accept_key);
+    } catch (const std::exception& e) {
+      spdlog::error("sync: the running keys kept: {}", e.what());
+    }
+  });
 }
 
 void SyncService::stop() {
@@ -581,6 +596,10 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_datagrams_total", T::Counter, "Sync datagrams sent and accepted.");
   w.sample({{"direction", "sent"}}, c.datagrams_sent);
   w.sample({{"direction", "received"}}, c.datagrams_received);
+  w.family("pairwall_sync_datagrams_on_accept_key_total", T::Counter,
+           "Accepted datagrams signed with accept_key_file's key rather than key_file's: the peer signs "
+           "with it.");
+  w.sample(c.datagrams_on_accept_key);
   w.family("pairwall_sync_bytes_total", T::Counter, "Sync datagram bytes sent and accepted.");
   w.sample({{"direction", "sent"}}, c.bytes_sent);
   w.sample({{"direction", "received"}}, c.bytes_received);

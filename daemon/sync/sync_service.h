@@ -65,6 +65,10 @@ class SyncService final : public control::SyncControl {
   void start();
   void stop();
 
+  // The keys to sign with and to accept besides (empty: none), from a SIGHUP that re-read the key
+  // files: taken on the sync thread before its next datagram. Control thread.
+  void set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept_key);
+
   // This node's initial bulk ended (or timed out): until then failover keeps it demoted. Any thread.
   bool bulk_done() const noexcept { return bulk_done_.load(std::memory_order_acquire); }
 

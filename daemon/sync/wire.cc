@@ -38,14 +38,22 @@ uint64_t get64(const uint8_t* p) {
 
 }  // namespace
 
-Authenticator::Authenticator(std::span<const uint8_t> key) {
+Authenticator::Authenticator(std::span<const uint8_t> key, std::span<const uint8_t> also_accept) {
   mac_ = EVP_MAC_fetch(nullptr, OSSL_MAC_NAME_HMAC, nullptr);
-  if (mac_ != nullptr) ctx_ = EVP_MAC_CTX_new(mac_);
   char digest[] = "SHA256";
   const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
                                OSSL_PARAM_construct_end()};
-  if (ctx_ == nullptr || EVP_MAC_init(ctx_, key.data(), key.size(), params) != 1) {
+  const auto context = [&](std::span<const uint8_t> k) {
+    EVP_MAC_CTX* ctx = mac_ != nullptr ? EVP_MAC_CTX_new(mac_) : nullptr;
+    if (ctx != nullptr && EVP_MAC_init(ctx, k.data(), k.size(), params) == 1) return ctx;
+    EVP_MAC_CTX_free(ctx);
+    return static_cast<EVP_MAC_CTX*>(nullptr);
+  };
+  ctx_ = context(key);
+  if (!also_accept.empty()) also_accept_ctx_ = context(also_accept);
+  if (ctx_ == nullptr || (!also_accept.empty() && also_accept_ctx_ == nullptr)) {
     EVP_MAC_CTX_free(ctx_);
+    EVP_MAC_CTX_free(also_accept_ctx_);
     EVP_MAC_free(mac_);
     throw std::runtime_error("OpenSSL cannot set up HMAC-SHA256");
   }
@@ -53,25 +61,36 @@ Authenticator::Authenticator(std::span<const uint8_t> key) {
 
 Authenticator::~Authenticator() {
   EVP_MAC_CTX_free(ctx_);
+  EVP_MAC_CTX_free(also_accept_ctx_);
   EVP_MAC_free(mac_);
 }
 
-bool Authenticator::tag(std::span<const uint8_t> data, uint8_t* out) noexcept {
+bool Authenticator::tag_with(EVP_MAC_CTX* ctx, std::span<const uint8_t> data, uint8_t* out) noexcept {
   // A NULL key re-initializes with the key set at construction (EVP_MAC_init(3)).
   std::array<uint8_t, EVP_MAX_MD_SIZE> full;
   std::size_t len = 0;
-  if (EVP_MAC_init(ctx_, nullptr, 0, nullptr) != 1 || EVP_MAC_update(ctx_, data.data(), data.size()) != 1 ||
-      EVP_MAC_final(ctx_, full.data(), &len, full.size()) != 1 || len < kTagSize) {
+  if (EVP_MAC_init(ctx, nullptr, 0, nullptr) != 1 || EVP_MAC_update(ctx, data.data(), data.size()) != 1 ||
+      EVP_MAC_final(ctx, full.data(), &len, full.size()) != 1 || len < kTagSize) {
     return false;
   }
   std::memcpy(out, full.data(), kTagSize);
   return true;
 }
 
+bool Authenticator::tag(std::span<const uint8_t> data, uint8_t* out) noexcept {
+  return tag_with(ctx_, data, out);
+}
+
 bool Authenticator::verify(std::span<const uint8_t> data, const uint8_t* expected) noexcept {
   std::array<uint8_t, kTagSize> computed;
-  if (!tag(data, computed.data())) return false;
-  return CRYPTO_memcmp(computed.data(), expected, kTagSize) == 0;
+  by_also_accept_ = false;
+  if (tag_with(ctx_, data, computed.data()) && CRYPTO_memcmp(computed.data(), expected, kTagSize) == 0)
+    return true;
+  if (also_accept_ctx_ == nullptr || !tag_with(also_accept_ctx_, data, computed.data()) ||
+      CRYPTO_memcmp(computed.data(), expected, kTagSize) != 0)
+    return false;
+  by_also_accept_ = true;
+  return true;
 }
 
 void write_header(const Header& h, uint8_t* p) noexcept {

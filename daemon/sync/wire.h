@@ -41,23 +41,31 @@ struct Header {
   uint16_t payload_len = 0;
 };
 
-// HMAC-SHA256 with one key, set once. Not thread-safe: one per thread.
+// HMAC-SHA256 with the keys set at construction. Not thread-safe: one per thread.
 class Authenticator {
  public:
-  // Throws std::runtime_error when OpenSSL cannot set up HMAC-SHA256 (a broken installation).
-  explicit Authenticator(std::span<const uint8_t> key);
+  // `key` signs and verifies. `also_accept`, when not empty, verifies too: the key the pair is
+  // changing to or from, so that its two nodes need not change keys at the same moment. Throws
+  // std::runtime_error when OpenSSL cannot set up HMAC-SHA256 (a broken installation).
+  explicit Authenticator(std::span<const uint8_t> key, std::span<const uint8_t> also_accept = {});
   ~Authenticator();
   Authenticator(const Authenticator&) = delete;
   Authenticator& operator=(const Authenticator&) = delete;
 
   // Writes the first kTagSize bytes of HMAC-SHA256(key, data). False only if OpenSSL fails.
   bool tag(std::span<const uint8_t> data, uint8_t* out) noexcept;
-  // Constant-time comparison against the tag of `data`.
+  // Constant-time comparison against the tag of `data` under `key`, then under `also_accept`.
   bool verify(std::span<const uint8_t> data, const uint8_t* tag) noexcept;
+  // The last verify() that succeeded did so under `also_accept`: the peer signs with it.
+  bool last_verified_by_also_accept() const noexcept { return by_also_accept_; }
 
  private:
+  static bool tag_with(EVP_MAC_CTX* ctx, std::span<const uint8_t> data, uint8_t* out) noexcept;
+
   EVP_MAC* mac_ = nullptr;
   EVP_MAC_CTX* ctx_ = nullptr;
+  EVP_MAC_CTX* also_accept_ctx_ = nullptr;
+  bool by_also_accept_ = false;
 };
 
 // Writes header, payload and tag to `out`. Returns the datagram size, or 0 when `out` is too small,

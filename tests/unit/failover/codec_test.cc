@@ -62,6 +62,30 @@ TEST_CASE("advertisement round trip keeps every field", "[codec]") {
   }
 }
 
+TEST_CASE("a second key is accepted but never signs", "[codec]") {
+  const std::string next = "fedcba9876543210fedcba9876543210";
+  pf::AdvertCodec rx(kKey, 9, 1, next);
+  REQUIRE(rx.decode(encode(sample(1)), 255).ok);
+  CHECK(rx.accepted_on_accept_key() == 0);
+  REQUIRE(rx.decode(encode(sample(2), next), 255).ok);
+  CHECK(rx.accepted_on_accept_key() == 1);
+  CHECK(rx.decode(encode(sample(3), "another key, neither of the two"), 255).reason == pf::Reject::BadTag);
+
+  // A node that moved to the new key and still accepts the old one signs with the new.
+  pf::AdvertCodec moved(next, 9, 2, kKey);
+  Frame f(pf::kAdvertMaxFrame);
+  f.resize(moved.encode(sample(4), f));
+  pf::AdvertCodec old_only(kKey, 9, 1);
+  CHECK(old_only.decode(f, 255).reason == pf::Reject::BadTag);
+  pf::AdvertCodec new_only(next, 9, 1);
+  CHECK(new_only.decode(f, 255).ok);
+
+  // Changed while running: the old key is then refused.
+  rx.set_keys(next, {});
+  CHECK(rx.decode(encode(sample(5)), 255).reason == pf::Reject::BadTag);
+  CHECK(rx.decode(encode(sample(6), next), 255).ok);
+}
+
 TEST_CASE("encode refuses a buffer that is too small", "[codec]") {
   pf::AdvertCodec tx(kKey, 9, 2);
   Frame f(20);

@@ -24,7 +24,8 @@ struct Dir {
     std::ofstream(root / "short.key") << "tooshort\n";
     std::ofstream(root / "open.key") << "0123456789abcdef0123456789abcdef\n";
     std::ofstream(root / "huge.key") << std::string(5000, 'k');
-    for (const char* name : {"failover.key", "short.key", "huge.key"})
+    std::ofstream(root / "next.key") << "fedcba9876543210fedcba9876543210\n";
+    for (const char* name : {"failover.key", "short.key", "huge.key", "next.key"})
       fs::permissions(root / name, fs::perms::owner_read | fs::perms::owner_write);
     fs::permissions(root / "open.key",
                     fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
@@ -49,7 +50,8 @@ TEST_CASE("failover config: a full section", "[config]") {
   Dir d;
   const auto c = parse(d,
                        "[failover]\ndriver = \"builtin\"\nvhid = 7\nadvbase_ms = 100\nadvskew = 100\n"
-                       "preempt = true\nkey_file = \"failover.key\"\nport = 9000\ngroup4 = \"239.1.2.3\"\n"
+                       "preempt = true\nkey_file = \"failover.key\"\naccept_key_file = \"next.key\"\n"
+                       "port = 9000\ngroup4 = \"239.1.2.3\"\n"
                        "group6 = \"ff02::1:2\"\nannounce_count = 3\nvip_lease_s = -1\n" +
                            kVips);
   CHECK(c.driver == pf::Driver::Builtin);
@@ -59,6 +61,8 @@ TEST_CASE("failover config: a full section", "[config]") {
   CHECK(c.preempt);
   CHECK(c.key == "0123456789abcdef0123456789abcdef");
   CHECK(c.key_file == (d.root / "failover.key").string());
+  CHECK(c.accept_key == "fedcba9876543210fedcba9876543210");
+  CHECK(c.accept_key_file == (d.root / "next.key").string());
   CHECK(c.port == 9000);
   CHECK(c.group4 == std::array<uint8_t, 4>{239, 1, 2, 3});
   CHECK(c.group6[15] == 2);
@@ -137,6 +141,14 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
       {"key_file = \"huge.key\"\n" + kVips,
        "[failover] key_file: \"DIR/huge.key\" is larger than 4096 bytes: not a key file"},
       {"key_file = \"dir.key\"\n" + kVips, "[failover] key_file: \"DIR/dir.key\" is not a regular file"},
+      {key + "accept_key_file = \"short.key\"\n" + kVips,
+       "[failover] accept_key_file: \"DIR/short.key\" holds 8 bytes, need at least 16 (e.g. head -c 32 "
+       "/dev/urandom | base64)"},
+      {key + "accept_key_file = \"failover.key\"\n" + kVips,
+       "[failover] accept_key_file: holds the key of key_file: name the other key"},
+      {"driver = \"keepalived\"\naccept_key_file = \"next.key\"\n",
+       "[failover] accept_key_file: the builtin election's; with driver = \"keepalived\", keepalived.conf "
+       "decides it (priority, advert_int, nopreempt, virtual_ipaddress): remove it"},
       {key, "[failover] vips: missing: a failover group needs at least one virtual address"},
       {key + "vips = \"10.0.0.1/24\"\n",
        "[failover] vips: expected an array of { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got "

@@ -992,3 +992,46 @@ TEST_CASE("inserts a node holds packets for are acked at once, others after the 
     }
   }
 }
+
+TEST_CASE("the key changes without a gap while each node accepts both keys", "[sync][protocol][keys]") {
+  Pair p;
+  settle(p);
+  const auto old_key = test_key();
+  const auto new_key = test_key(0x3c);
+  uint64_t counter = 1;
+  const auto insert_on_a = [&] {
+    p.change(true, make_insert(1, counter++));
+    p.run(ms(50));
+  };
+
+  SECTION("accept the new key on both, sign with it on each in turn, then forget the old one") {
+    p.b->set_keys(old_key, new_key);
+    p.a->set_keys(old_key, new_key);
+    insert_on_a();
+    CHECK(p.b->counters().datagrams_on_accept_key == 0);
+    p.a->set_keys(new_key, old_key);  // A moved first: B accepts what A signs under its second key
+    insert_on_a();
+    CHECK(p.b->counters().datagrams_on_accept_key > 0);
+    CHECK(p.a->counters().datagrams_on_accept_key > 0);  // B still signs with the old key
+    p.b->set_keys(new_key, old_key);
+    const uint64_t a_on_accept = p.a->counters().datagrams_on_accept_key;
+    const uint64_t b_on_accept = p.b->counters().datagrams_on_accept_key;
+    insert_on_a();
+    CHECK(p.a->counters().datagrams_on_accept_key == a_on_accept);
+    CHECK(p.b->counters().datagrams_on_accept_key == b_on_accept);
+    p.a->set_keys(new_key, {});
+    p.b->set_keys(new_key, {});
+    insert_on_a();
+    CHECK(drops(*p.a, DropReason::BadTag) == 0);
+    CHECK(drops(*p.b, DropReason::BadTag) == 0);
+    CHECK(p.store_b.states.size() == 4);
+    CHECK(p.tables_agree());
+    CHECK(p.b->peer_state(p.now) == PeerState::Up);
+  }
+  SECTION("a node that signs with a key its peer does not accept is not heard") {
+    p.a->set_keys(new_key, old_key);
+    insert_on_a();
+    CHECK(drops(*p.b, DropReason::BadTag) > 0);
+    CHECK(p.store_b.states.empty());
+  }
+}

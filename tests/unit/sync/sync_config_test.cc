@@ -91,12 +91,14 @@ TEST_CASE("key file: refusals name the file and the problem", "[sync][config]") 
 TEST_CASE("[sync] with every key", "[sync][config]") {
   TempDir dir;
   dir.write("sync.key", kHexKey);
+  dir.write("next.key", std::string(32, 'n'));
   const auto c = parse_sync_config(parse(R"(
 interface = "sync0"
 address = "10.10.9.1"
 peer = "10.10.9.2"
 port = 8371
 key_file = "sync.key"
+accept_key_file = "next.key"
 flush_interval_ms = 5
 mtu = 9000
 bulk_timeout_min_s = 20
@@ -115,6 +117,8 @@ defer_timeout_ms = 25
   CHECK(c.port == 8371);
   CHECK(c.key_file == (dir.path / "sync.key").string());  // relative to the config file
   CHECK(c.key.size() == 32);
+  CHECK(c.accept_key_file == (dir.path / "next.key").string());
+  CHECK(c.accept_key == std::vector<uint8_t>(32, 'n'));
   CHECK(c.flush_interval == std::chrono::milliseconds(5));
   CHECK(c.mtu == 9000);
   CHECK(c.bulk_timeout_min == std::chrono::seconds(20));
@@ -138,6 +142,7 @@ TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
   CHECK(c.flush_interval == std::chrono::milliseconds(10));
   CHECK(c.bulk_timeout_min == std::chrono::seconds(5));
   CHECK(c.pending_limit == 1u << 20);
+  CHECK(c.accept_key.empty());
   CHECK_FALSE(c.defer);
   CHECK(c.defer_timeout == std::chrono::milliseconds(10));
 }
@@ -181,6 +186,9 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
       {"interface = \"a-very-long-interface-name\"\npeer = \"10.0.0.2\"\nkey_file = \"" + key + "\"\n",
        "[sync] interface: not an interface name"},
       {"interface = \"sync0\"\npeer = \"10.0.0.2\"\nkey_file = \"missing.key\"\n", "[sync] key_file: "},
+      {base + "peer = \"10.0.0.2\"\naccept_key_file = \"missing.key\"\n", "[sync] accept_key_file: "},
+      {base + "peer = \"10.0.0.2\"\naccept_key_file = \"" + key + "\"\n",
+       "[sync] accept_key_file: holds the key of key_file"},
   };
   for (const auto& c : cases) {
     INFO(c.text);

@@ -63,6 +63,30 @@ TEST_CASE("header and payload survive seal and open", "[sync][wire]") {
   CHECK(d[7] == 0x04);
 }
 
+TEST_CASE("a second key verifies but never signs", "[sync][wire]") {
+  const auto key = test::test_key();
+  const auto next = test::test_key(0x3c);
+  Authenticator current(key);
+  Authenticator moving(key, next);
+  Authenticator moved(next);
+  const std::vector<uint8_t> payload = {9, 8, 7};
+  Header h;
+  std::span<const uint8_t> p;
+  DropReason why = DropReason::Count;
+
+  REQUIRE(open(sealed(sample_header(), payload, current), moving, h, p, why));
+  CHECK_FALSE(moving.last_verified_by_also_accept());
+  REQUIRE(open(sealed(sample_header(), payload, moved), moving, h, p, why));
+  CHECK(moving.last_verified_by_also_accept());
+  // It signs with its first key: a node that has not yet taken the second one still hears it.
+  CHECK(open(sealed(sample_header(), payload, moving), current, h, p, why));
+  CHECK_FALSE(open(sealed(sample_header(), payload, moving), moved, h, p, why));
+  CHECK(why == DropReason::BadTag);
+  Authenticator other(test::test_key(0x77), next);
+  CHECK_FALSE(open(sealed(sample_header(), payload, other), moving, h, p, why));
+  CHECK(why == DropReason::BadTag);
+}
+
 TEST_CASE("an empty payload is a valid pure ack", "[sync][wire]") {
   Authenticator auth(test::test_key());
   const auto d = sealed(sample_header(), {}, auth);
