@@ -639,12 +639,16 @@ int run(const control::Config& c) {
     uint64_t icmp = 0;
     uint64_t limited = 0;
     uint64_t synproxy = 0;
+    uint64_t send_errors = 0;
+    uint64_t unscoped = 0;
     for (std::size_t i = 0; i < queues->workers(); ++i) {
       if (const auto* r = queues->reject_counters(i)) {
         rst += r->rst_sent.get();
         icmp += r->icmp_sent.get();
         limited += r->rate_limited.get();
         synproxy += r->synproxy_sent.get();
+        send_errors += r->send_errors.get();
+        unscoped += r->unscoped.get();
       }
     }
     w.family("pairwall_rejects_sent_total", T::Counter, "Replies sent for rejected packets.");
@@ -653,6 +657,11 @@ int run(const control::Config& c) {
     w.family("pairwall_rejects_rate_limited_total", T::Counter,
              "Replies not sent because of the rate limit.");
     w.sample(limited);
+    w.family("pairwall_rejects_unsent_total", T::Counter,
+             "Replies and synproxy segments not sent: the kernel refused them (send_error), or their "
+             "link-local destination had no interface to be reached by (no_scope).");
+    w.sample({{"reason", "send_error"}}, send_errors);
+    w.sample({{"reason", "no_scope"}}, unscoped);
     w.family("pairwall_synproxy_segments_sent_total", T::Counter,
              "TCP segments synproxy state sent in the name of a connection's ends.");
     w.sample(synproxy);

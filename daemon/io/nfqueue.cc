@@ -14,6 +14,23 @@
 
 namespace pairwall::io {
 
+uint32_t link_back(const QueuedPacket& packet) noexcept {
+  return packet.in_ifindex != 0 ? packet.in_ifindex : packet.out_ifindex;
+}
+
+uint32_t link_toward(const QueuedPacket& packet, engine::Family family,
+                     const engine::IpAddress& destination) noexcept {
+  const std::span<const uint8_t> p = packet.payload;
+  bool to_source = false;
+  if (family == engine::Family::V6 && p.size() >= 24 && (p[0] >> 4) == 6) {
+    to_source = engine::IpAddress::from_v6_bytes(p.data() + 8) == destination;
+  } else if (family == engine::Family::V4 && p.size() >= 20 && (p[0] >> 4) == 4) {
+    to_source = engine::IpAddress::from_v4_bytes(p.data() + 12) == destination;
+  }
+  if (to_source) return link_back(packet);
+  return packet.out_ifindex != 0 ? packet.out_ifindex : packet.in_ifindex;
+}
+
 engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_iface) noexcept {
   if (netfilter_hook == NF_INET_PRE_ROUTING) return engine::Hook::Prerouting;
   if (has_in_iface && has_out_iface) return engine::Hook::Forward;
@@ -232,14 +249,17 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
       return verdict.rewritten ? Decision::AcceptRewritten : Decision::Accept;
     case engine::Verdict::Action::Reject: {
       const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
-      if (w.rejector)
-        w.rejector->reject(packet.payload, verdict.reply, verdict.reply_code, verdict.reply_ttl, millis);
+      if (w.rejector) {
+        w.rejector->reject(packet.payload, verdict.reply, verdict.reply_code, verdict.reply_ttl,
+                           link_back(packet), millis);
+      }
       return Decision::Drop;
     }
     case engine::Verdict::Action::Drop:
       // synproxy's answers, in the ends' names.
       if (w.rejector) {
-        for (const engine::GeneratedPacket& made : w.engine_worker.generated(verdict)) w.rejector->send(made);
+        for (const engine::GeneratedPacket& made : w.engine_worker.generated(verdict))
+          w.rejector->send(made, link_toward(packet, made.family, made.destination));
       }
       break;
   }

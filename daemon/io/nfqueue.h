@@ -77,6 +77,16 @@ struct NfQueueConfig {
 
 engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_iface) noexcept;
 
+// The interfaces over which what this node sends in answer to `packet` leaves: a link-local
+// destination means a host only together with its link. link_back: toward the packet's source,
+// over the interface it came in on. link_toward: toward `destination`, back over that interface
+// when it is the packet's source, else on over the one the packet was leaving by (synproxy's other
+// end). A packet of this host has no arrival interface and one to it no departure interface: the
+// other one, which holds this host's address, stands in.
+uint32_t link_back(const QueuedPacket& packet) noexcept;
+uint32_t link_toward(const QueuedPacket& packet, engine::Family family,
+                     const engine::IpAddress& destination) noexcept;
+
 class NfQueue {
  public:
   // `log` may be null (nothing logged); it must have at least `config.queues` workers and

@@ -114,6 +114,16 @@ BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, Rejec
 
 }  // namespace
 
+bool reply_address_v6(const IpAddress& destination, uint32_t ifindex, sockaddr_in6& out) noexcept {
+  const bool link_local = (destination.hi >> 54) == (0xfe80 >> 6);
+  if (link_local && ifindex == 0) return false;
+  out = sockaddr_in6{};
+  out.sin6_family = AF_INET6;
+  destination.to_v6_bytes(out.sin6_addr.s6_addr);
+  if (link_local) out.sin6_scope_id = ifindex;
+  return true;
+}
+
 BuiltReply build_reject(std::span<const uint8_t> offending, BlockReply reply, RejectIcmp icmp, int16_t code,
                         uint8_t ttl, std::span<uint8_t> out) noexcept {
   BuiltReply none;
@@ -170,7 +180,7 @@ Rejector::~Rejector() {
 }
 
 RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply reply, int16_t code, uint8_t ttl,
-                              engine::Millis now) noexcept {
+                              uint32_t ifindex, engine::Millis now) noexcept {
   const BuiltReply built =
       build_reject(offending, reply, config_.icmp, code, ttl != 0 ? ttl : config_.ttl, buffer_);
   if (built.status == RejectStatus::Malformed) {
@@ -185,18 +195,20 @@ RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply rep
     counters_.rate_limited.add();
     return RejectStatus::RateLimited;
   }
-  if (!send_datagram(built.family, built.destination, {buffer_, built.size})) return RejectStatus::SendFailed;
+  if (!send_datagram(built.family, built.destination, ifindex, {buffer_, built.size}))
+    return RejectStatus::SendFailed;
   (built.kind == ReplyKind::TcpRst ? counters_.rst_sent : counters_.icmp_sent).add();
   return RejectStatus::Sent;
 }
 
-RejectStatus Rejector::send(const engine::GeneratedPacket& packet) noexcept {
-  if (!send_datagram(packet.family, packet.destination, packet.datagram())) return RejectStatus::SendFailed;
+RejectStatus Rejector::send(const engine::GeneratedPacket& packet, uint32_t ifindex) noexcept {
+  if (!send_datagram(packet.family, packet.destination, ifindex, packet.datagram()))
+    return RejectStatus::SendFailed;
   counters_.synproxy_sent.add();
   return RejectStatus::Sent;
 }
 
-bool Rejector::send_datagram(Family family, const IpAddress& destination,
+bool Rejector::send_datagram(Family family, const IpAddress& destination, uint32_t ifindex,
                              std::span<const uint8_t> datagram) noexcept {
   ssize_t sent;
   if (family == Family::V4) {
@@ -206,9 +218,11 @@ bool Rejector::send_datagram(Family family, const IpAddress& destination,
     sent = sendto(fd4_, datagram.data(), datagram.size(), MSG_DONTWAIT,
                   reinterpret_cast<const sockaddr*>(&to), sizeof(to));
   } else {
-    sockaddr_in6 to{};
-    to.sin6_family = AF_INET6;
-    destination.to_v6_bytes(to.sin6_addr.s6_addr);
+    sockaddr_in6 to;
+    if (!reply_address_v6(destination, ifindex, to)) {
+      counters_.unscoped.add();
+      return false;
+    }
     sent = sendto(fd6_, datagram.data(), datagram.size(), MSG_DONTWAIT,
                   reinterpret_cast<const sockaddr*>(&to), sizeof(to));
   }

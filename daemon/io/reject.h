@@ -10,6 +10,8 @@
 // connection's ends' names (Rejector::send).
 #pragma once
 
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -72,6 +74,12 @@ inline constexpr std::size_t kMaxReplySize = 1280;
 BuiltReply build_reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, RejectIcmp icmp,
                         int16_t code, uint8_t ttl, std::span<uint8_t> out) noexcept;
 
+// The address a reply to `destination` is sent to. A link-local destination (fe80::/10) names a
+// host on one link only (RFC 4007 6), the link of interface `ifindex`: without it the kernel would
+// send the reply over whichever link its routes list first. Returns false, leaving `out` unset, for a
+// link-local destination when `ifindex` is 0.
+bool reply_address_v6(const engine::IpAddress& destination, uint32_t ifindex, sockaddr_in6& out) noexcept;
+
 // Tokens refill continuously at `rate` per second up to `burst`; the bucket starts full.
 class TokenBucket {
  public:
@@ -105,6 +113,7 @@ struct RejectCounters {
   Counter not_eligible;
   Counter malformed;
   Counter send_errors;
+  Counter unscoped;  // a link-local destination with no interface to reach it by: not sent
 };
 
 // One per worker thread: its own sockets and bucket, nothing shared.
@@ -118,19 +127,22 @@ class Rejector {
 
   // Builds and sends the reply to `offending`; never blocks. `code`: the unreachable's code for a
   // ReturnIcmp, -1 for RejectConfig::icmp's; `ttl`: the reply's TTL (hop limit), 0 for
-  // RejectConfig::ttl. Returns Sent or why not.
+  // RejectConfig::ttl; `ifindex`: the interface `offending` came in on (for a packet of this host,
+  // the one it was leaving by), over which a reply to a link-local source goes back. Returns Sent or
+  // why not.
   RejectStatus reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, int16_t code,
-                      uint8_t ttl, engine::Millis now) noexcept;
+                      uint8_t ttl, uint32_t ifindex, engine::Millis now) noexcept;
 
   // Sends a packet the engine made (synproxy's handshake segments) through the same sockets; never
   // blocks. Not rate limited: each answers one packet of the connection it belongs to, as the
-  // server it stands in for would have. Returns Sent or SendFailed.
-  RejectStatus send(const engine::GeneratedPacket& packet) noexcept;
+  // server it stands in for would have. `ifindex`: the interface beyond which its destination
+  // lies, its scope when that is link-local. Returns Sent or SendFailed.
+  RejectStatus send(const engine::GeneratedPacket& packet, uint32_t ifindex) noexcept;
 
   const RejectCounters& counters() const { return counters_; }
 
  private:
-  bool send_datagram(engine::Family family, const engine::IpAddress& destination,
+  bool send_datagram(engine::Family family, const engine::IpAddress& destination, uint32_t ifindex,
                      std::span<const uint8_t> datagram) noexcept;
 
   RejectConfig config_;

@@ -12,6 +12,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/io/nfq_socket.h"
 #include "daemon/io/nfqueue.h"
+#include "tests/unit/support/packet_builder.h"
 
 namespace pairwall::io {
 namespace {
@@ -89,6 +90,35 @@ TEST_CASE("the hook follows the interfaces the kernel reports, and pre-routing i
   CHECK(hook_of(NF_INET_LOCAL_IN, true, false) == engine::Hook::Input);
   CHECK(hook_of(NF_INET_LOCAL_OUT, false, true) == engine::Hook::Output);
   CHECK(hook_of(NF_INET_PRE_ROUTING, true, false) == engine::Hook::Prerouting);
+}
+
+TEST_CASE("answers leave by the interface toward their destination, a link-local one's scope", "[nfqueue]") {
+  test::Bytes syn = test::PacketBuilder().ipv6("fe80::1", "fe80::2").tcp(40000, 22).build();
+  const auto client = *engine::parse_address("fe80::1", nullptr);
+  const auto server = *engine::parse_address("fe80::2", nullptr);
+  struct Row {
+    const char* name;
+    uint32_t in;
+    uint32_t out;
+    uint32_t back;    // to the packet's source
+    uint32_t onward;  // to its destination
+  };
+  const Row rows[] = {
+      {"forwarded", 3, 5, 3, 5},
+      {"to this host", 3, 0, 3, 3},
+      {"from this host", 0, 5, 5, 5},
+  };
+  for (const Row& row : rows) {
+    SECTION(row.name) {
+      QueuedPacket p;
+      p.in_ifindex = row.in;
+      p.out_ifindex = row.out;
+      p.payload = syn;
+      CHECK(link_back(p) == row.back);
+      CHECK(link_toward(p, engine::Family::V6, client) == row.back);
+      CHECK(link_toward(p, engine::Family::V6, server) == row.onward);
+    }
+  }
 }
 
 TEST_CASE("a packet longer than the copy range is reported truncated", "[nfqueue]") {

@@ -284,6 +284,30 @@ TEST_CASE("an ICMP echo request may be answered with an unreachable", "[reject]"
   CHECK(build(echo, BlockReply::ReturnIcmp).built.status == RejectStatus::Built);
 }
 
+TEST_CASE("a reply to a link-local address goes over the interface the packet came in on", "[reject]") {
+  const auto address = [](const char* text) { return *engine::parse_address(text, nullptr); };
+  sockaddr_in6 to{};
+  SECTION("link-local: scoped to the arrival interface") {
+    for (const char* text : {"fe80::1", "febf:ffff::1"}) {
+      REQUIRE(reply_address_v6(address(text), 7, to));
+      CHECK(to.sin6_family == AF_INET6);
+      CHECK(to.sin6_scope_id == 7);
+      CHECK(engine::IpAddress::from_v6_bytes(to.sin6_addr.s6_addr) == address(text));
+    }
+  }
+  SECTION("link-local without an interface: refused, not left to the routes") {
+    CHECK_FALSE(reply_address_v6(address("fe80::1"), 0, to));
+  }
+  SECTION("other unicast needs no scope") {
+    for (const char* text : {"2001:db8::1", "fec0::1", "fe00::1", "::1"}) {
+      REQUIRE(reply_address_v6(address(text), 7, to));
+      CHECK(to.sin6_scope_id == 0);
+      CHECK(engine::IpAddress::from_v6_bytes(to.sin6_addr.s6_addr) == address(text));
+    }
+    CHECK(reply_address_v6(address("2001:db8::1"), 0, to));
+  }
+}
+
 TEST_CASE("token bucket: burst, then the configured rate", "[reject]") {
   TokenBucket bucket(10, 3);  // 10 per second, burst 3
   using engine::Millis;
