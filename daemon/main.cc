@@ -816,21 +816,25 @@ int run(const control::Config& c) {
 
   // Interfaces named as addresses follow the host's addresses: after a burst of address events
   // settles (an interface brought up adds several at once), the tables made of them are set anew.
+  // An interface renamed or removed: the workers map ifindexes to names anew.
   asio::steady_timer address_settle(loop);
-  io::AddressWatch address_watch(loop, [&] {
-    address_settle.expires_after(std::chrono::milliseconds(200));
-    address_settle.async_wait([&](const boost::system::error_code& ec) {
-      if (ec) return;
-      const auto r = service.refresh_interface_addresses();
-      for (const std::string& table : r.changed)
-        spdlog::info("interface addresses changed: table {} set anew", table);
-      if (!r.error.empty()) spdlog::error("interface addresses changed: {}", r.error);
-    });
-  });
+  io::AddressWatch address_watch(
+      loop,
+      [&] {
+        address_settle.expires_after(std::chrono::milliseconds(200));
+        address_settle.async_wait([&](const boost::system::error_code& ec) {
+          if (ec) return;
+          const auto r = service.refresh_interface_addresses();
+          for (const std::string& table : r.changed)
+            spdlog::info("interface addresses changed: table {} set anew", table);
+          if (!r.error.empty()) spdlog::error("interface addresses changed: {}", r.error);
+        });
+      },
+      [&] { queues->refresh_interfaces(); });
   try {
     address_watch.start();
   } catch (const std::exception& e) {
-    spdlog::warn("interface addresses are read at rule loads only: {}", e.what());
+    spdlog::warn("interface addresses and names are read at rule loads only: {}", e.what());
   }
 
   // The watchdog is fed from this loop only while no worker is stuck: a wedged worker (or a
