@@ -251,7 +251,7 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
       const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
       if (w.rejector) {
         w.rejector->reject(packet.payload, verdict.reply, verdict.reply_code, verdict.reply_ttl,
-                           link_back(packet), millis);
+                           packet.checksum_partial, link_back(packet), millis);
       }
       return Decision::Drop;
     }

@@ -62,6 +62,25 @@ bool is_icmp_error(const PacketView& p, std::span<const uint8_t> bytes) {
   return type < 128 || type == 137;
 }
 
+bool tcp_checksum_ok(const PacketView& p, std::span<const uint8_t> bytes) {
+  if (static_cast<std::size_t>(p.l4_offset) + p.l4_length > bytes.size()) return false;
+  // The pseudo-header from the addresses the parser found: an IPv6 routing header's final
+  // destination is not the one in the fixed header.
+  uint8_t addresses[32];
+  std::size_t size = 8;
+  if (p.family == Family::V4) {
+    p.src.to_v4_bytes(addresses);
+    p.dst.to_v4_bytes(addresses + 4);
+  } else {
+    p.src.to_v6_bytes(addresses);
+    p.dst.to_v6_bytes(addresses + 16);
+    size = 32;
+  }
+  uint32_t sum = checksum_sum(addresses, size) + engine::ipproto::kTcp + p.l4_length;
+  sum = checksum_sum(bytes.data() + p.l4_offset, p.l4_length, sum);
+  return checksum_fold(sum) == 0;
+}
+
 BuiltReply build_rst(const PacketView& p, uint8_t ttl, std::span<uint8_t> out) {
   engine::SegmentSpec rst;
   rst.family = p.family;
@@ -125,7 +144,7 @@ bool reply_address_v6(const IpAddress& destination, uint32_t ifindex, sockaddr_i
 }
 
 BuiltReply build_reject(std::span<const uint8_t> offending, BlockReply reply, RejectIcmp icmp, int16_t code,
-                        uint8_t ttl, std::span<uint8_t> out) noexcept {
+                        uint8_t ttl, bool checksum_partial, std::span<uint8_t> out) noexcept {
   BuiltReply none;
   if (out.size() < kMaxReplySize) return none;
   PacketView p;
@@ -143,6 +162,7 @@ BuiltReply build_reject(std::span<const uint8_t> offending, BlockReply reply, Re
   }
   if (reply == BlockReply::ReturnRst) {
     if (!p.is_tcp() || (p.tcp.flags & engine::tcpflag::kRst)) return none;
+    if (!checksum_partial && !tcp_checksum_ok(p, offending)) return none;
     return build_rst(p, ttl, out);
   }
   if (is_icmp_error(p, offending)) return none;
@@ -180,9 +200,9 @@ Rejector::~Rejector() {
 }
 
 RejectStatus Rejector::reject(std::span<const uint8_t> offending, BlockReply reply, int16_t code, uint8_t ttl,
-                              uint32_t ifindex, engine::Millis now) noexcept {
-  const BuiltReply built =
-      build_reject(offending, reply, config_.icmp, code, ttl != 0 ? ttl : config_.ttl, buffer_);
+                              bool checksum_partial, uint32_t ifindex, engine::Millis now) noexcept {
+  const BuiltReply built = build_reject(offending, reply, config_.icmp, code, ttl != 0 ? ttl : config_.ttl,
+                                        checksum_partial, buffer_);
   if (built.status == RejectStatus::Malformed) {
     counters_.malformed.add();
     return built.status;

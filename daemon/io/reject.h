@@ -44,7 +44,8 @@ enum class RejectStatus : uint8_t {
   Built,        // build_reject only: `out` holds the reply
   NotEligible,  // no reply allowed: an RST, an ICMP error, a later fragment, a multicast or
                 // broadcast destination, an unspecified or multicast source (RFC 1122 3.2.2,
-                // RFC 4443 2.4(e), RFC 9293 3.10.7.1), or return-rst for a protocol other than TCP
+                // RFC 4443 2.4(e), RFC 9293 3.10.7.1), return-rst for a protocol other than TCP,
+                // or for a segment whose checksum is wrong
   Malformed,    // the packet did not parse
   RateLimited,
   SendFailed,
@@ -67,12 +68,15 @@ inline constexpr std::size_t kMaxReplySize = 1280;
 // Builds the reply to `offending` (an IP packet starting at its IP header) into `out`, which must
 // hold kMaxReplySize bytes. ReturnRst answers TCP only (as pf); ReturnIcmp answers any protocol.
 //   TCP RST (RFC 9293 3.10.7.1): if the segment has ACK, <SEQ=SEG.ACK><CTL=RST>; otherwise
-//   <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>, SEG.LEN counting SYN and FIN.
+//   <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>, SEG.LEN counting SYN and FIN. Not for a segment
+//   whose checksum is wrong (pf's PFRES_PROTCKSUM): its ports and numbers cannot be trusted to name
+//   the connection, and the receiver drops it anyway. `checksum_partial`: the kernel has yet to
+//   finish the segment's checksum (NFQA_SKB_CSUMNOTREADY), so it cannot be checked.
 //   ICMP: the rejected packet quoted from its IP header, as much as fits; destination unreachable
 //   with `code` (0..255), or where it is -1 the code `icmp` chooses.
 // Checksums are complete. Pure and noexcept.
 BuiltReply build_reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, RejectIcmp icmp,
-                        int16_t code, uint8_t ttl, std::span<uint8_t> out) noexcept;
+                        int16_t code, uint8_t ttl, bool checksum_partial, std::span<uint8_t> out) noexcept;
 
 // The address a reply to `destination` is sent to. A link-local destination (fe80::/10) names a
 // host on one link only (RFC 4007 6), the link of interface `ifindex`: without it the kernel would
@@ -127,11 +131,11 @@ class Rejector {
 
   // Builds and sends the reply to `offending`; never blocks. `code`: the unreachable's code for a
   // ReturnIcmp, -1 for RejectConfig::icmp's; `ttl`: the reply's TTL (hop limit), 0 for
-  // RejectConfig::ttl; `ifindex`: the interface `offending` came in on (for a packet of this host,
-  // the one it was leaving by), over which a reply to a link-local source goes back. Returns Sent or
-  // why not.
+  // RejectConfig::ttl; `checksum_partial` as build_reject's; `ifindex`: the interface `offending`
+  // came in on (for a packet of this host, the one it was leaving by), over which a reply to a
+  // link-local source goes back. Returns Sent or why not.
   RejectStatus reject(std::span<const uint8_t> offending, engine::rules::BlockReply reply, int16_t code,
-                      uint8_t ttl, uint32_t ifindex, engine::Millis now) noexcept;
+                      uint8_t ttl, bool checksum_partial, uint32_t ifindex, engine::Millis now) noexcept;
 
   // Sends a packet the engine made (synproxy's handshake segments) through the same sockets; never
   // blocks. Not rate limited: each answers one packet of the connection it belongs to, as the

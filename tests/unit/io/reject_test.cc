@@ -25,9 +25,9 @@ struct Reply {
 };
 
 Reply build(const Bytes& offending, BlockReply reply, RejectIcmp icmp = RejectIcmp::PortUnreachable,
-            int16_t code = -1) {
+            int16_t code = -1, bool checksum_partial = false) {
   Bytes out(kMaxReplySize, 0xEE);
-  const BuiltReply b = build_reject(offending, reply, icmp, code, 64, out);
+  const BuiltReply b = build_reject(offending, reply, icmp, code, 64, checksum_partial, out);
   out.resize(b.size);
   return {b, out};
 }
@@ -268,6 +268,40 @@ TEST_CASE("no reply where the RFCs forbid one", "[reject]") {
   for (const auto& row : rows) {
     SECTION(row.name) {
       CHECK(build(row.packet, row.reply).built.status == row.want);
+    }
+  }
+}
+
+TEST_CASE("no RST for a segment whose checksum is wrong, as pf's PFRES_PROTCKSUM", "[reject]") {
+  struct Row {
+    const char* name;
+    Bytes segment;
+  };
+  const Row rows[] = {
+      {"IPv4 SYN", PacketBuilder().ipv4("192.0.2.10", "198.51.100.20").tcp(40000, 443).seq(1000).build()},
+      {"IPv4 data", PacketBuilder()
+                        .ipv4("192.0.2.10", "198.51.100.20")
+                        .tcp(40000, 443)
+                        .flags(tcpflag::kAck | tcpflag::kPsh)
+                        .payload(101)
+                        .build()},
+      {"IPv6 SYN", PacketBuilder().ipv6("2001:db8::1", "2001:db8:1::2").tcp(5555, 22).seq(42).build()},
+  };
+  for (const Row& row : rows) {
+    SECTION(row.name) {
+      CHECK(build(row.segment, BlockReply::ReturnRst).built.status == RejectStatus::Built);
+      const PacketView v = parse(row.segment);
+      for (const std::size_t at :
+           {std::size_t{v.l4_offset} + 2, std::size_t{v.l4_offset} + 16, row.segment.size() - 1}) {
+        Bytes corrupt = row.segment;
+        corrupt[at] ^= 0x10;
+        CHECK(build(corrupt, BlockReply::ReturnRst).built.status == RejectStatus::NotEligible);
+        // An unreachable quotes the packet as it came, whatever its checksum, as pf's.
+        CHECK(build(corrupt, BlockReply::ReturnIcmp).built.status == RejectStatus::Built);
+        // A checksum the kernel has yet to finish is not wrong.
+        CHECK(build(corrupt, BlockReply::ReturnRst, RejectIcmp::PortUnreachable, -1, true).built.status ==
+              RejectStatus::Built);
+      }
     }
   }
 }
