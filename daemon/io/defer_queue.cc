@@ -58,7 +58,7 @@ std::size_t DeferQueue::place(std::size_t length) const noexcept {
 
 void DeferQueue::push(uint32_t id, Decision decision, std::span<const uint8_t> bytes,
                       const engine::StateId& state, uint64_t ticket, Clock::time_point deadline,
-                      std::size_t offset) noexcept {
+                      std::size_t offset, uint32_t mark) noexcept {
   if (!bytes.empty()) {
     if (byte_entries_ == 0) {
       begin_ = offset;
@@ -71,7 +71,7 @@ void DeferQueue::push(uint32_t id, Decision decision, std::span<const uint8_t> b
     ++byte_entries_;
   }
   entries_[(head_ + count_) % entries_.size()] =
-      Entry{id, decision, state, ticket, deadline, offset, bytes.size()};
+      Entry{id, decision, state, ticket, deadline, offset, bytes.size(), mark};
   index_add(state);
   ++count_;
   counters_.held.add();
@@ -79,7 +79,7 @@ void DeferQueue::push(uint32_t id, Decision decision, std::span<const uint8_t> b
 
 DeferQueue::Release DeferQueue::pop(ReleaseCause cause) noexcept {
   const Entry& e = front();
-  Release r{e.id, e.decision, std::span<const uint8_t>(arena_.data() + e.offset, e.length), cause};
+  Release r{e.id, e.decision, std::span<const uint8_t>(arena_.data() + e.offset, e.length), cause, e.mark};
   if (e.length > 0) {
     if (--byte_entries_ == 0) {
       begin_ = end_ = tail_end_ = 0;

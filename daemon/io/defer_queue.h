@@ -50,12 +50,13 @@ class DeferQueue {
   using Clock = std::chrono::steady_clock;
 
   // A released packet: `bytes` (empty unless the decision is a rewrite) are valid until the next
-  // call that changes the queue.
+  // call that changes the queue; `mark` is the one it came with.
   struct Release {
     uint32_t id;
     Decision decision;
     std::span<const uint8_t> bytes;
     ReleaseCause cause;
+    uint32_t mark;
   };
 
   DeferQueue(std::size_t max_packets, std::size_t max_bytes);
@@ -69,12 +70,13 @@ class DeferQueue {
   // Whether a packet of `state` is held (so that the state's next packets wait behind it).
   bool holds_state(const engine::StateId& state) const noexcept;
 
-  // Holds queue packet `id`, to be settled with `decision` (its rewritten bytes copied when the
-  // decision carries them). Makes room by releasing the oldest through `settle` when full.
-  // Returns false, holding nothing, for a rewrite larger than the byte room: settle it now.
+  // Holds queue packet `id`, which came with `mark`, to be settled with `decision` (its rewritten
+  // bytes copied when the decision carries them). Makes room by releasing the oldest through
+  // `settle` when full. Returns false, holding nothing, for a rewrite larger than the byte room:
+  // settle it now.
   template <typename Settle>
   bool hold(uint32_t id, Decision decision, std::span<const uint8_t> bytes, const engine::StateId& state,
-            uint64_t ticket, Clock::time_point deadline, Settle&& settle);
+            uint64_t ticket, Clock::time_point deadline, Settle&& settle, uint32_t mark = 0);
 
   // Releases, in order, the held packets whose tickets are at or below `synced` or whose deadline
   // has passed.
@@ -94,6 +96,7 @@ class DeferQueue {
     Clock::time_point deadline;
     std::size_t offset = 0;  // of its bytes in the arena
     std::size_t length = 0;
+    uint32_t mark = 0;
   };
 
   Entry& front() noexcept { return entries_[head_]; }
@@ -104,7 +107,7 @@ class DeferQueue {
   // Where `length` (> 0) bytes fit after the newest held bytes, or SIZE_MAX.
   std::size_t place(std::size_t length) const noexcept;
   void push(uint32_t id, Decision decision, std::span<const uint8_t> bytes, const engine::StateId& state,
-            uint64_t ticket, Clock::time_point deadline, std::size_t offset) noexcept;
+            uint64_t ticket, Clock::time_point deadline, std::size_t offset, uint32_t mark) noexcept;
   Release pop(ReleaseCause cause) noexcept;
 
   std::vector<Entry> entries_;  // a ring of max_packets
@@ -125,7 +128,7 @@ class DeferQueue {
 template <typename Settle>
 bool DeferQueue::hold(uint32_t id, Decision decision, std::span<const uint8_t> bytes,
                       const engine::StateId& state, uint64_t ticket, Clock::time_point deadline,
-                      Settle&& settle) {
+                      Settle&& settle, uint32_t mark) {
   const std::size_t length = rewritten(decision) ? bytes.size() : 0;
   if (length > arena_.size()) {
     counters_.too_large.add();
@@ -136,7 +139,7 @@ bool DeferQueue::hold(uint32_t id, Decision decision, std::span<const uint8_t> b
     settle(pop(ReleaseCause::Full));
     offset = length > 0 ? place(length) : 0;
   }
-  push(id, decision, bytes.first(length), state, ticket, deadline, offset);
+  push(id, decision, bytes.first(length), state, ticket, deadline, offset, mark);
   return true;
 }
 

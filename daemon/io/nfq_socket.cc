@@ -65,6 +65,16 @@ bool recover_packet_id(const uint8_t* data, std::size_t size, uint32_t& id) {
 
 }  // namespace
 
+std::size_t put_verdict(uint8_t* buf, uint16_t queue, const VerdictOp& op, uint32_t claim_mark,
+                        std::span<const uint8_t> payload) noexcept {
+  const int type = op.kind == VerdictOp::Kind::Batch ? NFQNL_MSG_VERDICT_BATCH : NFQNL_MSG_VERDICT;
+  nlmsghdr* nlh = nfq_nlmsg_put(reinterpret_cast<char*>(buf), type, queue);
+  nfq_nlmsg_verdict_put(nlh, static_cast<int>(op.id), op.accept ? NF_ACCEPT : NF_DROP);
+  if (op.claimed && claim_mark != 0) nfq_nlmsg_verdict_put_mark(nlh, op.mark | claim_mark);
+  if (op.with_payload) nfq_nlmsg_verdict_put_pkt(nlh, payload.data(), static_cast<uint32_t>(payload.size()));
+  return MNL_ALIGN(nlh->nlmsg_len);
+}
+
 MessageStatus parse_queue_message(nlmsghdr* nlh, QueuedPacket& out) noexcept {
   if (nlh->nlmsg_type < NLMSG_MIN_TYPE) return MessageStatus::NotPacket;
   if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_QUEUE ||
@@ -405,22 +415,23 @@ void NfqSocket::plan(uint32_t id, Decision decision, const QueuedPacket* packet)
     decision = Decision::Drop;
   }
   count(decision);
-  const VerdictSteps steps = planner_.add(id, decision);
+  const VerdictSteps steps = planner_.add(id, decision, packet != nullptr ? packet->mark : 0);
   for (uint8_t i = 0; i < steps.count; ++i) {
     append(steps.ops[i], steps.ops[i].with_payload ? std::span<const uint8_t>(packet->payload)
                                                    : std::span<const uint8_t>());
   }
 }
 
-void NfqSocket::settle_held(uint32_t id, Decision decision, std::span<const uint8_t> bytes) noexcept {
+void NfqSocket::settle_held(uint32_t id, Decision decision, std::span<const uint8_t> bytes,
+                            uint32_t mark) noexcept {
   planner_.released();
   if (rewritten(decision) && bytes.size() > kMaxVerdictPayload) {
     counters_.rewrite_too_large.add();
     decision = Decision::Drop;
   }
   count(decision);
-  const VerdictOp op{VerdictOp::Kind::Single, id, decision != Decision::Drop, rewritten(decision),
-                     claimed(decision)};
+  const VerdictOp op{VerdictOp::Kind::Single, id,  decision != Decision::Drop, rewritten(decision),
+                     claimed(decision),       mark};
   append(op, op.with_payload ? bytes : std::span<const uint8_t>());
 }
 
@@ -447,12 +458,7 @@ void NfqSocket::append(const VerdictOp& op, std::span<const uint8_t> payload) no
   // Nothing goes past verdicts the kernel has not taken (verdict_buffer.h): the worker waits for
   // it rather than let a later batch verdict settle their packets.
   while (!verdicts_.fits(need) && !send_pending()) poll(nullptr, 0, 1);
-  const int type = op.kind == VerdictOp::Kind::Batch ? NFQNL_MSG_VERDICT_BATCH : NFQNL_MSG_VERDICT;
-  nlmsghdr* nlh = nfq_nlmsg_put(reinterpret_cast<char*>(verdicts_.tail()), type, config_.queue);
-  nfq_nlmsg_verdict_put(nlh, static_cast<int>(op.id), op.accept ? NF_ACCEPT : NF_DROP);
-  if (op.claimed && config_.claim_mark != 0) nfq_nlmsg_verdict_put_mark(nlh, config_.claim_mark);
-  if (op.with_payload) nfq_nlmsg_verdict_put_pkt(nlh, payload.data(), static_cast<uint32_t>(payload.size()));
-  verdicts_.commit(MNL_ALIGN(nlh->nlmsg_len));
+  verdicts_.commit(put_verdict(verdicts_.tail(), config_.queue, op, config_.claim_mark, payload));
   counters_.verdict_messages.add();
   if (op.kind == VerdictOp::Kind::Batch) counters_.batch_verdicts.add();
 }

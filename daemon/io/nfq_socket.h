@@ -47,7 +47,7 @@ struct QueueConfig {
   bool batch_verdicts = true;    // false: one verdict message per packet (for measurement)
   uint32_t recv_batch = 64;      // datagrams per recvmmsg
   uint32_t copy_range = 0xffff;  // bytes of each packet copied to us; the kernel's maximum
-  uint32_t claim_mark = 0;       // the mark a claimed packet leaves with (Decision::AcceptClaimed)
+  uint32_t claim_mark = 0;       // added to a claimed packet's mark (Decision::AcceptClaimed)
 };
 
 // One queued packet as the kernel described it. `payload` points into the receive buffer and
@@ -78,6 +78,13 @@ MessageStatus parse_queue_message(nlmsghdr* nlh, QueuedPacket& out) noexcept;
 
 // Largest payload a verdict can carry back: the attribute length is 16 bits, header included.
 inline constexpr std::size_t kMaxVerdictPayload = 0xffff - 4;
+
+// Writes the verdict message of `op` on `queue` at `buf`, which has room for it, and returns its
+// aligned length. A claimed packet leaves with `claim_mark` added to the mark it came with
+// (op.mark): the kernel gives the packet the verdict's mark in place of its own, whose other bits
+// (policy routing, tc, IPsec) must outlast the claim.
+std::size_t put_verdict(uint8_t* buf, uint16_t queue, const VerdictOp& op, uint32_t claim_mark,
+                        std::span<const uint8_t> payload) noexcept;
 
 struct QueueCounters {
   Counter packets;           // packet messages received (complete or truncated)
@@ -142,8 +149,8 @@ class NfqSocket {
   }
 
   // The verdict of a packet decided Decision::Held, with its rewritten bytes where the decision
-  // says so. Sent with the next batch's verdicts, or by send_verdicts().
-  void settle_held(uint32_t id, Decision decision, std::span<const uint8_t> bytes) noexcept;
+  // says so, and the mark it came with. Sent with the next batch's verdicts, or by send_verdicts().
+  void settle_held(uint32_t id, Decision decision, std::span<const uint8_t> bytes, uint32_t mark) noexcept;
   void send_verdicts() noexcept { send_pending(); }
 
  private:

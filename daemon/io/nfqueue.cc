@@ -219,7 +219,7 @@ Decision NfQueue::hold_if_deferred(Worker& w, const QueuedPacket& packet, const 
     return decision;
   }
   if (!w.deferred->hold(packet.id, decision, packet.payload, verdict.state, w.ticket,
-                        now + config_.defer.timeout, settler(w))) {
+                        now + config_.defer.timeout, settler(w), packet.mark)) {
     return decision;
   }
   w.held_in_batch = true;

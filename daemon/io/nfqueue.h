@@ -164,7 +164,7 @@ class NfQueue {
 
   // Sends the verdict of a packet the hold queue lets go.
   static auto settler(Worker& w) {
-    return [&w](const DeferQueue::Release& r) { w.socket->settle_held(r.id, r.decision, r.bytes); };
+    return [&w](const DeferQueue::Release& r) { w.socket->settle_held(r.id, r.decision, r.bytes, r.mark); };
   }
   void run_worker(Worker& worker) noexcept;
   // Waits, while packets are held, for packets, a wake-up or the next hold's deadline. Returns

@@ -34,6 +34,7 @@ struct VerdictOp {
   bool accept = true;         // NF_ACCEPT, else NF_DROP
   bool with_payload = false;  // NF_ACCEPT with NFQA_PAYLOAD (the rewritten packet)
   bool claimed = false;       // with NFQA_MARK (the claim mark)
+  uint32_t mark = 0;          // claimed: the mark the packet came with, which it keeps
   friend bool operator==(const VerdictOp&, const VerdictOp&) = default;
 };
 
@@ -49,7 +50,8 @@ class VerdictPlanner {
   // `batch` false: one message per packet (the baseline the batching is measured against).
   explicit VerdictPlanner(bool batch) : batch_(batch) {}
 
-  VerdictSteps add(uint32_t id, Decision decision) noexcept {
+  // `mark`: the packet's, for a claimed decision.
+  VerdictSteps add(uint32_t id, Decision decision, uint32_t mark = 0) noexcept {
     VerdictSteps steps;
     if (decision == Decision::Accept && batch_ && held_ == 0) {
       run_last_ = id;
@@ -57,8 +59,8 @@ class VerdictPlanner {
       return steps;
     }
     close_run(steps);
-    steps.push(
-        {VerdictOp::Kind::Single, id, decision != Decision::Drop, rewritten(decision), claimed(decision)});
+    steps.push({VerdictOp::Kind::Single, id, decision != Decision::Drop, rewritten(decision),
+                claimed(decision), claimed(decision) ? mark : 0});
     return steps;
   }
 

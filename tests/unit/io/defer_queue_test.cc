@@ -19,12 +19,13 @@ struct Released {
   Decision decision;
   std::vector<uint8_t> bytes;
   ReleaseCause cause;
+  uint32_t mark;
 };
 
 struct Recorder {
   std::vector<Released> out;
   void operator()(const DeferQueue::Release& r) {
-    out.push_back({r.id, r.decision, std::vector<uint8_t>(r.bytes.begin(), r.bytes.end()), r.cause});
+    out.push_back({r.id, r.decision, std::vector<uint8_t>(r.bytes.begin(), r.bytes.end()), r.cause, r.mark});
   }
   std::vector<uint32_t> ids() const {
     std::vector<uint32_t> v;
@@ -73,7 +74,7 @@ TEST_CASE("a silent peer costs a held packet its timeout, not more", "[defer]") 
   DeferQueue q(8, 4096);
   Recorder rec;
   REQUIRE(q.hold(1, Decision::Accept, {}, state(1), 3, t0 + milliseconds(10), rec));
-  REQUIRE(q.hold(2, Decision::AcceptClaimed, {}, state(2), 4, t0 + milliseconds(15), rec));
+  REQUIRE(q.hold(2, Decision::AcceptClaimed, {}, state(2), 4, t0 + milliseconds(15), rec, 0x1234));
   q.release(0, t0 + milliseconds(9), rec);
   CHECK(rec.out.empty());
   q.release(0, t0 + milliseconds(10), rec);
@@ -83,6 +84,8 @@ TEST_CASE("a silent peer costs a held packet its timeout, not more", "[defer]") 
   REQUIRE(rec.ids() == std::vector<uint32_t>{1, 2});
   CHECK(rec.out[1].cause == ReleaseCause::Stopped);
   CHECK(rec.out[1].decision == Decision::AcceptClaimed);
+  CHECK(rec.out[0].mark == 0);
+  CHECK(rec.out[1].mark == 0x1234);  // which its claimed verdict keeps
 }
 
 TEST_CASE("a full queue lets its oldest go to hold the newest", "[defer]") {

@@ -7,6 +7,7 @@
 #include <linux/netfilter/nfnetlink_queue.h>
 
 #include <catch2/catch.hpp>
+#include <optional>
 #include <vector>
 
 #include "daemon/engine/engine.h"
@@ -119,6 +120,38 @@ TEST_CASE("answers leave by the interface toward their destination, a link-local
       CHECK(link_toward(p, engine::Family::V6, server) == row.onward);
     }
   }
+}
+
+// The verdict message's NFQA_MARK in host order, or nothing.
+std::optional<uint32_t> verdict_mark(uint8_t* buf) {
+  auto* nlh = reinterpret_cast<nlmsghdr*>(buf);
+  std::optional<uint32_t> mark;
+  mnl_attr_parse(
+      nlh, sizeof(nfgenmsg),
+      [](const nlattr* attr, void* out) {
+        if (mnl_attr_get_type(attr) == NFQA_MARK)
+          *static_cast<std::optional<uint32_t>*>(out) = ntohl(mnl_attr_get_u32(attr));
+        return MNL_CB_OK;
+      },
+      &mark);
+  return mark;
+}
+
+TEST_CASE("a claimed packet keeps the mark it came with, the claim's bit added", "[nfqueue]") {
+  std::vector<uint8_t> buf(4096);
+  constexpr uint32_t kClaim = 0x40000000;
+  VerdictOp op{VerdictOp::Kind::Single, 7, true, false, true, 0x00000105};
+  REQUIRE(put_verdict(buf.data(), 3, op, kClaim, {}) > 0);
+  CHECK(verdict_mark(buf.data()) == 0x40000105u);
+
+  op.mark = 0;
+  put_verdict(buf.data(), 3, op, kClaim, {});
+  CHECK(verdict_mark(buf.data()) == kClaim);
+
+  op.claimed = false;  // an accept leaves the packet's mark alone
+  op.mark = 0x105;
+  put_verdict(buf.data(), 3, op, kClaim, {});
+  CHECK_FALSE(verdict_mark(buf.data()).has_value());
 }
 
 TEST_CASE("a packet longer than the copy range is reported truncated", "[nfqueue]") {

@@ -106,6 +106,16 @@ TEST_CASE("a batch never covers a packet that must be dropped", "[verdict]") {
   }
 }
 
+TEST_CASE("a claimed verdict carries the packet's own mark, other verdicts none", "[verdict]") {
+  VerdictPlanner planner(true);
+  VerdictSteps steps = planner.add(1, C, 0x105);
+  REQUIRE(steps.count == 1);
+  CHECK(steps.ops[0].mark == 0x105);
+  steps = planner.add(2, D, 0x105);
+  REQUIRE(steps.count == 1);
+  CHECK(steps.ops[0].mark == 0);
+}
+
 TEST_CASE("the run carries across add() calls until flush", "[verdict]") {
   VerdictPlanner planner(true);
   CHECK(planner.add(1, A).count == 0);
