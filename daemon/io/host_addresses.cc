@@ -6,6 +6,8 @@
 
 #include <bit>
 #include <cerrno>
+#include <string>
+#include <string_view>
 #include <system_error>
 
 namespace pairwall::io {
@@ -27,9 +29,22 @@ uint8_t prefix_length(const sockaddr* mask, std::size_t bytes) {
 engine::rules::InterfaceAddresses host_interface_addresses() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) throw std::system_error(errno, std::generic_category(), "getifaddrs");
+  try {
+    engine::rules::InterfaceAddresses out = interface_addresses_of(list);
+    freeifaddrs(list);
+    return out;
+  } catch (...) {
+    freeifaddrs(list);
+    throw;
+  }
+}
+
+engine::rules::InterfaceAddresses interface_addresses_of(const ifaddrs* list) {
   engine::rules::InterfaceAddresses out;
   for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    auto& addresses = out[i->ifa_name];
+    if (i->ifa_name == nullptr) continue;
+    const std::string_view label = i->ifa_name;
+    auto& addresses = out[std::string(label.substr(0, label.find(':')))];
     if (i->ifa_addr == nullptr) continue;
     engine::rules::InterfaceAddress a;
     if (i->ifa_addr->sa_family == AF_INET) {
@@ -48,7 +63,6 @@ engine::rules::InterfaceAddresses host_interface_addresses() {
     }
     addresses.push_back(a);
   }
-  freeifaddrs(list);
   return out;
 }
 
