@@ -1,5 +1,7 @@
 #include "failover/election.h"
 
+#include <tuple>
+
 namespace pairwall::failover {
 
 std::string_view role_name(Role role) {
@@ -109,7 +111,11 @@ Actions Election::become(Time now, Role to, Cause cause, uint32_t peer) {
 }
 
 bool Election::should_take_over(const Rank& master) const {
-  if (config_.preempt) return ranks_above(rank(), master);
+  // The node id only decides between two masters (a split brain). Preempting on it would move a
+  // group between equally configured nodes each time the lower id restarts: carp(4) preempts only
+  // a master that advertises slower, VRRP (RFC 5798 6.4.2) only one of lower priority.
+  if (config_.preempt)
+    return std::tie(demotion_, config_.advskew) < std::tie(master.demotion, master.advskew);
   return demotion_ < master.demotion;
 }
 

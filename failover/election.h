@@ -12,7 +12,8 @@
 // Who takes over from whom:
 //   - a master that hears a better master steps down, preempt or not: this is what ends a split
 //     brain within one advertisement of the better node;
-//   - a backup with preempt takes over from a master it ranks above;
+//   - a backup with preempt takes over from a master it ranks above on (demotion, advskew); a tie
+//     there is not preempted, whatever the node ids;
 //   - a backup without preempt takes over only from a master with a higher demotion than its own.
 //     Demotion means "this node cannot serve well" (a VIP interface without carrier, an engine not
 //     serving its queue, an incomplete bulk sync, maintenance), so a healthier node always takes

@@ -5,7 +5,7 @@
 //   vhid = 1                    # 1..255, the group on the wire
 //   advbase_ms = 1000           # 10..255000; the master advertises every advbase + advskew/256*advbase
 //   advskew = 0                 # 0..254, lower is preferred
-//   preempt = false             # take the group from a master that ranks below us (advskew / node id)
+//   preempt = false             # take the group from a master with a higher advskew than ours
 //   key_file = "failover.key"   # shared secret, at least 16 bytes; relative to this file's directory
 //   accept_key_file = "failover.key.new"  # optional: a second key advertisements may be signed
 //                               # with (never used to sign), for changing the key: SIGHUP re-reads

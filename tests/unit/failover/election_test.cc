@@ -322,6 +322,36 @@ TEST_CASE("a demoted backup does not take over from a healthy master, even with 
   CHECK(sim.role(0) == Role::Backup);
 }
 
+TEST_CASE("preempt with equal advskew: the lower node id coming back does not take the group", "[election]") {
+  Sim sim(1s, {{1, 0, true}, {2, 0, true}});
+  sim.start(0);
+  sim.start(1);
+  sim.run_for(10s);
+  REQUIRE(sim.role(0) == Role::Master);
+  sim.kill(0);
+  sim.run_for(10s);
+  REQUIRE(sim.role(1) == Role::Master);
+  const pf::Time took = sim.became(1, Role::Master);
+  // Back with the same advskew, first demoted (bulk sync), then not: neither its first advert
+  // heard nor its demotion lifted is a reason to move the group again.
+  sim.start(0, 16);
+  sim.run_for(5s);
+  sim.demote(0, 0);
+  sim.run_for(20s);
+  CHECK(sim.role(0) == Role::Backup);
+  CHECK(sim.role(1) == Role::Master);
+  CHECK(sim.became(1, Role::Master) == took);
+  CHECK_FALSE(sim.node(0).holds_vips);
+  // A better advskew is still preempted on.
+  Sim better(1s, {{1, 0, true}, {2, 100, true}});
+  better.start(1);
+  better.run_for(10s);
+  better.start(0);
+  better.run_for(5s);
+  CHECK(better.role(0) == Role::Master);
+  CHECK(better.role(1) == Role::Backup);
+}
+
 TEST_CASE("split brain: cut both ways, both masters; healed within one interval", "[election]") {
   struct Row {
     pf::Time advbase;
