@@ -163,6 +163,12 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
     if (inet_pton(AF_INET6, v->c_str(), &a) != 1 || !IN6_IS_ADDR_MULTICAST(&a)) {
       r.fail("group6", "expected an IPv6 multicast address, got \"" + *v + "\"");
     }
+    // RFC 4291 2.7: scope 0 is reserved and 1 interface-local; the kernel does not send either out
+    // of the node, so the peer would never hear us and both would be master.
+    if ((a.s6_addr[1] & 0x0f) < 2) {
+      r.fail("group6", "\"" + *v + "\" never leaves this node (interface-local or reserved scope); " +
+                           "expected link-local scope or wider, e.g. \"ff02::12\"");
+    }
     std::memcpy(c.group6.data(), &a, 16);
   }
 

@@ -122,6 +122,12 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
        "[failover] group4: expected an IPv4 multicast address, got \"10.0.0.1\""},
       {"group6 = \"fe80::1\"\n" + key + kVips,
        "[failover] group6: expected an IPv6 multicast address, got \"fe80::1\""},
+      {"group6 = \"ff01::12\"\n" + key + kVips,
+       "[failover] group6: \"ff01::12\" never leaves this node (interface-local or reserved scope); expected "
+       "link-local scope or wider, e.g. \"ff02::12\""},
+      {"group6 = \"ff10::12\"\n" + key + kVips,
+       "[failover] group6: \"ff10::12\" never leaves this node (interface-local or reserved scope); expected "
+       "link-local scope or wider, e.g. \"ff02::12\""},
       {"vip_lease_s = -2\n" + key + kVips, "[failover] vip_lease_s: expected -1..86400, got -2"},
       {kVips, "[failover] key_file: missing: advertisements are authenticated with a shared key file"},
       {"driver = \"keepalived\"\nadvskew = 100\n" + kVips,
