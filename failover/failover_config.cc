@@ -101,7 +101,12 @@ std::vector<std::string> FailoverConfig::interfaces() const {
 }
 
 uint32_t FailoverConfig::effective_announce_interval_ms() const {
-  return announce_interval_ms ? announce_interval_ms : std::max<uint32_t>(advbase_ms / 2, 10);
+  if (announce_interval_ms) return announce_interval_ms;
+  // The repeats must come faster than the once-a-second tail that follows them: at advbase/2
+  // alone, a slow group (advbase 10 s .. 255 s) announced every 5 s .. 127 s right after a
+  // takeover, while a killed master's kernel may still answer for the VIPs, and the faster tail
+  // only began once they were done.
+  return std::clamp<uint32_t>(advbase_ms / 2, 10, 1000);
 }
 
 uint32_t FailoverConfig::effective_vip_lease_s() const {

@@ -18,7 +18,7 @@
 //   group6 = "ff02::12"
 //   port = 8112
 //   announce_count = 5          # gratuitous ARP / unsolicited NA repeats after the first one
-//   announce_interval_ms = 0    # between them; 0 = advbase / 2
+//   announce_interval_ms = 0    # between them; 0 = advbase / 2, at most 1000
 //   vip_lease_s = 0             # kernel lifetime of a VIP, renewed while master; 0 = automatic
 //                               # (max(3 s, 4 * advbase)); -1 = permanent
 #pragma once

@@ -90,6 +90,15 @@ TEST_CASE("failover config: defaults", "[config]") {
   CHECK(c.effective_vip_lease_s() == 4);
   const auto fast = parse(d, "[failover]\nadvbase_ms = 100\nkey_file = \"failover.key\"\n" + kVips);
   CHECK(fast.effective_vip_lease_s() == 3);
+  // The repeats after a takeover never come slower than the once-a-second tail after them.
+  const auto slow = parse(d, "[failover]\nadvbase_ms = 10000\nkey_file = \"failover.key\"\n" + kVips);
+  CHECK(slow.effective_announce_interval_ms() == 1000);
+  const auto slowest = parse(d, "[failover]\nadvbase_ms = 255000\nkey_file = \"failover.key\"\n" + kVips);
+  CHECK(slowest.effective_announce_interval_ms() == 1000);
+  const auto asked =
+      parse(d, "[failover]\nadvbase_ms = 10000\nannounce_interval_ms = 3000\nkey_file = \"failover.key\"\n" +
+                   kVips);
+  CHECK(asked.effective_announce_interval_ms() == 3000);
 }
 
 TEST_CASE("failover config: keepalived mode needs neither key nor VIPs", "[config]") {
