@@ -12,7 +12,8 @@
 #   pairwall-notify.sh [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY
 #       as a per-instance `notify` script.
 # STATE is MASTER, BACKUP, FAULT, STOP or DELETED. STOP / DELETED mean keepalived no longer runs the
-# instance and has removed its VIPs: this node is not master any more, so "backup".
+# instance and has removed its VIPs: this node is not master any more, so "backup". The FIFO also
+# carries MASTER_RX_LOWER_PRI, MASTER_PRIORITY and BACKUP_PRIORITY, which leave the role as it is.
 #
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
@@ -39,6 +40,10 @@ tell() {
     MASTER) role=master ;;
     BACKUP | STOP | DELETED) role=backup ;;
     FAULT) role=fault ;;
+    # Events within a state, not changes of it: a master hearing a lower priority (keepalived
+    # writes one per advertisement heard, ten a second at advert_int 0.1, for as long as a one-way
+    # partition lasts) and priority changes from the tracked scripts. The role stands.
+    MASTER_RX_LOWER_PRI | MASTER_PRIORITY | BACKUP_PRIORITY) return 0 ;;
     *)
       logger -t pairwall-notify "keepalived instance $1: unknown state '$2', pairwalld not told"
       return 2
