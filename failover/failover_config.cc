@@ -23,6 +23,14 @@ using control::ConfigSection;
 using control::describe;
 using control::valid_interface_name;
 
+// Whether the bits of `a` past the first `prefix` of `bits` are all `one`.
+bool host_part_is(const std::array<uint8_t, 16>& a, int bits, int prefix, bool one) {
+  for (int i = prefix; i < bits; ++i) {
+    if (((a[static_cast<std::size_t>(i / 8)] >> (7 - i % 8)) & 1) != (one ? 1 : 0)) return false;
+  }
+  return true;
+}
+
 // "ADDRESS/PREFIX" of a unicast host address; false when it is not one.
 bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
   const auto slash = text.find('/');
@@ -59,6 +67,25 @@ bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
              (a[0] == 0xfe && (a[1] & 0xc0) == 0x80));
   if (bad) {
     why = "\"" + addr + "\" cannot be a virtual address (unspecified, loopback, multicast or link-local)";
+    return false;
+  }
+  // Neighbours take an IPv4 prefix's first and last address for the network and its broadcast,
+  // never for a host (but on a /31, RFC 3021).
+  if (vip.family == AF_INET && n <= 30) {
+    const bool network = host_part_is(a, 32, n, false);
+    if (network || host_part_is(a, 32, n, true)) {
+      why = "\"" + text + "\" is the " + (network ? "network" : "broadcast") +
+            " address of its prefix, not a host's";
+      return false;
+    }
+  }
+  // An IPv6 prefix's address with the host part zero is its subnet-router anycast address (RFC 4291
+  // 2.6.1): every node forwarding on the link, so both firewalls, answers for it already, and it
+  // would never move (a /127 has none, RFC 6164).
+  if (vip.family == AF_INET6 && n <= 126 && host_part_is(a, 128, n, false)) {
+    why = "\"" + text +
+          "\" is the subnet-router anycast address of its prefix, which every router on "
+          "the link answers for";
     return false;
   }
   return true;

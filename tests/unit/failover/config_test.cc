@@ -101,6 +101,21 @@ TEST_CASE("failover config: defaults", "[config]") {
   CHECK(asked.effective_announce_interval_ms() == 3000);
 }
 
+TEST_CASE(
+    "failover config: a host may end in all zeros or ones where its prefix has no network, broadcast or "
+    "anycast address there",
+    "[config]") {
+  Dir d;
+  const auto c = parse(d,
+                       "[failover]\nkey_file = \"failover.key\"\n"
+                       "vips = [ { interface = \"lan0\", address = \"10.0.0.0/31\" },\n"
+                       "         { interface = \"lan0\", address = \"10.0.1.255/32\" },\n"
+                       "         { interface = \"lan0\", address = \"10.0.2.255/23\" },\n"
+                       "         { interface = \"lan0\", address = \"fd00:1::/127\" },\n"
+                       "         { interface = \"lan0\", address = \"fd00:2::ff/120\" } ]\n");
+  CHECK(c.vips.size() == 5);
+}
+
 TEST_CASE("failover config: keepalived mode needs neither key nor VIPs", "[config]") {
   Dir d;
   const auto c = parse(d, "[failover]\ndriver = \"keepalived\"\n");
@@ -183,6 +198,14 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
       {key + "vips = [ { interface = \"lan0\", address = \"224.0.0.1/24\" } ]\n",
        "[failover] vips[0].address: \"224.0.0.1\" cannot be a virtual address (unspecified, loopback, "
        "multicast or link-local)"},
+      {key + "vips = [ { interface = \"lan0\", address = \"10.0.0.0/24\" } ]\n",
+       "[failover] vips[0].address: \"10.0.0.0/24\" is the network address of its prefix, not a host's"},
+      {key + "vips = [ { interface = \"lan0\", address = \"10.0.1.255/23\" } ]\n",
+       "[failover] vips[0].address: \"10.0.1.255/23\" is the broadcast address of its prefix, not a host's"},
+      {key + "vips = [ { interface = \"lan0\", address = \"fd00:1::/64\" } ]\n",
+       "[failover] vips[0].address: \"fd00:1::/64\" is the subnet-router anycast address of its prefix, "
+       "which "
+       "every router on the link answers for"},
       {key + "vips = [ { interface = \"a/b\", address = \"10.0.0.1/24\" } ]\n",
        "[failover] vips[0].interface: expected an interface name (1..15 characters, no '/', ':' or spaces)"},
       {key + "vips = [ { interface = \"lan0\" } ]\n",
