@@ -8,7 +8,8 @@ import time
 
 from failover_net import KEY, METRICS_PORT, SYNC_KEY
 
-ADVBASE_MS = 200
+# Slow enough that a busy host does not make the backup take over while the test waits.
+ADVBASE_MS = 400
 
 
 def metrics(p, node):
@@ -93,7 +94,7 @@ def test_sync_and_failover_keys_change_in_three_reloads_without_a_gap(pair_facto
     p.wait_for(lambda: sample(metrics(p, "b"), "pairwall_sync_peer_state", state="up") == 1, 10, what="sync up")
 
     def settle():
-        time.sleep(5 * ADVBASE_MS / 1000)  # several advertisements and sync keepalives
+        time.sleep(3 * ADVBASE_MS / 1000)  # three advertisements, six sync keepalives
 
     # 1. Both accept the new key; both still sign with the old one.
     keys.set("a", "old", "new")
