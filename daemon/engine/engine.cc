@@ -51,6 +51,33 @@ bool tcp_flags_valid(uint8_t flags) {
   return true;
 }
 
+// Lowers every MSS option of a TCP segment above `max_mss` to it, as pf_normalize_mss does: the
+// parser keeps the last one, as Linux and BSD stacks do, but a receiver that reads the first of
+// two would otherwise take a size the clamp was meant to forbid. Returns whether one changed.
+bool clamp_mss(std::span<uint8_t> bytes, const PacketView& packet, uint16_t max_mss) {
+  uint8_t* tcp = bytes.data() + packet.l4_offset;
+  uint8_t* checksum = tcp + 16;
+  const uint8_t* end = tcp + packet.tcp.header_length;
+  bool changed = false;
+  for (uint8_t* option = tcp + 20; option < end;) {
+    if (*option == 0) break;  // end of options
+    if (*option == 1) {       // no-operation
+      ++option;
+      continue;
+    }
+    // The parser checked every option's length.
+    if (option[0] == 2 && option[1] == 4 && load_be16(option + 2) > max_mss) {
+      const uint16_t old_mss = load_be16(option + 2);
+      store_be16(option + 2, max_mss);
+      const bool odd = ((option + 2 - tcp) & 1) != 0;
+      checksum_replace16(checksum, as_summed(old_mss, odd), as_summed(max_mss, odd));
+      changed = true;
+    }
+    option += option[1];
+  }
+  return changed;
+}
+
 // Whether sync hears of the state: not when its rule said (no-sync).
 bool synced(const StateEntry& entry) {
   return (entry.flags & stateflag::kNoSync) == 0;
@@ -617,14 +644,9 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
         rewritten = true;
       }
     }
-    if (scrub.max_mss != 0 && packet.is_tcp() && packet.tcp.has_mss && packet.tcp.mss > scrub.max_mss) {
-      uint8_t* mss = bytes.data() + packet.tcp.mss_offset;
-      const uint16_t old_mss = load_be16(mss);
-      store_be16(mss, scrub.max_mss);
-      const bool odd = ((packet.tcp.mss_offset - packet.l4_offset) & 1) != 0;
-      checksum_replace16(bytes.data() + packet.l4_offset + 16, as_summed(old_mss, odd),
-                         as_summed(scrub.max_mss, odd));
-      packet.tcp.mss = scrub.max_mss;
+    if (scrub.max_mss != 0 && packet.is_tcp() && packet.tcp.has_mss &&
+        clamp_mss(bytes, packet, scrub.max_mss)) {
+      packet.tcp.mss = std::min(packet.tcp.mss, scrub.max_mss);
       rewritten = true;
     }
   }

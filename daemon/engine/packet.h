@@ -45,7 +45,7 @@ struct TcpInfo {
   bool has_timestamps = false;
   uint32_t ts_value = 0;
   uint32_t ts_echo = 0;
-  uint16_t mss_offset = 0;  // offset of the MSS value from the packet start, for max-mss clamping
+  uint16_t mss_offset = 0;  // offset of the (last) MSS value from the packet start
 };
 
 struct IcmpInfo {

@@ -1035,6 +1035,22 @@ TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl r
   CHECK(fw.last_packet == PacketBuilder().ipv6(kClient6, kServer6).ttl(5).udp(7, 53).payload(4).build());
 }
 
+TEST_CASE("scrub: max-mss lowers every MSS option of a segment, not only the last", "[engine][scrub]") {
+  // As pf_normalize_mss: a receiver that reads the first of two options must not find a larger
+  // size than the clamp allows.
+  Firewall fw("scrub in all max-mss 1400\npass all");
+  const auto syn = [](uint16_t port, uint16_t first, uint16_t second) {
+    return tcp4(kClient, port, kServer, 2).flags(tcpflag::kSyn).mss(first).mss(second).build();
+  };
+  CHECK(fw.out(syn(1, 1460, 1300)).rewritten);
+  CHECK(fw.last_packet == syn(1, 1400, 1300));
+  CHECK(fw.out(syn(2, 1300, 1460)).rewritten);
+  CHECK(fw.last_packet == syn(2, 1300, 1400));
+  CHECK(fw.out(syn(3, 1500, 1460)).rewritten);
+  CHECK(fw.last_packet == syn(3, 1400, 1400));
+  CHECK_FALSE(fw.out(syn(4, 1200, 1300)).rewritten);
+}
+
 TEST_CASE("IP options pass only by rules with allow-opts, and by their states", "[engine][options]") {
   const Bytes record_route{7, 7, 4, 0, 0, 0, 0, 0};
   auto udp_out = [&](uint16_t sport, bool options) {
