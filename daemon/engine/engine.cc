@@ -853,8 +853,10 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
       const bool syn_only =
           packet.is_tcp() && (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn;
-      if (syn_only && from_initiator && tcp_state_reusable(sender, receiver)) {
-        // Port reuse after a close: the old state gives way to a new connection.
+      if (syn_only && tcp_state_reusable(sender, receiver)) {
+        // Port reuse after a close: the old state gives way to a new connection, whichever end
+        // opens it, as pf_test_state_tcp lets it. Tracked by the old state, the other end's SYN
+        // was refused until the state expired, or within its windows passed past the rules.
         emit_delete(worker, *state);
         states_.erase(state);
       } else {

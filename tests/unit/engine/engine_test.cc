@@ -388,6 +388,75 @@ TEST_CASE("a closed connection's ports can be reused by a new SYN", "[engine][tc
   CHECK(fw.engine.states().size() == 1);
 }
 
+TEST_CASE("a closed connection's ports can be reused by the other end's SYN too", "[engine][tcp]") {
+  // As pf_test_state_tcp: a SYN on a closed state makes way for a new connection whichever end
+  // sends it, and the rules decide that connection. Tracked by the old state, it passed without
+  // the rules wherever the old windows took it in, and then lived by the old state's timeout.
+  const auto closed = [](Firewall& fw) {
+    REQUIRE(fw.out(syn(80)).action == Action::Accept);
+    REQUIRE(fw.in(synack(80)).reason == Reason::State);
+    REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80)
+                       .flags(tcpflag::kFin | tcpflag::kAck)
+                       .seq(1001)
+                       .ack(9001)
+                       .build())
+                .reason == Reason::State);
+    REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort)
+                      .flags(tcpflag::kFin | tcpflag::kAck)
+                      .seq(9001)
+                      .ack(1002)
+                      .build())
+                .reason == Reason::State);
+    const Verdict last = fw.out(ack_from_client(80, 1002, 9002));
+    REQUIRE(last.reason == Reason::State);
+    return last.state;
+  };
+  // The server opens a connection to the client on the same two ports.
+  const Bytes reversed = tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kSyn).seq(12345).build();
+
+  Firewall open("pass all");
+  const StateId old_id = closed(open);
+  const Verdict v = open.in(reversed);
+  CHECK(v.reason == Reason::Match);
+  CHECK_FALSE(v.state == old_id);
+  CHECK(open.engine.states().size() == 1);
+  CHECK(open.out(tcp4(kClient, kClientPort, kServer, 80)
+                     .flags(tcpflag::kSyn | tcpflag::kAck)
+                     .seq(4444)
+                     .ack(12346)
+                     .build())
+            .reason == Reason::State);
+
+  Firewall web(kWebOnly);
+  closed(web);
+  CHECK(web.in(reversed).reason == Reason::RuleBlock);
+
+  // Behind nat, the server's SYN to the outside address is not the inside host's connection: it
+  // is not translated to the inside host by the closed state.
+  Firewall nat("nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\npass all");
+  REQUIRE(nat.out(syn(80)).action == Action::Accept);
+  const uint16_t port = pairwall::test::get16(nat.last_packet, 20);
+  const auto from_server = [&](uint8_t flags, uint32_t seq, uint32_t ack) {
+    return tcp4(kServer, 80, "203.0.113.1", port).flags(flags).seq(seq).ack(ack).build();
+  };
+  const auto from_client = [&](uint8_t flags, uint32_t seq, uint32_t ack) {
+    return tcp4(kClient, kClientPort, kServer, 80).flags(flags).seq(seq).ack(ack).build();
+  };
+  REQUIRE(nat.in(tcp4(kServer, 80, "203.0.113.1", port)
+                     .flags(tcpflag::kSyn | tcpflag::kAck)
+                     .seq(9000)
+                     .ack(1001)
+                     .wscale(7)
+                     .build())
+              .reason == Reason::State);
+  REQUIRE(nat.out(from_client(tcpflag::kFin | tcpflag::kAck, 1001, 9001)).reason == Reason::State);
+  REQUIRE(nat.in(from_server(tcpflag::kFin | tcpflag::kAck, 9001, 1002)).reason == Reason::State);
+  REQUIRE(nat.out(from_client(tcpflag::kAck, 1002, 9002)).reason == Reason::State);
+  const Bytes inbound = from_server(tcpflag::kSyn, 12345, 0);
+  CHECK(nat.in(inbound).reason == Reason::Match);
+  CHECK(nat.last_packet == inbound);
+}
+
 TEST_CASE("port reuse gives the old state's place back to its rule's (max N)", "[engine][tcp][limits]") {
   Firewall fw("pass all keep state (max 1)");
   const auto current = [&] { return fw.engine.rules()->rule(0).stats->states_current.load(); };
