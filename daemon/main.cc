@@ -452,6 +452,18 @@ class FailoverRunner {
 };
 
 int run(const control::Config& c) {
+  // The daemon's signals are taken by the loop's signal_set, whose handler the kernel may run on any
+  // thread that does not block them, and Asio installs it without SA_RESTART: on a packet worker,
+  // the sync or the failover thread it would break a blocking call with EINTR (the failover's
+  // netlink exchange with the kernel among them). Threads inherit the mask of the thread that
+  // starts them: the signals are blocked while start-up makes them, and let in on this thread alone
+  // just before the loop runs (one that came meanwhile is then taken).
+  sigset_t daemon_signals;
+  sigemptyset(&daemon_signals);
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&daemon_signals, sig);
+  sigset_t start_mask;
+  pthread_sigmask(SIG_BLOCK, &daemon_signals, &start_mask);
+
   // One epoch for this start, shared by sync and the advertisements, and the start of its state ids.
   const control::BootEpoch epoch = control::take_boot_epoch(c.node.epoch_file, control::wall_clock_us());
   if (!epoch.warning.empty()) spdlog::warn("{}", epoch.warning);
@@ -858,6 +870,7 @@ int run(const control::Config& c) {
     watchdog.async_wait(on_watchdog);
   }
 
+  pthread_sigmask(SIG_SETMASK, &start_mask, nullptr);
   loop.run();
 
   // Failover: the leaving advertisement and the VIPs released while the hooks still filter.

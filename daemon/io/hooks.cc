@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <string_view>
 
@@ -114,8 +115,17 @@ CommandResult run_command(const Command& argv) {
   // iptables must not inherit the daemon's sockets: an iptables still waiting for the xtables lock
   // when the daemon is killed would keep its control and metrics listeners bound.
   posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  // Nor the signals the daemon's threads block (a child would inherit the mask through exec, and
+  // not stop at a SIGTERM).
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int spawn_error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int spawn_error = posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
   if (spawn_error != 0) {

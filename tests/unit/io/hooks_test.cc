@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <map>
 #include <string>
 #include <vector>
@@ -579,6 +580,18 @@ TEST_CASE("run_command executes without a shell and reports exit codes and outpu
   const CommandResult missing = run_command({"/nonexistent/iptables"});
   CHECK(missing.exit_code != 0);
   CHECK_THAT(missing.output, Catch::Contains("/nonexistent/iptables"));
+}
+
+TEST_CASE("run_command's child blocks no signal, whatever the daemon's threads block", "[hooks]") {
+  sigset_t terminate;
+  sigemptyset(&terminate);
+  sigaddset(&terminate, SIGTERM);
+  sigset_t previous;
+  REQUIRE(pthread_sigmask(SIG_BLOCK, &terminate, &previous) == 0);
+  const CommandResult child = run_command({"grep", "SigBlk", "/proc/self/status"});
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  CHECK(child.exit_code == 0);
+  CHECK(child.output == "SigBlk:\t0000000000000000");
 }
 
 }  // namespace
