@@ -139,9 +139,8 @@ class SyncProtocol {
   // Sends one datagram; false when the socket refused it (counted; reliability resends).
   using SendFn = std::function<bool(std::span<const uint8_t>)>;
 
-  // `key`: the shared HMAC key (at least 32 bytes). Throws std::runtime_error if HMAC cannot be
-  // set up.
-  // `key` signs; datagrams are accepted under it or under `accept_key` (if not empty).
+  // `key`: the shared HMAC key (at least 32 bytes), which signs; datagrams are accepted under it or
+  // under `accept_key` (if not empty). Throws std::runtime_error if HMAC cannot be set up.
   SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t> key, StateStore& store, Micros now,
                std::span<const uint8_t> accept_key = {});
   ~SyncProtocol();

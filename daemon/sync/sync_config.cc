@@ -106,8 +106,8 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
     if (kKeys.count(std::string(key.str())) == 0) {
       r.fail(std::string(key.str()),
              "unknown key (known: interface, address, peer, group, port, key_file, accept_key_file, mtu, "
-             "flush_interval_ms, "
-             "bulk_timeout_min_s, peer_node_id, resend_window, pending_limit, defer, defer_timeout_ms)");
+             "flush_interval_ms, bulk_timeout_min_s, peer_node_id, resend_window, pending_limit, defer, "
+             "defer_timeout_ms)");
     }
   }
 
