@@ -412,9 +412,8 @@ void notify(const std::string& text) {
 // The failover service on an io_context and a thread of its own, as the sync service has: its
 // advertisements must leave on time whatever the control loop is busy with. A master silent for
 // three advbase intervals hands its group to the backup, and the control loop can be held for
-// seconds: a `states` listing of 1,000,000 entries takes 2.9 s to build, and a rule set of 60,000
-// rules held it as long to compile (test_failover_master_keeps_advertising_while_its_control_loop_
-// is_busy.py).
+// seconds: by a `states` listing of a million entries, or a large rule set compiled (60,000 rules
+// held it 2.9 s in test_failover_master_keeps_advertising_while_its_control_loop_is_busy.py).
 class FailoverRunner {
  public:
   FailoverRunner(failover::FailoverConfig config, uint32_t node_id, failover::FailoverHooks hooks,
