@@ -1240,7 +1240,8 @@ Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule
   const SourceLimits& limits = creator.sources;
   SourceNode* node = nullptr;
   SourceOwner owner;
-  if (!limits.global) owner = SourceOwner{creator.stats.get(), &creator.stats->source_nodes, creator.number};
+  if (!limits.global)
+    owner = SourceOwner{creator.stats.get(), &creator.stats->source_nodes, creator.number, creator.stats};
   switch (sources_.admit(limits, owner, packet.family, packet.src, node)) {
     case SourceTable::Admission::Admitted:
       states_.attach_source(state, node);
@@ -1284,7 +1285,8 @@ bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Mill
 std::size_t Engine::expire(Millis now) {
   const double scale = rules()->adaptive_timeouts().scale(states_.size(), states_.limit());
   timeout_scale_.store(scale, std::memory_order_relaxed);
-  return states_.expire(
+  // After the states, so that the source nodes their removal leaves idle are dated by this pass.
+  const std::size_t expired = states_.expire(
       now,
       [this](const StateEntry& e) {
         if (e.id.creator == config_.node_id && synced(e)) {
@@ -1295,6 +1297,8 @@ std::size_t Engine::expire(Millis now) {
         }
       },
       scale);
+  sources_.expire(now);
+  return expired;
 }
 
 std::size_t Engine::flush_states() {

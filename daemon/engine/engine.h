@@ -232,7 +232,8 @@ class Engine {
   // Each node expires on its own clock, as pfsync's do; for the states this node created it also
   // emits a Delete (control_events()), so that a peer whose copy was refreshed later (a bulk, a
   // resync) does not keep it for a whole extra timeout. Timeouts are scaled by the rule set's
-  // adaptive timeouts for the table's size at the call.
+  // adaptive timeouts for the table's size at the call. Source nodes whose src.track has run
+  // out since their last state went are freed too (not counted in the result).
   std::size_t expire(Millis now);
   // The factor the last expire() scaled timeouts by (1: the table below adaptive.start).
   double timeout_scale() const noexcept { return timeout_scale_.load(std::memory_order_relaxed); }

@@ -15,11 +15,49 @@ constexpr std::size_t kMinBuckets = 16;
 }  // namespace
 
 struct SourceTable::Shard {
+  // The nodes without states that live on for `duration`, oldest first.
+  struct IdleQueue {
+    Millis duration{0};
+    SourceNode* head = nullptr;
+    SourceNode* tail = nullptr;
+  };
+
   alignas(64) SpinLock lock;
   std::vector<SourceNode*> buckets = std::vector<SourceNode*>(kMinBuckets, nullptr);
   std::size_t count = 0;
   SourceNode* free = nullptr;
   std::vector<std::unique_ptr<SourceNode[]>> chunks;
+  std::vector<IdleQueue> idle;  // one per distinct src.track met: a handful in any rule set
+
+  // Appends the node to the idle queue for `duration`; false when a new queue found no memory.
+  bool park(SourceNode* node, Millis duration) {
+    std::size_t q = 0;
+    while (q < idle.size() && idle[q].duration != duration) ++q;
+    if (q == idle.size()) {
+      if (q == SourceNode::kNotIdle) return false;
+      try {
+        idle.push_back(IdleQueue{duration});
+      } catch (const std::bad_alloc&) {
+        return false;
+      }
+    }
+    IdleQueue& queue = idle[q];
+    node->idle_queue = static_cast<uint16_t>(q);
+    node->idle_since = Millis::min();
+    node->idle_prev = queue.tail;
+    node->idle_next = nullptr;
+    (queue.tail != nullptr ? queue.tail->idle_next : queue.head) = node;
+    queue.tail = node;
+    return true;
+  }
+
+  void unpark(SourceNode* node) {
+    IdleQueue& queue = idle[node->idle_queue];
+    (node->idle_prev != nullptr ? node->idle_prev->idle_next : queue.head) = node->idle_next;
+    (node->idle_next != nullptr ? node->idle_next->idle_prev : queue.tail) = node->idle_prev;
+    node->idle_prev = node->idle_next = nullptr;
+    node->idle_queue = SourceNode::kNotIdle;
+  }
 
   SourceNode*& bucket(uint64_t hash) { return buckets[(hash >> 16) & (buckets.size() - 1)]; }
 
@@ -109,25 +147,54 @@ SourceTable::Admission SourceTable::admit(const SourceLimits& limits, const Sour
     if (owner.nodes != nullptr) owner.nodes->fetch_add(1, std::memory_order_relaxed);
   } else if (limits.max_src_states != 0 && n->states >= limits.max_src_states) {
     return Admission::StatesLimit;
+  } else if (n->idle_queue != SourceNode::kNotIdle) {
+    shard.unpark(n);
   }
   ++n->states;
   node = n;
   return Admission::Admitted;
 }
 
-void SourceTable::release(SourceNode* node, bool was_connection) noexcept {
+void SourceTable::release(SourceNode* node, bool was_connection, Millis linger) noexcept {
   Shard& shard = *shards_[node->shard];
   std::lock_guard guard(shard.lock);
   if (was_connection && node->connections > 0) --node->connections;
   if (--node->states > 0) return;
+  // Short of memory for a new queue, the node goes now rather than never.
+  if (linger > Millis{0} && shard.park(node, linger)) return;
+  free_node(shard, node);
+}
+
+void SourceTable::free_node(Shard& shard, SourceNode* node) noexcept {
   SourceNode** slot = &shard.bucket(hash(node->owner.id, node->family, node->address));
   while (*slot != nullptr && *slot != node) slot = &(*slot)->next;
   if (*slot == node) *slot = node->next;
   if (node->owner.nodes != nullptr) node->owner.nodes->fetch_sub(1, std::memory_order_relaxed);
+  node->owner = SourceOwner{};
   --shard.count;
   count_.fetch_sub(1, std::memory_order_relaxed);
   node->next = shard.free;
   shard.free = node;
+}
+
+std::size_t SourceTable::expire(Millis now) noexcept {
+  std::size_t freed = 0;
+  for (const auto& owned : shards_) {
+    Shard& shard = *owned;
+    std::lock_guard guard(shard.lock);
+    for (Shard::IdleQueue& queue : shard.idle) {
+      // The nodes that went idle since the last pass are the queue's undated tail.
+      for (SourceNode* n = queue.tail; n != nullptr && n->idle_since == Millis::min(); n = n->idle_prev)
+        n->idle_since = now;
+      while (queue.head != nullptr && queue.head->idle_since + queue.duration <= now) {
+        SourceNode* n = queue.head;
+        shard.unpark(n);
+        free_node(shard, n);
+        ++freed;
+      }
+    }
+  }
+  return freed;
 }
 
 bool SourceTable::established(SourceNode* node, const SourceLimits& limits, Millis now) noexcept {

@@ -4,13 +4,22 @@
 // A node is keyed by its owner and the source address. The owner is the rule's RuleStats with
 // `source-track rule` (pf's default: each rule counts alone), or nothing with `source-track
 // global` (every such rule counts into one node per address). A node lives as long as states
-// refer to it: the last state's removal frees it, as pf's with `src.track 0`.
+// refer to it, and then for the src.track timeout of the rule whose state was its last (pf's
+// pf_src_tree_remove_state): with 0, pf's default, the last state's removal frees it; with more,
+// its connection rate still counts against the address's next connections for that long, and a
+// new state of the address takes it up again, history and all.
+//
+// A node left without states joins its shard's idle queue for its src.track, one FIFO queue per
+// distinct duration; expire() dates the newcomers and frees the nodes whose time is up, so that
+// idle nodes cost nothing per packet and an expiry pass costs what joined and what expired. A
+// node is dated by the first pass after its last state went: it lives on at least src.track, at
+// most a pass longer (pf's purge frees them later still, every `interval`).
 //
 // Sharded by a keyed hash of the key with a lock per shard; taken only while a state is created,
-// a connection completes its handshake or a state is removed, and always after the state
-// table's own locks. Nodes come from per-shard chunks and return to a free list, so that a
-// node's address stays valid for the states that hold it. `set limit src-nodes` bounds the
-// whole table.
+// a connection completes its handshake or a state is removed, by expiry, and always after the
+// state table's own locks. Nodes come from per-shard chunks and return to a free list, so that a
+// node's address stays valid for the states that hold it. `set limit src-nodes` bounds the whole
+// table, idle nodes included (pf counts them too).
 #pragma once
 
 #include <atomic>
@@ -46,10 +55,21 @@ struct SourceOwner {
   const void* id = nullptr;                // the rule's identity; nullptr for source-track global
   std::atomic<uint32_t>* nodes = nullptr;  // the rule's node count, for max-src-nodes
   uint32_t rule = 0;                       // its number, for listings
+  // What `id` and `nodes` point into, held by the node: an idle node may outlive every state and
+  // rule set that held its rule's counters, and its identity must not pass to another rule's.
+  std::shared_ptr<const void> keep;
 };
 
 struct SourceNode {
+  static constexpr uint16_t kNotIdle = UINT16_MAX;
+
   SourceNode* next = nullptr;  // the bucket's chain, or the free list
+  // While it has no states: its place in its shard's idle queue (idle_queue), and since when it
+  // has had none, as the first expiry pass after saw it (Millis::min() until that pass).
+  SourceNode* idle_prev = nullptr;
+  SourceNode* idle_next = nullptr;
+  Millis idle_since{Millis::min()};
+  uint16_t idle_queue = kNotIdle;
   SourceOwner owner;
   IpAddress address;
   Family family = Family::V4;
@@ -94,8 +114,13 @@ class SourceTable {
   Admission admit(const SourceLimits& limits, const SourceOwner& owner, Family family,
                   const IpAddress& address, SourceNode*& node) noexcept;
 
-  // A state of the node is gone; `was_connection` if it had been counted by established().
-  void release(SourceNode* node, bool was_connection) noexcept;
+  // A state of the node is gone; `was_connection` if it had been counted by established(). The
+  // last one leaves the node for `linger` (its rule's src.track), or frees it with 0.
+  void release(SourceNode* node, bool was_connection, Millis linger = Millis{0}) noexcept;
+
+  // Frees the nodes left without states whose src.track has run out by `now` (called with the
+  // state table's expiry, from one thread). Returns how many.
+  std::size_t expire(Millis now) noexcept;
 
   // A TCP connection of the node completed its handshake at `now`: counts it, and its rate.
   // False when the node is now over max-src-conn or max-src-conn-rate (the connection still
@@ -105,6 +130,7 @@ class SourceTable {
   // Visits every node as of `now`, shard by shard under its lock (control path).
   void for_each(Millis now, const std::function<void(const SourceView&)>& visit) const;
 
+  // Every node, idle ones included.
   std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
   uint32_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
   void set_limit(uint32_t limit) noexcept { limit_.store(limit, std::memory_order_relaxed); }
@@ -115,6 +141,8 @@ class SourceTable {
   struct Shard;
   uint64_t hash(const void* owner, Family family, const IpAddress& address) const noexcept;
   static uint64_t decayed_rate(const SourceNode& node, Millis now) noexcept;
+  // Unlinks the node from its bucket and the counts, and gives it back to the shard's free list.
+  void free_node(Shard& shard, SourceNode* node) noexcept;
 
   SipKey key_;
   std::vector<std::unique_ptr<Shard>> shards_;

@@ -612,7 +612,11 @@ void StateTable::attach_creator(Handle& handle, const rules::CompiledRule* rule,
 void StateTable::unlink_and_free(StateEntry* e) noexcept {
   fold_counters(*e);
   if (e->creator != nullptr) e->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
-  if (e->source != nullptr) sources_->release(e->source, (e->flags & stateflag::kSourceConnection) != 0);
+  if (e->source != nullptr) {
+    // pf dates the node's end by the src.track of the rule of the state that was its last.
+    sources_->release(e->source, (e->flags & stateflag::kSourceConnection) != 0,
+                      e->creator != nullptr ? e->creator->timeouts.source_track : Millis{0});
+  }
   Shard& home = *shards_[e->home];
   home.unlink_key(e, 0);
   if (e->translated()) shards_[e->wire_shard]->unlink_key(e, 1);

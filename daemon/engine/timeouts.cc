@@ -68,13 +68,17 @@ std::string_view timeout_class_name(TimeoutClass c) {
   return i < std::size(kTimeoutTable) ? kTimeoutTable[i].name : std::string_view("unknown");
 }
 
-std::string timeout_class_names() {
+bool is_timeout_name(std::string_view name) {
+  return timeout_class_from_name(name).has_value() || name == kSourceTrackTimeoutName;
+}
+
+std::string timeout_names() {
   std::string out;
   for (const auto& e : kTimeoutTable) {
-    if (!out.empty()) out += ", ";
     out += e.name;
+    out += ", ";
   }
-  return out;
+  return out + std::string(kSourceTrackTimeoutName);
 }
 
 }  // namespace pairwall::engine

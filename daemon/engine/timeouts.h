@@ -34,6 +34,10 @@ inline constexpr std::size_t kTimeoutClassCount = static_cast<std::size_t>(Timeo
 
 struct Timeouts {
   std::array<Millis, kTimeoutClassCount> values;
+  // pf's src.track: how long a source node outlives its last state, so that what it counted
+  // (max-src-conn-rate) still holds for the address's next connections. Not a state's class;
+  // 0, pf's default, frees the node with its last state.
+  Millis source_track{0};
 
   Millis operator[](TimeoutClass c) const { return values[static_cast<std::size_t>(c)]; }
   Millis& operator[](TimeoutClass c) { return values[static_cast<std::size_t>(c)]; }
@@ -59,10 +63,14 @@ struct AdaptiveTimeouts {
   double scale(uint64_t states, uint64_t limit) const noexcept;
 };
 
+inline constexpr std::string_view kSourceTrackTimeoutName = "src.track";
+
 // "tcp.established" -> TimeoutClass::TcpEstablished; nullopt for an unknown name.
 std::optional<TimeoutClass> timeout_class_from_name(std::string_view name);
 std::string_view timeout_class_name(TimeoutClass c);
-// Every class's name, comma separated, for error messages.
-std::string timeout_class_names();
+// Whether `name` is a timeout `set timeout` and a rule's state options take: a class, or src.track.
+bool is_timeout_name(std::string_view name);
+// Every such name, comma separated, for error messages.
+std::string timeout_names();
 
 }  // namespace pairwall::engine

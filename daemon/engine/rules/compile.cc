@@ -34,15 +34,21 @@ struct CompileFailure {
   throw CompileFailure{RuleError{at, std::move(message)}};
 }
 
-// Applies `name seconds` pairs onto `timeouts`; `where` locates each name for errors.
+// Applies `name seconds` pairs onto `timeouts`; `where` locates each name for errors. `per_rule`:
+// a rule's state options, where src.track 0 means the global value, as in pf (whose rule
+// timeouts of 0 all do).
 template <typename Locate>
 void apply_timeouts(const std::map<std::string, uint32_t>& values, Timeouts& timeouts, Locate where,
-                    std::string_view context) {
+                    std::string_view context, bool per_rule) {
   for (const auto& [name, seconds] : values) {
+    if (name == kSourceTrackTimeoutName) {
+      if (seconds != 0 || !per_rule) timeouts.source_track = std::chrono::seconds(seconds);
+      continue;
+    }
     const auto cls = timeout_class_from_name(name);
     if (!cls) {
       fail(where(name), "unknown timeout '" + name + "' in " + std::string(context) + "; expected one of " +
-                            timeout_class_names());
+                            timeout_names());
     }
     if (seconds == 0) {
       fail(where(name), "timeout '" + name + "' must be at least 1 second (0 would expire states at once)");
@@ -435,6 +441,7 @@ class Compiler {
     }
     for (const ScrubRule& r : file_.scrub_rules) line(scrub_text(r));
     for (const Millis timeout : set.timeouts_.values) line(std::to_string(timeout.count()));
+    line("src.track " + std::to_string(set.timeouts_.source_track.count()));
     line(std::to_string(set.adaptive_timeouts_.start.value_or(0)) + " " +
          std::to_string(set.adaptive_timeouts_.end.value_or(0)));
     line(std::to_string(set.state_limit_) + " " + std::to_string(set.source_node_limit_));
@@ -455,7 +462,7 @@ class Compiler {
           auto it = s.timeout_locations.find(name);
           return it != s.timeout_locations.end() ? it->second : file_location();
         },
-        "'set timeout'");
+        "'set timeout'", false);
     if (s.limit_states) {
       if (*s.limit_states == 0)
         fail(file_location(), "'set limit states 0' would refuse every new connection");
@@ -725,7 +732,7 @@ class Compiler {
       c.timeouts = set.timeouts_;
       apply_timeouts(
           r.state.timeouts, c.timeouts, [&](const std::string&) { return r.location; },
-          "the rule's state options");
+          "the rule's state options", true);
       c.location = r.location;
       c.text = filter_text(written);
       c.label = r.label;

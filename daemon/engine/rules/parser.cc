@@ -711,8 +711,8 @@ class Parser {
 
   // `set timeout` also takes the adaptive bounds, a rule's state options do not.
   void check_timeout_name(const Token& name, bool with_adaptive) {
-    if (!timeout_class_from_name(name.text)) {
-      std::string expected = timeout_class_names();
+    if (!is_timeout_name(name.text)) {
+      std::string expected = timeout_names();
       if (with_adaptive) {
         expected +=
             ", " + std::string(AdaptiveTimeouts::kStartName) + ", " + std::string(AdaptiveTimeouts::kEndName);
@@ -1267,7 +1267,7 @@ class Parser {
         fail_at(name, name.describe() +
                           " scales every state's timeouts by the size of the whole table: set it "
                           "with 'set timeout', not per rule");
-      } else if (timeout_class_from_name(name.text)) {
+      } else if (is_timeout_name(name.text)) {
         r.state.timeouts[name.text] = static_cast<uint32_t>(number(
             take_value("timeout in seconds"), 0, std::numeric_limits<uint32_t>::max(), "timeout in seconds"));
       } else if (name.text.find('.') != std::string::npos) {

@@ -271,6 +271,10 @@ TEST_CASE("timeouts: unknown names", "[timeouts]") {
     INFO("'" << name << "'");
     CHECK_FALSE(timeout_class_from_name(name));
   }
+  // src.track is a timeout, of source nodes rather than a state's class; pf's default is 0.
+  CHECK(is_timeout_name("src.track"));
+  CHECK_FALSE(is_timeout_name("interval"));
+  CHECK(Timeouts::defaults().source_track == Millis{0});
 }
 
 TEST_CASE("timeouts: the table is writable per class", "[timeouts]") {

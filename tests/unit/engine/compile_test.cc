@@ -143,7 +143,7 @@ TEST_CASE("compile errors the parser cannot produce, from hand-built files", "[c
         "h.conf:3:15: unknown timeout 'tcp.bogus' in 'set timeout'; expected one of tcp.first, tcp.opening, "
         "tcp.established, tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, "
         "icmp.first, "
-        "icmp.error, other.first, other.single, other.multiple");
+        "icmp.error, other.first, other.single, other.multiple, src.track");
   }
   SECTION("zero timeout") {
     f.settings.timeouts["udp.first"] = 0;
@@ -663,6 +663,8 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
       {"block all\n", "block all\nset skip on lo0\n"},
       {"table <t> persist", "set limit states 5000\ntable <t> persist"},
       {"table <t> persist", "set block-policy return\ntable <t> persist"},
+      {"set timeout tcp.established 3600", "set timeout { tcp.established 3600, src.track 30 }"},
+      {"port 443\n", "port 443 keep state (max-src-conn-rate 5/10, src.track 30)\n"},
   };
   for (const auto& [from, to] : changes) {
     INFO(from << " -> " << to);

@@ -582,6 +582,12 @@ TEST_CASE("settings: limits and timeouts, single and in lists") {
     CHECK(parse_ok("set timeout " + name + " 9").settings.timeouts.at(name) == 9u);
     CHECK(parse_ok("pass all keep state (" + name + " 9)").filter_rules[0].state.timeouts.at(name) == 9u);
   }
+  // pf's source node timeout too, 0 (its default) included.
+  CHECK(parse_ok("set timeout src.track 0").settings.timeouts.at("src.track") == 0u);
+  CHECK(parse_ok("set timeout { src.track 30, tcp.first 9 }").settings.timeouts.at("src.track") == 30u);
+  CHECK(parse_ok("pass all keep state (max-src-conn-rate 5/10, src.track 30)")
+            .filter_rules[0]
+            .state.timeouts.at("src.track") == 30u);
 }
 
 TEST_CASE("settings: pf's optimization hints are timeouts in file order; pf.conf's other settings load") {
@@ -870,7 +876,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all keep state (tcp.bogus 10)",
        "t.conf:1:22: unknown timeout 'tcp.bogus': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
-       "other.first, other.single, other.multiple"},
+       "other.first, other.single, other.multiple, src.track"},
       {"pass all keep state (max 10",
        "t.conf:1:28: expected ')' to close the state options opened at line 1, "
        "column 21, got end of file"},
@@ -887,11 +893,11 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"set timeout tcp.foo 10",
        "t.conf:1:13: unknown timeout 'tcp.foo': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
-       "other.first, other.single, other.multiple, adaptive.start, adaptive.end"},
+       "other.first, other.single, other.multiple, src.track, adaptive.start, adaptive.end"},
       {"set timeout { tcp.first 10, frog 30 }",
        "t.conf:1:29: unknown timeout 'frog': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
-       "other.first, other.single, other.multiple, adaptive.start, adaptive.end"},
+       "other.first, other.single, other.multiple, src.track, adaptive.start, adaptive.end"},
       {"set timeout { interval -1 }", "t.conf:1:24: expected timeout in seconds, got '-1'"},
       {"set timeout tcp.first -1", "t.conf:1:23: expected timeout in seconds, got '-1'"},
       {"set timeout adaptive.start -5", "t.conf:1:28: expected a number of states, got '-5'"},

@@ -150,6 +150,63 @@ TEST_CASE("max-src-conn-rate: N connections per S seconds, the count decaying ov
   for (int i = 0; i < 3; ++i) CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
 }
 
+TEST_CASE("src.track: a node outlives its last state that long, its connection rate with it",
+          "[engine][limits][source]") {
+  struct Case {
+    const char* rules;
+    const char* what;
+  };
+  for (const Case c :
+       {Case{"set timeout src.track 30\npass out proto tcp keep state (max-src-conn-rate 2/60)", "global"},
+        Case{"pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 30)", "per rule"},
+        Case{"set timeout src.track 5\n"
+             "pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 30)",
+             "the rule's over the global one"},
+        Case{"set timeout src.track 30\n"
+             "pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 0)",
+             "a rule's 0 is the global one, as pf's"}}) {
+    INFO(c.what);
+    Firewall fw(c.rules);
+    CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+    CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
+    CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 2);
+    fw.engine.expire(fw.now);
+    CHECK(fw.engine.sources().size() == 1);
+    CHECK(source_nodes_of(fw, 0) == 1);
+    // Its two connections of the minute still count: a third is one too many.
+    fw.now += Millis{10'000};
+    CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::SourceLimit);
+    // That cut state's removal leaves the node idle again, dated by the next pass.
+    fw.engine.expire(fw.now);
+    fw.engine.expire(fw.now + Millis{29'000});
+    CHECK(fw.engine.sources().size() == 1);
+    fw.engine.expire(fw.now + Millis{30'000});
+    CHECK(fw.engine.sources().size() == 0);
+    CHECK(source_nodes_of(fw, 0) == 0);
+  }
+  // Without src.track (pf's default 0) the node goes with its last state, and its count with it.
+  Firewall fw("pass out proto tcp keep state (max-src-conn-rate 2/60)");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
+  CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 2);
+  CHECK(fw.engine.sources().size() == 0);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::State);
+}
+
+TEST_CASE("src.track: a new state takes up the idle node, which then waits for its own last state",
+          "[engine][limits][source]") {
+  Firewall fw("set timeout src.track 30\npass out proto tcp keep state (max-src-states 5)");
+  CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 1);
+  fw.engine.expire(fw.now);
+  CHECK(fw.out(Connection{"10.1.0.1", 1002}.syn()).reason == Reason::Match);
+  CHECK(fw.engine.sources().size() == 1);
+  // Long past the first state's src.track, the node stays with its new state.
+  fw.engine.expire(fw.now + Millis{60'000});
+  CHECK(fw.engine.sources().size() == 1);
+  fw.engine.sources().for_each(fw.now, [](const SourceView& v) { CHECK(v.states == 1); });
+}
+
 TEST_CASE("set limit src-nodes bounds the node table", "[engine][limits][source]") {
   Firewall fw("set limit src-nodes 2\npass out proto tcp keep state (max-src-states 10)");
   CHECK(fw.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
@@ -184,7 +241,7 @@ TEST_CASE("SourceTable: nodes are found again, freed with their last state, reus
   limits.max_src_states = 3;
   std::atomic<uint32_t> nodes{0};
   const int rule_identity = 0;
-  const SourceOwner owner{&rule_identity, &nodes, 7};
+  const SourceOwner owner{&rule_identity, &nodes, 7, nullptr};
   const IpAddress a = IpAddress::v4(0x0a000001);
   const IpAddress b = IpAddress::v4(0x0a000002);
   SourceNode* first = nullptr;
@@ -214,6 +271,32 @@ TEST_CASE("SourceTable: nodes are found again, freed with their last state, reus
     CHECK(v.states == 1);
     CHECK((v.owner.id == nullptr || (v.owner.id == &rule_identity && v.owner.rule == 7)));
   }
+}
+
+TEST_CASE("SourceTable: idle nodes expire by their own src.track, without states only", "[source][table]") {
+  SourceTable table(1, SipKey{5, 6}, 100);
+  const SourceLimits limits;
+  SourceNode* nodes[3] = {};
+  for (uint32_t i = 0; i < 3; ++i) {
+    REQUIRE(table.admit(limits, SourceOwner{}, Family::V4, IpAddress::v4(0x0a000001 + i), nodes[i]) ==
+            SourceTable::Admission::Admitted);
+  }
+  table.release(nodes[0], false, Millis{30'000});
+  table.release(nodes[1], false, Millis{10'000});
+  table.release(nodes[2], false, Millis{10'000});
+  CHECK(table.expire(Millis{1'000}) == 0);  // dated by this pass
+  // A state comes back to one of them before its time is up: it is no longer idle.
+  SourceNode* again = nullptr;
+  REQUIRE(table.admit(limits, SourceOwner{}, Family::V4, IpAddress::v4(0x0a000002), again) ==
+          SourceTable::Admission::Admitted);
+  CHECK(again == nodes[1]);
+  CHECK(table.expire(Millis{10'999}) == 0);
+  CHECK(table.expire(Millis{11'000}) == 1);  // nodes[2]
+  CHECK(table.size() == 2);
+  CHECK(table.expire(Millis{31'000}) == 1);  // nodes[0]
+  CHECK(table.size() == 1);
+  table.release(again, false);
+  CHECK(table.size() == 0);
 }
 
 TEST_CASE("SourceTable: many addresses spread over the shards and come back", "[source][table]") {
