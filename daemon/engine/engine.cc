@@ -78,6 +78,18 @@ bool clamp_mss(std::span<uint8_t> bytes, const PacketView& packet, uint16_t max_
   return changed;
 }
 
+// pf_normalize_tcp: an urgent pointer without URG means nothing to the receiver, but stacks
+// that read it anyway tell themselves apart by it (fingerprinting), and one that honoured it
+// would read data this node's state saw as ordinary. Returns whether it was cleared.
+bool clear_stray_urgent_pointer(std::span<uint8_t> bytes, const PacketView& packet) {
+  uint8_t* tcp = bytes.data() + packet.l4_offset;
+  const uint16_t urgent = load_be16(tcp + 18);
+  if ((packet.tcp.flags & tcpflag::kUrg) != 0 || urgent == 0) return false;
+  store_be16(tcp + 18, 0);
+  checksum_replace16(tcp + 16, urgent, 0);
+  return true;
+}
+
 // Whether sync hears of the state: not when its rule said (no-sync).
 bool synced(const StateEntry& entry) {
   return (entry.flags & stateflag::kNoSync) == 0;
@@ -649,6 +661,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
       packet.tcp.mss = std::min(packet.tcp.mss, scrub.max_mss);
       rewritten = true;
     }
+    if (packet.is_tcp() && clear_stray_urgent_pointer(bytes, packet)) rewritten = true;
   }
 
   return std::nullopt;

@@ -1120,6 +1120,33 @@ TEST_CASE("scrub: max-mss lowers every MSS option of a segment, not only the las
   CHECK_FALSE(fw.out(syn(4, 1200, 1300)).rewritten);
 }
 
+TEST_CASE("scrub: an urgent pointer without URG is cleared, as pf_normalize_tcp does, checksum kept",
+          "[engine][scrub]") {
+  const auto segment = [](uint8_t flags, uint16_t urgent) {
+    return tcp4(kClient, 1, kServer, 2).flags(flags).seq(5).ack(7).urgent(urgent).payload(10).build();
+  };
+  Firewall fw("scrub in all\npass all");
+  const Verdict stray = fw.out(segment(tcpflag::kAck, 0x1234));
+  CHECK(stray.action == Verdict::Action::Accept);
+  CHECK(stray.rewritten);
+  // The builder sums the expected segment afresh: the incremental update must agree with it.
+  CHECK(fw.last_packet == segment(tcpflag::kAck, 0));
+  // With URG the pointer means something, and without one there is nothing to clear.
+  CHECK_FALSE(fw.out(segment(tcpflag::kAck | tcpflag::kUrg, 0x1234)).rewritten);
+  CHECK(fw.last_packet == segment(tcpflag::kAck | tcpflag::kUrg, 0x1234));
+  CHECK_FALSE(fw.out(segment(tcpflag::kAck, 0)).rewritten);
+  // Only where a scrub rule applies, as pf's.
+  Firewall plain("pass all");
+  CHECK_FALSE(plain.out(segment(tcpflag::kAck, 0x1234)).rewritten);
+  CHECK(plain.last_packet == segment(tcpflag::kAck, 0x1234));
+  Firewall elsewhere("scrub in on wan0 all\npass all");
+  CHECK_FALSE(elsewhere.out(segment(tcpflag::kAck, 0x1234)).rewritten);
+  // A checksum the kernel has yet to finish is finished over the cleared pointer.
+  const Verdict partial = fw.out(segment(tcpflag::kAck, 0x1234), true);
+  CHECK(partial.rewritten);
+  CHECK(fw.last_packet == segment(tcpflag::kAck, 0));
+}
+
 TEST_CASE("IP options pass only by rules with allow-opts, and by their states", "[engine][options]") {
   const Bytes record_route{7, 7, 4, 0, 0, 0, 0, 0};
   auto udp_out = [&](uint16_t sport, bool options) {

@@ -178,6 +178,10 @@ class PacketBuilder {
     window_ = v;
     return *this;
   }
+  PacketBuilder& urgent(uint16_t v) {  // the urgent pointer, whether or not URG is set
+    urgent_ = v;
+    return *this;
+  }
   // TCP options are laid out in call order and padded with EOL to a multiple of 4.
   PacketBuilder& mss(uint16_t v) {
     tcp_options_.insert(tcp_options_.end(),
@@ -351,6 +355,7 @@ class PacketBuilder {
         h[12] = static_cast<uint8_t>(words << 4);
         h[13] = tcp_flags_;
         put16(h, 14, window_);
+        put16(h, 18, urgent_);
         h.insert(h.end(), opts.begin(), opts.end());
         break;
       }
@@ -483,6 +488,7 @@ class PacketBuilder {
   uint32_t seq_ = 0x1000;
   uint32_t ack_ = 0;
   uint16_t window_ = 65535;
+  uint16_t urgent_ = 0;
   Bytes tcp_options_;
   uint8_t icmp_type_ = 0;
   uint8_t icmp_code_ = 0;
