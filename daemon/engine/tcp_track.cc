@@ -229,8 +229,10 @@ TrackResult track_flow(PeerTracking& src, PeerTracking& dst, const PacketView& p
   if (packet.is_udp()) {
     result.timeout = both ? TimeoutClass::UdpMultiple : TimeoutClass::UdpSingle;
   } else if (packet.is_icmp()) {
-    // An answered query keeps the short error-reply timeout, as pf does for ICMP.
-    result.timeout = both ? TimeoutClass::IcmpError : TimeoutClass::IcmpFirst;
+    // pf_test_state_icmp gives a query's state the short error-reply timeout on any packet after
+    // its first, the reply or the request again: a host that never answers (a ping of a dead
+    // address, a sweep) leaves its state for icmp.error after its last request, not icmp.first.
+    result.timeout = TimeoutClass::IcmpError;
   } else {
     result.timeout = both ? TimeoutClass::OtherMultiple : TimeoutClass::OtherSingle;
   }

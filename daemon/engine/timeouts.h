@@ -23,7 +23,7 @@ enum class TimeoutClass : uint8_t {
   UdpSingle,       // the source sent more than one packet, the destination none
   UdpMultiple,     // both directions have sent packets
   IcmpFirst,       // after the first packet
-  IcmpError,       // after an ICMP error came back for the state
+  IcmpError,       // after any later packet of the query: its reply, or the request again
   OtherFirst,
   OtherSingle,
   OtherMultiple,

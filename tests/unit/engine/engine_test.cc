@@ -874,6 +874,23 @@ TEST_CASE("ICMP echo state: the reply with the same id passes, another id does n
         Reason::RuleBlock);
 }
 
+// pf_test_state_icmp: a query's state takes icmp.error on every packet after its first, so that
+// the pings of a host that never answers leave it for 10 s after the last, not icmp.first's 20.
+TEST_CASE("ICMP echo state: a request repeated unanswered moves it to icmp.error", "[engine][icmp]") {
+  Firewall fw(kWebOnly);
+  const auto request = [](uint16_t sequence) {
+    return PacketBuilder().ipv4(kClient, kServer).icmp_echo(77, sequence).build();
+  };
+  CHECK(fw.out(request(1)).reason == Reason::Match);
+  fw.now += Millis{1'000};
+  CHECK(fw.out(request(2)).reason == Reason::State);
+  fw.engine.states().for_each([](const StateEntry& e) { CHECK(e.timeout == TimeoutClass::IcmpError); });
+  fw.engine.expire(fw.now + Millis{9'999});
+  CHECK(fw.engine.states().size() == 1);
+  fw.engine.expire(fw.now + Millis{10'000});
+  CHECK(fw.engine.states().size() == 0);
+}
+
 // A state is keyed by the request's type and id in one order, its reply's in the other (pf's
 // pf_icmp_mapping): only the answer rides it back, not a request or another message from the far end.
 TEST_CASE("ICMP echo state: the far end's own requests and other types do not ride it", "[engine][icmp]") {

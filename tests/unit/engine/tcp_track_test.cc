@@ -231,12 +231,20 @@ TEST_CASE("UDP goes from first to single to multiple", "[udp]") {
   CHECK(track_packet(a, b, p, TimeoutClass::UdpMultiple).timeout == TimeoutClass::UdpMultiple);
 }
 
-TEST_CASE("ICMP query state answered uses the error-reply timeout", "[icmp]") {
+TEST_CASE("ICMP query state: any packet after the first uses the error-reply timeout, as pf's", "[icmp]") {
   PacketView p;
   p.proto = ipproto::kIcmp;
-  PeerTracking a, b;
-  CHECK(track_first_packet(a, b, p) == TimeoutClass::IcmpFirst);
-  CHECK(track_packet(b, a, p, TimeoutClass::IcmpFirst).timeout == TimeoutClass::IcmpError);
+  SECTION("answered") {
+    PeerTracking a, b;
+    CHECK(track_first_packet(a, b, p) == TimeoutClass::IcmpFirst);
+    CHECK(track_packet(b, a, p, TimeoutClass::IcmpFirst).timeout == TimeoutClass::IcmpError);
+  }
+  SECTION("asked again, never answered") {
+    PeerTracking a, b;
+    CHECK(track_first_packet(a, b, p) == TimeoutClass::IcmpFirst);
+    CHECK(track_packet(a, b, p, TimeoutClass::IcmpFirst).timeout == TimeoutClass::IcmpError);
+    CHECK(track_packet(a, b, p, TimeoutClass::IcmpError).timeout == TimeoutClass::IcmpError);
+  }
 }
 
 TEST_CASE("sloppy tracking: flags move the states from either side, sequence numbers are not checked",
