@@ -219,9 +219,11 @@ TrackResult track_flow(PeerTracking& src, PeerTracking& dst, const PacketView& p
   result.reason = Reason::State;
   if (src.state < static_cast<uint8_t>(FlowState::Single))
     src.state = static_cast<uint8_t>(FlowState::Single);
+  // pf_test_state_udp / _other: a packet makes its receiver, if it has sent, Multiple, and its
+  // sender no more than Single. A query answered once is Multiple:Single and lives udp.single;
+  // only the initiator's next packet after an answer makes both Multiple (udp.multiple).
   if (dst.state == static_cast<uint8_t>(FlowState::Single)) {
     dst.state = static_cast<uint8_t>(FlowState::Multiple);
-    src.state = static_cast<uint8_t>(FlowState::Multiple);
     result.protocol_state_changed = true;
   }
   const bool both = src.state == static_cast<uint8_t>(FlowState::Multiple) &&

@@ -650,11 +650,11 @@ TEST_CASE("UDP request creates a state that passes the reply until it expires", 
   auto answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).payload(120).build();
   CHECK(fw.out(query).reason == Reason::Match);
   CHECK(fw.in(answer).reason == Reason::State);
-  // udp.multiple is 60 s by default.
-  fw.now += Millis{59'000};
+  // Answered once, it is on udp.single, 30 s by default; another answer keeps it there.
+  fw.now += Millis{29'000};
   CHECK(fw.engine.expire(fw.now) == 0);
   CHECK(fw.in(answer).reason == Reason::State);
-  fw.now += Millis{60'000};
+  fw.now += Millis{30'000};
   CHECK(fw.engine.expire(fw.now) == 1);
   CHECK(fw.in(answer).reason == Reason::RuleBlock);
 }
@@ -872,6 +872,32 @@ TEST_CASE("ICMP echo state: the reply with the same id passes, another id does n
   CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(77, 1, true).build()).reason == Reason::State);
   CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).icmp_echo(78, 1, true).build()).reason ==
         Reason::RuleBlock);
+}
+
+// pf_test_state_udp: a query answered once is MULTIPLE:SINGLE and lives udp.single (30 s), not
+// udp.multiple (60 s): a resolver's lookups hold their states half as long as a conversation's.
+TEST_CASE("UDP state: one answer keeps udp.single, the asker's next packet makes it udp.multiple",
+          "[engine][udp]") {
+  Firewall fw("pass all");
+  const auto query = [](uint16_t port) {
+    return PacketBuilder().ipv4(kClient, kServer).udp(port, 53).payload(20).build();
+  };
+  const auto answer = [](uint16_t port) {
+    return PacketBuilder().ipv4(kServer, kClient).udp(53, port).payload(60).build();
+  };
+  CHECK(fw.out(query(5001)).reason == Reason::Match);
+  CHECK(fw.in(answer(5001)).reason == Reason::State);
+  CHECK(fw.out(query(5002)).reason == Reason::Match);
+  CHECK(fw.in(answer(5002)).reason == Reason::State);
+  CHECK(fw.out(query(5002)).reason == Reason::State);
+  fw.engine.states().for_each([](const StateEntry& e) {
+    INFO(e.key(0).port[0]);
+    CHECK(e.timeout == (e.key(0).port[0] == 5001 ? TimeoutClass::UdpSingle : TimeoutClass::UdpMultiple));
+  });
+  fw.engine.expire(fw.now + Millis{30'000});
+  CHECK(fw.engine.states().size() == 1);
+  fw.engine.expire(fw.now + Millis{60'000});
+  CHECK(fw.engine.states().size() == 0);
 }
 
 // pf_test_state_icmp: a query's state takes icmp.error on every packet after its first, so that
@@ -1411,6 +1437,7 @@ TEST_CASE("a peer's state lives by its rule's own timeouts, on the node that tak
   const Bytes answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).payload(120).build();
   REQUIRE(a.out(query).reason == Reason::Match);
   REQUIRE(a.in(answer).reason == Reason::State);
+  REQUIRE(a.out(query).reason == Reason::State);  // the asker again after the answer: udp.multiple
   for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
 
   // Two minutes of silence: the flow is alive on a, and on b, which takes it over.

@@ -225,10 +225,18 @@ TEST_CASE("UDP goes from first to single to multiple", "[udp]") {
   PeerTracking a, b;
   CHECK(track_first_packet(a, b, p) == TimeoutClass::UdpFirst);
   CHECK(track_packet(a, b, p, TimeoutClass::UdpFirst).timeout == TimeoutClass::UdpSingle);
+  // As pf's: the answer makes the asker Multiple, the answerer Single (pfctl's MULTIPLE:SINGLE),
+  // and the state stays on udp.single until the asker sends again.
   const TrackResult reply = track_packet(b, a, p, TimeoutClass::UdpSingle);
-  CHECK(reply.timeout == TimeoutClass::UdpMultiple);
+  CHECK(reply.timeout == TimeoutClass::UdpSingle);
   CHECK(reply.protocol_state_changed);
-  CHECK(track_packet(a, b, p, TimeoutClass::UdpMultiple).timeout == TimeoutClass::UdpMultiple);
+  CHECK(a.state == static_cast<uint8_t>(FlowState::Multiple));
+  CHECK(b.state == static_cast<uint8_t>(FlowState::Single));
+  CHECK(track_packet(b, a, p, TimeoutClass::UdpSingle).timeout == TimeoutClass::UdpSingle);
+  const TrackResult again = track_packet(a, b, p, TimeoutClass::UdpSingle);
+  CHECK(again.timeout == TimeoutClass::UdpMultiple);
+  CHECK(again.protocol_state_changed);
+  CHECK(track_packet(b, a, p, TimeoutClass::UdpMultiple).timeout == TimeoutClass::UdpMultiple);
 }
 
 TEST_CASE("ICMP query state: any packet after the first uses the error-reply timeout, as pf's", "[icmp]") {
