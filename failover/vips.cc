@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <string_view>
 #include <system_error>
 
 namespace pairwall::failover {
@@ -138,11 +139,18 @@ VipResult VipSet::release() {
 std::size_t count_present(const std::vector<Vip>& vips) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return 0;
+  const std::size_t present = count_present(vips, list);
+  freeifaddrs(list);
+  return present;
+}
+
+std::size_t count_present(const std::vector<Vip>& vips, const ifaddrs* list) {
   std::size_t present = 0;
   for (const Vip& vip : vips) {
     for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != vip.family || vip.interface != i->ifa_name)
-        continue;
+      if (i->ifa_addr == nullptr || i->ifa_name == nullptr || i->ifa_addr->sa_family != vip.family) continue;
+      const std::string_view label = i->ifa_name;
+      if (label.substr(0, label.find(':')) != vip.interface) continue;
       const void* bytes =
           vip.family == AF_INET
               ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr)
@@ -153,7 +161,6 @@ std::size_t count_present(const std::vector<Vip>& vips) {
       }
     }
   }
-  freeifaddrs(list);
   return present;
 }
 

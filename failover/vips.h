@@ -8,6 +8,8 @@
 // IFA_F_NODAD: the address moves between the two nodes and must be usable at once.
 #pragma once
 
+#include <ifaddrs.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -64,6 +66,10 @@ class VipSet {
 
 // How many of `vips` are on their interfaces now (getifaddrs), whoever put them there.
 std::size_t count_present(const std::vector<Vip>& vips);
+// The same in a getifaddrs(3) list. An IPv4 address is listed under its label, which keepalived's
+// `label` (and ifupdown's aliases) make "lan0:vip": no interface name holds a colon, so the
+// interface is the name before it.
+std::size_t count_present(const std::vector<Vip>& vips, const ifaddrs* list);
 
 // For `pairwalld --cleanup` and the unit's ExecStopPost: removes this node's VIPs of the builtin
 // driver (with driver "keepalived" they are keepalived's and are left alone). Returns how many
