@@ -37,18 +37,42 @@ AddressNetlink::~AddressNetlink() {
   if (nl_) mnl_socket_close(nl_);
 }
 
+// Enough for any signal storm we could expect, and for every reply a few failed requests left.
+constexpr int kNetlinkInterruptions = 8;
+constexpr int kNetlinkStrayMessages = 64;
+
+int await_netlink_ack(uint32_t seq, uint32_t portid, const NetlinkReceive& receive) noexcept {
+  char buf[kNetlinkBuffer];
+  int interrupted = 0;
+  int stray = 0;
+  for (;;) {
+    const ssize_t n = receive(buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR && ++interrupted < kNetlinkInterruptions) continue;
+      return errno;
+    }
+    int left = static_cast<int>(n);
+    for (const auto* nlh = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(nlh, left);
+         nlh = mnl_nlmsg_next(nlh, &left)) {
+      if (nlh->nlmsg_seq != seq) {
+        if (++stray >= kNetlinkStrayMessages) return EPROTO;
+        continue;
+      }
+      const int rc = mnl_cb_run(nlh, nlh->nlmsg_len, seq, portid, nullptr, nullptr);
+      if (rc == MNL_CB_ERROR) return errno;
+      if (rc == MNL_CB_STOP) return 0;
+      // MNL_CB_OK: the ack is still to come.
+    }
+  }
+}
+
 int AddressNetlink::request(nlmsghdr* nlh) noexcept {
   nlh->nlmsg_seq = ++seq_;
-  if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) return errno;
-  char buf[kNetlinkBuffer];
-  for (;;) {
-    const ssize_t n = mnl_socket_recvfrom(nl_, buf, sizeof buf);
-    if (n < 0) return errno;
-    const int rc = mnl_cb_run(buf, static_cast<size_t>(n), nlh->nlmsg_seq, portid_, nullptr, nullptr);
-    if (rc == MNL_CB_ERROR) return errno;
-    if (rc == MNL_CB_STOP) return 0;
-    // MNL_CB_OK: the ack is still to come.
+  for (int interrupted = 0; mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0;) {
+    if (errno != EINTR || ++interrupted >= kNetlinkInterruptions) return errno;
   }
+  return await_netlink_ack(nlh->nlmsg_seq, portid_,
+                           [this](void* buf, std::size_t len) { return mnl_socket_recvfrom(nl_, buf, len); });
 }
 
 namespace {

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <ifaddrs.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,16 @@ struct mnl_socket;
 struct nlmsghdr;
 
 namespace pairwall::failover {
+
+// One datagram of the rtnetlink socket, as recvfrom(2) reads it: its length, or -1 and errno.
+using NetlinkReceive = std::function<ssize_t(void* buf, std::size_t len)>;
+
+// Reads until the ack of request `seq` and returns its error (0: done), or the errno value of a
+// read that failed. Messages of other requests are passed over: a read that failed earlier (a
+// signal, EINTR) leaves its request's ack queued, and taking that ack for the next request's
+// would fail every request from then on. Gives up, with EINTR or EPROTO, after a few interrupted
+// reads or many messages not ours, rather than spin.
+int await_netlink_ack(uint32_t seq, uint32_t portid, const NetlinkReceive& receive) noexcept;
 
 class AddressNetlink {
  public:

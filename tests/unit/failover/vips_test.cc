@@ -2,11 +2,15 @@
 #include "failover/vips.h"
 
 #include <arpa/inet.h>
+#include <linux/netlink.h>
 #include <netinet/in.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace pairwall::failover {
@@ -93,6 +97,120 @@ TEST_CASE("count_present: a VIP under a label counts as its interface's", "[vips
     CHECK(count_present(vips, list.head()) == row.present);
   }
   CHECK(count_present(vips, nullptr) == 0);
+}
+
+// The kernel's side of the rtnetlink socket: datagrams queued for reading, or a read's error.
+class FakeKernel {
+ public:
+  static constexpr uint32_t kPortid = 4242;
+
+  // The ack (NLMSG_ERROR) of request `seq`; `error` 0 or a negative errno, as the kernel writes it.
+  FakeKernel& ack(uint32_t seq, int error = 0) {
+    std::vector<uint8_t> d(NLMSG_LENGTH(sizeof(nlmsgerr)));
+    auto* nlh = reinterpret_cast<nlmsghdr*>(d.data());
+    nlh->nlmsg_len = static_cast<uint32_t>(d.size());
+    nlh->nlmsg_type = NLMSG_ERROR;
+    nlh->nlmsg_seq = seq;
+    nlh->nlmsg_pid = kPortid;
+    auto* err = static_cast<nlmsgerr*>(NLMSG_DATA(nlh));
+    err->error = error;
+    err->msg.nlmsg_seq = seq;
+    queue_.emplace_back(std::move(d));
+    return *this;
+  }
+  FakeKernel& fail(int err) {
+    queue_.emplace_back(err);
+    return *this;
+  }
+  // Every read past the queue fails with `err`, or (0) returns a stale ack, for ever.
+  FakeKernel& then_always(int err) {
+    forever_ = err;
+    return *this;
+  }
+
+  NetlinkReceive receive() {
+    return [this](void* buf, std::size_t len) -> ssize_t {
+      ++reads_;
+      if (queue_.empty()) {
+        if (forever_ != 0) {
+          errno = forever_;
+          return -1;
+        }
+        ack(1);  // not the request's
+      }
+      auto next = std::move(queue_.front());
+      queue_.erase(queue_.begin());
+      if (const int* err = std::get_if<int>(&next)) {
+        errno = *err;
+        return -1;
+      }
+      const auto& d = std::get<std::vector<uint8_t>>(next);
+      REQUIRE(d.size() <= len);
+      std::memcpy(buf, d.data(), d.size());
+      return static_cast<ssize_t>(d.size());
+    };
+  }
+  int reads() const { return reads_; }
+  std::size_t queued() const { return queue_.size(); }
+
+ private:
+  std::vector<std::variant<std::vector<uint8_t>, int>> queue_;
+  int forever_ = 0;
+  int reads_ = 0;
+};
+
+TEST_CASE("await_netlink_ack: the request's own ack, past interrupted reads and others' acks", "[vips]") {
+  constexpr uint32_t seq = 1000;
+  SECTION("its ack") {
+    FakeKernel k;
+    k.ack(seq);
+    CHECK(await_netlink_ack(seq, FakeKernel::kPortid, k.receive()) == 0);
+  }
+  SECTION("its ack refusing the request") {
+    FakeKernel k;
+    k.ack(seq, -EEXIST);
+    CHECK(await_netlink_ack(seq, FakeKernel::kPortid, k.receive()) == EEXIST);
+  }
+  SECTION("a read interrupted by a signal is read again") {
+    FakeKernel k;
+    k.fail(EINTR).fail(EINTR).ack(seq);
+    CHECK(await_netlink_ack(seq, FakeKernel::kPortid, k.receive()) == 0);
+    CHECK(k.queued() == 0);
+  }
+  SECTION("the acks an earlier failed read left queued are passed over, their errors too") {
+    FakeKernel k;
+    k.ack(seq - 2).ack(seq - 1, -EEXIST).ack(seq);
+    CHECK(await_netlink_ack(seq, FakeKernel::kPortid, k.receive()) == 0);
+    CHECK(k.queued() == 0);
+  }
+  SECTION("another error ends the wait") {
+    FakeKernel k;
+    k.fail(ENOBUFS).ack(seq);
+    CHECK(await_netlink_ack(seq, FakeKernel::kPortid, k.receive()) == ENOBUFS);
+  }
+  SECTION("endless interruptions: it gives up") {
+    FakeKernel k;
+    k.then_always(EINTR);
+    CHECK(await_netlink_ack(seq, FakeKernel::kPortid, k.receive()) == EINTR);
+    CHECK(k.reads() < 100);
+  }
+  SECTION("endless acks of other requests: it gives up") {
+    FakeKernel k;
+    CHECK(await_netlink_ack(seq, FakeKernel::kPortid, k.receive()) == EPROTO);
+    CHECK(k.reads() < 1000);
+  }
+}
+
+TEST_CASE("await_netlink_ack: a request after one whose read was interrupted succeeds", "[vips]") {
+  // The first request's read fails: its ack stays queued in the kernel, ahead of the second's.
+  FakeKernel k;
+  k.fail(ENOBUFS).ack(7);
+  CHECK(await_netlink_ack(7, FakeKernel::kPortid, k.receive()) == ENOBUFS);
+  k.ack(8);
+  CHECK(await_netlink_ack(8, FakeKernel::kPortid, k.receive()) == 0);
+  k.ack(9);
+  CHECK(await_netlink_ack(9, FakeKernel::kPortid, k.receive()) == 0);
+  CHECK(k.queued() == 0);
 }
 
 }  // namespace
