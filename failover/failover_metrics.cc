@@ -55,11 +55,17 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
   }
   const auto& c = s.counters;
   const std::pair<const char*, uint64_t> counters[] = {
-      {"adverts_sent", c.adverts_sent},         {"advert_send_errors", c.advert_send_errors},
-      {"adverts_accepted", c.adverts_accepted}, {"adverts_on_accept_key", c.adverts_on_accept_key},
-      {"announcements", c.announcements},       {"announce_errors", c.announce_errors},
-      {"vip_renewals", c.vip_renewals},         {"vip_errors", c.vip_errors},
-      {"worse_masters_heard", c.worse_masters}, {"node_id_conflicts", c.node_id_conflicts},
+      {"adverts_sent", c.adverts_sent},
+      {"advert_send_errors", c.advert_send_errors},
+      {"adverts_accepted", c.adverts_accepted},
+      {"adverts_on_accept_key", c.adverts_on_accept_key},
+      {"announcements", c.announcements},
+      {"announce_errors", c.announce_errors},
+      {"vip_renewals", c.vip_renewals},
+      {"vip_retries", c.vip_retries},
+      {"vip_errors", c.vip_errors},
+      {"worse_masters_heard", c.worse_masters},
+      {"node_id_conflicts", c.node_id_conflicts},
       {"link_resyncs", c.link_resyncs},
   };
   for (const auto& [name, value] : counters) {

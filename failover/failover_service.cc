@@ -58,6 +58,7 @@ FailoverService::FailoverService(boost::asio::io_context& io, FailoverConfig con
       hooks_(std::move(hooks)),
       election_(ElectionConfig{node_id, milliseconds(config_.advbase_ms), config_.advskew, config_.preempt}),
       codec_(config_.key, config_.vhid, node_id, config_.accept_key),
+      vip_upkeep_(config_.effective_vip_lease_s()),
       timer_(io),
       poll_timer_(io),
       boot_epoch_(boot_epoch ? boot_epoch : wall_clock_us()) {}
@@ -85,6 +86,11 @@ void FailoverService::start() {
     // A run killed with -9 left its VIPs behind; we start as backup and must not hold them.
     const VipResult leftover = vips_->release();
     if (leftover.changed) spdlog::warn("failover: removed {} VIPs left by an earlier run", leftover.changed);
+    vip_upkeep_.removed(now(), leftover.failed != 0);
+    if (leftover.failed) {
+      ++counters_.vip_errors;
+      log_vip_error("removing VIPs left by an earlier run: " + leftover.error);
+    }
     for (const auto& ifname : config_.interfaces()) {
       bool v4 = false, v6 = false;
       for (const auto& v : config_.vips) {
@@ -155,6 +161,7 @@ void FailoverService::stop() {
 void FailoverService::apply(Time t, const Actions& a) {
   if (a.release_vips && vips_) {
     const VipResult r = vips_->release();
+    vip_upkeep_.removed(t, r.failed != 0);
     if (r.failed) {
       ++counters_.vip_errors;
       log_vip_error("releasing VIPs: " + r.error);
@@ -162,16 +169,15 @@ void FailoverService::apply(Time t, const Actions& a) {
     vips_held_ = false;
     announce_fast_left_ = 0;
     next_announce_ = kNever;
-    next_renew_ = kNever;
   }
   if (a.acquire_vips && vips_) {
     const VipResult r = vips_->acquire();
+    vip_upkeep_.added(t, r.failed != 0);
     if (r.failed) {
       ++counters_.vip_errors;
       log_vip_error("adding VIPs: " + r.error);
     }
     vips_held_ = true;
-    if (vips_->lease_s() > 0) next_renew_ = t + std::chrono::seconds(vips_->lease_s()) / 3;
   }
   if (a.send_advert) send_advert(t);
   if (a.announce && vips_held_) {
@@ -193,10 +199,35 @@ Time FailoverService::next_announcement(Time t) const {
 }
 
 void FailoverService::log_vip_error(const std::string& what) {
-  // A master whose VIP interface is gone retries every renewal; say so once, not every second.
+  // A master whose VIP interface is gone, or a backup whose removal fails, tries again every
+  // second or so: say so once, not every second.
   if (what == last_vip_error_) return;
   last_vip_error_ = what;
-  spdlog::error("failover: {} (retried while master; counted in vip_errors)", what);
+  spdlog::error("failover: {} (retried until it succeeds; counted in vip_errors)", what);
+}
+
+void FailoverService::upkeep_vips(Time t, VipWork work) {
+  const bool retry = vip_upkeep_.retrying();
+  const bool add = work == VipWork::Add;
+  const VipResult r = add ? vips_->acquire() : vips_->release();
+  if (add) {
+    vip_upkeep_.added(t, r.failed != 0);
+  } else {
+    vip_upkeep_.removed(t, r.failed != 0);
+  }
+  if (retry) {
+    ++counters_.vip_retries;
+  } else {
+    ++counters_.vip_renewals;
+  }
+  if (r.failed) {
+    ++counters_.vip_errors;
+    log_vip_error(std::string(add ? (retry ? "adding VIPs: " : "renewing VIPs: ") : "releasing VIPs: ") +
+                  r.error);
+  } else {
+    if (retry) spdlog::info("failover: VIPs {} after failing before", add ? "added" : "removed");
+    last_vip_error_.clear();
+  }
 }
 
 void FailoverService::log_new_transitions() {
@@ -365,17 +396,7 @@ void FailoverService::on_tick() {
   const Time t = now();
   if (config_.driver == Driver::Builtin) apply(t, election_.on_timer(t));
   const bool master = election_.role() == Role::Master;
-  if (master && t >= next_renew_ && vips_) {
-    const VipResult r = vips_->acquire();
-    ++counters_.vip_renewals;
-    if (r.failed) {
-      ++counters_.vip_errors;
-      log_vip_error("renewing VIPs: " + r.error);
-    } else {
-      last_vip_error_.clear();
-    }
-    next_renew_ = t + std::max<Time>(std::chrono::seconds(vips_->lease_s()) / 3, milliseconds(500));
-  }
+  if (const VipWork work = vip_upkeep_.due(t); work != VipWork::None && vips_) upkeep_vips(t, work);
   if (master && t >= next_announce_) {
     announce_all();
     if (announce_fast_left_ > 0) --announce_fast_left_;
@@ -385,7 +406,7 @@ void FailoverService::on_tick() {
 }
 
 void FailoverService::rearm() {
-  Time next = election_.role() == Role::Master ? std::min({next_announce_, next_renew_}) : kNever;
+  Time next = std::min(election_.role() == Role::Master ? next_announce_ : kNever, vip_upkeep_.next());
   if (config_.driver == Driver::Builtin) next = std::min(next, election_.deadline());
   if (next == kNever) {
     boost::system::error_code ec;

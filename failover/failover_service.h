@@ -31,6 +31,7 @@
 #include "failover/election.h"
 #include "failover/failover_config.h"
 #include "failover/link_watch.h"
+#include "failover/vip_upkeep.h"
 
 namespace pairwall::failover {
 
@@ -52,6 +53,7 @@ struct FailoverCounters {
   uint64_t announcements = 0;          // frames (one per VIP per burst step)
   uint64_t announce_errors = 0;
   uint64_t vip_renewals = 0;
+  uint64_t vip_retries = 0;  // adds and removals tried again after one failed
   uint64_t vip_errors = 0;
   uint64_t worse_masters = 0;  // see Election::worse_masters()
   uint64_t node_id_conflicts = 0;
@@ -140,6 +142,8 @@ class FailoverService final : public control::FailoverControl {
   // the VIP lease has run out, then none.
   Time next_announcement(Time t) const;
   void log_vip_error(const std::string& what);
+  // An add or removal of every VIP at `t`, outside the election's actions: renewal or retry.
+  void upkeep_vips(Time t, VipWork work);
   void send_advert(Time now);
   void announce_all();
   void on_advert(std::span<const uint8_t> frame, int ttl);
@@ -161,6 +165,7 @@ class FailoverService final : public control::FailoverControl {
   AdvertCodec codec_;
   FailoverCounters counters_;
   std::unique_ptr<VipSet> vips_;
+  VipUpkeep vip_upkeep_;
   std::unique_ptr<Announcer> announcer_;
   std::unique_ptr<LinkWatch> links_;
   std::vector<std::unique_ptr<AdvertSocket>> sockets_;
@@ -179,7 +184,6 @@ class FailoverService final : public control::FailoverControl {
   uint32_t announce_fast_left_ = 0;
   Time next_announce_ = kNever;
   Time announce_tail_until_ = kNever;
-  Time next_renew_ = kNever;
   Time last_health_check_ = kNever;
 };
 

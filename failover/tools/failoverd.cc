@@ -95,8 +95,9 @@ std::string status_json(const pf::FailoverSnapshot& s) {
   o << "},\"counters\":{\"adverts_sent\":" << c.adverts_sent
     << ",\"advert_send_errors\":" << c.advert_send_errors << ",\"adverts_accepted\":" << c.adverts_accepted
     << ",\"announcements\":" << c.announcements << ",\"announce_errors\":" << c.announce_errors
-    << ",\"vip_renewals\":" << c.vip_renewals << ",\"vip_errors\":" << c.vip_errors
-    << ",\"worse_masters\":" << c.worse_masters << ",\"node_id_conflicts\":" << c.node_id_conflicts << "}}";
+    << ",\"vip_renewals\":" << c.vip_renewals << ",\"vip_retries\":" << c.vip_retries
+    << ",\"vip_errors\":" << c.vip_errors << ",\"worse_masters\":" << c.worse_masters
+    << ",\"node_id_conflicts\":" << c.node_id_conflicts << "}}";
   return o.str();
 }
 
