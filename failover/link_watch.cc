@@ -7,6 +7,7 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
@@ -21,7 +22,7 @@ constexpr std::size_t kNetlinkBuffer = 8192;
 
 LinkWatch::LinkWatch(boost::asio::io_context& io, std::vector<std::string> names,
                      std::function<void()> on_change)
-    : on_change_(std::move(on_change)), fd_(io) {
+    : on_change_(std::move(on_change)), fd_(io), retry_timer_(io) {
   for (auto& n : names) links_.push_back(Link{std::move(n), 0, false});
 }
 
@@ -44,24 +45,34 @@ void LinkWatch::start() {
     nl_ = nullptr;
     throw std::system_error(err, std::generic_category(), "failover: link watch bind");
   }
+  start(Transport{mnl_socket_get_fd(nl_),
+                  [this](const void* buf, std::size_t len) { return mnl_socket_sendto(nl_, buf, len); },
+                  [this](void* buf, std::size_t len) { return mnl_socket_recvfrom(nl_, buf, len); }});
+}
+
+void LinkWatch::start(Transport transport) {
+  transport_ = std::move(transport);
+  started_ = true;
   request_dump();
   // The first read is synchronous: the service decides its first role from it.
-  const int fd = mnl_socket_get_fd(nl_);
+  const int fd = transport_.fd;
   const int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   if (dump_seq_ != 0) read_pending(true);
-  fcntl(fd, F_SETFL, flags);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // later reads end at EAGAIN
   changed_ = false;
   fd_.assign(fd);
   arm();
 }
 
 void LinkWatch::stop() {
-  if (!nl_) return;
+  if (!started_) return;
+  started_ = false;
   boost::system::error_code ec;
+  retry_timer_.cancel(ec);
   fd_.cancel(ec);
-  fd_.release();  // the fd belongs to the mnl socket
-  mnl_socket_close(nl_);
+  fd_.release();  // the fd belongs to the mnl socket, or to whoever gave the transport
+  if (nl_) mnl_socket_close(nl_);
   nl_ = nullptr;
 }
 
@@ -78,16 +89,35 @@ void LinkWatch::request_dump() {
   nlh->nlmsg_seq = dump_seq_;
   auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
   ifi->ifi_family = AF_UNSPEC;
-  if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) dump_seq_ = 0;
+  if (transport_.send(nlh, nlh->nlmsg_len) < 0) {
+    // Without a dump the links read "no carrier" (a fault at start) until an event names them.
+    dump_seq_ = 0;
+    retry_dump_later();
+  }
   // Links keep what they hold until the dump has ended: cleared first, they would read "no carrier"
   // to anyone looking meanwhile, and stay so if the dump never ended.
   in_dump_.assign(links_.size(), false);
+}
+
+void LinkWatch::retry_dump_later() {
+  if (retry_pending_) return;
+  retry_pending_ = true;
+  const auto delay = std::min<std::chrono::milliseconds>(kDumpRetryFirst * (1 << std::min(dump_retries_, 10)),
+                                                         kDumpRetryMax);
+  ++dump_retries_;
+  retry_timer_.expires_after(delay);
+  retry_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !started_) return;
+    retry_pending_ = false;
+    request_dump();
+  });
 }
 
 void LinkWatch::end_dump(bool complete) {
   dump_seq_ = 0;
   dumps_failed_ = complete ? 0 : dumps_failed_ + 1;
   if (complete) {
+    dump_retries_ = 0;
     for (std::size_t i = 0; i < links_.size(); ++i) {
       if (in_dump_[i] || (links_[i].ifindex == 0 && !links_[i].carrier)) continue;
       links_[i].ifindex = 0;
@@ -96,6 +126,8 @@ void LinkWatch::end_dump(bool complete) {
     }
   } else if (dumps_failed_ < 3) {
     dump_again_ = true;  // refused or cut short: the table is still to be read
+  } else if (!dump_again_) {
+    retry_dump_later();
   }
   if (dump_again_) {
     dump_again_ = false;
@@ -148,7 +180,7 @@ int LinkWatch::on_message(const nlmsghdr* nlh) {
 bool LinkWatch::read_pending(bool until_dump_done) {
   char buf[kNetlinkBuffer];
   for (int i = 0; i < 256; ++i) {
-    const ssize_t n = mnl_socket_recvfrom(nl_, buf, sizeof buf);
+    const ssize_t n = transport_.receive(buf, sizeof buf);
     if (n < 0) {
       if (errno == ENOBUFS) {
         // Events were lost: read everything again rather than guess.

@@ -3,8 +3,13 @@
 // (IFF_LOWER_UP) and its operstate is up (or unknown, for drivers that do not report one).
 #pragma once
 
+#include <sys/types.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,9 +34,24 @@ class LinkWatch {
   LinkWatch(const LinkWatch&) = delete;
   LinkWatch& operator=(const LinkWatch&) = delete;
 
-  // Subscribes and reads the current state synchronously, so links() is valid on return.
-  // Throws std::system_error.
+  // The rtnetlink socket as the watch uses it: its fd (readable when a message waits; not closed
+  // by the watch), and one datagram sent or received as sendto(2) / recvfrom(2) do.
+  struct Transport {
+    int fd = -1;
+    std::function<ssize_t(const void* buf, std::size_t len)> send;
+    std::function<ssize_t(void* buf, std::size_t len)> receive;
+  };
+
+  // A link dump that cannot be asked for, or that fails a few times in a row, is asked for again
+  // after this, doubling up to kDumpRetryMax, until one completes.
+  static constexpr std::chrono::milliseconds kDumpRetryFirst{100};
+  static constexpr std::chrono::milliseconds kDumpRetryMax{5000};
+
+  // Subscribes and reads the current state synchronously, so links() is valid on return (or, if
+  // the kernel refused the dump, once on_change reports it). Throws std::system_error.
   void start();
+  // The same over `transport` instead of a socket of its own.
+  void start(Transport transport);
   void stop();
 
   const std::vector<Link>& links() const { return links_; }
@@ -42,6 +62,9 @@ class LinkWatch {
   // Asks for every link, or, while a dump runs (the kernel allows one per socket), for another
   // once it ends.
   void request_dump();
+  // Asks for the dump again later: on the io_context, so a kernel that refuses it at once does not
+  // make us spin.
+  void retry_dump_later();
   // The dump ended (`complete`: with NLMSG_DONE): the links it did not name do not exist.
   void end_dump(bool complete);
   // Reads what is queued (or, blocking, until the dump ends); true when a watched link changed.
@@ -52,10 +75,15 @@ class LinkWatch {
   std::vector<Link> links_;
   std::function<void()> on_change_;
   mnl_socket* nl_ = nullptr;
+  Transport transport_;
+  bool started_ = false;
   boost::asio::posix::stream_descriptor fd_;
+  boost::asio::steady_timer retry_timer_;
+  bool retry_pending_ = false;
+  int dump_retries_ = 0;   // since a dump last completed
   uint32_t dump_seq_ = 0;  // of the dump in flight, 0 when none
   bool dump_again_ = false;
-  int dumps_failed_ = 0;       // in a row: past a few, the next overflow asks again
+  int dumps_failed_ = 0;       // in a row: past a few, asked again later, not at once
   std::vector<bool> in_dump_;  // per link: named by the dump in flight
   bool changed_ = false;
   uint64_t resyncs_ = 0;
