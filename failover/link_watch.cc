@@ -159,11 +159,14 @@ int LinkWatch::on_message(const nlmsghdr* nlh) {
   const bool from_dump = dump_seq_ != 0 && nlh->nlmsg_seq == dump_seq_;
   for (std::size_t i = 0; i < links_.size(); ++i) {
     Link& l = links_[i];
-    const bool match = name ? l.name == name : l.ifindex == static_cast<unsigned>(ifi->ifi_index);
-    if (!match) continue;
-    if (from_dump && nlh->nlmsg_type == RTM_NEWLINK) in_dump_[i] = true;
+    const bool same_index = l.ifindex != 0 && l.ifindex == static_cast<unsigned>(ifi->ifi_index);
+    const bool same_name = name ? l.name == name : same_index;
+    if (!same_name && !same_index) continue;
+    if (same_name && from_dump && nlh->nlmsg_type == RTM_NEWLINK) in_dump_[i] = true;
     Link next = l;
-    if (nlh->nlmsg_type == RTM_DELLINK) {
+    // Our link's index under another name: it was renamed, and no link has our name until an
+    // event names one; kept, it would show the carrier of a link the VIPs are no longer on.
+    if (nlh->nlmsg_type == RTM_DELLINK || !same_name) {
       next.ifindex = 0;
       next.carrier = false;
     } else {

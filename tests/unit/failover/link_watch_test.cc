@@ -43,6 +43,12 @@ class FakeKernel {
   int dumps_to_fail = 0;    // answered with an error instead of the links
   int requests = 0;
 
+  // A link event, as RTMGRP_LINK delivers it (sequence number 0).
+  void event(uint16_t type, const Link& l) {
+    std::array<char, 4096> buf{};
+    put(link_message(buf.data(), type, l, 0));
+  }
+
   LinkWatch::Transport transport() {
     return LinkWatch::Transport{fds_[0],
                                 [this](const void* buf, std::size_t len) -> ssize_t {
@@ -73,24 +79,25 @@ class FakeKernel {
       put(nlh);
       return;
     }
-    for (const Link& l : links_) {
-      nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
-      nlh->nlmsg_type = RTM_NEWLINK;
-      nlh->nlmsg_flags = NLM_F_MULTI;
-      nlh->nlmsg_seq = request.nlmsg_seq;
-      auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
-      ifi->ifi_index = l.ifindex;
-      ifi->ifi_flags = l.up ? static_cast<unsigned>(IFF_UP) | static_cast<unsigned>(IFF_LOWER_UP) : 0U;
-      mnl_attr_put_strz(nlh, IFLA_IFNAME, l.name.c_str());
-      mnl_attr_put_u8(nlh, IFLA_OPERSTATE, l.up ? IF_OPER_UP : IF_OPER_DOWN);
-      put(nlh);
-    }
+    for (const Link& l : links_) put(link_message(buf.data(), RTM_NEWLINK, l, request.nlmsg_seq));
     nlmsghdr* done = mnl_nlmsg_put_header(buf.data());
     done->nlmsg_type = NLMSG_DONE;
     done->nlmsg_flags = NLM_F_MULTI;
     done->nlmsg_seq = request.nlmsg_seq;
     mnl_nlmsg_put_extra_header(done, sizeof(int));
     put(done);
+  }
+  static nlmsghdr* link_message(char* buf, uint16_t type, const Link& l, uint32_t seq) {
+    nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = type;
+    nlh->nlmsg_flags = seq ? NLM_F_MULTI : 0;
+    nlh->nlmsg_seq = seq;
+    auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+    ifi->ifi_index = l.ifindex;
+    ifi->ifi_flags = l.up ? static_cast<unsigned>(IFF_UP) | static_cast<unsigned>(IFF_LOWER_UP) : 0U;
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, l.name.c_str());
+    mnl_attr_put_u8(nlh, IFLA_OPERSTATE, l.up ? IF_OPER_UP : IF_OPER_DOWN);
+    return nlh;
   }
   void put(const nlmsghdr* nlh) { REQUIRE(send(fds_[1], nlh, nlh->nlmsg_len, 0) == nlh->nlmsg_len); }
 
@@ -160,6 +167,37 @@ TEST_CASE("LinkWatch: a dump refused at start is asked for again, at growing int
     CHECK(watch.links()[0].carrier);
     CHECK(kernel.requests == 5);
   }
+  watch.stop();
+}
+
+TEST_CASE("LinkWatch: a watched link renamed away has no carrier until a link takes its name",
+          "[link_watch]") {
+  boost::asio::io_context io;
+  FakeKernel kernel({{"lan0", 3, true}, {"lan1", 4, true}});
+  int changes = 0;
+  LinkWatch watch(io, {"lan0", "lan1"}, [&] { ++changes; });
+  watch.start(kernel.transport());
+  REQUIRE(watch.links()[0].carrier);
+
+  kernel.event(RTM_NEWLINK, {"lan0old", 3, true});  // ip link set lan0 name lan0old
+  run_until(io, std::chrono::seconds(2), [&] { return changes == 1; });
+  CHECK(changes == 1);
+  CHECK(watch.links()[0].ifindex == 0);
+  CHECK_FALSE(watch.links()[0].carrier);
+  CHECK(watch.links()[1].carrier);  // another link's events leave lan1 as it was
+  CHECK(watch.links()[1].ifindex == 4);
+
+  kernel.event(RTM_NEWLINK, {"lan0", 7, true});  // a new link takes the name
+  run_until(io, std::chrono::seconds(2), [&] { return changes == 2; });
+  CHECK(watch.links()[0].ifindex == 7);
+  CHECK(watch.links()[0].carrier);
+
+  kernel.event(RTM_NEWLINK, {"lan0old", 3, false});  // the old one's events no longer concern lan0
+  kernel.event(RTM_DELLINK, {"lan0old", 3, false});
+  run_until(io, std::chrono::milliseconds(200), [&] { return changes == 3; });
+  CHECK(changes == 2);
+  CHECK(watch.links()[0].ifindex == 7);
+  CHECK(watch.links()[0].carrier);
   watch.stop();
 }
 
