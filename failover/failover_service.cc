@@ -46,6 +46,15 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
 
 }  // namespace
 
+std::optional<Role> role_from_vips(std::optional<std::size_t> present, std::size_t total) {
+  // Unknown is not "none": taken for BACKUP, a master restarted while getifaddrs failed would
+  // report BACKUP for as long as keepalived keeps it master.
+  if (!present || total == 0) return std::nullopt;
+  if (*present == total) return Role::Master;
+  if (*present == 0) return Role::Backup;
+  return std::nullopt;
+}
+
 Time FailoverService::now() {
   return duration_cast<Time>(std::chrono::steady_clock::now().time_since_epoch());
 }
@@ -123,12 +132,14 @@ void FailoverService::start() {
   } else if (!config_.vips.empty()) {
     // keepalived tells a role only as it changes: restarted, this daemon would show INIT until the
     // next change. keepalived holds virtual_ipaddress as master alone, so the VIPs say which.
-    const std::size_t held = count_present(config_.vips);
-    if (held == config_.vips.size() || held == 0) {
-      election_.force_role(t, held == 0 ? Role::Backup : Role::Master);
-      spdlog::info("failover: {} of the {} VIPs are here: keepalived's role taken as {}", held,
-                   config_.vips.size(), held == 0 ? "BACKUP" : "MASTER");
+    const std::optional<std::size_t> held = count_present(config_.vips);
+    if (const std::optional<Role> role = role_from_vips(held, config_.vips.size())) {
+      election_.force_role(t, *role);
+      spdlog::info("failover: {} of the {} VIPs are here: keepalived's role taken as {}", *held,
+                   config_.vips.size(), *role == Role::Backup ? "BACKUP" : "MASTER");
       log_new_transitions();
+    } else if (!held) {
+      spdlog::warn("failover: the host's addresses could not be read: INIT until keepalived reports a role");
     }
   }
   if (builtin) {

@@ -100,6 +100,12 @@ struct FailoverSnapshot {
   FailoverCounters counters;
 };
 
+// keepalived reports a role only as it changes; a pairwalld (re)started under it takes the role
+// from the VIPs `present` of `total`, which keepalived holds as master alone: all MASTER, none
+// BACKUP. Some, or an unknown count (the addresses could not be read): none, INIT until
+// keepalived's next word.
+std::optional<Role> role_from_vips(std::optional<std::size_t> present, std::size_t total);
+
 class FailoverService final : public control::FailoverControl {
  public:
   static constexpr Time kPollInterval = std::chrono::milliseconds(50);

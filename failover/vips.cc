@@ -160,9 +160,9 @@ VipResult VipSet::release() {
   return r;
 }
 
-std::size_t count_present(const std::vector<Vip>& vips) {
+std::optional<std::size_t> count_present(const std::vector<Vip>& vips) {
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return 0;
+  if (getifaddrs(&list) != 0) return std::nullopt;
   const std::size_t present = count_present(vips, list);
   freeifaddrs(list);
   return present;

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,9 @@ class VipSet {
   uint32_t lease_s_;
 };
 
-// How many of `vips` are on their interfaces now (getifaddrs), whoever put them there.
-std::size_t count_present(const std::vector<Vip>& vips);
+// How many of `vips` are on their interfaces now (getifaddrs), whoever put them there; nullopt
+// when the addresses could not be read.
+std::optional<std::size_t> count_present(const std::vector<Vip>& vips);
 // The same in a getifaddrs(3) list. An IPv4 address is listed under its label, which keepalived's
 // `label` (and ifupdown's aliases) make "lan0:vip": no interface name holds a colon, so the
 // interface is the name before it.

@@ -13,6 +13,8 @@
 #include <variant>
 #include <vector>
 
+#include "failover/failover_service.h"
+
 namespace pairwall::failover {
 namespace {
 
@@ -211,6 +213,26 @@ TEST_CASE("await_netlink_ack: a request after one whose read was interrupted suc
   k.ack(9);
   CHECK(await_netlink_ack(9, FakeKernel::kPortid, k.receive()) == 0);
   CHECK(k.queued() == 0);
+}
+
+TEST_CASE("role_from_vips: keepalived's role at start, from the VIPs present", "[vips][keepalived]") {
+  struct Row {
+    std::optional<std::size_t> present;
+    std::size_t total;
+    std::optional<Role> role;
+  };
+  const Row rows[] = {
+      {3, 3, Role::Master},
+      {0, 3, Role::Backup},
+      {1, 3, std::nullopt},  // keepalived is adding or removing them: its next word tells
+      {2, 3, std::nullopt},
+      {std::nullopt, 3, std::nullopt},  // the addresses could not be read: not "none of them"
+      {0, 0, std::nullopt},
+  };
+  for (const Row& row : rows) {
+    INFO((row.present ? std::to_string(*row.present) : "unknown") << " of " << row.total);
+    CHECK(role_from_vips(row.present, row.total) == row.role);
+  }
 }
 
 }  // namespace
