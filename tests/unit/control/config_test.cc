@@ -293,6 +293,14 @@ TEST_CASE("config: every message is a single line", "[config]") {
     CHECK(msg != "<no error>");
     CHECK(msg.find('\n') == std::string::npos);
   }
+  // TOML's escapes put a newline (or any control character) in a value, a key or a section's
+  // name: the message writes it as the escape, not as a second line.
+  CHECK(error_of(kMinimal + "[queue]\nhooks = \"forward\\nlocal\"\n") ==
+        "pairwall.toml: [queue] hooks: expected \"forward\" or \"forward+local\", got \"forward\\nlocal\"");
+  CHECK(error_of(kMinimal + "[queue]\n\"cou\\nnt\" = 2\n") == "pairwall.toml: [queue] cou\\nnt: unknown key");
+  CHECK(error_of(kMinimal + "[\"que\\rue\"]\nx = 1\n") == "pairwall.toml: [que\\rue]: unknown section");
+  CHECK(error_of(kMinimal + "[control]\nsocket = \"run\\tctl\\u0001\"\n") ==
+        "pairwall.toml: [control] socket: expected an absolute path, got \"run\\tctl\\u0001\"");
 }
 
 TEST_CASE("config: load_config reads a file and names it in errors", "[config]") {
