@@ -85,6 +85,9 @@ std::optional<std::string> ConfigSection::string(std::string_view key) {
   if (!node) return std::nullopt;
   auto v = node->value_exact<std::string>();
   if (!v) fail(key, "expected a string, got " + describe(*node));
+  // TOML allows "\u0000"; every string here ends up a C string (a path, an interface name, an
+  // address), which would end at it: "/etc/pf.conf\u0000.new" would load /etc/pf.conf.
+  if (v->find('\0') != std::string::npos) fail(key, "expected no NUL character, got " + describe(*node));
   return v;
 }
 
@@ -98,6 +101,9 @@ std::optional<std::vector<std::string>> ConfigSection::strings(std::string_view 
     auto v = (*arr)[i].value_exact<std::string>();
     if (!v) {
       fail(key, "expected an array of strings, element " + std::to_string(i) + " is " + describe((*arr)[i]));
+    }
+    if (v->find('\0') != std::string::npos) {
+      fail(key, "expected no NUL character, element " + std::to_string(i) + " is " + describe((*arr)[i]));
     }
     out.push_back(std::move(*v));
   }

@@ -278,6 +278,18 @@ TEST_CASE("config: [node] and [rules] are required", "[config]") {
         "pairwall.toml: top: unknown top-level key (every key belongs in a section such as [node])");
 }
 
+// A C string ends at the NUL: the daemon would open another file than the one the line names.
+TEST_CASE("config: a string holding a NUL character is refused", "[config]") {
+  CHECK(error_of("[node]\nid = 1\n[rules]\nfile = \"/etc/pf.conf\\u0000.new\"\n") ==
+        "pairwall.toml: [rules] file: expected no NUL character, got \"/etc/pf.conf\\u0000.new\"");
+  CHECK(error_of(kMinimal + "[control]\nsocket = \"/run/a\\u0000b\"\n") ==
+        "pairwall.toml: [control] socket: expected no NUL character, got \"/run/a\\u0000b\"");
+  CHECK(error_of(kMinimal + "[log]\npcap_file = \"/var/log/p\\u0000\"\n") ==
+        "pairwall.toml: [log] pcap_file: expected no NUL character, got \"/var/log/p\\u0000\"");
+  CHECK(error_of(kMinimal + "[queue]\nexclude_interfaces = [\"sync0\", \"a\\u0000\"]\n") ==
+        "pairwall.toml: [queue] exclude_interfaces: expected no NUL character, element 1 is \"a\\u0000\"");
+}
+
 TEST_CASE("config: a TOML syntax error names file:line:column on one line", "[config]") {
   const std::string msg = error_of("[node]\nid = 1\n[rules\nfile = \"/x\"\n");
   CHECK(msg.rfind("pairwall.toml:3:", 0) == 0);
