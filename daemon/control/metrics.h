@@ -36,7 +36,8 @@ class MetricWriter {
 
   // A metric or label name matches [a-zA-Z_:][a-zA-Z0-9_:]* (labels: no ':').
   static bool valid_name(std::string_view name, bool label = false);
-  // Label values escape backslash, double quote and newline.
+  // Label values escape backslash, double quote and newline; a byte that starts no valid UTF-8
+  // sequence is written as U+FFFD.
   static void append_escaped(std::string& out, std::string_view value);
 
  private:

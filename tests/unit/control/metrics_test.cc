@@ -52,6 +52,31 @@ TEST_CASE("metrics: label values and help are escaped", "[metrics]") {
         "m{rule=\"pass \\\"x\\\" \\\\ y\\nz\"} 1\n");
 }
 
+// The format takes UTF-8 only, and Prometheus refuses a whole scrape over one label value that is
+// not: a rule file written in Latin-1 must not take every metric of the node with it.
+TEST_CASE("metrics: label values that are not UTF-8 become U+FFFD", "[metrics]") {
+  const std::string fffd = "\xef\xbf\xbd";
+  struct Case {
+    std::string in;
+    std::string out;
+  };
+  const Case cases[] = {
+      {"B\xc3\xbcro \xe2\x82\xac \xf0\x9f\x94\xa5", "B\xc3\xbcro \xe2\x82\xac \xf0\x9f\x94\xa5"},  // valid
+      {"caf\xe9", "caf" + fffd},                                                                   // Latin-1
+      {"a\xe2\x82", "a" + fffd + fffd},                 // cut short
+      {"\xc0\xaf", fffd + fffd},                        // overlong '/'
+      {"\xed\xa0\x80", fffd + fffd + fffd},             // a surrogate
+      {"\xf4\x90\x80\x80", fffd + fffd + fffd + fffd},  // above U+10FFFF
+      {"\xff\"x", fffd + "\\\"x"},
+  };
+  for (const auto& c : cases) {
+    MetricWriter w;
+    w.family("m", T::Gauge, "h");
+    w.sample({{"label", c.in}}, uint64_t{1});
+    CHECK(w.text() == "# HELP m h\n# TYPE m gauge\nm{label=\"" + c.out + "\"} 1\n");
+  }
+}
+
 TEST_CASE("metrics: special doubles", "[metrics]") {
   MetricWriter w;
   w.family("d", T::Gauge, "h");
