@@ -15,10 +15,13 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-std::string reply(std::string_view status, std::string_view content_type, std::string_view body, bool head) {
+std::string reply(std::string_view status, std::string_view content_type, std::string_view body, bool head,
+                  std::string_view extra_headers = {}) {
   std::string out = "HTTP/1.0 ";
   out += status;
-  out += "\r\nContent-Type: ";
+  out += "\r\n";
+  out += extra_headers;
+  out += "Content-Type: ";
   out += content_type;
   out += "\r\nContent-Length: " + std::to_string(body.size());
   out += "\r\nConnection: close\r\n\r\n";
@@ -43,7 +46,9 @@ std::string http_metrics_response(std::string_view head, const std::function<std
   target = target.substr(0, target.find('?'));
   const bool head_only = method == "HEAD";
   if (method != "GET" && !head_only) {
-    return reply("405 Method Not Allowed", "text/plain", "only GET /metrics\n", false);
+    // RFC 9110 15.5.6: a 405 names the methods the resource takes.
+    return reply("405 Method Not Allowed", "text/plain", "only GET /metrics\n", false,
+                 "Allow: GET, HEAD\r\n");
   }
   if (target != "/metrics")
     return reply("404 Not Found", "text/plain", "not found: try /metrics\n", head_only);

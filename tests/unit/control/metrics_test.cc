@@ -206,7 +206,9 @@ TEST_CASE("metrics: the HTTP responder", "[metrics]") {
   CHECK(head.substr(head.size() - 4) == "\r\n\r\n");  // headers only
   CHECK(http_metrics_response("GET / HTTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 404 Not Found", 0) == 0);
   CHECK(http_metrics_response("GET /metricsx HTTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 404", 0) == 0);
-  CHECK(http_metrics_response("POST /metrics HTTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 405", 0) == 0);
+  const std::string post = http_metrics_response("POST /metrics HTTP/1.0\r\n\r\n", render);
+  CHECK(post.rfind("HTTP/1.0 405", 0) == 0);
+  CHECK(post.find("\r\nAllow: GET, HEAD\r\n") != std::string::npos);  // RFC 9110 15.5.6
   CHECK(http_metrics_response("garbage\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
   CHECK(http_metrics_response("GET /metrics FTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
   CHECK(renders == 3);  // only the 200s rendered
