@@ -4,14 +4,15 @@
 // names, every field present, 64-bit integers as strings) for scripts. Exit status: 0 success,
 // 1 the daemon refused or could not be reached (message on stderr), 2 usage.
 // `health` exits 0 when healthy and 1 with the reason otherwise, for keepalived's vrrp_script.
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -169,11 +170,23 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
 // A table file's entries (engine::rules::parse_table_entries()), read here: the daemon's file
 // system and working directory are not the operator's.
 std::vector<engine::TableEntry> read_table_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError{"-f " + path + ": " + std::strerror(errno), false};
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto entries = engine::rules::parse_table_entries(text.str(), path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UsageError{"-f " + path + ": " + std::strerror(errno), false};
+  // Every read checked: a directory opens like a file and then fails to read (EISDIR), and a
+  // stream would hand on the nothing it read, which `tables replace` takes for an empty list.
+  std::string text;
+  int err = 0;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  if (err != 0) throw UsageError{"-f " + path + ": " + std::strerror(err), false};
+  auto entries = engine::rules::parse_table_entries(text, path);
   if (auto* error = std::get_if<engine::rules::RuleError>(&entries))
     throw UsageError{error->to_string(), false};
   return std::get<std::vector<engine::TableEntry>>(std::move(entries));

@@ -1,0 +1,109 @@
+// pairwallctl as an operator runs it: the built binary against a control server on a temporary
+// socket, which records what reached it.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/control/framing.h"
+#include "daemon/control/server.h"
+
+using namespace pairwall::control;
+
+namespace {
+
+struct Run {
+  int status = -1;     // the exit status
+  std::string output;  // standard output and error
+};
+
+Run run_ctl(const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], STDOUT_FILENO);
+    ::dup2(pipe_fds[1], STDERR_FILENO);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    std::vector<char*> argv{const_cast<char*>(PAIRWALLCTL)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(PAIRWALLCTL, argv.data());
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  Run run;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0) break;
+    run.output.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  run.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+  return run;
+}
+
+// A control server that answers every request with ok and counts them.
+struct Daemon {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pairwall-ctl-cli-test-" + std::to_string(getpid()));
+  std::string path = (dir / "control.sock").string();
+  boost::asio::io_context io;
+  std::unique_ptr<ControlServer> server;
+  std::thread thread;
+  std::vector<Request> requests;
+
+  Daemon() {
+    std::filesystem::remove_all(dir);
+    server = std::make_unique<ControlServer>(io, path, 0600, [this](const Request& req, Response& resp) {
+      requests.push_back(req);
+      resp.set_version(kControlProtocolVersion);
+      resp.set_ok(true);
+    });
+    server->start();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~Daemon() {
+    boost::asio::post(io, [this] { server->stop(); });
+    io.stop();
+    thread.join();
+    server.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+}  // namespace
+
+// A directory opens like a file and reads as nothing: sent on, `tables replace` would empty the
+// table.
+TEST_CASE("pairwallctl: -f naming what cannot be read sends nothing", "[ctl]") {
+  Daemon d;
+  const std::string feed = (d.dir / "feed").string();
+  std::filesystem::create_directories(feed);
+  for (const std::string op : {"replace", "add", "delete"}) {
+    INFO(op);
+    const Run r = run_ctl({"-s", d.path, "tables", op, "blocked", "-f", feed});
+    CHECK(r.status == 2);
+    CHECK(r.output == "pairwallctl: -f " + feed + ": Is a directory\n");
+  }
+  CHECK(d.requests.empty());
+
+  // A readable file still goes through.
+  std::ofstream(feed + ".txt") << "192.0.2.1 # one\n198.51.100.0/24\n";
+  const Run ok = run_ctl({"-s", d.path, "tables", "replace", "blocked", "-f", feed + ".txt"});
+  CHECK(ok.status == 0);
+  REQUIRE(d.requests.size() == 1);
+  CHECK(d.requests[0].table_edit().addresses_size() == 2);
+}
