@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "daemon/control/utf8.h"
+
 namespace pairwall::control {
 
 bool MetricWriter::valid_name(std::string_view name, bool label) {
@@ -15,31 +17,6 @@ bool MetricWriter::valid_name(std::string_view name, bool label) {
   }
   return true;
 }
-
-namespace {
-
-// The length of the well-formed UTF-8 sequence `s` starts with (RFC 3629: no overlong forms, no
-// surrogates, nothing above U+10FFFF), or 0.
-std::size_t utf8_sequence(std::string_view s) {
-  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const auto tail = [&](std::size_t i) { return i < s.size() && (b(i) & 0xc0) == 0x80; };
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) return tail(1) ? 2 : 0;
-  if (c >= 0xe0 && c <= 0xef) {
-    if (!tail(1) || !tail(2)) return 0;
-    if ((c == 0xe0 && b(1) < 0xa0) || (c == 0xed && b(1) > 0x9f)) return 0;
-    return 3;
-  }
-  if (c >= 0xf0 && c <= 0xf4) {
-    if (!tail(1) || !tail(2) || !tail(3)) return 0;
-    if ((c == 0xf0 && b(1) < 0x90) || (c == 0xf4 && b(1) > 0x8f)) return 0;
-    return 4;
-  }
-  return 0;
-}
-
-}  // namespace
 
 void MetricWriter::append_escaped(std::string& out, std::string_view value) {
   for (std::size_t i = 0; i < value.size();) {

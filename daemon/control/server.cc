@@ -17,6 +17,7 @@
 
 #include "daemon/control/accept_loop.h"
 #include "daemon/control/framing.h"
+#include "daemon/control/utf8.h"
 
 namespace pairwall::control {
 namespace asio = boost::asio;
@@ -102,6 +103,9 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       response.set_version(kControlProtocolVersion);
       response.set_error(std::string("request failed: ") + e.what());
     }
+    // A string field that is not UTF-8 fails the whole parse at the client ("malformed response"),
+    // and a rule file's label, its path or a rule's text quoting them may hold any bytes.
+    make_strings_valid_utf8(response);
     out_.clear();
     if (!encode_frame(response, kMaxResponseBytes, out_)) {
       Response too_big;

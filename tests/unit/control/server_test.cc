@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -36,6 +37,8 @@ struct Fixture {
   std::unique_ptr<ControlServer> server;
   std::thread thread;
   int handled = 0;
+  // Set by a test before it sends: fills the response further.
+  std::function<void(Response&)> also;
 
   explicit Fixture(uint32_t mode = 0600) {
     std::filesystem::remove_all(dir.parent_path());
@@ -48,6 +51,7 @@ struct Fixture {
       } else {
         resp.set_error("unsupported in this test");
       }
+      if (also) also(resp);
     });
     server->start();
     thread = std::thread([this] { io.run(); });
@@ -86,6 +90,27 @@ TEST_CASE("server: round trips several requests on one connection", "[server]") 
   REQUIRE(encode_frame(rules_load("/b"), kMaxRequestBytes, two));
   CHECK(client.call_raw(two).rules_loaded().path() == "/a");
   CHECK(client.call_raw("").rules_loaded().path() == "/b");
+}
+
+// proto3 refuses to parse a string field that is not UTF-8, so one such byte in a rule's label or a
+// rule file's path (Latin-1) made every `rules show` and `stats` a "malformed response".
+TEST_CASE("server: strings that are not UTF-8 reach the client with U+FFFD in their place", "[server]") {
+  Fixture f;
+  f.also = [](Response& r) {
+    auto* rule = r.mutable_rules()->add_rules();
+    rule->set_label("caf\xe9");
+    rule->set_text("pass all label \"caf\xe9\"");
+    r.mutable_rules()->set_rules_file("/etc/pairwall/r\xe8gles.conf");
+    rule = r.mutable_rules()->add_rules();
+    rule->set_label("B\xc3\xbcro");  // already UTF-8: kept as it is
+  };
+  ControlClient client(f.path);
+  const Response r = client.call(rules_load("/x"));
+  REQUIRE(r.rules().rules_size() == 2);
+  CHECK(r.rules().rules(0).label() == "caf\xef\xbf\xbd");
+  CHECK(r.rules().rules(0).text() == "pass all label \"caf\xef\xbf\xbd\"");
+  CHECK(r.rules().rules_file() == "/etc/pairwall/r\xef\xbf\xbdgles.conf");
+  CHECK(r.rules().rules(1).label() == "B\xc3\xbcro");
 }
 
 TEST_CASE("server: applies the socket mode and creates the directory", "[server]") {
