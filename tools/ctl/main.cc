@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -207,9 +208,20 @@ Request build_request(const Invocation& inv) {
     r.mutable_status();
   } else if (cmd == "rules" && w.size() >= 2 && w[1] == "load") {
     need(3);
-    // The daemon's working directory is not ours: send an absolute path.
+    // The daemon's working directory is not ours: send an absolute path, also for a file we
+    // cannot resolve (missing, or behind a directory we may not search), which the daemon then
+    // names in its refusal instead of looking for it from its own directory.
     char resolved[PATH_MAX];
-    r.mutable_rules_load()->set_path(::realpath(w[2].c_str(), resolved) ? resolved : w[2]);
+    std::string path = w[2];
+    if (::realpath(path.c_str(), resolved) != nullptr) {
+      path = resolved;
+    } else if (!path.empty()) {
+      std::error_code ec;
+      const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+      // Not normalized: "link/.." is for the kernel to resolve, where the link points.
+      if (!ec) path = absolute.string();
+    }
+    r.mutable_rules_load()->set_path(path);
   } else if (cmd == "rules" && w.size() >= 2 && (w[1] == "show" || w[1] == "labels")) {
     need(2);
     r.mutable_rules_show();

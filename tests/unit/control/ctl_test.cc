@@ -107,3 +107,14 @@ TEST_CASE("pairwallctl: -f naming what cannot be read sends nothing", "[ctl]") {
   REQUIRE(d.requests.size() == 1);
   CHECK(d.requests[0].table_edit().addresses_size() == 2);
 }
+
+// Relative to the daemon's directory (/ under systemd), "pf.conf" is another file, which may exist.
+TEST_CASE("pairwallctl: rules load sends an absolute path, even for a file it cannot find", "[ctl]") {
+  Daemon d;
+  const std::string cwd = std::filesystem::current_path().string();
+  REQUIRE(run_ctl({"-s", d.path, "rules", "load", "no/such-pf.conf"}).status == 0);
+  REQUIRE(run_ctl({"-s", d.path, "rules", "load", "/nonexistent/pf.conf"}).status == 0);
+  REQUIRE(d.requests.size() == 2);
+  CHECK(d.requests[0].rules_load().path() == cwd + "/no/such-pf.conf");
+  CHECK(d.requests[1].rules_load().path() == "/nonexistent/pf.conf");
+}
