@@ -113,6 +113,23 @@ TEST_CASE("server: strings that are not UTF-8 reach the client with U+FFFD in th
   CHECK(r.rules().rules(1).label() == "B\xc3\xbcro");
 }
 
+// A file's name, or the rules of `anchors load NAME -f -` (a comment), may be Latin-1: such a
+// request must reach the service, not be refused as malformed.
+TEST_CASE("server: a request's path or rule text need not be UTF-8", "[server]") {
+  Fixture f;
+  ControlClient client(f.path);
+  const Response r = client.call(rules_load("/etc/pairwall/r\xe8gles.conf"));
+  CHECK(r.ok());
+  CHECK(r.rules_loaded().path() == "/etc/pairwall/r\xef\xbf\xbdgles.conf");  // answered as UTF-8
+  Request anchor;
+  anchor.mutable_anchor_load()->set_name("web");
+  anchor.mutable_anchor_load()->set_path("(standard input)");
+  anchor.mutable_anchor_load()->set_text("# B\xfcro\npass all\n");
+  CHECK(client.call(anchor).error() == "unsupported in this test");  // parsed, and handled
+  CHECK(f.handled == 2);
+  CHECK(f.server->bad_frames() == 0);
+}
+
 TEST_CASE("server: applies the socket mode and creates the directory", "[server]") {
   Fixture f(0640);
   struct stat st {};
