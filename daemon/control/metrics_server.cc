@@ -4,6 +4,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 
@@ -52,7 +53,16 @@ std::string http_metrics_response(std::string_view head, const std::function<std
   }
   if (target != "/metrics")
     return reply("404 Not Found", "text/plain", "not found: try /metrics\n", head_only);
-  return reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render(), head_only);
+  std::string body;
+  try {
+    body = render();
+  } catch (const std::exception& e) {
+    // A collector that fails (out of memory, say) costs this scrape, not the daemon: an exception
+    // through the loop would end pairwalld with its hooks in place, as the control socket guards.
+    return reply("500 Internal Server Error", "text/plain", std::string("metrics failed: ") + e.what() + "\n",
+                 head_only);
+  }
+  return reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", body, head_only);
 }
 
 class MetricsServer::Session : public std::enable_shared_from_this<Session> {

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,16 @@ TEST_CASE("metrics: the HTTP responder", "[metrics]") {
   CHECK(http_metrics_response("garbage\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
   CHECK(http_metrics_response("GET /metrics FTP/1.0\r\n\r\n", render).rfind("HTTP/1.0 400", 0) == 0);
   CHECK(renders == 3);  // only the 200s rendered
+}
+
+// The daemon's loop runs the collectors: one that throws must fail the scrape, not end the daemon.
+TEST_CASE("metrics: a collector that throws answers 500", "[metrics]") {
+  const auto failing = []() -> std::string { throw std::runtime_error("no memory"); };
+  std::string reply;
+  REQUIRE_NOTHROW(reply = http_metrics_response("GET /metrics HTTP/1.0\r\n\r\n", failing));
+  CHECK(reply ==
+        "HTTP/1.0 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n"
+        "Connection: close\r\n\r\nmetrics failed: no memory\n");
 }
 
 // Idle connections hold the server's descriptors for seconds each: past kMaxSessions open at once
