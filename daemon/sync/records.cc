@@ -9,6 +9,11 @@ using engine::Family;
 using engine::IpAddress;
 
 constexpr uint32_t kMaxExpiresMs = 0x7fffffff;
+// IP protocol numbers (daemon/engine/packet.h's ipproto, without the engine's code).
+constexpr uint8_t kTcp = 6;
+constexpr uint8_t kUdp = 17;
+constexpr uint8_t kIcmp = 1;
+constexpr uint8_t kIcmp6 = 58;
 
 void put_addr(Family f, const IpAddress& a, std::string* out) {
   if (f == Family::V4) {
@@ -60,6 +65,11 @@ bool get_key(const wire::Key& in, engine::StateKey& k) {
     return false;
   }
   if (in.proto() > 255 || in.port0() > 65535 || in.port1() > 65535) return false;
+  // The packet parser takes ICMP only over IPv4 and ICMPv6 only over IPv6 (packet.cc): no node
+  // holds a state of the other pairings, and one would be keyed by another ICMP's types.
+  if ((in.proto() == kIcmp && k.family != Family::V4) || (in.proto() == kIcmp6 && k.family != Family::V6)) {
+    return false;
+  }
   k.proto = static_cast<uint8_t>(in.proto());
   k.port[0] = static_cast<uint16_t>(in.port0());
   k.port[1] = static_cast<uint16_t>(in.port1());
@@ -112,7 +122,29 @@ uint32_t expires_ms(engine::Millis m) {
   return m.count() > kMaxExpiresMs ? kMaxExpiresMs : static_cast<uint32_t>(m.count());
 }
 
+bool timeout_fits(uint8_t proto, engine::TimeoutClass t) {
+  using T = engine::TimeoutClass;
+  switch (proto) {
+    case kTcp:
+      return t <= T::TcpClosed;
+    case kUdp:
+      return t >= T::UdpFirst && t <= T::UdpMultiple;
+    case kIcmp:
+    case kIcmp6:
+      return t == T::IcmpFirst || t == T::IcmpError;
+    default:
+      return t >= T::OtherFirst && t <= T::OtherMultiple;
+  }
+}
+
 }  // namespace
+
+bool fits_protocol(uint8_t proto, const engine::StateRecord& r) {
+  const uint8_t max_state = proto == kTcp ? static_cast<uint8_t>(engine::TcpState::TimeWait)
+                                          : static_cast<uint8_t>(engine::FlowState::Multiple);
+  return r.src.state <= max_state && r.dst.state <= max_state && timeout_fits(proto, r.timeout) &&
+         (proto == kTcp || r.proxy == engine::Proxy::None);
+}
 
 void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* out) {
   out->set_creator(r.id.creator);
@@ -161,7 +193,7 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
   } else {
     out.wire_key = out.stack_key;
   }
-  const bool tcp = out.stack_key.proto == 6;
+  const bool tcp = out.stack_key.proto == kTcp;
   if (!get_peer(in.src(), tcp, out.src) || !get_peer(in.dst(), tcp, out.dst)) return false;
   out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
   out.proxy_isn = {in.src().proxy_isn(), in.dst().proxy_isn()};
@@ -174,7 +206,7 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
   out.flags = static_cast<uint8_t>(in.flags());
   out.rules_digest = in.rules_digest();
   out.rule_index = in.rule_index();
-  return true;
+  return fits_protocol(out.stack_key.proto, out);
 }
 
 bool decode_update(const wire::Update& in, engine::StateRecord& out) {

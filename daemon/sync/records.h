@@ -19,4 +19,10 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out);
 bool decode_update(const wire::Update& in, engine::StateRecord& out);
 bool decode_delete(const wire::Delete& in, engine::StateRecord& out);
 
+// Whether a record's per-side states, timeout class and synproxy step can belong to a state of IP
+// protocol `proto`: TcpState for TCP, FlowState otherwise, a class of the protocol's own
+// timeouts. decode_insert() checks it; an update names no protocol, so its store checks it
+// against the state the update names.
+bool fits_protocol(uint8_t proto, const engine::StateRecord& r);
+
 }  // namespace pairwall::sync

@@ -177,3 +177,72 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
   wire::Delete d;
   CHECK_FALSE(decode_delete(d, out));  // counter 0
 }
+
+TEST_CASE("decoding rejects what no state of the record's protocol can hold", "[sync][records]") {
+  auto udp = test::make_insert(1, 2);
+  udp.stack_key.proto = udp.wire_key.proto = 17;
+  udp.src = {0, 0, 0, 0, static_cast<uint8_t>(pairwall::engine::FlowState::Single), 0};
+  udp.dst = {0, 0, 0, 0, static_cast<uint8_t>(pairwall::engine::FlowState::NoTraffic), 0};
+  udp.timeout = pairwall::engine::TimeoutClass::UdpFirst;
+  auto icmp6 = test::make_insert(1, 3, true);
+  icmp6.stack_key.proto = icmp6.wire_key.proto = 58;
+  icmp6.stack_key.port[0] = icmp6.wire_key.port[0] = 0x1234;  // echo identifier and type
+  icmp6.stack_key.port[1] = icmp6.wire_key.port[1] = 128;
+  icmp6.src = udp.src;
+  icmp6.dst = udp.dst;
+  icmp6.timeout = pairwall::engine::TimeoutClass::IcmpFirst;
+  StateRecord out;
+  for (const auto* r : {&udp, &icmp6}) {
+    wire::Insert m;
+    encode_insert(*r, 0, &m);
+    REQUIRE(decode_insert(m, out));
+  }
+
+  struct Case {
+    const char* name;
+    const StateRecord* base;
+    std::function<void(StateRecord&)> spoil;
+  };
+  using pairwall::engine::TimeoutClass;
+  const std::vector<Case> cases = {
+      {"ICMPv6 over IPv4", &udp,
+       [](StateRecord& r) {
+         r.stack_key.proto = r.wire_key.proto = 58;
+         r.timeout = TimeoutClass::IcmpFirst;
+       }},
+      {"ICMP over IPv6", &icmp6, [](StateRecord& r) { r.stack_key.proto = r.wire_key.proto = 1; }},
+      {"UDP state with TCP's timeout", &udp,
+       [](StateRecord& r) { r.timeout = TimeoutClass::TcpEstablished; }},
+      {"ICMPv6 state with UDP's timeout", &icmp6,
+       [](StateRecord& r) { r.timeout = TimeoutClass::UdpMultiple; }},
+      {"TCP state with another protocol's timeout", nullptr,
+       [](StateRecord& r) { r.timeout = TimeoutClass::OtherMultiple; }},
+      {"UDP state in a synproxy handshake", &udp,
+       [](StateRecord& r) { r.proxy = pairwall::engine::Proxy::Spliced; }},
+  };
+  const auto tcp = test::make_insert(1, 4);
+  for (const auto& c : cases) {
+    INFO(c.name);
+    StateRecord r = c.base != nullptr ? *c.base : tcp;
+    c.spoil(r);
+    wire::Insert m;
+    encode_insert(r, 0, &m);
+    CHECK_FALSE(decode_insert(m, out));
+  }
+}
+
+TEST_CASE("an update fits a state of its protocol or not", "[sync][records]") {
+  auto r = test::make_insert(1, 5);
+  r.kind = StateRecord::Kind::Update;
+  r.src.state = static_cast<uint8_t>(pairwall::engine::TcpState::Established);
+  r.dst.state = static_cast<uint8_t>(pairwall::engine::TcpState::Established);
+  r.timeout = pairwall::engine::TimeoutClass::TcpEstablished;
+  CHECK(fits_protocol(6, r));
+  CHECK_FALSE(fits_protocol(17, r));
+  r.src.state = r.dst.state = static_cast<uint8_t>(pairwall::engine::FlowState::Multiple);
+  r.timeout = pairwall::engine::TimeoutClass::UdpMultiple;
+  CHECK(fits_protocol(17, r));
+  CHECK_FALSE(fits_protocol(1, r));
+  r.timeout = pairwall::engine::TimeoutClass::OtherMultiple;
+  CHECK(fits_protocol(47, r));
+}
