@@ -18,7 +18,8 @@ enum class DropReason : uint8_t {
   UnknownSender,     // authenticated, but not the peer (or our own datagram looped back)
   StaleEpoch,        // from an earlier boot of the peer than the one already heard
   Replay,            // transmission counter seen before, or older than the anti-replay window
-  MalformedPayload,  // authenticated, but the protobuf does not parse or a field is out of range
+  MalformedPayload,  // authenticated, but the protobuf does not parse, a field is out of range, or a
+                     // record does not fit the state it names
   Unproven,          // from a new incarnation of the peer that has not yet answered this node's challenge
   Count
 };

@@ -1,9 +1,18 @@
 #include "daemon/sync/engine_store.h"
 
+#include "daemon/sync/records.h"
+
 namespace pairwall::sync {
 
 ApplyResult EngineStore::apply(const engine::StateRecord& record, Micros now) {
   using Kind = engine::StateRecord::Kind;
+  if (record.kind == Kind::Update) {
+    // An update names no protocol, and Engine::apply merges whatever it carries: a UDP end in a
+    // TCP state, or a TCP timeout, would stay in the entry (decode_update could only check TCP's
+    // wider range).
+    auto handle = engine_.states().find_by_id(record.id);
+    if (handle && !fits_protocol(handle->key(0).proto, record)) return ApplyResult::Invalid;
+  }
   if (engine_.apply(record, engine_time(now))) return ApplyResult::Applied;
   // Engine::apply says only "not applied"; tell the protocol why, it answers each differently.
   if (record.kind == Kind::Update || record.kind == Kind::Delete) {

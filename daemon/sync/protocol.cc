@@ -367,6 +367,9 @@ void SyncProtocol::apply_record(const engine::StateRecord& record, Micros now) {
     case ApplyResult::Failed:
       ++counters_.apply_failed;
       break;
+    case ApplyResult::Invalid:
+      ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+      break;
     case ApplyResult::Unknown:
       ++counters_.apply_unknown;
       // An update for a state this node lacks: ask for the whole state (pfsync's update request),

@@ -214,8 +214,8 @@ bool decode_update(const wire::Update& in, engine::StateRecord& out) {
   out.kind = engine::StateRecord::Kind::Update;
   out.id = {in.creator(), in.counter()};
   if (in.counter() == 0) return false;
-  // An update does not say the protocol; TCP's range is the wider one, and the table checks the
-  // state it belongs to.
+  // An update does not say the protocol; TCP's range is the wider one, and the store checks it
+  // against the state it names (fits_protocol).
   if (!get_peer(in.src(), true, out.src) || !get_peer(in.dst(), true, out.dst)) return false;
   out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
   out.proxy_isn = {in.src().proxy_isn(), in.dst().proxy_isn()};

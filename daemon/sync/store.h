@@ -17,6 +17,7 @@ enum class ApplyResult : uint8_t {
   Stale,    // the table already holds a newer version (windows never move back)
   Unknown,  // an update or delete for a state the table does not have
   Failed,   // the table refused (full)
+  Invalid,  // the record does not fit the state it names: dropped as malformed
 };
 
 class StateStore {

@@ -120,3 +120,32 @@ TEST_CASE("every state stays findable by id as the table grows past its initial 
   store.collect_ids(ids);
   CHECK(ids.size() == kStates);
 }
+
+TEST_CASE("an update that no state of its entry's protocol can hold leaves the entry alone",
+          "[sync][engine_store]") {
+  engine::Engine e;
+  EngineStore store(e);
+  auto udp = syn_state(1);
+  udp.stack_key.proto = udp.wire_key.proto = 17;
+  udp.src = {0, 0, 0, 0, static_cast<uint8_t>(engine::FlowState::Single), 0};
+  udp.dst = {0, 0, 0, 0, static_cast<uint8_t>(engine::FlowState::NoTraffic), 0};
+  udp.timeout = engine::TimeoutClass::UdpFirst;
+  REQUIRE(store.apply(udp, kNow) == ApplyResult::Applied);
+
+  auto answered = udp;
+  answered.kind = StateRecord::Kind::Update;
+  answered.src.state = answered.dst.state = static_cast<uint8_t>(engine::FlowState::Multiple);
+  answered.timeout = engine::TimeoutClass::UdpMultiple;
+  CHECK(store.apply(answered, kNow) == ApplyResult::Applied);
+
+  // What an update says of a TCP state, sent for the UDP state's id.
+  auto tcp_like = answered;
+  tcp_like.src.state = tcp_like.dst.state = static_cast<uint8_t>(TcpState::TimeWait);
+  tcp_like.timeout = engine::TimeoutClass::TcpEstablished;
+  CHECK(store.apply(tcp_like, kNow) == ApplyResult::Invalid);
+  auto h = e.states().find_by_id(udp.id);
+  REQUIRE(h);
+  CHECK(h->peer[0].state == static_cast<uint8_t>(engine::FlowState::Multiple));
+  CHECK(h->peer[1].state == static_cast<uint8_t>(engine::FlowState::Multiple));
+  CHECK(h->timeout == engine::TimeoutClass::UdpMultiple);
+}
