@@ -6,12 +6,18 @@ namespace pairwall::sync {
 
 ApplyResult EngineStore::apply(const engine::StateRecord& record, Micros now) {
   using Kind = engine::StateRecord::Kind;
-  if (record.kind == Kind::Update) {
+  if (record.kind == Kind::Update || record.kind == Kind::Insert) {
+    auto handle = engine_.states().find_by_id(record.id);
     // An update names no protocol, and Engine::apply merges whatever it carries: a UDP end in a
     // TCP state, or a TCP timeout, would stay in the entry (decode_update could only check TCP's
-    // wider range).
-    auto handle = engine_.states().find_by_id(record.id);
-    if (handle && !fits_protocol(handle->key(0).proto, record)) return ApplyResult::Invalid;
+    // wider range). An insert of an id held under other keys is another connection (its creator
+    // used the id again): merged, its windows and states would replace this one's. pf refuses
+    // such an insert too (pf_state_insert's id collision).
+    if (handle && (record.kind == Kind::Update
+                       ? !fits_protocol(handle->key(0).proto, record)
+                       : !(handle->key(0) == record.stack_key && handle->key(1) == record.wire_key))) {
+      return ApplyResult::Invalid;
+    }
   }
   if (engine_.apply(record, engine_time(now))) return ApplyResult::Applied;
   // Engine::apply says only "not applied"; tell the protocol why, it answers each differently.

@@ -149,3 +149,26 @@ TEST_CASE("an update that no state of its entry's protocol can hold leaves the e
   CHECK(h->peer[1].state == static_cast<uint8_t>(engine::FlowState::Multiple));
   CHECK(h->timeout == engine::TimeoutClass::UdpMultiple);
 }
+
+TEST_CASE("an insert of an id the table holds under other keys is another connection: not merged",
+          "[sync][engine_store]") {
+  engine::Engine e;
+  EngineStore store(e);
+  const auto first = syn_state(1);
+  REQUIRE(store.apply(first, kNow) == ApplyResult::Applied);
+  // The same id again, as a resent insert or a bulk's: merged as ever.
+  CHECK(store.apply(first, kNow) != ApplyResult::Invalid);
+
+  auto other = syn_state(1);
+  other.stack_key.port[0] = 50123;
+  other.wire_key = other.stack_key;
+  other.src = {0x70000000, 0x70010000, 65535, 0x87, static_cast<uint8_t>(TcpState::Established), 1460};
+  other.dst = {0x80000000, 0x80010000, 65535, 0x87, static_cast<uint8_t>(TcpState::Established), 1460};
+  other.timeout = engine::TimeoutClass::TcpEstablished;
+  CHECK(store.apply(other, kNow) == ApplyResult::Invalid);
+  auto h = e.states().find_by_id(first.id);
+  REQUIRE(h);
+  CHECK(h->key(0) == first.stack_key);
+  CHECK(h->peer[0] == first.src);
+  CHECK(h->peer[1] == first.dst);
+}
