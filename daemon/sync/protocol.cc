@@ -13,6 +13,8 @@ constexpr uint32_t kUnsolicited = 0x80000000;  // bulk ids of full resyncs the s
 constexpr std::size_t kRangeBytes = 24;        // a SeqRange on the wire, at most
 constexpr std::size_t kMinDatagram = 256;
 constexpr std::size_t kMaxSackRuns = 512;  // mostly one-byte varints: well inside any datagram
+// The longest a bulk's count may add to its wait: 100 million states at 10,000/s take under 3 h.
+constexpr Micros kMaxBulkAllowance{std::chrono::hours(24)};
 
 // A random 64-bit value, never 0 (the wire's "none"): challenges and the first bulk id.
 uint64_t random_nonce() {
@@ -560,8 +562,12 @@ void SyncProtocol::bulk_started(uint32_t request, uint64_t count, uint64_t snaps
   bulk_expected_ = count;
   bulk_received_ = 0;
   bulk_snapshot_seq_ = snapshot_seq == 0 ? 0 : delivered_base_ + snapshot_seq;
-  const auto allowance =
-      Micros{static_cast<int64_t>(static_cast<double>(count) / config_.bulk_min_rate * 1e6)};
+  // Capped before it becomes an integer: a count no table holds (a peer's broken code) would
+  // overflow it, and a deadline in the past ends this node's demotion before any state came.
+  const double allowance_us = static_cast<double>(count) / config_.bulk_min_rate * 1e6;
+  const Micros allowance = allowance_us < static_cast<double>(kMaxBulkAllowance.count())
+                               ? Micros{static_cast<int64_t>(allowance_us)}
+                               : kMaxBulkAllowance;
   bulk_deadline_ = now + config_.bulk_timeout_min + allowance;
 }
 

@@ -2,6 +2,7 @@
 // reliability under loss, reordering and duplication, resyncs, bulk transfers, liveness, and
 // every datagram a node must refuse.
 #include <catch2/catch.hpp>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -540,6 +541,33 @@ TEST_CASE("a bulk's timeout grows with the count it announced", "[sync][protocol
   CHECK(p.b->bulk_state() == BulkState::TimedOut);
   CHECK(p.now - started >= ms(4000));
   CHECK(p.now - started < ms(4100));
+}
+
+TEST_CASE("a bulk announcing more states than any table holds still waits for its end",
+          "[sync][protocol][bulk][reject]") {
+  FakeStore store;
+  ProtocolConfig c = Pair::base_config(2);
+  c.bulk_timeout_min = ms(1000);
+  SyncProtocol b(c, test_key(), store, ms(1000));
+  Header h;
+  h.node_id = 1;
+  h.epoch = 77;
+  prove_peer(b, h, ms(1000));
+  REQUIRE(b.bulk_state() == BulkState::Requested);
+  h.flags = frameflag::kSequenced;
+  h.xmit = 2;
+  h.seq = 1;
+  h.send_base = 1;
+  wire::Batch batch;
+  auto* start = batch.add_messages()->mutable_bulk_start();
+  start->set_request(b.status(ms(1000)).bulk_request);
+  // A peer's broken code: count / bulk_min_rate in microseconds is past what 64 bits hold.
+  start->set_count(std::numeric_limits<uint64_t>::max());
+  b.receive(craft(h, batch), ms(1000));
+  REQUIRE(b.bulk_state() == BulkState::Receiving);
+  b.poll(ms(1001), [](std::span<const uint8_t>) { return true; });
+  CHECK(b.bulk_state() == BulkState::Receiving);
+  CHECK_FALSE(b.bulk_done());
 }
 
 TEST_CASE("keepalives tell up, one-way and down within a second", "[sync][protocol][liveness]") {
