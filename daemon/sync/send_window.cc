@@ -202,6 +202,9 @@ std::size_t SendWindow::on_ack(uint64_t cum, uint64_t sack, Micros now) {
 }
 
 std::size_t SendWindow::on_sack_runs(uint64_t cum, std::span<const uint64_t> runs, Micros now) {
+  // Runs count from an ack of something sent: past that, cum + 1 + a run could wrap around to
+  // sequences the peer never received, which would never be resent.
+  if (cum >= next_seq()) return 0;
   const std::size_t before = outstanding_;
   uint64_t seq = cum + 1;
   for (std::size_t i = 0; i + 1 < runs.size(); i += 2) {

@@ -202,3 +202,15 @@ TEST_CASE("congestion window grows on acks and halves on loss", "[sync][swin]") 
   CHECK(w.has_lost());
   CHECK(w.cwnd() == Approx(4.5));  // (8 + 1) / 2
 }
+
+TEST_CASE("selective-ack runs from an ack past what was sent free nothing", "[sync][swin]") {
+  SendWindow w(small_config());
+  for (uint64_t i = 1; i <= 6; ++i) push(w, i, Micros{1000});
+  // An authenticated peer's broken code: a cumulative ack near 2^64, whose runs would wrap around
+  // to sequences that were sent and never received.
+  const uint64_t runs[] = {6, 3};
+  CHECK(w.on_sack_runs(~uint64_t{0} - 5, runs, Micros{1500}) == 0);
+  CHECK(w.outstanding() == 6);
+  CHECK(w.on_sack_runs(6, runs, Micros{1500}) == 0);
+  CHECK(w.outstanding() == 6);
+}
