@@ -281,7 +281,9 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexce
   }
   const bool sequenced = (h.flags & frameflag::kSequenced) != 0;
   rx_batch_ = rx_arena_.fresh();
-  if ((sequenced && h.seq == 0) ||
+  // A sender still holds the sequence it sends: a send base past it would give up sequences never
+  // sent, this datagram's own among them, and end the stream of the peer's epoch.
+  if ((sequenced && (h.seq == 0 || h.send_base > h.seq)) ||
       (!payload.empty() && !rx_batch_->ParseFromArray(payload.data(), static_cast<int>(payload.size())))) {
     ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
     return;

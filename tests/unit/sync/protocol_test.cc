@@ -700,6 +700,30 @@ TEST_CASE("an authenticated state with out-of-range fields is dropped, the rest 
   CHECK(b.counters().datagrams_received == 2);  // the proof, then this one
 }
 
+TEST_CASE("a datagram whose send base lies past its own sequence is dropped, the stream goes on",
+          "[sync][protocol][reject]") {
+  FakeStore store;
+  SyncProtocol b(Pair::base_config(2), test_key(), store, ms(1000));
+  Header h;
+  h.node_id = 1;
+  h.epoch = 77;
+  prove_peer(b, h, ms(1000));
+  h.flags = frameflag::kSequenced;
+  h.xmit = 2;
+  h.seq = 1;
+  // A sender still holds the sequence it sends, so its send base is at most that: 2^62 on
+  // sequence 1 is broken code, which would have every sequence below it given up.
+  h.send_base = uint64_t{1} << 62;
+  b.receive(craft(h, one_insert(make_insert(1, 1))), ms(1000));
+  CHECK(drops(b, DropReason::MalformedPayload) == 1);
+  CHECK(store.states.count({1, 1}) == 0);
+  h.xmit = 3;
+  h.send_base = 1;
+  b.receive(craft(h, one_insert(make_insert(1, 1))), ms(1001));
+  CHECK(store.states.count({1, 1}) == 1);
+  CHECK(b.counters().gaps == 0);
+}
+
 TEST_CASE("a captured datagram played again is dropped as a replay", "[sync][protocol][reject]") {
   Pair p;
   settle(p);
