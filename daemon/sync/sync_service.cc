@@ -503,9 +503,10 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
     spdlog::warn("sync: {} state ids of evicted datagrams dropped: a gap over them needs a full resync",
                  c.evicted_ids_dropped - oc.evicted_ids_dropped);
   }
-  if (c.apply_failed > oc.apply_failed) {
-    spdlog::warn("sync: {} peer states not applied: the state table is full",
-                 c.apply_failed - oc.apply_failed);
+  // A full table fails the peer's records for as long as it stays full (a bulk, the state requests
+  // its updates bring): told at every status refresh, that is up to 200 lines a second.
+  if (const uint64_t failed = apply_failed_log_.due(c.apply_failed, now)) {
+    spdlog::warn("sync: {} peer states not applied since the last report: the state table is full", failed);
   }
   // Drops can come in floods (a forger): one summary line per period at most.
   bool dropped = false;

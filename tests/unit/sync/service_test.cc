@@ -1,6 +1,8 @@
 // SyncService with real engines over real UDP sockets on the loopback interface: two services in
 // one process, 127.0.0.1 and 127.0.0.2. What the unit tests prove with a simulated link, end to
 // end through sockets, threads and Engine::apply.
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -8,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "daemon/sync/sync_service.h"
@@ -277,4 +280,50 @@ TEST_CASE("datagrams the socket refuses are counted for the metrics", "[sync][se
   CHECK(w.text().find("# TYPE pairwall_sync_send_errors_total counter") != std::string::npos);
   CHECK(w.text().find("pairwall_sync_send_errors_total 0") == std::string::npos);
   s.stop();
+}
+
+TEST_CASE("a full table is reported once a period, not with every status refresh", "[sync][service]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
+  engine_b.states().set_limit(1);
+  for (uint64_t i = 1; i <= 200; ++i) REQUIRE(engine_a.apply(state(1, i), now_ms()));
+  std::ostringstream log;
+  // Restored before `log` goes, whichever way the test ends; the services stop before that.
+  struct Capture {
+    std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+    explicit Capture(std::ostringstream& out) {
+      spdlog::set_default_logger(
+          std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+    }
+    ~Capture() { spdlog::set_default_logger(previous); }
+  } capture(log);
+  engine::SpscRing<StateRecord> ring_a(1024);
+  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
+  a.add_ring(ring_a);
+  a.start();
+  b.start();
+  REQUIRE(wait_for([&] { return b.bulk_done(); }, std::chrono::milliseconds(5000)));
+  // A's updates name states B could not take: B asks for each, and fails again, for a while.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    for (uint64_t i = 2; i <= 40; ++i) {
+      auto u = state(1, i);
+      u.kind = StateRecord::Kind::Update;
+      ring_a.push(u);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const uint64_t failed = b.status().counters.apply_failed;
+  a.stop();
+  b.stop();
+  REQUIRE(failed > 200);
+  std::size_t lines = 0;
+  for (std::size_t at = log.str().find("the state table is full"); at != std::string::npos;
+       at = log.str().find("the state table is full", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 1);
 }
