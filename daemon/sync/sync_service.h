@@ -143,6 +143,7 @@ class SyncService final : public control::SyncControl {
   ThrottledCount evictions_log_;
   ThrottledCount send_errors_log_;
   ThrottledCount apply_failed_log_;
+  ThrottledCount changes_lost_log_;
   PeerState logged_peer_state_ = PeerState::Down;
   bool logged_rules_differ_ = false;
   Micros peer_state_since_{0};

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/udp.hpp>
 #include <catch2/catch.hpp>
@@ -323,6 +324,40 @@ TEST_CASE("a full table is reported once a period, not with every status refresh
   std::size_t lines = 0;
   for (std::size_t at = log.str().find("the state table is full"); at != std::string::npos;
        at = log.str().find("the state table is full", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 1);
+}
+
+TEST_CASE("changes the engine keeps losing are reported once a period, not with every status refresh",
+          "[sync][service]") {
+  if (skipped_without_root()) return;
+  engine::Engine e(node_config(1));
+  std::ostringstream log;
+  struct Capture {
+    std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+    explicit Capture(std::ostringstream& out) {
+      spdlog::set_default_logger(
+          std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+    }
+    ~Capture() { spdlog::set_default_logger(previous); }
+  } capture(log);
+  // Rings that overflow for as long as the load lasts.
+  std::atomic<uint64_t> lost{0};
+  SyncService s(e, config_for("127.0.0.1", "127.0.0.2", free_port()), 1);
+  s.set_events_lost([&lost] { return lost.load(); });
+  s.start();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    lost += 10;
+    s.kick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(wait_for([&] { return s.status().counters.changes_lost > 50; }, std::chrono::milliseconds(1000)));
+  s.stop();
+  std::size_t lines = 0;
+  for (std::size_t at = log.str().find("dropped state changes"); at != std::string::npos;
+       at = log.str().find("dropped state changes", at + 1)) {
     ++lines;
   }
   CHECK(lines == 1);
