@@ -1318,6 +1318,7 @@ std::size_t Engine::flush_states() {
   const std::size_t n = states_.clear(nullptr);
   StateRecord clear;
   clear.kind = StateRecord::Kind::Clear;
+  clear.id.creator = config_.node_id;
   emit_control(clear);
   return n;
 }
@@ -1355,7 +1356,17 @@ std::size_t Engine::remove_states_if(const std::function<bool(const StateEntry&)
 bool Engine::apply(const StateRecord& record, Millis now) {
   switch (record.kind) {
     case StateRecord::Kind::Clear:
-      states_.clear(nullptr);
+      // The peer flushed its table: its own states go here too, and only they, as pfsync_in_clr
+      // removes the flusher's (creatorid) alone. This node's live connections stay, so that a flush
+      // on the backup does not cut the master off from every connection it carries. A clear that
+      // names no node is a whole table's.
+      if (record.id.creator == 0) {
+        states_.clear(nullptr);
+      } else {
+        remove_states_if(
+            [creator = record.id.creator](const StateEntry& e) { return e.id.creator == creator; },
+            [](const StateEntry&) {});
+      }
       return true;
     case StateRecord::Kind::Delete: {
       auto state = states_.find_by_id(record.id);

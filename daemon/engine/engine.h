@@ -262,7 +262,8 @@ class Engine {
   // Every state as an Insert record, for a bulk transfer to the peer; not those of (no-sync) rules.
   void snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const;
 
-  // Removes every state and tells the peer to do the same (a Clear record). Returns how many.
+  // Removes every state and tells the peer to remove those this node created (a Clear record
+  // naming this node), as pfctl -F states does through pfsync. Returns how many.
   std::size_t flush_states();
 
   // Removes the states `match` accepts and tells the peer (a Delete each), as pfctl -k does: the

@@ -172,3 +172,41 @@ TEST_CASE("an insert of an id the table holds under other keys is another connec
   CHECK(h->peer[0] == first.src);
   CHECK(h->peer[1] == first.dst);
 }
+
+TEST_CASE("a peer's clear removes the states that peer created, not this node's",
+          "[sync][engine_store][clear]") {
+  engine::EngineConfig config;
+  config.node_id = 2;
+  engine::Engine e(config);
+  EngineStore store(e);
+  // This node's own connection (as a bulk from the peer would give its copy back) and two of the peer's.
+  auto own = syn_state(1);
+  own.id = {2, 5};
+  REQUIRE(store.apply(own, kNow) == ApplyResult::Applied);
+  REQUIRE(store.apply(syn_state(2), kNow) == ApplyResult::Applied);
+  REQUIRE(store.apply(syn_state(3), kNow) == ApplyResult::Applied);
+
+  StateRecord clear;
+  clear.kind = StateRecord::Kind::Clear;
+  clear.id.creator = 1;
+  CHECK(store.apply(clear, kNow) == ApplyResult::Applied);
+  CHECK(e.states().size() == 1);
+  CHECK(e.states().find_by_id(own.id));
+
+  // A clear that names no node is a whole table's.
+  REQUIRE(store.apply(syn_state(4), kNow) == ApplyResult::Applied);
+  clear.id.creator = 0;
+  CHECK(store.apply(clear, kNow) == ApplyResult::Applied);
+  CHECK(e.states().size() == 0);
+}
+
+TEST_CASE("a flush tells the peer which node's states to remove", "[sync][engine_store][clear]") {
+  engine::EngineConfig config;
+  config.node_id = 2;
+  engine::Engine e(config);
+  e.flush_states();
+  StateRecord sent;
+  REQUIRE(e.control_events().pop(sent));
+  CHECK(sent.kind == StateRecord::Kind::Clear);
+  CHECK(sent.id.creator == 2);
+}
