@@ -198,9 +198,9 @@ void SyncProtocol::take_challenge(const Header& h, const wire::Batch& batch, Mic
 // Whether a datagram of a new incarnation of the peer (a new epoch, the first heard, or a replaced
 // node) proves that incarnation live: it answers the challenge this node sent it. Until one does,
 // its datagrams are dropped: the HMAC proves who made a datagram, not when, and one replayed from
-// an earlier boot could otherwise start an epoch and be applied (its ClearStates wiping the
-// table, its BulkEnd ending this node's bulk). The sender resends what was dropped: the epoch
-// starts at the proving datagram's send base.
+// an earlier boot could otherwise start an epoch and be applied (its ClearStates removing the
+// states it had created, its BulkEnd ending this node's bulk). The sender resends what was
+// dropped: the epoch starts at the proving datagram's send base.
 bool SyncProtocol::proven(const Header& h, const wire::Batch& batch, Micros now) noexcept {
   if (challenge_.nonce != 0 && challenge_.node_id == h.node_id && challenge_.epoch == h.epoch) {
     for (const wire::Message& m : batch.messages()) {
