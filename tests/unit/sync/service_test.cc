@@ -90,6 +90,22 @@ uint16_t free_port() {
   return s.local_endpoint().port();
 }
 
+// The default logger writes to `out` while this lives, whichever way the test ends.
+struct LogCapture {
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  explicit LogCapture(std::ostringstream& out) {
+    spdlog::set_default_logger(
+        std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous); }
+};
+
+std::size_t occurrences(const std::string& text, const std::string& phrase) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(phrase); at != std::string::npos; at = text.find(phrase, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, status", "[sync][service]") {
@@ -291,15 +307,7 @@ TEST_CASE("a full table is reported once a period, not with every status refresh
   engine_b.states().set_limit(1);
   for (uint64_t i = 1; i <= 200; ++i) REQUIRE(engine_a.apply(state(1, i), now_ms()));
   std::ostringstream log;
-  // Restored before `log` goes, whichever way the test ends; the services stop before that.
-  struct Capture {
-    std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-    explicit Capture(std::ostringstream& out) {
-      spdlog::set_default_logger(
-          std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
-    }
-    ~Capture() { spdlog::set_default_logger(previous); }
-  } capture(log);
+  const LogCapture capture(log);  // the services stop before it goes
   engine::SpscRing<StateRecord> ring_a(1024);
   SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
   SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
@@ -321,12 +329,7 @@ TEST_CASE("a full table is reported once a period, not with every status refresh
   a.stop();
   b.stop();
   REQUIRE(failed > 200);
-  std::size_t lines = 0;
-  for (std::size_t at = log.str().find("the state table is full"); at != std::string::npos;
-       at = log.str().find("the state table is full", at + 1)) {
-    ++lines;
-  }
-  CHECK(lines == 1);
+  CHECK(occurrences(log.str(), "the state table is full") == 1);
 }
 
 TEST_CASE("changes the engine keeps losing are reported once a period, not with every status refresh",
@@ -334,14 +337,7 @@ TEST_CASE("changes the engine keeps losing are reported once a period, not with 
   if (skipped_without_root()) return;
   engine::Engine e(node_config(1));
   std::ostringstream log;
-  struct Capture {
-    std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-    explicit Capture(std::ostringstream& out) {
-      spdlog::set_default_logger(
-          std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
-    }
-    ~Capture() { spdlog::set_default_logger(previous); }
-  } capture(log);
+  const LogCapture capture(log);
   // Rings that overflow for as long as the load lasts.
   std::atomic<uint64_t> lost{0};
   SyncService s(e, config_for("127.0.0.1", "127.0.0.2", free_port()), 1);
@@ -355,10 +351,5 @@ TEST_CASE("changes the engine keeps losing are reported once a period, not with 
   }
   REQUIRE(wait_for([&] { return s.status().counters.changes_lost > 50; }, std::chrono::milliseconds(1000)));
   s.stop();
-  std::size_t lines = 0;
-  for (std::size_t at = log.str().find("dropped state changes"); at != std::string::npos;
-       at = log.str().find("dropped state changes", at + 1)) {
-    ++lines;
-  }
-  CHECK(lines == 1);
+  CHECK(occurrences(log.str(), "dropped state changes") == 1);
 }
