@@ -653,7 +653,11 @@ int run(const control::Config& c) {
     uint64_t synproxy = 0;
     uint64_t send_errors = 0;
     uint64_t unscoped = 0;
+    uint64_t routes_asked = 0;
+    uint64_t routes_failed = 0;
     for (std::size_t i = 0; i < queues->workers(); ++i) {
+      routes_asked += queues->router(i).asked();
+      routes_failed += queues->router(i).failed();
       if (const auto* r = queues->reject_counters(i)) {
         rst += r->rst_sent.get();
         icmp += r->icmp_sent.get();
@@ -674,6 +678,13 @@ int run(const control::Config& c) {
              "link-local destination had no interface to be reached by (no_scope).");
     w.sample({{"reason", "send_error"}}, send_errors);
     w.sample({{"reason", "no_scope"}}, unscoped);
+    w.family("pairwall_route_lookups_total", T::Counter,
+             "Questions to the kernel's routing tables: where a connection translated before routing "
+             "(rdr) will leave, for its out pass's rules.");
+    w.sample(routes_asked);
+    w.family("pairwall_route_lookup_failures_total", T::Counter,
+             "Route questions the kernel left unanswered: those connections met their in pass alone.");
+    w.sample(routes_failed);
     w.family("pairwall_synproxy_segments_sent_total", T::Counter,
              "TCP segments synproxy state sent in the name of a connection's ends.");
     w.sample(synproxy);

@@ -383,8 +383,9 @@ struct Engine::Parsed {
   StateKey key;
   uint64_t hash = 0;
   bool rewritten = false;  // normalization changed the packet bytes
-  // The passes that meet the rules (scrub, translation, filter), decided once by screen(): the
-  // packet's own, less those on an interface `set skip` exempts.
+  // The passes that meet the rules (scrub, translation, filter), decided by screen(): the
+  // packet's own, less those on an interface `set skip` exempts; and by translate() for the out
+  // pass of a connection translated before routing, which meets its filter rules alone.
   bool filtered[2] = {false, false};
   bool from_node = false;  // sent by this node itself (Hook::Output), set by screen()
 };
@@ -405,6 +406,9 @@ struct Engine::Translation {
   uint16_t port_low = 0;
   uint16_t port_high = 0;
   bool failed = false;  // no free source port: the connection is refused
+  // The interface each pass's rules see: the packet's own, and before routing, for the out pass
+  // of a connection translated there, the one the Router says it will leave by.
+  IfaceId iface[2] = {kNoIface, kNoIface};
 };
 
 void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
@@ -501,14 +505,14 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     for (std::size_t k = 0; k < new_count; ++k) {
       const PacketMeta& meta = group[new_flows[k]].meta;
       Translation& translation = translations[k].emplace();
-      translate(worker, own[new_flows[k]], meta, translation);
+      translate(worker, own[new_flows[k]], meta, translation, now);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
         if (!own[new_flows[k]].filtered[pass] || !translation.filtered[pass] ||
             !claims(meta, translation.translated))
           continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
-        queries[query_count++] = {translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass)};
+        queries[query_count++] = {translation.seen[pass], kPassDirection[pass], translation.iface[pass]};
       }
     }
     rules.evaluate_batch({queries, query_count}, {decided, query_count});
@@ -558,12 +562,12 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   } else if (!by_state(worker, bytes, parsed, now, verdict)) {
     const rules::RuleSet& rules = *worker.rules_;
     Translation translation;
-    translate(worker, parsed, meta, translation);
+    translate(worker, parsed, meta, translation, now);
     std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
     for (int pass = 0; pass < 2; ++pass) {
       if (parsed.filtered[pass] && translation.filtered[pass] && claims(meta, translation.translated))
         deciding[pass] =
-            rules.evaluate(*translation.seen[pass], kPassDirection[pass], pass_iface(meta, pass));
+            rules.evaluate(*translation.seen[pass], kPassDirection[pass], translation.iface[pass]);
     }
     verdict = by_rules(worker, bytes, parsed, meta, translation, deciding, now);
   }
@@ -916,12 +920,14 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
 // out pass the source, and each pass's filter rules see the packet as translated so far. Nothing
 // is written to the packet until it has passed and its state exists (by_rules()).
 // `translation` comes default-constructed.
-void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& meta,
-                       Translation& translation) noexcept {
+void Engine::translate(Worker& worker, Parsed& parsed, const PacketMeta& meta, Translation& translation,
+                       Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   translation.seen[0] = translation.seen[1] = &packet;
   translation.wire = parsed.key;
+  translation.iface[0] = meta.in_iface;
+  translation.iface[1] = meta.out_iface;
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
   if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error)) return;
   const bool ports = packet.is_tcp() || packet.is_udp();
@@ -981,6 +987,20 @@ void Engine::translate(Worker& worker, const Parsed& parsed, const PacketMeta& m
     }
   }
   if (!translation.translated) return;
+
+  // Before routing, the out pass is on the interface the translated packet will leave by: its
+  // filter rules decide the connection too, as pf's do. Its nat does not apply there (the out
+  // pass was not filtered when it was looked up above): a source rewritten before routing is one
+  // the kernel's source validation then judges, and this node's own address is a martian to it.
+  if (meta.hook == Hook::Prerouting && worker.router_ != nullptr) {
+    const PacketView& leaving = *translation.seen[0];
+    const IfaceId out =
+        worker.router_->egress({leaving.family, leaving.src, leaving.dst, meta.in_link, meta.mark}, now);
+    if (out != kNoIface && !rules.skips(out)) {
+      translation.iface[1] = out;
+      parsed.filtered[1] = true;
+    }
+  }
 
   StateKey& wire = translation.wire;
   set_key(wire, *translation.seen[1]);

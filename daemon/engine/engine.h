@@ -22,6 +22,7 @@
 
 #include "daemon/engine/interfaces.h"
 #include "daemon/engine/reason.h"
+#include "daemon/engine/router.h"
 #include "daemon/engine/rules/ruleset.h"
 #include "daemon/engine/siphash.h"
 #include "daemon/engine/spsc_ring.h"
@@ -37,18 +38,23 @@ namespace pairwall::engine {
 // Prerouting: a packet addressed to this node, before the kernel routes it. Destination
 // translation (replies to a nat address, rdr, binat inbound) must happen there: once routed, a
 // packet goes where its old destination sends it. The engine claims the packets it translates or
-// whose state it knows (Verdict::claimed) and leaves the rest to the hooks after routing.
+// whose state it knows (Verdict::claimed) and leaves the rest to the hooks after routing. A new
+// connection translated there meets its out pass on the interface the worker's Router names.
 enum class Hook : uint8_t { Forward, Input, Output, Prerouting };
 
 struct PacketMeta {
   Hook hook = Hook::Forward;
-  IfaceId in_iface = kNoIface;   // Forward, Input
+  IfaceId in_iface = kNoIface;   // Forward, Input, Prerouting
   IfaceId out_iface = kNoIface;  // Forward, Output
   // The kernel will finish the transport checksum itself (CHECKSUM_PARTIAL, NFQA_SKB_CSUMNOTREADY):
   // rewrites must then leave the checksum field alone.
   bool checksum_partial = false;
   // Larger than the MTU: the kernel cuts it into segments after the verdict (GSO, NFQA_SKB_GSO).
   bool gso = false;
+  // Prerouting: what the kernel will route the packet by, handed back to the Router (router.h):
+  // the arrival link's kernel index, and the packet's mark.
+  uint32_t in_link = 0;
+  uint32_t mark = 0;
 };
 
 namespace logpass {
@@ -164,6 +170,11 @@ class Worker {
   static constexpr std::size_t kOutboxCapacity = 128;
   static_assert(kOutboxCapacity <= 256, "Verdict::generated_first is one byte");
 
+  // What this worker asks where a connection translated before routing will leave (router.h).
+  // Without one, such a connection meets its `in` filter rules alone. Owned by the caller, used
+  // by this worker's thread only.
+  void set_router(Router* router) noexcept { router_ = router; }
+
  private:
   friend class Engine;
   void count_packet(std::size_t size) noexcept {
@@ -196,6 +207,7 @@ class Worker {
   uint64_t seqdiff_count_ = 0;
   std::array<GeneratedPacket, kOutboxCapacity> outbox_;
   std::size_t outbox_used_ = 0;  // emptied at the start of each process() and process_batch()
+  Router* router_ = nullptr;
 };
 
 class Engine {
@@ -314,8 +326,10 @@ class Engine {
   // -> 8.66-8.71, a disturbed round of each left out).
   bool by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, Millis now,
                 Verdict& verdict) noexcept;
-  void translate(Worker& worker, const Parsed& parsed, const PacketMeta& meta,
-                 Translation& translation) noexcept;
+  // Also decides, before routing, whether a translated connection's out pass meets the rules
+  // (Parsed::filtered, by the worker's Router).
+  void translate(Worker& worker, Parsed& parsed, const PacketMeta& meta, Translation& translation,
+                 Millis now) noexcept;
   bool choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
                           bool keep_own) noexcept;
   Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,

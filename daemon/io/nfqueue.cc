@@ -189,6 +189,8 @@ void NfQueue::decide(Worker& w, std::span<QueuedPacket> packets, std::span<Decis
     b.meta.out_iface = w.ifaces.lookup(packet.out_ifindex).id;
     b.meta.checksum_partial = packet.checksum_partial;
     b.meta.gso = packet.gso;
+    b.meta.in_link = packet.in_ifindex;
+    b.meta.mark = packet.mark;
   }
   const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
   engine_.process_batch(w.engine_worker, batch, millis);

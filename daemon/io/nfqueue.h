@@ -51,6 +51,7 @@
 #include "daemon/io/defer_queue.h"
 #include "daemon/io/ifindex_cache.h"
 #include "daemon/io/kernel_queue_stats.h"
+#include "daemon/io/kernel_router.h"
 #include "daemon/io/nfq_socket.h"
 #include "daemon/io/pcaplog.h"
 #include "daemon/io/reject.h"
@@ -117,6 +118,8 @@ class NfQueue {
   const NfqSocket& socket(std::size_t worker) const { return *workers_[worker]->socket; }
   const RejectCounters* reject_counters(std::size_t worker) const;
   uint64_t log_dropped(std::size_t worker) const { return workers_[worker]->log_dropped.get(); }
+  // Where `worker` asked the kernel how connections translated before routing leave.
+  const KernelRouter& router(std::size_t worker) const { return workers_[worker]->router; }
 
   // The kernel's counters for our queues (queue-full and socket-full drops). Control plane: reads
   // /proc/net/netfilter/nfnetlink_queue; throws std::runtime_error when it cannot.
@@ -141,9 +144,12 @@ class NfQueue {
  private:
   struct Worker {
     Worker(engine::Engine& engine, std::size_t worker_index)
-        : engine_worker(engine), ifaces(engine.interfaces()), index(worker_index) {}
+        : engine_worker(engine), ifaces(engine.interfaces()), router(ifaces), index(worker_index) {
+      engine_worker.set_router(&router);
+    }
     engine::Worker engine_worker;
     IfindexCache ifaces;
+    KernelRouter router;
     std::size_t index;
     uint64_t iface_generation = 0;
     std::unique_ptr<NfqSocket> socket;

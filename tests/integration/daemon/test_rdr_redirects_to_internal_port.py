@@ -76,3 +76,21 @@ def test_rdr_port_forward_to_firewall_address(lan, daemon_factory, family, proto
     fw = daemon_factory(rules=rules(own))
     lan.whoami()
     check_redirect(lan, fw, family, proto, own[family])
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp"])
+@pytest.mark.parametrize("family", [4, 6])
+def test_rdr_port_forward_meets_the_out_rules_of_its_way_out(lan, daemon_factory, family, proto):
+    """Decided before routing, a port forward still meets the `out` rules of the interface the
+    kernel will send it out of, as pf's out pass does: blocked there, nothing reaches the server."""
+    own = {4: FW_IN4, 6: FW_IN6}
+    internal = WHOAMI_UDP if proto == "udp" else WHOAMI_TCP
+    fw = daemon_factory(rules=rules(own) + f"block out on $out_if proto {proto} to {SERVERS[family]} port {internal}\n")
+    lan.whoami()
+    before = fw.reasons()["rule_block"]
+    dialled = DIALLED_UDP if proto == "udp" else DIALLED_TCP
+    r = lan.ask(own[family], dialled, udp=proto == "udp", timeout=1.0)
+    assert r["result"] == "timeout", f"the out pass's block rule did not hold: {r}"
+    settle()
+    assert fw.reasons()["rule_block"] > before, "not blocked by rule"
+    assert fw.json("states", "proto", proto)["states"] == [], "a blocked connection left a state"

@@ -187,6 +187,102 @@ TEST_CASE("before routing: replies to a nat address and rdr are translated and c
   CHECK(fw.engine.states().size() == 2);
 }
 
+namespace {
+
+// Answers where a packet leaves as the test says, and remembers what it was asked.
+struct FakeRouter : Router {
+  IfaceId answer = kNoIface;
+  std::vector<RouteQuery> asked;
+  IfaceId egress(const RouteQuery& query, Millis) noexcept override {
+    asked.push_back(query);
+    return answer;
+  }
+};
+
+}  // namespace
+
+// pf decides a redirected connection by its out pass too: before routing, the Router says which
+// interface that is. Only its filter rules apply there, not its nat (see Engine::translate()).
+TEST_CASE("before routing: an rdr'd connection meets the out rules of the interface it will leave by",
+          "[engine][nat][prerouting]") {
+  const std::string rules =
+      "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
+      "nat on lan0 from any to 10.2.0.10 -> 10.2.0.1\n"
+      "pass in on wan0 proto tcp to 10.2.0.10 port 8080\n"
+      "block out log on lan0 proto tcp to 10.2.0.10 port 8080\n";
+  const Flow tcp{"tcp", false};
+  const Bytes syn = tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80);
+  const Bytes redirected = tcp.packet("198.51.100.7", 4000, "10.2.0.10", 8080);
+  const auto before_routing = [](Firewall& f, const Bytes& p) {
+    PacketMeta meta{Hook::Prerouting, f.wan, kNoIface, false};
+    meta.in_link = 7;
+    meta.mark = 0x40;
+    return f.run(p, meta);
+  };
+
+  SECTION("leaving by lan0: its block out rule refuses the connection, logged on the out pass") {
+    Firewall fw(rules);
+    FakeRouter router;
+    router.answer = fw.lan;
+    fw.worker.set_router(&router);
+    const Verdict v = before_routing(fw, syn);
+    CHECK(v.reason == Reason::RuleBlock);
+    CHECK(v.log == logpass::kOut);
+    CHECK_FALSE(v.claimed);
+    CHECK(fw.engine.states().size() == 0);
+    // Asked with the destination the rdr made, as the kernel will route the packet.
+    REQUIRE(router.asked.size() == 1);
+    CHECK(router.asked[0].family == Family::V4);
+    CHECK(to_string(Family::V4, router.asked[0].src) == "198.51.100.7");
+    CHECK(to_string(Family::V4, router.asked[0].dst) == "10.2.0.10");
+    CHECK(router.asked[0].in_link == 7);
+    CHECK(router.asked[0].mark == 0x40);
+  }
+  SECTION("in a batch alike") {
+    Firewall fw(rules);
+    FakeRouter router;
+    router.answer = fw.lan;
+    fw.worker.set_router(&router);
+    std::vector<Bytes> copies(3, syn);
+    std::vector<BatchPacket> batch;
+    for (Bytes& p : copies) batch.push_back({p, PacketMeta{Hook::Prerouting, fw.wan, kNoIface, false}, {}});
+    fw.engine.process_batch(fw.worker, batch, fw.now);
+    for (const BatchPacket& b : batch) CHECK(b.verdict.reason == Reason::RuleBlock);
+    CHECK(fw.engine.states().size() == 0);
+  }
+  SECTION("leaving by an interface without out rules: passed and claimed, its source untranslated") {
+    Firewall fw(rules);
+    FakeRouter router;
+    router.answer = fw.engine.interfaces().intern("dmz0");
+    fw.worker.set_router(&router);
+    const Verdict v = before_routing(fw, syn);
+    CHECK(v.reason == Reason::Match);
+    CHECK(v.claimed);
+    CHECK(fw.last_packet == redirected);
+  }
+  SECTION("on a skipped interface, or delivered to this node: the in pass alone decides") {
+    Firewall fw("set skip on lan0\n" + rules);
+    FakeRouter router;
+    router.answer = fw.lan;
+    fw.worker.set_router(&router);
+    CHECK(before_routing(fw, syn).reason == Reason::Match);
+    Firewall local(rules);
+    FakeRouter nowhere;
+    local.worker.set_router(&nowhere);
+    CHECK(before_routing(local, syn).reason == Reason::Match);
+    CHECK(nowhere.asked.size() == 1);
+  }
+  SECTION("a connection that nothing translates is left to the hooks after routing, unasked") {
+    Firewall fw(rules);
+    FakeRouter router;
+    router.answer = fw.lan;
+    fw.worker.set_router(&router);
+    CHECK(before_routing(fw, tcp.packet("198.51.100.7", 4000, "203.0.113.1", 22)).reason ==
+          Reason::AfterRouting);
+    CHECK(router.asked.empty());
+  }
+}
+
 TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filter rules", "[engine][nat]") {
   struct Case {
     const char* name;

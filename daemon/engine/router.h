@@ -1,0 +1,35 @@
+// Where the kernel will send a packet it has not routed yet.
+//
+// Before routing (Hook::Prerouting) a packet has no departure interface. A new connection that
+// rdr (or binat inbound) translates there is decided there, yet pf lets its `out` filter rules on
+// the interface it leaves by decide it too: `block out on $int_if` must hold for a redirected
+// connection as for any other. Only the kernel's routing tables know that interface, so the I/O
+// adapter answers from them and the engine asks once per such connection.
+#pragma once
+
+#include <cstdint>
+
+#include "daemon/engine/address.h"
+#include "daemon/engine/interfaces.h"
+#include "daemon/engine/time.h"
+
+namespace pairwall::engine {
+
+// A packet as the kernel will route it: its addresses after translation, where it arrived.
+struct RouteQuery {
+  Family family = Family::V4;
+  IpAddress src;
+  IpAddress dst;
+  uint32_t in_link = 0;  // PacketMeta::in_link
+  uint32_t mark = 0;     // PacketMeta::mark
+};
+
+class Router {
+ public:
+  virtual ~Router() = default;
+  // The interface the packet leaves by; kNoIface when the kernel delivers it to this node, or
+  // cannot route it (and so drops it).
+  virtual IfaceId egress(const RouteQuery& query, Millis now) noexcept = 0;
+};
+
+}  // namespace pairwall::engine

@@ -1,0 +1,84 @@
+// engine::Router from the kernel's routing tables: RTM_GETROUTE, asked as `ip route get DST from
+// SRC iif LINK mark M` asks, so that the answer is the route the kernel will give the packet
+// itself once the engine lets it go (policy rules, the arrival link's forwarding switch, source
+// validation included).
+//
+// Answers are kept for kKeep per (family, destination, arrival link, mark). rdr sends connections
+// to a few servers, so nearly every question was asked a moment before, and a flood of new
+// connections costs no more system calls than one. What follows from the key: a route change
+// reaches new connections within kKeep, and a source-based policy rule (`ip rule add from ...`)
+// is taken as the first source asked about a destination found it, for as long.
+#pragma once
+
+#include <libmnl/libmnl.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "daemon/engine/router.h"
+#include "daemon/io/counter.h"
+#include "daemon/io/ifindex_cache.h"
+
+namespace pairwall::io {
+
+// One question to the kernel: the ifindex the packet leaves by, 0 where the kernel delivers it
+// locally or has no route for it (it drops it then), nullopt where the question went unanswered.
+using RouteAsk = std::function<std::optional<uint32_t>(const engine::RouteQuery&)>;
+
+// The kernel's routing tables over rtnetlink, one socket, opened at the first question.
+class RouteNetlink {
+ public:
+  RouteNetlink() = default;
+  RouteNetlink(const RouteNetlink&) = delete;
+  RouteNetlink& operator=(const RouteNetlink&) = delete;
+  ~RouteNetlink();
+
+  std::optional<uint32_t> ask(const engine::RouteQuery& query) noexcept;
+
+  // How long a question may wait for its answer: the worker asking holds its queue meanwhile.
+  static constexpr int kAnswerTimeoutMs = 100;
+
+ private:
+  bool open() noexcept;
+
+  mnl_socket* nl_ = nullptr;
+  uint32_t portid_ = 0;
+  uint32_t seq_ = 0;
+};
+
+class KernelRouter final : public engine::Router {
+ public:
+  // `ask` answers the questions the kept answers do not; by default the kernel, over netlink.
+  explicit KernelRouter(IfindexCache& ifaces, RouteAsk ask = {});
+
+  engine::IfaceId egress(const engine::RouteQuery& query, engine::Millis now) noexcept override;
+
+  uint64_t asked() const { return asked_.get(); }    // questions put to the kernel
+  uint64_t failed() const { return failed_.get(); }  // of them, unanswered
+
+  static constexpr std::size_t kSlots = 256;  // direct-mapped, by a hash of the key
+  static constexpr engine::Millis kKeep{1000};
+
+ private:
+  struct Slot {
+    engine::Family family = engine::Family::V4;
+    engine::IpAddress dst;
+    uint32_t in_link = 0;
+    uint32_t mark = 0;
+    uint32_t ifindex = 0;
+    bool used = false;
+    engine::Millis until{0};
+  };
+  static std::size_t slot_of(const engine::RouteQuery& query) noexcept;
+
+  IfindexCache& ifaces_;
+  RouteAsk ask_;
+  RouteNetlink netlink_;
+  std::array<Slot, kSlots> slots_{};
+  Counter asked_;
+  Counter failed_;
+};
+
+}  // namespace pairwall::io

@@ -1,0 +1,107 @@
+#include "daemon/io/kernel_router.h"
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "daemon/engine/interfaces.h"
+
+namespace pairwall::io {
+namespace {
+
+engine::RouteQuery to(const char* dst, uint32_t in_link = 3, uint32_t mark = 0) {
+  engine::Family family = engine::Family::V4;
+  engine::RouteQuery q;
+  q.dst = *engine::parse_address(dst, &family);
+  q.family = family;
+  q.src = *engine::parse_address(family == engine::Family::V4 ? "198.51.100.7" : "2001:db8:7::7", &family);
+  q.in_link = in_link;
+  q.mark = mark;
+  return q;
+}
+
+// Links 5 (lan0) and 6 (dmz0); the kernel's answers as the test sets them.
+struct FakeKernel {
+  std::optional<uint32_t> answer = 5;
+  std::vector<engine::RouteQuery> asked;
+  RouteAsk ask() {
+    return [this](const engine::RouteQuery& q) {
+      asked.push_back(q);
+      return answer;
+    };
+  }
+  static IfindexResolver links() {
+    return [](uint32_t ifindex, char(&out)[IF_NAMESIZE]) {
+      if (ifindex != 5 && ifindex != 6) return false;
+      std::strcpy(out, ifindex == 5 ? "lan0" : "dmz0");
+      return true;
+    };
+  }
+};
+
+TEST_CASE("a route answer is kept for a second per destination, arrival link and mark", "[route]") {
+  engine::InterfaceRegistry registry;
+  const engine::IfaceId lan = registry.intern("lan0");
+  const engine::IfaceId dmz = registry.intern("dmz0");
+  IfindexCache ifaces(registry, FakeKernel::links());
+  FakeKernel kernel;
+  KernelRouter router(ifaces, kernel.ask());
+  const engine::Millis t0{50'000};
+
+  CHECK(router.egress(to("10.2.0.10"), t0) == lan);
+  // Any source, any time within the second: the kept answer.
+  engine::RouteQuery other_source = to("10.2.0.10");
+  other_source.src = engine::IpAddress::v4(0x0a0a0a0a);
+  kernel.answer = 6;
+  CHECK(router.egress(other_source, t0 + engine::Millis{999}) == lan);
+  CHECK(kernel.asked.size() == 1);
+  // Another destination, link, mark or family is another question.
+  CHECK(router.egress(to("10.2.0.11"), t0) == dmz);
+  CHECK(router.egress(to("10.2.0.10", 4), t0) == dmz);
+  CHECK(router.egress(to("10.2.0.10", 3, 1), t0) == dmz);
+  CHECK(router.egress(to("::a02:a"), t0) == dmz);
+  CHECK(kernel.asked.size() == 5);
+  // A second on, the route is asked for again.
+  CHECK(router.egress(to("10.2.0.10"), t0 + KernelRouter::kKeep) == dmz);
+  CHECK(kernel.asked.size() == 6);
+  CHECK(router.asked() == 6);
+  CHECK(router.failed() == 0);
+}
+
+TEST_CASE("local delivery, no route and no answer all leave the connection its in pass", "[route]") {
+  engine::InterfaceRegistry registry;
+  IfindexCache ifaces(registry, FakeKernel::links());
+  FakeKernel kernel;
+  KernelRouter router(ifaces, kernel.ask());
+  const engine::Millis t0{50'000};
+
+  kernel.answer = 0;
+  CHECK(router.egress(to("10.2.0.10"), t0) == engine::kNoIface);
+  CHECK(router.failed() == 0);
+  kernel.answer = 9;  // a link that has gone since
+  CHECK(router.egress(to("10.2.0.11"), t0) == engine::kNoIface);
+  kernel.answer = std::nullopt;
+  CHECK(router.egress(to("10.2.0.12"), t0) == engine::kNoIface);
+  CHECK(router.failed() == 1);
+  // An unanswered question is kept too: one wait per destination and second.
+  CHECK(router.egress(to("10.2.0.12"), t0 + engine::Millis{10}) == engine::kNoIface);
+  CHECK(kernel.asked.size() == 3);
+}
+
+TEST_CASE("the kernel answers a route question: loopback is delivered locally", "[route]") {
+  RouteNetlink netlink;
+  engine::RouteQuery q = to("127.0.0.1", 0);
+  q.src = *engine::parse_address("127.0.0.1", &q.family);
+  const std::optional<uint32_t> v4 = netlink.ask(q);
+  REQUIRE(v4.has_value());
+  CHECK(*v4 == 0);
+  engine::RouteQuery q6 = to("::1", 0);
+  q6.src = q6.dst;
+  const std::optional<uint32_t> v6 = netlink.ask(q6);
+  REQUIRE(v6.has_value());
+  CHECK(*v6 == 0);
+}
+
+}  // namespace
+}  // namespace pairwall::io
