@@ -149,6 +149,17 @@ void SyncService::open_socket() {
   } else {
     set_int(fd, IPPROTO_IP, IP_TOS, kDscpCs6, "IP_TOS", context, false);
   }
+  // Linux delivers a datagram for any group a socket of the host joined to every socket bound to
+  // the wildcard address and the port, unless it turns this off: our group's datagrams only.
+  // IPV6_MULTICAST_ALL came with Linux 4.20; an older kernel delivers them regardless, and the
+  // tag check turns them away.
+  if (v6) {
+#ifdef IPV6_MULTICAST_ALL
+    set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, 0, "IPV6_MULTICAST_ALL", context, false);
+#endif
+  } else {
+    set_int(fd, IPPROTO_IP, IP_MULTICAST_ALL, 0, "IP_MULTICAST_ALL", context, true);
+  }
 
   asio::ip::address local =
       v6 ? asio::ip::address(asio::ip::address_v6::any()) : asio::ip::address(asio::ip::address_v4::any());

@@ -1,8 +1,11 @@
 // SyncService with real engines over real UDP sockets on the loopback interface: two services in
 // one process, 127.0.0.1 and 127.0.0.2. What the unit tests prove with a simulated link, end to
 // end through sockets, threads and Engine::apply.
+#include <net/if.h>
+#include <netinet/in.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -100,6 +103,22 @@ struct LogCapture {
   ~LogCapture() { spdlog::set_default_logger(previous); }
 };
 
+// The forged datagram the tests send: 100 bytes of the right magic and version, no valid tag.
+std::vector<uint8_t> junk_datagram() {
+  std::vector<uint8_t> junk(100, 0x50);
+  junk[1] = 0x57;
+  junk[2] = kVersion;
+  return junk;
+}
+
+// What the forged datagrams cost: each is dropped for one of these reasons.
+uint64_t junk_dropped(const SyncService& s) {
+  const auto& drops = s.status().counters.drops;
+  return drops[static_cast<std::size_t>(DropReason::Truncated)] +
+         drops[static_cast<std::size_t>(DropReason::BadLength)] +
+         drops[static_cast<std::size_t>(DropReason::BadTag)];
+}
+
 std::size_t occurrences(const std::string& text, const std::string& phrase) {
   std::size_t n = 0;
   for (std::size_t at = text.find(phrase); at != std::string::npos; at = text.find(phrase, at + 1)) ++n;
@@ -180,20 +199,10 @@ TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, sta
   {
     boost::asio::io_context io;
     boost::asio::ip::udp::socket s(io, boost::asio::ip::udp::v4());
-    std::vector<uint8_t> junk(100, 0x50);
-    junk[1] = 0x57;
-    junk[2] = kVersion;
-    s.send_to(boost::asio::buffer(junk),
+    s.send_to(boost::asio::buffer(junk_datagram()),
               boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.2"), port));
   }
-  REQUIRE(wait_for(
-      [&] {
-        return b.status().counters.drops[static_cast<std::size_t>(DropReason::Truncated)] +
-                   b.status().counters.drops[static_cast<std::size_t>(DropReason::BadLength)] +
-                   b.status().counters.drops[static_cast<std::size_t>(DropReason::BadTag)] ==
-               1;
-      },
-      std::chrono::milliseconds(2000)));
+  REQUIRE(wait_for([&] { return junk_dropped(b) == 1; }, std::chrono::milliseconds(2000)));
 
   control::MetricWriter w;
   b.render_metrics(w);
@@ -352,4 +361,40 @@ TEST_CASE("changes the engine keeps losing are reported once a period, not with 
   REQUIRE(wait_for([&] { return s.status().counters.changes_lost > 50; }, std::chrono::milliseconds(1000)));
   s.stop();
   CHECK(occurrences(log.str(), "dropped state changes") == 1);
+}
+
+// Linux hands a multicast datagram to every socket bound to the wildcard address and its port once
+// any socket of the host joined its group (IP_MULTICAST_ALL), whichever socket joined it: a
+// multicast sync socket read, and counted as forged, the datagrams of every other group on the port.
+TEST_CASE("a multicast service reads its own group's datagrams, not those of another group the host joined",
+          "[sync][service]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine e(node_config(1));
+  SyncConfig c = config_for("", "", port);
+  c.group = "239.255.80.87";
+  SyncService s(e, c, 1);
+  s.start();
+
+  const unsigned lo = ::if_nametoindex("lo");
+  boost::asio::io_context io;
+  boost::asio::ip::udp::socket other(io, boost::asio::ip::udp::v4());  // another service's member
+  ip_mreqn join{};
+  join.imr_multiaddr.s_addr = htonl(boost::asio::ip::make_address_v4("239.255.80.88").to_uint());
+  join.imr_ifindex = static_cast<int>(lo);
+  REQUIRE(::setsockopt(other.native_handle(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &join, sizeof join) == 0);
+  boost::asio::ip::udp::socket sender(io, boost::asio::ip::udp::v4());
+  ip_mreqn out{};
+  out.imr_ifindex = static_cast<int>(lo);
+  REQUIRE(::setsockopt(sender.native_handle(), IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) == 0);
+
+  // The other group's first: had the service read it, it would be counted before its own group's.
+  for (const char* group : {"239.255.80.88", "239.255.80.87"}) {
+    sender.send_to(boost::asio::buffer(junk_datagram()),
+                   boost::asio::ip::udp::endpoint(boost::asio::ip::make_address(group), port));
+  }
+  REQUIRE(wait_for([&] { return junk_dropped(s) >= 1; }, std::chrono::milliseconds(2000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(junk_dropped(s) == 1);
+  s.stop();
 }
