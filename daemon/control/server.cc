@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -40,6 +41,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         server_(server),
+        timeouts_(server.timeouts_),
         reader_(kMaxRequestBytes),
         open_sessions_(server.sessions_) {
     ++*open_sessions_;
@@ -49,8 +51,11 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void start() { read(); }
 
  private:
-  void arm_timer() {
-    timer_.expires_after(kIdleTimeout);
+  using Clock = std::chrono::steady_clock;
+
+  // Closes the connection at `deadline` unless the read or write under way completes first.
+  void arm_timer(Clock::time_point deadline) {
+    timer_.expires_at(deadline);
     timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec) {
         boost::system::error_code ignored;
@@ -62,11 +67,17 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void read() {
     // Frames already buffered are served before reading again.
     if (serve_buffered()) return;
-    arm_timer();
+    // Each read may take the idle timeout; once a request has begun, it must also be whole by its
+    // deadline.
+    Clock::time_point deadline = Clock::now() + timeouts_.idle;
+    if (reader_.buffered() > 0) deadline = std::min(deadline, request_began_ + timeouts_.request);
+    arm_timer(deadline);
     socket_.async_read_some(asio::buffer(chunk_),
                             [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
                               self->timer_.cancel();
                               if (ec) return;  // peer closed, timed out or the server stopped
+                              self->last_read_ = Clock::now();
+                              if (self->reader_.buffered() == 0) self->request_began_ = self->last_read_;
                               self->reader_.feed(std::string_view(self->chunk_.data(), n));
                               self->read();
                             });
@@ -87,6 +98,8 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       case FrameReader::Status::Frame:
         break;
     }
+    // Frames are served before the next read: bytes left over came with the last one.
+    if (reader_.buffered() > 0) request_began_ = last_read_;
     Request request;
     if (!decode_body(body, request)) {
       ++server_.bad_frames_;
@@ -129,7 +142,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   void write(bool close_after) {
-    arm_timer();
+    arm_timer(Clock::now() + timeouts_.idle);
     asio::async_write(socket_, asio::buffer(out_),
                       [self = shared_from_this(), close_after](boost::system::error_code ec, std::size_t) {
                         self->timer_.cancel();
@@ -146,14 +159,23 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   stream::socket socket_;
   asio::steady_timer timer_;
   ControlServer& server_;
+  const ControlTimeouts timeouts_;
   FrameReader reader_;
+  Clock::time_point last_read_;
+  Clock::time_point request_began_;  // of the request whose bytes the reader holds
   std::array<char, 16384> chunk_{};
   std::string out_;
   std::shared_ptr<std::size_t> open_sessions_;
 };
 
-ControlServer::ControlServer(asio::io_context& io, std::string path, uint32_t mode, Handler handler)
-    : io_(io), path_(std::move(path)), handler_(std::move(handler)), acceptor_(io), retry_(io) {
+ControlServer::ControlServer(asio::io_context& io, std::string path, uint32_t mode, Handler handler,
+                             ControlTimeouts timeouts)
+    : io_(io),
+      path_(std::move(path)),
+      handler_(std::move(handler)),
+      timeouts_(timeouts),
+      acceptor_(io),
+      retry_(io) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(path_).parent_path();
   std::error_code fec;

@@ -1,7 +1,8 @@
 // The control socket: a Unix stream socket on the daemon's Asio loop, framed requests in, one
 // response each out (proto/control.proto). Connections are served one request at a time, in
 // order; a malformed or oversized frame is answered with an error and the connection closed, and so
-// is a connection beyond kMaxSessions open ones.
+// is a connection beyond kMaxSessions open ones. A connection is closed when it idles, or takes too
+// long over a request (ControlTimeouts).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -21,6 +22,16 @@ namespace pairwall::control {
 // a stale socket file or none.
 bool socket_answers(const std::string& path);
 
+// How long a session may take over each step; past it the connection is closed.
+struct ControlTimeouts {
+  // For the next request to begin (after connecting, or after an answer), for each read within
+  // it, and for an answer to be written.
+  std::chrono::milliseconds idle = std::chrono::seconds(30);
+  // From a request's first byte to its whole frame: a client that trickles in a byte now and then
+  // would otherwise hold one of the kMaxSessions for as long as it likes.
+  std::chrono::milliseconds request = std::chrono::seconds(30);
+};
+
 class ControlServer {
  public:
   using Handler = std::function<void(const Request&, Response&)>;
@@ -28,7 +39,8 @@ class ControlServer {
   // Creates the socket's directory if needed, refuses to start when another daemon answers on
   // `path`, removes a stale socket file, binds and applies `mode`. Throws std::runtime_error with
   // a message naming the path.
-  ControlServer(boost::asio::io_context& io, std::string path, uint32_t mode, Handler handler);
+  ControlServer(boost::asio::io_context& io, std::string path, uint32_t mode, Handler handler,
+                ControlTimeouts timeouts = {});
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -40,7 +52,6 @@ class ControlServer {
   uint64_t bad_frames() const { return bad_frames_; }
   uint64_t refused() const { return refused_; }  // answered with an error and closed: kMaxSessions open
 
-  static constexpr std::chrono::seconds kIdleTimeout{30};
   // Each session may buffer a request of up to kMaxRequestBytes: a group member allowed on the
   // socket must not hold the daemon's descriptors and memory with idle connections.
   static constexpr std::size_t kMaxSessions = 16;
@@ -52,6 +63,7 @@ class ControlServer {
   boost::asio::io_context& io_;
   std::string path_;
   Handler handler_;
+  ControlTimeouts timeouts_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer retry_;
   uint64_t connections_ = 0;

@@ -2,16 +2,20 @@
 // mode, refusing a second daemon, and the frames the server must refuse.
 #include "daemon/control/server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -40,19 +44,22 @@ struct Fixture {
   // Set by a test before it sends: fills the response further.
   std::function<void(Response&)> also;
 
-  explicit Fixture(uint32_t mode = 0600) {
+  explicit Fixture(uint32_t mode = 0600, ControlTimeouts timeouts = {}) {
     std::filesystem::remove_all(dir.parent_path());
-    server = std::make_unique<ControlServer>(io, path, mode, [this](const Request& req, Response& resp) {
-      ++handled;
-      resp.set_version(kControlProtocolVersion);
-      if (req.has_rules_load()) {
-        resp.set_ok(true);
-        resp.mutable_rules_loaded()->set_path(req.rules_load().path());
-      } else {
-        resp.set_error("unsupported in this test");
-      }
-      if (also) also(resp);
-    });
+    server = std::make_unique<ControlServer>(
+        io, path, mode,
+        [this](const Request& req, Response& resp) {
+          ++handled;
+          resp.set_version(kControlProtocolVersion);
+          if (req.has_rules_load()) {
+            resp.set_ok(true);
+            resp.mutable_rules_loaded()->set_path(req.rules_load().path());
+          } else {
+            resp.set_error("unsupported in this test");
+          }
+          if (also) also(resp);
+        },
+        timeouts);
     server->start();
     thread = std::thread([this] { io.run(); });
   }
@@ -69,6 +76,67 @@ Request rules_load(const std::string& p) {
   Request r;
   r.mutable_rules_load()->set_path(p);
   return r;
+}
+
+// A connection the test writes to byte by byte, as ControlClient never would.
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& path) : fd_(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    REQUIRE(fd_ >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  }
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // False once the server closed the connection.
+  bool send(std::string_view bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  // The next response, unless none is whole within `limit`.
+  std::optional<Response> answer(std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    std::string body;
+    while (reader_.next(body) != FrameReader::Status::Frame) {
+      if (!wait_readable(until)) return std::nullopt;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n <= 0) return std::nullopt;
+      reader_.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+    }
+    Response r;
+    if (!decode_body(body, r)) return std::nullopt;
+    return r;
+  }
+  // Whether the server closed the connection within `limit`; what it answered before is read over.
+  bool closed_within(std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      if (!wait_readable(until)) return false;
+      char buf[4096];
+      if (::recv(fd_, buf, sizeof buf, MSG_DONTWAIT) <= 0) return true;
+    }
+  }
+
+ private:
+  bool wait_readable(std::chrono::steady_clock::time_point until) const {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) > 0;
+  }
+
+  int fd_;
+  FrameReader reader_{kMaxResponseBytes};
+};
+
+std::string frame_of(const Request& r) {
+  std::string out;
+  REQUIRE(encode_frame(r, kMaxRequestBytes, out));
+  return out;
 }
 
 }  // namespace
@@ -219,4 +287,46 @@ TEST_CASE("client: a missing socket gives an actionable message", "[server]") {
   CHECK_THROWS_WITH(ControlClient("/nonexistent/pairwall.sock"),
                     Catch::Contains("cannot connect to /nonexistent/pairwall.sock") &&
                         Catch::Contains("is pairwalld running?"));
+}
+
+// A client that trickles in a byte now and then, each within the idle timeout, would hold one of
+// the kMaxSessions for ever; 16 of them would lock every operator out.
+TEST_CASE("server: a request not whole by its deadline is cut off, however often its bytes come",
+          "[server]") {
+  using std::chrono::milliseconds;
+  Fixture f(0600, ControlTimeouts{.idle = milliseconds(2000), .request = milliseconds(300)});
+  RawConnection c(f.path);
+  const std::string request = frame_of(rules_load("/slow/" + std::string(100, 'x')));
+  const auto began = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (std::size_t i = 0; i < request.size() && !closed; ++i) {
+    closed = !c.send(request.substr(i, 1)) || c.closed_within(milliseconds(50));
+  }
+  const auto took = std::chrono::steady_clock::now() - began;
+  CHECK(closed);
+  CHECK(took >= milliseconds(300));
+  CHECK(took < milliseconds(1500));
+  CHECK(f.handled == 0);
+}
+
+TEST_CASE("server: each request has a deadline of its own, and an idle connection is closed as before",
+          "[server]") {
+  using std::chrono::milliseconds;
+  Fixture f(0600, ControlTimeouts{.idle = milliseconds(400), .request = milliseconds(300)});
+  RawConnection c(f.path);
+  // Three requests, each sent in two halves 150 ms apart: 450 ms and more on one connection.
+  const std::string request = frame_of(rules_load("/in/halves"));
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(c.send(request.substr(0, request.size() / 2)));
+    std::this_thread::sleep_for(milliseconds(150));
+    REQUIRE(c.send(request.substr(request.size() / 2)));
+    const std::optional<Response> r = c.answer(milliseconds(1000));
+    REQUIRE(r);
+    CHECK(r->rules_loaded().path() == "/in/halves");
+  }
+  // Then nothing: closed once idle, not at once.
+  const auto began = std::chrono::steady_clock::now();
+  CHECK(c.closed_within(milliseconds(1500)));
+  CHECK(std::chrono::steady_clock::now() - began >= milliseconds(350));
+  CHECK(f.handled == 3);
 }
