@@ -67,6 +67,7 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
       {"worse_masters_heard", c.worse_masters},
       {"node_id_conflicts", c.node_id_conflicts},
       {"link_resyncs", c.link_resyncs},
+      {"advert_socket_retries", c.advert_socket_retries},
   };
   for (const auto& [name, value] : counters) {
     const std::string family = std::string("pairwall_failover_") + name + "_total";

@@ -79,6 +79,14 @@ FailoverService::~FailoverService() {
 }
 
 void FailoverService::start() {
+  start_with(std::nullopt);
+}
+
+void FailoverService::start(LinkWatch::Transport links) {
+  start_with(std::move(links));
+}
+
+void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transport) {
   // The first rank we advertise must already count an unfinished bulk sync.
   const bool bulk_done = hooks_.bulk_sync_complete ? hooks_.bulk_sync_complete() : true;
   const bool engine_ok = hooks_.engine_healthy ? hooks_.engine_healthy() : true;
@@ -87,7 +95,11 @@ void FailoverService::start() {
   demotion_.set(DemoteReason::Engine, !engine_ok);
   const bool builtin = config_.driver == Driver::Builtin;
   links_ = std::make_unique<LinkWatch>(io_, config_.interfaces(), [this] { on_links_changed(); });
-  links_->start();
+  if (link_transport) {
+    links_->start(std::move(*link_transport));
+  } else {
+    links_->start();
+  }
   last_links_ = links_->links();
   if (builtin) {
     vips_ = std::make_unique<VipSet>(config_.vips, config_.effective_vip_lease_s());
@@ -114,17 +126,13 @@ void FailoverService::start() {
         sockets_.push_back(
             std::make_unique<AdvertSocket>(io_, ifname, AF_INET6, config_.group6, config_.port));
     }
-    for (auto& s : sockets_) {
-      // An interface missing now is not fatal: carrier watch reopens its socket when it appears.
-      try {
-        s->open([this](std::span<const uint8_t> f, int ttl) { on_advert(f, ttl); });
-      } catch (const std::system_error& e) {
-        spdlog::warn("{}", e.what());
-      }
-    }
+    socket_errors_.resize(sockets_.size());
+    // An interface missing now is not fatal: carrier watch reopens its socket when it appears.
+    for (std::size_t i = 0; i < sockets_.size(); ++i) open_socket(i);
   }
   running_ = true;
   const Time t = now();
+  plan_socket_retry(t);
   update_demotion(t);
   if (builtin) {
     const bool fault = links_->with_carrier() == 0;
@@ -166,6 +174,8 @@ void FailoverService::stop() {
   timer_.cancel(ec);
   poll_timer_.cancel(ec);
   sockets_.clear();
+  socket_errors_.clear();
+  socket_retry_at_ = kNever;
   if (links_) links_->stop();
 }
 
@@ -327,15 +337,56 @@ void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl) {
   rearm();
 }
 
-void FailoverService::open_sockets_for(const std::string& ifname) {
-  for (auto& s : sockets_) {
-    if (s->ifname() != ifname) continue;
-    try {
-      s->open([this](std::span<const uint8_t> f, int ttl) { on_advert(f, ttl); });
-    } catch (const std::system_error& e) {
-      spdlog::warn("{}", e.what());
+void FailoverService::open_socket(std::size_t i) {
+  AdvertSocket& s = *sockets_[i];
+  try {
+    s.open([this](std::span<const uint8_t> f, int ttl) { on_advert(f, ttl); });
+  } catch (const std::system_error& e) {
+    // Tried again every second while the link has carrier: say so once, not every second.
+    if (socket_errors_[i] != e.what()) {
+      socket_errors_[i] = e.what();
+      spdlog::warn("{} (tried again while {} has carrier)", e.what(), s.ifname());
     }
+    return;
   }
+  if (!socket_errors_[i].empty()) {
+    spdlog::info("failover: advertisement socket on {} open after failing before", s.ifname());
+    socket_errors_[i].clear();
+  }
+}
+
+void FailoverService::open_sockets_for(const std::string& ifname) {
+  for (std::size_t i = 0; i < sockets_.size(); ++i) {
+    if (sockets_[i]->ifname() == ifname) open_socket(i);
+  }
+}
+
+bool FailoverService::has_carrier(const std::string& ifname) const {
+  for (const auto& l : links_->links()) {
+    if (l.name == ifname) return l.carrier;
+  }
+  return false;
+}
+
+void FailoverService::plan_socket_retry(Time t) {
+  const bool failed = std::any_of(sockets_.begin(), sockets_.end(), [this](const auto& s) {
+    return !s->is_open() && has_carrier(s->ifname());
+  });
+  if (!failed) {
+    socket_retry_at_ = kNever;
+  } else if (socket_retry_at_ == kNever) {
+    socket_retry_at_ = t + kSocketRetryInterval;
+  }
+}
+
+void FailoverService::retry_sockets(Time t) {
+  for (std::size_t i = 0; i < sockets_.size(); ++i) {
+    if (sockets_[i]->is_open() || !has_carrier(sockets_[i]->ifname())) continue;
+    ++counters_.advert_socket_retries;
+    open_socket(i);
+  }
+  socket_retry_at_ = kNever;
+  plan_socket_retry(t);
 }
 
 void FailoverService::on_links_changed() {
@@ -364,6 +415,7 @@ void FailoverService::on_links_changed() {
     open_sockets_for(links[i].name);
   }
   const Time t = now();
+  plan_socket_retry(t);
   update_demotion(t);
   if (config_.driver == Driver::Builtin) {
     apply(t, election_.set_fault(t, links_->with_carrier() == 0));
@@ -408,6 +460,7 @@ void FailoverService::on_tick() {
   if (config_.driver == Driver::Builtin) apply(t, election_.on_timer(t));
   const bool master = election_.role() == Role::Master;
   if (const VipWork work = vip_upkeep_.due(t); work != VipWork::None && vips_) upkeep_vips(t, work);
+  if (t >= socket_retry_at_) retry_sockets(t);
   if (master && t >= next_announce_) {
     announce_all();
     if (announce_fast_left_ > 0) --announce_fast_left_;
@@ -417,7 +470,8 @@ void FailoverService::on_tick() {
 }
 
 void FailoverService::rearm() {
-  Time next = std::min(election_.role() == Role::Master ? next_announce_ : kNever, vip_upkeep_.next());
+  Time next = std::min(
+      {election_.role() == Role::Master ? next_announce_ : kNever, vip_upkeep_.next(), socket_retry_at_});
   if (config_.driver == Driver::Builtin) next = std::min(next, election_.deadline());
   if (next == kNever) {
     boost::system::error_code ec;

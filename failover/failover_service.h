@@ -58,6 +58,7 @@ struct FailoverCounters {
   uint64_t worse_masters = 0;  // see Election::worse_masters()
   uint64_t node_id_conflicts = 0;
   uint64_t link_resyncs = 0;
+  uint64_t advert_socket_retries = 0;  // opens tried again after one failed, while the link has carrier
 };
 
 struct FailoverSnapshot {
@@ -109,6 +110,11 @@ std::optional<Role> role_from_vips(std::optional<std::size_t> present, std::size
 class FailoverService final : public control::FailoverControl {
  public:
   static constexpr Time kPollInterval = std::chrono::milliseconds(50);
+  // An advertisement socket whose open failed while its link has carrier (a transient error, the
+  // interface renamed in between) is tried again after this, until it opens or the link loses
+  // carrier: otherwise the node would neither hear nor send advertisements on that link until its
+  // carrier changed. Carrier coming back reopens every socket of the link at once.
+  static constexpr Time kSocketRetryInterval = std::chrono::seconds(1);
 
   // `boot_epoch`: this start's epoch (control/boot_epoch.h); 0 takes the wall clock.
   FailoverService(boost::asio::io_context& io, FailoverConfig config, uint32_t node_id,
@@ -121,6 +127,8 @@ class FailoverService final : public control::FailoverControl {
   // starts the election as backup. Throws std::system_error / std::runtime_error with a message
   // naming what failed.
   void start();
+  // The same with the carrier watch over `links` instead of an rtnetlink socket of its own.
+  void start(LinkWatch::Transport links);
   // Clean shutdown: a master sends its leaving advertisement and releases the VIPs. Call on the
   // io_context's thread (or after it stopped).
   void stop();
@@ -158,7 +166,15 @@ class FailoverService final : public control::FailoverControl {
   void poll();
   void on_tick();
   void rearm();
+  void start_with(std::optional<LinkWatch::Transport> link_transport);
+  // Opens sockets_[i]; a failure is logged once per error.
+  void open_socket(std::size_t i);
   void open_sockets_for(const std::string& ifname);
+  bool has_carrier(const std::string& ifname) const;
+  // Plans a retry of the sockets whose open failed on a link with carrier, unless one is planned;
+  // forgets it when there are none.
+  void plan_socket_retry(Time t);
+  void retry_sockets(Time t);
 
   boost::asio::io_context& io_;
   const FailoverConfig config_;
@@ -175,6 +191,8 @@ class FailoverService final : public control::FailoverControl {
   std::unique_ptr<Announcer> announcer_;
   std::unique_ptr<LinkWatch> links_;
   std::vector<std::unique_ptr<AdvertSocket>> sockets_;
+  std::vector<std::string> socket_errors_;  // per socket: why its last open failed, "" if it did not
+  Time socket_retry_at_ = kNever;
   std::array<bool, kRejectCount> reject_logged_{};
   bool own_id_logged_ = false;
   std::vector<LinkWatch::Link> last_links_;  // as on_links_changed() last saw them

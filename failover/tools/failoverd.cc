@@ -97,7 +97,8 @@ std::string status_json(const pf::FailoverSnapshot& s) {
     << ",\"announcements\":" << c.announcements << ",\"announce_errors\":" << c.announce_errors
     << ",\"vip_renewals\":" << c.vip_renewals << ",\"vip_retries\":" << c.vip_retries
     << ",\"vip_errors\":" << c.vip_errors << ",\"worse_masters\":" << c.worse_masters
-    << ",\"node_id_conflicts\":" << c.node_id_conflicts << "}}";
+    << ",\"node_id_conflicts\":" << c.node_id_conflicts
+    << ",\"advert_socket_retries\":" << c.advert_socket_retries << "}}";
   return o.str();
 }
 

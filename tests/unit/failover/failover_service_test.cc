@@ -1,0 +1,73 @@
+// FailoverService with the carrier watch on a fake kernel. Its VIP interface is one the host does
+// not have, so that nothing it does touches the host's links and addresses, and the advertisement
+// socket's open fails however often it is tried, as a lasting error on a real link would.
+#include "failover/failover_service.h"
+
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+
+#include "tests/unit/failover/fake_link_kernel.h"
+
+namespace pairwall::failover {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr const char* kAbsentLink = "pwnosuchlink0";
+
+FailoverConfig config_on_absent_link() {
+  FailoverConfig c;
+  c.key = std::string(32, 'k');
+  c.advbase_ms = 255'000;  // backup for the whole test: no VIP is ever added, no frame announced
+  Vip vip;
+  vip.interface = kAbsentLink;
+  vip.family = AF_INET;
+  vip.address = {192, 0, 2, 1};
+  vip.prefix_len = 32;
+  c.vips.push_back(vip);
+  return c;
+}
+
+uint64_t socket_retries(const FailoverService& s) {
+  return s.snapshot().counters.advert_socket_retries;
+}
+
+TEST_CASE("FailoverService: an advertisement socket that failed to open is tried again while it has carrier",
+          "[failover_service]") {
+  // The announcer's AF_PACKET socket, made at start, needs CAP_NET_RAW.
+  if (::geteuid() != 0) {
+    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+    return;
+  }
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  boost::asio::io_context io;
+  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  FailoverService service(io, config_on_absent_link(), 1);
+  service.start(kernel.transport());
+  REQUIRE(service.snapshot().links.at(0).carrier);
+  CHECK(socket_retries(service) == 0);
+
+  run_until(io, milliseconds(1500), [] { return false; });
+  CHECK(socket_retries(service) == 1);
+
+  // Without carrier nothing is tried: carrier coming back reopens the sockets.
+  kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, false});
+  run_until(io, milliseconds(1300), [] { return false; });
+  CHECK_FALSE(service.snapshot().links.at(0).carrier);
+  CHECK(socket_retries(service) == 1);
+
+  kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, true});
+  run_until(io, milliseconds(1500), [&] { return socket_retries(service) == 2; });
+  CHECK(socket_retries(service) == 2);
+  service.stop();
+}
+
+}  // namespace
+}  // namespace pairwall::failover
