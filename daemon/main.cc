@@ -398,13 +398,6 @@ std::vector<control::ProgressWatch::Sample> progress_samples(const io::NfQueue& 
   return out;
 }
 
-// State ids count from the epoch (microseconds) times 4096: a later start counts from above every id
-// an earlier one made unless that one created more than 4096 states a microsecond, and the count
-// lasts until 2112.
-uint64_t first_state_counter(uint64_t boot_epoch) {
-  return (boot_epoch & ((uint64_t{1} << 52) - 1)) << 12;
-}
-
 void notify(const std::string& text) {
   sd_notify(0, text.c_str());
 }
@@ -472,7 +465,7 @@ int run(const control::Config& c) {
   engine::EngineConfig engine_config;
   engine_config.node_id = c.node.id;
   engine_config.shards = c.engine.shards;
-  engine_config.first_state_counter = first_state_counter(boot_epoch);
+  engine_config.first_state_counter = control::first_state_counter(boot_epoch);
   engine::Engine engine(engine_config);
 
   control::ControlService service(c, engine, monotonic_now);
@@ -789,12 +782,16 @@ int run(const control::Config& c) {
 
   // Expiry every second (pf purges every 10 s; ours is O(expired), so a short period is cheap and
   // keeps the table close to its true size). Without sync nobody else drains the state change
-  // rings: drain them here so that they do not count as lost.
+  // rings: drain them here so that they do not count as lost. The boot epoch file's floor is kept
+  // ahead of the state ids made (a failed write is warned about, the daemon goes on).
   asio::steady_timer tick(loop);
   uint64_t ticks = 0;
+  control::EpochFloor epoch_floor(c.node.epoch_file, boot_epoch);
   std::function<void(const boost::system::error_code&)> on_tick = [&](const boost::system::error_code& ec) {
     if (ec) return;
     engine.expire(monotonic_now());
+    if (const std::string error = epoch_floor.update(engine.next_state_counter()); !error.empty())
+      spdlog::warn("{}", error);
     if (!sync_service) {
       engine::StateRecord record;
       for (std::size_t i = 0; i < queues->workers(); ++i) {

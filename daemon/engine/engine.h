@@ -283,6 +283,9 @@ class Engine {
   // otherwise pass by their states. Returns how many. Control path: visits the whole table.
   std::size_t kill_states(const std::function<bool(const StateEntry&)>& match);
 
+  // The counter the next state this node creates takes (its StateId's).
+  uint64_t next_state_counter() const noexcept { return next_state_counter_.load(std::memory_order_relaxed); }
+
   // State changes made outside the packet path (expiry of this node's states, flush, kill), for
   // sync. Produced by the one control thread that calls expire(), flush_states() and kill_states().
   SpscRing<StateRecord>& control_events() { return control_events_; }
