@@ -1085,6 +1085,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       v.by_rule = &rule;
       if (rule.log) v.log = logpass::of(pass);
       if (pass == 1) log_in_pass(v);
+      if (pass == 1 && meta.out_iface == kNoIface) v.routed_out = translation.iface[1];
       // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
       // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
       // RFC 1122 3.2.2).
@@ -1150,6 +1151,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     v.log |= logpass::of(pass);
     if (r != passed_by) v.out_log_rule = &rules.rule(r);
   }
+  if (parsed.filtered[1] && meta.out_iface == kNoIface) v.routed_out = translation.iface[1];
   const bool stateless_icmp = packet.is_icmp() && (packet.icmp.is_error || packet.icmp.keeps_no_state);
   // A translated connection always has a state: its replies are translated back by it (pf
   // creates one for nat whatever the filter rule says). Without a rule that keeps state it takes

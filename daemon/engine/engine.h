@@ -82,6 +82,9 @@ struct Verdict {
   uint8_t log = 0;
   bool synced_insert = false;  // created `state` and queued its insert for the peer (defer)
   uint8_t generated_first = 0;
+  // The out pass's interface where the packet had none: decided before routing, the one the
+  // Router named (for the out pass's log record).
+  IfaceId routed_out = kNoIface;
   uint32_t rule = rules::kNoRule;  // deciding rule's @N, or that of the rule that created the matched state
   // That rule, where known (a state learned from the peer has none): its anchor, for logs. Valid
   // until the worker's next batch, which may take up a newer rule set.

@@ -63,6 +63,17 @@ const CachedIface& IfindexCache::lookup(uint32_t ifindex) noexcept {
   return scratch_;
 }
 
+const char* IfindexCache::name_of(engine::IfaceId id) const noexcept {
+  if (id == engine::kNoIface) return none_.name;
+  for (const CachedIface& entry : direct_) {
+    if (entry.resolved && entry.id == id) return entry.name;
+  }
+  for (const Overflow& slot : overflow_) {
+    if (slot.iface.id == id) return slot.iface.name;
+  }
+  return none_.name;
+}
+
 void IfindexCache::clear() noexcept {
   for (auto& entry : direct_) entry = CachedIface{};
   overflow_.clear();

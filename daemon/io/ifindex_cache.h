@@ -40,6 +40,10 @@ class IfindexCache {
   // kNoIface. The reference is valid until the next lookup() or clear().
   const CachedIface& lookup(uint32_t ifindex) noexcept;
 
+  // The name of an interface a lookup() has resolved, by its id ("" for one it has not): a scan,
+  // for the rare packet whose interface is known by id alone (an out pass decided before routing).
+  const char* name_of(engine::IfaceId id) const noexcept;
+
   // Forgets every mapping: after an interface was renamed, or deleted and its index reused.
   void clear() noexcept;
 

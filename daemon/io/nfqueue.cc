@@ -239,7 +239,11 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
       LogMeta m = pass_log_meta(verdict, pass, packet.payload);
       // lookup() returns a reference that the next lookup may reuse: copy the name at once.
       const uint32_t ifindex = m.outbound ? packet.out_ifindex : packet.in_ifindex;
-      std::memcpy(m.ifname, w.ifaces.lookup(ifindex).name, sizeof(m.ifname));
+      if (m.outbound && ifindex == 0 && verdict.routed_out != engine::kNoIface) {
+        std::memcpy(m.ifname, w.ifaces.name_of(verdict.routed_out), sizeof(m.ifname));
+      } else {
+        std::memcpy(m.ifname, w.ifaces.lookup(ifindex).name, sizeof(m.ifname));
+      }
       if (!log_->log(w.index, m, packet.payload, now)) w.log_dropped.add();
     }
   }

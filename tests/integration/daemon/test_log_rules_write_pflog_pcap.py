@@ -8,7 +8,7 @@ import re
 import subprocess
 import time
 
-from daemon_net import ALLOWED, BLOCKED, RULES, UDP_PORT
+from daemon_net import ALLOWED, BLOCKED, FW_IN4, RULES, SERVER4, UDP_PORT, WHOAMI_TCP
 
 LOGGED_RULES = RULES + """\
 anchor "guard" in on $in_if {
@@ -92,3 +92,23 @@ def test_out_pass_rules_log_out_on_their_interface(lan, daemon_factory, tmp_path
     assert len(passed) == 1 and "pass out on f1" in passed[0] and f".{ALLOWED}:" in passed[0], lines
     assert blocked and all("block out on f1" in l and f".{UDP_PORT}:" in l for l in blocked), lines
     assert not [l for l in lines if " in on " in l], "no in-pass rule logs here:\n" + "\n".join(lines)
+
+
+def test_out_pass_decided_before_routing_logs_on_its_way_out(lan, daemon_factory, tmp_path):
+    """A port forward to the firewall's own address is decided before routing, yet its out pass is
+    the interface the kernel sends it out of: `block out log` logs it as `out on f1`, as pf does."""
+    pcap = tmp_path / "pflog.pcap"
+    fw = daemon_factory(rules=f"""\
+in_if = "f0"
+out_if = "f1"
+rdr on $in_if proto tcp to {FW_IN4} port 80 -> {SERVER4} port {WHOAMI_TCP}
+pass in on $in_if proto tcp to {SERVER4} port {WHOAMI_TCP}
+block out log quick on $out_if proto tcp to {SERVER4} port {WHOAMI_TCP}
+""", pcap=pcap)
+    block_out = rule_number(fw, "block out log quick on f1")
+    lan.whoami()
+    assert lan.ask(FW_IN4, 80, timeout=1.0)["result"] == "timeout"
+
+    lines = read_pflog(pcap, lambda ls: any(f"rule {block_out}/" in l for l in ls))
+    blocked = [l for l in lines if f"rule {block_out}/" in l]
+    assert blocked and all("block out on f1" in l for l in blocked), "\n".join(lines) or "(empty log)"

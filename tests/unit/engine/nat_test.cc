@@ -228,6 +228,7 @@ TEST_CASE("before routing: an rdr'd connection meets the out rules of the interf
     const Verdict v = before_routing(fw, syn);
     CHECK(v.reason == Reason::RuleBlock);
     CHECK(v.log == logpass::kOut);
+    CHECK(v.routed_out == fw.lan);  // its log record's interface
     CHECK_FALSE(v.claimed);
     CHECK(fw.engine.states().size() == 0);
     // Asked with the destination the rdr made, as the kernel will route the packet.
@@ -257,6 +258,7 @@ TEST_CASE("before routing: an rdr'd connection meets the out rules of the interf
     fw.worker.set_router(&router);
     const Verdict v = before_routing(fw, syn);
     CHECK(v.reason == Reason::Match);
+    CHECK(v.routed_out == router.answer);
     CHECK(v.claimed);
     CHECK(fw.last_packet == redirected);
   }

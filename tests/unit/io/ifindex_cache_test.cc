@@ -98,6 +98,22 @@ TEST_CASE("large ifindexes use the overflow table, then resolve uncached", "[ifi
   CHECK(cache.uncached() >= 1);
 }
 
+TEST_CASE("a resolved interface's name is found by its id", "[ifindex]") {
+  engine::InterfaceRegistry registry;
+  FakeLinks links;
+  links.names = {{2, "lan0"}, {IfindexCache::kDirectLimit + 1, "big0"}};
+  IfindexCache cache(registry, links.resolver());
+  const engine::IfaceId lan = cache.lookup(2).id;
+  const engine::IfaceId big = cache.lookup(IfindexCache::kDirectLimit + 1).id;
+  const engine::IfaceId unseen = registry.intern("wan0");
+  CHECK(std::string(cache.name_of(lan)) == "lan0");
+  CHECK(std::string(cache.name_of(big)) == "big0");
+  CHECK(std::string(cache.name_of(unseen)).empty());
+  CHECK(std::string(cache.name_of(engine::kNoIface)).empty());
+  cache.clear();
+  CHECK(std::string(cache.name_of(lan)).empty());
+}
+
 TEST_CASE("the real resolver knows the loopback interface", "[ifindex]") {
   char name[IF_NAMESIZE] = {};
   REQUIRE(resolve_ifindex(if_nametoindex("lo"), name));
