@@ -39,6 +39,17 @@ void set_key(StateKey& key, const PacketView& p) {
   key.proto = p.proto;
 }
 
+// A packet that meets scrub rules on both its passes takes the stricter settings of the two.
+void tighten(rules::ScrubAction& scrub, const rules::ScrubAction& other) {
+  if (!other.matched) return;
+  scrub.matched = true;
+  scrub.min_ttl = std::max(scrub.min_ttl, other.min_ttl);
+  if (other.max_mss != 0 && (scrub.max_mss == 0 || other.max_mss < scrub.max_mss))
+    scrub.max_mss = other.max_mss;
+  scrub.random_id = scrub.random_id || other.random_id;
+  scrub.no_df = scrub.no_df || other.no_df;
+}
+
 // Flag combinations no TCP stack sends (pf_normalize_tcp): scans and stack fingerprinting.
 bool tcp_flags_valid(uint8_t flags) {
   using namespace tcpflag;
@@ -612,63 +623,58 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;
   if (parsed.filtered[0]) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
-  if (parsed.filtered[1]) {
-    const rules::ScrubAction out = rules.scrub(packet, rules::Direction::Out, meta.out_iface);
-    if (out.matched) {
-      scrub.matched = true;
-      scrub.min_ttl = std::max(scrub.min_ttl, out.min_ttl);
-      if (out.max_mss != 0 && (scrub.max_mss == 0 || out.max_mss < scrub.max_mss))
-        scrub.max_mss = out.max_mss;
-      scrub.random_id = scrub.random_id || out.random_id;
-      scrub.no_df = scrub.no_df || out.no_df;
-    }
-  }
-  bool& rewritten = parsed.rewritten;
-  if (scrub.matched) {
-    if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) {
-      // pf's min-ttl raises the TTL (hop limit), so that a packet cannot be aimed to expire past
-      // the firewall but short of its destination (an evasion of what is seen here).
-      uint8_t* ip = bytes.data();
-      if (packet.family == Family::V4) {
-        const uint16_t old_word = load_be16(ip + 8);  // TTL and protocol
-        ip[8] = scrub.min_ttl;
-        checksum_replace16(ip + 10, old_word, load_be16(ip + 8));
-      } else {
-        ip[7] = scrub.min_ttl;  // the hop limit has no checksum
-      }
-      packet.ttl = scrub.min_ttl;
-      rewritten = true;
-    }
-    if (packet.family == Family::V4 && (scrub.no_df || scrub.random_id)) {
-      // IPv4 flags/fragment-offset word (bytes 6-7) and identification (bytes 4-5); the header
-      // checksum (bytes 10-11) is never left to the kernel, so it is always updated.
-      uint8_t* ip = bytes.data();
-      if (scrub.no_df && packet.dont_fragment) {
-        const uint16_t old_word = load_be16(ip + 6);
-        const uint16_t new_word = static_cast<uint16_t>(old_word & ~0x4000);
-        store_be16(ip + 6, new_word);
-        checksum_replace16(ip + 10, old_word, new_word);
-        packet.dont_fragment = false;
-        rewritten = true;
-      }
-      if (scrub.random_id) {
-        // pf's random-id: hide the sender's ID sequence (host counting, idle scans).
-        const uint16_t old_id = load_be16(ip + 4);
-        const uint16_t new_id = worker.next_random16();
-        store_be16(ip + 4, new_id);
-        checksum_replace16(ip + 10, old_id, new_id);
-        rewritten = true;
-      }
-    }
-    if (scrub.max_mss != 0 && packet.is_tcp() && packet.tcp.has_mss &&
-        clamp_mss(bytes, packet, scrub.max_mss)) {
-      packet.tcp.mss = std::min(packet.tcp.mss, scrub.max_mss);
-      rewritten = true;
-    }
-    if (packet.is_tcp() && clear_stray_urgent_pointer(bytes, packet)) rewritten = true;
-  }
+  if (parsed.filtered[1]) tighten(scrub, rules.scrub(packet, rules::Direction::Out, meta.out_iface));
+  if (scrub.matched && normalize(worker, bytes, packet, scrub)) parsed.rewritten = true;
 
   return std::nullopt;
+}
+
+// Rewrites the packet as a matched scrub action says; whether it changed a byte.
+bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& packet,
+                       const rules::ScrubAction& scrub) noexcept {
+  bool rewritten = false;
+  if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) {
+    // pf's min-ttl raises the TTL (hop limit), so that a packet cannot be aimed to expire past
+    // the firewall but short of its destination (an evasion of what is seen here).
+    uint8_t* ip = bytes.data();
+    if (packet.family == Family::V4) {
+      const uint16_t old_word = load_be16(ip + 8);  // TTL and protocol
+      ip[8] = scrub.min_ttl;
+      checksum_replace16(ip + 10, old_word, load_be16(ip + 8));
+    } else {
+      ip[7] = scrub.min_ttl;  // the hop limit has no checksum
+    }
+    packet.ttl = scrub.min_ttl;
+    rewritten = true;
+  }
+  if (packet.family == Family::V4 && (scrub.no_df || scrub.random_id)) {
+    // IPv4 flags/fragment-offset word (bytes 6-7) and identification (bytes 4-5); the header
+    // checksum (bytes 10-11) is never left to the kernel, so it is always updated.
+    uint8_t* ip = bytes.data();
+    if (scrub.no_df && packet.dont_fragment) {
+      const uint16_t old_word = load_be16(ip + 6);
+      const uint16_t new_word = static_cast<uint16_t>(old_word & ~0x4000);
+      store_be16(ip + 6, new_word);
+      checksum_replace16(ip + 10, old_word, new_word);
+      packet.dont_fragment = false;
+      rewritten = true;
+    }
+    if (scrub.random_id) {
+      // pf's random-id: hide the sender's ID sequence (host counting, idle scans).
+      const uint16_t old_id = load_be16(ip + 4);
+      const uint16_t new_id = worker.next_random16();
+      store_be16(ip + 4, new_id);
+      checksum_replace16(ip + 10, old_id, new_id);
+      rewritten = true;
+    }
+  }
+  if (scrub.max_mss != 0 && packet.is_tcp() && packet.tcp.has_mss &&
+      clamp_mss(bytes, packet, scrub.max_mss)) {
+    packet.tcp.mss = std::min(packet.tcp.mss, scrub.max_mss);
+    rewritten = true;
+  }
+  if (packet.is_tcp() && clear_stray_urgent_pointer(bytes, packet)) rewritten = true;
+  return rewritten;
 }
 
 namespace {

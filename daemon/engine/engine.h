@@ -336,6 +336,9 @@ class Engine {
   // (Parsed::filtered, by the worker's Router).
   void translate(Worker& worker, Parsed& parsed, const PacketMeta& meta, Translation& translation,
                  Millis now) noexcept;
+  // Rewrites the packet as a matched scrub action says; whether it changed a byte.
+  static bool normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& packet,
+                        const rules::ScrubAction& scrub) noexcept;
   bool choose_source_port(Worker& worker, StateKey& wire, uint16_t low, uint16_t high,
                           bool keep_own) noexcept;
   Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
