@@ -504,7 +504,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       worker.count_packet(p.bytes.size());
       const std::optional<Verdict> screened = screen(worker, p.bytes, own[i], p.meta);
       if (screened) p.verdict = *screened;
-      if (screened || by_state(worker, p.bytes, own[i], now, p.verdict)) {
+      if (screened || by_state(worker, p.bytes, own[i], p.meta, now, p.verdict)) {
         finish(worker, p.bytes, own[i], p.meta, p.verdict);
       } else {
         new_flows[new_count++] = static_cast<uint8_t>(i);
@@ -516,7 +516,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     for (std::size_t k = 0; k < new_count; ++k) {
       const PacketMeta& meta = group[new_flows[k]].meta;
       Translation& translation = translations[k].emplace();
-      translate(worker, own[new_flows[k]], meta, translation, now);
+      translate(worker, group[new_flows[k]].bytes, own[new_flows[k]], meta, translation, now);
       for (int pass = 0; pass < 2; ++pass) {
         pass_query[k][pass] = kNoQuery;
         if (!own[new_flows[k]].filtered[pass] || !translation.filtered[pass] ||
@@ -536,7 +536,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       const Parsed& flow = own[new_flows[k]];
       // In packet order, as process() would: a packet whose state an earlier one of the group
       // has just created belongs to that state, not to the rules.
-      if (!created || !by_state(worker, p.bytes, flow, now, p.verdict)) {
+      if (!created || !by_state(worker, p.bytes, flow, p.meta, now, p.verdict)) {
         p.verdict =
             by_rules(worker, p.bytes, flow, p.meta, *translations[k], {deciding(k, 0), deciding(k, 1)}, now);
       }
@@ -570,10 +570,10 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   Verdict verdict;
   if (std::optional<Verdict> screened = screen(worker, bytes, parsed, meta)) {
     verdict = *screened;
-  } else if (!by_state(worker, bytes, parsed, now, verdict)) {
+  } else if (!by_state(worker, bytes, parsed, meta, now, verdict)) {
     const rules::RuleSet& rules = *worker.rules_;
     Translation translation;
-    translate(worker, parsed, meta, translation, now);
+    translate(worker, bytes, parsed, meta, translation, now);
     std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
     for (int pass = 0; pass < 2; ++pass) {
       if (parsed.filtered[pass] && translation.filtered[pass] && claims(meta, translation.translated))
@@ -675,6 +675,26 @@ bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& pac
   }
   if (packet.is_tcp() && clear_stray_urgent_pointer(bytes, packet)) rewritten = true;
   return rewritten;
+}
+
+// A translated connection's later packet before routing, as translate() scrubs its first: the
+// scrub out of the interface the Router says it will leave by, matched as it will leave.
+void Engine::scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& packet,
+                                  const PacketMeta& meta, const StateKey& leaving, Millis now) noexcept {
+  const rules::RuleSet& rules = *worker.rules_;
+  if (worker.router_ == nullptr || !rules.has_scrub()) return;
+  const IfaceId out = worker.router_->egress(
+      {leaving.family, leaving.addr[0], leaving.addr[1], meta.in_link, meta.mark}, now);
+  if (out == kNoIface || rules.skips(out)) return;
+  PacketView view = packet;
+  view.src = leaving.addr[0];
+  view.dst = leaving.addr[1];
+  if (packet.is_tcp() || packet.is_udp()) {
+    view.src_port = leaving.port[0];
+    view.dst_port = leaving.port[1];
+  }
+  const rules::ScrubAction scrub = rules.scrub(view, rules::Direction::Out, out);
+  if (scrub.matched) normalize(worker, bytes, view, scrub);
 }
 
 namespace {
@@ -796,8 +816,8 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
 
 // 3. State lookup: the verdict of the packet's state, or nothing for a packet no state knows. An
 // ICMP error belongs to the state of the packet it quotes.
-bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, Millis now,
-                      Verdict& verdict) noexcept {
+bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
+                      Millis now, Verdict& verdict) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
@@ -909,7 +929,9 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           emit_update(worker, *state, now, rules);
         verdict = passed_by_state(*state, rules, rewritten, pass);
         if (state->translated()) {
-          rewrite_packet(bytes, packet, counterpart(state));
+          const StateKey leaving = counterpart(state);
+          if (meta.hook == Hook::Prerouting) scrub_before_routing(worker, bytes, packet, meta, leaving, now);
+          rewrite_packet(bytes, packet, leaving);
           verdict.rewritten = true;
         }
         if (modulated && modulate(bytes, *state, side, packet)) verdict.rewritten = true;
@@ -926,8 +948,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
 // out pass the source, and each pass's filter rules see the packet as translated so far. Nothing
 // is written to the packet until it has passed and its state exists (by_rules()).
 // `translation` comes default-constructed.
-void Engine::translate(Worker& worker, Parsed& parsed, const PacketMeta& meta, Translation& translation,
-                       Millis now) noexcept {
+void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
+                       Translation& translation, Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   translation.seen[0] = translation.seen[1] = &packet;
@@ -995,9 +1017,10 @@ void Engine::translate(Worker& worker, Parsed& parsed, const PacketMeta& meta, T
   if (!translation.translated) return;
 
   // Before routing, the out pass is on the interface the translated packet will leave by: its
-  // filter rules decide the connection too, as pf's do. Its nat does not apply there (the out
-  // pass was not filtered when it was looked up above): a source rewritten before routing is one
-  // the kernel's source validation then judges, and this node's own address is a martian to it.
+  // scrub and filter rules apply to the connection too, as pf's do, matched as the packet will
+  // leave. Its nat does not apply there (the out pass was not filtered when it was looked up
+  // above): a source rewritten before routing is one the kernel's source validation then judges,
+  // and this node's own address is a martian to it.
   if (meta.hook == Hook::Prerouting && worker.router_ != nullptr) {
     const PacketView& leaving = *translation.seen[0];
     const IfaceId out =
@@ -1005,6 +1028,8 @@ void Engine::translate(Worker& worker, Parsed& parsed, const PacketMeta& meta, T
     if (out != kNoIface && !rules.skips(out)) {
       translation.iface[1] = out;
       parsed.filtered[1] = true;
+      const rules::ScrubAction scrub = rules.scrub(leaving, rules::Direction::Out, out);
+      if (scrub.matched && normalize(worker, bytes, parsed.packet, scrub)) parsed.rewritten = true;
     }
   }
 
@@ -1189,7 +1214,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       // create()'s handle: that one holds the shards of this packet's keys, not necessarily of the
       // found state's wire key, which erasing or requeueing it touches (a rare race: one lookup more).
       Verdict judged;
-      if (by_state(worker, bytes, parsed, now, judged)) return judged;
+      if (by_state(worker, bytes, parsed, meta, now, judged)) return judged;
       // That state has gone again (expired, or gave way to a new connection on its ports).
       if (attempt == 3) return drop(Reason::Internal, creating_rule);
       continue;

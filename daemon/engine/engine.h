@@ -330,12 +330,14 @@ class Engine {
   // alternating invocations, with decide() returning one named verdict for the same reason:
   // state_lookup_mpps at 1k states 8.52-8.55 -> 9.02-9.05, state_lookup_single_mpps 8.36-8.45
   // -> 8.66-8.71, a disturbed round of each left out).
-  bool by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, Millis now,
-                Verdict& verdict) noexcept;
+  bool by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
+                Millis now, Verdict& verdict) noexcept;
+  void scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& packet,
+                            const PacketMeta& meta, const StateKey& leaving, Millis now) noexcept;
   // Also decides, before routing, whether a translated connection's out pass meets the rules
-  // (Parsed::filtered, by the worker's Router).
-  void translate(Worker& worker, Parsed& parsed, const PacketMeta& meta, Translation& translation,
-                 Millis now) noexcept;
+  // (Parsed::filtered, by the worker's Router), and scrubs it there.
+  void translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,
+                 Translation& translation, Millis now) noexcept;
   // Rewrites the packet as a matched scrub action says; whether it changed a byte.
   static bool normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& packet,
                         const rules::ScrubAction& scrub) noexcept;

@@ -136,6 +136,7 @@ class RuleSet {
   // First matching scrub rule, merged into one action (matched=false when none applies).
   ScrubAction scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
+  bool has_scrub() const noexcept { return scrub_classifier_ != nullptr; }
   bool has_translations() const noexcept { return translation_classifier_ != nullptr; }
   // First matching nat/rdr/binat rule for this pass, or nullptr.
   const CompiledTranslation* translation(const PacketView& packet, Direction direction,

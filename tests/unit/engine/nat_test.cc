@@ -285,6 +285,54 @@ TEST_CASE("before routing: an rdr'd connection meets the out rules of the interf
   }
 }
 
+// pf's scrub out applies on the out pass of every packet: before routing, that of a redirected
+// connection's is on the interface the Router names, matched as the packet will leave.
+TEST_CASE("before routing: an rdr'd connection's packets meet the scrub out of their way out",
+          "[engine][nat][prerouting][scrub]") {
+  const std::string rules =
+      "scrub out on lan0 to 10.2.0.10 max-mss 1200 min-ttl 40\n"
+      "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
+      "pass in on wan0 proto tcp to 10.2.0.10 port 8080\n";
+  const auto syn = [](const char* dst, uint16_t port, uint16_t mss, uint8_t ttl) {
+    return PacketBuilder()
+        .ipv4("198.51.100.7", dst)
+        .ttl(ttl)
+        .tcp(4000, port)
+        .flags(tcpflag::kSyn)
+        .seq(1000)
+        .mss(mss)
+        .build();
+  };
+  const auto before_routing = [](Firewall& f, const Bytes& p) {
+    return f.run(p, PacketMeta{Hook::Prerouting, f.wan, kNoIface, false});
+  };
+  Firewall fw(rules);
+  FakeRouter router;
+  router.answer = fw.lan;
+  fw.worker.set_router(&router);
+
+  // The first SYN, which makes the state, and its retransmission, which the state passes.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    INFO(attempt);
+    const Verdict v = before_routing(fw, syn("203.0.113.1", 80, 1460, 20));
+    CHECK(v.reason == (attempt == 0 ? Reason::Match : Reason::State));
+    CHECK(fw.last_packet == syn("10.2.0.10", 8080, 1200, 40));
+  }
+  // Leaving by another interface, scrub out on lan0 does not apply.
+  router.answer = fw.engine.interfaces().intern("dmz0");
+  const Bytes other = PacketBuilder()
+                          .ipv4("198.51.100.7", "203.0.113.1")
+                          .ttl(20)
+                          .tcp(4001, 80)
+                          .flags(tcpflag::kSyn)
+                          .seq(1000)
+                          .mss(1460)
+                          .build();
+  CHECK(before_routing(fw, other).reason == Reason::Match);
+  CHECK(get16(fw.last_packet, 20 + 22) == 1460);
+  CHECK(fw.last_packet[8] == 20);
+}
+
 TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filter rules", "[engine][nat]") {
   struct Case {
     const char* name;
