@@ -678,13 +678,20 @@ bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& pac
 }
 
 // A translated connection's later packet before routing, as translate() scrubs its first: the
-// scrub out of the interface the Router says it will leave by, matched as it will leave.
+// scrub out of the interface it will leave by, matched as it will leave.
 void Engine::scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& packet,
-                                  const PacketMeta& meta, const StateKey& leaving, Millis now) noexcept {
+                                  const PacketMeta& meta, StateEntry& state, const StateKey& leaving,
+                                  Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
-  if (worker.router_ == nullptr || !rules.has_scrub()) return;
-  const IfaceId out = worker.router_->egress(
-      {leaving.family, leaving.addr[0], leaving.addr[1], meta.in_link, meta.mark}, now);
+  if (!rules.has_scrub()) return;
+  // Known since the connection's first packet; a state learned from the peer asks the Router, once
+  // unless the packets are this node's: a packet per question would thrash its answers, kept per
+  // destination, with the replies of many inside hosts.
+  if (state.leaves_by == kNoIface && worker.router_ != nullptr) {
+    state.leaves_by = worker.router_->egress(
+        {leaving.family, leaving.addr[0], leaving.addr[1], meta.in_link, meta.mark}, now);
+  }
+  const IfaceId out = state.leaves_by;
   if (out == kNoIface || rules.skips(out)) return;
   PacketView view = packet;
   view.src = leaving.addr[0];
@@ -930,7 +937,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         verdict = passed_by_state(*state, rules, rewritten, pass);
         if (state->translated()) {
           const StateKey leaving = counterpart(state);
-          if (meta.hook == Hook::Prerouting) scrub_before_routing(worker, bytes, packet, meta, leaving, now);
+          if (meta.hook == Hook::Prerouting)
+            scrub_before_routing(worker, bytes, packet, meta, *state, leaving, now);
           rewrite_packet(bytes, packet, leaving);
           verdict.rewritten = true;
         }
@@ -1246,6 +1254,11 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   state->peer[0] = src;
   state->peer[1] = dst;
   state->rule = creating_rule;
+  if (meta.hook == Hook::Prerouting) {
+    if (parsed.filtered[1]) state->leaves_by = translation.iface[1];  // rdr'd: the Router's
+  } else if (translation.translated) {
+    state->leaves_by = meta.in_iface;  // nat'd: its replies go back where it came from
+  }
   state->packets[0] = 1;
   state->bytes[0] = bytes.size();
   // Also on a translated connection's state that no rule keeps: its rules' allow-opts holds.

@@ -333,7 +333,8 @@ class Engine {
   bool by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
                 Millis now, Verdict& verdict) noexcept;
   void scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& packet,
-                            const PacketMeta& meta, const StateKey& leaving, Millis now) noexcept;
+                            const PacketMeta& meta, StateEntry& state, const StateKey& leaving,
+                            Millis now) noexcept;
   // Also decides, before routing, whether a translated connection's out pass meets the rules
   // (Parsed::filtered, by the worker's Router), and scrubs it there.
   void translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed, const PacketMeta& meta,

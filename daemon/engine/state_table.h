@@ -78,8 +78,12 @@ struct alignas(64) StateEntry {
   uint16_t home = 0;
   uint16_t wire_shard = 0;
   TimeoutClass timeout = TimeoutClass::TcpFirst;
-  uint8_t flags = 0;             // stateflag::*
-  bool adopted = true;           // false for a state learned from the peer and not yet seen locally
+  uint8_t flags = 0;    // stateflag::*
+  bool adopted = true;  // false for a state learned from the peer and not yet seen locally
+  // The interface the packets this node decides before routing leave by (their scrub out): an rdr'd
+  // connection's from its initiator, a nat'd one's replies. kNoIface where unknown (learned from
+  // the peer: asked of the Router then) or delivered to this node.
+  IfaceId leaves_by = kNoIface;
   SourceNode* source = nullptr;  // the source node counting it (its rule tracks sources)
 
   // Line 3: the wire link (after translation; equal to the stack key's without).

@@ -333,6 +333,40 @@ TEST_CASE("before routing: an rdr'd connection's packets meet the scrub out of t
   CHECK(fw.last_packet[8] == 20);
 }
 
+// Replies to a nat address are decided before routing too: they leave by the interface their
+// connection arrived on, which the state remembers; a state learned from the peer asks once.
+TEST_CASE("before routing: replies to a nat address meet the scrub out of the inside interface",
+          "[engine][nat][prerouting][scrub]") {
+  const std::string rules = std::string("scrub out on lan0 min-ttl 50\n") + kNat;
+  const Flow udp{"udp", false};
+  const auto reply = [](const char* dst, uint16_t port, uint8_t ttl) {
+    return PacketBuilder().ipv4("192.0.2.80", dst).ttl(ttl).udp(53, port).payload(12).build();
+  };
+  Firewall master(rules, 1);
+  Firewall standby(rules, 2);
+  FakeRouter master_router;
+  FakeRouter standby_router;
+  standby_router.answer = standby.lan;
+  master.worker.set_router(&master_router);
+  standby.worker.set_router(&standby_router);
+  REQUIRE(master.out(udp.packet("10.1.0.10", 40000, "192.0.2.80", 53)).action == Action::Accept);
+  const uint16_t port = source_port(master.last_packet, udp);
+  StateRecord insert;
+  REQUIRE(master.worker.events().pop(insert));
+  REQUIRE(standby.engine.apply(insert, standby.now));
+
+  for (Firewall* fw : {&master, &standby}) {
+    for (int i = 0; i < 2; ++i) {
+      const Verdict v =
+          fw->run(reply("203.0.113.1", port, 20), PacketMeta{Hook::Prerouting, fw->wan, kNoIface, false});
+      CHECK(v.reason == Reason::State);
+      CHECK(fw->last_packet == reply("10.1.0.10", 40000, 50));
+    }
+  }
+  CHECK(master_router.asked.empty());  // its state knew
+  CHECK(standby_router.asked.size() == 1);
+}
+
 TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filter rules", "[engine][nat]") {
   struct Case {
     const char* name;
