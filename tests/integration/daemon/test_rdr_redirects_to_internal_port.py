@@ -6,6 +6,8 @@ and the filter rules judge the redirected destination: they pass only the server
 port, so nothing would pass if they saw the dialled one. A port no rdr rule names gets nothing.
 TCP and UDP, IPv4 and IPv6."""
 
+import time
+
 import pytest
 
 from daemon_net import CLIENT4, CLIENT6, FW_IN4, FW_IN6, SERVER4, SERVER6, WHOAMI_TCP, WHOAMI_UDP, settle
@@ -94,3 +96,30 @@ def test_rdr_port_forward_meets_the_out_rules_of_its_way_out(lan, daemon_factory
     settle()
     assert fw.reasons()["rule_block"] > before, "not blocked by rule"
     assert fw.json("states", "proto", proto)["states"] == [], "a blocked connection left a state"
+
+
+def test_rdr_port_forward_meets_the_scrub_out_of_its_way_out(lan, daemon_factory, tmp_path):
+    """`scrub out on $out_if max-mss` holds for a port forward decided before routing: the server
+    sees the clamped MSS. The way out came from the kernel's routing tables, asked (and counted)."""
+    fw = daemon_factory(rules=f"scrub out on f1 max-mss 1300\n" + rules({4: FW_IN4, 6: FW_IN6}))
+    lan.whoami()
+    log = tmp_path / "server.log"
+    dump = lan.topo.spawn(lan.server, ["tcpdump", "-i", "s0", "-n", "-l", "tcp", "port", str(WHOAMI_TCP)], log=log)
+    try:
+        deadline = time.monotonic() + 10
+        while "listening on" not in log.read_text(errors="replace"):
+            assert dump.poll() is None and time.monotonic() < deadline, f"tcpdump did not start: {log.read_text()}"
+            time.sleep(0.05)
+        r = lan.ask(FW_IN4, DIALLED_TCP)
+        assert r["result"] == "ok", r
+        deadline = time.monotonic() + 5
+        while "Flags [S]" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        dump.terminate()
+        dump.wait(timeout=10)
+    syns = [l for l in log.read_text(errors="replace").splitlines() if "Flags [S]," in l]
+    assert syns and all("mss 1300," in l for l in syns), log.read_text()
+    text = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
+    asked = next(l for l in text.splitlines() if l.startswith("pairwall_route_lookups_total "))
+    assert int(float(asked.split()[-1])) >= 1, asked
