@@ -1610,6 +1610,12 @@ class Parser {
       fail_at(at_token, "port range " + std::to_string(m.low) + " to " + std::to_string(m.high) +
                             " is empty: the first port must not be greater than the second");
     }
+    // pfctl refuses `P >< P` (validate_range); `P >< P+1` is as empty, and a rule holding either
+    // would never match.
+    if (m.op == PortMatch::Op::RangeExclusive && m.high - m.low < 2) {
+      fail_at(at_token, "port range " + std::to_string(m.low) + " >< " + std::to_string(m.high) +
+                            " holds no port: '><' leaves out both of its ends");
+    }
   }
 
   uint16_t port_number(const Token& t, const std::string& text, std::string_view what) {

@@ -409,6 +409,7 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"pass proto tcp to port 1000 : 2000", "pass proto 6 from * to * port 1000:2000 keep"},
       {"pass proto tcp to port 1000 >< 2000", "pass proto 6 from * to * port 1000><2000 keep"},
       {"pass proto tcp to port 1000 <> 2000", "pass proto 6 from * to * port 1000<>2000 keep"},
+      {"pass proto tcp to port 1000 >< 1002", "pass proto 6 from * to * port 1000><1002 keep"},
       {"pass proto tcp to port { 22, > 1023, 0 65535 }",
        "pass proto 6 from * to * port =22,>1023,=0,=65535 keep"},
       {"pass proto tcp all flags S/SA", "pass proto 6 from * to * flags 2/18 keep"},
@@ -811,6 +812,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:24: port range 2000 to 1000 is empty: the first port must not be greater than the second"},
       {"pass proto tcp to port 2000 >< 1000",
        "t.conf:1:24: port range 2000 to 1000 is empty: the first port must not be greater than the second"},
+      {"pass proto tcp to port 1000 >< 1000",
+       "t.conf:1:24: port range 1000 >< 1000 holds no port: '><' leaves out both of its ends"},
+      {"pass proto tcp to port { 80, 1000 >< 1001 }",
+       "t.conf:1:30: port range 1000 >< 1001 holds no port: '><' leaves out both of its ends"},
       {"pass proto tcp to port 1000:", "t.conf:1:24: expected port number or service name, got '1000:'"},
       {"pass proto tcp to port < > 5", "t.conf:1:26: expected port number or service name, got '>'"},
       // Flags and ICMP.
