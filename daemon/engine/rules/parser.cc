@@ -972,6 +972,12 @@ class Parser {
         high = high_token.text;
       }
     }
+    // The engine reads port 0 as no port given (nat's 50001:65535, rdr's port kept), and no
+    // connection could use it anyway: TCP and UDP to or from port 0 are dropped as malformed.
+    if (m.low == 0) {
+      fail_at(t, "a translation port must be between 1 and 65535, got " + t.describe() +
+                     ": port 0 carries no connection");
+    }
     if (high.data() == nullptr) return m;
     if (high == "*") {
       follows = true;

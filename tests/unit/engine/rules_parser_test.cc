@@ -994,6 +994,11 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:28: binat maps whole addresses and takes no 'port'"},
       {"binat on em0 from 10.0.0.5 -> 192.0.2.5 port 80",
        "t.conf:1:41: binat maps whole addresses and takes no 'port'"},
+      {"nat on em0 proto tcp from 10.0.0.0/8 -> 192.0.2.1 port 0:1023",
+       "t.conf:1:56: a translation port must be between 1 and 65535, got '0:1023': port 0 carries no "
+       "connection"},
+      {"rdr on em0 proto tcp to any port 80 -> 10.0.0.1 port 0",
+       "t.conf:1:54: a translation port must be between 1 and 65535, got '0': port 0 carries no connection"},
       {"rdr on em0 proto tcp to any port 80 -> 10.0.0.1 port < 80",
        "t.conf:1:54: expected port number or range (P:Q or P:*) after the translation address, got '<'"},
   };
