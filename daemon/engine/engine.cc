@@ -396,7 +396,8 @@ struct Engine::Parsed {
   bool rewritten = false;  // normalization changed the packet bytes
   // The passes that meet the rules (scrub, translation, filter), decided by screen(): the
   // packet's own, less those on an interface `set skip` exempts; and by translate() for the out
-  // pass of a connection translated before routing, which meets its filter rules alone.
+  // pass of a connection translated before routing, which meets its scrub and filter rules but not
+  // its nat.
   bool filtered[2] = {false, false};
   bool from_node = false;  // sent by this node itself (Hook::Output), set by screen()
 };
@@ -684,9 +685,10 @@ void Engine::scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, cons
                                   Millis now) noexcept {
   const rules::RuleSet& rules = *worker.rules_;
   if (!rules.has_scrub()) return;
-  // Known since the connection's first packet; a state learned from the peer asks the Router, once
-  // unless the packets are this node's: a packet per question would thrash its answers, kept per
-  // destination, with the replies of many inside hosts.
+  // Known since the connection's first packet. A state learned from the peer asks the Router at its
+  // first packet here, and keeps the answer (asked again only while it is this node itself): the
+  // Router keeps its answers per destination, and a question per packet would thrash them with
+  // the replies of many inside hosts.
   if (state.leaves_by == kNoIface && worker.router_ != nullptr) {
     state.leaves_by = worker.router_->egress(
         {leaving.family, leaving.addr[0], leaving.addr[1], meta.in_link, meta.mark}, now);
