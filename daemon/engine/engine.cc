@@ -901,6 +901,12 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       if (options_refused(packet, *state))
         return decided(verdict, logged_drop(Reason::IpOptions, pass, state->rule, creator_in(*state, rules)));
       const bool from_initiator = !state.reversed();
+      // An ICMP identifier equal to its request's type (echo id 8) reads the same as ports either
+      // way: the far end's own request would match the state in reverse as the reply does, and
+      // pass unfiltered. Such a state is taken for a request's, as nearly every one is: requests
+      // travel with it, replies against it (pf_icmp_state_lookup's direction check).
+      if (packet.is_icmp() && packet.src_port == packet.dst_port && packet.icmp.is_reply == from_initiator)
+        return decided(verdict, drop(Reason::StateMismatch, state->rule));
       PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
       PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
       const bool syn_only =

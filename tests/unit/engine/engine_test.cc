@@ -943,6 +943,32 @@ TEST_CASE("ICMP echo state: the far end's own requests and other types do not ri
   }
 }
 
+// An identifier equal to the request's type makes the request's key read the same both ways, so
+// the direction a message may take on its state is checked as pf_icmp_state_lookup checks it.
+TEST_CASE("ICMP echo state: with an identifier equal to its type, only the reply rides it back",
+          "[engine][icmp]") {
+  Firewall fw(kWebOnly);
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "IPv6" : "IPv4"));
+    const uint16_t id = v6 ? 128 : 8;  // the echo request's type
+    auto client_to_server = [&] {
+      return v6 ? PacketBuilder().ipv6(kClient6, kServer6) : PacketBuilder().ipv4(kClient, kServer);
+    };
+    auto server_to_client = [&] {
+      return v6 ? PacketBuilder().ipv6(kServer6, kClient6) : PacketBuilder().ipv4(kServer, kClient);
+    };
+    CHECK(fw.out(client_to_server().icmp_echo(id, 1).build()).reason == Reason::Match);
+    const Verdict request = fw.in(server_to_client().icmp_echo(id, 1).build());
+    CHECK(request.action == Action::Drop);
+    CHECK(request.reason == Reason::StateMismatch);
+    const Verdict reply = fw.out(client_to_server().icmp_echo(id, 1, true).build());
+    CHECK(reply.action == Action::Drop);
+    CHECK(reply.reason == Reason::StateMismatch);
+    CHECK(fw.in(server_to_client().icmp_echo(id, 1, true).build()).reason == Reason::State);
+    CHECK(fw.out(client_to_server().icmp_echo(id, 2).build()).reason == Reason::State);
+  }
+}
+
 TEST_CASE("ICMPv6 neighbor discovery: an advertisement answers its solicitation's state, makes none",
           "[engine][icmp]") {
   Firewall fw(
