@@ -136,6 +136,23 @@ SegmentSpec proxy_synack(const StateEntry& entry) {
   return synack;
 }
 
+// pf_send_challenge_ack: the ACK that answers a SYN on an established state, in the name of the
+// end the SYN was for, back to its sender by the addresses it used: the receiver's next sequence
+// number as the sender knows it (shifted by modulate state), and the sender's.
+SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& syn) {
+  const uint32_t shift = (entry.flags & stateflag::kModulated) != 0 ? entry.seqdiff[1 - side] : 0;
+  SegmentSpec ack;
+  ack.family = syn.family;
+  ack.src = syn.dst;
+  ack.dst = syn.src;
+  ack.src_port = syn.dst_port;
+  ack.dst_port = syn.src_port;
+  ack.seq = entry.peer[1 - side].seqlo + shift;
+  ack.ack = entry.peer[side].seqlo;
+  ack.flags = tcpflag::kAck;
+  return ack;
+}
+
 // by_state()'s way out with a verdict made elsewhere.
 bool decided(Verdict& out, const Verdict& verdict) {
   out = verdict;
@@ -917,6 +934,16 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         // was refused until the state expired, or within its windows passed past the rules.
         emit_delete(worker, *state);
         states_.erase(state);
+      } else if (syn_only && tcp_state_established(sender, receiver)) {
+        // A SYN on an established connection, most often from an end that rebooted and connects
+        // again from the same port (an NFS client's): pf_test_state answers it with the ACK its
+        // receiver would send (RFC 5961 4.2), which a live end ignores and a rebooted one answers
+        // with a reset that frees the ports for its next SYN. Refused without an answer, the
+        // rebooted end stayed out until the state expired, a day on.
+        Verdict v = drop(Reason::StateMismatch, state->rule);
+        if (!worker.generate(challenge_ack(*state, from_initiator ? 0 : 1, packet), v))
+          v.reason = Reason::Memory;
+        return decided(verdict, v);
       } else {
         const int side = from_initiator ? 0 : 1;
         const bool modulated = (state->flags & stateflag::kModulated) != 0 && packet.is_tcp();

@@ -54,6 +54,10 @@ bool tcp_state_reusable(const PeerTracking& a, const PeerTracking& b) noexcept {
   return at_least(a, TcpState::FinWait2) && at_least(b, TcpState::FinWait2);
 }
 
+bool tcp_state_established(const PeerTracking& a, const PeerTracking& b) noexcept {
+  return at_least(a, TcpState::Established) && at_least(b, TcpState::Established);
+}
+
 TimeoutClass track_first_packet(PeerTracking& src, PeerTracking& dst, const PacketView& packet) noexcept {
   src = PeerTracking{};
   dst = PeerTracking{};

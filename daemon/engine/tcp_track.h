@@ -54,6 +54,9 @@ TimeoutClass tcp_timeout_class(const PeerTracking& a, const PeerTracking& b) noe
 // True when a TCP SYN may replace this state: both ends are closing or closed (port reuse).
 bool tcp_state_reusable(const PeerTracking& a, const PeerTracking& b) noexcept;
 
+// True when both ends have completed the handshake (and may have gone on to close).
+bool tcp_state_established(const PeerTracking& a, const PeerTracking& b) noexcept;
+
 // Serial-number arithmetic on 32-bit sequence numbers (RFC 1982).
 constexpr bool seq_lt(uint32_t a, uint32_t b) {
   return static_cast<int32_t>(a - b) < 0;

@@ -457,6 +457,45 @@ TEST_CASE("a closed connection's ports can be reused by the other end's SYN too"
   CHECK(nat.last_packet == inbound);
 }
 
+// pf_test_state's challenge ACK: a client that rebooted connects again from the same port (an NFS
+// client's) while the firewall still holds its old connection, established for a day more.
+TEST_CASE("a SYN on an established connection is answered with a challenge ACK, whose reset frees the ports",
+          "[engine][tcp]") {
+  for (const bool modulated : {false, true}) {
+    INFO((modulated ? "modulate state" : "keep state"));
+    Firewall fw(modulated ? "block all\npass all modulate state\n" : kWebOnly);
+    REQUIRE(fw.out(syn(80)).action == Action::Accept);
+    const uint32_t client_shift = pairwall::test::get32(fw.last_packet, 24) - 1000;
+    REQUIRE(fw.in(synack(80, 1000 + client_shift)).reason == Reason::State);
+    const uint32_t server_shift = pairwall::test::get32(fw.last_packet, 24) - 9000;
+    CHECK((server_shift != 0) == modulated);
+    REQUIRE(fw.out(ack_from_client(80, 1001, 9001 + server_shift, 100)).reason == Reason::State);
+    REQUIRE(fw.in(ack_from_server(80, 9001, 1101 + client_shift, 200)).reason == Reason::State);
+
+    const Verdict again = fw.out(syn(80, 555555));
+    CHECK(again.action == Action::Drop);
+    CHECK(again.reason == Reason::StateMismatch);
+    // In the server's name, to the client: the server's next sequence number as the client knows
+    // it, and the client's own.
+    const auto made = fw.worker.generated(again);
+    REQUIRE(made.size() == 1);
+    CHECK(Bytes(made[0].datagram().begin(), made[0].datagram().end()) ==
+          tcp4(kServer, 80, kClient, kClientPort)
+              .df()
+              .ip_id(0)
+              .ttl(kGeneratedTtl)
+              .flags(tcpflag::kAck)
+              .seq(9201 + server_shift)
+              .ack(1101)
+              .window(0)
+              .build());
+    // The rebooted client answers it with a reset, which closes the state; its next SYN opens a new one.
+    CHECK(fw.out(tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kRst).seq(1101).build()).reason ==
+          Reason::State);
+    CHECK(fw.out(syn(80, 555555)).reason == Reason::Match);
+  }
+}
+
 TEST_CASE("port reuse gives the old state's place back to its rule's (max N)", "[engine][tcp][limits]") {
   Firewall fw("pass all keep state (max 1)");
   const auto current = [&] { return fw.engine.rules()->rule(0).stats->states_current.load(); };
