@@ -153,6 +153,12 @@ SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& s
   return ack;
 }
 
+// The solicited-node multicast group of an IPv6 address (RFC 4291 2.7.1): ff02::1:ff00:0/104 and
+// the address's low 24 bits.
+IpAddress solicited_node_group(const IpAddress& address) {
+  return {0xff02000000000000ull, 0x00000001ff000000ull | (address.lo & 0xffffff)};
+}
+
 // by_state()'s way out with a verdict made elsewhere.
 bool decided(Verdict& out, const Verdict& verdict) {
   out = verdict;
@@ -912,7 +918,16 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
     }
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
-    if (auto state = states_.find(parsed.key, parsed.hash)) {
+    StateTable::Handle state = states_.find(parsed.key, parsed.hash);
+    if (!state && packet.family == Family::V6 && packet.is_icmp() && packet.icmp.type == 136) {
+      // A neighbor advertisement answers a solicitation sent to its target's solicited-node
+      // group (RFC 4861 7.2.2), not to the address it comes from: that solicitation's state is
+      // found by the group, as pf_icmp_state_lookup finds it (PF_ICMP_MULTI_SOLICITED).
+      StateKey group = parsed.key;
+      group.addr[0] = solicited_node_group(packet.src);
+      state = states_.find(group, states_.hash(group));
+    }
+    if (state) {
       if (!translation_admits(state, false))
         return decided(verdict, drop(Reason::StateMismatch, state->rule));
       if (options_refused(packet, *state))

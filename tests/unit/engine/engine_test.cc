@@ -1039,6 +1039,33 @@ TEST_CASE("ICMPv6 neighbor discovery: an advertisement answers its solicitation'
   CHECK(fw.engine.states().size() == 1);
 }
 
+// Address resolution asks the target's solicited-node group (RFC 4861 7.2.2) and is answered from
+// the target's own address: pf_icmp_state_lookup finds the solicitation's state for the answer by
+// that group (PF_ICMP_MULTI_SOLICITED), so that a node whose rules keep state on what it sends
+// out resolves its neighbours.
+TEST_CASE(
+    "ICMPv6 neighbor discovery: an advertisement answers a solicitation sent to the solicited-node group",
+    "[engine][icmp]") {
+  Firewall fw("block all\npass out on wan0 inet6 proto icmp6 icmp6-type neighbrsol keep state\n");
+  const std::string self = "2001:db8:2::1";
+  const Bytes target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0x80};
+  const auto from_node = [&](Bytes p) {
+    return fw.run(std::move(p), PacketMeta{Hook::Output, kNoIface, fw.wan});
+  };
+  const auto to_node = [&](Bytes p) {
+    return fw.run(std::move(p), PacketMeta{Hook::Input, fw.wan, kNoIface});
+  };
+  const auto advertisement = [&](const std::string& from) {
+    return PacketBuilder().ipv6(from, self).ttl(255).icmp(136, 0, 0x60000000).payload(target).build();
+  };
+  REQUIRE(
+      from_node(PacketBuilder().ipv6(self, "ff02::1:ff34:80").ttl(255).icmp(135, 0).payload(target).build())
+          .reason == Reason::Match);
+  CHECK(to_node(advertisement("2001:db8:2::1234:80")).reason == Reason::State);
+  // Another neighbour's advertisement of that target is not the answer: the rules decide it.
+  CHECK(to_node(advertisement("2001:db8:2::99")).reason == Reason::RuleBlock);
+}
+
 TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[engine][icmp]") {
   Firewall fw(kWebOnly);
   const Bytes first = syn(80);
