@@ -94,8 +94,7 @@ std::optional<uint32_t> RouteNetlink::ask(const engine::RouteQuery& query) noexc
       if (reply->nlmsg_seq != seq_ || reply->nlmsg_pid != portid_) continue;
       // An error is the kernel's answer too: it has no route for the packet (unreachable, a
       // martian source, forwarding off on the arrival link), and will drop it.
-      if (reply->nlmsg_type == NLMSG_ERROR || reply->nlmsg_type != RTM_NEWROUTE) return 0;
-      if (reply->nlmsg_len < mnl_nlmsg_size(sizeof(rtmsg))) return 0;
+      if (reply->nlmsg_type != RTM_NEWROUTE || reply->nlmsg_len < mnl_nlmsg_size(sizeof(rtmsg))) return 0;
       Answer answer;
       read_route(reply, &answer);
       return answer.type == RTN_UNICAST ? answer.oif : 0;
