@@ -701,8 +701,24 @@ bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& pac
   return rewritten;
 }
 
+// Where a packet this node decides before routing will leave, as the worker's Router says; kNoIface
+// without one.
+IfaceId Engine::egress_before_routing(Worker& worker, Family family, const IpAddress& src,
+                                      const IpAddress& dst, const PacketMeta& meta, Millis now) noexcept {
+  if (worker.router_ == nullptr) return kNoIface;
+  return worker.router_->egress({family, src, dst, meta.in_link, meta.mark}, now);
+}
+
+// The scrub out of `out` for a packet before routing: matched as the packet will leave
+// (`leaving`), applied to `packet`. Whether it changed a byte.
+bool Engine::scrub_out_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& leaving,
+                                      PacketView& packet, IfaceId out) noexcept {
+  const rules::ScrubAction scrub = worker.rules_->scrub(leaving, rules::Direction::Out, out);
+  return scrub.matched && normalize(worker, bytes, packet, scrub);
+}
+
 // A translated connection's later packet before routing, as translate() scrubs its first: the
-// scrub out of the interface it will leave by, matched as it will leave.
+// scrub out of the interface it will leave by.
 void Engine::scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& packet,
                                   const PacketMeta& meta, StateEntry& state, const StateKey& leaving,
                                   Millis now) noexcept {
@@ -712,10 +728,9 @@ void Engine::scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, cons
   // first packet here, and keeps the answer (asked again only while it is this node itself): the
   // Router keeps its answers per destination, and a question per packet would thrash them with
   // the replies of many inside hosts.
-  if (state.leaves_by == kNoIface && worker.router_ != nullptr) {
-    state.leaves_by = worker.router_->egress(
-        {leaving.family, leaving.addr[0], leaving.addr[1], meta.in_link, meta.mark}, now);
-  }
+  if (state.leaves_by == kNoIface)
+    state.leaves_by =
+        egress_before_routing(worker, leaving.family, leaving.addr[0], leaving.addr[1], meta, now);
   const IfaceId out = state.leaves_by;
   if (out == kNoIface || rules.skips(out)) return;
   PacketView view = packet;
@@ -725,8 +740,7 @@ void Engine::scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, cons
     view.src_port = leaving.port[0];
     view.dst_port = leaving.port[1];
   }
-  const rules::ScrubAction scrub = rules.scrub(view, rules::Direction::Out, out);
-  if (scrub.matched) normalize(worker, bytes, view, scrub);
+  scrub_out_before_routing(worker, bytes, view, view, out);
 }
 
 namespace {
@@ -1079,15 +1093,13 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   // leave. Its nat does not apply there (the out pass was not filtered when it was looked up
   // above): a source rewritten before routing is one the kernel's source validation then judges,
   // and this node's own address is a martian to it.
-  if (meta.hook == Hook::Prerouting && worker.router_ != nullptr) {
+  if (meta.hook == Hook::Prerouting) {
     const PacketView& leaving = *translation.seen[0];
-    const IfaceId out =
-        worker.router_->egress({leaving.family, leaving.src, leaving.dst, meta.in_link, meta.mark}, now);
+    const IfaceId out = egress_before_routing(worker, leaving.family, leaving.src, leaving.dst, meta, now);
     if (out != kNoIface && !rules.skips(out)) {
       translation.iface[1] = out;
       parsed.filtered[1] = true;
-      const rules::ScrubAction scrub = rules.scrub(leaving, rules::Direction::Out, out);
-      if (scrub.matched && normalize(worker, bytes, parsed.packet, scrub)) parsed.rewritten = true;
+      if (scrub_out_before_routing(worker, bytes, leaving, parsed.packet, out)) parsed.rewritten = true;
     }
   }
 

@@ -332,6 +332,10 @@ class Engine {
   // -> 8.66-8.71, a disturbed round of each left out).
   bool by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
                 Millis now, Verdict& verdict) noexcept;
+  static IfaceId egress_before_routing(Worker& worker, Family family, const IpAddress& src,
+                                       const IpAddress& dst, const PacketMeta& meta, Millis now) noexcept;
+  static bool scrub_out_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& leaving,
+                                       PacketView& packet, IfaceId out) noexcept;
   void scrub_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& packet,
                             const PacketMeta& meta, StateEntry& state, const StateKey& leaving,
                             Millis now) noexcept;
