@@ -306,3 +306,23 @@ class Daemon:
 def settle():
     """Lets in-flight verdicts and counters land before reading them."""
     time.sleep(0.2)
+
+
+def capture(lan, tmp_path, name, ns, iface, port):
+    """tcpdump of TCP `port` on `iface` in `ns` into tmp_path/name.log, returned (log, process) once
+    it captures (a capture that never started would see nothing). Stop it with lan.topo.stop()."""
+    log = tmp_path / f"{name}.log"
+    dump = lan.topo.spawn(ns, ["tcpdump", "-i", iface, "-n", "-S", "-l", "tcp", "port", str(port)], log=log)
+    deadline = time.monotonic() + 10
+    while "listening on" not in log.read_text(errors="replace"):
+        assert dump.poll() is None and time.monotonic() < deadline, f"tcpdump did not start: {log.read_text()}"
+        time.sleep(0.05)
+    return log, dump
+
+
+def metric(lan, name):
+    """The value of the unlabelled metric `name` on the firewall's /metrics."""
+    text = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
+    line = next((l for l in text.splitlines() if l.startswith(name + " ")), None)
+    assert line is not None, f"{name} missing from /metrics"
+    return int(float(line.split()[-1]))

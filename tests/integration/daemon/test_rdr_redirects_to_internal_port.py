@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from daemon_net import CLIENT4, CLIENT6, FW_IN4, FW_IN6, SERVER4, SERVER6, WHOAMI_TCP, WHOAMI_UDP, settle
+from daemon_net import (CLIENT4, CLIENT6, FW_IN4, FW_IN6, SERVER4, SERVER6, WHOAMI_TCP, WHOAMI_UDP, capture, metric,
+                        settle)
 
 # Addresses on the server's LAN that no host owns: the firewall routes them out towards the server.
 PUBLIC4, PUBLIC6 = "10.77.2.80", "fd77:2::80"
@@ -103,23 +104,15 @@ def test_rdr_port_forward_meets_the_scrub_out_of_its_way_out(lan, daemon_factory
     sees the clamped MSS. The way out came from the kernel's routing tables, asked (and counted)."""
     fw = daemon_factory(rules=f"scrub out on f1 max-mss 1300\n" + rules({4: FW_IN4, 6: FW_IN6}))
     lan.whoami()
-    log = tmp_path / "server.log"
-    dump = lan.topo.spawn(lan.server, ["tcpdump", "-i", "s0", "-n", "-l", "tcp", "port", str(WHOAMI_TCP)], log=log)
+    log, dump = capture(lan, tmp_path, "server", lan.server, "s0", WHOAMI_TCP)
     try:
-        deadline = time.monotonic() + 10
-        while "listening on" not in log.read_text(errors="replace"):
-            assert dump.poll() is None and time.monotonic() < deadline, f"tcpdump did not start: {log.read_text()}"
-            time.sleep(0.05)
         r = lan.ask(FW_IN4, DIALLED_TCP)
         assert r["result"] == "ok", r
         deadline = time.monotonic() + 5
         while "Flags [S]" not in log.read_text(errors="replace") and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
-        dump.terminate()
-        dump.wait(timeout=10)
+        lan.topo.stop(dump)
     syns = [l for l in log.read_text(errors="replace").splitlines() if "Flags [S]," in l]
     assert syns and all("mss 1300," in l for l in syns), log.read_text()
-    text = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
-    asked = next(l for l in text.splitlines() if l.startswith("pairwall_route_lookups_total "))
-    assert int(float(asked.split()[-1])) >= 1, asked
+    assert metric(lan, "pairwall_route_lookups_total") >= 1

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from daemon_net import ALLOWED, SERVER4, addr, settle
+from daemon_net import ALLOWED, SERVER4, addr, capture, metric, settle
 
 RULES = f"""\
 in_if = "f0"
@@ -38,29 +38,12 @@ for port in range(21000, 21000 + int(sys.argv[2])):
 SYN_FROM_PORT = re.compile(r"\.(\d+) > \S+: Flags \[S\],")
 
 
-def capture(lan, tmp_path, name, ns, iface):
-    """tcpdump on `iface`, returned once it captures (a capture that never started would see nothing)."""
-    log = tmp_path / f"{name}.log"
-    dump = lan.topo.spawn(ns, ["tcpdump", "-i", iface, "-n", "-S", "-l", "tcp", "port", str(ALLOWED)], log=log)
-    deadline = time.monotonic() + 10
-    while "listening on" not in log.read_text(errors="replace"):
-        assert dump.poll() is None and time.monotonic() < deadline, f"tcpdump did not start: {log.read_text()}"
-        time.sleep(0.05)
-    return log, dump
-
-
-def metric(lan, name):
-    text = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
-    line = next((l for l in text.splitlines() if l.startswith(name + " ")), None)
-    assert line is not None, f"{name} missing from /metrics"
-    return int(float(line.split()[-1]))
-
-
 @pytest.mark.parametrize("family", [4, 6])
 def test_synproxy_splices_a_connection_that_echoes(lan, daemon_factory, tmp_path, family):
     fw = daemon_factory(rules=RULES)
     assert "synproxy state" in fw.ctl("rules", "show").stdout
-    dumps = [capture(lan, tmp_path, "client", lan.client, "c0"), capture(lan, tmp_path, "server", lan.server, "s0")]
+    dumps = [capture(lan, tmp_path, "client", lan.client, "c0", ALLOWED),
+             capture(lan, tmp_path, "server", lan.server, "s0", ALLOWED)]
     echo = lan.peer(lan.client, "connect", addr(family, "server"), ALLOWED, "--bytes", 200_000, "--timeout", 10)
     time.sleep(0.5)
     for _, d in dumps:
@@ -87,7 +70,7 @@ def test_synproxy_splices_a_connection_that_echoes(lan, daemon_factory, tmp_path
 
 def test_syns_without_a_handshake_never_reach_the_server(lan, daemon_factory, tmp_path):
     fw = daemon_factory(rules=RULES)
-    log, dump = capture(lan, tmp_path, "server", lan.server, "s0")
+    log, dump = capture(lan, tmp_path, "server", lan.server, "s0", ALLOWED)
     syns = 20
     lan.client.exec(lan.python, "-c", HALF_OPEN, SERVER4, str(syns), str(ALLOWED), timeout=60)
     settle()
