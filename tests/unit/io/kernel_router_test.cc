@@ -1,8 +1,14 @@
 #include "daemon/io/kernel_router.h"
 
+#include <arpa/inet.h>
+#include <net/if.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "daemon/engine/interfaces.h"
@@ -101,6 +107,40 @@ TEST_CASE("the kernel answers a route question: loopback is delivered locally", 
   const std::optional<uint32_t> v6 = netlink.ask(q6);
   REQUIRE(v6.has_value());
   CHECK(*v6 == 0);
+}
+
+// The host's IPv4 default route as /proc/net/route lists it: its gateway and interface.
+struct DefaultRoute {
+  engine::IpAddress gateway;
+  std::string iface;
+};
+std::optional<DefaultRoute> default_route() {
+  std::ifstream routes("/proc/net/route");
+  std::string line;
+  std::getline(routes, line);  // the header
+  while (std::getline(routes, line)) {
+    std::istringstream fields(line);
+    std::string iface, destination, gateway;
+    if (fields >> iface >> destination >> gateway && destination == "00000000" && gateway != "00000000") {
+      const uint32_t network_order = static_cast<uint32_t>(std::stoul(gateway, nullptr, 16));
+      return DefaultRoute{engine::IpAddress::v4(ntohl(network_order)), iface};
+    }
+  }
+  return std::nullopt;
+}
+
+TEST_CASE("the kernel answers a route question: a gateway is reached by its interface", "[route]") {
+  const std::optional<DefaultRoute> route = default_route();
+  if (!route) {
+    WARN("skipped: this host has no IPv4 default route");
+    return;
+  }
+  RouteNetlink netlink;
+  engine::RouteQuery q;
+  q.dst = route->gateway;
+  const std::optional<uint32_t> oif = netlink.ask(q);
+  REQUIRE(oif.has_value());
+  CHECK(*oif == if_nametoindex(route->iface.c_str()));
 }
 
 }  // namespace
