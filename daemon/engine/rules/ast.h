@@ -246,11 +246,15 @@ struct Table {
   bool lists_entries = false;
 };
 
+// pf's default `set limit table-entries`.
+inline constexpr uint32_t kDefaultTableEntryLimit = 200'000;
+
 struct Settings {
   std::optional<uint32_t> limit_states;
   std::optional<uint32_t> limit_frags;
   std::optional<uint32_t> limit_src_nodes;
-  std::map<std::string, uint32_t> timeouts;  // `set timeout { tcp.established 86400, ... }`, seconds
+  std::optional<uint32_t> limit_table_entries;  // all tables' entries together, exceptions included
+  std::map<std::string, uint32_t> timeouts;     // `set timeout { tcp.established 86400, ... }`, seconds
   std::map<std::string, SourceLocation> timeout_locations;  // adaptive.start and .end's too
   std::optional<uint32_t> adaptive_start;                   // `set timeout adaptive.start N`, states
   std::optional<uint32_t> adaptive_end;

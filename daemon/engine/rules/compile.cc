@@ -520,7 +520,24 @@ class Compiler {
     set.adaptive_timeouts_ = AdaptiveTimeouts{s.adaptive_start, s.adaptive_end};
   }
 
+  // Every table's entries count against one limit, as pf's table-entries pool does: tables grow at
+  // run time (overload, `tables add`), and each change recompiles the rule set, whose time and
+  // memory grow with them.
   void tables() {
+    const uint64_t limit = file_.settings.limit_table_entries.value_or(kDefaultTableEntryLimit);
+    uint64_t entries = 0;
+    const Table* largest = nullptr;
+    auto size = [](const Table& t) { return uint64_t{t.entries.size() + t.negated_entries.size()}; };
+    for (const Table& t : file_.tables) {
+      entries += size(t);
+      if (largest == nullptr || size(t) > size(*largest)) largest = &t;
+    }
+    if (entries > limit) {
+      fail(largest->location, "the tables hold " + std::to_string(entries) + " entries, over the limit of " +
+                                  std::to_string(limit) + ", <" + largest->name + "> " +
+                                  std::to_string(size(*largest)) +
+                                  " of them (raise it with 'set limit table-entries N')");
+    }
     for (const Table& t : file_.tables) {
       if (!t.interfaces.empty()) {
         fail(t.interfaces[0].location,

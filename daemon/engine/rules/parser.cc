@@ -2,7 +2,7 @@
 //   name = value                       macro definition
 //   include "path"                     another rule file, read where the statement stands
 //   table <name> [persist] [const] [file "path" ...] [{ addr, !addr/len, ... }]
-//   set limit ... | set timeout ...
+//   set limit ... | set timeout ...  (limits: states, frags, src-nodes, table-entries)
 //   scrub ...
 //   [no] nat|rdr|binat ...
 //   pass|block ...
@@ -600,17 +600,19 @@ class Parser {
     take();  // 'set'
     if (accept_word("limit")) {
       auto one = [&] {
-        const Token which = take_value("'states', 'frags' or 'src-nodes'");
-        if (which.text != "states" && which.text != "frags" && which.text != "src-nodes")
-          fail_expected(which, "'states', 'frags' or 'src-nodes'");
-        const uint32_t n = static_cast<uint32_t>(
+        const Token which = take_value("'states', 'frags', 'src-nodes' or 'table-entries'");
+        Settings& s = out_.settings;
+        std::optional<uint32_t>* limit = which.text == "states"          ? &s.limit_states
+                                         : which.text == "frags"         ? &s.limit_frags
+                                         : which.text == "src-nodes"     ? &s.limit_src_nodes
+                                         : which.text == "table-entries" ? &s.limit_table_entries
+                                                                         : nullptr;
+        if (limit == nullptr) fail_expected(which, "'states', 'frags', 'src-nodes' or 'table-entries'");
+        *limit = static_cast<uint32_t>(
             number(take_value("a limit"), 1, std::numeric_limits<uint32_t>::max(), "limit"));
-        (which.text == "states"  ? out_.settings.limit_states
-         : which.text == "frags" ? out_.settings.limit_frags
-                                 : out_.settings.limit_src_nodes) = n;
       };
       if (at(TokenKind::LBrace)) {
-        list("'states N', 'frags N' or 'src-nodes N'", one);
+        list("'states N', 'frags N', 'src-nodes N' or 'table-entries N'", one);
       } else {
         one();
       }

@@ -582,6 +582,37 @@ TEST_CASE("service: tables expire removes the entries that came long enough ago,
   CHECK(edit("guard", TableEdit::EXPIRE, {"10.0.0.1"}, 1).error() == "tables: expire takes no addresses");
 }
 
+TEST_CASE("service: tables add past 'set limit table-entries' is refused and the table stays", "[service]") {
+  Daemon d;
+  const std::string path = d.write("limited.conf",
+                                   "set limit table-entries 3\n"
+                                   "table <blocked> persist { 10.0.0.1 }\n"
+                                   "table <other> { 10.1.0.1 }\n"
+                                   "block quick from <blocked>\n"
+                                   "pass all\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  auto add = [&d](std::vector<std::string> addresses) {
+    Request q = make([](Request& r) { r.mutable_table_edit(); });
+    auto* e = q.mutable_table_edit();
+    e->set_name("blocked");
+    e->set_op(TableEdit::ADD);
+    for (const auto& a : addresses) e->add_addresses(a);
+    return d.call(q);
+  };
+  Response r = add({"10.0.0.2", "10.0.0.3"});
+  CHECK_FALSE(r.ok());
+  CHECK(r.error().find(
+            "limited.conf:2:7: the tables hold 4 entries, over the limit of 3, <blocked> 3 of them") !=
+        std::string::npos);
+  CHECK(d.send(syn("10.0.0.2", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  r = d.call(make([](Request& q) { q.mutable_tables()->set_name("blocked"); }));
+  REQUIRE(r.tables().tables_size() == 1);
+  CHECK(r.tables().tables(0).count() == 1);
+
+  REQUIRE(add({"10.0.0.2"}).ok());
+  CHECK(d.send(syn("10.0.0.2", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+}
+
 TEST_CASE("service: overload adds a source to its table and flushes its states", "[service][source]") {
   const char* kRules =
       "table <abusers> persist {}\n"

@@ -118,6 +118,9 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"set timeout adaptive.start 6000\nset timeout adaptive.end 6000",
        "t.conf:2:13: 'adaptive.end 6000' must be above 'adaptive.start 6000' (both 0 turn adaptive timeouts "
        "off)"},
+      {"set limit table-entries 3\ntable <a> { 10.0.0.1 }\ntable <b> { 10.0.0.3, !10.0.0.4, 10.0.0.5 }",
+       "t.conf:3:7: the tables hold 4 entries, over the limit of 3, <b> 3 of them (raise it with 'set "
+       "limit table-entries N')"},
   };
   for (const Row& row : rows) {
     INFO(row.text);
@@ -186,6 +189,24 @@ TEST_CASE("compile errors the parser cannot produce, from hand-built files", "[c
     r.from.addresses.push_back(e);
     f.filter_rules.push_back(r);
     CHECK(compile_error(f) == "h.conf:2:17: address 10.0.0.0/8 is IPv4 but the rule is limited to inet6");
+  }
+  SECTION("tables over pf's default table-entries limit, at the table that goes over") {
+    Table small;
+    small.name = "small";
+    small.location = {"h.conf", 1, 7};
+    small.entries.push_back(*parse_prefix("10.0.0.1"));
+    f.tables.push_back(small);
+    Table big;
+    big.name = "big";
+    big.location = {"h.conf", 2, 7};
+    for (uint32_t i = 0; i < kDefaultTableEntryLimit; ++i)
+      big.entries.push_back(IpPrefix{Family::V4, IpAddress::v4(0x0b000000u + i), 32});
+    f.tables.push_back(big);
+    CHECK(compile_error(f) ==
+          "h.conf:2:7: the tables hold 200001 entries, over the limit of 200000, <big> 200000 of them "
+          "(raise it with 'set limit table-entries N')");
+    f.tables[1].entries.pop_back();
+    CHECK(compile_error(f) == "(compiled)");
   }
   SECTION("scrub with ports") {
     ScrubRule s;

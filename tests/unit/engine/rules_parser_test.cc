@@ -877,7 +877,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:37: max-src-states must be between 1 and 4294967295, got '0'"},
       {"pass all keep state (max-src-conn 10, overload bad flush)",
        "t.conf:1:48: expected a table name in angle brackets after 'overload', e.g. <bruteforce>, got 'bad'"},
-      {"set limit src-node 10", "t.conf:1:11: expected 'states', 'frags' or 'src-nodes', got 'src-node'"},
+      {"set limit src-node 10",
+       "t.conf:1:11: expected 'states', 'frags', 'src-nodes' or 'table-entries', got 'src-node'"},
       {"pass all keep state (tcp.bogus 10)",
        "t.conf:1:22: unknown timeout 'tcp.bogus': expected one of tcp.first, tcp.opening, tcp.established, "
        "tcp.closing, tcp.finwait, tcp.closed, udp.first, udp.single, udp.multiple, icmp.first, icmp.error, "
@@ -910,7 +911,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:22: 'adaptive.start' scales every state's timeouts by the size of the whole table: set it "
        "with 'set timeout', not per rule"},
       {"set limit states 0", "t.conf:1:18: limit must be between 1 and 4294967295, got '0'"},
-      {"set limit tables 10", "t.conf:1:11: expected 'states', 'frags' or 'src-nodes', got 'tables'"},
+      {"set limit tables 10",
+       "t.conf:1:11: expected 'states', 'frags', 'src-nodes' or 'table-entries', got 'tables'"},
       {"set state-policy if-bound",
        "t.conf:1:18: states here float across interfaces, as pf's do by default: 'if-bound' is not "
        "supported"},
