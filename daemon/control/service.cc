@@ -677,11 +677,16 @@ void ControlService::stamp_tables() {
 }
 
 void ControlService::render_table_metrics(MetricWriter& out) const {
-  if (!loaded_ || loaded_->tables.empty()) return;
-  out.family("pairwall_table_entries", MetricWriter::Type::Gauge,
-             "Entries in each table of the running rules, exceptions included.");
-  for (const engine::rules::Table& t : loaded_->tables)
-    out.sample({{"table", t.name}}, uint64_t{t.entries.size() + t.negated_entries.size()});
+  if (loaded_ && !loaded_->tables.empty()) {
+    out.family("pairwall_table_entries", MetricWriter::Type::Gauge,
+               "Entries in each table of the running rules, exceptions included.");
+    for (const engine::rules::Table& t : loaded_->tables)
+      out.sample({{"table", t.name}}, uint64_t{t.entries.size() + t.negated_entries.size()});
+  }
+  out.family("pairwall_source_overloads_refused_total", MetricWriter::Type::Counter,
+             "Sources an overload could not add to its table: the rules with them added were refused "
+             "(set limit table-entries).");
+  out.sample(overloads_refused_);
 }
 
 void ControlService::sources(const SourcesRequest& request, SourceList* out) const {
@@ -720,6 +725,8 @@ ControlService::OverloadResult ControlService::apply_overloads(
   if (!result.added.empty()) {
     if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) {
       result.error = "overload: " + error;
+      result.refused = result.added.size();
+      overloads_refused_ += result.refused;
       result.added.clear();
     } else {
       loaded_ = std::move(edited);

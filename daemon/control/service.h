@@ -79,7 +79,8 @@ class ControlService {
   struct OverloadResult {
     std::vector<std::string> added;  // one line per address added: "ADDR to <table> (rule @N)"
     std::size_t states_killed = 0;
-    std::string error;  // the edited rule set was refused (the running one stays)
+    std::string error;        // the edited rule set was refused (the running one stays)
+    std::size_t refused = 0;  // addresses not added for that
   };
   // Acts on the sources the workers found over a rule's max-src-conn or max-src-conn-rate where
   // the rule says `overload <table>`: adds each address to its table (one recompile for all, as
@@ -134,6 +135,7 @@ class ControlService {
   // When each table entry came (loaded, added, or an overload's), by table: what `tables expire`
   // reads, as pf's table entries keep the time they were added.
   std::map<std::string, std::map<engine::TableEntry, engine::Millis>> table_added_;
+  uint64_t overloads_refused_ = 0;
   int64_t rules_loaded_unix_ms_ = 0;
   uint64_t reloads_ = 0;
   uint64_t reload_failures_ = 0;

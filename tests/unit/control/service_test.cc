@@ -453,7 +453,11 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
         "# HELP pairwall_table_entries Entries in each table of the running rules, exceptions included.\n"
         "# TYPE pairwall_table_entries gauge\n"
         "pairwall_table_entries{table=\"blocked\"} 1\n"
-        "pairwall_table_entries{table=\"fixed\"} 1\n");
+        "pairwall_table_entries{table=\"fixed\"} 1\n"
+        "# HELP pairwall_source_overloads_refused_total Sources an overload could not add to its table: the "
+        "rules with them added were refused (set limit table-entries).\n"
+        "# TYPE pairwall_source_overloads_refused_total counter\n"
+        "pairwall_source_overloads_refused_total 0\n");
   r = edit("blocked", TableEdit::FLUSH, {});
   CHECK(r.tables().deleted() == 1);
   CHECK(r.tables().tables(0).count() == 0);
@@ -611,6 +615,19 @@ TEST_CASE("service: tables add past 'set limit table-entries' is refused and the
 
   REQUIRE(add({"10.0.0.2"}).ok());
   CHECK(d.send(syn("10.0.0.2", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+
+  // An overload past the limit is refused alike, and counted.
+  engine::SourceOverload o;
+  std::snprintf(o.table.data(), o.table.size(), "blocked");
+  o.address = engine::IpAddress::v4(0x0a000009);
+  const auto refused = d.service.apply_overloads(std::span(&o, 1));
+  CHECK(refused.added.empty());
+  CHECK(refused.refused == 1);
+  CHECK(refused.error.find("over the limit of 3") != std::string::npos);
+  MetricWriter metrics;
+  d.service.render_table_metrics(metrics);
+  CHECK(metrics.text().find("pairwall_source_overloads_refused_total 1\n") != std::string::npos);
+  CHECK(d.send(syn("10.0.0.9", 40002, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
 }
 
 TEST_CASE("service: overload adds a source to its table and flushes its states", "[service][source]") {
