@@ -2,6 +2,7 @@
 //   name = value                       macro definition
 //   include "path"                     another rule file, read where the statement stands
 //   table <name> [persist] [const] [file "path" ...] [{ addr, !addr/len, ... }]
+//                                      the options in any order, before or after the one list
 //   set limit ... | set timeout ...  (limits: states, frags, src-nodes, table-entries)
 //   scrub ...
 //   [no] nat|rdr|binat ...
@@ -548,8 +549,9 @@ class Parser {
     table.location = loc(name);
     table.name = name.text;
     // `persist` holds by construction (every table is kept, used or not); `const` refuses
-    // `pairwallctl tables add|delete|flush` on the table, as pf refuses pfctl -T on it.
-    bool has_list = false;
+    // `pairwallctl tables add|delete|flush` on the table, as pf refuses pfctl -T on it. As pfctl,
+    // the options stand on either side of the list, in any order.
+    std::optional<Token> list_open;
     for (;;) {
       if (accept_word("persist")) continue;
       if (accept_word("const")) {
@@ -566,7 +568,11 @@ class Parser {
         continue;
       }
       if (at(TokenKind::LBrace)) {
-        has_list = true;
+        if (list_open) {
+          fail_at(peek(),
+                  "one address list per table: put these entries in the list opened at " + where(*list_open));
+        }
+        list_open = peek();
         table.lists_entries = true;
         list(
             "address or prefix",
@@ -588,10 +594,12 @@ class Parser {
               (negated ? table.negated_entries : table.entries).push_back(p);
             },
             /*allow_empty=*/true);
+        continue;
       }
       break;
     }
-    expect_end(has_list ? "end of line" : "'persist', 'const', 'file', '{' or end of line");
+    expect_end(list_open ? "'persist', 'const', 'file' or end of line"
+                         : "'persist', 'const', 'file', '{' or end of line");
     table_index_.emplace(table.name, out_.tables.size());
     out_.tables.push_back(std::move(table));
   }

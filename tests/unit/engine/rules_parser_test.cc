@@ -557,6 +557,32 @@ TEST_CASE("tables: v4, v6, negated entries, options, lists over several lines") 
   CHECK(f.tables[2].name == "_x.y-z");
 }
 
+TEST_CASE("tables: options before and after the list, in any order, as pfctl takes them") {
+  const RuleFile f = parse_ok(
+      "table <a> { 10.0.0.0/8 } persist\n"
+      "table <b> { 10.0.0.0/8 } const persist\n"
+      "table <c> persist {\n  192.0.2.1 } const\n"
+      "table <d> {} file \"d.txt\" persist\n"
+      "table <e> const file \"e.txt\" { !10.1.0.0/16 } file \"f.txt\"\n");
+  REQUIRE(f.tables.size() == 5);
+  CHECK(f.tables[0].entries == std::vector<IpPrefix>{prefix("10.0.0.0/8")});
+  CHECK_FALSE(f.tables[0].is_const);
+  CHECK(f.tables[1].entries == std::vector<IpPrefix>{prefix("10.0.0.0/8")});
+  CHECK(f.tables[1].is_const);
+  CHECK(f.tables[2].entries == std::vector<IpPrefix>{prefix("192.0.2.1/32")});
+  CHECK(f.tables[2].is_const);
+  CHECK((f.tables[2].location.line == 3 && f.tables[2].location.column == 7));
+  CHECK(f.tables[3].lists_entries);
+  REQUIRE(f.tables[3].files.size() == 1);
+  CHECK(f.tables[3].files[0].path == "d.txt");
+  CHECK_FALSE(f.tables[3].is_const);
+  CHECK(f.tables[4].is_const);
+  CHECK(f.tables[4].negated_entries == std::vector<IpPrefix>{prefix("10.1.0.0/16")});
+  REQUIRE(f.tables[4].files.size() == 2);
+  CHECK(f.tables[4].files[0].path == "e.txt");
+  CHECK(f.tables[4].files[1].path == "f.txt");
+}
+
 TEST_CASE("settings: limits and timeouts, single and in lists") {
   const RuleFile f = parse_ok(
       "set limit states 5000\n"
@@ -737,11 +763,17 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"table blocked { 10.0.0.0/8 }",
        "t.conf:1:7: expected a table name in angle brackets, e.g. <blocked>, got 'blocked'"},
       {"table <t> { any }", "t.conf:1:13: expected address or prefix, got 'any'"},
-      {"table <t> { 10.0.0.0/8 } counters", "t.conf:1:26: expected end of line, got 'counters'"},
+      {"table <t> { 10.0.0.0/8 } counters",
+       "t.conf:1:26: expected 'persist', 'const', 'file' or end of line, got 'counters'"},
       {"table <t> persist counters",
        "t.conf:1:19: expected 'persist', 'const', 'file', '{' or end of line, got 'counters'"},
-      {"table <t> { 10.0.0.0/8 } { 10.1.0.0/16 }", "t.conf:1:26: expected end of line, got '{'"},
-      {"table <t> {} const", "t.conf:1:14: expected end of line, got 'const'"},
+      {"table <t> { 10.0.0.0/8 } { 10.1.0.0/16 }",
+       "t.conf:1:26: one address list per table: put these entries in the list opened at line 1, column 11"},
+      {"table <t> {} persist { 10.1.0.0/16 }",
+       "t.conf:1:22: one address list per table: put these entries in the list opened at line 1, column 11"},
+      {"table <t> {} file",
+       "t.conf:1:18: expected a quoted file name after 'file', e.g. "
+       "\"/etc/pairwall/blocked\", got end of file"},
       {"block from <foo", "t.conf:1:12: unterminated table name '<foo': expected '>'"},
       {"block from <a23456789012345678901234567890123>",
        "t.conf:1:12: table name '<a23456789012345678901234567890123>' is longer than 31 characters"},
