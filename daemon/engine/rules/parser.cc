@@ -3,6 +3,7 @@
 //   include "path"                     another rule file, read where the statement stands
 //   table <name> [persist] [const] [file "path" ...] [{ addr, !addr/len, ... }]
 //                                      the options in any order, before or after the one list
+//   antispoof [log] [quick] for IF     `log` and `quick` in either order
 //   set limit ... | set timeout ...  (limits: states, frags, src-nodes, table-entries)
 //   scrub ...
 //   [no] nat|rdr|binat ...
@@ -999,7 +1000,8 @@ class Parser {
     return m;
   }
 
-  // antispoof [log] [quick] for IF | { IF, ... } [inet | inet6], as pfctl expands it: per interface,
+  // antispoof [log] [quick] for IF | { IF, ... } [inet | inet6], `log` and `quick` in either order
+  // as pfctl's logquick takes them. Expanded as pfctl does: per interface,
   // `block drop in on ! IF from IF:network` (its networks arrive on it alone) and, but for the
   // loopback, `block drop in from IF` (its own addresses never arrive from outside). Dropped
   // silently: a reply would go to the address the spoofer forged.
@@ -1012,9 +1014,11 @@ class Parser {
     r.state.keep_state = false;
     r.direction = Direction::In;
     r.anchor = scope_;
-    if (accept_word("log")) r.log = LogMode::First;
-    r.quick = accept_word("quick");
-    expect_word("for", "'for' and the interfaces to protect (antispoof [log] [quick] for IF)");
+    for (int i = 0; i < 2; ++i) {
+      if (r.log == LogMode::None && accept_word("log")) r.log = LogMode::First;
+      if (!r.quick && accept_word("quick")) r.quick = true;
+    }
+    expect_word("for", "'for' and the interfaces to protect (antispoof [log] [quick] (either order) for IF)");
     const Token list_start = peek();
     std::vector<SourceLocation> places;
     const std::vector<InterfaceMatch> names = interfaces(&places);

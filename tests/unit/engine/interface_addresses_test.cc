@@ -231,6 +231,15 @@ TEST_CASE("antispoof expands as pfctl does and drops what arrives where it canno
   CHECK(set->evaluate(tcp("10.1.0.5", "192.0.2.10"), Direction::Out, em0) == 0);
   CHECK(set->evaluate(tcp("127.0.0.1", "127.0.0.1"), Direction::In, lo) == 0);
 
+  // `quick` before `log` is the same, as pfctl's logquick takes them in either order.
+  InterfaceRegistry swapped_ifs;
+  auto swapped = load("pass all\nantispoof quick log for { em1 lo }\n", swapped_ifs);
+  REQUIRE(swapped->size() == 4);
+  for (uint32_t r = 1; r < 4; ++r) CHECK(swapped->rule(r).text == set->rule(r).text);
+  InterfaceRegistry quick_ifs;
+  CHECK(load("pass all\nantispoof quick for em1\n", quick_ifs)->rule(1).text ==
+        "block drop in quick on ! em1 from em1:network to any");
+
   // A family keeps the expansion to it.
   InterfaceRegistry ifs4;
   auto v4 = load("pass all\nantispoof for em1 inet\n", ifs4);

@@ -812,8 +812,11 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"block from (10.0.0.1)", "t.conf:1:13: expected an interface name inside '( )', got '10.0.0.1'"},
       {"block from (em0", "t.conf:1:16: expected ')', got end of file"},
       {"antispoof em0",
-       "t.conf:1:11: expected 'for' and the interfaces to protect (antispoof [log] [quick] for "
-       "IF), got 'em0'"},
+       "t.conf:1:11: expected 'for' and the interfaces to protect (antispoof [log] [quick] (either order) "
+       "for IF), got 'em0'"},
+      {"antispoof quick log quick for em0",
+       "t.conf:1:21: expected 'for' and the interfaces to protect (antispoof [log] [quick] (either order) "
+       "for IF), got 'quick'"},
       {"antispoof for ! em0", "t.conf:1:15: antispoof protects interfaces it names: '!' has no place here"},
       {"antispoof for em0 label x", "t.conf:1:19: expected 'inet', 'inet6' or end of line, got 'label'"},
       {"block from to any", "t.conf:1:12: expected address, prefix, <table> or 'any', got 'to'"},
