@@ -184,6 +184,11 @@ IpAddress host_bits(Family f, uint8_t length) {
   return {length == 0 ? ~uint64_t{0} : (~uint64_t{0} >> length), ~uint64_t{0}};
 }
 
+// `set state-policy if-bound` and `keep state (if-bound)`: one state here covers both passes of a
+// connection, in on one interface and out on another, so it is bound to neither.
+constexpr const char* kIfBoundRefused =
+    "states here float across interfaces, as pf's do by default: 'if-bound' is not supported";
+
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
@@ -670,10 +675,7 @@ class Parser {
       optimization();
     } else if (accept_word("state-policy")) {
       const Token policy = take_value("'floating' or 'if-bound'");
-      if (policy.text == "if-bound") {
-        fail_at(policy,
-                "states here float across interfaces, as pf's do by default: 'if-bound' is not supported");
-      }
+      if (policy.text == "if-bound") fail_at(policy, kIfBoundRefused);
       if (policy.text != "floating") fail_expected(policy, "'floating' or 'if-bound'");
     } else if (at_word("hostid")) {
       fail_at(peek(), "the id this node's states carry to its sync peer is [node] id in pairwall.toml");
@@ -1251,6 +1253,10 @@ class Parser {
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
       } else if (name.text == "no-sync") {
         r.state.no_sync = true;
+      } else if (name.text == "floating") {
+        // pf's per-rule state policy: what every state here does already.
+      } else if (name.text == "if-bound") {
+        fail_at(name, kIfBoundRefused);
       } else if (name.text == "sloppy") {
         // A node that sees one direction of a connection cannot turn back what it shifted in it.
         if (r.state.modulate || r.state.synproxy)

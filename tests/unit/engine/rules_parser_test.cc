@@ -447,6 +447,9 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"pass proto tcp all keep state (max 100, tcp.established 3600 tcp.closing 60)",
        "pass proto 6 from * to * keep max=100 tcp.closing=60 tcp.established=3600"},
       {"pass all modulate state (udp.first 5)", "pass from * to * modulate udp.first=5"},
+      // States float across interfaces here, as pf's do by default: `floating` asks for what is.
+      {"pass all keep state (floating)", "pass from * to * keep"},
+      {"pass proto tcp all modulate state (max 5, floating)", "pass proto 6 from * to * modulate max=5"},
       {"pass proto tcp all keep state flags S/SA", "pass proto 6 from * to * flags 2/18 keep"},
       {"block return-rst in log quick on em0 inet proto tcp from <bad> port > 1023 to 10.0.0.1 port 22",
        "block rst in log quick on em0 inet proto 6 from <bad> port >1023 to 10.0.0.1/32 port =22 nostate"},
@@ -902,8 +905,16 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all modulate state (no-sync, sloppy)",
        "t.conf:1:35: 'sloppy' cannot be used with 'modulate state': use 'keep state'"},
       {"pass all keep state (max 10, if-bound)",
+       "t.conf:1:30: states here float across interfaces, as pf's do by default: 'if-bound' is not "
+       "supported"},
+      {"pass in on em0 all keep state (if-bound)",
+       "t.conf:1:32: states here float across interfaces, as pf's do by default: 'if-bound' is not "
+       "supported"},
+      {"pass all keep state (floating, floating)",
+       "t.conf:1:32: duplicate state option 'floating': already given at line 1, column 22"},
+      {"pass all keep state (max 10, sticky)",
        "t.conf:1:30: expected state option ('max N', 'max-src-states N', 'no-sync', 'sloppy' or a timeout "
-       "such as 'tcp.established N'), got 'if-bound'"},
+       "such as 'tcp.established N'), got 'sticky'"},
       {"pass all keep state (max-src-conn-rate 10)",
        "t.conf:1:40: expected a rate such as 15/5 (connections/seconds), got '10'"},
       {"pass all keep state (max-src-conn-rate 10/0)",
