@@ -215,6 +215,7 @@ struct ScrubRule {
   Direction direction = Direction::Any;
   std::vector<InterfaceMatch> interfaces;
   std::optional<Family> family;
+  std::vector<uint8_t> protocols;  // empty: any protocol
   Endpoint from;
   Endpoint to;
   bool fragment_reassemble = false;

@@ -171,7 +171,7 @@ uint64_t hash_text(std::string_view text, const SipKey& key) {
 std::string scrub_text(const ScrubRule& r) {
   std::string out = "scrub";
   if (r.direction != Direction::Any) out += r.direction == Direction::In ? " in" : " out";
-  out += header_text(r.interfaces, r.family, {});
+  out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
   if (r.fragment_reassemble) out += " fragment reassemble";
   if (r.max_mss != 0) out += " max-mss " + std::to_string(r.max_mss);
@@ -772,10 +772,13 @@ class Compiler {
     std::vector<MatchSpec> specs;
     for (const ScrubRule& r : file_.scrub_rules) {
       if (!r.from.ports.empty() || !r.to.ports.empty()) {
-        fail(r.location, "scrub rules match interfaces and addresses only: remove 'port'");
+        fail(r.location,
+             "scrub rules match interfaces, address families, protocols and addresses, not ports: remove "
+             "'port'");
       }
       check_families(r.location, r.family, r.from, r.to);
-      specs.push_back(spec(r.direction, r.interfaces, r.family, {}, r.from, r.to));
+      check_icmp_family(r.location, r.protocols, r.family, r.from, r.to);
+      specs.push_back(spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to));
     }
     set.scrub_rules_ = file_.scrub_rules;
     if (!specs.empty()) set.scrub_classifier_ = build(specs, MatchOrder::First);

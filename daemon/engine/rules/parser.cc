@@ -5,7 +5,7 @@
 //                                      the options in any order, before or after the one list
 //   antispoof [log] [quick] for IF     `log` and `quick` in either order
 //   set limit ... | set timeout ...  (limits: states, frags, src-nodes, table-entries)
-//   scrub ...
+//   scrub [in|out] [on IF] [inet|inet6] [proto P] [from SRC to DST | all] [options]
 //   [no] nat|rdr|binat ...
 //   pass|block ...
 // The first error is thrown as SyntaxError and becomes the RuleError; nothing is recovered,
@@ -745,6 +745,7 @@ class Parser {
     r.direction = direction();
     if (accept_word("on")) r.interfaces = interfaces();
     r.family = family();
+    if (accept_word("proto")) r.protocols = protocols();
     from_to(r.from, r.to, r.family);
     constexpr const char* kWhat =
         "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or end of line";

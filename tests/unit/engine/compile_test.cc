@@ -86,6 +86,11 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
        "t.conf:1:1: proto icmp is IPv4's and the rule matches IPv6 only: use 'proto icmp6'"},
       {"pass proto icmp6 from 10.0.0.0/8",
        "t.conf:1:1: proto icmp6 is IPv6's and the rule matches IPv4 only: use 'proto icmp'"},
+      {"scrub in inet6 proto icmp all min-ttl 3",
+       "t.conf:1:1: proto icmp is IPv4's and the rule matches IPv6 only: use 'proto icmp6'"},
+      {"scrub in proto tcp to any port 80 max-mss 1400",
+       "t.conf:1:1: scrub rules match interfaces, address families, protocols and addresses, not ports: "
+       "remove 'port'"},
       {"pass from 10.0.0.0/8 to 2001:db8::/32",
        "t.conf:1:25: the source addresses are all IPv4 and the destination addresses all IPv6: the rule can "
        "never match"},
@@ -213,7 +218,9 @@ TEST_CASE("compile errors the parser cannot produce, from hand-built files", "[c
     s.location = {"h.conf", 5, 1};
     s.to.ports.push_back({PortMatch::Op::Eq, 80, 0});
     f.scrub_rules.push_back(s);
-    CHECK(compile_error(f) == "h.conf:5:1: scrub rules match interfaces and addresses only: remove 'port'");
+    CHECK(compile_error(f) ==
+          "h.conf:5:1: scrub rules match interfaces, address families, protocols and addresses, not ports: "
+          "remove 'port'");
   }
 }
 
@@ -455,6 +462,38 @@ TEST_CASE("RuleSet decides with pf semantics on both passes", "[compile]") {
   CHECK(empty.translation(ping6, Direction::In, ext) == nullptr);
 }
 
+TEST_CASE("scrub rules match the protocols they name, as filter rules do", "[compile][scrub]") {
+  InterfaceRegistry ifs;
+  const IfaceId ext = ifs.intern("ext0");
+  auto set = compile_ok(
+      "scrub in on ext0 proto tcp all max-mss 1440\n"
+      "scrub in on ext0 proto { udp, icmp } all min-ttl 4\n",
+      ifs);
+  const ScrubAction tcp =
+      set->scrub(packet(ipproto::kTcp, "198.51.100.1", 40000, "192.0.2.10", 80), Direction::In, ext);
+  CHECK(tcp.matched);
+  CHECK(tcp.max_mss == 1440);
+  CHECK(tcp.min_ttl == 0);
+  const ScrubAction udp =
+      set->scrub(packet(ipproto::kUdp, "198.51.100.1", 40000, "192.0.2.10", 53), Direction::In, ext);
+  CHECK(udp.matched);
+  CHECK(udp.max_mss == 0);
+  CHECK(udp.min_ttl == 4);
+  constexpr uint8_t kGre = 47;
+  CHECK_FALSE(set->scrub(packet(kGre, "198.51.100.1", 0, "192.0.2.10", 0), Direction::In, ext).matched);
+
+  InterfaceRegistry tcp_ifs;
+  auto tcp_only = compile_ok("scrub in proto tcp all max-mss 1440\n", tcp_ifs);
+  CHECK(tcp_only
+            ->scrub(packet(ipproto::kTcp, "198.51.100.1", 40000, "192.0.2.10", 80), Direction::In,
+                    tcp_ifs.intern("ext0"))
+            .matched);
+  CHECK_FALSE(tcp_only
+                  ->scrub(packet(ipproto::kUdp, "198.51.100.1", 40000, "192.0.2.10", 53), Direction::In,
+                          tcp_ifs.intern("ext0"))
+                  .matched);
+}
+
 TEST_CASE("scrub is first match; nat on out, rdr on in, binat on both", "[compile]") {
   InterfaceRegistry ifs;
   const IfaceId ext = ifs.intern("ext0");
@@ -680,6 +719,7 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
       {"port 443", "port 444"},
       {"tcp.established 3600", "tcp.established 3601"},
       {"max-mss 1400", "max-mss 1300"},
+      {"scrub in all", "scrub in proto tcp all"},
       {"-> 10.0.0.80", "-> 10.0.0.81"},
       {"block all\n", "block all\nset skip on lo0\n"},
       {"table <t> persist", "set limit states 5000\ntable <t> persist"},

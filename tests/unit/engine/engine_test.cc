@@ -1239,6 +1239,19 @@ TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl r
   CHECK(fw.last_packet == PacketBuilder().ipv6(kClient6, kServer6).ttl(5).udp(7, 53).payload(4).build());
 }
 
+TEST_CASE("scrub: a rule with proto tcp applies to TCP and not to UDP", "[engine][scrub]") {
+  Firewall fw("scrub in proto tcp all max-mss 1400 min-ttl 5\npass all");
+  const Verdict tcp = fw.out(tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1460).ttl(3).build());
+  CHECK(tcp.action == Verdict::Action::Accept);
+  CHECK(tcp.rewritten);
+  CHECK(fw.last_packet == tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1400).ttl(5).build());
+  const Bytes udp = PacketBuilder().ipv4(kClient, kServer).ttl(3).udp(7, 53).payload(4).build();
+  const Verdict other = fw.out(udp);
+  CHECK(other.action == Verdict::Action::Accept);
+  CHECK_FALSE(other.rewritten);
+  CHECK(fw.last_packet == udp);
+}
+
 TEST_CASE("scrub: max-mss lowers every MSS option of a segment, not only the last", "[engine][scrub]") {
   // As pf_normalize_mss: a receiver that reads the first of two options must not find a larger
   // size than the clamp allows.

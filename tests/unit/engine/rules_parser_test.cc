@@ -180,6 +180,10 @@ std::string render(const ScrubRule& r) {
   if (r.direction == Direction::Out) o << " out";
   if (!r.interfaces.empty()) o << " on " << render(r.interfaces);
   if (r.family) o << (*r.family == Family::V4 ? " inet" : " inet6");
+  if (!r.protocols.empty()) {
+    o << " proto ";
+    for (std::size_t i = 0; i < r.protocols.size(); ++i) o << (i ? "," : "") << int(r.protocols[i]);
+  }
   o << " from " << render(r.from) << " to " << render(r.to);
   if (r.fragment_reassemble) o << " reassemble";
   if (r.max_mss) o << " mss=" << r.max_mss;
@@ -532,6 +536,10 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
       {"scrub in all (max-mss 1440)", "scrub in from * to * mss=1440"},
       {"scrub in all fragment reassemble (no-df, random-id min-ttl 255, max-mss 65535)",
        "scrub in from * to * reassemble mss=65535 ttl=255 random-id no-df"},
+      // `proto` as in filter rules, after the family (pf.conf's scrub rule).
+      {"scrub in on ext0 proto tcp all max-mss 1440", "scrub in on ext0 proto 6 from * to * mss=1440"},
+      {"scrub out inet6 proto { tcp, udp 132 } from 2001:db8::/32 (min-ttl 3)",
+       "scrub out inet6 proto 6,17,132 from 2001:db8::/32 to * ttl=3"},
   };
   for (const auto& c : cases) {
     INFO(c.text);
@@ -990,6 +998,9 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "end of line, got 'reassemble'"},
       {"scrub in all (max-mss 1440",
        "t.conf:1:27: expected ')' to close the scrub options opened at line 1, column 14, got end of file"},
+      {"scrub in proto ping all",
+       "t.conf:1:16: expected protocol (tcp, udp, icmp, icmp6, a name or a number 1..255), got 'ping'"},
+      {"scrub in proto 0 all", "t.conf:1:16: proto 0 cannot be used: omit 'proto' to match every protocol"},
       // Translation.
       {"nat from any -> 192.0.2.1", "t.conf:1:5: expected 'on' and an interface, got 'from'"},
       {"nat on em0 from 10.0.0.0/8", "t.conf:1:27: expected '->' and a translation address, got end of file"},
