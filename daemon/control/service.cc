@@ -494,6 +494,9 @@ std::set<engine::TableEntry> entry_set(const engine::rules::Table& t) {
 std::string ControlService::tables(const TablesRequest& request, TableList* out) const {
   if (!loaded_) return "tables: no rule set loaded";
   if (request.test_size() > 0) return test_table(request, out);
+  if (request.name().empty())
+    out->set_entry_limit(
+        loaded_->settings.limit_table_entries.value_or(engine::rules::kDefaultTableEntryLimit));
   for (const auto& t : loaded_->tables) {
     if (request.name().empty() || t.name == request.name())
       fill_table(t, !request.name().empty(), out->add_tables());
@@ -682,6 +685,10 @@ void ControlService::render_table_metrics(MetricWriter& out) const {
                "Entries in each table of the running rules, exceptions included.");
     for (const engine::rules::Table& t : loaded_->tables)
       out.sample({{"table", t.name}}, uint64_t{t.entries.size() + t.negated_entries.size()});
+    out.family("pairwall_table_entry_limit", MetricWriter::Type::Gauge,
+               "Entries all tables may hold together (set limit table-entries).");
+    out.sample(
+        uint64_t{loaded_->settings.limit_table_entries.value_or(engine::rules::kDefaultTableEntryLimit)});
   }
   out.family("pairwall_source_overloads_refused_total", MetricWriter::Type::Counter,
              "Sources an overload could not add to its table: the rules with them added were refused "

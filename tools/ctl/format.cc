@@ -196,6 +196,11 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
       << (t.is_const() ? ", const" : "") << "\n";
   }
   if (!entries && tables.tables_size() == 0) o << "no tables\n";
+  if (!entries && tables.tables_size() != 0 && tables.entry_limit() != 0) {
+    uint64_t total = 0;
+    for (const auto& t : tables.tables()) total += t.count();
+    o << total << " of " << tables.entry_limit() << " table entries used (set limit table-entries)\n";
+  }
   return o.str();
 }
 

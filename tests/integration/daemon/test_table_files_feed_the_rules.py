@@ -43,6 +43,10 @@ def test_table_files_feed_the_rules(lan, tmp_path, daemon_factory):
     wait_until(lambda: "SIGHUP: rules reloaded" in fw.log_text(), 5, what="SIGHUP reload in the log")
     assert fw.json("tables", "show", "feed")["tables"][0]["entries"] == [f"{CLIENT6}/128"]
     assert fw.json("tables", "show", "kept")["tables"][0]["entries"] == ["192.0.2.77/32"]
+    # pfctl -s memory's table-entries line, below the list of tables.
+    total = sum(t.get("count", 0) for t in fw.json("tables")["tables"])
+    listed = fw.ctl("tables").stdout.splitlines()
+    assert listed[-1] == f"{total} of 200000 table entries used (set limit table-entries)", listed
     # pfctl -T expire: an entry goes once it has been there the seconds given.
     assert fw.ctl("tables", "expire", "kept", "3600").stdout == "0 added, 0 deleted\n   192.0.2.77\n"
     assert fw.ctl("tables", "expire", "kept", "0").stdout == "0 added, 1 deleted\n"

@@ -396,6 +396,7 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   Response r = d.call(make([](Request& q) { q.mutable_tables(); }));
   REQUIRE(r.ok());
   REQUIRE(r.tables().tables_size() == 2);
+  CHECK(r.tables().entry_limit() == 200000);
   CHECK(r.tables().tables(0).name() == "blocked");
   CHECK(r.tables().tables(0).count() == 0);
   CHECK(r.tables().tables(1).count() == 1);
@@ -454,6 +455,9 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
         "# TYPE pairwall_table_entries gauge\n"
         "pairwall_table_entries{table=\"blocked\"} 1\n"
         "pairwall_table_entries{table=\"fixed\"} 1\n"
+        "# HELP pairwall_table_entry_limit Entries all tables may hold together (set limit table-entries).\n"
+        "# TYPE pairwall_table_entry_limit gauge\n"
+        "pairwall_table_entry_limit 200000\n"
         "# HELP pairwall_source_overloads_refused_total Sources an overload could not add to its table: the "
         "rules with them added were refused (set limit table-entries).\n"
         "# TYPE pairwall_source_overloads_refused_total counter\n"
@@ -612,6 +616,7 @@ TEST_CASE("service: tables add past 'set limit table-entries' is refused and the
   r = d.call(make([](Request& q) { q.mutable_tables()->set_name("blocked"); }));
   REQUIRE(r.tables().tables_size() == 1);
   CHECK(r.tables().tables(0).count() == 1);
+  CHECK(d.call(make([](Request& q) { q.mutable_tables(); })).tables().entry_limit() == 3);
 
   REQUIRE(add({"10.0.0.2"}).ok());
   CHECK(d.send(syn("10.0.0.2", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
