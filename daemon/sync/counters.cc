@@ -4,6 +4,8 @@ namespace pairwall::sync {
 
 std::string_view drop_reason_name(DropReason r) {
   switch (r) {
+    case DropReason::BadTtl:
+      return "bad_ttl";
     case DropReason::BadMagic:
       return "bad_magic";
     case DropReason::BadVersion:

@@ -10,6 +10,7 @@
 namespace pairwall::sync {
 
 enum class DropReason : uint8_t {
+  BadTtl,            // not sent on the sync link: its TTL / hop limit is not 255 (ttl_security)
   BadMagic,          // not a sync datagram
   BadVersion,        // a frame version this node cannot read
   Truncated,         // shorter than the header, or than its payload length says

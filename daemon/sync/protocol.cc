@@ -265,7 +265,11 @@ void SyncProtocol::set_keys(std::span<const uint8_t> key, std::span<const uint8_
   auth_ = std::make_unique<Authenticator>(key, accept_key);
 }
 
-void SyncProtocol::receive(std::span<const uint8_t> datagram, Micros now) noexcept {
+void SyncProtocol::receive(std::span<const uint8_t> datagram, int ttl, Micros now) noexcept {
+  if (!ttl_accepted(config_.ttl_security, ttl)) {
+    ++counters_.drops[static_cast<std::size_t>(DropReason::BadTtl)];
+    return;
+  }
   Header h;
   std::span<const uint8_t> payload;
   DropReason why = DropReason::Truncated;

@@ -4,7 +4,7 @@
 //   local state changes ─enqueue()─▶ PendingRecords ─┐
 //   resync / state requests ─▶ backlog ──────────────┼─poll()─▶ datagrams (seal: header + HMAC)
 //   bulk transfer (snapshot of ids) ─────────────────┘             │ SendWindow keeps them until acked
-//   datagrams from the peer ─receive()─▶ open (magic, version, length, tag) ─▶ sender, epoch, replay
+//   datagrams from the peer ─receive()─▶ TTL ─▶ open (magic, version, length, tag) ─▶ sender, epoch, replay
 //        ─▶ acks to SendWindow ─▶ ReceiveWindow (in order) ─▶ StateStore::apply / control messages
 //
 // Reliability: every data datagram has a sequence; the receiver acks cumulatively with a
@@ -84,6 +84,9 @@ struct ProtocolConfig {
   // Datagrams carrying inserts ask the peer to ack at once (frameflag::kAckNow): the node holds
   // new connections' first packets until then (pfsync's defer).
   bool ack_inserts_at_once = false;
+  // Datagrams that did not arrive with kLinkTtl are dropped (bad_ttl) before any other check: the
+  // peer is on the sync link ([sync] ttl_security). Off, a routed path between the nodes works.
+  bool ttl_security = true;
 };
 
 struct ProtocolStatus {
@@ -160,8 +163,9 @@ class SyncProtocol {
   // they were is unknown, so the peer gets the whole table once it answers.
   void local_changes_lost() noexcept;
 
-  // One datagram from the socket. Drops and counts what it cannot accept.
-  void receive(std::span<const uint8_t> datagram, Micros now) noexcept;
+  // One datagram from the socket, with the IPv4 TTL or IPv6 hop limit it arrived with (-1 when the
+  // socket did not say). Drops and counts what it cannot accept.
+  void receive(std::span<const uint8_t> datagram, int ttl, Micros now) noexcept;
 
   // Sends everything due at `now`: resends, flushes, bulk, acks, keepalives.
   void poll(Micros now, const SendFn& send) noexcept;

@@ -233,6 +233,7 @@ void SyncService::start() {
   pc.send.capacity = config_.resend_window;
   pc.pending_limit = config_.pending_limit;
   pc.ack_inserts_at_once = config_.defer;
+  pc.ttl_security = false;  // the socket does not report the TTL yet
   // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
   pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now(), config_.accept_key);
@@ -298,13 +299,13 @@ void SyncService::arm_receive() {
 void SyncService::on_receive(const boost::system::error_code& ec, std::size_t n) {
   if (ec == asio::error::operation_aborted) return;
   Micros now = steady_now();
-  if (!ec) protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), n), now);
+  if (!ec) protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), n), -1, now);
   // Whatever else is queued, without going back to the loop for each.
   for (std::size_t i = 0; i < kReceiveBatch; ++i) {
     boost::system::error_code e;
     const std::size_t m = socket_.receive_from(asio::buffer(rx_buffer_), sender_, 0, e);
     if (e) break;
-    protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), m), now);
+    protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), m), -1, now);
   }
   pump();
   arm_receive();

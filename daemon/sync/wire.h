@@ -21,6 +21,17 @@ inline constexpr std::size_t kTagSize = 16;  // HMAC-SHA-256-128, RFC 4868 secti
 inline constexpr std::size_t kOverhead = kHeaderSize + kTagSize;
 inline constexpr std::size_t kMaxPayload = 65507 - kOverhead;  // largest UDP payload, IPv4
 
+// RFC 5082 (GTSM), as pfsync's PFSYNC_DFLTTL: datagrams leave with TTL / hop limit 255. Every
+// router on the way takes one off, so one that arrives with 255 was sent on the sync link itself.
+inline constexpr int kLinkTtl = 255;
+
+// Whether a datagram that arrived with `ttl` (the IPv4 TTL or IPv6 hop limit; -1 when the kernel
+// did not report it) may go on to the frame checks: with `ttl_security`, only at kLinkTtl. It costs
+// a comparison, so that datagrams from beyond the link are turned away before a tag is computed.
+constexpr bool ttl_accepted(bool ttl_security, int ttl) noexcept {
+  return !ttl_security || ttl == kLinkTtl;
+}
+
 namespace frameflag {
 inline constexpr uint8_t kSequenced = 0x01;  // reliable payload with a data sequence
 inline constexpr uint8_t kAck = 0x02;        // ack epoch / cumulative ack / bitmap valid

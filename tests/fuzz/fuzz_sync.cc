@@ -41,7 +41,7 @@ void prove_peer(ps::SyncProtocol& node, uint64_t epoch) {
   h.epoch = epoch;
   h.xmit = 1;
   h.send_base = 1;
-  node.receive(sealed(h, {}), kNow);
+  node.receive(sealed(h, {}), ps::kLinkTtl, kNow);
   uint64_t challenge = 0;
   node.poll(kNow, [&](std::span<const uint8_t> d) {
     static ps::Authenticator auth(kKey);
@@ -58,7 +58,7 @@ void prove_peer(ps::SyncProtocol& node, uint64_t epoch) {
   });
   ps::wire::Batch answer;
   answer.add_messages()->mutable_keepalive()->set_answer(challenge);
-  node.receive(sealed(h, answer), kNow);
+  node.receive(sealed(h, answer), ps::kLinkTtl, kNow);
   if (node.counters().epochs_proven != 1) __builtin_trap();  // the harness's own premise
 }
 
@@ -94,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ps::SyncProtocol node(config, kKey, store, kNow);
   if (from_proven_peer) prove_peer(node, h.epoch);
   const ps::SyncCounters before = node.counters();
-  node.receive(datagram, kNow);
+  node.receive(datagram, ps::kLinkTtl, kNow);
   node.poll(kNow, [](std::span<const uint8_t>) { return true; });
   // One datagram: at most one frame check fails it, and a failed one is not also received. (A
   // received one may still be counted malformed, or be held until the sequences before it come.)

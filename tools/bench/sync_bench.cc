@@ -269,6 +269,7 @@ class SinkPeer {
     c.epoch = static_cast<uint64_t>(now_us().count());
     c.max_datagram = 1472;
     c.request_bulk_at_start = false;
+    c.ttl_security = false;  // recv() does not report the TTL
     protocol_ = std::make_unique<sync::SyncProtocol>(c, std::vector<uint8_t>(32, 0x5a), store_, now_us());
     thread_ = std::thread([this] { run(); });
   }
@@ -302,7 +303,7 @@ class SinkPeer {
       for (int i = 0; i < 256; ++i) {
         const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
         if (n <= 0) break;
-        protocol_->receive(std::span<const uint8_t>(buf.data(), static_cast<std::size_t>(n)), now_us());
+        protocol_->receive(std::span<const uint8_t>(buf.data(), static_cast<std::size_t>(n)), -1, now_us());
       }
       protocol_->poll(now_us(), [this](std::span<const uint8_t> d) {
         return ::sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&peer_),

@@ -283,8 +283,8 @@ struct Pair {
 
   // One step: deliver what is due, poll both.
   void step() {
-    a_to_b.deliver(now, [&](std::span<const uint8_t> d) { b->receive(d, now); });
-    b_to_a.deliver(now, [&](std::span<const uint8_t> d) { a->receive(d, now); });
+    a_to_b.deliver(now, [&](std::span<const uint8_t> d) { b->receive(d, kLinkTtl, now); });
+    b_to_a.deliver(now, [&](std::span<const uint8_t> d) { a->receive(d, kLinkTtl, now); });
     a->poll(now, [&](std::span<const uint8_t> d) {
       a_to_b.send(d, now);
       return true;

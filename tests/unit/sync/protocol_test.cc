@@ -135,13 +135,13 @@ void prove_peer(SyncProtocol& node, Header h, Micros now) {
   h.seq = 0;
   h.xmit = 1;
   h.send_base = 1;
-  node.receive(craft(h, wire::Batch{}), now);
+  node.receive(craft(h, wire::Batch{}), kLinkTtl, now);
   const uint64_t challenge = challenge_of(node, now);
   REQUIRE(challenge != 0);
   wire::Batch answer;
   answer.add_messages()->mutable_keepalive()->set_answer(challenge);
   const uint64_t before = node.counters().epochs_proven;
-  node.receive(craft(h, answer), now);
+  node.receive(craft(h, answer), kLinkTtl, now);
   REQUIRE(node.counters().epochs_proven == before + 1);
 }
 
@@ -563,7 +563,7 @@ TEST_CASE("a bulk announcing more states than any table holds still waits for it
   start->set_request(b.status(ms(1000)).bulk_request);
   // A peer's broken code: count / bulk_min_rate in microseconds is past what 64 bits hold.
   start->set_count(std::numeric_limits<uint64_t>::max());
-  b.receive(craft(h, batch), ms(1000));
+  b.receive(craft(h, batch), kLinkTtl, ms(1000));
   REQUIRE(b.bulk_state() == BulkState::Receiving);
   b.poll(ms(1001), [](std::span<const uint8_t>) { return true; });
   CHECK(b.bulk_state() == BulkState::Receiving);
@@ -630,23 +630,23 @@ TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sy
   SECTION("unknown sender") {
     Header x = h;
     x.node_id = 3;
-    p.b->receive(craft(x, one_insert(make_insert(3, 1))), p.now);
+    p.b->receive(craft(x, one_insert(make_insert(3, 1))), kLinkTtl, p.now);
     CHECK(drops(*p.b, DropReason::UnknownSender) == 1);
   }
   SECTION("our own datagram looped back") {
     Header x = h;
     x.node_id = 2;
-    p.b->receive(craft(x, one_insert(make_insert(2, 1))), p.now);
+    p.b->receive(craft(x, one_insert(make_insert(2, 1))), kLinkTtl, p.now);
     CHECK(drops(*p.b, DropReason::UnknownSender) == 1);
   }
   SECTION("wrong key") {
-    p.b->receive(craft(h, one_insert(make_insert(1, 99)), 0x77), p.now);
+    p.b->receive(craft(h, one_insert(make_insert(1, 99)), 0x77), kLinkTtl, p.now);
     CHECK(drops(*p.b, DropReason::BadTag) == 1);
   }
   SECTION("stale epoch") {
     Header x = h;
     x.epoch = p.config_a.epoch - 1;
-    p.b->receive(craft(x, one_insert(make_insert(1, 99))), p.now);
+    p.b->receive(craft(x, one_insert(make_insert(1, 99))), kLinkTtl, p.now);
     CHECK(drops(*p.b, DropReason::StaleEpoch) == 1);
   }
   SECTION("malformed payload under a good tag") {
@@ -654,18 +654,18 @@ TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sy
     const std::vector<uint8_t> junk = {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01};
     std::vector<uint8_t> d(kOverhead + junk.size());
     REQUIRE(seal(h, junk, auth, d) == d.size());
-    p.b->receive(d, p.now);
+    p.b->receive(d, kLinkTtl, p.now);
     CHECK(drops(*p.b, DropReason::MalformedPayload) == 1);
   }
   SECTION("a sequenced datagram without a sequence") {
     Header x = h;
     x.seq = 0;
-    p.b->receive(craft(x, one_insert(make_insert(1, 99))), p.now);
+    p.b->receive(craft(x, one_insert(make_insert(1, 99))), kLinkTtl, p.now);
     CHECK(drops(*p.b, DropReason::MalformedPayload) == 1);
   }
   SECTION("garbage and truncation") {
-    p.b->receive(std::vector<uint8_t>(64, 0), p.now);
-    p.b->receive(std::vector<uint8_t>{0x50, 0x57, kVersion, 0}, p.now);
+    p.b->receive(std::vector<uint8_t>(64, 0), kLinkTtl, p.now);
+    p.b->receive(std::vector<uint8_t>{0x50, 0x57, kVersion, 0}, kLinkTtl, p.now);
     CHECK(drops(*p.b, DropReason::BadMagic) == 1);
     CHECK(drops(*p.b, DropReason::Truncated) == 1);
   }
@@ -676,6 +676,60 @@ TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sy
   p.change(true, r);
   p.run(ms(5));
   CHECK(p.store_b.states.count(r.id) == 1);
+}
+
+// RFC 5082: only the sync link delivers a datagram with TTL 255; a router on the way takes one off.
+TEST_CASE("a datagram not sent on the sync link is dropped before its tag is checked",
+          "[sync][protocol][reject]") {
+  Pair p;
+  settle(p);
+  Header h;
+  h.flags = frameflag::kSequenced;
+  h.node_id = 1;
+  h.epoch = p.config_a.epoch;
+  h.xmit = 1'000'000;
+  h.seq = 1'000'000;
+  h.send_base = 1'000'000;
+  const auto authentic = craft(h, one_insert(make_insert(1, 99)));
+  const uint64_t received = p.b->counters().datagrams_received;
+  const int not_on_the_link[] = {254, 128, 64, 1, 0, -1};  // -1: the socket did not say
+  for (int ttl : not_on_the_link) {
+    INFO("ttl " << ttl);
+    const uint64_t before = drops(*p.b, DropReason::BadTtl);
+    p.b->receive(authentic, ttl, p.now);
+    CHECK(drops(*p.b, DropReason::BadTtl) == before + 1);
+  }
+  CHECK(p.b->counters().datagrams_received == received);
+  CHECK(p.store_b.states.count({1, 99}) == 0);
+
+  // A forger beyond the link costs no HMAC: its datagram never reaches the tag check.
+  p.b->receive(craft(h, one_insert(make_insert(1, 99)), 0x77), 64, p.now);
+  CHECK(drops(*p.b, DropReason::BadTtl) == std::size(not_on_the_link) + 1);
+  CHECK(drops(*p.b, DropReason::BadTag) == 0);
+
+  // The same datagram from the link is taken.
+  p.b->receive(authentic, kLinkTtl, p.now);
+  CHECK(p.b->counters().datagrams_received == received + 1);
+  CHECK(drops(*p.b, DropReason::BadTtl) == std::size(not_on_the_link) + 1);
+}
+
+TEST_CASE("without ttl_security a datagram is taken whatever its TTL", "[sync][protocol][reject]") {
+  Pair p;
+  p.config_b.ttl_security = false;  // a routed sync path
+  settle(p);
+  Header h;
+  h.flags = frameflag::kSequenced;
+  h.node_id = 1;
+  h.epoch = p.config_a.epoch;
+  h.seq = 1'000'000;
+  h.send_base = 1'000'000;
+  const uint64_t received = p.b->counters().datagrams_received;
+  h.xmit = 1'000'000;
+  p.b->receive(craft(h, one_insert(make_insert(1, 99))), 62, p.now);
+  h.xmit = 1'000'001;
+  p.b->receive(craft(h, one_insert(make_insert(1, 99))), -1, p.now);
+  CHECK(p.b->counters().datagrams_received == received + 2);
+  CHECK(drops(*p.b, DropReason::BadTtl) == 0);
 }
 
 TEST_CASE("an authenticated state with out-of-range fields is dropped, the rest applied",
@@ -693,7 +747,7 @@ TEST_CASE("an authenticated state with out-of-range fields is dropped, the rest 
   wire::Batch batch = one_insert(make_insert(1, 1));
   encode_insert(make_insert(1, 2), 0, batch.add_messages()->mutable_insert());
   batch.mutable_messages(0)->mutable_insert()->mutable_src()->set_state(200);
-  b.receive(craft(h, batch), ms(1000));
+  b.receive(craft(h, batch), kLinkTtl, ms(1000));
   CHECK(drops(b, DropReason::MalformedPayload) == 1);
   CHECK(store.states.count({1, 1}) == 0);
   CHECK(store.states.count({1, 2}) == 1);
@@ -714,12 +768,12 @@ TEST_CASE("a datagram whose send base lies past its own sequence is dropped, the
   // A sender still holds the sequence it sends, so its send base is at most that: 2^62 on
   // sequence 1 is broken code, which would have every sequence below it given up.
   h.send_base = uint64_t{1} << 62;
-  b.receive(craft(h, one_insert(make_insert(1, 1))), ms(1000));
+  b.receive(craft(h, one_insert(make_insert(1, 1))), kLinkTtl, ms(1000));
   CHECK(drops(b, DropReason::MalformedPayload) == 1);
   CHECK(store.states.count({1, 1}) == 0);
   h.xmit = 3;
   h.send_base = 1;
-  b.receive(craft(h, one_insert(make_insert(1, 1))), ms(1001));
+  b.receive(craft(h, one_insert(make_insert(1, 1))), kLinkTtl, ms(1001));
   CHECK(store.states.count({1, 1}) == 1);
   CHECK(b.counters().gaps == 0);
 }
@@ -736,7 +790,7 @@ TEST_CASE("a captured datagram played again is dropped as a replay", "[sync][pro
   p.run(ms(20));
   REQUIRE(p.store_b.states.count(r.id) == 0);
   // Playing the insert again must not bring the state back.
-  for (const auto& d : p.a_to_b.captured) p.b->receive(d, p.now);
+  for (const auto& d : p.a_to_b.captured) p.b->receive(d, kLinkTtl, p.now);
   CHECK(drops(*p.b, DropReason::Replay) == p.a_to_b.captured.size());
   CHECK(p.store_b.states.count(r.id) == 0);
   // Nor after the peer restarts: the old epoch is stale then.
@@ -744,7 +798,7 @@ TEST_CASE("a captured datagram played again is dropped as a replay", "[sync][pro
   p.config_a.epoch += 10;
   p.a = std::make_unique<SyncProtocol>(p.config_a, test_key(), p.store_a, p.now);
   p.run(ms(100));
-  for (const auto& d : captured) p.b->receive(d, p.now);
+  for (const auto& d : captured) p.b->receive(d, kLinkTtl, p.now);
   CHECK(drops(*p.b, DropReason::StaleEpoch) == captured.size());
   CHECK(p.store_b.states.count(r.id) == 0);
 }
@@ -776,7 +830,7 @@ TEST_CASE("datagrams replayed from a peer's earlier boot are never applied, even
   p.run(p.config_a.peer_relearn + ms(1000));
   REQUIRE(p.a->peer_state(p.now) == PeerState::Down);
 
-  for (const auto& d : captured) p.a->receive(d, p.now);
+  for (const auto& d : captured) p.a->receive(d, kLinkTtl, p.now);
   p.run(ms(50));
   CHECK(drops(*p.a, DropReason::Unproven) > 0);
   CHECK(p.store_a.states.size() == 20);  // the ClearStates was not applied
@@ -801,7 +855,7 @@ TEST_CASE("a booting node takes no replayed datagram for its peer's first, nor i
   // B reboots while A is away; the capture is played to it.
   p.a_to_b.up = p.b_to_a.up = false;
   p.restart_b(p.config_b.epoch + 10);
-  for (const auto& d : captured) p.b->receive(d, p.now);
+  for (const auto& d : captured) p.b->receive(d, kLinkTtl, p.now);
   p.run(ms(200));
   CHECK(drops(*p.b, DropReason::Unproven) > 0);
   CHECK(p.b->counters().datagrams_received == 0);
@@ -942,7 +996,7 @@ TEST_CASE("acks of many holes fit the smallest datagram", "[sync][protocol][loss
   for (uint64_t k = 0; k < 600; ++k) {
     h.xmit = 2 + k;
     h.seq = 2 + 2 * k;
-    b.receive(craft(h, one_insert(make_insert(1, k + 1))), now);
+    b.receive(craft(h, one_insert(make_insert(1, k + 1))), kLinkTtl, now);
   }
   std::size_t sent = 0;
   std::size_t largest = 0;
@@ -985,7 +1039,7 @@ TEST_CASE("mutated authenticated datagrams never break a node", "[sync][protocol
     std::vector<uint8_t> out(d.size());
     REQUIRE(seal(h, payload, auth, out) == out.size());
     d = out;
-    victim.receive(d, p.now + Micros{i});
+    victim.receive(d, kLinkTtl, p.now + Micros{i});
     victim.poll(p.now + Micros{i}, [](std::span<const uint8_t>) { return true; });
     accepted = victim.counters().datagrams_received;
   }

@@ -186,4 +186,22 @@ TEST_CASE("drop reasons have stable distinct names", "[sync][wire]") {
   CHECK(std::adjacent_find(names.begin(), names.end()) == names.end());
   CHECK(drop_reason_name(DropReason::BadTag) == "bad_tag");
   CHECK(drop_reason_name(DropReason::StaleEpoch) == "stale_epoch");
+  CHECK(drop_reason_name(DropReason::BadTtl) == "bad_ttl");
+}
+
+TEST_CASE("the TTL check takes 255 alone, and anything without ttl_security", "[sync][wire]") {
+  struct Case {
+    bool ttl_security;
+    int ttl;
+    bool accepted;
+  };
+  const Case cases[] = {
+      {true, 255, true},  {true, 254, false}, {true, 64, false}, {true, 1, false},
+      {true, 0, false},   {true, -1, false},  // the kernel did not report it: not proven on-link
+      {false, 255, true}, {false, 64, true},  {false, 1, true},  {false, -1, true},
+  };
+  for (const auto& c : cases) {
+    INFO("ttl_security " << c.ttl_security << ", ttl " << c.ttl);
+    CHECK(ttl_accepted(c.ttl_security, c.ttl) == c.accepted);
+  }
 }
