@@ -44,6 +44,21 @@ void set_int(int fd, int level, int name, int value, const char* what, const std
   }
 }
 
+// The IPv4 TTL or IPv6 hop limit recvmsg reported in `msg`'s control messages (IP_RECVTTL,
+// IPV6_RECVHOPLIMIT); -1 when it reported none.
+int received_ttl(msghdr& msg) noexcept {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    const bool ttl = (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) ||
+                     (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT);
+    if (ttl && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int value = -1;
+      std::memcpy(&value, CMSG_DATA(c), sizeof value);
+      return value;
+    }
+  }
+  return -1;
+}
+
 control::SyncStatus::PeerState peer_state_value(const ProtocolStatus& s) {
   if (!s.peer_heard) return control::SyncStatus::UNKNOWN;
   switch (s.peer_state) {
@@ -146,8 +161,10 @@ void SyncService::open_socket() {
   }
   if (v6) {
     set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, kDscpCs6, "IPV6_TCLASS", context, false);
+    set_int(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1, "IPV6_RECVHOPLIMIT", context, true);
   } else {
     set_int(fd, IPPROTO_IP, IP_TOS, kDscpCs6, "IP_TOS", context, false);
+    set_int(fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL", context, true);
   }
   // Linux delivers a datagram for any group a socket of the host joined to every socket bound to
   // the wildcard address and the port, unless it turns this off: our group's datagrams only.
@@ -233,7 +250,7 @@ void SyncService::start() {
   pc.send.capacity = config_.resend_window;
   pc.pending_limit = config_.pending_limit;
   pc.ack_inserts_at_once = config_.defer;
-  pc.ttl_security = false;  // the socket does not report the TTL yet
+  pc.ttl_security = false;  // the peer does not send with TTL 255 yet
   // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
   pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now(), config_.accept_key);
@@ -291,24 +308,36 @@ void SyncService::stop() {
 }
 
 void SyncService::arm_receive() {
-  socket_.async_receive_from(
-      asio::buffer(rx_buffer_), sender_,
-      [this](const boost::system::error_code& ec, std::size_t n) { on_receive(ec, n); });
+  socket_.async_wait(udp::socket::wait_read,
+                     [this](const boost::system::error_code& ec) { on_readable(ec); });
 }
 
-void SyncService::on_receive(const boost::system::error_code& ec, std::size_t n) {
+void SyncService::on_readable(const boost::system::error_code& ec) {
   if (ec == asio::error::operation_aborted) return;
-  Micros now = steady_now();
-  if (!ec) protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), n), -1, now);
-  // Whatever else is queued, without going back to the loop for each.
+  const Micros now = steady_now();
+  // Whatever is queued, without going back to the loop for each; bounded, so that a flood cannot
+  // keep the timers and the kicks waiting (the next wait finds the rest at once).
   for (std::size_t i = 0; i < kReceiveBatch; ++i) {
-    boost::system::error_code e;
-    const std::size_t m = socket_.receive_from(asio::buffer(rx_buffer_), sender_, 0, e);
-    if (e) break;
-    protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), m), -1, now);
+    int ttl = -1;
+    const ssize_t n = receive_one(ttl);
+    if (n < 0) break;
+    protocol_->receive(std::span<const uint8_t>(rx_buffer_.data(), static_cast<std::size_t>(n)), ttl, now);
   }
   pump();
   arm_receive();
+}
+
+ssize_t SyncService::receive_one(int& ttl) noexcept {
+  iovec iov{rx_buffer_.data(), rx_buffer_.size()};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int)) * 2> control;
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  const ssize_t n = ::recvmsg(socket_.native_handle(), &msg, MSG_DONTWAIT);
+  if (n >= 0) ttl = received_ttl(msg);
+  return n;
 }
 
 bool SyncService::send(std::span<const uint8_t> datagram) noexcept {

@@ -10,6 +10,8 @@
 // is accepted from, another link; datagrams leave with DSCP CS6 (network control, RFC 4594).
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -82,7 +84,10 @@ class SyncService final : public control::SyncControl {
   void open_socket();
   void arm_receive();
   void arm_kick();
-  void on_receive(const boost::system::error_code& ec, std::size_t n);
+  void on_readable(const boost::system::error_code& ec);
+  // One datagram into rx_buffer_: its size, or -1 when none waits (or the socket failed). `ttl`:
+  // the IPv4 TTL or IPv6 hop limit it arrived with, -1 when the kernel did not say.
+  ssize_t receive_one(int& ttl) noexcept;
   void report_synced(Micros now);
   void pump();
   void arm_timer(Micros now);
@@ -115,7 +120,6 @@ class SyncService final : public control::SyncControl {
   boost::asio::posix::stream_descriptor kick_;  // kick_fd_ on the loop
   uint64_t kick_count_ = 0;
   boost::asio::ip::udp::endpoint destination_;
-  boost::asio::ip::udp::endpoint sender_;
   std::vector<uint8_t> rx_buffer_;
   std::unique_ptr<SyncProtocol> protocol_;
   std::thread thread_;
