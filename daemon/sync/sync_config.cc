@@ -18,6 +18,7 @@ enum class AddrKind : uint8_t { V4, V6 };
 struct Parsed {
   AddrKind family = AddrKind::V4;
   bool multicast = false;
+  bool link_local_group = false;  // a group no multicast router forwards, whatever the TTL
   bool unspecified = false;
 };
 
@@ -26,12 +27,15 @@ bool parse_ip(const std::string& text, Parsed& out) {
   if (inet_pton(AF_INET, text.c_str(), buf.data()) == 1) {
     out.family = AddrKind::V4;
     out.multicast = (buf[0] & 0xf0) == 0xe0;
+    out.link_local_group = buf[0] == 224 && buf[1] == 0 && buf[2] == 0;  // RFC 5771 section 4
     out.unspecified = buf[0] == 0 && buf[1] == 0 && buf[2] == 0 && buf[3] == 0;
     return true;
   }
   if (inet_pton(AF_INET6, text.c_str(), buf.data()) == 1) {
     out.family = AddrKind::V6;
     out.multicast = buf[0] == 0xff;
+    // The scope, not the flags: ff02::/16, and ff12::/16 and the like too (RFC 4291 section 2.7).
+    out.link_local_group = out.multicast && (buf[1] & 0x0f) == 0x2;
     out.unspecified = true;
     for (uint8_t b : buf) out.unspecified = out.unspecified && b == 0;
     return true;
@@ -99,7 +103,8 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
                                               "resend_window",
                                               "pending_limit",
                                               "defer",
-                                              "defer_timeout_ms"};
+                                              "defer_timeout_ms",
+                                              "ttl_security"};
   Reader r(section, file);
   for (const auto& [key, value] : section) {
     (void)value;
@@ -107,7 +112,7 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
       r.fail(std::string(key.str()),
              "unknown key (known: interface, address, peer, group, port, key_file, accept_key_file, mtu, "
              "flush_interval_ms, bulk_timeout_min_s, peer_node_id, resend_window, pending_limit, defer, "
-             "defer_timeout_ms)");
+             "defer_timeout_ms, ttl_security)");
     }
   }
 
@@ -130,6 +135,15 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
   if (!c.group.empty() && !t.multicast) r.fail("group", "not a multicast address: \"" + c.group + "\"");
   if (!c.peer.empty() && t.multicast) r.fail("peer", "a multicast address: use group = \"" + c.peer + "\"");
   c.ipv6 = t.family == AddrKind::V6;
+  c.ttl_security = r.boolean("ttl_security", true);
+  // Datagrams with TTL 255 to a wider group would be forwarded by a multicast router: the state
+  // table off the link. Without ttl_security a group gets the system's multicast TTL, 1.
+  if (!c.group.empty() && c.ttl_security && !t.link_local_group) {
+    r.fail("group", "\"" + c.group +
+                        "\" is not a link-local group (224.0.0.0/24, ff02::/16): sent with TTL 255 "
+                        "(ttl_security), a multicast router would forward it; use a link-local group or "
+                        "ttl_security = false");
+  }
 
   c.address = r.string("address", false);
   if (!c.address.empty()) {

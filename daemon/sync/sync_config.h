@@ -4,7 +4,8 @@
 //   interface = "sync0"        # the dedicated sync link; the socket is bound to it
 //   address = "10.10.9.1"      # local address to bind (optional; default: any of the family)
 //   peer = "10.10.9.2"         # unicast peer ... or:
-//   group = "239.255.80.87"    # multicast group (IPv4 or IPv6), exactly one of the two
+//   group = "224.0.0.240"      # multicast group (IPv4 or IPv6), exactly one of the two; with
+//                              # ttl_security a link-local one (224.0.0.0/24, ff02::/16)
 //   port = 8370
 //   key_file = "/etc/pairwall/sync.key"   # >= 32 bytes raw or 64+ hex digits, mode 0600
 //   accept_key_file = "/etc/pairwall/sync.key.new"  # optional: a second key datagrams may be
@@ -21,6 +22,9 @@
 //   defer = false              # hold a new connection's first packet until the peer acks its
 //                              # state (pfsync's defer), while the peer answers
 //   defer_timeout_ms = 10      # the longest a packet is held
+//   ttl_security = true        # send with TTL / hop limit 255 and take only what arrives with 255
+//                              # (RFC 5082, pfsync's): the peer is on the link. false: the system's
+//                              # default TTL and no check, for a routed path to a unicast peer
 #pragma once
 
 #include <toml++/toml.h>
@@ -51,6 +55,7 @@ struct SyncConfig {
   uint32_t pending_limit = 1u << 20;
   bool defer = false;
   std::chrono::milliseconds defer_timeout{10};
+  bool ttl_security = true;
 };
 
 // Reads and checks the [sync] section, and loads the key file (a relative path is relative to

@@ -166,6 +166,18 @@ void SyncService::open_socket() {
     set_int(fd, IPPROTO_IP, IP_TOS, kDscpCs6, "IP_TOS", context, false);
     set_int(fd, IPPROTO_IP, IP_RECVTTL, 1, "IP_RECVTTL", context, true);
   }
+  // RFC 5082: 255, which no router passes on unchanged, so that the peer can tell our datagrams
+  // from any that crossed one. Without ttl_security the system's defaults stand: 64 (or the
+  // route's) to a peer, 1 to a group.
+  if (config_.ttl_security) {
+    if (v6) {
+      set_int(fd, IPPROTO_IPV6, IPV6_UNICAST_HOPS, kLinkTtl, "IPV6_UNICAST_HOPS", context, true);
+      set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, kLinkTtl, "IPV6_MULTICAST_HOPS", context, true);
+    } else {
+      set_int(fd, IPPROTO_IP, IP_TTL, kLinkTtl, "IP_TTL", context, true);
+      set_int(fd, IPPROTO_IP, IP_MULTICAST_TTL, kLinkTtl, "IP_MULTICAST_TTL", context, true);
+    }
+  }
   // Linux delivers a datagram for any group a socket of the host joined to every socket bound to
   // the wildcard address and the port, unless it turns this off: our group's datagrams only.
   // IPV6_MULTICAST_ALL came with Linux 4.20; an older kernel delivers them regardless, and the
@@ -194,7 +206,7 @@ void SyncService::open_socket() {
   }
 
   if (multicast) {
-    // The group on the sync interface only, one hop, and not our own datagrams back.
+    // The group on the sync interface only, and not our own datagrams back.
     if (v6) {
       ipv6_mreq mreq{};
       const auto bytes = target.to_v6().to_bytes();
@@ -207,7 +219,6 @@ void SyncService::open_socket() {
       set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, static_cast<int>(ifindex), "IPV6_MULTICAST_IF", context,
               true);
       set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 0, "IPV6_MULTICAST_LOOP", context, true);
-      set_int(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, 1, "IPV6_MULTICAST_HOPS", context, true);
     } else {
       ip_mreqn mreq{};
       mreq.imr_multiaddr.s_addr = htonl(target.to_v4().to_uint());
@@ -220,7 +231,6 @@ void SyncService::open_socket() {
         throw std::runtime_error(context + ": IP_MULTICAST_IF: " + std::strerror(errno));
       }
       set_int(fd, IPPROTO_IP, IP_MULTICAST_LOOP, 0, "IP_MULTICAST_LOOP", context, true);
-      set_int(fd, IPPROTO_IP, IP_MULTICAST_TTL, 1, "IP_MULTICAST_TTL", context, true);
     }
   }
 
@@ -250,7 +260,7 @@ void SyncService::start() {
   pc.send.capacity = config_.resend_window;
   pc.pending_limit = config_.pending_limit;
   pc.ack_inserts_at_once = config_.defer;
-  pc.ttl_security = false;  // the peer does not send with TTL 255 yet
+  pc.ttl_security = config_.ttl_security;
   // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
   pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now(), config_.accept_key);
@@ -560,6 +570,12 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
       if (!what.empty()) what += ", ";
       what += std::string(drop_reason_name(static_cast<DropReason>(i))) + " " +
               std::to_string(c.drops[i] - last_drops_[i]);
+    }
+    const auto bad_ttl = static_cast<std::size_t>(DropReason::BadTtl);
+    if (c.drops[bad_ttl] != last_drops_[bad_ttl]) {
+      what +=
+          " (bad_ttl: not sent on the sync link; a router between the nodes needs [sync] ttl_security = "
+          "false)";
     }
     spdlog::warn("sync: datagrams dropped: {}", what);
     last_drops_ = c.drops;

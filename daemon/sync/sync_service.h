@@ -7,7 +7,9 @@
 //             └─ acks ─▶ SyncProtocol::synced() ─▶ each ring's SyncedFn (defer: held packets go)
 //
 // The socket is bound to the sync interface (SO_BINDTODEVICE) so that sync never leaks onto, or
-// is accepted from, another link; datagrams leave with DSCP CS6 (network control, RFC 4594).
+// is accepted from, another link; datagrams leave with DSCP CS6 (network control, RFC 4594). With
+// [sync] ttl_security they leave with TTL / hop limit 255, and only those that arrive with 255 are
+// read any further (RFC 5082): nothing from beyond the link gets as far as the HMAC.
 #pragma once
 
 #include <sys/types.h>

@@ -254,6 +254,9 @@ class SinkPeer {
     fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     const int big = 4 << 20;
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+    // The node under test takes its acks only from the link ([sync] ttl_security).
+    const int ttl = sync::kLinkTtl;
+    ::setsockopt(fd_, IPPROTO_IP, IP_TTL, &ttl, sizeof ttl);
     sockaddr_in local{};
     local.sin_family = AF_INET;
     local.sin_port = htons(port);

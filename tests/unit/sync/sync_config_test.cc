@@ -107,6 +107,7 @@ resend_window = 256
 pending_limit = 5000
 defer = true
 defer_timeout_ms = 25
+ttl_security = false
 )"),
                                    (dir.path / "pairwall.toml").string());
   CHECK(c.interface == "sync0");
@@ -127,6 +128,7 @@ defer_timeout_ms = 25
   CHECK(c.pending_limit == 5000);
   CHECK(c.defer);
   CHECK(c.defer_timeout == std::chrono::milliseconds(25));
+  CHECK_FALSE(c.ttl_security);
 }
 
 TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
@@ -145,6 +147,47 @@ TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
   CHECK(c.accept_key.empty());
   CHECK_FALSE(c.defer);
   CHECK(c.defer_timeout == std::chrono::milliseconds(10));
+  CHECK(c.ttl_security);
+}
+
+// Sent with TTL 255, a group's datagrams would cross any multicast router that forwards the group.
+TEST_CASE("[sync] with ttl_security a group must be link-local", "[sync][config]") {
+  TempDir dir;
+  const auto key = dir.write("k", kHexKey).string();
+  struct Case {
+    std::string group;
+    bool ttl_security;
+    bool accepted;
+    const char* why;
+  };
+  const std::vector<Case> cases = {
+      {"224.0.0.240", true, true, "the local network control block, 224.0.0.0/24 (RFC 5771 section 4)"},
+      {"224.0.0.255", true, true, "its last"},
+      {"ff02::8370", true, true, "IPv6 link scope"},
+      {"ff12::8370", true, true, "link scope with the transient flag: routers go by the scope"},
+      {"224.0.1.1", true, false, "just past the block: the internetwork control block"},
+      {"239.255.80.87", true, false, "administratively scoped: routers forward it inside the site"},
+      {"232.1.1.1", true, false, "source-specific"},
+      {"ff05::8370", true, false, "site scope"},
+      {"ff0e::8370", true, false, "global scope"},
+      {"ff01::8370", true, false, "interface-local: it never reaches the peer"},
+      {"239.255.80.87", false, true, "without ttl_security: sent with the system's multicast TTL, 1"},
+      {"ff05::8370", false, true, "likewise"},
+  };
+  for (const auto& c : cases) {
+    const std::string text = "interface = \"sync0\"\nkey_file = \"" + key + "\"\ngroup = \"" + c.group +
+                             "\"\nttl_security = " + (c.ttl_security ? "true" : "false") + "\n";
+    INFO(c.why << "\n" << text);
+    const std::string what = refusal(text, dir);
+    if (c.accepted) {
+      CHECK(what == "accepted");
+    } else {
+      CHECK(what == (dir.path / "pairwall.toml").string() + ": [sync] group: \"" + c.group +
+                        "\" is not a link-local group (224.0.0.0/24, ff02::/16): sent with TTL 255 "
+                        "(ttl_security), a multicast router would forward it; use a link-local group or "
+                        "ttl_security = false");
+    }
+  }
 }
 
 TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][config]") {
@@ -177,6 +220,8 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
       {base + "peer = \"10.0.0.2\"\npending_limit = 4\n",
        "[sync] pending_limit: expected 16..67108864, got 4"},
       {base + "peer = \"10.0.0.2\"\ndefer = 1\n", "[sync] defer: expected true or false"},
+      {base + "peer = \"10.0.0.2\"\nttl_security = \"yes\"\n", "[sync] ttl_security: expected true or false"},
+      {base + "group = \"239.1.1.1\"\n", "[sync] group: \"239.1.1.1\" is not a link-local group"},
       {base + "peer = \"10.0.0.2\"\ndefer = true\ndefer_timeout_ms = 0\n",
        "[sync] defer_timeout_ms: expected 1..1000, got 0"},
       {base + "peer = \"10.0.0.2\"\ndefer_timeout_ms = 20\n",
