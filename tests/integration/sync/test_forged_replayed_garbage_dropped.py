@@ -1,5 +1,6 @@
 """Datagrams node B must refuse — forged with a wrong key, captured and played again, cut short,
-garbage — are dropped and counted by reason; B keeps running and keeps syncing."""
+garbage, or sent with a TTL other than 255 (from beyond the sync link, RFC 5082) — are dropped and
+counted by reason; B keeps running and keeps syncing."""
 
 import hashlib
 import hmac
@@ -13,9 +14,10 @@ from sync_pair import SERVER, SYNC, SYNC_PORT, TCP_PORT
 
 SENDER = r"""
 import socket, sys
-dst, port = sys.argv[1], int(sys.argv[2])
+dst, port, ttl = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"sync0")
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
 n = 0
 for line in sys.stdin:
     s.sendto(bytes.fromhex(line.strip()), (dst, port))
@@ -79,15 +81,20 @@ def test_forged_replayed_garbage_dropped(make_pair):
     datagrams += [os.urandom(200) for _ in range(10)]               # garbage: bad_magic (almost surely)
     datagrams += [b"PW\x07" + os.urandom(100) for _ in range(5)]      # another version
     stdin = "".join(d.hex() + "\n" for d in datagrams)
-    # Played from A's side of the link, as an attacker on it would.
-    cp = pair.ns["fwA"].exec(pair.python, "-c", SENDER, SYNC["fwB"], str(SYNC_PORT), input=stdin)
+    # Played from A's side of the link, as an attacker on it would, with the TTL sync is sent with.
+    cp = pair.ns["fwA"].exec(pair.python, "-c", SENDER, SYNC["fwB"], str(SYNC_PORT), "255", input=stdin)
     assert int(cp.stdout.strip()) == len(datagrams)
+    # A's own datagrams with a router's worth less, as from beyond the link: refused before their tag.
+    stdin = "".join(d.hex() + "\n" for d in from_a)
+    cp = pair.ns["fwA"].exec(pair.python, "-c", SENDER, SYNC["fwB"], str(SYNC_PORT), "254", input=stdin)
+    assert int(cp.stdout.strip()) == len(from_a)
 
     def drops():
         d = {k: int(v) for k, v in pair.b.sync_status().get("drops", {}).items()}
         return {k: d.get(k, 0) - drops0.get(k, 0) for k in d}
 
-    expect = {"bad_tag": 10, "replay": len(from_a), "truncated": 10, "bad_magic": 10, "bad_version": 5}
+    expect = {"bad_tag": 10, "replay": len(from_a), "truncated": 10, "bad_magic": 10, "bad_version": 5,
+              "bad_ttl": len(from_a)}
     got = wait_until(lambda: (lambda d: d if all(d.get(k, 0) >= v for k, v in expect.items()) else None)(drops()),
                      5, what="drops counted")
     print(f"\ndropped by fwB: {json.dumps(got)}")
