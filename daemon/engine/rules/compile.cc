@@ -5,7 +5,9 @@
 //   - rdr applies on the in pass (the packet arrives on it, destination rewritten);
 //   - binat applies to both: on the out pass to packets from its internal prefix, and on the in
 //     pass to packets addressed to its external (target) prefix, coming from the rule's `to`.
-// Each direction of a binat rule is its own entry in the first-match list, in file order.
+// Each direction of a binat rule is its own entry in the first-match list. As pf_get_translation
+// asks its rulesets, binat comes before nat on the out pass and rdr before binat on the in pass,
+// whatever the file's order; rules of one kind keep theirs.
 #include "daemon/engine/rules/compile.h"
 
 #include <algorithm>
@@ -785,7 +787,15 @@ class Compiler {
   }
 
   void translation_rules(RuleSet& set) {
-    std::vector<MatchSpec> specs;
+    // pf's translation rulesets, in the order the first match is looked for: the out pass's binat
+    // then nat, the in pass's rdr then binat (a pass never meets the other's entries).
+    enum Ruleset { kBinatOut, kNat, kRdr, kBinatIn, kRulesets };
+    std::vector<MatchSpec> ruleset_specs[kRulesets];
+    std::vector<CompiledTranslation> ruleset_entries[kRulesets];
+    const auto add = [&](Ruleset ruleset, MatchSpec s, const CompiledTranslation& t) {
+      ruleset_specs[ruleset].push_back(std::move(s));
+      ruleset_entries[ruleset].push_back(t);
+    };
     for (std::size_t i = 0; i < file_.translation_rules.size(); ++i) {
       const TranslationRule& r = file_.translation_rules[i];
       check_ports(r.location, r.protocols, r.from, r.to);
@@ -849,12 +859,10 @@ class Compiler {
       }
       switch (r.kind) {
         case TranslationRule::Kind::Nat:
-          specs.push_back(spec(Direction::Out, r.interfaces, family, r.protocols, r.from, r.to));
-          set.translations_.push_back(t);
+          add(kNat, spec(Direction::Out, r.interfaces, family, r.protocols, r.from, r.to), t);
           break;
         case TranslationRule::Kind::Rdr:
-          specs.push_back(spec(Direction::In, r.interfaces, family, r.protocols, r.from, r.to));
-          set.translations_.push_back(t);
+          add(kRdr, spec(Direction::In, r.interfaces, family, r.protocols, r.from, r.to), t);
           break;
         case TranslationRule::Kind::Binat: {
           if (r.from.addresses.size() != 1 || r.from.addresses[0].kind != AddressElement::Kind::Prefix ||
@@ -866,8 +874,7 @@ class Compiler {
             fail(r.location, "binat maps " + address_text(t.source) + " onto " + address_text(t.targets[0]) +
                                  ": both sides need the same prefix length");
           }
-          specs.push_back(spec(Direction::Out, r.interfaces, family, r.protocols, r.from, r.to));
-          set.translations_.push_back(t);
+          add(kBinatOut, spec(Direction::Out, r.interfaces, family, r.protocols, r.from, r.to), t);
           // Inbound: from the rule's destination side to the external address.
           Endpoint external;
           if (!r.negate_translation) {
@@ -877,11 +884,15 @@ class Compiler {
             e.location = r.location;
             external.addresses.push_back(e);
           }
-          specs.push_back(spec(Direction::In, r.interfaces, family, r.protocols, r.to, external));
-          set.translations_.push_back(t);
+          add(kBinatIn, spec(Direction::In, r.interfaces, family, r.protocols, r.to, external), t);
           break;
         }
       }
+    }
+    std::vector<MatchSpec> specs;
+    for (int ruleset = 0; ruleset < kRulesets; ++ruleset) {
+      for (MatchSpec& s : ruleset_specs[ruleset]) specs.push_back(std::move(s));
+      for (const CompiledTranslation& t : ruleset_entries[ruleset]) set.translations_.push_back(t);
     }
     if (!specs.empty()) set.translation_classifier_ = build(specs, MatchOrder::First);
   }

@@ -494,7 +494,7 @@ TEST_CASE("scrub rules match the protocols they name, as filter rules do", "[com
                   .matched);
 }
 
-TEST_CASE("scrub is first match; nat on out, rdr on in, binat on both", "[compile]") {
+TEST_CASE("scrub is first match; nat on out, rdr on in, binat on both and before nat", "[compile]") {
   InterfaceRegistry ifs;
   const IfaceId ext = ifs.intern("ext0");
   const IfaceId lan = ifs.intern("lan0");
@@ -539,8 +539,9 @@ TEST_CASE("scrub is first match; nat on out, rdr on in, binat on both", "[compil
   const auto from_host = packet(ipproto::kUdp, "10.3.0.5", 5000, "198.51.100.1", 53);
   const CompiledTranslation* out = set->translation(from_host, Direction::Out, ext);
   REQUIRE(out != nullptr);
-  // nat's 10/8 comes first in the file, and the first match wins.
-  CHECK(out->kind == TranslationRule::Kind::Nat);
+  // nat's 10/8 comes first in the file, yet binat is asked first on the out pass, as pf asks it.
+  CHECK(out->kind == TranslationRule::Kind::Binat);
+  CHECK(out->number == 3);
   const auto to_external = packet(ipproto::kUdp, "198.51.100.1", 53, "203.0.113.5", 5000);
   const CompiledTranslation* in = set->translation(to_external, Direction::In, ext);
   REQUIRE(in != nullptr);

@@ -438,6 +438,32 @@ TEST_CASE("binat maps an inside prefix onto an outside one, both ways, ports kep
   CHECK(fw.last_packet == udp.packet("192.0.2.99", 7000, "10.1.0.40", 123));
 }
 
+// pf keeps nat, rdr and binat rules in rulesets of their own and asks them in a fixed order,
+// whatever the order of the file: binat before nat on the way out, rdr before binat on the way in
+// (pf_get_translation). A server's binat beside the LAN's nat, and an rdr of one of its ports, are
+// the usual way to write them, in either order.
+TEST_CASE("binat is asked before nat on the way out, rdr before binat on the way in", "[engine][nat]") {
+  const Flow tcp{"tcp", false};
+  for (const bool binat_first : {false, true}) {
+    INFO((binat_first ? "binat first in the file" : "binat last in the file"));
+    const std::string binat = "binat on wan0 from 10.1.0.5 to any -> 203.0.113.5\n";
+    const std::string others =
+        "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\n"
+        "rdr on wan0 proto tcp to 203.0.113.5 port 80 -> 10.2.0.10\n";
+    Firewall fw((binat_first ? binat + others : others + binat) + "pass all\n");
+    // The server's own connections leave from its binat address, the LAN's from the nat address.
+    REQUIRE(fw.out(tcp.packet("10.1.0.5", 40000, "192.0.2.80", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.5", 40000, "192.0.2.80", 80));
+    REQUIRE(fw.out(tcp.packet("10.1.0.6", 40000, "192.0.2.80", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.1", source_port(fw.last_packet, tcp), "192.0.2.80", 80));
+    // Port 80 of the binat address goes where the rdr sends it; the other ports to the server.
+    REQUIRE(fw.in(tcp.packet("198.51.100.7", 4000, "203.0.113.5", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("198.51.100.7", 4000, "10.2.0.10", 80));
+    REQUIRE(fw.in(tcp.packet("198.51.100.7", 4001, "203.0.113.5", 22)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("198.51.100.7", 4001, "10.1.0.5", 22));
+  }
+}
+
 TEST_CASE("no nat exempts; nat pass skips the filter rules of its pass", "[engine][nat]") {
   const Flow tcp{"tcp", false};
   SECTION("no nat") {
