@@ -435,8 +435,8 @@ struct Engine::Translation {
   // Per pass, as pf's: false where that pass's `rdr pass` (in) or `nat pass` (out) lets it by
   // without its filter rules; the other pass still meets its own.
   bool filtered[2] = {true, true};
-  // The out pass's nat rule when it chose the source port (ICMP query id), which may be chosen
-  // again, between port_low and port_high.
+  // The out pass's nat rule, which chose the source port (ICMP query id) between port_low and
+  // port_high, or kept the one there is; it may choose again.
   const rules::CompiledTranslation* nat = nullptr;
   uint16_t port_low = 0;
   uint16_t port_high = 0;
@@ -1072,10 +1072,12 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       seen.src = rule->kind == rules::TranslationRule::Kind::Binat
                      ? graft(rule->targets.front(), arriving.src)
                      : pool_address(*rule, arriving.src, arriving.src, pool_draw(*rule));
-      if (rule->kind == rules::TranslationRule::Kind::Nat && (ports || query_id)) {
+      if (rule->kind == rules::TranslationRule::Kind::Nat) {
         translation.nat = rule;
-        if (rule->static_port) {
-          // The one port it may have: a connection whose port is taken is refused.
+        if (rule->static_port || !(ports || query_id)) {
+          // The one port it may have: a connection whose port is taken is refused. Without a port
+          // to choose (GRE, ESP), the address alone tells a connection from another to the same
+          // peer, and where it is taken the pool may offer its next one, as pf_get_sport does.
           translation.port_low = translation.port_high = arriving.src_port;
         } else {
           translation.port_low = ports ? (rule->port_low != 0 ? rule->port_low : kNatPortLow) : 1;

@@ -705,6 +705,24 @@ TEST_CASE("nat: a random or round-robin pool whose address has no port left give
     CHECK(open(fw, "10.1.0.1", "192.0.2.53") == "203.0.113.5");
     CHECK(open(fw, "10.1.1.1", "192.0.2.53") == std::string(reason_name(Reason::TranslationFailed)));
   }
+  SECTION("a protocol without ports: its address is all a connection has") {
+    // Tunnels (GRE here, ESP alike) from several inside hosts to one peer: pf_get_sport finds the
+    // address taken for that peer and offers the pool's next one.
+    Firewall fw(
+        "nat on wan0 proto gre from 10.1.0.0/16 to any -> { 203.0.113.1, 203.0.113.2 } round-robin\n"
+        "pass all");
+    const auto gre = [&](const std::string& host, const std::string& peer) {
+      const Verdict v = fw.out(PacketBuilder().ipv4(host, peer).raw_l4(47, Bytes(8, 0)).build());
+      return v.action == Action::Accept ? address_of(fw.last_packet, false)
+                                        : std::string(reason_name(v.reason));
+    };
+    CHECK(gre("10.1.0.1", "192.0.2.53") == "203.0.113.1");  // turn 0
+    CHECK(gre("10.1.0.2", "192.0.2.54") == "203.0.113.2");  // turn 1, another peer
+    // Turn 2 is .1, which 192.0.2.53 knows as 10.1.0.1's already: turn 3 gives .2.
+    CHECK(gre("10.1.0.3", "192.0.2.53") == "203.0.113.2");
+    CHECK(gre("10.1.0.4", "192.0.2.53") == std::string(reason_name(Reason::TranslationFailed)));
+    CHECK(fw.engine.states().size() == 3);
+  }
 }
 
 TEST_CASE("nat static-port keeps the source port and refuses a connection whose port is taken",
