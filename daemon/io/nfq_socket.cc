@@ -63,6 +63,17 @@ bool recover_packet_id(const uint8_t* data, std::size_t size, uint32_t& id) {
   return false;
 }
 
+// Whether the attributes run exactly to the end of the message. libmnl's walk stops without a
+// word at one that does not fit what is left: a cut-off payload would pass for a packet without
+// one (copy mode meta), and garbage after the last attribute for nothing at all.
+bool attributes_fill(const nlmsghdr* nlh) {
+  const auto* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
+  auto* attr = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
+  while (mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char*>(attr))))
+    attr = mnl_attr_next(attr);
+  return reinterpret_cast<const char*>(attr) >= tail;
+}
+
 }  // namespace
 
 std::size_t put_verdict(uint8_t* buf, uint16_t queue, const VerdictOp& op, uint32_t claim_mark,
@@ -84,7 +95,7 @@ MessageStatus parse_queue_message(nlmsghdr* nlh, QueuedPacket& out) noexcept {
   if (nlh->nlmsg_len < MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg))) return MessageStatus::Malformed;
 
   nlattr* attr[NFQA_MAX + 1] = {};
-  if (nfq_nlmsg_parse(nlh, attr) < 0) return MessageStatus::Malformed;
+  if (nfq_nlmsg_parse(nlh, attr) < 0 || !attributes_fill(nlh)) return MessageStatus::Malformed;
   if (attr[NFQA_PACKET_HDR] == nullptr) return MessageStatus::Malformed;
 
   out = QueuedPacket{};

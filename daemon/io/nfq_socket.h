@@ -69,7 +69,7 @@ enum class MessageStatus : uint8_t {
   Packet,     // a complete packet to decide
   Truncated,  // copy range was smaller than the packet: id valid, payload partial
   NotPacket,  // netlink control message (error/ack, done, noop)
-  Malformed,  // attributes did not parse, or no packet header
+  Malformed,  // attributes did not parse or do not fill the message, or no packet header
 };
 
 // Parses one message received on a queue socket. Pure; never reads past nlh->nlmsg_len, which the

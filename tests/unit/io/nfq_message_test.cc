@@ -7,6 +7,7 @@
 #include <linux/netfilter/nfnetlink_queue.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -71,6 +72,15 @@ TEST_CASE("a forwarded packet with every attribute", "[nfqueue]") {
   // The payload points into the message, so a rewrite in place lands in the receive buffer.
   CHECK(reinterpret_cast<char*>(p.payload.data()) > m.buffer.data());
   CHECK(reinterpret_cast<char*>(p.payload.data()) < m.buffer.data() + m.nlh->nlmsg_len);
+}
+
+TEST_CASE("a message ending unpadded after its payload, as the kernel sends it, is whole", "[nfqueue]") {
+  Message m;
+  m.header(78).payload(bytes(61));
+  m.nlh->nlmsg_len -= 3;  // the kernel's nlmsg_len is its skb's length, the payload unpadded
+  QueuedPacket p;
+  REQUIRE(parse_queue_message(m.nlh, p) == MessageStatus::Packet);
+  CHECK(p.payload.size() == 61);
 }
 
 TEST_CASE("a locally generated packet has no input interface", "[nfqueue]") {
@@ -199,7 +209,17 @@ TEST_CASE("messages that are not packets, or not whole", "[nfqueue]") {
     Message m;
     m.header(1).payload(bytes(100));
     m.nlh->nlmsg_len -= 40;  // cut into the payload attribute
-    CHECK(parse_queue_message(m.nlh, p) != MessageStatus::Packet);
+    // Malformed, not a packet the copy range cut short: the truncated count must not send anyone
+    // to raise a copy range that is not at fault.
+    CHECK(parse_queue_message(m.nlh, p) == MessageStatus::Malformed);
+  }
+  SECTION("bytes after the last attribute that make no attribute") {
+    Message m;
+    m.header(1).payload(bytes(100));
+    const nlattr stray{2, NFQA_MARK};  // shorter than its own header
+    std::memcpy(static_cast<char*>(mnl_nlmsg_get_payload_tail(m.nlh)), &stray, sizeof(stray));
+    m.nlh->nlmsg_len += sizeof(stray);
+    CHECK(parse_queue_message(m.nlh, p) == MessageStatus::Malformed);
   }
 }
 
