@@ -956,12 +956,18 @@ class Parser {
   }
 
   // An unreachable code for `return-icmp(...)`: pf's name (`host-unr`, `admin-unr`) or 0..255.
-  int16_t unreach_code(std::span<const std::string_view> names, std::string_view protocol) {
-    const std::string what = "an " + std::string(protocol) + " unreachable code (a name such as " +
-                             std::string(names[3]) + ", or 0..255)";
+  // Names are looked up in pfctl's table of the unreachable type's codes, aliases included
+  // (notnbr-unr is beyond-unr's code), not in the one name per code that rules print.
+  int16_t unreach_code(bool v6) {
+    const std::string what = std::string(v6 ? "an ICMPv6" : "an ICMP") +
+                             " unreachable code (a name such as " + (v6 ? "addr-unr" : "port-unr") +
+                             ", or 0..255)";
     const Token t = take_value(what);
-    const auto named = std::find(names.begin(), names.end(), t.text);
-    if (named != names.end()) return static_cast<int16_t>(named - names.begin());
+    const std::span<const NamedCode> codes = v6 ? std::span<const NamedCode>(kIcmp6Codes) : kIcmpCodes;
+    const uint8_t unreach = v6 ? 1 : 3;  // RFC 4443 3.1, RFC 792
+    for (const NamedCode& c : codes) {
+      if (c.type == unreach && c.name == t.text) return c.code;
+    }
     return static_cast<int16_t>(number(t, 0, 255, what));
   }
 
@@ -1094,13 +1100,13 @@ class Parser {
         if (at(TokenKind::LParen)) {
           take();
           if (t.text == "return-icmp") {
-            r.icmp_code = unreach_code(kIcmpUnreachCodes, "ICMP");
+            r.icmp_code = unreach_code(false);
             if (at(TokenKind::Comma)) {
               take();
-              r.icmp6_code = unreach_code(kIcmp6UnreachCodes, "ICMPv6");
+              r.icmp6_code = unreach_code(true);
             }
           } else {
-            r.icmp6_code = unreach_code(kIcmp6UnreachCodes, "ICMPv6");
+            r.icmp6_code = unreach_code(true);
           }
           if (!at(TokenKind::RParen)) fail_expected(peek(), "')' after the unreachable code");
           take();

@@ -699,6 +699,30 @@ TEST_CASE("filter rules are numbered in file order, whatever lies between them")
   CHECK(f.filter_rules[2].location.line == 7);
 }
 
+TEST_CASE("return-icmp codes: every name pfctl's unreachable table has, aliases included") {
+  struct Row {
+    const char* text;
+    int16_t icmp_code;
+    int16_t icmp6_code;
+  };
+  const Row rows[] = {
+      {"block return-icmp(filter-prohib) all", 13, -1},
+      {"block return-icmp(host-unr, addr-unr) all", 1, 3},
+      {"block return-icmp6(admin-unr) all", -1, 1},
+      // pfctl's icmp6_code names code 2 twice: not a neighbour (RFC 2463) and beyond scope (RFC 4443).
+      {"block return-icmp6(notnbr-unr) all", -1, 2},
+      {"block return-icmp6(beyond-unr) all", -1, 2},
+      {"block return-icmp(port-unr, notnbr-unr) all", 3, 2},
+  };
+  for (const Row& row : rows) {
+    INFO(row.text);
+    const RuleFile f = parse_ok(row.text);
+    REQUIRE(f.filter_rules.size() == 1);
+    CHECK(f.filter_rules[0].icmp_code == row.icmp_code);
+    CHECK(f.filter_rules[0].icmp6_code == row.icmp6_code);
+  }
+}
+
 TEST_CASE("bad input: the first error, with file, line, column and what was expected") {
   const Case cases[] = {
       // Structure and keywords.
