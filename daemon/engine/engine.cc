@@ -671,16 +671,18 @@ bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& pac
     packet.ttl = scrub.min_ttl;
     rewritten = true;
   }
-  if (packet.family == Family::V4 && (scrub.no_df || scrub.random_id)) {
+  if (packet.family == Family::V4) {
     // IPv4 flags/fragment-offset word (bytes 6-7) and identification (bytes 4-5); the header
     // checksum (bytes 10-11) is never left to the kernel, so it is always updated.
     uint8_t* ip = bytes.data();
-    if (scrub.no_df && packet.dont_fragment) {
-      const uint16_t old_word = load_be16(ip + 6);
-      const uint16_t new_word = static_cast<uint16_t>(old_word & ~0x4000);
+    // pf_normalize_ip leaves a whole datagram only DF: the reserved flag (RFC 791 3.1) means
+    // nothing to a receiver, and passed on it carries a bit past the rules or tells stacks apart.
+    const uint16_t old_word = load_be16(ip + 6);
+    const auto new_word = static_cast<uint16_t>(old_word & ~(scrub.no_df ? 0xc000 : 0x8000));
+    if (new_word != old_word) {
       store_be16(ip + 6, new_word);
       checksum_replace16(ip + 10, old_word, new_word);
-      packet.dont_fragment = false;
+      packet.dont_fragment = (new_word & 0x4000) != 0;
       rewritten = true;
     }
     if (scrub.random_id) {

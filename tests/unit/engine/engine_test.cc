@@ -1397,6 +1397,34 @@ TEST_CASE("scrub no-df clears DF and random-id replaces the IPv4 ID, checksums k
   CHECK(ids.size() > 15);  // 20 draws of 16 bits: collisions are rare, a constant would fail
 }
 
+TEST_CASE("scrub: the IPv4 reserved flag is cleared, as pf_normalize_ip leaves only DF, checksum kept",
+          "[engine][scrub]") {
+  const auto datagram = [](bool reserved, bool df) {
+    return PacketBuilder()
+        .ipv4(kClient, kServer)
+        .reserved_flag(reserved)
+        .df(df)
+        .udp(7, 53)
+        .payload(4)
+        .build();
+  };
+  Firewall fw("scrub in all\npass all");
+  const Verdict v = fw.out(datagram(true, true));
+  CHECK(v.action == Verdict::Action::Accept);
+  CHECK(v.rewritten);
+  // The builder sums the expected header afresh: the incremental update must agree with it.
+  CHECK(fw.last_packet == datagram(false, true));
+  CHECK_FALSE(fw.out(datagram(false, true)).rewritten);
+  // With no-df both flags go, in one update of the checksum.
+  Firewall no_df("scrub in all no-df\npass all");
+  CHECK(no_df.out(datagram(true, true)).rewritten);
+  CHECK(no_df.last_packet == datagram(false, false));
+  // Only where a scrub rule applies, as pf's.
+  Firewall plain("pass all");
+  CHECK_FALSE(plain.out(datagram(true, true)).rewritten);
+  CHECK(plain.last_packet == datagram(true, true));
+}
+
 TEST_CASE("a reload keeps existing states and changes decisions for new flows", "[engine][reload]") {
   Firewall fw(kWebOnly);
   REQUIRE(fw.out(syn(80)).action == Action::Accept);

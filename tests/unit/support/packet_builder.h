@@ -115,6 +115,11 @@ class PacketBuilder {
     df_ = on;
     return *this;
   }
+  // The IPv4 flags' first bit, reserved and zero (RFC 791 3.1).
+  PacketBuilder& reserved_flag(bool on = true) {
+    reserved_flag_ = on;
+    return *this;
+  }
   // IPv4: sets the offset field (offset_bytes / 8), MF and the 16-bit id. IPv6 (call ipv6()
   // first): inserts a fragment header at this point of the extension chain, with the 32-bit id.
   PacketBuilder& fragment(uint16_t offset_bytes, bool more_fragments, uint32_t id) {
@@ -424,6 +429,7 @@ class PacketBuilder {
       if (frag_->more) frag_field |= 0x2000;
     }
     if (df_) frag_field |= 0x4000;
+    if (reserved_flag_) frag_field |= 0x8000;
     put16(p, 4, id);
     put16(p, 6, frag_field);
     p[8] = ttl_;
@@ -476,6 +482,7 @@ class PacketBuilder {
   uint8_t tos_ = 0;
   uint16_t ip_id_ = 0;
   bool df_ = false;
+  bool reserved_flag_ = false;
   std::optional<Frag> frag_;
   Bytes ip_options_;
   std::vector<Ext> exts_;
