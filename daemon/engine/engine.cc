@@ -101,6 +101,21 @@ bool clear_stray_urgent_pointer(std::span<uint8_t> bytes, const PacketView& pack
   return true;
 }
 
+// pf_normalize_tcp: the reserved bits (RFC 9293 3.1) mean nothing to a receiver; passed on, they
+// carry data past the rules, and a scanner sets them to tell stacks apart by the answer. The
+// nibble's fourth bit is AE, Accurate ECN's, and stays: cleared in one direction only, it would
+// garble the congestion counter the ends feed back (FreeBSD's pf keeps it too). Whether they were
+// cleared.
+bool clear_reserved_bits(std::span<uint8_t> bytes, const PacketView& packet) {
+  constexpr uint8_t kReserved = 0x0e;  // of the byte the data offset heads
+  uint8_t* tcp = bytes.data() + packet.l4_offset;
+  if ((tcp[12] & kReserved) == 0) return false;
+  const uint16_t old_word = load_be16(tcp + 12);  // with the flags: a 16-bit word of the sum
+  tcp[12] &= static_cast<uint8_t>(~kReserved);
+  checksum_replace16(tcp + 16, old_word, load_be16(tcp + 12));
+  return true;
+}
+
 // Whether sync hears of the state: not when its rule said (no-sync).
 bool synced(const StateEntry& entry) {
   return (entry.flags & stateflag::kNoSync) == 0;
@@ -700,6 +715,7 @@ bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& pac
     rewritten = true;
   }
   if (packet.is_tcp() && clear_stray_urgent_pointer(bytes, packet)) rewritten = true;
+  if (packet.is_tcp() && clear_reserved_bits(bytes, packet)) rewritten = true;
   return rewritten;
 }
 

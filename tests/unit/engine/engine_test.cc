@@ -1295,6 +1295,37 @@ TEST_CASE("scrub: an urgent pointer without URG is cleared, as pf_normalize_tcp 
   CHECK(fw.last_packet == segment(tcpflag::kAck, 0));
 }
 
+TEST_CASE("scrub: the TCP header's reserved bits are cleared, as pf_normalize_tcp does; AE is kept",
+          "[engine][scrub]") {
+  const auto segment = [](uint8_t reserved) {
+    return tcp4(kClient, 1, kServer, 2)
+        .flags(tcpflag::kAck)
+        .seq(5)
+        .ack(7)
+        .tcp_reserved(reserved)
+        .payload(10)
+        .build();
+  };
+  Firewall fw("scrub in all\npass all");
+  const Verdict v = fw.out(segment(0x0e));
+  CHECK(v.action == Verdict::Action::Accept);
+  CHECK(v.rewritten);
+  // The builder sums the expected segment afresh: the incremental update must agree with it.
+  CHECK(fw.last_packet == segment(0));
+  // AE is Accurate ECN's: cleared on one direction's packets alone, it would garble the counter
+  // the ends feed back congestion by. FreeBSD's pf keeps it too.
+  CHECK(fw.out(segment(0x0f)).rewritten);
+  CHECK(fw.last_packet == segment(0x01));
+  CHECK_FALSE(fw.out(segment(0x01)).rewritten);
+  // A checksum the kernel has yet to finish is finished over the cleared bits.
+  CHECK(fw.out(segment(0x02), true).rewritten);
+  CHECK(fw.last_packet == segment(0));
+  // Only where a scrub rule applies, as pf's.
+  Firewall plain("pass all");
+  CHECK_FALSE(plain.out(segment(0x0e)).rewritten);
+  CHECK(plain.last_packet == segment(0x0e));
+}
+
 TEST_CASE("IP options pass only by rules with allow-opts, and by their states", "[engine][options]") {
   const Bytes record_route{7, 7, 4, 0, 0, 0, 0, 0};
   auto udp_out = [&](uint16_t sport, bool options) {

@@ -187,6 +187,12 @@ class PacketBuilder {
     urgent_ = v;
     return *this;
   }
+  // The low four bits of the data offset's byte: three reserved (RFC 9293 3.1) and AE, the Accurate
+  // ECN flag (once RFC 3540's nonce sum).
+  PacketBuilder& tcp_reserved(uint8_t bits) {
+    tcp_reserved_ = static_cast<uint8_t>(bits & 0x0f);
+    return *this;
+  }
   // TCP options are laid out in call order and padded with EOL to a multiple of 4.
   PacketBuilder& mss(uint16_t v) {
     tcp_options_.insert(tcp_options_.end(),
@@ -357,7 +363,7 @@ class PacketBuilder {
         put32(h, 4, seq_);
         put32(h, 8, ack_);
         uint8_t words = data_offset_ ? *data_offset_ : static_cast<uint8_t>((20 + opts.size()) / 4);
-        h[12] = static_cast<uint8_t>(words << 4);
+        h[12] = static_cast<uint8_t>(words << 4 | tcp_reserved_);
         h[13] = tcp_flags_;
         put16(h, 14, window_);
         put16(h, 18, urgent_);
@@ -496,6 +502,7 @@ class PacketBuilder {
   uint32_t ack_ = 0;
   uint16_t window_ = 65535;
   uint16_t urgent_ = 0;
+  uint8_t tcp_reserved_ = 0;
   Bytes tcp_options_;
   uint8_t icmp_type_ = 0;
   uint8_t icmp_code_ = 0;
