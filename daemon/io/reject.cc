@@ -64,8 +64,9 @@ bool is_icmp_error(const PacketView& p, std::span<const uint8_t> bytes) {
 
 bool tcp_checksum_ok(const PacketView& p, std::span<const uint8_t> bytes) {
   if (static_cast<std::size_t>(p.l4_offset) + p.l4_length > bytes.size()) return false;
-  // The pseudo-header from the addresses the parser found: an IPv6 routing header's final
-  // destination is not the one in the fixed header.
+  // The pseudo-header from the fixed header's addresses. With an IPv6 routing header that has
+  // segments left, the sender summed its final destination instead (RFC 8200 8.1): such a segment
+  // fails here and gets no reset, which errs the safe way.
   uint8_t addresses[32];
   std::size_t size = 8;
   if (p.family == Family::V4) {
