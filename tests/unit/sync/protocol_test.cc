@@ -615,10 +615,9 @@ TEST_CASE("keepalives carry each node's rule set digest; a reload shows within a
   CHECK(p.b->status(p.now).peer_rules_digest == 0x1111);
 }
 
-TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sync][protocol][reject]") {
-  Pair p;
-  settle(p);
-  const auto before = p.store_b.states.size();
+// A data datagram's header as node A's current boot would write it, far ahead of what B has
+// received: a datagram crafted with it is new to B.
+Header ahead_from_a(const Pair& p) {
   Header h;
   h.flags = frameflag::kSequenced;
   h.node_id = 1;
@@ -626,6 +625,14 @@ TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sy
   h.xmit = 1'000'000;
   h.seq = 1'000'000;
   h.send_base = 1'000'000;
+  return h;
+}
+
+TEST_CASE("datagrams a node must refuse are dropped and counted by reason", "[sync][protocol][reject]") {
+  Pair p;
+  settle(p);
+  const auto before = p.store_b.states.size();
+  Header h = ahead_from_a(p);
 
   SECTION("unknown sender") {
     Header x = h;
@@ -683,13 +690,7 @@ TEST_CASE("a datagram not sent on the sync link is dropped before its tag is che
           "[sync][protocol][reject]") {
   Pair p;
   settle(p);
-  Header h;
-  h.flags = frameflag::kSequenced;
-  h.node_id = 1;
-  h.epoch = p.config_a.epoch;
-  h.xmit = 1'000'000;
-  h.seq = 1'000'000;
-  h.send_base = 1'000'000;
+  const Header h = ahead_from_a(p);
   const auto authentic = craft(h, one_insert(make_insert(1, 99)));
   const uint64_t received = p.b->counters().datagrams_received;
   const int not_on_the_link[] = {254, 128, 64, 1, 0, -1};  // -1: the socket did not say
@@ -717,14 +718,8 @@ TEST_CASE("without ttl_security a datagram is taken whatever its TTL", "[sync][p
   Pair p;
   p.config_b.ttl_security = false;  // a routed sync path
   settle(p);
-  Header h;
-  h.flags = frameflag::kSequenced;
-  h.node_id = 1;
-  h.epoch = p.config_a.epoch;
-  h.seq = 1'000'000;
-  h.send_base = 1'000'000;
+  Header h = ahead_from_a(p);
   const uint64_t received = p.b->counters().datagrams_received;
-  h.xmit = 1'000'000;
   p.b->receive(craft(h, one_insert(make_insert(1, 99))), 62, p.now);
   h.xmit = 1'000'001;
   p.b->receive(craft(h, one_insert(make_insert(1, 99))), -1, p.now);
