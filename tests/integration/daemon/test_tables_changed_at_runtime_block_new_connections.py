@@ -18,7 +18,9 @@ def test_tables_changed_at_runtime_block_new_connections(lan, daemon_factory):
     assert held.opened.get("connected"), held.opened
     assert lan.connect(6, ALLOWED)["result"] == "ok"
 
-    assert fw.ctl("tables").stdout == "<blocked>  0 entries\n<fixed>  1 entry, const\n"
+    assert fw.ctl("tables").stdout == (
+        "<blocked>  0 entries\n<fixed>  1 entry, const\n1 of 200000 table entries used (set limit table-entries)\n"
+    )
     added = fw.ctl("tables", "add", "blocked", CLIENT4, f"{CLIENT6}/128")
     # Hosts are shown as pfctl shows them, without /32 or /128; the JSON keeps the prefix.
     assert added.stdout == f"2 added, 0 deleted\n   {CLIENT4}\n   {CLIENT6}\n", added.stdout
