@@ -16,6 +16,7 @@
 //   pairwalld --install-hooks    put the hooks in place before any daemon listens (boot), exit
 //   pairwalld --remove-hooks     remove the hooks while no daemon listens, exit
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
@@ -421,7 +422,10 @@ class FailoverRunner {
   // Throws as FailoverService::start() does, before the thread exists.
   void start() {
     service_.start();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "pw-failover");
+      io_.run();
+    });
   }
 
   // The leaving advertisement and the VIPs released on the service's thread, then the thread ends.

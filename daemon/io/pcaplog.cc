@@ -1,6 +1,7 @@
 #include "daemon/io/pcaplog.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -230,7 +231,10 @@ PcapLog::PcapLog(PcapLogConfig config) : config_(std::move(config)) {
     // An existing file from an earlier run becomes PATH.1.
     if (const std::string error = rotate(); !error.empty()) throw std::runtime_error(error);
   }
-  writer_ = std::thread([this] { writer_loop(); });
+  writer_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "pw-pcaplog");
+    writer_loop();
+  });
 }
 
 PcapLog::~PcapLog() {

@@ -2,6 +2,7 @@
 
 #include <net/if.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -278,7 +279,11 @@ void SyncService::start() {
   arm_receive();
   arm_kick();
   asio::post(io_, [this] { pump(); });
-  thread_ = std::thread([this] { io_.run(); });
+  thread_ = std::thread([this] {
+    // Named, as the queue workers are, so that ps, top and a hung thread's report say which.
+    pthread_setname_np(pthread_self(), "pw-sync");
+    io_.run();
+  });
 }
 
 void SyncService::set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept_key) {
