@@ -474,7 +474,7 @@ namespace {
 
 void fill_table(const engine::rules::Table& t, bool with_entries, TableInfo* out) {
   out->set_name(t.name);
-  out->set_count(static_cast<uint32_t>(t.entries.size() + t.negated_entries.size()));
+  out->set_count(static_cast<uint32_t>(t.entry_count()));
   out->set_is_const(t.is_const);
   if (!with_entries) return;
   for (const auto& p : t.entries) out->add_entries(engine::to_string(p));
@@ -494,9 +494,7 @@ std::set<engine::TableEntry> entry_set(const engine::rules::Table& t) {
 std::string ControlService::tables(const TablesRequest& request, TableList* out) const {
   if (!loaded_) return "tables: no rule set loaded";
   if (request.test_size() > 0) return test_table(request, out);
-  if (request.name().empty())
-    out->set_entry_limit(
-        loaded_->settings.limit_table_entries.value_or(engine::rules::kDefaultTableEntryLimit));
+  if (request.name().empty()) out->set_entry_limit(loaded_->settings.table_entry_limit());
   for (const auto& t : loaded_->tables) {
     if (request.name().empty() || t.name == request.name())
       fill_table(t, !request.name().empty(), out->add_tables());
@@ -684,11 +682,10 @@ void ControlService::render_table_metrics(MetricWriter& out) const {
     out.family("pairwall_table_entries", MetricWriter::Type::Gauge,
                "Entries in each table of the running rules, exceptions included.");
     for (const engine::rules::Table& t : loaded_->tables)
-      out.sample({{"table", t.name}}, uint64_t{t.entries.size() + t.negated_entries.size()});
+      out.sample({{"table", t.name}}, uint64_t{t.entry_count()});
     out.family("pairwall_table_entry_limit", MetricWriter::Type::Gauge,
                "Entries all tables may hold together (set limit table-entries).");
-    out.sample(
-        uint64_t{loaded_->settings.limit_table_entries.value_or(engine::rules::kDefaultTableEntryLimit)});
+    out.sample(uint64_t{loaded_->settings.table_entry_limit()});
   }
   out.family("pairwall_source_overloads_refused_total", MetricWriter::Type::Counter,
              "Sources an overload could not add to its table: the rules with them added were refused "

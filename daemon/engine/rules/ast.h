@@ -245,6 +245,8 @@ struct Table {
   // Without either (`table <bruteforce> persist`) a reload keeps the running table's entries, as
   // pfctl -f keeps a table it defines without addresses.
   bool lists_entries = false;
+
+  std::size_t entry_count() const { return entries.size() + negated_entries.size(); }
 };
 
 // pf's default `set limit table-entries`.
@@ -261,6 +263,8 @@ struct Settings {
   std::optional<uint32_t> adaptive_end;
   bool block_policy_return = false;          // `set block-policy return`: a plain `block` is `block return`
   std::vector<std::string> skip_interfaces;  // `set skip on { lo ... }`: passes there are not filtered
+
+  uint32_t table_entry_limit() const { return limit_table_entries.value_or(kDefaultTableEntryLimit); }
 };
 
 struct RuleFile {

@@ -526,18 +526,17 @@ class Compiler {
   // run time (overload, `tables add`), and each change recompiles the rule set, whose time and
   // memory grow with them.
   void tables() {
-    const uint64_t limit = file_.settings.limit_table_entries.value_or(kDefaultTableEntryLimit);
+    const uint64_t limit = file_.settings.table_entry_limit();
     uint64_t entries = 0;
     const Table* largest = nullptr;
-    auto size = [](const Table& t) { return uint64_t{t.entries.size() + t.negated_entries.size()}; };
     for (const Table& t : file_.tables) {
-      entries += size(t);
-      if (largest == nullptr || size(t) > size(*largest)) largest = &t;
+      entries += t.entry_count();
+      if (largest == nullptr || t.entry_count() > largest->entry_count()) largest = &t;
     }
     if (entries > limit) {
       fail(largest->location, "the tables hold " + std::to_string(entries) + " entries, over the limit of " +
                                   std::to_string(limit) + ", <" + largest->name + "> " +
-                                  std::to_string(size(*largest)) +
+                                  std::to_string(largest->entry_count()) +
                                   " of them (raise it with 'set limit table-entries N')");
     }
     for (const Table& t : file_.tables) {
