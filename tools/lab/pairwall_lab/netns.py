@@ -72,7 +72,9 @@ def fully_exited(pid):
 
 
 def _thread_report(pid):
-    """Where each remaining thread of `pid` waits: state, wait channel and kernel stack."""
+    """Where each remaining thread of `pid` waits: state, wait channel, kernel stack, and its CPU time
+    (schedstat: ns on CPU, ns waiting to run, times run), read twice a second apart, which tells a
+    thread that burns CPU in the kernel from one that waits for it."""
     lines = []
     try:
         tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
@@ -81,7 +83,7 @@ def _thread_report(pid):
     for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
         parts = []
-        for name in ("comm", "stat", "wchan", "stack"):
+        for name in ("comm", "stat", "wchan", "stack", "schedstat"):
             try:
                 with open(f"{base}/{name}", errors="replace") as f:
                     text = f.read().strip()
@@ -90,7 +92,8 @@ def _thread_report(pid):
             if name == "stat":
                 text = text.rsplit(")", 1)[-1].split()[0] if ")" in text else text
             parts.append(text.replace("\n", " | "))
-        lines.append(f"  thread {tid} {parts[0]}: state {parts[1]}, wchan {parts[2]}, stack {parts[3]}")
+        lines.append(f"  thread {tid} {parts[0]}: state {parts[1]}, wchan {parts[2]}, stack {parts[3]}, "
+                     f"schedstat {parts[4]}")
     return "\n".join(lines)
 
 
@@ -107,7 +110,10 @@ def kill9_and_wait(pid, what, timeout=60):
     while not fully_exited(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     if not fully_exited(pid):
-        raise LabError(f"{what} (pid {pid}) still exiting {timeout} s after SIGKILL:\n{_thread_report(pid)}")
+        first = _thread_report(pid)
+        time.sleep(1)
+        raise LabError(f"{what} (pid {pid}) still exiting {timeout} s after SIGKILL:\n{first}\n"
+                       f"one second later:\n{_thread_report(pid)}")
 
 
 def pid_alive(pid):
