@@ -1067,12 +1067,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       } else {
         seen.dst = pool_address(*rule, packet.src, packet.dst, pool_draw(*rule));
         if (ports && rule->port_low != 0) {
-          // pf's rdr: onto port_low, or from rdr_port_base on modulo the target range's width.
-          seen.dst_port = rule->rdr_port_base == 0
-                              ? rule->port_low
-                              : static_cast<uint16_t>(rule->port_low +
-                                                      (packet.dst_port - rule->rdr_port_base) %
-                                                          (uint32_t{rule->port_high} - rule->port_low + 1));
+          seen.dst_port = rule->rdr_port(packet.dst_port);
         }
       }
       translation.translated = true;

@@ -837,31 +837,15 @@ class Compiler {
         }
         t.port_low = r.target_port->low;
         t.port_high = r.target_port->op == PortMatch::Op::Eq ? r.target_port->low : r.target_port->high;
-        // pf's rdr of a destination port range: onto one port P, all of it to P; onto P:*, the
-        // n-th port to P + n; onto P:Q, the n-th to P + n modulo the target range's width.
-        const bool dst_range = r.kind == TranslationRule::Kind::Rdr && r.to.ports.size() == 1 &&
-                               r.to.ports[0].op == PortMatch::Op::RangeInclusive;
-        if (r.target_port_follows) {
-          if (!dst_range) {
-            fail(r.location, "'port " + std::to_string(t.port_low) +
-                                 ":*' maps an rdr's destination port range P:Q: the rule names none");
-          }
-          const PortMatch& range = r.to.ports[0];
-          if (uint32_t{t.port_low} + (range.high - range.low) > UINT16_MAX) {
-            fail(r.location, "rdr maps ports " + std::to_string(range.low) + ":" +
-                                 std::to_string(range.high) + " onto " + std::to_string(t.port_low) +
-                                 " and up, past port 65535");
-          }
-          t.port_high = static_cast<uint16_t>(t.port_low + (range.high - range.low));
-        }
-        if (dst_range && t.port_low != t.port_high) t.rdr_port_base = r.to.ports[0].low;
       }
       switch (r.kind) {
         case TranslationRule::Kind::Nat:
           add(kNat, spec(Direction::Out, r.interfaces, family, r.protocols, r.from, r.to), t);
           break;
         case TranslationRule::Kind::Rdr:
-          add(kRdr, spec(Direction::In, r.interfaces, family, r.protocols, r.from, r.to), t);
+          rdr_entries(r, t, [&](const Endpoint& to, const CompiledTranslation& entry) {
+            add(kRdr, spec(Direction::In, r.interfaces, family, r.protocols, r.from, to), entry);
+          });
           break;
         case TranslationRule::Kind::Binat: {
           if (r.from.addresses.size() != 1 || r.from.addresses[0].kind != AddressElement::Kind::Prefix ||
@@ -894,6 +878,40 @@ class Compiler {
       for (const CompiledTranslation& t : ruleset_entries[ruleset]) set.translations_.push_back(t);
     }
     if (!specs.empty()) set.translation_classifier_ = build(specs, MatchOrder::First);
+  }
+
+  // pf's rdr onto a port range P:Q: a destination port goes to P plus its distance from the
+  // rule's own port (the first of a range, the operand of `>` and the like), modulo the range's
+  // width; onto P:*, the range is as wide as the rule's. pfctl expands a list of ports into a rule
+  // each, each with its own first port: so does this, one entry (`add(to, entry)`) per port.
+  template <typename Add>
+  void rdr_entries(const TranslationRule& r, const CompiledTranslation& t, Add add) const {
+    if (r.target_port_follows && r.to.ports.empty()) {
+      fail(r.location, "'port " + std::to_string(t.port_low) +
+                           ":*' maps an rdr's destination port range P:Q: the rule names none");
+    }
+    if (r.to.ports.empty() || (!r.target_port_follows && t.port_low == t.port_high)) {
+      add(r.to, t);  // every port onto one, or (base 0) port n onto port_low + n modulo the width
+      return;
+    }
+    for (const PortMatch& port : r.to.ports) {
+      Endpoint to = r.to;
+      to.ports = {port};
+      CompiledTranslation entry = t;
+      entry.rdr_port_base = port.low;
+      if (r.target_port_follows) {
+        if (port.op != PortMatch::Op::RangeInclusive) {
+          fail(r.location, "'port " + std::to_string(t.port_low) +
+                               ":*' maps an rdr's destination port range P:Q, not '" + port_text(port) + "'");
+        }
+        if (uint32_t{t.port_low} + (port.high - port.low) > UINT16_MAX) {
+          fail(r.location, "rdr maps ports " + std::to_string(port.low) + ":" + std::to_string(port.high) +
+                               " onto " + std::to_string(t.port_low) + " and up, past port 65535");
+        }
+        entry.port_high = static_cast<uint16_t>(t.port_low + (port.high - port.low));
+      }
+      add(to, entry);
+    }
   }
 
   // The pool type a nat or rdr rule gives `t`, and the key of source-hash. As pfctl: a list is

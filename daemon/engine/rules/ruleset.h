@@ -86,10 +86,20 @@ struct CompiledTranslation {
   IpPrefix source;           // binat: the internal prefix, which the in pass maps its target back to
   uint16_t port_low = 0;     // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
-  // rdr of a destination port range P:Q onto a range: P maps onto port_low, P+i onto port_low+i
-  // (modulo the target range's width); 0: every port onto port_low.
+  // rdr onto a port range: the rule's own first port, which maps onto port_low (see rdr_port()).
   uint16_t rdr_port_base = 0;
   uint32_t number = 0;
+
+  // rdr: where a connection dialled to `port` goes. Onto one port, to it; onto a range, as pf's,
+  // the port's distance from rdr_port_base modulo the range's width, from port_low. A port below
+  // the base (`port < N`, `!=`, `<>`) counts back from the range's end: pf's arithmetic would
+  // leave the range.
+  uint16_t rdr_port(uint16_t port) const {
+    const int32_t width = int32_t{port_high} - port_low + 1;
+    int32_t offset = (int32_t{port} - rdr_port_base) % width;
+    if (offset < 0) offset += width;
+    return static_cast<uint16_t>(port_low + offset);
+  }
 };
 
 // A translation rule as `rules show` lists it (binat compiles to two CompiledTranslation).

@@ -384,15 +384,33 @@ TEST_CASE("rdr rewrites the destination on the way in, before the in pass's filt
        9004},
       {"a port range onto a shorter range wraps round, as pf's", "pass in on wan0 proto tcp to 10.2.0.10",
        7012, 9002},
+      {"'port > N' onto a range: the distance from N, as pf's", "pass in on wan0 proto tcp to 10.2.0.10",
+       4003, 9103},
+      {"'port P >< Q' onto a range: the distance from P", "pass in on wan0 proto tcp to 10.2.0.10", 3015,
+       9205},
+      {"a list of ranges: the distance from the port's own range", "pass in on wan0 proto tcp to 10.2.0.10",
+       2004, 9304},
+      {"a list onto P:*: each range one to one", "pass in on wan0 proto tcp to 10.2.0.10", 2503, 9603},
+      {"'port < N' counts back from the range's end", "pass in on wan0 proto tcp to 10.2.0.10", 97, 9407},
+      {"no port named: port n onto P + n modulo the width, as pf's", "pass in on wan0 proto tcp to 10.2.0.10",
+       153, 9503},
   };
   for (const Case& c : cases) {
     INFO(c.name);
     Firewall fw(
-        std::string("rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
-                    "rdr on wan0 proto tcp to 203.0.113.1 port 5000:5010 -> 10.2.0.10 port 6000:*\n"
-                    "rdr on wan0 proto tcp to 203.0.113.1 port 8000:8010 -> 10.2.0.10 port 9500\n"
-                    "rdr on wan0 proto tcp to 203.0.113.1 port 7000:7019 -> 10.2.0.10 port 9000:9009\n"
-                    "block all\npass out on lan0 all\n") +
+        std::string(
+            "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port 5000:5010 -> 10.2.0.10 port 6000:*\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port 8000:8010 -> 10.2.0.10 port 9500\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port 7000:7019 -> 10.2.0.10 port 9000:9009\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port { 1000:1009, 2000:2009 } -> 10.2.0.10 "
+            "port 9300:9309\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port { 1500:1504, 2500:2509 } -> 10.2.0.10 port 9600:*\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port 3000 >< 3100 -> 10.2.0.10 port 9200:9209\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port > 4000 -> 10.2.0.10 port 9100:9109\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 port < 100 -> 10.2.0.10 port 9400:9409\n"
+            "rdr on wan0 proto tcp to 203.0.113.1 -> 10.2.0.10 port 9500:9509\n"
+            "block all\npass out on lan0 all\n") +
         c.filter);
     const Flow tcp{"tcp", false};
     const Verdict v = fw.in(tcp.packet("198.51.100.7", 4000, "203.0.113.1", c.dialled));
