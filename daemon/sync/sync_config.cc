@@ -19,6 +19,7 @@ struct Parsed {
   AddrKind family = AddrKind::V4;
   bool multicast = false;
   bool link_local_group = false;  // a group no multicast router forwards, whatever the TTL
+  bool node_group = false;        // a group that never leaves this node (IPv6 scope 0, 1 or 15)
   bool unspecified = false;
 };
 
@@ -36,6 +37,9 @@ bool parse_ip(const std::string& text, Parsed& out) {
     out.multicast = buf[0] == 0xff;
     // The scope, not the flags: ff02::/16, and ff12::/16 and the like too (RFC 4291 section 2.7).
     out.link_local_group = out.multicast && (buf[1] & 0x0f) == 0x2;
+    // Interface-local (1) stays on this node; 0 and 15 are reserved, and Linux sends neither out.
+    const uint8_t scope = buf[1] & 0x0f;
+    out.node_group = out.multicast && (scope == 0x0 || scope == 0x1 || scope == 0xf);
     out.unspecified = true;
     for (uint8_t b : buf) out.unspecified = out.unspecified && b == 0;
     return true;
@@ -134,6 +138,12 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
   if (t.unspecified) r.fail(target_key, "the unspecified address cannot be a destination");
   if (!c.group.empty() && !t.multicast) r.fail("group", "not a multicast address: \"" + c.group + "\"");
   if (!c.peer.empty() && t.multicast) r.fail("peer", "a multicast address: use group = \"" + c.peer + "\"");
+  if (!c.group.empty() && t.node_group) {
+    r.fail("group",
+           "\"" + c.group +
+               "\" has interface-local or reserved scope: it never reaches the peer; use a link-local "
+               "group (ff02::/16)");
+  }
   c.ipv6 = t.family == AddrKind::V6;
   c.ttl_security = r.boolean("ttl_security", true);
   // Datagrams with TTL 255 to a wider group would be forwarded by a multicast router: the state
