@@ -650,6 +650,12 @@ Millis scaled(Millis duration, double scale) {
   return Millis{static_cast<Millis::rep>(static_cast<double>(duration.count()) * scale)};
 }
 
+// A time left under `scale`, as the duration whose scaled value (as expire() scales a queue's) it is.
+Millis unscaled(Millis left, double scale) {
+  if (scale >= 1.0 || scale <= 0.0) return left;
+  return Millis{static_cast<Millis::rep>(static_cast<double>(left.count()) / scale) + 1};
+}
+
 }  // namespace
 
 std::size_t StateTable::expire(Millis now, const std::function<void(const StateEntry&)>& on_expired,
@@ -669,11 +675,26 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
         while (cross == nullptr && q.head != nullptr && q.head->queued_at + duration <= now) {
           StateEntry* e = q.head;
           if (e->last_seen + duration > now) {
-            // Seen since it was queued: back to the tail, at its last activity.
+            // Seen since it was queued, and so due within kRequeueAfter (touch() requeues an entry
+            // seen later than that). At the tail as of its last packet while that keeps the queue
+            // in order; behind entries queued after that packet, it would wait for them, up to a
+            // timeout late: filed by its time left then, as file_learned() files.
             fold_counters(*e);
             shard.queue_unlink(e);
-            shard.queue_append(e, qi);
-            e->queued_at = e->last_seen;
+            bool in_order = q.tail == nullptr || q.tail->queued_at <= e->last_seen;
+            if (!in_order) {
+              try {
+                shard.queue_append(
+                    e, shard.queue_for_time_left(unscaled(e->last_seen + duration - now, timeout_scale)));
+                e->queued_at = std::max(now, e->last_seen);
+              } catch (const std::bad_alloc&) {
+                in_order = true;  // late, but bounded by `duration`
+              }
+            }
+            if (in_order) {
+              shard.queue_append(e, qi);
+              e->queued_at = e->last_seen;
+            }
             continue;
           }
           if (e->translated() && e->wire_shard != s) {

@@ -14,10 +14,12 @@
 // entry joined it. A packet only records its time; the entry moves to the tail when its class
 // changes or its place is kRequeueAfter old, so a busy flow costs no list surgery (and no cache
 // misses on its neighbours) per packet. expire() pops heads: an expired head is removed, a head
-// seen since it was queued goes back to the tail. Work per call is O(expired + requeued), each
-// entry requeued at most once per timeout period, never a sweep (the load-model thesis measured
-// the jitter of pf's purge sweep); an entry expires at most kRequeueAfter late (one learned from
-// the peer, filed by its time left, at most an eighth of that).
+// seen since it was queued (so due within kRequeueAfter) goes back to the tail, or, when entries
+// queued after its last packet are there (it would wait for them, up to a timeout late), is filed
+// by its time left. Work per call is O(expired + requeued), each entry requeued at most once per
+// timeout period, never a sweep (the load-model thesis measured the jitter of pf's purge sweep);
+// an entry expires at most about kRequeueAfter late (one learned from the peer, filed by its time
+// left, at most an eighth of that).
 //
 // Memory. Entries come from per-shard slabs of fixed-size chunks and return to a free list; the
 // table never exceeds its limit, and hitting the limit is counted by the caller (StateLimit).

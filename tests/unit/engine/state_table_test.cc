@@ -311,3 +311,24 @@ TEST_CASE("entries stay findable across a raised limit and into huge-page chunks
   CHECK(t.clear(nullptr) == 3'000);
   CHECK(t.size() == 0);
 }
+
+TEST_CASE("an entry seen just after it was queued expires on time behind entries queued later",
+          "[state_table]") {
+  // Seen 0.5 s after it was queued: not requeued then (kRequeueAfter), so its place says 0 while
+  // it is due at 10.5 s. The entries queued after it must not hold it back until they expire.
+  StateTable t(1, kKey, 100);
+  const auto k = tcp_key(1, 1, 2, 2);
+  make(t, k, 1, Millis{0}, Millis{10'000}).release();
+  {
+    auto h = t.find(k, t.hash(k));
+    REQUIRE(h);
+    t.touch(h, TimeoutClass::TcpEstablished, Millis{10'000}, Millis{500});
+  }
+  make(t, tcp_key(3, 1, 2, 2), 2, Millis{5'000}, Millis{10'000}).release();
+  CHECK(t.expire(Millis{10'000}, nullptr) == 0);
+  CHECK(t.expire(Millis{10'499}, nullptr) == 0);
+  CHECK(t.expire(Millis{10'500} + StateTable::kRequeueAfter, nullptr) == 1);
+  CHECK_FALSE(t.find(k, t.hash(k)));
+  CHECK(t.expire(Millis{14'999}, nullptr) == 0);
+  CHECK(t.expire(Millis{15'000}, nullptr) == 1);
+}
