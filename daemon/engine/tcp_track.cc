@@ -212,7 +212,18 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
     return result;
   }
 
-  if (before) std::tie(src, dst) = *before;
+  if (before) {
+    std::tie(src, dst) = *before;
+  } else if (src.state == static_cast<uint8_t>(TcpState::SynSent) &&
+             dst.state == static_cast<uint8_t>(TcpState::SynSent)) {
+    // Neither end's SYN acknowledged yet, and this end's segment does not fit its half: a
+    // simultaneous open gone wrong, or a SYN forged in its name that anchored the half first.
+    // pf_tcp_track_full frees the half, so that the end's next segment (the retransmission of
+    // its real SYN-ACK) sets it up afresh instead of failing until the state expires.
+    src.seqlo = 0;
+    src.seqhi = 1;
+    src.max_win = 1;
+  }
   result.reason = Reason::BadSeq;
   result.protocol_state_changed = false;
   return result;

@@ -137,6 +137,33 @@ TEST_CASE("a responder's first packet that fails the window test leaves the stat
   CHECK(c.timeout == TimeoutClass::TcpEstablished);
 }
 
+TEST_CASE("a segment that fails the window test while both ends are in SYN_SENT frees its sender's half",
+          "[tcp]") {
+  // Both ends have sent a SYN and neither has been acknowledged: a simultaneous open, or a SYN
+  // forged in the responder's name that anchored its half first. A segment of that end's that
+  // then fails the window test frees the half, as pf_tcp_track_full does, so that the end's next
+  // segment sets it up afresh; anchored for good, the responder's every real SYN-ACK was dropped
+  // until the state expired.
+  Conn c;
+  c.timeout = track_first_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, 7));
+  REQUIRE(c.from_server(segment(kSyn, 77'000'000, 0, 65160, 0, 7)) == Reason::State);
+  REQUIRE(c.client.state == static_cast<uint8_t>(TcpState::SynSent));
+  REQUIRE(c.server.state == static_cast<uint8_t>(TcpState::SynSent));
+  const PacketView real_synack = segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, 7);
+  CHECK(c.from_server(real_synack) == Reason::BadSeq);
+  CHECK(c.server.seqlo == 0);
+  CHECK(c.server.seqhi == 1);
+  CHECK(c.server.max_win == 1);
+  // Its retransmission opens the connection.
+  CHECK(c.from_server(real_synack) == Reason::State);
+  CHECK(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 502)) == Reason::State);
+  CHECK(c.timeout == TimeoutClass::TcpEstablished);
+  // Once a half has been acknowledged, a failing segment changes nothing.
+  const PeerTracking server = c.server;
+  CHECK(c.from_server(segment(kAck, kIsnServer + 90'000'000, kIsn + 1, 509, 100)) == Reason::BadSeq);
+  CHECK(c.server == server);
+}
+
 TEST_CASE("RST must match the expected sequence number exactly", "[tcp]") {
   SECTION("blind reset guess is dropped") {
     Conn c = established();
