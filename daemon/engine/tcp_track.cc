@@ -163,14 +163,20 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
 
   const int64_t ackskew = static_cast<int32_t>(dst.seqlo - ack);
   const uint32_t orig_seq = th.seq;
+  // RFC 5961 3.2: a reset needs an exact sequence number, or, as pf_tcp_track_full allows, one from
+  // up to a window behind the data sent with an ACK of exactly the other end's next byte (stacks
+  // that reset from their oldest unacknowledged byte). That ACK must be the one sent: pf's check
+  // would also take the stand-in for an ACK of 0, and so any sequence number in the range.
   const bool rst_exact =
-      !(th.flags & kRst) || orig_seq == src.seqlo || orig_seq == src.seqlo + 1 || orig_seq + 1 == src.seqlo;
+      !(th.flags & kRst) || orig_seq == src.seqlo || orig_seq == src.seqlo + 1 || orig_seq + 1 == src.seqlo ||
+      ((th.flags & kAck) && th.ack == dst.seqlo && seq_geq(orig_seq, src.seqlo - (dst.max_win << dws)) &&
+       seq_leq(orig_seq, src.seqlo + 1));
 
   if (seq_geq(src.seqhi, data_end) &&                    // last octet inside the other's window
       seq_geq(seq, src.seqlo - (dst.max_win << dws)) &&  // retransmit: at most one window back
       ackskew >= -kMaxAckWindow &&                       // acking at most one window forward
       ackskew <= (kMaxAckWindow << sws) &&               // acking at most one window back
-      rst_exact) {                                       // RFC 5961 3.2: resets need an exact match
+      rst_exact) {
     if (src.max_win < win) src.max_win = win;
     if (seq_gt(end, src.seqlo)) src.seqlo = end;
     if (seq_geq(ack + (win << sws), dst.seqhi)) dst.seqhi = ack + std::max<uint32_t>(win << sws, 1);

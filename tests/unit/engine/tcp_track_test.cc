@@ -1,6 +1,7 @@
 #include "daemon/engine/tcp_track.h"
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 using namespace pairwall::engine;
 using namespace pairwall::engine::tcpflag;
@@ -176,6 +177,55 @@ TEST_CASE("RST must match the expected sequence number exactly", "[tcp]") {
     CHECK(c.client.state == static_cast<uint8_t>(TcpState::TimeWait));
     CHECK(c.server.state == static_cast<uint8_t>(TcpState::TimeWait));
     CHECK(c.timeout == TimeoutClass::TcpClosed);
+  }
+}
+
+TEST_CASE("a RST|ACK behind the data sent passes when it acknowledges exactly what the other end sent",
+          "[tcp]") {
+  // The client has sent 3000 bytes the server has not acknowledged yet, then resets from the
+  // first of them (a stack that resets from the oldest unacknowledged byte). pf_tcp_track_full
+  // takes such a reset anywhere from a window back to one past the data sent, if its ACK is
+  // exactly the other end's next byte; this tracker asks for that ACK as sent (pf would also take
+  // a RST|ACK with an ACK of 0 anywhere in that range).
+  struct Case {
+    const char* name;
+    uint8_t flags;
+    int64_t seq_from_end;  // the reset's sequence number, from the end of the client's data
+    int64_t ack_offset;    // from the server's next byte; INT64_MIN for 0
+    Reason reason;
+  };
+  constexpr int64_t kZero = INT64_MIN;
+  const Case cases[] = {
+      {"from the first unacknowledged byte, exact ACK", kRst | kAck, -3000, 0, Reason::State},
+      {"one past the data, exact ACK", kRst | kAck, 1, 0, Reason::State},
+      {"from the first unacknowledged byte, ACK one off", kRst | kAck, -3000, 1, Reason::BadSeq},
+      {"from the first unacknowledged byte, ACK one short", kRst | kAck, -3000, -1, Reason::BadSeq},
+      {"from the first unacknowledged byte, ACK 0", kRst | kAck, -3000, kZero, Reason::BadSeq},
+      {"from the first unacknowledged byte, no ACK", kRst, -3000, 0, Reason::BadSeq},
+      {"two past the data, exact ACK", kRst | kAck, 2, 0, Reason::BadSeq},
+      {"more than a window back, exact ACK", kRst | kAck, -70'000, 0, Reason::BadSeq},
+  };
+  for (const Case& k : cases) {
+    INFO(k.name);
+    Conn c = established();
+    for (uint32_t i = 0; i < 3; ++i)
+      REQUIRE(c.from_client(segment(kAck, kIsn + 1 + i * 1000, kIsnServer + 1, 502, 1000)) == Reason::State);
+    const uint32_t end = kIsn + 1 + 3000;
+    REQUIRE(c.client.seqlo == end);
+    const uint32_t ack = k.ack_offset == kZero
+                             ? 0
+                             : static_cast<uint32_t>(c.server.seqlo + static_cast<uint32_t>(k.ack_offset));
+    const PeerTracking client = c.client;
+    const PeerTracking server = c.server;
+    CHECK(c.from_client(segment(k.flags, end + static_cast<uint32_t>(k.seq_from_end), ack, 0)) == k.reason);
+    if (k.reason == Reason::State) {
+      CHECK(c.client.state == static_cast<uint8_t>(TcpState::TimeWait));
+      CHECK(c.server.state == static_cast<uint8_t>(TcpState::TimeWait));
+      CHECK(c.timeout == TimeoutClass::TcpClosed);
+    } else {
+      CHECK(c.client == client);
+      CHECK(c.server == server);
+    }
   }
 }
 
