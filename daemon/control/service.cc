@@ -787,9 +787,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     c.proxy = e.proxy;
     c.rule = e.rule;
     c.created = e.created;
-    const engine::Millis duration =
-        e.creator != nullptr ? e.creator->timeouts[e.timeout] : current->timeouts()[e.timeout];
-    c.expires_at = e.last_seen + duration;
+    c.expires_at = e.last_seen + engine::Engine::timeout_of(e, e.timeout, *current);
     c.packets[0] = e.packets[0];
     c.packets[1] = e.packets[1];
     c.bytes[0] = e.bytes[0];

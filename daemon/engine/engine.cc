@@ -364,11 +364,11 @@ void Engine::refresh_rules(Worker& worker) const noexcept {
   worker.rules_generation_ = rules_generation_.load(std::memory_order_relaxed);
 }
 
-// A state keeps the timeouts of the rule that created it; states learned from the peer follow
-// the current rule set's.
+// A state keeps the timeouts its creating rule sets itself; for the others, and for states
+// learned from the peer, it follows the running rule set's global ones (pf's pf_state_expires).
 Millis Engine::timeout_of(const StateEntry& entry, TimeoutClass timeout,
                           const rules::RuleSet& current) noexcept {
-  if (entry.creator != nullptr) return entry.creator->timeouts[timeout];
+  if (entry.creator != nullptr) return entry.creator->timeout(timeout, current.timeouts());
   return current.timeouts()[timeout];
 }
 
@@ -1283,7 +1283,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   PeerTracking src;
   PeerTracking dst;
   const TimeoutClass timeout = track_first_packet(src, dst, packet);
-  const Millis duration = creator != nullptr ? creator->timeouts[timeout] : rules.timeouts()[timeout];
+  const Millis duration =
+      creator != nullptr ? creator->timeout(timeout, rules.timeouts()) : rules.timeouts()[timeout];
   const StateId id{config_.node_id, next_state_counter_.fetch_add(1, std::memory_order_relaxed)};
   StateTable::CreateStatus status;
   StateTable::Handle state;
@@ -1439,7 +1440,13 @@ bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Mill
 }
 
 std::size_t Engine::expire(Millis now) {
-  const double scale = rules()->adaptive_timeouts().scale(states_.size(), states_.limit());
+  const std::shared_ptr<const rules::RuleSet> current = rules();
+  if (current->timeouts().values != filed_timeouts_.values) {
+    // A reload changed `set timeout`: idle states follow it too, as pf's (see timeout_of()).
+    states_.refile(now, [&current](const StateEntry& e) { return timeout_of(e, e.timeout, *current); });
+    filed_timeouts_ = current->timeouts();
+  }
+  const double scale = current->adaptive_timeouts().scale(states_.size(), states_.limit());
   timeout_scale_.store(scale, std::memory_order_relaxed);
   // After the states, so that the source nodes their removal leaves idle are dated by this pass.
   const std::size_t expired = states_.expire(
@@ -1544,7 +1551,8 @@ bool Engine::apply(const StateRecord& record, Millis now) {
       creator = &current->rule(record.rule_index);
     }
     // The record says how long the state has left; on our clock that is an older "last seen".
-    const Millis duration = creator != nullptr ? creator->timeouts[record.timeout] : timeouts[record.timeout];
+    const Millis duration =
+        creator != nullptr ? creator->timeout(record.timeout, timeouts) : timeouts[record.timeout];
     const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
     StateTable::CreateStatus status;
     const auto create = [&] {
@@ -1612,7 +1620,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   const TimeoutClass timeout = state->key(0).proto == ipproto::kTcp
                                    ? tcp_timeout_class(state->peer[0], state->peer[1])
                                    : record.timeout;
-  const Millis duration = state->creator ? state->creator->timeouts[timeout] : timeouts[timeout];
+  const Millis duration = timeout_of(*state, timeout, *current);
   // The record says how long the state has left; express that as "last seen" on our clock.
   const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
   states_.file_learned(state, timeout, duration, last_seen, now);

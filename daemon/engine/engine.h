@@ -248,7 +248,9 @@ class Engine {
   // emits a Delete (control_events()), so that a peer whose copy was refreshed later (a bulk, a
   // resync) does not keep it for a whole extra timeout. Timeouts are scaled by the rule set's
   // adaptive timeouts for the table's size at the call. Source nodes whose src.track has run
-  // out since their last state went are freed too (not counted in the result).
+  // out since their last state went are freed too (not counted in the result). After a reload
+  // that changed the global timeouts, the first call files every state by its new lifetime
+  // (O(states), once).
   std::size_t expire(Millis now);
   // The factor the last expire() scaled timeouts by (1: the table below adaptive.start).
   double timeout_scale() const noexcept { return timeout_scale_.load(std::memory_order_relaxed); }
@@ -297,11 +299,13 @@ class Engine {
   // The record sync sends for an entry (kind Insert), with the remaining lifetime at `now`.
   StateRecord record_of(const StateEntry& entry, Millis now) const;
 
+  // How long an entry of class `timeout` lives idle under the running rule set `current`.
+  static Millis timeout_of(const StateEntry& entry, TimeoutClass timeout,
+                           const rules::RuleSet& current) noexcept;
+
  private:
   friend class Worker;
   void refresh_rules(Worker& worker) const noexcept;
-  static Millis timeout_of(const StateEntry& entry, TimeoutClass timeout,
-                           const rules::RuleSet& current) noexcept;
   static StateRecord make_record(const StateEntry& entry, Millis now, const rules::RuleSet& current) noexcept;
   // Tells the peer how a synced state stands now (an Update).
   static void emit_update(Worker& worker, StateEntry& entry, Millis now,
@@ -378,6 +382,9 @@ class Engine {
   SpscRing<StateRecord> control_events_;
   std::atomic<uint64_t> control_events_lost_{0};
   std::atomic<double> timeout_scale_{1.0};
+  // The global timeouts the entries are filed by; expire() files them anew when a reload changes
+  // them. The control thread's alone.
+  Timeouts filed_timeouts_ = Timeouts::defaults();
   uint64_t peer_sequence_ = 0;  // the sync sequence of the records apply() is given
 };
 

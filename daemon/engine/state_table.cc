@@ -740,6 +740,34 @@ std::size_t StateTable::clear(const std::function<void(const StateEntry&)>& on_r
   return removed;
 }
 
+std::size_t StateTable::refile(Millis now, const std::function<Millis(const StateEntry&)>& duration_of) {
+  std::size_t moved = 0;
+  for (const auto& shard : shards_) {
+    std::lock_guard guard(shard->lock);
+    shard->for_each_queue([&](uint16_t qi) {
+      StateEntry* next = nullptr;
+      for (StateEntry* e = shard->queue(qi).head; e != nullptr; e = next) {
+        next = e->queue_next;
+        const Millis duration = duration_of(*e);
+        if (!(qi & kTimeLeft) && shard->queue(qi).duration == duration) continue;
+        uint16_t filed = 0;
+        try {
+          filed = shard->queue_for_time_left(std::max(Millis{0}, e->last_seen + duration - now));
+        } catch (const std::bad_alloc&) {
+          return;  // the rest keep their places: due on their earlier timeouts, still bounded
+        }
+        if (filed == qi) continue;
+        fold_counters(*e);
+        shard->queue_unlink(e);
+        shard->queue_append(e, filed);
+        e->queued_at = now;
+        ++moved;
+      }
+    });
+  }
+  return moved;
+}
+
 void StateTable::for_each(const std::function<void(const StateEntry&)>& visit) const {
   for (const auto& shard : shards_) {
     std::lock_guard guard(shard->lock);

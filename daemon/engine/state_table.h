@@ -210,6 +210,12 @@ class StateTable {
   std::size_t expire(Millis now, const std::function<void(const StateEntry&)>& on_expired,
                      double timeout_scale = 1.0);
 
+  // Files anew, by its time left at `now` (as file_learned() files), every entry whose lifetime
+  // `duration_of` says is no longer the one its queue keeps: after a reload that changed the
+  // timeouts, an idle entry would otherwise expire on the old one. Control path, each shard locked
+  // in turn, O(entries). Returns how many moved.
+  std::size_t refile(Millis now, const std::function<Millis(const StateEntry&)>& duration_of);
+
   // Removes every entry; returns how many.
   std::size_t clear(const std::function<void(const StateEntry&)>& on_removed);
 

@@ -751,6 +751,10 @@ class Compiler {
       apply_timeouts(
           r.state.timeouts, c.timeouts, [&](const std::string&) { return r.location; },
           "the rule's state options", true);
+      for (const auto& [name, seconds] : r.state.timeouts) {
+        if (const auto cls = timeout_class_from_name(name))
+          c.own_timeouts |= 1u << static_cast<unsigned>(*cls);
+      }
       c.location = r.location;
       c.text = filter_text(written);
       c.label = r.label;

@@ -55,11 +55,19 @@ struct CompiledRule {
   SourceLimits sources;        // max-src-*: counted per source address in the engine's SourceTable
   std::string overload_table;  // overload <table>: empty for none
   OverloadFlush overload_flush = OverloadFlush::None;
-  Timeouts timeouts;  // global timeouts with this rule's overrides applied
+  Timeouts timeouts;          // global timeouts with this rule's overrides applied, as compiled
+  uint32_t own_timeouts = 0;  // a bit per TimeoutClass the rule's state options set
   SourceLocation location;
   std::string text;   // canonical one-line form for `rules show`
   std::string label;  // `label "..."`, or empty
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
+
+  // How long this rule's states of class `c` live, as pf's: the rule's own timeout where its state
+  // options set one, else the running rule set's global one (`current`), which a reload that
+  // changes `set timeout` changes for the states made before it too.
+  Millis timeout(TimeoutClass c, const Timeouts& current) const {
+    return own_timeouts & (1u << static_cast<unsigned>(c)) ? timeouts[c] : current[c];
+  }
 };
 
 // Normalization decided for one packet (merged from the first matching scrub rule).

@@ -1464,6 +1464,39 @@ TEST_CASE("a reload keeps existing states and changes decisions for new flows", 
   CHECK(fw.out(syn(443)).reason == Reason::RuleBlock);
 }
 
+// pf's states follow `set timeout` across a reload, except where their rule sets its own: a state
+// stores its rule, and the rule only the timeouts it names.
+TEST_CASE("a reload's global timeouts apply to existing idle states, a rule's own stay", "[engine][reload]") {
+  struct Case {
+    const char* name;
+    const char* before;
+    const char* after;
+    Millis alive_at;    // after the packet: still there
+    Millis expired_at;  // and gone (time-left filing may be up to an eighth late)
+  };
+  const Case cases[] = {
+      {"shortened", "set timeout udp.first 60\npass all", "set timeout udp.first 5\npass all", Millis{4'000},
+       Millis{6'000}},
+      {"lengthened", "set timeout udp.first 5\npass all", "set timeout udp.first 60\npass all",
+       Millis{50'000}, Millis{68'000}},
+      {"the rule's own kept", "set timeout udp.first 60\npass all keep state (udp.first 30)",
+       "set timeout udp.first 5\npass all keep state (udp.first 30)", Millis{25'000}, Millis{34'000}},
+      {"another class's change leaves it", "set timeout udp.first 20\npass all",
+       "set timeout { udp.first 20, udp.multiple 5 }\npass all", Millis{15'000}, Millis{23'000}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    Firewall fw(c.before);
+    const Millis sent = fw.now;
+    REQUIRE(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).build()).reason == Reason::Match);
+    CHECK(fw.engine.expire(sent + Millis{1'000}) == 0);
+    fw.load(c.after);
+    CHECK(fw.engine.expire(sent + c.alive_at) == 0);
+    CHECK(fw.engine.states().size() == 1);
+    CHECK(fw.engine.expire(sent + c.expired_at) == 1);
+  }
+}
+
 TEST_CASE("state changes are reported for sync", "[engine][sync]") {
   Firewall fw(kWebOnly);
   fw.out(syn(80));
