@@ -156,13 +156,15 @@ int LinkWatch::on_message(const nlmsghdr* nlh) {
       &attrs);
   const char* name = attrs.name;
   const int operstate = attrs.operstate;
-  const bool from_dump = dump_seq_ != 0 && nlh->nlmsg_seq == dump_seq_;
   for (std::size_t i = 0; i < links_.size(); ++i) {
     Link& l = links_[i];
     const bool same_index = l.ifindex != 0 && l.ifindex == static_cast<unsigned>(ifi->ifi_index);
     const bool same_name = name ? l.name == name : same_index;
     if (!same_name && !same_index) continue;
-    if (same_name && from_dump && nlh->nlmsg_type == RTM_NEWLINK) in_dump_[i] = true;
+    // The kernel builds a dump's parts as they are read: a link created, or renamed to our name,
+    // after the dump passed its place is told by an event between two parts and by no part. What
+    // that event says is as new as the dump, and must survive its end.
+    if (same_name && dump_seq_ != 0) in_dump_[i] = true;
     Link next = l;
     // Our link's index under another name: it was renamed, and no link has our name until an
     // event names one; kept, it would show the carrier of a link the VIPs are no longer on.

@@ -65,7 +65,8 @@ class LinkWatch {
   // Asks for the dump again later: on the io_context, so a kernel that refuses it at once does not
   // make us spin.
   void retry_dump_later();
-  // The dump ended (`complete`: with NLMSG_DONE): the links it did not name do not exist.
+  // The dump ended (`complete`: with NLMSG_DONE): the links that neither it nor an event read
+  // meanwhile named do not exist.
   void end_dump(bool complete);
   // Reads what is queued (or, blocking, until the dump ends); true when a watched link changed.
   bool read_pending(bool until_dump_done);
@@ -84,7 +85,7 @@ class LinkWatch {
   uint32_t dump_seq_ = 0;  // of the dump in flight, 0 when none
   bool dump_again_ = false;
   int dumps_failed_ = 0;       // in a row: past a few, asked again later, not at once
-  std::vector<bool> in_dump_;  // per link: named by the dump in flight
+  std::vector<bool> in_dump_;  // per link: named by the dump in flight, or an event read during it
   bool changed_ = false;
   uint64_t resyncs_ = 0;
 };

@@ -45,6 +45,9 @@ class FakeKernel {
   int sends_to_refuse = 0;  // as the send of a request under memory pressure fails (ENOBUFS)
   int dumps_to_fail = 0;    // answered with an error instead of the links
   int requests = 0;
+  // Link events the next dump's answer carries between its first part and the rest, as when a link
+  // is created or renamed after the kernel has built the part it would have been in.
+  std::vector<Link> events_during_dump;
 
   // A link event, as RTMGRP_LINK delivers it (sequence number 0).
   void event(uint16_t type, const Link& l) {
@@ -82,7 +85,13 @@ class FakeKernel {
       put(nlh);
       return;
     }
-    for (const Link& l : links_) put(link_message(buf.data(), RTM_NEWLINK, l, request.nlmsg_seq));
+    for (std::size_t i = 0; i < links_.size(); ++i) {
+      put(link_message(buf.data(), RTM_NEWLINK, links_[i], request.nlmsg_seq));
+      if (i == 0) {
+        for (const Link& l : events_during_dump) event(RTM_NEWLINK, l);
+        events_during_dump.clear();
+      }
+    }
     nlmsghdr* done = mnl_nlmsg_put_header(buf.data());
     done->nlmsg_type = NLMSG_DONE;
     done->nlmsg_flags = NLM_F_MULTI;

@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <vector>
 
 #include "tests/unit/failover/fake_link_kernel.h"
 
@@ -65,6 +66,33 @@ TEST_CASE("LinkWatch: a dump refused at start is asked for again, at growing int
     CHECK(kernel.requests == 5);
   }
   watch.stop();
+}
+
+TEST_CASE("LinkWatch: a link that appears while the dump is read keeps what its event said", "[link_watch]") {
+  struct Row {
+    const char* what;
+    FakeKernel::Link event;  // between the dump's first part (lan0) and its end
+    unsigned ifindex;        // lan1's afterwards
+    bool carrier;
+  };
+  const std::vector<Row> rows{
+      {"created, up", {"lan1", 9, true}, 9, true},
+      {"created, down", {"lan1", 9, false}, 9, false},
+      {"renamed to lan1 from a name the dump had passed", {"lan1", 2, true}, 2, true},
+      {"another link: lan1 stays absent", {"lan2", 9, true}, 0, false},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    boost::asio::io_context io;
+    FakeKernel kernel({{"lan0", 3, true}});
+    kernel.events_during_dump = {row.event};
+    LinkWatch watch(io, {"lan0", "lan1"}, nullptr);
+    watch.start(kernel.transport());
+    CHECK(watch.links()[0].carrier);
+    CHECK(watch.links()[1].ifindex == row.ifindex);
+    CHECK(watch.links()[1].carrier == row.carrier);
+    watch.stop();
+  }
 }
 
 TEST_CASE("LinkWatch: a watched link renamed away has no carrier until a link takes its name",
