@@ -245,6 +245,9 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
       vip.interface = *ifname;
       const auto addr = (*t)["address"].value_exact<std::string>();
       if (!addr) r.fail(key + ".address", "expected a string \"ADDRESS/PREFIX\"");
+      // As ConfigSection::string(): inet_pton() would read "10.0.0.1\u0000junk" as 10.0.0.1.
+      if (addr->find('\0') != std::string::npos)
+        r.fail(key + ".address", "expected no NUL character, got " + describe(*t->get("address")));
       std::string why;
       if (!parse_vip(*addr, vip, why)) r.fail(key + ".address", why);
       for (const auto& other : c.vips) {
