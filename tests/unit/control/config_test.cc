@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
+
+#include "daemon/control/config_section.h"
 
 using pairwall::ConfigError;
 using pairwall::control::Config;
@@ -198,6 +201,10 @@ TEST_CASE("config: bad values are refused with one line naming file, section and
       {"[queue]\nexclude_interfaces = [\"a-very-long-interface\"]\n",
        "pairwall.toml: [queue] exclude_interfaces: \"a-very-long-interface\" is not an interface name (1..15 "
        "characters, no '/', ':' or spaces)"},
+      {"[queue]\nexclude_interfaces = [\"a\\fb\"]\n",
+       "pairwall.toml: [queue] exclude_interfaces: \"a\\u000Cb\" is not an interface name (1..15 characters, "
+       "no "
+       "'/', ':' or spaces)"},
       {"[queue]\nexclude_interfaces = [\"a/b\"]\n",
        "pairwall.toml: [queue] exclude_interfaces: \"a/b\" is not an interface name (1..15 characters, no "
        "'/', "
@@ -276,6 +283,41 @@ TEST_CASE("config: [node] and [rules] are required", "[config]") {
         "pairwall.toml: node: expected a section [node], got 1");
   CHECK(error_of("top = 1\n[node]\nid = 1\n") ==
         "pairwall.toml: top: unknown top-level key (every key belongs in a section such as [node])");
+}
+
+TEST_CASE("config: an interface name is what the kernel's dev_valid_name() accepts", "[config]") {
+  struct Row {
+    std::string name;
+    bool valid;
+  };
+  const std::vector<Row> rows{
+      {"lan0", true},
+      {"eth1.100", true},
+      {"br-lan_2@x", true},
+      {"fifteen-chars15", true},
+      {"sixteen-chars-16", false},
+      {"", false},
+      {".", false},
+      {"..", false},
+      {"...", true},
+      {"a/b", false},
+      {"a:b", false},
+      {"a b", false},
+      {"a\tb", false},
+      {"a\nb", false},
+      {"a\vb", false},
+      {"a\fb", false},
+      {"a\rb", false},
+      {std::string("a\0b", 3), false},
+      {"lan\xa0", false},         // the kernel's isspace() takes Latin-1's no-break space
+      {"caf\xc3\xa9", true},      // "café": UTF-8, no byte the kernel refuses
+      {"l\xc3\xa0", false},       // "là": its second byte is 0xA0
+      {"lan\x1f\x7f\x85", true},  // other control bytes are not spaces to the kernel
+  };
+  for (const auto& row : rows) {
+    INFO(ConfigError::one_line(row.name));
+    CHECK(pairwall::control::valid_interface_name(row.name) == row.valid);
+  }
 }
 
 // A C string ends at the NUL: the daemon would open another file than the one the line names.

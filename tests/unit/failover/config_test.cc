@@ -208,6 +208,8 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
        "every router on the link answers for"},
       {key + "vips = [ { interface = \"a/b\", address = \"10.0.0.1/24\" } ]\n",
        "[failover] vips[0].interface: expected an interface name (1..15 characters, no '/', ':' or spaces)"},
+      {key + "vips = [ { interface = \"lan\\r0\", address = \"10.0.0.1/24\" } ]\n",
+       "[failover] vips[0].interface: expected an interface name (1..15 characters, no '/', ':' or spaces)"},
       {key + "vips = [ { interface = \"lan0\", address = \"10.0.0.1\\u0000junk/24\" } ]\n",
        "[failover] vips[0].address: expected no NUL character, got \"10.0.0.1\\u0000junk/24\""},
       {key + "vips = [ { interface = \"lan0\" } ]\n",
