@@ -60,9 +60,11 @@ bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
   }
   vip.prefix_len = static_cast<uint8_t>(n);
   const auto& a = vip.address;
+  // Link-local addresses, 169.254.0.0/16 (RFC 3927) and fe80::/10 (RFC 4291 2.5.6), are each host's
+  // own on its link, and no router forwards to them: nothing a service is reached at.
   const bool bad =
       vip.family == AF_INET
-          ? (a[0] == 0 || a[0] >= 224 || a[0] == 127)
+          ? (a[0] == 0 || a[0] >= 224 || a[0] == 127 || (a[0] == 169 && a[1] == 254))
           : (a[0] == 0xff || std::all_of(a.begin(), a.end() - 1, [](uint8_t b) { return b == 0; }) ||
              (a[0] == 0xfe && (a[1] & 0xc0) == 0x80));
   if (bad) {

@@ -116,6 +116,16 @@ TEST_CASE(
   CHECK(c.vips.size() == 5);
 }
 
+TEST_CASE("failover config: addresses beside the refused ranges are accepted", "[config]") {
+  Dir d;
+  const auto c = parse(d,
+                       "[failover]\nkey_file = \"failover.key\"\n"
+                       "vips = [ { interface = \"lan0\", address = \"169.253.255.1/24\" },\n"
+                       "         { interface = \"lan0\", address = \"169.255.0.1/24\" },\n"
+                       "         { interface = \"lan0\", address = \"223.255.255.1/24\" } ]\n");
+  CHECK(c.vips.size() == 3);
+}
+
 TEST_CASE("failover config: keepalived mode needs neither key nor VIPs", "[config]") {
   Dir d;
   const auto c = parse(d, "[failover]\ndriver = \"keepalived\"\n");
@@ -194,6 +204,9 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
        "[failover] vips[0].address: prefix length of \"10.0.0.1/33\" must be 1..32"},
       {key + "vips = [ { interface = \"lan0\", address = \"fe80::1/64\" } ]\n",
        "[failover] vips[0].address: \"fe80::1\" cannot be a virtual address (unspecified, loopback, "
+       "multicast or link-local)"},
+      {key + "vips = [ { interface = \"lan0\", address = \"169.254.10.1/16\" } ]\n",
+       "[failover] vips[0].address: \"169.254.10.1\" cannot be a virtual address (unspecified, loopback, "
        "multicast or link-local)"},
       {key + "vips = [ { interface = \"lan0\", address = \"224.0.0.1/24\" } ]\n",
        "[failover] vips[0].address: \"224.0.0.1\" cannot be a virtual address (unspecified, loopback, "
