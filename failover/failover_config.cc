@@ -71,6 +71,17 @@ bool parse_vip(const std::string& text, Vip& vip, std::string& why) {
     why = "\"" + addr + "\" cannot be a virtual address (unspecified, loopback, multicast or link-local)";
     return false;
   }
+  // An IPv4-mapped address (::ffff:0:0/96, RFC 4291 2.5.5.2) stands for an IPv4 node in the sockets
+  // API (RFC 3493 3.7): a client given one talks IPv4 to the address inside, never IPv6 to the VIP.
+  if (vip.family == AF_INET6 && std::all_of(a.begin(), a.begin() + 10, [](uint8_t b) { return b == 0; }) &&
+      a[10] == 0xff && a[11] == 0xff) {
+    char v4[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, a.data() + 12, v4, sizeof v4);
+    why = "\"" + addr +
+          "\" is an IPv4-mapped address (::ffff:0:0/96), which no host is reached at over IPv6: " +
+          "write it as IPv4, " + v4 + " with its IPv4 prefix";
+    return false;
+  }
   // Neighbours take an IPv4 prefix's first and last address for the network and its broadcast,
   // never for a host (but on a /31, RFC 3021).
   if (vip.family == AF_INET && n <= 30) {

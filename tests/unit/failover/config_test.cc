@@ -122,8 +122,11 @@ TEST_CASE("failover config: addresses beside the refused ranges are accepted", "
                        "[failover]\nkey_file = \"failover.key\"\n"
                        "vips = [ { interface = \"lan0\", address = \"169.253.255.1/24\" },\n"
                        "         { interface = \"lan0\", address = \"169.255.0.1/24\" },\n"
-                       "         { interface = \"lan0\", address = \"223.255.255.1/24\" } ]\n");
-  CHECK(c.vips.size() == 3);
+                       "         { interface = \"lan0\", address = \"223.255.255.1/24\" },\n"
+                       "         { interface = \"lan0\", address = \"::fffe:a00:1/120\" },\n"
+                       "         { interface = \"lan0\", address = \"::1:ffff:a00:1/120\" },\n"
+                       "         { interface = \"lan0\", address = \"64:ff9b::a00:1/120\" } ]\n");
+  CHECK(c.vips.size() == 6);
 }
 
 TEST_CASE("failover config: keepalived mode needs neither key nor VIPs", "[config]") {
@@ -208,6 +211,12 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
       {key + "vips = [ { interface = \"lan0\", address = \"169.254.10.1/16\" } ]\n",
        "[failover] vips[0].address: \"169.254.10.1\" cannot be a virtual address (unspecified, loopback, "
        "multicast or link-local)"},
+      {key + "vips = [ { interface = \"lan0\", address = \"::ffff:10.0.0.1/120\" } ]\n",
+       "[failover] vips[0].address: \"::ffff:10.0.0.1\" is an IPv4-mapped address (::ffff:0:0/96), which no "
+       "host is reached at over IPv6: write it as IPv4, 10.0.0.1 with its IPv4 prefix"},
+      {key + "vips = [ { interface = \"lan0\", address = \"::ffff:a00:1/64\" } ]\n",
+       "[failover] vips[0].address: \"::ffff:a00:1\" is an IPv4-mapped address (::ffff:0:0/96), which no "
+       "host is reached at over IPv6: write it as IPv4, 10.0.0.1 with its IPv4 prefix"},
       {key + "vips = [ { interface = \"lan0\", address = \"224.0.0.1/24\" } ]\n",
        "[failover] vips[0].address: \"224.0.0.1\" cannot be a virtual address (unspecified, loopback, "
        "multicast or link-local)"},
