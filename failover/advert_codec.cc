@@ -120,8 +120,10 @@ AdvertCodec::Result AdvertCodec::decode(std::span<const uint8_t> frame, int ttl)
   a.counter = message_.counter();
   a.leaving = message_.leaving();
   const uint32_t skew = message_.advskew();
+  // What proto/failover.proto allows each field; the leaving values rank a node below everyone,
+  // and only a master that is going has a reason to send them.
   if (a.node_id == 0 || a.advbase_ms < kMinAdvbaseMs || a.advbase_ms > kMaxAdvbaseMs || skew > 255 ||
-      (skew == 255 && !a.leaving)) {
+      (skew == kLeavingAdvskew && !a.leaving) || (a.demotion == kLeavingDemotion && !a.leaving)) {
     return reject(Reject::Malformed);
   }
   a.advskew = static_cast<uint8_t>(skew);

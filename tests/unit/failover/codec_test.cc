@@ -62,6 +62,26 @@ TEST_CASE("advertisement round trip keeps every field", "[codec]") {
   }
 }
 
+TEST_CASE("leaving with an ordinary rank is accepted: only the leaving values need the flag", "[codec]") {
+  struct Row {
+    uint8_t advskew;
+    uint32_t demotion;
+  };
+  for (const Row row : {Row{100, 16}, Row{pf::kLeavingAdvskew, 16}, Row{100, pf::kLeavingDemotion}}) {
+    INFO("advskew " << int{row.advskew} << ", demotion " << row.demotion);
+    pf::Advert a = sample();
+    a.leaving = true;
+    a.advskew = row.advskew;
+    a.demotion = row.demotion;
+    pf::AdvertCodec rx(kKey, 9, 1);
+    const auto r = rx.decode(encode(a), 255);
+    REQUIRE(r.ok);
+    CHECK(r.advert.leaving);
+    CHECK(r.advert.advskew == row.advskew);
+    CHECK(r.advert.demotion == row.demotion);
+  }
+}
+
 TEST_CASE("a second key is accepted but never signs", "[codec]") {
   const std::string next = "fedcba9876543210fedcba9876543210";
   pf::AdvertCodec rx(kKey, 9, 1, next);
@@ -131,6 +151,13 @@ TEST_CASE("forged, damaged and foreign frames are rejected by reason", "[codec]"
        [] {
          auto a = sample();
          a.advskew = 255;
+         return encode(a);
+       },
+       255, pf::Reject::Malformed},
+      {"demotion 4294967295 without leaving",
+       [] {
+         auto a = sample();
+         a.demotion = pf::kLeavingDemotion;
          return encode(a);
        },
        255, pf::Reject::Malformed},
