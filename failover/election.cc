@@ -65,8 +65,9 @@ OwnAdvert Election::advert() const {
 
 Time Election::master_down_interval() const {
   const Time own_skew = config_.advbase * config_.advskew / 256;
-  // RFC 5798 6.1 learns Master_Adv_Interval from the master's adverts; so do we, so that two
-  // nodes with different advbase do not time each other out.
+  // RFC 5798 6.1 learns Master_Adv_Interval from the master's adverts; so do we. Before the first
+  // (at start) there is only our own advbase, and a master advertising less often than three of
+  // them plus our skew is not waited for: hence one advbase on both nodes (README).
   if (peer_ && !peer_->leaving) return 3 * peer_->interval + own_skew;
   return 3 * config_.advbase + own_skew;
 }
