@@ -11,6 +11,9 @@ namespace {
 // LINKTYPE_* values from the tcpdump.org link-layer header registry.
 constexpr uint32_t kLinkNull = 0;
 constexpr uint32_t kLinkEthernet = 1;
+// Raw IP as old libpcap wrote DLT_RAW's own value: 12 on most systems, 14 on OpenBSD.
+constexpr uint32_t kLinkRawDlt = 12;
+constexpr uint32_t kLinkRawDltOpenBsd = 14;
 constexpr uint32_t kLinkRaw = 101;
 constexpr uint32_t kLinkLoop = 108;
 constexpr uint32_t kLinkLinuxSll = 113;
@@ -51,6 +54,8 @@ PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), p
   switch (link_type_) {
     case kLinkNull:
     case kLinkEthernet:
+    case kLinkRawDlt:
+    case kLinkRawDltOpenBsd:
     case kLinkRaw:
     case kLinkLoop:
     case kLinkLinuxSll:
@@ -95,6 +100,8 @@ std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> f
   std::size_t offset = 0;
   uint16_t ethertype = 0;
   switch (link_type_) {
+    case kLinkRawDlt:
+    case kLinkRawDltOpenBsd:
     case kLinkRaw:
     case kLinkIpv4:
     case kLinkIpv6:

@@ -1,0 +1,73 @@
+// PcapReader as pairwall-check replays captures: link layers stripped to the IP datagram, and files
+// it cannot read refused with what is wrong.
+#include "tools/check/pcap_reader.h"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tests/unit/support/temp_dir.h"
+
+using pairwall::tools::PcapReader;
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// A UDP datagram, 10.0.0.1:53 -> 10.0.0.2:53.
+const Bytes kUdp = {0x45, 0x00, 0x00, 0x1c, 0x00, 0x01, 0x00, 0x00, 0x40, 0x11, 0xf9, 0xcf, 0x0a, 0x00,
+                    0x00, 0x01, 0x0a, 0x00, 0x00, 0x02, 0x00, 0x35, 0x00, 0x35, 0x00, 0x08, 0x00, 0xff};
+
+void put32(Bytes& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));  // little-endian
+}
+
+Bytes file_header(uint32_t link_type) {
+  Bytes out;
+  put32(out, 0xa1b2c3d4);
+  put32(out, 2 | (4u << 16));  // version 2.4
+  put32(out, 0);               // thiszone
+  put32(out, 0);               // sigfigs
+  put32(out, 65535);           // snaplen
+  put32(out, link_type);
+  return out;
+}
+
+void add_record(Bytes& out, const Bytes& frame) {
+  put32(out, 1);
+  put32(out, 0);
+  put32(out, static_cast<uint32_t>(frame.size()));
+  put32(out, static_cast<uint32_t>(frame.size()));
+  out.insert(out.end(), frame.begin(), frame.end());
+}
+
+struct Capture {
+  pairwall::test::TempDir dir{"pcap-reader-test"};
+  std::string path = (dir.path / "capture.pcap").string();
+
+  explicit Capture(const Bytes& bytes) {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+};
+
+}  // namespace
+
+// Old libpcap wrote DLT_RAW's value into the file: 12 on most systems, 14 on OpenBSD (the
+// tcpdump.org registry lists both as raw IP; LINKTYPE_RAW 101 came later).
+TEST_CASE("pcap reader: raw IP under DLT_RAW's platform values 12 and 14", "[check]") {
+  for (const uint32_t link_type : {101u, 12u, 14u}) {
+    INFO("link type " << link_type);
+    Bytes bytes = file_header(link_type);
+    add_record(bytes, kUdp);
+    Capture capture(bytes);
+    PcapReader reader(capture.path);
+    const auto packet = reader.next();
+    REQUIRE(packet);
+    CHECK(packet->ip == kUdp);
+    CHECK_FALSE(reader.next());
+  }
+}
