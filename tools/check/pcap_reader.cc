@@ -50,7 +50,9 @@ PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), p
     default:
       throw std::runtime_error(path + ": not a pcap file (bad magic)");
   }
-  link_type_ = (swapped_ ? bswap32(header[5]) : header[5]) & 0x0fffffff;
+  // The link type is the low 16 bits; the bits above may announce an FCS at each frame's end
+  // (which the IP datagram's own length leaves out, as it does Ethernet padding).
+  link_type_ = (swapped_ ? bswap32(header[5]) : header[5]) & 0xffff;
   switch (link_type_) {
     case kLinkNull:
     case kLinkEthernet:

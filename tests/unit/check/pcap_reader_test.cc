@@ -71,3 +71,21 @@ TEST_CASE("pcap reader: raw IP under DLT_RAW's platform values 12 and 14", "[che
     CHECK_FALSE(reader.next());
   }
 }
+
+// The link type is the field's low 16 bits; above them a capture may say that its frames end with
+// their FCS (bit 26, and its length in 16-bit words in bits 28-31), as libpcap reads it.
+TEST_CASE("pcap reader: a link type field that announces an FCS", "[check]") {
+  Bytes frame(12, 0);
+  frame.push_back(0x08);
+  frame.push_back(0x00);
+  frame.insert(frame.end(), kUdp.begin(), kUdp.end());
+  frame.insert(frame.end(), {0xde, 0xad, 0xbe, 0xef});  // the FCS
+  Bytes bytes = file_header(0x24000001);                // 2 words of FCS, Ethernet
+  add_record(bytes, frame);
+  Capture capture(bytes);
+  PcapReader reader(capture.path);
+  const auto packet = reader.next();
+  REQUIRE(packet);
+  REQUIRE(packet->ip.size() >= kUdp.size());
+  CHECK(Bytes(packet->ip.begin(), packet->ip.begin() + static_cast<std::ptrdiff_t>(kUdp.size())) == kUdp);
+}
