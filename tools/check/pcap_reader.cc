@@ -1,6 +1,8 @@
 #include "tools/check/pcap_reader.h"
 
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include "daemon/engine/checksum.h"
@@ -28,9 +30,12 @@ uint32_t bswap32(uint32_t v) {
 }  // namespace
 
 PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), path_(path) {
-  if (!in_) throw std::runtime_error(path + ": cannot open");
+  if (!in_) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   std::array<uint32_t, 6> header{};
+  errno = 0;
   if (!in_.read(reinterpret_cast<char*>(header.data()), sizeof header)) {
+    // A directory opens like a file and fails to read (EISDIR): not a short capture.
+    if (in_.bad() && errno != 0) throw std::runtime_error(path + ": cannot read: " + std::strerror(errno));
     throw std::runtime_error(path + ": too short for a pcap header");
   }
   switch (header[0]) {

@@ -89,3 +89,11 @@ TEST_CASE("pcap reader: a link type field that announces an FCS", "[check]") {
   REQUIRE(packet->ip.size() >= kUdp.size());
   CHECK(Bytes(packet->ip.begin(), packet->ip.begin() + static_cast<std::ptrdiff_t>(kUdp.size())) == kUdp);
 }
+
+// A file that cannot be read is named with the system's reason, not taken for a short capture.
+TEST_CASE("pcap reader: what cannot be read says why", "[check]") {
+  pairwall::test::TempDir dir("pcap-reader-test");
+  const std::string missing = (dir.path / "missing.pcap").string();
+  CHECK_THROWS_WITH(PcapReader(missing), missing + ": cannot open: No such file or directory");
+  CHECK_THROWS_WITH(PcapReader(dir.path.string()), dir.path.string() + ": cannot read: Is a directory");
+}
