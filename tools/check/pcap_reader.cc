@@ -27,6 +27,11 @@ uint32_t bswap32(uint32_t v) {
   return __builtin_bswap32(v);
 }
 
+// AF_INET, and AF_INET6 as Linux (10), NetBSD and OpenBSD (24), FreeBSD (28) and macOS (30) number it.
+bool is_ip_family(uint32_t family) {
+  return family == 2 || family == 10 || family == 24 || family == 28 || family == 30;
+}
+
 }  // namespace
 
 PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), path_(path) {
@@ -114,9 +119,16 @@ std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> f
     case kLinkIpv6:
       return frame;
     case kLinkNull:
-    case kLinkLoop:
+    case kLinkLoop: {
+      // The address family: DLT_LOOP's in network order, DLT_NULL's in the capturing host's byte
+      // order, which the file does not say (families are small numbers, read the other way huge).
+      if (frame.size() < 4) return {};
+      const uint32_t be = engine::load_be32(&frame[0]);
+      const uint32_t family = link_type_ == kLinkLoop || be < 0x10000 ? be : bswap32(be);
+      if (!is_ip_family(family)) return {};
       offset = 4;
       break;
+    }
     case kLinkEthernet:
       if (frame.size() < 14) return {};
       ethertype = engine::load_be16(&frame[12]);

@@ -97,3 +97,32 @@ TEST_CASE("pcap reader: what cannot be read says why", "[check]") {
   CHECK_THROWS_WITH(PcapReader(missing), missing + ": cannot open: No such file or directory");
   CHECK_THROWS_WITH(PcapReader(dir.path.string()), dir.path.string() + ": cannot read: Is a directory");
 }
+
+// DLT_NULL's 4-byte header is the address family in the capturing host's byte order, DLT_LOOP's
+// in network order; IPv6's value differs between systems (10 Linux, 24 NetBSD and OpenBSD, 28 FreeBSD, 30
+// macOS). A frame of another family is not IP.
+TEST_CASE("pcap reader: loopback frames by their address family", "[check]") {
+  struct Case {
+    uint32_t link_type;
+    Bytes family;
+    bool ip;
+  };
+  const Case cases[] = {
+      {0, {2, 0, 0, 0}, true},    {0, {0, 0, 0, 2}, true},    {0, {30, 0, 0, 0}, true},
+      {0, {0, 0, 0, 24}, true},   {0, {28, 0, 0, 0}, true},   {0, {10, 0, 0, 0}, true},
+      {0, {7, 0, 0, 0}, false},   {0, {0, 0, 0, 7}, false},   {108, {0, 0, 0, 2}, true},
+      {108, {0, 0, 0, 24}, true}, {108, {0, 0, 0, 7}, false},
+  };
+  for (const auto& c : cases) {
+    INFO("link type " << c.link_type << ", family bytes " << int{c.family[0]} << " " << int{c.family[3]});
+    Bytes frame = c.family;
+    frame.insert(frame.end(), kUdp.begin(), kUdp.end());
+    Bytes bytes = file_header(c.link_type);
+    add_record(bytes, frame);
+    Capture capture(bytes);
+    PcapReader reader(capture.path);
+    const auto packet = reader.next();
+    REQUIRE(packet);
+    CHECK(packet->ip == (c.ip ? kUdp : Bytes{}));
+  }
+}
