@@ -155,10 +155,7 @@ int replay(const Options& o, Engine& engine) {
     // the kernel reassembles fragments before the queue (a replay would drop each as `fragment`).
     PacketView view;
     const Reason parsed = parse_packet(packet->ip, view);
-    const char* skipped = packet->ip.empty()                             ? "not_ip"
-                          : packet->frame_bytes > packet->captured_bytes ? "cut_by_snaplen"
-                          : parsed == Reason::Match && view.is_fragment  ? "fragment_reassembled_by_kernel"
-                                                                         : nullptr;
+    const char* skipped = tools::skip_reason(*packet, parsed == Reason::Match && view.is_fragment);
     if (skipped != nullptr) {
       std::printf("{\"index\":%llu,\"verdict\":\"skipped\",\"reason\":\"%s\",\"rule\":null,\"state\":null}\n",
                   static_cast<unsigned long long>(index), skipped);

@@ -34,6 +34,13 @@ bool is_ip_family(uint32_t family) {
 
 }  // namespace
 
+const char* skip_reason(const CapturedPacket& packet, bool fragment) {
+  if (packet.frame_bytes > packet.captured_bytes) return "cut_by_snaplen";
+  if (packet.ip.empty()) return "not_ip";
+  if (fragment) return "fragment_reassembled_by_kernel";
+  return nullptr;
+}
+
 PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), path_(path) {
   if (!in_) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   std::array<uint32_t, 6> header{};

@@ -18,6 +18,12 @@ struct CapturedPacket {
   uint32_t frame_bytes = 0;     // as it was on the wire: more when the capture's snaplen cut it
 };
 
+// Why the node would never see `packet` as the capture holds it, or nullptr to replay it: the
+// capture's snaplen cut it ("cut_by_snaplen", wherever the cut fell, within the link header too),
+// it is not IP ("not_ip"), or it is a fragment, which the kernel reassembles before the queue
+// ("fragment_reassembled_by_kernel").
+const char* skip_reason(const CapturedPacket& packet, bool fragment);
+
 class PcapReader {
  public:
   // Throws std::runtime_error naming the file and what is wrong with it.

@@ -126,3 +126,37 @@ TEST_CASE("pcap reader: loopback frames by their address family", "[check]") {
     CHECK(packet->ip == (c.ip ? kUdp : Bytes{}));
   }
 }
+
+// A record the snaplen cut is named for that wherever the cut fell: within the link header (or
+// a record of no bytes) it is no sign that the frame was not IP.
+TEST_CASE("pcap reader: why a record is not replayed", "[check]") {
+  using pairwall::tools::CapturedPacket;
+  using pairwall::tools::skip_reason;
+  CapturedPacket whole{.timestamp_us = 0, .ip = kUdp, .captured_bytes = 42, .frame_bytes = 42};
+  CHECK(skip_reason(whole, false) == nullptr);
+  CHECK(std::string(skip_reason(whole, true)) == "fragment_reassembled_by_kernel");
+  CapturedPacket cut_in_ip{.timestamp_us = 0,
+                           .ip = Bytes(kUdp.begin(), kUdp.begin() + 20),
+                           .captured_bytes = 34,
+                           .frame_bytes = 42};
+  CHECK(std::string(skip_reason(cut_in_ip, false)) == "cut_by_snaplen");
+  CapturedPacket cut_in_link{.timestamp_us = 0, .ip = {}, .captured_bytes = 10, .frame_bytes = 42};
+  CHECK(std::string(skip_reason(cut_in_link, false)) == "cut_by_snaplen");
+  CapturedPacket nothing_kept{.timestamp_us = 0, .ip = {}, .captured_bytes = 0, .frame_bytes = 60};
+  CHECK(std::string(skip_reason(nothing_kept, false)) == "cut_by_snaplen");
+  CapturedPacket arp{.timestamp_us = 0, .ip = {}, .captured_bytes = 60, .frame_bytes = 60};
+  CHECK(std::string(skip_reason(arp, false)) == "not_ip");
+
+  // As read from an Ethernet capture with a 10-byte snaplen.
+  Bytes bytes = file_header(1);
+  put32(bytes, 1);
+  put32(bytes, 0);
+  put32(bytes, 10);
+  put32(bytes, 42);
+  bytes.insert(bytes.end(), 10, 0);
+  Capture capture(bytes);
+  PcapReader reader(capture.path);
+  const auto packet = reader.next();
+  REQUIRE(packet);
+  CHECK(std::string(skip_reason(*packet, false)) == "cut_by_snaplen");
+}
