@@ -140,7 +140,9 @@ std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> f
       if (frame.size() < 14) return {};
       ethertype = engine::load_be16(&frame[12]);
       offset = 14;
-      while ((ethertype == 0x8100 || ethertype == 0x88a8) && frame.size() >= offset + 4) {
+      // VLAN tags, as libpcap's `vlan` knows them: 802.1Q, 802.1ad, and the older QinQ 0x9100.
+      while ((ethertype == 0x8100 || ethertype == 0x88a8 || ethertype == 0x9100) &&
+             frame.size() >= offset + 4) {
         ethertype = engine::load_be16(&frame[offset + 2]);
         offset += 4;
       }

@@ -160,3 +160,29 @@ TEST_CASE("pcap reader: why a record is not replayed", "[check]") {
   REQUIRE(packet);
   CHECK(std::string(skip_reason(*packet, false)) == "cut_by_snaplen");
 }
+
+// VLAN tags before the ethertype, as libpcap's `vlan` reads them: 802.1Q (0x8100), 802.1ad
+// (0x88a8) and the older QinQ TPID 0x9100, one or stacked.
+TEST_CASE("pcap reader: Ethernet frames behind VLAN tags", "[check]") {
+  const std::vector<Bytes> tags = {
+      {},
+      {0x81, 0x00, 0x00, 0x05},
+      {0x88, 0xa8, 0x00, 0x05, 0x81, 0x00, 0x00, 0x06},
+      {0x91, 0x00, 0x00, 0x05, 0x81, 0x00, 0x00, 0x06},
+      {0x91, 0x00, 0x00, 0x05},
+  };
+  for (const auto& tag : tags) {
+    INFO("tags of " << tag.size() << " bytes, first " << (tag.empty() ? 0 : int{tag[0]}));
+    Bytes frame(12, 0);
+    frame.insert(frame.end(), tag.begin(), tag.end());
+    frame.insert(frame.end(), {0x08, 0x00});
+    frame.insert(frame.end(), kUdp.begin(), kUdp.end());
+    Bytes bytes = file_header(1);
+    add_record(bytes, frame);
+    Capture capture(bytes);
+    PcapReader reader(capture.path);
+    const auto packet = reader.next();
+    REQUIRE(packet);
+    CHECK(packet->ip == kUdp);
+  }
+}
