@@ -9,6 +9,7 @@
 //       JSON line per packet: index, verdict, reason, deciding rule (@N, and its anchor's path
 //       where it stands in one), state id; or verdict "skipped" for what the node never sees as
 //       captured (not IP, cut by the snaplen, a fragment).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -133,6 +134,7 @@ int replay(const Options& o, Engine& engine) {
   const IfaceId outside_if = engine.interfaces().intern(o.outside_if);
   std::optional<int64_t> first_us;
   Millis last_expire{0};
+  Millis now{0};
   for (uint64_t index = 0;; ++index) {
     auto packet = reader.next();
     if (!packet) {
@@ -144,8 +146,10 @@ int replay(const Options& o, Engine& engine) {
       break;
     }
     if (!first_us) first_us = packet->timestamp_us;
-    // Engine time starts at 1 s so that "0" never means "unset".
-    const Millis now{1000 + (packet->timestamp_us - *first_us) / 1000};
+    // Engine time starts at 1 s so that "0" never means "unset", and never goes back, as the
+    // node's clock does not: a capture merged from several, or written by several queues, can
+    // hold a record stamped before the one ahead of it.
+    now = std::max(now, Millis{1000 + (packet->timestamp_us - *first_us) / 1000});
     if (now - last_expire >= Millis{1000}) {
       engine.expire(now);
       last_expire = now;

@@ -127,6 +127,30 @@ def test_check_says_where_a_capture_is_cut_short(tmp_path):
     assert "record header is cut short (9 of 16 bytes)" in r.stderr, r.stderr
 
 
+def test_check_keeps_time_going_forward(tmp_path):
+    # The second request is stamped 100 s before the first (captures merged out of order). Replayed
+    # at that time, its state would be long expired when its answer comes a second after the first.
+    rules = tmp_path / "rules.conf"
+    rules.write_text("block all\npass in on in0 proto udp\npass out on out0 proto udp\n")
+
+    def udp(sport, dport, outbound):
+        addresses = "0a0000010a000002" if outbound else "0a0000020a000001"
+        return bytes.fromhex("4500001c000100004011f9cf" + addresses) + struct.pack(">HHHH", sport, dport, 8, 0)
+
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 101)  # LINKTYPE_RAW
+
+    def record(seconds, datagram):
+        return struct.pack("<IIII", seconds, 0, len(datagram), len(datagram)) + datagram
+
+    pcap = tmp_path / "reordered.pcap"
+    pcap.write_bytes(header + record(1100, udp(1000, 53, True)) + record(1000, udp(1001, 53, True))
+                     + record(1101, udp(53, 1001, False)))
+    r = run_check("-f", str(rules), "--pcap", str(pcap), "--inside", "10.0.0.1/32")
+    assert r.returncode == 0, r.stderr
+    got = [(line["verdict"], line["reason"]) for line in map(json.loads, r.stdout.splitlines())]
+    assert got == [("pass", "match"), ("pass", "match"), ("pass", "state")], r.stdout
+
+
 def test_check_skips_what_the_node_never_sees_as_captured(tmp_path):
     # Between two replayed datagrams: an ARP frame, a datagram the snaplen cut (96 of 240 bytes),
     # and a fragment. Each is named, not replayed as a drop.
