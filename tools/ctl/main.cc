@@ -89,11 +89,11 @@ struct UsageError {
   bool show_usage = true;  // false where the words were right and their input was not (-f FILE)
 };
 
-uint32_t parse_number(const std::string& text, const char* what, uint64_t max) {
+uint32_t parse_number(const std::string& text, const char* what, uint64_t max, uint64_t min = 0) {
   if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 10 ||
-      std::stoull(text) > max) {
-    throw UsageError{std::string(what) + ": expected a number 0.." + std::to_string(max) + ", got '" + text +
-                     "'"};
+      std::stoull(text) > max || std::stoull(text) < min) {
+    throw UsageError{std::string(what) + ": expected a number " + std::to_string(min) + ".." +
+                     std::to_string(max) + ", got '" + text + "'"};
   }
   return static_cast<uint32_t>(std::stoull(text));
 }
@@ -151,10 +151,14 @@ Invocation parse_args(int argc, char** argv) {
 void parse_state_filter(const std::vector<std::string>& w, std::size_t first, const char* command,
                         control::StateFilter& filter) {
   for (std::size_t i = first; i < w.size(); ++i) {
+    // One of each: the daemon matches states against all the terms, and a second port or proto
+    // would silently replace the first.
+    const bool again = (w[i] == "port" && filter.port() != 0) || (w[i] == "proto" && filter.proto() != 0) ||
+                       (w[i] == "id" && !filter.id().empty());
+    if (again)
+      throw UsageError{std::string(command) + ": '" + w[i] + "' given twice (a filter takes one of each)"};
     if (w[i] == "port" && i + 1 < w.size()) {
-      const uint32_t port = parse_number(w[++i], "port", 65535);
-      if (port == 0) throw UsageError{"port: expected 1..65535"};
-      filter.set_port(port);
+      filter.set_port(parse_number(w[++i], "port", 65535, 1));
     } else if (w[i] == "proto" && i + 1 < w.size()) {
       filter.set_proto(parse_proto(w[++i]));
     } else if (w[i] == "id" && i + 1 < w.size()) {

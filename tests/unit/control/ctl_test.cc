@@ -118,3 +118,35 @@ TEST_CASE("pairwallctl: rules load sends an absolute path, even for a file it ca
   CHECK(d.requests[0].rules_load().path() == cwd + "/no/such-pf.conf");
   CHECK(d.requests[1].rules_load().path() == "/nonexistent/pf.conf");
 }
+
+// A filter holds one port, one proto, one id: a second would replace the first unseen, and the
+// operator would kill or list other states than the ones written.
+TEST_CASE("pairwallctl: a state filter's term given twice is refused, nothing sent", "[ctl]") {
+  Daemon d;
+  struct Case {
+    std::vector<std::string> args;
+    std::string first_line;
+  };
+  const std::vector<Case> cases = {
+      {{"states", "port", "80", "port", "81"},
+       "pairwallctl: states: 'port' given twice (a filter takes one of each)"},
+      {{"states", "kill", "proto", "tcp", "10.0.0.1", "proto", "udp"},
+       "pairwallctl: states kill: 'proto' given twice (a filter takes one of each)"},
+      {{"states", "id", "1:2", "id", "1:3"},
+       "pairwallctl: states: 'id' given twice (a filter takes one of each)"},
+      {{"states", "port", "0"}, "pairwallctl: port: expected a number 1..65535, got '0'"},
+      {{"states", "port", "http"}, "pairwallctl: port: expected a number 1..65535, got 'http'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args[0] << " " << c.args[1] << " " << c.args[2]);
+    std::vector<std::string> args{"-s", d.path};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Run r = run_ctl(args);
+    CHECK(r.status == 2);
+    CHECK(r.output.substr(0, r.output.find('\n')) == c.first_line);
+  }
+  CHECK(d.requests.empty());
+  REQUIRE(run_ctl({"-s", d.path, "states", "port", "80", "proto", "tcp", "10.0.0.1"}).status == 0);
+  REQUIRE(d.requests.size() == 1);
+  CHECK(d.requests[0].states().filter().port() == 80);
+}
