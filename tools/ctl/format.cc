@@ -72,7 +72,8 @@ std::string human_bytes(uint64_t bytes) {
   static const char* const kUnits[] = {"B", "KB", "MB", "GB", "TB", "PB"};
   double v = static_cast<double>(bytes);
   std::size_t unit = 0;
-  while (v >= 1000.0 && unit + 1 < std::size(kUnits)) {
+  // 999,999 bytes is 1.0 MB, not "1000.0 KB": a unit ends where its one decimal rounds to 1000.
+  while (v >= 999.95 && unit + 1 < std::size(kUnits)) {
     v /= 1000.0;
     ++unit;
   }
@@ -98,7 +99,8 @@ std::string human_duration_ms(uint64_t ms) {
     std::snprintf(buf, sizeof buf, "%llum%02llus", static_cast<unsigned long long>(s / 60),
                   static_cast<unsigned long long>(s % 60));
   } else {
-    std::snprintf(buf, sizeof buf, "%.1fs", static_cast<double>(ms) / 1000.0);
+    // Tenths cut, not rounded: 59,999 ms is 59.9s, never "60.0s" beside the minutes' "1m00s".
+    std::snprintf(buf, sizeof buf, "%.1fs", static_cast<double>(ms / 100) / 10.0);
   }
   return buf;
 }
