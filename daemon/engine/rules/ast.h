@@ -137,9 +137,10 @@ struct FilterRule {
   std::vector<IcmpTypeMatch> icmp_types;  // for ICMP (icmp-type) or ICMPv6 (icmp6-type)
   bool icmp6_types = false;               // true when icmp_types came from icmp6-type
   StateOptions state;
-  bool allow_opts = false;  // `allow-opts`: the rule (and its states) pass packets with IP options
-  std::string label;        // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
-  std::string anchor;       // the path of the anchor holding the rule; empty in the main rule set
+  bool allow_opts = false;        // `allow-opts`: the rule (and its states) pass packets with IP options
+  std::string label;              // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
+  SourceLocation label_location;  // of the label's text, for its macros' errors
+  std::string anchor;             // the path of the anchor holding the rule; empty in the main rule set
 };
 
 // `anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [{ rules }]`: a named rule set

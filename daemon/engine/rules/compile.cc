@@ -161,6 +161,63 @@ std::string endpoints_text(const Endpoint& from, const Endpoint& to) {
   return one("from", from) + one("to", to);
 }
 
+// pfctl's label macros, by its expand_label(): the rule's interface ("any" without one), source
+// and destination address ("any", "! 10.0.0.0/8", "<table>") and port ("80", ">1023", "80:90",
+// empty without one), protocol (empty without one) and number (@N). pfctl expands a list into a
+// rule each, each labelled for its element; a rule here keeps its list, so a macro of a listed
+// field is refused. `$` before other words stays as written, as in pfctl.
+std::string expand_label(const FilterRule& r, uint32_t number) {
+  std::string label = r.label;
+  if (label.find('$') == std::string::npos) return label;
+  const auto single = [&](std::string_view macro, std::size_t count, const char* field) {
+    if (count > 1) {
+      fail(r.label_location, "the label's " + std::string(macro) + " stands for one " + field +
+                                 ", and the rule lists " + std::to_string(count) +
+                                 ": write a rule for each (pfctl expands them so)");
+    }
+  };
+  const auto replace = [&](std::string_view macro, const std::string& value) {
+    for (std::size_t at = label.find(macro); at != std::string::npos;
+         at = label.find(macro, at + value.size())) {
+      label.replace(at, macro.size(), value);
+    }
+  };
+  const auto address = [](const Endpoint& e) {
+    return e.addresses.empty() ? "any" : element_text(e.addresses[0]);
+  };
+  const auto port = [](const Endpoint& e) -> std::string {
+    if (e.ports.empty()) return "";
+    const PortMatch& m = e.ports[0];
+    std::string text = port_text(m);
+    if (m.op != PortMatch::Op::Eq && m.op != PortMatch::Op::RangeInclusive) std::erase(text, ' ');
+    return text;
+  };
+  const struct {
+    std::string_view macro;
+    std::size_t count;
+    const char* field;
+    std::string value;
+  } macros[] = {
+      {"$if", r.interfaces.size(), "interface", r.interfaces.empty() ? "any" : r.interfaces[0].name},
+      {"$srcaddr", r.from.addresses.size(), "source address", address(r.from)},
+      {"$dstaddr", r.to.addresses.size(), "destination address", address(r.to)},
+      {"$srcport", r.from.ports.size(), "source port", port(r.from)},
+      {"$dstport", r.to.ports.size(), "destination port", port(r.to)},
+      {"$proto", r.protocols.size(), "protocol", r.protocols.empty() ? "" : proto_text(r.protocols[0])},
+      {"$nr", 1, "rule", std::to_string(number)},
+  };
+  for (const auto& m : macros) {
+    if (label.find(m.macro) == std::string::npos) continue;
+    single(m.macro, m.count, m.field);
+    replace(m.macro, m.value);
+  }
+  if (label.size() > 63) {
+    fail(r.label_location, "the label expands to " + std::to_string(label.size()) +
+                               " characters, over pf's 63: \"" + label + "\"");
+  }
+  return label;
+}
+
 // SipHash of a text, its length included (texts that differ only in trailing NULs differ).
 uint64_t hash_text(std::string_view text, const SipKey& key) {
   std::vector<uint64_t> words((text.size() + 7) / 8, 0);
@@ -756,8 +813,10 @@ class Compiler {
           c.own_timeouts |= 1u << static_cast<unsigned>(*cls);
       }
       c.location = r.location;
-      c.text = filter_text(written);
-      c.label = r.label;
+      FilterRule shown = written;  // as pfctl shows it: the label's macros expanded
+      shown.label = expand_label(written, c.number);
+      c.text = filter_text(shown);
+      c.label = shown.label;
       set.rules_.push_back(std::move(c));
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);

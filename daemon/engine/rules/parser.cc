@@ -1055,8 +1055,8 @@ class Parser {
     }
   }
 
-  // After `label`: the quoted name of the rule's counters, at most pf's 63 characters. pf's label
-  // macros ($if, $srcaddr, $nr, ...) are refused rather than kept as text.
+  // After `label`: the quoted name of the rule's counters, at most pf's 63 characters. Its macros
+  // ($if, $srcaddr, $nr, ...) are expanded when the rule is compiled, as pfctl expands them.
   std::string label() {
     const Token t = peek();
     if (t.kind != TokenKind::String) fail_expected(t, "a quoted label after 'label', e.g. \"web\"");
@@ -1067,8 +1067,6 @@ class Parser {
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
         fail_at(t, "a label holds printable characters only");
     }
-    if (t.text.find('$') != std::string::npos)
-      fail_at(t, "label macros ($if, $srcaddr, $nr, ...) are not expanded: write the label's text");
     return t.text;
   }
   static constexpr std::size_t kMaxLabel = 63;  // PF_RULE_LABEL_SIZE less the NUL
@@ -1198,6 +1196,7 @@ class Parser {
         if (t.text == "label") {
           once(label_seen, "'label'");
           take();
+          r.label_location = loc(peek());
           r.label = label();
           continue;
         }

@@ -125,6 +125,16 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"set timeout adaptive.start 6000\nset timeout adaptive.end 6000",
        "t.conf:2:13: 'adaptive.end 6000' must be above 'adaptive.start 6000' (both 0 turn adaptive timeouts "
        "off)"},
+      {"pass in on { em0, em1 } all label \"$if-in\"",
+       "t.conf:1:35: the label's $if stands for one interface, and the rule lists 2: write a rule for each "
+       "(pfctl expands them so)"},
+      {"pass in proto tcp to port { 80, 443 } label \"web-$dstport\"",
+       "t.conf:1:45: the label's $dstport stands for one destination port, and the rule lists 2: write a "
+       "rule for each (pfctl expands them so)"},
+      {"pass in from 2001:db8:aaaa:bbbb:cccc:dddd:eeee:ffff to 2001:db8:aaaa:bbbb:cccc:dddd:eeee:fffe "
+       "label \"$srcaddr-$dstaddr\"",
+       "t.conf:1:101: the label expands to 77 characters, over pf's 63: "
+       "\"2001:db8:aaaa:bbbb:cccc:dddd:eeee:ffff-2001:db8:aaaa:bbbb:cccc:dddd:eeee:fffe\""},
       {"set limit table-entries 3\ntable <a> { 10.0.0.1 }\ntable <b> { 10.0.0.3, !10.0.0.4, 10.0.0.5 }",
        "t.conf:3:7: the tables hold 4 entries, over the limit of 3, <b> 3 of them (raise it with 'set "
        "limit table-entries N')"},
@@ -139,6 +149,33 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       continue;
     }
     CHECK(compile_error(std::get<RuleFile>(parsed)) == row.expected);
+  }
+}
+
+// pfctl's label macros, expanded with the text pfctl gives each (expand_label()).
+TEST_CASE("label macros expand to the rule's own fields, as pfctl's", "[compile]") {
+  struct Row {
+    const char* rule;
+    const char* label;
+  };
+  const Row rows[] = {
+      {"pass in on em0 proto tcp from 10.0.0.0/8 port > 1023 to 192.0.2.1 port 80 label "
+       "\"$if:$proto:$srcaddr:$srcport>$dstaddr:$dstport\"",
+       "em0:tcp:10.0.0.0/8:>1023>192.0.2.1:80"},
+      {"pass in all label \"$if $proto [$srcaddr] [$srcport] $dstaddr\"", "any  [any] [] any"},
+      {"pass in from ! <bad> to 2001:db8::/32 label \"$srcaddr to $dstaddr\"", "! <bad> to 2001:db8::/32"},
+      {"pass in proto udp to port 5000:5010 label \"$dstport\"", "5000:5010"},
+      {"pass in proto udp to port 5000 >< 5010 label \"$dstport\"", "5000><5010"},
+      {"pass in proto udp to port != 53 label \"$dstport\"", "!=53"},
+      {"pass in on em0 all label \"rule $nr on $if, $if\"", "rule 1 on em0, em0"},
+      {"pass in all label \"$cost $ifname\"", "$cost anyname"},  // as pfctl: only its names
+  };
+  for (const Row& row : rows) {
+    INFO(row.rule);
+    InterfaceRegistry ifs;
+    auto set = compile_ok(std::string("table <bad> { 192.0.2.9 }\nblock all\n") + row.rule, ifs);
+    CHECK(set->rule(1).label == row.label);
+    CHECK(set->rule(1).text.ends_with(std::string("label \"") + row.label + "\""));
   }
 }
 

@@ -753,8 +753,6 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
       {"pass all label \"a\" label \"b\"",
        "t.conf:1:20: duplicate 'label': already given at line 1, column 10"},
-      {"pass all label \"$if-in\"",
-       "t.conf:1:16: label macros ($if, $srcaddr, $nr, ...) are not expanded: write the label's text"},
       {"pass all label \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
        "t.conf:1:16: a label has 1 to 63 characters"},
       {"pass all bogus",
