@@ -135,6 +135,7 @@ void SyncProtocol::request_bulk(Micros now) noexcept {
   bulk_request_ = next_bulk_request_;
   next_bulk_request_ = next_bulk_request_ + 1 >= kUnsolicited ? 1 : next_bulk_request_ + 1;
   bulk_state_ = BulkState::Requested;
+  bulk_transfer_ = 0;  // an earlier transfer's records no longer count
   bulk_expected_ = 0;
   bulk_received_ = 0;
   bulk_deadline_ = now + config_.bulk_timeout_min;
@@ -245,6 +246,7 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   peer_heard_age_ms_ = 0xffffffff;
   peer_bulk_done_ = false;
   peer_rules_digest_ = 0;
+  bulk_ended_ = 0;  // its transfer ids are its own
   // Tell the new peer at once that it is heard, so that it does not see a one-way link for a
   // keepalive interval.
   last_keepalive_ = now - config_.keepalive_interval;
@@ -535,7 +537,14 @@ void SyncProtocol::serve_resync(const wire::ResyncRequest& request, Micros now) 
       switch (window_.take_for_resync(seq, ids, controls)) {
         case SendWindow::Lookup::Found:
           if (!controls.empty() && requeue.ParseFromString(controls)) {
-            for (const wire::Message& m : requeue.messages()) controls_.push_back(m);
+            for (const wire::Message& m : requeue.messages()) {
+              // A BulkStart is worth sending again only while its transfer is being sent: after
+              // its end, or once another transfer took its place, it would open one that never
+              // ends.
+              if (m.has_bulk_start() && (!bulk_sending_ || m.bulk_start().request() != bulk_send_request_))
+                continue;
+              controls_.push_back(m);
+            }
           }
           break;
         case SendWindow::Lookup::Acked:
@@ -561,7 +570,10 @@ void SyncProtocol::serve_resync(const wire::ResyncRequest& request, Micros now) 
 void SyncProtocol::bulk_started(uint32_t request, uint64_t count, uint64_t snapshot_seq, Micros now) {
   const bool unsolicited = (request & kUnsolicited) != 0;
   if (!unsolicited && request != bulk_request_) return;  // an older request's transfer
-  if (bulk_state_ == BulkState::Receiving && request == bulk_transfer_) return;  // seen before
+  // Seen before, or its end came first (bulk_ended): then this is a copy a resync sent again.
+  const bool receiving_it = request == bulk_transfer_ &&
+                            (bulk_state_ == BulkState::Receiving || bulk_state_ == BulkState::TimedOut);
+  if (receiving_it || request == bulk_ended_) return;
   if (unsolicited) ++counters_.full_resyncs_received;
   bulk_transfer_ = request;
   bulk_state_ = BulkState::Receiving;
@@ -578,8 +590,27 @@ void SyncProtocol::bulk_started(uint32_t request, uint64_t count, uint64_t snaps
 }
 
 void SyncProtocol::bulk_ended(uint32_t request, uint64_t count) {
-  if (request != bulk_transfer_ || request == 0) return;
-  if (bulk_state_ != BulkState::Receiving && bulk_state_ != BulkState::TimedOut) return;
+  if (request == 0) return;
+  if (request != bulk_transfer_) {
+    // The end of a transfer whose BulkStart has not come: the datagram that carried it was given
+    // up, and its resync comes after this end (with the BulkStart only if the peer was still
+    // sending the transfer then). The transfer's states were all sent, those of the datagrams
+    // given up with their resync. A node waiting for its bulk takes the transfer as its BulkStart
+    // would have (this node's request, or a full resync that took its place) and ends it here,
+    // without removing anything (its snapshot is unknown); a BulkStart that comes later opens
+    // nothing.
+    const bool unsolicited = (request & kUnsolicited) != 0;
+    if (!unsolicited && request != bulk_request_) return;  // an older request's transfer
+    bulk_ended_ = request;
+    if (bulk_state_ != BulkState::Requested && bulk_state_ != BulkState::TimedOut) return;
+    if (unsolicited) ++counters_.full_resyncs_received;
+    bulk_transfer_ = request;
+    bulk_received_ = 0;
+    bulk_snapshot_seq_ = 0;
+  } else if (bulk_state_ != BulkState::Receiving && bulk_state_ != BulkState::TimedOut) {
+    return;
+  }
+  bulk_ended_ = request;
   bulk_state_ = BulkState::Done;
   bulk_deadline_ = Micros::max();
   bulk_end_count_ = count;

@@ -313,6 +313,7 @@ class SyncProtocol {
   uint32_t bulk_request_ = 0;   // this node's latest request
   uint32_t bulk_transfer_ = 0;  // the transfer being received: the request, or a full resync
   uint64_t bulk_end_count_ = 0;
+  uint32_t bulk_ended_ = 0;        // the last transfer whose BulkEnd came (its BulkStart may come after)
   bool full_resync_owed_ = false;  // pending records were dropped: send the whole table
   uint32_t next_bulk_request_ = 1;
   uint64_t bulk_expected_ = 0;

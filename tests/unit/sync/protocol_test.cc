@@ -570,6 +570,125 @@ TEST_CASE("a bulk announcing more states than any table holds still waits for it
   CHECK_FALSE(b.bulk_done());
 }
 
+// The sequence of a sequenced datagram that carries a BulkStart, or 0.
+uint64_t bulk_start_seq(std::span<const uint8_t> d) {
+  Authenticator auth(test_key());
+  Header h;
+  std::span<const uint8_t> payload;
+  DropReason why{};
+  wire::Batch batch;
+  if (!open(d, auth, h, payload, why) || (h.flags & frameflag::kSequenced) == 0 ||
+      !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
+    return 0;
+  const bool start = std::any_of(batch.messages().begin(), batch.messages().end(),
+                                 [](const wire::Message& m) { return m.has_bulk_start(); });
+  return start ? h.seq : 0;
+}
+
+TEST_CASE("a bulk whose start arrives after its end, through a resync, ends with its end",
+          "[sync][protocol][bulk][gap]") {
+  FakeStore store;
+  ProtocolConfig c = Pair::base_config(2);
+  c.bulk_timeout_min = ms(1000);
+  SyncProtocol b(c, test_key(), store, ms(1000));
+  Header h;
+  h.node_id = 1;
+  h.epoch = 77;
+  prove_peer(b, h, ms(1000));
+  REQUIRE(b.bulk_state() == BulkState::Requested);
+  const uint32_t request = b.status(ms(1000)).bulk_request;
+  // A state of the peer's that no record of this transfer names: not removed, since the transfer
+  // did not arrive whole.
+  store.states[{1, 99}] = make_insert(1, 99);
+
+  // Sequence 1 (the BulkStart) fell out of the peer's resend window: its send base is past it.
+  h.flags = frameflag::kSequenced;
+  h.xmit = 2;
+  h.seq = 2;
+  h.send_base = 2;
+  wire::Batch end;
+  end.add_messages()->mutable_bulk_end()->set_request(request);
+  end.mutable_messages(0)->mutable_bulk_end()->set_count(1);
+  b.receive(craft(h, end), kLinkTtl, ms(1001));
+  CHECK(b.counters().gaps == 1);
+  CHECK(b.bulk_state() == BulkState::Done);
+  CHECK(b.bulk_done());
+
+  // The resync of sequence 1 brings its BulkStart and state after the end: the transfer stays done.
+  h.xmit = 3;
+  h.seq = 3;
+  h.send_base = 3;
+  wire::Batch resent;
+  auto* start = resent.add_messages()->mutable_bulk_start();
+  start->set_request(request);
+  start->set_count(1);
+  start->set_snapshot_seq(1);
+  encode_insert(make_insert(1, 1), 0, resent.add_messages()->mutable_insert());
+  b.receive(craft(h, resent), kLinkTtl, ms(1002));
+  CHECK(store.states.count({1, 1}) == 1);
+  b.poll(ms(10'000), [](std::span<const uint8_t>) { return true; });
+  CHECK(b.bulk_state() == BulkState::Done);
+  CHECK(b.counters().bulk_timeouts == 0);
+  CHECK(b.counters().peer_states_removed == 0);
+  CHECK(store.states.count({1, 99}) == 1);
+}
+
+TEST_CASE("a bulk whose start is lost beyond resending still ends, and brings every state",
+          "[sync][protocol][bulk][gap]") {
+  Pair p;
+  p.config_a.request_bulk_at_start = false;
+  p.config_a.send.capacity = 16;  // the lost BulkStart falls out of A's resend window soon
+  p.start();
+  constexpr uint64_t kStates = 2'000;
+  for (uint64_t i = 1; i <= kStates; ++i) p.store_a.local(make_insert(1, i));
+  // Every transmission of the datagram that carries A's BulkStart is lost: it falls out of A's
+  // resend window, B gives it up, and the transfer's end comes before its start, if that comes.
+  uint64_t lost_seq = 0;
+  p.a_to_b.drop_if = [&](std::span<const uint8_t> d) {
+    const uint64_t seq = bulk_start_seq(d);
+    if (lost_seq == 0) lost_seq = seq;
+    return seq != 0 && seq == lost_seq;
+  };
+  p.restart_b(5000);
+  p.run(ms(3000));
+  CHECK(lost_seq != 0);
+  CHECK(p.b->counters().gaps > 0);
+  CHECK(p.b->bulk_state() == BulkState::Done);
+  p.run(ms(30'000));
+  CHECK(p.b->bulk_state() == BulkState::Done);
+  CHECK(p.b->counters().bulk_timeouts == 0);
+  CHECK(p.b->bulk_done());
+  CHECK(p.store_b.states.size() == kStates);
+}
+
+TEST_CASE("a bulk replaced by a full resync, both starts lost beyond resending, still ends",
+          "[sync][protocol][bulk][gap]") {
+  Pair p;
+  p.config_a.request_bulk_at_start = false;
+  p.config_a.send.capacity = 16;
+  p.start();
+  constexpr uint64_t kStates = 2'000;
+  for (uint64_t i = 1; i <= kStates; ++i) p.store_a.local(make_insert(1, i));
+  // As A starts B's transfer it owes B a full resync (its rings lost changes), which takes the
+  // transfer's place. Every transmission of the datagrams that carry either BulkStart is lost.
+  std::set<uint64_t> lost;
+  p.a_to_b.drop_if = [&](std::span<const uint8_t> d) {
+    const uint64_t seq = bulk_start_seq(d);
+    if (seq == 0) return false;
+    if (lost.empty()) p.a->local_changes_lost();
+    if (lost.size() < 2) lost.insert(seq);
+    return lost.count(seq) != 0;
+  };
+  p.restart_b(5000);
+  p.run(ms(30'000));
+  CHECK(lost.size() == 2);
+  CHECK(p.a->counters().full_resyncs_started == 1);
+  CHECK(p.b->counters().gaps > 0);
+  CHECK(p.b->bulk_state() == BulkState::Done);
+  CHECK(p.b->counters().bulk_timeouts == 0);
+  CHECK(p.store_b.states.size() == kStates);
+}
+
 TEST_CASE("keepalives tell up, one-way and down within a second", "[sync][protocol][liveness]") {
   Pair p;
   settle(p);
