@@ -52,11 +52,16 @@ bool PendingRecords::add(const engine::StateRecord& r, Micros now) {
       break;
     case Kind::Clear:
       urgent = true;
-      // Everything pending is moot: the peer removes every state.
-      for (auto& item : items_) item.dead = true;
-      by_id_.clear();
-      live_ = 0;
-      estimated_bytes_ = 0;
+      // What is pending for the states the clear names is moot: the peer removes them. The
+      // records of other nodes' states go ahead of it, as pfsync sends its queue before a clear:
+      // the peer keeps the states it created, and a delete of one must still reach it.
+      for (auto& item : items_) {
+        if (item.dead || (r.id.creator != 0 && item.record.id.creator != r.id.creator)) continue;
+        item.dead = true;
+        if (item.record.kind != Kind::Clear) by_id_.erase(item.record.id);
+        --live_;
+        estimated_bytes_ -= estimate(item.record);
+      }
       break;
     case Kind::Delete:
       break;

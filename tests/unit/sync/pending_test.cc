@@ -137,6 +137,38 @@ TEST_CASE("a clear drops everything pending before it", "[sync][pending]") {
   CHECK(p.front().id.counter == 6);
 }
 
+TEST_CASE("a clear keeps what is pending for the states other nodes created", "[sync][pending]") {
+  PendingRecords p;
+  // This node killed a state its peer created, and changed another, then flushed its table: the
+  // peer's clear removes this node's states only, so the delete and the update must still go.
+  const auto theirs = test::make_insert(2, 7);
+  const auto other = test::make_insert(2, 8);
+  p.add(test::make_insert(1, 1), Micros{0});
+  p.add(delete_of(theirs), Micros{1});
+  p.add(update_of(other, 500, TcpState::Established, TcpState::Established), Micros{2});
+  p.add(update_of(test::make_insert(1, 2), 9, TcpState::Established, TcpState::Established), Micros{3});
+  StateRecord clear;
+  clear.kind = Kind::Clear;
+  clear.id.creator = 1;
+  CHECK(p.add(clear, Micros{4}));
+  REQUIRE(p.size() == 3);
+  CHECK(p.front().kind == Kind::Delete);
+  CHECK(p.front().id == theirs.id);
+  p.pop_front();
+  CHECK(p.front().kind == Kind::Update);
+  CHECK(p.front().id == other.id);
+  p.pop_front();
+  CHECK(p.front().kind == Kind::Clear);
+  p.pop_front();
+  CHECK(p.empty());
+  CHECK(p.estimated_bytes() == 0);
+  // They still coalesce as before.
+  p.add(delete_of(theirs), Micros{5});
+  p.add(update_of(theirs, 1, TcpState::Established, TcpState::Established), Micros{6});
+  CHECK(p.size() == 1);
+  CHECK(p.front().kind == Kind::Delete);
+}
+
 TEST_CASE("estimated bytes grow with the pending records", "[sync][pending]") {
   PendingRecords p;
   std::size_t last = 0;
