@@ -106,6 +106,7 @@ SyncProtocol::SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t
     request_bulk(now);
   } else {
     initial_bulk_done_ = true;
+    table_whole_ = true;
   }
 }
 
@@ -510,10 +511,11 @@ void SyncProtocol::serve_bulk(uint32_t request, Micros now) {
   m.mutable_bulk_start()->set_request(request);
   m.mutable_bulk_start()->set_count(bulk_ids_.size());
   // Every state this node holds is named from the next sequence on, by its bulk insert or by the
-  // live insert of a newer one. Said only while the table is whole: a node whose own bulk is under
-  // way, or timed out, may lack states it created before a restart, which the peer must keep.
-  const bool whole = bulk_state_ == BulkState::Idle || bulk_state_ == BulkState::Done;
-  m.mutable_bulk_start()->set_snapshot_seq(whole ? window_.next_seq() : 0);
+  // live insert of a newer one. Said only once the table is whole: a node whose initial bulk is
+  // under way, or timed out, may lack states it created before a restart, which the peer must
+  // keep. (A transfer it receives later, a full resync, or its bulk from a restarted peer, takes
+  // none of its own states away.)
+  m.mutable_bulk_start()->set_snapshot_seq(table_whole_ ? window_.next_seq() : 0);
   controls_.push_back(std::move(m));
   if (request < kUnsolicited) ++counters_.bulks_served;
 }
@@ -615,6 +617,7 @@ void SyncProtocol::bulk_ended(uint32_t request, uint64_t count) {
   bulk_deadline_ = Micros::max();
   bulk_end_count_ = count;
   initial_bulk_done_ = true;
+  table_whole_ = true;
   // Only a transfer that arrived whole names every state the peer holds; without a snapshot
   // sequence the peer's table was not complete (its own bulk had not ended).
   if (bulk_received_ == count && bulk_snapshot_seq_ != 0 && peer_id_ != 0) {

@@ -310,6 +310,9 @@ class SyncProtocol {
   // Bulk transfer asked for by this node.
   BulkState bulk_state_ = BulkState::Idle;
   bool initial_bulk_done_ = false;
+  // This node holds every state it created before it started: it asked for no bulk, or one of the
+  // peer's transfers ended (not timed out).
+  bool table_whole_ = false;
   uint32_t bulk_request_ = 0;   // this node's latest request
   uint32_t bulk_transfer_ = 0;  // the transfer being received: the request, or a full resync
   uint64_t bulk_end_count_ = 0;

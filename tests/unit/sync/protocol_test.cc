@@ -438,6 +438,36 @@ TEST_CASE("deletes lost with the stream: the full resync removes the states the 
   CHECK(p.tables_agree());
 }
 
+TEST_CASE("a full resync sent while one from the peer is under way still removes what the peer no longer has",
+          "[sync][protocol][gap]") {
+  Pair p;
+  settle(p);
+  for (uint64_t i = 1; i <= 300; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(1000));
+  REQUIRE(p.store_b.states.size() == 300);
+  // B's table is large and its link to A slow: its full resync takes a while.
+  constexpr uint64_t kTheirs = 20'000;
+  for (uint64_t i = 1; i <= kTheirs; ++i) {
+    p.store_b.local(make_insert(2, i));
+    p.store_a.local(make_insert(2, i));
+  }
+  p.b_to_a.bytes_per_us = 1.25;
+  p.b->local_changes_lost();
+  const Micros t0 = p.now;
+  while (p.a->bulk_state() != BulkState::Receiving && p.now - t0 < ms(1000)) p.run(Micros{200});
+  REQUIRE(p.a->bulk_state() == BulkState::Receiving);
+  // Meanwhile A's rings drop the deletes of connections 1..100: A owes B its whole table.
+  for (uint64_t i = 1; i <= 100; ++i) p.store_a.states.erase({1, i});
+  p.a->local_changes_lost();
+  p.run(ms(10'000));
+  CHECK(p.a->bulk_state() == BulkState::Done);
+  CHECK(p.b->counters().full_resyncs_received == 1);
+  CHECK(p.b->counters().peer_states_removed == 100);
+  CHECK(p.store_b.states.size() == kTheirs + 200);
+  CHECK(p.store_b.states.count({1, 50}) == 0);
+  CHECK(p.store_b.states.count({1, 150}) == 1);
+}
+
 TEST_CASE("a starting node is demoted until its bulk ends, and gets every state", "[sync][protocol][bulk]") {
   Pair p;
   p.config_a.request_bulk_at_start = false;
