@@ -66,6 +66,22 @@ Bytes ack_from_server(uint16_t dport, uint32_t seq, uint32_t ack, std::size_t pa
       .build();
 }
 
+// A connection to port 80 from `isn` opened and closed by both ends (FIN, FIN, last ACK), each
+// segment passing by its state; returns the state's id.
+StateId open_and_close(Firewall& fw, uint32_t isn = 1000) {
+  REQUIRE(fw.out(syn(80, isn)).action == Action::Accept);
+  REQUIRE(fw.in(synack(80, isn)).reason == Reason::State);
+  const auto fin = [](bool from_client, uint32_t seq, uint32_t ack) {
+    auto b = from_client ? tcp4(kClient, kClientPort, kServer, 80) : tcp4(kServer, 80, kClient, kClientPort);
+    return b.flags(tcpflag::kFin | tcpflag::kAck).seq(seq).ack(ack).build();
+  };
+  REQUIRE(fw.out(fin(true, isn + 1, 9001)).reason == Reason::State);
+  REQUIRE(fw.in(fin(false, 9001, isn + 2)).reason == Reason::State);
+  const Verdict last = fw.out(ack_from_client(80, isn + 2, 9002));
+  REQUIRE(last.reason == Reason::State);
+  return last.state;
+}
+
 constexpr const char* kWebOnly = R"(
 block all
 pass in on lan0 proto tcp to port { 80 443 } flags S/SA keep state
@@ -366,22 +382,7 @@ TEST_CASE("no state: replies must pass the rules themselves", "[engine][tcp]") {
 
 TEST_CASE("a closed connection's ports can be reused by a new SYN", "[engine][tcp]") {
   Firewall fw(kWebOnly);
-  REQUIRE(fw.out(syn(80)).action == Action::Accept);
-  REQUIRE(fw.in(synack(80)).reason == Reason::State);
-  REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80)
-                     .flags(tcpflag::kFin | tcpflag::kAck)
-                     .seq(1001)
-                     .ack(9001)
-                     .build())
-              .reason == Reason::State);
-  REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort)
-                    .flags(tcpflag::kFin | tcpflag::kAck)
-                    .seq(9001)
-                    .ack(1002)
-                    .build())
-              .reason == Reason::State);
-  REQUIRE(fw.out(ack_from_client(80, 1002, 9002)).reason == Reason::State);
-  const StateId old_id = fw.out(ack_from_client(80, 1002, 9002)).state;
+  const StateId old_id = open_and_close(fw);
   const Verdict again = fw.out(syn(80, 777777));
   CHECK(again.reason == Reason::Match);
   CHECK_FALSE(again.state == old_id);
@@ -392,30 +393,11 @@ TEST_CASE("a closed connection's ports can be reused by the other end's SYN too"
   // As pf_test_state_tcp: a SYN on a closed state makes way for a new connection whichever end
   // sends it, and the rules decide that connection. Tracked by the old state, it passed without
   // the rules wherever the old windows took it in, and then lived by the old state's timeout.
-  const auto closed = [](Firewall& fw) {
-    REQUIRE(fw.out(syn(80)).action == Action::Accept);
-    REQUIRE(fw.in(synack(80)).reason == Reason::State);
-    REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80)
-                       .flags(tcpflag::kFin | tcpflag::kAck)
-                       .seq(1001)
-                       .ack(9001)
-                       .build())
-                .reason == Reason::State);
-    REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort)
-                      .flags(tcpflag::kFin | tcpflag::kAck)
-                      .seq(9001)
-                      .ack(1002)
-                      .build())
-                .reason == Reason::State);
-    const Verdict last = fw.out(ack_from_client(80, 1002, 9002));
-    REQUIRE(last.reason == Reason::State);
-    return last.state;
-  };
   // The server opens a connection to the client on the same two ports.
   const Bytes reversed = tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kSyn).seq(12345).build();
 
   Firewall open("pass all");
-  const StateId old_id = closed(open);
+  const StateId old_id = open_and_close(open);
   const Verdict v = open.in(reversed);
   CHECK(v.reason == Reason::Match);
   CHECK_FALSE(v.state == old_id);
@@ -428,7 +410,7 @@ TEST_CASE("a closed connection's ports can be reused by the other end's SYN too"
             .reason == Reason::State);
 
   Firewall web(kWebOnly);
-  closed(web);
+  open_and_close(web);
   CHECK(web.in(reversed).reason == Reason::RuleBlock);
 
   // Behind nat, the server's SYN to the outside address is not the inside host's connection: it
@@ -501,22 +483,8 @@ TEST_CASE("port reuse gives the old state's place back to its rule's (max N)", "
   const auto current = [&] { return fw.engine.rules()->rule(0).stats->states_current.load(); };
   for (uint32_t isn : {1000u, 777777u, 5555555u}) {
     INFO("connection with isn " << isn);
-    REQUIRE(fw.out(syn(80, isn)).reason == Reason::Match);
+    open_and_close(fw, isn);  // each SYN takes the closed state's place
     CHECK(current() == 1);
-    REQUIRE(fw.in(synack(80, isn)).reason == Reason::State);
-    REQUIRE(fw.out(tcp4(kClient, kClientPort, kServer, 80)
-                       .flags(tcpflag::kFin | tcpflag::kAck)
-                       .seq(isn + 1)
-                       .ack(9001)
-                       .build())
-                .reason == Reason::State);
-    REQUIRE(fw.in(tcp4(kServer, 80, kClient, kClientPort)
-                      .flags(tcpflag::kFin | tcpflag::kAck)
-                      .seq(9001)
-                      .ack(isn + 2)
-                      .build())
-                .reason == Reason::State);
-    REQUIRE(fw.out(ack_from_client(80, isn + 2, 9002)).reason == Reason::State);
   }
   CHECK(fw.engine.states().size() == 1);
   CHECK(current() == 1);
