@@ -1415,13 +1415,17 @@ Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule
 }
 
 // A tracked TCP connection whose handshake just completed: does its source stay within the
-// creating rule's max-src-conn and max-src-conn-rate? Counted once per state.
+// creating rule's max-src-conn and max-src-conn-rate? Counted once per state. A reset that ends
+// the handshake (a closed port's RST|ACK to the SYN, a scanner's RST after the SYN-ACK) takes both
+// ends past Established at once, but completes nothing: pf_src_connlimit is not reached then.
 bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept {
   const rules::CompiledRule* rule = state->creator;
+  const auto completed = [](const PeerTracking& end) {
+    return end.state >= static_cast<uint8_t>(TcpState::Established) &&
+           end.state < static_cast<uint8_t>(TcpState::TimeWait);
+  };
   if ((state->flags & stateflag::kSourceConnection) || rule == nullptr ||
-      !rule->sources.limits_connections() ||
-      state->peer[0].state < static_cast<uint8_t>(TcpState::Established) ||
-      state->peer[1].state < static_cast<uint8_t>(TcpState::Established))
+      !rule->sources.limits_connections() || !completed(state->peer[0]) || !completed(state->peer[1]))
     return true;
   state->flags |= stateflag::kSourceConnection;
   if (sources_.established(state->source, rule->sources, now)) return true;

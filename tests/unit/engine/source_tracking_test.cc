@@ -128,6 +128,30 @@ TEST_CASE("max-src-conn counts connections once their handshake completes", "[en
   CHECK(handshake(fw, Connection{"10.1.0.2", 1001}).reason == Reason::State);
 }
 
+TEST_CASE("max-src-conn and its rate count no connection a reset ends in its handshake",
+          "[engine][limits][source]") {
+  // pf_src_connlimit counts a connection when its handshake completes; a reset that ends the
+  // handshake (a closed port's RST|ACK, a scanner's RST after the SYN-ACK) completes nothing.
+  Firewall fw("pass out proto tcp keep state (max-src-conn 1, max-src-conn-rate 2/60)");
+  uint16_t port = 1000;
+  for (int i = 0; i < 5; ++i) {
+    const Connection refused{"10.1.0.1", ++port};
+    REQUIRE(fw.out(refused.syn()).reason == Reason::Match);
+    CHECK(fw.in(refused.from_server().flags(tcpflag::kRst | tcpflag::kAck).seq(0).ack(1001).build()).reason ==
+          Reason::State);
+    const Connection scanned{"10.1.0.1", ++port};
+    REQUIRE(fw.out(scanned.syn()).reason == Reason::Match);
+    REQUIRE(fw.in(scanned.synack()).reason == Reason::State);
+    CHECK(fw.out(scanned.from_client().flags(tcpflag::kRst).seq(1001).build()).reason == Reason::State);
+  }
+  fw.engine.sources().for_each(fw.now, [](const SourceView& v) {
+    CHECK(v.connections == 0);
+    CHECK(v.rate == Approx(0.0));
+  });
+  CHECK(fw.worker.counters().get(Reason::SourceLimit) == 0);
+  CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
+}
+
 TEST_CASE("max-src-conn-rate: N connections per S seconds, the count decaying over S",
           "[engine][limits][source]") {
   Firewall fw("pass out proto tcp keep state (max-src-conn-rate 3/10)");
