@@ -828,6 +828,14 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
       return v;
     }
     if (handshake_flags != kAck || th.seq != isn + 1 || th.ack != entry.proxy_isn[0] + 1) return v;
+    if (entry.proxy == Proxy::Initiator && !connection_counted(worker, entry, now)) {
+      // pf_synproxy's pf_src_connlimit: the client's handshake is complete, and the connection
+      // that goes over max-src-conn or its rate ends here, before the server hears of it.
+      emit_delete(worker, entry);
+      states_.erase(state);
+      v.reason = Reason::SourceLimit;
+      return v;
+    }
     if (entry.proxy == Proxy::Initiator) {
       entry.proxy = Proxy::Responder;
       entry.proxy_isn[1] = worker.next_seqdiff();
@@ -861,8 +869,8 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
   responder.seqhi = responder_isn + 1 + initiator.max_win;
   entry.proxy = Proxy::Spliced;
   if (entry.source != nullptr && !connection_admitted(worker, state, now)) {
-    // pf_src_connlimit: the connection that goes over max-src-conn or its rate ends here; the
-    // responder's half-open connection times out.
+    // Counted on the client's ACK above; only a state whose ACK another node saw (a merged
+    // update) is counted here, and the responder's half-open connection times out.
     emit_delete(worker, entry);
     states_.erase(state);
     v.reason = Reason::SourceLimit;
@@ -1419,22 +1427,29 @@ Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule
 // the handshake (a closed port's RST|ACK to the SYN, a scanner's RST after the SYN-ACK) takes both
 // ends past Established at once, but completes nothing: pf_src_connlimit is not reached then.
 bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept {
-  const rules::CompiledRule* rule = state->creator;
   const auto completed = [](const PeerTracking& end) {
     return end.state >= static_cast<uint8_t>(TcpState::Established) &&
            end.state < static_cast<uint8_t>(TcpState::TimeWait);
   };
-  if ((state->flags & stateflag::kSourceConnection) || rule == nullptr ||
-      !rule->sources.limits_connections() || !completed(state->peer[0]) || !completed(state->peer[1]))
+  if (!completed(state->peer[0]) || !completed(state->peer[1])) return true;
+  return connection_counted(worker, *state, now);
+}
+
+// Counts the state's connection in its source node, once, and queues the overload of a source
+// that goes over its creating rule's max-src-conn or max-src-conn-rate; false for such a source.
+bool Engine::connection_counted(Worker& worker, StateEntry& entry, Millis now) noexcept {
+  const rules::CompiledRule* rule = entry.creator;
+  if ((entry.flags & stateflag::kSourceConnection) || entry.source == nullptr || rule == nullptr ||
+      !rule->sources.limits_connections())
     return true;
-  state->flags |= stateflag::kSourceConnection;
-  if (sources_.established(state->source, rule->sources, now)) return true;
+  entry.flags |= stateflag::kSourceConnection;
+  if (sources_.established(entry.source, rule->sources, now)) return true;
   if (!rule->overload_table.empty()) {
     SourceOverload overload;
     rule->overload_table.copy(overload.table.data(), overload.table.size() - 1);
     overload.rule = rule->number;
-    overload.family = state->key(0).family;
-    overload.address = state->key(0).addr[0];
+    overload.family = entry.key(0).family;
+    overload.address = entry.key(0).addr[0];
     overload.owner = rule->stats.get();
     overload.flush = rule->overload_flush;
     auto& counter = worker.overloads_.push(overload) ? worker.overloads_queued_ : worker.overloads_lost_;

@@ -359,6 +359,7 @@ class Engine {
   Reason admit_source(StateTable::Handle& state, const rules::CompiledRule& creator,
                       const PacketView& packet) noexcept;
   bool connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept;
+  bool connection_counted(Worker& worker, StateEntry& entry, Millis now) noexcept;
   // `modulate state`, around the tracking of a TCP segment that end `side` of a modulated state
   // sent: the segment as that end's own numbers count it (the acknowledgment back in the
   // receiver's numbers) tracked, then the segment shifted for the far side.

@@ -302,6 +302,45 @@ TEST_CASE("synproxy state: the peer learns each step, and carries the connection
   data_both_ways(peer, e, isns);
 }
 
+TEST_CASE("synproxy state: a client over max-src-conn is refused on its ACK, before the server hears of it",
+          "[engine][tcp][synproxy][source]") {
+  using namespace tcpflag;
+  // pf_synproxy calls pf_src_connlimit on the client's ACK, before it sends the server a SYN: a
+  // connection the limit ends there costs the server nothing.
+  Firewall fw(
+      "table <abusers> persist {}\n"
+      "block all\n"
+      "pass in on lan0 proto tcp to port 80 synproxy state (max-src-conn 1, overload <abusers>)\n"
+      "pass out on wan0 proto tcp to port 80 keep state\n");
+  const Ends e;
+  const ProxyIsns isns = handshakes(fw, e);
+  data_both_ways(fw, e, isns);
+
+  const auto second_segment = [&](uint8_t flags, uint32_t seq, uint32_t ack) {
+    return PacketBuilder()
+        .ipv4(e.client, e.server)
+        .tcp(kClientPort + 1, 80)
+        .flags(flags)
+        .seq(seq)
+        .ack(ack)
+        .window(512)
+        .build();
+  };
+  const Verdict syn = fw.out(second_segment(kSyn, kClientIsn, 0));
+  REQUIRE(syn.reason == Reason::Synproxy);
+  const uint32_t to_client = e.seq_of(made_by(fw, syn).at(0));
+  const Verdict ack = fw.out(second_segment(kAck, kClientIsn + 1, to_client + 1));
+  CHECK(ack.action == Action::Drop);
+  CHECK(ack.reason == Reason::SourceLimit);
+  CHECK(ack.generated == 0);
+  CHECK(fw.engine.states().size() == 1);
+  SourceOverload o;
+  CHECK(fw.worker.overloads().pop(o));
+  // The first connection carries on.
+  REQUIRE(fw.out(e.segment(true, kAck, kClientIsn + 101, isns.to_client + 301, 512, 10)).reason ==
+          Reason::State);
+}
+
 TEST_CASE("synproxy state behind nat: the server's side speaks from the nat address",
           "[engine][tcp][synproxy][nat]") {
   using namespace tcpflag;
