@@ -1518,11 +1518,13 @@ class Parser {
   static bool interface_element(const Token& t, AddressElement& e) {
     const std::string_view word = t.text;
     if (word.empty() || !std::isalpha(static_cast<unsigned char>(word[0]))) return false;
+    // Letters or digits after the one ':', so that pf's `:0` is refused by name below; no IPv6
+    // address has a single ':'.
     const auto colon = word.find(':');
     const std::string_view modifier = colon == std::string_view::npos ? "" : word.substr(colon + 1);
     if (colon != std::string_view::npos &&
         (modifier.empty() || !std::all_of(modifier.begin(), modifier.end(), [](char c) {
-           return std::isalpha(static_cast<unsigned char>(c));
+           return std::isalnum(static_cast<unsigned char>(c));
          }))) {
       return false;
     }

@@ -842,6 +842,12 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "(their networks)"},
       {"block from self:network",
        "t.conf:1:12: 'self' is every address of this host: it takes no ':network'"},
+      {"block from em0:0",
+       "t.conf:1:12: 'em0:0': ':0' is not supported; write em0 (its addresses) or em0:network (their "
+       "networks)"},
+      {"block from (em0:0)",
+       "t.conf:1:13: 'em0:0': ':0' is not supported; write em0 (its addresses) or em0:network (their "
+       "networks)"},
       {"block from (10.0.0.1)", "t.conf:1:13: expected an interface name inside '( )', got '10.0.0.1'"},
       {"block from (em0", "t.conf:1:16: expected ')', got end of file"},
       {"antispoof em0",
