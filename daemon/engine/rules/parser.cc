@@ -1518,6 +1518,11 @@ class Parser {
   static bool interface_element(const Token& t, AddressElement& e) {
     const std::string_view word = t.text;
     if (word.empty() || !std::isalpha(static_cast<unsigned char>(word[0]))) return false;
+    // pf's address forms that ask the routing table: not interface names.
+    if (word == "no-route" || word == "urpf-failed") {
+      fail_at(t,
+              "'" + t.text + "' is not supported: rules here do not look addresses up in the routing table");
+    }
     // Letters or digits after the one ':', so that pf's `:0` is refused by name below; no IPv6
     // address has a single ':'.
     const auto colon = word.find(':');

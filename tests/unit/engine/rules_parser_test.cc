@@ -848,6 +848,13 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"block from (em0:0)",
        "t.conf:1:13: 'em0:0': ':0' is not supported; write em0 (its addresses) or em0:network (their "
        "networks)"},
+      {"block from no-route",
+       "t.conf:1:12: 'no-route' is not supported: rules here do not look addresses up in the routing table"},
+      {"block to ! urpf-failed",
+       "t.conf:1:12: 'urpf-failed' is not supported: rules here do not look addresses up in the routing "
+       "table"},
+      {"table <t> { no-route }",
+       "t.conf:1:13: 'no-route' is not supported: rules here do not look addresses up in the routing table"},
       {"block from (10.0.0.1)", "t.conf:1:13: expected an interface name inside '( )', got '10.0.0.1'"},
       {"block from (em0", "t.conf:1:16: expected ')', got end of file"},
       {"antispoof em0",
