@@ -1353,8 +1353,9 @@ class Parser {
         const Token bang = take();
         if (at(TokenKind::LBrace)) {
           fail_at(bang,
-                  "'!' cannot negate a list of interfaces: '! { a, b }' would match every interface; "
-                  "negate each one inside the list: '{ !a, !b }'");
+                  "'!' cannot negate a list of interfaces: '! { a, b }' would match every interface, "
+                  "as '{ !a, !b }' does (each element matches on its own, and every interface differs "
+                  "from one of them); name the interfaces the rule is for");
         }
         m.negated = true;
       }

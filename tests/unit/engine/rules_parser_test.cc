@@ -872,8 +872,9 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:23: '10.0.0.1' is not an IPv6 address, as the rule's address family requires"},
       // Interfaces and protocols.
       {"pass on ! { em0 em1 } all",
-       "t.conf:1:9: '!' cannot negate a list of interfaces: '! { a, b }' would match every interface; negate "
-       "each one inside the list: '{ !a, !b }'"},
+       "t.conf:1:9: '!' cannot negate a list of interfaces: '! { a, b }' would match every interface, as "
+       "'{ !a, !b }' does (each element matches on its own, and every interface differs from one of them); "
+       "name the interfaces the rule is for"},
       {"pass on inet all", "t.conf:1:9: expected interface name, got 'inet'"},
       {"pass on abcdefghijklmnop all",
        "t.conf:1:9: 'abcdefghijklmnop' is not a valid interface name (1 to 15 characters, no '/', ':' or "
