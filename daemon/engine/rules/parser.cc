@@ -547,9 +547,13 @@ class Parser {
     if (name.kind != TokenKind::Table) fail_expected(name, "a table name in angle brackets, e.g. <blocked>");
     take();
     if (auto it = table_index_.find(name.text); it != table_index_.end()) {
+      // As a macro's: the first definition's file too when it lies in another.
       const SourceLocation& first = out_.tables[it->second].location;
-      fail_at(name, "table <" + name.text + "> is already defined at line " + std::to_string(first.line) +
-                        ", column " + std::to_string(first.column));
+      const std::string at =
+          first.file != lexer_.file_name(name.file)
+              ? first.file + ":" + std::to_string(first.line) + ":" + std::to_string(first.column)
+              : "line " + std::to_string(first.line) + ", column " + std::to_string(first.column);
+      fail_at(name, "table <" + name.text + "> is already defined at " + at);
     }
     Table table;
     table.location = loc(name);

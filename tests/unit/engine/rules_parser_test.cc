@@ -1277,6 +1277,7 @@ TEST_CASE("include: errors name the file they are in, and the include that faile
   fs.files["/r/loop1.conf"] = "include \"loop2.conf\"\n";
   fs.files["/r/loop2.conf"] = "pass all\ninclude \"loop1.conf\"\n";
   fs.files["/r/macro.conf"] = "x = \"1\"\n";
+  fs.files["/r/table.conf"] = "\ntable <t> persist\n";
   fs.files["/r/undefined.conf"] = "pass in on $nowhere\n";
   fs.files["/r/open.conf"] = "pass in proto { tcp\n";
   auto error = [&fs](std::string_view text) {
@@ -1293,6 +1294,8 @@ TEST_CASE("include: errors name the file they are in, and the include that faile
   CHECK(error("include \"pf.conf\"\n") == "/r/pf.conf:1:9: \"/r/pf.conf\" includes itself");
   CHECK(error("x = \"0\"\ninclude \"macro.conf\"\n") ==
         "/r/macro.conf:1:1: macro 'x' is already defined at /r/pf.conf:1:1");
+  CHECK(error("pass all\ntable <t> { }\ninclude \"table.conf\"\n") ==
+        "/r/table.conf:2:7: table <t> is already defined at /r/pf.conf:2:7");
   CHECK(error("include \"undefined.conf\"\n") == "/r/undefined.conf:1:12: undefined macro '$nowhere'");
   // A statement cannot run past the end of its file into the next.
   CHECK(error("include \"open.conf\"\n}\n") ==
