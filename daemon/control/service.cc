@@ -555,9 +555,12 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
     }
     deleted = static_cast<uint32_t>(before.size() - (after.size() - added));
   } else if (request.op() == TableEdit::ADD) {
-    std::set<engine::TableEntry> present = entry_set(*table);
+    // As pf's pfr_add_addrs: a prefix the table holds is not added again, nor negated the other
+    // way (pfctl's "conflict"), which would turn the entry into its opposite.
+    std::set<engine::IpPrefix> present(table->entries.begin(), table->entries.end());
+    present.insert(table->negated_entries.begin(), table->negated_entries.end());
     for (const engine::TableEntry& e : wanted) {
-      if (!present.insert(e).second) continue;
+      if (!present.insert(e.prefix).second) continue;
       (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
       ++added;
     }

@@ -433,6 +433,13 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   CHECK(test("nope", {"10.0.0.1"}).error() == "tables: no table <nope> in " + path);
 
   CHECK(edit("blocked", TableEdit::ADD, {"10.0.0.0/24"}).tables().added() == 0);
+  // As pfctl -T add: a prefix the table holds is not added negated the other way (a conflict), nor
+  // twice from one list; a delete takes the entry as the table holds it.
+  r = edit("blocked", TableEdit::ADD, {"!10.0.0.0/24", "10.0.0.7", "10.0.0.9", "!10.0.0.9"});
+  CHECK(r.tables().added() == 1);
+  CHECK(entries(r) == std::vector<std::string>{"10.0.0.0/24", "10.0.0.9/32", "!10.0.0.7/32"});
+  CHECK(d.send(syn("10.0.0.1", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(edit("blocked", TableEdit::DELETE, {"!10.0.0.9", "10.0.0.9"}).tables().deleted() == 1);
   r = edit("blocked", TableEdit::DELETE, {"10.0.0.0/24", "10.5.0.0/16"});
   REQUIRE(r.ok());
   CHECK(r.tables().deleted() == 1);
