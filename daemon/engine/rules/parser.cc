@@ -562,6 +562,7 @@ class Parser {
     // `pairwallctl tables add|delete|flush` on the table, as pf refuses pfctl -T on it. As pfctl,
     // the options stand on either side of the list, in any order.
     std::optional<Token> list_open;
+    std::set<IpPrefix> listed[2];  // plain, negated
     for (;;) {
       if (accept_word("persist")) continue;
       if (accept_word("const")) {
@@ -600,8 +601,10 @@ class Parser {
                 table.interfaces.push_back(std::move(e));
                 return;
               }
+              // Each entry once, as pf holds it (and as a table file's are read).
               IpPrefix p = prefix(t, "address or prefix");
-              (negated ? table.negated_entries : table.entries).push_back(p);
+              if (listed[negated].insert(p).second)
+                (negated ? table.negated_entries : table.entries).push_back(p);
             },
             /*allow_empty=*/true);
         continue;

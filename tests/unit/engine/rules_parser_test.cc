@@ -550,10 +550,11 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
 }
 
 TEST_CASE("tables: v4, v6, negated entries, options, lists over several lines") {
+  // An entry listed twice is held once, as pf holds it.
   const RuleFile f = parse_ok(
       "table <a> persist const { 10.0.0.0/8, !10.1.0.0/16\n"
-      "   192.0.2.1, 2001:db8::/32 ,\n"
-      "   !2001:db8:1::1 }\n"
+      "   192.0.2.1, 2001:db8::/32 , 10.0.0.0/8\n"
+      "   !2001:db8:1::1 !10.1.0.0/16 }\n"
       "table <empty> persist\n"
       "table <_x.y-z> {}\n");
   REQUIRE(f.tables.size() == 3);
