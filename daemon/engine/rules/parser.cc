@@ -422,7 +422,9 @@ class Parser {
     for (;;) {
       const Token& t = peek();
       if (t.kind == TokenKind::RBrace) break;
-      if (t.kind == TokenKind::End && t.file == 0) {
+      // As every statement, an anchor's block ends in the file that opened it; the ends of files
+      // it includes are passed over.
+      if (t.kind == TokenKind::End && (t.file == 0 || t.file == open.file)) {
         fail_at(t, "anchor \"" + path + "\" opened at " + where(open) + " has no '}'");
       }
       if (t.kind == TokenKind::Newline || t.kind == TokenKind::End) {  // or an included file's end

@@ -106,6 +106,7 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
   Files files;
   files.text["/etc/pw/bad.conf"] = "pass all\ntable <t> { 10.0.0.1 }\n";
   files.text["/etc/pw/ok.conf"] = "pass all\n";
+  files.text["/etc/pw/open.conf"] = "anchor \"a\" {\n  pass all\n";
   files.text["/etc/pw/self.conf"] = "anchor \"again\"\nload anchor \"again\" from \"self.conf\"\n";
   struct Row {
     std::string text;
@@ -127,6 +128,10 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
        "'to' on its rules"},
       {"anchor \"a\" {\npass all\n",
        "/etc/pw/pf.conf:3:1: anchor \"a\" opened at line 1, column 12 has no '}'"},
+      // A block ends in the file that opened it, and spans the files it includes.
+      {"include \"open.conf\"\n}\n",
+       "/etc/pw/open.conf:3:1: anchor \"a\" opened at line 1, column 12 has no '}'"},
+      {"anchor \"a\" {\n  include \"ok.conf\"\n  block all\n}\n", "(parsed)"},
       {"anchor \"a\" { pass all }",
        "/etc/pw/pf.conf:1:14: expected end of line after the anchor's '{', got 'pass'"},
       {"anchor \"a\" {\n  set limit states 10\n}",
