@@ -692,8 +692,8 @@ class Compiler {
     return r;
   }
 
-  // The interfaces both the rule's `on` and its anchor's accept. A `! IF` combines with a list of
-  // plain names (the list less IF); two lists with '!' in both are refused.
+  // The interfaces both the rule's `on` and its anchor's accept. A list with a `! IF` combines with
+  // a list of plain names (those of its names it matches); two lists with '!' in both are refused.
   std::vector<InterfaceMatch> narrowed_interfaces(const FilterRule& r,
                                                   const std::vector<InterfaceMatch>& outer,
                                                   const std::string& anchor) const {
@@ -704,18 +704,23 @@ class Compiler {
     auto named = [](const std::vector<InterfaceMatch>& l, const std::string& name) {
       return std::any_of(l.begin(), l.end(), [&](const InterfaceMatch& m) { return m.name == name; });
     };
+    // Each element on its own, as pf expands a list: `{ a, !b }` matches every interface but b.
+    auto matches = [](const std::vector<InterfaceMatch>& l, const std::string& name) {
+      return std::any_of(l.begin(), l.end(),
+                         [&](const InterfaceMatch& m) { return (m.name == name) != m.negated; });
+    };
     std::vector<InterfaceMatch> out;
     if (!negates(r.interfaces) && !negates(outer)) {
       for (const InterfaceMatch& m : r.interfaces) {
         if (named(outer, m.name)) out.push_back(m);
       }
-    } else if (r.interfaces.size() == 1 && r.interfaces[0].negated && !negates(outer)) {
+    } else if (!negates(outer)) {
       for (const InterfaceMatch& m : outer) {
-        if (m.name != r.interfaces[0].name) out.push_back(m);
+        if (matches(r.interfaces, m.name)) out.push_back(m);
       }
-    } else if (outer.size() == 1 && outer[0].negated && !negates(r.interfaces)) {
+    } else if (!negates(r.interfaces)) {
       for (const InterfaceMatch& m : r.interfaces) {
-        if (m.name != outer[0].name) out.push_back(m);
+        if (matches(outer, m.name)) out.push_back(m);
       }
     } else {
       fail(r.location, "the rule's 'on' and that of " + anchor +

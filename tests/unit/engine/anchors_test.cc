@@ -273,6 +273,15 @@ TEST_CASE("rules in anchors decide as pf's: in place, quick final, quick anchors
       {"block all\nanchor \"a\" on { lan0 wan0 } {\n pass on ! wan0\n}", true, Direction::In, "lan0", "a@0"},
       {"block all\nanchor \"a\" on { lan0 wan0 } {\n pass on ! wan0\n}", true, Direction::In, "wan0", "-@0"},
       {"block all\nanchor \"a\" inet6 {\n pass all\n}", true, Direction::In, "lan0", "-@0"},
+      // A list's elements match each on its own: `{ lan0, !wan0 }` is every interface but wan0.
+      {"block all\nanchor \"a\" on { lan0 wan0 dmz0 } {\n pass on { lan0, !wan0 }\n}", true, Direction::In,
+       "dmz0", "a@0"},
+      {"block all\nanchor \"a\" on { lan0 wan0 dmz0 } {\n pass on { lan0, !wan0 }\n}", true, Direction::In,
+       "wan0", "-@0"},
+      {"block all\nanchor \"a\" on { !wan0, dmz0 } {\n pass on { lan0 wan0 }\n}", true, Direction::In, "lan0",
+       "a@0"},
+      {"block all\nanchor \"a\" on { !wan0, dmz0 } {\n pass on { lan0 wan0 }\n}", true, Direction::In, "wan0",
+       "-@0"},
       // Nested: each level's terms, each level's quick.
       {"block all\nanchor \"a\" proto tcp {\n anchor \"b\" in quick {\n  pass all\n }\n block all\n}", true,
        Direction::In, "lan0", "a/b@0"},
