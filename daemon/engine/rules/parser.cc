@@ -605,6 +605,7 @@ class Parser {
               }
               // Each entry once, as pf holds it (and as a table file's are read).
               IpPrefix p = prefix(t, "address or prefix");
+              refuse_range(t);
               if (listed[negated].insert(p).second)
                 (negated ? table.negated_entries : table.entries).push_back(p);
             },
@@ -875,6 +876,7 @@ class Parser {
     if (t.kind != TokenKind::Word && t.kind != TokenKind::String) fail_expected(t, what);
     take();
     const IpPrefix p = prefix(t, what);
+    refuse_range(t);
     const std::optional<Family> family = r.family            ? r.family
                                          : r.targets.empty() ? std::nullopt
                                                              : std::optional<Family>(r.targets[0].family);
@@ -1485,6 +1487,7 @@ class Parser {
         take();
         e.kind = AddressElement::Kind::Prefix;
         e.prefix = prefix(t, "address, prefix, <table> or 'any'");
+        refuse_range(t);
         if (family && *family != e.prefix.family) {
           fail_at(t, t.describe() + " is not " + (*family == Family::V4 ? "an IPv4" : "an IPv6") +
                          " address, as the rule's address family requires");
@@ -1556,6 +1559,14 @@ class Parser {
     e.table = name.text;
     e.networks = !modifier.empty();
     return true;
+  }
+
+  // pf's address range, `10.0.0.1 - 10.0.0.5`, after `address`: refused by name rather than as an
+  // unexpected '-'.
+  void refuse_range(const Token& address) {
+    if (!at_word("-")) return;
+    fail_at(peek(),
+            "address ranges ('" + address.text + " - ...') are not supported: write the range as prefixes");
   }
 
   // "192.0.2.0/24", "2001:db8::1", ...: a missing length means a host.
