@@ -271,7 +271,11 @@ Token Lexer::next() {
       // Word characters right after the name belong to the value's last word, as in pfctl's
       // textual expansion: `$int_if:network`, `$net/24`.
       std::size_t suffix_end = end;
-      while (suffix_end < text.size() && is_word_char(text[suffix_end])) ++suffix_end;
+      while (suffix_end < text.size() && is_word_char(text[suffix_end])) {
+        if (text[suffix_end] == '-' && suffix_end + 1 < text.size() && text[suffix_end + 1] == '>')
+          break;  // `$a->b`
+        ++suffix_end;
+      }
       std::string_view value = it->second.value;
       if (suffix_end > end) {
         glued_.push_back(it->second.value + std::string(text.substr(end, suffix_end - end)));

@@ -315,6 +315,14 @@ TEST_CASE("lexer: macro expansion re-reads the value at the position of the '$'"
   }
   Token x = lex.next();
   CHECK((x.text == "x" && !x.from_macro && x.column == 13));
+
+  // Word characters after the name join its value's last word, but an arrow does not, as it
+  // ends a word written out: `$lan->$ext`.
+  Lexer arrow("$lan->$lan:network");
+  Token lan = name;
+  lan.text = "lan";
+  arrow.define_macro(lan, "em1");
+  for (const char* want : {"em1", "->", "em1:network"}) CHECK(arrow.next().text == want);
 }
 
 TEST_CASE("the DESIGN.md sample rule set parses completely") {
