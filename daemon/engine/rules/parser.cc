@@ -421,7 +421,14 @@ class Parser {
     const std::string outer = std::exchange(scope_, path);
     for (;;) {
       const Token& t = peek();
-      if (t.kind == TokenKind::RBrace) break;
+      if (t.kind == TokenKind::RBrace) {
+        if (t.file != open.file) {
+          fail_at(t, "this '}' would close anchor \"" + path + "\" opened at " + file_name(open.file) + ":" +
+                         std::to_string(open.line) + ":" + std::to_string(open.column) +
+                         ": an anchor's block ends in the file that opens it");
+        }
+        break;
+      }
       // As every statement, an anchor's block ends in the file that opened it; the ends of files
       // it includes are passed over.
       if (t.kind == TokenKind::End && (t.file == 0 || t.file == open.file)) {

@@ -107,6 +107,7 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
   files.text["/etc/pw/bad.conf"] = "pass all\ntable <t> { 10.0.0.1 }\n";
   files.text["/etc/pw/ok.conf"] = "pass all\n";
   files.text["/etc/pw/open.conf"] = "anchor \"a\" {\n  pass all\n";
+  files.text["/etc/pw/close.conf"] = "block all\n}\n";
   files.text["/etc/pw/self.conf"] = "anchor \"again\"\nload anchor \"again\" from \"self.conf\"\n";
   struct Row {
     std::string text;
@@ -132,6 +133,10 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
       {"include \"open.conf\"\n}\n",
        "/etc/pw/open.conf:3:1: anchor \"a\" opened at line 1, column 12 has no '}'"},
       {"anchor \"a\" {\n  include \"ok.conf\"\n  block all\n}\n", "(parsed)"},
+      {"anchor \"a\" {\n  include \"close.conf\"\n  pass all\n",
+       "/etc/pw/close.conf:2:1: this '}' would close anchor \"a\" opened at /etc/pw/pf.conf:1:12: an "
+       "anchor's "
+       "block ends in the file that opens it"},
       {"anchor \"a\" { pass all }",
        "/etc/pw/pf.conf:1:14: expected end of line after the anchor's '{', got 'pass'"},
       {"anchor \"a\" {\n  set limit states 10\n}",
