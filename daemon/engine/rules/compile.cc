@@ -905,6 +905,11 @@ class Compiler {
         }
         t.port_low = r.target_port->low;
         t.port_high = r.target_port->op == PortMatch::Op::Eq ? r.target_port->low : r.target_port->high;
+        if (r.target_port_follows && r.kind != TranslationRule::Kind::Rdr) {
+          fail(r.location,
+               "'port " + std::to_string(t.port_low) +
+                   ":*' maps an rdr's destination port range: a nat rule takes 'port P' or 'port P:Q'");
+        }
       }
       switch (r.kind) {
         case TranslationRule::Kind::Nat:

@@ -102,6 +102,9 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
        "t.conf:1:1: binat maps one internal address or prefix: write 'from ADDRESS[/LEN]'"},
       {"rdr on ext proto icmp to 192.0.2.1 -> 10.0.0.1 port 80",
        "t.conf:1:1: a translation 'port' needs 'proto tcp' or 'proto udp'"},
+      {"nat on em0 proto tcp from 10.0.0.0/8 -> 192.0.2.1 port 6000:*",
+       "t.conf:1:1: 'port 6000:*' maps an rdr's destination port range: a nat rule takes 'port P' or 'port "
+       "P:Q'"},
       {"rdr on em0 proto tcp to 192.0.2.1 -> 10.0.0.5 port 6000:*",
        "t.conf:1:1: 'port 6000:*' maps an rdr's destination port range P:Q: the rule names none"},
       {"rdr on em0 proto tcp to 192.0.2.1 port { 80:89, > 1000 } -> 10.0.0.5 port 6000:*",
