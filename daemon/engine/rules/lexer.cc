@@ -176,22 +176,15 @@ Token Lexer::make(TokenKind kind, std::string text, const Source& src, uint32_t 
 }
 
 void Lexer::define_macro(const Token& name, std::string value) {
-  if (auto it = macros_.find(name.text); it != macros_.end()) {
-    const Macro& first = it->second;
-    throw SyntaxError(name.line, name.column,
-                      "macro '" + name.text + "' is already defined at " +
-                          (first.file != name.file ? files_[first.file] + ":" : std::string("line ")) +
-                          std::to_string(first.line) + (first.file != name.file ? ":" : ", column ") +
-                          std::to_string(first.column),
-                      name.file);
-  }
   if (value.size() > kMaxMacroValue) {
     throw SyntaxError(
         name.line, name.column,
         "value of macro '" + name.text + "' is longer than " + std::to_string(kMaxMacroValue) + " characters",
         name.file);
   }
-  macros_.emplace(name.text, Macro{std::move(value), name.line, name.column, name.file});
+  // A macro defined again takes its new value from here on, as pfctl's symset() gives it.
+  values_.push_back(std::move(value));
+  macros_.insert_or_assign(name.text, Macro{values_.back(), name.line, name.column, name.file});
 }
 
 Token Lexer::next() {
@@ -278,7 +271,7 @@ Token Lexer::next() {
       }
       std::string_view value = it->second.value;
       if (suffix_end > end) {
-        glued_.push_back(it->second.value + std::string(text.substr(end, suffix_end - end)));
+        glued_.push_back(std::string(it->second.value) + std::string(text.substr(end, suffix_end - end)));
         value = glued_.back();
       }
       expanded_ += value.size();

@@ -89,8 +89,8 @@ class Lexer {
   // The next token; throws SyntaxError (unterminated string, undefined macro, stray character).
   Token next();
 
-  // Makes `$name` expand to `value` in the text lexed from now on. Throws SyntaxError at `name`
-  // when the macro already exists (its first definition is named) or the value is too long.
+  // Makes `$name` expand to `value` in the text lexed from now on, a defined macro too (as pfctl).
+  // Throws SyntaxError at `name` when the value is too long.
   void define_macro(const Token& name, std::string value);
 
   bool has_macro(const std::string& name) const { return macros_.count(name) != 0; }
@@ -114,7 +114,7 @@ class Lexer {
 
  private:
   struct Macro {
-    std::string value;
+    std::string_view value;  // in values_
     uint32_t line;
     uint32_t column;
     uint16_t file;
@@ -140,7 +140,10 @@ class Lexer {
   std::size_t includes_ = 0;        // included files among sources_
   std::map<std::string, Macro> macros_;
   std::deque<std::string> glued_;  // values with the word characters that followed their `$name`
-  std::size_t expanded_ = 0;       // bytes of macro text pushed so far
+  // Every value a macro has been given: a redefinition leaves the expansions of the earlier value
+  // that are being read intact.
+  std::deque<std::string> values_;
+  std::size_t expanded_ = 0;  // bytes of macro text pushed so far
 };
 
 }  // namespace pairwall::engine::rules
