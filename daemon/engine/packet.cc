@@ -404,6 +404,12 @@ bool icmp4_error(uint8_t type) noexcept {
   return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
 }
 
+// Router solicitation and advertisement, neighbor solicitation and advertisement, redirect
+// (RFC 4861 4).
+bool is_neighbor_discovery(uint8_t type) noexcept {
+  return type >= 133 && type <= 137;
+}
+
 bool icmp6_error(uint8_t type) noexcept {
   // Unreachable, packet too big, time exceeded, parameter problem (RFC 4443 2.1).
   return type >= 1 && type <= 4;
@@ -423,6 +429,11 @@ Reason parse_icmp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out
   out.payload_length = static_cast<uint16_t>(out.l4_length - 8);
 
   if (!icmp.is_error) {
+    // RFC 4861 6.1.1, 6.1.2, 7.1.1, 7.1.2, 8.1: neighbor discovery never crosses a router, so a
+    // receiver drops a message whose hop limit is not 255 as sent from off the link; pf drops it
+    // before the rules (pf_setup_pdesc), and it neither passes nor makes a state here.
+    if (mode == Mode::Packet && !v4 && is_neighbor_discovery(icmp.type) && out.ttl != 255)
+      return Reason::BadIcmp;
     const IcmpKeying k = v4 ? icmp4_keying(icmp.type) : icmp6_keying(icmp.type);
     const bool whole = out.l4_length >= k.min_length;
     if (mode == Mode::Packet && !whole && !out.is_first_fragment) return Reason::BadIcmp;

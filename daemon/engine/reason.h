@@ -25,7 +25,8 @@ enum class Reason : uint8_t {
   BadTcpHeader,      // data offset < 5 or past the packet
   BadTcpOptions,     // an option length that runs past the header
   BadUdpHeader,      // UDP length field disagrees with the packet
-  BadIcmp,           // ICMP too short for its type, or an error quoting a malformed packet
+  BadIcmp,           // ICMP too short for its type, an error quoting a malformed packet, or
+                     // neighbor discovery with a hop limit other than 255 (sent from off the link)
   // Normalization (scrub).
   Fragment,     // a fragment the engine was not allowed to pass
   BadTcpFlags,  // a flag combination no stack sends (SYN+FIN, SYN+RST, none, ...)

@@ -1007,6 +1007,28 @@ TEST_CASE("ICMPv6 neighbor discovery: an advertisement answers its solicitation'
   CHECK(fw.engine.states().size() == 1);
 }
 
+// A neighbor discovery message that a router forwarded (its hop limit below 255) was sent from off
+// the link to pass for a neighbour's: pf drops it before the rules, and it makes no state.
+TEST_CASE("ICMPv6 neighbor discovery with a hop limit below 255 is dropped whatever the rules",
+          "[engine][icmp]") {
+  Firewall fw("pass all\n");
+  const Bytes target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80};
+  for (const uint8_t type : {133, 134, 135, 136, 137}) {
+    INFO(int{type});
+    const auto message = [&](uint8_t hop_limit) {
+      return PacketBuilder().ipv6(kServer6, kClient6).ttl(hop_limit).icmp(type, 0).payload(target).build();
+    };
+    const Verdict forwarded = fw.in(message(64));
+    CHECK(forwarded.action == Action::Drop);
+    CHECK(forwarded.reason == Reason::BadIcmp);
+    CHECK(fw.engine.states().size() == 0);
+  }
+  CHECK(fw.worker.counters().get(Reason::BadIcmp) == 5);
+  const Verdict on_link =
+      fw.in(PacketBuilder().ipv6(kServer6, kClient6).ttl(255).icmp(135, 0).payload(target).build());
+  CHECK(on_link.reason == Reason::Match);
+}
+
 // Address resolution asks the target's solicited-node group (RFC 4861 7.2.2) and is answered from
 // the target's own address: pf_icmp_state_lookup finds the solicitation's state for the answer by
 // that group (PF_ICMP_MULTI_SOLICITED), so that a node whose rules keep state on what it sends

@@ -263,6 +263,48 @@ TEST_CASE("parse: ICMP messages that are neither query nor error are keyed by ty
         Reason::BadIcmp);
 }
 
+// RFC 4861: neighbor discovery is sent with hop limit 255 and never forwarded, so one with a lower
+// hop limit was sent from off the link (pf_setup_pdesc drops it, PFRES_NORM). Other ICMPv6 types,
+// and a router's IPv4 messages, take any TTL.
+TEST_CASE("parse: neighbor discovery must come with hop limit 255", "[packet][icmp]") {
+  struct Case {
+    const char* name;
+    uint8_t type;
+    bool v6;
+    uint8_t ttl;
+    Reason reason;
+  };
+  const Case cases[] = {
+      {"router solicitation, 255", 133, true, 255, Reason::Match},
+      {"router solicitation, 64", 133, true, 64, Reason::BadIcmp},
+      {"router advertisement, 255", 134, true, 255, Reason::Match},
+      {"router advertisement, 254", 134, true, 254, Reason::BadIcmp},
+      {"neighbor solicitation, 255", 135, true, 255, Reason::Match},
+      {"neighbor solicitation, 1", 135, true, 1, Reason::BadIcmp},
+      {"neighbor advertisement, 255", 136, true, 255, Reason::Match},
+      {"neighbor advertisement, 64", 136, true, 64, Reason::BadIcmp},
+      {"redirect, 255", 137, true, 255, Reason::Match},
+      {"redirect, 64", 137, true, 64, Reason::BadIcmp},
+      {"ICMPv6 echo request, 64", 128, true, 64, Reason::Match},
+      {"router renumbering, 64", 138, true, 64, Reason::Match},
+      {"IPv4 router advertisement, 64", 9, false, 64, Reason::Match},
+      {"IPv4 router solicitation, 1", 10, false, 1, Reason::Match},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    PacketBuilder b;
+    if (c.v6) {
+      b.ipv6("fe80::1", "fe80::2");
+    } else {
+      b.ipv4("10.0.0.1", "10.0.0.2");
+    }
+    // Long enough for any of them: a redirect's target and destination are 32 bytes.
+    const Bytes packet = b.ttl(c.ttl).icmp(c.type, 0).payload(32).build();
+    PacketView p;
+    CHECK(parse_exact(packet, p) == c.reason);
+  }
+}
+
 TEST_CASE("parse: other transports pass with no ports", "[packet]") {
   struct Case {
     const char* name;
