@@ -115,12 +115,12 @@ constexpr Named kIcmpTypes[] = {
     {"ipv6-here", 34}, {"mobregreq", 35}, {"mobregrep", 36}, {"skip", 39},     {"photuris", 40},
 };
 constexpr Named kIcmp6Types[] = {
-    {"unreach", 1},      {"toobig", 2},       {"timex", 3},        {"paramprob", 4},   {"echoreq", 128},
-    {"echorep", 129},    {"groupqry", 130},   {"listqry", 130},    {"grouprep", 131},  {"listenrep", 131},
-    {"groupterm", 132},  {"listendone", 132}, {"routersol", 133},  {"routeradv", 134}, {"neighbrsol", 135},
-    {"neighbradv", 136}, {"redir", 137},      {"routrrenum", 138}, {"wrureq", 139},    {"wrurep", 140},
-    {"fqdnreq", 139},    {"fqdnrep", 140},    {"niqry", 139},      {"nirep", 140},     {"mtraceresp", 200},
-    {"mtrace", 201},
+    {"unreach", 1},      {"toobig", 2},        {"timex", 3},        {"paramprob", 4},   {"echoreq", 128},
+    {"echorep", 129},    {"groupqry", 130},    {"listqry", 130},    {"grouprep", 131},  {"listenrep", 131},
+    {"groupterm", 132},  {"listendone", 132},  {"routersol", 133},  {"routeradv", 134}, {"neighbrsol", 135},
+    {"neighbradv", 136}, {"redir", 137},       {"routrrenum", 138}, {"wrureq", 139},    {"wrurep", 140},
+    {"fqdnreq", 139},    {"fqdnrep", 140},     {"niqry", 139},      {"nirep", 140},     {"mtraceresp", 200},
+    {"mtrace", 201},     {"listenrepv2", 143},
 };
 
 // pfctl's names of codes (its icmp_code and icmp6_code tables), each a code of one type only:

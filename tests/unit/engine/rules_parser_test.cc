@@ -452,6 +452,9 @@ TEST_CASE("filter rules: every construct into the AST") {
        "pass proto 1 from * to * icmp 10:-1 9:-1 13:-1 18:-1 keep"},
       {"pass proto icmp6 all icmp6-type { redir listqry wrureq mtrace }",
        "pass proto 58 from * to * icmp6 137:-1 130:-1 139:-1 201:-1 keep"},
+      // MLDv2's report (RFC 3810 5.2), by pfctl's name for it.
+      {"pass proto icmp6 all icmp6-type { listenrep listenrepv2 listendone }",
+       "pass proto 58 from * to * icmp6 131:-1 143:-1 132:-1 keep"},
       {"pass proto icmp all icmp-type { echorep, timex paramprob redir squench 42 code 0 }",
        "pass proto 1 from * to * icmp 0:-1 11:-1 12:-1 5:-1 4:-1 42:0 keep"},
       {"pass inet6 proto icmp6 all icmp6-type { echoreq echorep unreach toobig timex paramprob }",
