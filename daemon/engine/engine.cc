@@ -62,6 +62,17 @@ bool tcp_flags_valid(uint8_t flags) {
   return true;
 }
 
+// Whether `block return` may answer an ICMP message with an unreachable, as pf_test_rule decides:
+// only a query or its reply (ICMP_INFOTYPE), and an ICMPv6 informational message other than a
+// redirect. No error is sent about an error (RFC 1122 3.2.2, RFC 4443 2.4(e)): that is every
+// ICMPv6 type below 128 (RFC 4443 2.1), and IPv4's conversion and security failures (types 31, 40)
+// as much as its unreachables.
+bool icmp_answerable(const PacketView& packet) {
+  const uint8_t type = packet.icmp.type;
+  if (packet.family == Family::V6) return type >= 128 && type != 137;
+  return type == 0 || type == 8 || type == 9 || type == 10 || (type >= 13 && type <= 18);
+}
+
 // Lowers every MSS option of a TCP segment above `max_mss` to it, as pf_normalize_mss does: the
 // parser keeps the last one, as Linux and BSD stacks do, but a receiver that reads the first of
 // two would otherwise take a size the clamp was meant to forbid. Returns whether one changed.
@@ -1211,13 +1222,13 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       if (pass == 1) log_in_pass(v);
       if (pass == 1 && meta.out_iface == kNoIface) v.routed_out = translation.iface[1];
       // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
-      // ever answers TCP, and nothing answers a reset or an ICMP error (RFC 9293 3.10.7.1,
-      // RFC 1122 3.2.2).
+      // ever answers TCP, and nothing answers a reset (RFC 9293 3.10.7.1) or ICMP other than a
+      // query (icmp_answerable()).
       rules::BlockReply reply = rule.reply;
       if (rule.reply_rst_for_tcp)
         reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
       if (reply == rules::BlockReply::ReturnRst && !packet.is_tcp()) reply = rules::BlockReply::Drop;
-      const bool unanswerable = (packet.is_icmp() && packet.icmp.is_error) ||
+      const bool unanswerable = (packet.is_icmp() && !icmp_answerable(packet)) ||
                                 (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst));
       if (reply != rules::BlockReply::Drop && !unanswerable) {
         v.action = Verdict::Action::Reject;

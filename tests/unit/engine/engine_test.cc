@@ -165,6 +165,8 @@ TEST_CASE("block replies: return-rst for TCP, return for both, never to a reset"
   const Bytes udp = PacketBuilder().ipv4(kClient, kServer).udp(1, 2).build();
   const Bytes tcp = syn(80);
   const Bytes rst = tcp4(kClient, 1, kServer, 2).flags(tcpflag::kRst).build();
+  const auto v4_icmp = [](uint8_t type) { return PacketBuilder().ipv4(kClient, kServer).icmp(type, 0); };
+  const auto v6_icmp = [](uint8_t type) { return PacketBuilder().ipv6(kClient6, kServer6).icmp(type, 0); };
   const Case cases[] = {
       {"block return-rst proto tcp all", tcp, Action::Reject, rules::BlockReply::ReturnRst},
       {"block return-rst proto tcp all", rst, Action::Drop, rules::BlockReply::Drop},
@@ -179,8 +181,24 @@ TEST_CASE("block replies: return-rst for TCP, return for both, never to a reset"
       {"set block-policy return\nblock drop all", tcp, Action::Drop, rules::BlockReply::Drop},
       {"set block-policy return\nblock return-icmp all", tcp, Action::Reject, rules::BlockReply::ReturnIcmp},
       {"set block-policy drop\nblock all", udp, Action::Drop, rules::BlockReply::Drop},
+      // ICMP: a query or its reply is answered, as pf answers ICMP_INFOTYPE and ICMPv6 from 128 on
+      // but redirects; an error (every ICMPv6 type below 128 is one) or a redirect never is.
+      {"block return all", v4_icmp(8).build(), Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block return all", v4_icmp(0).build(), Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block return all", v4_icmp(13).payload(12).build(), Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block return all", v4_icmp(10).build(), Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block return all", v4_icmp(3).icmp_error(3, 3, udp).build(), Action::Drop, rules::BlockReply::Drop},
+      {"block return all", v4_icmp(31).build(), Action::Drop, rules::BlockReply::Drop},
+      {"block return all", v4_icmp(40).build(), Action::Drop, rules::BlockReply::Drop},
+      {"block return all", v4_icmp(6).build(), Action::Drop, rules::BlockReply::Drop},
+      {"block return all", v6_icmp(128).build(), Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block return all", v6_icmp(139).build(), Action::Reject, rules::BlockReply::ReturnIcmp},
+      {"block return all", v6_icmp(100).build(), Action::Drop, rules::BlockReply::Drop},
+      {"block return all", v6_icmp(127).build(), Action::Drop, rules::BlockReply::Drop},
+      {"block return all", v6_icmp(137).ttl(255).payload(32).build(), Action::Drop, rules::BlockReply::Drop},
   };
   for (const auto& c : cases) {
+    INFO(c.rules << ", case " << (&c - cases));
     Firewall fw(c.rules);
     const Verdict v = fw.out(c.packet);
     CHECK(v.reason == Reason::RuleBlock);
