@@ -3,18 +3,23 @@
 # keepalived decided on to pairwalld (pairwallctl failover set-role master|backup|fault).
 #
 # Two ways keepalived can run it:
-#   pairwall-notify.sh [-s SOCKET] [-c PAIRWALLCTL] FIFO
+#   pairwall-notify.sh [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO
 #       as vrrp_notify_fifo_script (the shipped keepalived.conf): keepalived writes one line per
 #       state change, "INSTANCE "NAME" STATE PRIORITY", into FIFO, and we apply them one after the
 #       other. This is the way to use: keepalived forks a separate notify script per event, so two
 #       quick changes (BACKUP -> MASTER -> BACKUP) can reach pairwalld in the wrong order; the FIFO
 #       keeps them in order.
-#   pairwall-notify.sh [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY
+#   pairwall-notify.sh [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY
 #       as a per-instance `notify` script.
 # STATE is MASTER, BACKUP, FAULT, STOP or DELETED. STOP / DELETED mean keepalived no longer runs the
 # instance and has removed its VIPs: this node is not master any more, so "backup". The FIFO also
 # carries MASTER_RX_LOWER_PRI, MASTER_PRIORITY and BACKUP_PRIORITY, which leave the role as it is.
 #
+#   -i INSTANCE     the vrrp_instance whose state is pairwalld's role. keepalived writes the changes
+#                   of every instance and sync group into the FIFO: those of other instances, and
+#                   of groups, leave the role alone (logged once per name, so that a misspelt -i
+#                   shows). Without -i every instance's change counts, which is right only for a
+#                   keepalived that runs this one instance.
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
 #
@@ -25,14 +30,32 @@ set -u
 
 ctl=pairwallctl
 sock=
-while getopts "s:c:" opt; do
+instance=
+ignored=" "
+while getopts "i:s:c:" opt; do
   case "$opt" in
+    i) instance=$OPTARG ;;
     s) sock=$OPTARG ;;
     c) ctl=$OPTARG ;;
-    *) echo "usage: $0 [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2; exit 2 ;;
+    *) echo "usage: $0 [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
+
+# ours TYPE NAME: whether a change of keepalived's TYPE ("INSTANCE" or "GROUP") NAME is pairwalld's.
+ours() {
+  [ -z "$instance" ] && return 0
+  [ "$1" = INSTANCE ] && [ "$2" = "$instance" ] && return 0
+  case "$ignored" in
+    *" $1:$2 "*) ;;
+    *)
+      ignored="$ignored$1:$2 "
+      logger -t pairwall-notify "keepalived $1 $2 is not instance $instance (-i): its changes are not passed on" \
+        2>/dev/null
+      ;;
+  esac
+  return 1
+}
 
 # tell NAME STATE: one state change of instance NAME.
 tell() {
@@ -72,13 +95,15 @@ if [ $# -eq 1 ] && [ -p "$1" ]; then
   while read -r type name state _priority; do
     [ "$type" = INSTANCE ] || continue
     name=$(echo "$name" | tr -d '"')
+    ours "$type" "$name" || continue
     tell "$name" "$state"
   done <"$1"
   exit 0
 fi
 
 if [ $# -lt 3 ]; then
-  echo "usage: $0 [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2
+  echo "usage: $0 [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2
   exit 2
 fi
+ours "$1" "$2" || exit 0
 tell "$2" "$3"

@@ -33,8 +33,8 @@ def keepalived_conf(p, node):
         "router_id pairwall-a": f"router_id pairwall-{node}",
         'script "/usr/bin/pairwallctl health"': f'script "{ctl} -s {sock} health"',
         "vrrp_notify_fifo /run/keepalived-pairwall-notify.fifo": f"vrrp_notify_fifo {p.dir / f'notify-{node}.fifo'}",
-        'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh"':
-            f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh -s {sock} -c {ctl}"',
+        'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh -i pairwall"':
+            f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh -i pairwall -s {sock} -c {ctl}"',
     }
     for old, new in replaced.items():
         assert old in text, f"the shipped keepalived.conf no longer contains {old!r}"

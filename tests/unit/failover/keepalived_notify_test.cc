@@ -28,17 +28,26 @@ std::string read_all(const fs::path& path) {
   return out.str();
 }
 
-// Feeds `lines` through a FIFO to the notify script, as keepalived does, and waits until it exits.
-void run_fifo(const fs::path& dir, const std::string& lines) {
+const std::string kScript = std::string(PAIRWALL_SOURCE_DIR) + "/packaging/keepalived/pairwall-notify.sh";
+
+// Feeds `lines` through a FIFO to the notify script, run with `options`, as keepalived does, and
+// waits until it exits.
+void run_fifo(const fs::path& dir, const std::string& lines, const std::string& options = "") {
   REQUIRE(::mkfifo((dir / "notify.fifo").c_str(), 0600) == 0);
   std::ofstream(dir / "lines") << lines;
-  const std::string script = std::string(PAIRWALL_SOURCE_DIR) + "/packaging/keepalived/pairwall-notify.sh";
   // Each side bounded in time: a script that never opened the FIFO must fail the test, not hang it.
   write_script(dir / "run",
-               "cd \"$(dirname \"$0\")\"\nPATH=\"$PWD:$PATH\" timeout 10 sh '" + script +
-                   "' -c ./pairwallctl notify.fifo &\ntimeout 10 sh -c 'cat lines > notify.fifo'\n"
+               "cd \"$(dirname \"$0\")\"\nPATH=\"$PWD:$PATH\" timeout 10 sh '" + kScript + "' " + options +
+                   " -c ./pairwallctl notify.fifo &\ntimeout 10 sh -c 'cat lines > notify.fifo'\n"
                    "wait\n");
   REQUIRE(std::system(("sh '" + (dir / "run").string() + "'").c_str()) == 0);
+}
+
+// Runs the notify script once with `args`, as keepalived runs a per-instance `notify` script.
+void run_notify(const fs::path& dir, const std::string& args) {
+  REQUIRE(std::system(("cd '" + dir.string() + "' && PATH=\"$PWD:$PATH\" timeout 10 sh '" + kScript +
+                       "' -c ./pairwallctl " + args)
+                          .c_str()) == 0);
 }
 
 }  // namespace
@@ -59,4 +68,46 @@ TEST_CASE("keepalived notify: events within a state tell pairwalld nothing and l
   CHECK(read_all(dir.path / "ctl.log") ==
         "failover set-role master\nfailover set-role backup\nfailover set-role fault\n");
   CHECK(read_all(dir.path / "logger.log").empty());
+}
+
+TEST_CASE("keepalived notify: changes of other instances and of sync groups leave the role alone",
+          "[keepalived]") {
+  pairwall::test::TempDir dir("keepalived-notify");
+  write_script(dir.path / "pairwallctl", "echo \"$*\" >> \"$(dirname \"$0\")/ctl.log\"\n");
+  write_script(dir.path / "logger", "echo \"$*\" >> \"$(dirname \"$0\")/logger.log\"\n");
+  // keepalived writes every instance's and group's changes into the one vrrp_notify_fifo.
+  run_fifo(dir.path,
+           "INSTANCE \"pairwall\" BACKUP 100\n"
+           "INSTANCE \"dmz\" MASTER 200\n"
+           "GROUP \"edge\" MASTER\n"
+           "INSTANCE \"pairwall\" MASTER 100\n"
+           "INSTANCE \"dmz\" FAULT 200\n"
+           "INSTANCE \"dmz\" BACKUP 200\n",
+           "-i pairwall");
+  CHECK(read_all(dir.path / "ctl.log") == "failover set-role backup\nfailover set-role master\n");
+  // Once per name, so that an -i naming no instance shows in the log.
+  CHECK(read_all(dir.path / "logger.log") ==
+        "-t pairwall-notify keepalived INSTANCE dmz is not instance pairwall (-i): its changes are not "
+        "passed on\n");
+
+  // The same as a per-instance `notify` script.
+  fs::remove(dir.path / "ctl.log");
+  run_notify(dir.path, "-i pairwall INSTANCE dmz MASTER 200");
+  run_notify(dir.path, "-i pairwall GROUP pairwall FAULT 100");
+  CHECK_FALSE(fs::exists(dir.path / "ctl.log"));
+  run_notify(dir.path, "-i pairwall INSTANCE pairwall FAULT 100");
+  CHECK(read_all(dir.path / "ctl.log") == "failover set-role fault\n");
+}
+
+TEST_CASE("keepalived notify: the shipped keepalived.conf follows its own vrrp_instance", "[keepalived]") {
+  const std::string conf = read_all(fs::path(PAIRWALL_SOURCE_DIR) / "packaging/keepalived/keepalived.conf");
+  const std::string instance_key = "\nvrrp_instance ";
+  const std::size_t at = conf.find(instance_key);
+  REQUIRE(at != std::string::npos);
+  const std::size_t name_at = at + instance_key.size();
+  const std::string instance = conf.substr(name_at, conf.find(' ', name_at) - name_at);
+  // Exactly one instance: the script follows one.
+  CHECK(conf.find(instance_key, name_at) == std::string::npos);
+  CHECK(conf.find("vrrp_notify_fifo_script \"/usr/lib/pairwall/pairwall-notify.sh -i " + instance + "\"") !=
+        std::string::npos);
 }
