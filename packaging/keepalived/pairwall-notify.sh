@@ -91,12 +91,18 @@ tell() {
 }
 
 if [ $# -eq 1 ] && [ -p "$1" ]; then
-  # Runs as long as keepalived keeps the FIFO open.
+  # A keepalived stopping sends its scripts SIGTERM first and writes the instances' STOP lines
+  # after (vrrp_terminate_phase1): dying on the signal, we would never tell pairwalld that this
+  # node is no longer master. Ignored, the FIFO's end or the STOP ends the script instead (a reload
+  # sends SIGTERM too, and then closes the FIFO, without a STOP). Nothing follows a STOP, and
+  # keepalived kills a script still running a second later: we exit as soon as it is passed on.
+  trap '' TERM
   while read -r type name state _priority; do
     [ "$type" = INSTANCE ] || continue
     name=$(echo "$name" | tr -d '"')
     ours "$type" "$name" || continue
     tell "$name" "$state"
+    [ "$state" = STOP ] && exit 0
   done <"$1"
   exit 0
 fi

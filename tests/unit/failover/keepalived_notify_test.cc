@@ -111,3 +111,32 @@ TEST_CASE("keepalived notify: the shipped keepalived.conf follows its own vrrp_i
   CHECK(conf.find("vrrp_notify_fifo_script \"/usr/lib/pairwall/pairwall-notify.sh -i " + instance + "\"") !=
         std::string::npos);
 }
+
+TEST_CASE("keepalived notify: a keepalived stopping says STOP after its SIGTERM, and pairwalld hears it",
+          "[keepalived]") {
+  pairwall::test::TempDir dir("keepalived-notify");
+  write_script(dir.path / "pairwallctl", "echo \"$*\" >> \"$(dirname \"$0\")/ctl.log\"\n");
+  write_script(dir.path / "logger", "echo \"$*\" >> \"$(dirname \"$0\")/logger.log\"\n");
+  REQUIRE(::mkfifo((dir.path / "notify.fifo").c_str(), 0600) == 0);
+  // keepalived's shutdown (vrrp_terminate_phase1): SIGTERM to its scripts, the FIFO script among
+  // them, then a STOP line per instance, then about a second later the FIFO closes. The script is
+  // killed if it has not exited by then: it must exit after its instance's STOP, the FIFO still open.
+  write_script(dir.path / "run",
+               "cd \"$(dirname \"$0\")\"\n"
+               "PATH=\"$PWD:$PATH\" timeout -s KILL 5 sh '" +
+                   kScript +
+                   "' -c ./pairwallctl notify.fifo &\n"
+                   "pid=$!\n"
+                   "exec 3>notify.fifo\n"
+                   "echo 'INSTANCE \"pairwall\" MASTER 100' >&3\n"
+                   "i=0; while [ ! -s ctl.log ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done\n"
+                   "kill -TERM $pid\n"
+                   "sleep 0.2\n"
+                   "(echo 'INSTANCE \"pairwall\" STOP 100' >&3) 2>/dev/null\n"
+                   "wait $pid\n"
+                   "echo $? > status\n"
+                   "exec 3>&-\n");
+  REQUIRE(std::system(("timeout 20 sh '" + (dir.path / "run").string() + "'").c_str()) == 0);
+  CHECK(read_all(dir.path / "ctl.log") == "failover set-role master\nfailover set-role backup\n");
+  CHECK(read_all(dir.path / "status") == "0\n");
+}
