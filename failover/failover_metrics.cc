@@ -42,8 +42,10 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
     out.sample({{"vhid", vhid}},
                s.health_checked_ms_ago < 0 ? -1.0 : static_cast<double>(s.health_checked_ms_ago) / 1000.0);
   }
-  out.family("pairwall_failover_vips_held", Type::Gauge, "1 while this node holds the group's VIPs");
-  out.sample({{"vhid", vhid}}, uint64_t{s.vips_held});
+  if (s.driver != Driver::Keepalived) {  // there keepalived holds the VIPs, and says so itself
+    out.family("pairwall_failover_vips_held", Type::Gauge, "1 while this node holds the group's VIPs");
+    out.sample({{"vhid", vhid}}, uint64_t{s.vips_held});
+  }
   out.family("pairwall_failover_carrier", Type::Gauge, "1 while a VIP interface has carrier");
   for (const auto& l : s.links) out.sample({{"vhid", vhid}, {"interface", l.name}}, uint64_t{l.carrier});
 

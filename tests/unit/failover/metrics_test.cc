@@ -41,3 +41,24 @@ TEST_CASE("failover metrics: role, demotion by reason, rejects by reason", "[met
     CHECK(text.find(line) != std::string::npos);
   }
 }
+
+// In keepalived mode keepalived holds the VIPs: a gauge that always read 0 on its master would say
+// the group is served by no one.
+TEST_CASE("failover metrics: VIPs held by the builtin election only, health checks in keepalived mode",
+          "[metrics]") {
+  for (const auto driver : {pf::Driver::Builtin, pf::Driver::Keepalived}) {
+    const bool keepalived = driver == pf::Driver::Keepalived;
+    INFO((keepalived ? "keepalived" : "builtin"));
+    pf::FailoverSnapshot s;
+    s.vhid = 7;
+    s.driver = driver;
+    s.role = pf::Role::Master;
+    s.vips_held = !keepalived;
+    pairwall::control::MetricWriter w;
+    pf::write_failover_metrics(w, s);
+    const std::string text = w.text();
+    CHECK((text.find("pairwall_failover_vips_held{vhid=\"7\"} 1\n") != std::string::npos) == !keepalived);
+    CHECK((text.find("pairwall_failover_vips_held") != std::string::npos) == !keepalived);
+    CHECK((text.find("pairwall_failover_health_checked_seconds") != std::string::npos) == keepalived);
+  }
+}
