@@ -180,7 +180,7 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
       if (r.get(key) != nullptr) {
         r.fail(key,
                "the builtin election's; with driver = \"keepalived\", keepalived.conf decides it "
-               "(priority, advert_int, nopreempt, virtual_ipaddress): remove it");
+               "(priority, advert_int, virtual_ipaddress): remove it");
       }
     }
   }

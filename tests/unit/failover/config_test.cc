@@ -169,11 +169,11 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
       {kVips, "[failover] key_file: missing: advertisements are authenticated with a shared key file"},
       {"driver = \"keepalived\"\nadvskew = 100\n" + kVips,
        "[failover] advskew: the builtin election's; with driver = \"keepalived\", keepalived.conf decides it "
-       "(priority, advert_int, nopreempt, virtual_ipaddress): remove it"},
+       "(priority, advert_int, virtual_ipaddress): remove it"},
       {"driver = \"keepalived\"\n" + key + kVips,
        "[failover] key_file: the builtin election's; with driver = \"keepalived\", keepalived.conf decides "
        "it "
-       "(priority, advert_int, nopreempt, virtual_ipaddress): remove it"},
+       "(priority, advert_int, virtual_ipaddress): remove it"},
       {"key_file = \"short.key\"\n" + kVips,
        "[failover] key_file: \"DIR/short.key\" holds 8 bytes, need at least 16 (e.g. head -c 32 /dev/urandom "
        "| base64)"},
@@ -191,7 +191,7 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
        "[failover] accept_key_file: holds the key of key_file: name the other key"},
       {"driver = \"keepalived\"\naccept_key_file = \"next.key\"\n",
        "[failover] accept_key_file: the builtin election's; with driver = \"keepalived\", keepalived.conf "
-       "decides it (priority, advert_int, nopreempt, virtual_ipaddress): remove it"},
+       "decides it (priority, advert_int, virtual_ipaddress): remove it"},
       {key, "[failover] vips: missing: a failover group needs at least one virtual address"},
       {key + "vips = \"10.0.0.1/24\"\n",
        "[failover] vips: expected an array of { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got "
