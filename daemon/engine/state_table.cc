@@ -246,6 +246,15 @@ struct StateTable::Shard {
     return static_cast<uint16_t>(time_left_step(time_left) | kTimeLeft);
   }
 
+  void queue_prepend(StateEntry* e, uint16_t index) {
+    Queue& q = queue(index);
+    e->queue = index;
+    e->queue_prev = nullptr;
+    e->queue_next = q.head;
+    (q.head ? q.head->queue_prev : q.tail) = e;
+    q.head = e;
+  }
+
   void queue_unlink(StateEntry* e) {
     Queue& q = queue(e->queue);
     (e->queue_prev ? e->queue_prev->queue_next : q.head) = e->queue_next;
@@ -750,17 +759,25 @@ std::size_t StateTable::refile(Millis now, const std::function<Millis(const Stat
         next = e->queue_next;
         const Millis duration = duration_of(*e);
         if (!(qi & kTimeLeft) && shard->queue(qi).duration == duration) continue;
+        const Millis left = e->last_seen + duration - now;
         uint16_t filed = 0;
         try {
-          filed = shard->queue_for_time_left(std::max(Millis{0}, e->last_seen + duration - now));
+          filed = shard->queue_for_time_left(std::max(Millis{0}, left));
         } catch (const std::bad_alloc&) {
           return;  // the rest keep their places: due on their earlier timeouts, still bounded
         }
-        if (filed == qi) continue;
+        if (filed == qi && left > Millis{0}) continue;
         fold_counters(*e);
         shard->queue_unlink(e);
-        shard->queue_append(e, filed);
-        e->queued_at = now;
+        if (left > Millis{0}) {
+          shard->queue_append(e, filed);
+          e->queued_at = now;
+        } else {
+          // Past its new lifetime already: at the head of the shortest queue, due now, so that the
+          // expiry pass that follows removes it. Every entry ahead of a head that is not due is due.
+          shard->queue_prepend(e, filed);
+          e->queued_at = now - shard->queue(filed).duration;
+        }
         ++moved;
       }
     });

@@ -1503,6 +1503,12 @@ TEST_CASE("a reload's global timeouts apply to existing idle states, a rule's ow
     CHECK(fw.engine.states().size() == 1);
     CHECK(fw.engine.expire(sent + c.expired_at) == 1);
   }
+  // The first expiry pass after the reload comes when the state is past its new lifetime already:
+  // it goes in that pass.
+  Firewall fw("set timeout udp.first 60\npass all");
+  REQUIRE(fw.out(PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).build()).reason == Reason::Match);
+  fw.load("set timeout udp.first 5\npass all");
+  CHECK(fw.engine.expire(fw.now + Millis{24 * 3600 * 1000}) == 1);
 }
 
 TEST_CASE("state changes are reported for sync", "[engine][sync]") {
