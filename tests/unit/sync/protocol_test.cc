@@ -573,17 +573,31 @@ TEST_CASE("a bulk's timeout grows with the count it announced", "[sync][protocol
   CHECK(p.now - started < ms(4100));
 }
 
+// Node 2 just started: node 1 (epoch 77) proven, the bulk asked of it. `peer` heads the datagrams
+// a test crafts in node 1's name.
+struct AwaitingBulk {
+  FakeStore store;
+  SyncProtocol node;
+  Header peer;
+
+  AwaitingBulk() : node(config(), test_key(), store, ms(1000)) {
+    peer.node_id = 1;
+    peer.epoch = 77;
+    prove_peer(node, peer, ms(1000));
+    REQUIRE(node.bulk_state() == BulkState::Requested);
+  }
+  static ProtocolConfig config() {
+    ProtocolConfig c = Pair::base_config(2);
+    c.bulk_timeout_min = ms(1000);
+    return c;
+  }
+};
+
 TEST_CASE("a bulk announcing more states than any table holds still waits for its end",
           "[sync][protocol][bulk][reject]") {
-  FakeStore store;
-  ProtocolConfig c = Pair::base_config(2);
-  c.bulk_timeout_min = ms(1000);
-  SyncProtocol b(c, test_key(), store, ms(1000));
-  Header h;
-  h.node_id = 1;
-  h.epoch = 77;
-  prove_peer(b, h, ms(1000));
-  REQUIRE(b.bulk_state() == BulkState::Requested);
+  AwaitingBulk awaiting;
+  SyncProtocol& b = awaiting.node;
+  Header h = awaiting.peer;
   h.flags = frameflag::kSequenced;
   h.xmit = 2;
   h.seq = 1;
@@ -617,15 +631,10 @@ uint64_t bulk_start_seq(std::span<const uint8_t> d) {
 
 TEST_CASE("a bulk whose start arrives after its end, through a resync, ends with its end",
           "[sync][protocol][bulk][gap]") {
-  FakeStore store;
-  ProtocolConfig c = Pair::base_config(2);
-  c.bulk_timeout_min = ms(1000);
-  SyncProtocol b(c, test_key(), store, ms(1000));
-  Header h;
-  h.node_id = 1;
-  h.epoch = 77;
-  prove_peer(b, h, ms(1000));
-  REQUIRE(b.bulk_state() == BulkState::Requested);
+  AwaitingBulk awaiting;
+  FakeStore& store = awaiting.store;
+  SyncProtocol& b = awaiting.node;
+  Header h = awaiting.peer;
   const uint32_t request = b.status(ms(1000)).bulk_request;
   // A state of the peer's that no record of this transfer names: not removed, since the transfer
   // did not arrive whole.
