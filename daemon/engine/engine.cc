@@ -379,8 +379,7 @@ void Engine::refresh_rules(Worker& worker) const noexcept {
 // learned from the peer, it follows the running rule set's global ones (pf's pf_state_expires).
 Millis Engine::timeout_of(const StateEntry& entry, TimeoutClass timeout,
                           const rules::RuleSet& current) noexcept {
-  if (entry.creator != nullptr) return entry.creator->timeout(timeout, current.timeouts());
-  return current.timeouts()[timeout];
+  return rules::state_timeout(entry.creator, timeout, current.timeouts());
 }
 
 void Engine::emit_control(const StateRecord& record) noexcept {
@@ -1302,8 +1301,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   PeerTracking src;
   PeerTracking dst;
   const TimeoutClass timeout = track_first_packet(src, dst, packet);
-  const Millis duration =
-      creator != nullptr ? creator->timeout(timeout, rules.timeouts()) : rules.timeouts()[timeout];
+  const Millis duration = rules::state_timeout(creator, timeout, rules.timeouts());
   const StateId id{config_.node_id, next_state_counter_.fetch_add(1, std::memory_order_relaxed)};
   StateTable::CreateStatus status;
   StateTable::Handle state;
@@ -1581,8 +1579,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
       creator = &current->rule(record.rule_index);
     }
     // The record says how long the state has left; on our clock that is an older "last seen".
-    const Millis duration =
-        creator != nullptr ? creator->timeout(record.timeout, timeouts) : timeouts[record.timeout];
+    const Millis duration = rules::state_timeout(creator, record.timeout, timeouts);
     const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
     StateTable::CreateStatus status;
     const auto create = [&] {

@@ -36,9 +36,9 @@ bool parse_ip(const std::string& text, Parsed& out) {
     out.family = AddrKind::V6;
     out.multicast = buf[0] == 0xff;
     // The scope, not the flags: ff02::/16, and ff12::/16 and the like too (RFC 4291 section 2.7).
-    out.link_local_group = out.multicast && (buf[1] & 0x0f) == 0x2;
-    // Interface-local (1) stays on this node; 0 and 15 are reserved, and Linux sends neither out.
     const uint8_t scope = buf[1] & 0x0f;
+    out.link_local_group = out.multicast && scope == 0x2;
+    // Interface-local (1) stays on this node; 0 and 15 are reserved, and Linux sends neither out.
     out.node_group = out.multicast && (scope == 0x0 || scope == 0x1 || scope == 0xf);
     out.unspecified = true;
     for (uint8_t b : buf) out.unspecified = out.unspecified && b == 0;

@@ -70,6 +70,11 @@ struct CompiledRule {
   }
 };
 
+// The timeout of class `c` for a state `rule` created (nullptr: learned, or made by no rule).
+inline Millis state_timeout(const CompiledRule* rule, TimeoutClass c, const Timeouts& current) {
+  return rule != nullptr ? rule->timeout(c, current) : current[c];
+}
+
 // Normalization decided for one packet (merged from the first matching scrub rule).
 struct ScrubAction {
   bool matched = false;
