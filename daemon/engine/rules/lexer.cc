@@ -292,7 +292,7 @@ Token Lexer::next() {
       advance(src, 1);
       return t;
     }
-    if (c == '"') return lex_string(src, line, column);
+    if (c == '"' || c == '\'') return lex_string(src, line, column);
 
     auto punct = [&](TokenKind kind, std::size_t length) {
       advance(src, length);
@@ -357,20 +357,27 @@ Token Lexer::next() {
 
 Token Lexer::lex_string(Source& src, uint32_t line, uint32_t column) {
   const std::string_view text = src.text;
+  const char quote = text[src.pos];
   std::string value;
   advance(src, 1);  // opening quote
   for (;;) {
-    if (src.pos >= text.size() || text[src.pos] == '\n') {
-      fail(line, column, "unterminated quoted string: expected '\"' before the end of the line");
+    if (src.pos >= text.size()) {
+      fail(line, column,
+           std::string("unterminated quoted string: no closing ") + quote + " before the end of the file");
     }
     const char c = text[src.pos];
-    if (c == '"') {
+    if (c == quote) {
       advance(src, 1);
       return make(TokenKind::String, std::move(value), src, line, column);
     }
+    // As pfctl's lexer: a line break inside quotes is dropped, and the string goes on.
+    if (c == '\n') {
+      advance(src, 1);
+      continue;
+    }
     if (c == '\\' && src.pos + 1 < text.size()) {
       const char n = text[src.pos + 1];
-      if (n == '"' || n == '\\') {
+      if (n == quote || n == '\\') {
         value += n;
         advance(src, 2);
         continue;

@@ -6,6 +6,9 @@
 // (`return-rst`) arrive whole and the parser splits them. `<name>` is a table name when a letter
 // or `_` follows `<` directly; otherwise `<` is a port operator (`port < 1024`, `port <1024`).
 //
+// Strings take either quote, `"..."` or `'...'`; as in pfctl, a line break inside the quotes is
+// dropped and the string goes on over the next line.
+//
 // Macros: the parser defines them (`name = value`); `$name` is replaced by the value, re-read
 // as rule text the way pfctl does, so `$ports` may expand to `{ 22 80 }`. Tokens from an
 // expansion carry the position of the `$name` that produced them; word characters written right
@@ -32,7 +35,7 @@ enum class TokenKind : uint8_t {
   End,             // end of file (of an included one: Token::file is not 0)
   Newline,         // end of a logical line
   Word,            // unquoted: keyword, name, number, address, ...
-  String,          // "quoted", text without the quotes
+  String,          // "quoted" or 'quoted', text without the quotes
   Table,           // <name>, text without the brackets
   LBrace,          // {
   RBrace,          // }

@@ -298,6 +298,36 @@ TEST_CASE("lexer: a comment ending in a backslash goes on over the next line as 
         "t.conf:4:6: expected 'from', 'to', 'all', a rule option or end of line, got 'foo'");
 }
 
+// pfctl's lexer quotes with either mark, and drops a line break inside the quotes: the string, and
+// the statement, go on over the next line.
+TEST_CASE("lexer: single and double quotes, and strings over several lines, as pfctl's") {
+  const RuleFile f = parse_ok(
+      "ext_if = 'em0'\n"
+      "web = \"{ 80,\n"
+      "        443 }\"\n"
+      "pass in on $ext_if proto tcp to port $web label 'it\\'s \"quoted\"'\n"
+      "pass in on \"em1\" proto tcp to port 22 label \"say \\\"hi\\\"\"\n");
+  REQUIRE(f.filter_rules.size() == 2);
+  CHECK(render(f.filter_rules[0]) == "pass in on em0 proto 6 from * to * port =80,=443 keep");
+  CHECK(f.filter_rules[0].location.line == 4);
+  CHECK(f.filter_rules[0].label == "it's \"quoted\"");
+  CHECK(f.filter_rules[1].label == "say \"hi\"");
+  CHECK(f.filter_rules[1].location.line == 5);
+
+  Lexer lex("a = 'x \"y\"' \"p\nq\" z");
+  CHECK(lex.next().text == "a");
+  CHECK(lex.next().kind == TokenKind::Eq);
+  Token t = lex.next();
+  CHECK((t.kind == TokenKind::String && t.text == "x \"y\"" && t.column == 5));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::String && t.text == "pq" && t.line == 1 && t.column == 13));
+  t = lex.next();
+  CHECK((t.kind == TokenKind::Word && t.text == "z" && t.line == 2 && t.column == 4));
+
+  CHECK(parse_error("ext_if = 'veth0\npass all") ==
+        "t.conf:1:10: unterminated quoted string: no closing ' before the end of the file");
+}
+
 // As pfctl's symset(): a macro defined again takes its new value from there on, the rules before
 // keep the old one, and a macro built from it outside quotes (`"{" $svc "24 }"`) keeps the value
 // it had then.
@@ -811,7 +841,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:31: duplicate 'flags': already given at line 1, column 20"},
       // Strings, lists, tables, macros.
       {"ext_if = \"veth0\npass all",
-       "t.conf:1:10: unterminated quoted string: expected '\"' before the end of the line"},
+       "t.conf:1:10: unterminated quoted string: no closing \" before the end of the file"},
       {"pass proto tcp to port { 80 443",
        "t.conf:1:32: expected '}' to close the list opened at line 1, column 24, got end of file"},
       {"table <t> { 10.0.0.0/8\npass all",
