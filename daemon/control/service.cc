@@ -547,9 +547,12 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
     const std::set<engine::TableEntry> before = entry_set(*table);
     table->entries.clear();
     table->negated_entries.clear();
+    // Each prefix once, the first way it is listed, as a table's definition takes them.
     std::set<engine::TableEntry> after;
+    std::set<engine::IpPrefix> listed;
     for (const engine::TableEntry& e : wanted) {
-      if (!after.insert(e).second) continue;
+      if (!listed.insert(e.prefix).second) continue;
+      after.insert(e);
       (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
       added += !before.contains(e);
     }

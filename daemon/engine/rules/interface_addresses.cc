@@ -83,13 +83,13 @@ class Resolver {
   std::optional<RuleError> run() {
     // Tables first: the tables made for rules' elements are appended after them.
     for (Table& t : file_.tables) {
-      std::set<IpPrefix> seen[2] = {{t.entries.begin(), t.entries.end()},
-                                    {t.negated_entries.begin(), t.negated_entries.end()}};
+      std::set<IpPrefix> seen(t.entries.begin(), t.entries.end());  // each prefix once, its first way
+      seen.insert(t.negated_entries.begin(), t.negated_entries.end());
       for (const AddressElement& e : t.interfaces) {
         std::vector<IpPrefix> prefixes;
         if (auto error = addresses_of(e, prefixes)) return error;
         for (const IpPrefix& p : prefixes) {
-          if (seen[e.negated].insert(p).second) (e.negated ? t.negated_entries : t.entries).push_back(p);
+          if (seen.insert(p).second) (e.negated ? t.negated_entries : t.entries).push_back(p);
         }
       }
       t.interfaces.clear();

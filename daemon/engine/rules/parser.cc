@@ -571,7 +571,7 @@ class Parser {
     // `pairwallctl tables add|delete|flush` on the table, as pf refuses pfctl -T on it. As pfctl,
     // the options stand on either side of the list, in any order.
     std::optional<Token> list_open;
-    std::set<IpPrefix> listed[2];  // plain, negated
+    std::set<IpPrefix> listed;  // plain or negated: a prefix is listed once, its first way
     for (;;) {
       if (accept_word("persist")) continue;
       if (accept_word("const")) {
@@ -610,11 +610,12 @@ class Parser {
                 table.interfaces.push_back(std::move(e));
                 return;
               }
-              // Each entry once, as pf holds it (and as a table file's are read).
+              // Each prefix once, as pf's table holds it (and as a table file's are read): listed
+              // again, plain or negated, the first one stays, as pfr_ina_define() skips a prefix it
+              // holds.
               IpPrefix p = prefix(t, "address or prefix");
               refuse_range(t);
-              if (listed[negated].insert(p).second)
-                (negated ? table.negated_entries : table.entries).push_back(p);
+              if (listed.insert(p).second) (negated ? table.negated_entries : table.entries).push_back(p);
             },
             /*allow_empty=*/true);
         continue;
@@ -1859,11 +1860,10 @@ int read_file(const std::string& path, std::string& text) {
   return err;
 }
 
-// Reads the table's files into its entries, each entry once.
+// Reads the table's files into its entries, each prefix once, the first way it is listed.
 std::optional<RuleError> read_table_files(Table& table) {
-  std::set<IpPrefix> seen[2];
-  seen[0].insert(table.entries.begin(), table.entries.end());
-  seen[1].insert(table.negated_entries.begin(), table.negated_entries.end());
+  std::set<IpPrefix> seen(table.entries.begin(), table.entries.end());
+  seen.insert(table.negated_entries.begin(), table.negated_entries.end());
   for (const TableFile& file : table.files) {
     const std::string path = beside(file.location.file, file.path);
     std::string text;
@@ -1873,7 +1873,7 @@ std::optional<RuleError> read_table_files(Table& table) {
     auto entries = parse_table_entries(text, path);
     if (auto* error = std::get_if<RuleError>(&entries)) return std::move(*error);
     for (const TableEntry& e : std::get<std::vector<TableEntry>>(entries)) {
-      if (seen[e.negated].insert(e.prefix).second)
+      if (seen.insert(e.prefix).second)
         (e.negated ? table.negated_entries : table.entries).push_back(e.prefix);
     }
   }

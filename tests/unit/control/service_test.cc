@@ -475,7 +475,8 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
 
   // Replace leaves exactly the list given and counts what changed, as a feed's refresh needs.
   REQUIRE(edit("blocked", TableEdit::ADD, {"10.0.0.0/24", "10.1.0.0/16", "!10.0.0.7"}).tables().added() == 3);
-  r = edit("blocked", TableEdit::REPLACE, {"10.1.0.0/16", "10.0.0.1", "10.0.0.1", "2001:db8::/32"});
+  r = edit("blocked", TableEdit::REPLACE,
+           {"10.1.0.0/16", "10.0.0.1", "10.0.0.1", "2001:db8::/32", "!10.0.0.1", "!10.1.0.0/16"});
   REQUIRE(r.ok());
   CHECK(r.tables().added() == 2);
   CHECK(r.tables().deleted() == 2);

@@ -138,6 +138,12 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   REQUIRE(listed.tables[0].negated_entries.size() == 2);
   CHECK(to_string(listed.tables[0].negated_entries[0]) == "10.1.0.1/32");
   CHECK(listed.tables[0].interfaces.empty());
+  // A prefix the list holds already, the other way, stays as first listed.
+  RuleFile both = parse("table <mine> { !10.1.0.0/16, em1:network }\npass in to <mine>\n");
+  REQUIRE_FALSE(resolve_interfaces(both, host()));
+  CHECK(entries(both.tables[0]) == "fd01::/64");
+  REQUIRE(both.tables[0].negated_entries.size() == 1);
+  CHECK(to_string(both.tables[0].negated_entries[0]) == "10.1.0.0/16");
   CHECK(error_of(parse("table <t> { em9 }\n")) == "t.conf:1:13: no interface named 'em9' on this host");
 
   CHECK(error_of(parse("pass all\npass in from em9\n")) ==

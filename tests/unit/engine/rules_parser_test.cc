@@ -609,11 +609,11 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
 }
 
 TEST_CASE("tables: v4, v6, negated entries, options, lists over several lines") {
-  // An entry listed twice is held once, as pf holds it.
+  // An entry listed twice is held once, as pf holds it; listed again the other way, the first stays.
   const RuleFile f = parse_ok(
       "table <a> persist const { 10.0.0.0/8, !10.1.0.0/16\n"
       "   192.0.2.1, 2001:db8::/32 , 10.0.0.0/8\n"
-      "   !2001:db8:1::1 !10.1.0.0/16 }\n"
+      "   !2001:db8:1::1 !10.1.0.0/16 !10.0.0.0/8 2001:db8:1::1 }\n"
       "table <empty> persist\n"
       "table <_x.y-z> {}\n");
   REQUIRE(f.tables.size() == 3);
@@ -1230,7 +1230,8 @@ TEST_CASE("table files: entries join their table once, relative to the rule file
                                  "192.0.2.1 198.51.100.0/24\t2001:db8::/32   # a comment after entries\n"
                                  "\n"
                                  "!198.51.100.7\r\n"
-                                 "192.0.2.1\n");
+                                 "192.0.2.1\n"
+                                 "!192.0.2.1 198.51.100.7 !203.0.113.9\n");
   write(rules, "table <feed> persist file \"feed.txt\" file \"" + feed + "\" { 192.0.2.1, 203.0.113.9 }\n" +
                    "table <plain> { 10.0.0.1 }\nblock in quick from <feed>\n");
   auto parsed = parse_rules_file(rules);
