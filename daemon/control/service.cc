@@ -187,11 +187,12 @@ auto find_table(File& file, std::string_view name) {
 }
 
 // pfctl -f's rule for tables: one the new file defines without a list or a file of entries keeps
-// what the running one holds (an overload table's offenders, a feed's last list), unless it is
-// const; the others are set to the file's.
+// what the running one holds (an overload table's offenders, a feed's last list), const or not, as
+// pf's commit of a table defined without addresses keeps its entries; the others are set to the
+// file's.
 void keep_unlisted_tables(const engine::rules::RuleFile& running, engine::rules::RuleFile& next) {
   for (engine::rules::Table& table : next.tables) {
-    if (table.lists_entries || table.is_const) continue;
+    if (table.lists_entries) continue;
     const auto old = find_table(running, table.name);
     if (old == running.tables.end()) continue;
     table.entries = old->entries;

@@ -542,10 +542,15 @@ TEST_CASE("service: a reload keeps the entries of tables the file lists none for
   CHECK(d.send(syn("10.0.0.1", 40000, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
   CHECK(d.send(syn("10.0.0.2", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
 
-  // A file that now lists entries for it, or makes it const, sets it to the file's.
+  // Made const without a list, it keeps them, now unchangeable; a file that lists entries for it
+  // sets it to the file's.
   rules("table <other> { 192.0.2.1 }\n");
   REQUIRE(d.service.load_rules("").ok);
   CHECK(count("kept") == 1);
+  d.write("keep.conf", "table <kept> const\nblock quick from <kept>\n");
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(count("kept") == 1);
+  CHECK(d.send(syn("10.0.0.1", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
   d.write("keep.conf", "table <kept> persist { 10.0.0.9 }\nblock quick from <kept>\n");
   REQUIRE(d.service.load_rules("").ok);
   Response r = d.call(make([](Request& q) { q.mutable_tables()->set_name("kept"); }));
