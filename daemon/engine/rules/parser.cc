@@ -62,6 +62,40 @@ constexpr std::string_view kUnsupportedStatements[] = {
     "match", "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
 };
 
+// pf's filter rule options this subset does not implement, and what to do instead: said by name,
+// rather than as a token the rule did not expect.
+struct UnsupportedOption {
+  std::string_view name;
+  std::string_view advice;
+};
+constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
+    {"tag", "match on the packet's own fields"},
+    {"tagged", "match on the packet's own fields"},
+    {"route-to", "packets leave by the kernel's routes (choose them with ip rule)"},
+    {"reply-to", "packets leave by the kernel's routes (choose them with ip rule)"},
+    {"dup-to", "packets leave by the kernel's routes (choose them with ip rule)"},
+    {"fastroute", "packets leave by the kernel's routes (choose them with ip rule)"},
+    {"rtable", "routing tables are the kernel's (choose them with ip rule)"},
+    {"nat-to", "write a nat rule: nat on IF from ... -> ADDRESS"},
+    {"rdr-to", "write an rdr rule: rdr on IF ... -> ADDRESS"},
+    {"binat-to", "write a binat rule: binat on IF from ... -> ADDRESS"},
+    {"af-to", "there is no translation between address families"},
+    {"divert-to", "there is no diverting to local sockets"},
+    {"divert-reply", "there is no diverting to local sockets"},
+    {"divert-packet", "there is no diverting to local sockets"},
+    {"probability", "a rule matches every packet it describes"},
+    {"os", "there is no OS fingerprinting"},
+    {"user", "this node forwards: there is no local socket to match"},
+    {"group", "this node forwards: there is no local socket to match"},
+    {"received-on", "match the interface with 'on'"},
+    {"tos", "there is no matching on the TOS field"},
+    {"prio", "there are no priorities or queues"},
+    {"queue", "there are no priorities or queues"},
+    {"set", "there is no 'set prio', 'set tos' or 'set queue'"},
+    {"once", "a rule stays in force after its first match"},
+    {"max-pkt-rate", "limit new connections with max-src-conn-rate"},
+};
+
 // Statements of the main rule file only: an anchor holds filter rules and anchors.
 constexpr std::string_view kMainFileStatements[] = {
     "table", "set", "scrub", "nat", "rdr", "binat", "no",
@@ -1221,6 +1255,9 @@ class Parser {
         }
         if (int s = filter_stage(t.text); s != 0 && s <= 8) {
           fail_at(t, "'" + t.text + "' is out of order or repeated: " + kFilterOrder);
+        }
+        for (const UnsupportedOption& u : kUnsupportedRuleOptions) {
+          if (u.name == t.text) fail_at(t, "'" + t.text + "' is not supported: " + std::string(u.advice));
         }
       }
       fail_expected(t, stage < 8

@@ -791,6 +791,17 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "'set', "
        "'include' or a macro definition, got 'allow'"},
       {"pass all\nnat-anchor \"x\"", "t.conf:2:1: 'nat-anchor' rules are not supported"},
+      // pf's rule options that are not implemented are named, before and after from/to.
+      {"pass in on lan0 route-to (ext0 10.0.0.1) all",
+       "t.conf:1:17: 'route-to' is not supported: packets leave by the kernel's routes (choose them with ip "
+       "rule)"},
+      {"pass in proto tcp to port 22 tag SSH",
+       "t.conf:1:30: 'tag' is not supported: match on the packet's own fields"},
+      {"pass out tagged SSH", "t.conf:1:10: 'tagged' is not supported: match on the packet's own fields"},
+      {"pass in all set prio 3",
+       "t.conf:1:13: 'set' is not supported: there is no 'set prio', 'set tos' or 'set queue'"},
+      {"pass in on lan0 proto tcp to port 80 rdr-to 10.0.0.2",
+       "t.conf:1:38: 'rdr-to' is not supported: write an rdr rule: rdr on IF ... -> ADDRESS"},
       {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set', 'include' or a macro definition, got '{'"},
       {"pass all; block all", "t.conf:1:9: unexpected character ';'"},
       {"pass \\ all", "t.conf:1:6: unexpected '\\': a backslash continues a line only as its last character"},
