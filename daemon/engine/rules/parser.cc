@@ -733,6 +733,26 @@ class Parser {
       fail_at(peek(), "the id this node's states carry to its sync peer is [node] id in pairwall.toml");
     } else if (at_word("fingerprints")) {
       fail_at(peek(), "there is no OS fingerprinting here ('os' in rules is not supported either)");
+    } else if (accept_word("reassemble")) {
+      // The kernel reassembles every fragmented datagram before the node sees it: 'yes' is what
+      // happens, whatever is written.
+      const Token value = take_value("'yes' or 'no'");
+      if (value.text == "no")
+        fail_at(value, "fragments are reassembled by the kernel before the rules see them");
+      if (value.text != "yes") fail_expected(value, "'yes' or 'no'");
+      if (at_word("no-df")) fail_at(peek(), "'no-df' is a scrub option here: scrub in all no-df");
+    } else if (accept_word("syncookies")) {
+      const Token mode = take_value("'never', 'always' or 'adaptive'");
+      if (mode.text == "always" || mode.text == "adaptive")
+        fail_at(
+            mode,
+            "there are no SYN cookies: answer SYN floods with 'synproxy state' on the rules that pass them");
+      if (mode.text != "never") fail_expected(mode, "'never', 'always' or 'adaptive'");
+      if (at(TokenKind::LParen)) fail_at(peek(), "'set syncookies never' takes no thresholds");
+    } else if (at_word("state-defaults")) {
+      fail_at(peek(), "'set state-defaults' is not supported: write the state options on each rule");
+    } else if (at_word("keepcounters") || at_word("fail-policy")) {
+      fail_at(peek(), "'set " + peek().text + "' is not supported");
     } else if (accept_word("loginterface") || accept_word("debug") || accept_word("ruleset-optimization") ||
                accept_word("require-order")) {
       // Statistics of one interface, the kernel's log level, pfctl's rule optimizer, the order of
@@ -804,8 +824,17 @@ class Parser {
     bool parenthesized = false;
     auto option = [&](std::string_view what) {
       if (accept_word("fragment")) {
+        if (at_word("crop") || at_word("drop-ovl"))
+          fail_at(peek(), "the kernel reassembles every fragmented datagram: write 'fragment reassemble'");
         expect_word("reassemble", "'reassemble' after 'fragment'");
         r.fragment_reassemble = true;
+      } else if (at_word("reassemble") && at_word("tcp", 1)) {
+        fail_at(
+            peek(),
+            "'reassemble tcp' is not supported: states check TCP sequence windows, but TTLs and timestamps "
+            "are not normalized");
+      } else if (at_word("set-tos")) {
+        fail_at(peek(), "'set-tos' is not supported");
       } else if (accept_word("max-mss")) {
         r.max_mss = static_cast<uint16_t>(number(take_value("max-mss value"), 1, 65535, "max-mss"));
       } else if (accept_word("min-ttl")) {

@@ -713,6 +713,8 @@ TEST_CASE("settings: pf's optimization hints are timeouts in file order; pf.conf
       "set ruleset-optimization basic\n"
       "set require-order yes\n"
       "set state-policy floating\n"
+      "set reassemble yes\n"
+      "set syncookies never\n"
       "set timeout { interval 10, frag 30 }\n"
       "pass all\n");
   CHECK(others.settings.timeouts.empty());
@@ -1092,10 +1094,24 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:5: the id this node's states carry to its sync peer is [node] id in pairwall.toml"},
       {"set fingerprints \"/etc/pf.os\"",
        "t.conf:1:5: there is no OS fingerprinting here ('os' in rules is not supported either)"},
-      {"set reassemble yes",
+      {"set reassembly yes",
        "t.conf:1:5: expected 'limit', 'timeout', 'block-policy', 'skip', 'optimization' or 'state-policy' "
        "after "
-       "'set', got 'reassemble'"},
+       "'set', got 'reassembly'"},
+      {"set reassemble no", "t.conf:1:16: fragments are reassembled by the kernel before the rules see them"},
+      {"set reassemble yes no-df", "t.conf:1:20: 'no-df' is a scrub option here: scrub in all no-df"},
+      {"set syncookies adaptive (start 25%, end 12%)",
+       "t.conf:1:16: there are no SYN cookies: answer SYN floods with 'synproxy state' on the rules that "
+       "pass "
+       "them"},
+      {"set state-defaults pflow",
+       "t.conf:1:5: 'set state-defaults' is not supported: write the state options on each rule"},
+      {"set keepcounters", "t.conf:1:5: 'set keepcounters' is not supported"},
+      {"scrub in on lo0 all reassemble tcp",
+       "t.conf:1:21: 'reassemble tcp' is not supported: states check TCP sequence windows, but TTLs and "
+       "timestamps are not normalized"},
+      {"scrub in all fragment crop",
+       "t.conf:1:23: the kernel reassembles every fragmented datagram: write 'fragment reassemble'"},
       {"set skip lo", "t.conf:1:10: expected 'on' and an interface after 'set skip', got 'lo'"},
       {"set skip on !lo", "t.conf:1:13: 'set skip' takes interface names: '!' would skip every other one"},
       {"set skip on { lo, !em0 }",
@@ -1106,8 +1122,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"scrub in all min-ttl 256", "t.conf:1:22: min-ttl must be between 1 and 255, got '256'"},
       {"scrub in all max-mss 0", "t.conf:1:22: max-mss must be between 1 and 65535, got '0'"},
       {"scrub in all max-mss 65536", "t.conf:1:22: max-mss must be between 1 and 65535, got '65536'"},
-      {"scrub in all fragment crop", "t.conf:1:23: expected 'reassemble' after 'fragment', got 'crop'"},
-      {"scrub in all reassemble tcp",
+      {"scrub in all fragment cut", "t.conf:1:23: expected 'reassemble' after 'fragment', got 'cut'"},
+      {"scrub in all reassemble",
        "t.conf:1:14: expected scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or "
        "end of line, got 'reassemble'"},
       {"scrub in all (max-mss 1440",
