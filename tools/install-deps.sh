@@ -7,6 +7,8 @@ packages=(
   # build
   build-essential cmake ninja-build pkg-config clang-14 libfuzzer-14-dev libclang-rt-14-dev
   clang-format clang-tidy
+  # the Debian package: cpack's DEB generator reads library dependencies with dpkg-shlibdeps
+  dpkg-dev
   # libraries fixed by the design card
   libboost-dev libprotobuf-dev protobuf-compiler libnetfilter-queue-dev libnetfilter-conntrack-dev
   libmnl-dev libspdlog-dev catch2
