@@ -4,7 +4,7 @@ namespace pairwall::control {
 
 void ProgressWatch::tick(Clock::time_point now, const std::vector<Sample>& samples) {
   if (last_.size() != samples.size()) last_.assign(samples.size(), Last{});
-  stuck_.reset();
+  std::optional<std::string> stuck;
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
     Last& w = last_[i];
@@ -13,13 +13,15 @@ void ProgressWatch::tick(Clock::time_point now, const std::vector<Sample>& sampl
       w = Last{s.progress, now, true};
       continue;
     }
-    if (now - w.since >= stuck_after_ && !stuck_) {
+    if (now - w.since >= stuck_after_ && !stuck) {
       const auto secs = std::chrono::duration_cast<std::chrono::seconds>(now - w.since).count();
-      stuck_ = "queue " + std::to_string(s.queue) + " worker made no progress for " + std::to_string(secs) +
-               " s with " + std::to_string(*s.queued) + " packets waiting";
+      stuck = "queue " + std::to_string(s.queue) + " worker made no progress for " + std::to_string(secs) +
+              " s with " + std::to_string(*s.queued) + " packets waiting";
     }
   }
-  any_stuck_.store(stuck_.has_value(), std::memory_order_relaxed);
+  any_stuck_.store(stuck.has_value(), std::memory_order_relaxed);
+  std::lock_guard lock(stuck_mutex_);
+  stuck_ = std::move(stuck);
 }
 
 }  // namespace pairwall::control

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,8 +32,12 @@ class ProgressWatch {
   // (queued unknown) a worker is never accused.
   void tick(Clock::time_point now, const std::vector<Sample>& samples);
 
-  // Why the first stuck worker is stuck, or nullopt when none is. On tick()'s thread only.
-  const std::optional<std::string>& stuck() const { return stuck_; }
+  // Why the first stuck worker is stuck, or nullopt when none is. From any thread (the control
+  // socket's answers `health` on its own).
+  std::optional<std::string> stuck() const {
+    std::lock_guard lock(stuck_mutex_);
+    return stuck_;
+  }
   // Whether any worker was stuck at the last tick(), from any thread (the failover service asks).
   bool any_stuck() const noexcept { return any_stuck_.load(std::memory_order_relaxed); }
 
@@ -44,7 +49,8 @@ class ProgressWatch {
   };
   std::chrono::milliseconds stuck_after_;
   std::vector<Last> last_;
-  std::optional<std::string> stuck_;
+  mutable std::mutex stuck_mutex_;
+  std::optional<std::string> stuck_;  // under stuck_mutex_
   std::atomic<bool> any_stuck_{false};
 };
 

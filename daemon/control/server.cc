@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <type_traits>
 
 #include "daemon/control/accept_loop.h"
 #include "daemon/control/framing.h"
@@ -107,15 +109,43 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       return true;
     }
     Response response;
+    const ControlDispatch& dispatch = server_.dispatch_;
+    if (dispatch.immediate && handle(dispatch.immediate, request, response)) {
+      answer(response);
+      return true;
+    }
+    if (dispatch.handler_loop == nullptr) {
+      handle(server_.handler_, request, response);
+      answer(response);
+      return true;
+    }
+    // No read or timer is pending meanwhile: the session waits for its answer, as a client does.
+    asio::post(*dispatch.handler_loop,
+               [self = shared_from_this(), handler = server_.handler_, request = std::move(request)] {
+                 auto handled = std::make_shared<Response>();
+                 handle(handler, request, *handled);
+                 asio::post(self->socket_.get_executor(), [self, handled] { self->answer(*handled); });
+               });
+    return true;
+  }
+
+  template <typename Fn>
+  static std::invoke_result_t<const Fn&, const Request&, Response&> handle(const Fn& fn,
+                                                                           const Request& request,
+                                                                           Response& response) {
     try {
-      server_.handler_(request, response);
+      return fn(request, response);
     } catch (const std::exception& e) {
       // A request the service did not foresee failing (out of memory, say) ends as an error
       // answer, not as an exception through the event loop with the hooks in place.
       response.Clear();
       response.set_version(kControlProtocolVersion);
       response.set_error(std::string("request failed: ") + e.what());
+      if constexpr (!std::is_void_v<std::invoke_result_t<const Fn&, const Request&, Response&>>) return true;
     }
+  }
+
+  void answer(Response& response) {
     // A string field that is not UTF-8 fails the whole parse at the client ("malformed response"),
     // and a rule file's label, its path or a rule's text quoting them may hold any bytes.
     make_strings_valid_utf8(response);
@@ -128,7 +158,6 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       encode_frame(too_big, kMaxResponseBytes, out_);
     }
     write(false);
-    return true;
   }
 
   // Answers with an error and closes: after a bad frame the stream is out of step.
@@ -169,11 +198,12 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
 };
 
 ControlServer::ControlServer(asio::io_context& io, std::string path, uint32_t mode, Handler handler,
-                             ControlTimeouts timeouts)
+                             ControlTimeouts timeouts, ControlDispatch dispatch)
     : io_(io),
       path_(std::move(path)),
       handler_(std::move(handler)),
       timeouts_(timeouts),
+      dispatch_(std::move(dispatch)),
       acceptor_(io),
       retry_(io) {
   namespace fs = std::filesystem;

@@ -235,6 +235,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
   loaded_ = std::move(file);
   stamp_tables();
   rules_file_ = path;
+  rules_loaded_.store(true, std::memory_order_release);
   rules_loaded_unix_ms_ = unix_ms_now();
   ++reloads_;
   result.ok = true;
@@ -284,6 +285,20 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
   }
   engine_.load_rules(std::move(rules), config_.engine.state_limit);
   return {};
+}
+
+bool ControlService::handle_at_once(const Request& request, Response& response) {
+  switch (request.command_case()) {
+    case Request::kHealth:
+    case Request::kFailoverStatus:
+    case Request::kFailoverDemote:
+    case Request::kFailoverPromote:
+    case Request::kFailoverSetRole:
+      handle(request, response);
+      return true;
+    default:
+      return false;
+  }
 }
 
 void ControlService::handle(const Request& request, Response& response) {
@@ -867,7 +882,7 @@ void ControlService::health(Health* out) const {
   // vrrp_script asks every interval, so a long silence says keepalived is not running).
   std::optional<FailoverControl::HealthResult> failover_health;
   if (failover_) failover_health = failover_->healthy();
-  if (rules_file_.empty()) {
+  if (!rules_loaded_.load(std::memory_order_acquire)) {
     out->set_healthy(false);
     out->set_reason("no rule set loaded");
     return;

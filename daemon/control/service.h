@@ -3,6 +3,7 @@
 // globally (rules are swapped by pointer, states are read shard by shard).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -37,6 +38,7 @@ class ControlService {
   void set_sync(SyncControl* sync) { sync_ = sync; }
   void set_failover(FailoverControl* failover) { failover_ = failover; }
   // The daemon's own health (e.g. a stuck packet worker): nullopt when healthy, else the reason.
+  // Asked from any thread (handle_at_once()).
   void set_health_probe(std::function<std::optional<std::string>()> probe) {
     health_probe_ = std::move(probe);
   }
@@ -66,6 +68,11 @@ class ControlService {
   LoadResult load_rules(const std::string& path);
 
   void handle(const Request& request, Response& response);
+  // handle() for the requests that read or set failover and health alone, which any thread may
+  // ask (the failover service and the health probe are thread-safe): true when `request` was one.
+  // The control socket answers them on its own thread, so that keepalived's health check and
+  // notify script never wait for a rule compile on the control loop.
+  bool handle_at_once(const Request& request, Response& response);
 
   struct RefreshResult {
     std::vector<std::string> changed;  // the interface tables whose addresses changed
@@ -129,6 +136,7 @@ class ControlService {
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
+  std::atomic<bool> rules_loaded_{false};          // rules_file_ set: read by health() on any thread
   std::optional<engine::rules::RuleFile> loaded_;  // the running rules as parsed, table edits applied
   // The rules loaded into anchors, by path, as parsed (parse_anchor_rules): a reload places them again.
   std::map<std::string, engine::rules::RuleFile> anchor_rules_;

@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -329,4 +332,83 @@ TEST_CASE("server: each request has a deadline of its own, and an idle connectio
   CHECK(c.closed_within(milliseconds(1500)));
   CHECK(std::chrono::steady_clock::now() - began >= milliseconds(350));
   CHECK(f.handled == 3);
+}
+
+// The daemon's arrangement: the socket on one loop, the handler on another (the control loop). A
+// request the immediate handler takes is answered while the handler's loop is held, as a health
+// check must be while a rule set compiles; the others wait for that loop, and are answered from it
+// in order.
+TEST_CASE("server: immediate requests are answered while the handler's loop is busy", "[server]") {
+  using std::chrono::milliseconds;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pairwall-ctl-dispatch-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string path = (dir / "control.sock").string();
+  boost::asio::io_context socket_loop;
+  boost::asio::io_context handler_loop;
+  auto handler_work = boost::asio::make_work_guard(handler_loop);
+  std::thread::id handler_thread;
+  std::vector<std::string> handled_paths;
+
+  ControlDispatch dispatch;
+  dispatch.immediate = [](const Request& req, Response& resp) {
+    if (!req.has_health()) return false;
+    resp.set_version(kControlProtocolVersion);
+    resp.set_ok(true);
+    resp.mutable_health()->set_healthy(true);
+    return true;
+  };
+  dispatch.handler_loop = &handler_loop;
+  ControlServer server(
+      socket_loop, path, 0600,
+      [&](const Request& req, Response& resp) {
+        CHECK(std::this_thread::get_id() == handler_thread);
+        handled_paths.push_back(req.rules_load().path());
+        resp.set_version(kControlProtocolVersion);
+        resp.set_ok(true);
+        resp.mutable_rules_loaded()->set_path(req.rules_load().path());
+      },
+      ControlTimeouts{}, std::move(dispatch));
+  server.start();
+  std::thread socket_thread([&] { socket_loop.run(); });
+
+  // The handler's loop is held (a compile) until `release` is set.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  boost::asio::post(handler_loop, [released] { released.wait(); });
+  std::thread handler_runner([&] { handler_loop.run(); });
+  handler_thread = handler_runner.get_id();
+
+  RawConnection loader(path);
+  REQUIRE(loader.send(frame_of(rules_load("/first")) + frame_of(rules_load("/second"))));
+  CHECK_FALSE(loader.answer(milliseconds(200)));  // waiting for the held loop
+
+  Request health;
+  health.mutable_health();
+  RawConnection checker(path);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(checker.send(frame_of(health)));
+    const std::optional<Response> r = checker.answer(milliseconds(1000));
+    REQUIRE(r);
+    CHECK(r->health().healthy());
+  }
+  CHECK(handled_paths.empty());
+
+  release.set_value();
+  for (const char* expected : {"/first", "/second"}) {
+    const std::optional<Response> r = loader.answer(milliseconds(2000));
+    REQUIRE(r);
+    CHECK(r->rules_loaded().path() == expected);
+  }
+
+  boost::asio::post(socket_loop, [&] {
+    server.stop();
+    socket_loop.stop();
+  });
+  socket_thread.join();
+  handler_work.reset();
+  handler_loop.stop();
+  handler_runner.join();
+  CHECK(handled_paths == std::vector<std::string>{"/first", "/second"});
+  std::filesystem::remove_all(dir);
 }

@@ -795,6 +795,30 @@ TEST_CASE("service: health, versions, sync and failover routing", "[service]") {
   r = d.call(Request{});
   CHECK_FALSE(r.ok());
   CHECK(r.error().rfind("empty request", 0) == 0);
+
+  // What the control socket answers on its own thread: health and failover alone; the rest waits
+  // for the control loop.
+  Response at_once;
+  CHECK(d.service.handle_at_once(health, at_once));
+  CHECK(at_once.ok());
+  CHECK(at_once.health().healthy());
+  CHECK(d.service.handle_at_once(make([](Request& q) { q.mutable_failover_demote()->set_amount(2); }),
+                                 at_once));
+  CHECK(at_once.failover_status().demotion() == 2);
+  CHECK(d.service.handle_at_once(make([](Request& q) { q.mutable_failover_status(); }), at_once));
+  CHECK(d.service.handle_at_once(make([](Request& q) { q.mutable_failover_promote()->set_amount(2); }),
+                                 at_once));
+  CHECK(d.service.handle_at_once(
+      make([](Request& q) { q.mutable_failover_set_role()->set_role(FailoverStatus::BACKUP); }), at_once));
+  CHECK(at_once.failover_status().role() == FailoverStatus::BACKUP);
+  for (const Request& waits :
+       {make([](Request& q) { q.mutable_status(); }), make([](Request& q) { q.mutable_rules_load(); }),
+        make([](Request& q) { q.mutable_table_edit(); }), Request{}}) {
+    Response untouched;
+    CHECK_FALSE(d.service.handle_at_once(waits, untouched));
+    CHECK_FALSE(untouched.ok());
+    CHECK_FALSE(untouched.has_status());
+  }
 }
 
 TEST_CASE("service: translation rules without the pre-routing hook are refused", "[service]") {
