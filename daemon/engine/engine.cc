@@ -278,7 +278,7 @@ bool claims(const PacketMeta& meta, bool translated) {
   return meta.hook != Hook::Prerouting || translated;
 }
 
-// pf's proxy port range for nat without `port`; ICMP query ids take the whole id space.
+// pf's proxy port range for nat without `port`; echo ids take the whole id space.
 constexpr uint16_t kNatPortLow = 50001;
 constexpr uint16_t kNatPortHigh = 65535;
 // Candidates tried for a nat source port before the connection is refused (TranslationFailed).
@@ -1067,8 +1067,10 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
   if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error)) return;
   const bool ports = packet.is_tcp() || packet.is_udp();
-  // A request's identifier may change, as pf changes an echo request's; a reply's stays.
-  const bool query_id = packet.is_icmp() && packet.icmp.is_query && !packet.icmp.is_reply;
+  // An echo request's identifier may change, as pf's does; other queries keep theirs, as pf_get_sport
+  // leaves them ("Don't try to modify non-echo ICMP"), and a reply's stays.
+  const bool query_id = packet.is_icmp() && packet.icmp.is_query && !packet.icmp.is_reply &&
+                        packet.icmp.type == (packet.family == Family::V4 ? 8 : 128);
   // The random value a `random` pool draws from; other pools draw nothing, and leave the worker's
   // generator to the IP ids and source ports it serves.
   const auto pool_draw = [&worker](const rules::CompiledTranslation& rule) {

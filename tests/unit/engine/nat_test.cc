@@ -1170,3 +1170,23 @@ TEST_CASE("nat pass and rdr pass skip their own pass's filter rules only", "[eng
       fw.in(segment(false, "198.51.100.7", 4000, "203.0.113.1", 22, tcpflag::kSyn, 1000, 0));
   CHECK(inbound.action == Action::Drop);
 }
+
+// pf_get_sport changes the identifier of an echo request only ("Don't try to modify non-echo
+// ICMP"): a timestamp, information or address mask request leaves with its own, as under
+// static-port, and one whose identifier the outside address already has to that peer is refused.
+TEST_CASE("nat keeps the identifier of ICMP queries other than echo", "[engine][nat][icmp]") {
+  for (const uint8_t type : {13, 15, 17}) {
+    INFO("type " << int{type});
+    Firewall fw(kNatAll);
+    const auto query = [type](const std::string& src, const std::string& dst) {
+      return PacketBuilder().ipv4(src, dst).icmp(type, 0, 77u << 16 | 1).payload(12).build();
+    };
+    REQUIRE(fw.out(query("10.1.0.10", "192.0.2.80")).action == Action::Accept);
+    CHECK(fw.last_packet == query("203.0.113.1", "192.0.2.80"));
+    const Verdict taken = fw.out(query("10.1.0.11", "192.0.2.80"));
+    CHECK(taken.action == Action::Drop);
+    CHECK(taken.reason == Reason::TranslationFailed);
+    REQUIRE(fw.out(query("10.1.0.11", "192.0.2.81")).action == Action::Accept);
+    CHECK(fw.last_packet == query("203.0.113.1", "192.0.2.81"));
+  }
+}
