@@ -55,11 +55,13 @@ inline uint16_t checksum_fold(uint32_t sum) {
 }
 
 // The pseudo-header of RFC 9293 3.1 / RFC 8200 8.1 for the upper-layer checksum, from the
-// addresses of the IP header at `ip`.
-inline uint32_t pseudo_header_sum(Family family, const uint8_t* ip, uint8_t proto, std::size_t upper_length) {
+// addresses of the IP header at `ip`; for IPv6, with the destination at `ip + final_destination`
+// where that is not 0 (a routing header's end, PacketView::final_destination_offset).
+inline uint32_t pseudo_header_sum(Family family, const uint8_t* ip, uint8_t proto, std::size_t upper_length,
+                                  std::size_t final_destination = 0) {
   if (family == Family::V4) return checksum_sum(ip + 12, 8) + proto + static_cast<uint32_t>(upper_length);
-  return checksum_sum(ip + 8, 32) + static_cast<uint32_t>(upper_length >> 16) +
-         static_cast<uint32_t>(upper_length & 0xffff) + proto;
+  return checksum_sum(ip + 8, 16) + checksum_sum(ip + (final_destination != 0 ? final_destination : 24), 16) +
+         static_cast<uint32_t>(upper_length >> 16) + static_cast<uint32_t>(upper_length & 0xffff) + proto;
 }
 
 }  // namespace pairwall::engine

@@ -170,6 +170,10 @@ Reason parse_ipv6(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
         // other than the destination we filter on.
         if (d[off + 2] == 0 && d[off + 3] != 0) return Reason::BadIpv6Extension;
         out.has_ip_options = true;
+        out.route_pending = d[off + 3] != 0;
+        // Type 2's one address, and segment 0 of type 4's list, are the route's end.
+        if (out.route_pending && (d[off + 2] == 2 || d[off + 2] == 4) && hlen >= 24)
+          out.final_destination_offset = static_cast<uint16_t>(off + 8);
         break;
       }
       case ip6::kFragment: {

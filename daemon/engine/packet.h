@@ -87,6 +87,12 @@ struct PacketView {
   bool is_fragment = false;        // any fragment (MF set or offset != 0)
   bool is_first_fragment = false;  // offset 0; carries the L4 header
   bool dont_fragment = false;
+  // A routing header with segments left (RFC 8200 4.4): the destination field holds the route's
+  // next stop, and the upper layer's pseudo-header its end (8.1), which no translation changes.
+  bool route_pending = false;
+  // Where that end lies in the packet, for the routing types that carry it whole (2, RFC 6275 6.4;
+  // 4, RFC 8754 2); 0 for the others.
+  uint16_t final_destination_offset = 0;
   uint32_t fragment_id = 0;
   uint16_t fragment_offset = 0;  // bytes
 

@@ -81,6 +81,12 @@ bool sums_pseudo_header(uint8_t proto) {
   return proto != ipproto::kIcmp;
 }
 
+// The pseudo-header checksum `pseudo` as a write to the destination field keeps it: untouched where
+// a routing header has segments left, as the pseudo-header holds the route's end instead.
+Sum destination_sum(const PacketView& view, Sum pseudo) {
+  return view.route_pending ? Sum{} : pseudo;
+}
+
 // The transport checksum of a header at `l4` with `available` bytes of it present.
 Sum transport_sum(const PacketView& view, uint8_t* l4, std::size_t available) {
   const std::size_t at = checksum_offset(view.proto);
@@ -118,7 +124,7 @@ void rewrite_packet(std::span<uint8_t> bytes, const PacketView& view, const Stat
   const Sum transport = transport_sum(view, l4, view.l4_length);
   const Sum pseudo = sums_pseudo_header(view.proto) ? transport : Sum{};
   write_address(ip, view.family, false, to.addr[0], {header, pseudo});
-  write_address(ip, view.family, true, to.addr[1], {header, pseudo});
+  write_address(ip, view.family, true, to.addr[1], {header, destination_sum(view, pseudo)});
   if (has_ports(view)) {
     write16(l4, to.port[0], {transport});
     write16(l4 + 2, to.port[1], {transport});
@@ -174,7 +180,8 @@ void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& vie
   if (at == 0 || at + 2 > view.l4_length) return;
   uint8_t* l4 = bytes.data() + view.l4_offset;
   const uint32_t pseudo = sums_pseudo_header(view.proto)
-                              ? pseudo_header_sum(view.family, bytes.data(), view.proto, view.l4_length)
+                              ? pseudo_header_sum(view.family, bytes.data(), view.proto, view.l4_length,
+                                                  view.final_destination_offset)
                               : 0;
   store_be16(l4 + at, 0);
   uint16_t checksum = checksum_fold(checksum_sum(l4, view.l4_length, pseudo));
@@ -185,7 +192,8 @@ void complete_transport_checksum(std::span<uint8_t> bytes, const PacketView& vie
 void partial_transport_checksum(std::span<uint8_t> bytes, const PacketView& view) noexcept {
   const std::size_t at = checksum_offset(view.proto);
   if (at == 0 || at + 2 > view.l4_length || !sums_pseudo_header(view.proto)) return;
-  const uint32_t pseudo = pseudo_header_sum(view.family, bytes.data(), view.proto, view.l4_length);
+  const uint32_t pseudo =
+      pseudo_header_sum(view.family, bytes.data(), view.proto, view.l4_length, view.final_destination_offset);
   store_be16(bytes.data() + view.l4_offset + at, static_cast<uint16_t>(~checksum_fold(pseudo)));
 }
 
@@ -208,7 +216,8 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
   const uint16_t transport_before = quoted_transport.at ? load_be16(quoted_transport.at) : 0;
 
   write_address(quote, quoted.family, false, to.addr[0], {quoted_header, quoted_pseudo, error});
-  write_address(quote, quoted.family, true, to.addr[1], {quoted_header, quoted_pseudo, error});
+  write_address(quote, quoted.family, true, to.addr[1],
+                {quoted_header, destination_sum(quoted, quoted_pseudo), error});
   // A quote may end inside its transport header (its ports then read as zero).
   if (has_ports(quoted) && quoted_l4_size >= 4) {
     write16(quoted_l4, to.port[0], {quoted_transport, error});
@@ -225,7 +234,7 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
   // error about a translated connection leaves from the translated address, not its own.
   const Sum outer_header{view.family == Family::V4 ? ip + 10 : nullptr};
   const Sum outer_pseudo = sums_pseudo_header(view.proto) ? error : Sum{};
-  write_address(ip, view.family, true, to.addr[0], {outer_header, outer_pseudo});
+  write_address(ip, view.family, true, to.addr[0], {outer_header, destination_sum(view, outer_pseudo)});
   if (quoted.dst != to.addr[1])
     write_address(ip, view.family, false, to.addr[1], {outer_header, outer_pseudo});
 }

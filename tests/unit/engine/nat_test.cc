@@ -1190,3 +1190,69 @@ TEST_CASE("nat keeps the identifier of ICMP queries other than echo", "[engine][
     CHECK(fw.last_packet == query("203.0.113.1", "192.0.2.81"));
   }
 }
+
+namespace {
+
+// An IPv6 TCP SYN still on its way along a route: its routing header has a segment left, so the
+// header's destination is `hop`, the route's next stop, and the checksum's pseudo-header sums
+// `final`, where the route ends (RFC 8200 8.1): the mobile node's home address of a type 2 header
+// (RFC 6275 6.4), segment 0 of a segment routing header (type 4, RFC 8754 2), whose segment 1
+// is `listed`, the hop the sender addressed.
+Bytes routed_syn(uint8_t routing_type, const std::string& src, uint16_t sport, const std::string& hop,
+                 const std::string& final, const std::string& listed = "") {
+  const Bytes ends = PacketBuilder().ipv6(listed.empty() ? hop : listed, final).udp(1, 1).build();
+  Bytes header;
+  if (routing_type == 2) {
+    header = {0, 2, 2, 1, 0, 0, 0, 0};
+  } else {
+    header = {0, 4, 4, 1, 1, 0, 0, 0};  // last entry 1: segment 1 is the hop
+  }
+  header.insert(header.end(), ends.begin() + 24, ends.begin() + 40);
+  if (routing_type == 4) header.insert(header.end(), ends.begin() + 8, ends.begin() + 24);
+  Bytes p = PacketBuilder()
+                .ipv6(src, final)
+                .ipv6_ext_raw(43, header)
+                .tcp(sport, 443)
+                .flags(tcpflag::kSyn)
+                .seq(1000)
+                .window(512)
+                .build();
+  const Bytes next = PacketBuilder().ipv6(hop, hop).udp(1, 1).build();
+  std::copy(next.begin() + 8, next.begin() + 24, p.begin() + 24);
+  return p;
+}
+
+}  // namespace
+
+// Rewriting the header's destination of such a packet leaves its pseudo-header, and so the
+// transport checksum, as it was; a checksum finished here sums the route's end. (pf, which
+// adjusts the checksum for the header's destination, breaks it.)
+TEST_CASE("translation of an IPv6 packet whose routing header has segments left", "[engine][nat]") {
+  const std::string client = "2001:db8:1::10";
+  const std::string outside = "2001:db8:ff::1";
+  const std::string hop = "2001:db8:7::1";
+  const std::string final = "2001:db8:8::1";
+  for (const uint8_t type : {2, 4}) {
+    INFO("routing type " << int{type});
+    Firewall fw(
+        "rdr on wan0 inet6 proto tcp to 2001:db8:ff::1 -> 2001:db8:2::10\n"
+        "nat on wan0 inet6 from 2001:db8:1::/48 to any -> 2001:db8:ff::1 static-port\n"
+        "pass all allow-opts\n");
+    // rdr: the destination changes, the checksum stays.
+    REQUIRE(fw.in(routed_syn(type, "2001:db8:7::7", 4000, outside, final)).action == Action::Accept);
+    CHECK(fw.last_packet == routed_syn(type, "2001:db8:7::7", 4000, "2001:db8:2::10", final, outside));
+    // An inside router's error about it: the quote's destination changes back, its checksum stays.
+    const Bytes delivered = routed_syn(type, "2001:db8:7::7", 4000, "2001:db8:2::10", final, outside);
+    REQUIRE(fw.out(unreachable(true, "2001:db8:2::fe", "2001:db8:7::7", delivered)).reason == Reason::State);
+    CHECK(fw.last_packet == unreachable(true, outside, "2001:db8:7::7",
+                                        routed_syn(type, "2001:db8:7::7", 4000, outside, final)));
+    // nat: the source changes, and the checksum with it.
+    REQUIRE(fw.out(routed_syn(type, client, 40000, hop, final)).action == Action::Accept);
+    CHECK(fw.last_packet == routed_syn(type, outside, 40000, hop, final));
+    // nat of a packet whose checksum the kernel left to finish.
+    Bytes partial = routed_syn(type, client, 40001, hop, final);
+    put16(partial, partial.size() - 4, 0x1234);
+    REQUIRE(fw.out(partial, true).action == Action::Accept);
+    CHECK(fw.last_packet == routed_syn(type, outside, 40001, hop, final));
+  }
+}
