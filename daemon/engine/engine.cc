@@ -1123,21 +1123,6 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   }
   if (!translation.translated) return;
 
-  // Before routing, the out pass is on the interface the translated packet will leave by: its
-  // scrub and filter rules apply to the connection too, as pf's do, matched as the packet will
-  // leave. Its nat does not apply there (the out pass was not filtered when it was looked up
-  // above): a source rewritten before routing is one the kernel's source validation then judges,
-  // and this node's own address is a martian to it.
-  if (meta.hook == Hook::Prerouting) {
-    const PacketView& leaving = *translation.seen[0];
-    const IfaceId out = egress_before_routing(worker, leaving.family, leaving.src, leaving.dst, meta, now);
-    if (out != kNoIface && !rules.skips(out)) {
-      translation.iface[1] = out;
-      parsed.filtered[1] = true;
-      if (scrub_out_before_routing(worker, bytes, leaving, parsed.packet, out)) parsed.rewritten = true;
-    }
-  }
-
   StateKey& wire = translation.wire;
   set_key(wire, *translation.seen[1]);
   if (translation.nat != nullptr) {
@@ -1159,6 +1144,32 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     }
     translation.after[1]->src_port = wire.port[0];
     translation.after[1]->dst_port = wire.port[1];
+  }
+  // A rule that maps the packet onto its own key (this node's traffic from the nat address, its
+  // port kept) translates nothing, as pf_get_translation returns no translation then: the packet
+  // meets the filter rules of both passes (a `nat pass` skips them only for what it translates)
+  // and gets no state they do not give it.
+  if (wire == parsed.key) {
+    translation.translated = false;
+    translation.filtered[0] = translation.filtered[1] = true;
+    translation.nat = nullptr;
+    translation.seen[0] = translation.seen[1] = &packet;
+    return;
+  }
+
+  // Before routing, the out pass is on the interface the translated packet will leave by: its
+  // scrub and filter rules apply to the connection too, as pf's do, matched as the packet will
+  // leave. Its nat does not apply there (the out pass was not filtered when it was looked up
+  // above): a source rewritten before routing is one the kernel's source validation then judges,
+  // and this node's own address is a martian to it.
+  if (meta.hook == Hook::Prerouting) {
+    const PacketView& leaving = *translation.seen[0];
+    const IfaceId out = egress_before_routing(worker, leaving.family, leaving.src, leaving.dst, meta, now);
+    if (out != kNoIface && !rules.skips(out)) {
+      translation.iface[1] = out;
+      parsed.filtered[1] = true;
+      if (scrub_out_before_routing(worker, bytes, leaving, parsed.packet, out)) parsed.rewritten = true;
+    }
   }
 }
 

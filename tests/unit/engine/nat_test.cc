@@ -1256,3 +1256,32 @@ TEST_CASE("translation of an IPv6 packet whose routing header has segments left"
     CHECK(fw.last_packet == routed_syn(type, outside, 40001, hop, final));
   }
 }
+
+// pf_get_translation returns a translation only where it changes the packet's key ("Return
+// success only if translation really happened"): a rule that maps a packet onto itself (this
+// node's own traffic from the nat address, kept by static-port or without ports to change) leaves
+// it to the filter rules, which a `nat pass` skips only for a packet it translates, and forces no
+// state on it.
+TEST_CASE("a translation that leaves the packet as it was is none", "[engine][nat]") {
+  Firewall fw(
+      "nat pass on wan0 from any to any -> 203.0.113.1 static-port\n"
+      "block out on wan0 proto { udp, gre }\n"
+      "pass out on wan0 proto tcp no state\n"
+      "pass in all\n");
+  const PacketMeta own{Hook::Output, kNoIface, fw.wan, false};
+  const Flow udp{"udp", false};
+  const Verdict v = fw.run(udp.packet("203.0.113.1", 5000, "192.0.2.80", 53), own);
+  CHECK(v.action == Action::Drop);
+  CHECK(v.reason == Reason::RuleBlock);
+  const Verdict g =
+      fw.run(PacketBuilder().ipv4("203.0.113.1", "192.0.2.80").raw_l4(47, Bytes(8, 0)).build(), own);
+  CHECK(g.reason == Reason::RuleBlock);
+  const Verdict t = fw.run(Flow{"tcp", false}.packet("203.0.113.1", 5000, "192.0.2.80", 80), own);
+  CHECK(t.action == Action::Accept);
+  CHECK_FALSE(t.rewritten);
+  CHECK(fw.engine.states().size() == 0);
+  // A packet it translates passes by it.
+  const Verdict lan = fw.out(udp.packet("10.1.0.10", 5000, "192.0.2.80", 53));
+  CHECK(lan.action == Action::Accept);
+  CHECK(fw.last_packet == udp.packet("203.0.113.1", 5000, "192.0.2.80", 53));
+}
