@@ -135,9 +135,10 @@ constexpr Named kServices[] = {
 };
 
 constexpr Named kProtocols[] = {
-    {"icmp", 1},  {"igmp", 2},  {"tcp", 6},    {"udp", 17},   {"ipv6", 41},
-    {"gre", 47},  {"esp", 50},  {"ah", 51},    {"icmp6", 58}, {"ipv6-icmp", 58},
-    {"ospf", 89}, {"pim", 103}, {"vrrp", 112}, {"carp", 112}, {"sctp", 132},
+    {"icmp", 1},    {"igmp", 2},     {"tcp", 6},    {"udp", 17},     {"ipv6", 41},
+    {"gre", 47},    {"esp", 50},     {"ah", 51},    {"icmp6", 58},   {"ipv6-icmp", 58},
+    {"ospf", 89},   {"pim", 103},    {"vrrp", 112}, {"carp", 112},   {"sctp", 132},
+    {"ipencap", 4}, {"etherip", 97}, {"l2tp", 115}, {"pfsync", 240},
 };
 
 // RFC 792 / RFC 4443 type numbers under pf's names (pfctl's icmp_type and icmp6_type tables).
@@ -1207,10 +1208,29 @@ class Parser {
         r.log = LogMode::First;
         if (at(TokenKind::LParen)) {
           take();
-          if (!accept_word("all")) fail_expected(peek(), "'all' (log (all))");
+          // pf's log options, comma-separated; `all` alone has a meaning here.
+          for (;;) {
+            const Token option = peek();
+            if (accept_word("all")) {
+              r.log = LogMode::All;
+            } else if (at_word("to")) {
+              fail_at(option,
+                      "'log (to INTERFACE)' is not supported: logged packets go to one pcap file ([log] "
+                      "pcap_file)");
+            } else if (at_word("matches")) {
+              fail_at(option,
+                      "'log (matches)' is not supported: put 'log' on the rules whose matches to log");
+            } else if (at_word("user")) {
+              fail_at(option,
+                      "'log (user)' is not supported: this node forwards, packets have no local user");
+            } else {
+              fail_expected(option, "'all' (log (all))");
+            }
+            if (!at(TokenKind::Comma)) break;
+            take();
+          }
           if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
           take();
-          r.log = LogMode::All;
         }
         stage = std::max(stage, 3);
       }
