@@ -395,6 +395,9 @@ void ControlService::handle(const Request& request, Response& response) {
     case Request::kHealth:
       health(response.mutable_health());
       break;
+    case Request::kSettings:
+      settings(response.mutable_settings());
+      break;
     case Request::COMMAND_NOT_SET:
       error = "empty request: no command (is pairwallctl older or newer than pairwalld?)";
       break;
@@ -875,6 +878,39 @@ void ControlService::stats(Stats* out) const {
   out->set_states(snap.states);
   out->set_state_limit(snap.state_limit);
   out->set_events_lost(snap.events_lost);
+}
+
+void ControlService::settings(Settings* out) const {
+  const auto rules = engine_.rules();
+  const engine::Timeouts& t = rules->timeouts();
+  auto timeout = [out](std::string_view name, engine::Millis value) {
+    auto* e = out->add_timeouts();
+    e->set_name(std::string(name));
+    e->set_seconds(static_cast<uint64_t>(value.count() / 1000));
+  };
+  for (std::size_t c = 0; c < engine::kTimeoutClassCount; ++c) {
+    const auto cls = static_cast<engine::TimeoutClass>(c);
+    timeout(engine::timeout_class_name(cls), t[cls]);
+  }
+  timeout(engine::kSourceTrackTimeoutName, t.source_track);
+  const uint64_t states = engine_.states().size();
+  const engine::AdaptiveTimeouts& adaptive = rules->adaptive_timeouts();
+  // The table's limit, as the expiry's scaling reads it (Engine::expire).
+  const uint64_t limit = engine_.states().limit();
+  const uint64_t first = adaptive.first(limit);
+  const uint64_t last = adaptive.last(limit);
+  const bool scaling = last > first;
+  out->set_adaptive_start(scaling ? static_cast<uint32_t>(std::min<uint64_t>(first, UINT32_MAX)) : 0);
+  out->set_adaptive_end(scaling ? static_cast<uint32_t>(std::min<uint64_t>(last, UINT32_MAX)) : 0);
+  out->set_timeout_scale(adaptive.scale(states, limit));
+  out->set_states(states);
+  out->set_state_limit(rules->state_limit());
+  out->set_source_node_limit(rules->source_node_limit());
+  if (loaded_) {
+    out->set_table_entry_limit(loaded_->settings.table_entry_limit());
+    out->set_block_policy_return(loaded_->settings.block_policy_return);
+    for (const std::string& name : loaded_->settings.skip_interfaces) out->add_skip_interfaces(name);
+  }
 }
 
 void ControlService::health(Health* out) const {

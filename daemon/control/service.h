@@ -123,6 +123,7 @@ class ControlService {
   // Compiles `file` and publishes it; empty, or why it was refused.
   std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from);
   void stats(Stats* out) const;
+  void settings(Settings* out) const;
   void health(Health* out) const;
 
   const Config& config_;

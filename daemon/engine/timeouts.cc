@@ -49,12 +49,11 @@ Timeouts Timeouts::defaults() {
 }
 
 double AdaptiveTimeouts::scale(uint64_t states, uint64_t limit) const noexcept {
-  // pf's defaults, PFSTATE_ADAPT_START and PFSTATE_ADAPT_END: 60 % and 120 % of the limit.
-  const uint64_t first = start ? *start : limit * 6 / 10;
-  const uint64_t last = end ? *end : limit * 12 / 10;
-  if (last <= first || states <= first) return 1.0;
-  if (states >= last) return 0.0;
-  return static_cast<double>(last - states) / static_cast<double>(last - first);
+  const uint64_t from = first(limit);
+  const uint64_t to = last(limit);
+  if (to <= from || states <= from) return 1.0;
+  if (states >= to) return 0.0;
+  return static_cast<double>(to - states) / static_cast<double>(to - from);
 }
 
 std::optional<TimeoutClass> timeout_class_from_name(std::string_view name) {

@@ -61,6 +61,10 @@ struct AdaptiveTimeouts {
   // The factor every timeout is multiplied by with `states` entries in a table limited to `limit`:
   // 1 up to the start, 0 from the end on.
   double scale(uint64_t states, uint64_t limit) const noexcept;
+  // The bounds scale() uses for a table limited to `limit`: as set, else pf's defaults
+  // (PFSTATE_ADAPT_START and PFSTATE_ADAPT_END, 60 % and 120 % of the limit).
+  uint64_t first(uint64_t limit) const noexcept { return start ? *start : limit * 6 / 10; }
+  uint64_t last(uint64_t limit) const noexcept { return end ? *end : limit * 12 / 10; }
 };
 
 inline constexpr std::string_view kSourceTrackTimeoutName = "src.track";

@@ -214,6 +214,40 @@ std::string format_table_test(const control::TableList& tables) {
   return o.str();
 }
 
+std::string format_settings(const control::Settings& s) {
+  std::ostringstream o;
+  char line[96];
+  for (const auto& t : s.timeouts()) {
+    std::snprintf(line, sizeof line, "%-20s %10llus\n", t.name().c_str(),
+                  static_cast<unsigned long long>(t.seconds()));
+    o << line;
+  }
+  if (s.adaptive_start() == 0 && s.adaptive_end() == 0) {
+    o << "adaptive timeouts    off\n";
+  } else {
+    std::snprintf(line, sizeof line, "%-20s %10u states\n%-20s %10u states\n", "adaptive.start",
+                  s.adaptive_start(), "adaptive.end", s.adaptive_end());
+    o << line;
+    std::snprintf(line, sizeof line, "timeouts scaled by   %10.3f (%llu states)\n", s.timeout_scale(),
+                  static_cast<unsigned long long>(s.states()));
+    o << line;
+  }
+  o << "\n";
+  std::snprintf(line, sizeof line, "%-20s hard limit %10u\n", "states", s.state_limit());
+  o << line;
+  std::snprintf(line, sizeof line, "%-20s hard limit %10u\n", "src-nodes", s.source_node_limit());
+  o << line;
+  std::snprintf(line, sizeof line, "%-20s hard limit %10u\n", "table-entries", s.table_entry_limit());
+  o << line;
+  o << "\nblock-policy " << (s.block_policy_return() ? "return" : "drop") << "\n";
+  if (s.skip_interfaces_size() > 0) {
+    o << "skip on";
+    for (const auto& name : s.skip_interfaces()) o << " " << name;
+    o << "\n";
+  }
+  return o.str();
+}
+
 std::string format_sources(const control::SourceList& list) {
   std::ostringstream o;
   for (const auto& n : list.sources()) {

@@ -22,6 +22,8 @@ std::string format_states(const control::StateList& states, bool count_only);
 std::string format_anchors(const control::AnchorList& list);
 std::string format_sources(const control::SourceList& sources);
 std::string format_stats(const control::Stats& s);
+// As pfctl -s timeouts, then -s memory's hard limits.
+std::string format_settings(const control::Settings& s);
 std::string format_sync(const control::SyncStatus& s);
 std::string format_failover(const control::FailoverStatus& s);
 

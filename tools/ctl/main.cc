@@ -50,6 +50,8 @@ commands:
   states kill FILTER...          remove the states FILTER matches (and tell the sync peer), as
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
+  settings                       the running rules' timeouts and limits, as pfctl -s timeouts
+                                 and -s memory (with the adaptive scaling in force now)
   flush states                   remove every state (and tell the sync peer)
   sources [--limit N]            the source nodes of the rules' max-src-* limits, as pfctl -s Sources
   tables [show NAME]             the running rules' tables and their sizes, or one table's entries
@@ -316,6 +318,9 @@ Request build_request(const Invocation& inv) {
   } else if (cmd == "stats") {
     need(1);
     r.mutable_stats();
+  } else if (cmd == "settings") {
+    need(1);
+    r.mutable_settings();
   } else if (cmd == "flush" && w.size() == 2 && w[1] == "states") {
     r.mutable_flush_states();
   } else if (cmd == "sync" && w.size() == 2 && w[1] == "status") {
@@ -424,6 +429,8 @@ std::string human(const Request& request, const Response& response, const Invoca
       return ctl::format_failover(response.failover_status());
     case Response::kHealth:
       return response.health().healthy() ? "healthy\n" : "unhealthy: " + response.health().reason() + "\n";
+    case Response::kSettings:
+      return ctl::format_settings(response.settings());
     case Response::PAYLOAD_NOT_SET:
       break;
   }

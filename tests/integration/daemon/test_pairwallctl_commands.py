@@ -34,6 +34,11 @@ def test_pairwallctl_commands(lan, fw):
     assert "verdicts by reason" in stats and "rule_block" in stats
     assert {r["reason"] for r in fw.json("stats")["reasons"]} >= {"match", "state", "rule_block", "short"}
 
+    settings = fw.ctl("settings").stdout
+    assert "tcp.established" in settings and "states               hard limit" in settings
+    timeouts = {t["name"]: int(t["seconds"]) for t in fw.json("settings")["timeouts"]}
+    assert timeouts["tcp.established"] == 86400 and timeouts["udp.first"] == 60
+
     assert fw.ctl("sync", "status").stdout.strip() == "sync is not configured"
     assert fw.json("failover", "status")["enabled"] is False
     demote = fw.ctl("failover", "demote", "1", check=False)

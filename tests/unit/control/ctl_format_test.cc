@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tools/ctl/format.h"
 
@@ -37,4 +38,45 @@ TEST_CASE("pairwallctl: sizes and durations never read as a full unit below the 
     INFO(c.value);
     CHECK(human_duration_ms(c.value) == c.text);
   }
+}
+
+TEST_CASE("pairwallctl settings: timeouts as pfctl -s timeouts, then the hard limits", "[ctl]") {
+  pairwall::control::Settings s;
+  for (const auto& [name, seconds] :
+       {std::pair{"tcp.first", 120}, {"tcp.established", 86400}, {"src.track", 0}}) {
+    auto* t = s.add_timeouts();
+    t->set_name(name);
+    t->set_seconds(static_cast<uint64_t>(seconds));
+  }
+  s.set_adaptive_start(60000);
+  s.set_adaptive_end(120000);
+  s.set_states(90000);
+  s.set_timeout_scale(0.5);
+  s.set_state_limit(100000);
+  s.set_source_node_limit(10000);
+  s.set_table_entry_limit(200000);
+  s.add_skip_interfaces("lo");
+  CHECK(pairwall::ctl::format_settings(s) ==
+        "tcp.first                   120s\n"
+        "tcp.established           86400s\n"
+        "src.track                     0s\n"
+        "adaptive.start            60000 states\n"
+        "adaptive.end             120000 states\n"
+        "timeouts scaled by        0.500 (90000 states)\n"
+        "\n"
+        "states               hard limit     100000\n"
+        "src-nodes            hard limit      10000\n"
+        "table-entries        hard limit     200000\n"
+        "\n"
+        "block-policy drop\n"
+        "skip on lo\n");
+  s.set_adaptive_start(0);
+  s.set_adaptive_end(0);
+  s.clear_skip_interfaces();
+  s.set_block_policy_return(true);
+  const std::string off = pairwall::ctl::format_settings(s);
+  CHECK(off.find("adaptive timeouts    off\n") != std::string::npos);
+  CHECK(off.find("scaled") == std::string::npos);
+  CHECK(off.find("block-policy return\n") != std::string::npos);
+  CHECK(off.find("skip on") == std::string::npos);
 }

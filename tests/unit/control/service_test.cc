@@ -1078,3 +1078,67 @@ TEST_CASE(
   REQUIRE(d.service.load_rules("").ok);
   CHECK(names() == "site:0 site/web:0 ");
 }
+
+// pfctl -s timeouts and -s memory: what the running rules set, pf's defaults for the rest, and the
+// adaptive scaling as the expiry applies it to the states there are now.
+TEST_CASE("service: settings show the running rules' timeouts and limits", "[service]") {
+  Daemon d;
+  auto settings = [&d] {
+    const Response r = d.call(make([](Request& q) { q.mutable_settings(); }));
+    REQUIRE(r.ok());
+    return r.settings();
+  };
+  auto seconds = [](const Settings& s, const std::string& name) -> int64_t {
+    for (const auto& t : s.timeouts())
+      if (t.name() == name) return static_cast<int64_t>(t.seconds());
+    return -1;
+  };
+  const std::string path = d.write("settings.conf",
+                                   "set limit { states 1000, src-nodes 50, table-entries 3000 }\n"
+                                   "set timeout { tcp.established 7200, udp.first 20, src.track 30 }\n"
+                                   "set block-policy return\n"
+                                   "set skip on lo\n"
+                                   "pass all\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  Settings s = settings();
+  REQUIRE(s.timeouts_size() == static_cast<int>(engine::kTimeoutClassCount) + 1);
+  CHECK(s.timeouts(0).name() == "tcp.first");
+  CHECK(seconds(s, "tcp.first") == 120);
+  CHECK(seconds(s, "tcp.established") == 7200);
+  CHECK(seconds(s, "udp.first") == 20);
+  CHECK(seconds(s, "udp.multiple") == 60);
+  CHECK(s.timeouts(s.timeouts_size() - 1).name() == "src.track");
+  CHECK(seconds(s, "src.track") == 30);
+  CHECK(s.state_limit() == 1000);
+  CHECK(s.source_node_limit() == 50);
+  CHECK(s.table_entry_limit() == 3000);
+  CHECK(s.block_policy_return());
+  CHECK(s.skip_interfaces_size() == 1);
+  // Unset adaptive bounds follow the state limit, as pf's do; no states yet, no scaling.
+  CHECK(s.adaptive_start() == 600);
+  CHECK(s.adaptive_end() == 1200);
+  CHECK(s.timeout_scale() == 1.0);
+
+  const std::string scaled = d.write("scaled.conf",
+                                     "set timeout { adaptive.start 2, adaptive.end 6 }\n"
+                                     "pass all\n");
+  REQUIRE(d.service.load_rules(scaled).ok);
+  for (uint16_t port = 1; port <= 4; ++port) {
+    REQUIRE(d.send(syn("10.0.0.1", static_cast<uint16_t>(40000 + port), "10.9.0.1", 80)).action ==
+            engine::Verdict::Action::Accept);
+  }
+  s = settings();
+  CHECK(s.states() == 4);
+  CHECK(s.adaptive_start() == 2);
+  CHECK(s.adaptive_end() == 6);
+  CHECK(s.timeout_scale() == Approx(0.5));  // (6 - 4) / (6 - 2)
+  CHECK(s.state_limit() == 100000);         // pf's default again
+  CHECK_FALSE(s.block_policy_return());
+
+  const std::string off = d.write("off.conf", "set timeout { adaptive.start 0, adaptive.end 0 }\npass all\n");
+  REQUIRE(d.service.load_rules(off).ok);
+  s = settings();
+  CHECK(s.adaptive_start() == 0);
+  CHECK(s.adaptive_end() == 0);
+  CHECK(s.timeout_scale() == 1.0);
+}
