@@ -56,9 +56,11 @@ struct SyncCounters {
   uint64_t window_evictions = 0;     // unacked datagrams pushed out of the resend window (ids kept)
   uint64_t evicted_ids_dropped = 0;  // id lists dropped when the evicted store overflowed
   uint64_t resync_requests_served = 0;
-  uint64_t resync_requests_stale = 0;  // named the sequences of this node's earlier boot: ignored
-  uint64_t resync_states_sent = 0;     // current versions sent for resync and state requests
-  uint64_t full_resyncs_started = 0;   // a gap no resync could fill: whole table sent
+  // A resync request (or the ResyncEnd answering one) that named the sequences of this node's
+  // earlier boot: ignored.
+  uint64_t resync_requests_stale = 0;
+  uint64_t resync_states_sent = 0;    // current versions sent for resync and state requests
+  uint64_t full_resyncs_started = 0;  // a gap no resync could fill: whole table sent
 
   // Reliability, receiving side.
   uint64_t duplicates = 0;     // a sequence received twice (a resend whose ack was lost)

@@ -238,6 +238,9 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   // A new epoch numbers its sequences from 1 again: they continue the count the store sees.
   delivered_base_ = delivered_;
   gaps_to_request_.clear();
+  // Requests made of an earlier incarnation are never answered (it is gone, or ignores them).
+  resync_asked_ = 0;
+  resync_answered_ = 0;
   acks_owed_ = 0;
   ack_now_ = true;  // tell the peer at once where this node starts
   sack_now_ = false;
@@ -257,7 +260,9 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
     bulk_sending_ = false;
     bulk_send_request_ = 0;
     bulk_ids_.clear();
+    backlog_taken_ += backlog_.size();
     backlog_.clear();
+    resync_marks_.clear();
     controls_.clear();
     window_.clear_evicted();
     request_bulk(now);
@@ -355,6 +360,7 @@ void SyncProtocol::deliver(uint64_t seq, std::span<const uint8_t> payload, bool 
   if (payload.empty()) return;
   delivered_ = delivered_base_ + seq;
   store_.set_peer_sequence(delivered_);
+  rx_seq_ = seq;
   if (parsed) {
     apply_batch(*rx_batch_, true, now);
     return;
@@ -460,6 +466,9 @@ void SyncProtocol::apply_batch(const wire::Batch& batch, bool sequenced, Micros 
       case wire::Message::kResyncRequest:
         serve_resync(m.resync_request(), now);
         break;
+      case wire::Message::kResyncEnd:
+        resync_ended(m.resync_end());
+        break;
       case wire::Message::kStateRequest:
         if (m.state_request().counter() != 0) {
           backlog_.push_back({m.state_request().creator(), m.state_request().counter()});
@@ -562,11 +571,15 @@ void SyncProtocol::serve_resync(const wire::ResyncRequest& request, Micros now) 
   for (const auto& id : ids) full = full || id.counter == 0;
   if (full) {
     ++counters_.full_resyncs_started;
+    backlog_taken_ += backlog_.size();
     backlog_.clear();
     serve_bulk(kUnsolicited | (static_cast<uint32_t>(counters_.full_resyncs_started) & ~kUnsolicited), now);
-    return;
+  } else {
+    for (const auto& id : ids) backlog_.push_back(id);
   }
-  for (const auto& id : ids) backlog_.push_back(id);
+  // Said once the backlog is sent up to here (a full resync's BulkStart goes before it, as a
+  // control): the peer may be waiting for it to take its bulk as done.
+  resync_marks_.push_back({backlog_taken_ + backlog_.size(), peer_epoch_, rx_seq_});
 }
 
 void SyncProtocol::bulk_started(uint32_t request, uint64_t count, uint64_t snapshot_seq, Micros now) {
@@ -603,24 +616,48 @@ void SyncProtocol::bulk_ended(uint32_t request, uint64_t count) {
     // nothing.
     const bool unsolicited = (request & kUnsolicited) != 0;
     if (!unsolicited && request != bulk_request_) return;  // an older request's transfer
+    // The transfer being received has ended and waits for the resyncs of its gaps: this one took
+    // its place at the sender after that end, and the resyncs it needs are waited for alike.
+    if (bulk_state_ == BulkState::Receiving && bulk_ended_ == bulk_transfer_) return;
     bulk_ended_ = request;
     if (bulk_state_ != BulkState::Requested && bulk_state_ != BulkState::TimedOut) return;
     if (unsolicited) ++counters_.full_resyncs_received;
     bulk_transfer_ = request;
     bulk_received_ = 0;
     bulk_snapshot_seq_ = 0;
+    if (bulk_state_ == BulkState::Requested) bulk_state_ = BulkState::Receiving;
   } else if (bulk_state_ != BulkState::Receiving && bulk_state_ != BulkState::TimedOut) {
     return;
   }
   bulk_ended_ = request;
+  bulk_end_count_ = count;
+  finish_bulk();
+}
+
+void SyncProtocol::resync_ended(const wire::ResyncEnd& end) {
+  if (end.epoch() != config_.epoch) {
+    ++counters_.resync_requests_stale;
+    return;
+  }
+  resync_answered_ = std::max(resync_answered_, end.through());
+  finish_bulk();
+}
+
+// The transfer being received is done once its BulkEnd came and every resync this node asked for
+// is answered: the states of the datagrams it gave up during the transfer come in those resyncs,
+// after the end, and a node that took its table as whole before then (and was made master) would
+// cut the connections they carry. Past the transfer's deadline it waits no longer (poll()).
+void SyncProtocol::finish_bulk() {
+  if (bulk_ended_ == 0 || bulk_ended_ != bulk_transfer_) return;
+  if (bulk_state_ != BulkState::Receiving && bulk_state_ != BulkState::TimedOut) return;
+  if (!gaps_to_request_.empty() || resync_answered_ < resync_asked_) return;
   bulk_state_ = BulkState::Done;
   bulk_deadline_ = Micros::max();
-  bulk_end_count_ = count;
   initial_bulk_done_ = true;
   table_whole_ = true;
   // Only a transfer that arrived whole names every state the peer holds; without a snapshot
   // sequence the peer's table was not complete (its own bulk had not ended).
-  if (bulk_received_ == count && bulk_snapshot_seq_ != 0 && peer_id_ != 0) {
+  if (bulk_received_ == bulk_end_count_ && bulk_snapshot_seq_ != 0 && peer_id_ != 0) {
     counters_.peer_states_removed += store_.remove_peer_states_unnamed_since(peer_id_, bulk_snapshot_seq_);
   }
 }
@@ -629,7 +666,7 @@ void SyncProtocol::bulk_ended(uint32_t request, uint64_t count) {
 // Sending.
 
 bool SyncProtocol::has_background() const noexcept {
-  return !backlog_.empty() || bulk_sending_;
+  return !backlog_.empty() || !resync_marks_.empty() || bulk_sending_;
 }
 
 bool SyncProtocol::controls_waiting() const noexcept {
@@ -702,6 +739,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
   tx_ids_.clear();
   tx_used_ = 0;
   tx_inserts_ = false;
+  bool asks_resync = false;
 
   while (!controls_.empty()) {
     const wire::Message& c = controls_.front();
@@ -712,6 +750,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
       continue;
     }
     *tx_controls_->add_messages() = c;
+    asks_resync = asks_resync || c.has_resync_request();
     controls_.pop_front();
   }
   if (controls_.empty() && !gaps_to_request_.empty()) {
@@ -729,6 +768,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
       *tx_controls_->add_messages() = tx_batch_->messages(tx_batch_->messages_size() - 1);
       gaps_to_request_.erase(gaps_to_request_.begin(),
                              gaps_to_request_.begin() + static_cast<std::ptrdiff_t>(n));
+      asks_resync = true;
       ++counters_.resync_requests_sent;
     }
   }
@@ -778,7 +818,22 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
       if (!ok) break;
       tx_ids_.push_back(id);
       backlog_.pop_front();
+      ++backlog_taken_;
       ++counters_.resync_states_sent;
+    }
+    // One ResyncEnd says it for every request answered so far.
+    std::size_t answered = 0;
+    while (answered < resync_marks_.size() && resync_marks_[answered].backlog_end <= backlog_taken_)
+      ++answered;
+    if (answered > 0) {
+      const ResyncMark& last = resync_marks_[answered - 1];
+      if (add_message([&](wire::Message* m) {
+            m->mutable_resync_end()->set_through(last.through);
+            m->mutable_resync_end()->set_epoch(last.epoch);
+          })) {
+        resync_marks_.erase(resync_marks_.begin(),
+                            resync_marks_.begin() + static_cast<std::ptrdiff_t>(answered));
+      }
     }
     if (backlog_.empty() && bulk_sending_) {
       bool full = false;
@@ -819,6 +874,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
   std::string controls;
   if (tx_controls_->messages_size() > 0) tx_controls_->SerializeToString(&controls);
   const uint64_t seq = window_.push(std::move(payload), tx_ids_, std::move(controls), now);
+  if (asks_resync) resync_asked_ = seq;
   const bool ack_now = tx_inserts_ && config_.ack_inserts_at_once;
   transmit(seq, window_.slot(seq).payload, now, send, ack_now ? frameflag::kAckNow : 0);
   return true;

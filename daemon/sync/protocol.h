@@ -10,8 +10,9 @@
 // Reliability: every data datagram has a sequence; the receiver acks cumulatively with a
 // selective-ack bitmap; the sender resends what is lost (RACK + timer). A sequence the sender can
 // no longer resend is given up by the receiver, counted as a gap and answered by an incremental
-// resync: the current version of every state that sequence carried. A gap even that cannot cover
-// starts a full resync (a bulk transfer). Everything but control messages is paced by a congestion
+// resync: the current version of every state that sequence carried, closed by a ResyncEnd. A gap
+// even that cannot cover starts a full resync (a bulk transfer). A bulk transfer is done only once
+// the resyncs of its gaps are in. Everything but control messages is paced by a congestion
 // window on the acks (not by a fixed gap as pfsync's bulk): live records first, then resyncs, then
 // the bulk. Live records that wait for the window coalesce per state, so a slow peer or a dead link
 // costs at most one pending record per state, and nothing is dropped.
@@ -48,7 +49,7 @@ enum class PeerState : uint8_t {
 enum class BulkState : uint8_t {
   Idle,       // no bulk asked for
   Requested,  // asked; waiting for BulkStart
-  Receiving,  // BulkStart seen; waiting for BulkEnd
+  Receiving,  // BulkStart seen; waiting for BulkEnd, and for the resyncs of the gaps before it
   Done,
   TimedOut,  // gave up waiting (the peer is absent, or slower than the count allows)
 };
@@ -209,6 +210,8 @@ class SyncProtocol {
   void serve_resync(const wire::ResyncRequest& request, Micros now);
   void bulk_started(uint32_t request, uint64_t count, uint64_t snapshot_seq, Micros now);
   void bulk_ended(uint32_t request, uint64_t count);
+  void resync_ended(const wire::ResyncEnd& end);
+  void finish_bulk();
 
   // Sending.
   bool has_background() const noexcept;
@@ -235,6 +238,14 @@ class SyncProtocol {
   PendingRecords pending_;
   std::deque<wire::Message> controls_;   // reliable control messages, sent before any record
   std::deque<engine::StateId> backlog_;  // states to send in their current version (resync)
+  uint64_t backlog_taken_ = 0;           // ids ever taken off the backlog's front (sent or cleared)
+  // A resync request served: once the backlog is taken up to `backlog_end`, its ResyncEnd is due.
+  struct ResyncMark {
+    uint64_t backlog_end = 0;
+    uint64_t epoch = 0;    // the peer's, whose sequence carried the request
+    uint64_t through = 0;  // the peer's sequence that carried the request
+  };
+  std::deque<ResyncMark> resync_marks_;
   BatchArena tx_arena_;
   wire::Batch* tx_batch_ = nullptr;
   wire::Batch* tx_controls_ = nullptr;  // the control messages of the datagram being built, for resyncs
@@ -274,6 +285,11 @@ class SyncProtocol {
   BatchArena held_arena_;
   wire::Batch* rx_batch_ = nullptr;
   std::vector<GapRange> gaps_to_request_;
+  uint64_t rx_seq_ = 0;  // the sequence of the peer's datagram being applied
+  // This node's latest sequence that carried a ResyncRequest, and the latest the peer's ResyncEnd
+  // said it answered: a transfer is not done while the resyncs of its gaps are owed.
+  uint64_t resync_asked_ = 0;
+  uint64_t resync_answered_ = 0;
   std::size_t acks_owed_ = 0;
   bool ack_now_ = false;
   bool sack_now_ = false;      // held datagrams changed: send the runs in an unsequenced ack

@@ -158,6 +158,20 @@ bool carries_resync_request(std::span<const uint8_t> d) {
                      [](const wire::Message& m) { return m.has_resync_request(); });
 }
 
+// Polls `node` and returns the sequence of the datagram in which it asks for a resync, or 0.
+uint64_t resync_request_seq(SyncProtocol& node, Micros now) {
+  uint64_t seq = 0;
+  node.poll(now, [&](std::span<const uint8_t> d) {
+    Authenticator auth(test_key());
+    Header h;
+    std::span<const uint8_t> payload;
+    DropReason why{};
+    if (carries_resync_request(d) && open(d, auth, h, payload, why)) seq = h.seq;
+    return true;
+  });
+  return seq;
+}
+
 wire::Batch one_insert(const StateRecord& r) {
   wire::Batch b;
   encode_insert(r, 0, b.add_messages()->mutable_insert());
@@ -629,7 +643,7 @@ uint64_t bulk_start_seq(std::span<const uint8_t> d) {
   return start ? h.seq : 0;
 }
 
-TEST_CASE("a bulk whose start arrives after its end, through a resync, ends with its end",
+TEST_CASE("a bulk whose start arrives after its end, through a resync, ends with the resync",
           "[sync][protocol][bulk][gap]") {
   AwaitingBulk awaiting;
   FakeStore& store = awaiting.store;
@@ -650,10 +664,13 @@ TEST_CASE("a bulk whose start arrives after its end, through a resync, ends with
   end.mutable_messages(0)->mutable_bulk_end()->set_count(1);
   b.receive(craft(h, end), kLinkTtl, ms(1001));
   CHECK(b.counters().gaps == 1);
-  CHECK(b.bulk_state() == BulkState::Done);
-  CHECK(b.bulk_done());
+  CHECK(b.bulk_state() == BulkState::Receiving);
+  CHECK_FALSE(b.bulk_done());
+  const uint64_t asked = resync_request_seq(b, ms(1001));
+  REQUIRE(asked != 0);
 
-  // The resync of sequence 1 brings its BulkStart and state after the end: the transfer stays done.
+  // The resync of sequence 1 brings its BulkStart and state after the end, then says it is
+  // complete: the transfer is done, and a BulkStart that late opens nothing.
   h.xmit = 3;
   h.seq = 3;
   h.send_base = 3;
@@ -663,13 +680,117 @@ TEST_CASE("a bulk whose start arrives after its end, through a resync, ends with
   start->set_count(1);
   start->set_snapshot_seq(1);
   encode_insert(make_insert(1, 1), 0, resent.add_messages()->mutable_insert());
+  auto* answered = resent.add_messages()->mutable_resync_end();
+  answered->set_through(asked);
+  answered->set_epoch(AwaitingBulk::config().epoch);
   b.receive(craft(h, resent), kLinkTtl, ms(1002));
   CHECK(store.states.count({1, 1}) == 1);
+  CHECK(b.bulk_state() == BulkState::Done);
+  CHECK(b.bulk_done());
   b.poll(ms(10'000), [](std::span<const uint8_t>) { return true; });
   CHECK(b.bulk_state() == BulkState::Done);
   CHECK(b.counters().bulk_timeouts == 0);
   CHECK(b.counters().peer_states_removed == 0);
   CHECK(store.states.count({1, 99}) == 1);
+}
+
+TEST_CASE("a bulk is not done while the states of a datagram given up during it are owed",
+          "[sync][protocol][bulk][gap]") {
+  AwaitingBulk awaiting;
+  FakeStore& store = awaiting.store;
+  SyncProtocol& b = awaiting.node;
+  Header h = awaiting.peer;
+  const uint32_t request = b.status(ms(1000)).bulk_request;
+  const uint64_t epoch = AwaitingBulk::config().epoch;
+  h.flags = frameflag::kSequenced;
+  auto from_peer = [&](uint64_t seq, const wire::Batch& batch, Micros now) {
+    h.xmit = seq + 1;
+    h.seq = seq;
+    h.send_base = seq;
+    b.receive(craft(h, batch), kLinkTtl, now);
+  };
+
+  wire::Batch first;
+  auto* start = first.add_messages()->mutable_bulk_start();
+  start->set_request(request);
+  start->set_count(2);
+  start->set_snapshot_seq(1);
+  encode_insert(make_insert(1, 1), request, first.add_messages()->mutable_insert());
+  from_peer(1, first, ms(1001));
+  REQUIRE(b.bulk_state() == BulkState::Receiving);
+  // Sequence 2, the transfer's other state, fell out of the peer's resend window; 3 ends it.
+  wire::Batch end;
+  end.add_messages()->mutable_bulk_end()->set_request(request);
+  end.mutable_messages(0)->mutable_bulk_end()->set_count(2);
+  from_peer(3, end, ms(1002));
+  CHECK(b.counters().gaps == 1);
+  CHECK(store.states.count({1, 2}) == 0);
+  CHECK(b.bulk_state() == BulkState::Receiving);
+  CHECK_FALSE(b.bulk_done());
+  const uint64_t asked = resync_request_seq(b, ms(1002));
+  REQUIRE(asked != 0);
+
+  // An answer to the requests of this node's earlier boot ends nothing.
+  wire::Batch earlier;
+  earlier.add_messages()->mutable_resync_end()->set_through(asked);
+  earlier.mutable_messages(0)->mutable_resync_end()->set_epoch(epoch - 1);
+  from_peer(4, earlier, ms(1003));
+  CHECK_FALSE(b.bulk_done());
+
+  // The resync brings the state, then says it is complete.
+  wire::Batch resync = one_insert(make_insert(1, 2));
+  resync.add_messages()->mutable_resync_end()->set_through(asked);
+  resync.mutable_messages(1)->mutable_resync_end()->set_epoch(epoch);
+  from_peer(5, resync, ms(1004));
+  CHECK(store.states.count({1, 2}) == 1);
+  CHECK(b.bulk_state() == BulkState::Done);
+  CHECK(b.bulk_done());
+  CHECK(b.counters().bulk_timeouts == 0);
+}
+
+// Whether a datagram carries the insert of state `id` for a bulk transfer.
+bool carries_bulk_insert(std::span<const uint8_t> d, const StateId& id) {
+  Authenticator auth(test_key());
+  Header h;
+  std::span<const uint8_t> payload;
+  DropReason why{};
+  wire::Batch batch;
+  if (!open(d, auth, h, payload, why) ||
+      !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
+    return false;
+  return std::any_of(batch.messages().begin(), batch.messages().end(), [&](const wire::Message& m) {
+    return m.has_insert() && m.insert().bulk() != 0 && m.insert().creator() == id.creator &&
+           m.insert().counter() == id.counter;
+  });
+}
+
+TEST_CASE("a bulk datagram lost beyond resending near the end: the bulk is done only once its states are in",
+          "[sync][protocol][bulk][gap]") {
+  Pair p;
+  p.config_a.request_bulk_at_start = false;
+  p.config_a.send.capacity = 16;  // the lost datagram falls out of A's resend window soon
+  p.start();
+  constexpr uint64_t kStates = 2'000;
+  for (uint64_t i = 1; i <= kStates; ++i) p.store_a.local(make_insert(1, i));
+  // Every bulk transmission of a state among the last sent is lost: B gives its datagram up as
+  // A's live changes push it out of the window, after the BulkEnd has come.
+  const StateId lost{1, kStates - 20};
+  p.a_to_b.drop_if = [&](std::span<const uint8_t> d) { return carries_bulk_insert(d, lost); };
+  p.restart_b(5000);
+  uint64_t live = kStates;
+  const Micros t0 = p.now;
+  while (!p.b->bulk_done() && p.now - t0 < ms(10'000)) {
+    p.change(true, make_insert(1, ++live));
+    p.run(Micros{200});
+  }
+  const bool whole_when_done = p.store_b.states.count(lost) == 1;
+  p.run(ms(1000));
+  CHECK(p.b->counters().gaps > 0);
+  CHECK(p.b->bulk_done());
+  CHECK(p.b->bulk_state() == BulkState::Done);
+  CHECK(p.b->counters().bulk_timeouts == 0);
+  CHECK(whole_when_done);
+  CHECK(p.store_b.states.size() == live);
 }
 
 TEST_CASE("a bulk whose start is lost beyond resending still ends, and brings every state",
