@@ -595,6 +595,7 @@ void SyncProtocol::bulk_started(uint32_t request, uint64_t count, uint64_t snaps
   bulk_expected_ = count;
   bulk_received_ = 0;
   bulk_snapshot_seq_ = snapshot_seq == 0 ? 0 : delivered_base_ + snapshot_seq;
+  bulk_gaps_ = counters_.gaps;
   // Capped before it becomes an integer: a count no table holds (a peer's broken code) would
   // overflow it, and a deadline in the past ends this node's demotion before any state came.
   const double allowance_us = static_cast<double>(count) / config_.bulk_min_rate * 1e6;
@@ -656,8 +657,12 @@ void SyncProtocol::finish_bulk() {
   initial_bulk_done_ = true;
   table_whole_ = true;
   // Only a transfer that arrived whole names every state the peer holds; without a snapshot
-  // sequence the peer's table was not complete (its own bulk had not ended).
-  if (bulk_received_ == bulk_end_count_ && bulk_snapshot_seq_ != 0 && peer_id_ != 0) {
+  // sequence the peer's table was not complete (its own bulk had not ended). The inserts it lacks
+  // for gaps given up since its start are made up for: the resyncs of those gaps, all in by now,
+  // named each state the lost datagrams carried again, from a later sequence (or removed it).
+  const bool whole =
+      bulk_received_ == bulk_end_count_ || (bulk_received_ < bulk_end_count_ && counters_.gaps > bulk_gaps_);
+  if (whole && bulk_snapshot_seq_ != 0 && peer_id_ != 0) {
     counters_.peer_states_removed += store_.remove_peer_states_unnamed_since(peer_id_, bulk_snapshot_seq_);
   }
 }

@@ -338,6 +338,7 @@ class SyncProtocol {
   uint64_t bulk_expected_ = 0;
   uint64_t bulk_received_ = 0;
   uint64_t bulk_snapshot_seq_ = 0;  // the transfer's BulkStart.snapshot_seq, as delivered_ counts
+  uint64_t bulk_gaps_ = 0;          // counters_.gaps when the transfer started
   // The peer's sequences as the store sees them (set_peer_sequence): its current epoch's, counted
   // on from those of its earlier epochs, so that they never go back.
   uint64_t delivered_base_ = 0;

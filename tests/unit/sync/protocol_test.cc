@@ -748,6 +748,49 @@ TEST_CASE("a bulk is not done while the states of a datagram given up during it 
   CHECK(b.counters().bulk_timeouts == 0);
 }
 
+TEST_CASE("a transfer with gaps removes what the peer no longer has once their resyncs are in",
+          "[sync][protocol][bulk][gap]") {
+  AwaitingBulk awaiting;
+  FakeStore& store = awaiting.store;
+  SyncProtocol& b = awaiting.node;
+  Header h = awaiting.peer;
+  const uint32_t request = b.status(ms(1000)).bulk_request;
+  h.flags = frameflag::kSequenced;
+  auto from_peer = [&](uint64_t seq, const wire::Batch& batch, Micros now) {
+    h.xmit = seq + 1;
+    h.seq = seq;
+    h.send_base = seq;
+    b.receive(craft(h, batch), kLinkTtl, now);
+  };
+  // A state of the peer's whose delete this node missed: no record of the transfer names it.
+  store.states[{1, 99}] = make_insert(1, 99);
+
+  wire::Batch first;
+  auto* start = first.add_messages()->mutable_bulk_start();
+  start->set_request(request);
+  start->set_count(2);
+  start->set_snapshot_seq(1);
+  encode_insert(make_insert(1, 1), request, first.add_messages()->mutable_insert());
+  from_peer(1, first, ms(1001));
+  // Sequence 2, with the transfer's other state, is given up; 3 ends the transfer.
+  wire::Batch end;
+  end.add_messages()->mutable_bulk_end()->set_request(request);
+  end.mutable_messages(0)->mutable_bulk_end()->set_count(2);
+  from_peer(3, end, ms(1002));
+  const uint64_t asked = resync_request_seq(b, ms(1002));
+  REQUIRE(asked != 0);
+  wire::Batch resync = one_insert(make_insert(1, 2));
+  resync.add_messages()->mutable_resync_end()->set_through(asked);
+  resync.mutable_messages(1)->mutable_resync_end()->set_epoch(AwaitingBulk::config().epoch);
+  from_peer(4, resync, ms(1003));
+  REQUIRE(b.bulk_state() == BulkState::Done);
+  CHECK(b.status(ms(1003)).bulk_received == 1);
+  CHECK(b.counters().peer_states_removed == 1);
+  CHECK(store.states.count({1, 99}) == 0);
+  CHECK(store.states.count({1, 1}) == 1);
+  CHECK(store.states.count({1, 2}) == 1);
+}
+
 // Whether a datagram carries the insert of state `id` for a bulk transfer.
 bool carries_bulk_insert(std::span<const uint8_t> d, const StateId& id) {
   Authenticator auth(test_key());
