@@ -63,8 +63,11 @@ struct SyncCounters {
   uint64_t full_resyncs_started = 0;  // a gap no resync could fill: whole table sent
 
   // Reliability, receiving side.
-  uint64_t duplicates = 0;     // a sequence received twice (a resend whose ack was lost)
-  uint64_t out_of_order = 0;   // held until the sequences before it arrive
+  uint64_t duplicates = 0;    // a sequence received twice (a resend whose ack was lost)
+  uint64_t out_of_order = 0;  // held until the sequences before it arrive
+  // Past the receive window (the peer's resend window is larger): dropped, and sent again by the
+  // peer once the window has moved.
+  uint64_t beyond_window = 0;
   uint64_t holes = 0;          // gaps detected in the peer's stream (a datagram arrived early)
   uint64_t gaps = 0;           // ranges given up: the peer could not resend them (resync)
   uint64_t gap_sequences = 0;  // sequences in those ranges

@@ -333,7 +333,7 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, int ttl, Micros no
     if (rx_batch_->messages_size() > 0) apply_batch(*rx_batch_, false, now);
     return;
   }
-  switch (rwin_.accept(h.seq, payload, on_deliver, on_give_up)) {
+  switch (rwin_.accept(h.seq, payload, on_deliver)) {
     case ReceiveWindow::Accept::Delivered:
       if (++acks_owed_ >= config_.ack_every || (h.flags & frameflag::kAckNow) != 0) {
         ack_now_ = true;
@@ -352,6 +352,11 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, int ttl, Micros no
     case ReceiveWindow::Accept::Duplicate:
       ++counters_.duplicates;
       ack_now_ = true;
+      break;
+    case ReceiveWindow::Accept::Beyond:
+      ++counters_.beyond_window;
+      ack_now_ = true;
+      sack_now_ = true;
       break;
   }
 }

@@ -1,7 +1,7 @@
 // The receiving side of the reliable stream of one peer epoch: delivers datagrams in sequence
 // order (so that a delete can never overtake the insert it follows), holds the ones that arrive
 // early, and gives sequences up — reporting them, never silently — when the sender says it can no
-// longer resend them or when they fall out of the window.
+// longer resend them. A datagram that arrives past the window is dropped for the sender to resend.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +13,7 @@ namespace pairwall::sync {
 
 class ReceiveWindow {
  public:
-  enum class Accept : uint8_t { Delivered, Held, Duplicate };
+  enum class Accept : uint8_t { Delivered, Held, Duplicate, Beyond };
 
   // `capacity`: how far past the last delivered sequence a datagram may arrive and be held.
   explicit ReceiveWindow(std::size_t capacity) : slots_(capacity < 64 ? 64 : capacity) {}
@@ -81,12 +81,16 @@ class ReceiveWindow {
     if (send_base > base_ + 1) slide(send_base - 1, deliver, give_up);
   }
 
-  // One sequenced datagram. Delivers it (and whatever it unblocks) when it is next in order,
-  // holds a copy when it is early.
-  template <typename Deliver, typename GiveUp>
-  Accept accept(uint64_t seq, std::span<const uint8_t> payload, Deliver&& deliver, GiveUp&& give_up) {
+  // One sequenced datagram, after advance_to() its send base. Delivers it (and whatever it
+  // unblocks) when it is next in order, holds a copy when it is early. Past the window it is
+  // Beyond, and not kept: the sender can still resend every sequence from its send base on, so
+  // none is given up (which would cost a resync, or a full one once the ack told the sender they
+  // arrived), and it sends this one again once the window has moved. Only a sender whose resend
+  // window is larger than this window (another resend_window on the peer) gets that far.
+  template <typename Deliver>
+  Accept accept(uint64_t seq, std::span<const uint8_t> payload, Deliver&& deliver) {
     if (seq <= base_) return Accept::Duplicate;
-    if (seq - base_ > slots_.size()) slide(seq - slots_.size(), deliver, give_up);
+    if (seq - base_ > slots_.size()) return Accept::Beyond;
     if (seq > highest_) highest_ = seq;
     Slot& s = slot(seq);
     if (s.held) return Accept::Duplicate;

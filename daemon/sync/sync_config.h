@@ -16,7 +16,8 @@
 //   bulk_timeout_min_s = 5     # shortest wait for a bulk; grows with the announced count
 //   peer_node_id = 2           # optional: accept only this node id (default: the first heard)
 //   resend_window = 4096       # datagrams kept for resending; an outage longer than this many
-//                              # datagrams is covered by a resync instead
+//                              # datagrams is covered by a resync instead. Alike on both nodes:
+//                              # one over twice the peer's costs resends past the peer's window
 //   pending_limit = 1048576    # local changes that may wait for an unreachable peer (one per
 //                              # state); past it they are dropped and the peer gets a full resync
 //   defer = false              # hold a new connection's first packet until the peer acks its

@@ -262,7 +262,8 @@ void SyncService::start() {
   pc.pending_limit = config_.pending_limit;
   pc.ack_inserts_at_once = config_.defer;
   pc.ttl_security = config_.ttl_security;
-  // Room to hold everything the peer may have in flight, and the ids of a long outage's worth.
+  // Room for everything a peer whose resend_window is at most twice this node's may have in flight;
+  // one with a larger window sees what it sends past this one dropped and resent (beyond_window).
   pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now(), config_.accept_key);
   {
@@ -680,9 +681,12 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_resends_total", T::Counter, "Datagrams sent again after a loss.");
   w.sample(c.resends);
   w.family("pairwall_sync_gaps_total", T::Counter,
-           "Gaps in the peer's stream: detected (resends asked) and given up (beyond its resend window).");
+           "Gaps in the peer's stream: detected (resends asked), given up (beyond its resend window), and "
+           "datagrams dropped past this node's receive window for the peer to resend (its resend_window is "
+           "larger than this node's).");
   w.sample({{"outcome", "detected"}}, c.holes);
   w.sample({{"outcome", "given_up"}}, c.gaps);
+  w.sample({{"outcome", "beyond_window"}}, c.beyond_window);
   w.family("pairwall_sync_resyncs_total", T::Counter, "Resyncs, by kind and side.");
   w.sample({{"kind", "incremental_requested"}}, c.resync_requests_sent);
   w.sample({{"kind", "incremental_served"}}, c.resync_requests_served);

@@ -356,6 +356,35 @@ TEST_CASE("losses past a small resend window: gap given up, reported, incrementa
   }
 }
 
+TEST_CASE("a peer with a larger resend window than this node's receive window: resends, no gaps",
+          "[sync][protocol][gap]") {
+  Pair p;
+  // A holds up to 1024 datagrams for resending; B's window holds 64 past its last in-order one.
+  p.config_a.send.capacity = 1024;
+  p.config_b.receive_window = 64;
+  settle(p);
+  // The first transmissions of one datagram of a burst are lost: many more get through before it.
+  int lost = 0;
+  p.a_to_b.drop_if = [&](std::span<const uint8_t> d) {
+    Authenticator auth(test_key());
+    Header h;
+    std::span<const uint8_t> payload;
+    DropReason why{};
+    return open(d, auth, h, payload, why) && h.seq == 100 && ++lost <= 3;
+  };
+  constexpr uint64_t kStates = 10'000;
+  for (uint64_t i = 1; i <= kStates; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(5000));
+  REQUIRE(lost >= 1);
+  CHECK(p.store_b.states.size() == kStates);
+  CHECK(p.tables_agree());
+  CHECK(p.a->counters().window_evictions == 0);
+  // Whatever A can still resend is not given up for a resync, let alone a full one.
+  CHECK(p.b->counters().gaps == 0);
+  CHECK(p.a->counters().full_resyncs_started == 0);
+  CHECK(p.b->counters().beyond_window > 0);
+}
+
 TEST_CASE("a gap nothing can fill any more starts a full resync, reported", "[sync][protocol][gap]") {
   Pair p;
   p.config_a.send.capacity = 16;
