@@ -1574,6 +1574,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   if (!state && record.kind == StateRecord::Kind::Update) return false;  // the insert has not arrived
   const std::shared_ptr<const rules::RuleSet> current = rules();
   const Timeouts timeouts = current->timeouts();
+  bool moved = true;  // the record brought something the entry did not have
   if (!state) {
     // One of the states this node created since it started, and holds no more, was removed here
     // (killed, cut at a source limit, flushed, replaced on its ports, expired): a copy of it that
@@ -1627,6 +1628,10 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     if (creator != nullptr) states_.attach_creator(state, creator, current);
   } else {
     // Merge: sequence numbers and protocol states only move forward.
+    const PeerTracking had[2] = {state->peer[0], state->peer[1]};
+    const Proxy had_proxy = state->proxy;
+    const uint32_t had_seqdiff[2] = {state->seqdiff[0], state->seqdiff[1]};
+    const uint32_t had_isn[2] = {state->proxy_isn[0], state->proxy_isn[1]};
     PeerTracking* local[2] = {&state->peer[0], &state->peer[1]};
     const PeerTracking* remote[2] = {&record.src, &record.dst};
     for (int i = 0; i < 2; ++i) {
@@ -1653,6 +1658,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
       if (state->proxy_isn[i] == 0) state->proxy_isn[i] = record.proxy_isn[i];
     }
     state->proxy = std::max(state->proxy, record.proxy);
+    moved = !(state->peer[0] == had[0]) || !(state->peer[1] == had[1]) || state->proxy != had_proxy ||
+            state->seqdiff[0] != had_seqdiff[0] || state->seqdiff[1] != had_seqdiff[1] ||
+            state->proxy_isn[0] != had_isn[0] || state->proxy_isn[1] != had_isn[1];
   }
   state->named_at = peer_sequence_;
   // An update names no key: the entry's own says whether the class follows the TCP states, which
@@ -1663,6 +1671,10 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   const Millis duration = timeout_of(*state, timeout, *current);
   // The record says how long the state has left; express that as "last seen" on our clock.
   const Millis last_seen = now + std::min(record.expires_in, duration) - duration;
+  // A record older than the entry (held up behind later ones, or from before this node's own
+  // packets met the state): filed, its timeout class (a UDP flow's udp.single where the entry knows
+  // both ends spoke) would shorten the state's life.
+  if (!moved && last_seen <= state->last_seen) return false;
   states_.file_learned(state, timeout, duration, last_seen, now);
   return true;
 }

@@ -256,7 +256,8 @@ class Engine {
   double timeout_scale() const noexcept { return timeout_scale_.load(std::memory_order_relaxed); }
 
   // Applies a state change received from the sync peer. Windows never move backwards.
-  // Returns false when the record was stale or could not be applied (table full).
+  // Returns false when the record was stale (an update or insert of a state it brings nothing
+  // newer to: no tracking moved, no later lifetime), or could not be applied (table full).
   bool apply(const StateRecord& record, Millis now);
 
   // A full transfer of the peer's table (its bulk, or a full resync it started) names every state

@@ -23,6 +23,8 @@ ApplyResult EngineStore::apply(const engine::StateRecord& record, Micros now) {
   // Engine::apply says only "not applied"; tell the protocol why, it answers each differently.
   if (record.kind == Kind::Update || record.kind == Kind::Delete) {
     if (!engine_.states().find_by_id(record.id)) return ApplyResult::Unknown;
+    // Held, and it brought nothing newer (a delete of a held state always applies).
+    if (record.kind == Kind::Update) return ApplyResult::Stale;
   }
   auto& states = engine_.states();
   if (record.kind == Kind::Insert && states.size() < states.limit()) {

@@ -90,6 +90,44 @@ TEST_CASE("a peer's insert, update and delete reach the engine's table", "[sync]
   CHECK(store.apply(upd, kNow) == ApplyResult::Unknown);
 }
 
+TEST_CASE("an update older than what the table holds is stale, and shortens nothing",
+          "[sync][engine_store]") {
+  engine::Engine e;
+  EngineStore store(e);
+  // A UDP flow both ends have sent on: udp.multiple (60 s).
+  auto ins = syn_state(1);
+  ins.stack_key.proto = 17;
+  ins.wire_key = ins.stack_key;
+  ins.src = {0, 0, 0, 0, static_cast<uint8_t>(engine::FlowState::Multiple), 0};
+  ins.dst = ins.src;
+  ins.timeout = engine::TimeoutClass::UdpMultiple;
+  ins.expires_in = engine::Millis{60'000};
+  REQUIRE(store.apply(ins, kNow) == ApplyResult::Applied);
+
+  // The creator's update from before the reply, held up behind it: one end, udp.single, 10 s left.
+  auto old = ins;
+  old.kind = StateRecord::Kind::Update;
+  old.dst.state = static_cast<uint8_t>(engine::FlowState::NoTraffic);
+  old.src.state = static_cast<uint8_t>(engine::FlowState::Single);
+  old.timeout = engine::TimeoutClass::UdpSingle;
+  old.expires_in = engine::Millis{10'000};
+  CHECK(store.apply(old, kNow) == ApplyResult::Stale);
+  {
+    auto h = e.states().find_by_id(ins.id);
+    REQUIRE(h);
+    CHECK(h->timeout == engine::TimeoutClass::UdpMultiple);
+    CHECK(h->peer[1].state == static_cast<uint8_t>(engine::FlowState::Multiple));
+  }
+  // Still there when udp.single (30 s) would have ended it.
+  e.expire(engine_time(kNow) + engine::Millis{40'000});
+  CHECK(e.states().find_by_id(ins.id));
+
+  // The same update later says the flow lives on: that is news, not stale.
+  auto fresh = ins;
+  fresh.kind = StateRecord::Kind::Update;
+  CHECK(store.apply(fresh, kNow + Micros{5'000'000}) == ApplyResult::Applied);
+}
+
 TEST_CASE("the same connection under another id is not a failure", "[sync][engine_store]") {
   engine::Engine e;
   EngineStore store(e);
