@@ -26,6 +26,8 @@ std::string_view drop_reason_name(DropReason r) {
       return "malformed_payload";
     case DropReason::Unproven:
       return "unproven_epoch";
+    case DropReason::EarlierBoot:
+      return "for_earlier_boot";
     case DropReason::Count:
       break;
   }

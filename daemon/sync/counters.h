@@ -22,6 +22,8 @@ enum class DropReason : uint8_t {
   MalformedPayload,  // authenticated, but the protobuf does not parse, a field is out of range, or a
                      // record does not fit the state it names
   Unproven,          // from a new incarnation of the peer that has not yet answered this node's challenge
+  EarlierBoot,       // sequenced data from a peer that acks an earlier boot of this node: meant for that
+                     // boot, and sent again (emptied) once the peer knows of this one
   Count
 };
 

@@ -265,6 +265,7 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
     resync_marks_.clear();
     controls_.clear();
     window_.clear_evicted();
+    window_.blank_unacked();
     request_bulk(now);
   }
 }
@@ -331,6 +332,13 @@ void SyncProtocol::receive(std::span<const uint8_t> datagram, int ttl, Micros no
   rwin_.advance_to(h.send_base, on_deliver, on_give_up);
   if (!sequenced) {
     if (rx_batch_->messages_size() > 0) apply_batch(*rx_batch_, false, now);
+    return;
+  }
+  if ((h.flags & frameflag::kAck) != 0 && h.ack_epoch != config_.epoch) {
+    // The peer has not yet taken this boot for this node's (it is still proving it): what it sends
+    // was made for the earlier boot, whose transfers' ends would end this one's bulk. Not held, so
+    // the peer sends it again, emptied, once it knows (SendWindow::blank_unacked).
+    ++counters_.drops[static_cast<std::size_t>(DropReason::EarlierBoot)];
     return;
   }
   switch (rwin_.accept(h.seq, payload, on_deliver)) {

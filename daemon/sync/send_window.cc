@@ -312,6 +312,15 @@ SendWindow::Lookup SendWindow::take_for_resync(uint64_t seq, std::vector<engine:
   return Lookup::Forgotten;
 }
 
+void SendWindow::blank_unacked() {
+  for (Slot& s : slots_) {
+    if (s.acked) continue;
+    std::vector<uint8_t>().swap(s.payload);
+    std::vector<engine::StateId>().swap(s.ids);
+    std::string().swap(s.controls);
+  }
+}
+
 void SendWindow::clear_evicted() {
   evicted_.clear();
   evicted_ids_ = 0;

@@ -104,6 +104,11 @@ class SendWindow {
 
   // Forgets everything outstanding (the peer restarted and will ask for a bulk).
   void clear_evicted();
+  // The peer restarted: what it had not acked was meant for its earlier boot. Those datagrams are
+  // still sent (the new boot's receive window starts at the send base), but empty: their records
+  // are old news to a node that will get the whole table, and their control messages would mean
+  // something else to it (the end of a full resync sent to its earlier boot would end its bulk).
+  void blank_unacked();
 
  private:
   struct Evicted {
