@@ -145,7 +145,9 @@ void prove_peer(SyncProtocol& node, Header h, Micros now) {
   REQUIRE(node.counters().epochs_proven == before + 1);
 }
 
-bool carries_resync_request(std::span<const uint8_t> d) {
+// Whether a datagram (sealed with the test key) carries a message `wanted` accepts.
+template <typename Wanted>
+bool carries(std::span<const uint8_t> d, Wanted wanted) {
   Authenticator auth(test_key());
   Header h;
   std::span<const uint8_t> payload;
@@ -154,8 +156,11 @@ bool carries_resync_request(std::span<const uint8_t> d) {
   if (!open(d, auth, h, payload, why) ||
       !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
     return false;
-  return std::any_of(batch.messages().begin(), batch.messages().end(),
-                     [](const wire::Message& m) { return m.has_resync_request(); });
+  return std::any_of(batch.messages().begin(), batch.messages().end(), wanted);
+}
+
+bool carries_resync_request(std::span<const uint8_t> d) {
+  return carries(d, [](const wire::Message& m) { return m.has_resync_request(); });
 }
 
 // Polls `node` and returns the sequence of the datagram in which it asks for a resync, or 0.
@@ -1246,18 +1251,8 @@ TEST_CASE("a peer restart is noticed and both sides resync", "[sync][protocol][b
   CHECK(p.a->bulk_done());                   // A's own demotion is not affected
 }
 
-// Whether a datagram carries a BulkEnd.
 bool carries_bulk_end(std::span<const uint8_t> d) {
-  Authenticator auth(test_key());
-  Header h;
-  std::span<const uint8_t> payload;
-  DropReason why{};
-  wire::Batch batch;
-  if (!open(d, auth, h, payload, why) ||
-      !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
-    return false;
-  return std::any_of(batch.messages().begin(), batch.messages().end(),
-                     [](const wire::Message& m) { return m.has_bulk_end(); });
+  return carries(d, [](const wire::Message& m) { return m.has_bulk_end(); });
 }
 
 TEST_CASE("the end of a full resync sent to the peer's earlier boot does not end its next boot's bulk",
