@@ -746,7 +746,12 @@ ControlService::OverloadResult ControlService::apply_overloads(
     if (table == edited.tables.end() || table->is_const) continue;
     const engine::IpPrefix host{o.family, o.address,
                                 static_cast<uint8_t>(o.family == engine::Family::V4 ? 32 : 128)};
-    if (std::find(table->entries.begin(), table->entries.end(), host) != table->entries.end()) continue;
+    // As pfr_insert_kentry: a prefix the table holds either way stays as it is, so that an
+    // exception (`!ADDR`) is not joined by its opposite.
+    if (std::find(table->entries.begin(), table->entries.end(), host) != table->entries.end() ||
+        std::find(table->negated_entries.begin(), table->negated_entries.end(), host) !=
+            table->negated_entries.end())
+      continue;
     table->entries.push_back(host);
     result.added.push_back(engine::to_string(o.family, o.address) + " to <" + name + "> (rule @" +
                            std::to_string(o.rule) + ")");

@@ -648,6 +648,30 @@ TEST_CASE("service: tables add past 'set limit table-entries' is refused and the
   CHECK(d.send(syn("10.0.0.9", 40002, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
 }
 
+// pf_src_connlimit adds an offender with pfr_insert_kentry, which leaves a prefix the table holds
+// either way: an exception (`!10.0.0.5`, a monitoring host) is not joined by its opposite.
+TEST_CASE("service: overload leaves a source the table holds as an exception", "[service][source]") {
+  Daemon d;
+  REQUIRE(d.service
+              .load_rules(d.write("exempt.conf",
+                                  "table <abusers> persist { 10.0.0.0/8 !10.0.0.5 }\n"
+                                  "block quick from <abusers>\n"
+                                  "pass all\n"))
+              .ok);
+  engine::SourceOverload o;
+  std::snprintf(o.table.data(), o.table.size(), "abusers");
+  o.address = engine::IpAddress::v4(0x0a000005);
+  const auto r = d.service.apply_overloads(std::span(&o, 1));
+  CHECK(r.error.empty());
+  CHECK(r.added.empty());
+  const Response shown = d.call(make([](Request& q) { q.mutable_tables()->set_name("abusers"); }));
+  REQUIRE(shown.tables().tables_size() == 1);
+  const auto& e = shown.tables().tables(0).entries();
+  CHECK(std::vector<std::string>(e.begin(), e.end()) ==
+        std::vector<std::string>{"10.0.0.0/8", "!10.0.0.5/32"});
+  CHECK(d.send(syn("10.0.0.5", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+}
+
 TEST_CASE("service: overload adds a source to its table and flushes its states", "[service][source]") {
   const char* kRules =
       "table <abusers> persist {}\n"
