@@ -86,9 +86,9 @@ struct StateCopy {
   uint64_t bytes[2] = {0, 0};
 };
 
-// A StateFilter, checked: an address or prefix, a port, a protocol and a state id, each optional;
-// the first two match either endpoint of either key (a translated state is found by its inside
-// address and by its nat address alike).
+// A StateFilter, checked: an address or prefix, a port (TCP's or UDP's), a protocol and a state
+// id, each optional; the first two match either endpoint of either key (a translated state is
+// found by its inside address and by its nat address alike).
 struct StateMatch {
   std::optional<engine::IpPrefix> prefix;
   uint32_t port = 0;
@@ -99,7 +99,10 @@ struct StateMatch {
 
   bool key_matches(const engine::StateKey& k) const {
     if (proto != 0 && k.proto != proto) return false;
-    if (port != 0 && k.port[0] != port && k.port[1] != port) return false;
+    // An ICMP query's key holds its identifier and type in the ports' place: not ports.
+    if (port != 0 && ((k.proto != engine::ipproto::kTcp && k.proto != engine::ipproto::kUdp) ||
+                      (k.port[0] != port && k.port[1] != port)))
+      return false;
     if (prefix && !prefix->contains(k.family, k.addr[0]) && !prefix->contains(k.family, k.addr[1]))
       return false;
     return true;

@@ -45,8 +45,8 @@ commands:
   rules labels                   the counters of the rules' labels, rules with one label added
                                  up, as pfctl -s labels
   states [--count] [--limit N] [FILTER...]
-                                 FILTER: ADDRESS or PREFIX, port N, proto tcp|udp|icmp|icmp6|N,
-                                 id CREATOR:COUNTER (as listed)
+                                 FILTER: ADDRESS or PREFIX, port N (a TCP or UDP port),
+                                 proto tcp|udp|icmp|icmp6|N, id CREATOR:COUNTER (as listed)
   states kill FILTER...          remove the states FILTER matches (and tell the sync peer), as
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters

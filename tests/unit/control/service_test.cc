@@ -369,6 +369,33 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
   }
 }
 
+// An ICMP query's state keeps its identifier and type where a TCP or UDP state keeps its ports:
+// `port N` names TCP and UDP ports, not an echo of identifier N nor every echo request (type 8).
+TEST_CASE("service: a port filter matches TCP and UDP states, not ICMP queries", "[service]") {
+  Daemon d;
+  REQUIRE(d.service.load_rules(d.write("all.conf", "pass all\n")).ok);
+  REQUIRE(d.send(PacketBuilder().ipv4("10.0.0.1", "10.9.0.1").icmp_echo(22, 1).build()).reason ==
+          engine::Reason::Match);
+  REQUIRE(d.send(syn("10.0.0.2", 40000, "10.9.0.1", 22)).reason == engine::Reason::Match);
+  REQUIRE(d.engine.states().size() == 2);
+  auto filtered = [](uint32_t port) {
+    Request q = make([](Request& r) { r.mutable_states(); });
+    q.mutable_states()->mutable_filter()->set_port(port);
+    return q;
+  };
+  Response r = d.call(filtered(22));
+  REQUIRE(r.states().states_size() == 1);
+  CHECK(r.states().states(0).proto() == 6);
+  CHECK(d.call(filtered(8)).states().matched() == 0);
+
+  Request kill = make([](Request& q) { q.mutable_kill_states(); });
+  kill.mutable_kill_states()->mutable_filter()->set_port(22);
+  CHECK(d.call(kill).killed().states() == 1);
+  kill.mutable_kill_states()->mutable_filter()->set_port(8);
+  CHECK(d.call(kill).killed().states() == 0);
+  CHECK(d.engine.states().size() == 1);
+}
+
 TEST_CASE("service: tables list, show and change the running rules' tables, as pfctl -T", "[service]") {
   Daemon d;
   const std::string path = d.write("tables.conf",
