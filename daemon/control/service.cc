@@ -555,8 +555,6 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
     if (!entry) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
     wanted.push_back(*entry);
   }
-  if ((request.op() == TableEdit::ADD || request.op() == TableEdit::DELETE) && wanted.empty())
-    return "tables: name at least one address or prefix";
   if ((request.op() == TableEdit::FLUSH || request.op() == TableEdit::EXPIRE) && !wanted.empty())
     return std::string("tables: ") + (request.op() == TableEdit::FLUSH ? "flush" : "expire") +
            " takes no addresses";
