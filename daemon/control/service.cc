@@ -532,10 +532,11 @@ std::string ControlService::test_table(const TablesRequest& request, TableList* 
   // The classifier's own reading of a table, so that the answer is what the rules see.
   const engine::rules::AddressTable membership(table->entries, table->negated_entries);
   for (const std::string& text : request.test()) {
-    engine::Family family = engine::Family::V4;
-    const auto address = engine::parse_address(text, &family);
-    if (!address) return "tables: '" + text + "' is not an address (e.g. 192.0.2.1, 2001:db8::1)";
-    if (membership.contains(family, *address)) out->add_matched(text);
+    // A host, also written as a prefix (10.0.0.1/32), as pfr_tst_addrs refuses networks alone.
+    const auto host = engine::parse_prefix(text);
+    if (!host || host->length != (host->family == engine::Family::V4 ? 32 : 128))
+      return "tables: '" + text + "' is not an address (e.g. 192.0.2.1, 2001:db8::1)";
+    if (membership.contains(host->family, host->address)) out->add_matched(text);
   }
   out->set_tested(static_cast<uint32_t>(request.test_size()));
   fill_table(*table, false, out->add_tables());

@@ -457,6 +457,11 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   CHECK(test("fixed", {"192.0.2.9", "2001:db8::1"}).tables().matched_size() == 1);
   CHECK(test("blocked", {"10.0.0.0/24"}).error() ==
         "tables: '10.0.0.0/24' is not an address (e.g. 192.0.2.1, 2001:db8::1)");
+  // A host written as a prefix is an address, as pfr_tst_addrs refuses networks alone.
+  r = test("blocked", {"10.0.0.1/32", "10.0.0.7/32", "::ffff:10.0.0.1/128"});
+  REQUIRE(r.ok());
+  CHECK(std::vector<std::string>(r.tables().matched().begin(), r.tables().matched().end()) ==
+        std::vector<std::string>{"10.0.0.1/32"});
   CHECK(test("nope", {"10.0.0.1"}).error() == "tables: no table <nope> in " + path);
 
   CHECK(edit("blocked", TableEdit::ADD, {"10.0.0.0/24"}).tables().added() == 0);
