@@ -545,6 +545,11 @@ std::string ControlService::test_table(const TablesRequest& request, TableList* 
 
 std::string ControlService::edit_table(const TableEdit& request, TableList* out) {
   if (!loaded_) return "tables: no rule set loaded";
+  // proto3 keeps an operation added after this daemon as its number: refused, not guessed at.
+  if (!TableEdit::Op_IsValid(request.op())) {
+    return "tables: unknown operation " + std::to_string(request.op()) +
+           " (is pairwallctl newer than pairwalld?)";
+  }
   engine::rules::RuleFile edited = *loaded_;
   auto table = find_table(edited, request.name());
   if (table == edited.tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;

@@ -528,6 +528,12 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   CHECK(r.tables().tables(0).count() == 0);
   CHECK(edit("blocked", TableEdit::FLUSH, {"10.0.0.1"}).error() == "tables: flush takes no addresses");
   CHECK(edit("fixed", TableEdit::REPLACE, {}).error() == "tables: <fixed> is const: change it in " + path);
+  // An operation this daemon does not know (from a newer pairwallctl, before the daemon's restart)
+  // is refused, not taken for a delete of the addresses it names.
+  REQUIRE(edit("blocked", TableEdit::ADD, {"10.0.0.1"}).tables().added() == 1);
+  CHECK(edit("blocked", static_cast<TableEdit::Op>(9), {"10.0.0.1"}).error() ==
+        "tables: unknown operation 9 (is pairwallctl newer than pairwalld?)");
+  CHECK(edit("blocked", TableEdit::FLUSH, {}).tables().deleted() == 1);
 
   // A feed's worth of entries: added, then deleted, each once.
   std::vector<std::string> feed;
