@@ -285,7 +285,8 @@ std::string format_states(const control::StateList& list, bool count_only) {
                                 s.dst().address() + std::to_string(s.dst().port())) {
       o << " (" << endpoint(s.wire_dst(), s.family(), ports) << ")";
     }
-    if (!ports) o << " id " << s.src().port();
+    // An ICMP query's key holds its identifier where the others hold ports; ESP's or GRE's, zeros.
+    if (s.proto() == 1 || s.proto() == 58) o << " id " << s.src().port();
     o << "  " << s.src_state() << ":" << s.dst_state() << "\n";
     o << "   age " << human_duration_ms(s.age_ms()) << ", expires in "
       << human_duration_ms(static_cast<uint64_t>(s.expires_in_ms())) << " (" << s.timeout() << "), "

@@ -80,3 +80,26 @@ TEST_CASE("pairwallctl settings: timeouts as pfctl -s timeouts, then the hard li
   CHECK(off.find("block-policy return\n") != std::string::npos);
   CHECK(off.find("skip on") == std::string::npos);
 }
+
+// pfctl -s states: the ports of TCP and UDP, an ICMP query's identifier, and nothing for a
+// protocol that has neither (ESP, GRE), whose key holds zeros there.
+TEST_CASE("pairwallctl: states show an identifier for ICMP alone", "[ctl]") {
+  pairwall::control::StateList list;
+  list.set_total(2);
+  list.set_matched(2);
+  for (const uint32_t proto : {1u, 50u}) {
+    auto* s = list.add_states();
+    s->set_proto(proto);
+    s->set_family(4);
+    s->mutable_src()->set_address("10.0.0.1");
+    s->mutable_src()->set_port(proto == 1 ? 22 : 0);
+    s->mutable_dst()->set_address("10.9.0.1");
+    s->mutable_dst()->set_port(proto == 1 ? 8 : 0);
+    s->set_src_state("SINGLE");
+    s->set_dst_state("NO_TRAFFIC");
+    s->set_rule(0);
+  }
+  const std::string text = pairwall::ctl::format_states(list, false);
+  CHECK(text.find("icmp 10.0.0.1 -> 10.9.0.1 id 22  SINGLE:NO_TRAFFIC\n") != std::string::npos);
+  CHECK(text.find("proto-50 10.0.0.1 -> 10.9.0.1  SINGLE:NO_TRAFFIC\n") != std::string::npos);
+}
