@@ -59,6 +59,10 @@ void queue_line(std::ostringstream& o, const control::QueueStats& q) {
     << " uninspected (fail-open policy), " << q.verdict_errors() << " verdict errors\n";
 }
 
+bool same_endpoint(const control::StateEndpoint& a, const control::StateEndpoint& b) {
+  return a.address() == b.address() && a.port() == b.port();
+}
+
 // A rule set digest as 16 hex digits.
 std::string digest_text(uint64_t digest) {
   char text[17];
@@ -276,13 +280,11 @@ std::string format_states(const control::StateList& list, bool count_only) {
   for (const auto& s : list.states()) {
     const bool ports = s.proto() == 6 || s.proto() == 17;
     o << proto_name(s.proto()) << " " << endpoint(s.src(), s.family(), ports);
-    if (s.has_wire_src() && s.wire_src().address() + std::to_string(s.wire_src().port()) !=
-                                s.src().address() + std::to_string(s.src().port())) {
+    if (s.has_wire_src() && !same_endpoint(s.wire_src(), s.src())) {
       o << " (" << endpoint(s.wire_src(), s.family(), ports) << ")";
     }
     o << " -> " << endpoint(s.dst(), s.family(), ports);
-    if (s.has_wire_dst() && s.wire_dst().address() + std::to_string(s.wire_dst().port()) !=
-                                s.dst().address() + std::to_string(s.dst().port())) {
+    if (s.has_wire_dst() && !same_endpoint(s.wire_dst(), s.dst())) {
       o << " (" << endpoint(s.wire_dst(), s.family(), ports) << ")";
     }
     // An ICMP query's key holds its identifier where the others hold ports; ESP's or GRE's, zeros.

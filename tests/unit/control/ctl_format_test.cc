@@ -103,3 +103,26 @@ TEST_CASE("pairwallctl: states show an identifier for ICMP alone", "[ctl]") {
   CHECK(text.find("icmp 10.0.0.1 -> 10.9.0.1 id 22  SINGLE:NO_TRAFFIC\n") != std::string::npos);
   CHECK(text.find("proto-50 10.0.0.1 -> 10.9.0.1  SINGLE:NO_TRAFFIC\n") != std::string::npos);
 }
+
+// A translated state shows its wire side where it differs, also where the address and port written
+// one after the other read alike (10.0.0.1 port 51234, 10.0.0.15 port 1234).
+TEST_CASE("pairwallctl: states show a translation whose address and port run together alike", "[ctl]") {
+  pairwall::control::StateList list;
+  list.set_total(1);
+  list.set_matched(1);
+  auto* s = list.add_states();
+  s->set_proto(6);
+  s->set_family(4);
+  s->mutable_src()->set_address("10.0.0.1");
+  s->mutable_src()->set_port(51234);
+  s->mutable_wire_src()->set_address("10.0.0.15");
+  s->mutable_wire_src()->set_port(1234);
+  s->mutable_dst()->set_address("192.0.2.1");
+  s->mutable_dst()->set_port(80);
+  s->mutable_wire_dst()->set_address("192.0.2.1");
+  s->mutable_wire_dst()->set_port(80);
+  s->set_src_state("SYN_SENT");
+  s->set_dst_state("CLOSED");
+  const std::string text = pairwall::ctl::format_states(list, false);
+  CHECK(text.rfind("tcp 10.0.0.1:51234 (10.0.0.15:1234) -> 192.0.2.1:80  SYN_SENT:CLOSED\n", 0) == 0);
+}
