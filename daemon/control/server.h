@@ -44,7 +44,8 @@ struct ControlDispatch {
   // to the handler. Must be safe to call from the socket's thread.
   std::function<bool(const Request&, Response&)> immediate;
   // The loop the handler runs on, when it is not the socket's; the answer is written back on the
-  // socket's loop. Must outlive the socket's loop's handlers (the daemon destroys it first).
+  // socket's loop. The requests queued on it hold sessions whose sockets are the socket loop's:
+  // destroy it before the socket's loop (the daemon declares it after).
   boost::asio::io_context* handler_loop = nullptr;
 };
 
