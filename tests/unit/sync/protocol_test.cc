@@ -827,15 +827,7 @@ TEST_CASE("a transfer with gaps removes what the peer no longer has once their r
 
 // Whether a datagram carries the insert of state `id` for a bulk transfer.
 bool carries_bulk_insert(std::span<const uint8_t> d, const StateId& id) {
-  Authenticator auth(test_key());
-  Header h;
-  std::span<const uint8_t> payload;
-  DropReason why{};
-  wire::Batch batch;
-  if (!open(d, auth, h, payload, why) ||
-      !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
-    return false;
-  return std::any_of(batch.messages().begin(), batch.messages().end(), [&](const wire::Message& m) {
+  return carries(d, [&](const wire::Message& m) {
     return m.has_insert() && m.insert().bulk() != 0 && m.insert().creator() == id.creator &&
            m.insert().counter() == id.counter;
   });
