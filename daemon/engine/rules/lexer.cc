@@ -122,6 +122,11 @@ std::string Token::source_text() const {
   }
 }
 
+std::string Token::unterminated_table() const {
+  if (kind != TokenKind::Lt || text.size() <= 1) return "";
+  return "unterminated table name '" + printable(text) + "': expected '>'";
+}
+
 Lexer::Lexer(std::string_view text, std::string file_name) {
   sources_.push_back(Source{text, 0, false, 1, 1, 0});
   files_.push_back(std::move(file_name));
@@ -325,7 +330,12 @@ Token Lexer::next() {
         while (end < text.size() && is_table_char(text[end])) ++end;
         std::string name(text.substr(src.pos + 1, end - src.pos - 1));
         if (end >= text.size() || text[end] != '>') {
-          fail(line, column, "unterminated table name '<" + printable(name) + "': expected '>'");
+          // Not a table: pf reads `port <ssh` as the operator `<` before a service name. The
+          // name rides along, so that where a table was expected the parser can say what is
+          // missing (Token::unterminated_table()).
+          Token lt = punct(TokenKind::Lt, 1);
+          lt.text += name;
+          return lt;
         }
         if (name.size() > kMaxTableName) {
           fail(line, column,

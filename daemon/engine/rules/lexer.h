@@ -67,6 +67,9 @@ struct Token {
   std::string describe() const;
   // The text as it would be written back into a macro value.
   std::string source_text() const;
+  // For `<name` with no closing '>', lexed as the operator '<' (pf's `port <ssh`): the error to
+  // give where a table was expected instead; empty for every other token.
+  std::string unterminated_table() const;
 };
 
 // The first syntax error; parse_rules turns it into a RuleError.

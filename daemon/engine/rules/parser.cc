@@ -314,6 +314,8 @@ class Parser {
   }
 
   [[noreturn]] static void fail_expected(const Token& t, std::string_view what) {
+    if (const std::string unterminated = t.unterminated_table(); !unterminated.empty())
+      fail_at(t, unterminated);
     fail_at(t, "expected " + std::string(what) + ", got " + t.describe());
   }
 

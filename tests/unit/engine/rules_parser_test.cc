@@ -464,6 +464,10 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"pass proto tcp to port < 1024", "pass proto 6 from * to * port <1024 keep"},
       {"pass proto tcp to port <1024", "pass proto 6 from * to * port <1024 keep"},
       {"pass proto tcp to port <= 1024", "pass proto 6 from * to * port <=1024 keep"},
+      // A service name right after '<' is the operator's operand, not a table (pf's grammar).
+      {"pass proto tcp to port <ssh", "pass proto 6 from * to * port <22 keep"},
+      {"pass proto tcp from port { <ssh, >=https } to port <=http",
+       "pass proto 6 from * port <22,>=443 to * port <=80 keep"},
       {"pass proto tcp to port > 1023", "pass proto 6 from * to * port >1023 keep"},
       {"pass proto tcp to port >= 1024", "pass proto 6 from * to * port >=1024 keep"},
       {"pass proto tcp to port 1000:2000", "pass proto 6 from * to * port 1000:2000 keep"},
@@ -887,6 +891,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:18: expected a quoted file name after 'file', e.g. "
        "\"/etc/pairwall/blocked\", got end of file"},
       {"block from <foo", "t.conf:1:12: unterminated table name '<foo': expected '>'"},
+      {"block from { 10.1.2.3, <foo }", "t.conf:1:24: unterminated table name '<foo': expected '>'"},
+      {"table <foo { 10.0.0.0/8 }", "t.conf:1:7: unterminated table name '<foo': expected '>'"},
+      {"pass proto tcp to port 22 keep state (max-src-conn 5, overload <bad)",
+       "t.conf:1:64: unterminated table name '<bad': expected '>'"},
       {"block from <a23456789012345678901234567890123>",
        "t.conf:1:12: table name '<a23456789012345678901234567890123>' is longer than 31 characters"},
       {"pass in on $nope", "t.conf:1:12: undefined macro '$nope'"},
