@@ -268,6 +268,7 @@ class Parser {
       }
       statement();
     }
+    for (const PendingLoad& load : pending_loads_) load_anchor_file(load);
     return std::move(out_);
   }
 
@@ -481,19 +482,34 @@ class Parser {
     scope_ = outer;
   }
 
+  // A `load anchor` statement, read once its file is.
+  struct PendingLoad {
+    Token name;
+    std::string path;  // the anchor's, from the scope the statement stood in
+    Token file;
+  };
+
   // load anchor "name" from "FILE": the file's rules are the anchor's, as `pfctl -a name -f FILE`
-  // would load them; a relative FILE is the naming file's directory's.
+  // would load them; a relative FILE is the naming file's directory's. Read once this file is: as
+  // pfctl loads anchors after the rule set, the anchor may be declared further down.
   void load_anchor() {
     take();
     expect_word("anchor", "'anchor' after 'load' (load anchor NAME from FILE)");
     const Token name = anchor_name("load anchor");
-    const std::string path = scoped(name.text);
+    std::string path = scoped(name.text);
     expect_word("from", "'from' and the anchor's file (load anchor NAME from FILE)");
     if (!at(TokenKind::String)) fail_expected(peek(), "the anchor's file in quotes");
     const Token file = take();
     expect_end("end of line after the anchor's file");
+    pending_loads_.push_back(PendingLoad{name, std::move(path), file});
+  }
+
+  void load_anchor_file(const PendingLoad& load) {
+    const Token& name = load.name;
+    const Token& file = load.file;
+    const std::string& path = load.path;
     Anchor* target = find_anchor(out_, path);
-    if (target == nullptr) fail_at(name, "no anchor \"" + path + "\" is declared before this line");
+    if (target == nullptr) fail_at(name, "no anchor \"" + path + "\" is declared in this file");
     if (target->file_defines_rules) {
       fail_at(name, "anchor \"" + path + "\" has its rules from " + target->location.file_and_line());
     }
@@ -1873,6 +1889,7 @@ class Parser {
   const bool anchor_rules_;
   LoadBudget& budget_;
   std::string scope_;  // the path of the anchor whose `{ }` the parser is in; empty outside
+  std::vector<PendingLoad> pending_loads_;  // this file's `load anchor` statements, in order
   RuleFile out_;
   std::map<std::string, std::size_t> table_index_;  // name -> index in out_.tables
 };

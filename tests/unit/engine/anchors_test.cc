@@ -102,6 +102,26 @@ TEST_CASE("load anchor reads the anchor's rules from a file beside the rule file
   CHECK(f.anchors[1].file_defines_rules == false);
 }
 
+TEST_CASE("load anchor may come before the anchor it fills, as pfctl loads anchors last", "[anchors]") {
+  Files files;
+  files.text["/etc/pw/ssh.conf"] = "pass in proto tcp to port 22\n";
+  files.text["/etc/pw/web.conf"] = "pass in proto tcp to port 443\nanchor \"inner\"\n";
+  files.text["/etc/pw/inner.conf"] = "pass in proto tcp to port 8443\n";
+  const RuleFile f = parse(
+      "load anchor \"ssh\" from \"ssh.conf\"\n"
+      "block all\n"
+      "anchor \"ssh\"\n"
+      "anchor \"web\" {\n"
+      "  load anchor \"inner\" from \"inner.conf\"\n"
+      "  anchor \"inner\"\n"
+      "}\n",
+      files.reader());
+  CHECK(placed(f) == "-:2 ssh:1 web/inner:1 ");
+  CHECK(anchors(f) == "ssh@1< web@2< web/inner@2<web ");
+  CHECK(f.anchors[0].file_defines_rules);
+  CHECK(f.anchors[2].file_defines_rules);
+}
+
 TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
   Files files;
   files.text["/etc/pw/bad.conf"] = "pass all\ntable <t> { 10.0.0.1 }\n";
@@ -144,7 +164,9 @@ TEST_CASE("anchor errors: where, and what to write instead", "[anchors]") {
       {"anchor \"a\" {\n  nat on wan0 from any to any -> 192.0.2.1\n}",
        "/etc/pw/pf.conf:2:3: 'nat' belongs in the main rule file: an anchor holds filter rules and anchors"},
       {"load anchor \"a\" from \"ok.conf\"",
-       "/etc/pw/pf.conf:1:13: no anchor \"a\" is declared before this line"},
+       "/etc/pw/pf.conf:1:13: no anchor \"a\" is declared in this file"},
+      {"load anchor \"a\" from \"ok.conf\"\nanchor \"a\" {\n}",
+       "/etc/pw/pf.conf:1:13: anchor \"a\" has its rules from /etc/pw/pf.conf:2"},
       {"anchor \"a\" {\n}\nload anchor \"a\" from \"ok.conf\"",
        "/etc/pw/pf.conf:3:13: anchor \"a\" has its rules from /etc/pw/pf.conf:1"},
       {"anchor \"a\"\nload anchor \"a\" from \"missing.conf\"",
