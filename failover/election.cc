@@ -103,6 +103,7 @@ Actions Election::become(Time now, Role to, Cause cause, uint32_t peer) {
       break;
     case Role::Backup:
       master_down_at_ = now + master_down_interval();
+      backup_since_ = now;
       break;
     case Role::Init:
     case Role::Fault:
@@ -191,7 +192,8 @@ Actions Election::set_demotion(Time now, uint32_t demotion) {
       next_advert_ = now + interval();
       return Actions{.send_advert = true};
     case Role::Backup: {
-      const bool master_alive = peer_ && !peer_->leaving && now < master_down_at_;
+      const bool master_alive =
+          peer_ && !peer_->leaving && peer_->at >= backup_since_ && now < master_down_at_;
       if (master_alive && should_take_over(peer_->rank)) {
         const Cause why = demotion_ < peer_->rank.demotion ? Cause::PeerDemoted : Cause::Preempt;
         return become(now, Role::Master, why, peer_->node_id);

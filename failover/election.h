@@ -196,6 +196,9 @@ class Election {
   bool leaving_ = false;
   Time next_advert_ = kNever;
   Time master_down_at_ = kNever;
+  // When we last became backup. A master heard before it (before a fault, when we could hear
+  // nothing) may have changed its rank unheard: only its next advertisement is taken over on.
+  Time backup_since_ = kNever;
   std::optional<PeerSeen> peer_;
   TransitionLog log_;
   uint64_t worse_masters_ = 0;

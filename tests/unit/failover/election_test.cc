@@ -511,3 +511,34 @@ TEST_CASE("keepalived mode: the role is forced, nothing is timed or advertised",
   CHECK(e.transitions().total() == 2);
   CHECK(e.transitions().last()->cause == pf::Cause::External);
 }
+
+TEST_CASE("after a fault the backup does not take over on a rank the master held before it", "[election]") {
+  // lan1's switch restarts: both nodes lose it (64 each), the group stays on A. Then B loses lan0
+  // too (fault) and hears nothing while A's lan1 comes back and A advertises demotion 0. B's
+  // carrier returns one link after the other: back to backup on lan0, undemoted on lan1 a moment
+  // later, before A's next advertisement. The demotion B last heard from A (64) is no longer A's.
+  Sim sim = steady_pair(1s, false, false);
+  sim.demote(1, 64);
+  sim.demote(0, 64);
+  sim.run_for(10ms);
+  REQUIRE(sim.role(0) == Role::Master);
+  REQUIRE(sim.role(1) == Role::Backup);
+  const uint64_t a_transitions = sim.election(0).transitions().total();
+  sim.cut(0, 1);
+  sim.cut(1, 0);
+  sim.fault(1, true);
+  sim.run_for(500ms);
+  sim.demote(0, 0);
+  sim.run_for(10ms);
+  sim.heal();
+  sim.fault(1, false);
+  sim.run_for(10ms);
+  sim.demote(1, 0);
+  sim.run_for(10s);
+  // The group never moved: B waited for A's next advertisement, which it cannot take over from.
+  CHECK(sim.became(1, Role::Master) == pf::kNever);
+  CHECK(sim.election(0).transitions().total() == a_transitions);
+  CHECK(sim.role(0) == Role::Master);
+  CHECK(sim.role(1) == Role::Backup);
+  CHECK(sim.election(1).peer()->rank.demotion == 0);
+}
