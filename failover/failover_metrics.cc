@@ -32,10 +32,12 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
   out.family("pairwall_failover_master_node_id", Type::Gauge,
              "Node id of the master as this node sees it, 0 none");
   out.sample({{"vhid", vhid}}, uint64_t{s.master_node_id});
-  out.family("pairwall_failover_last_heard_seconds", Type::Gauge,
-             "Seconds since the last valid advertisement from a peer, -1 never");
-  out.sample({{"vhid", vhid}},
-             s.last_heard_ms_ago < 0 ? -1.0 : static_cast<double>(s.last_heard_ms_ago) / 1000.0);
+  if (s.driver == Driver::Builtin) {  // keepalived hears the advertisements there, not pairwalld
+    out.family("pairwall_failover_last_heard_seconds", Type::Gauge,
+               "Seconds since the last valid advertisement from a peer, -1 never");
+    out.sample({{"vhid", vhid}},
+               s.last_heard_ms_ago < 0 ? -1.0 : static_cast<double>(s.last_heard_ms_ago) / 1000.0);
+  }
   if (s.driver == Driver::Keepalived) {
     out.family("pairwall_failover_health_checked_seconds", Type::Gauge,
                "Seconds since keepalived's vrrp_script (or any health check) last asked, -1 never");

@@ -62,3 +62,19 @@ TEST_CASE("failover metrics: VIPs held by the builtin election only, health chec
     CHECK((text.find("pairwall_failover_health_checked_seconds") != std::string::npos) == keepalived);
   }
 }
+
+// pairwalld hears no advertisement in keepalived mode (keepalived does): a gauge that always read
+// -1, never, on both nodes would say neither hears a master.
+TEST_CASE("failover metrics: the last advertisement heard by the builtin election only", "[metrics]") {
+  for (const auto driver : {pf::Driver::Builtin, pf::Driver::Keepalived}) {
+    const bool keepalived = driver == pf::Driver::Keepalived;
+    INFO((keepalived ? "keepalived" : "builtin"));
+    pf::FailoverSnapshot s;
+    s.driver = driver;
+    s.role = pf::Role::Backup;
+    s.last_heard_ms_ago = keepalived ? -1 : 300;
+    pairwall::control::MetricWriter w;
+    pf::write_failover_metrics(w, s);
+    CHECK((w.text().find("pairwall_failover_last_heard_seconds") != std::string::npos) == !keepalived);
+  }
+}
