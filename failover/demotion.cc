@@ -13,6 +13,8 @@ uint32_t weight(DemoteReason reason) {
       return kCarrierDemotion;
     case DemoteReason::Engine:
       return kEngineDemotion;
+    case DemoteReason::AdvertSend:
+      return kAdvertSendDemotion;
     case DemoteReason::Admin:
       break;
   }
@@ -29,6 +31,8 @@ const char* demote_reason_name(DemoteReason reason) {
       return "VIP interface without carrier";
     case DemoteReason::Engine:
       return "engine unhealthy";
+    case DemoteReason::AdvertSend:
+      return "advertisements not leaving";
     case DemoteReason::Admin:
       return "admin";
   }
@@ -43,10 +47,22 @@ const char* demote_reason_key(DemoteReason reason) {
       return "carrier";
     case DemoteReason::Engine:
       return "engine";
+    case DemoteReason::AdvertSend:
+      return "advert_send";
     case DemoteReason::Admin:
       return "admin";
   }
   return "unknown";
+}
+
+bool AdvertSendRecord::record(bool left) {
+  // Counts the outcomes that would change the verdict; one of the other kind starts over.
+  in_a_row_ = left == failing_ ? in_a_row_ + 1 : 0;
+  if (in_a_row_ >= (failing_ ? kSuccessesToClear : kFailuresToFail)) {
+    failing_ = !failing_;
+    in_a_row_ = 0;
+  }
+  return failing_;
 }
 
 uint32_t Demotion::contribution(DemoteReason reason) const {

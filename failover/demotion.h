@@ -12,12 +12,13 @@
 namespace pairwall::failover {
 
 enum class DemoteReason : uint8_t {
-  BulkSync,  // the bulk resync from the peer has not ended: our state table is incomplete
-  Carrier,   // a VIP interface has no carrier: as master we would black-hole that side
-  Engine,    // the packet engine is not serving its queues
-  Admin,     // raised by hand (`pairwallctl failover demote N`), e.g. for maintenance
+  BulkSync,    // the bulk resync from the peer has not ended: our state table is incomplete
+  Carrier,     // a VIP interface has no carrier: as master we would black-hole that side
+  Engine,      // the packet engine is not serving its queues
+  AdvertSend,  // our advertisements left on no interface, three in a row (AdvertSendRecord)
+  Admin,       // raised by hand (`pairwallctl failover demote N`), e.g. for maintenance
 };
-inline constexpr std::size_t kDemoteReasonCount = 4;
+inline constexpr std::size_t kDemoteReasonCount = 5;
 const char* demote_reason_name(DemoteReason reason);
 const char* demote_reason_key(DemoteReason reason);  // snake_case, for metrics labels
 
@@ -26,8 +27,31 @@ const char* demote_reason_key(DemoteReason reason);  // snake_case, for metrics 
 inline constexpr uint32_t kCarrierDemotion = 64;
 inline constexpr uint32_t kEngineDemotion = 64;
 inline constexpr uint32_t kBulkSyncDemotion = 16;
+// A master that cannot advertise passes traffic, but the backup, hearing nothing, takes the group:
+// below a node that advertises, so that it steps down on hearing it, yet above one with a VIP
+// interface without carrier or an engine not serving, which it may still take over from.
+inline constexpr uint32_t kAdvertSendDemotion = 32;
 // The sum stays below the value a leaving master advertises.
 inline constexpr uint32_t kMaxDemotion = UINT32_MAX / 2;
+
+// Whether our advertisements leave, as carp(4) judges its own (CARP_SENDAD_MAX_ERRORS,
+// CARP_SENDAD_MIN_SUCCESS): failing once three in a row went out on no interface, and again fine
+// once three in a row went out. A backup sends none, so a node stays failing until it is master
+// again and advertises: forgotten at the step-down, a node with better rank and preempt would
+// take the group back at once and lose it again three advertisements later, for ever.
+class AdvertSendRecord {
+ public:
+  static constexpr uint32_t kFailuresToFail = 3;
+  static constexpr uint32_t kSuccessesToClear = 3;
+
+  // One advertisement; `left`: it was sent on at least one interface. Returns failing().
+  bool record(bool left);
+  bool failing() const { return failing_; }
+
+ private:
+  uint32_t in_a_row_ = 0;  // failures while not failing, successes while failing
+  bool failing_ = false;
+};
 
 class Demotion {
  public:

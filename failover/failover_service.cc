@@ -280,18 +280,22 @@ void FailoverService::send_advert(Time) {
   a.leaving = own.leaving;
   uint8_t frame[kAdvertMaxFrame];
   const std::size_t n = codec_.encode(a, frame);
+  bool left = false;
   if (n == 0) {
     ++counters_.advert_send_errors;
-    return;
-  }
-  for (auto& s : sockets_) {
-    if (!s->is_open()) continue;
-    if (s->send(std::span<const uint8_t>(frame, n)) == 0) {
-      ++counters_.adverts_sent;
-    } else {
-      ++counters_.advert_send_errors;  // e.g. ENETDOWN on an interface without carrier
+  } else {
+    for (auto& s : sockets_) {
+      if (!s->is_open()) continue;
+      if (s->send(std::span<const uint8_t>(frame, n)) == 0) {
+        ++counters_.adverts_sent;
+        left = true;
+      } else {
+        ++counters_.advert_send_errors;  // e.g. ENETDOWN on an interface without carrier
+      }
     }
   }
+  // The election takes it at the next poll: from here, it would send again, and again record.
+  demotion_.set(DemoteReason::AdvertSend, advert_sends_.record(left));
 }
 
 void FailoverService::announce_all() {

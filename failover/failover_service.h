@@ -184,6 +184,7 @@ class FailoverService final : public control::FailoverControl {
   mutable std::mutex mutex_;
   Election election_;
   Demotion demotion_;
+  AdvertSendRecord advert_sends_;
   AdvertCodec codec_;
   FailoverCounters counters_;
   std::unique_ptr<VipSet> vips_;

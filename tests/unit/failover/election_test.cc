@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "failover/demotion.h"
+
 namespace pf = pairwall::failover;
 using pf::Role;
 using namespace std::chrono_literals;
@@ -541,4 +543,18 @@ TEST_CASE("after a fault the backup does not take over on a rank the master held
   CHECK(sim.role(0) == Role::Master);
   CHECK(sim.role(1) == Role::Backup);
   CHECK(sim.election(1).peer()->rank.demotion == 0);
+}
+
+TEST_CASE("a master whose advertisements do not leave hands over once it is demoted for it", "[election]") {
+  for (const bool demoted : {false, true}) {
+    INFO((demoted ? "demoted, as the service does after three lost" : "not demoted"));
+    Sim sim = steady_pair(1s);
+    sim.cut(0, 1);  // A's advertisements leave on no interface; it still hears B
+    if (demoted) sim.demote(0, pf::kAdvertSendDemotion);
+    sim.run_for(10s);
+    // B heard nothing and took the group; A, better ranked, keeps it too unless demoted.
+    CHECK(sim.role(1) == Role::Master);
+    CHECK(sim.masters() == (demoted ? 1u : 2u));
+    CHECK(sim.node(0).holds_vips == !demoted);
+  }
 }

@@ -70,5 +70,33 @@ TEST_CASE("FailoverService: an advertisement socket that failed to open is tried
   service.stop();
 }
 
+// carp(4) demotes a node whose advertisements fail to leave (CARP_SENDAD_MAX_ERRORS): the backup,
+// hearing nothing, takes the group, and this node must then rank below it and step down at its
+// first advertisement, or both would hold the VIPs for ever.
+TEST_CASE("FailoverService: a master whose advertisements leave on no interface demotes itself",
+          "[failover_service]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+    return;
+  }
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  boost::asio::io_context io;
+  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  FailoverConfig config = config_on_absent_link();
+  // Master 60 ms on. Its VIP and announcements name an interface the host does not have: they fail
+  // before reaching the kernel, and its advertisement socket never opens.
+  config.advbase_ms = 20;
+  FailoverService service(io, config, 1);
+  service.start(kernel.transport());
+  const auto demoted = [&] { return service.snapshot().demotion > 0; };
+  run_until(io, milliseconds(3000), demoted);
+  const FailoverSnapshot s = service.snapshot();
+  CHECK(s.role == Role::Master);
+  CHECK(s.demotion == 32);
+  REQUIRE(s.demotion_reasons.size() == 1);
+  CHECK(s.demotion_reasons[0] == "advertisements not leaving (+32)");
+  service.stop();
+}
+
 }  // namespace
 }  // namespace pairwall::failover
