@@ -148,11 +148,18 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
     if (th.flags & kFin) ++end;
   }
 
+  // The stand-ins for a missing ACK only get the segment past the ack-skew test; they say nothing
+  // of how far the other end may send, so they do not slide its bound. pf_tcp_track_full slides it
+  // anyway: under a retransmitted SYN, the silent responder's bound became the SYN's window counted
+  // from sequence number 0, some 2^31 off the responder's own numbers half of the time.
+  bool acknowledges = true;
   if (!(th.flags & kAck)) {
     ack = dst.seqlo;  // no ACK: let it through the ack-skew test
+    acknowledges = false;
   } else if ((ack == 0 && (th.flags & (kAck | kRst)) == (kAck | kRst)) ||
              dst.state < static_cast<uint8_t>(TcpState::SynSent)) {
     ack = dst.seqlo;  // stacks that send RST|ACK with ack 0, or an ACK before the peer spoke
+    acknowledges = false;
   }
 
   if (seq == end) {
@@ -179,7 +186,8 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
       rst_exact) {
     if (src.max_win < win) src.max_win = win;
     if (seq_gt(end, src.seqlo)) src.seqlo = end;
-    if (seq_geq(ack + (win << sws), dst.seqhi)) dst.seqhi = ack + std::max<uint32_t>(win << sws, 1);
+    if (acknowledges && seq_geq(ack + (win << sws), dst.seqhi))
+      dst.seqhi = ack + std::max<uint32_t>(win << sws, 1);
 
     if (th.flags & kSyn) raise_state(src, TcpState::SynSent, result.protocol_state_changed);
     if (th.flags & kFin) raise_state(src, TcpState::Closing, result.protocol_state_changed);
@@ -206,7 +214,8 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
     // close. The expiry is not refreshed here, so a flood cannot keep the state alive.
     if (src.max_win < win) src.max_win = win;
     if (seq_gt(end, src.seqlo)) src.seqlo = end;
-    if (seq_geq(ack + (win << sws), dst.seqhi)) dst.seqhi = ack + std::max<uint32_t>(win << sws, 1);
+    if (acknowledges && seq_geq(ack + (win << sws), dst.seqhi))
+      dst.seqhi = ack + std::max<uint32_t>(win << sws, 1);
     if (th.flags & kFin) raise_state(src, TcpState::Closing, result.protocol_state_changed);
     if (th.flags & kRst) {
       raise_state(src, TcpState::TimeWait, result.protocol_state_changed);

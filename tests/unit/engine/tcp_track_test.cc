@@ -165,6 +165,39 @@ TEST_CASE("a segment that fails the window test while both ends are in SYN_SENT 
   CHECK(c.server == server);
 }
 
+TEST_CASE("a segment without an acknowledgment leaves the other end's window to that end's own packets",
+          "[tcp]") {
+  // A SYN retransmitted before the answer (or a segment of a connection picked up mid-stream
+  // before the other end has spoken) acknowledges nothing: the stand-in for its ACK, the silent
+  // end's sequence number 0, only gets it past the ack-skew test. Taken for a real one, it set the
+  // responder's upper bound to the SYN's window counted from 0: with an initial sequence number
+  // in the upper half of the space, that bound lay some 2^31 ahead of it, so that the responder's
+  // data passed from anywhere in that half for the connection's life, or (just above 2^31) every
+  // SYN-ACK failed the window test until the state expired.
+  struct Case {
+    const char* name;
+    uint32_t server_isn;
+  };
+  const Case cases[] = {
+      {"low initial sequence number", 500000},
+      {"initial sequence number in the upper half", 0x90000000u},
+      {"initial sequence number just above 2^31", 0x80001000u},
+      {"initial sequence number just below 2^32", 0xfffff000u},
+  };
+  for (const Case& k : cases) {
+    INFO(k.name);
+    Conn c;
+    c.timeout = track_first_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, 7));
+    REQUIRE(c.from_client(segment(kSyn, kIsn, 0, 64240, 0, 7)) == Reason::State);
+    CHECK(c.server.seqhi == 1);
+    CHECK(c.from_server(segment(kSyn | kAck, k.server_isn, kIsn + 1, 65160, 0, 7)) == Reason::State);
+    CHECK(c.from_client(segment(kAck, kIsn + 1, k.server_isn + 1, 502)) == Reason::State);
+    CHECK(c.timeout == TimeoutClass::TcpEstablished);
+    CHECK(c.from_server(segment(kAck, k.server_isn + 1, kIsn + 1, 509, 1400)) == Reason::State);
+    CHECK(c.from_server(segment(kAck, k.server_isn + 1 + 100'000'000, kIsn + 1, 509, 100)) == Reason::BadSeq);
+  }
+}
+
 TEST_CASE("RST must match the expected sequence number exactly", "[tcp]") {
   SECTION("blind reset guess is dropped") {
     Conn c = established();
