@@ -143,7 +143,20 @@ TrackResult track_tcp(PeerTracking& src, PeerTracking& dst, const PacketView& pa
     if (win > src.max_win) src.max_win = win;
   } else {
     end = seq + segment_length(packet);
-    if (th.flags & kSyn) ++end;
+    if (th.flags & kSyn) {
+      ++end;
+      // A SYN's window is never scaled (RFC 7323 2.2): a retransmitted SYN or SYN-ACK counts it in
+      // the units of its end's later windows, as its first did. Taken raw (pf_tcp_track_full's), it
+      // raised the end's largest window, and how far the other end may send, 2^shift-fold.
+      if (src.wscale & PeerTracking::kScaleOffered) {
+        const uint32_t shift = src.wscale & PeerTracking::kScaleMask;
+        win = (win + (1u << shift) - 1) >> shift;
+        if (dst.wscale & PeerTracking::kScaleOffered) {
+          sws = shift;
+          dws = dst.wscale & PeerTracking::kScaleMask;
+        }
+      }
+    }
     data_end = end;
     if (th.flags & kFin) ++end;
   }

@@ -198,6 +198,43 @@ TEST_CASE("a segment without an acknowledgment leaves the other end's window to 
   }
 }
 
+TEST_CASE("a retransmitted SYN or SYN-ACK counts its window in its end's scaled units, as the first did",
+          "[tcp]") {
+  // A SYN's window is never scaled (RFC 7323 2.2). The first SYN of each end is stored in the units
+  // of the end's later windows; taken raw, a retransmission raised the end's largest window 2^7-fold
+  // here, and with it how far the other end may send ahead of an acknowledgment and back from its
+  // data: 8 MB where the connection had agreed on 64 kB.
+  SECTION("the client's SYN again before the answer") {
+    Conn c;
+    c.timeout = track_first_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, 7));
+    const uint32_t max_win = c.client.max_win;
+    REQUIRE(c.from_client(segment(kSyn, kIsn, 0, 64240, 0, 7)) == Reason::State);
+    CHECK(c.client.max_win == max_win);
+    REQUIRE(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, 7)) == Reason::State);
+    REQUIRE(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 502)) == Reason::State);
+    CHECK(c.from_server(segment(kAck, kIsnServer + 1 + 1'000'000, kIsn + 1, 509, 100)) == Reason::BadSeq);
+  }
+  SECTION("the server's SYN-ACK again") {
+    Conn c = established();
+    const uint32_t max_win = c.server.max_win;
+    REQUIRE(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, 7)) == Reason::State);
+    CHECK(c.server.max_win == max_win);
+    for (uint32_t i = 0; i < 3; ++i)
+      REQUIRE(c.from_client(segment(kAck, kIsn + 1 + i * 1000, kIsnServer + 1, 502, 1000)) == Reason::State);
+    // Far more than the server's window (65160) behind the client's data: no retransmission.
+    CHECK(c.from_client(segment(kAck, kIsn + 1 + 3000 - 1'000'000, kIsnServer + 1, 502, 100)) ==
+          Reason::BadSeq);
+  }
+  SECTION("without scaling agreed, the window stays as sent") {
+    Conn c = established(7, -1);
+    const uint32_t max_win = c.server.max_win;
+    REQUIRE(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160)) == Reason::State);
+    CHECK(c.server.max_win == max_win);
+    REQUIRE(c.from_client(segment(kSyn, kIsn, 0, 65535, 0, 7)) == Reason::State);
+    CHECK(c.client.max_win == 65535);
+  }
+}
+
 TEST_CASE("RST must match the expected sequence number exactly", "[tcp]") {
   SECTION("blind reset guess is dropped") {
     Conn c = established();
