@@ -342,16 +342,22 @@ TrackResult adopt_packet(PeerTracking& sender, PeerTracking& receiver, const Pac
   // would go on unscaled and its responder's half would never leave Closed (tcp.opening).
   if ((th.flags & kSyn) && sender.seqlo == 0) return track_tcp(sender, receiver, packet, current);
   const uint32_t sws = (sender.wscale && receiver.wscale) ? sender.wscale & PeerTracking::kScaleMask : 0;
+  uint32_t window = th.window;
+  if ((th.flags & kSyn) && (sender.wscale & PeerTracking::kScaleOffered)) {
+    // A retransmitted SYN or SYN-ACK: its window is never scaled, count it as track_tcp does.
+    const uint32_t shift = sender.wscale & PeerTracking::kScaleMask;
+    window = (window + (1u << shift) - 1) >> shift;
+  }
   uint32_t end = th.seq + segment_length(packet);
   if (th.flags & (kSyn | kFin)) ++end;
   sender.seqlo = end;
-  sender.max_win = std::max<uint32_t>(sender.max_win, th.window);
+  sender.max_win = std::max(sender.max_win, window);
   const uint32_t rcv_dws =
       (sender.wscale && receiver.wscale) ? receiver.wscale & PeerTracking::kScaleMask : 0;
   sender.seqhi = end + std::max<uint32_t>(1, receiver.max_win << rcv_dws);
   if (th.flags & kAck) {
     receiver.seqlo = th.ack;
-    receiver.seqhi = th.ack + std::max<uint32_t>(static_cast<uint32_t>(th.window) << sws, 1);
+    receiver.seqhi = th.ack + std::max<uint32_t>(window << sws, 1);
   }
   // The peer's record may predate the handshake's end or the close; track flags as the strict
   // path would, this end having sent at least its SYN (pf's first packet from an end). An end

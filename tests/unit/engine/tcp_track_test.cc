@@ -360,6 +360,32 @@ TEST_CASE("adoption re-anchors a state learned from the peer", "[tcp]") {
             .reason == Reason::BadSeq);
 }
 
+TEST_CASE("adoption counts a retransmitted SYN's or SYN-ACK's window in its end's scaled units", "[tcp]") {
+  // As track_packet() does: a SYN's window is never scaled (RFC 7323 2.2). Taken raw, the first
+  // packet seen here of a state learned from the peer, when it was a retransmitted SYN or SYN-ACK,
+  // let the other end send 2^7 times the window agreed.
+  SECTION("the client's SYN again, the peer having sent the SYN's insert") {
+    Conn c;
+    c.timeout = track_first_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, 7));
+    const uint32_t max_win = c.client.max_win;
+    REQUIRE(adopt_packet(c.client, c.server, segment(kSyn, kIsn, 0, 64240, 0, 7), c.timeout).reason ==
+            Reason::State);
+    CHECK(c.client.max_win == max_win);
+    REQUIRE(c.from_server(segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, 7)) == Reason::State);
+    REQUIRE(c.from_client(segment(kAck, kIsn + 1, kIsnServer + 1, 502)) == Reason::State);
+    CHECK(c.from_server(segment(kAck, kIsnServer + 1 + 1'000'000, kIsn + 1, 509, 100)) == Reason::BadSeq);
+  }
+  SECTION("the server's SYN-ACK again, the peer having sent the established state") {
+    Conn c = established();
+    const uint32_t max_win = c.server.max_win;
+    REQUIRE(
+        adopt_packet(c.server, c.client, segment(kSyn | kAck, kIsnServer, kIsn + 1, 65160, 0, 7), c.timeout)
+            .reason == Reason::State);
+    CHECK(c.server.max_win == max_win);
+    CHECK(c.from_client(segment(kAck, kIsn + 1 + 1'000'000, kIsnServer + 1, 502, 100)) == Reason::BadSeq);
+  }
+}
+
 TEST_CASE("adoption refuses a SYN on an established state", "[tcp]") {
   Conn c = established();
   CHECK(adopt_packet(c.client, c.server, segment(kSyn, 123, 0, 1000), TimeoutClass::TcpEstablished).reason ==
