@@ -1661,6 +1661,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     moved = !(state->peer[0] == had[0]) || !(state->peer[1] == had[1]) || state->proxy != had_proxy ||
             state->seqdiff[0] != had_seqdiff[0] || state->seqdiff[1] != had_seqdiff[1] ||
             state->proxy_isn[0] != had_isn[0] || state->proxy_isn[1] != had_isn[1];
+    // The peer carried the connection since this node last did (a failback): its windows now lag
+    // the connection as a learned state's do, and this node's next packet of it re-anchors them.
+    if (moved) state->adopted = false;
   }
   state->named_at = peer_sequence_;
   // An update names no key: the entry's own says whether the class follows the TCP states, which

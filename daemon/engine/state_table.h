@@ -81,7 +81,7 @@ struct alignas(64) StateEntry {
   uint16_t wire_shard = 0;
   TimeoutClass timeout = TimeoutClass::TcpFirst;
   uint8_t flags = 0;    // stateflag::*
-  bool adopted = true;  // false for a state learned from the peer and not yet seen locally
+  bool adopted = true;  // false while the peer's records moved the tracking last (not seen here since)
   // The interface the packets this node decides before routing leave by (their scrub out): an rdr'd
   // connection's from its initiator, a nat'd one's replies. kNoIface where unknown (learned from
   // the peer: asked of the Router then) or delivered to this node.

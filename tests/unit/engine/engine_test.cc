@@ -1840,6 +1840,34 @@ TEST_CASE("a peer that missed the handshake's last ACK establishes on the client
   CHECK(b.in(ack_from_server(80, 9001, 1301, 200)).reason == Reason::State);
 }
 
+TEST_CASE("a node that takes a connection back follows it from where the peer's updates left it",
+          "[engine][sync]") {
+  // a carries a connection, fails over to b, and takes it back. What b reports of it lags the
+  // connection by up to a second of data, as it did for b when b took over from a; a, which had
+  // tracked the connection itself before, judged the first segments after the failback against
+  // those windows and dropped them, a megabyte past them, until the state expired.
+  Firewall a(kWebOnly, 1);
+  Firewall b(kWebOnly, 2);
+  REQUIRE(a.out(syn(80)).reason == Reason::Match);
+  REQUIRE(a.in(synack(80)).reason == Reason::State);
+  REQUIRE(a.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
+  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+  uint32_t seq = 1001;
+  for (int i = 0; i < 2'000; ++i) {
+    REQUIRE(b.out(ack_from_client(80, seq, 9001, 1000)).reason == Reason::State);
+    seq += 1000;
+    REQUIRE(b.in(ack_from_server(80, 9001, seq)).reason == Reason::State);
+    b.now += Millis{1};
+  }
+  const auto updates = b.drain();
+  REQUIRE_FALSE(updates.empty());
+  for (const auto& r : updates) a.engine.apply(r, a.now);
+  CHECK(a.out(ack_from_client(80, seq, 9001, 1000)).reason == Reason::State);
+  CHECK(a.in(ack_from_server(80, 9001, seq + 1000)).reason == Reason::State);
+  // Strict again from there.
+  CHECK(a.in(ack_from_server(80, 9001 + 90'000'000, seq + 1000, 100)).reason == Reason::BadSeq);
+}
+
 TEST_CASE("state ids count from the configured start, above every id of an earlier start", "[engine][sync]") {
   EngineConfig config = pairwall::test::test_config(1);
   config.first_state_counter = uint64_t{1} << 40;
