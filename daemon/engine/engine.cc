@@ -1667,10 +1667,16 @@ bool Engine::apply(const StateRecord& record, Millis now) {
   }
   state->named_at = peer_sequence_;
   // An update names no key: the entry's own says whether the class follows the TCP states, which
-  // only move forward, rather than the record's, which a late update may have taken earlier.
-  const TimeoutClass timeout = state->key(0).proto == ipproto::kTcp
-                                   ? tcp_timeout_class(state->peer[0], state->peer[1])
-                                   : record.timeout;
+  // only move forward, rather than the record's, which a late update may have taken earlier. The
+  // states do not tell tcp.first from tcp.opening: a state nothing came after its first packet of,
+  // by the record and here, is the former.
+  TimeoutClass timeout = record.timeout;
+  if (state->key(0).proto == ipproto::kTcp) {
+    timeout = tcp_timeout_class(state->peer[0], state->peer[1]);
+    if (timeout == TimeoutClass::TcpOpening && record.timeout == TimeoutClass::TcpFirst &&
+        state->timeout == TimeoutClass::TcpFirst)
+      timeout = TimeoutClass::TcpFirst;
+  }
   const Millis duration = timeout_of(*state, timeout, *current);
   // The record says how long the state has left; express that as "last seen" on our clock.
   const Millis last_seen = now + std::min(record.expires_in, duration) - duration;

@@ -1758,6 +1758,24 @@ TEST_CASE("a late update from the peer does not take an established state back t
   CHECK(b.out(ack_from_client(80, 1001, 9001, 100)).reason == Reason::State);
 }
 
+TEST_CASE("a peer's state of a connection's first packet alone lives tcp.first, as on its creator",
+          "[engine][sync]") {
+  // pfsync_state_import takes the state's timeout class as sent. Taken from the TCP states alone
+  // (the initiator's SYN_SENT, the responder's CLOSED), it was tcp.opening: a quarter of the
+  // default tcp.first, and whatever `set timeout tcp.opening` says rather than tcp.first.
+  Firewall a(kWebOnly, 1);
+  Firewall b(kWebOnly, 2);
+  REQUIRE(a.out(syn(80)).reason == Reason::Match);
+  const auto records = a.drain();
+  REQUIRE(records.size() == 1);
+  REQUIRE(records.front().timeout == TimeoutClass::TcpFirst);
+  REQUIRE(b.engine.apply(records.front(), b.now));
+  CHECK(b.engine.expire(b.now + Millis{119'000}) == 0);
+  CHECK(a.engine.expire(a.now + Millis{119'000}) == 0);
+  CHECK(b.engine.expire(b.now + Millis{120'000}) == 1);
+  CHECK(a.engine.expire(a.now + Millis{120'000}) == 1);
+}
+
 TEST_CASE("a peer's states expire by the time they have left, whatever order their records come in",
           "[engine][sync]") {
   const std::string rules = "pass out on wan0 proto udp\n";
