@@ -87,6 +87,11 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::Fragment:
       return kPfresFragment;
     case Reason::Short:
+    // A header whose own length fields do not fit the packet (IHL, TCP data offset, UDP length) or
+    // a zero port: pf_setup_pdesc() and pf_walk_header() drop these as PFRES_SHORT.
+    case Reason::BadIpHeader:
+    case Reason::BadTcpHeader:
+    case Reason::BadUdpHeader:
       return kPfresShort;
     case Reason::StateMismatch:
     case Reason::BadSeq:
@@ -106,11 +111,8 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::IpOptions:
       return kPfresIpOptions;
     case Reason::BadIpVersion:
-    case Reason::BadIpHeader:
     case Reason::BadIpv6Extension:
-    case Reason::BadTcpHeader:
     case Reason::BadTcpOptions:
-    case Reason::BadUdpHeader:
     case Reason::BadIcmp:
     case Reason::BadTcpFlags:
     case Reason::Internal:

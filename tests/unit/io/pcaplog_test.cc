@@ -133,6 +133,17 @@ TEST_CASE("engine reasons map to the nearest pf reason", "[pcaplog]") {
   CHECK(pf_reason(Reason::RuleStateLimit) == 12);
 }
 
+// pf_setup_pdesc() and pf_walk_header() drop a header whose own length fields do not fit the
+// packet (IP header length, TCP data offset, UDP length, a zero port) as PFRES_SHORT, and
+// pflog says "3(short)" for them.
+TEST_CASE("a transport or IP header whose lengths do not fit is logged as short, as pf logs it",
+          "[pcaplog]") {
+  using engine::Reason;
+  CHECK(pf_reason(Reason::BadIpHeader) == 3);
+  CHECK(pf_reason(Reason::BadTcpHeader) == 3);
+  CHECK(pf_reason(Reason::BadUdpHeader) == 3);
+}
+
 TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]") {
   using engine::Reason;
   using engine::Verdict;
