@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <string_view>
 
 namespace pairwall::io {
 namespace {
@@ -67,7 +68,10 @@ LogMeta pass_log_meta(const engine::Verdict& verdict, int pass, std::span<const 
   if (rule != nullptr && !rule->anchor.empty()) {
     m.rule = rule->anchor_number;
     m.subrule = rule->number;
-    rule->anchor.copy(m.ruleset, sizeof(m.ruleset) - 1);
+    // The anchor's own name, as pflog_packet() writes it: with `rule` its number where it stands,
+    // it names the anchor, which its path, cut to the field's 15 characters, may not.
+    const std::string_view path = rule->anchor;
+    path.substr(path.rfind('/') + 1).copy(m.ruleset, sizeof(m.ruleset) - 1);
   }
   return m;
 }

@@ -11,7 +11,8 @@
 //     2   1  action      0 pass, 1 block (PF_PASS / PF_DROP); a reject is a block
 //     3   1  reason      PFRES_* nearest to the engine's reason (pf_reason())
 //     4  16  ifname      the interface of the pass that decided, NUL-padded
-//    20  16  ruleset     the deciding rule's anchor path (cut to 15 characters), empty outside one
+//    20  16  ruleset     the name of the deciding rule's anchor (the last part of its path; cut to
+//                        15 characters), empty outside one
 //    36   4  rulenr      the deciding rule's number, big-endian; 0xffffffff for none; in an anchor,
 //                        the anchor's number where it stands
 //    40   4  subrulenr   in an anchor, the rule's number in it, so that readers print "rule
@@ -73,7 +74,7 @@ struct LogMeta {
   engine::Reason reason = engine::Reason::Match;
   uint32_t rule = UINT32_MAX;            // rules::kNoRule
   uint32_t subrule = UINT32_MAX;         // the rule's number in its anchor; `rule` is the anchor's
-  char ruleset[kPflogRulesetSize] = {};  // the anchor's path, NUL-terminated
+  char ruleset[kPflogRulesetSize] = {};  // the anchor's name, NUL-terminated
   bool outbound = false;
   char ifname[IF_NAMESIZE] = {};
 };

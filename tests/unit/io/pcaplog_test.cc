@@ -108,13 +108,13 @@ TEST_CASE("pflog header fields", "[pcaplog]") {
   CHECK(v4[2] == 0);
   CHECK(v4[60] == 1);
 
-  // A rule in an anchor: the anchor's number, its path and the rule's number in it, as pf logs it
-  // (tcpdump prints "rule 5.ftp-proxy/a.2/"); a path longer than the field is cut.
+  // A rule in an anchor: the anchor's number, its name and the rule's number in it, as pf logs it
+  // (tcpdump prints "rule 5.ftp-proxy.2/"); a name longer than the field is cut.
   LogMeta in_anchor = meta(engine::Family::V4, true, engine::Reason::Match, 5, false, "lan0");
   in_anchor.subrule = 2;
-  std::strcpy(in_anchor.ruleset, "ftp-proxy/a");
+  std::strcpy(in_anchor.ruleset, "ftp-proxy");
   const auto a = encode_pflog_header(in_anchor);
-  CHECK(std::string(reinterpret_cast<const char*>(a.data() + 20)) == "ftp-proxy/a");
+  CHECK(std::string(reinterpret_cast<const char*>(a.data() + 20)) == "ftp-proxy");
   CHECK((a[36] == 0 && a[39] == 5));
   CHECK((a[40] == 0 && a[43] == 2));
   std::memset(in_anchor.ruleset, 'x', sizeof(in_anchor.ruleset));  // no NUL: at most 15 are written
@@ -194,7 +194,18 @@ TEST_CASE("each logged pass gets its own rule, direction and action", "[pcaplog]
     CHECK(out.pass);
     CHECK(out.rule == 12);
     CHECK(out.subrule == 1);
-    CHECK(std::string(out.ruleset) == "ext/ssh");
+    // The anchor's own name, as pflog_packet() writes ruleset->anchor->name: "rule 12.ssh.1/".
+    CHECK(std::string(out.ruleset) == "ssh");
+  }
+  SECTION("a nested anchor whose path is longer than the field is named whole by its own name") {
+    engine::rules::CompiledRule deep;
+    deep.number = 2;
+    deep.anchor = "ftp-proxy/12345.1";
+    deep.anchor_number = 0;
+    const LogMeta m = pass_log_meta(verdict(Verdict::Action::Accept, Reason::Match, &deep), 0, {});
+    CHECK(m.rule == 0);
+    CHECK(m.subrule == 2);
+    CHECK(std::string(m.ruleset) == "12345.1");
   }
   SECTION("a SYN synproxy answers is logged as passed, as pf's, each pass with its own rule") {
     engine::rules::CompiledRule proxy_out;
