@@ -32,10 +32,22 @@ bool is_ip_family(uint32_t family) {
   return family == 2 || family == 10 || family == 24 || family == 28 || family == 30;
 }
 
+// Whether `ip` holds the whole datagram its header's length field gives. False where that field
+// does not give its end (0: a GSO packet past 64 KiB, an IPv6 jumbogram; less than a header) or
+// cannot be read.
+bool datagram_whole(const std::vector<uint8_t>& ip) {
+  std::size_t length = 0;
+  if (ip.size() >= 20 && (ip[0] >> 4) == 4) length = engine::load_be16(&ip[2]);
+  if (ip.size() >= 40 && (ip[0] >> 4) == 6 && engine::load_be16(&ip[4]) != 0)
+    length = 40 + engine::load_be16(&ip[4]);
+  return length >= 20 && ip.size() >= length;
+}
+
 }  // namespace
 
 const char* skip_reason(const CapturedPacket& packet, bool fragment) {
-  if (packet.frame_bytes > packet.captured_bytes) return "cut_by_snaplen";
+  // A cut past the datagram's end took only the frame's trailer (Ethernet padding, an FCS).
+  if (packet.frame_bytes > packet.captured_bytes && !datagram_whole(packet.ip)) return "cut_by_snaplen";
   if (packet.ip.empty()) return "not_ip";
   if (fragment) return "fragment_reassembled_by_kernel";
   return nullptr;

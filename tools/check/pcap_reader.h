@@ -19,7 +19,8 @@ struct CapturedPacket {
 };
 
 // Why the node would never see `packet` as the capture holds it, or nullptr to replay it: the
-// capture's snaplen cut it ("cut_by_snaplen", wherever the cut fell, within the link header too),
+// capture's snaplen cut it ("cut_by_snaplen", wherever the cut fell, within the link header too,
+// but for a cut that took only the frame's trailer past the whole datagram: padding, an FCS),
 // it is not IP ("not_ip"), or it is a fragment, which the kernel reassembles before the queue
 // ("fragment_reassembled_by_kernel").
 const char* skip_reason(const CapturedPacket& packet, bool fragment);

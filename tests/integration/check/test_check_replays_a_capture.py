@@ -157,6 +157,8 @@ def test_check_skips_what_the_node_never_sees_as_captured(tmp_path):
     rules = tmp_path / "rules.conf"
     rules.write_text("pass all\n")
     udp = bytes.fromhex("4500001c000100004011f9cf0a0000010a000002" "00350035000800ff")
+    # 240 bytes by its own length: what the snaplen left of it is not the datagram.
+    long_udp = bytes.fromhex("450000f000010000401165fa0a0000010a000002" "0035003500dc0000") + bytes(212)
     fragment = bytes.fromhex("4500001c0002000140110000" "0a0000010a000002") + bytes(8)  # at offset 8
     arp = bytes(6) + bytes(6) + b"\x08\x06" + bytes(28)
     ether = bytes(12) + b"\x08\x00"
@@ -166,7 +168,7 @@ def test_check_skips_what_the_node_never_sees_as_captured(tmp_path):
         return struct.pack("<IIII", 1, 0, len(frame), wire_length or len(frame)) + frame
 
     pcap = tmp_path / "mixed.pcap"
-    pcap.write_bytes(header + record(ether + udp) + record(arp) + record((ether + udp + bytes(200))[:96], 254)
+    pcap.write_bytes(header + record(ether + udp) + record(arp) + record((ether + long_udp)[:96], 254)
                      + record(ether + fragment) + record(ether + udp))
     r = run_check("-f", str(rules), "--pcap", str(pcap), "--inside", "10.0.0.1/32")
     assert r.returncode == 0, r.stderr

@@ -161,6 +161,50 @@ TEST_CASE("pcap reader: why a record is not replayed", "[check]") {
   CHECK(std::string(skip_reason(*packet, false)) == "cut_by_snaplen");
 }
 
+// The bytes a snaplen cut may be the link's trailer alone, past the datagram's own length: the
+// padding of a short Ethernet frame, or its FCS. The node sees that datagram whole.
+TEST_CASE("pcap reader: a cut that only takes the frame's padding or FCS leaves the datagram whole",
+          "[check]") {
+  using pairwall::tools::skip_reason;
+  // kUdp (28 bytes) in a 60-byte Ethernet frame, the capture's snaplen 42 or 50.
+  for (const uint32_t snaplen : {42u, 50u}) {
+    INFO("snaplen " << snaplen);
+    Bytes frame(12, 0);
+    frame.insert(frame.end(), {0x08, 0x00});
+    frame.insert(frame.end(), kUdp.begin(), kUdp.end());
+    frame.resize(60, 0);
+    Bytes bytes = file_header(1);
+    put32(bytes, 1);
+    put32(bytes, 0);
+    put32(bytes, snaplen);
+    put32(bytes, 60);
+    bytes.insert(bytes.end(), frame.begin(), frame.begin() + snaplen);
+    Capture capture(bytes);
+    PcapReader reader(capture.path);
+    const auto packet = reader.next();
+    REQUIRE(packet);
+    CHECK(skip_reason(*packet, false) == nullptr);
+  }
+  // One byte of the datagram itself cut: not whole.
+  pairwall::tools::CapturedPacket cut{
+      .timestamp_us = 0, .ip = Bytes(kUdp.begin(), kUdp.end() - 1), .captured_bytes = 41, .frame_bytes = 60};
+  CHECK(std::string(skip_reason(cut, false)) == "cut_by_snaplen");
+  // An IPv6 datagram whole by its payload length, the frame's FCS cut.
+  Bytes v6 = {0x60, 0, 0, 0, 0, 8, 17, 64};
+  v6.resize(40, 1);
+  v6.insert(v6.end(), {0, 53, 0, 53, 0, 8, 0, 0});
+  pairwall::tools::CapturedPacket fcs_cut{
+      .timestamp_us = 0, .ip = v6, .captured_bytes = 62, .frame_bytes = 66};
+  CHECK(skip_reason(fcs_cut, false) == nullptr);
+  // A length field that does not give the datagram's end (0: a GSO packet larger than 64 KiB) says
+  // nothing: the frame's own lengths decide.
+  Bytes no_length = kUdp;
+  no_length[2] = no_length[3] = 0;
+  pairwall::tools::CapturedPacket unknown{
+      .timestamp_us = 0, .ip = no_length, .captured_bytes = 42, .frame_bytes = 60};
+  CHECK(std::string(skip_reason(unknown, false)) == "cut_by_snaplen");
+}
+
 // VLAN tags before the ethertype, as libpcap's `vlan` reads them: 802.1Q (0x8100), 802.1ad
 // (0x88a8) and the older QinQ TPID 0x9100, one or stacked.
 TEST_CASE("pcap reader: Ethernet frames behind VLAN tags", "[check]") {
