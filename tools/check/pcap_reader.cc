@@ -13,7 +13,8 @@ namespace {
 // LINKTYPE_* values from the tcpdump.org link-layer header registry.
 constexpr uint32_t kLinkNull = 0;
 constexpr uint32_t kLinkEthernet = 1;
-// Raw IP as old libpcap wrote DLT_RAW's own value: 12 on most systems, 14 on OpenBSD.
+// Raw IP as old libpcap wrote DLT_RAW's own value: 12 on most systems, 14 on OpenBSD. OpenBSD,
+// which writes its DLTs' own values, has DLT_LOOP at 12 (lo0, tun, gif, wg).
 constexpr uint32_t kLinkRawDlt = 12;
 constexpr uint32_t kLinkRawDltOpenBsd = 14;
 constexpr uint32_t kLinkRaw = 101;
@@ -132,22 +133,26 @@ std::span<const uint8_t> PcapReader::strip_link_layer(std::span<const uint8_t> f
   uint16_t ethertype = 0;
   switch (link_type_) {
     case kLinkRawDlt:
-    case kLinkRawDltOpenBsd:
-    case kLinkRaw:
-    case kLinkIpv4:
-    case kLinkIpv6:
-      return frame;
+      // A raw datagram begins with its version; OpenBSD's DLT_LOOP frame with a zero byte, the
+      // first of the address family in network order.
+      if (frame.empty() || frame[0] != 0) return frame;
+      [[fallthrough]];
     case kLinkNull:
     case kLinkLoop: {
       // The address family: DLT_LOOP's in network order, DLT_NULL's in the capturing host's byte
       // order, which the file does not say (families are small numbers, read the other way huge).
       if (frame.size() < 4) return {};
       const uint32_t be = engine::load_be32(&frame[0]);
-      const uint32_t family = link_type_ == kLinkLoop || be < 0x10000 ? be : bswap32(be);
+      const uint32_t family = link_type_ != kLinkNull || be < 0x10000 ? be : bswap32(be);
       if (!is_ip_family(family)) return {};
       offset = 4;
       break;
     }
+    case kLinkRawDltOpenBsd:
+    case kLinkRaw:
+    case kLinkIpv4:
+    case kLinkIpv6:
+      return frame;
     case kLinkEthernet:
       if (frame.size() < 14) return {};
       ethertype = engine::load_be16(&frame[12]);

@@ -72,6 +72,29 @@ TEST_CASE("pcap reader: raw IP under DLT_RAW's platform values 12 and 14", "[che
   }
 }
 
+// OpenBSD writes a DLT's own value into its captures, and its DLT_LOOP (lo0, tun, gif, wg) is 12:
+// frames there begin with the address family in network order, where raw IP's begin with the
+// datagram's version.
+TEST_CASE("pcap reader: link type 12 as OpenBSD's loopback, told by the frame", "[check]") {
+  struct Case {
+    Bytes head;
+    bool ip;
+  };
+  const Case cases[] = {{{}, true}, {{0, 0, 0, 2}, true}, {{0, 0, 0, 24}, true}, {{0, 0, 0, 7}, false}};
+  for (const auto& c : cases) {
+    INFO("header of " << c.head.size() << " bytes");
+    Bytes frame = c.head;
+    frame.insert(frame.end(), kUdp.begin(), kUdp.end());
+    Bytes bytes = file_header(12);
+    add_record(bytes, frame);
+    Capture capture(bytes);
+    PcapReader reader(capture.path);
+    const auto packet = reader.next();
+    REQUIRE(packet);
+    CHECK(packet->ip == (c.ip ? kUdp : Bytes{}));
+  }
+}
+
 // The link type is the field's low 16 bits; above them a capture may say that its frames end with
 // their FCS (bit 26, and its length in 16-bit words in bits 28-31), as libpcap reads it.
 TEST_CASE("pcap reader: a link type field that announces an FCS", "[check]") {
