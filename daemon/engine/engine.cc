@@ -668,6 +668,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   if (packet.proto == ipproto::kIgmp && packet.family == Family::V4 && packet.ttl != 1 &&
       packet.dst.v4_value() == kAllHostsGroup)
     return refuse(Reason::IpOptions);
+  if (mld_off_link(packet)) return refuse(Reason::IpOptions);
   // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;

@@ -468,15 +468,17 @@ Reason parse_icmp(const uint8_t* p, Mode mode, Reason too_short, PacketView& out
   return Reason::Match;
 }
 
-// Group management, which asks every router on the path to look (pf lets its router alert by):
-// IGMP, and MLD's queries, reports and done messages, which never leave their link (RFC 2710 3:
-// a link-local source, hop limit 1).
-bool carries_router_alert(const PacketView& p) noexcept {
-  if (p.proto == ipproto::kIgmp) return p.family == Family::V4;
+bool is_mld(const PacketView& p) noexcept {
   if (p.proto != ipproto::kIcmp6 || p.is_fragment) return false;
   const uint8_t type = p.icmp.type;
-  const bool link_local = (p.src.hi >> 54) == (0xfe80ull >> 6);
-  return (type == 130 || type == 131 || type == 132 || type == 143) && p.ttl == 1 && link_local;
+  return type == 130 || type == 131 || type == 132 || type == 143;
+}
+
+// Group management, which asks every router on the path to look (pf lets its router alert by):
+// IGMP, and MLD's queries, reports and done messages, which never leave their link.
+bool carries_router_alert(const PacketView& p) noexcept {
+  if (p.proto == ipproto::kIgmp) return p.family == Family::V4;
+  return is_mld(p) && !mld_off_link(p);
 }
 
 Reason parse(std::span<const uint8_t> bytes, Mode mode, PacketView& out) noexcept {
@@ -538,6 +540,11 @@ Reason parse(std::span<const uint8_t> bytes, Mode mode, PacketView& out) noexcep
 }
 
 }  // namespace
+
+bool mld_off_link(const PacketView& p) noexcept {
+  const bool link_local = (p.src.hi >> 54) == (0xfe80ull >> 6);
+  return is_mld(p) && (p.ttl != 1 || !link_local);
+}
 
 Reason parse_packet(std::span<const uint8_t> bytes, PacketView& out) noexcept {
   return parse(bytes, Mode::Packet, out);

@@ -109,6 +109,11 @@ struct PacketView {
 // is_fragment set; the policy for fragments belongs to normalization, not to the parser.
 Reason parse_packet(std::span<const uint8_t> bytes, PacketView& out) noexcept;
 
+// An MLD query, report or done (RFC 2710 3, RFC 3810 5) sent other than from a link-local address
+// with hop limit 1, as every one is: it is not of this link, and its router alert is no excuse.
+// pf_walk_header6 drops it whatever the rules allow.
+bool mld_off_link(const PacketView& p) noexcept;
+
 // Parses the packet quoted inside an ICMP/ICMPv6 error. The quote is usually truncated, so only
 // the IP header and the first 8 bytes of the transport header are required (RFC 792, RFC 4443
 // 2.4(c)); the TCP sequence number is available, options and payload are not.

@@ -1375,6 +1375,28 @@ TEST_CASE("IP options pass only by rules with allow-opts, and by their states", 
     CHECK(reason_name(routed.reason) == "ip_options");
     CHECK(routed.log);
   }
+  SECTION("MLD sent other than from a link-local address with hop limit 1 is refused whatever they allow") {
+    // RFC 2710 3, RFC 3810 5: MLD never leaves its link; pf_walk_header6 drops any other as
+    // PFRES_IPOPTIONS, with its router alert or without.
+    const Bytes alert{0, 0, 5, 2, 0, 0, 1, 0};  // hop-by-hop: router alert (MLD), PadN
+    auto mld = [&](const std::string& src, uint8_t hop_limit, uint8_t type, bool with_alert) {
+      PacketBuilder b = PacketBuilder().ipv6(src, "ff02::16").ttl(hop_limit);
+      if (with_alert) b.ipv6_ext_raw(pairwall::test::ip6ext::kHopByHop, alert);
+      return b.icmp(type, 0).payload(16).build();
+    };
+    Firewall allowing("pass all allow-opts");
+    for (const uint8_t type : {130, 131, 132, 143}) {
+      INFO(int{type});
+      CHECK(allowing.out(mld("fe80::1", 1, type, true)).action == Verdict::Action::Accept);
+      for (const bool with_alert : {true, false}) {
+        INFO(with_alert);
+        const Verdict routed = allowing.out(mld("fe80::1", 64, type, with_alert));
+        CHECK(reason_name(routed.reason) == "ip_options");
+        CHECK(routed.log);
+        CHECK(reason_name(allowing.out(mld("2001:db8:1::10", 1, type, with_alert)).reason) == "ip_options");
+      }
+    }
+  }
   SECTION("every pass of a forwarded packet must allow them") {
     Firewall fw("pass in all allow-opts\npass out all");
     CHECK(reason_name(fw.out(udp_out(1000, true)).reason) == "ip_options");
