@@ -18,12 +18,14 @@ enum class Mode : uint8_t { Packet, Quote };
 // Real chains have a handful of headers; pf stops at 20. The bound also keeps every offset we
 // compute below 40 + 16 * 2048 bytes, well inside the view's 16-bit fields.
 constexpr int kMaxIpv6Extensions = 16;
+// The same bound for the authentication headers an IPv4 datagram may nest (at most 1024 bytes
+// each).
+constexpr int kMaxIpv4AuthHeaders = kMaxIpv6Extensions;
 
 namespace ip6 {
 constexpr uint8_t kHopByHop = 0;
 constexpr uint8_t kRouting = 43;
 constexpr uint8_t kFragment = 44;
-constexpr uint8_t kAh = 51;
 constexpr uint8_t kDestOpts = 60;
 }  // namespace ip6
 
@@ -104,9 +106,6 @@ Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
   out.fragment_id = load_be16(d + 4);
   out.is_fragment = more || out.fragment_offset != 0;
   out.is_first_fragment = out.is_fragment && out.fragment_offset == 0;
-  out.l3_header_length = static_cast<uint16_t>(ihl);
-  out.l4_offset = static_cast<uint16_t>(ihl);
-  out.l4_length = static_cast<uint16_t>(end - ihl);
 
   if (mode == Mode::Packet && out.is_fragment) {
     // RFC 791: every fragment but the last carries a multiple of 8 bytes, and the reassembled
@@ -115,6 +114,27 @@ Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
     if (more && data % 8 != 0) return Reason::BadOffset;
     if (out.fragment_offset + data > 65535) return Reason::BadOffset;
   }
+
+  // AH (RFC 4302) comes between the IP header and the transport it protects, whose ports the
+  // rules and states match: pf_walk_header walks it, as the IPv6 chain's walk does below. A
+  // later fragment holds no header. A chain that runs past a first fragment hides the transport
+  // in a later one (RFC 7112's concern).
+  uint32_t off = ihl;
+  if (out.fragment_offset == 0) {
+    const Reason past_end = mode == Mode::Packet && out.is_first_fragment ? Reason::BadOffset : Reason::Short;
+    for (int count = 0; out.proto == ipproto::kAh; ++count) {
+      if (count == kMaxIpv4AuthHeaders) return Reason::BadIpHeader;
+      const uint32_t left = end - off;
+      if (left < 2) return past_end;
+      const uint32_t hlen = (d[off + 1] + 2u) * 4u;  // RFC 4302 2.2: in 4-byte units, minus 2
+      if (hlen > left) return past_end;
+      out.proto = d[off];
+      off += hlen;
+    }
+  }
+  out.l3_header_length = static_cast<uint16_t>(off);
+  out.l4_offset = static_cast<uint16_t>(off);
+  out.l4_length = static_cast<uint16_t>(end - off);
   return Reason::Match;
 }
 
@@ -202,7 +222,7 @@ Reason parse_ipv6(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
         }
         break;
       }
-      case ip6::kAh: {
+      case ipproto::kAh: {
         if (left < 2) return past_end;
         hlen = (d[off + 1] + 2u) * 4u;  // RFC 4302 2.2: in 4-byte units, minus 2
         if (hlen > left) return past_end;

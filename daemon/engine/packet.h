@@ -16,6 +16,7 @@ inline constexpr uint8_t kIcmp = 1;
 inline constexpr uint8_t kIgmp = 2;
 inline constexpr uint8_t kTcp = 6;
 inline constexpr uint8_t kUdp = 17;
+inline constexpr uint8_t kAh = 51;
 inline constexpr uint8_t kIcmp6 = 58;
 }  // namespace ipproto
 
@@ -73,7 +74,7 @@ struct PacketView {
   uint16_t dst_port = 0;
   uint8_t ttl = 0;  // hop limit for IPv6
 
-  uint16_t l3_header_length = 0;  // IPv4 header with options, or IPv6 header plus extensions
+  uint16_t l3_header_length = 0;  // IPv4 header with options and any AH, or IPv6 header plus extensions
   uint16_t l4_offset = 0;
   uint16_t l4_length = 0;  // bytes from l4_offset to the end of the IP payload
   uint16_t payload_offset = 0;

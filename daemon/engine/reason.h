@@ -19,7 +19,7 @@ enum class Reason : uint8_t {
   // Malformed input.
   Short,             // fewer bytes than a header claims
   BadIpVersion,      // not 4 or 6, or the version disagrees with the queue's family
-  BadIpHeader,       // IHL < 5, total length inconsistent, bad IPv4 option lengths
+  BadIpHeader,       // IHL < 5, total length inconsistent, bad IPv4 option lengths, too many AHs
   BadIpv6Extension,  // extension header chain runs past the packet or repeats illegally
   BadOffset,         // fragment offset/length makes no sense (overlap past 65535, tiny first fragment)
   BadTcpHeader,      // data offset < 5 or past the packet

@@ -720,6 +720,88 @@ TEST_CASE("parse: malformed IPv6 extension chains", "[packet][malformed]") {
   });
 }
 
+// An IPv4 datagram with authentication headers (RFC 4302) of the given lengths put between its IP
+// header and its transport, the first AH's own next header first.
+Bytes behind_ipv4_ah(Bytes datagram, const std::vector<std::size_t>& lengths) {
+  const std::size_t ihl = (datagram[0] & 0x0fu) * 4u;
+  uint8_t next = datagram[9];
+  Bytes chain;
+  for (auto it = lengths.rbegin(); it != lengths.rend(); ++it) {
+    Bytes ah(*it, 0);
+    ah[0] = next;
+    ah[1] = static_cast<uint8_t>(*it / 4 - 2);
+    chain.insert(chain.begin(), ah.begin(), ah.end());
+    next = ip6ext::kAh;
+  }
+  datagram.insert(datagram.begin() + static_cast<std::ptrdiff_t>(ihl), chain.begin(), chain.end());
+  datagram[9] = next;
+  put16(datagram, 2, static_cast<uint16_t>(get16(datagram, 2) + chain.size()));
+  return datagram;
+}
+
+TEST_CASE("parse: IPv4 AH is walked to the transport it protects, as IPv6's (pf_walk_header)", "[packet]") {
+  SECTION("TCP behind one AH") {
+    PacketView p;
+    REQUIRE(parse_exact(behind_ipv4_ah(v4_tcp().seq(0x01020304).mss(1400).build(), {24}), p) ==
+            Reason::Match);
+    CHECK(p.proto == ipproto::kTcp);
+    CHECK(p.l4_offset == 20 + 24);
+    CHECK(p.l3_header_length == p.l4_offset);
+    CHECK(p.src_port == 40000);
+    CHECK(p.dst_port == 80);
+    CHECK(p.tcp.seq == 0x01020304);
+    CHECK(p.tcp.mss_offset == 20 + 24 + 20 + 2);
+    CHECK_FALSE(p.has_ip_options);
+  }
+  SECTION("UDP behind two, after IP options") {
+    PacketView p;
+    const Bytes b =
+        behind_ipv4_ah(v4_udp().ip_options({7, 7, 4, 0, 0, 0, 0, 0}).payload(5).build(), {12, 16});
+    REQUIRE(parse_exact(b, p) == Reason::Match);
+    CHECK(p.proto == ipproto::kUdp);
+    CHECK(p.l4_offset == 28 + 12 + 16);
+    CHECK(p.src_port == 5000);
+    CHECK(p.payload_length == 5);
+    CHECK(p.has_ip_options);
+  }
+  SECTION("quoted in an ICMP error") {
+    const Bytes quoted =
+        behind_ipv4_ah(PacketBuilder().ipv4("10.0.0.2", "10.0.0.1").tcp(80, 40000).build(), {24});
+    const Bytes b = PacketBuilder().ipv4("192.0.2.254", "10.0.0.2").icmp_error(3, 4, quoted, 1400).build();
+    PacketView p;
+    REQUIRE(parse_exact(b, p) == Reason::Match);
+    PacketView q;
+    REQUIRE(parse_quoted_packet(std::span<const uint8_t>(b).subspan(p.icmp.quoted_offset), q) ==
+            Reason::Match);
+    CHECK(q.proto == ipproto::kTcp);
+    CHECK(q.src_port == 80);
+    CHECK(q.dst_port == 40000);
+  }
+  SECTION("a later fragment holds no header to walk") {
+    PacketView p;
+    Bytes b = v4_udp().payload(16).fragment(1480, true, 7).build();
+    b[9] = ip6ext::kAh;
+    REQUIRE(parse_exact(b, p) == Reason::Match);
+    CHECK(p.proto == ip6ext::kAh);
+    CHECK(p.l4_offset == 20);
+  }
+  SECTION("malformed chains") {
+    Bytes past_end = behind_ipv4_ah(v4_udp().build(), {12});
+    past_end[21] = 20;  // 88 bytes
+    const Bytes first_fragment = behind_ipv4_ah(v4_udp().payload(8).fragment(0, true, 7).build(), {16});
+    Bytes cut_first_fragment = first_fragment;
+    cut_first_fragment[21] = 20;
+    REQUIRE(parse(first_fragment) == Reason::Match);
+    check_all({
+        {"AH length past the datagram", past_end, Reason::Short},
+        {"AH length past a first fragment", cut_first_fragment, Reason::BadOffset},
+        {"more than 16 AHs", behind_ipv4_ah(v4_udp().build(), std::vector<std::size_t>(17, 12)),
+         Reason::BadIpHeader},
+    });
+    CHECK(parse(behind_ipv4_ah(v4_udp().build(), std::vector<std::size_t>(16, 12))) == Reason::Match);
+  }
+}
+
 TEST_CASE("parse: malformed transport headers", "[packet][malformed]") {
   auto v4i = [] { return PacketBuilder().ipv4("10.0.0.1", "10.0.0.2"); };
   auto v6i = [] { return PacketBuilder().ipv6("2001:db8::1", "2001:db8::2"); };
