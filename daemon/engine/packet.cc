@@ -29,8 +29,9 @@ constexpr uint8_t kFragment = 44;
 constexpr uint8_t kDestOpts = 60;
 }  // namespace ip6
 
-constexpr uint8_t kIpv4RouterAlert = 148;  // RFC 2113: copied, class 0, number 20
-constexpr uint8_t kIpv6RouterAlert = 5;    // RFC 2711
+constexpr uint8_t kIpv4RouterAlert = 148;    // RFC 2113: copied, class 0, number 20
+constexpr uint8_t kIpv6RouterAlert = 5;      // RFC 2711
+constexpr uint8_t kIpv6JumboPayload = 0xc2;  // RFC 2675 2
 
 // IPv4 options (RFC 791 3.1): EOL ends the list, NOP is one byte, everything else is
 // type-length-value with the length covering type and length bytes.
@@ -65,6 +66,10 @@ Reason walk_ipv6_options(const uint8_t* p, uint32_t len, PacketView& out) noexce
     if (len - i < 2) return Reason::BadIpv6Extension;
     const uint32_t olen = 2u + p[i + 1];
     if (olen > len - i) return Reason::BadIpv6Extension;
+    // RFC 2675 3: the option stands for a payload length of 0, and one that is not 0 is an error
+    // the receiver discards (pf_walk_option6, whatever allow-opts says). A packet whose length
+    // is 0 never gets here: its chain runs past the datagram.
+    if (type == kIpv6JumboPayload) return Reason::BadIpv6Extension;
     if (type == kIpv6RouterAlert) {
       out.router_alert = true;
     } else if (type != 1) {

@@ -20,7 +20,8 @@ enum class Reason : uint8_t {
   Short,             // fewer bytes than a header claims
   BadIpVersion,      // not 4 or 6, or the version disagrees with the queue's family
   BadIpHeader,       // IHL < 5, total length inconsistent, bad IPv4 option lengths, too many AHs
-  BadIpv6Extension,  // extension header chain runs past the packet or repeats illegally
+  BadIpv6Extension,  // extension header chain runs past the packet or repeats illegally, or a malformed
+                     // option
   BadOffset,         // fragment offset/length makes no sense (overlap past 65535, tiny first fragment)
   BadTcpHeader,      // data offset < 5 or past the packet
   BadTcpOptions,     // an option length that runs past the header

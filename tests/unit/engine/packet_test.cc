@@ -717,6 +717,11 @@ TEST_CASE("parse: malformed IPv6 extension chains", "[packet][malformed]") {
       {"option type with no length byte",
        base().ipv6_ext_raw(ip6ext::kDestOpts, {0, 0, 1, 3, 0, 0, 0, 7}).udp(1, 2).build(),
        Reason::BadIpv6Extension},
+      // RFC 2675 3: a jumbo payload option says the payload length is 0; where it is not, pf drops
+      // the packet as PFRES_IPOPTIONS whatever allow-opts says.
+      {"jumbo payload option with a payload length",
+       base().ipv6_ext_raw(ip6ext::kHopByHop, {0, 0, 0xc2, 4, 0, 1, 0, 0}).udp(1, 2).build(),
+       Reason::BadIpv6Extension},
   });
 }
 
