@@ -5,9 +5,11 @@
 //   - rdr applies on the in pass (the packet arrives on it, destination rewritten);
 //   - binat applies to both: on the out pass to packets from its internal prefix, and on the in
 //     pass to packets addressed to its external (target) prefix, coming from the rule's `to`.
-// Each direction of a binat rule is its own entry in the first-match list. As pf_get_translation
+// Each direction of a binat rule is its own entry in a first-match list. As pf_get_translation
 // asks its rulesets, binat comes before nat on the out pass and rdr before binat on the in pass,
-// whatever the file's order; rules of one kind keep theirs.
+// whatever the file's order; rules of one kind keep theirs. The later ruleset is asked when the
+// earlier one has no match or matched an exemption (`no binat` exempts from binat, not from nat),
+// so the two are separate lists.
 #include "daemon/engine/rules/compile.h"
 
 #include <algorithm>
@@ -854,9 +856,9 @@ class Compiler {
   }
 
   void translation_rules(RuleSet& set) {
-    // pf's translation rulesets, in the order the first match is looked for: the out pass's binat
-    // then nat, the in pass's rdr then binat (a pass never meets the other's entries).
-    enum Ruleset { kBinatOut, kNat, kRdr, kBinatIn, kRulesets };
+    // pf's translation rulesets, in two stages: the out pass's binat and the in pass's rdr, then
+    // the out pass's nat and the in pass's binat (a pass never meets the other's entries).
+    enum Ruleset { kBinatOut, kRdr, kNat, kBinatIn, kRulesets };
     std::vector<MatchSpec> ruleset_specs[kRulesets];
     std::vector<CompiledTranslation> ruleset_entries[kRulesets];
     const auto add = [&](Ruleset ruleset, MatchSpec s, const CompiledTranslation& t) {
@@ -945,12 +947,15 @@ class Compiler {
         }
       }
     }
-    std::vector<MatchSpec> specs;
-    for (int ruleset = 0; ruleset < kRulesets; ++ruleset) {
-      for (MatchSpec& s : ruleset_specs[ruleset]) specs.push_back(std::move(s));
-      for (const CompiledTranslation& t : ruleset_entries[ruleset]) set.translations_.push_back(t);
+    for (int stage = 0; stage < 2; ++stage) {
+      if (stage == 1) set.second_stage_base_ = static_cast<uint32_t>(set.translations_.size());
+      std::vector<MatchSpec> specs;
+      for (int ruleset = 2 * stage; ruleset < 2 * stage + 2; ++ruleset) {
+        for (MatchSpec& s : ruleset_specs[ruleset]) specs.push_back(std::move(s));
+        for (const CompiledTranslation& t : ruleset_entries[ruleset]) set.translations_.push_back(t);
+      }
+      if (!specs.empty()) set.translation_classifier_[stage] = build(specs, MatchOrder::First);
     }
-    if (!specs.empty()) set.translation_classifier_ = build(specs, MatchOrder::First);
   }
 
   // pf's rdr onto a port range P:Q: a destination port goes to P plus its distance from the
@@ -1086,9 +1091,19 @@ ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceI
 
 const CompiledTranslation* RuleSet::translation(const PacketView& packet, Direction direction,
                                                 IfaceId iface) const noexcept {
-  if (!translation_classifier_) return nullptr;
-  const uint32_t r = translation_classifier_->match(packet, direction, iface);
-  return r == Classifier::kNoMatch ? nullptr : &translations_[r];
+  const CompiledTranslation* exemption = nullptr;
+  if (translation_classifier_[0]) {
+    const uint32_t r = translation_classifier_[0]->match(packet, direction, iface);
+    if (r != Classifier::kNoMatch) {
+      if (!translations_[r].negated) return &translations_[r];
+      exemption = &translations_[r];
+    }
+  }
+  if (translation_classifier_[1]) {
+    const uint32_t r = translation_classifier_[1]->match(packet, direction, iface);
+    if (r != Classifier::kNoMatch) return &translations_[second_stage_base_ + r];
+  }
+  return exemption;
 }
 
 }  // namespace pairwall::engine::rules

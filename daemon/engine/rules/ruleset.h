@@ -160,8 +160,10 @@ class RuleSet {
   ScrubAction scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
   bool has_scrub() const noexcept { return scrub_classifier_ != nullptr; }
-  bool has_translations() const noexcept { return translation_classifier_ != nullptr; }
-  // First matching nat/rdr/binat rule for this pass, or nullptr.
+  bool has_translations() const noexcept { return !translations_.empty(); }
+  // The nat/rdr/binat rule that decides this pass, or nullptr: as pf_get_translation asks, the
+  // first match of binat (out) or rdr (in), and where that is none or an exemption (`no binat`,
+  // `no rdr`), the first match of nat (out) or binat (in).
   const CompiledTranslation* translation(const PacketView& packet, Direction direction,
                                          IfaceId iface) const noexcept;
 
@@ -205,10 +207,12 @@ class RuleSet {
   std::unique_ptr<Classifier> classifier_;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
-  std::vector<CompiledTranslation> translations_;
+  std::vector<CompiledTranslation> translations_;  // the first stage's entries, then the second's
   std::vector<TranslationListing> translation_listing_;
   std::unique_ptr<Classifier> scrub_classifier_;
-  std::unique_ptr<Classifier> translation_classifier_;
+  // Translation's two stages: binat out and rdr in; nat out and binat in.
+  std::unique_ptr<Classifier> translation_classifier_[2];
+  uint32_t second_stage_base_ = 0;  // the index in translations_ of the second stage's first entry
 };
 
 }  // namespace pairwall::engine::rules

@@ -593,6 +593,31 @@ TEST_CASE("scrub is first match; nat on out, rdr on in, binat on both and before
   CHECK(to_string(in->targets.at(0)) == "203.0.113.5/32");
 }
 
+TEST_CASE("no binat leaves the out pass to nat, no rdr the in pass to binat, as pf asks them", "[compile]") {
+  InterfaceRegistry ifs;
+  const IfaceId ext = ifs.intern("ext0");
+  auto set = compile_ok(
+      "no binat on ext0 from 10.3.0.5 to 192.0.2.0/24\n"
+      "binat on ext0 from 10.3.0.5 to any -> 203.0.113.5\n"
+      "nat on ext0 from 10.3.0.0/16 to any -> 203.0.113.1\n"
+      "no rdr on ext0 proto tcp from 198.51.100.7 to 203.0.113.5 port 22\n"
+      "rdr on ext0 proto tcp to 203.0.113.5 port 22 -> 10.3.0.9\n",
+      ifs);
+  const auto decided = [&](const PacketView& p, Direction d) -> std::string {
+    const CompiledTranslation* t = set->translation(p, d, ext);
+    return t == nullptr ? "none" : (t->negated ? "no " : "") + std::to_string(t->number);
+  };
+  // Exempt from binat, the host's traffic to 192.0.2.0/24 still meets the nat rules.
+  CHECK(decided(packet(ipproto::kTcp, "10.3.0.5", 1000, "192.0.2.1", 80), Direction::Out) == "2");
+  CHECK(decided(packet(ipproto::kTcp, "10.3.0.5", 1000, "198.51.100.1", 80), Direction::Out) == "1");
+  CHECK(decided(packet(ipproto::kTcp, "10.3.0.6", 1000, "192.0.2.1", 80), Direction::Out) == "2");
+  // Exempt from rdr, a connection to the binat address is mapped back by binat.
+  CHECK(decided(packet(ipproto::kTcp, "198.51.100.7", 1000, "203.0.113.5", 22), Direction::In) == "1");
+  CHECK(decided(packet(ipproto::kTcp, "198.51.100.8", 1000, "203.0.113.5", 22), Direction::In) == "4");
+  // An exemption the second ruleset also holds stays one.
+  CHECK(decided(packet(ipproto::kTcp, "192.0.2.1", 80, "203.0.113.5", 1000), Direction::In) == "no 0");
+}
+
 TEST_CASE("translation pools: the type each gets, the key source-hash derives, the listing",
           "[compile][nat]") {
   InterfaceRegistry ifs;
