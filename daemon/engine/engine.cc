@@ -357,6 +357,7 @@ void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules, std::option
   // holding one.
   states_.set_limit(state_limit.value_or(rules->state_limit()));
   sources_.set_limit(rules->source_node_limit());
+  sources_.set_default_linger(rules->timeouts().source_track);
   std::lock_guard lock(rules_mutex_);
   rules_ = std::move(rules);
   rules_generation_.fetch_add(1, std::memory_order_release);

@@ -134,6 +134,13 @@ class SourceTable {
   std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
   uint32_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
   void set_limit(uint32_t limit) noexcept { limit_.store(limit, std::memory_order_relaxed); }
+  // The running rule set's `set timeout src.track`: the linger of a node whose last state's rule
+  // names none, read when that state goes (pf reads pf_default_rule's then), so that a reload
+  // changes it for the states made before it too.
+  Millis default_linger() const noexcept { return Millis{default_linger_.load(std::memory_order_relaxed)}; }
+  void set_default_linger(Millis linger) noexcept {
+    default_linger_.store(linger.count(), std::memory_order_relaxed);
+  }
 
   static constexpr uint64_t kRateUnit = 1000;  // pf's PF_THRESHOLD_MULT
 
@@ -148,6 +155,7 @@ class SourceTable {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<std::size_t> count_{0};
   std::atomic<uint32_t> limit_;
+  std::atomic<Millis::rep> default_linger_{0};
 };
 
 }  // namespace pairwall::engine

@@ -622,9 +622,12 @@ void StateTable::unlink_and_free(StateEntry* e) noexcept {
   fold_counters(*e);
   if (e->creator != nullptr) e->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
   if (e->source != nullptr) {
-    // pf dates the node's end by the src.track of the rule of the state that was its last.
-    sources_->release(e->source, (e->flags & stateflag::kSourceConnection) != 0,
-                      e->creator != nullptr ? e->creator->timeouts.source_track : Millis{0});
+    // pf dates the node's end by the src.track of the rule of the state that was its last, or
+    // where that rule names none, by the global one in force now.
+    const Millis linger = e->creator != nullptr && e->creator->own_source_track
+                              ? e->creator->timeouts.source_track
+                              : sources_->default_linger();
+    sources_->release(e->source, (e->flags & stateflag::kSourceConnection) != 0, linger);
   }
   Shard& home = *shards_[e->home];
   home.unlink_key(e, 0);

@@ -818,6 +818,7 @@ class Compiler {
       for (const auto& [name, seconds] : r.state.timeouts) {
         if (const auto cls = timeout_class_from_name(name))
           c.own_timeouts |= 1u << static_cast<unsigned>(*cls);
+        if (name == kSourceTrackTimeoutName && seconds != 0) c.own_source_track = true;
       }
       c.location = r.location;
       FilterRule shown = written;  // as pfctl shows it: the label's macros expanded

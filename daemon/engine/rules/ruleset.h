@@ -55,8 +55,9 @@ struct CompiledRule {
   SourceLimits sources;        // max-src-*: counted per source address in the engine's SourceTable
   std::string overload_table;  // overload <table>: empty for none
   OverloadFlush overload_flush = OverloadFlush::None;
-  Timeouts timeouts;          // global timeouts with this rule's overrides applied, as compiled
-  uint32_t own_timeouts = 0;  // a bit per TimeoutClass the rule's state options set
+  Timeouts timeouts;              // global timeouts with this rule's overrides applied, as compiled
+  uint32_t own_timeouts = 0;      // a bit per TimeoutClass the rule's state options set
+  bool own_source_track = false;  // its state options set src.track (other than 0, which is the global one)
   SourceLocation location;
   std::string text;   // canonical one-line form for `rules show`
   std::string label;  // `label "..."`, or empty

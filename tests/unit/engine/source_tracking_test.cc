@@ -2,9 +2,12 @@
 // and max-src-conn-rate, per rule and global, and the node table's own limit.
 #include <catch2/catch.hpp>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/rules/compile.h"
+#include "daemon/engine/rules/parser.h"
 #include "daemon/engine/source_table.h"
 #include "tests/unit/engine/firewall.h"
 #include "tests/unit/support/packet_builder.h"
@@ -215,6 +218,42 @@ TEST_CASE("src.track: a node outlives its last state that long, its connection r
   CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 2);
   CHECK(fw.engine.sources().size() == 0);
   CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::State);
+}
+
+TEST_CASE("src.track: a reload's global value holds for the states made before it, a rule's own stays",
+          "[engine][limits][source][reload]") {
+  // pf_src_tree_remove_state reads the rule's src.track when its last state goes, and where the
+  // rule sets none, pf_default_rule's: the global value in force then, not at the state's birth.
+  const std::string rule = "pass out proto tcp keep state (max-src-conn-rate 2/60)";
+  const std::string own = "pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 30)";
+  struct Case {
+    std::string before;
+    std::string after;
+    std::size_t lingering;
+    const char* what;
+  };
+  for (const Case& c : {Case{"set timeout src.track 30\n" + rule, "set timeout src.track 0\n" + rule, 0,
+                             "the global src.track taken back to 0"},
+                        Case{rule, "set timeout src.track 30\n" + rule, 1, "the global src.track set"},
+                        Case{own, "set timeout src.track 0\n" + own, 1, "the rule's own src.track"}}) {
+    INFO(c.what);
+    Firewall fw(c.before);
+    CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+    CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
+    // Reloaded as the daemon reloads: the rule, written alike, keeps its counters and its nodes.
+    auto parsed = rules::parse_rules(c.after, "test.conf");
+    REQUIRE(std::holds_alternative<rules::RuleFile>(parsed));
+    auto compiled =
+        rules::compile(std::get<rules::RuleFile>(parsed), fw.engine.interfaces(), fw.engine.rules().get());
+    REQUIRE(std::holds_alternative<std::shared_ptr<const rules::RuleSet>>(compiled));
+    fw.engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+    CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 2);
+    fw.engine.expire(fw.now);
+    CHECK(fw.engine.sources().size() == c.lingering);
+    // A node that lingers still counts the address's two connections of the minute.
+    const Reason third = c.lingering != 0 ? Reason::SourceLimit : Reason::State;
+    CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == third);
+  }
 }
 
 TEST_CASE("src.track: a new state takes up the idle node, which then waits for its own last state",
