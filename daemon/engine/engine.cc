@@ -1461,11 +1461,11 @@ bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Mill
 
 // Counts the state's connection in its source node, once, and queues the overload of a source
 // that goes over its creating rule's max-src-conn or max-src-conn-rate; false for such a source.
+// Counted whatever the rule limits, as pf_src_connlimit counts it: a node `source-track global`
+// shares holds the connections of every rule, and a rule's max-src-conn counts them all.
 bool Engine::connection_counted(Worker& worker, StateEntry& entry, Millis now) noexcept {
   const rules::CompiledRule* rule = entry.creator;
-  if ((entry.flags & stateflag::kSourceConnection) || entry.source == nullptr || rule == nullptr ||
-      !rule->sources.limits_connections())
-    return true;
+  if ((entry.flags & stateflag::kSourceConnection) || entry.source == nullptr || rule == nullptr) return true;
   entry.flags |= stateflag::kSourceConnection;
   if (sources_.established(entry.source, rule->sources, now)) return true;
   if (!rule->overload_table.empty()) {

@@ -131,6 +131,30 @@ TEST_CASE("max-src-conn counts connections once their handshake completes", "[en
   CHECK(handshake(fw, Connection{"10.1.0.2", 1001}).reason == Reason::State);
 }
 
+TEST_CASE("source-track global: a node counts the connections of every rule tracking it, limits or not",
+          "[engine][limits][source]") {
+  // pf_src_connlimit counts each connection of a state with source nodes in its node, whatever
+  // the rule's limits; a rule with max-src-conn on a node others share counts theirs too.
+  Firewall fw(
+      "pass out proto tcp to port 22 keep state (source-track global, max-src-states 10)\n"
+      "pass out proto tcp to port 80 keep state (source-track global, max-src-conn 2)\n");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
+  uint32_t connections = 0;
+  fw.engine.sources().for_each(fw.now, [&](const SourceView& v) { connections = v.connections; });
+  CHECK(connections == 2);
+  // The address's third connection, made by the rule that limits them, is one too many.
+  PacketBuilder web;
+  web.ipv4("10.1.0.1", kServer).tcp(1003, 80);
+  const auto from_web = [](uint8_t flags, uint32_t seq, uint32_t ack) {
+    return PacketBuilder().ipv4(kServer, "10.1.0.1").tcp(80, 1003).flags(flags).seq(seq).ack(ack).build();
+  };
+  REQUIRE(fw.out(PacketBuilder(web).flags(tcpflag::kSyn).seq(1000).build()).reason == Reason::Match);
+  REQUIRE(fw.in(from_web(tcpflag::kSyn | tcpflag::kAck, 9000, 1001)).reason == Reason::State);
+  CHECK(fw.out(PacketBuilder(web).flags(tcpflag::kAck).seq(1001).ack(9001).build()).reason ==
+        Reason::SourceLimit);
+}
+
 TEST_CASE("max-src-conn and its rate count no connection a reset ends in its handshake",
           "[engine][limits][source]") {
   // pf_src_connlimit counts a connection when its handshake completes; a reset that ends the
