@@ -804,6 +804,9 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
   const std::size_t limit = request.limit() != 0 ? request.limit() : kDefaultStateListLimit;
   const engine::Millis now = now_();
   const auto current = engine_.rules();
+  // pf_state_expires: past adaptive.start every timeout shrinks with the table's size, as the
+  // expiry shrinks it (Engine::expire), and pfctl shows the time left so.
+  const double scale = current->adaptive_timeouts().scale(total, engine_.states().limit());
   std::vector<StateCopy> copies;
   if (!request.count_only()) copies.reserve(std::min(limit, total + 64));
   uint64_t matched = 0;
@@ -824,7 +827,10 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     c.proxy = e.proxy;
     c.rule = e.rule;
     c.created = e.created;
-    c.expires_at = e.last_seen + engine::Engine::timeout_of(e, e.timeout, *current);
+    const engine::Millis timeout = engine::Engine::timeout_of(e, e.timeout, *current);
+    c.expires_at = e.last_seen + (scale < 1.0 ? engine::Millis{static_cast<engine::Millis::rep>(
+                                                    static_cast<double>(timeout.count()) * scale)}
+                                              : timeout);
     c.packets[0] = e.packets[0];
     c.packets[1] = e.packets[1];
     c.bytes[0] = e.bytes[0];

@@ -1212,3 +1212,31 @@ TEST_CASE("service: settings show the running rules' timeouts and limits", "[ser
   CHECK(s.adaptive_end() == 0);
   CHECK(s.timeout_scale() == 1.0);
 }
+
+TEST_CASE("service: states list the time they have left as adaptive timeouts scale it, as pfctl -s states",
+          "[service]") {
+  // pfctl shows pf_state_expires(): past adaptive.start, the timeout shrunk by the table's size.
+  Daemon d;
+  const std::string path = d.write("adaptive.conf",
+                                   "set timeout { udp.first 60, adaptive.start 2, adaptive.end 6 }\n"
+                                   "pass all\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  const auto flow = [](uint16_t port) {
+    return PacketBuilder().ipv4("10.0.0.1", "10.9.0.1").udp(port, 53).payload(8).build();
+  };
+  REQUIRE(d.send(flow(40001)).action == engine::Verdict::Action::Accept);
+  auto listed = [&d] {
+    Request q;
+    q.mutable_states();
+    const Response r = d.call(q);
+    REQUIRE(r.ok());
+    REQUIRE(r.states().states_size() >= 1);
+    return r.states().states(0).expires_in_ms();
+  };
+  // Below adaptive.start: the whole timeout.
+  CHECK(listed() == 60'000);
+  // Four states of the six at which timeouts reach nothing: half of it.
+  for (uint16_t port = 40002; port <= 40004; ++port)
+    REQUIRE(d.send(flow(port)).action == engine::Verdict::Action::Accept);
+  CHECK(listed() == 30'000);
+}
