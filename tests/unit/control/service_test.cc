@@ -1240,3 +1240,28 @@ TEST_CASE("service: states list the time they have left as adaptive timeouts sca
     REQUIRE(d.send(flow(port)).action == engine::Verdict::Action::Accept);
   CHECK(listed() == 30'000);
 }
+
+TEST_CASE("service: a reload whose state limit is below the states held is refused, as pf refuses it",
+          "[service]") {
+  // pf's DIOCSETLIMIT fails (EBUSY) below the states in use, and pfctl loads nothing. Taken, the
+  // adaptive timeouts' end (120 % of the limit by default) lay below the table's size: every
+  // state, established connections too, went at the next expiry pass.
+  Daemon d;
+  REQUIRE(d.service.load_rules(d.write("open.conf", "pass all\n")).ok);
+  for (uint16_t port = 1; port <= 10; ++port) {
+    REQUIRE(d.send(syn("10.0.0.1", static_cast<uint16_t>(40000 + port), "10.9.0.1", 80)).action ==
+            engine::Verdict::Action::Accept);
+  }
+  const uint32_t limit = d.engine.states().limit();
+  const auto refused = d.service.load_rules(d.write("small.conf", "set limit states 8\npass all\n"));
+  CHECK_FALSE(refused.ok);
+  CHECK(refused.error.find("'set limit states 8' is below the 10 states") != std::string::npos);
+  CHECK(d.engine.states().limit() == limit);
+  d.engine.expire(d.now);
+  CHECK(d.engine.states().size() == 10);
+  // At or above the states held, the limit is taken (and the timeouts scaled, not ended).
+  REQUIRE(d.service.load_rules(d.write("fits.conf", "set limit states 10\npass all\n")).ok);
+  CHECK(d.engine.states().limit() == 10);
+  d.engine.expire(d.now);
+  CHECK(d.engine.states().size() == 10);
+}
