@@ -289,9 +289,11 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
   // pf's DIOCSETLIMIT refuses a limit below the states in use (EBUSY), and pfctl then loads
   // nothing. Taken, it would refuse every new state until the table drained, and a limit under
   // five sixths of the states would put the adaptive timeouts' end (120 % of it unless set) below
-  // the table's size: every state would go at the next expiry pass.
+  // the table's size: every state would go at the next expiry pass. Only a lowered limit is
+  // refused: a full table's count runs past its limit for as long as a refused insert takes.
   const uint32_t state_limit = config_.engine.state_limit.value_or(rules->state_limit());
-  if (const std::size_t held = engine_.states().size(); held > state_limit) {
+  if (const std::size_t held = engine_.states().size();
+      held > state_limit && state_limit < engine_.states().limit()) {
     return file.file + ": 'set limit states " + std::to_string(state_limit) + "' is below the " +
            std::to_string(held) + " states the table holds: raise it, or kill states first";
   }
