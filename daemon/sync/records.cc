@@ -9,6 +9,12 @@ using engine::Family;
 using engine::IpAddress;
 
 constexpr uint32_t kMaxExpiresMs = 0x7fffffff;
+// Node ids start at 1 ([node] id), and a ClearStates of creator 0 names every state: a state id of
+// creator 0 is no node's, so that neither the peer's ClearStates nor the end of its full transfer
+// would ever remove it (pfsync_state_import refuses creator id 0 too).
+constexpr bool valid_id(uint32_t creator, uint64_t counter) {
+  return creator != 0 && counter != 0;
+}
 // IP protocol numbers (daemon/engine/packet.h's ipproto, without the engine's code).
 constexpr uint8_t kTcp = 6;
 constexpr uint8_t kUdp = 17;
@@ -184,7 +190,8 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
   out = engine::StateRecord{};
   out.kind = engine::StateRecord::Kind::Insert;
   out.id = {in.creator(), in.counter()};
-  if (in.counter() == 0 || !in.has_stack_key() || !get_key(in.stack_key(), out.stack_key)) return false;
+  if (!valid_id(in.creator(), in.counter()) || !in.has_stack_key() || !get_key(in.stack_key(), out.stack_key))
+    return false;
   if (in.has_wire_key()) {
     if (!get_key(in.wire_key(), out.wire_key) || out.wire_key.family != out.stack_key.family ||
         out.wire_key.proto != out.stack_key.proto) {
@@ -213,7 +220,7 @@ bool decode_update(const wire::Update& in, engine::StateRecord& out) {
   out = engine::StateRecord{};
   out.kind = engine::StateRecord::Kind::Update;
   out.id = {in.creator(), in.counter()};
-  if (in.counter() == 0) return false;
+  if (!valid_id(in.creator(), in.counter())) return false;
   // An update does not say the protocol; TCP's range is the wider one, and the store checks it
   // against the state it names (fits_protocol).
   if (!get_peer(in.src(), true, out.src) || !get_peer(in.dst(), true, out.dst)) return false;
@@ -231,7 +238,7 @@ bool decode_delete(const wire::Delete& in, engine::StateRecord& out) {
   out = engine::StateRecord{};
   out.kind = engine::StateRecord::Kind::Delete;
   out.id = {in.creator(), in.counter()};
-  return in.counter() != 0;
+  return valid_id(in.creator(), in.counter());
 }
 
 }  // namespace pairwall::sync

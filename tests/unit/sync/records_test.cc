@@ -150,6 +150,9 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
       {"flags past 8 bits", [](wire::Insert& m) { m.set_flags(0x100); }},
       {"synproxy phase past the splice", [](wire::Insert& m) { m.set_proxy(4); }},
       {"state counter 0", [](wire::Insert& m) { m.set_counter(0); }},
+      // Node ids start at 1: a state of creator 0 would be no node's, left behind by the peer's
+      // ClearStates and by the end of its full transfer, which remove the states the peer created.
+      {"creator 0", [](wire::Insert& m) { m.set_creator(0); }},
       {"no key", [](wire::Insert& m) { m.clear_stack_key(); }},
       {"wire key of another family",
        [](wire::Insert& m) {
@@ -174,8 +177,14 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
   encode_update(r, &u);
   u.set_proxy(4);
   CHECK_FALSE(decode_update(u, out));
+  encode_update(r, &u);
+  u.set_creator(0);
+  CHECK_FALSE(decode_update(u, out));
   wire::Delete d;
   CHECK_FALSE(decode_delete(d, out));  // counter 0
+  encode_delete(r.id, &d);
+  d.set_creator(0);
+  CHECK_FALSE(decode_delete(d, out));
 }
 
 TEST_CASE("decoding rejects what no state of the record's protocol can hold", "[sync][records]") {
