@@ -21,6 +21,7 @@ struct Parsed {
   bool link_local_group = false;  // a group no multicast router forwards, whatever the TTL
   bool node_group = false;        // a group that never leaves this node (IPv6 scope 0, 1 or 15)
   bool unspecified = false;
+  std::string mapped_v4;  // of an IPv4-mapped address, ::ffff:a.b.c.d (RFC 4291 section 2.5.5.2)
 };
 
 bool parse_ip(const std::string& text, Parsed& out) {
@@ -42,6 +43,11 @@ bool parse_ip(const std::string& text, Parsed& out) {
     out.node_group = out.multicast && (scope == 0x0 || scope == 0x1 || scope == 0xf);
     out.unspecified = true;
     for (uint8_t b : buf) out.unspecified = out.unspecified && b == 0;
+    bool v4_mapped = buf[10] == 0xff && buf[11] == 0xff;
+    for (int i = 0; i < 10; ++i) v4_mapped = v4_mapped && buf[i] == 0;
+    std::array<char, INET_ADDRSTRLEN> v4{};
+    if (v4_mapped && inet_ntop(AF_INET, buf.data() + 12, v4.data(), v4.size()) != nullptr)
+      out.mapped_v4 = v4.data();
     return true;
   }
   return false;
@@ -90,6 +96,13 @@ class Reader {
   const std::string& file_;
 };
 
+// The sync socket of an IPv6 address is IPv6 only (IPV6_V6ONLY): an IPv4-mapped address can
+// neither be bound nor sent to there (ENETUNREACH at every datagram).
+void refuse_v4_mapped(const Reader& r, const std::string& key, const std::string& text, const Parsed& p) {
+  if (p.mapped_v4.empty()) return;
+  r.fail(key, "\"" + text + "\" is an IPv4-mapped address: write the IPv4 address (\"" + p.mapped_v4 + "\")");
+}
+
 }  // namespace
 
 SyncConfig parse_sync_config(const toml::table& section, const std::string& file) {
@@ -136,6 +149,7 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
   Parsed t;
   if (!parse_ip(target, t)) r.fail(target_key, "not an IPv4 or IPv6 address: \"" + target + "\"");
   if (t.unspecified) r.fail(target_key, "the unspecified address cannot be a destination");
+  refuse_v4_mapped(r, target_key, target, t);
   if (!c.group.empty() && !t.multicast) r.fail("group", "not a multicast address: \"" + c.group + "\"");
   if (!c.peer.empty() && t.multicast) r.fail("peer", "a multicast address: use group = \"" + c.peer + "\"");
   if (!c.group.empty() && t.node_group) {
@@ -160,6 +174,7 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
     Parsed a;
     if (!parse_ip(c.address, a)) r.fail("address", "not an IPv4 or IPv6 address: \"" + c.address + "\"");
     if (a.family != t.family) r.fail("address", "family differs from " + target_key + " \"" + target + "\"");
+    refuse_v4_mapped(r, "address", c.address, a);
     if (a.multicast) r.fail("address", "a multicast address cannot be the local address");
   }
 

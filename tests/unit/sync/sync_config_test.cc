@@ -208,6 +208,11 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
       {base + "group = \"10.1.1.1\"\n", "[sync] group: not a multicast address"},
       {base + "peer = \"0.0.0.0\"\n", "[sync] peer: the unspecified address"},
       {base + "peer = \"10.0.0.2\"\naddress = \"fe80::1\"\n", "[sync] address: family differs"},
+      // The socket of an IPv6 peer is IPv6 only (IPV6_V6ONLY): it could never send to one of these.
+      {base + "peer = \"::ffff:10.0.0.2\"\n",
+       "[sync] peer: \"::ffff:10.0.0.2\" is an IPv4-mapped address: write the IPv4 address"},
+      {base + "peer = \"2001:db8::2\"\naddress = \"::ffff:10.0.0.1\"\n",
+       "[sync] address: \"::ffff:10.0.0.1\" is an IPv4-mapped address: write the IPv4 address"},
       {base + "peer = \"10.0.0.2\"\nport = \"8370\"\n", "[sync] port: expected an integer"},
       {base + "peer = \"10.0.0.2\"\nmtu = 500\n", "[sync] mtu: expected 576..65535, got 500"},
       {base + "peer = \"2001:db8::2\"\nmtu = 1000\n", "[sync] mtu: expected 1280..65535"},
