@@ -671,6 +671,11 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_messages_total", T::Counter, "Sync messages (records and controls).");
   w.sample({{"direction", "sent"}}, c.messages_sent);
   w.sample({{"direction", "received"}}, c.messages_received);
+  // A peer of a later version may send a kind of message this one does not know: what it said
+  // there is not applied here, and only this says so.
+  w.family("pairwall_sync_messages_ignored_total", T::Counter,
+           "Peer messages of a type this node does not know (a later version's), ignored.");
+  w.sample(c.messages_unknown);
   w.family("pairwall_sync_drops_total", T::Counter, "Datagrams rejected, by reason.");
   for (std::size_t i = 0; i < kDropReasonCount; ++i) {
     w.sample({{"reason", drop_reason_name(static_cast<DropReason>(i))}}, c.drops[i]);

@@ -469,3 +469,73 @@ TEST_CASE("without ttl_security, datagrams leave with the system's TTL and any T
   CHECK(dropped(s, DropReason::BadTtl) == 0);
   s.stop();
 }
+
+// A peer of a later version may send a message of a type this node does not know: ignored, it is
+// one of the peer's changes this node did not take, and the metrics say how many.
+TEST_CASE("messages of a type this node does not know are exported as ignored", "[sync][service]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine e(node_config(1));
+  const SyncConfig c = config_for("127.0.0.1", "127.0.0.2", port);
+  SyncService s(e, c, 1);
+  s.start();
+
+  // The peer, node 2, played by hand from its own address.
+  boost::asio::io_context io;
+  auto peer = sender_with_ttl(io, "127.0.0.2", kLinkTtl);
+  peer.bind(boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.2"), port));
+  peer.non_blocking(true);
+  const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"), port);
+  Authenticator auth(c.key);
+  Header h;
+  h.node_id = 2;
+  h.epoch = 1000;
+  const auto send = [&](const std::string& payload) {
+    ++h.xmit;
+    std::vector<uint8_t> datagram(kOverhead + payload.size());
+    const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
+    REQUIRE(seal(h, std::span<const uint8_t>(bytes, payload.size()), auth, datagram) == datagram.size());
+    peer.send_to(boost::asio::buffer(datagram), to);
+  };
+
+  // A new incarnation is challenged before anything it sends is taken.
+  wire::Batch hello;
+  hello.add_messages()->mutable_keepalive();
+  send(hello.SerializeAsString());
+  uint64_t challenge = 0;
+  REQUIRE(wait_for(
+      [&] {
+        std::array<uint8_t, 65536> buffer;
+        boost::system::error_code ec;
+        const std::size_t n = peer.receive(boost::asio::buffer(buffer), 0, ec);
+        Header got;
+        std::span<const uint8_t> payload;
+        DropReason why = DropReason::Truncated;
+        wire::Batch batch;
+        if (ec || !open(std::span<const uint8_t>(buffer.data(), n), auth, got, payload, why) ||
+            !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
+          return false;
+        for (const auto& m : batch.messages()) {
+          if (m.has_keepalive() && m.keepalive().challenge() != 0) challenge = m.keepalive().challenge();
+        }
+        return challenge != 0;
+      },
+      std::chrono::milliseconds(2000)));
+
+  // The answer, with the first sequence: a keepalive and a message of a type unknown here (field 99).
+  wire::Batch answer;
+  answer.add_messages()->mutable_keepalive()->set_answer(challenge);
+  const std::string unknown_message = "\x0a\x03\x98\x06\x01";  // messages { 99: 1 }
+  h.flags = frameflag::kSequenced;
+  h.seq = 1;
+  h.send_base = 1;
+  send(answer.SerializeAsString() + unknown_message);
+  REQUIRE(
+      wait_for([&] { return s.status().counters.messages_unknown == 1; }, std::chrono::milliseconds(2000)));
+  CHECK(s.status().counters.drops[static_cast<std::size_t>(DropReason::MalformedPayload)] == 0);
+
+  control::MetricWriter w;
+  s.render_metrics(w);
+  CHECK(w.text().find("pairwall_sync_messages_ignored_total 1\n") != std::string::npos);
+  s.stop();
+}
