@@ -27,12 +27,20 @@ ApplyResult EngineStore::apply(const engine::StateRecord& record, Micros now) {
     if (record.kind == Kind::Update) return ApplyResult::Stale;
   }
   auto& states = engine_.states();
-  if (record.kind == Kind::Insert && states.size() < states.limit()) {
-    // The same connection exists under another id (both nodes saw its first packet): the local
-    // entry stands. Or the state is one this node created and removed since: the removal stands.
-    return ApplyResult::Stale;
-  }
-  return ApplyResult::Failed;
+  if (record.kind != Kind::Insert) return ApplyResult::Failed;
+  // Held, under this id (a bulk or a resync sent it again, and it brought nothing newer) or under
+  // another (both nodes saw its first packet): the local entry stands, however full the table is.
+  // Each lookup's handle, which holds its entry's locks, is let go before the next.
+  const auto held_by_id = [&states](const engine::StateId& id) {
+    return static_cast<bool>(states.find_by_id(id));
+  };
+  const auto held = [&states](const engine::StateKey& key) {
+    return static_cast<bool>(states.find(key, states.hash(key)));
+  };
+  if (held_by_id(record.id) || held(record.stack_key) || held(record.wire_key)) return ApplyResult::Stale;
+  // Or the state is one this node created and removed since: the removal stands. Only a table
+  // without room is a failure.
+  return states.size() < states.limit() ? ApplyResult::Stale : ApplyResult::Failed;
 }
 
 bool EngineStore::current(const engine::StateId& id, Micros now, engine::StateRecord& out) {

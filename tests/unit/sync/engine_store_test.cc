@@ -138,6 +138,27 @@ TEST_CASE("the same connection under another id is not a failure", "[sync][engin
   CHECK(e.states().size() == 1);
 }
 
+// A full table fails only what it has no room for: a state it holds already, sent again by a bulk
+// or a resync, or held under the other node's id, is stale there as it is in a table with room.
+TEST_CASE("a full table fails the states it has no room for, not those it holds", "[sync][engine_store]") {
+  engine::Engine e;
+  e.states().set_limit(1);
+  EngineStore store(e);
+  CHECK(store.apply(syn_state(1), kNow) == ApplyResult::Applied);
+  REQUIRE(e.states().size() == e.states().limit());
+  CHECK(store.apply(syn_state(1), kNow) == ApplyResult::Stale);
+  auto twin = syn_state(1);
+  twin.id = {2, 77};  // both nodes saw the first packet
+  CHECK(store.apply(twin, kNow) == ApplyResult::Stale);
+  auto reply_side = twin;  // the same connection, named from its other end
+  reply_side.stack_key = twin.stack_key.reversed();
+  reply_side.wire_key = reply_side.stack_key;
+  std::swap(reply_side.src, reply_side.dst);
+  CHECK(store.apply(reply_side, kNow) == ApplyResult::Stale);
+  CHECK(store.apply(syn_state(2), kNow) == ApplyResult::Failed);
+  CHECK(e.states().size() == 1);
+}
+
 TEST_CASE("every state stays findable by id as the table grows past its initial size",
           "[sync][engine_store]") {
   engine::Engine e;
