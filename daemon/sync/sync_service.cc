@@ -151,7 +151,9 @@ void SyncService::open_socket() {
     throw std::runtime_error(context + ": cannot bind the sync socket to it (SO_BINDTODEVICE): " +
                              std::strerror(errno) + (errno == EPERM ? " (needs CAP_NET_RAW)" : ""));
   }
-  socket_.set_option(asio::socket_base::reuse_address(true));
+  // No SO_REUSEADDR: Linux hands a unicast datagram to one of the sockets that share an address
+  // and port, the one bound last, so that a second daemon on the node would take the peer's
+  // datagrams from this one without a word. Refused its bind, it says so at its start.
   if (v6) set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1, "IPV6_V6ONLY", context, true);
   // Bulk transfers arrive in bursts: a root process may exceed net.core.rmem_max.
   if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof kSocketBuffer) != 0) {

@@ -309,6 +309,27 @@ TEST_CASE("a service refuses an interface that does not exist", "[sync][service]
   }
 }
 
+// A second daemon on the node (another unit, a forgotten test run) must not share the sync port:
+// Linux hands each unicast datagram to one of the sockets bound to it, the one bound last, so the
+// running service would stop hearing its peer without a word.
+TEST_CASE("a service refuses an address and port another socket holds", "[sync][service]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine e1(node_config(1));
+  engine::Engine e2(node_config(1));
+  SyncService running(e1, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  running.start();
+  SyncService second(e2, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  try {
+    second.start();
+    FAIL("started beside the running service");
+  } catch (const std::runtime_error& ex) {
+    CHECK(std::string(ex.what()).find("[sync] address 127.0.0.1 port " + std::to_string(port) +
+                                      ": cannot bind") != std::string::npos);
+  }
+  running.stop();
+}
+
 TEST_CASE("datagrams the socket refuses are counted for the metrics", "[sync][service]") {
   if (skipped_without_root()) return;
   // The limited broadcast address without SO_BROADCAST: the kernel refuses every datagram (EACCES),
