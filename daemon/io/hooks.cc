@@ -68,12 +68,14 @@ std::string defrag_chain(const HooksConfig& config) {
 }
 
 bool valid_interface(const std::string& name) {
-  // What the kernel accepts as a name (dev_valid_name), plus iptables' trailing '+' wildcard.
+  // What the kernel accepts as a name (dev_valid_name), as the configuration checks it
+  // (control::valid_interface_name): refused here alone, a name would pass `pairwalld --check`
+  // and then stop the start. iptables reads every byte of it as given (argv, no shell), a
+  // trailing '+' as its wildcard. The kernel's isspace() takes Latin-1's no-break space for one.
   if (name.empty() || name.size() >= 16 || name == "." || name == "..") return false;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(name[i]);
-    if (c == '+' && i + 1 == name.size()) continue;
-    if (std::isspace(c) || c == '/' || c == ':' || c == '!' || c == '+' || !std::isprint(c)) return false;
+  for (const char c : name) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b == '/' || b == ':' || b == ' ' || (b >= '\t' && b <= '\r') || b == 0xa0 || b == '\0') return false;
   }
   return true;
 }
