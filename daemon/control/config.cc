@@ -115,16 +115,25 @@ void parse_control(Config& cfg, const toml::table* t) {
     // TOML has octal integers (0o660); "0660" as a string is accepted because that is how modes
     // are usually written, and a bare 0660 is not valid TOML.
     std::optional<int64_t> mode;
+    std::string decimal;
     if (auto i = node->value_exact<int64_t>()) {
       mode = *i;
+      // A mode is octal to whoever writes one (chmod, SocketMode=): a decimal 440 would be 0o670,
+      // group-writable where 0o440 was meant. Below 8 the two read alike. The base the value was
+      // written in is in its flags' two low bits (binary 1, octal 2, hexadecimal 3, decimal 0).
+      constexpr auto base_bits = toml::value_flags::format_as_hexadecimal;
+      if (*i > 7 && (node->as_integer()->flags() & base_bits) == toml::value_flags::none) {
+        mode.reset();
+        decimal = ", a decimal number: write a mode in octal, as 0o660";
+      }
     } else if (auto str = node->value_exact<std::string>()) {
       if (!str->empty() && str->size() <= 4 && str->find_first_not_of("01234567") == std::string::npos) {
         mode = std::stoll(*str, nullptr, 8);
       }
     }
     if (!mode || *mode < 0 || *mode > 0777) {
-      s.fail("socket_mode",
-             "expected an octal mode 0o000..0o777 (or a string like \"0660\"), got " + describe(*node));
+      s.fail("socket_mode", "expected an octal mode 0o000..0o777 (or a string like \"0660\"), got " +
+                                describe(*node) + decimal);
     }
     cfg.control.socket_mode = static_cast<uint32_t>(*mode);
   }

@@ -262,6 +262,21 @@ TEST_CASE("config: bad values are refused with one line naming file, section and
   }
 }
 
+// A mode is octal to everyone who writes one (chmod, systemd's UMask=, SocketMode=): a decimal 440
+// is 0o670, a group-writable socket where the operator meant a read-only one, and must not pass.
+TEST_CASE("config: a socket mode written as a decimal number is refused", "[config]") {
+  CHECK(error_of(kMinimal + "[control]\nsocket_mode = 440\n") ==
+        "pairwall.toml: [control] socket_mode: expected an octal mode 0o000..0o777 (or a string like "
+        "\"0660\"), got 440, a decimal number: write a mode in octal, as 0o660");
+  CHECK(error_of(kMinimal + "[control]\nsocket_mode = 8\n") ==
+        "pairwall.toml: [control] socket_mode: expected an octal mode 0o000..0o777 (or a string like "
+        "\"0660\"), got 8, a decimal number: write a mode in octal, as 0o660");
+  // The same in any base, and written in any other base it says what it says.
+  CHECK(parse("[control]\nsocket_mode = 7\n").control.socket_mode == 07);
+  CHECK(parse("[control]\nsocket_mode = 0x1a0\n").control.socket_mode == 0640);
+  CHECK(parse("[control]\nsocket_mode = 0b110100000\n").control.socket_mode == 0640);
+}
+
 TEST_CASE("config: [node] and [rules] are required", "[config]") {
   CHECK(error_of("[rules]\nfile = \"/x\"\n") ==
         "pairwall.toml: [node] id: missing: every node needs a unique id (1..4294967295)");
