@@ -147,7 +147,15 @@ CommandResult run_command(const Command& argv) {
   }
   close(pipe_fds[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited = -1;
+  while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (waited < 0) {
+    // ECHILD: SIGCHLD ignored (a disposition exec keeps) has the kernel reap the child unasked.
+    // Whatever it did is unknown, and taken for success, a failed command would pass for done.
+    result.output = "cannot learn the exit status of " + argv[0] + " (waitpid: " + std::strerror(errno) +
+                    "; is SIGCHLD ignored?)";
+    return result;
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   while (!result.output.empty() && std::isspace(static_cast<unsigned char>(result.output.back()))) {
@@ -305,7 +313,7 @@ namespace {
     message += "failed with exit code " + std::to_string(r.exit_code);
   }
   if (!r.output.empty()) message += ": " + r.output;
-  if (r.exit_code == 127 || r.exit_code < 0) {
+  if (r.exit_code == 127 || (r.exit_code < 0 && r.output.rfind("cannot run ", 0) == 0)) {
     message += " (is " + command.front() + " installed and in PATH?)";
   } else if (r.output.find("ermission denied") != std::string::npos) {
     message += " (needs CAP_NET_ADMIN)";

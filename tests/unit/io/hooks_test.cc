@@ -610,6 +610,23 @@ TEST_CASE("run_command executes without a shell and reports exit codes and outpu
   CHECK_THAT(missing.output, Catch::Contains("/nonexistent/iptables"));
 }
 
+// SIGCHLD ignored (inherited so through exec from whatever started the daemon) makes the kernel
+// reap children itself, and waitpid() then fails: an exit status never learnt is no success, or
+// every failing iptables command would pass for done, and a jump "deleted" 32 times over.
+TEST_CASE("run_command does not take an exit status it could not learn for success", "[hooks]") {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  struct sigaction previous {};
+  REQUIRE(sigaction(SIGCHLD, &ignore, &previous) == 0);
+  const CommandResult failed = run_command({"sh", "-c", "exit 1"});
+  const CommandResult succeeded = run_command({"true"});
+  sigaction(SIGCHLD, &previous, nullptr);
+  CHECK(failed.exit_code == -1);
+  CHECK(succeeded.exit_code == -1);
+  CHECK_THAT(failed.output, Catch::Contains("exit status"));
+}
+
 TEST_CASE("run_command's child blocks no signal, whatever the daemon's threads block", "[hooks]") {
   sigset_t terminate;
   sigemptyset(&terminate);
