@@ -1,5 +1,7 @@
 #include "daemon/control/config_section.h"
 
+#include <sstream>
+
 namespace pairwall::control {
 namespace {
 
@@ -30,7 +32,12 @@ std::string_view type_name(toml::node_type t) {
 }  // namespace
 
 std::string describe(const toml::node& node) {
-  if (auto v = node.value_exact<int64_t>()) return std::to_string(*v);
+  if (const toml::value<int64_t>* integer = node.as_integer()) {
+    // In the base it was written in (0o1777, 0x41): the operator looks for what the file says.
+    std::ostringstream written;
+    written << *integer;
+    return written.str();
+  }
   if (auto s = node.value_exact<std::string>()) {
     std::string quoted = "\"";
     quoted += s->size() > 40 ? s->substr(0, 40) + "..." : *s;

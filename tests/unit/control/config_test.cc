@@ -224,7 +224,9 @@ TEST_CASE("config: bad values are refused with one line naming file, section and
       {"[control]\nsocket_mode = 0o1777\n",
        "pairwall.toml: [control] socket_mode: expected an octal mode 0o000..0o777 (or a string like "
        "\"0660\"), got "
-       "1023"},
+       "0o1777"},
+      {"[queue]\ncount = 0x41\n", "pairwall.toml: [queue] count: expected 1..64, got 0x41"},
+      {"[queue]\nmaxlen = 0b0\n", "pairwall.toml: [queue] maxlen: expected 1..16777216, got 0b0"},
       {"[control]\nsocket_mode = \"rw\"\n",
        "pairwall.toml: [control] socket_mode: expected an octal mode 0o000..0o777 (or a string like "
        "\"0660\"), got "
