@@ -42,27 +42,6 @@ std::string errno_text(int err) {
   return std::string(std::strerror(err));
 }
 
-// The packet id of a message too large for its receive slot, read from the attributes that did
-// arrive (the kernel puts NFQA_PACKET_HDR first). Returns false when it is not there.
-bool recover_packet_id(const uint8_t* data, std::size_t size, uint32_t& id) {
-  if (size < MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg))) return false;
-  std::size_t offset = MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg));
-  while (offset + sizeof(nlattr) <= size) {
-    nlattr attr;
-    std::memcpy(&attr, data + offset, sizeof(attr));
-    if (attr.nla_len < sizeof(nlattr)) return false;
-    if ((attr.nla_type & NLA_TYPE_MASK) == NFQA_PACKET_HDR) {
-      if (offset + MNL_ATTR_HDRLEN + sizeof(nfqnl_msg_packet_hdr) > size) return false;
-      nfqnl_msg_packet_hdr hdr;
-      std::memcpy(&hdr, data + offset + MNL_ATTR_HDRLEN, sizeof(hdr));
-      id = ntohl(hdr.packet_id);
-      return true;
-    }
-    offset += MNL_ALIGN(attr.nla_len);
-  }
-  return false;
-}
-
 // Whether the attributes run exactly to the end of the message. libmnl's walk stops without a
 // word at one that does not fit what is left: a cut-off payload would pass for a packet without
 // one (copy mode meta), and garbage after the last attribute for nothing at all.
@@ -75,6 +54,28 @@ bool attributes_fill(const nlmsghdr* nlh) {
 }
 
 }  // namespace
+
+bool recover_packet_id(const uint8_t* data, std::size_t size, uint32_t& id) noexcept {
+  if (size < MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg))) return false;
+  std::size_t offset = MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg));
+  while (offset + sizeof(nlattr) <= size) {
+    nlattr attr;
+    std::memcpy(&attr, data + offset, sizeof(attr));
+    if (attr.nla_len < sizeof(nlattr)) return false;
+    if ((attr.nla_type & NLA_TYPE_MASK) == NFQA_PACKET_HDR) {
+      // Of its own length, as nfq_nlmsg_parse() takes it: a shorter one's id would be read from
+      // the next attribute's bytes, and settle some other packet in its place.
+      if (attr.nla_len != MNL_ATTR_HDRLEN + sizeof(nfqnl_msg_packet_hdr)) return false;
+      if (offset + attr.nla_len > size) return false;
+      nfqnl_msg_packet_hdr hdr;
+      std::memcpy(&hdr, data + offset + MNL_ATTR_HDRLEN, sizeof(hdr));
+      id = ntohl(hdr.packet_id);
+      return true;
+    }
+    offset += MNL_ALIGN(attr.nla_len);
+  }
+  return false;
+}
 
 std::size_t put_verdict(uint8_t* buf, uint16_t queue, const VerdictOp& op, uint32_t claim_mark,
                         std::span<const uint8_t> payload) noexcept {

@@ -76,6 +76,11 @@ enum class MessageStatus : uint8_t {
 // caller has checked against the bytes received. `out.payload` points into the message.
 MessageStatus parse_queue_message(nlmsghdr* nlh, QueuedPacket& out) noexcept;
 
+// The packet id of a queue message that cannot be parsed whole (cut short by its receive slot, or
+// malformed), read from the attributes that are there: the kernel puts NFQA_PACKET_HDR first.
+// Returns false when no whole packet header is there. Reads no byte past data + size.
+bool recover_packet_id(const uint8_t* data, std::size_t size, uint32_t& id) noexcept;
+
 // Largest payload a verdict can carry back: the attribute length is 16 bits, header included.
 inline constexpr std::size_t kMaxVerdictPayload = 0xffff - 4;
 

@@ -223,5 +223,42 @@ TEST_CASE("messages that are not packets, or not whole", "[nfqueue]") {
   }
 }
 
+// A message that does not parse is settled by its id where the id can be read (nfq_socket.cc,
+// collect()); read from a header of the wrong length, it would be another packet's, or none: that
+// packet would be dropped, or accepted uninspected, in the malformed one's place.
+TEST_CASE("a packet id is recovered only from a whole packet header", "[nfqueue]") {
+  const auto data = [](const Message& m) { return reinterpret_cast<const uint8_t*>(m.nlh); };
+  uint32_t id = 0;
+  SECTION("a whole header, the message cut after it") {
+    Message m;
+    m.header(0x01020304).payload(bytes(100));
+    CHECK(recover_packet_id(data(m), MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)) + 12, id));
+    CHECK(id == 0x01020304);
+  }
+  SECTION("the message cut inside the header") {
+    Message m;
+    m.header(7);
+    CHECK_FALSE(recover_packet_id(data(m), MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)) + 8, id));
+  }
+  SECTION("a header shorter than a packet header, another attribute after it") {
+    Message m;
+    const uint8_t short_header[3] = {0, 0, 1};
+    mnl_attr_put(m.nlh, NFQA_PACKET_HDR, sizeof(short_header), short_header);
+    m.u32(NFQA_MARK, 0x11223344).payload(bytes(40));
+    QueuedPacket p;
+    REQUIRE(parse_queue_message(m.nlh, p) == MessageStatus::Malformed);
+    CHECK_FALSE(recover_packet_id(data(m), m.nlh->nlmsg_len, id));
+  }
+  SECTION("a header longer than a packet header") {
+    Message m;
+    const uint8_t long_header[12] = {0, 0, 0, 9, 8, 0, 2, 0, 0, 0, 0, 5};
+    mnl_attr_put(m.nlh, NFQA_PACKET_HDR, sizeof(long_header), long_header);
+    m.payload(bytes(40));
+    QueuedPacket p;
+    REQUIRE(parse_queue_message(m.nlh, p) == MessageStatus::Malformed);
+    CHECK_FALSE(recover_packet_id(data(m), m.nlh->nlmsg_len, id));
+  }
+}
+
 }  // namespace
 }  // namespace pairwall::io
