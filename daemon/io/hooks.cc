@@ -175,6 +175,18 @@ void validate(const HooksConfig& config) {
                        "' may only contain letters, digits, '_' and '-'");
     }
   }
+  // iptables would read it as an option.
+  if (config.chain.front() == '-') {
+    throw HooksError("hooks: chain name '" + config.chain + "' may not start with '-'");
+  }
+  // Removal flushes the chain it names (and its replacement's install removes the old one): a
+  // built-in chain of the filter or mangle table would lose the operator's rules.
+  for (const char* builtin : {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}) {
+    if (config.chain == builtin) {
+      throw HooksError("hooks: chain name '" + config.chain +
+                       "' is a built-in chain's; name a chain of its own");
+    }
+  }
   if (config.queue_last < config.queue_first) {
     throw HooksError("hooks: queue range " + std::to_string(config.queue_first) + ":" +
                      std::to_string(config.queue_last) + " ends before it starts");

@@ -155,6 +155,10 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
       {"empty chain", with([](HooksConfig& c) { c.chain = ""; }), "chain name"},
       {"long chain", with([](HooksConfig& c) { c.chain = std::string(30, 'A'); }), "chain name"},
       {"chain with a space", with([](HooksConfig& c) { c.chain = "PAIR WALL"; }), "may only contain"},
+      // Removal flushes the chain of this name: a built-in chain's rules would go.
+      {"built-in chain", with([](HooksConfig& c) { c.chain = "INPUT"; }), "built-in"},
+      {"built-in chain of mangle", with([](HooksConfig& c) { c.chain = "POSTROUTING"; }), "built-in"},
+      {"chain read as an option", with([](HooksConfig& c) { c.chain = "-F"; }), "'-'"},
       {"reversed range", with([](HooksConfig& c) { c.queue_first = 5, c.queue_last = 2; }), "ends before"},
       {"interface with a space", with([](HooksConfig& c) { c.excluded_interfaces = {"eth 0"}; }), "eth 0"},
       {"interface too long", with([](HooksConfig& c) { c.excluded_interfaces = {"abcdefghijklmnop"}; }),
@@ -564,6 +568,16 @@ TEST_CASE("a replacement that fails leaves the killed run's hooks, or the new on
       CHECK(t->chains["FORWARD"].empty());
     }
   }
+}
+
+TEST_CASE("hooks named after a built-in chain are refused before any command runs", "[hooks]") {
+  Pair fake;
+  fake.v4.chains["INPUT"] = {"-p tcp --dport 22 -j ACCEPT", "-j DROP"};
+  HooksConfig c;
+  c.chain = "INPUT";
+  CHECK_THROWS_AS(Hooks(c, fake.runner()), HooksError);
+  CHECK(fake.v4.log.empty());
+  CHECK(fake.v4.chains["INPUT"] == std::vector<std::string>{"-p tcp --dport 22 -j ACCEPT", "-j DROP"});
 }
 
 TEST_CASE("a failed install rolls back and names the command", "[hooks]") {
