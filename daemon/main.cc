@@ -995,23 +995,29 @@ int main(int argc, char** argv) {
   }
 
   control::Config config;
+  bool config_broken = false;
   try {
     config = control::load_config(opt.config);
     validate_component_sections(config);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "pairwalld: %s\n", e.what());
-    if (!opt.remove_hooks) return 1;
+    if (!opt.remove_hooks && !opt.install_hooks) return 1;
     // A broken configuration is the usual reason a restart failed and left a fail-closed node's
     // hooks in place: the way to open the node must not depend on it. The hooks' names are fixed;
-    // only the control socket checked for a running daemon falls back to its default.
-    std::fprintf(stderr, "pairwalld: removing the hooks by their default names all the same\n");
+    // only the control socket checked for a running daemon falls back to its default. At boot, it
+    // must not leave the node forwarding unfiltered, with no daemon to start either: the defaults'
+    // hooks are fail-closed, as OpenBSD's rc loads a default-deny rule set that stays when pf.conf
+    // does not load; its exit status still says the configuration failed.
+    std::fprintf(stderr, "pairwalld: %s the hooks by their default names all the same\n",
+                 opt.remove_hooks ? "removing" : "installing fail-closed");
     config = control::Config{};
+    config_broken = true;
   }
   if (opt.check) return check(config);
 
   setup_logging(opt.foreground || opt.cleanup || opt.install_hooks || opt.remove_hooks, config.log.level);
   if (opt.cleanup) return cleanup(config);
-  if (opt.install_hooks) return install_hooks(config);
+  if (opt.install_hooks) return install_hooks(config) != 0 || config_broken ? 1 : 0;
   if (opt.remove_hooks)
     return refused_while_running(config, "remove-hooks") ? 1 : remove_hooks(config, "remove-hooks");
   return run(config);
