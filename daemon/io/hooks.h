@@ -28,8 +28,8 @@
 // Fragments: the kernel reassembles IPv4/IPv6 fragments before the filter table only while
 // something in the network namespace has enabled nf_defrag (conntrack, the socket match, TPROXY).
 // A plain NFQUEUE rule does not. Hooks can enable it without conntrack through an always-RETURN
-// socket-match rule in the raw table (`defrag`, see hooks.cc); otherwise the engine sees the
-// fragments themselves and drops them with reason `fragment`.
+// socket-match rule in a chain of the filter table that nothing jumps to (`defrag`, see hooks.cc);
+// otherwise the engine sees the fragments themselves and drops them with reason `fragment`.
 //
 // Commands run through fork/exec (no shell) with -w, so a concurrent iptables waits for the lock
 // instead of failing. The command lists are pure functions, tested without a kernel.
@@ -65,7 +65,7 @@ struct HooksConfig {
   std::vector<std::string> excluded_interfaces;
   std::vector<ExcludedDestination> excluded_destinations;  // each in its family's chain only
   uint32_t bypass_mark = 0;                                // 0: no mark rule
-  bool defrag = true;       // enable reassembly before the queue (raw table, no conntrack)
+  bool defrag = true;       // enable reassembly before the queue (a socket match, no conntrack)
   bool prerouting = false;  // also queue packets to this host before routing (mangle); needs bypass_mark
   bool ipv4 = true;
   bool ipv6 = true;
