@@ -742,6 +742,11 @@ int run(const control::Config& c) {
       w.sample(s.written);
       w.family("pairwall_pcap_dropped_total", T::Counter, "Logged packets lost because a log ring was full.");
       w.sample(s.dropped);
+      w.family("pairwall_pcap_write_errors_total", T::Counter,
+               "Logged packets lost on their way to the file: none open, or a failed write (a full disk).");
+      w.sample(s.write_errors);
+      w.family("pairwall_pcap_rotations_total", T::Counter, "Pcap log files rotated (pcap_rotate_bytes).");
+      w.sample(s.rotations);
     }
     if (defer_enabled) {
       const DeferTotals d = defer_totals(*queues);

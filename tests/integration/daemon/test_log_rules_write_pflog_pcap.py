@@ -8,7 +8,7 @@ import re
 import subprocess
 import time
 
-from daemon_net import ALLOWED, BLOCKED, FW_IN4, RULES, SERVER4, UDP_PORT, WHOAMI_TCP
+from daemon_net import ALLOWED, BLOCKED, FW_IN4, RULES, SERVER4, UDP_PORT, WHOAMI_TCP, metric
 
 LOGGED_RULES = RULES + """\
 anchor "guard" in on $in_if {
@@ -68,6 +68,10 @@ def test_log_rules_write_pflog_pcap(lan, daemon_factory, tmp_path):
     assert all("pass in on f0" in l and f".{UDP_PORT}:" in l for l in passed), passed
     assert len(passed) == 1, "only the query creating the UDP state is logged, not the reply:\n" + "\n".join(passed)
     assert not [l for l in lines if f".{ALLOWED}:" in l], "a packet of a rule without log was logged"
+    # What reached the file, and what was lost on the way there, each by its own counter.
+    assert metric(lan, "pairwall_pcap_logged_total") == len(lines)
+    assert metric(lan, "pairwall_pcap_write_errors_total") == 0
+    assert metric(lan, "pairwall_pcap_rotations_total") == 0
 
 
 def test_out_pass_rules_log_out_on_their_interface(lan, daemon_factory, tmp_path):
