@@ -5,12 +5,14 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tests/unit/support/temp_dir.h"
 
+using pairwall::tools::CapturedPacket;
 using pairwall::tools::PcapReader;
 
 namespace {
@@ -54,6 +56,15 @@ struct Capture {
   }
 };
 
+// The one record of a capture holding `frame` under `link_type`, as the reader reads it back.
+std::optional<CapturedPacket> read_single(uint32_t link_type, const Bytes& frame) {
+  Bytes bytes = file_header(link_type);
+  add_record(bytes, frame);
+  Capture capture(bytes);
+  PcapReader reader(capture.path);
+  return reader.next();
+}
+
 }  // namespace
 
 // Old libpcap wrote DLT_RAW's value into the file: 12 on most systems, 14 on OpenBSD (the
@@ -85,11 +96,7 @@ TEST_CASE("pcap reader: link type 12 as OpenBSD's loopback, told by the frame", 
     INFO("header of " << c.head.size() << " bytes");
     Bytes frame = c.head;
     frame.insert(frame.end(), kUdp.begin(), kUdp.end());
-    Bytes bytes = file_header(12);
-    add_record(bytes, frame);
-    Capture capture(bytes);
-    PcapReader reader(capture.path);
-    const auto packet = reader.next();
+    const auto packet = read_single(12, frame);
     REQUIRE(packet);
     CHECK(packet->ip == (c.ip ? kUdp : Bytes{}));
   }
@@ -103,11 +110,7 @@ TEST_CASE("pcap reader: a link type field that announces an FCS", "[check]") {
   frame.push_back(0x00);
   frame.insert(frame.end(), kUdp.begin(), kUdp.end());
   frame.insert(frame.end(), {0xde, 0xad, 0xbe, 0xef});  // the FCS
-  Bytes bytes = file_header(0x24000001);                // 2 words of FCS, Ethernet
-  add_record(bytes, frame);
-  Capture capture(bytes);
-  PcapReader reader(capture.path);
-  const auto packet = reader.next();
+  const auto packet = read_single(0x24000001, frame);   // 2 words of FCS, Ethernet
   REQUIRE(packet);
   REQUIRE(packet->ip.size() >= kUdp.size());
   CHECK(Bytes(packet->ip.begin(), packet->ip.begin() + static_cast<std::ptrdiff_t>(kUdp.size())) == kUdp);
@@ -140,11 +143,7 @@ TEST_CASE("pcap reader: loopback frames by their address family", "[check]") {
     INFO("link type " << c.link_type << ", family bytes " << int{c.family[0]} << " " << int{c.family[3]});
     Bytes frame = c.family;
     frame.insert(frame.end(), kUdp.begin(), kUdp.end());
-    Bytes bytes = file_header(c.link_type);
-    add_record(bytes, frame);
-    Capture capture(bytes);
-    PcapReader reader(capture.path);
-    const auto packet = reader.next();
+    const auto packet = read_single(c.link_type, frame);
     REQUIRE(packet);
     CHECK(packet->ip == (c.ip ? kUdp : Bytes{}));
   }
@@ -244,11 +243,7 @@ TEST_CASE("pcap reader: Ethernet frames behind VLAN tags", "[check]") {
     frame.insert(frame.end(), tag.begin(), tag.end());
     frame.insert(frame.end(), {0x08, 0x00});
     frame.insert(frame.end(), kUdp.begin(), kUdp.end());
-    Bytes bytes = file_header(1);
-    add_record(bytes, frame);
-    Capture capture(bytes);
-    PcapReader reader(capture.path);
-    const auto packet = reader.next();
+    const auto packet = read_single(1, frame);
     REQUIRE(packet);
     CHECK(packet->ip == kUdp);
   }
