@@ -47,19 +47,6 @@ std::string describe(const toml::node& node) {
   return std::string(type_name(node.type()));
 }
 
-bool valid_interface_name(std::string_view name) {
-  // What the kernel's dev_valid_name() refuses: more than IFNAMSIZ - 1 bytes, "." and "..", '/',
-  // ':' and every byte its isspace() takes for a space (lib/ctype.c: ' ', '\t' .. '\r', and 0xA0,
-  // Latin-1's no-break space, which is also a byte of some UTF-8 letters). And NUL, at which the
-  // kernel would read a shorter name than the one written.
-  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
-  for (const char c : name) {
-    const auto b = static_cast<unsigned char>(c);
-    if (b == '/' || b == ':' || b == ' ' || (b >= '\t' && b <= '\r') || b == 0xa0 || b == '\0') return false;
-  }
-  return true;
-}
-
 void ConfigSection::fail(std::string_view key, std::string_view what) const {
   std::string msg = file_ + ": [" + name_ + "] ";
   msg += key;

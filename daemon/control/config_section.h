@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "daemon/control/config_error.h"
+#include "daemon/engine/interfaces.h"
 
 namespace pairwall::control {
 
 // What the operator wrote, for "got ...": the value itself when it is short and scalar.
 std::string describe(const toml::node& node);
 
-// A Linux interface name: IFNAMSIZ - 1 characters at most, none the kernel refuses.
-bool valid_interface_name(std::string_view name);
+using engine::valid_interface_name;
 
 class ConfigSection {
  public:

@@ -12,6 +12,21 @@
 
 namespace pairwall::engine {
 
+// A Linux interface name as the kernel's dev_valid_name() takes one: IFNAMSIZ - 1 bytes at most,
+// not "." or "..", and no '/', ':', or byte its isspace() takes for a space (lib/ctype.c: ' ',
+// '\t' .. '\r', and 0xA0, Latin-1's no-break space, which is also a byte of some UTF-8 letters).
+// Nor NUL, at which the kernel would read a shorter name than the one written. The configuration
+// and the hooks check names alike: refused by the hooks alone, a name would pass `pairwalld
+// --check` and then stop the start.
+inline bool valid_interface_name(std::string_view name) {
+  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
+  for (const char c : name) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b == '/' || b == ':' || b == ' ' || (b >= '\t' && b <= '\r') || b == 0xa0 || b == '\0') return false;
+  }
+  return true;
+}
+
 using IfaceId = uint16_t;
 inline constexpr IfaceId kNoIface = 0;  // "no interface": local delivery, or unknown
 

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "daemon/engine/interfaces.h"
+
 extern char** environ;
 
 namespace pairwall::io {
@@ -65,19 +67,6 @@ Command mark_return(const HooksConfig& config, const Command& b) {
 
 std::string defrag_chain(const HooksConfig& config) {
   return config.chain + std::string(kDefragSuffix);
-}
-
-bool valid_interface(const std::string& name) {
-  // What the kernel accepts as a name (dev_valid_name), as the configuration checks it
-  // (control::valid_interface_name): refused here alone, a name would pass `pairwalld --check`
-  // and then stop the start. iptables reads every byte of it as given (argv, no shell), a
-  // trailing '+' as its wildcard. The kernel's isspace() takes Latin-1's no-break space for one.
-  if (name.empty() || name.size() >= 16 || name == "." || name == "..") return false;
-  for (const char c : name) {
-    const auto b = static_cast<unsigned char>(c);
-    if (b == '/' || b == ':' || b == ' ' || (b >= '\t' && b <= '\r') || b == 0xa0 || b == '\0') return false;
-  }
-  return true;
 }
 
 std::string family_name(engine::Family family) {
@@ -191,8 +180,10 @@ void validate(const HooksConfig& config) {
     throw HooksError("hooks: queue range " + std::to_string(config.queue_first) + ":" +
                      std::to_string(config.queue_last) + " ends before it starts");
   }
+  // As the configuration checks them; iptables reads every byte as given (argv, no shell), a
+  // trailing '+' as its wildcard.
   for (const auto& name : config.excluded_interfaces) {
-    if (!valid_interface(name)) {
+    if (!engine::valid_interface_name(name)) {
       throw HooksError("hooks: excluded interface '" + name +
                        "' is not a valid interface name (1-15 characters, no spaces, '/' or ':')");
     }
