@@ -1081,6 +1081,10 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
 
   if (parsed.filtered[0]) {
     const rules::CompiledTranslation* rule = rules.translation(packet, rules::Direction::In, meta.in_iface);
+    if (rule != nullptr && !rule->negated && rule->targets.empty()) {
+      translation.failed = true;  // `-> (em0)` while em0 has no address
+      return;
+    }
     if (rule != nullptr && !rule->negated) {
       PacketView& seen = translation.after[0].emplace(packet);
       translation.seen[0] = translation.seen[1] = &seen;
@@ -1101,6 +1105,10 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     const PacketView& arriving = *translation.seen[0];
     const rules::CompiledTranslation* rule =
         rules.translation(arriving, rules::Direction::Out, meta.out_iface);
+    if (rule != nullptr && !rule->negated && rule->targets.empty()) {
+      translation.failed = true;
+      return;
+    }
     if (rule != nullptr && !rule->negated) {
       PacketView& seen = translation.after[1].emplace(arriving);
       translation.seen[1] = &seen;

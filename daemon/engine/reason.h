@@ -46,7 +46,8 @@ enum class Reason : uint8_t {
   SourceLimit,        // the source address is at its rule's max-src-states, max-src-nodes,
                       // max-src-conn or max-src-conn-rate
   SourceNodeLimit,    // the source node table is full (set limit src-nodes)
-  TranslationFailed,  // nat found no free source port (or ICMP query id) for a new connection
+  TranslationFailed,  // nat found no free source port (or ICMP query id) for a new connection, or
+                      // a `-> (em0)` rule's interface has no address yet
   Memory,             // a pool could not provide memory
   Internal,           // a path that should not happen; counted so that it is seen if it does
   Count

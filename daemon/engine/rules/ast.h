@@ -33,6 +33,9 @@ struct AddressElement {
   IpPrefix prefix;
   std::string table;      // Table; Interface: the interface's name
   bool networks = false;  // Interface: `:network`
+  // Interface: written `(em0)`, pf's dynamic form, which may stand for no address yet (a DHCP
+  // link before its lease); `em0` needs one when the rules load, as pfctl's does.
+  bool dynamic = false;
   SourceLocation location;
 };
 
@@ -206,6 +209,11 @@ struct TranslationRule {
   // `-> em0` or `-> (em0)`: the interface's address of the rule's family, which
   // resolve_interfaces() sets as the one target and refresh_interface_tables() keeps current.
   std::string target_interface;
+  // `-> (em0)`: the interface may have no such address yet; until it has, the rule's packets are
+  // dropped (TranslationFailed), as pf drops a translation its dynamic address cannot serve.
+  bool target_dynamic = false;
+  // Set by resolve_interfaces() where a dynamic target found no address: the rule loads without one.
+  bool target_pending = false;
   SourceLocation target_location;
 };
 

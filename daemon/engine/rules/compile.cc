@@ -84,8 +84,10 @@ std::string element_text(const AddressElement& e) {
       return out + address_text(e.prefix);
     case AddressElement::Kind::Table:
       return out + "<" + e.table + ">";
-    case AddressElement::Kind::Interface:
-      return out + e.table + (e.networks ? ":network" : "");
+    case AddressElement::Kind::Interface: {
+      const std::string name = e.table + (e.networks ? ":network" : "");
+      return out + (e.dynamic ? "(" + name + ")" : name);
+    }
   }
   return out;
 }
@@ -876,7 +878,11 @@ class Compiler {
       t.pass = r.pass;
       t.number = static_cast<uint32_t>(i);
       set.translation_listing_.push_back({t.number, translation_text(r), r.location});
-      if (!r.negate_translation) {
+      if (!r.negate_translation && r.targets.empty() && r.target_pending) {
+        // `-> (em0)` before em0 has an address: the rule matches, and its packets are dropped.
+        // resolve_interfaces() gave the rule the family its address will have.
+        pool(r, t);
+      } else if (!r.negate_translation) {
         if (r.targets.empty() && !r.target_interface.empty()) {
           // resolve_interfaces() sets it; rules compiled without the host's addresses cannot.
           fail(r.target_location, "the address of interface '" + r.target_interface + "' is not known here");
@@ -897,8 +903,9 @@ class Compiler {
       t.static_port = r.static_port;
       // A rule that names no family takes its target's, as pfctl's natrule does: an IPv4 target
       // never rewrites an IPv6 packet (and an interface target stands for its first address).
-      const std::optional<Family> family =
-          r.family || r.negate_translation ? r.family : std::optional<Family>(t.targets[0].family);
+      const std::optional<Family> family = r.family || r.negate_translation || t.targets.empty()
+                                               ? r.family
+                                               : std::optional<Family>(t.targets[0].family);
       if (r.target_port) {
         if (!only_protocols(r.protocols, {ipproto::kTcp, ipproto::kUdp})) {
           fail(r.location, "a translation 'port' needs 'proto tcp' or 'proto udp'");

@@ -102,13 +102,24 @@ class Resolver {
       if (r.target_interface.empty() || !r.targets.empty()) continue;
       if (std::vector<IpPrefix> targets = interface_targets(r, addresses_); !targets.empty()) {
         r.targets = std::move(targets);
+        r.target_pending = false;
         continue;
       }
       if (addresses_.count(r.target_interface) == 0)
         return RuleError{r.target_location, "no interface named '" + r.target_interface + "' on this host"};
-      return RuleError{r.target_location, "interface '" + r.target_interface + "' has no " +
-                                              (translated_family(r) == Family::V4 ? "IPv4" : "IPv6") +
-                                              " address to translate to"};
+      // binat compares its prefix lengths with the address's when the rules load: it needs one.
+      if (r.target_dynamic && r.kind != TranslationRule::Kind::Binat) {
+        r.target_pending = true;
+        r.family = translated_family(r);
+        continue;
+      }
+      const std::string family = translated_family(r) == Family::V4 ? "IPv4" : "IPv6";
+      return RuleError{r.target_location,
+                       "interface '" + r.target_interface + "' has no " + family +
+                           " address to translate to" +
+                           (r.kind == TranslationRule::Kind::Binat
+                                ? std::string()
+                                : " (write '(" + r.target_interface + ")' to translate once it has one)")};
     }
     for (ScrubRule& r : file_.scrub_rules) {
       if (auto e = endpoints(r.from, r.to)) return e;
@@ -127,26 +138,31 @@ class Resolver {
     return std::nullopt;
   }
 
+  // Each element is checked, also where an earlier one made its table: `em0` needs an address
+  // even where `(em0)` came first.
   std::optional<RuleError> table_for(const AddressElement& e) {
-    const std::string name = interface_table_name(e);
-    if (!made_.insert(name).second) return std::nullopt;
     Table t;
+    if (auto error = addresses_of(e, t.entries)) return error;
+    t.name = interface_table_name(e);
+    if (!made_.insert(t.name).second) return std::nullopt;
     t.location = e.location;
-    t.name = name;
     t.is_const = true;
     t.lists_entries = true;
-    if (auto error = addresses_of(e, t.entries)) return error;
     file_.tables.push_back(std::move(t));
     return std::nullopt;
   }
 
-  // The element's addresses (or networks), each once.
+  // The element's addresses (or networks), each once. `(em0)` may have none yet: its table
+  // follows the addresses (refresh_interface_tables()).
   std::optional<RuleError> addresses_of(const AddressElement& e, std::vector<IpPrefix>& out) const {
     if (!collect(e.table, e.networks, addresses_, out))
       return RuleError{e.location, "no interface named '" + e.table + "' on this host"};
-    if (out.empty()) {
-      return RuleError{e.location, e.table == kSelf ? std::string("this host has no address")
-                                                    : "interface '" + e.table + "' has no address"};
+    if (out.empty() && !e.dynamic) {
+      const std::string written = e.table + (e.networks ? ":network" : "");
+      return RuleError{e.location, (e.table == kSelf ? std::string("this host has no address")
+                                                     : "interface '" + e.table + "' has no address") +
+                                       " (write '(" + written +
+                                       ")' to match its addresses once it has them)"};
     }
     return std::nullopt;
   }
@@ -185,6 +201,7 @@ std::vector<std::string> refresh_interface_tables(RuleFile& file, const Interfac
     std::vector<IpPrefix> now = interface_targets(r, addresses);
     if (now.empty() || now == r.targets) continue;
     r.targets = std::move(now);
+    r.target_pending = false;
     changed.push_back(r.target_interface + " (translation address)");
   }
   return changed;

@@ -940,8 +940,9 @@ class Parser {
     if (at(TokenKind::LBrace)) {
       if (binat) fail_at(peek(), "binat maps one prefix onto another: its target is not a list");
       list("translation address", [&] { r.targets.push_back(target_address(r, kTarget)); });
-    } else if (const std::optional<std::string> interface = target_interface()) {
-      r.target_interface = *interface;
+    } else if (const std::optional<AddressElement> interface = target_interface()) {
+      r.target_interface = interface->table;
+      r.target_dynamic = interface->dynamic;
     } else {
       r.targets.push_back(target_address(r, kTarget));
     }
@@ -1046,14 +1047,14 @@ class Parser {
 
   // `-> em0` or `-> (em0)`: translation to the interface's address. pf reads `em0` as the address
   // when the rules load and `(em0)` as the address as it changes; both follow it here, as
-  // interfaces in filter rules do.
-  std::optional<std::string> target_interface() {
+  // interfaces in filter rules do, and only `(em0)` may have none yet.
+  std::optional<AddressElement> target_interface() {
     AddressElement e;
     const Token t = peek();
     if (!accept_interface(e)) return std::nullopt;
     if (e.table == "self") fail_at(t, "'self' is every address of this host: translate to one interface's");
     if (e.networks) fail_at(t, "translate to " + e.table + " (its address), not to its networks");
-    return e.table;
+    return e;
   }
 
   // An unreachable code for `return-icmp(...)`: pf's name (`host-unr`, `admin-unr`) or 0..255.
@@ -1630,6 +1631,7 @@ class Parser {
       take();
       if (!at(TokenKind::RParen)) fail_expected(peek(), "')'");
       take();
+      e.dynamic = true;
       return true;
     }
     if (t.kind != TokenKind::Word || is_keyword(t.text) || !interface_element(t, e)) return false;

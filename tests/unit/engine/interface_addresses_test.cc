@@ -127,7 +127,8 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   CHECK(self.tables[0].name == "self:addresses");
   CHECK(entries(self.tables[0]) ==
         "10.1.0.1/32 127.0.0.1/32 192.0.2.10/32 192.0.2.11/32 ::1/128 2001:db8::10/128 fd01::1/128");
-  CHECK(error_of(parse("pass in to self\n"), {}) == "t.conf:1:12: this host has no address");
+  CHECK(error_of(parse("pass in to self\n"), {}) ==
+        "t.conf:1:12: this host has no address (write '(self)' to match its addresses once it has them)");
 
   // In a table's list, as pf allows: the addresses join the table's entries (or exceptions).
   RuleFile listed =
@@ -148,7 +149,9 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
 
   CHECK(error_of(parse("pass all\npass in from em9\n")) ==
         "t.conf:2:14: no interface named 'em9' on this host");
-  CHECK(error_of(parse("pass in to sync0:network\n")) == "t.conf:1:12: interface 'sync0' has no address");
+  CHECK(error_of(parse("pass in to sync0:network\n")) ==
+        "t.conf:1:12: interface 'sync0' has no address (write '(sync0:network)' to match its addresses "
+        "once it has them)");
   CHECK(error_of(parse("antispoof for { em1, em9 }\n")) ==
         "t.conf:1:22: no interface named 'em9' on this host");
   // Without resolving, the compiler says what is missing rather than matching nothing.
@@ -210,6 +213,39 @@ TEST_CASE("interface elements decide packets like the tables they stand for", "[
   CHECK(set->evaluate(tcp("fd01::5", "2001:db8::10"), Direction::In, em1) == 0);
   CHECK(set->evaluate(tcp("fd02::5", "2001:db8::10"), Direction::In, em1) == 2);
   CHECK(set->rule(1).text == "pass in on em0 from any to em0 keep state");
+}
+
+TEST_CASE("(em0) loads before em0 has an address and matches nothing until it has one, as pf's",
+          "[interfaces]") {
+  // A link waiting for its DHCP lease: the rules load, and the table fills when the address comes.
+  RuleFile f = parse("block all\npass in on sync0 to (sync0)\npass in from (sync0:network)\n");
+  REQUIRE_FALSE(resolve_interfaces(f, host()));
+  REQUIRE(f.tables.size() == 2);
+  CHECK(f.tables[0].name == "sync0:addresses");
+  CHECK(entries(f.tables[0]).empty());
+  InterfaceRegistry ifs;
+  const IfaceId sync0 = ifs.intern("sync0");
+  auto compiled = compile(f, ifs);
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(compiled));
+  const auto& before = *std::get<std::shared_ptr<const RuleSet>>(compiled);
+  CHECK(before.rule(1).text == "pass in on sync0 from any to (sync0) keep state");
+  CHECK(before.evaluate(tcp("192.0.2.1", "198.51.100.7"), Direction::In, sync0) == 0);
+
+  InterfaceAddresses leased = host();
+  leased["sync0"] = {address("198.51.100.7", 24)};
+  CHECK(refresh_interface_tables(f, leased) == std::vector<std::string>{"sync0:addresses", "sync0:network"});
+  auto recompiled = compile(f, ifs);
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(recompiled));
+  const auto& after = *std::get<std::shared_ptr<const RuleSet>>(recompiled);
+  CHECK(after.evaluate(tcp("192.0.2.1", "198.51.100.7"), Direction::In, sync0) == 1);
+  CHECK(after.evaluate(tcp("198.51.100.9", "192.0.2.1"), Direction::In, sync0) == 2);
+
+  // The interface itself must exist; and `sync0` written bare still needs its address, even
+  // where `(sync0)` made the table first.
+  CHECK(error_of(parse("pass in to (em9)\n")) == "t.conf:1:12: no interface named 'em9' on this host");
+  CHECK(error_of(parse("pass in to (sync0)\npass in to sync0\n")) ==
+        "t.conf:2:12: interface 'sync0' has no address (write '(sync0)' to match its addresses once it "
+        "has them)");
 }
 
 TEST_CASE("antispoof expands as pfctl does and drops what arrives where it cannot come from",
@@ -298,6 +334,9 @@ TEST_CASE("a translation to an interface takes its address of the rule's family,
   CHECK(error_of(parse("nat on em0 from 10.0.0.0/8 to any -> (em9)\n")) ==
         "t.conf:1:38: no interface named 'em9' on this host");
   CHECK(error_of(parse("nat on sync0 from 10.0.0.0/8 to any -> sync0\n")) ==
+        "t.conf:1:40: interface 'sync0' has no IPv4 address to translate to (write '(sync0)' to "
+        "translate once it has one)");
+  CHECK(error_of(parse("binat on sync0 from 10.0.0.7 to any -> (sync0)\n")) ==
         "t.conf:1:40: interface 'sync0' has no IPv4 address to translate to");
   CHECK(error_of(parse("nat on lo inet6 from any to any -> lo\n")) == "(resolved)");
   auto refused = [](const std::string& text) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/rules/interface_addresses.h"
 #include "tests/unit/engine/firewall.h"
 #include "tests/unit/support/packet_builder.h"
 
@@ -442,6 +443,51 @@ TEST_CASE("a nat rule without a family translates its target's family only", "[e
   CHECK_FALSE(out6.rewritten);
   CHECK(fw.last_packet == v6);
   CHECK(fw.in(udp6.packet("2001:db8:2::80", 53, "2001:db8:1::10", 5000, true)).reason == Reason::State);
+}
+
+TEST_CASE("nat to (wan0) before wan0 has an address drops its packets, and translates once it has one",
+          "[engine][nat][interfaces]") {
+  const std::string text =
+      "nat on wan0 from 10.1.0.0/16 to any -> (wan0)\n"
+      "rdr on wan0 proto tcp to 192.0.2.1 port 80 -> (wan0) port 8080\n"
+      "pass all\n";
+  Firewall fw("pass all");
+  auto load = [&](const rules::InterfaceAddresses& host) {
+    auto parsed = rules::parse_rules(text, "test.conf");
+    REQUIRE(std::holds_alternative<rules::RuleFile>(parsed));
+    rules::RuleFile file = std::get<rules::RuleFile>(std::move(parsed));
+    const auto unresolved = rules::resolve_interfaces(file, host);
+    REQUIRE_FALSE(unresolved);
+    auto compiled = rules::compile(file, fw.engine.interfaces());
+    if (auto* e = std::get_if<rules::RuleError>(&compiled)) FAIL(e->to_string());
+    fw.engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+    return file;
+  };
+  rules::InterfaceAddresses host{{"lan0", {}}, {"wan0", {}}};
+  const rules::RuleFile waiting = load(host);
+  CHECK(waiting.translation_rules[0].target_pending);
+  CHECK(fw.engine.rules()->translation_rules()[0].text ==
+        "nat on wan0 inet from 10.1.0.0/16 to any -> (wan0)");
+  const Flow udp{"udp", false};
+  const Verdict out = fw.out(udp.packet("10.1.0.10", 5000, "192.0.2.80", 53));
+  CHECK(out.action == Action::Drop);
+  CHECK(out.reason == Reason::TranslationFailed);
+  const Flow tcp{"tcp", false};
+  CHECK(fw.in(tcp.packet("198.51.100.9", 40000, "192.0.2.1", 80)).reason == Reason::TranslationFailed);
+  // Packets no rule translates pass as before; nothing was held.
+  CHECK(fw.out(udp.packet("10.2.0.10", 5000, "192.0.2.80", 53)).action == Action::Accept);
+  CHECK(fw.engine.states().size() == 1);
+
+  rules::InterfaceAddress leased;
+  leased.address = *parse_address("203.0.113.7", &leased.family);
+  leased.prefix_length = 24;
+  host["wan0"] = {leased};
+  load(host);
+  REQUIRE(fw.out(udp.packet("10.1.0.10", 5000, "192.0.2.80", 53)).action == Action::Accept);
+  CHECK(get32(fw.last_packet, 12) == 0xcb007107);  // 203.0.113.7
+  REQUIRE(fw.in(tcp.packet("198.51.100.9", 40000, "192.0.2.1", 80)).action == Action::Accept);
+  CHECK(get32(fw.last_packet, 16) == 0xcb007107);
+  CHECK(get16(fw.last_packet, 22) == 8080);
 }
 
 TEST_CASE("binat maps an inside prefix onto an outside one, both ways, ports kept", "[engine][nat]") {
