@@ -171,9 +171,10 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
     // still meets the rules, even where the configured group is one a multicast router forwards.
     constexpr auto advert_ttl = static_cast<uint8_t>(failover::kAdvertTtl);
     if (f.driver == failover::Driver::Keepalived) {
-      h.excluded_destinations.push_back(
-          {engine::Family::V4, 112, "224.0.0.18", 0, advert_ttl});  // VRRP (RFC 5798 5.1.1.2)
-      h.excluded_destinations.push_back({engine::Family::V6, 112, "ff02::12", 0, advert_ttl});
+      // VRRP (RFC 5798 5.1.1.3, TTL 255) to any address: keepalived's `unicast_peer` sends it to
+      // the peer's own address, not to 224.0.0.18 / ff02::12.
+      h.excluded_destinations.push_back({engine::Family::V4, 112, "", 0, advert_ttl});
+      h.excluded_destinations.push_back({engine::Family::V6, 112, "", 0, advert_ttl});
     } else {
       char text[INET6_ADDRSTRLEN] = {};
       inet_ntop(AF_INET, f.group4.data(), text, sizeof text);

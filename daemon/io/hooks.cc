@@ -192,9 +192,13 @@ void validate(const HooksConfig& config) {
     std::array<uint8_t, 16> bytes{};
     const int af = d.family == engine::Family::V4 ? AF_INET : AF_INET6;
     const bool ports = d.protocol == 6 || d.protocol == 17;
-    if (inet_pton(af, d.address.c_str(), bytes.data()) != 1 || (d.port == 0) == ports) {
+    // Any destination only for a protocol without ports and with a TTL: at TTL 255 nothing
+    // forwarded matches (a hop is gone before the FORWARD hook), so this node's own alone do.
+    const bool any = d.address.empty() && !ports && d.ttl != 0;
+    if ((!any && inet_pton(af, d.address.c_str(), bytes.data()) != 1) || (d.port == 0) == ports) {
       throw HooksError("hooks: excluded destination '" + d.address + "' port " + std::to_string(d.port) +
-                       " is not a numeric address of its family with a port (TCP and UDP only)");
+                       " is not a numeric address of its family with a port (TCP and UDP only), nor any "
+                       "address with a TTL for a protocol without ports");
     }
   }
   if (!config.ipv4 && !config.ipv6) throw HooksError("hooks: neither IPv4 nor IPv6 is enabled");
@@ -217,7 +221,8 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
   }
   for (const ExcludedDestination& d : config.excluded_destinations) {
     if (d.family != family) continue;
-    Command rule = with(b, {"-A", chain, "-p", std::to_string(d.protocol), "-d", d.address});
+    Command rule = with(b, {"-A", chain, "-p", std::to_string(d.protocol)});
+    if (!d.address.empty()) rule = with(std::move(rule), {"-d", d.address});
     if (d.port != 0) rule = with(std::move(rule), {"--dport", std::to_string(d.port)});
     if (d.ttl != 0) {
       rule = family == engine::Family::V4

@@ -50,7 +50,7 @@ namespace pairwall::io {
 struct ExcludedDestination {
   engine::Family family = engine::Family::V4;
   uint8_t protocol = 17;
-  std::string address;  // numeric, e.g. "224.0.0.18"
+  std::string address;  // numeric, e.g. "224.0.0.18"; empty: any, for a protocol with a TTL alone
   uint16_t port = 0;    // TCP and UDP only, and then required
   uint8_t ttl = 0;      // non-zero: only datagrams with this TTL (IPv6: hop limit)
 };

@@ -5,14 +5,15 @@ import os
 import signal
 import subprocess
 
-from failover_net import FAILOVERD, PAIRWALLCTL, REPO, monotonic_us
+from failover_net import FAILOVERD, LANS, NODES, PAIRWALLCTL, REPO, monotonic_us
 
 SHIPPED = REPO / "packaging" / "keepalived"
 
 
-def keepalived_conf(p, node):
+def keepalived_conf(p, node, unicast=False):
     """The shipped example with this test's paths: the health script and the notify script talk to
-    this node's pairwall-failoverd through a pairwallctl stand-in."""
+    this node's pairwall-failoverd through a pairwallctl stand-in. `unicast`: VRRP to the other
+    node's lan0 address (keepalived's unicast_peer) instead of 224.0.0.18."""
     if p.daemon == "pairwalld":
         # pairwallctl itself, through a wrapper that records every call the scripts make and its
         # exit status, so that a role pairwalld never learned can be traced afterwards.
@@ -36,6 +37,11 @@ def keepalived_conf(p, node):
         'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh -i pairwall"':
             f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh -i pairwall -s {sock} -c {ctl}"',
     }
+    if unicast:
+        net = LANS["lan0"]["v4"]
+        peer = NODES["b" if node == "a" else "a"]["host"]
+        replaced["advert_int 0.1"] = (f"advert_int 0.1\n  unicast_src_ip {net}.{NODES[node]['host']}\n"
+                                      f"  unicast_peer {{\n    {net}.{peer}\n  }}")
     for old, new in replaced.items():
         assert old in text, f"the shipped keepalived.conf no longer contains {old!r}"
         text = text.replace(old, new)
@@ -44,8 +50,8 @@ def keepalived_conf(p, node):
     return path
 
 
-def start_keepalived(p, node):
-    conf = keepalived_conf(p, node)
+def start_keepalived(p, node, unicast=False):
+    conf = keepalived_conf(p, node, unicast)
     log = open(p.dir / f"keepalived-{node}.log", "a")
     proc = subprocess.Popen(
         ["ip", "netns", "exec", p.ns[node], "keepalived", "-n", "-l", "-D", "-P", "-f", str(conf),
