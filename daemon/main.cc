@@ -74,11 +74,6 @@ using namespace pairwall;
 namespace asio = boost::asio;
 using std::chrono::steady_clock;
 
-// SO_MARK of our own RST / ICMP replies, and the mark of a packet the engine claimed before routing
-// (translated there); the hooks let marked packets through unqueued, so that with
-// `hooks = "forward+local"` a reply is not filtered by the daemon that sent it, and a claimed
-// packet is not judged again after routing.
-constexpr uint32_t kReplyMark = 0x40000000;
 // A worker with packets waiting in its kernel queue and no progress for this long is stuck: the
 // watchdog stops and `health` says so.
 constexpr auto kStuckAfter = std::chrono::seconds(3);
@@ -183,7 +178,10 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
       h.excluded_destinations.push_back({engine::Family::V6, 17, text, f.port, advert_ttl});
     }
   }
-  h.bypass_mark = kReplyMark;
+  // SO_MARK of our own RST / ICMP replies, and the mark of a packet the engine claimed before
+  // routing (translated there): with `hooks = "forward+local"` a reply is not filtered by the
+  // daemon that sent it, and a claimed packet is not judged again after routing.
+  h.bypass_mark = c.queue.mark;
   return h;
 }
 
@@ -610,8 +608,8 @@ int run(const control::Config& c) {
     qc.queue.rcvbuf_bytes = static_cast<int>(c.queue.rcvbuf_bytes);
     qc.queue.batch_verdicts = c.queue.batch_verdicts;
     qc.queue.gso = c.queue.gso;
-    qc.reject_config.mark = kReplyMark;
-    qc.queue.claim_mark = kReplyMark;
+    qc.reject_config.mark = c.queue.mark;
+    qc.queue.claim_mark = c.queue.mark;
     if (sync_config && sync_config->defer) {
       qc.defer.enabled = true;
       qc.defer.timeout = sync_config->defer_timeout;

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <bit>
 #include <boost/asio/ip/address.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +76,14 @@ void parse_queue(Config& cfg, const toml::table* t) {
       }
     }
     q.exclude_interfaces = std::move(*v);
+  }
+  if (auto v = s.integer("mark", 1, std::numeric_limits<uint32_t>::max())) {
+    if (std::popcount(static_cast<uint32_t>(*v)) != 1) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "0x%x", static_cast<unsigned>(*v));
+      s.fail("mark", std::string("expected one bit (a power of two, e.g. 0x40000000), got ") + hex);
+    }
+    q.mark = static_cast<uint32_t>(*v);
   }
   s.finish();
 }

@@ -49,6 +49,10 @@ struct QueueConfig {
   bool gso = true;
   HookSet hooks = HookSet::Forward;
   std::vector<std::string> exclude_interfaces;  // never queued (e.g. the sync link)
+  // The packet mark bit of the node's own replies (SO_MARK) and of packets claimed before routing:
+  // the hooks let packets with it set through unqueued. One bit, clear of the marks other tools
+  // on the node use (kube-proxy 0x4000 and 0x8000, for one).
+  uint32_t mark = 0x40000000;
 };
 
 struct RulesConfig {

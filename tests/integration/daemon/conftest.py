@@ -20,7 +20,8 @@ def lan(require_root):
 
 @pytest.fixture
 def daemon_factory(lan, tmp_path):
-    """daemon_factory(fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None) -> a started Daemon."""
+    """daemon_factory(fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None, mark=None) -> a started
+    Daemon."""
     started = []
 
     def make(**kwargs):

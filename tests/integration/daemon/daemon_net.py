@@ -68,6 +68,7 @@ first = 0
 count = {queues}
 fail_open = {fail_open}
 hooks = "{hooks}"
+{mark}
 
 [rules]
 file = "{rules}"
@@ -240,7 +241,8 @@ class EchoWatch:
 class Daemon:
     """pairwalld in the fw namespace, with pairwallctl to talk to it."""
 
-    def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None):
+    def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None,
+                 mark=None):
         self.lan = lan
         self.work = work
         self.bin = bin_dir()
@@ -254,7 +256,8 @@ class Daemon:
         self.config = work / "pairwall.toml"
         self.config.write_text(CONFIG.format(queues=queues, fail_open=str(fail_open).lower(), rules=self.rules,
                                              socket=self.socket, hooks=hooks,
-                                             pcap=f'pcap_file = "{pcap}"' if pcap else ""))
+                                             pcap=f'pcap_file = "{pcap}"' if pcap else "",
+                                             mark=f"mark = {mark:#x}" if mark else ""))
         self.log = work / "pairwalld.log"
         self.proc = None
 

@@ -52,6 +52,7 @@ TEST_CASE("config: a minimal file gets the documented defaults", "[config]") {
   CHECK(c.queue.gso);
   CHECK(c.queue.hooks == HookSet::Forward);
   CHECK(c.queue.exclude_interfaces.empty());
+  CHECK(c.queue.mark == 0x40000000);
   CHECK(c.log.level == "info");
   CHECK(c.log.pcap_file.empty());
   CHECK(c.control.socket == "/run/pairwall/control.sock");
@@ -102,6 +103,7 @@ batch_verdicts = false
 gso = false
 hooks = "forward+local"
 exclude_interfaces = ["sync0", "eth1.100"]
+mark = 0x100000
 [rules]
 file = "rules/pf.conf"
 [log]
@@ -135,6 +137,7 @@ vhid = 3
   CHECK_FALSE(c.queue.batch_verdicts);
   CHECK(c.queue.hooks == HookSet::ForwardLocal);
   CHECK(c.queue.exclude_interfaces == std::vector<std::string>{"sync0", "eth1.100"});
+  CHECK(c.queue.mark == 0x100000);
   CHECK(c.rules.file == "/etc/pairwall/rules/pf.conf");  // relative to the config file
   CHECK(c.log.level == "debug");
   CHECK(c.log.pcap_file == "/var/log/pairwall/log.pcap");
@@ -194,6 +197,10 @@ TEST_CASE("config: bad values are refused with one line naming file, section and
        "pairwall.toml: [queue] hooks: expected \"forward\" or \"forward+local\", got \"input\""},
       {"[queue]\nhooks = 1\n",
        "pairwall.toml: [queue] hooks: expected \"forward\" or \"forward+local\", got 1"},
+      // One bit: the hooks test it as mark/mask, and the replies set it whole.
+      {"[queue]\nmark = 0x3000\n",
+       "pairwall.toml: [queue] mark: expected one bit (a power of two, e.g. 0x40000000), got 0x3000"},
+      {"[queue]\nmark = 0\n", "pairwall.toml: [queue] mark: expected 1..4294967295, got 0"},
       {"[queue]\nexclude_interfaces = \"sync0\"\n",
        "pairwall.toml: [queue] exclude_interfaces: expected an array of strings, got \"sync0\""},
       {"[queue]\nexclude_interfaces = [\"a\", 2]\n",
