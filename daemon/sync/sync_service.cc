@@ -33,6 +33,7 @@ constexpr int kSocketBuffer = 4 << 20;
 constexpr int kDscpCs6 = 0xc0;  // RFC 4594: network control
 constexpr std::size_t kReceiveBatch = 256;
 constexpr std::chrono::milliseconds kStopFlushWait{200};  // the most a stop waits for its last flush
+constexpr Micros kInterfaceCheckPeriod{1'000'000};        // how often the sync interface's index is read
 
 Micros steady_now() {
   return std::chrono::duration_cast<Micros>(std::chrono::steady_clock::now().time_since_epoch());
@@ -245,6 +246,40 @@ void SyncService::open_socket() {
   }
   destination_ = udp::endpoint(dest, config_.port);
   socket_.non_blocking(true);
+  ifindex_ = ifindex;
+}
+
+void SyncService::follow_interface(Micros now) {
+  if (now < next_interface_check_) return;
+  next_interface_check_ = now + kInterfaceCheckPeriod;
+  const unsigned ifindex = ::if_nametoindex(config_.interface.c_str());
+  if (ifindex == 0) {
+    if (!interface_missing_logged_) {
+      spdlog::warn("sync: interface {} is gone: nothing is sent or heard until it is back",
+                   config_.interface);
+      interface_missing_logged_ = true;
+    }
+    return;
+  }
+  interface_missing_logged_ = false;
+  if (ifindex == ifindex_) return;
+  // Closing cancels the wait for a datagram (on_readable() sees operation_aborted and stops).
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  ifindex_ = 0;
+  try {
+    open_socket();
+  } catch (const std::exception& e) {
+    spdlog::error(
+        "sync: interface {} is back (index {}) but the socket cannot follow it, tried again in {} s: {}",
+        config_.interface, ifindex, kInterfaceCheckPeriod.count() / 1'000'000, e.what());
+    socket_.close(ignored);
+    return;
+  }
+  socket_reopens_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::info("sync: interface {} has a new index ({}): the socket is opened on it again", config_.interface,
+               ifindex);
+  arm_receive();
 }
 
 void SyncService::start() {
@@ -385,6 +420,7 @@ void SyncService::pump() {
       protocol_->local_changes_lost();
     }
   }
+  follow_interface(now);
   protocol_->poll(now, [this](std::span<const uint8_t> d) { return send(d); });
   report_synced(now);
 
@@ -685,6 +721,10 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_send_errors_total", T::Counter,
            "Datagrams this node's socket refused to send (the sync link down, a local firewall).");
   w.sample(c.send_errors);
+  w.family("pairwall_sync_socket_reopens_total", T::Counter,
+           "Times the sync socket was opened again on an interface of the same name and a new index "
+           "(deleted and made again).");
+  w.sample(socket_reopens_.load(std::memory_order_relaxed));
   w.family("pairwall_sync_resends_total", T::Counter, "Datagrams sent again after a loss.");
   w.sample(c.resends);
   w.family("pairwall_sync_gaps_total", T::Counter,

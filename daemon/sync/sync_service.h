@@ -93,6 +93,8 @@ class SyncService final : public control::SyncControl {
   void report_synced(Micros now);
   void pump();
   void arm_timer(Micros now);
+  // Opens the socket anew once the sync interface has another index than the one it is bound to.
+  void follow_interface(Micros now);
   void log_changes(const ProtocolStatus& s, Micros now);
   bool send(std::span<const uint8_t> datagram) noexcept;
 
@@ -155,6 +157,13 @@ class SyncService final : public control::SyncControl {
   Micros peer_state_since_{0};
   // Why the socket last refused a datagram (sync thread only), for the log.
   boost::system::error_code last_send_error_;
+  // The sync interface's index the socket is bound to (sync thread only): an interface deleted and
+  // made again (a VLAN or bond recreated by a network restart) has a new one, and a socket bound
+  // to the old index, its group joined there, neither sends nor hears.
+  unsigned ifindex_ = 0;
+  Micros next_interface_check_{0};
+  bool interface_missing_logged_ = false;
+  std::atomic<uint64_t> socket_reopens_{0};
   std::array<uint64_t, kDropReasonCount> last_drops_{};
 };
 
