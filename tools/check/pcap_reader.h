@@ -1,5 +1,5 @@
-// Reads classic pcap files (not pcapng) and yields each packet's IP datagram, whatever the link
-// type tcpdump captured it with.
+// Reads pcap files, classic or pcapng (as Wireshark and dumpcap write them), and yields each
+// packet's IP datagram, whatever the link type it was captured with.
 #pragma once
 
 #include <cstdint>
@@ -38,13 +38,37 @@ class PcapReader {
   const std::string& truncation() const { return truncation_; }
 
  private:
-  std::span<const uint8_t> strip_link_layer(std::span<const uint8_t> frame) const;
+  // A pcapng interface (its Interface Description Block): packet blocks name one by its number.
+  struct Interface {
+    uint32_t link_type = 0;
+    uint32_t snaplen = 0;  // 0: none
+    // Timestamps count units of 10^-exponent seconds, or 2^-exponent where binary.
+    uint8_t exponent = 6;
+    bool binary = false;
+    int64_t offset_s = 0;  // if_tsoffset
+  };
+
+  std::optional<CapturedPacket> next_record();
+  std::optional<CapturedPacket> next_block();
+  // Reads `n` more bytes of the block being read, `before` read already; false (truncation() set,
+  // unless the file ended cleanly between blocks) when the file ends first.
+  bool read_block_bytes(std::vector<uint8_t>& out, std::size_t n, const char* what, std::size_t before = 0);
+  void read_section_header(const std::vector<uint8_t>& body);
+  void read_interface(const std::vector<uint8_t>& body, uint32_t block_number);
+  uint16_t u16(const uint8_t* p) const;
+  uint32_t u32(const uint8_t* p) const;
+  CapturedPacket packet_from(const Interface& iface, uint64_t timestamp, std::span<const uint8_t> frame,
+                             uint32_t frame_bytes) const;
 
   std::ifstream in_;
   std::string path_;
+  bool pcapng_ = false;
   bool swapped_ = false;
   bool nanoseconds_ = false;
   uint32_t link_type_ = 0;
+  std::vector<Interface> interfaces_;  // pcapng: of the current section
+  uint32_t blocks_ = 0;                // pcapng: blocks read, for errors that name one
+  int64_t last_timestamp_us_ = 0;      // pcapng: a simple packet block has none of its own
   std::string truncation_;
 };
 

@@ -248,3 +248,153 @@ TEST_CASE("pcap reader: Ethernet frames behind VLAN tags", "[check]") {
     CHECK(packet->ip == kUdp);
   }
 }
+
+namespace {
+
+// A pcapng file (draft-ietf-opsawg-pcapng) in either byte order, block by block.
+struct Pcapng {
+  bool big_endian = false;
+  Bytes bytes;
+
+  void put(Bytes& out, uint64_t v, int size) const {
+    for (int i = 0; i < size; ++i) {
+      const int shift = 8 * (big_endian ? size - 1 - i : i);
+      out.push_back(static_cast<uint8_t>(v >> shift));
+    }
+  }
+  Pcapng& block(uint32_t type, Bytes body) {
+    while (body.size() % 4 != 0) body.push_back(0);
+    const auto total = static_cast<uint32_t>(body.size() + 12);
+    put(bytes, type, 4);
+    put(bytes, total, 4);
+    bytes.insert(bytes.end(), body.begin(), body.end());
+    put(bytes, total, 4);
+    return *this;
+  }
+  Pcapng& section(uint16_t major = 1) {
+    Bytes body;
+    put(body, 0x1a2b3c4d, 4);
+    put(body, major, 2);
+    put(body, 0, 2);
+    put(body, ~uint64_t{0}, 8);  // section length unknown
+    return block(0x0a0d0d0a, body);
+  }
+  // tsresol: if_tsresol's byte, 0 for none (microseconds).
+  Pcapng& interface(uint16_t link_type, uint8_t tsresol = 0, uint32_t snaplen = 0) {
+    Bytes body;
+    put(body, link_type, 2);
+    put(body, 0, 2);
+    put(body, snaplen, 4);
+    if (tsresol != 0) {
+      put(body, 9, 2);
+      put(body, 1, 2);
+      body.insert(body.end(), {tsresol, 0, 0, 0});
+    }
+    put(body, 0, 4);  // opt_endofopt
+    return block(1, body);
+  }
+  Pcapng& packet(uint32_t interface, uint64_t timestamp, const Bytes& frame, uint32_t frame_bytes = 0) {
+    Bytes body;
+    put(body, interface, 4);
+    put(body, timestamp >> 32, 4);
+    put(body, timestamp & 0xffffffff, 4);
+    put(body, frame.size(), 4);
+    put(body, frame_bytes != 0 ? frame_bytes : frame.size(), 4);
+    body.insert(body.end(), frame.begin(), frame.end());
+    return block(6, body);
+  }
+  Pcapng& simple_packet(const Bytes& frame) {
+    Bytes body;
+    put(body, frame.size(), 4);
+    body.insert(body.end(), frame.begin(), frame.end());
+    return block(3, body);
+  }
+};
+
+Bytes ethernet(const Bytes& ip) {
+  Bytes frame = {2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00};
+  frame.insert(frame.end(), ip.begin(), ip.end());
+  return frame;
+}
+
+}  // namespace
+
+// What Wireshark and dumpcap write: interfaces of their own link types and timestamp
+// resolutions, blocks the replay has no use for, packets without a timestamp.
+TEST_CASE("pcap reader: pcapng, in either byte order, interface by interface", "[check]") {
+  for (const bool big_endian : {false, true}) {
+    INFO((big_endian ? "big-endian" : "little-endian"));
+    Pcapng file;
+    file.big_endian = big_endian;
+    file.section()
+        .interface(1)                              // Ethernet, microseconds
+        .block(4, Bytes(12, 0))                    // name resolution: skipped
+        .packet(0, 1'500'000, ethernet(kUdp))      // 1.5 s
+        .interface(101, 9)                         // raw IP, nanoseconds
+        .packet(1, 2'000'000'123'456, kUdp, 1500)  // 2000.000123456 s; 1,500 bytes on the wire
+        .interface(228, 0x80 | 10)                 // IPv4, 2^-10 s
+        .packet(2, 3 * 1024, kUdp)                 // 3 s
+        .simple_packet(ethernet(kUdp))             // interface 0's, the time of the one before
+        .block(5, Bytes(24, 0));                   // interface statistics: skipped
+    Capture capture(file.bytes);
+    PcapReader reader(capture.path);
+    const auto first = reader.next();
+    REQUIRE(first);
+    CHECK(first->timestamp_us == 1'500'000);
+    CHECK(first->ip == kUdp);
+    CHECK(first->captured_bytes == kUdp.size() + 14);
+    const auto second = reader.next();
+    REQUIRE(second);
+    CHECK(second->timestamp_us == 2'000'000'123);
+    CHECK(second->ip == kUdp);
+    CHECK(second->frame_bytes == 1500);
+    const auto third = reader.next();
+    REQUIRE(third);
+    CHECK(third->timestamp_us == 3'000'000);
+    const auto fourth = reader.next();
+    REQUIRE(fourth);
+    CHECK(fourth->ip == kUdp);
+    CHECK(fourth->timestamp_us == 3'000'000);
+    CHECK_FALSE(reader.next());
+    CHECK(reader.truncation().empty());
+  }
+}
+
+TEST_CASE("pcap reader: a pcapng file cut short or broken says where", "[check]") {
+  // Cut in the last block, as a capture copied while dumpcap still wrote it: the packets before it.
+  Pcapng file;
+  file.section().interface(101).packet(0, 1, kUdp).packet(0, 2, kUdp);
+  Bytes cut(file.bytes.begin(), file.bytes.end() - 10);
+  Capture truncated(cut);
+  PcapReader reader(truncated.path);
+  REQUIRE(reader.next());
+  CHECK_FALSE(reader.next());
+  CHECK(reader.truncation() == "the last block is cut short (50 of 60 bytes)");
+
+  auto error_of = [](const Bytes& bytes) {
+    Capture capture(bytes);
+    try {
+      PcapReader broken(capture.path);
+      while (broken.next()) {
+      }
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      return what.substr(what.find(": ") + 2);
+    }
+    return std::string("(read)");
+  };
+  CHECK(error_of(Pcapng{}.section().packet(0, 1, kUdp).bytes) ==
+        "pcapng block 2: a packet on interface 0, which no interface block described");
+  CHECK(error_of(Pcapng{}.section().interface(147).bytes) ==
+        "pcapng block 2: interface 0 has unsupported link type 147");
+  CHECK(error_of(Pcapng{}.section(2).bytes) == "pcapng version 2.0 is not supported (1.x is)");
+  // A new section numbers its interfaces from 0 again, and describes its own.
+  CHECK(error_of(Pcapng{}.section().interface(101).packet(0, 1, kUdp).section().packet(0, 1, kUdp).bytes) ==
+        "pcapng block 5: a packet on interface 0, which no interface block described");
+  Bytes lengths = Pcapng{}.section().interface(101).bytes;
+  lengths[lengths.size() - 1] = 0x7f;  // the interface block's trailing length
+  CHECK(error_of(lengths) == "pcapng block 2: its two lengths differ, file corrupt");
+  Bytes odd = Pcapng{}.section().interface(101).bytes;
+  odd[28 + 4] = 21;  // the interface block's length: not a multiple of 4
+  CHECK(error_of(odd) == "pcapng block 2 is 21 bytes long, file corrupt");
+}
