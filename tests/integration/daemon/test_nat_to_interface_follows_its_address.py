@@ -39,3 +39,25 @@ def test_nat_to_interface_follows_its_address(lan, daemon_factory):
     r = wait_until(translated_to_new, 10, what=f"new flows translated to {NEW_OUT4}")
     assert 50001 <= r["seen"]["port"] <= 65535, r
     assert "f1 (translation address)" in fw.log_text(), fw.log_text()
+
+
+def test_nat_to_an_interface_without_an_address_yet(lan, daemon_factory):
+    """-> (f9) while f9 has no IPv4 address, as a link waiting for its DHCP lease: the daemon starts,
+    the rule's flows are dropped (translation_failed) rather than leaving untranslated, and once the
+    address comes they leave from it."""
+    lan.fw.ip("link", "add", "f9", "type", "veth", "peer", "name", "f9p")  # no dummy driver on every kernel
+    lan.fw.ip("link", "set", "f9", "up")
+    lan.fw.ip("link", "set", "f9p", "up")
+    fw = daemon_factory(rules=RULES.replace("-> ($out_if)", "-> (f9)"))
+    lan.whoami()
+    assert lan.ask(SERVER4, WHOAMI_TCP, timeout=1.0)["result"] != "ok"
+    assert fw.reasons().get("translation_failed", 0) >= 1
+
+    leased = "10.77.2.50"
+    lan.fw.address("f9", f"{leased}/32")
+
+    def translated():
+        a = lan.ask(SERVER4, WHOAMI_TCP)
+        return a if a["result"] == "ok" and a["seen"]["address"] == leased else None
+
+    wait_until(translated, 10, what=f"flows translated to f9's new address {leased}")
