@@ -60,7 +60,7 @@ commands:
   tables flush NAME              the ADDRs; a reload sets the tables the rule file lists entries
                                  for back to them
   tables test NAME ADDR...       which ADDRs the table holds, as pfctl -T test (exit 0 when
-                                 it holds them all, 1 otherwise)
+                                 it holds them all, 2 when not, 1 on an error)
   tables expire NAME SECONDS     remove the entries added SECONDS ago or earlier, as pfctl -T
                                  expire (an overload table's offenders, from cron)
   tables add|delete|replace NAME -f FILE
@@ -471,9 +471,10 @@ int main(int argc, char** argv) {
     std::cout << human(request, response, inv);
   }
   std::cout.flush();
-  // pfctl -T test's status: whether the table holds every address tested.
+  // pfctl -T test's status: 2 when the table lacks an address tested, so that a script tells a
+  // miss from an error (1).
   if (request.tables().test_size() > 0 && response.tables().matched_size() < request.tables().test_size())
-    return 1;
+    return 2;
   if (response.has_health() && !response.health().healthy()) {
     if (inv.json) std::fprintf(stderr, "pairwallctl: unhealthy: %s\n", response.health().reason().c_str());
     return 1;

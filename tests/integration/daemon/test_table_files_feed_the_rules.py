@@ -19,7 +19,9 @@ def test_table_files_feed_the_rules(lan, tmp_path, daemon_factory):
     assert lan.connect(4, ALLOWED, timeout=1.0)["result"] == "timeout"
     assert lan.connect(6, ALLOWED)["result"] == "ok"
     tested = fw.ctl("tables", "test", "feed", CLIENT4, CLIENT6, check=False)
-    assert (tested.returncode, tested.stdout) == (1, f"1/2 addresses match.\n   {CLIENT4}\n"), tested
+    # pfctl -T test's status: 2 when not every address matches (1 is an error).
+    assert (tested.returncode, tested.stdout) == (2, f"1/2 addresses match.\n   {CLIENT4}\n"), tested
+    assert fw.ctl("tables", "test", "nosuch", CLIENT4, check=False).returncode == 1
     assert fw.ctl("tables", "test", "feed", "192.0.2.200").stdout == "1/1 address match.\n   192.0.2.200\n"
 
     fresh = tmp_path / "fresh.txt"
