@@ -103,6 +103,27 @@ void refuse_v4_mapped(const Reader& r, const std::string& key, const std::string
   r.fail(key, "\"" + text + "\" is an IPv4-mapped address: write the IPv4 address (\"" + p.mapped_v4 + "\")");
 }
 
+// `fe80::2%sync0`, as `ip address` prints it: an IPv6 link-local address with its zone, which can
+// only be the sync interface (the socket scopes link-local addresses to it). The address without it.
+std::string without_zone(const Reader& r, const std::string& key, const std::string& text,
+                         const std::string& interface) {
+  const auto percent = text.find('%');
+  if (percent == std::string::npos) return text;
+  const std::string address = text.substr(0, percent);
+  const std::string zone = text.substr(percent + 1);
+  std::array<uint8_t, 16> buf{};
+  const bool parsed = inet_pton(AF_INET6, address.c_str(), buf.data()) == 1;
+  const bool link_local_unicast = buf[0] == 0xfe && (buf[1] & 0xc0) == 0x80;  // fe80::/10
+  const bool link_local_group = buf[0] == 0xff && (buf[1] & 0x0f) == 0x2;     // ff02::/16 and the like
+  if (!parsed || !(link_local_unicast || link_local_group)) {
+    r.fail(key, "\"" + text + "\": a zone (%" + zone + ") goes with an IPv6 link-local address only");
+  }
+  if (zone != interface) {
+    r.fail(key, "\"" + text + "\": the zone is " + zone + ", not the sync interface " + interface);
+  }
+  return address;
+}
+
 }  // namespace
 
 SyncConfig parse_sync_config(const toml::table& section, const std::string& file) {
@@ -139,8 +160,8 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
     r.fail("interface", "not an interface name: \"" + c.interface + "\"");
   }
 
-  c.peer = r.string("peer", false);
-  c.group = r.string("group", false);
+  c.peer = without_zone(r, "peer", r.string("peer", false), c.interface);
+  c.group = without_zone(r, "group", r.string("group", false), c.interface);
   if (c.peer.empty() == c.group.empty()) {
     r.fail(c.peer.empty() ? "peer" : "group", "set exactly one of peer (unicast) and group (multicast)");
   }
@@ -169,7 +190,7 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
                         "ttl_security = false");
   }
 
-  c.address = r.string("address", false);
+  c.address = without_zone(r, "address", r.string("address", false), c.interface);
   if (!c.address.empty()) {
     Parsed a;
     if (!parse_ip(c.address, a)) r.fail("address", "not an IPv4 or IPv6 address: \"" + c.address + "\"");

@@ -150,6 +150,24 @@ TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
   CHECK(c.ttl_security);
 }
 
+// As `ip address` prints a link-local address: with its zone, the sync interface.
+TEST_CASE("[sync] a link-local peer and address may carry the sync interface as their zone",
+          "[sync][config]") {
+  TempDir dir;
+  const auto key = dir.write("k", kHexKey);
+  const auto c = parse_sync_config(parse("interface = \"sync0\"\npeer = \"fe80::2%sync0\"\naddress = "
+                                         "\"fe80::1%sync0\"\nkey_file = \"" +
+                                         key.string() + "\"\n"),
+                                   (dir.path / "pairwall.toml").string());
+  CHECK(c.peer == "fe80::2");
+  CHECK(c.address == "fe80::1");
+  CHECK(c.ipv6);
+  const auto g = parse_sync_config(
+      parse("interface = \"sync0\"\ngroup = \"ff02::8370%sync0\"\nkey_file = \"" + key.string() + "\"\n"),
+      (dir.path / "pairwall.toml").string());
+  CHECK(g.group == "ff02::8370");
+}
+
 // Sent with TTL 255, a group's datagrams would cross any multicast router that forwards the group.
 TEST_CASE("[sync] with ttl_security a group must be link-local", "[sync][config]") {
   TempDir dir;
@@ -208,6 +226,13 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
       {base + "group = \"10.1.1.1\"\n", "[sync] group: not a multicast address"},
       {base + "peer = \"0.0.0.0\"\n", "[sync] peer: the unspecified address"},
       {base + "peer = \"10.0.0.2\"\naddress = \"fe80::1\"\n", "[sync] address: family differs"},
+      // A zone names the sync interface of a link-local address, and nothing else.
+      {base + "peer = \"fe80::2%eth0\"\n",
+       "[sync] peer: \"fe80::2%eth0\": the zone is eth0, not the sync "
+       "interface sync0"},
+      {base + "peer = \"2001:db8::2%sync0\"\n",
+       "[sync] peer: \"2001:db8::2%sync0\": a zone (%sync0) goes with an IPv6 link-local address only"},
+      {base + "peer = \"10.0.0.2%sync0\"\n", "[sync] peer: \"10.0.0.2%sync0\": a zone (%sync0) goes with"},
       // The socket of an IPv6 peer is IPv6 only (IPV6_V6ONLY): it could never send to one of these.
       {base + "peer = \"::ffff:10.0.0.2\"\n",
        "[sync] peer: \"::ffff:10.0.0.2\" is an IPv4-mapped address: write the IPv4 address"},
