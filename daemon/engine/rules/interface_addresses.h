@@ -4,8 +4,9 @@
 // each such element becomes a const table of them, named after it ("em0:addresses", "em0:network",
 // "self:addresses"), which `pairwallctl tables show` lists. Those tables follow the addresses as
 // they change (refresh_interface_tables(); pf does so for `(em0)` only, which is read here as
-// `em0`); in a table's `{ }` list (`table <mine> { self, !em1 }`) they join its entries as they are
-// when the rules load.
+// `em0` but for one thing, as pf's: only `(em0)` may have no address when the rules load); in a
+// table's `{ }` list (`table <mine> { self, !em1 }`) they join its entries as they are when the
+// rules load.
 #pragma once
 
 #include <map>
@@ -35,7 +36,8 @@ std::string interface_table_name(const AddressElement& element);
 // the interface entries of its tables into entries; a translation rule's `-> em0` becomes the
 // interface's first address of the rule's family (`-> (em0) round-robin`: all of them, in turn).
 // An interface the host does not have, or one without an address (of that family), is a RuleError
-// at the element. Tables an earlier call made are kept as they are: resolving a file again
+// at the element, unless written `(em0)`: then its table starts empty, and a nat or rdr rule
+// loads without a target (TranslationRule::target_pending). Tables an earlier call made are kept as they are: resolving a file again
 // resolves only what was added to it since.
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
 
