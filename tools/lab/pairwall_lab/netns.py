@@ -97,11 +97,13 @@ def _thread_report(pid):
     return "\n".join(lines)
 
 
-def kill9_and_wait(pid, what, timeout=60):
+def kill9_and_wait(pid, what, timeout=180):
     """SIGKILLs `pid` and waits until every thread has exited (its sockets closed), so that a
     restart finds its addresses free. A killed daemon usually takes milliseconds; on a loaded host
-    the kernel can take seconds to tear down its netlink queues and memory. Raises LabError with
-    where the threads still wait."""
+    the kernel can take seconds to tear down its netlink queues and memory, and on a 2-vCPU guest
+    of a busy host one thread was seen runnable (state R, its CPU time standing still) for a minute
+    before it left, then gone a second later: the guest's CPU, not the daemon, inferred from the
+    thread reports below. Raises LabError with where the threads still wait."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
