@@ -714,7 +714,9 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_messages_ignored_total", T::Counter,
            "Peer messages of a type this node does not know (a later version's), ignored.");
   w.sample(c.messages_unknown);
-  w.family("pairwall_sync_drops_total", T::Counter, "Datagrams rejected, by reason.");
+  w.family("pairwall_sync_drops_total", T::Counter,
+           "Datagrams rejected, by reason; malformed_payload also counts each record of an accepted "
+           "datagram that is left out (out of range, or not fitting the state it names).");
   for (std::size_t i = 0; i < kDropReasonCount; ++i) {
     w.sample({{"reason", drop_reason_name(static_cast<DropReason>(i))}}, c.drops[i]);
   }
