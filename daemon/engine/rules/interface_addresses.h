@@ -37,8 +37,8 @@ std::string interface_table_name(const AddressElement& element);
 // interface's first address of the rule's family (`-> (em0) round-robin`: all of them, in turn).
 // An interface the host does not have, or one without an address (of that family), is a RuleError
 // at the element, unless written `(em0)`: then its table starts empty, and a nat or rdr rule
-// loads without a target (TranslationRule::target_pending). Tables an earlier call made are kept as they are:
-// resolving a file again resolves only what was added to it since.
+// loads without a target (TranslationRule::target_pending). Tables an earlier call made are kept
+// as they are: resolving a file again resolves only what was added to it since.
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
 
 // Sets the tables resolve_interfaces() made, and the translation addresses it set, to the addresses
