@@ -270,12 +270,18 @@ void SyncService::follow_interface(Micros now) {
   try {
     open_socket();
   } catch (const std::exception& e) {
-    spdlog::error(
-        "sync: interface {} is back (index {}) but the socket cannot follow it, tried again in {} s: {}",
-        config_.interface, ifindex, kInterfaceCheckPeriod.count() / 1'000'000, e.what());
+    // Said once per index: an address not yet on the new interface fails every second until it is.
+    if (reopen_failed_index_ != ifindex) {
+      spdlog::error(
+          "sync: interface {} is back (index {}) but the socket cannot follow it yet, tried "
+          "again every {} s: {}",
+          config_.interface, ifindex, kInterfaceCheckPeriod.count() / 1'000'000, e.what());
+      reopen_failed_index_ = ifindex;
+    }
     socket_.close(ignored);
     return;
   }
+  reopen_failed_index_ = 0;
   socket_reopens_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("sync: interface {} has a new index ({}): the socket is opened on it again", config_.interface,
                ifindex);

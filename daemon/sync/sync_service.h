@@ -163,6 +163,7 @@ class SyncService final : public control::SyncControl {
   unsigned ifindex_ = 0;
   Micros next_interface_check_{0};
   bool interface_missing_logged_ = false;
+  unsigned reopen_failed_index_ = 0;  // the index a reopen last failed on, logged once
   std::atomic<uint64_t> socket_reopens_{0};
   std::array<uint64_t, kDropReasonCount> last_drops_{};
 };
