@@ -954,6 +954,11 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
             seqdiff = 0;
           }
         }
+        // Counted like any packet the state passes (pf_counters_inc), in the direction the error
+        // travels: back to the quoted packet's sender.
+        const int travels = from_initiator ? 1 : 0;
+        ++state->packets[travels];
+        state->bytes[travels] += bytes.size();
         verdict = passed_by_state(*state, rules, rewritten, pass);
         if (state->translated() && !untranslated_quote) {
           // The quote is of the packet as the error's sender saw it, on the far side of the

@@ -1095,6 +1095,30 @@ TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[eng
   }
 }
 
+// pf counts every packet a state passes in the state and in its rule (pf_counters_inc), the ICMP
+// errors matched to it by their quote too, in the direction they travel: back to the quoted
+// packet's sender.
+TEST_CASE("an ICMP error its state passes counts in the state's packets and bytes, and its rule's",
+          "[engine][icmp]") {
+  Firewall fw(kWebOnly);
+  const Bytes first = syn(80);
+  REQUIRE(fw.out(first).action == Action::Accept);
+  const Bytes unreach = PacketBuilder().ipv4("198.51.100.1", kClient).icmp_error(3, 4, first).build();
+  REQUIRE(fw.in(unreach).reason == Reason::State);
+  std::shared_ptr<const pairwall::engine::rules::RuleStats> creator_stats;
+  fw.engine.states().for_each([&](const StateEntry& e) {
+    CHECK(e.packets[0] == 1);
+    CHECK(e.bytes[0] == first.size());
+    CHECK(e.packets[1] == 1);
+    CHECK(e.bytes[1] == unreach.size());
+    creator_stats = e.creator->stats;
+  });
+  REQUIRE(creator_stats != nullptr);
+  const uint64_t packets_before = creator_stats->packets.load();
+  CHECK(fw.engine.expire(fw.now + Millis{100'000'000}) == 1);
+  CHECK(creator_stats->packets.load() == packets_before + 1);
+}
+
 TEST_CASE("an ICMP error must travel back toward the sender of the packet it quotes", "[engine][icmp]") {
   struct Case {
     const char* name;
