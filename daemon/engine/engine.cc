@@ -1616,7 +1616,10 @@ bool Engine::apply(const StateRecord& record, Millis now) {
                             status);
     };
     state = create();
-    if (status == StateTable::CreateStatus::Exists && state->id.creator == record.id.creator &&
+    // Exists without an entry: the one that held the key went between the table's two looks (a
+    // worker removed it), and the key is free again.
+    if (status == StateTable::CreateStatus::Exists && !state) state = create();
+    if (status == StateTable::CreateStatus::Exists && state && state->id.creator == record.id.creator &&
         state->id.counter < record.id.counter) {
       // The creator's newer state on a key its older one held (the port used again): the creator
       // holds one state a key, so the older one is gone there, its delete still on the way behind

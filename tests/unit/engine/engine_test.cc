@@ -1644,6 +1644,56 @@ TEST_CASE("killing states removes those the filter picks, tells the peer, and th
   CHECK(fw.engine.kill_states([](const StateEntry&) { return false; }) == 0);
 }
 
+// A peer's insert meets this node's own state of the connection, which a worker removes at that
+// moment (a port used again, a source limit): the table answers Exists, and then finds nothing.
+// The key is free again and the insert takes it; the empty handle was read, and the daemon died.
+TEST_CASE("a peer's insert for a connection whose local state goes at that moment does not crash",
+          "[engine][sync][workers]") {
+  Firewall fw("pass all\n");
+  StateKey key;
+  key.family = Family::V4;
+  key.proto = ipproto::kUdp;
+  key.addr[0] = IpAddress::v4(0x0a01000a);
+  key.addr[1] = IpAddress::v4(0xc0000250);
+  key.port[0] = 5353;
+  key.port[1] = 53;
+  StateRecord insert;
+  insert.kind = StateRecord::Kind::Insert;
+  insert.stack_key = insert.wire_key = key;
+  insert.src.state = static_cast<uint8_t>(FlowState::Single);
+  insert.timeout = TimeoutClass::UdpFirst;
+  insert.expires_in = Millis{60'000};
+  StateTable& table = fw.engine.states();
+  std::atomic<bool> stop{false};
+  // The worker's side: the connection's state made, let go, then removed under the lock again.
+  std::thread worker([&] {
+    for (uint64_t counter = 1; !stop.load(std::memory_order_relaxed); ++counter) {
+      StateTable::CreateStatus status;
+      auto made =
+          table.create(key, key, StateId{1, counter}, TimeoutClass::UdpFirst, Millis{60'000}, fw.now, status);
+      const bool own = status == StateTable::CreateStatus::Created;
+      made.release();
+      if (!own) continue;
+      auto again = table.find(key, table.hash(key));
+      if (again && again->id.creator == 1) table.erase(again);
+    }
+  });
+  uint32_t applied = 0;
+  for (uint64_t counter = 1; counter <= 300'000; ++counter) {
+    insert.id = StateId{2, counter};
+    if (!fw.engine.apply(insert, fw.now)) continue;
+    ++applied;
+    StateRecord gone;
+    gone.kind = StateRecord::Kind::Delete;
+    gone.id = insert.id;
+    fw.engine.apply(gone, fw.now);
+  }
+  stop = true;
+  worker.join();
+  INFO("inserts applied: " << applied);
+  CHECK(table.size() <= 1);
+}
+
 TEST_CASE("records from the peer create states that pass mid-stream traffic", "[engine][sync]") {
   Firewall a(kWebOnly, 1);
   Firewall b(kWebOnly, 2);
