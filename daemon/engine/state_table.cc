@@ -442,16 +442,21 @@ StateTable::Handle StateTable::find(const StateKey& key, uint64_t hash) noexcept
     StateEntry* e = shards_[s]->lookup(key, hash, k, reversed);
     if (e == nullptr) return Handle{};
     const bool two_shards = e->translated() && e->home != e->wire_shard;
-    if (!two_shards || handle.locked_[1] != nullptr) {
+    // While `s` is held the entry cannot go away (removal needs both locks), so its other shard
+    // is stable to read.
+    const uint16_t other = e->home == s ? e->wire_shard : e->home;
+    // Held after a relock below: the entry found again may be another one of the same key (the
+    // first removed meanwhile, a new nat port taken), whose other shard is not the pair held.
+    const bool both_held = handle.locked_[1] != nullptr && (handle.locked_[0] == shards_[other].get() ||
+                                                            handle.locked_[1] == shards_[other].get());
+    if (!two_shards || both_held) {
       handle.entry_ = e;
       handle.key_index_ = k;
       handle.reversed_ = reversed;
       return handle;
     }
-    // The entry spans two shards and only `s` is held. While `s` is held the entry cannot go
-    // away (removal needs both locks), so its other shard is stable to read.
-    const uint16_t other = e->home == s ? e->wire_shard : e->home;
-    if (other > s) {
+    // The entry spans two shards and only `s` (of them) is held.
+    if (handle.locked_[1] == nullptr && other > s) {
       shards_[other]->lock.lock();
       handle.locked_[1] = shards_[other].get();
       handle.entry_ = e;
