@@ -403,12 +403,17 @@ void FailoverService::on_links_changed() {
     const LinkWatch::Link before = last_links_[i];
     last_links_[i] = links[i];
     // An interface deleted and made again between two looks keeps its carrier but not its index:
-    // the sockets bound to the old one hear and send nothing.
+    // the sockets bound to the old one hear and send nothing. One taken down and up again keeps
+    // both, but not its IPv6 addresses.
     const bool recreated = links[i].carrier && before.carrier && links[i].ifindex != before.ifindex;
-    if (links[i].carrier == before.carrier && !recreated) continue;
+    const bool bounced =
+        links[i].carrier && before.carrier && links[i].carrier_losses != before.carrier_losses;
+    if (links[i].carrier == before.carrier && !recreated && !bounced) continue;
     if (recreated) {
       spdlog::info("failover: {} was created again (index {} -> {})", links[i].name, before.ifindex,
                    links[i].ifindex);
+    } else if (bounced) {
+      spdlog::info("failover: {} carrier down and up again", links[i].name);
     } else {
       spdlog::info("failover: {} carrier {}", links[i].name, links[i].carrier ? "up" : "down");
     }

@@ -120,6 +120,7 @@ void LinkWatch::end_dump(bool complete) {
     dump_retries_ = 0;
     for (std::size_t i = 0; i < links_.size(); ++i) {
       if (in_dump_[i] || (links_[i].ifindex == 0 && !links_[i].carrier)) continue;
+      links_[i].carrier_losses += links_[i].carrier;
       links_[i].ifindex = 0;
       links_[i].carrier = false;
       changed_ = true;
@@ -176,6 +177,7 @@ int LinkWatch::on_message(const nlmsghdr* nlh) {
       next.carrier = (ifi->ifi_flags & IFF_UP) && (ifi->ifi_flags & IFF_LOWER_UP) &&
                      (operstate == IF_OPER_UP || operstate == IF_OPER_UNKNOWN);
     }
+    if (l.carrier && (!next.carrier || next.ifindex != l.ifindex)) ++next.carrier_losses;
     if (next.ifindex != l.ifindex || next.carrier != l.carrier) changed_ = true;
     l = next;
   }

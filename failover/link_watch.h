@@ -26,6 +26,9 @@ class LinkWatch {
     std::string name;
     unsigned ifindex = 0;  // 0: the interface does not exist
     bool carrier = false;
+    // Times it lost carrier, or was deleted or renamed away while it had carrier: a link that went
+    // down and up again between two looks has the carrier it had, and this tells the bounce.
+    uint64_t carrier_losses = 0;
   };
 
   // `on_change` runs on the io_context after a batch of events changed any watched link.

@@ -98,5 +98,43 @@ TEST_CASE("FailoverService: a master whose advertisements leave on no interface 
   service.stop();
 }
 
+// A VIP interface taken down and up again loses its IPv6 addresses (unless keep_addr_on_down), and
+// its neighbours may have flushed their entries: the master adds its VIPs again and announces them.
+// Both events read in one batch leave the link as it was before, carrier and index, and the bounce
+// must still be seen.
+TEST_CASE("FailoverService: a master re-adds and announces its VIPs after a link bounce read in one batch",
+          "[failover_service]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+    return;
+  }
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  boost::asio::io_context io;
+  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  FailoverConfig config = config_on_absent_link();
+  config.advbase_ms = 20;   // master 60 ms on
+  config.vip_lease_s = -1;  // no once-a-second tail: announcements come from the burst alone
+  FailoverService service(io, config, 1);
+  service.start(kernel.transport());
+  run_until(io, milliseconds(3000), [&] { return service.snapshot().role == Role::Master; });
+  REQUIRE(service.snapshot().role == Role::Master);
+  // The takeover's burst (the announcement and announce_count repeats, 10 ms apart) ends.
+  const auto announce_attempts = [&] {
+    const FailoverCounters c = service.snapshot().counters;
+    return c.announcements + c.announce_errors;
+  };
+  run_until(io, milliseconds(3000), [&] { return announce_attempts() >= 1 + config.announce_count; });
+  run_until(io, milliseconds(200), [] { return false; });
+  const uint64_t after_takeover = announce_attempts();
+  REQUIRE(after_takeover == 1 + config.announce_count);
+
+  kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, false});
+  kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, true});
+  run_until(io, milliseconds(1000), [&] { return announce_attempts() > after_takeover; });
+  CHECK(service.snapshot().links.at(0).carrier);
+  CHECK(announce_attempts() > after_takeover);
+  service.stop();
+}
+
 }  // namespace
 }  // namespace pairwall::failover
