@@ -101,6 +101,7 @@ void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transp
     links_->start();
   }
   last_links_ = links_->links();
+  link_resyncs_seen_ = links_->resyncs();
   if (builtin) {
     vips_ = std::make_unique<VipSet>(config_.vips, config_.effective_vip_lease_s());
     announcer_ = std::make_unique<Announcer>();
@@ -423,12 +424,15 @@ void FailoverService::on_links_changed() {
     // covers that and every other way a link comes back.
     open_sockets_for(links[i].name);
   }
+  // Link events lost to an overflow may have told of a bounce that the links read again cannot show.
+  const bool events_lost = links_->resyncs() != link_resyncs_seen_;
+  link_resyncs_seen_ = links_->resyncs();
   const Time t = now();
   plan_socket_retry(t);
   update_demotion(t);
   if (config_.driver == Driver::Builtin) {
     apply(t, election_.set_fault(t, links_->with_carrier() == 0));
-    if (came_up && election_.role() == Role::Master) {
+    if ((came_up || events_lost) && election_.role() == Role::Master) {
       // IPv6 addresses leave an interface that goes down; put them back and tell the segment.
       apply(t, Actions{.acquire_vips = true, .announce = true});
     }

@@ -197,6 +197,7 @@ class FailoverService final : public control::FailoverControl {
   std::array<bool, kRejectCount> reject_logged_{};
   bool own_id_logged_ = false;
   std::vector<LinkWatch::Link> last_links_;  // as on_links_changed() last saw them
+  uint64_t link_resyncs_seen_ = 0;           // links_->resyncs() as on_links_changed() last saw it
   std::string last_vip_error_;
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer poll_timer_;

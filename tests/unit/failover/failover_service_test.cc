@@ -136,5 +136,51 @@ TEST_CASE("FailoverService: a master re-adds and announces its VIPs after a link
   service.stop();
 }
 
+// Link events lost to an overflowing socket buffer (ENOBUFS) may have held such a bounce; the
+// dump read again shows only how the links are now, so the master puts its VIPs back all the same.
+TEST_CASE("FailoverService: a master re-adds and announces its VIPs after link events were lost",
+          "[failover_service]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+    return;
+  }
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  boost::asio::io_context io;
+  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  LinkWatch::Transport transport = kernel.transport();
+  bool overflow = false;
+  transport.receive = [&overflow, receive = transport.receive](void* buf, std::size_t len) -> ssize_t {
+    if (overflow) {
+      overflow = false;
+      errno = ENOBUFS;
+      return -1;
+    }
+    return receive(buf, len);
+  };
+  FailoverConfig config = config_on_absent_link();
+  config.advbase_ms = 20;
+  config.vip_lease_s = -1;
+  FailoverService service(io, config, 1);
+  service.start(std::move(transport));
+  run_until(io, milliseconds(3000), [&] { return service.snapshot().role == Role::Master; });
+  REQUIRE(service.snapshot().role == Role::Master);
+  const auto announce_attempts = [&] {
+    const FailoverCounters c = service.snapshot().counters;
+    return c.announcements + c.announce_errors;
+  };
+  run_until(io, milliseconds(3000), [&] { return announce_attempts() >= 1 + config.announce_count; });
+  run_until(io, milliseconds(200), [] { return false; });
+  const uint64_t after_takeover = announce_attempts();
+  REQUIRE(after_takeover == 1 + config.announce_count);
+
+  overflow = true;
+  kernel.event(RTM_NEWLINK, {"pwother0", 4343, true});  // wakes the watch, which reads ENOBUFS first
+  run_until(io, milliseconds(1000), [&] { return announce_attempts() > after_takeover; });
+  CHECK(service.snapshot().counters.link_resyncs == 1);
+  CHECK(service.snapshot().links.at(0).carrier);
+  CHECK(announce_attempts() > after_takeover);
+  service.stop();
+}
+
 }  // namespace
 }  // namespace pairwall::failover
