@@ -187,6 +187,8 @@ void FailoverService::apply(Time t, const Actions& a) {
     if (r.failed) {
       ++counters_.vip_errors;
       log_vip_error("releasing VIPs: " + r.error);
+    } else {
+      last_vip_error_.clear();  // the same failure later is news again
     }
     vips_held_ = false;
     announce_fast_left_ = 0;
@@ -198,6 +200,8 @@ void FailoverService::apply(Time t, const Actions& a) {
     if (r.failed) {
       ++counters_.vip_errors;
       log_vip_error("adding VIPs: " + r.error);
+    } else {
+      last_vip_error_.clear();
     }
     vips_held_ = true;
   }

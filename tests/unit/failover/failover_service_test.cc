@@ -6,11 +6,15 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <memory>
+#include <sstream>
 #include <string>
 
 #include "tests/unit/failover/fake_link_kernel.h"
@@ -33,6 +37,22 @@ FailoverConfig config_on_absent_link() {
   vip.prefix_len = 32;
   c.vips.push_back(vip);
   return c;
+}
+
+// The default logger writes to `out` while this lives, whichever way the test ends.
+struct LogCapture {
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  explicit LogCapture(std::ostringstream& out) {
+    spdlog::set_default_logger(
+        std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous); }
+};
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 uint64_t socket_retries(const FailoverService& s) {
@@ -179,6 +199,39 @@ TEST_CASE("FailoverService: a master re-adds and announces its VIPs after link e
   CHECK(service.snapshot().counters.link_resyncs == 1);
   CHECK(service.snapshot().links.at(0).carrier);
   CHECK(announce_attempts() > after_takeover);
+  service.stop();
+}
+
+// A failing add is logged once, not at each retry; but a takeover that fails again after the VIPs
+// were released meanwhile is news, and is logged again.
+TEST_CASE("FailoverService: a VIP error is logged again when it comes back after a release",
+          "[failover_service]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+    return;
+  }
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  std::ostringstream log;
+  LogCapture capture(log);
+  boost::asio::io_context io;
+  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  FailoverConfig config = config_on_absent_link();
+  config.advbase_ms = 20;
+  FailoverService service(io, config, 1);
+  service.start(kernel.transport());
+  const std::string failed_add = "adding VIPs: pwnosuchlink0 192.0.2.1/32";
+  run_until(io, milliseconds(3000), [&] { return occurrences(log.str(), failed_add) >= 1; });
+  run_until(io, milliseconds(1500), [] { return false; });  // a retry or more, not logged
+  REQUIRE(occurrences(log.str(), failed_add) == 1);
+
+  // Released at the fault, taken again once carrier is back.
+  kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, false});
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().role == Role::Fault; });
+  REQUIRE(service.snapshot().role == Role::Fault);
+  kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, true});
+  run_until(io, milliseconds(3000), [&] { return occurrences(log.str(), failed_add) >= 2; });
+  CHECK(service.snapshot().role == Role::Master);
+  CHECK(occurrences(log.str(), failed_add) == 2);
   service.stop();
 }
 
