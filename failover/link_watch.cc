@@ -139,6 +139,9 @@ void LinkWatch::end_dump(bool complete) {
 int LinkWatch::on_message(const nlmsghdr* nlh) {
   if (nlh->nlmsg_type != RTM_NEWLINK && nlh->nlmsg_type != RTM_DELLINK) return MNL_CB_OK;
   const auto* ifi = static_cast<const ifinfomsg*>(mnl_nlmsg_get_payload(nlh));
+  // A bridge tells of its ports on the same group in messages of its own family, and of a port
+  // leaving it with an RTM_DELLINK (br_ifinfo_notify): the link is still there.
+  if (ifi->ifi_family != AF_UNSPEC) return MNL_CB_OK;
   struct Attrs {
     const char* name = nullptr;
     int operstate = IF_OPER_UNKNOWN;

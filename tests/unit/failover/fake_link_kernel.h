@@ -49,10 +49,13 @@ class FakeKernel {
   // is created or renamed after the kernel has built the part it would have been in.
   std::vector<Link> events_during_dump;
 
-  // A link event, as RTMGRP_LINK delivers it (sequence number 0).
-  void event(uint16_t type, const Link& l) {
+  // A link event, as RTMGRP_LINK delivers it (sequence number 0). The bridge tells of its ports in
+  // messages of family AF_BRIDGE on the same group.
+  void event(uint16_t type, const Link& l, uint8_t family = AF_UNSPEC) {
     std::array<char, 4096> buf{};
-    put(link_message(buf.data(), type, l, 0));
+    nlmsghdr* nlh = link_message(buf.data(), type, l, 0);
+    static_cast<ifinfomsg*>(mnl_nlmsg_get_payload(nlh))->ifi_family = family;
+    put(nlh);
   }
 
   LinkWatch::Transport transport() {

@@ -126,5 +126,25 @@ TEST_CASE("LinkWatch: a watched link renamed away has no carrier until a link ta
   watch.stop();
 }
 
+// A port leaving a bridge is told as an RTM_DELLINK of family AF_BRIDGE (br_ifinfo_notify): the
+// link itself stays, with its carrier, and the VIPs on it with it.
+TEST_CASE("LinkWatch: a bridge's messages about a watched link leave it as it was", "[link_watch]") {
+  boost::asio::io_context io;
+  FakeKernel kernel({{"lan0", 3, true}});
+  int changes = 0;
+  LinkWatch watch(io, {"lan0"}, [&] { ++changes; });
+  watch.start(kernel.transport());
+  REQUIRE(watch.links()[0].carrier);
+
+  kernel.event(RTM_DELLINK, {"lan0", 3, true}, AF_BRIDGE);  // ip link set lan0 nomaster
+  kernel.event(RTM_NEWLINK, {"lan9", 9, true});             // read after it, once it was
+  run_until(io, std::chrono::milliseconds(200), [&] { return changes > 0; });
+  CHECK(changes == 0);
+  CHECK(watch.links()[0].ifindex == 3);
+  CHECK(watch.links()[0].carrier);
+  CHECK(watch.links()[0].carrier_losses == 0);
+  watch.stop();
+}
+
 }  // namespace
 }  // namespace pairwall::failover
