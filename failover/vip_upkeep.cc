@@ -5,7 +5,7 @@
 namespace pairwall::failover {
 
 Time VipUpkeep::renew_interval() const {
-  if (lease_s_ == 0) return kNever;
+  if (lease_s_ == 0) return kPermanentRenewal;
   // Three renewals per lease: two may fail before the kernel drops the VIPs.
   return std::max<Time>(std::chrono::seconds(lease_s_) / 3, std::chrono::milliseconds(500));
 }

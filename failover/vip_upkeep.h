@@ -1,9 +1,9 @@
 // When the service next adds or removes its VIPs, between the election's decisions: a master
-// renews the lease about every lease/3 and retries an add that failed; a backup retries a removal
-// that failed. A permanent VIP (vip_lease_s = -1) has no lease to run out: without these retries
-// one whose add failed at the takeover would be missing for as long as the node is master, and
-// one whose removal failed would stay on the backup, both answering for it, for ever.
-// Pure, like the election: the service does the netlink work and reports each outcome here.
+// renews the lease about every lease/3 (a permanent VIP every kPermanentRenewal) and retries an add
+// that failed; a backup retries a removal that failed. A permanent VIP (vip_lease_s = -1) has no lease to run
+// out: without these retries one whose add failed at the takeover would be missing for as long as the node is
+// master, and one whose removal failed would stay on the backup, both answering for it, for ever. Pure, like
+// the election: the service does the netlink work and reports each outcome here.
 #pragma once
 
 #include <chrono>
@@ -21,6 +21,10 @@ class VipUpkeep {
   // enough that a VIP comes back soon after what kept it out, seldom enough not to flood netlink
   // and the journal.
   static constexpr Time kRetryInterval = std::chrono::seconds(1);
+  // A permanent VIP has no lease to renew, but is added again at this cadence while held, as a
+  // leased one is at each renewal: one that another program removed (a network manager
+  // reconfiguring the link, `ip addr flush`) comes back within seconds instead of never.
+  static constexpr Time kPermanentRenewal = std::chrono::seconds(5);
 
   explicit VipUpkeep(uint32_t lease_s) : lease_s_(lease_s) {}
 

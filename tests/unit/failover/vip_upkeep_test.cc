@@ -32,7 +32,7 @@ struct Row {
 
 TEST_CASE("VipUpkeep: renewals, and retries of what failed", "[vips]") {
   const Row rows[] = {
-      {"permanent, added", 0, {{Step::Add, at(0), false}}, kNever, VipWork::None},
+      {"permanent, added: added again in a while", 0, {{Step::Add, at(0), false}}, at(5000), VipWork::Add},
       {"permanent, the add failed", 0, {{Step::Add, at(0), true}}, at(1000), VipWork::Add},
       {"permanent, the retried add failed again",
        0,
@@ -42,8 +42,8 @@ TEST_CASE("VipUpkeep: renewals, and retries of what failed", "[vips]") {
       {"permanent, the retried add succeeded",
        0,
        {{Step::Add, at(0), true}, {Step::Add, at(1000), false}},
-       kNever,
-       VipWork::None},
+       at(6000),
+       VipWork::Add},
       {"leased, added", 6, {{Step::Add, at(0), false}}, at(2000), VipWork::Add},
       {"leased, the add failed: sooner than the renewal",
        6,
@@ -79,8 +79,8 @@ TEST_CASE("VipUpkeep: renewals, and retries of what failed", "[vips]") {
       {"taking over while a removal is retried",
        0,
        {{Step::Remove, at(0), true}, {Step::Add, at(500), false}},
-       kNever,
-       VipWork::None},
+       at(5500),
+       VipWork::Add},
   };
   for (const Row& row : rows) {
     INFO(row.what);
@@ -101,6 +101,18 @@ TEST_CASE("VipUpkeep: renewals, and retries of what failed", "[vips]") {
       CHECK(u.due(at(1'000'000'000)) == VipWork::None);
     }
   }
+}
+
+// A VIP that another program removed (a network manager reconfiguring the link, `ip addr flush`)
+// comes back at the next renewal; a permanent one has no lease to renew, and must come back too.
+TEST_CASE("VipUpkeep: a master adds permanent VIPs again now and then", "[vips]") {
+  VipUpkeep u(0);
+  u.added(at(0), false);
+  CHECK(u.next() == at(0) + VipUpkeep::kPermanentRenewal);
+  CHECK(u.due(at(0) + VipUpkeep::kPermanentRenewal) == VipWork::Add);
+  CHECK_FALSE(u.retrying());
+  u.removed(at(100), false);  // stepped down: nothing more
+  CHECK(u.next() == kNever);
 }
 
 }  // namespace
