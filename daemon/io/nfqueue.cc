@@ -31,6 +31,17 @@ uint32_t link_toward(const QueuedPacket& packet, engine::Family family,
   return packet.out_ifindex != 0 ? packet.out_ifindex : packet.in_ifindex;
 }
 
+bool worth_deferring(std::span<const uint8_t> packet) noexcept {
+  if (packet.size() >= 20 && (packet[0] >> 4) == 4) {
+    const uint8_t* dst = packet.data() + 16;
+    const bool multicast = (dst[0] & 0xf0) == 0xe0;  // 224.0.0.0/4
+    const bool broadcast = dst[0] == 0xff && dst[1] == 0xff && dst[2] == 0xff && dst[3] == 0xff;
+    return !multicast && !broadcast;
+  }
+  if (packet.size() >= 40 && (packet[0] >> 4) == 6) return packet[24] != 0xff;  // ff00::/8
+  return true;
+}
+
 engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_iface) noexcept {
   if (netfilter_hook == NF_INET_PRE_ROUTING) return engine::Hook::Prerouting;
   if (has_in_iface && has_out_iface) return engine::Hook::Forward;
@@ -215,7 +226,8 @@ Decision NfQueue::hold_if_deferred(Worker& w, const QueuedPacket& packet, const 
   if (decision == Decision::Drop) return decision;
   // The first packet of a synced state while the peer answers; or a later packet of a state whose
   // first is still held, which must not overtake it.
-  const bool first = verdict.synced_insert && w.peer_up.load(std::memory_order_relaxed);
+  const bool first =
+      verdict.synced_insert && w.peer_up.load(std::memory_order_relaxed) && worth_deferring(packet.payload);
   if (!first &&
       (w.deferred->empty() || verdict.state.counter == 0 || !w.deferred->holds_state(verdict.state))) {
     return decision;

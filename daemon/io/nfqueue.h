@@ -27,11 +27,11 @@
 // Input, out only -> Output.
 //
 // Defer (NfQueueConfig::defer, pfsync's `defer`): a packet that creates a synced state is held
-// (defer_queue.h) until on_synced() says the peer has acknowledged the worker's state records up
-// to that packet's batch, or for the timeout. While it holds packets a worker waits in poll() on
-// its socket and an eventfd that on_synced() writes, not in the blocking receive; after a batch
-// that held packets it calls the sync kick, so that the insert leaves at once rather than at the
-// next drain of the rings.
+// (defer_queue.h), where worth_deferring() says it helps, until on_synced() says the peer has
+// acknowledged the worker's state records up to that packet's batch, or for the timeout. While it
+// holds packets a worker waits in poll() on its socket and an eventfd that on_synced() writes, not
+// in the blocking receive; after a batch that held packets it calls the sync kick, so that the
+// insert leaves at once rather than at the next drain of the rings.
 //
 // Logging (Verdict::log): the pflog record names the arrival interface with direction in
 // (Forward, Input), or the departure interface with direction out (Output); the engine does not
@@ -87,6 +87,12 @@ engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_ifa
 uint32_t link_back(const QueuedPacket& packet) noexcept;
 uint32_t link_toward(const QueuedPacket& packet, engine::Family family,
                      const engine::IpAddress& destination) noexcept;
+
+// Whether holding a new state's first packet (defer) can help the connection: not when it goes to
+// a multicast or the limited broadcast address, since its answers come from unicast addresses the
+// state does not name, and the peer's copy of the state would not let them by. pfsync_defer()
+// passes M_MCAST and M_BCAST packets at once likewise; holding them would only delay them.
+bool worth_deferring(std::span<const uint8_t> packet) noexcept;
 
 class NfQueue {
  public:

@@ -132,6 +132,37 @@ TEST_CASE("answers leave by the interface toward their destination, a link-local
   }
 }
 
+TEST_CASE("defer holds no first packet to a multicast or broadcast address, as pfsync_defer",
+          "[nfqueue][defer]") {
+  struct Row {
+    const char* name;
+    test::Bytes packet;
+    bool held;
+  };
+  const Row rows[] = {
+      {"IPv4 unicast", test::PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(5353, 5353).build(), true},
+      {"IPv4 link-local multicast (mDNS)",
+       test::PacketBuilder().ipv4("10.0.0.1", "224.0.0.251").udp(5353, 5353).build(), false},
+      {"IPv4 routed multicast", test::PacketBuilder().ipv4("10.0.0.1", "239.1.2.3").udp(4000, 4000).build(),
+       false},
+      {"IPv4 limited broadcast (DHCP)",
+       test::PacketBuilder().ipv4("0.0.0.0", "255.255.255.255").udp(68, 67).build(), false},
+      {"IPv4 class E, not multicast", test::PacketBuilder().ipv4("10.0.0.1", "240.0.0.1").udp(1, 2).build(),
+       true},
+      {"IPv6 unicast", test::PacketBuilder().ipv6("2001:db8::1", "2001:db8::2").tcp(40000, 443).build(),
+       true},
+      {"IPv6 link-local multicast", test::PacketBuilder().ipv6("fe80::1", "ff02::fb").udp(5353, 5353).build(),
+       false},
+      {"IPv6 site multicast", test::PacketBuilder().ipv6("2001:db8::1", "ff05::1:3").udp(546, 547).build(),
+       false},
+  };
+  for (const Row& row : rows) {
+    SECTION(row.name) {
+      CHECK(worth_deferring(row.packet) == row.held);
+    }
+  }
+}
+
 // The verdict message's NFQA_MARK in host order, or nothing.
 std::optional<uint32_t> verdict_mark(uint8_t* buf) {
   auto* nlh = reinterpret_cast<nlmsghdr*>(buf);
