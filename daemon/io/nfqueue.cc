@@ -42,6 +42,10 @@ bool worth_deferring(std::span<const uint8_t> packet) noexcept {
   return true;
 }
 
+bool transport_checksum_vouched(const QueuedPacket& packet) noexcept {
+  return packet.checksum_partial || packet.gso;
+}
+
 engine::Hook hook_of(uint8_t netfilter_hook, bool has_in_iface, bool has_out_iface) noexcept {
   if (netfilter_hook == NF_INET_PRE_ROUTING) return engine::Hook::Prerouting;
   if (has_in_iface && has_out_iface) return engine::Hook::Forward;
@@ -269,7 +273,7 @@ Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::Batch
       const auto millis = std::chrono::duration_cast<engine::Millis>(now.time_since_epoch());
       if (w.rejector) {
         w.rejector->reject(packet.payload, verdict.reply, verdict.reply_code, verdict.reply_ttl,
-                           packet.checksum_partial, link_back(packet), millis);
+                           transport_checksum_vouched(packet), link_back(packet), millis);
       }
       return Decision::Drop;
     }

@@ -94,6 +94,13 @@ uint32_t link_toward(const QueuedPacket& packet, engine::Family family,
 // passes M_MCAST and M_BCAST packets at once likewise; holding them would only delay them.
 bool worth_deferring(std::span<const uint8_t> packet) noexcept;
 
+// Whether the kernel vouches for `packet`'s transport checksum, so that a reset need not check it
+// (build_reject's checksum_partial): one it has yet to finish (NFQA_SKB_CSUMNOTREADY), or a GSO
+// packet, which GRO or LRO merged from segments whose checksums were verified, and whose field need
+// not sum the merged bytes (fraglist GRO keeps the first segment's). pf_check_tcp_cksum() takes the
+// stack's word likewise (M_TCP_CSUM_IN_OK).
+bool transport_checksum_vouched(const QueuedPacket& packet) noexcept;
+
 class NfQueue {
  public:
   // `log` may be null (nothing logged); it must have at least `config.queues` workers and

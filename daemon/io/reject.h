@@ -71,7 +71,8 @@ inline constexpr std::size_t kMaxReplySize = 1280;
 //   <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>, SEG.LEN counting SYN and FIN. Not for a segment
 //   whose checksum is wrong (pf's PFRES_PROTCKSUM): its ports and numbers cannot be trusted to name
 //   the connection, and the receiver drops it anyway. `checksum_partial`: the kernel has yet to
-//   finish the segment's checksum (NFQA_SKB_CSUMNOTREADY), so it cannot be checked.
+//   finish the segment's checksum (NFQA_SKB_CSUMNOTREADY), or vouches for it otherwise (a GSO
+//   packet, transport_checksum_vouched()), so it is not checked.
 //   ICMP: the rejected packet quoted from its IP header, as much as fits; destination unreachable
 //   with `code` (0..255), or where it is -1 the code `icmp` chooses.
 // Checksums are complete. Pure and noexcept.

@@ -163,6 +163,45 @@ TEST_CASE("defer holds no first packet to a multicast or broadcast address, as p
   }
 }
 
+TEST_CASE("a reset answers a GSO segment whose checksum field does not sum its merged bytes",
+          "[nfqueue][reject]") {
+  // Fraglist GRO merges verified segments and keeps the first one's checksum: over the merged
+  // bytes it is wrong, and the kernel says CHECKSUM_UNNECESSARY (no NFQA_SKB_CSUMNOTREADY).
+  test::Bytes merged = test::PacketBuilder()
+                           .ipv4("192.0.2.10", "198.51.100.20")
+                           .tcp(40000, 443)
+                           .flags(engine::tcpflag::kAck)
+                           .seq(1000)
+                           .ack(2000)
+                           .payload(2800)
+                           .l4_checksum(0x1234)
+                           .build();
+  struct Row {
+    const char* name;
+    bool gso;
+    bool checksum_partial;
+    RejectStatus want;
+  };
+  const Row rows[] = {
+      {"a GSO packet", true, false, RejectStatus::Built},
+      {"a GSO packet the kernel has yet to sum", true, true, RejectStatus::Built},
+      {"a packet whose checksum is not finished", false, true, RejectStatus::Built},
+      {"a plain packet: its checksum is wrong", false, false, RejectStatus::NotEligible},
+  };
+  for (const Row& row : rows) {
+    SECTION(row.name) {
+      QueuedPacket p;
+      p.payload = merged;
+      p.gso = row.gso;
+      p.checksum_partial = row.checksum_partial;
+      std::vector<uint8_t> out(kMaxReplySize);
+      CHECK(build_reject(p.payload, engine::rules::BlockReply::ReturnRst, RejectIcmp::PortUnreachable, -1, 64,
+                         transport_checksum_vouched(p), out)
+                .status == row.want);
+    }
+  }
+}
+
 // The verdict message's NFQA_MARK in host order, or nothing.
 std::optional<uint32_t> verdict_mark(uint8_t* buf) {
   auto* nlh = reinterpret_cast<nlmsghdr*>(buf);
