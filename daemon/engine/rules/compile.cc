@@ -906,6 +906,8 @@ class Compiler {
       const std::optional<Family> family = r.family || r.negate_translation || t.targets.empty()
                                                ? r.family
                                                : std::optional<Family>(t.targets[0].family);
+      // As a filter rule's: ICMP of the other family than the rule's (its target's) never matches.
+      check_icmp_family(r.location, r.protocols, family, r.from, r.to);
       if (r.target_port) {
         if (!only_protocols(r.protocols, {ipproto::kTcp, ipproto::kUdp})) {
           fail(r.location, "a translation 'port' needs 'proto tcp' or 'proto udp'");
