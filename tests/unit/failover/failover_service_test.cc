@@ -118,6 +118,25 @@ TEST_CASE("FailoverService: a master whose advertisements leave on no interface 
   service.stop();
 }
 
+// Announcements sent or failed so far.
+uint64_t announce_attempts(const FailoverService& service) {
+  const FailoverCounters c = service.snapshot().counters;
+  return c.announcements + c.announce_errors;
+}
+
+// Runs `service` until it is master and its takeover's burst (the announcement and announce_count
+// repeats, 10 ms apart) has ended; returns the announcement attempts made by then.
+uint64_t master_after_takeover_burst(boost::asio::io_context& io, FailoverService& service,
+                                     const FailoverConfig& config) {
+  run_until(io, milliseconds(3000), [&] { return service.snapshot().role == Role::Master; });
+  REQUIRE(service.snapshot().role == Role::Master);
+  run_until(io, milliseconds(3000), [&] { return announce_attempts(service) >= 1 + config.announce_count; });
+  run_until(io, milliseconds(200), [] { return false; });
+  const uint64_t after_takeover = announce_attempts(service);
+  REQUIRE(after_takeover == 1 + config.announce_count);
+  return after_takeover;
+}
+
 // A VIP interface taken down and up again loses its IPv6 addresses (unless keep_addr_on_down), and
 // its neighbours may have flushed their entries: the master adds its VIPs again and announces them.
 // Both events read in one batch leave the link as it was before, carrier and index, and the bounce
@@ -136,23 +155,13 @@ TEST_CASE("FailoverService: a master re-adds and announces its VIPs after a link
   config.vip_lease_s = -1;  // no once-a-second tail: announcements come from the burst alone
   FailoverService service(io, config, 1);
   service.start(kernel.transport());
-  run_until(io, milliseconds(3000), [&] { return service.snapshot().role == Role::Master; });
-  REQUIRE(service.snapshot().role == Role::Master);
-  // The takeover's burst (the announcement and announce_count repeats, 10 ms apart) ends.
-  const auto announce_attempts = [&] {
-    const FailoverCounters c = service.snapshot().counters;
-    return c.announcements + c.announce_errors;
-  };
-  run_until(io, milliseconds(3000), [&] { return announce_attempts() >= 1 + config.announce_count; });
-  run_until(io, milliseconds(200), [] { return false; });
-  const uint64_t after_takeover = announce_attempts();
-  REQUIRE(after_takeover == 1 + config.announce_count);
+  const uint64_t after_takeover = master_after_takeover_burst(io, service, config);
 
   kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, false});
   kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, true});
-  run_until(io, milliseconds(1000), [&] { return announce_attempts() > after_takeover; });
+  run_until(io, milliseconds(1000), [&] { return announce_attempts(service) > after_takeover; });
   CHECK(service.snapshot().links.at(0).carrier);
-  CHECK(announce_attempts() > after_takeover);
+  CHECK(announce_attempts(service) > after_takeover);
   service.stop();
 }
 
@@ -182,23 +191,14 @@ TEST_CASE("FailoverService: a master re-adds and announces its VIPs after link e
   config.vip_lease_s = -1;
   FailoverService service(io, config, 1);
   service.start(std::move(transport));
-  run_until(io, milliseconds(3000), [&] { return service.snapshot().role == Role::Master; });
-  REQUIRE(service.snapshot().role == Role::Master);
-  const auto announce_attempts = [&] {
-    const FailoverCounters c = service.snapshot().counters;
-    return c.announcements + c.announce_errors;
-  };
-  run_until(io, milliseconds(3000), [&] { return announce_attempts() >= 1 + config.announce_count; });
-  run_until(io, milliseconds(200), [] { return false; });
-  const uint64_t after_takeover = announce_attempts();
-  REQUIRE(after_takeover == 1 + config.announce_count);
+  const uint64_t after_takeover = master_after_takeover_burst(io, service, config);
 
   overflow = true;
   kernel.event(RTM_NEWLINK, {"pwother0", 4343, true});  // wakes the watch, which reads ENOBUFS first
-  run_until(io, milliseconds(1000), [&] { return announce_attempts() > after_takeover; });
+  run_until(io, milliseconds(1000), [&] { return announce_attempts(service) > after_takeover; });
   CHECK(service.snapshot().counters.link_resyncs == 1);
   CHECK(service.snapshot().links.at(0).carrier);
-  CHECK(announce_attempts() > after_takeover);
+  CHECK(announce_attempts(service) > after_takeover);
   service.stop();
 }
 
