@@ -6,7 +6,6 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -18,11 +17,14 @@
 #include <string>
 
 #include "tests/unit/failover/fake_link_kernel.h"
+#include "tests/unit/support/log_capture.h"
 
 namespace pairwall::failover {
 namespace {
 
 using std::chrono::milliseconds;
+using test::LogCapture;
+using test::occurrences;
 
 constexpr const char* kAbsentLink = "pwnosuchlink0";
 
@@ -37,22 +39,6 @@ FailoverConfig config_on_absent_link() {
   vip.prefix_len = 32;
   c.vips.push_back(vip);
   return c;
-}
-
-// The default logger writes to `out` while this lives, whichever way the test ends.
-struct LogCapture {
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  explicit LogCapture(std::ostringstream& out) {
-    spdlog::set_default_logger(
-        std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous); }
-};
-
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 uint64_t socket_retries(const FailoverService& s) {

@@ -3,7 +3,6 @@
 // end through sockets, threads and Engine::apply.
 #include <net/if.h>
 #include <netinet/in.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,10 +17,13 @@
 #include <thread>
 
 #include "daemon/sync/sync_service.h"
+#include "tests/unit/support/log_capture.h"
 
 using namespace pairwall;
 using namespace pairwall::sync;
 using engine::StateRecord;
+using test::LogCapture;
+using test::occurrences;
 
 namespace {
 
@@ -93,16 +95,6 @@ uint16_t free_port() {
   return s.local_endpoint().port();
 }
 
-// The default logger writes to `out` while this lives, whichever way the test ends.
-struct LogCapture {
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  explicit LogCapture(std::ostringstream& out) {
-    spdlog::set_default_logger(
-        std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous); }
-};
-
 // The forged datagram the tests send: 100 bytes of the right magic and version, no valid tag.
 std::vector<uint8_t> junk_datagram() {
   std::vector<uint8_t> junk(100, 0x50);
@@ -134,12 +126,6 @@ boost::asio::ip::udp::socket sender_with_ttl(boost::asio::io_context& io, const 
 
 uint64_t dropped(const SyncService& s, DropReason why) {
   return s.status().counters.drops[static_cast<std::size_t>(why)];
-}
-
-std::size_t occurrences(const std::string& text, const std::string& phrase) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(phrase); at != std::string::npos; at = text.find(phrase, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
