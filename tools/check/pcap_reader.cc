@@ -145,13 +145,12 @@ PcapReader::PcapReader(const std::string& path) : in_(path, std::ios::binary), p
   if (!in_) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   std::array<uint32_t, 6> header{};
   errno = 0;
-  if (!in_.read(reinterpret_cast<char*>(header.data()), sizeof header)) {
-    // A directory opens like a file and fails to read (EISDIR): not a short capture.
-    if (in_.bad() && errno != 0) throw std::runtime_error(path + ": cannot read: " + std::strerror(errno));
-    if (in_.gcount() < 4 || header[0] != kSectionHeader)
-      throw std::runtime_error(path + ": too short for a pcap header");
-  }
-  if (in_.gcount() >= 4 && header[0] == kSectionHeader) {
+  const bool whole = static_cast<bool>(in_.read(reinterpret_cast<char*>(header.data()), sizeof header));
+  // A directory opens like a file and fails to read (EISDIR): not a short capture.
+  if (in_.bad() && errno != 0) throw std::runtime_error(path + ": cannot read: " + std::strerror(errno));
+  const bool pcapng = in_.gcount() >= 4 && header[0] == kSectionHeader;
+  if (!whole && !pcapng) throw std::runtime_error(path + ": too short for a pcap header");
+  if (pcapng) {
     // pcapng: read block by block from the first, its section header (next_block()).
     pcapng_ = true;
     in_.clear();
@@ -241,9 +240,10 @@ std::optional<CapturedPacket> PcapReader::next_block() {
   std::vector<uint8_t> body;
   for (;;) {
     if (!read_block_bytes(head, 8, "block header")) return std::nullopt;
-    const uint32_t block = ++blocks_;
-    const std::string where = path_ + ": pcapng block " + std::to_string(block);
-    uint32_t type = u32(head.data());
+    const std::string where = path_ + ": pcapng block " + std::to_string(++blocks_);
+    // The section header's type reads alike in either byte order; another block's is in the
+    // section's.
+    const uint32_t type = u32(head.data());
     if (type == kSectionHeader) {
       // A section says its byte order after its length: read it first, then the length.
       std::vector<uint8_t> magic;
@@ -254,10 +254,7 @@ std::optional<CapturedPacket> PcapReader::next_block() {
         throw std::runtime_error(where + ": a section header with a bad byte-order magic, file corrupt");
       swapped_ = order != kByteOrderMagic;
       head.insert(head.end(), magic.begin(), magic.end());
-    } else if (block == 1) {
-      throw std::runtime_error(where + ": the file does not start with a section header");
     }
-    type = u32(head.data());
     const uint32_t total = u32(head.data() + 4);
     if (total < head.size() + 4 || total % 4 != 0 || total > kMaxBlock)
       throw std::runtime_error(where + " is " + std::to_string(total) + " bytes long, file corrupt");
@@ -270,7 +267,7 @@ std::optional<CapturedPacket> PcapReader::next_block() {
         read_section_header(body);
         continue;
       case kInterfaceDescription:
-        read_interface(body, block);
+        read_interface(body, where);
         continue;
       case kEnhancedPacket:
       case kObsoletePacket: {
@@ -325,8 +322,7 @@ void PcapReader::read_section_header(const std::vector<uint8_t>& body) {
   interfaces_.clear();  // a section's interfaces are numbered from 0 again
 }
 
-void PcapReader::read_interface(const std::vector<uint8_t>& body, uint32_t block_number) {
-  const std::string where = path_ + ": pcapng block " + std::to_string(block_number);
+void PcapReader::read_interface(const std::vector<uint8_t>& body, const std::string& where) {
   if (body.size() < 8) throw std::runtime_error(where + ": an interface block too short, file corrupt");
   Interface iface;
   iface.link_type = u16(body.data());

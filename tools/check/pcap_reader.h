@@ -54,7 +54,7 @@ class PcapReader {
   // unless the file ended cleanly between blocks) when the file ends first.
   bool read_block_bytes(std::vector<uint8_t>& out, std::size_t n, const char* what, std::size_t before = 0);
   void read_section_header(const std::vector<uint8_t>& body);
-  void read_interface(const std::vector<uint8_t>& body, uint32_t block_number);
+  void read_interface(const std::vector<uint8_t>& body, const std::string& where);  // where: for errors
   uint16_t u16(const uint8_t* p) const;
   uint32_t u32(const uint8_t* p) const;
   CapturedPacket packet_from(const Interface& iface, uint64_t timestamp, std::span<const uint8_t> frame,
