@@ -1,9 +1,10 @@
 // When the service next adds or removes its VIPs, between the election's decisions: a master
-// renews the lease about every lease/3 (a permanent VIP every kPermanentRenewal) and retries an add
-// that failed; a backup retries a removal that failed. A permanent VIP (vip_lease_s = -1) has no lease to run
-// out: without these retries one whose add failed at the takeover would be missing for as long as the node is
-// master, and one whose removal failed would stay on the backup, both answering for it, for ever. Pure, like
-// the election: the service does the netlink work and reports each outcome here.
+// renews the lease about every lease/3 (a permanent VIP every kPermanentRenewal) and retries an
+// add that failed; a backup retries a removal that failed. A permanent VIP (vip_lease_s = -1) has
+// no lease to run out: without these retries one whose add failed at the takeover would be missing
+// for as long as the node is master, and one whose removal failed would stay on the backup, both
+// answering for it, for ever. Pure, like the election: the service does the netlink work and
+// reports each outcome here.
 #pragma once
 
 #include <chrono>
