@@ -45,6 +45,8 @@ class SpscRing {
 
   // Records pushed so far: the producer's count, read by the producer.
   std::size_t produced() const noexcept { return head_.load(std::memory_order_relaxed); }
+  // Records pushed so far as the consumer sees them: all of them can be popped.
+  std::size_t published() const noexcept { return head_.load(std::memory_order_acquire); }
   // Records popped so far: the consumer's count, read by the consumer.
   std::size_t consumed() const noexcept { return tail_.load(std::memory_order_relaxed); }
 

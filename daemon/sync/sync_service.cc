@@ -117,7 +117,7 @@ SyncService::~SyncService() {
 }
 
 void SyncService::add_ring(engine::SpscRing<engine::StateRecord>& ring, SyncedFn on_synced) {
-  rings_.push_back(Ring{&ring, std::move(on_synced), {}, 0, false, false});
+  rings_.push_back(Ring{&ring, std::move(on_synced), {}, 0, 0, false, false});
 }
 
 void SyncService::kick() noexcept {
@@ -408,10 +408,18 @@ bool SyncService::send(std::span<const uint8_t> datagram) noexcept {
 
 void SyncService::pump() {
   const Micros now = steady_now();
+  // A state's insert is pushed while its shard's lock is held, so a kill or flush that removes
+  // the state (the control ring's delete or clear) is pushed after it. Drained whole, one ring
+  // after another, a delete pushed just after the pump left the workers' rings would go out
+  // before its insert, and the peer keep the state for good. So each ring is taken only as far as
+  // it was filled when the pump began, those fills read from the last ring to the first: every
+  // insert that a delete counted here follows was pushed before that fill was read, and the
+  // earlier ring's fill, read after it, counts it too.
+  for (auto r = rings_.rbegin(); r != rings_.rend(); ++r) r->drain_to = r->ring->published();
   engine::StateRecord record;
   for (Ring& r : rings_) {
     const uint64_t popped_before = r.ring->consumed();
-    while (r.ring->pop(record)) protocol_->enqueue(record, now);
+    while (r.ring->consumed() < r.drain_to && r.ring->pop(record)) protocol_->enqueue(record, now);
     if (r.on_synced && r.ring->consumed() != popped_before) {
       if (r.marks.size() == kMaxRingMarks) r.marks.pop_front();  // the later marks cover it
       r.marks.emplace_back(r.ring->consumed(), protocol_->enqueued());

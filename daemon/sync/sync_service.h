@@ -49,7 +49,9 @@ class SyncService final : public control::SyncControl {
   // on the sync thread when either changes.
   using SyncedFn = std::function<void(uint64_t synced, bool peer_up)>;
 
-  // A ring of state changes to drain (each worker's, and the engine's control ring). Before start().
+  // A ring of state changes to drain (each worker's, then the engine's control ring). Before
+  // start(). A record of a later ring goes out after every record an earlier ring received before
+  // it: a kill's delete after the insert of the state it removed (see pump()).
   void add_ring(engine::SpscRing<engine::StateRecord>& ring, SyncedFn on_synced = {});
   // Drains the rings now rather than at the next period (a worker holds packets until their
   // inserts are acked). Any thread, any time (before start() it takes effect at start); a write
@@ -108,6 +110,7 @@ class SyncService final : public control::SyncControl {
     // (records popped, SyncProtocol::enqueued() then), while the protocol's synced() is below it.
     std::deque<std::pair<uint64_t, uint64_t>> marks;
     uint64_t synced = 0;
+    std::size_t drain_to = 0;  // the records this pump takes: those pushed when it began
     bool peer_up = false;
     bool reported = false;
   };

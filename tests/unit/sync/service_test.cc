@@ -281,6 +281,55 @@ TEST_CASE("a stopping service sends the records it still holds before it closes"
   b.stop();
 }
 
+// A kill (the control ring's delete) pushed while the pump is between the workers' rings and the
+// control ring must not overtake the insert of the state it removes: the peer would keep it. A race:
+// without the ordering, four runs of six left hundreds of states on B; the interleaving depends on
+// where the scheduler puts the two threads.
+TEST_CASE("a delete on a later ring never reaches the peer before the insert it follows", "[sync][service]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
+  engine::SpscRing<StateRecord> worker_ring(1 << 16);
+  engine::SpscRing<StateRecord> control_ring(1 << 16);
+  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
+  a.add_ring(worker_ring);
+  a.add_ring(control_ring);
+  a.start();
+  b.start();
+  REQUIRE(wait_for([&] { return b.bulk_done() && a.bulk_done(); }, std::chrono::milliseconds(5000)));
+
+  // Each state inserted by a worker and killed at once, as `pairwallctl states kill` or an
+  // overload flush can, the pump draining all the while.
+  constexpr uint64_t kStates = 200000;
+  auto push = [&a](engine::SpscRing<StateRecord>& ring, const StateRecord& r) {
+    while (!ring.push(r)) {
+      a.kick();
+      std::this_thread::yield();
+    }
+  };
+  for (uint64_t i = 1; i <= kStates; ++i) {
+    push(worker_ring, state(1, i));
+    StateRecord kill;
+    kill.kind = StateRecord::Kind::Delete;
+    kill.id = {1, i};
+    push(control_ring, kill);
+    if (i % 16 == 0) a.kick();
+    // Slower than the pump, so that it keeps finding the worker's ring empty while kills follow.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  const auto last = state(1, kStates + 1);  // kept: B has everything once it has this and no other
+  push(worker_ring, last);
+  a.kick();
+  REQUIRE(wait_for([&] { return has(engine_b, last.id); }, std::chrono::milliseconds(5000)));
+  CHECK(wait_for([&] { return engine_b.states().size() == 1; }, std::chrono::milliseconds(1000)));
+  a.stop();
+  b.stop();
+}
+
 TEST_CASE("a service refuses an interface that does not exist", "[sync][service]") {
   engine::Engine e;
   auto c = config_for("127.0.0.1", "127.0.0.2", 9);
