@@ -700,6 +700,8 @@ int run(const control::Config& c) {
     uint64_t synproxy = 0;
     uint64_t send_errors = 0;
     uint64_t unscoped = 0;
+    uint64_t not_eligible = 0;
+    uint64_t malformed = 0;
     uint64_t routes_asked = 0;
     uint64_t routes_failed = 0;
     for (std::size_t i = 0; i < queues->workers(); ++i) {
@@ -712,6 +714,8 @@ int run(const control::Config& c) {
         synproxy += r->synproxy_sent.get();
         send_errors += r->send_errors.get();
         unscoped += r->unscoped.get();
+        not_eligible += r->not_eligible.get();
+        malformed += r->malformed.get();
       }
     }
     w.family("pairwall_rejects_sent_total", T::Counter, "Replies sent for rejected packets.");
@@ -721,10 +725,14 @@ int run(const control::Config& c) {
              "Replies not sent because of the rate limit.");
     w.sample(limited);
     w.family("pairwall_rejects_unsent_total", T::Counter,
-             "Replies and synproxy segments not sent: the kernel refused them (send_error), or their "
-             "link-local destination had no interface to be reached by (no_scope).");
+             "Replies and synproxy segments not sent: the kernel refused them (send_error), their "
+             "link-local destination had no interface to be reached by (no_scope), nothing may answer "
+             "the packet (not_eligible: an RST, an ICMP error, a later fragment, a multicast or "
+             "broadcast destination, a wrong TCP checksum), or it did not parse (malformed).");
     w.sample({{"reason", "send_error"}}, send_errors);
     w.sample({{"reason", "no_scope"}}, unscoped);
+    w.sample({{"reason", "not_eligible"}}, not_eligible);
+    w.sample({{"reason", "malformed"}}, malformed);
     w.family("pairwall_route_lookups_total", T::Counter,
              "Questions to the kernel's routing tables: where a connection translated before routing "
              "(rdr) will leave, for its out pass's rules.");
