@@ -315,6 +315,7 @@ struct DeferTotals {
   uint64_t held = 0;
   uint64_t holding = 0;
   uint64_t too_large = 0;
+  uint64_t state_gone = 0;
   std::array<uint64_t, static_cast<std::size_t>(io::ReleaseCause::Count)> released{};
 };
 
@@ -326,6 +327,7 @@ DeferTotals defer_totals(const io::NfQueue& queues) {
     t.held += d->held.get();
     t.holding += queues.held(i);
     t.too_large += d->too_large.get();
+    t.state_gone += d->state_gone.get();
     for (std::size_t k = 0; k < t.released.size(); ++k) t.released[k] += d->released[k].get();
   }
   return t;
@@ -770,6 +772,10 @@ int run(const control::Config& c) {
       w.family("pairwall_defer_too_large_total", T::Counter,
                "Rewritten packets too large to copy for holding: passed at once.");
       w.sample(d.too_large);
+      w.family("pairwall_defer_dropped_total", T::Counter,
+               "Held packets dropped when let go: their state was removed while they waited (a kill, "
+               "a flush, an overload's flush), as pfsync drops its deferred packets then.");
+      w.sample(d.state_gone);
       w.family("pairwall_defer_holding", T::Gauge, "Packets held now.");
       w.sample(d.holding);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace pairwall::io {
 
@@ -21,8 +22,8 @@ std::string_view release_cause_name(ReleaseCause cause) {
   return "unknown";
 }
 
-DeferQueue::DeferQueue(std::size_t max_packets, std::size_t max_bytes)
-    : entries_(max_packets), by_state_(max_packets), arena_(max_bytes) {
+DeferQueue::DeferQueue(std::size_t max_packets, std::size_t max_bytes, StateAlive state_alive)
+    : entries_(max_packets), by_state_(max_packets), arena_(max_bytes), state_alive_(std::move(state_alive)) {
   if (max_packets == 0) throw std::invalid_argument("defer queue: room for at least one packet is needed");
 }
 
@@ -91,6 +92,11 @@ DeferQueue::Release DeferQueue::pop(ReleaseCause cause) noexcept {
         wrapped_ = false;
       }
     }
+  }
+  if (state_alive_ && !state_alive_(e.state)) {
+    r.decision = Decision::Drop;
+    r.bytes = {};
+    counters_.state_gone.add();
   }
   index_remove(e.state);
   head_ = (head_ + 1) % entries_.size();

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -40,7 +41,8 @@ enum class ReleaseCause : uint8_t {
 struct DeferCounters {
   Counter held;
   Counter released[static_cast<std::size_t>(ReleaseCause::Count)];
-  Counter too_large;  // a rewritten packet larger than the byte room: not held
+  Counter too_large;   // a rewritten packet larger than the byte room: not held
+  Counter state_gone;  // released packets dropped: their state was removed while they waited
 };
 
 std::string_view release_cause_name(ReleaseCause cause);
@@ -59,7 +61,14 @@ class DeferQueue {
     uint32_t mark;
   };
 
-  DeferQueue(std::size_t max_packets, std::size_t max_bytes);
+  // Whether a held packet's state still exists when the packet goes.
+  using StateAlive = std::function<bool(const engine::StateId&)>;
+
+  // A packet whose state was removed while it waited (killed, flushed, an overload's flush) goes
+  // as a drop, as pfsync's deferrals do (pfsync_delete_state drops them): a state removed to stop
+  // a connection must not let its first packet out afterwards. Without `state_alive`, every
+  // state counts as alive.
+  DeferQueue(std::size_t max_packets, std::size_t max_bytes, StateAlive state_alive = {});
 
   bool empty() const noexcept { return count_ == 0; }
   std::size_t size() const noexcept { return count_; }
@@ -122,6 +131,7 @@ class DeferQueue {
   std::size_t tail_end_ = 0;
   bool wrapped_ = false;
   std::size_t byte_entries_ = 0;  // held packets with bytes
+  StateAlive state_alive_;
   DeferCounters counters_;
 };
 

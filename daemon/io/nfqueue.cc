@@ -85,7 +85,10 @@ void NfQueue::start() {
     w->batch.resize(w->socket->config().recv_batch);
     if (config_.reject) w->rejector = std::make_unique<Rejector>(config_.reject_config);
     if (config_.defer.enabled) {
-      w->deferred = std::make_unique<DeferQueue>(config_.defer.max_packets, config_.defer.max_bytes);
+      w->deferred = std::make_unique<DeferQueue>(config_.defer.max_packets, config_.defer.max_bytes,
+                                                 [&engine = engine_](const engine::StateId& id) {
+                                                   return static_cast<bool>(engine.states().find_by_id(id));
+                                                 });
       w->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (w->wake_fd < 0) throw std::runtime_error(std::string("nfqueue: eventfd: ") + std::strerror(errno));
     }

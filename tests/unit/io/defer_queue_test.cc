@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
+#include <set>
 #include <vector>
 
 namespace pairwall::io {
@@ -86,6 +87,40 @@ TEST_CASE("a silent peer costs a held packet its timeout, not more", "[defer]") 
   CHECK(rec.out[1].decision == Decision::AcceptClaimed);
   CHECK(rec.out[0].mark == 0);
   CHECK(rec.out[1].mark == 0x1234);  // which its claimed verdict keeps
+}
+
+TEST_CASE("a held packet whose state was removed meanwhile goes as a drop, whatever lets it go", "[defer]") {
+  std::set<uint64_t> alive{1, 2, 3, 4};
+  DeferQueue q(2, 4096, [&alive](const engine::StateId& id) { return alive.count(id.counter) > 0; });
+  Recorder rec;
+  const std::vector<uint8_t> rewrite = bytes_of(40, 7);
+  REQUIRE(q.hold(1, Decision::Accept, {}, state(1), 1, t0 + milliseconds(10), rec));
+  REQUIRE(q.hold(2, Decision::AcceptRewritten, rewrite, state(2), 1, t0 + milliseconds(10), rec));
+  // Killed while held: state 1 on its way out for room, state 2 by the peer's ack.
+  alive.erase(1);
+  alive.erase(2);
+  REQUIRE(q.hold(3, Decision::Accept, {}, state(3), 2, t0 + milliseconds(10), rec));
+  q.release(1, t0, rec);
+  // State 3 lives: its packet goes at the timeout as it was decided.
+  q.release(1, t0 + milliseconds(10), rec);
+  REQUIRE(rec.ids() == std::vector<uint32_t>{1, 2, 3});
+  CHECK(rec.out[0].cause == ReleaseCause::Full);
+  CHECK(rec.out[0].decision == Decision::Drop);
+  CHECK(rec.out[1].cause == ReleaseCause::Synced);
+  CHECK(rec.out[1].decision == Decision::Drop);
+  CHECK(rec.out[1].bytes.empty());
+  CHECK(rec.out[2].cause == ReleaseCause::Timeout);
+  CHECK(rec.out[2].decision == Decision::Accept);
+  CHECK(q.counters().state_gone.get() == 2);
+  CHECK(q.counters().released[static_cast<std::size_t>(ReleaseCause::Synced)].get() == 1);
+
+  // So does a packet that a shutdown lets go.
+  REQUIRE(q.hold(4, Decision::Accept, {}, state(4), 3, t0 + milliseconds(20), rec));
+  alive.erase(4);
+  q.release_all(ReleaseCause::Stopped, rec);
+  REQUIRE(rec.out.size() == 4);
+  CHECK(rec.out[3].decision == Decision::Drop);
+  CHECK(q.counters().state_gone.get() == 3);
 }
 
 TEST_CASE("a full queue lets its oldest go to hold the newest", "[defer]") {
