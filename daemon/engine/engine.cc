@@ -1288,12 +1288,15 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   }
 
   // The state is created by the first pass rule that keeps state (the in pass before the out).
+  // `modulate state` holds from either: where pf keeps a second state for the out pass, that one
+  // shifts the numbers of what leaves by the out interface, as this connection's one state does
+  // between its ends (`pass out on $ext_if modulate state` behind a plain `pass in`).
   const rules::CompiledRule* creator = nullptr;
+  bool modulating_rule = false;
   for (uint32_t r : deciding) {
-    if (r != rules::kNoRule && rules.rule(r).keep_state) {
-      creator = &rules.rule(r);
-      break;
-    }
+    if (r == rules::kNoRule || !rules.rule(r).keep_state) continue;
+    if (creator == nullptr) creator = &rules.rule(r);
+    modulating_rule = modulating_rule || rules.rule(r).modulate;
   }
   Verdict v;
   v.action = Verdict::Action::Accept;
@@ -1396,7 +1399,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     // SYN-ACK as pf draws it, so that the insert carries both: a master that dies after passing
     // the SYN-ACK but before its update reached the peer leaves the peer shifting the responder's
     // numbers as the initiator already saw them.
-    if (config_.modulation && creator->modulate && packet.is_tcp() &&
+    if (config_.modulation && modulating_rule && packet.is_tcp() &&
         (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
       state->flags |= stateflag::kModulated;
       state->seqdiff[0] = worker.next_seqdiff();

@@ -158,6 +158,29 @@ TEST_CASE("modulate state: each end's sequence numbers are shifted, and each end
   }
 }
 
+TEST_CASE("modulate state on the out pass's rule alone shifts the connection that a plain in rule passes",
+          "[engine][tcp][modulate]") {
+  // pf's classic `pass out on $ext_if modulate state` behind `pass in on $int_if`: pf's out-pass
+  // state shifts what leaves; one state shifts it alike. The in rule is the state's rule.
+  for (const char* rules : {"block all\npass in on lan0 proto tcp to port 80\n"
+                            "pass out on wan0 proto tcp to port 80 modulate state\n",
+                            "block all\npass in on lan0 proto tcp to port 80 modulate state\n"
+                            "pass out on wan0 proto tcp to port 80\n"}) {
+    INFO(rules);
+    Firewall fw(rules);
+    const Connection c;
+    const auto [client_diff, server_diff] = handshake(fw, c);
+    data_both_ways(fw, c, {client_diff, server_diff});
+    CHECK(fw.engine.states().size() == 1);
+  }
+  // Neither rule modulates: the numbers pass as they are.
+  Firewall plain("block all\npass in on lan0 proto tcp to port 80\npass out on wan0 proto tcp to port 80\n");
+  const Connection c;
+  const Bytes syn = c.segment(true, tcpflag::kSyn, kClientIsn, 0);
+  REQUIRE(plain.out(syn).action == Action::Accept);
+  CHECK(plain.last_packet == syn);
+}
+
 TEST_CASE("modulate state: a connection picked up in mid-stream is kept, not shifted",
           "[engine][tcp][modulate]") {
   Firewall fw(kModulate);
