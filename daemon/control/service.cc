@@ -297,6 +297,14 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
     return file.file + ": 'set limit states " + std::to_string(state_limit) + "' is below the " +
            std::to_string(held) + " states the table holds: raise it, or kill states first";
   }
+  // The same for source nodes: below those held, every new connection from a new source that a
+  // source-tracking rule would pass was refused until enough of them had gone.
+  const uint32_t source_limit = rules->source_node_limit();
+  if (const std::size_t held = engine_.sources().size();
+      held > source_limit && source_limit < engine_.sources().limit()) {
+    return file.file + ": 'set limit src-nodes " + std::to_string(source_limit) + "' is below the " +
+           std::to_string(held) + " source nodes in use: raise it, or kill their states first";
+  }
   engine_.load_rules(std::move(rules), config_.engine.state_limit);
   return {};
 }

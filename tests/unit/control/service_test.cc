@@ -1265,3 +1265,28 @@ TEST_CASE("service: a reload whose state limit is below the states held is refus
   d.engine.expire(d.now);
   CHECK(d.engine.states().size() == 10);
 }
+
+TEST_CASE(
+    "service: a reload whose src-nodes limit is below the source nodes held is refused, as pf refuses it",
+    "[service]") {
+  // pf's DIOCSETLIMIT refuses every pool's limit below what is in use (EBUSY), src-nodes as states.
+  // Taken, every new connection a source-tracking rule would pass from a new source was refused
+  // until enough source nodes had gone.
+  Daemon d;
+  const std::string tracked = "pass proto tcp to port 80 keep state (max-src-states 100)\n";
+  REQUIRE(d.service.load_rules(d.write("open.conf", tracked)).ok);
+  for (int host = 1; host <= 10; ++host) {
+    REQUIRE(d.send(syn("10.0.0." + std::to_string(host), 40000, "10.9.0.1", 80)).action ==
+            engine::Verdict::Action::Accept);
+  }
+  REQUIRE(d.engine.sources().size() == 10);
+  const uint32_t limit = d.engine.sources().limit();
+  const auto refused = d.service.load_rules(d.write("small.conf", "set limit src-nodes 8\n" + tracked));
+  CHECK_FALSE(refused.ok);
+  CHECK(refused.error.find("'set limit src-nodes 8' is below the 10 source nodes") != std::string::npos);
+  CHECK(d.engine.sources().limit() == limit);
+  CHECK(d.send(syn("10.0.0.11", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  // At or above the source nodes held, the limit is taken.
+  REQUIRE(d.service.load_rules(d.write("fits.conf", "set limit src-nodes 11\n" + tracked)).ok);
+  CHECK(d.engine.sources().limit() == 11);
+}
