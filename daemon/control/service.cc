@@ -182,6 +182,12 @@ ControlService::ControlService(const Config& config, engine::Engine& engine, Clo
 
 namespace {
 
+// Whether `path` is the anchor `anchor` or one within it.
+bool within_anchor(std::string_view path, std::string_view anchor) {
+  return path.starts_with(anchor) &&
+         (path.size() == anchor.size() || (path[anchor.size()] == '/' && !anchor.empty()));
+}
+
 // The table named `name` in a rule file, or its tables' end().
 template <typename File>
 auto find_table(File& file, std::string_view name) {
@@ -216,7 +222,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     return result;
   }
   auto& file = std::get<engine::rules::RuleFile>(parsed);
-  place_loaded_anchors(file);
+  const std::vector<std::string> placed = place_loaded_anchors(file);
   engine::rules::InterfaceAddresses addresses;
   if (std::string error = read_interface_addresses(addresses); !error.empty()) {
     ++reload_failures_;
@@ -229,7 +235,14 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     return result;
   }
   if (loaded_) keep_unlisted_tables(*loaded_, file);
-  if (std::string error = publish(file, nullptr); !error.empty()) {
+  // As pfctl -f: the main rules and the anchors the file gives are loaded anew, their counters at
+  // zero; the rules loaded into the anchors it only calls stay as they were, counters and all.
+  const auto keeps_counters = [&placed](std::string_view anchor) {
+    return std::any_of(placed.begin(), placed.end(),
+                       [anchor](const std::string& loaded) { return within_anchor(anchor, loaded); });
+  };
+  if (std::string error = publish(file, loaded_ ? engine_.rules().get() : nullptr, keeps_counters);
+      !error.empty()) {
     ++reload_failures_;
     result.error = std::move(error);
     return result;
@@ -277,8 +290,9 @@ std::string ControlService::read_interface_addresses(engine::rules::InterfaceAdd
 }
 
 std::string ControlService::publish(const engine::rules::RuleFile& file,
-                                    const engine::rules::RuleSet* counters_from) {
-  auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from);
+                                    const engine::rules::RuleSet* counters_from,
+                                    const std::function<bool(std::string_view anchor)>& keeps_counters) {
+  auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from, keeps_counters);
   if (auto* error = std::get_if<engine::rules::RuleError>(&compiled)) return error->to_string();
   auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
   if (rules->has_translations() && prerouting_hook_.has_value() && !*prerouting_hook_) {
@@ -671,7 +685,10 @@ std::string ControlService::load_anchor(const AnchorLoad& request, AnchorList* o
   if (std::string error = read_interface_addresses(addresses); !error.empty()) return "anchors: " + error;
   if (auto error = engine::rules::resolve_interfaces(edited, addresses))
     return "anchors: " + error->to_string();
-  if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) return "anchors: " + error;
+  // As pfctl -a NAME -f: the anchor's rules (and those within it) start at zero, the others go on.
+  const auto outside = [&name](std::string_view anchor) { return !within_anchor(anchor, name); };
+  if (std::string error = publish(edited, engine_.rules().get(), outside); !error.empty())
+    return "anchors: " + error;
   // The anchors within it are those the new rules declare: what was loaded into the old ones goes.
   std::erase_if(anchor_rules_, [&](const auto& entry) { return entry.first.starts_with(name + "/"); });
   anchor_rules_[name] = std::move(content);
@@ -681,14 +698,18 @@ std::string ControlService::load_anchor(const AnchorLoad& request, AnchorList* o
   return {};
 }
 
-void ControlService::place_loaded_anchors(engine::rules::RuleFile& file) {
+std::vector<std::string> ControlService::place_loaded_anchors(engine::rules::RuleFile& file) {
+  std::vector<std::string> placed;
   // Placing an anchor's rules inserts the anchors within it right after it, which this loop then
   // visits in turn.
   for (std::size_t i = 0; i < file.anchors.size(); ++i) {
     if (file.anchors[i].file_defines_rules) continue;
     const auto loaded = anchor_rules_.find(file.anchors[i].path);
-    if (loaded != anchor_rules_.end()) engine::rules::set_anchor_rules(file, loaded->first, loaded->second);
+    if (loaded == anchor_rules_.end()) continue;
+    engine::rules::set_anchor_rules(file, loaded->first, loaded->second);
+    placed.push_back(loaded->first);
   }
+  return placed;
 }
 
 uint32_t ControlService::expire_table(engine::rules::Table& table, uint32_t seconds) const {

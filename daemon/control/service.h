@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/control/config.h"
@@ -109,8 +110,8 @@ class ControlService {
   void anchors(AnchorList* out) const;
   std::string load_anchor(const AnchorLoad& request, AnchorList* out);
   // Places the rules loaded into anchors (load_anchor) in a rule file parsed afresh, where the file
-  // declares the anchor and does not give its rules itself.
-  void place_loaded_anchors(engine::rules::RuleFile& file);
+  // declares the anchor and does not give its rules itself. Returns the anchors it placed.
+  std::vector<std::string> place_loaded_anchors(engine::rules::RuleFile& file);
   void sources(const SourcesRequest& request, SourceList* out) const;
   std::string test_table(const TablesRequest& request, TableList* out) const;
   std::string edit_table(const TableEdit& request, TableList* out);
@@ -120,8 +121,10 @@ class ControlService {
   void stamp_tables();
   // The addresses rules naming interfaces resolve to (none without a source); empty, or why not.
   std::string read_interface_addresses(engine::rules::InterfaceAddresses& out) const;
-  // Compiles `file` and publishes it; empty, or why it was refused.
-  std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from);
+  // Compiles `file` and publishes it; empty, or why it was refused. The rules keep the counters of
+  // those of `counters_from` written alike, in the anchors `keeps_counters` names (all without it).
+  std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from,
+                      const std::function<bool(std::string_view anchor)>& keeps_counters = {});
   void stats(Stats* out) const;
   void settings(Settings* out) const;
   void health(Health* out) const;

@@ -456,7 +456,8 @@ class Compiler {
  public:
   Compiler(const RuleFile& file, InterfaceRegistry& interfaces) : file_(file), interfaces_(interfaces) {}
 
-  std::shared_ptr<const RuleSet> run(const RuleSet* counters_from) {
+  std::shared_ptr<const RuleSet> run(const RuleSet* counters_from,
+                                     const std::function<bool(std::string_view)>& keeps_counters) {
     auto set = std::make_shared<RuleSet>();
     settings(*set);
     tables();
@@ -464,18 +465,20 @@ class Compiler {
     scrub_rules(*set);
     translation_rules(*set);
     digest(*set);
-    if (counters_from != nullptr) keep_counters(*set, *counters_from);
+    if (counters_from != nullptr) keep_counters(*set, *counters_from, keeps_counters);
     return set;
   }
 
  private:
   // A rule written alike in the same anchor keeps its counters (the first such rule those of the
   // first, and so on), wherever rules were added or removed around it.
-  static void keep_counters(RuleSet& set, const RuleSet& from) {
+  static void keep_counters(RuleSet& set, const RuleSet& from,
+                            const std::function<bool(std::string_view)>& keeps_counters) {
     std::map<std::pair<std::string_view, std::string_view>, std::vector<const CompiledRule*>> earlier;
     for (auto it = from.rules_.rbegin(); it != from.rules_.rend(); ++it)
       earlier[{it->anchor, it->text}].push_back(&*it);
     for (CompiledRule& rule : set.rules_) {
+      if (keeps_counters && !keeps_counters(rule.anchor)) continue;
       auto found = earlier.find({rule.anchor, rule.text});
       if (found == earlier.end() || found->second.empty()) continue;
       rule.stats = found->second.back()->stats;
@@ -1043,11 +1046,11 @@ class Compiler {
   std::map<std::string, std::pair<const Table*, AddressTable>> tables_;
 };
 
-std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
-                                                                InterfaceRegistry& interfaces,
-                                                                const RuleSet* counters_from) {
+std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
+    const RuleFile& file, InterfaceRegistry& interfaces, const RuleSet* counters_from,
+    const std::function<bool(std::string_view anchor)>& keeps_counters) {
   try {
-    return Compiler(file, interfaces).run(counters_from);
+    return Compiler(file, interfaces).run(counters_from, keeps_counters);
   } catch (const CompileFailure& f) {
     return f.error;
   }

@@ -3,8 +3,10 @@
 // the decision structure.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "daemon/engine/interfaces.h"
@@ -16,9 +18,11 @@ namespace pairwall::engine::rules {
 
 // `counters_from`: a rule set whose rules' counters carry over to the rules here written alike in
 // the same anchor (a table edit or an anchor's load recompiles the others unchanged).
-std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(const RuleFile& file,
-                                                                InterfaceRegistry& interfaces,
-                                                                const RuleSet* counters_from = nullptr);
+// `keeps_counters`, when given, names the anchors ("" the main rules) whose rules take them; the
+// others' start at zero, as rules loaded anew.
+std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
+    const RuleFile& file, InterfaceRegistry& interfaces, const RuleSet* counters_from = nullptr,
+    const std::function<bool(std::string_view anchor)>& keeps_counters = {});
 
 // What an anchor matches, as written after its name ("in quick on lan0 proto tcp", or "all").
 std::string anchor_terms_text(const Anchor& anchor);

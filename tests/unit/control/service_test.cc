@@ -1110,6 +1110,52 @@ TEST_CASE("service: anchors take rules at run time, keep them across reloads, an
   CHECK(ssh_from("192.0.2.7").reason == engine::Reason::RuleBlock);
 }
 
+TEST_CASE("service: rule counters as pf keeps them across rule file and anchor loads", "[service][anchors]") {
+  // pfctl -f replaces the main rules and the anchors the file defines: their counters start at zero,
+  // while an anchor the file only calls keeps its rules, and their counters, as they were. pfctl -a
+  // NAME -f replaces that anchor's rules alone: theirs start at zero, the others' go on.
+  Daemon d;
+  const std::string path =
+      d.write("counted.conf", "block all\nanchor \"ssh\" in proto tcp\npass proto tcp to port 80\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  auto load_ssh = [&d] {
+    Request q = make([](Request& r) { r.mutable_anchor_load(); });
+    q.mutable_anchor_load()->set_name("ssh");
+    q.mutable_anchor_load()->set_path("ssh.conf");
+    q.mutable_anchor_load()->set_text("pass to port 22\n");
+    return d.call(q);
+  };
+  // The packets a rule of `anchor` (not an anchor's own line) passed, by its place among them.
+  auto packets = [&d](const std::string& anchor, int index) -> int64_t {
+    const Response shown = d.call(make([](Request& r) { r.mutable_rules_show(); }));
+    int seen = 0;
+    for (const auto& rule : shown.rules().rules()) {
+      if (!rule.calls_anchor().empty() || rule.anchor() != anchor) continue;
+      if (seen++ == index) return static_cast<int64_t>(rule.packets());
+    }
+    return -1;
+  };
+  uint16_t port = 40000;  // a new connection each time, which no state already passes
+  auto connect = [&d, &port](uint16_t to) {
+    REQUIRE(d.send(syn("192.0.2.7", ++port, "10.9.0.1", to)).action == engine::Verdict::Action::Accept);
+  };
+  REQUIRE(load_ssh().ok());
+  connect(22);
+  connect(80);
+  REQUIRE(packets("ssh", 0) == 1);
+  REQUIRE(packets("", 1) == 1);
+
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(packets("ssh", 0) == 1);
+  CHECK(packets("", 1) == 0);
+
+  connect(22);
+  connect(80);
+  REQUIRE(load_ssh().ok());
+  CHECK(packets("ssh", 0) == 0);
+  CHECK(packets("", 1) == 1);
+}
+
 TEST_CASE(
     "service: anchors loaded within loaded anchors are placed again on reload, and go with their parent",
     "[service][anchors]") {
