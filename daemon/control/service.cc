@@ -962,7 +962,8 @@ void ControlService::settings(Settings* out) const {
   out->set_adaptive_end(scaling ? static_cast<uint32_t>(std::min<uint64_t>(last, UINT32_MAX)) : 0);
   out->set_timeout_scale(adaptive.scale(states, limit));
   out->set_states(states);
-  out->set_state_limit(rules->state_limit());
+  // The limit the table holds to: [engine] state_limit's where it overrides the rule file's.
+  out->set_state_limit(engine_.states().limit());
   out->set_source_node_limit(rules->source_node_limit());
   if (loaded_) {
     out->set_table_entry_limit(loaded_->settings.table_entry_limit());

@@ -1259,6 +1259,21 @@ TEST_CASE("service: settings show the running rules' timeouts and limits", "[ser
   CHECK(s.timeout_scale() == 1.0);
 }
 
+TEST_CASE(
+    "service: settings show the state limit in force, [engine] state_limit's where it overrides the file's",
+    "[service]") {
+  // As pfctl -s memory shows the hard limit the table holds to: the adaptive timeouts beside it
+  // are reckoned from that one too.
+  Daemon d;
+  d.config.engine.state_limit = 50;
+  REQUIRE(d.service.load_rules(d.write("limits.conf", "set limit states 1000\npass all\n")).ok);
+  const Response r = d.call(make([](Request& q) { q.mutable_settings(); }));
+  REQUIRE(r.ok());
+  CHECK(r.settings().state_limit() == 50);
+  CHECK(r.settings().adaptive_start() == 30);  // 60 % of it
+  CHECK(r.settings().adaptive_end() == 60);    // 120 %
+}
+
 TEST_CASE("service: states list the time they have left as adaptive timeouts scale it, as pfctl -s states",
           "[service]") {
   // pfctl shows pf_state_expires(): past adaptive.start, the timeout shrunk by the table's size.
