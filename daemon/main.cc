@@ -809,10 +809,9 @@ int run(const control::Config& c) {
   // SIGHUP re-reads the sync and failover keys (key_file, accept_key_file) with the rule file, so
   // that a pair changes its keys without a restart, which would hand the group over with the
   // peer's states unsynced (README "Changing the keys"). The other settings need a restart.
-  auto reload_keys = [&] {
+  auto reload_keys = [&](const control::Config& now) {
     if (!sync_service && !failover) return;
     try {
-      const control::Config now = control::load_config(c.file);
       if (sync_service && now.sync) {
         sync::SyncConfig s = sync::parse_sync_config(*now.sync, now.file);
         sync_service->set_keys(std::move(s.key), std::move(s.accept_key));
@@ -834,15 +833,30 @@ int run(const control::Config& c) {
         if (ec) return;
         if (sig == SIGHUP) {
           notify("RELOADING=1");
-          queues->refresh_interfaces();
-          const auto r = service.load_rules(c.rules.file);
-          if (r.ok) {
-            spdlog::info("SIGHUP: rules reloaded from {}: {} rules, {} states kept", c.rules.file,
-                         r.rule_count, engine.states().size());
-          } else {
-            spdlog::warn("SIGHUP: rules reload refused, running set kept: {}", r.error);
+          // The config is read again, as `pairwalld --check` (the unit's ExecReload) just read it:
+          // the rule file it names now is the one loaded, as a restart would load it. Nothing
+          // thrown on the way (a compile out of memory) may end the daemon: the running set stays.
+          std::optional<control::Config> now;
+          try {
+            now = control::load_config(c.file);
+          } catch (const std::exception& e) {
+            spdlog::warn("SIGHUP: {} not read again, the rule file and keys it named at the start kept: {}",
+                         c.file, e.what());
           }
-          reload_keys();
+          const std::string rules_file = now ? now->rules.file : c.rules.file;
+          try {
+            queues->refresh_interfaces();
+            const auto r = service.load_rules(rules_file);
+            if (r.ok) {
+              spdlog::info("SIGHUP: rules reloaded from {}: {} rules, {} states kept", rules_file,
+                           r.rule_count, engine.states().size());
+            } else {
+              spdlog::warn("SIGHUP: rules reload refused, running set kept: {}", r.error);
+            }
+          } catch (const std::exception& e) {
+            spdlog::error("SIGHUP: rules reload failed, running set kept: {}", e.what());
+          }
+          if (now) reload_keys(*now);
           notify("READY=1\n" + status_line());
           signals.async_wait(on_signal);
           return;

@@ -1,6 +1,6 @@
 """A good reload swaps the rules atomically: new connections get the new verdicts at once, states
 survive, and a connection opened before the reload keeps carrying data even though the new rules
-would no longer let it start."""
+would no longer let it start. SIGHUP loads the rule file the config names when it comes."""
 
 import signal
 
@@ -38,3 +38,11 @@ def test_reload_good_changes_verdicts_keeps_connections(lan, fw, tmp_path):
     assert lan.connect(4, BLOCKED, timeout=1.0)["result"] == "timeout"
     assert held.echo()["echo"]
     assert held6.echo()["echo"]
+
+    # The config now names another rule file: SIGHUP loads that one, as the unit's ExecReload
+    # (`pairwalld --check`) just checked it and a restart would load it.
+    fw.config.write_text(fw.config.read_text().replace(str(fw.rules), str(new_rules)))
+    fw.send_signal(signal.SIGHUP)
+    wait_until(lambda: fw.json("status")["rules_file"] == str(new_rules), 5, what="the config's new rule file loaded")
+    assert lan.connect(4, BLOCKED)["result"] == "ok"
+    assert held.echo()["echo"]
