@@ -889,6 +889,15 @@ int run(const control::Config& c) {
       }
     }
     watch.tick(steady_clock::now(), progress_samples(*queues));
+    if (pcap) {
+      for (const io::PcapLogEvent& e : pcap->take_events()) {
+        if (e.failing) {
+          spdlog::error("{}", e.message);
+        } else {
+          spdlog::info("{}", e.message);
+        }
+      }
+    }
     if (++ticks % 5 == 0) notify(status_line());
     tick.expires_after(std::chrono::seconds(1));
     tick.async_wait(on_tick);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 
 namespace pairwall::io {
 namespace {
@@ -297,7 +298,9 @@ void PcapLog::drain_locked() {
   const auto wall_offset = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::system_clock::now().time_since_epoch() -
       std::chrono::steady_clock::now().time_since_epoch());
-  if (file_ == nullptr) open_file();  // retry after a failed rotation
+  if (file_ == nullptr) {  // retry after a failed rotation
+    if (const std::string error = open_file(); !error.empty()) failing(error);
+  }
   for (auto& ring : rings_) {
     ring->drain([&](const Slot& slot, const uint8_t* data) {
       if (file_ == nullptr) {
@@ -308,7 +311,7 @@ void PcapLog::drain_locked() {
       // A failed rotation leaves no file open: records are counted as errors until the next one.
       if (file_bytes_ + size > config_.max_file_bytes) {
         commit_records();  // the full file's last records, whole before it is closed
-        rotate();
+        if (const std::string error = rotate(); !error.empty()) failing(error);
       }
       if (file_ == nullptr) {
         write_errors_.add();
@@ -324,6 +327,7 @@ void PcapLog::drain_locked() {
                       std::fwrite(pflog.data(), pflog.size(), 1, file_) == 1 &&
                       (slot.captured == 0 || std::fwrite(data, slot.captured, 1, file_) == 1);
       if (!ok) {
+        failing("pcap log: cannot write " + config_.path + ": " + std::strerror(errno));
         write_errors_.add();
         discard_unflushed();
         return;
@@ -338,12 +342,37 @@ void PcapLog::drain_locked() {
 void PcapLog::commit_records() {
   if (file_ == nullptr || unflushed_records_ == 0) return;
   if (std::fflush(file_) != 0) {
+    failing("pcap log: cannot write " + config_.path + ": " + std::strerror(errno));
     discard_unflushed();
     return;
   }
   written_.add(unflushed_records_);
   unflushed_records_ = 0;
   flushed_bytes_ = file_bytes_;
+  working();
+}
+
+void PcapLog::failing(const std::string& error) {
+  std::lock_guard lock(events_mutex_);
+  if (failing_) return;
+  failing_ = true;
+  // The record being lost now is counted after this call, and so among this run's.
+  errors_before_failing_ = write_errors_.get();
+  events_.push_back({true, error + "; logged packets are lost until it can be written"});
+}
+
+void PcapLog::working() {
+  std::lock_guard lock(events_mutex_);
+  if (!failing_) return;
+  failing_ = false;
+  events_.push_back({false, "pcap log: writing " + config_.path + " again; " +
+                                std::to_string(write_errors_.get() - errors_before_failing_) +
+                                " logged packets lost"});
+}
+
+std::vector<PcapLogEvent> PcapLog::take_events() {
+  std::lock_guard lock(events_mutex_);
+  return std::exchange(events_, {});
 }
 
 void PcapLog::discard_unflushed() {
@@ -360,7 +389,8 @@ void PcapLog::discard_unflushed() {
   if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(flushed_bytes_)) == 0) file_ = ::fdopen(fd, "ab");
   if (file_ == nullptr) {
     if (fd >= 0) ::close(fd);
-    rotate();  // the file cannot be mended: a new one, rather than records after a torn one
+    // The file cannot be mended: a new one, rather than records after a torn one.
+    if (const std::string error = rotate(); !error.empty()) failing(error);
     return;
   }
   file_bytes_ = flushed_bytes_;

@@ -100,6 +100,14 @@ struct PcapLogStats {
   uint64_t rotations = 0;
 };
 
+// A change in whether logged packets reach the file, for the daemon to log (pflogd's "Logging
+// suspended" and "Logging resumed"): one when records start to be lost, with the first error, and
+// one when they reach the file again, with how many were lost.
+struct PcapLogEvent {
+  bool failing = false;
+  std::string message;
+};
+
 class PcapLog {
  public:
   // Opens (appending to nothing: a new file replaces an existing one after rotating it away)
@@ -118,6 +126,8 @@ class PcapLog {
   void flush();
 
   PcapLogStats stats() const;
+  // The events since the last call, oldest first (any thread).
+  std::vector<PcapLogEvent> take_events();
   const PcapLogConfig& config() const { return config_; }
 
  private:
@@ -135,6 +145,9 @@ class PcapLog {
   // Both return an error message, empty on success.
   std::string open_file();
   std::string rotate();
+  // Records are being lost for `error`; told once until records reach the file again.
+  void failing(const std::string& error);
+  void working();
 
   PcapLogConfig config_;
   std::vector<std::unique_ptr<Ring>> rings_;
@@ -146,6 +159,10 @@ class PcapLog {
   Counter written_;
   Counter write_errors_;
   Counter rotations_;
+  std::mutex events_mutex_;  // writer vs take_events(); the writer holds file_mutex_ too
+  std::vector<PcapLogEvent> events_;
+  bool failing_ = false;
+  uint64_t errors_before_failing_ = 0;
   std::mutex wake_mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -417,6 +417,51 @@ TEST_CASE("a full disk costs the records of the failed write, and the file stays
   CHECK(rules == std::vector<uint32_t>{1, 5});
 }
 
+// pflogd says "Logging suspended" once when its file fails and "Logging resumed" once it works
+// again; the records lost in between are counted, not told one by one.
+TEST_CASE("a log file that cannot be written is reported once, and again once records reach it",
+          "[pcaplog]") {
+  TempDir dir;
+  const fs::path logs = dir.path / "logs";
+  fs::create_directory(logs);
+  PcapLogConfig c;
+  c.path = (logs / "gone.pcap").string();
+  c.snaplen = 100;
+  c.flush_interval = std::chrono::hours(1);
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).payload(72).build();    // 100 bytes
+  c.max_file_bytes = kPcapFileHeaderSize + kPcapRecordHeaderSize + kPflogHeaderSize + p.size();  // one each
+  PcapLog log(c);
+  auto log_one = [&] {
+    REQUIRE(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, 1, false, "x"), p,
+                    std::chrono::steady_clock::now()));
+  };
+  log_one();
+  log.flush();
+  CHECK(log.take_events().empty());
+
+  fs::remove_all(logs);  // the next record rotates, and the new file cannot be made
+  log_one();
+  log_one();
+  log.flush();
+  log_one();
+  log.flush();
+  CHECK(log.stats().write_errors == 3);
+  std::vector<PcapLogEvent> events = log.take_events();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].failing);
+  CHECK_THAT(events[0].message, Catch::Contains(c.path) && Catch::Contains("No such file or directory"));
+
+  fs::create_directory(logs);
+  log_one();
+  log.flush();
+  CHECK(log.stats().written == 2);
+  events = log.take_events();
+  REQUIRE(events.size() == 1);
+  CHECK_FALSE(events[0].failing);
+  CHECK_THAT(events[0].message, Catch::Contains(c.path) && Catch::Contains("3 logged packets lost"));
+  CHECK(log.take_events().empty());
+}
+
 TEST_CASE("a file left by an earlier run is rotated away, not overwritten", "[pcaplog]") {
   TempDir dir;
   PcapLogConfig c;
