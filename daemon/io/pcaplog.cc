@@ -299,7 +299,8 @@ void PcapLog::drain_locked() {
       std::chrono::system_clock::now().time_since_epoch() -
       std::chrono::steady_clock::now().time_since_epoch());
   if (file_ == nullptr) {  // retry after a failed rotation
-    if (const std::string error = open_file(); !error.empty()) failing(error);
+    const std::string error = rotation_unfinished_ ? rotate() : open_file();
+    if (!error.empty()) failing(error);
   }
   for (auto& ring : rings_) {
     ring->drain([&](const Slot& slot, const uint8_t* data) {
@@ -425,10 +426,16 @@ std::string PcapLog::rotate() {
     for (unsigned i = config_.files - 1; i >= 1; --i) {
       const std::string from = i == 1 ? config_.path : config_.path + "." + std::to_string(i - 1);
       const std::string to = config_.path + "." + std::to_string(i);
-      std::rename(from.c_str(), to.c_str());  // a missing PATH.k is fine
+      // A missing PATH.k is fine. PATH that stays, opened again in place, would lose the records
+      // it holds, counted as written.
+      if (std::rename(from.c_str(), to.c_str()) != 0 && i == 1 && errno != ENOENT) {
+        rotation_unfinished_ = true;
+        return "pcap log: cannot rotate " + from + " to " + to + ": " + std::strerror(errno);
+      }
     }
     rotations_.add();
   }
+  rotation_unfinished_ = false;
   return open_file();
 }
 

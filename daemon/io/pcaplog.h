@@ -156,6 +156,7 @@ class PcapLog {
   uint64_t file_bytes_ = 0;     // what the file holds once its records are flushed
   uint64_t flushed_bytes_ = 0;  // whole records that reached the file
   uint64_t unflushed_records_ = 0;
+  bool rotation_unfinished_ = false;  // PATH could not be moved aside: rotate before writing again
   Counter written_;
   Counter write_errors_;
   Counter rotations_;

@@ -462,6 +462,47 @@ TEST_CASE("a log file that cannot be written is reported once, and again once re
   CHECK(log.take_events().empty());
 }
 
+// A rotation that cannot move the file aside (its directory no longer writable by the daemon, or
+// here a directory where PATH.1 goes) must not open the file again in its place: that empties it
+// of the records it holds, counted as written.
+TEST_CASE("a file that cannot be rotated away keeps its records", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "stuck.pcap").string();
+  c.snaplen = 100;
+  c.files = 2;
+  c.flush_interval = std::chrono::hours(1);
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).payload(72).build();    // 100 bytes
+  c.max_file_bytes = kPcapFileHeaderSize + kPcapRecordHeaderSize + kPflogHeaderSize + p.size();  // one each
+  std::vector<PcapLogEvent> events;
+  {
+    PcapLog log(c);
+    auto log_rule = [&](uint32_t rule) {
+      REQUIRE(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, rule, false, "x"), p,
+                      std::chrono::steady_clock::now()));
+      log.flush();
+    };
+    log_rule(1);
+    fs::create_directories(c.path + ".1/in-the-way");
+    log_rule(2);  // the rotation fails: 2 is lost, 1 stays
+    CHECK(log.stats().write_errors == 1);
+    CHECK(read_pcap(c.path).records.size() == 1);
+    fs::remove_all(c.path + ".1");
+    log_rule(3);  // the rotation is made again before anything is written
+    CHECK(log.stats().written == 2);
+    CHECK(log.stats().rotations == 1);
+    events = log.take_events();
+  }
+  REQUIRE(events.size() == 2);
+  CHECK_THAT(events[0].message, Catch::Contains("cannot rotate") && Catch::Contains(c.path + ".1"));
+  std::vector<uint32_t> previous;
+  for (const Record& r : read_pcap(c.path + ".1").records) previous.push_back(be32(r.data, 36));
+  CHECK(previous == std::vector<uint32_t>{1});
+  std::vector<uint32_t> current;
+  for (const Record& r : read_pcap(c.path).records) current.push_back(be32(r.data, 36));
+  CHECK(current == std::vector<uint32_t>{3});
+}
+
 TEST_CASE("a file left by an earlier run is rotated away, not overwritten", "[pcaplog]") {
   TempDir dir;
   PcapLogConfig c;
