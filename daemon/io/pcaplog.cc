@@ -37,6 +37,8 @@ constexpr uint8_t kPfresTranslate = 15;
 constexpr uint8_t kBsdAfInet = 2;
 constexpr uint8_t kBsdAfInet6 = 24;
 constexpr uint8_t kPflogRealLength = 61;
+// pflog_packet()'s pid for a packet no socket lookup was made for (NO_PID, sys/proc.h).
+constexpr uint32_t kNoPid = 100000;
 
 void put32be(uint8_t* p, uint32_t v) {
   p[0] = static_cast<uint8_t>(v >> 24);
@@ -153,11 +155,15 @@ std::array<uint8_t, kPflogHeaderSize> encode_pflog_header(const LogMeta& meta) {
   put32be(h.data() + 36, meta.rule);
   put32be(h.data() + 40, meta.subrule);
   put32be(h.data() + 44, UINT32_MAX);
-  put32be(h.data() + 48, UINT32_MAX);
+  // pflog_packet() writes the ids in host byte order (the rule numbers in network order), as this
+  // file's own headers are.
+  std::memcpy(h.data() + 48, &kNoPid, sizeof(kNoPid));
   put32be(h.data() + 52, UINT32_MAX);
   put32be(h.data() + 56, UINT32_MAX);
   h[60] = meta.outbound ? kPfOut : kPfIn;
-  h[61] = static_cast<uint8_t>(meta.reason);
+  // Bytes 61 and 62 are OpenBSD's `rewritten` and `naf`, whose translated addresses would follow
+  // past this header: left 0. The last pad byte is pad on every system.
+  h[63] = static_cast<uint8_t>(meta.reason);
   return h;
 }
 

@@ -18,11 +18,12 @@
 //    40   4  subrulenr   in an anchor, the rule's number in it, so that readers print "rule
 //                        N.ANCHOR.M/"; otherwise 0xffffffff, and they print "rule N/"
 //    44   4  uid         0xffffffff: no socket user (pf's UID_MAX)
-//    48   4  pid         -1
+//    48   4  pid         100000 in host byte order: none (pf's NO_PID)
 //    52   4  rule_uid    0xffffffff
 //    56   4  rule_pid    -1
 //    60   1  dir         1 in, 2 out (PF_IN / PF_OUT)
-//    61   3  pad         pad[0] = pairwall's own engine::Reason value (finer than PFRES), rest 0
+//    61   2  pad         0 (OpenBSD's `rewritten` and `naf`: not rewritten)
+//    63   1  pad         pairwall's own engine::Reason value (finer than PFRES)
 //
 // Workers never block, allocate or write files: log() copies the record into the worker's bounded
 // ring (full: dropped and counted), and a writer thread drains the rings every flush interval,

@@ -101,7 +101,7 @@ TEST_CASE("pflog header fields", "[pcaplog]") {
   CHECK((h[36] == 1 && h[37] == 2 && h[38] == 3 && h[39] == 4));
   CHECK((h[40] == 0xff && h[43] == 0xff));  // subrulenr: none
   CHECK(h[60] == 2);                        // PF_OUT
-  CHECK(h[61] == static_cast<uint8_t>(engine::Reason::BadSeq));
+  CHECK(h[63] == static_cast<uint8_t>(engine::Reason::BadSeq));
 
   const auto v4 = encode_pflog_header(meta(engine::Family::V4, true, engine::Reason::Match, 5, false, ""));
   CHECK(v4[1] == 2);
@@ -119,6 +119,20 @@ TEST_CASE("pflog header fields", "[pcaplog]") {
   CHECK((a[40] == 0 && a[43] == 2));
   std::memset(in_anchor.ruleset, 'x', sizeof(in_anchor.ruleset));  // no NUL: at most 15 are written
   CHECK(encode_pflog_header(in_anchor)[35] == 0);
+}
+
+// OpenBSD's tcpdump -v reads byte 61 as `rewritten` and then prints the translated addresses that
+// follow its longer header ("[rewritten: src ?, dst ?]" here), and prints uid and pid unless pid is
+// NO_PID, which pflog_packet() writes for a packet no socket lookup was made for.
+TEST_CASE("pflog header: not rewritten, and no pid, as pf writes them", "[pcaplog]") {
+  for (const engine::Reason reason :
+       {engine::Reason::RuleBlock, engine::Reason::BadSeq, engine::Reason::Match}) {
+    const auto h = encode_pflog_header(meta(engine::Family::V4, false, reason, 1, false, "lan0"));
+    CHECK(h[61] == 0);                                         // rewritten (OpenBSD), pad (FreeBSD)
+    CHECK(h[62] == 0);                                         // naf
+    CHECK(be32(Bytes(h.begin(), h.end()), 44) == 0xffffffff);  // uid: UID_MAX
+    CHECK(le32(Bytes(h.begin(), h.end()), 48) == 100000);      // pid: NO_PID, in host order
+  }
 }
 
 TEST_CASE("engine reasons map to the nearest pf reason", "[pcaplog]") {
