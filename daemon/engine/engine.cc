@@ -1325,9 +1325,18 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
 
   // 5. Create the state.
   const uint32_t creating_rule = creator != nullptr ? creator->number : rules::kNoRule;
+  // A state refused: pf_test_rule() has logged the packet of a `log` rule before
+  // pf_create_state() tries, so that the log still holds a connection a limit turned away.
+  const auto refused = [&](Reason reason) {
+    Verdict d = drop(reason, creating_rule);
+    d.by_rule = v.by_rule;
+    d.log = v.log;
+    d.out_log_rule = v.out_log_rule;
+    return d;
+  };
   if (creator != nullptr && creator->max_states != 0 &&
       creator->stats->states_current.load(std::memory_order_relaxed) >= creator->max_states) {
-    return drop(Reason::RuleStateLimit, creator->number);
+    return refused(Reason::RuleStateLimit);
   }
   PeerTracking src;
   PeerTracking dst;
@@ -1350,32 +1359,32 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       Verdict judged;
       if (by_state(worker, bytes, parsed, meta, now, judged)) return judged;
       // That state has gone again (expired, or gave way to a new connection on its ports).
-      if (attempt == 3) return drop(Reason::Internal, creating_rule);
+      if (attempt == 3) return refused(Reason::Internal);
       continue;
     }
     // Only the wire key exists: the nat source port chosen for this connection was taken since
     // (by another worker, or a peer's state). Choose again, a few times.
     if (translation.nat == nullptr || attempt == 3 ||
         !choose_source_port(worker, translation.wire, translation.port_low, translation.port_high, false)) {
-      return drop(Reason::TranslationFailed, creating_rule);
+      return refused(Reason::TranslationFailed);
     }
   }
   switch (status) {
     case StateTable::CreateStatus::Created:
       if (creator != nullptr && creator->sources.tracks()) {
-        const Reason refused = admit_source(state, *creator, packet);
-        if (refused != Reason::State) {
+        const Reason source_refused = admit_source(state, *creator, packet);
+        if (source_refused != Reason::State) {
           states_.erase(state);
-          return drop(refused, creating_rule);
+          return refused(source_refused);
         }
       }
       break;
     case StateTable::CreateStatus::Exists:  // without a handle: the loop above handled the others
-      return drop(Reason::Internal, creating_rule);
+      return refused(Reason::Internal);
     case StateTable::CreateStatus::Full:
-      return drop(Reason::StateLimit, creating_rule);
+      return refused(Reason::StateLimit);
     case StateTable::CreateStatus::NoMemory:
-      return drop(Reason::Memory, creating_rule);
+      return refused(Reason::Memory);
   }
   state->peer[0] = src;
   state->peer[1] = dst;

@@ -768,6 +768,26 @@ TEST_CASE("log marks the packets a rule decides; log (all) also those of its sta
     CHECK(error.reason == Reason::State);
     CHECK(error.log);
   }
+  // pf_test_rule() logs the packet of a `log` rule before pf_create_state() tries to make its
+  // state: a connection the rule's or the table's limit refuses is in the log all the same.
+  SECTION("log: a packet whose state is refused is logged, by its rule") {
+    Firewall fw(base + "pass in log on lan0 proto udp to port 53 keep state (max 1)\n");
+    CHECK(fw.out(query).log);
+    const Verdict refused = fw.out(PacketBuilder().ipv4(kClient, kServer).udp(5354, 53).payload(40).build());
+    CHECK(refused.reason == Reason::RuleStateLimit);
+    CHECK(refused.log == logpass::kIn);
+    REQUIRE(refused.by_rule != nullptr);
+    CHECK(refused.by_rule->number == 2);
+    Firewall full("set limit states 1\n" + base + "pass in log on lan0 proto udp to port 53\n");
+    CHECK(full.out(query).log);
+    const Verdict no_room =
+        full.out(PacketBuilder().ipv4(kClient, kServer).udp(5354, 53).payload(40).build());
+    CHECK(no_room.reason == Reason::StateLimit);
+    CHECK(no_room.log == logpass::kIn);
+    Firewall silent("set limit states 1\n" + base + "pass in on lan0 proto udp to port 53\n");
+    silent.out(query);
+    CHECK_FALSE(silent.out(PacketBuilder().ipv4(kClient, kServer).udp(5354, 53).payload(40).build()).log);
+  }
   SECTION("no log: nothing") {
     Firewall fw("pass in on lan0 proto udp to port 53\npass out on wan0 proto udp to port 53\n");
     CHECK_FALSE(fw.out(query).log);
