@@ -103,7 +103,10 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::StateMismatch:
     case Reason::BadSeq:
       return kPfresStateMismatch;
+    // `set limit states` bounds pf's state pool: pf_create_state() finds pool_get() empty.
     case Reason::StateLimit:
+    case Reason::Memory:
+      return kPfresMemory;
     case Reason::RuleStateLimit:
       return kPfresStateLimit;
     case Reason::SourceLimit:
@@ -111,8 +114,6 @@ uint8_t pf_reason(engine::Reason reason) {
       return kPfresSourceLimit;
     case Reason::Synproxy:
       return kPfresSynproxy;
-    case Reason::Memory:
-      return kPfresMemory;
     case Reason::TranslationFailed:
       return kPfresTranslate;
     case Reason::IpOptions:

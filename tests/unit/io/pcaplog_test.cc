@@ -147,6 +147,15 @@ TEST_CASE("engine reasons map to the nearest pf reason", "[pcaplog]") {
   CHECK(pf_reason(Reason::RuleStateLimit) == 12);
 }
 
+// `set limit states` is the hard limit of pf's state pool: pf_create_state() finds pool_get()
+// empty and says PFRES_MEMORY, which pfctl -si counts as "memory"; PFRES_MAXSTATES is a rule's
+// own (max N).
+TEST_CASE("a full state table is logged as memory, a rule's max as state-limit, as pf logs them",
+          "[pcaplog]") {
+  CHECK(pf_reason(engine::Reason::StateLimit) == 5);
+  CHECK(pf_reason(engine::Reason::RuleStateLimit) == 12);
+}
+
 // pf_setup_pdesc() and pf_walk_header() drop a header whose own length fields do not fit the
 // packet (IP header length, TCP data offset, UDP length, a zero port) as PFRES_SHORT, and
 // pflog says "3(short)" for them.
