@@ -1,5 +1,8 @@
 #include "daemon/control/boot_epoch.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -7,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <string>
 
 namespace pairwall::control {
 
@@ -26,17 +30,29 @@ uint64_t epoch_floor(uint64_t next_state_counter) {
 
 namespace {
 
-// Writes `value` to `file` aside and renames it over. Returns "" or why it could not.
+// Writes `value` to `file` aside, makes it durable and renames it over, so that a power loss
+// leaves the old value or the new one: an empty file after a crash (ext4's delayed allocation
+// renames before the data reaches the disk) would let the epoch fall back to the clock, which is
+// what the file is there for. Returns "" or why it could not.
 std::string record(const std::string& file, uint64_t value) {
   const std::string tmp = file + ".new";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << value << "\n";
-    f.flush();
-    if (!f) return "cannot write boot epoch file " + tmp + ": " + std::strerror(errno);
-  }
+  const std::string text = std::to_string(value) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot write boot epoch file " + tmp + ": " + std::strerror(errno);
+  const bool written =
+      ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int write_errno = errno;
+  ::close(fd);
+  if (!written) return "cannot write boot epoch file " + tmp + ": " + std::strerror(write_errno);
   if (std::rename(tmp.c_str(), file.c_str()) != 0)
     return "cannot rename " + tmp + " to " + file + ": " + std::strerror(errno);
+  // The rename itself is durable once its directory is.
+  const auto slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
+  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
   return {};
 }
 
