@@ -925,7 +925,13 @@ int run(const control::Config& c) {
           while (queues->engine_worker(i).overloads().pop(o)) overloads.push_back(o);
         }
         if (!overloads.empty()) {
-          const auto r = service.apply_overloads(overloads);
+          control::ControlService::OverloadResult r;
+          try {
+            r = service.apply_overloads(overloads);
+          } catch (const std::exception& e) {
+            r.error = std::string("overload: tables kept: ") + e.what();
+            r.refused = overloads.size();
+          }
           for (const std::string& line : r.added) spdlog::warn("overload: added {}", line);
           if (r.states_killed != 0) spdlog::warn("overload: {} states flushed", r.states_killed);
           refusals_unlogged += r.refused;
@@ -954,7 +960,12 @@ int run(const control::Config& c) {
         address_settle.expires_after(std::chrono::milliseconds(200));
         address_settle.async_wait([&](const boost::system::error_code& ec) {
           if (ec) return;
-          const auto r = service.refresh_interface_addresses();
+          control::ControlService::RefreshResult r;
+          try {
+            r = service.refresh_interface_addresses();
+          } catch (const std::exception& e) {
+            r.error = std::string("tables kept: ") + e.what();
+          }
           for (const std::string& table : r.changed)
             spdlog::info("interface addresses changed: table {} set anew", table);
           if (!r.error.empty()) spdlog::error("interface addresses changed: {}", r.error);
@@ -989,7 +1000,16 @@ int run(const control::Config& c) {
   }
 
   pthread_sigmask(SIG_SETMASK, &start_mask, nullptr);
-  loop.run();
+  // A handler that throws (a table rebuilt out of memory) is logged and the loop goes on: ending
+  // here would drop every state and leave a fail-closed node's hooks with nothing behind them.
+  for (;;) {
+    try {
+      loop.run();
+      break;
+    } catch (const std::exception& e) {
+      spdlog::error("event loop: {}: carried on", e.what());
+    }
+  }
 
   control_socket.stop();
   // Failover: the leaving advertisement and the VIPs released while the hooks still filter.
