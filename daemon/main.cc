@@ -692,7 +692,7 @@ int run(const control::Config& c) {
 
   registry.add("engine", [&](control::MetricWriter& w) {
     control::render_core_metrics(service.snapshot(), w);
-    service.render_table_metrics(w);
+    service.render_metrics(w);
   });
   registry.add("pairwalld", [&](control::MetricWriter& w) {
     using T = control::MetricWriter::Type;

@@ -749,7 +749,7 @@ void ControlService::stamp_tables() {
   table_added_ = std::move(next);
 }
 
-void ControlService::render_table_metrics(MetricWriter& out) const {
+void ControlService::render_metrics(MetricWriter& out) const {
   if (loaded_ && !loaded_->tables.empty()) {
     out.family("pairwall_table_entries", MetricWriter::Type::Gauge,
                "Entries in each table of the running rules, exceptions included.");
@@ -763,6 +763,11 @@ void ControlService::render_table_metrics(MetricWriter& out) const {
              "Sources an overload could not add to its table: the rules with them added were refused "
              "(set limit table-entries).");
   out.sample(overloads_refused_);
+  // `systemctl reload` succeeds once the unit's check passes; what only the running daemon can
+  // refuse (a limit below what it holds, translation without the pre-routing hook) shows here.
+  out.family("pairwall_rule_loads_refused_total", MetricWriter::Type::Counter,
+             "Rule file loads (SIGHUP, rules load) refused; the running rules stayed.");
+  out.sample(reload_failures_);
 }
 
 void ControlService::sources(const SourcesRequest& request, SourceList* out) const {

@@ -97,8 +97,9 @@ class ControlService {
   OverloadResult apply_overloads(std::span<const engine::SourceOverload> overloads);
 
   CountersSnapshot snapshot() const { return take_snapshot(engine_, data_plane_); }
-  // pairwall_table_entries: each table's size, so that an overload table's growth can alert.
-  void render_table_metrics(MetricWriter& out) const;
+  // pairwall_table_entries (each table's size, so that an overload table's growth can alert), the
+  // overloads refused, and the rule loads refused.
+  void render_metrics(MetricWriter& out) const;
   const std::string& rules_file() const { return rules_file_; }
 
  private:

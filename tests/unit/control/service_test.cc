@@ -268,6 +268,9 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     CHECK(d.send(syn("10.0.0.2", 40000, "10.9.0.1", 81)).action == engine::Verdict::Action::Drop);
     const Response st = d.call(make([](Request& x) { x.mutable_status(); }));
     CHECK(st.status().rule_reload_failures() == 1);
+    MetricWriter metrics;
+    d.service.render_metrics(metrics);
+    CHECK(metrics.text().find("pairwall_rule_loads_refused_total 1\n") != std::string::npos);
 
     q.mutable_rules_load()->set_path((d.dir / "missing.conf").string());
     CHECK_FALSE(d.call(q).ok());
@@ -496,7 +499,7 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   r = d.call(make([](Request& q) { q.mutable_tables()->set_name("blocked"); }));
   CHECK(entries(r) == std::vector<std::string>{"!10.0.0.7/32"});
   MetricWriter metrics;
-  d.service.render_table_metrics(metrics);
+  d.service.render_metrics(metrics);
   CHECK(metrics.text() ==
         "# HELP pairwall_table_entries Entries in each table of the running rules, exceptions included.\n"
         "# TYPE pairwall_table_entries gauge\n"
@@ -508,7 +511,11 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
         "# HELP pairwall_source_overloads_refused_total Sources an overload could not add to its table: the "
         "rules with them added were refused (set limit table-entries).\n"
         "# TYPE pairwall_source_overloads_refused_total counter\n"
-        "pairwall_source_overloads_refused_total 0\n");
+        "pairwall_source_overloads_refused_total 0\n"
+        "# HELP pairwall_rule_loads_refused_total Rule file loads (SIGHUP, rules load) refused; the running "
+        "rules stayed.\n"
+        "# TYPE pairwall_rule_loads_refused_total counter\n"
+        "pairwall_rule_loads_refused_total 0\n");
   r = edit("blocked", TableEdit::FLUSH, {});
   CHECK(r.tables().deleted() == 1);
   CHECK(r.tables().tables(0).count() == 0);
@@ -689,7 +696,7 @@ TEST_CASE("service: tables add past 'set limit table-entries' is refused and the
   CHECK(refused.refused == 1);
   CHECK(refused.error.find("over the limit of 3") != std::string::npos);
   MetricWriter metrics;
-  d.service.render_table_metrics(metrics);
+  d.service.render_metrics(metrics);
   CHECK(metrics.text().find("pairwall_source_overloads_refused_total 1\n") != std::string::npos);
   CHECK(d.send(syn("10.0.0.9", 40002, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
 }
@@ -946,6 +953,9 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
     CHECK(d.service.rules_file() == plain);
     const Response st = d.call(make([](Request& x) { x.mutable_status(); }));
     CHECK(st.status().rule_reload_failures() == 1);
+    MetricWriter metrics;
+    d.service.render_metrics(metrics);
+    CHECK(metrics.text().find("pairwall_rule_loads_refused_total 1\n") != std::string::npos);
 
     // SIGHUP of the current file, edited to translate: refused the same way.
     d.write("pf.conf", "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\npass all\n");
