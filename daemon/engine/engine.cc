@@ -179,6 +179,13 @@ SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& s
   return ack;
 }
 
+// A neighbor solicitation or advertisement with its target (RFC 4861 4.3, 4.4).
+constexpr uint16_t kNeighborMessageLength = 24;
+
+bool is_multicast_v6(const IpAddress& address) {
+  return (address.hi >> 56) == 0xff;  // ff00::/8 (RFC 4291 2.7)
+}
+
 // The solicited-node multicast group of an IPv6 address (RFC 4291 2.7.1): ff02::1:ff00:0/104 and
 // the address's low 24 bits.
 IpAddress solicited_node_group(const IpAddress& address) {
@@ -976,13 +983,23 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
     StateTable::Handle state = states_.find(parsed.key, parsed.hash);
-    if (!state && packet.family == Family::V6 && packet.is_icmp() && packet.icmp.type == 136) {
-      // A neighbor advertisement answers a solicitation sent to its target's solicited-node
-      // group (RFC 4861 7.2.2), not to the address it comes from: that solicitation's state is
-      // found by the group, as pf_icmp_state_lookup finds it (PF_ICMP_MULTI_SOLICITED).
-      StateKey group = parsed.key;
-      group.addr[0] = solicited_node_group(packet.src);
-      state = states_.find(group, states_.hash(group));
+    if (!state && packet.family == Family::V6 && packet.is_icmp() && packet.icmp.type == 136 &&
+        packet.l4_length >= kNeighborMessageLength) {
+      // A neighbor advertisement answers the solicitation of its target (RFC 4861 7.2.4), which
+      // may not be the address it comes from (a proxy's answer, 7.2.8), sent to the target itself
+      // or to its solicited-node group (7.2.2); the answer to one from the unspecified address
+      // (duplicate address detection, RFC 4862 5.4.3) goes to all nodes. pf keys the
+      // advertisement by its target and by the unspecified address for a multicast destination
+      // (pf_state_key_addr_setup).
+      StateKey answer = parsed.key;
+      answer.addr[0] = IpAddress::from_v6_bytes(bytes.data() + packet.l4_offset + 8);
+      if (is_multicast_v6(packet.dst)) answer.addr[1] = IpAddress{};
+      const IpAddress target = answer.addr[0];
+      if (answer != parsed.key) state = states_.find(answer, states_.hash(answer));
+      if (!state) {
+        answer.addr[0] = solicited_node_group(target);
+        state = states_.find(answer, states_.hash(answer));
+      }
     }
     if (state) {
       if (!translation_admits(state, false))

@@ -1076,7 +1076,7 @@ TEST_CASE(
     "[engine][icmp]") {
   Firewall fw("block all\npass out on wan0 inet6 proto icmp6 icmp6-type neighbrsol keep state\n");
   const std::string self = "2001:db8:2::1";
-  const Bytes target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0x80};
+  const Bytes target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0x80};
   const auto from_node = [&](Bytes p) {
     return fw.run(std::move(p), PacketMeta{Hook::Output, kNoIface, fw.wan});
   };
@@ -1090,8 +1090,53 @@ TEST_CASE(
       from_node(PacketBuilder().ipv6(self, "ff02::1:ff34:80").ttl(255).icmp(135, 0).payload(target).build())
           .reason == Reason::Match);
   CHECK(to_node(advertisement("2001:db8:2::1234:80")).reason == Reason::State);
-  // Another neighbour's advertisement of that target is not the answer: the rules decide it.
-  CHECK(to_node(advertisement("2001:db8:2::99")).reason == Reason::RuleBlock);
+  // An advertisement of another target is not the answer: the rules decide it.
+  const Bytes other_target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0x81};
+  CHECK(to_node(PacketBuilder()
+                    .ipv6("2001:db8:2::1234:81", self)
+                    .ttl(255)
+                    .icmp(136, 0, 0x60000000)
+                    .payload(other_target)
+                    .build())
+            .reason == Reason::RuleBlock);
+}
+
+// The target of an advertisement, not the address it comes from, says which solicitation it
+// answers (RFC 4861 4.4, 7.2.4): a proxy answers for addresses not its own (RFC 4861 7.2.8, a
+// router's proxy_ndp), and the answer to duplicate address detection goes to all nodes, as its
+// solicitation came from the unspecified address (RFC 4862 5.4.3). pf keys both messages by the
+// target (pf_state_key_addr_setup), so that these answers find their solicitation's state.
+TEST_CASE("ICMPv6 neighbor discovery: an advertisement is matched to its solicitation by its target",
+          "[engine][icmp]") {
+  Firewall fw("block all\npass out on wan0 inet6 proto icmp6 icmp6-type neighbrsol keep state\n");
+  const std::string self = "2001:db8:2::1";
+  const std::string proxy = "fe80::1";
+  const Bytes target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0x80};
+  const auto from_node = [&](Bytes p) {
+    return fw.run(std::move(p), PacketMeta{Hook::Output, kNoIface, fw.wan});
+  };
+  const auto to_node = [&](Bytes p) {
+    return fw.run(std::move(p), PacketMeta{Hook::Input, fw.wan, kNoIface});
+  };
+  const auto solicitation = [&](const std::string& from, const std::string& to) {
+    return PacketBuilder().ipv6(from, to).ttl(255).icmp(135, 0).payload(target).build();
+  };
+  const auto advertisement = [&](const std::string& from, const std::string& to) {
+    return PacketBuilder().ipv6(from, to).ttl(255).icmp(136, 0, 0x60000000).payload(target).build();
+  };
+  SECTION("address resolution answered by a proxy") {
+    REQUIRE(from_node(solicitation(self, "ff02::1:ff34:80")).reason == Reason::Match);
+    CHECK(to_node(advertisement(proxy, self)).reason == Reason::State);
+  }
+  SECTION("reachability confirmation answered by a proxy") {
+    REQUIRE(from_node(solicitation(self, "2001:db8:2::1234:80")).reason == Reason::Match);
+    CHECK(to_node(advertisement(proxy, self)).reason == Reason::State);
+  }
+  SECTION("duplicate address detection answered by the address's owner") {
+    REQUIRE(from_node(solicitation("::", "ff02::1:ff34:80")).reason == Reason::Match);
+    CHECK(to_node(advertisement("2001:db8:2::1234:80", "ff02::1")).reason == Reason::State);
+  }
+  CHECK(fw.engine.states().size() == 1);
 }
 
 TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[engine][icmp]") {
