@@ -179,6 +179,9 @@ SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& s
   return ack;
 }
 
+// ff02::1, the link's all-nodes group (RFC 4291 2.7.1).
+constexpr IpAddress kAllNodesV6{0xff02000000000000ull, 1};
+
 // A neighbor solicitation or advertisement with its target (RFC 4861 4.3, 4.4).
 constexpr uint16_t kNeighborMessageLength = 24;
 
@@ -983,8 +986,16 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
     // No state: the error is judged by the rules like any ICMP packet (pf does the same).
   } else {
     StateTable::Handle state = states_.find(parsed.key, parsed.hash);
-    if (!state && packet.family == Family::V6 && packet.is_icmp() && packet.icmp.type == 136 &&
-        packet.l4_length >= kNeighborMessageLength) {
+    if (!state && packet.family == Family::V6 && packet.is_icmp() && packet.icmp.is_reply &&
+        packet.icmp.type != 136) {
+      // A request sent to all nodes of a link (ping ff02::1) is answered by each from its own
+      // address: pf looks its state up by that group in place of the reply's source
+      // (pf_icmp_state_lookup's multicast retry).
+      StateKey answer = parsed.key;
+      answer.addr[0] = kAllNodesV6;
+      state = states_.find(answer, states_.hash(answer));
+    } else if (!state && packet.family == Family::V6 && packet.is_icmp() && packet.icmp.type == 136 &&
+               packet.l4_length >= kNeighborMessageLength) {
       // A neighbor advertisement answers the solicitation of its target (RFC 4861 7.2.4), which
       // may not be the address it comes from (a proxy's answer, 7.2.8), sent to the target itself
       // or to its solicited-node group (7.2.2); the answer to one from the unspecified address

@@ -1139,6 +1139,30 @@ TEST_CASE("ICMPv6 neighbor discovery: an advertisement is matched to its solicit
   CHECK(fw.engine.states().size() == 1);
 }
 
+// An echo request to all nodes of a link (ping ff02::1) is answered by each of them, from its own
+// address: pf finds the request's state for such a reply by the all-nodes group in place of the
+// reply's source (pf_icmp_state_lookup's multicast retry, pf_state_key_addr_setup).
+TEST_CASE("ICMPv6 echo replies to a request sent to all nodes find the request's state", "[engine][icmp]") {
+  Firewall fw("block all\npass out on wan0 inet6 proto icmp6 keep state\n");
+  const std::string self = "fe80::1";
+  const auto from_node = [&](Bytes p) {
+    return fw.run(std::move(p), PacketMeta{Hook::Output, kNoIface, fw.wan});
+  };
+  const auto to_node = [&](Bytes p) {
+    return fw.run(std::move(p), PacketMeta{Hook::Input, fw.wan, kNoIface});
+  };
+  REQUIRE(from_node(PacketBuilder().ipv6(self, "ff02::1").ttl(1).icmp_echo(77, 1).build()).reason ==
+          Reason::Match);
+  for (const std::string neighbour : {"fe80::2", "fe80::3"})
+    CHECK(to_node(PacketBuilder().ipv6(neighbour, self).icmp_echo(77, 1, true).build()).reason ==
+          Reason::State);
+  // Another identifier's reply, and a neighbour's own request, are the rules' to judge.
+  CHECK(to_node(PacketBuilder().ipv6("fe80::2", self).icmp_echo(78, 1, true).build()).reason ==
+        Reason::RuleBlock);
+  CHECK(to_node(PacketBuilder().ipv6("fe80::2", self).icmp_echo(77, 1).build()).reason == Reason::RuleBlock);
+  CHECK(fw.engine.states().size() == 1);
+}
+
 TEST_CASE("ICMP errors are matched to the state of the packet they quote", "[engine][icmp]") {
   Firewall fw(kWebOnly);
   const Bytes first = syn(80);
