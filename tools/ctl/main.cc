@@ -65,7 +65,8 @@ commands:
                                  expire (an overload table's offenders, from cron)
   tables add|delete|replace NAME -f FILE
                                  the same with the addresses of FILE (white space apart, # to
-                                 the end of a line a comment), as pfctl -T ... -f
+                                 the end of a line a comment), as pfctl -T ... -f; -f - reads
+                                 them from standard input
   anchors [show]                 the running rules' anchors, their terms and rule counts
   anchors show NAME              the rules of anchor NAME and of the anchors in it, with their
                                  counters, as pfctl -a NAME -s rules
@@ -175,9 +176,11 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
 }
 
 // A table file's entries (engine::rules::parse_table_entries()), read here: the daemon's file
-// system and working directory are not the operator's.
+// system and working directory are not the operator's. "-" is standard input, as pfctl -T ... -f -
+// reads a feed piped in.
 std::vector<engine::TableEntry> read_table_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool from_stdin = path == "-";
+  const int fd = from_stdin ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UsageError{"-f " + path + ": " + std::strerror(errno), false};
   // Every read checked: a directory opens like a file and then fails to read (EISDIR), and a
   // stream would hand on the nothing it read, which `tables replace` takes for an empty list.
@@ -191,9 +194,9 @@ std::vector<engine::TableEntry> read_table_file(const std::string& path) {
     if (n <= 0) break;
     text.append(buf, static_cast<std::size_t>(n));
   }
-  ::close(fd);
+  if (!from_stdin) ::close(fd);
   if (err != 0) throw UsageError{"-f " + path + ": " + std::strerror(err), false};
-  auto entries = engine::rules::parse_table_entries(text, path);
+  auto entries = engine::rules::parse_table_entries(text, from_stdin ? "(standard input)" : path);
   if (auto* error = std::get_if<engine::rules::RuleError>(&entries))
     throw UsageError{error->to_string(), false};
   return std::get<std::vector<engine::TableEntry>>(std::move(entries));

@@ -25,14 +25,21 @@ struct Run {
   std::string output;  // standard output and error
 };
 
-Run run_ctl(const std::vector<std::string>& args) {
+// `input` is its standard input, whole (it fits in a pipe's buffer).
+Run run_ctl(const std::vector<std::string>& args, const std::string& input = {}) {
   int pipe_fds[2];
+  int input_fds[2];
   REQUIRE(::pipe(pipe_fds) == 0);
+  REQUIRE(::pipe(input_fds) == 0);
+  REQUIRE(::write(input_fds[1], input.data(), input.size()) == static_cast<ssize_t>(input.size()));
+  ::close(input_fds[1]);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    ::dup2(input_fds[0], STDIN_FILENO);
     ::dup2(pipe_fds[1], STDOUT_FILENO);
     ::dup2(pipe_fds[1], STDERR_FILENO);
+    ::close(input_fds[0]);
     ::close(pipe_fds[0]);
     ::close(pipe_fds[1]);
     std::vector<char*> argv{const_cast<char*>(PAIRWALLCTL)};
@@ -41,6 +48,7 @@ Run run_ctl(const std::vector<std::string>& args) {
     ::execv(PAIRWALLCTL, argv.data());
     ::_exit(127);
   }
+  ::close(input_fds[0]);
   ::close(pipe_fds[1]);
   Run run;
   char buf[4096];
@@ -106,6 +114,27 @@ TEST_CASE("pairwallctl: -f naming what cannot be read sends nothing", "[ctl]") {
   CHECK(ok.status == 0);
   REQUIRE(d.requests.size() == 1);
   CHECK(d.requests[0].table_edit().addresses_size() == 2);
+}
+
+// A feed piped in, as `fetch-feed | pfctl -t feed -T replace -f -` (pfr_buf_load() reads
+// standard input for "-").
+TEST_CASE("pairwallctl: tables -f - reads the addresses from standard input", "[ctl]") {
+  Daemon d;
+  const Run ok = run_ctl({"-s", d.path, "tables", "replace", "feed", "-f", "-"},
+                         "192.0.2.1 # one\n!198.51.100.7\n2001:db8::/32\n");
+  CHECK(ok.status == 0);
+  REQUIRE(d.requests.size() == 1);
+  const auto& sent = d.requests[0].table_edit().addresses();
+  CHECK(std::vector<std::string>(sent.begin(), sent.end()) ==
+        std::vector<std::string>{"192.0.2.1/32", "!198.51.100.7/32", "2001:db8::/32"});
+
+  // A bad entry is named by its line and column in standard input, and nothing is sent.
+  const Run bad = run_ctl({"-s", d.path, "tables", "add", "feed", "-f", "-"}, "192.0.2.1\n  example.com\n");
+  CHECK(bad.status == 2);
+  CHECK(bad.output ==
+        "pairwallctl: (standard input):2:3: expected an address or prefix (e.g. 10.0.0.1, 2001:db8::/32, "
+        "!10.0.0.0/8), got 'example.com'\n");
+  CHECK(d.requests.size() == 1);
 }
 
 // Relative to the daemon's directory (/ under systemd), "pf.conf" is another file, which may exist.
