@@ -473,7 +473,14 @@ int main(int argc, char** argv) {
   } else {
     std::cout << human(request, response, inv);
   }
-  std::cout.flush();
+  // A full disk or a closed pipe cuts the answer off: a script reading `--json > FILE` must not
+  // take the part written for the whole. Where the status is the answer (health for keepalived's
+  // vrrp_script, tables test), the output is an aside and the status stands.
+  const bool status_answers = request.has_health() || request.tables().test_size() > 0;
+  if ((!std::cout.flush() || std::ferror(stdout) != 0) && !status_answers) {
+    std::fprintf(stderr, "pairwallctl: cannot write the output: %s\n", std::strerror(errno));
+    return 1;
+  }
   // pfctl -T test's status: 2 when the table lacks an address tested, so that a script tells a
   // miss from an error (1).
   if (request.tables().test_size() > 0 && response.tables().matched_size() < request.tables().test_size())

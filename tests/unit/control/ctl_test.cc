@@ -1,5 +1,6 @@
 // pairwallctl as an operator runs it: the built binary against a control server on a temporary
 // socket, which records what reached it.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,8 +26,10 @@ struct Run {
   std::string output;  // standard output and error
 };
 
-// `input` is its standard input, whole (it fits in a pipe's buffer).
-Run run_ctl(const std::vector<std::string>& args, const std::string& input = {}) {
+// `input` is its standard input, whole (it fits in a pipe's buffer); with `stdout_path`, standard
+// output goes to that file and `output` holds standard error alone.
+Run run_ctl(const std::vector<std::string>& args, const std::string& input = {},
+            const char* stdout_path = nullptr) {
   int pipe_fds[2];
   int input_fds[2];
   REQUIRE(::pipe(pipe_fds) == 0);
@@ -37,7 +40,7 @@ Run run_ctl(const std::vector<std::string>& args, const std::string& input = {})
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::dup2(input_fds[0], STDIN_FILENO);
-    ::dup2(pipe_fds[1], STDOUT_FILENO);
+    ::dup2(stdout_path != nullptr ? ::open(stdout_path, O_WRONLY) : pipe_fds[1], STDOUT_FILENO);
     ::dup2(pipe_fds[1], STDERR_FILENO);
     ::close(input_fds[0]);
     ::close(pipe_fds[0]);
@@ -135,6 +138,19 @@ TEST_CASE("pairwallctl: tables -f - reads the addresses from standard input", "[
         "pairwallctl: (standard input):2:3: expected an address or prefix (e.g. 10.0.0.1, 2001:db8::/32, "
         "!10.0.0.0/8), got 'example.com'\n");
   CHECK(d.requests.size() == 1);
+}
+
+// `pairwallctl states --json > file` on a full disk: a script must not take a cut-off answer for a
+// whole one.
+TEST_CASE("pairwallctl: output it cannot write is an error, exit 1", "[ctl]") {
+  Daemon d;
+  const Run full = run_ctl({"-s", d.path, "--json", "states"}, {}, "/dev/full");
+  CHECK(full.status == 1);
+  CHECK(full.output == "pairwallctl: cannot write the output: No space left on device\n");
+  CHECK(run_ctl({"-s", d.path, "states"}, {}, "/dev/null").status == 0);
+  // A health check's status is its answer: a full disk is not a failing firewall.
+  CHECK(run_ctl({"-s", d.path, "health"}, {}, "/dev/full").status == 0);
+  CHECK(run_ctl({"-s", d.path, "tables", "test", "t", "192.0.2.1"}, {}, "/dev/full").status == 2);
 }
 
 // Relative to the daemon's directory (/ under systemd), "pf.conf" is another file, which may exist.
