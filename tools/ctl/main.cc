@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -175,15 +174,15 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
   }
 }
 
-// A table file's entries (engine::rules::parse_table_entries()), read here: the daemon's file
-// system and working directory are not the operator's. "-" is standard input, as pfctl -T ... -f -
-// reads a feed piped in.
-std::vector<engine::TableEntry> read_table_file(const std::string& path) {
+constexpr const char* kStandardInput = "(standard input)";
+
+// The whole of -f FILE, "-" standard input. Every read checked: a directory opens like a file and
+// then fails to read (EISDIR), and a stream would hand on the nothing it read, which `tables
+// replace` takes for an empty list and `anchors load` for an anchor without rules.
+std::string read_input(const std::string& path) {
   const bool from_stdin = path == "-";
   const int fd = from_stdin ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UsageError{"-f " + path + ": " + std::strerror(errno), false};
-  // Every read checked: a directory opens like a file and then fails to read (EISDIR), and a
-  // stream would hand on the nothing it read, which `tables replace` takes for an empty list.
   std::string text;
   int err = 0;
   char buf[65536];
@@ -196,7 +195,14 @@ std::vector<engine::TableEntry> read_table_file(const std::string& path) {
   }
   if (!from_stdin) ::close(fd);
   if (err != 0) throw UsageError{"-f " + path + ": " + std::strerror(err), false};
-  auto entries = engine::rules::parse_table_entries(text, from_stdin ? "(standard input)" : path);
+  return text;
+}
+
+// A table file's entries (engine::rules::parse_table_entries()), read here: the daemon's file
+// system and working directory are not the operator's. "-" is standard input, as pfctl -T ... -f -
+// reads a feed piped in.
+std::vector<engine::TableEntry> read_table_file(const std::string& path) {
+  auto entries = engine::rules::parse_table_entries(read_input(path), path == "-" ? kStandardInput : path);
   if (auto* error = std::get_if<engine::rules::RuleError>(&entries))
     throw UsageError{error->to_string(), false};
   return std::get<std::vector<engine::TableEntry>>(std::move(entries));
@@ -300,10 +306,8 @@ Request build_request(const Invocation& inv) {
       } else if (!inv.file) {
         throw UsageError{"anchors load: name the rules' file with -f FILE (-f - for standard input)"};
       } else if (*inv.file == "-") {
-        std::ostringstream text;
-        text << std::cin.rdbuf();
-        load->set_path("(standard input)");
-        load->set_text(text.str());
+        load->set_path(kStandardInput);
+        load->set_text(read_input("-"));
       } else {
         // The daemon reads the file (and those it includes) itself, from an absolute path.
         char resolved[PATH_MAX];

@@ -26,10 +26,10 @@ struct Run {
   std::string output;  // standard output and error
 };
 
-// `input` is its standard input, whole (it fits in a pipe's buffer); with `stdout_path`, standard
-// output goes to that file and `output` holds standard error alone.
+// `input` is its standard input, whole (it fits in a pipe's buffer), or with `stdin_path` that
+// file; with `stdout_path`, standard output goes to that file and `output` holds standard error alone.
 Run run_ctl(const std::vector<std::string>& args, const std::string& input = {},
-            const char* stdout_path = nullptr) {
+            const char* stdout_path = nullptr, const char* stdin_path = nullptr) {
   int pipe_fds[2];
   int input_fds[2];
   REQUIRE(::pipe(pipe_fds) == 0);
@@ -39,7 +39,7 @@ Run run_ctl(const std::vector<std::string>& args, const std::string& input = {},
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    ::dup2(input_fds[0], STDIN_FILENO);
+    ::dup2(stdin_path != nullptr ? ::open(stdin_path, O_RDONLY) : input_fds[0], STDIN_FILENO);
     ::dup2(stdout_path != nullptr ? ::open(stdout_path, O_WRONLY) : pipe_fds[1], STDOUT_FILENO);
     ::dup2(pipe_fds[1], STDERR_FILENO);
     ::close(input_fds[0]);
@@ -138,6 +138,29 @@ TEST_CASE("pairwallctl: tables -f - reads the addresses from standard input", "[
         "pairwallctl: (standard input):2:3: expected an address or prefix (e.g. 10.0.0.1, 2001:db8::/32, "
         "!10.0.0.0/8), got 'example.com'\n");
   CHECK(d.requests.size() == 1);
+}
+
+// A directory opens like a file and reads as nothing: taken for empty rules, `anchors load NAME -f -
+// < DIR` emptied the anchor.
+TEST_CASE("pairwallctl: -f - that cannot be read sends nothing", "[ctl]") {
+  Daemon d;
+  const std::string dir = d.dir.string();
+  for (const std::vector<std::string>& words : {std::vector<std::string>{"anchors", "load", "web"},
+                                                std::vector<std::string>{"tables", "replace", "feed"}}) {
+    INFO(words[0]);
+    std::vector<std::string> args{"-s", d.path};
+    args.insert(args.end(), words.begin(), words.end());
+    args.insert(args.end(), {"-f", "-"});
+    const Run r = run_ctl(args, {}, nullptr, dir.c_str());
+    CHECK(r.status == 2);
+    CHECK(r.output == "pairwallctl: -f -: Is a directory\n");
+  }
+  CHECK(d.requests.empty());
+  const Run ok = run_ctl({"-s", d.path, "anchors", "load", "web", "-f", "-"}, "pass in all\n");
+  CHECK(ok.status == 0);
+  REQUIRE(d.requests.size() == 1);
+  CHECK(d.requests[0].anchor_load().text() == "pass in all\n");
+  CHECK(d.requests[0].anchor_load().path() == "(standard input)");
 }
 
 // `pairwallctl states --json > file` on a full disk: a script must not take a cut-off answer for a
