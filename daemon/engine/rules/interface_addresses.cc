@@ -87,7 +87,7 @@ class Resolver {
       seen.insert(t.negated_entries.begin(), t.negated_entries.end());
       for (const AddressElement& e : t.interfaces) {
         std::vector<IpPrefix> prefixes;
-        if (auto error = addresses_of(e, prefixes)) return error;
+        if (auto error = addresses_of(e, prefixes, /*in_table=*/true)) return error;
         for (const IpPrefix& p : prefixes) {
           if (seen.insert(p).second) (e.negated ? t.negated_entries : t.entries).push_back(p);
         }
@@ -153,16 +153,21 @@ class Resolver {
   }
 
   // The element's addresses (or networks), each once. `(em0)` may have none yet: its table
-  // follows the addresses (refresh_interface_tables()).
-  std::optional<RuleError> addresses_of(const AddressElement& e, std::vector<IpPrefix>& out) const {
+  // follows the addresses (refresh_interface_tables()). A table's list (`in_table`) has no
+  // `(em0)`: its entries are the addresses the interface has as the rules load.
+  std::optional<RuleError> addresses_of(const AddressElement& e, std::vector<IpPrefix>& out,
+                                        bool in_table = false) const {
     if (!collect(e.table, e.networks, addresses_, out))
       return RuleError{e.location, "no interface named '" + e.table + "' on this host"};
     if (out.empty() && !e.dynamic) {
       const std::string written = e.table + (e.networks ? ":network" : "");
-      return RuleError{e.location, (e.table == kSelf ? std::string("this host has no address")
-                                                     : "interface '" + e.table + "' has no address") +
-                                       " (write '(" + written +
-                                       ")' to match its addresses once it has them)"};
+      return RuleError{
+          e.location,
+          (e.table == kSelf ? std::string("this host has no address")
+                            : "interface '" + e.table + "' has no address") +
+              (in_table ? std::string(" (a table holds the addresses it has when the "
+                                      "rules load)")
+                        : " (write '(" + written + ")' to match its addresses once it has them)")};
     }
     return std::nullopt;
   }

@@ -146,6 +146,13 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
   REQUIRE(both.tables[0].negated_entries.size() == 1);
   CHECK(to_string(both.tables[0].negated_entries[0]) == "10.1.0.0/16");
   CHECK(error_of(parse("table <t> { em9 }\n")) == "t.conf:1:13: no interface named 'em9' on this host");
+  // A table takes an interface's addresses as the rules load: `(sync0)` is no word of a table's
+  // list, and the error does not offer it.
+  CHECK(error_of(parse("table <t> { sync0 }\n")) ==
+        "t.conf:1:13: interface 'sync0' has no address (a table holds the addresses it has when the rules "
+        "load)");
+  CHECK(error_of(parse("table <t> { self }\n"), {}) ==
+        "t.conf:1:13: this host has no address (a table holds the addresses it has when the rules load)");
 
   CHECK(error_of(parse("pass all\npass in from em9\n")) ==
         "t.conf:2:14: no interface named 'em9' on this host");
