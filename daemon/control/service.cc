@@ -591,7 +591,11 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   wanted.reserve(static_cast<std::size_t>(request.addresses_size()));
   for (const std::string& text : request.addresses()) {
     const auto entry = engine::parse_table_entry(text);
-    if (!entry) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
+    if (!entry) {
+      if (const std::string network = engine::table_entry_network(text); !network.empty())
+        return "tables: host bits set in '" + text + "': did you mean " + network + "?";
+      return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
+    }
     wanted.push_back(*entry);
   }
   if ((request.op() == TableEdit::FLUSH || request.op() == TableEdit::EXPIRE) && !wanted.empty())

@@ -85,7 +85,10 @@ std::optional<IpAddress> parse_address(std::string_view text, Family* family_out
   return IpAddress::from_v6_bytes(bytes.data());
 }
 
-std::optional<IpPrefix> parse_prefix(std::string_view text) {
+namespace {
+
+// "ADDRESS[/LEN]" with LEN within the family's width; host bits not looked at.
+std::optional<IpPrefix> parse_prefix_any_bits(std::string_view text) {
   std::string_view addr_text = text;
   std::optional<unsigned> length;
   if (auto slash = text.find('/'); slash != std::string_view::npos) {
@@ -105,10 +108,19 @@ std::optional<IpPrefix> parse_prefix(std::string_view text) {
   unsigned width = family == Family::V4 ? 32 : 128;
   if (!length) length = width;
   if (*length > width) return std::nullopt;
+  return IpPrefix{family, *address, static_cast<uint8_t>(*length)};
+}
 
-  IpPrefix p{family, *address, static_cast<uint8_t>(*length)};
-  IpAddress m = host_mask(family, p.length);
-  if ((address->hi & m.hi) != 0 || (address->lo & m.lo) != 0) return std::nullopt;
+IpPrefix network_of(const IpPrefix& p) {
+  const IpAddress m = host_mask(p.family, p.length);
+  return IpPrefix{p.family, {p.address.hi & ~m.hi, p.address.lo & ~m.lo}, p.length};
+}
+
+}  // namespace
+
+std::optional<IpPrefix> parse_prefix(std::string_view text) {
+  const auto p = parse_prefix_any_bits(text);
+  if (!p || network_of(*p) != *p) return std::nullopt;
   return p;
 }
 
@@ -117,6 +129,13 @@ std::optional<TableEntry> parse_table_entry(std::string_view text) {
   const auto prefix = parse_prefix(text.substr(negated ? 1 : 0));
   if (!prefix) return std::nullopt;
   return TableEntry{negated, *prefix};
+}
+
+std::string table_entry_network(std::string_view text) {
+  const bool negated = text.starts_with('!');
+  const auto p = parse_prefix_any_bits(text.substr(negated ? 1 : 0));
+  if (!p || network_of(*p) == *p) return {};
+  return (negated ? "!" : "") + to_string(network_of(*p));
 }
 
 std::string to_string(Family f, const IpAddress& a) {

@@ -2013,9 +2013,11 @@ std::variant<std::vector<TableEntry>, RuleError> parse_table_entries(std::string
       const auto entry = parse_table_entry(word);
       if (!entry) {
         const SourceLocation at{file_name, line, static_cast<uint32_t>(start - line_start + 1)};
+        const std::string network = table_entry_network(word);
         return RuleError{at,
                          "expected an address or prefix (e.g. 10.0.0.1, 2001:db8::/32, !10.0.0.0/8), got '" +
-                             std::string(word.substr(0, 64)) + "'"};
+                             std::string(word.substr(0, 64)) + "'" +
+                             (network.empty() ? "" : ": host bits set, did you mean " + network + "?")};
       }
       out.push_back(*entry);
     }

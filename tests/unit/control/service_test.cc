@@ -484,8 +484,13 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   CHECK(edit("fixed", TableEdit::ADD, {"10.0.0.1"}).error() ==
         "tables: <fixed> is const: change it in " + path);
   CHECK(edit("nope", TableEdit::FLUSH, {}).error() == "tables: no table <nope> in " + path);
-  CHECK(edit("blocked", TableEdit::ADD, {"10.0.0.1/8"}).error() ==
-        "tables: '10.0.0.1/8' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)");
+  // A prefix with host bits set offers its network, as the rule file's lists do; nothing is added.
+  CHECK(edit("blocked", TableEdit::ADD, {"10.0.0.2", "10.0.0.1/8"}).error() ==
+        "tables: host bits set in '10.0.0.1/8': did you mean 10.0.0.0/8?");
+  CHECK(edit("blocked", TableEdit::ADD, {"!10.0.0.1/8"}).error() ==
+        "tables: host bits set in '!10.0.0.1/8': did you mean !10.0.0.0/8?");
+  CHECK(edit("blocked", TableEdit::ADD, {"blocked.example.com"}).error() ==
+        "tables: 'blocked.example.com' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)");
   // An empty list (a feed's file with no entries today) changes nothing and is no error, as pfctl
   // -T add -f answers "0/0 addresses added."
   for (const auto op : {TableEdit::ADD, TableEdit::DELETE}) {

@@ -1315,9 +1315,17 @@ TEST_CASE("table files: entries join their table once, relative to the rule file
   write(rules, "table <feed> file \"bad.txt\"\n");
   auto bad = parse_rules_file(rules);
   REQUIRE(std::holds_alternative<RuleError>(bad));
-  CHECK(std::get<RuleError>(bad).to_string() == (dir.path / "bad.txt").string() +
-                                                    ":2:3: expected an address or prefix (e.g. 10.0.0.1, "
-                                                    "2001:db8::/32, !10.0.0.0/8), got '10.0.0.1/8'");
+  CHECK(std::get<RuleError>(bad).to_string() ==
+        (dir.path / "bad.txt").string() +
+            ":2:3: expected an address or prefix (e.g. 10.0.0.1, "
+            "2001:db8::/32, !10.0.0.0/8), got '10.0.0.1/8': host bits "
+            "set, did you mean 10.0.0.0/8?");
+  // As the rule file's own lists say it, an exception's network offered as an exception.
+  auto negated = parse_table_entries("!2001:db8::1/32\n", "feed");
+  REQUIRE(std::holds_alternative<RuleError>(negated));
+  CHECK(std::get<RuleError>(negated).to_string() ==
+        "feed:1:1: expected an address or prefix (e.g. 10.0.0.1, 2001:db8::/32, !10.0.0.0/8), got "
+        "'!2001:db8::1/32': host bits set, did you mean !2001:db8::/32?");
 
   CHECK(parse_error("table <t> file feed.txt\n") ==
         "t.conf:1:16: expected a quoted file name after 'file', e.g. \"/etc/pairwall/blocked\", got "
