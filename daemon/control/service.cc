@@ -796,6 +796,11 @@ ControlService::OverloadResult ControlService::apply_overloads(
   OverloadResult result;
   if (overloads.empty() || !loaded_) return result;
   engine::rules::RuleFile edited = *loaded_;
+  // As pf's pfr_insert_kentry() for each offender, which fails only once the table-entries pool is
+  // full: the sources that fit are added, the rest refused, rather than the whole batch.
+  const uint64_t entry_limit = edited.settings.table_entry_limit();
+  uint64_t entries = 0;
+  for (const engine::rules::Table& t : edited.tables) entries += t.entry_count();
   for (const engine::SourceOverload& o : overloads) {
     const std::string name(o.table.data());
     auto table = find_table(edited, name);
@@ -808,15 +813,26 @@ ControlService::OverloadResult ControlService::apply_overloads(
         std::find(table->negated_entries.begin(), table->negated_entries.end(), host) !=
             table->negated_entries.end())
       continue;
+    if (entries >= entry_limit) {
+      ++result.refused;
+      continue;
+    }
+    ++entries;
     table->entries.push_back(host);
     result.added.push_back(engine::to_string(o.family, o.address) + " to <" + name + "> (rule @" +
                            std::to_string(o.rule) + ")");
   }
+  if (result.refused != 0) {
+    result.error = "overload: the tables would hold " + std::to_string(entries + result.refused) +
+                   " entries, over the limit of " + std::to_string(entry_limit) +
+                   " (raise it with 'set limit table-entries N')";
+    overloads_refused_ += result.refused;
+  }
   if (!result.added.empty()) {
     if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) {
       result.error = "overload: " + error;
-      result.refused = result.added.size();
-      overloads_refused_ += result.refused;
+      result.refused += result.added.size();
+      overloads_refused_ += result.added.size();
       result.added.clear();
     } else {
       loaded_ = std::move(edited);

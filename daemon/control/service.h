@@ -87,7 +87,7 @@ class ControlService {
   struct OverloadResult {
     std::vector<std::string> added;  // one line per address added: "ADDR to <table> (rule @N)"
     std::size_t states_killed = 0;
-    std::string error;        // the edited rule set was refused (the running one stays)
+    std::string error;        // sources past set limit table-entries, or the edited rule set refused
     std::size_t refused = 0;  // addresses not added for that
   };
   // Acts on the sources the workers found over a rule's max-src-conn or max-src-conn-rate where

@@ -706,6 +706,39 @@ TEST_CASE("service: tables add past 'set limit table-entries' is refused and the
   CHECK(d.send(syn("10.0.0.9", 40002, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
 }
 
+// pf_src_connlimit adds each offender with its own pfr_insert_kentry(), which fails only once the
+// table-entries pool is at its limit: the sources of one batch that fit are added.
+TEST_CASE("service: overloads add the sources that fit under 'set limit table-entries'",
+          "[service][source]") {
+  Daemon d;
+  REQUIRE(d.service
+              .load_rules(d.write("limited.conf",
+                                  "set limit table-entries 4\n"
+                                  "table <blocked> persist { 10.0.0.1 }\n"
+                                  "table <other> { 10.1.0.1 }\n"
+                                  "block quick from <blocked>\n"
+                                  "pass all\n"))
+              .ok);
+  std::vector<engine::SourceOverload> overloads(3);
+  for (std::size_t i = 0; i < overloads.size(); ++i) {
+    std::snprintf(overloads[i].table.data(), overloads[i].table.size(), "blocked");
+    overloads[i].address = engine::IpAddress::v4(0x0a000009 + static_cast<uint32_t>(i));
+  }
+  const auto r = d.service.apply_overloads(overloads);
+  CHECK(r.added ==
+        std::vector<std::string>{"10.0.0.9 to <blocked> (rule @0)", "10.0.0.10 to <blocked> (rule @0)"});
+  CHECK(r.refused == 1);
+  CHECK(r.error ==
+        "overload: the tables would hold 5 entries, over the limit of 4 (raise it with 'set limit "
+        "table-entries N')");
+  CHECK(d.send(syn("10.0.0.9", 40000, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(d.send(syn("10.0.0.10", 40000, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  CHECK(d.send(syn("10.0.0.11", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  MetricWriter metrics;
+  d.service.render_table_metrics(metrics);
+  CHECK(metrics.text().find("pairwall_source_overloads_refused_total 1\n") != std::string::npos);
+}
+
 // pf_src_connlimit adds an offender with pfr_insert_kentry, which leaves a prefix the table holds
 // either way: an exception (`!10.0.0.5`, a monitoring host) is not joined by its opposite.
 TEST_CASE("service: overload leaves a source the table holds as an exception", "[service][source]") {
