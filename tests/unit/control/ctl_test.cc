@@ -140,6 +140,30 @@ TEST_CASE("pairwallctl: tables -f - reads the addresses from standard input", "[
   CHECK(d.requests.size() == 1);
 }
 
+// pfctl -t NAME -T test -f FILE: the addresses to test from a file (a log's list of sources).
+TEST_CASE("pairwallctl: tables test -f FILE tests the addresses of the file", "[ctl]") {
+  Daemon d;
+  const Run tested = run_ctl({"-s", d.path, "tables", "test", "blocked", "-f", "-"},
+                             "192.0.2.1 # a source\n2001:db8::7\n192.0.2.2/32\n");
+  // The fake daemon matches none of them: a miss, 2.
+  CHECK(tested.status == 2);
+  REQUIRE(d.requests.size() == 1);
+  const auto& sent = d.requests[0].tables().test();
+  CHECK(std::vector<std::string>(sent.begin(), sent.end()) ==
+        std::vector<std::string>{"192.0.2.1", "2001:db8::7", "192.0.2.2"});
+  CHECK(d.requests[0].tables().name() == "blocked");
+
+  const Run both =
+      run_ctl({"-s", d.path, "tables", "test", "blocked", "192.0.2.9", "-f", "-"}, "192.0.2.1\n");
+  CHECK(both.status == 2);
+  CHECK(both.output.substr(0, both.output.find('\n')) ==
+        "pairwallctl: tables test: addresses or -f FILE, not both");
+  const Run none = run_ctl({"-s", d.path, "tables", "test", "blocked", "-f", "-"}, "# nothing today\n");
+  CHECK(none.status == 2);
+  CHECK(none.output == "pairwallctl: tables test: -f -: no address\n");
+  CHECK(d.requests.size() == 1);
+}
+
 // A directory opens like a file and reads as nothing: taken for empty rules, `anchors load NAME -f -
 // < DIR` emptied the anchor.
 TEST_CASE("pairwallctl: -f - that cannot be read sends nothing", "[ctl]") {
