@@ -735,7 +735,7 @@ TEST_CASE("service: overloads add the sources that fit under 'set limit table-en
   CHECK(d.send(syn("10.0.0.10", 40000, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
   CHECK(d.send(syn("10.0.0.11", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
   MetricWriter metrics;
-  d.service.render_table_metrics(metrics);
+  d.service.render_metrics(metrics);
   CHECK(metrics.text().find("pairwall_source_overloads_refused_total 1\n") != std::string::npos);
 }
 
