@@ -12,6 +12,7 @@
 //
 //   pairwalld [-c CONFIG] [-f]   run
 //   pairwalld --check            validate the configuration and the rule file, then exit
+//   pairwalld --reload           have the running daemon reload and wait for it (ExecReload), exit
 //   pairwalld --cleanup          release what a stopped instance left behind (ExecStopPost), exit
 //   pairwalld --install-hooks    put the hooks in place before any daemon listens (boot), exit
 //   pairwalld --remove-hooks     remove the hooks while no daemon listens, exit
@@ -45,6 +46,7 @@
 #include <vector>
 
 #include "daemon/control/boot_epoch.h"
+#include "daemon/control/client.h"
 #include "daemon/control/config.h"
 #include "daemon/control/dataplane.h"
 #include "daemon/control/metrics.h"
@@ -79,11 +81,13 @@ using std::chrono::steady_clock;
 constexpr auto kStuckAfter = std::chrono::seconds(3);
 
 constexpr const char* kUsage =
-    R"(usage: pairwalld [-c CONFIG] [-f] [--check | --cleanup | --install-hooks | --remove-hooks]
+    R"(usage: pairwalld [-c CONFIG] [-f] [--check | --reload | --cleanup | --install-hooks | --remove-hooks]
 
   -c CONFIG        configuration file (default /etc/pairwall/pairwall.toml)
   -f               log to stderr (foreground); without it, to syslog unless started by systemd
   --check          validate the configuration and the rule file, print a summary, exit
+  --reload         have the running pairwalld reload (as SIGHUP) and wait for the outcome: exit 0
+                   once it runs the configured rules, 1 with the reason when it refused them
   --cleanup        remove the packet hooks and failover VIPs a stopped pairwalld left behind, exit
                    (as the unit's ExecStopPost: a fail-closed node's hooks are kept)
   --install-hooks  install the packet hooks before any pairwalld listens (early at boot), exit
@@ -94,6 +98,7 @@ struct Options {
   std::string config = std::string(control::kDefaultConfigPath);
   bool foreground = false;
   bool check = false;
+  bool reload = false;
   bool cleanup = false;
   bool install_hooks = false;
   bool remove_hooks = false;
@@ -232,6 +237,31 @@ int check(const control::Config& c) {
               c.rules.file.c_str(), rules->size(),
               c.engine.state_limit ? *c.engine.state_limit : rules->state_limit());
   return 0;
+}
+
+// Asks the running daemon to reload (the Reload request: config, rule file, keys) and waits for it,
+// so that `systemctl reload` (ExecReload) ends when the new rules run and fails when they were
+// refused, with the reason, where a signal would return at once whatever became of the reload.
+int request_reload(const control::Config& c) {
+  try {
+    // A compile of a large rule set with large tables takes seconds; this waits for it.
+    control::ControlClient client(c.control.socket, std::chrono::minutes(5));
+    control::Request request;
+    request.mutable_reload();
+    const control::Response response = client.call(request);
+    if (!response.ok()) {
+      std::fprintf(stderr, "pairwalld: reload refused, the running rules and keys stay: %s\n",
+                   response.error().c_str());
+      return 1;
+    }
+    const auto& loaded = response.rules_loaded();
+    std::printf("pairwalld: rules reloaded from %s: %u rules, %llu states kept\n", loaded.path().c_str(),
+                loaded.rule_count(), static_cast<unsigned long long>(loaded.states_kept()));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pairwalld: reload: %s\n", e.what());
+    return 1;
+  }
 }
 
 // Whether a daemon answers on the control socket, said as an error: its hooks and VIPs are in use,
@@ -806,58 +836,55 @@ int run(const control::Config& c) {
   };
   notify("READY=1\n" + status_line());
 
-  // SIGHUP re-reads the sync and failover keys (key_file, accept_key_file) with the rule file, so
-  // that a pair changes its keys without a restart, which would hand the group over with the
-  // peer's states unsynced (README "Changing the keys"). The other settings need a restart.
-  auto reload_keys = [&](const control::Config& now) {
-    if (!sync_service && !failover) return;
+  // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
+  // the config again, as a restart would, and takes what it names now: the [rules] file (even after
+  // `pairwallctl rules load` of another) and the sync and failover keys (key_file,
+  // accept_key_file), so that a pair changes its keys without a restart, which would hand the
+  // group over with the peer's states unsynced (README "Changing the keys"). All or nothing: the
+  // keys are read before the rules are compiled and taken after they are published. The other
+  // settings need a restart. Nothing thrown on the way (a compile out of memory) may end the
+  // daemon: the running set stays.
+  // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
+  auto reload = [&](std::string_view who) -> control::ControlService::LoadResult {
+    notify("RELOADING=1");
+    control::ControlService::LoadResult result;
     try {
-      if (sync_service && now.sync) {
-        sync::SyncConfig s = sync::parse_sync_config(*now.sync, now.file);
-        sync_service->set_keys(std::move(s.key), std::move(s.accept_key));
-      }
+      const control::Config now = control::load_config(c.file);
+      validate_component_sections(now);  // a config that would not start is not half taken
+      std::optional<sync::SyncConfig> sync_keys;
+      std::optional<failover::FailoverConfig> failover_keys;
+      if (sync_service && now.sync) sync_keys = sync::parse_sync_config(*now.sync, now.file);
       if (failover && now.failover) {
-        failover::FailoverConfig f = failover::parse_failover_config(*now.failover, now.file);
-        if (f.driver == failover::Driver::Builtin)
-          failover->service().set_keys(std::move(f.key), std::move(f.accept_key));
+        failover_keys = failover::parse_failover_config(*now.failover, now.file);
+        if (failover_keys->driver != failover::Driver::Builtin) failover_keys.reset();
       }
-      spdlog::info("SIGHUP: keys re-read from {}", c.file);
+      queues->refresh_interfaces();
+      result = service.load_rules(now.rules.file);
+      if (result.ok) {
+        if (sync_keys) sync_service->set_keys(std::move(sync_keys->key), std::move(sync_keys->accept_key));
+        if (failover_keys) {
+          failover->service().set_keys(std::move(failover_keys->key), std::move(failover_keys->accept_key));
+        }
+        spdlog::info("{}: rules reloaded from {}: {} rules, {} states kept", who, now.rules.file,
+                     result.rule_count, engine.states().size());
+        if (sync_keys || failover_keys) spdlog::info("{}: keys re-read from {}", who, now.file);
+      }
     } catch (const std::exception& e) {
-      spdlog::warn("SIGHUP: keys kept: {}", e.what());
+      result = {false, e.what(), 0};
     }
+    if (!result.ok)
+      spdlog::warn("{}: rules reload refused, running rules and keys kept: {}", who, result.error);
+    notify("READY=1\n" + status_line());
+    return result;
   };
+  service.set_reload([reload] { return reload("reload"); });
 
   // Signals.
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         if (sig == SIGHUP) {
-          notify("RELOADING=1");
-          // The config is read again, as `pairwalld --check` (the unit's ExecReload) just read it:
-          // the rule file it names now is the one loaded, as a restart would load it. Nothing
-          // thrown on the way (a compile out of memory) may end the daemon: the running set stays.
-          std::optional<control::Config> now;
-          try {
-            now = control::load_config(c.file);
-          } catch (const std::exception& e) {
-            spdlog::warn("SIGHUP: {} not read again, the rule file and keys it named at the start kept: {}",
-                         c.file, e.what());
-          }
-          const std::string rules_file = now ? now->rules.file : c.rules.file;
-          try {
-            queues->refresh_interfaces();
-            const auto r = service.load_rules(rules_file);
-            if (r.ok) {
-              spdlog::info("SIGHUP: rules reloaded from {}: {} rules, {} states kept", rules_file,
-                           r.rule_count, engine.states().size());
-            } else {
-              spdlog::warn("SIGHUP: rules reload refused, running set kept: {}", r.error);
-            }
-          } catch (const std::exception& e) {
-            spdlog::error("SIGHUP: rules reload failed, running set kept: {}", e.what());
-          }
-          if (now) reload_keys(*now);
-          notify("READY=1\n" + status_line());
+          reload("SIGHUP");
           signals.async_wait(on_signal);
           return;
         }
@@ -1035,6 +1062,8 @@ int main(int argc, char** argv) {
       opt.foreground = true;
     } else if (a == "--check") {
       opt.check = true;
+    } else if (a == "--reload") {
+      opt.reload = true;
     } else if (a == "--cleanup") {
       opt.cleanup = true;
     } else if (a == "--install-hooks") {
@@ -1049,9 +1078,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (int{opt.check} + int{opt.cleanup} + int{opt.install_hooks} + int{opt.remove_hooks} > 1) {
+  if (int{opt.check} + int{opt.reload} + int{opt.cleanup} + int{opt.install_hooks} + int{opt.remove_hooks} >
+      1) {
     std::fprintf(stderr,
-                 "pairwalld: --check, --cleanup, --install-hooks and --remove-hooks exclude each other\n");
+                 "pairwalld: --check, --reload, --cleanup, --install-hooks and --remove-hooks exclude each "
+                 "other\n");
     return 2;
   }
 
@@ -1075,6 +1106,7 @@ int main(int argc, char** argv) {
     config_broken = true;
   }
   if (opt.check) return check(config);
+  if (opt.reload) return request_reload(config);
 
   setup_logging(opt.foreground || opt.cleanup || opt.install_hooks || opt.remove_hooks, config.log.level);
   if (opt.cleanup) return cleanup(config);

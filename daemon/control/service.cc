@@ -350,8 +350,14 @@ void ControlService::handle(const Request& request, Response& response) {
     case Request::kStatus:
       status(response.mutable_status());
       break;
-    case Request::kRulesLoad: {
-      const auto result = load_rules(request.rules_load().path());
+    case Request::kRulesLoad:
+    case Request::kReload: {
+      if (request.command_case() == Request::kReload && !reload_) {
+        error = "this daemon cannot reload its config";
+        break;
+      }
+      const auto result =
+          request.command_case() == Request::kReload ? reload_() : load_rules(request.rules_load().path());
       if (!result.ok) {
         error = result.error;
         break;

@@ -68,6 +68,11 @@ class ControlService {
   // config's [rules] file, as a restart would.
   LoadResult load_rules(const std::string& path);
 
+  // What the daemon does on SIGHUP (config read again, its rule file loaded, its keys taken), for
+  // the Reload request, which answers once it is done: `systemctl reload` waits for the outcome
+  // and fails with the reason. Unset, Reload is refused.
+  void set_reload(std::function<LoadResult()> reload) { reload_ = std::move(reload); }
+
   void handle(const Request& request, Response& response);
   // handle() for the requests that read or set failover and health alone, which any thread may
   // ask (the failover service and the health probe are thread-safe): true when `request` was one.
@@ -138,6 +143,7 @@ class ControlService {
   FailoverControl* failover_ = nullptr;
   std::function<std::optional<std::string>()> health_probe_;
   std::function<engine::rules::InterfaceAddresses()> interface_addresses_;
+  std::function<LoadResult()> reload_;
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;

@@ -41,6 +41,8 @@ commands:
   rules load FILE                compile FILE aside and swap it in (states survive);
                                  a file that does not compile is refused, the running set stays
   rules show                     rules with @N and their counters
+  reload                         what SIGHUP does, answered once done: the config read again,
+                                 its rule file loaded and its keys taken, or all refused
   rules labels                   the counters of the rules' labels, rules with one label added
                                  up, as pfctl -s labels
   states [--count] [--limit N] [FILTER...]
@@ -338,6 +340,9 @@ Request build_request(const Invocation& inv) {
   } else if (cmd == "settings") {
     need(1);
     r.mutable_settings();
+  } else if (cmd == "reload") {
+    need(1);
+    r.mutable_reload();
   } else if (cmd == "flush" && w.size() == 2 && w[1] == "states") {
     r.mutable_flush_states();
   } else if (cmd == "sync" && w.size() == 2 && w[1] == "status") {

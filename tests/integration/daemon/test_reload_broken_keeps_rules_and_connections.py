@@ -1,6 +1,7 @@
-"""A rule file that does not compile is refused, by `pairwallctl rules load` and by SIGHUP alike:
-the error names file:line:column, the running rules keep deciding as before, and a connection
-opened before the attempt keeps carrying data."""
+"""A rule file that does not compile is refused, by `pairwallctl rules load`, by SIGHUP and by
+`pairwalld --reload` (the unit's ExecReload) alike: the error names file:line:column, the running
+rules keep deciding as before, and a connection opened before the attempt keeps carrying data.
+`pairwalld --reload` waits for the daemon's answer and says it in its exit status."""
 
 import signal
 
@@ -35,3 +36,34 @@ def test_reload_broken_keeps_rules_and_connections(lan, fw, tmp_path):
     assert held.echo()["echo"], "the open connection stopped after a refused SIGHUP reload"
     assert lan.connect(4, ALLOWED)["result"] == "ok"
     assert fw.proc.poll() is None
+
+    # The same through `pairwalld --reload`, which waits for the outcome and exits 1 with it.
+    def reload():
+        return lan.fw.exec(str(fw.bin / "pairwalld"), "--reload", "-c", str(fw.config), check=False, timeout=30)
+
+    cp = reload()
+    assert cp.returncode == 1, (cp.stdout, cp.stderr)
+    assert f"{fw.rules}:" in cp.stderr and "reload refused" in cp.stderr, cp.stderr
+    assert int(fw.json("status")["rule_reload_failures"]) == 3
+    assert held.echo()["echo"], "the open connection stopped after a refused --reload"
+
+    # A config that no longer reads is refused by the daemon as a whole: the rules it ran stay
+    # (SIGHUP; --reload refuses it before asking).
+    good = fw.config.read_text()
+    fw.rules.write_text(RULES)
+    fw.config.write_text(good + "\n[nosuchsection]\n")
+    refusals = fw.log_text().count("rules reload refused")
+    fw.send_signal(signal.SIGHUP)
+    wait_until(lambda: fw.log_text().count("rules reload refused") > refusals, 5, what="the broken config refused")
+    assert "nosuchsection" in fw.log_text()
+    assert int(fw.json("status")["rule_reload_failures"]) == 3  # the rules were never tried
+    cp = reload()
+    assert cp.returncode == 1 and "nosuchsection" in cp.stderr, (cp.stdout, cp.stderr)
+
+    fw.config.write_text(good)
+    cp = reload()
+    assert cp.returncode == 0, (cp.stdout, cp.stderr)
+    assert f"rules reloaded from {fw.rules}: {len(rules_before)} rules" in cp.stdout, cp.stdout
+    assert int(fw.json("status")["rule_reloads"]) >= 2
+    assert held.echo()["echo"]
+    assert lan.connect(4, ALLOWED)["result"] == "ok"

@@ -39,8 +39,7 @@ def test_reload_good_changes_verdicts_keeps_connections(lan, fw, tmp_path):
     assert held.echo()["echo"]
     assert held6.echo()["echo"]
 
-    # The config now names another rule file: SIGHUP loads that one, as the unit's ExecReload
-    # (`pairwalld --check`) just checked it and a restart would load it.
+    # The config now names another rule file: SIGHUP loads that one, as a restart would.
     fw.config.write_text(fw.config.read_text().replace(str(fw.rules), str(new_rules)))
     fw.send_signal(signal.SIGHUP)
     wait_until(lambda: fw.json("status")["rules_file"] == str(new_rules), 5, what="the config's new rule file loaded")

@@ -211,6 +211,15 @@ TEST_CASE("pairwallctl: rules load sends an absolute path, even for a file it ca
   CHECK(d.requests[1].rules_load().path() == "/nonexistent/pf.conf");
 }
 
+TEST_CASE("pairwallctl: reload sends the Reload request and takes no arguments", "[ctl]") {
+  Daemon d;
+  REQUIRE(run_ctl({"-s", d.path, "reload"}).status == 0);
+  REQUIRE(d.requests.size() == 1);
+  CHECK(d.requests[0].has_reload());
+  CHECK(run_ctl({"-s", d.path, "reload", "pf.conf"}).status != 0);
+  CHECK(d.requests.size() == 1);
+}
+
 // A filter holds one port, one proto, one id: a second would replace the first unseen, and the
 // operator would kill or list other states than the ones written.
 TEST_CASE("pairwallctl: a state filter's term given twice is refused, nothing sent", "[ctl]") {

@@ -843,6 +843,35 @@ TEST_CASE("service: overload adds a source to its table and flushes its states",
   }
 }
 
+// The Reload request runs what the daemon set (SIGHUP's reload) and answers with its outcome, as
+// `rules load` does, so that `pairwalld --reload` (ExecReload) can wait for it and fail with it.
+TEST_CASE("service: Reload answers with the outcome of the daemon's reload", "[service]") {
+  Daemon d;
+  const Request reload = make([](Request& q) { q.mutable_reload(); });
+  Response r = d.call(reload);
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "this daemon cannot reload its config");
+
+  int reloads = 0;
+  ControlService::LoadResult outcome{false, "pf.conf:2:5: expected an address, got '!'", 0};
+  d.service.set_reload([&] {
+    ++reloads;
+    return outcome.ok ? d.service.load_rules("") : outcome;
+  });
+  r = d.call(reload);
+  CHECK(reloads == 1);
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "pf.conf:2:5: expected an address, got '!'");
+  CHECK_FALSE(r.has_rules_loaded());
+
+  outcome.ok = true;
+  r = d.call(reload);
+  CHECK(reloads == 2);
+  REQUIRE(r.ok());
+  CHECK(r.rules_loaded().path() == d.config.rules.file);
+  CHECK(r.rules_loaded().rule_count() == 3);
+}
+
 TEST_CASE("service: health, versions, sync and failover routing", "[service]") {
   Daemon d;
   const Request health = make([](Request& q) { q.mutable_health(); });
