@@ -86,16 +86,17 @@ struct StateCopy {
   uint64_t bytes[2] = {0, 0};
 };
 
-// A StateFilter, checked: an address or prefix, a port (TCP's or UDP's), a protocol and a state
-// id, each optional; the first two match either endpoint of either key (a translated state is
-// found by its inside address and by its nat address alike).
+// A StateFilter, checked: an address or prefix, a port (TCP's or UDP's), a protocol, a state id
+// and the creating rule's label, each optional; the first two match either endpoint of either key
+// (a translated state is found by its inside address and by its nat address alike).
 struct StateMatch {
   std::optional<engine::IpPrefix> prefix;
   uint32_t port = 0;
   uint32_t proto = 0;
   std::optional<engine::StateId> id;
+  std::optional<std::string> label;
 
-  bool names_something() const { return prefix || port != 0 || proto != 0 || id; }
+  bool names_something() const { return prefix || port != 0 || proto != 0 || id || label; }
 
   bool key_matches(const engine::StateKey& k) const {
     if (proto != 0 && k.proto != proto) return false;
@@ -109,6 +110,8 @@ struct StateMatch {
   }
   bool operator()(const engine::StateEntry& e) const {
     if (id && !(e.id == *id)) return false;
+    // A state whose rule the peer's rule set had and this one lacks has no creator here.
+    if (label && (e.creator == nullptr || e.creator->label != *label)) return false;
     return key_matches(e.key(0)) || (e.translated() && key_matches(e.key(1)));
   }
 };
@@ -142,6 +145,7 @@ std::string parse_state_filter(const StateFilter& f, const char* command, StateM
     out.id = parse_state_id(f.id());
     if (!out.id) return std::string(command) + ": id '" + f.id() + "' is not CREATOR:COUNTER (e.g. 1:4711)";
   }
+  if (!f.label().empty()) out.label = f.label();
   out.port = f.port();
   out.proto = f.proto();
   return {};
@@ -526,7 +530,7 @@ std::string ControlService::kill_states(const KillStates& request, Killed* out) 
   if (std::string error = parse_state_filter(request.filter(), "states kill", match); !error.empty())
     return error;
   if (!match.names_something())
-    return "states kill: name an address, prefix, port, protocol or id (every state: flush states)";
+    return "states kill: name an address, prefix, port, protocol, id or label (every state: flush states)";
   out->set_states(engine_.kill_states(match));
   return {};
 }

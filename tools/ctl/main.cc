@@ -47,7 +47,8 @@ commands:
                                  up, as pfctl -s labels
   states [--count] [--limit N] [FILTER...]
                                  FILTER: ADDRESS or PREFIX, port N (a TCP or UDP port),
-                                 proto tcp|udp|icmp|icmp6|N, id CREATOR:COUNTER (as listed)
+                                 proto tcp|udp|icmp|icmp6|N, id CREATOR:COUNTER (as listed),
+                                 label NAME (the states of the rules labelled NAME)
   states kill FILTER...          remove the states FILTER matches (and tell the sync peer), as
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
@@ -159,7 +160,7 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
     // One of each: the daemon matches states against all the terms, and a second port or proto
     // would silently replace the first.
     const bool again = (w[i] == "port" && filter.port() != 0) || (w[i] == "proto" && filter.proto() != 0) ||
-                       (w[i] == "id" && !filter.id().empty());
+                       (w[i] == "id" && !filter.id().empty()) || (w[i] == "label" && !filter.label().empty());
     if (again)
       throw UsageError{std::string(command) + ": '" + w[i] + "' given twice (a filter takes one of each)"};
     if (w[i] == "port" && i + 1 < w.size()) {
@@ -168,11 +169,15 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
       filter.set_proto(parse_proto(w[++i]));
     } else if (w[i] == "id" && i + 1 < w.size()) {
       filter.set_id(w[++i]);  // the daemon validates it
-    } else if (filter.address().empty() && w[i] != "port" && w[i] != "proto" && w[i] != "id") {
+    } else if (w[i] == "label" && i + 1 < w.size()) {
+      if (w[i + 1].empty()) throw UsageError{std::string(command) + ": label: name one"};
+      filter.set_label(w[++i]);
+    } else if (filter.address().empty() && w[i] != "port" && w[i] != "proto" && w[i] != "id" &&
+               w[i] != "label") {
       filter.set_address(w[i]);  // the daemon validates it
     } else {
       throw UsageError{std::string(command) + ": unexpected '" + w[i] +
-                       "' (filter: ADDRESS, port N, proto P, id C:N)"};
+                       "' (filter: ADDRESS, port N, proto P, id C:N, label NAME)"};
     }
   }
 }
@@ -245,7 +250,8 @@ Request build_request(const Invocation& inv) {
     r.mutable_rules_show();
   } else if (cmd == "states" && w.size() >= 2 && w[1] == "kill") {
     if (inv.count || inv.limit) throw UsageError{"--count and --limit go with 'states', not 'states kill'"};
-    if (w.size() == 2) throw UsageError{"states kill: name an ADDRESS or PREFIX, port N, proto P or id C:N"};
+    if (w.size() == 2)
+      throw UsageError{"states kill: name an ADDRESS or PREFIX, port N, proto P, id C:N or label NAME"};
     parse_state_filter(w, 2, "states kill", *r.mutable_kill_states()->mutable_filter());
   } else if (cmd == "states") {
     auto* s = r.mutable_states();

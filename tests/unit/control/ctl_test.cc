@@ -211,6 +211,16 @@ TEST_CASE("pairwallctl: rules load sends an absolute path, even for a file it ca
   CHECK(d.requests[1].rules_load().path() == "/nonexistent/pf.conf");
 }
 
+TEST_CASE("pairwallctl: states kill label NAME sends the label with the other terms", "[ctl]") {
+  Daemon d;
+  REQUIRE(run_ctl({"-s", d.path, "states", "kill", "label", "web", "proto", "udp"}).status == 0);
+  REQUIRE(d.requests.size() == 1);
+  const auto& f = d.requests[0].kill_states().filter();
+  CHECK(f.label() == "web");
+  CHECK(f.proto() == 17);
+  CHECK(f.address().empty());
+}
+
 TEST_CASE("pairwallctl: reload sends the Reload request and takes no arguments", "[ctl]") {
   Daemon d;
   REQUIRE(run_ctl({"-s", d.path, "reload"}).status == 0);
@@ -235,6 +245,9 @@ TEST_CASE("pairwallctl: a state filter's term given twice is refused, nothing se
        "pairwallctl: states kill: 'proto' given twice (a filter takes one of each)"},
       {{"states", "id", "1:2", "id", "1:3"},
        "pairwallctl: states: 'id' given twice (a filter takes one of each)"},
+      {{"states", "label", "web", "label", "ssh"},
+       "pairwallctl: states: 'label' given twice (a filter takes one of each)"},
+      {{"states", "kill", "label", ""}, "pairwallctl: states kill: label: name one"},
       {{"states", "port", "0"}, "pairwallctl: port: expected a number 1..65535, got '0'"},
       {{"states", "port", "http"}, "pairwallctl: port: expected a number 1..65535, got 'http'"},
   };

@@ -323,7 +323,7 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     Response r = kill("", 0, 0);
     CHECK_FALSE(r.ok());
     CHECK(r.error() ==
-          "states kill: name an address, prefix, port, protocol or id (every state: flush states)");
+          "states kill: name an address, prefix, port, protocol, id or label (every state: flush states)");
     r = kill("10.0.0.0/33", 0, 0);
     CHECK_FALSE(r.ok());
     CHECK(r.error() == "states kill: '10.0.0.0/33' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
@@ -370,6 +370,48 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     CHECK(r.flushed().states() == 2);
     CHECK(d.engine.states().size() == 0);
   }
+}
+
+// pfctl -k label -k NAME: the states whose creating rule carries the label, whatever their
+// addresses; a label no rule carries names no state.
+TEST_CASE("service: a label filter names the states of the rules with that label", "[service]") {
+  Daemon d;
+  REQUIRE(d.service
+              .load_rules(d.write("labels.conf",
+                                  "block all\n"
+                                  "pass proto tcp to port 80 label \"web\"\n"
+                                  "pass proto tcp to port 22 label \"ssh\"\n"
+                                  "pass proto udp label \"web\"\n"))
+              .ok);
+  REQUIRE(d.send(syn("10.0.0.1", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  REQUIRE(d.send(syn("10.0.0.1", 40001, "10.9.0.1", 22)).action == engine::Verdict::Action::Accept);
+  REQUIRE(d.send(PacketBuilder().ipv4("10.0.0.2", "10.9.0.2").udp(5353, 53).payload(10).build()).action ==
+          engine::Verdict::Action::Accept);
+  REQUIRE(d.engine.states().size() == 3);
+
+  auto with_label = [](Request& q, StateFilter* f, const std::string& label) {
+    f->set_label(label);
+    return q;
+  };
+  Request list = make([](Request& q) { q.mutable_states(); });
+  Response r = d.call(with_label(list, list.mutable_states()->mutable_filter(), "web"));
+  REQUIRE(r.ok());
+  CHECK(r.states().matched() == 2);
+
+  Request kill = make([](Request& q) { q.mutable_kill_states(); });
+  r = d.call(with_label(kill, kill.mutable_kill_states()->mutable_filter(), "nosuch"));
+  REQUIRE(r.ok());
+  CHECK(r.killed().states() == 0);
+  kill.mutable_kill_states()->mutable_filter()->set_proto(17);
+  r = d.call(with_label(kill, kill.mutable_kill_states()->mutable_filter(), "web"));
+  REQUIRE(r.ok());
+  CHECK(r.killed().states() == 1);  // web's UDP state; its TCP one stays
+  kill.mutable_kill_states()->mutable_filter()->clear_proto();
+  r = d.call(kill);
+  CHECK(r.killed().states() == 1);
+  REQUIRE(d.engine.states().size() == 1);
+  d.engine.states().for_each(
+      [](const engine::StateEntry& e) { CHECK((e.key(0).port[0] == 22 || e.key(0).port[1] == 22)); });
 }
 
 // An ICMP query's state keeps its identifier and type where a TCP or UDP state keeps its ports:
