@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "daemon/control/framing.h"
@@ -86,20 +87,25 @@ struct StateCopy {
   uint64_t bytes[2] = {0, 0};
 };
 
-// A StateFilter, checked: an address or prefix, a port (TCP's or UDP's), a protocol, a state id
-// and the creating rule's label, each optional; the first two match either endpoint of either key
-// (a translated state is found by its inside address and by its nat address alike).
+// A StateFilter, checked: an address or prefix, a port (TCP's or UDP's), a protocol, a state id,
+// the creating rule's label and the addresses of the side that opened the connection and of the
+// other, each optional; addresses and ports match either key (a translated state is found by its
+// inside address and by its nat address alike), the first two either endpoint of it.
 struct StateMatch {
   std::optional<engine::IpPrefix> prefix;
   uint32_t port = 0;
   uint32_t proto = 0;
   std::optional<engine::StateId> id;
   std::optional<std::string> label;
+  std::optional<engine::IpPrefix> from;  // endpoint 0: the side that sent the first packet
+  std::optional<engine::IpPrefix> to;
 
-  bool names_something() const { return prefix || port != 0 || proto != 0 || id || label; }
+  bool names_something() const { return prefix || port != 0 || proto != 0 || id || label || from || to; }
 
   bool key_matches(const engine::StateKey& k) const {
     if (proto != 0 && k.proto != proto) return false;
+    if (from && !from->contains(k.family, k.addr[0])) return false;
+    if (to && !to->contains(k.family, k.addr[1])) return false;
     // An ICMP query's key holds its identifier and type in the ports' place: not ports.
     if (port != 0 && ((k.proto != engine::ipproto::kTcp && k.proto != engine::ipproto::kUdp) ||
                       (k.port[0] != port && k.port[1] != port)))
@@ -146,6 +152,15 @@ std::string parse_state_filter(const StateFilter& f, const char* command, StateM
     if (!out.id) return std::string(command) + ": id '" + f.id() + "' is not CREATOR:COUNTER (e.g. 1:4711)";
   }
   if (!f.label().empty()) out.label = f.label();
+  for (auto [text, prefix, word] :
+       {std::tuple{&f.from(), &out.from, "from"}, std::tuple{&f.to(), &out.to, "to"}}) {
+    if (text->empty()) continue;
+    *prefix = engine::parse_prefix(*text);
+    if (!*prefix) {
+      return std::string(command) + ": " + word + " '" + *text +
+             "' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)";
+    }
+  }
   out.port = f.port();
   out.proto = f.proto();
   return {};
@@ -530,7 +545,8 @@ std::string ControlService::kill_states(const KillStates& request, Killed* out) 
   if (std::string error = parse_state_filter(request.filter(), "states kill", match); !error.empty())
     return error;
   if (!match.names_something())
-    return "states kill: name an address, prefix, port, protocol, id or label (every state: flush states)";
+    return "states kill: name an address, prefix, port, protocol, id, label, from or to (every state: flush "
+           "states)";
   out->set_states(engine_.kill_states(match));
   return {};
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -48,7 +49,9 @@ commands:
   states [--count] [--limit N] [FILTER...]
                                  FILTER: ADDRESS or PREFIX, port N (a TCP or UDP port),
                                  proto tcp|udp|icmp|icmp6|N, id CREATOR:COUNTER (as listed),
-                                 label NAME (the states of the rules labelled NAME)
+                                 label NAME (the states of the rules labelled NAME),
+                                 from ADDRESS|PREFIX (the side that opened the connection),
+                                 to ADDRESS|PREFIX (the other side), as pfctl -k SRC -k DST
   states kill FILTER...          remove the states FILTER matches (and tell the sync peer), as
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
@@ -153,31 +156,36 @@ Invocation parse_args(int argc, char** argv) {
   return inv;
 }
 
-// A state filter from words[first...]: ADDRESS or PREFIX, port N, proto P, id C:N, in any order.
+// A state filter from words[first...]: ADDRESS or PREFIX, port N, proto P, id C:N, label NAME,
+// from ADDRESS, to ADDRESS, in any order.
 void parse_state_filter(const std::vector<std::string>& w, std::size_t first, const char* command,
                         control::StateFilter& filter) {
+  static const std::set<std::string> kTerms = {"port", "proto", "id", "label", "from", "to"};
+  std::set<std::string> given;
   for (std::size_t i = first; i < w.size(); ++i) {
+    const bool term = kTerms.contains(w[i]);
     // One of each: the daemon matches states against all the terms, and a second port or proto
     // would silently replace the first.
-    const bool again = (w[i] == "port" && filter.port() != 0) || (w[i] == "proto" && filter.proto() != 0) ||
-                       (w[i] == "id" && !filter.id().empty()) || (w[i] == "label" && !filter.label().empty());
-    if (again)
+    if (term && !given.insert(w[i]).second)
       throw UsageError{std::string(command) + ": '" + w[i] + "' given twice (a filter takes one of each)"};
-    if (w[i] == "port" && i + 1 < w.size()) {
-      filter.set_port(parse_number(w[++i], "port", 65535, 1));
-    } else if (w[i] == "proto" && i + 1 < w.size()) {
-      filter.set_proto(parse_proto(w[++i]));
-    } else if (w[i] == "id" && i + 1 < w.size()) {
-      filter.set_id(w[++i]);  // the daemon validates it
-    } else if (w[i] == "label" && i + 1 < w.size()) {
-      if (w[i + 1].empty()) throw UsageError{std::string(command) + ": label: name one"};
-      filter.set_label(w[++i]);
-    } else if (filter.address().empty() && w[i] != "port" && w[i] != "proto" && w[i] != "id" &&
-               w[i] != "label") {
-      filter.set_address(w[i]);  // the daemon validates it
+    if (term && i + 1 < w.size()) {
+      const std::string& word = w[i];
+      const std::string& value = w[++i];
+      // The daemon validates the addresses and the id.
+      if (word == "port") filter.set_port(parse_number(value, "port", 65535, 1));
+      if (word == "proto") filter.set_proto(parse_proto(value));
+      if (word == "id") filter.set_id(value);
+      if (word == "from") filter.set_from(value);
+      if (word == "to") filter.set_to(value);
+      if (word == "label") {
+        if (value.empty()) throw UsageError{std::string(command) + ": label: name one"};
+        filter.set_label(value);
+      }
+    } else if (!term && filter.address().empty()) {
+      filter.set_address(w[i]);
     } else {
       throw UsageError{std::string(command) + ": unexpected '" + w[i] +
-                       "' (filter: ADDRESS, port N, proto P, id C:N, label NAME)"};
+                       "' (filter: ADDRESS, port N, proto P, id C:N, label NAME, from ADDRESS, to ADDRESS)"};
     }
   }
 }
@@ -251,7 +259,8 @@ Request build_request(const Invocation& inv) {
   } else if (cmd == "states" && w.size() >= 2 && w[1] == "kill") {
     if (inv.count || inv.limit) throw UsageError{"--count and --limit go with 'states', not 'states kill'"};
     if (w.size() == 2)
-      throw UsageError{"states kill: name an ADDRESS or PREFIX, port N, proto P, id C:N or label NAME"};
+      throw UsageError{
+          "states kill: name an ADDRESS or PREFIX, port N, proto P, id C:N, label NAME, from or to"};
     parse_state_filter(w, 2, "states kill", *r.mutable_kill_states()->mutable_filter());
   } else if (cmd == "states") {
     auto* s = r.mutable_states();

@@ -211,7 +211,7 @@ TEST_CASE("pairwallctl: rules load sends an absolute path, even for a file it ca
   CHECK(d.requests[1].rules_load().path() == "/nonexistent/pf.conf");
 }
 
-TEST_CASE("pairwallctl: states kill label NAME sends the label with the other terms", "[ctl]") {
+TEST_CASE("pairwallctl: label, from and to go with the other terms of a state filter", "[ctl]") {
   Daemon d;
   REQUIRE(run_ctl({"-s", d.path, "states", "kill", "label", "web", "proto", "udp"}).status == 0);
   REQUIRE(d.requests.size() == 1);
@@ -219,6 +219,14 @@ TEST_CASE("pairwallctl: states kill label NAME sends the label with the other te
   CHECK(f.label() == "web");
   CHECK(f.proto() == 17);
   CHECK(f.address().empty());
+  REQUIRE(run_ctl({"-s", d.path, "states", "from", "10.0.0.1", "to", "10.9.0.0/16", "port", "80"}).status ==
+          0);
+  REQUIRE(d.requests.size() == 2);
+  const auto& g = d.requests[1].states().filter();
+  CHECK(g.from() == "10.0.0.1");
+  CHECK(g.to() == "10.9.0.0/16");
+  CHECK(g.port() == 80);
+  CHECK(g.address().empty());
 }
 
 TEST_CASE("pairwallctl: reload sends the Reload request and takes no arguments", "[ctl]") {
@@ -248,6 +256,12 @@ TEST_CASE("pairwallctl: a state filter's term given twice is refused, nothing se
       {{"states", "label", "web", "label", "ssh"},
        "pairwallctl: states: 'label' given twice (a filter takes one of each)"},
       {{"states", "kill", "label", ""}, "pairwallctl: states kill: label: name one"},
+      {{"states", "from", "10.0.0.1", "from", "10.0.0.2"},
+       "pairwallctl: states: 'from' given twice (a filter takes one of each)"},
+      {{"states", "kill", "to"},
+       "pairwallctl: states kill: unexpected 'to' (filter: ADDRESS, port N, proto P, id C:N, label NAME, "
+       "from "
+       "ADDRESS, to ADDRESS)"},
       {{"states", "port", "0"}, "pairwallctl: port: expected a number 1..65535, got '0'"},
       {{"states", "port", "http"}, "pairwallctl: port: expected a number 1..65535, got 'http'"},
   };

@@ -323,7 +323,8 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     Response r = kill("", 0, 0);
     CHECK_FALSE(r.ok());
     CHECK(r.error() ==
-          "states kill: name an address, prefix, port, protocol, id or label (every state: flush states)");
+          "states kill: name an address, prefix, port, protocol, id, label, from or to (every state: flush "
+          "states)");
     r = kill("10.0.0.0/33", 0, 0);
     CHECK_FALSE(r.ok());
     CHECK(r.error() == "states kill: '10.0.0.0/33' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
@@ -412,6 +413,46 @@ TEST_CASE("service: a label filter names the states of the rules with that label
   REQUIRE(d.engine.states().size() == 1);
   d.engine.states().for_each(
       [](const engine::StateEntry& e) { CHECK((e.key(0).port[0] == 22 || e.key(0).port[1] == 22)); });
+}
+
+// pfctl -k SRC -k DST: from names the side that opened the connection, to the other, where a bare
+// address names either.
+TEST_CASE("service: from and to name the sides of a connection, a bare address either", "[service]") {
+  Daemon d;
+  REQUIRE(d.service.load_rules(d.write("all.conf", "pass all\n")).ok);
+  REQUIRE(d.send(syn("10.0.0.1", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  REQUIRE(d.send(syn("10.9.0.2", 40001, "10.0.0.1", 22)).action == engine::Verdict::Action::Accept);
+  REQUIRE(d.send(syn("10.0.0.3", 40002, "10.9.0.3", 80)).action == engine::Verdict::Action::Accept);
+
+  auto matched = [&d](const std::string& address, const std::string& from, const std::string& to) {
+    Request q = make([](Request& r) { r.mutable_states(); });
+    auto* f = q.mutable_states()->mutable_filter();
+    f->set_address(address);
+    f->set_from(from);
+    f->set_to(to);
+    const Response r = d.call(q);
+    INFO(r.error());
+    REQUIRE(r.ok());
+    return r.states().matched();
+  };
+  CHECK(matched("10.0.0.1", "", "") == 2);
+  CHECK(matched("", "10.0.0.1", "") == 1);
+  CHECK(matched("", "", "10.0.0.1") == 1);
+  CHECK(matched("", "10.0.0.0/24", "10.9.0.0/16") == 2);
+  CHECK(matched("", "10.9.0.0/16", "10.0.0.0/24") == 1);
+  CHECK(matched("", "10.9.0.0/16", "10.9.0.0/16") == 0);
+
+  Request kill = make([](Request& q) { q.mutable_kill_states(); });
+  kill.mutable_kill_states()->mutable_filter()->set_to("10.0.0.0/33");
+  CHECK(d.call(kill).error() ==
+        "states kill: to '10.0.0.0/33' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
+  kill.mutable_kill_states()->mutable_filter()->set_to("10.9.0.0/16");
+  kill.mutable_kill_states()->mutable_filter()->set_from("10.0.0.1");
+  const Response r = d.call(kill);
+  REQUIRE(r.ok());
+  CHECK(r.killed().states() == 1);
+  CHECK(matched("10.0.0.1", "", "") == 1);
+  CHECK(matched("", "10.0.0.3", "") == 1);
 }
 
 // An ICMP query's state keeps its identifier and type where a TCP or UDP state keeps its ports:
