@@ -23,9 +23,9 @@
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
 #
-# A failure is retried for about five seconds (pairwalld may be restarting or busy) and then logged
-# to syslog and stderr: keepalived does not look at the exit status, so the log is the only trace
-# of a role pairwalld was never told.
+# A failure is retried for about five seconds, each try given 2 s to be answered (pairwalld may be
+# restarting or busy), and then logged to syslog and stderr: keepalived does not look at the exit
+# status, so the log is the only trace of a role pairwalld was never told.
 set -u
 
 ctl=pairwallctl
@@ -72,15 +72,19 @@ tell() {
       return 2
       ;;
   esac
-  tries=0
+  # Each try is bounded: pairwallctl waits up to 30 s for an answer (and without end for a
+  # connection to a daemon whose listen queue is full), so a frozen pairwalld would hold the changes
+  # queued behind this one for minutes, and keepalived drops what no longer fits in the FIFO. KILL,
+  # since the FIFO loop ignores TERM and pairwallctl inherits that.
+  give_up=$(($(date +%s) + 5))
   while :; do
     if [ -n "$sock" ]; then
-      out=$($ctl -s "$sock" failover set-role "$role" 2>&1) && return 0
+      out=$(timeout -s KILL 2 $ctl -s "$sock" failover set-role "$role" 2>&1) && return 0
     else
-      out=$($ctl failover set-role "$role" 2>&1) && return 0
+      out=$(timeout -s KILL 2 $ctl failover set-role "$role" 2>&1) && return 0
     fi
-    tries=$((tries + 1))
-    if [ "$tries" -ge 25 ]; then
+    case $? in 124 | 137) out="no answer within 2 s" ;; esac
+    if [ "$(date +%s)" -ge "$give_up" ]; then
       msg="keepalived instance $1 is $2 but pairwalld was not told: $out"
       logger -t pairwall-notify "$msg" 2>/dev/null
       echo "pairwall-notify: $msg" >&2

@@ -140,3 +140,30 @@ TEST_CASE("keepalived notify: a keepalived stopping says STOP after its SIGTERM,
   CHECK(read_all(dir.path / "ctl.log") == "failover set-role master\nfailover set-role backup\n");
   CHECK(read_all(dir.path / "status") == "0\n");
 }
+
+TEST_CASE("keepalived notify: a pairwalld not answering holds later changes up for seconds, not minutes",
+          "[keepalived]") {
+  pairwall::test::TempDir dir("keepalived-notify");
+  // A daemon that accepts and never answers: pairwallctl would wait 30 s for each of the tries.
+  write_script(dir.path / "pairwallctl",
+               "echo \"$*\" >> \"$(dirname \"$0\")/ctl.log\"\n"
+               "case \"$*\" in *master*) exec sleep 60 ;; esac\n");
+  write_script(dir.path / "logger", "echo \"$*\" >> \"$(dirname \"$0\")/logger.log\"\n");
+  REQUIRE(::mkfifo((dir.path / "notify.fifo").c_str(), 0600) == 0);
+  std::ofstream(dir.path / "lines") << "INSTANCE \"pairwall\" MASTER 100\n"
+                                       "INSTANCE \"pairwall\" BACKUP 100\n";
+  // The script ignores TERM (keepalived's shutdown): only KILL bounds the test.
+  write_script(
+      dir.path / "run",
+      "cd \"$(dirname \"$0\")\"\nPATH=\"$PWD:$PATH\" timeout -s KILL 15 sh '" + kScript +
+          "' -c ./pairwallctl notify.fifo 2>stderr &\npid=$!\ntimeout 10 sh -c 'cat lines > notify.fifo'\n"
+          "wait $pid\necho $? > status\n");
+  REQUIRE(std::system(("sh '" + (dir.path / "run").string() + "'").c_str()) == 0);
+  CHECK(read_all(dir.path / "status") == "0\n");
+  const std::string ctl = read_all(dir.path / "ctl.log");
+  CHECK(ctl.find("failover set-role master\n") == 0);
+  CHECK(ctl.substr(ctl.rfind("failover set-role ")) == "failover set-role backup\n");
+  CHECK(read_all(dir.path / "logger.log") ==
+        "-t pairwall-notify keepalived instance pairwall is MASTER but pairwalld was not told: no answer "
+        "within 2 s\n");
+}
