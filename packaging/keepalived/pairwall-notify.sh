@@ -28,6 +28,16 @@
 # status, so the log is the only trace of a role pairwalld was never told.
 set -u
 
+usage="usage: $0 [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY"
+# wrong WHAT: keepalived sends its scripts' output to /dev/null, so a wrong invocation goes to
+# syslog too, or the role would silently never reach pairwalld.
+wrong() {
+  logger -t pairwall-notify "$1; $usage" 2>/dev/null
+  echo "pairwall-notify: $1" >&2
+  echo "$usage" >&2
+  exit 2
+}
+
 ctl=pairwallctl
 sock=
 instance=
@@ -37,7 +47,7 @@ while getopts "i:s:c:" opt; do
     i) instance=$OPTARG ;;
     s) sock=$OPTARG ;;
     c) ctl=$OPTARG ;;
-    *) echo "usage: $0 [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2; exit 2 ;;
+    *) wrong "unknown option" ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -111,9 +121,10 @@ if [ $# -eq 1 ] && [ -p "$1" ]; then
   exit 0
 fi
 
-if [ $# -lt 3 ]; then
-  echo "usage: $0 [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY" >&2
-  exit 2
-fi
+case $# in
+  0) wrong "called with no arguments (notify_master and its kind pass none: use notify or vrrp_notify_fifo_script)" ;;
+  1) wrong "$1 is not a FIFO" ;;
+  2) wrong "called with 2 arguments ($*)" ;;
+esac
 ours "$1" "$2" || exit 0
 tell "$2" "$3"

@@ -2,6 +2,7 @@
 // lines keepalived writes into the FIFO, and what reaches pairwalld and the log. pairwallctl and
 // logger are stand-ins that record their arguments.
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -166,4 +167,33 @@ TEST_CASE("keepalived notify: a pairwalld not answering holds later changes up f
   CHECK(read_all(dir.path / "logger.log") ==
         "-t pairwall-notify keepalived instance pairwall is MASTER but pairwalld was not told: no answer "
         "within 2 s\n");
+}
+
+// keepalived sends its scripts' output to /dev/null: a script it runs with the wrong arguments (a
+// notify_master line, which passes none, a FIFO path that is no FIFO) must say so in the log.
+TEST_CASE("keepalived notify: a wrong invocation is logged, not only written to stderr", "[keepalived]") {
+  pairwall::test::TempDir dir("keepalived-notify");
+  write_script(dir.path / "pairwallctl", "echo \"$*\" >> \"$(dirname \"$0\")/ctl.log\"\n");
+  write_script(dir.path / "logger", "echo \"$*\" >> \"$(dirname \"$0\")/logger.log\"\n");
+  std::ofstream(dir.path / "not-a-fifo") << "";
+  const auto run = [&](const std::string& args) {
+    fs::remove(dir.path / "logger.log");
+    const int status = std::system(("cd '" + dir.path.string() + "' && PATH=\"$PWD:$PATH\" timeout 10 sh '" +
+                                    kScript + "' -c ./pairwallctl " + args + " 2>/dev/null")
+                                       .c_str());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    return read_all(dir.path / "logger.log");
+  };
+  const std::string usage =
+      "usage: " + kScript + " [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY";
+  CHECK(run("") ==
+        "-t pairwall-notify called with no arguments (notify_master and its kind pass none: use "
+        "notify or vrrp_notify_fifo_script); " +
+            usage + "\n");
+  CHECK(run("not-a-fifo") == "-t pairwall-notify not-a-fifo is not a FIFO; " + usage + "\n");
+  CHECK(run("INSTANCE pairwall") ==
+        "-t pairwall-notify called with 2 arguments (INSTANCE pairwall); " + usage + "\n");
+  CHECK(run("-x INSTANCE pairwall MASTER 100") == "-t pairwall-notify unknown option; " + usage + "\n");
+  CHECK_FALSE(fs::exists(dir.path / "ctl.log"));
 }
