@@ -149,7 +149,16 @@ void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transp
       log_new_transitions();
     } else if (!held) {
       spdlog::warn("failover: the host's addresses could not be read: INIT until keepalived reports a role");
+    } else {
+      // keepalived holds all of them or none: some is a [failover] vips that is not
+      // virtual_ipaddress, or an address keepalived does not own.
+      spdlog::warn(
+          "failover: {} of the {} VIPs are here, a mix keepalived never leaves: INIT until it reports a "
+          "role (do [failover] vips list keepalived.conf's virtual_ipaddress?)",
+          *held, config_.vips.size());
     }
+  } else {
+    spdlog::info("failover: no [failover] vips to read keepalived's role from: INIT until it reports one");
   }
   if (builtin) {
     spdlog::info("failover: vhid {} driver builtin node {} advbase {} ms advskew {} preempt {} VIPs {}",

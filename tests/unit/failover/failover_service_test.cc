@@ -221,5 +221,41 @@ TEST_CASE("FailoverService: a VIP error is logged again when it comes back after
   service.stop();
 }
 
+// keepalived holds all of its virtual_ipaddress or none. A restart that finds some of the VIPs here
+// cannot tell the role, and says why, so that a [failover] vips that is not keepalived's shows.
+TEST_CASE("FailoverService: keepalived mode says why a restart finds no role in the VIPs",
+          "[failover_service]") {
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  std::ostringstream log;
+  LogCapture capture(log);
+  boost::asio::io_context io;
+  FakeKernel kernel({{"lo", 1, true}, {kAbsentLink, 4242, true}});
+  FailoverConfig config;
+  config.driver = Driver::Keepalived;
+  Vip here;  // every host's
+  here.interface = "lo";
+  here.family = AF_INET;
+  here.address = {127, 0, 0, 1};
+  here.prefix_len = 8;
+  config.vips = {here, config_on_absent_link().vips.at(0)};
+  FailoverService service(io, config, 1);
+  service.start(kernel.transport());
+  CHECK(service.snapshot().role == Role::Init);
+  CHECK(occurrences(log.str(),
+                    "1 of the 2 VIPs are here, a mix keepalived never leaves: INIT until it reports a "
+                    "role (do [failover] vips list keepalived.conf's virtual_ipaddress?)") == 1);
+  service.stop();
+
+  FailoverConfig none;
+  none.driver = Driver::Keepalived;
+  FailoverService without(io, none, 1);
+  FakeKernel no_links({});
+  without.start(no_links.transport());
+  CHECK(without.snapshot().role == Role::Init);
+  CHECK(occurrences(log.str(),
+                    "no [failover] vips to read keepalived's role from: INIT until it reports one") == 1);
+  without.stop();
+}
+
 }  // namespace
 }  // namespace pairwall::failover
