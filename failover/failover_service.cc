@@ -630,11 +630,12 @@ std::string FailoverService::set_role(control::FailoverStatus::Role role) {
     case control::FailoverStatus::FAULT:
       return set_external_role(Role::Fault);
     case control::FailoverStatus::INIT:
-      return set_external_role(Role::Init);
+      // The field's default, so also a request that names no role; keepalived never reports it.
+      return "set-role: expected master, backup or fault, got init (a request without a role?)";
     default:
       break;
   }
-  return "unknown role";
+  return "set-role: expected master, backup or fault, got role " + std::to_string(static_cast<int>(role));
 }
 
 control::FailoverControl::HealthResult FailoverService::healthy() {

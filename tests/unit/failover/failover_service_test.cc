@@ -257,5 +257,27 @@ TEST_CASE("FailoverService: keepalived mode says why a restart finds no role in 
   without.stop();
 }
 
+// keepalived reports MASTER, BACKUP and FAULT. A set-role request without a role reads as INIT, the
+// field's default: it must not take the node out of the role keepalived last reported.
+TEST_CASE("FailoverService: set-role takes master, backup or fault, and nothing else", "[failover_service]") {
+  boost::asio::io_context io;
+  FailoverConfig config;
+  config.driver = Driver::Keepalived;
+  FailoverService service(io, config, 1);
+  FakeKernel kernel({});
+  service.start(kernel.transport());
+  CHECK(service.set_role(control::FailoverStatus::BACKUP).empty());
+  CHECK(service.snapshot().role == Role::Backup);
+  CHECK(service.set_role(control::FailoverStatus::INIT) ==
+        "set-role: expected master, backup or fault, got init (a request without a role?)");
+  CHECK(service.set_role(static_cast<control::FailoverStatus::Role>(9)) ==
+        "set-role: expected master, backup or fault, got role 9");
+  CHECK(service.snapshot().role == Role::Backup);
+  CHECK(service.snapshot().transitions_total == 1);
+  CHECK(service.set_role(control::FailoverStatus::FAULT).empty());
+  CHECK(service.snapshot().role == Role::Fault);
+  service.stop();
+}
+
 }  // namespace
 }  // namespace pairwall::failover
