@@ -179,6 +179,26 @@ SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& s
   return ack;
 }
 
+// Traffic that never leaves its link: link-local addresses (fe80::/10, 169.254/16), link- and
+// interface-local multicast groups (ff01::/16, ff02::/16 and their kind; 224.0.0.0/24, which no
+// router forwards, RFC 5771 4), and neighbor discovery and MLD whatever their addresses (RFC 4861,
+// RFC 3810: hop limit 255 or 1). Translation rules pass it by, as Linux's NAT leaves the ND and MLD
+// it does not track: `nat on wan0 inet6 from any` rewriting this node's own solicitations to the
+// nat address would break address resolution on the link, a VRRP or CARP advertisement's source
+// the peer's election.
+bool link_scoped(const PacketView& p) {
+  if (p.family == Family::V4) {
+    const auto link_local = [](uint32_t a) { return (a >> 16) == 0xa9fe; };  // 169.254/16
+    return link_local(p.src.v4_value()) || link_local(p.dst.v4_value()) ||
+           (p.dst.v4_value() >> 8) == 0xe00000;
+  }
+  const auto link_local = [](const IpAddress& a) { return (a.hi >> 54) == (0xfe80ull >> 6); };
+  const bool small_scope_group = (p.dst.hi >> 56) == 0xff && ((p.dst.hi >> 48) & 0xf) <= 2;
+  const bool nd_or_mld = p.proto == ipproto::kIcmp6 && (!p.is_fragment || p.is_first_fragment) &&
+                         ((p.icmp.type >= 130 && p.icmp.type <= 137) || p.icmp.type == 143);
+  return link_local(p.src) || link_local(p.dst) || small_scope_group || nd_or_mld;
+}
+
 // ff02::1, the link's all-nodes group (RFC 4291 2.7.1).
 constexpr IpAddress kAllNodesV6{0xff02000000000000ull, 1};
 
@@ -1100,7 +1120,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   translation.iface[0] = meta.in_iface;
   translation.iface[1] = meta.out_iface;
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
-  if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error)) return;
+  if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error) || link_scoped(packet)) return;
   const bool ports = packet.is_tcp() || packet.is_udp();
   // An echo request's identifier may change, as pf's does; other queries keep theirs, as pf_get_sport
   // leaves them ("Don't try to modify non-echo ICMP"), and a reply's stays.

@@ -1331,3 +1331,53 @@ TEST_CASE("a translation that leaves the packet as it was is none", "[engine][na
   CHECK(lan.action == Action::Accept);
   CHECK(fw.last_packet == udp.packet("203.0.113.1", 5000, "192.0.2.80", 53));
 }
+
+// What never leaves its link is not translated, however broad the rule: this node's neighbor
+// solicitations and its advertisements to link-local groups keep their own source, where the nat
+// address would break address resolution and the peer's election on the link.
+TEST_CASE("translation rules pass link-scoped traffic by: link-local addresses, link groups, ND",
+          "[engine][nat]") {
+  Firewall fw(
+      "nat on wan0 from any to any -> 203.0.113.1\n"
+      "nat on wan0 inet6 from any to any -> 2001:db8:ff::1\n"
+      "pass all\n");
+  const auto from_node = [&](Bytes p) {
+    return fw.run(std::move(p), PacketMeta{Hook::Output, kNoIface, fw.wan});
+  };
+  const Bytes target = {0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0, 0x80};
+  const std::vector<Bytes> link_scoped = {
+      // Address resolution from the link-local address and from a global one, and the answer to
+      // a neighbor's solicitation.
+      PacketBuilder().ipv6("fe80::1", "ff02::1:ff34:80").ttl(255).icmp(135, 0).payload(target).build(),
+      PacketBuilder()
+          .ipv6("2001:db8:2::1", "2001:db8:2::1234:80")
+          .ttl(255)
+          .icmp(135, 0)
+          .payload(target)
+          .build(),
+      PacketBuilder()
+          .ipv6("2001:db8:2::1", "2001:db8:2::9")
+          .ttl(255)
+          .icmp(136, 0, 0x60000000)
+          .payload(target)
+          .build(),
+      // DHCPv6 to the link's servers, VRRP to its group, a link-local echo.
+      PacketBuilder().ipv6("fe80::1", "ff02::1:2").udp(546, 547).payload(8).build(),
+      PacketBuilder().ipv4("192.0.2.1", "224.0.0.18").ttl(255).raw_l4(112, Bytes(36, 0)).build(),
+      PacketBuilder().ipv4("169.254.7.1", "169.254.7.2").icmp_echo(7, 1).build(),
+  };
+  for (std::size_t i = 0; i < link_scoped.size(); ++i) {
+    INFO("packet " << i);
+    const Verdict v = from_node(link_scoped[i]);
+    CHECK(v.action == Action::Accept);
+    CHECK_FALSE(v.rewritten);
+    CHECK(fw.last_packet == link_scoped[i]);
+  }
+  // Routed traffic from the same node is translated.
+  const Bytes routed =
+      PacketBuilder().ipv6("2001:db8:2::1", "2001:db8:9::1").udp(4000, 53).payload(8).build();
+  const Verdict v = from_node(routed);
+  REQUIRE(v.action == Action::Accept);
+  CHECK(v.rewritten);
+  CHECK(fw.last_packet != routed);
+}
