@@ -3,13 +3,13 @@
 # keepalived decided on to pairwalld (pairwallctl failover set-role master|backup|fault).
 #
 # Two ways keepalived can run it:
-#   pairwall-notify.sh [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO
+#   pairwall-notify.sh [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] FIFO
 #       as vrrp_notify_fifo_script (the shipped keepalived.conf): keepalived writes one line per
 #       state change, "INSTANCE "NAME" STATE PRIORITY", into FIFO, and we apply them one after the
 #       other. This is the way to use: keepalived forks a separate notify script per event, so two
 #       quick changes (BACKUP -> MASTER -> BACKUP) can reach pairwalld in the wrong order; the FIFO
 #       keeps them in order.
-#   pairwall-notify.sh [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY
+#   pairwall-notify.sh [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] TYPE NAME STATE PRIORITY
 #       as a per-instance `notify` script.
 # STATE is MASTER, BACKUP, FAULT, STOP or DELETED. STOP / DELETED mean keepalived no longer runs the
 # instance and has removed its VIPs: this node is not master any more, so "backup". The FIFO also
@@ -20,6 +20,12 @@
 #                   of groups, leave the role alone (logged once per name, so that a misspelt -i
 #                   shows). Without -i every instance's change counts, which is right only for a
 #                   keepalived that runs this one instance.
+#   -g GROUP        the vrrp_sync_group whose state is pairwalld's role, where the firewall's VIPs
+#                   are instances of one sync group (one per link, as a firewall pair's usually
+#                   are): the group's state is the one that holds all of them. Its instances' lines
+#                   leave the role alone (keepalived's later sources leave out an instance's line
+#                   when the group made the change, vrrp_notify.c send_instance_notifies; 2.2.7
+#                   writes both).
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
 #
@@ -28,7 +34,7 @@
 # status, so the log is the only trace of a role pairwalld was never told.
 set -u
 
-usage="usage: $0 [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY"
+usage="usage: $0 [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY"
 # wrong WHAT: keepalived sends its scripts' output to /dev/null, so a wrong invocation goes to
 # syslog too, or the role would silently never reach pairwalld.
 wrong() {
@@ -41,35 +47,50 @@ wrong() {
 ctl=pairwallctl
 sock=
 instance=
+group=
 ignored=" "
-while getopts "i:s:c:" opt; do
+while getopts "i:g:s:c:" opt; do
   case "$opt" in
     i) instance=$OPTARG ;;
+    g) group=$OPTARG ;;
     s) sock=$OPTARG ;;
     c) ctl=$OPTARG ;;
     *) wrong "unknown option" ;;
   esac
 done
 shift $((OPTIND - 1))
+[ -n "$instance" ] && [ -n "$group" ] && wrong "-i and -g exclude each other (pairwalld follows one)"
 
 # ours TYPE NAME: whether a change of keepalived's TYPE ("INSTANCE" or "GROUP") NAME is pairwalld's.
 ours() {
-  [ -z "$instance" ] && return 0
-  [ "$1" = INSTANCE ] && [ "$2" = "$instance" ] && return 0
+  if [ -n "$group" ]; then
+    [ "$1" = GROUP ] && [ "$2" = "$group" ] && return 0
+    [ "$1" = GROUP ] || return 1  # the group's instances follow it
+    followed="is not group $group (-g)"
+  else
+    [ "$1" = INSTANCE ] && { [ -z "$instance" ] || [ "$2" = "$instance" ]; } && return 0
+    followed="is not followed"
+    [ -n "$instance" ] && followed="is not instance $instance (-i)"
+  fi
+  # Once per name, so that a misspelt -i or -g shows.
   case "$ignored" in
     *" $1:$2 "*) ;;
     *)
       ignored="$ignored$1:$2 "
-      logger -t pairwall-notify "keepalived $1 $2 is not instance $instance (-i): its changes are not passed on" \
-        2>/dev/null
+      hint=
+      [ "$1" = GROUP ] && [ -z "$group" ] &&
+        hint="; if pairwalld's VIPs are instances of this sync group, follow the group (-g $2)"
+      logger -t pairwall-notify "keepalived $1 $2 $followed: its changes are not passed on$hint" 2>/dev/null
       ;;
   esac
   return 1
 }
 
-# tell NAME STATE: one state change of instance NAME.
+# tell TYPE NAME STATE: one state change of keepalived's instance or sync group NAME.
 tell() {
-  case "$2" in
+  what="instance $2"
+  [ "$1" = GROUP ] && what="sync group $2"
+  case "$3" in
     MASTER) role=master ;;
     BACKUP | STOP | DELETED) role=backup ;;
     FAULT) role=fault ;;
@@ -78,7 +99,7 @@ tell() {
     # partition lasts) and priority changes from the tracked scripts. The role stands.
     MASTER_RX_LOWER_PRI | MASTER_PRIORITY | BACKUP_PRIORITY) return 0 ;;
     *)
-      logger -t pairwall-notify "keepalived instance $1: unknown state '$2', pairwalld not told"
+      logger -t pairwall-notify "keepalived $what: unknown state '$3', pairwalld not told"
       return 2
       ;;
   esac
@@ -95,7 +116,7 @@ tell() {
     fi
     case $? in 124 | 137) out="no answer within 2 s" ;; esac
     if [ "$(date +%s)" -ge "$give_up" ]; then
-      msg="keepalived instance $1 is $2 but pairwalld was not told: $out"
+      msg="keepalived $what is $3 but pairwalld was not told: $out"
       logger -t pairwall-notify "$msg" 2>/dev/null
       echo "pairwall-notify: $msg" >&2
       return 1
@@ -112,10 +133,10 @@ if [ $# -eq 1 ] && [ -p "$1" ]; then
   # keepalived kills a script still running a second later: we exit as soon as it is passed on.
   trap '' TERM
   while read -r type name state _priority; do
-    [ "$type" = INSTANCE ] || continue
+    [ "$type" = INSTANCE ] || [ "$type" = GROUP ] || continue
     name=$(echo "$name" | tr -d '"')
     ours "$type" "$name" || continue
-    tell "$name" "$state"
+    tell "$type" "$name" "$state"
     [ "$state" = STOP ] && exit 0
   done <"$1"
   exit 0
@@ -127,4 +148,4 @@ case $# in
   2) wrong "called with 2 arguments ($*)" ;;
 esac
 ours "$1" "$2" || exit 0
-tell "$2" "$3"
+tell "$1" "$2" "$3"

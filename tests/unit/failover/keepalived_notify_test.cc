@@ -86,10 +86,13 @@ TEST_CASE("keepalived notify: changes of other instances and of sync groups leav
            "INSTANCE \"dmz\" BACKUP 200\n",
            "-i pairwall");
   CHECK(read_all(dir.path / "ctl.log") == "failover set-role backup\nfailover set-role master\n");
-  // Once per name, so that an -i naming no instance shows in the log.
+  // Once per name, so that an -i naming no instance shows in the log; a group's with the way to
+  // follow it.
   CHECK(read_all(dir.path / "logger.log") ==
         "-t pairwall-notify keepalived INSTANCE dmz is not instance pairwall (-i): its changes are not "
-        "passed on\n");
+        "passed on\n"
+        "-t pairwall-notify keepalived GROUP edge is not instance pairwall (-i): its changes are not passed "
+        "on; if pairwalld's VIPs are instances of this sync group, follow the group (-g edge)\n");
 
   // The same as a per-instance `notify` script.
   fs::remove(dir.path / "ctl.log");
@@ -97,6 +100,47 @@ TEST_CASE("keepalived notify: changes of other instances and of sync groups leav
   run_notify(dir.path, "-i pairwall GROUP pairwall FAULT 100");
   CHECK_FALSE(fs::exists(dir.path / "ctl.log"));
   run_notify(dir.path, "-i pairwall INSTANCE pairwall FAULT 100");
+  CHECK(read_all(dir.path / "ctl.log") == "failover set-role fault\n");
+}
+
+// A firewall's VIPs are often instances of one vrrp_sync_group (one per link), whose state is the
+// one that holds all of them: -g follows the group's lines, and its instances' leave the role alone
+// (keepalived's later sources leave out an instance's line when the group made the change).
+TEST_CASE("keepalived notify: -g follows a sync group, whose instances' lines leave the role alone",
+          "[keepalived]") {
+  pairwall::test::TempDir dir("keepalived-notify");
+  write_script(dir.path / "pairwallctl", "echo \"$*\" >> \"$(dirname \"$0\")/ctl.log\"\n");
+  write_script(dir.path / "logger", "echo \"$*\" >> \"$(dirname \"$0\")/logger.log\"\n");
+  // keepalived's lines for a group of two instances, outside and inside, that goes master and back,
+  // then stops (vrrp_notify.c: the instances' STOP lines first, then the group's).
+  run_fifo(dir.path,
+           "INSTANCE \"outside\" BACKUP 100\n"
+           "INSTANCE \"inside\" BACKUP 100\n"
+           "GROUP \"fw\" BACKUP 0\n"
+           "GROUP \"fw\" MASTER 0\n"
+           "GROUP \"fw\" BACKUP 0\n"
+           "GROUP \"other\" MASTER 0\n"
+           "INSTANCE \"outside\" STOP 100\n"
+           "INSTANCE \"inside\" STOP 100\n"
+           "GROUP \"fw\" STOP 0\n",
+           "-g fw");
+  CHECK(read_all(dir.path / "ctl.log") ==
+        "failover set-role backup\nfailover set-role master\nfailover set-role backup\n"
+        "failover set-role backup\n");
+  // The group's instances say nothing amiss; another group's name is logged once.
+  CHECK(read_all(dir.path / "logger.log") ==
+        "-t pairwall-notify keepalived GROUP other is not group fw (-g): its changes are not passed on\n");
+
+  // The same as a group's `notify` script.
+  fs::remove(dir.path / "ctl.log");
+  run_notify(dir.path, "-g fw INSTANCE outside MASTER 100");
+  CHECK_FALSE(fs::exists(dir.path / "ctl.log"));
+  run_notify(dir.path, "-g fw GROUP fw FAULT 0");
+  CHECK(read_all(dir.path / "ctl.log") == "failover set-role fault\n");
+  // pairwalld follows one: an instance or a group.
+  CHECK(std::system(("cd '" + dir.path.string() + "' && PATH=\"$PWD:$PATH\" sh '" + kScript +
+                     "' -c ./pairwallctl -i outside -g fw GROUP fw MASTER 0 2>/dev/null")
+                        .c_str()) != 0);
   CHECK(read_all(dir.path / "ctl.log") == "failover set-role fault\n");
 }
 
@@ -186,7 +230,8 @@ TEST_CASE("keepalived notify: a wrong invocation is logged, not only written to 
     return read_all(dir.path / "logger.log");
   };
   const std::string usage =
-      "usage: " + kScript + " [-i INSTANCE] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY";
+      "usage: " + kScript +
+      " [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY";
   CHECK(run("") ==
         "-t pairwall-notify called with no arguments (notify_master and its kind pass none: use "
         "notify or vrrp_notify_fifo_script); " +
