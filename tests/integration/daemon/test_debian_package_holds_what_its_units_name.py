@@ -44,9 +44,9 @@ def named_paths():
     for unit in (PACKAGING / "systemd").glob("*.service"):
         for m in re.finditer(r"^Exec\w+=[-+@!:]*(\S+)", unit.read_text(), re.M):
             paths.add(m.group(1))
-    keepalived = (PACKAGING / "keepalived" / "keepalived.conf").read_text()
-    for m in re.finditer(r'^\s*(?:vrrp_notify_fifo_script|script)\s+"([^"]+)"', keepalived, re.M):
-        paths.add(shlex.split(m.group(1))[0])
+    for conf in (PACKAGING / "keepalived").glob("*.conf"):
+        for m in re.finditer(r'^\s*(?:vrrp_notify_fifo_script|script)\s+"([^"]+)"', conf.read_text(), re.M):
+            paths.add(shlex.split(m.group(1))[0])
     return paths
 
 
@@ -76,7 +76,7 @@ def test_every_path_the_units_and_keepalived_name_is_packaged(package):
         assert f.stat().st_mode & 0o111, f"{p} is not executable"
     for unit in ("pairwalld.service", "pairwall-hooks.service"):
         assert (root / "usr/lib/systemd/system" / unit).is_file()
-    for example in ("pairwall.toml", "sample.conf", "keepalived.conf"):
+    for example in ("pairwall.toml", "sample.conf", "keepalived.conf", "keepalived-sync-group.conf"):
         assert (root / "usr/share/doc/pairwall/examples" / example).is_file()
 
 

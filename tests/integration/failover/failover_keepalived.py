@@ -10,29 +10,11 @@ from failover_net import FAILOVERD, LANS, NODES, PAIRWALLCTL, REPO, monotonic_us
 SHIPPED = REPO / "packaging" / "keepalived"
 
 
-def sync_group_instances(text):
-    """The shipped instance split into one instance per link, lan0's and lan1's VIPs apart, in one
-    vrrp_sync_group "fw": the way many firewall pairs run keepalived."""
-    head, instance = text.split("\nvrrp_instance pairwall {", 1)
-
-    def one(name, vrid, lan):
-        vips = [l.strip() for l in instance.splitlines() if l.strip().endswith(f"dev {lan}")]
-        return (f"vrrp_instance {name} {{\n  state BACKUP\n  interface {lan}\n  virtual_router_id {vrid}\n"
-                f"  priority 100\n  advert_int 0.1\n  track_script {{\n    pairwall_health\n  }}\n"
-                f"  virtual_ipaddress {{\n    {vips[0]}\n  }}\n"
-                f"  virtual_ipaddress_excluded {{\n    {vips[1]}\n  }}\n}}\n")
-
-    # Weighted tracking applies to a sync group's instances only with sync_group_tracking_weight:
-    # without it keepalived ignores the health check's weight, and a demoted master keeps the group.
-    group = "vrrp_sync_group fw {\n  group {\n    outside\n    inside\n  }\n  sync_group_tracking_weight\n}\n"
-    return head + "\n" + group + one("outside", 51, "lan0") + one("inside", 52, "lan1")
-
-
 def keepalived_conf(p, node, unicast=False, sync_group=False):
     """The shipped example with this test's paths: the health script and the notify script talk to
     this node's pairwall-failoverd through a pairwallctl stand-in. `unicast`: VRRP to the other
-    node's lan0 address (keepalived's unicast_peer) instead of 224.0.0.18. `sync_group`: the VIPs as
-    two instances of one sync group (sync_group_instances()), which the notify script follows."""
+    node's lan0 address (keepalived's unicast_peer) instead of 224.0.0.18. `sync_group`: the shipped
+    keepalived-sync-group.conf, an instance per link in one sync group, which the notify script follows."""
     if p.daemon == "pairwalld":
         # pairwallctl itself, through a wrapper that records every call the scripts make and its
         # exit status, so that a role pairwalld never learned can be traced afterwards.
@@ -48,13 +30,14 @@ def keepalived_conf(p, node, unicast=False, sync_group=False):
             ctl.write_text(f'#!/bin/sh\n[ "$1" = -s ] && {{ s=$2; shift 2; }}\nexec {FAILOVERD} --ctl "$s" "$@"\n')
             ctl.chmod(0o755)
     sock = p.socket_path(node)
-    text = (SHIPPED / "keepalived.conf").read_text()
+    text = (SHIPPED / ("keepalived-sync-group.conf" if sync_group else "keepalived.conf")).read_text()
+    follows = "-g pairwall" if sync_group else "-i pairwall"
     replaced = {
         "router_id pairwall-a": f"router_id pairwall-{node}",
         'script "/usr/bin/pairwallctl health"': f'script "{ctl} -s {sock} health"',
         "vrrp_notify_fifo /run/keepalived-pairwall-notify.fifo": f"vrrp_notify_fifo {p.dir / f'notify-{node}.fifo'}",
-        'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh -i pairwall"':
-            f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh -i pairwall -s {sock} -c {ctl}"',
+        f'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh {follows}"':
+            f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh {follows} -s {sock} -c {ctl}"',
     }
     if unicast:
         net = LANS["lan0"]["v4"]
@@ -64,8 +47,6 @@ def keepalived_conf(p, node, unicast=False, sync_group=False):
     for old, new in replaced.items():
         assert old in text, f"the shipped keepalived.conf no longer contains {old!r}"
         text = text.replace(old, new)
-    if sync_group:
-        text = sync_group_instances(text.replace(" -i pairwall ", " -g fw "))
     path = p.dir / f"keepalived-{node}.conf"
     path.write_text(text)
     return path

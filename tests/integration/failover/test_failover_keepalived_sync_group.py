@@ -1,8 +1,9 @@
-"""keepalived mode with the VIPs as two instances of one vrrp_sync_group (one per link), the notify
-script following the group (-g), whose instances' lines it leaves alone (keepalived's later sources
-leave out an instance's line when the group made the change; 2.2.7 writes both). Each change of the
-group, both ways and back again, and the fault of one link's instance, which takes the other with
-it, reaches pairwalld; the health check demotes through the group (sync_group_tracking_weight)."""
+"""keepalived mode with the shipped keepalived-sync-group.conf: the VIPs as two instances of one
+vrrp_sync_group (one per link), the notify script following the group (-g), whose instances' lines
+it leaves alone (keepalived's later sources leave out an instance's line when the group made the
+change; 2.2.7 writes both). Each change of the group, both ways and back again, and the fault of
+one link's instance, which takes the other with it, reaches pairwalld; the health check demotes
+through the group (sync_group_tracking_weight)."""
 
 from failover_keepalived import start_keepalived, wait_settled
 

@@ -157,6 +157,21 @@ TEST_CASE("keepalived notify: the shipped keepalived.conf follows its own vrrp_i
         std::string::npos);
 }
 
+TEST_CASE("keepalived notify: the shipped keepalived-sync-group.conf follows its own sync group",
+          "[keepalived]") {
+  const std::string conf =
+      read_all(fs::path(PAIRWALL_SOURCE_DIR) / "packaging/keepalived/keepalived-sync-group.conf");
+  const std::string group_key = "\nvrrp_sync_group ";
+  const std::size_t at = conf.find(group_key);
+  REQUIRE(at != std::string::npos);
+  const std::size_t name_at = at + group_key.size();
+  const std::string group = conf.substr(name_at, conf.find(' ', name_at) - name_at);
+  CHECK(conf.find(group_key, name_at) == std::string::npos);
+  CHECK(conf.find("vrrp_notify_fifo_script \"/usr/lib/pairwall/pairwall-notify.sh -g " + group + "\"") !=
+        std::string::npos);
+  CHECK(conf.find("sync_group_tracking_weight") != std::string::npos);
+}
+
 TEST_CASE("keepalived notify: a keepalived stopping says STOP after its SIGTERM, and pairwalld hears it",
           "[keepalived]") {
   pairwall::test::TempDir dir("keepalived-notify");
