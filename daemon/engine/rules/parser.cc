@@ -841,7 +841,14 @@ class Parser {
     constexpr const char* kWhat =
         "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or end of line";
     bool parenthesized = false;
+    // As pfctl ("max-mss cannot be respecified"): an option given twice is a mistake, not the later
+    // value, whether bare or in the parentheses.
+    std::map<std::string, Token> given;
     auto option = [&](std::string_view what) {
+      if (const Token& t = peek(); t.kind == TokenKind::Word) {
+        if (const auto [seen, added] = given.emplace(t.text, t); !added)
+          fail_at(t, "duplicate scrub option '" + t.text + "': already given at " + where(seen->second));
+      }
       if (accept_word("fragment")) {
         if (at_word("crop") || at_word("drop-ovl"))
           fail_at(peek(), "the kernel reassembles every fragmented datagram: write 'fragment reassemble'");
@@ -872,8 +879,13 @@ class Parser {
         const Token open = take();
         parenthesized = true;
         bool comma_ok = false;
+        bool any = false;
         for (;;) {
           if (at(TokenKind::RParen)) {
+            if (!any)
+              fail_at(peek(),
+                      "empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id or "
+                      "no-df");
             take();
             break;
           }
@@ -887,6 +899,7 @@ class Parser {
           }
           option("scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or ')'");
           comma_ok = true;
+          any = true;
         }
         continue;
       }

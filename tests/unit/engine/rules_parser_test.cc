@@ -1145,6 +1145,18 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"scrub in proto ping all",
        "t.conf:1:16: expected protocol (tcp, udp, icmp, icmp6, a name or a number 1..255), got 'ping'"},
       {"scrub in proto 0 all", "t.conf:1:16: proto 0 cannot be used: omit 'proto' to match every protocol"},
+      // As pfctl's "cannot be respecified": the later value does not quietly win.
+      {"scrub in all max-mss 1440 max-mss 1300",
+       "t.conf:1:27: duplicate scrub option 'max-mss': already given at line 1, column 14"},
+      {"scrub in all (min-ttl 5, no-df min-ttl 9)",
+       "t.conf:1:32: duplicate scrub option 'min-ttl': already given at line 1, column 15"},
+      {"scrub in all random-id (random-id)",
+       "t.conf:1:25: duplicate scrub option 'random-id': already given at line 1, column 14"},
+      {"scrub in all fragment reassemble no-df fragment reassemble",
+       "t.conf:1:40: duplicate scrub option 'fragment': already given at line 1, column 14"},
+      {"scrub in all ()",
+       "t.conf:1:15: empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id or "
+       "no-df"},
       // Translation.
       {"nat from any -> 192.0.2.1", "t.conf:1:5: expected 'on' and an interface, got 'from'"},
       {"nat on em0 from 10.0.0.0/8", "t.conf:1:27: expected '->' and a translation address, got end of file"},
