@@ -218,9 +218,10 @@ struct TranslationRule {
 };
 
 // `scrub [in|out] [on IF] [all|from..to] [fragment reassemble] [max-mss N] [min-ttl N] [random-id]
-// [no-df]`.
+// [no-df]`, or `no scrub [in|out] [on IF] [all|from..to]`.
 struct ScrubRule {
   SourceLocation location;
+  bool negated = false;  // `no scrub`: what it matches first is left as it is
   Direction direction = Direction::Any;
   std::vector<InterfaceMatch> interfaces;
   std::optional<Family> family;

@@ -232,7 +232,7 @@ uint64_t hash_text(std::string_view text, const SipKey& key) {
 }
 
 std::string scrub_text(const ScrubRule& r) {
-  std::string out = "scrub";
+  std::string out = r.negated ? "no scrub" : "scrub";
   if (r.direction != Direction::Any) out += r.direction == Direction::In ? " in" : " out";
   out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
@@ -1093,6 +1093,7 @@ ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceI
   const uint32_t r = scrub_classifier_->match(packet, direction, iface);
   if (r == Classifier::kNoMatch) return action;
   const ScrubRule& rule = scrub_rules_[r];
+  if (rule.negated) return action;
   action.matched = true;
   action.fragment_reassemble = rule.fragment_reassemble;
   action.max_mss = rule.max_mss;

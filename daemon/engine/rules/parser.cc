@@ -5,7 +5,7 @@
 //                                      the options in any order, before or after the one list
 //   antispoof [log] [quick] for IF     `log` and `quick` in either order
 //   set limit ... | set timeout ...  (limits: states, frags, src-nodes, table-entries)
-//   scrub [in|out] [on IF] [inet|inet6] [proto P] [from SRC to DST | all] [options]
+//   [no] scrub [in|out] [on IF] [inet|inet6] [proto P] [from SRC to DST | all] [options]
 //   [no] nat|rdr|binat ...
 //   pass|block ...
 // The first error is thrown as SyntaxError and becomes the RuleError; nothing is recovered,
@@ -406,7 +406,7 @@ class Parser {
     if (t.text == "load") return load_anchor();
     if (t.text == "table") return table();
     if (t.text == "set") return set();
-    if (t.text == "scrub") return scrub();
+    if (t.text == "scrub" || (t.text == "no" && at_word("scrub", 1))) return scrub();
     if (t.text == "nat" || t.text == "rdr" || t.text == "binat" || t.text == "no") return translation();
     if (t.text == "pass" || t.text == "block") return filter();
     if (t.text == "antispoof") return antispoof();
@@ -833,6 +833,11 @@ class Parser {
     const Token first = take();
     ScrubRule r;
     r.location = loc(first);
+    if (first.text == "no") {
+      // pf's `no scrub`: the packets it matches first meet no scrub rule after it.
+      r.negated = true;
+      take();
+    }
     r.direction = direction();
     if (accept_word("on")) r.interfaces = interfaces();
     r.family = family();
@@ -840,6 +845,11 @@ class Parser {
     from_to(r.from, r.to, r.family);
     constexpr const char* kWhat =
         "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or end of line";
+    if (r.negated) {
+      expect_end("end of line: 'no scrub' exempts packets from normalization and takes no options");
+      out_.scrub_rules.push_back(std::move(r));
+      return;
+    }
     bool parenthesized = false;
     // As pfctl ("max-mss cannot be respecified"): an option given twice is a mistake, not the later
     // value, whether bare or in the parentheses.

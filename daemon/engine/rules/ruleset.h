@@ -157,7 +157,8 @@ class RuleSet {
   // for benchmarks and tests, not for the packet path.
   uint32_t words_tested(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
-  // First matching scrub rule, merged into one action (matched=false when none applies).
+  // First matching scrub rule, merged into one action (matched=false when none applies, or the
+  // first is a `no scrub`).
   ScrubAction scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
 
   bool has_scrub() const noexcept { return scrub_classifier_ != nullptr; }

@@ -1545,6 +1545,29 @@ TEST_CASE("IP options pass only by rules with allow-opts, and by their states", 
   }
 }
 
+TEST_CASE("no scrub exempts what it matches first from the scrub rules after it, as pf's",
+          "[engine][scrub]") {
+  Firewall fw("no scrub in from 10.1.0.9 to any\nscrub in all max-mss 1400 min-ttl 5\npass all");
+  const auto syn = [](const std::string& src, uint16_t mss, uint8_t ttl) {
+    return tcp4(src, 1, kServer, 2).flags(tcpflag::kSyn).mss(mss).ttl(ttl).build();
+  };
+  const Verdict exempt = fw.out(syn("10.1.0.9", 1460, 3));
+  CHECK(exempt.action == Verdict::Action::Accept);
+  CHECK_FALSE(exempt.rewritten);
+  CHECK(fw.last_packet == syn("10.1.0.9", 1460, 3));
+  // Not even the normalization every scrub rule does (the reserved bits).
+  const Bytes reserved = tcp4("10.1.0.9", 3, kServer, 2).flags(tcpflag::kAck).tcp_reserved(0x0e).build();
+  CHECK_FALSE(fw.out(reserved).rewritten);
+  CHECK(fw.last_packet == reserved);
+  // Anyone else meets the scrub rule.
+  CHECK(fw.out(syn(kClient, 1460, 3)).rewritten);
+  CHECK(fw.last_packet == syn(kClient, 1400, 5));
+  // First match: a `no scrub` after the rule that matches changes nothing.
+  Firewall late("scrub in all max-mss 1400\nno scrub in from 10.1.0.9 to any\npass all");
+  CHECK(late.out(syn("10.1.0.9", 1460, 64)).rewritten);
+  CHECK(late.last_packet == syn("10.1.0.9", 1400, 64));
+}
+
 TEST_CASE("scrub out applies on the departure interface of a forwarded packet", "[engine][scrub]") {
   Firewall fw("scrub out on wan0 all max-mss 1300\nscrub in on lan0 all max-mss 1400\npass all");
   const Verdict v = fw.out(tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1460).build());

@@ -175,7 +175,7 @@ std::string render(const TranslationRule& r) {
 
 std::string render(const ScrubRule& r) {
   std::ostringstream o;
-  o << "scrub";
+  o << (r.negated ? "no scrub" : "scrub");
   if (r.direction == Direction::In) o << " in";
   if (r.direction == Direction::Out) o << " out";
   if (!r.interfaces.empty()) o << " on " << render(r.interfaces);
@@ -604,6 +604,10 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
       {"scrub in on ext0 proto tcp all max-mss 1440", "scrub in on ext0 proto 6 from * to * mss=1440"},
       {"scrub out inet6 proto { tcp, udp 132 } from 2001:db8::/32 (min-ttl 3)",
        "scrub out inet6 proto 6,17,132 from 2001:db8::/32 to * ttl=3"},
+      // pf's exemption from the scrub rules after it.
+      {"no scrub on lo0 all", "no scrub on lo0 from * to *"},
+      {"no scrub in inet proto udp from 10.0.0.0/8 to any",
+       "no scrub in inet proto 17 from 10.0.0.0/8 to any"},
   };
   for (const auto& c : cases) {
     INFO(c.text);
@@ -1154,6 +1158,11 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:25: duplicate scrub option 'random-id': already given at line 1, column 14"},
       {"scrub in all fragment reassemble no-df fragment reassemble",
        "t.conf:1:40: duplicate scrub option 'fragment': already given at line 1, column 14"},
+      {"no scrub in all max-mss 1440",
+       "t.conf:1:17: expected end of line: 'no scrub' exempts packets from normalization and takes no "
+       "options, "
+       "got 'max-mss'"},
+      {"no pass all", "t.conf:1:4: expected 'nat', 'rdr' or 'binat' after 'no', got 'pass'"},
       {"scrub in all ()",
        "t.conf:1:15: empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id or "
        "no-df"},
