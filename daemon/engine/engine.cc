@@ -48,6 +48,8 @@ void tighten(rules::ScrubAction& scrub, const rules::ScrubAction& other) {
     scrub.max_mss = other.max_mss;
   scrub.random_id = scrub.random_id || other.random_id;
   scrub.no_df = scrub.no_df || other.no_df;
+  // A TOS is no stricter than another: the out pass's, which pf applies last, wins.
+  if (other.set_tos) scrub.set_tos = other.set_tos;
 }
 
 // Flag combinations no TCP stack sends (pf_normalize_tcp): scans and stack fingerprinting.
@@ -749,6 +751,28 @@ bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& pac
       store_be16(ip + 4, new_id);
       checksum_replace16(ip + 10, old_id, new_id);
       rewritten = true;
+    }
+  }
+  if (scrub.set_tos) {
+    // pf's set-tos: the rule's DSCP (RFC 2474); the ECN field (RFC 3168) stays as the ends set it.
+    constexpr uint8_t kEcn = 0x03;
+    uint8_t* ip = bytes.data();
+    if (packet.family == Family::V4) {
+      const uint16_t old_word = load_be16(ip);  // version, header length and TOS
+      ip[1] = static_cast<uint8_t>(*scrub.set_tos | (ip[1] & kEcn));
+      if (load_be16(ip) != old_word) {
+        checksum_replace16(ip + 10, old_word, load_be16(ip));
+        rewritten = true;
+      }
+    } else {
+      // The traffic class straddles the first two bytes (RFC 8200 3); no checksum covers it.
+      const auto old_class = static_cast<uint8_t>((ip[0] & 0x0f) << 4 | ip[1] >> 4);
+      const auto new_class = static_cast<uint8_t>(*scrub.set_tos | (old_class & kEcn));
+      if (new_class != old_class) {
+        ip[0] = static_cast<uint8_t>((ip[0] & 0xf0) | new_class >> 4);
+        ip[1] = static_cast<uint8_t>((ip[1] & 0x0f) | new_class << 4);
+        rewritten = true;
+      }
     }
   }
   if (scrub.max_mss != 0 && packet.is_tcp() && packet.tcp.has_mss &&

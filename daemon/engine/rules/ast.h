@@ -218,7 +218,7 @@ struct TranslationRule {
 };
 
 // `scrub [in|out] [on IF] [all|from..to] [fragment reassemble] [max-mss N] [min-ttl N] [random-id]
-// [no-df]`, or `no scrub [in|out] [on IF] [all|from..to]`.
+// [no-df] [set-tos T]`, or `no scrub [in|out] [on IF] [all|from..to]`.
 struct ScrubRule {
   SourceLocation location;
   bool negated = false;  // `no scrub`: what it matches first is left as it is
@@ -233,6 +233,7 @@ struct ScrubRule {
   uint8_t min_ttl = 0;   // 0: no minimum
   bool random_id = false;
   bool no_df = false;
+  std::optional<uint8_t> set_tos;  // the TOS (traffic class) less its ECN bits, which stay the packet's
 };
 
 // `file "PATH"` in a table definition: the file's entries join the table's (pf's table files).

@@ -241,6 +241,7 @@ std::string scrub_text(const ScrubRule& r) {
   if (r.min_ttl != 0) out += " min-ttl " + std::to_string(r.min_ttl);
   if (r.random_id) out += " random-id";
   if (r.no_df) out += " no-df";
+  if (r.set_tos) out += " set-tos " + std::to_string(*r.set_tos);
   return out;
 }
 
@@ -1100,6 +1101,7 @@ ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceI
   action.min_ttl = rule.min_ttl;
   action.random_id = rule.random_id;
   action.no_df = rule.no_df;
+  action.set_tos = rule.set_tos;
   return action;
 }
 

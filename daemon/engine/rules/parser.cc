@@ -91,7 +91,7 @@ constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
     {"tos", "there is no matching on the TOS field"},
     {"prio", "there are no priorities or queues"},
     {"queue", "there are no priorities or queues"},
-    {"set", "there is no 'set prio', 'set tos' or 'set queue'"},
+    {"set", "there is no 'set prio' or 'set queue'; a scrub rule sets the TOS: scrub out all set-tos T"},
     {"once", "a rule stays in force after its first match"},
     {"max-pkt-rate", "limit new connections with max-src-conn-rate"},
 };
@@ -844,7 +844,8 @@ class Parser {
     if (accept_word("proto")) r.protocols = protocols();
     from_to(r.from, r.to, r.family);
     constexpr const char* kWhat =
-        "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or end of line";
+        "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df, set-tos T) or end of "
+        "line";
     if (r.negated) {
       expect_end("end of line: 'no scrub' exempts packets from normalization and takes no options");
       out_.scrub_rules.push_back(std::move(r));
@@ -869,8 +870,8 @@ class Parser {
             peek(),
             "'reassemble tcp' is not supported: states check TCP sequence windows, but TTLs and timestamps "
             "are not normalized");
-      } else if (at_word("set-tos")) {
-        fail_at(peek(), "'set-tos' is not supported");
+      } else if (accept_word("set-tos")) {
+        r.set_tos = tos(take_value(kTosWhat));
       } else if (accept_word("max-mss")) {
         r.max_mss = static_cast<uint16_t>(number(take_value("max-mss value"), 1, 65535, "max-mss"));
       } else if (accept_word("min-ttl")) {
@@ -894,8 +895,8 @@ class Parser {
           if (at(TokenKind::RParen)) {
             if (!any)
               fail_at(peek(),
-                      "empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id or "
-                      "no-df");
+                      "empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id, "
+                      "no-df or set-tos T");
             take();
             break;
           }
@@ -907,7 +908,8 @@ class Parser {
             comma_ok = false;
             continue;
           }
-          option("scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or ')'");
+          option(
+              "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df, set-tos T) or ')'");
           comma_ok = true;
           any = true;
         }
@@ -916,6 +918,45 @@ class Parser {
       option(kWhat);
     }
     out_.scrub_rules.push_back(std::move(r));
+  }
+
+  static constexpr const char* kTosWhat =
+      "a TOS: a DSCP name (ef, va, af11..af43, cs0..cs7), lowdelay, throughput, reliability, critical, "
+      "inetcontrol, netcontrol, or a number (0x10)";
+
+  // pf's set-tos value, by pfctl's names or as a number, decimal or hex. Its ECN bits (RFC 3168 5)
+  // are the ends' to set: a rule that gave them would mark every packet congested or not.
+  uint8_t tos(const Token& t) {
+    static constexpr Named kNames[] = {
+        {"lowdelay", 0x10},    {"throughput", 0x08}, {"reliability", 0x04}, {"critical", 0xa0},
+        {"inetcontrol", 0xc0}, {"netcontrol", 0xe0}, {"ef", 0xb8},          {"va", 0xb0},
+    };
+    for (const Named& n : kNames) {
+      if (t.text == n.name) return static_cast<uint8_t>(n.value);
+    }
+    const std::string_view text = t.text;
+    // RFC 2597's assured forwarding class X, drop precedence Y; RFC 2474's class selectors.
+    if (text.size() == 4 && text.starts_with("af") && text[2] >= '1' && text[2] <= '4' && text[3] >= '1' &&
+        text[3] <= '3')
+      return static_cast<uint8_t>((8 * (text[2] - '0') + 2 * (text[3] - '0')) << 2);
+    if (text.size() == 3 && text.starts_with("cs") && text[2] >= '0' && text[2] <= '7')
+      return static_cast<uint8_t>((text[2] - '0') << 5);
+    std::optional<uint64_t> value;
+    if (text.starts_with("0x") || text.starts_with("0X")) {
+      const std::string_view digits = text.substr(2);
+      uint64_t v = 0;
+      const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, 16);
+      if (!digits.empty() && ptr == digits.data() + digits.size())
+        value = ec == std::errc::result_out_of_range ? std::numeric_limits<uint64_t>::max() : v;
+    } else {
+      value = decimal(text);
+    }
+    if (!value) fail_expected(t, kTosWhat);
+    if (*value > 255) fail_at(t, "a TOS must be between 0 and 255, got " + t.describe());
+    if ((*value & 0x03) != 0)
+      fail_at(t, "the TOS's two low bits are ECN's (RFC 3168), which stay as the packet has them: got " +
+                     t.describe());
+    return static_cast<uint8_t>(*value);
   }
 
   void translation() {

@@ -84,6 +84,7 @@ struct ScrubAction {
   uint8_t min_ttl = 0;
   bool random_id = false;
   bool no_df = false;
+  std::optional<uint8_t> set_tos;
 };
 
 struct CompiledTranslation {

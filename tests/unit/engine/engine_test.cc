@@ -1568,6 +1568,35 @@ TEST_CASE("no scrub exempts what it matches first from the scrub rules after it,
   CHECK(late.last_packet == syn("10.1.0.9", 1400, 64));
 }
 
+TEST_CASE("scrub set-tos sets the DSCP and keeps the ECN bits, as pf's; IPv4's checksum follows",
+          "[engine][scrub]") {
+  const auto v4 = [](uint8_t tos) {
+    return PacketBuilder().ipv4(kClient, kServer).tos(tos).udp(7, 53).payload(4).build();
+  };
+  const auto v6 = [](uint8_t traffic_class) {
+    return PacketBuilder().ipv6(kClient6, kServer6).tos(traffic_class).udp(7, 53).payload(4).build();
+  };
+  Firewall fw("scrub out on wan0 all set-tos ef\npass all");
+  // The builder sums the expected header afresh: the incremental update must agree with it.
+  for (const uint8_t ecn : {0, 1, 2, 3}) {
+    INFO(int{ecn});
+    CHECK(fw.out(v4(static_cast<uint8_t>(0x20 | ecn))).rewritten);
+    CHECK(fw.last_packet == v4(static_cast<uint8_t>(0xb8 | ecn)));
+    CHECK(fw.out(v6(static_cast<uint8_t>(0x20 | ecn))).rewritten);
+    CHECK(fw.last_packet == v6(static_cast<uint8_t>(0xb8 | ecn)));
+  }
+  CHECK_FALSE(fw.out(v4(0xb9)).rewritten);
+  CHECK_FALSE(fw.out(v6(0xba)).rewritten);
+  // The other way the packet leaves by lan0, where no rule sets a TOS.
+  const Bytes back = PacketBuilder().ipv4(kServer, kClient).tos(0x20).udp(53, 7).payload(4).build();
+  CHECK_FALSE(fw.in(back).rewritten);
+  CHECK(fw.last_packet == back);
+  // Both passes set one: the out pass's holds, as pf applies it last.
+  Firewall both("scrub in on lan0 all set-tos lowdelay\nscrub out on wan0 all set-tos cs1\npass all");
+  CHECK(both.out(v4(0x03)).rewritten);
+  CHECK(both.last_packet == v4(0x23));
+}
+
 TEST_CASE("scrub out applies on the departure interface of a forwarded packet", "[engine][scrub]") {
   Firewall fw("scrub out on wan0 all max-mss 1300\nscrub in on lan0 all max-mss 1400\npass all");
   const Verdict v = fw.out(tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1460).build());

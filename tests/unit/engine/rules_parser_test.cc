@@ -190,6 +190,7 @@ std::string render(const ScrubRule& r) {
   if (r.min_ttl) o << " ttl=" << int(r.min_ttl);
   if (r.random_id) o << " random-id";
   if (r.no_df) o << " no-df";
+  if (r.set_tos) o << " tos=" << int(*r.set_tos);
   return o.str();
 }
 
@@ -606,6 +607,17 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
        "scrub out inet6 proto 6,17,132 from 2001:db8::/32 to * ttl=3"},
       // pf's exemption from the scrub rules after it.
       {"no scrub on lo0 all", "no scrub on lo0 from * to *"},
+      // pf's set-tos, by pfctl's names or as a number.
+      {"scrub out on em0 all set-tos lowdelay", "scrub out on em0 from * to * tos=16"},
+      {"scrub all (no-df, set-tos 0xb8)", "scrub from * to * no-df tos=184"},
+      {"scrub all set-tos 40", "scrub from * to * tos=40"},
+      {"scrub all set-tos ef", "scrub from * to * tos=184"},
+      {"scrub all set-tos af11", "scrub from * to * tos=40"},
+      {"scrub all set-tos af43", "scrub from * to * tos=152"},
+      {"scrub all set-tos cs0", "scrub from * to * tos=0"},
+      {"scrub all set-tos cs7", "scrub from * to * tos=224"},
+      {"scrub all set-tos throughput", "scrub from * to * tos=8"},
+      {"scrub all set-tos reliability", "scrub from * to * tos=4"},
       {"no scrub in inet proto udp from 10.0.0.0/8 to any",
        "no scrub in inet proto 17 from 10.0.0.0/8 to any"},
   };
@@ -810,7 +822,9 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:30: 'tag' is not supported: match on the packet's own fields"},
       {"pass out tagged SSH", "t.conf:1:10: 'tagged' is not supported: match on the packet's own fields"},
       {"pass in all set prio 3",
-       "t.conf:1:13: 'set' is not supported: there is no 'set prio', 'set tos' or 'set queue'"},
+       "t.conf:1:13: 'set' is not supported: there is no 'set prio' or 'set queue'; a scrub rule sets the "
+       "TOS: "
+       "scrub out all set-tos T"},
       {"pass in on lan0 proto tcp to port 80 rdr-to 10.0.0.2",
        "t.conf:1:38: 'rdr-to' is not supported: write an rdr rule: rdr on IF ... -> ADDRESS"},
       {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set', 'include' or a macro definition, got '{'"},
@@ -1142,8 +1156,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"scrub in all max-mss 65536", "t.conf:1:22: max-mss must be between 1 and 65535, got '65536'"},
       {"scrub in all fragment cut", "t.conf:1:23: expected 'reassemble' after 'fragment', got 'cut'"},
       {"scrub in all reassemble",
-       "t.conf:1:14: expected scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df) or "
-       "end of line, got 'reassemble'"},
+       "t.conf:1:14: expected scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df, "
+       "set-tos T) or end of line, got 'reassemble'"},
       {"scrub in all (max-mss 1440",
        "t.conf:1:27: expected ')' to close the scrub options opened at line 1, column 14, got end of file"},
       {"scrub in proto ping all",
@@ -1164,8 +1178,21 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "got 'max-mss'"},
       {"no pass all", "t.conf:1:4: expected 'nat', 'rdr' or 'binat' after 'no', got 'pass'"},
       {"scrub in all ()",
-       "t.conf:1:15: empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id or "
-       "no-df"},
+       "t.conf:1:15: empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id, "
+       "no-df or set-tos T"},
+      {"scrub in all set-tos 0x11",
+       "t.conf:1:22: the TOS's two low bits are ECN's (RFC 3168), which stay as the packet has them: got "
+       "'0x11'"},
+      {"scrub in all set-tos 0x100", "t.conf:1:22: a TOS must be between 0 and 255, got '0x100'"},
+      {"scrub in all set-tos af44",
+       "t.conf:1:22: expected a TOS: a DSCP name (ef, va, af11..af43, cs0..cs7), lowdelay, throughput, "
+       "reliability, critical, inetcontrol, netcontrol, or a number (0x10), got 'af44'"},
+      {"scrub in all set-tos",
+       "t.conf:1:21: expected a TOS: a DSCP name (ef, va, af11..af43, cs0..cs7), "
+       "lowdelay, throughput, reliability, critical, inetcontrol, netcontrol, or a number (0x10), got end of "
+       "file"},
+      {"scrub in all set-tos 8 set-tos 16",
+       "t.conf:1:24: duplicate scrub option 'set-tos': already given at line 1, column 14"},
       // Translation.
       {"nat from any -> 192.0.2.1", "t.conf:1:5: expected 'on' and an interface, got 'from'"},
       {"nat on em0 from 10.0.0.0/8", "t.conf:1:27: expected '->' and a translation address, got end of file"},
