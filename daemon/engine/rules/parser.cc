@@ -839,6 +839,20 @@ class Parser {
       take();
     }
     r.direction = direction();
+    // pfctl's `scrub [in|out] [log] on ...`: its log is of what the rule's normalization drops, which
+    // is logged here whatever the rules say; its `quick` pfctl refuses.
+    for (bool logged = false;;) {
+      if (at_word("log") && logged) fail_at(peek(), "duplicate 'log'");
+      if (accept_word("log")) {
+        logged = true;
+        if (at(TokenKind::LParen))
+          fail_at(peek(), "a scrub rule's 'log' takes no options: what normalization drops is always logged");
+      } else if (at_word("quick")) {
+        fail_at(peek(), "scrub rules do not take 'quick': the first one a packet matches applies");
+      } else {
+        break;
+      }
+    }
     if (accept_word("on")) r.interfaces = interfaces();
     r.family = family();
     if (accept_word("proto")) r.protocols = protocols();

@@ -607,6 +607,8 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
        "scrub out inet6 proto 6,17,132 from 2001:db8::/32 to * ttl=3"},
       // pf's exemption from the scrub rules after it.
       {"no scrub on lo0 all", "no scrub on lo0 from * to *"},
+      // pfctl's `log`: what normalization drops is logged whatever it says.
+      {"scrub in log on em0 all no-df", "scrub in on em0 from * to * no-df"},
       // pf's set-tos, by pfctl's names or as a number.
       {"scrub out on em0 all set-tos lowdelay", "scrub out on em0 from * to * tos=16"},
       {"scrub all (no-df, set-tos 0xb8)", "scrub from * to * no-df tos=184"},
@@ -1180,6 +1182,11 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"scrub in all ()",
        "t.conf:1:15: empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id, "
        "no-df or set-tos T"},
+      {"scrub in quick all",
+       "t.conf:1:10: scrub rules do not take 'quick': the first one a packet matches applies"},
+      {"scrub log log all", "t.conf:1:11: duplicate 'log'"},
+      {"scrub in log (all) all",
+       "t.conf:1:14: a scrub rule's 'log' takes no options: what normalization drops is always logged"},
       {"scrub in all set-tos 0x11",
        "t.conf:1:22: the TOS's two low bits are ECN's (RFC 3168), which stay as the packet has them: got "
        "'0x11'"},
