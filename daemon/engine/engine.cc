@@ -716,9 +716,12 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
 bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& packet,
                        const rules::ScrubAction& scrub) noexcept {
   bool rewritten = false;
-  if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl) {
+  if (scrub.min_ttl != 0 && packet.ttl < scrub.min_ttl && !link_scoped(packet)) {
     // pf's min-ttl raises the TTL (hop limit), so that a packet cannot be aimed to expire past
-    // the firewall but short of its destination (an evasion of what is seen here).
+    // the firewall but short of its destination (an evasion of what is seen here). Traffic that
+    // never leaves its link has no such destination, and some of its receivers discard it unless
+    // its TTL is the 1 it was sent with (MLD, RFC 2710 3; IGMP to all hosts, as screen() drops a
+    // peer's): pf raises that too, and breaks group membership on the link.
     uint8_t* ip = bytes.data();
     if (packet.family == Family::V4) {
       const uint16_t old_word = load_be16(ip + 8);  // TTL and protocol

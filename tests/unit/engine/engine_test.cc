@@ -1360,6 +1360,44 @@ TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl r
   CHECK(fw.last_packet == PacketBuilder().ipv6(kClient6, kServer6).ttl(5).udp(7, 53).payload(4).build());
 }
 
+TEST_CASE("scrub: min-ttl leaves link-local multicast as it is, whose receivers want its TTL 1",
+          "[engine][scrub]") {
+  // This node's own group membership: MLD and IGMP reports leave with TTL 1, and a receiver (a
+  // pairwall peer's screen() among them) drops MLD, or IGMP to all hosts, with any other.
+  Firewall fw("scrub out all min-ttl 64\npass all allow-opts");
+  const PacketMeta own{Hook::Output, kNoIface, fw.lan, false};
+  const Bytes alert{0, 0, 5, 2, 0, 0, 1, 0};  // hop-by-hop: router alert (MLD), PadN
+  const Bytes mld = PacketBuilder()
+                        .ipv6("fe80::1", "ff02::16")
+                        .ttl(1)
+                        .ipv6_ext_raw(pairwall::test::ip6ext::kHopByHop, alert)
+                        .icmp(143, 0)
+                        .payload(16)
+                        .build();
+  const Bytes igmp = PacketBuilder()
+                         .ipv4("10.1.0.1", "224.0.0.1")
+                         .ttl(1)
+                         .ip_options({148, 4, 0, 0})
+                         .raw_l4(ipproto::kIgmp, Bytes(8, 0))
+                         .build();
+  for (const Bytes& report : {mld, igmp}) {
+    const Verdict v = fw.run(report, own);
+    CHECK(v.action == Verdict::Action::Accept);
+    CHECK_FALSE(v.rewritten);
+    CHECK(fw.last_packet == report);
+    // As a peer sees it: passed, with the TTL it was sent with.
+    Firewall peer("pass all allow-opts");
+    CHECK(peer.run(fw.last_packet, PacketMeta{Hook::Input, fw.lan, kNoIface, false}).action ==
+          Verdict::Action::Accept);
+  }
+  // Other multicast is forwarded, and raised as any packet is.
+  const auto routed = [](uint8_t ttl) {
+    return PacketBuilder().ipv4("10.1.0.1", "239.1.2.3").ttl(ttl).udp(5000, 5000).payload(4).build();
+  };
+  CHECK(fw.run(routed(1), own).rewritten);
+  CHECK(fw.last_packet == routed(64));
+}
+
 TEST_CASE("scrub: a rule with proto tcp applies to TCP and not to UDP", "[engine][scrub]") {
   Firewall fw("scrub in proto tcp all max-mss 1400 min-ttl 5\npass all");
   const Verdict tcp = fw.out(tcp4(kClient, 1, kServer, 2).flags(tcpflag::kSyn).mss(1460).ttl(3).build());
