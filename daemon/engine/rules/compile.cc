@@ -815,7 +815,7 @@ class Compiler {
       if (r.state.source_track_global && !c.sources.tracks()) {
         fail(r.location,
              "'source-track global' without a limit tracks nothing: add max-src-states, "
-             "max-src-nodes, max-src-conn or max-src-conn-rate");
+             "max-src-conn or max-src-conn-rate");
       }
       c.timeouts = set.timeouts_;
       apply_timeouts(

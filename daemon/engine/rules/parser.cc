@@ -1440,6 +1440,13 @@ class Parser {
           fail_at(
               peek(),
               "empty state options: expected 'max N', 'no-sync' or a timeout such as 'tcp.established N'");
+        // As pfctl: a node that every `source-track global` rule shares is no rule's own, and so no
+        // rule's max-src-nodes could count it; accepted, the limit would hold nothing back.
+        if (const auto nodes = given.find("max-src-nodes");
+            nodes != given.end() && r.state.source_track_global)
+          fail_at(nodes->second,
+                  "'max-src-nodes' is incompatible with 'source-track global': the nodes are every such "
+                  "rule's, none this rule's own (use 'source-track rule')");
         take();
         return;
       }

@@ -133,8 +133,8 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"table <t> persist\npass in proto tcp all keep state (max-src-states 5, overload <t>)",
        "t.conf:2:62: 'overload' acts when a source goes over 'max-src-conn' or 'max-src-conn-rate': add one"},
       {"pass in proto tcp all keep state (source-track global)",
-       "t.conf:1:1: 'source-track global' without a limit tracks nothing: add max-src-states, max-src-nodes, "
-       "max-src-conn or max-src-conn-rate"},
+       "t.conf:1:1: 'source-track global' without a limit tracks nothing: add max-src-states, max-src-conn "
+       "or max-src-conn-rate"},
       {"set timeout adaptive.start 6000\nset timeout adaptive.end 6000",
        "t.conf:2:13: 'adaptive.end 6000' must be above 'adaptive.start 6000' (both 0 turn adaptive timeouts "
        "off)"},
@@ -389,8 +389,8 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
       "pass out proto tcp all no state\n"
       "pass in proto udp all keep state (max 5, no-sync, udp.first 10)\n"
       "pass in proto tcp all keep state (source-track global, max-src-conn-rate 15/5, max-src-conn 9, "
-      "max-src-nodes 100, max-src-states 3)\n"
-      "pass in proto tcp all keep state (max-src-states 3, source-track rule)\n"
+      "max-src-states 3)\n"
+      "pass in proto tcp all keep state (max-src-states 3, source-track rule, max-src-nodes 100)\n"
       "pass in proto tcp all keep state (max-src-conn 3, overload <t> flush global)\n"
       "pass in proto tcp all keep state (max-src-conn-rate 3/1, overload <t> flush)\n"
       "pass in proto tcp all keep state (max-src-conn 3, overload <t>)\n"
@@ -413,16 +413,19 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
   CHECK(first->rule(9).text == "pass in proto udp all keep state (max 5, no-sync, udp.first 10)");
   CHECK(first->rule(9).no_sync);
   CHECK(first->rule(10).text ==
-        "pass in proto tcp all flags S/SA keep state (max-src-nodes 100, max-src-states 3, max-src-conn 9, "
-        "max-src-conn-rate 15/5, source-track global)");
+        "pass in proto tcp all flags S/SA keep state (max-src-states 3, max-src-conn 9, max-src-conn-rate "
+        "15/5, "
+        "source-track global)");
   const SourceLimits& limits = first->rule(10).sources;
-  CHECK(limits.max_src_nodes == 100);
+  CHECK(limits.max_src_nodes == 0);
   CHECK(limits.max_src_states == 3);
   CHECK(limits.max_src_conn == 9);
   CHECK(limits.conn_rate_count == 15);
   CHECK(limits.conn_rate_seconds == 5);
   CHECK(limits.global);
-  CHECK(first->rule(11).text == "pass in proto tcp all flags S/SA keep state (max-src-states 3)");
+  CHECK(first->rule(11).text ==
+        "pass in proto tcp all flags S/SA keep state (max-src-nodes 100, max-src-states 3)");
+  CHECK(first->rule(11).sources.max_src_nodes == 100);
   CHECK_FALSE(first->rule(11).sources.global);
   CHECK_FALSE(first->rule(9).sources.tracks());
   CHECK(first->rule(12).text ==

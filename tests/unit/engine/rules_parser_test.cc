@@ -1079,6 +1079,13 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:43: seconds in max-src-conn-rate must be between 1 and 86400, got '0'"},
       {"pass all keep state (max-src-states 0)",
        "t.conf:1:37: max-src-states must be between 1 and 4294967295, got '0'"},
+      // pfctl refuses it too: no rule's count could hold a node that every global rule shares.
+      {"pass all keep state (source-track global, max-src-nodes 10, max-src-states 5)",
+       "t.conf:1:43: 'max-src-nodes' is incompatible with 'source-track global': the nodes are every such "
+       "rule's, none this rule's own (use 'source-track rule')"},
+      {"pass all keep state (max-src-nodes 10, source-track global)",
+       "t.conf:1:22: 'max-src-nodes' is incompatible with 'source-track global': the nodes are every such "
+       "rule's, none this rule's own (use 'source-track rule')"},
       {"pass all keep state (max-src-conn 10, overload bad flush)",
        "t.conf:1:48: expected a table name in angle brackets after 'overload', e.g. <bruteforce>, got 'bad'"},
       {"set limit src-node 10",
