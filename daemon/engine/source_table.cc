@@ -160,6 +160,10 @@ void SourceTable::release(SourceNode* node, bool was_connection, Millis linger) 
   std::lock_guard guard(shard.lock);
   if (was_connection && node->connections > 0) --node->connections;
   if (--node->states > 0) return;
+  // As pfctl raises a rule's src.track to its max-src-conn-rate seconds: while connections still
+  // count against its rate, the node outlives its last state by the rate's period, or a rate
+  // longer than the states of closed connections live (10/3600) would start again from nothing.
+  if (node->rate != 0) linger = std::max(linger, Millis{static_cast<Millis::rep>(node->rate_seconds) * 1000});
   // Short of memory for a new queue, the node goes now rather than never.
   if (linger > Millis{0} && shard.park(node, linger)) return;
   free_node(shard, node);

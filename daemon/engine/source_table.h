@@ -7,7 +7,9 @@
 // refer to it, and then for the src.track timeout of the rule whose state was its last (pf's
 // pf_src_tree_remove_state): with 0, pf's default, the last state's removal frees it; with more,
 // its connection rate still counts against the address's next connections for that long, and a
-// new state of the address takes it up again, history and all.
+// new state of the address takes it up again, history and all. A node whose connections count
+// against a max-src-conn-rate lives on for the rate's period at least, as pfctl raises the rule's
+// src.track to it.
 //
 // A node left without states joins its shard's idle queue for its src.track, one FIFO queue per
 // distinct duration; expire() dates the newcomers and frees the nodes whose time is up, so that
@@ -115,7 +117,8 @@ class SourceTable {
                   const IpAddress& address, SourceNode*& node) noexcept;
 
   // A state of the node is gone; `was_connection` if it had been counted by established(). The
-  // last one leaves the node for `linger` (its rule's src.track), or frees it with 0.
+  // last one leaves the node for `linger` (its rule's src.track), or for its rate's period where
+  // that is longer and connections count against the rate; else it frees the node.
   void release(SourceNode* node, bool was_connection, Millis linger = Millis{0}) noexcept;
 
   // Frees the nodes left without states whose src.track has run out by `now` (called with the

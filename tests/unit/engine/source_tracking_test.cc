@@ -208,13 +208,13 @@ TEST_CASE("src.track: a node outlives its last state that long, its connection r
     const char* what;
   };
   for (const Case c :
-       {Case{"set timeout src.track 30\npass out proto tcp keep state (max-src-conn-rate 2/60)", "global"},
-        Case{"pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 30)", "per rule"},
+       {Case{"set timeout src.track 30\npass out proto tcp keep state (max-src-conn-rate 2/20)", "global"},
+        Case{"pass out proto tcp keep state (max-src-conn-rate 2/20, src.track 30)", "per rule"},
         Case{"set timeout src.track 5\n"
-             "pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 30)",
+             "pass out proto tcp keep state (max-src-conn-rate 2/20, src.track 30)",
              "the rule's over the global one"},
         Case{"set timeout src.track 30\n"
-             "pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 0)",
+             "pass out proto tcp keep state (max-src-conn-rate 2/20, src.track 0)",
              "a rule's 0 is the global one, as pf's"}}) {
     INFO(c.what);
     Firewall fw(c.rules);
@@ -224,8 +224,8 @@ TEST_CASE("src.track: a node outlives its last state that long, its connection r
     fw.engine.expire(fw.now);
     CHECK(fw.engine.sources().size() == 1);
     CHECK(source_nodes_of(fw, 0) == 1);
-    // Its two connections of the minute still count: a third is one too many.
-    fw.now += Millis{10'000};
+    // Its two connections of the last 20 seconds still count: a third is one too many.
+    fw.now += Millis{5'000};
     CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::SourceLimit);
     // That cut state's removal leaves the node idle again, dated by the next pass.
     fw.engine.expire(fw.now);
@@ -235,31 +235,56 @@ TEST_CASE("src.track: a node outlives its last state that long, its connection r
     CHECK(fw.engine.sources().size() == 0);
     CHECK(source_nodes_of(fw, 0) == 0);
   }
-  // Without src.track (pf's default 0) the node goes with its last state, and its count with it.
+  // Without src.track (pf's default 0) a node no rate counts goes with its last state.
+  Firewall fw("pass out proto tcp keep state (max-src-conn 2)");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 1);
+  CHECK(fw.engine.sources().size() == 0);
+  CHECK(source_nodes_of(fw, 0) == 0);
+}
+
+TEST_CASE("src.track: a node whose connections count against a rate lives on for the rate's period",
+          "[engine][limits][source]") {
+  // pfctl raises a rule's src.track to its max-src-conn-rate seconds: with the default 0, the
+  // rate would start again from nothing once the address's states were gone, and a rate longer
+  // than the states of closed connections live would never hold.
   Firewall fw("pass out proto tcp keep state (max-src-conn-rate 2/60)");
   CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
   CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
   CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 2);
+  fw.engine.expire(fw.now);
+  CHECK(fw.engine.sources().size() == 1);
+  fw.now += Millis{10'000};
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::SourceLimit);
+  fw.engine.expire(fw.now);
+  fw.engine.expire(fw.now + Millis{59'999});
+  CHECK(fw.engine.sources().size() == 1);
+  fw.engine.expire(fw.now + Millis{60'000});
   CHECK(fw.engine.sources().size() == 0);
-  CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::State);
+  CHECK(source_nodes_of(fw, 0) == 0);
+  // A node whose handshakes never completed has no rate to keep: it goes with its last state.
+  CHECK(fw.out(Connection{"10.1.0.2", 1001}.syn()).reason == Reason::Match);
+  CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 1);
+  CHECK(fw.engine.sources().size() == 0);
 }
 
 TEST_CASE("src.track: a reload's global value holds for the states made before it, a rule's own stays",
           "[engine][limits][source][reload]") {
   // pf_src_tree_remove_state reads the rule's src.track when its last state goes, and where the
   // rule sets none, pf_default_rule's: the global value in force then, not at the state's birth.
-  const std::string rule = "pass out proto tcp keep state (max-src-conn-rate 2/60)";
-  const std::string own = "pass out proto tcp keep state (max-src-conn-rate 2/60, src.track 30)";
+  const std::string rule = "pass out proto tcp keep state (max-src-conn-rate 2/10)";
+  const std::string own = "pass out proto tcp keep state (max-src-conn-rate 2/10, src.track 30)";
   struct Case {
     std::string before;
     std::string after;
-    std::size_t lingering;
+    Millis lingers;
     const char* what;
   };
-  for (const Case& c : {Case{"set timeout src.track 30\n" + rule, "set timeout src.track 0\n" + rule, 0,
-                             "the global src.track taken back to 0"},
-                        Case{rule, "set timeout src.track 30\n" + rule, 1, "the global src.track set"},
-                        Case{own, "set timeout src.track 0\n" + own, 1, "the rule's own src.track"}}) {
+  for (const Case& c :
+       {Case{"set timeout src.track 30\n" + rule, "set timeout src.track 0\n" + rule, Millis{10'000},
+             "the global src.track taken back to 0: the rate's period alone"},
+        Case{rule, "set timeout src.track 30\n" + rule, Millis{30'000}, "the global src.track set"},
+        Case{own, "set timeout src.track 0\n" + own, Millis{30'000}, "the rule's own src.track"}}) {
     INFO(c.what);
     Firewall fw(c.before);
     CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
@@ -273,10 +298,10 @@ TEST_CASE("src.track: a reload's global value holds for the states made before i
     fw.engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
     CHECK(fw.engine.kill_states([](const StateEntry&) { return true; }) == 2);
     fw.engine.expire(fw.now);
-    CHECK(fw.engine.sources().size() == c.lingering);
-    // A node that lingers still counts the address's two connections of the minute.
-    const Reason third = c.lingering != 0 ? Reason::SourceLimit : Reason::State;
-    CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == third);
+    fw.engine.expire(fw.now + c.lingers - Millis{1});
+    CHECK(fw.engine.sources().size() == 1);
+    fw.engine.expire(fw.now + c.lingers);
+    CHECK(fw.engine.sources().size() == 0);
   }
 }
 
