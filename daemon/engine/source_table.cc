@@ -221,7 +221,10 @@ uint64_t SourceTable::decayed_rate(const SourceNode& node, Millis now) noexcept 
   const auto period = static_cast<uint64_t>(node.rate_seconds) * 1000;
   const auto elapsed = static_cast<uint64_t>(std::max<int64_t>(0, (now - node.rate_at).count()));
   if (elapsed >= period) return 0;
-  return node.rate - node.rate * elapsed / period;
+  // In 128 bits: a day's period in milliseconds times a count of some 10^11 (a source that keeps
+  // completing thousands of handshakes a second) no longer fits in 64.
+  __extension__ typedef unsigned __int128 Wide;
+  return node.rate - static_cast<uint64_t>(static_cast<Wide>(node.rate) * elapsed / period);
 }
 
 void SourceTable::for_each(Millis now, const std::function<void(const SourceView&)>& visit) const {

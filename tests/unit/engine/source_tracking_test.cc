@@ -411,6 +411,27 @@ TEST_CASE("SourceTable: idle nodes expire by their own src.track, without states
   CHECK(table.size() == 0);
 }
 
+TEST_CASE("SourceTable: a large rate decays over a long period without overflow", "[source][table]") {
+  // A day's period: a source that kept completing 5,000 handshakes a second holds a count near
+  // 4.3 * 10^11 (x kRateUnit), which times the milliseconds of most of a day overflows 64 bits.
+  SourceTable table(1, SipKey{7, 8}, 100);
+  SourceLimits limits;
+  limits.conn_rate_count = 100;
+  limits.conn_rate_seconds = 86'400;
+  SourceNode* node = nullptr;
+  REQUIRE(table.admit(limits, SourceOwner{}, Family::V4, IpAddress::v4(0x0a000001), node) ==
+          SourceTable::Admission::Admitted);
+  node->rate = 432'000'000'000ull;
+  node->rate_at = Millis{0};
+  node->rate_seconds = limits.conn_rate_seconds;
+  // Three quarters of the period later, a quarter of the count is left.
+  double rate = 0;
+  table.for_each(Millis{64'800'000}, [&](const SourceView& v) { rate = v.rate; });
+  CHECK(rate == Approx(108'000'000.0));
+  CHECK_FALSE(table.established(node, limits, Millis{64'800'000}));
+  table.release(node, true);
+}
+
 TEST_CASE("SourceTable: many addresses spread over the shards and come back", "[source][table]") {
   SourceTable table(8, SipKey{3, 4}, 100'000);
   SourceLimits limits;
