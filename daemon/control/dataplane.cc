@@ -23,6 +23,8 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
       s.events_lost += w->events_lost();
       s.source_overloads += w->overloads_queued();
       s.source_overloads_lost += w->overloads_lost();
+      for (std::size_t i = 0; i < engine::kSourceLimitKinds; ++i)
+        s.source_limited[i] += w->source_limited(static_cast<engine::SourceLimitKind>(i));
       for (std::size_t i = 0; i < engine::kReasonCount; ++i) {
         s.reasons[i] += w->counters().get(static_cast<engine::Reason>(i));
       }
@@ -82,6 +84,15 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   out.sample(s.source_nodes);
   out.family("pairwall_source_node_limit", T::Gauge, "Maximum source nodes (set limit src-nodes).");
   out.sample(s.source_node_limit);
+  out.family("pairwall_source_limited_total", T::Counter,
+             "New states refused and connections cut by each source limit of the rules (pf's limit "
+             "counters); all of them are drops with reason src_limit.");
+  {
+    const char* const names[engine::kSourceLimitKinds] = {"max-src-states", "max-src-nodes", "max-src-conn",
+                                                          "max-src-conn-rate"};
+    for (std::size_t i = 0; i < engine::kSourceLimitKinds; ++i)
+      out.sample({{"limit", names[i]}}, s.source_limited[i]);
+  }
   out.family("pairwall_source_overloads_total", T::Counter,
              "Sources that went over a rule's max-src-conn or max-src-conn-rate where the rule says "
              "overload <table>: each queued to join the table.");

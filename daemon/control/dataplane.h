@@ -55,6 +55,8 @@ struct CountersSnapshot {
   uint64_t source_node_limit = 0;
   uint64_t source_overloads = 0;  // queued for their tables
   uint64_t source_overloads_lost = 0;
+  // States refused and connections cut, by source limit (engine::SourceLimitKind's order).
+  std::array<uint64_t, engine::kSourceLimitKinds> source_limited{};
   uint64_t events_lost = 0;
   std::vector<RuleCounters> rules;
   uint64_t rules_digest = 0;  // engine::rules::RuleSet::digest()
@@ -69,8 +71,8 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
 class MetricWriter;
 // pairwall_packets_total, pairwall_bytes_total, pairwall_verdicts_total{reason}, pairwall_states,
 // pairwall_state_limit, pairwall_timeout_scale, pairwall_source_nodes, pairwall_source_node_limit,
-// pairwall_source_overloads_total, pairwall_source_overloads_lost_total, pairwall_rule_*{rule},
-// pairwall_queue_*{queue}.
+// pairwall_source_limited_total{limit}, pairwall_source_overloads_total,
+// pairwall_source_overloads_lost_total, pairwall_rule_*{rule}, pairwall_queue_*{queue}.
 void render_core_metrics(const CountersSnapshot& snapshot, MetricWriter& out);
 
 }  // namespace pairwall::control

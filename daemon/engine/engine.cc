@@ -1447,7 +1447,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   switch (status) {
     case StateTable::CreateStatus::Created:
       if (creator != nullptr && creator->sources.tracks()) {
-        const Reason source_refused = admit_source(state, *creator, packet);
+        const Reason source_refused = admit_source(worker, state, *creator, packet);
         if (source_refused != Reason::State) {
           states_.erase(state);
           return refused(source_refused);
@@ -1524,7 +1524,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
 
 // Counts a new state in its source node (pf's pf_insert_src_node and max-src-states); State when
 // admitted, else the reason to refuse it.
-Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule& creator,
+Reason Engine::admit_source(Worker& worker, StateTable::Handle& state, const rules::CompiledRule& creator,
                             const PacketView& packet) noexcept {
   const SourceLimits& limits = creator.sources;
   SourceNode* node = nullptr;
@@ -1538,7 +1538,10 @@ Reason Engine::admit_source(StateTable::Handle& state, const rules::CompiledRule
     case SourceTable::Admission::TableFull:
       return Reason::SourceNodeLimit;
     case SourceTable::Admission::NodesLimit:
+      worker.count_source_limited(SourceLimitKind::Nodes);
+      return Reason::SourceLimit;
     case SourceTable::Admission::StatesLimit:
+      worker.count_source_limited(SourceLimitKind::States);
       return Reason::SourceLimit;
     case SourceTable::Admission::NoMemory:
       break;
@@ -1567,7 +1570,10 @@ bool Engine::connection_counted(Worker& worker, StateEntry& entry, Millis now) n
   const rules::CompiledRule* rule = entry.creator;
   if ((entry.flags & stateflag::kSourceConnection) || entry.source == nullptr || rule == nullptr) return true;
   entry.flags |= stateflag::kSourceConnection;
-  if (sources_.established(entry.source, rule->sources, now)) return true;
+  const SourceTable::ConnectionCheck check = sources_.established(entry.source, rule->sources, now);
+  if (check.within()) return true;
+  if (check.over_conn) worker.count_source_limited(SourceLimitKind::Conn);
+  if (check.over_rate) worker.count_source_limited(SourceLimitKind::ConnRate);
   if (!rule->overload_table.empty()) {
     SourceOverload overload;
     rule->overload_table.copy(overload.table.data(), overload.table.size() - 1);

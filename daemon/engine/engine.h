@@ -137,6 +137,11 @@ struct EngineConfig {
 class Engine;
 struct TrackResult;
 
+// The source limit that refused a new state or cut a connection (pf's limit counters, pfctl -si):
+// the reason says src_limit for all four; these tell which.
+enum class SourceLimitKind : uint8_t { States, Nodes, Conn, ConnRate };
+inline constexpr std::size_t kSourceLimitKinds = 4;
+
 // A source that went over a rule's max-src-conn or max-src-conn-rate, where the rule says
 // `overload <table>`: the daemon adds the address to the table and, with `flush`, kills its states
 // (of this rule, or with `flush global` all of them). Off the packet path: the worker only queues it.
@@ -161,6 +166,11 @@ class Worker {
   SpscRing<SourceOverload>& overloads() { return overloads_; }
   uint64_t overloads_queued() const { return overloads_queued_.load(std::memory_order_relaxed); }
   uint64_t overloads_lost() const { return overloads_lost_.load(std::memory_order_relaxed); }
+  // States refused and connections cut by each source limit; a connection over both max-src-conn
+  // and its rate counts under both, as pf_src_connlimit counts it.
+  uint64_t source_limited(SourceLimitKind kind) const {
+    return source_limited_[static_cast<std::size_t>(kind)].load(std::memory_order_relaxed);
+  }
   uint64_t packets() const { return packets_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
@@ -185,6 +195,10 @@ class Worker {
     bytes_.store(bytes_.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
   }
   void emit(const StateRecord& record) noexcept;
+  void count_source_limited(SourceLimitKind kind) noexcept {
+    auto& counter = source_limited_[static_cast<std::size_t>(kind)];
+    counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   uint64_t next_random64() noexcept;
   uint16_t next_random16() noexcept;  // the top bits of next_random64()
   // A `modulate state` offset: never 0, and unpredictable without the worker's key, unlike
@@ -199,6 +213,7 @@ class Worker {
   SpscRing<SourceOverload> overloads_;
   std::atomic<uint64_t> overloads_queued_{0};
   std::atomic<uint64_t> overloads_lost_{0};
+  std::array<std::atomic<uint64_t>, kSourceLimitKinds> source_limited_{};
   std::atomic<uint64_t> packets_{0};
   std::atomic<uint64_t> bytes_{0};
   // The rule set this worker is using; refreshed when the engine's generation changes, so the
@@ -357,7 +372,7 @@ class Engine {
                    Translation& translation, std::array<uint32_t, 2> deciding, Millis now) noexcept;
   void finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
               Verdict& verdict) noexcept;
-  Reason admit_source(StateTable::Handle& state, const rules::CompiledRule& creator,
+  Reason admit_source(Worker& worker, StateTable::Handle& state, const rules::CompiledRule& creator,
                       const PacketView& packet) noexcept;
   bool connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept;
   bool connection_counted(Worker& worker, StateEntry& entry, Millis now) noexcept;

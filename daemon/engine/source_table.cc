@@ -201,18 +201,20 @@ std::size_t SourceTable::expire(Millis now) noexcept {
   return freed;
 }
 
-bool SourceTable::established(SourceNode* node, const SourceLimits& limits, Millis now) noexcept {
+SourceTable::ConnectionCheck SourceTable::established(SourceNode* node, const SourceLimits& limits,
+                                                      Millis now) noexcept {
   Shard& shard = *shards_[node->shard];
   std::lock_guard guard(shard.lock);
   ++node->connections;
-  bool within = limits.max_src_conn == 0 || node->connections <= limits.max_src_conn;
+  ConnectionCheck check;
+  check.over_conn = limits.max_src_conn != 0 && node->connections > limits.max_src_conn;
   if (limits.conn_rate_count != 0) {
     node->rate_seconds = limits.conn_rate_seconds;
     node->rate = decayed_rate(*node, now) + kRateUnit;
     node->rate_at = now;
-    within = within && node->rate <= static_cast<uint64_t>(limits.conn_rate_count) * kRateUnit;
+    check.over_rate = node->rate > static_cast<uint64_t>(limits.conn_rate_count) * kRateUnit;
   }
-  return within;
+  return check;
 }
 
 // pf_add_threshold's decay: the count falls in proportion to the time since it was last raised,

@@ -125,10 +125,17 @@ class SourceTable {
   // state table's expiry, from one thread). Returns how many.
   std::size_t expire(Millis now) noexcept;
 
-  // A TCP connection of the node completed its handshake at `now`: counts it, and its rate.
-  // False when the node is now over max-src-conn or max-src-conn-rate (the connection still
-  // counts until its state goes).
-  bool established(SourceNode* node, const SourceLimits& limits, Millis now) noexcept;
+  // What established() found: the node over max-src-conn, over max-src-conn-rate, or neither.
+  struct ConnectionCheck {
+    bool over_conn = false;
+    bool over_rate = false;
+    bool within() const noexcept { return !over_conn && !over_rate; }
+  };
+
+  // A TCP connection of the node completed its handshake at `now`: counts it, and its rate, and
+  // says which of the limits the node is now over (the connection still counts until its state
+  // goes).
+  ConnectionCheck established(SourceNode* node, const SourceLimits& limits, Millis now) noexcept;
 
   // Visits every node as of `now`, shard by shard under its lock (control path).
   void for_each(Millis now, const std::function<void(const SourceView&)>& visit) const;

@@ -136,6 +136,7 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   s.source_node_limit = 10000;
   s.source_overloads = 4;
   s.source_overloads_lost = 1;
+  s.source_limited = {5, 0, 2, 7};
   s.rules.push_back({0, "", "block all", "", "pf.conf:1", 6, 6, 384, 0, 0});
   s.rules.push_back(
       {1, "", "pass proto tcp to port 80 label \"web\"", "web", "pf.conf:2", 60, 90, 5760, 12, 15});
@@ -171,6 +172,11 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("# TYPE pairwall_source_overloads_total counter");
   has("pairwall_source_overloads_total 4");
   has("pairwall_source_overloads_lost_total 1");
+  has("# TYPE pairwall_source_limited_total counter");
+  has("pairwall_source_limited_total{limit=\"max-src-states\"} 5");
+  has("pairwall_source_limited_total{limit=\"max-src-nodes\"} 0");
+  has("pairwall_source_limited_total{limit=\"max-src-conn\"} 2");
+  has("pairwall_source_limited_total{limit=\"max-src-conn-rate\"} 7");
   has("pairwall_rule_packets_total{rule=\"0\"} 6");
   // A rule's label rides along where it has one.
   has("pairwall_rule_packets_total{rule=\"1\",label=\"web\"} 90");

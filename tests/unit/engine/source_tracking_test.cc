@@ -179,6 +179,37 @@ TEST_CASE("max-src-conn and its rate count no connection a reset ends in its han
   CHECK(handshake(fw, Connection{"10.1.0.1", ++port}).reason == Reason::State);
 }
 
+TEST_CASE("each source limit counts what it refuses or cuts under its own name, as pf's limit counters",
+          "[engine][limits][source]") {
+  struct Case {
+    const char* options;
+    SourceLimitKind kind;
+  };
+  const SourceLimitKind kinds[] = {SourceLimitKind::States, SourceLimitKind::Nodes, SourceLimitKind::Conn,
+                                   SourceLimitKind::ConnRate};
+  for (const Case c :
+       {Case{"max-src-states 1", SourceLimitKind::States}, Case{"max-src-nodes 1", SourceLimitKind::Nodes},
+        Case{"max-src-conn 1", SourceLimitKind::Conn},
+        Case{"max-src-conn-rate 1/60", SourceLimitKind::ConnRate}}) {
+    INFO(c.options);
+    Firewall fw(std::string("pass out proto tcp keep state (") + c.options + ")");
+    CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+    // The same address's second connection (for max-src-nodes, a second address) goes over: a
+    // new state's limits refuse its SYN, a connection's cut its handshake's end.
+    const bool at_state = c.kind == SourceLimitKind::States || c.kind == SourceLimitKind::Nodes;
+    const Connection second{c.kind == SourceLimitKind::Nodes ? "10.1.0.2" : "10.1.0.1", 1002};
+    CHECK((at_state ? fw.out(second.syn()) : handshake(fw, second)).reason == Reason::SourceLimit);
+    for (const SourceLimitKind k : kinds) CHECK(fw.worker.source_limited(k) == (k == c.kind ? 1u : 0u));
+  }
+  // Over max-src-conn and its rate at once: counted under both, as pf_src_connlimit counts it.
+  Firewall fw("pass out proto tcp keep state (max-src-conn 1, max-src-conn-rate 1/60)");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::SourceLimit);
+  CHECK(fw.worker.source_limited(SourceLimitKind::Conn) == 1);
+  CHECK(fw.worker.source_limited(SourceLimitKind::ConnRate) == 1);
+  CHECK(fw.worker.counters().get(Reason::SourceLimit) == 1);
+}
+
 TEST_CASE("max-src-conn-rate: N connections per S seconds, the count decaying over S",
           "[engine][limits][source]") {
   Firewall fw("pass out proto tcp keep state (max-src-conn-rate 3/10)");
@@ -428,7 +459,9 @@ TEST_CASE("SourceTable: a large rate decays over a long period without overflow"
   double rate = 0;
   table.for_each(Millis{64'800'000}, [&](const SourceView& v) { rate = v.rate; });
   CHECK(rate == Approx(108'000'000.0));
-  CHECK_FALSE(table.established(node, limits, Millis{64'800'000}));
+  const SourceTable::ConnectionCheck check = table.established(node, limits, Millis{64'800'000});
+  CHECK(check.over_rate);
+  CHECK_FALSE(check.over_conn);
   table.release(node, true);
 }
 
