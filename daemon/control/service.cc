@@ -530,12 +530,16 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
   }
   anchors_before(SIZE_MAX);
   if (current && only.empty()) {
-    for (const auto& t : current->translation_rules()) {
-      auto* info = out->add_translations();
-      info->set_number(t.number);
-      info->set_text(t.text);
-      info->set_location(t.location.file_and_line());
-    }
+    const auto list = [](const std::vector<engine::rules::ListedRule>& rules, auto add) {
+      for (const auto& r : rules) {
+        TranslationRuleInfo* info = add();
+        info->set_number(r.number);
+        info->set_text(r.text);
+        info->set_location(r.location.file_and_line());
+      }
+    };
+    list(current->translation_rules(), [out] { return out->add_translations(); });
+    list(current->scrub_listing(), [out] { return out->add_scrubs(); });
   }
   return {};
 }

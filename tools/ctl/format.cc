@@ -132,13 +132,18 @@ std::string format_status(const control::Status& s) {
 
 std::string format_rules(const control::RuleList& rules) {
   std::ostringstream o;
-  if (rules.rules_size() == 0 && rules.translations_size() == 0) o << "no rules loaded\n";
-  // pfctl lists translation rules (-s nat) apart from filter rules: each list has its own @N.
+  if (rules.rules_size() == 0 && rules.translations_size() == 0 && rules.scrubs_size() == 0)
+    o << "no rules loaded\n";
+  // pfctl lists scrub and translation rules (-s nat) apart from filter rules: each list has its own @N.
+  if (rules.scrubs_size() > 0) {
+    o << "# scrub rules, first match\n";
+    for (const auto& s : rules.scrubs()) o << "@" << s.number() << " " << s.text() << "\n";
+  }
   if (rules.translations_size() > 0) {
     o << "# translation rules, first match\n";
     for (const auto& t : rules.translations()) o << "@" << t.number() << " " << t.text() << "\n";
-    o << "# filter rules, last match\n";
   }
+  if (rules.scrubs_size() > 0 || rules.translations_size() > 0) o << "# filter rules, last match\n";
   // An anchor's rules follow its line, indented by its depth.
   for (const auto& r : rules.rules()) {
     const auto depth = r.anchor().empty() ? 0 : 1 + std::count(r.anchor().begin(), r.anchor().end(), '/');

@@ -859,6 +859,10 @@ class Compiler {
       specs.push_back(spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to));
     }
     set.scrub_rules_ = file_.scrub_rules;
+    for (std::size_t i = 0; i < file_.scrub_rules.size(); ++i) {
+      const ScrubRule& r = file_.scrub_rules[i];
+      set.scrub_listing_.push_back({static_cast<uint32_t>(i), scrub_text(r), r.location});
+    }
     if (!specs.empty()) set.scrub_classifier_ = build(specs, MatchOrder::First);
   }
 

@@ -117,9 +117,9 @@ struct CompiledTranslation {
   }
 };
 
-// A translation rule as `rules show` lists it (binat compiles to two CompiledTranslation).
-struct TranslationListing {
-  uint32_t number = 0;  // 0-based file order among the translation rules
+// A translation or scrub rule as `rules show` lists it (binat compiles to two CompiledTranslation).
+struct ListedRule {
+  uint32_t number = 0;  // 0-based file order among the translation (or scrub) rules
   std::string text;     // canonical one-line form
   SourceLocation location;
 };
@@ -170,7 +170,8 @@ class RuleSet {
   const CompiledTranslation* translation(const PacketView& packet, Direction direction,
                                          IfaceId iface) const noexcept;
 
-  const std::vector<TranslationListing>& translation_rules() const { return translation_listing_; }
+  const std::vector<ListedRule>& translation_rules() const { return translation_listing_; }
+  const std::vector<ListedRule>& scrub_listing() const { return scrub_listing_; }
   const std::vector<AnchorListing>& anchors() const { return anchors_; }
 
   // By evaluate()'s result: the rules of the main rule set and its anchors in file order.
@@ -211,7 +212,8 @@ class RuleSet {
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
   std::vector<CompiledTranslation> translations_;  // the first stage's entries, then the second's
-  std::vector<TranslationListing> translation_listing_;
+  std::vector<ListedRule> translation_listing_;
+  std::vector<ListedRule> scrub_listing_;
   std::unique_ptr<Classifier> scrub_classifier_;
   // Translation's two stages: binat out and rdr in; nat out and binat in.
   std::unique_ptr<Classifier> translation_classifier_[2];

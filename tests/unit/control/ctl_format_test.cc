@@ -126,3 +126,23 @@ TEST_CASE("pairwallctl: states show a translation whose address and port run tog
   const std::string text = pairwall::ctl::format_states(list, false);
   CHECK(text.rfind("tcp 10.0.0.1:51234 (10.0.0.15:1234) -> 192.0.2.1:80  SYN_SENT:CLOSED\n", 0) == 0);
 }
+
+TEST_CASE("pairwallctl: rules show lists scrub, then translation, then filter rules, each with its own @N",
+          "[ctl]") {
+  pairwall::control::RuleList rules;
+  auto* scrub = rules.add_scrubs();
+  scrub->set_number(0);
+  scrub->set_text("scrub in all fragment reassemble");
+  auto* nat = rules.add_translations();
+  nat->set_number(0);
+  nat->set_text("nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1");
+  const std::string text = pairwall::ctl::format_rules(rules);
+  CHECK(text.find("# scrub rules, first match\n@0 scrub in all fragment reassemble\n"
+                  "# translation rules, first match\n@0 nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1\n"
+                  "# filter rules, last match\n") == 0);
+
+  pairwall::control::RuleList scrub_only;
+  *scrub_only.add_scrubs() = *scrub;
+  CHECK(pairwall::ctl::format_rules(scrub_only) ==
+        "# scrub rules, first match\n@0 scrub in all fragment reassemble\n# filter rules, last match\n");
+}

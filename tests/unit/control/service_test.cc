@@ -455,6 +455,28 @@ TEST_CASE("service: from and to name the sides of a connection, a bare address e
   CHECK(matched("", "10.0.0.3", "") == 1);
 }
 
+// As pfctl -s rules and -s nat: the scrub and translation rules are listed too, each list with its
+// own @N and the line it came from.
+TEST_CASE("service: rules show lists the scrub and translation rules with the filter rules", "[service]") {
+  Daemon d;
+  const std::string path = d.write("scrubbed.conf",
+                                   "scrub in all fragment reassemble\n"
+                                   "scrub out on wan0 all max-mss 1400\n"
+                                   "nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1\n"
+                                   "pass all\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  const Response r = d.call(make([](Request& q) { q.mutable_rules_show(); }));
+  REQUIRE(r.ok());
+  REQUIRE(r.rules().scrubs_size() == 2);
+  CHECK(r.rules().scrubs(0).number() == 0);
+  CHECK(r.rules().scrubs(0).text() == "scrub in all fragment reassemble");
+  CHECK(r.rules().scrubs(1).number() == 1);
+  CHECK(r.rules().scrubs(1).text() == "scrub out on wan0 all max-mss 1400");
+  CHECK(r.rules().scrubs(1).location() == path + ":2");
+  REQUIRE(r.rules().translations_size() == 1);
+  CHECK(r.rules().rules_size() == 1);
+}
+
 // An ICMP query's state keeps its identifier and type where a TCP or UDP state keeps its ports:
 // `port N` names TCP and UDP ports, not an echo of identifier N nor every echo request (type 8).
 TEST_CASE("service: a port filter matches TCP and UDP states, not ICMP queries", "[service]") {
