@@ -411,6 +411,9 @@ void ControlService::handle(const Request& request, Response& response) {
     case Request::kSources:
       sources(request.sources(), response.mutable_sources());
       break;
+    case Request::kKillSources:
+      error = kill_sources(request.kill_sources(), response.mutable_sources_killed());
+      break;
     case Request::kAnchors:
       anchors(response.mutable_anchors());
       break;
@@ -819,6 +822,22 @@ void ControlService::sources(const SourcesRequest& request, SourceList* out) con
     n->set_rate(v.rate);
     n->set_rate_seconds(v.rate_seconds);
   });
+}
+
+std::string ControlService::kill_sources(const KillSources& request, SourcesKilled* out) {
+  std::optional<engine::IpPrefix> prefix;
+  if (!request.address().empty()) {
+    prefix = engine::parse_prefix(request.address());
+    if (!prefix) {
+      return "sources kill: '" + request.address() +
+             "' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)";
+    }
+  }
+  const engine::Engine::SourcesKilled killed = engine_.kill_sources(
+      [&prefix](const engine::SourceNode& n) { return !prefix || prefix->contains(n.family, n.address); });
+  out->set_sources(killed.nodes);
+  out->set_states(killed.states);
+  return {};
 }
 
 ControlService::OverloadResult ControlService::apply_overloads(

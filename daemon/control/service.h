@@ -119,6 +119,7 @@ class ControlService {
   // declares the anchor and does not give its rules itself. Returns the anchors it placed.
   std::vector<std::string> place_loaded_anchors(engine::rules::RuleFile& file);
   void sources(const SourcesRequest& request, SourceList* out) const;
+  std::string kill_sources(const KillSources& request, SourcesKilled* out);
   std::string test_table(const TablesRequest& request, TableList* out) const;
   std::string edit_table(const TableEdit& request, TableList* out);
   // `tables expire`: removes the entries of `table` that came `seconds` ago or earlier; how many.

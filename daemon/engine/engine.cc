@@ -1632,6 +1632,12 @@ std::size_t Engine::kill_states(const std::function<bool(const StateEntry&)>& ma
   });
 }
 
+Engine::SourcesKilled Engine::kill_sources(const std::function<bool(const SourceNode&)>& choose) {
+  // The states first: a node is only freed once nothing holds it.
+  const StateTable::SourcesDetached detached = states_.detach_sources(choose);
+  return SourcesKilled{detached.nodes_freed + sources_.kill(choose), detached.states};
+}
+
 std::size_t Engine::remove_states_if(const std::function<bool(const StateEntry&)>& choose,
                                      const std::function<void(const StateEntry&)>& on_removed) {
   // Chosen under the shard locks, removed by id afterwards: a removal takes the locks of both of

@@ -304,6 +304,16 @@ class Engine {
   // otherwise pass by their states. Returns how many. Control path: visits the whole table.
   std::size_t kill_states(const std::function<bool(const StateEntry&)>& match);
 
+  // Removes the source nodes `choose` picks, as pfctl -K and -F Sources: their states go on,
+  // counted by no node, and their addresses start afresh under every max-src-* limit (a source
+  // cut off by max-src-states, or whose rate history would block it, gets through again).
+  // Source nodes are not synced, so the peer has none to remove. Control path.
+  struct SourcesKilled {
+    std::size_t nodes = 0;
+    std::size_t states = 0;  // states that no node counts any longer
+  };
+  SourcesKilled kill_sources(const std::function<bool(const SourceNode&)>& choose);
+
   // The counter the next state this node creates takes (its StateId's).
   uint64_t next_state_counter() const noexcept { return next_state_counter_.load(std::memory_order_relaxed); }
 

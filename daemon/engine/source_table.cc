@@ -155,18 +155,37 @@ SourceTable::Admission SourceTable::admit(const SourceLimits& limits, const Sour
   return Admission::Admitted;
 }
 
-void SourceTable::release(SourceNode* node, bool was_connection, Millis linger) noexcept {
+bool SourceTable::release(SourceNode* node, bool was_connection, Millis linger, bool forget) noexcept {
   Shard& shard = *shards_[node->shard];
   std::lock_guard guard(shard.lock);
   if (was_connection && node->connections > 0) --node->connections;
-  if (--node->states > 0) return;
+  if (--node->states > 0) return false;
   // As pfctl raises a rule's src.track to its max-src-conn-rate seconds: while connections still
   // count against its rate, the node outlives its last state by the rate's period, or a rate
   // longer than the states of closed connections live (10/3600) would start again from nothing.
   if (node->rate != 0) linger = std::max(linger, Millis{static_cast<Millis::rep>(node->rate_seconds) * 1000});
   // Short of memory for a new queue, the node goes now rather than never.
-  if (linger > Millis{0} && shard.park(node, linger)) return;
+  if (!forget && linger > Millis{0} && shard.park(node, linger)) return false;
   free_node(shard, node);
+  return true;
+}
+
+std::size_t SourceTable::kill(const std::function<bool(const SourceNode&)>& choose) {
+  std::size_t freed = 0;
+  for (const auto& owned : shards_) {
+    Shard& shard = *owned;
+    std::lock_guard guard(shard.lock);
+    for (SourceNode* const head : shard.buckets) {  // a chain's walk keeps its own next
+      for (SourceNode *n = head, *next = nullptr; n != nullptr; n = next) {
+        next = n->next;
+        if (n->states != 0 || !choose(*n)) continue;
+        if (n->idle_queue != SourceNode::kNotIdle) shard.unpark(n);
+        free_node(shard, n);
+        ++freed;
+      }
+    }
+  }
+  return freed;
 }
 
 void SourceTable::free_node(Shard& shard, SourceNode* node) noexcept {

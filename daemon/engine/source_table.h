@@ -118,8 +118,16 @@ class SourceTable {
 
   // A state of the node is gone; `was_connection` if it had been counted by established(). The
   // last one leaves the node for `linger` (its rule's src.track), or for its rate's period where
-  // that is longer and connections count against the rate; else it frees the node.
-  void release(SourceNode* node, bool was_connection, Millis linger = Millis{0}) noexcept;
+  // that is longer and connections count against the rate; else it frees the node. With `forget`
+  // (the node is being killed) the last one frees it at once, whatever its linger and rate.
+  // Returns whether it freed the node.
+  bool release(SourceNode* node, bool was_connection, Millis linger = Millis{0},
+               bool forget = false) noexcept;
+
+  // Frees the nodes without states that `choose` picks, the idle ones lingering included (pfctl
+  // -K, -F Sources; StateTable::detach_sources() takes their states off them first). A node that
+  // holds states stays. Returns how many it freed.
+  std::size_t kill(const std::function<bool(const SourceNode&)>& choose);
 
   // Frees the nodes left without states whose src.track has run out by `now` (called with the
   // state table's expiry, from one thread). Returns how many.

@@ -802,4 +802,24 @@ void StateTable::for_each(const std::function<void(const StateEntry&)>& visit) c
   }
 }
 
+StateTable::SourcesDetached StateTable::detach_sources(const std::function<bool(const SourceNode&)>& choose) {
+  SourcesDetached detached;
+  if (sources_ == nullptr) return detached;
+  for (const auto& shard : shards_) {
+    std::lock_guard guard(shard->lock);
+    shard->for_each_queue([&](uint16_t qi) {
+      for (StateEntry* e = shard->queue(qi).head; e != nullptr; e = e->queue_next) {
+        // The entry's node cannot go while the entry holds it: reading its key is safe here.
+        if (e->source == nullptr || !choose(*e->source)) continue;
+        const bool connection = (e->flags & stateflag::kSourceConnection) != 0;
+        detached.nodes_freed += sources_->release(e->source, connection, Millis{0}, true);
+        e->source = nullptr;
+        e->flags = static_cast<uint8_t>(e->flags & ~stateflag::kSourceConnection);
+        ++detached.states;
+      }
+    });
+  }
+  return detached;
+}
+
 }  // namespace pairwall::engine

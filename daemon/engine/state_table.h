@@ -223,6 +223,15 @@ class StateTable {
   // whole table; each entry is consistent).
   void for_each(const std::function<void(const StateEntry&)>& visit) const;
 
+  // Takes the entries whose source node `choose` picks off that node, as pf_src_tree_remove_state
+  // for pfctl -K and -F Sources: they go on, counted by no node, and a node left without states is
+  // freed at once. Control path, each shard locked in turn.
+  struct SourcesDetached {
+    std::size_t states = 0;
+    std::size_t nodes_freed = 0;
+  };
+  SourcesDetached detach_sources(const std::function<bool(const SourceNode&)>& choose);
+
   std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
   uint32_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
   // Also sizes the key index for the new limit when it grows (control path, each shard locked

@@ -59,6 +59,9 @@ commands:
                                  and -s memory (with the adaptive scaling in force now)
   flush states                   remove every state (and tell the sync peer)
   sources [--limit N]            the source nodes of the rules' max-src-* limits, as pfctl -s Sources
+  sources kill ADDRESS|PREFIX    remove the source nodes of those addresses, as pfctl -K: their
+                                 states go on, and the addresses start afresh under the limits
+  flush sources                  remove every source node, as pfctl -F Sources
   tables [show NAME]             the running rules' tables and their sizes, or one table's entries
   tables add|delete NAME ADDR... change a table of the running rules (ADDR: address, prefix, or
   tables replace NAME [ADDR...]  !PREFIX for an exception), as pfctl -T; replace leaves exactly
@@ -345,6 +348,11 @@ Request build_request(const Invocation& inv) {
     } else {
       throw UsageError{"anchors: unknown subcommand '" + sub + "' (show, load, flush)"};
     }
+  } else if (cmd == "sources" && w.size() >= 2 && w[1] == "kill") {
+    if (inv.limit) throw UsageError{"--limit goes with 'sources', not 'sources kill'"};
+    if (w.size() != 3)
+      throw UsageError{"sources kill: name one ADDRESS or PREFIX (every node: flush sources)"};
+    r.mutable_kill_sources()->set_address(w[2]);
   } else if (cmd == "sources") {
     need(1);
     if (inv.limit) r.mutable_sources()->set_limit(*inv.limit);
@@ -360,6 +368,8 @@ Request build_request(const Invocation& inv) {
     r.mutable_reload();
   } else if (cmd == "flush" && w.size() == 2 && w[1] == "states") {
     r.mutable_flush_states();
+  } else if (cmd == "flush" && w.size() == 2 && w[1] == "sources") {
+    r.mutable_kill_sources();
   } else if (cmd == "sync" && w.size() == 2 && w[1] == "status") {
     r.mutable_sync_status();
   } else if (cmd == "failover" && w.size() >= 2) {
@@ -458,6 +468,12 @@ std::string human(const Request& request, const Response& response, const Invoca
                (a.rules() == 1 ? " rule" : " rules") + "\n";
       }
       return ctl::format_anchors(response.anchors());
+    case Response::kSourcesKilled: {
+      const auto& k = response.sources_killed();
+      return "killed " + std::to_string(k.sources()) + (k.sources() == 1 ? " source node" : " source nodes") +
+             ", " + std::to_string(k.states()) + (k.states() == 1 ? " state" : " states") +
+             " no longer counted\n";
+    }
     case Response::kKilled:
       return "killed " + std::to_string(response.killed().states()) + " states\n";
     case Response::kSyncStatus:

@@ -238,6 +238,25 @@ TEST_CASE("pairwallctl: reload sends the Reload request and takes no arguments",
   CHECK(d.requests.size() == 1);
 }
 
+TEST_CASE("pairwallctl: sources kill names one address or prefix, flush sources none", "[ctl]") {
+  Daemon d;
+  REQUIRE(run_ctl({"-s", d.path, "sources", "kill", "10.0.1.0/24"}).status == 0);
+  REQUIRE(run_ctl({"-s", d.path, "flush", "sources"}).status == 0);
+  REQUIRE(d.requests.size() == 2);
+  REQUIRE(d.requests[0].has_kill_sources());
+  CHECK(d.requests[0].kill_sources().address() == "10.0.1.0/24");
+  REQUIRE(d.requests[1].has_kill_sources());
+  CHECK(d.requests[1].kill_sources().address().empty());
+  // Killing every node takes the explicit command: a forgotten address does not mean all.
+  const Run none = run_ctl({"-s", d.path, "sources", "kill"});
+  CHECK(none.status == 2);
+  CHECK(none.output.find("sources kill: name one ADDRESS or PREFIX (every node: flush sources)") !=
+        std::string::npos);
+  CHECK(run_ctl({"-s", d.path, "sources", "kill", "10.0.0.1", "10.0.0.2"}).status == 2);
+  CHECK(run_ctl({"-s", d.path, "--limit", "5", "sources", "kill", "10.0.0.1"}).status == 2);
+  CHECK(d.requests.size() == 2);
+}
+
 // A filter holds one port, one proto, one id: a second would replace the first unseen, and the
 // operator would kill or list other states than the ones written.
 TEST_CASE("pairwallctl: a state filter's term given twice is refused, nothing sent", "[ctl]") {

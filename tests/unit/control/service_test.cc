@@ -1533,3 +1533,45 @@ TEST_CASE(
   REQUIRE(d.service.load_rules(d.write("fits.conf", "set limit src-nodes 11\n" + tracked)).ok);
   CHECK(d.engine.sources().limit() == 11);
 }
+
+TEST_CASE("service: sources kill and flush sources remove source nodes, their states going on (pfctl -K)",
+          "[service][source]") {
+  Daemon d;
+  REQUIRE(
+      d.service
+          .load_rules(d.write("tracked.conf", "pass proto tcp to port 80 keep state (max-src-states 1)\n"))
+          .ok);
+  for (const char* host : {"10.0.0.1", "10.0.1.1", "10.0.1.2"})
+    REQUIRE(d.send(syn(host, 40000, "10.9.0.1", 80)).reason == engine::Reason::Match);
+  // A prefix holds addresses of its own family only.
+  REQUIRE(d.send(PacketBuilder()
+                     .ipv6("::ffff:10.0.1.3", "2001:db8::80")
+                     .tcp(40000, 80)
+                     .flags(tcpflag::kSyn)
+                     .build())
+              .reason == engine::Reason::Match);
+  REQUIRE(d.send(syn("10.0.1.1", 40001, "10.9.0.1", 80)).reason == engine::Reason::SourceLimit);
+  REQUIRE(d.engine.sources().size() == 4);
+
+  const Response bad = d.call(make([](Request& q) { q.mutable_kill_sources()->set_address("10.0.1.0/33"); }));
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.error() == "sources kill: '10.0.1.0/33' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
+  CHECK(d.engine.sources().size() == 4);
+
+  const Response killed =
+      d.call(make([](Request& q) { q.mutable_kill_sources()->set_address("10.0.1.0/24"); }));
+  REQUIRE(killed.ok());
+  CHECK(killed.sources_killed().sources() == 2);
+  CHECK(killed.sources_killed().states() == 2);
+  CHECK(d.engine.sources().size() == 2);
+  CHECK(d.engine.states().size() == 4);
+  CHECK(d.send(syn("10.0.1.1", 40001, "10.9.0.1", 80)).reason == engine::Reason::Match);
+  CHECK(d.send(syn("10.0.0.1", 40001, "10.9.0.1", 80)).reason == engine::Reason::SourceLimit);
+
+  const Response flushed = d.call(make([](Request& q) { q.mutable_kill_sources(); }));
+  REQUIRE(flushed.ok());
+  CHECK(flushed.sources_killed().sources() == 3);
+  CHECK(flushed.sources_killed().states() == 3);
+  CHECK(d.engine.sources().size() == 0);
+  CHECK(d.engine.states().size() == 5);
+}

@@ -2,6 +2,7 @@
 // and max-src-conn-rate, per rule and global, and the node table's own limit.
 #include <catch2/catch.hpp>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -376,6 +377,98 @@ TEST_CASE("a source node's count never goes to the sync peer", "[engine][limits]
   const std::vector<StateRecord> records = fw.drain();
   REQUIRE_FALSE(records.empty());
   for (const StateRecord& r : records) CHECK((r.flags & stateflag::kSourceConnection) == 0);
+}
+
+TEST_CASE("killing source nodes frees their addresses from the limits, their states going on (pfctl -K)",
+          "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max-src-states 2, max-src-conn 2)");
+  const Connection a1{"10.1.0.1", 1001};
+  const Connection a2{"10.1.0.1", 1002};
+  CHECK(handshake(fw, a1).reason == Reason::State);
+  CHECK(handshake(fw, a2).reason == Reason::State);
+  CHECK(fw.out(Connection{"10.1.0.1", 1003}.syn()).reason == Reason::SourceLimit);
+  CHECK(fw.out(Connection{"10.1.0.2", 1001}.syn()).reason == Reason::Match);
+  REQUIRE(fw.engine.sources().size() == 2);
+
+  const IpAddress killed = IpAddress::v4(0x0a010001);
+  const Engine::SourcesKilled result =
+      fw.engine.kill_sources([&](const SourceNode& n) { return n.address == killed; });
+  CHECK(result.nodes == 1);
+  CHECK(result.states == 2);
+  CHECK(fw.engine.sources().size() == 1);
+  CHECK(source_nodes_of(fw, 0) == 1);
+  // The connections carry on; the address counts from nothing, its old states no longer in it.
+  CHECK(fw.out(a1.data()).reason == Reason::State);
+  CHECK(fw.out(a2.data()).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1004}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1005}).reason == Reason::State);
+  CHECK(fw.out(Connection{"10.1.0.1", 1006}.syn()).reason == Reason::SourceLimit);
+  const auto counted = [&] {
+    std::pair<uint32_t, uint32_t> states_and_connections{0, 0};
+    fw.engine.sources().for_each(fw.now, [&](const SourceView& v) {
+      if (v.address == killed) states_and_connections = {v.states, v.connections};
+    });
+    return states_and_connections;
+  };
+  CHECK(counted() == std::pair<uint32_t, uint32_t>{2, 2});
+  // The old states' removal gives nothing back to the address's new node.
+  CHECK(fw.engine.kill_states([&](const StateEntry& e) {
+    return e.key(0).addr[0] == killed && (e.key(0).port[0] == 1001 || e.key(0).port[0] == 1002);
+  }) == 2);
+  CHECK(counted() == std::pair<uint32_t, uint32_t>{2, 2});
+  CHECK(fw.engine.states().size() == 3);
+  fw.engine.expire(fw.now + Millis{1'000'000'000});
+  CHECK(fw.engine.states().size() == 0);
+  CHECK(fw.engine.sources().size() == 0);
+  CHECK(source_nodes_of(fw, 0) == 0);
+}
+
+TEST_CASE("killing every source node forgets the lingering ones' rates too (pfctl -F Sources)",
+          "[engine][limits][source]") {
+  Firewall fw("pass out proto tcp keep state (max-src-conn-rate 2/60)");
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1001}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1002}).reason == Reason::State);
+  CHECK(fw.engine.kill_states([](const StateEntry& e) { return e.key(0).port[0] == 1001; }) == 1);
+  CHECK(handshake(fw, Connection{"10.1.0.2", 1001}).reason == Reason::State);
+  CHECK(fw.engine.kill_states(
+            [](const StateEntry& e) { return e.key(0).addr[0] == IpAddress::v4(0x0a010002); }) == 1);
+  fw.engine.expire(fw.now);
+  REQUIRE(fw.engine.sources().size() == 2);  // 10.1.0.2 idle, keeping its rate for 60 s
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1003}).reason == Reason::SourceLimit);
+
+  const Engine::SourcesKilled result = fw.engine.kill_sources([](const SourceNode&) { return true; });
+  CHECK(result.nodes == 2);
+  CHECK(result.states == 1);
+  CHECK(fw.engine.sources().size() == 0);
+  CHECK(source_nodes_of(fw, 0) == 0);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1004}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1005}).reason == Reason::State);
+  CHECK(handshake(fw, Connection{"10.1.0.1", 1006}).reason == Reason::SourceLimit);
+}
+
+TEST_CASE("SourceTable: kill frees the chosen nodes without states, lingering or not", "[source][table]") {
+  SourceTable table(2, SipKey{3, 4}, 100);
+  const SourceLimits limits;
+  std::atomic<uint32_t> nodes{0};
+  const int rule_identity = 0;
+  const SourceOwner owner{&rule_identity, &nodes, 1, nullptr};
+  SourceNode* held[4] = {};
+  for (uint32_t i = 0; i < 4; ++i) {
+    REQUIRE(table.admit(limits, owner, Family::V4, IpAddress::v4(0x0a000001 + i), held[i]) ==
+            SourceTable::Admission::Admitted);
+  }
+  table.release(held[0], false, Millis{30'000});  // lingers
+  table.release(held[1], false, Millis{30'000});  // lingers, not chosen
+  const auto chosen = [](const SourceNode& n) { return n.address != IpAddress::v4(0x0a000002); };
+  CHECK(table.kill(chosen) == 1);  // held[0]; held[2] and held[3] still have a state
+  CHECK(table.size() == 3);
+  CHECK(nodes.load() == 3);
+  // A state given back with `forget` frees its node at once, however long it would linger.
+  CHECK(table.release(held[2], false, Millis{30'000}, true));
+  CHECK(table.size() == 2);
+  CHECK(table.expire(Millis{31'000}) == 0);  // held[1] dated by this pass
+  CHECK(table.expire(Millis{61'000}) == 1);
+  CHECK(table.size() == 1);
 }
 
 TEST_CASE("SourceTable: nodes are found again, freed with their last state, reused", "[source][table]") {
