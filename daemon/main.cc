@@ -225,11 +225,13 @@ int check(const control::Config& c) {
     std::fprintf(stderr, "pairwalld: cannot read the interfaces' addresses: %s\n", e.what());
     return 1;
   }
-  auto compiled = engine::rules::load_rules_file(c.rules.file, interfaces, addresses);
+  std::vector<engine::rules::RuleError> notices;
+  auto compiled = engine::rules::load_rules_file(c.rules.file, interfaces, addresses, &notices);
   if (auto* e = std::get_if<engine::rules::RuleError>(&compiled)) {
     std::fprintf(stderr, "pairwalld: %s\n", e->to_string().c_str());
     return 1;
   }
+  for (const auto& notice : notices) std::fprintf(stderr, "pairwalld: %s\n", notice.to_string().c_str());
   const auto& rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(compiled);
   std::printf("%s: ok (node %u \"%s\", queues %u..%u, %s)\n%s: ok (%zu rules, state limit %u)\n",
               c.file.c_str(), c.node.id, c.node.name.c_str(), c.queue.first,
@@ -547,10 +549,12 @@ int run(const control::Config& c) {
 
   control::ControlService service(c, engine, monotonic_now);
   service.set_interface_addresses(interface_addresses(c));
-  if (auto loaded = service.load_rules(c.rules.file); !loaded.ok) {
+  const auto loaded = service.load_rules(c.rules.file);
+  if (!loaded.ok) {
     spdlog::error("{}", loaded.error);
     return 1;
   }
+  for (const std::string& warning : loaded.warnings) spdlog::warn("{}", warning);
   spdlog::info("node {} ({}): {} rules from {}", c.node.id, c.node.name, engine.rules()->size(),
                c.rules.file);
 
@@ -608,6 +612,7 @@ int run(const control::Config& c) {
             if (resp.ok()) {
               spdlog::info("rules loaded from {}: {} rules, {} states kept", resp.rules_loaded().path(),
                            resp.rules_loaded().rule_count(), resp.rules_loaded().states_kept());
+              for (const std::string& warning : resp.rules_loaded().warnings()) spdlog::warn("{}", warning);
             } else {
               spdlog::warn("rules load refused, running set kept: {}", resp.error());
             }
@@ -867,10 +872,11 @@ int run(const control::Config& c) {
         }
         spdlog::info("{}: rules reloaded from {}: {} rules, {} states kept", who, now.rules.file,
                      result.rule_count, engine.states().size());
+        for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
         if (sync_keys || failover_keys) spdlog::info("{}: keys re-read from {}", who, now.file);
       }
     } catch (const std::exception& e) {
-      result = {false, e.what(), 0};
+      result = {false, e.what(), 0, {}};
     }
     if (!result.ok)
       spdlog::warn("{}: rules reload refused, running rules and keys kept: {}", who, result.error);

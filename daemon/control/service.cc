@@ -248,7 +248,8 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     result.error = path + ": " + error;
     return result;
   }
-  if (auto error = engine::rules::resolve_interfaces(file, addresses)) {
+  std::vector<engine::rules::RuleError> notices;
+  if (auto error = engine::rules::resolve_interfaces(file, addresses, &notices)) {
     ++reload_failures_;
     result.error = error->to_string();
     return result;
@@ -267,6 +268,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     return result;
   }
   result.rule_count = static_cast<uint32_t>(file.filter_rules.size());
+  for (const auto& notice : notices) result.warnings.push_back(notice.to_string());
   loaded_ = std::move(file);
   stamp_tables();
   rules_file_ = path;
@@ -385,6 +387,7 @@ void ControlService::handle(const Request& request, Response& response) {
       loaded->set_path(rules_file_);
       loaded->set_rule_count(result.rule_count);
       loaded->set_states_kept(engine_.states().size());
+      for (const std::string& warning : result.warnings) loaded->add_warnings(warning);
       break;
     }
     case Request::kRulesShow:

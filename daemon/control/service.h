@@ -61,6 +61,7 @@ class ControlService {
     bool ok = false;
     std::string error;  // file:line:column: message
     uint32_t rule_count = 0;
+    std::vector<std::string> warnings;  // file:line:column: warning: ..., of rules that loaded
   };
   // Parses and compiles `path` aside and publishes it; on failure (including translation rules
   // without the pre-routing hook) the running set stays. States survive either way. An empty path

@@ -215,11 +215,13 @@ int main(int argc, char** argv) {
     std::cerr << "pairwall-check: " << e.what() << " (interfaces in rules get only --iface-address)\n";
   }
   for (const auto& [name, given] : options.addresses) addresses[name] = given;
-  auto loaded = rules::load_rules_file(options.rules_file, engine.interfaces(), addresses);
+  std::vector<rules::RuleError> notices;
+  auto loaded = rules::load_rules_file(options.rules_file, engine.interfaces(), addresses, &notices);
   if (auto* error = std::get_if<rules::RuleError>(&loaded)) {
     std::cerr << error->to_string() << "\n";
     return 1;
   }
+  for (const rules::RuleError& notice : notices) std::cerr << notice.to_string() << "\n";
   auto rules = std::get<std::shared_ptr<const rules::RuleSet>>(std::move(loaded));
   if (options.pcap_file.empty()) {
     std::cout << options.rules_file << ": " << rules->size() << " filter rules, state limit "

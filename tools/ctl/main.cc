@@ -440,7 +440,9 @@ std::string human(const Request& request, const Response& response, const Invoca
       return ctl::format_status(response.status());
     case Response::kRulesLoaded: {
       const auto& l = response.rules_loaded();
-      return "loaded " + l.path() + ": " + std::to_string(l.rule_count()) + " rules, " +
+      std::string out;
+      for (const std::string& warning : l.warnings()) out += warning + "\n";
+      return out + "loaded " + l.path() + ": " + std::to_string(l.rule_count()) + " rules, " +
              std::to_string(l.states_kept()) + " states kept\n";
     }
     case Response::kRules:

@@ -1063,11 +1063,12 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
 
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
                                                                         InterfaceRegistry& interfaces,
-                                                                        const InterfaceAddresses& addresses) {
+                                                                        const InterfaceAddresses& addresses,
+                                                                        std::vector<RuleError>* notices) {
   auto parsed = parse_rules_file(path);
   if (auto* error = std::get_if<RuleError>(&parsed)) return std::move(*error);
   RuleFile& file = std::get<RuleFile>(parsed);
-  if (auto error = resolve_interfaces(file, addresses)) return std::move(*error);
+  if (auto error = resolve_interfaces(file, addresses, notices)) return std::move(*error);
   return compile(file, interfaces);
 }
 

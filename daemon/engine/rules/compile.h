@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "daemon/engine/interfaces.h"
 #include "daemon/engine/rules/interface_addresses.h"
@@ -27,8 +28,9 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
 // What an anchor matches, as written after its name ("in quick on lan0 proto tcp", or "all").
 std::string anchor_terms_text(const Anchor& anchor);
 
-// parse_rules_file + resolve_interfaces + compile.
+// parse_rules_file + resolve_interfaces (its notices into `notices`, where given) + compile.
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(
-    const std::string& path, InterfaceRegistry& interfaces, const InterfaceAddresses& addresses = {});
+    const std::string& path, InterfaceRegistry& interfaces, const InterfaceAddresses& addresses = {},
+    std::vector<RuleError>* notices = nullptr);
 
 }  // namespace pairwall::engine::rules

@@ -74,7 +74,8 @@ class Resolver {
  public:
   // Tables an earlier resolution made stay as they are (refresh_interface_tables() sets them), so
   // that rules added to a resolved file, an anchor's, resolve alike.
-  Resolver(RuleFile& file, const InterfaceAddresses& addresses) : file_(file), addresses_(addresses) {
+  Resolver(RuleFile& file, const InterfaceAddresses& addresses, std::vector<RuleError>* notices)
+      : file_(file), addresses_(addresses), notices_(notices) {
     for (const Table& t : file.tables) {
       if (t.name.find(':') != std::string::npos) made_.insert(t.name);
     }
@@ -105,14 +106,17 @@ class Resolver {
         r.target_pending = false;
         continue;
       }
-      if (addresses_.count(r.target_interface) == 0)
-        return RuleError{r.target_location, "no interface named '" + r.target_interface + "' on this host"};
+      const bool exists = addresses_.count(r.target_interface) != 0;
       // binat compares its prefix lengths with the address's when the rules load: it needs one.
       if (r.target_dynamic && r.kind != TranslationRule::Kind::Binat) {
         r.target_pending = true;
         r.family = translated_family(r);
+        if (!exists)
+          note_absent(r.target_location, r.target_interface, r.target_interface, "translates nothing");
         continue;
       }
+      if (!exists)
+        return RuleError{r.target_location, "no interface named '" + r.target_interface + "' on this host"};
       const std::string family = translated_family(r) == Family::V4 ? "IPv4" : "IPv6";
       return RuleError{r.target_location,
                        "interface '" + r.target_interface + "' has no " + family +
@@ -157,8 +161,17 @@ class Resolver {
   // `(em0)`: its entries are the addresses the interface has as the rules load.
   std::optional<RuleError> addresses_of(const AddressElement& e, std::vector<IpPrefix>& out,
                                         bool in_table = false) const {
-    if (!collect(e.table, e.networks, addresses_, out))
-      return RuleError{e.location, "no interface named '" + e.table + "' on this host"};
+    if (!collect(e.table, e.networks, addresses_, out)) {
+      const std::string written = e.table + (e.networks ? ":network" : "");
+      if (e.dynamic && !in_table) {
+        note_absent(e.location, e.table, written, "matches no address");
+        return std::nullopt;
+      }
+      return RuleError{e.location,
+                       "no interface named '" + e.table + "' on this host" +
+                           (in_table ? std::string()
+                                     : " (write '(" + written + ")' to match its addresses once it exists)")};
+    }
     if (out.empty() && !e.dynamic) {
       const std::string written = e.table + (e.networks ? ":network" : "");
       return RuleError{
@@ -172,8 +185,18 @@ class Resolver {
     return std::nullopt;
   }
 
+  // `(em0)` of an interface the host does not have: loaded as pf loads it, and said.
+  void note_absent(const SourceLocation& where, const std::string& interface, const std::string& written,
+                   const char* meanwhile) const {
+    if (notices_ == nullptr) return;
+    notices_->push_back(RuleError{where, "warning: no interface named '" + interface +
+                                             "' on this host yet: (" + written + ") " + meanwhile +
+                                             " until it has an address"});
+  }
+
   RuleFile& file_;
   const InterfaceAddresses& addresses_;
+  std::vector<RuleError>* notices_;
   std::set<std::string> made_;
 };
 
@@ -183,8 +206,9 @@ std::string interface_table_name(const AddressElement& element) {
   return element.table + (element.networks ? ":network" : ":addresses");
 }
 
-std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses) {
-  return Resolver(file, addresses).run();
+std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses,
+                                            std::vector<RuleError>* notices) {
+  return Resolver(file, addresses, notices).run();
 }
 
 std::vector<std::string> refresh_interface_tables(RuleFile& file, const InterfaceAddresses& addresses) {

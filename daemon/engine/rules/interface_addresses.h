@@ -37,9 +37,13 @@ std::string interface_table_name(const AddressElement& element);
 // interface's first address of the rule's family (`-> (em0) round-robin`: all of them, in turn).
 // An interface the host does not have, or one without an address (of that family), is a RuleError
 // at the element, unless written `(em0)`: then its table starts empty, and a nat or rdr rule
-// loads without a target (TranslationRule::target_pending). Tables an earlier call made are kept
-// as they are: resolving a file again resolves only what was added to it since.
-std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses);
+// loads without a target (TranslationRule::target_pending), as current pf loads `(tun0)` before
+// tun0 exists. Each `(em0)` of an interface the host does not have yet is a notice, "warning: ..."
+// at the element (a typo would otherwise match nothing unseen), added to `notices` where given.
+// Tables an earlier call made are kept as they are: resolving a file again resolves only what was
+// added to it since.
+std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses,
+                                            std::vector<RuleError>* notices = nullptr);
 
 // Sets the tables resolve_interfaces() made, and the translation addresses it set, to the addresses
 // now, and returns the names of those that changed. An interface that lost its addresses, or is

@@ -29,7 +29,10 @@ def test_check_resolves_interfaces(tmp_path):
     rules.write_text(RULES)
     refused = run_check("-f", str(rules))
     assert refused.returncode == 1, refused
-    assert refused.stderr.strip() == f"{rules}:3:21: no interface named 'lan7' on this host", refused.stderr
+    assert refused.stderr.strip() == (
+        f"{rules}:3:21: no interface named 'lan7' on this host "
+        "(write '(lan7:network)' to match its addresses once it exists)"
+    ), refused.stderr
 
     given = run_check("-f", str(rules), "--iface-address", "lan7=192.0.2.1/24,2001:db8::1/64")
     assert given.returncode == 0, given.stderr
@@ -37,3 +40,15 @@ def test_check_resolves_interfaces(tmp_path):
 
     bad = run_check("-f", str(rules), "--iface-address", "lan7=192.0.2.1/40")
     assert bad.returncode == 2 and "'192.0.2.1/40' is not ADDR/LEN" in bad.stderr, bad
+
+
+def test_check_loads_dynamic_interface_not_there_yet_with_a_warning(tmp_path):
+    rules = tmp_path / "pf.conf"
+    rules.write_text("block all\npass in on tun9 to (tun9)\n")
+    loaded = run_check("-f", str(rules))
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == f"{rules}: 2 filter rules, state limit 100000: OK"
+    assert loaded.stderr.strip() == (
+        f"{rules}:2:20: warning: no interface named 'tun9' on this host yet: "
+        "(tun9) matches no address until it has an address"
+    ), loaded.stderr

@@ -958,7 +958,7 @@ TEST_CASE("service: Reload answers with the outcome of the daemon's reload", "[s
   CHECK(r.error() == "this daemon cannot reload its config");
 
   int reloads = 0;
-  ControlService::LoadResult outcome{false, "pf.conf:2:5: expected an address, got '!'", 0};
+  ControlService::LoadResult outcome{false, "pf.conf:2:5: expected an address, got '!'", 0, {}};
   d.service.set_reload([&] {
     ++reloads;
     return outcome.ok ? d.service.load_rules("") : outcome;
@@ -1150,7 +1150,10 @@ TEST_CASE("service: interfaces named as addresses take the host's addresses at e
   // Without a source of addresses no interface is known.
   auto unknown = d.service.load_rules(path);
   CHECK_FALSE(unknown.ok);
-  CHECK(unknown.error == path + ":2:21: no interface named 'em1' on this host");
+  CHECK(unknown.error ==
+        path +
+            ":2:21: no interface named 'em1' on this host (write '(em1:network)' to match its addresses "
+            "once it exists)");
 
   engine::rules::InterfaceAddress lan;
   lan.address = *engine::parse_address("10.1.0.1", &lan.family);
@@ -1264,7 +1267,10 @@ TEST_CASE("service: anchors take rules at run time, keep them across reloads, an
   // Refused whole, with the place of the error; the running rules stay.
   Response bad = load("ssh", "pass from any to port 22\npass from nowhere to port 22\n");
   CHECK_FALSE(bad.ok());
-  CHECK(bad.error() == "anchors: ssh-anchor.conf:2:11: no interface named 'nowhere' on this host");
+  CHECK(
+      bad.error() ==
+      "anchors: ssh-anchor.conf:2:11: no interface named 'nowhere' on this host (write '(nowhere)' to match "
+      "its addresses once it exists)");
   Response contradicts = load("ssh", "pass out all\n");
   CHECK_FALSE(contradicts.ok());
   CHECK(contradicts.error() ==
@@ -1574,4 +1580,32 @@ TEST_CASE("service: sources kill and flush sources remove source nodes, their st
   CHECK(flushed.sources_killed().states() == 3);
   CHECK(d.engine.sources().size() == 0);
   CHECK(d.engine.states().size() == 5);
+}
+
+TEST_CASE("service: (tun0) of an interface not there yet loads with a warning and follows it once it comes",
+          "[service]") {
+  Daemon d;
+  engine::rules::InterfaceAddresses host{{"em1", {}}};
+  d.service.set_interface_addresses([&host] { return host; });
+  const std::string path = d.write("tun.conf", "pass all\nblock in quick from (tun0:network)\n");
+  Request load;
+  load.set_version(kControlProtocolVersion);
+  load.mutable_rules_load()->set_path(path);
+  const Response loaded = d.call(load);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.rules_loaded().warnings_size() == 1);
+  CHECK(loaded.rules_loaded().warnings(0) == path +
+                                                 ":2:21: warning: no interface named 'tun0' on this host "
+                                                 "yet: (tun0:network) matches no address until "
+                                                 "it has an address");
+  CHECK(d.send(syn("10.8.0.9", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+
+  engine::rules::InterfaceAddress tunnel;
+  tunnel.address = *engine::parse_address("10.8.0.1", &tunnel.family);
+  tunnel.prefix_length = 24;
+  host["tun0"] = {tunnel};
+  CHECK(d.service.refresh_interface_addresses().changed == std::vector<std::string>{"tun0:network"});
+  CHECK(d.send(syn("10.8.0.9", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  // Once there, a reload has nothing to warn of.
+  CHECK(d.call(load).rules_loaded().warnings_size() == 0);
 }

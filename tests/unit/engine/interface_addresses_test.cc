@@ -155,12 +155,17 @@ TEST_CASE("resolve_interfaces: one const table per element kind, networks masked
         "t.conf:1:13: this host has no address (a table holds the addresses it has when the rules load)");
 
   CHECK(error_of(parse("pass all\npass in from em9\n")) ==
-        "t.conf:2:14: no interface named 'em9' on this host");
+        "t.conf:2:14: no interface named 'em9' on this host (write '(em9)' to match its addresses once it "
+        "exists)");
+  CHECK(error_of(parse("pass in from em9:network\n")) ==
+        "t.conf:1:14: no interface named 'em9' on this host (write '(em9:network)' to match its addresses "
+        "once it exists)");
   CHECK(error_of(parse("pass in to sync0:network\n")) ==
         "t.conf:1:12: interface 'sync0' has no address (write '(sync0:network)' to match its addresses "
         "once it has them)");
   CHECK(error_of(parse("antispoof for { em1, em9 }\n")) ==
-        "t.conf:1:22: no interface named 'em9' on this host");
+        "t.conf:1:22: no interface named 'em9' on this host (write '(em9:network)' to match its addresses "
+        "once it exists)");
   // Without resolving, the compiler says what is missing rather than matching nothing.
   InterfaceRegistry ifs;
   auto unresolved = compile(parse("pass in from em0\n"), ifs);
@@ -247,12 +252,60 @@ TEST_CASE("(em0) loads before em0 has an address and matches nothing until it ha
   CHECK(after.evaluate(tcp("192.0.2.1", "198.51.100.7"), Direction::In, sync0) == 1);
   CHECK(after.evaluate(tcp("198.51.100.9", "192.0.2.1"), Direction::In, sync0) == 2);
 
-  // The interface itself must exist; and `sync0` written bare still needs its address, even
-  // where `(sync0)` made the table first.
-  CHECK(error_of(parse("pass in to (em9)\n")) == "t.conf:1:12: no interface named 'em9' on this host");
+  // `sync0` written bare still needs its address, even where `(sync0)` made the table first.
   CHECK(error_of(parse("pass in to (sync0)\npass in to sync0\n")) ==
         "t.conf:2:12: interface 'sync0' has no address (write '(sync0)' to match its addresses once it "
         "has them)");
+}
+
+TEST_CASE("(tun0) of an interface the host does not have yet loads, said, and matches once it comes",
+          "[interfaces]") {
+  // A VPN or PPP link made after the firewall starts: current pf loads `(tun0)` before tun0 exists.
+  RuleFile f = parse(
+      "block all\n"
+      "pass in on tun0 to (tun0)\n"
+      "pass in from (tun0:network)\n"
+      "nat on tun0 from 10.1.0.0/16 to any -> (tun0)\n");
+  std::vector<RuleError> notices;
+  REQUIRE_FALSE(resolve_interfaces(f, host(), &notices));
+  REQUIRE(notices.size() == 3);
+  CHECK(notices[0].to_string() ==
+        "t.conf:2:20: warning: no interface named 'tun0' on this host yet: (tun0) matches no address until "
+        "it has an address");
+  CHECK(notices[1].to_string() ==
+        "t.conf:3:14: warning: no interface named 'tun0' on this host yet: (tun0:network) matches no address "
+        "until it has an address");
+  CHECK(
+      notices[2].to_string() ==
+      "t.conf:4:40: warning: no interface named 'tun0' on this host yet: (tun0) translates nothing until it "
+      "has an address");
+  REQUIRE(f.tables.size() == 2);
+  CHECK(entries(f.tables[0]).empty());
+  CHECK(f.translation_rules[0].target_pending);
+  InterfaceRegistry ifs;
+  const IfaceId tun0 = ifs.intern("tun0");
+  auto compiled = compile(f, ifs);
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(compiled));
+  CHECK(std::get<std::shared_ptr<const RuleSet>>(compiled)->evaluate(tcp("192.0.2.1", "198.51.100.7"),
+                                                                     Direction::In, tun0) == 0);
+
+  // The link comes up: its addresses fill the tables and the translation, as a refresh finds them.
+  InterfaceAddresses up = host();
+  up["tun0"] = {address("198.51.100.7", 24)};
+  CHECK(refresh_interface_tables(f, up) ==
+        std::vector<std::string>{"tun0:addresses", "tun0:network", "tun0 (translation address)"});
+  CHECK_FALSE(f.translation_rules[0].target_pending);
+  auto recompiled = compile(f, ifs);
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(recompiled));
+  const auto& after = *std::get<std::shared_ptr<const RuleSet>>(recompiled);
+  CHECK(after.evaluate(tcp("192.0.2.1", "198.51.100.7"), Direction::In, tun0) == 1);
+  CHECK(after.evaluate(tcp("198.51.100.9", "192.0.2.1"), Direction::In, tun0) == 2);
+
+  // An interface the host has gives no notice, with or without an address.
+  std::vector<RuleError> none;
+  RuleFile present = parse("pass in to (sync0)\npass in to (em0)\n");
+  REQUIRE_FALSE(resolve_interfaces(present, host(), &none));
+  CHECK(none.empty());
 }
 
 TEST_CASE("antispoof expands as pfctl does and drops what arrives where it cannot come from",
@@ -338,7 +391,9 @@ TEST_CASE("a translation to an interface takes its address of the rule's family,
   CHECK(to_string(f.translation_rules[0].targets.at(0)) == "203.0.113.5/32");
 
   // Refusals, where the target is written.
-  CHECK(error_of(parse("nat on em0 from 10.0.0.0/8 to any -> (em9)\n")) ==
+  CHECK(error_of(parse("nat on em0 from 10.0.0.0/8 to any -> em9\n")) ==
+        "t.conf:1:38: no interface named 'em9' on this host");
+  CHECK(error_of(parse("binat on em0 from 10.0.0.7 to any -> (em9)\n")) ==
         "t.conf:1:38: no interface named 'em9' on this host");
   CHECK(error_of(parse("nat on sync0 from 10.0.0.0/8 to any -> sync0\n")) ==
         "t.conf:1:40: interface 'sync0' has no IPv4 address to translate to (write '(sync0)' to "
