@@ -639,6 +639,7 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
            " takes no addresses";
   uint32_t added = 0;
   uint32_t deleted = 0;
+  uint32_t changed = 0;  // an entry kept with its negation flipped (pfr_set_addrs' ADDR_CHANGE)
   if (request.op() == TableEdit::EXPIRE) {
     deleted = expire_table(*table, request.seconds());
   } else if (request.op() == TableEdit::FLUSH || request.op() == TableEdit::REPLACE) {
@@ -653,9 +654,11 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
       if (!listed.insert(e.prefix).second) continue;
       after.insert(e);
       (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
-      added += !before.contains(e);
+      if (before.contains(e)) continue;
+      (before.contains({!e.negated, e.prefix}) ? changed : added) += 1;
     }
-    deleted = static_cast<uint32_t>(before.size() - (after.size() - added));
+    const std::size_t kept = after.size() - added - changed;
+    deleted = static_cast<uint32_t>(before.size() - kept - changed);
   } else if (request.op() == TableEdit::ADD) {
     // As pf's pfr_add_addrs: a prefix the table holds is not added again, nor negated the other
     // way (pfctl's "conflict"), which would turn the entry into its opposite.
@@ -677,12 +680,13 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
       list.erase(kept, list.end());
     }
   }
-  if (added != 0 || deleted != 0) {
+  if (added != 0 || deleted != 0 || changed != 0) {
     if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) return "tables: " + error;
   }
   fill_table(*table, true, out->add_tables());
   out->set_added(added);
   out->set_deleted(deleted);
+  out->set_changed(changed);
   loaded_ = std::move(edited);
   stamp_tables();
   return {};

@@ -196,7 +196,11 @@ std::string format_labels(const control::RuleList& rules) {
 std::string format_tables(const control::TableList& tables, bool entries, bool edited) {
   constexpr uint32_t kEditListed = 32;
   std::ostringstream o;
-  if (edited) o << tables.added() << " added, " << tables.deleted() << " deleted\n";
+  if (edited) {
+    o << tables.added() << " added, " << tables.deleted() << " deleted";
+    if (tables.changed() != 0) o << ", " << tables.changed() << " changed";
+    o << "\n";
+  }
   for (const auto& t : tables.tables()) {
     // After an edit, a table the size of a feed's list is summed up rather than listed.
     if (entries && !(edited && t.count() > kEditListed)) {

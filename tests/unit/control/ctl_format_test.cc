@@ -146,3 +146,17 @@ TEST_CASE("pairwallctl: rules show lists scrub, then translation, then filter ru
   CHECK(pairwall::ctl::format_rules(scrub_only) ==
         "# scrub rules, first match\n@0 scrub in all fragment reassemble\n# filter rules, last match\n");
 }
+
+TEST_CASE("pairwallctl: a table edit says what it added, deleted and changed, as pfctl -T", "[ctl]") {
+  pairwall::control::TableList edited;
+  edited.set_added(2);
+  edited.set_deleted(1);
+  auto* t = edited.add_tables();
+  t->set_name("blocked");
+  t->set_count(1);
+  t->add_entries("10.0.0.1/32");
+  const std::string plain = pairwall::ctl::format_tables(edited, true, true);
+  CHECK(plain.rfind("2 added, 1 deleted\n", 0) == 0);
+  edited.set_changed(3);
+  CHECK(pairwall::ctl::format_tables(edited, true, true).rfind("2 added, 1 deleted, 3 changed\n", 0) == 0);
+}

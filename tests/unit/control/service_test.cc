@@ -640,6 +640,20 @@ TEST_CASE("service: tables list, show and change the running rules' tables, as p
   CHECK(entries(r) == std::vector<std::string>{"10.1.0.0/16", "10.0.0.1/32", "2001:db8::/32"});
   CHECK(d.send(syn("10.0.0.1", 40004, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
   CHECK(d.send(syn("10.0.0.2", 40004, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  CHECK(r.tables().changed() == 0);
+  // An entry kept with its `!` flipped is changed, as pfctl -T replace counts it, not added and
+  // deleted; and a replace that only flips one is still taken.
+  r = edit("blocked", TableEdit::REPLACE, {"10.1.0.0/16", "!10.0.0.1", "2001:db8::/32"});
+  REQUIRE(r.ok());
+  CHECK(r.tables().added() == 0);
+  CHECK(r.tables().deleted() == 0);
+  CHECK(r.tables().changed() == 1);
+  CHECK(d.send(syn("10.0.0.1", 40005, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  r = edit("blocked", TableEdit::REPLACE, {"10.1.0.0/16", "10.0.0.1", "192.0.2.0/24"});
+  CHECK(r.tables().added() == 1);
+  CHECK(r.tables().deleted() == 1);
+  CHECK(r.tables().changed() == 1);
+  CHECK(d.send(syn("10.0.0.1", 40006, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
   r = edit("blocked", TableEdit::REPLACE, {});
   CHECK(r.tables().deleted() == 3);
   CHECK(r.tables().tables(0).count() == 0);
