@@ -18,12 +18,13 @@ static_assert(kIpv6Header + kTcpHeader + kMssOption <= kMaxSegmentSize);
 }  // namespace
 
 std::size_t write_ip_header(Family family, const IpAddress& src, const IpAddress& dst, uint8_t protocol,
-                            uint8_t ttl, std::size_t upper_length, uint8_t* out) noexcept {
+                            uint8_t ttl, std::size_t upper_length, uint8_t* out,
+                            bool dont_fragment) noexcept {
   if (family == Family::V4) {
     std::memset(out, 0, kIpv4Header);
     out[0] = 0x45;
     store_be16(out + 2, static_cast<uint16_t>(kIpv4Header + upper_length));
-    store_be16(out + 6, 0x4000);  // DF; the id is left 0 for the kernel to fill (raw(7))
+    store_be16(out + 6, dont_fragment ? 0x4000 : 0);  // the id is left 0 for the kernel to fill (raw(7))
     out[8] = ttl;
     out[9] = protocol;
     src.to_v4_bytes(out + 12);

@@ -43,10 +43,11 @@ struct GeneratedPacket {
   std::span<const uint8_t> datagram() const { return {bytes.data(), size}; }
 };
 
-// Writes an IPv4 header without options (DF set, checksum complete) or an IPv6 header carrying
-// `upper_length` bytes of `protocol`; returns its length.
+// Writes an IPv4 header without options (checksum complete; DF set unless `dont_fragment` is
+// false) or an IPv6 header carrying `upper_length` bytes of `protocol`; returns its length.
 std::size_t write_ip_header(Family family, const IpAddress& src, const IpAddress& dst, uint8_t protocol,
-                            uint8_t ttl, std::size_t upper_length, uint8_t* out) noexcept;
+                            uint8_t ttl, std::size_t upper_length, uint8_t* out,
+                            bool dont_fragment = true) noexcept;
 
 // Writes the whole segment into `out` (kMaxSegmentSize bytes at least); returns its length.
 std::size_t write_segment(const SegmentSpec& spec, uint8_t* out) noexcept;

@@ -112,8 +112,10 @@ BuiltReply build_icmp(const PacketView& p, std::span<const uint8_t> bytes, Rejec
   const std::size_t quote = std::min(bytes.size(), limit - ip_len - kIcmpHeader);
   const std::size_t icmp_len = kIcmpHeader + quote;
   uint8_t* ip = out.data();
+  // Without DF, as the kernel sends its own ICMP errors: up to 576 bytes, an unreachable must get
+  // through a link of a smaller MTU, where DF would have it dropped and answered with yet another.
   engine::write_ip_header(p.family, p.dst, p.src, v4 ? engine::ipproto::kIcmp : engine::ipproto::kIcmp6, ttl,
-                          icmp_len, ip);
+                          icmp_len, ip, /*dont_fragment=*/false);
   uint8_t* icmp = ip + ip_len;
   std::memset(icmp, 0, kIcmpHeader);
   if (v4) {

@@ -152,6 +152,7 @@ TEST_CASE("ICMP unreachable quotes the offending packet", "[reject]") {
     CHECK(engine::to_string(Family::V4, v.dst) == "192.0.2.1");
     CHECK(Bytes(r.bytes.begin() + 28, r.bytes.end()) == udp);
     CHECK(test::internet_checksum(r.bytes.data(), 20) == 0);
+    CHECK_FALSE(v.dont_fragment);  // as the kernel's own ICMP errors
     CHECK(transport_checksum_residue(r.bytes, v) == 0);
     // The quoted packet parses as the one that was rejected.
     PacketView quoted;
