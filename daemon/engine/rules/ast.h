@@ -143,7 +143,13 @@ struct FilterRule {
   bool allow_opts = false;        // `allow-opts`: the rule (and its states) pass packets with IP options
   std::string label;              // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
   SourceLocation label_location;  // of the label's text, for its macros' errors
-  std::string anchor;             // the path of the anchor holding the rule; empty in the main rule set
+  // `tag NAME`: a packet this rule matches carries NAME on (sticky, as pf's: the last matching rule
+  // with a tag sets it, deciding or not), into a forwarded packet's out pass. `[!] tagged NAME`: the
+  // rule matches only packets that carry (do not carry) NAME.
+  std::string tag;
+  std::string tagged;
+  bool tagged_negated = false;
+  std::string anchor;  // the path of the anchor holding the rule; empty in the main rule set
 };
 
 // `anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [{ rules }]`: a named rule set

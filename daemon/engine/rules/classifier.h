@@ -166,6 +166,10 @@ struct MatchSpec {
   bool flags_tcp_only = false;  // `flags` constrain TCP packets only, the rule's other protocols pass
   std::vector<IcmpTypeMatch> icmp_types;
   bool icmp6 = false;  // icmp_types are ICMPv6 types
+  // `[!] tagged`: the tag (1 and up, MatchQuery::tag's numbering) a packet must (must not) carry;
+  // 0 asks nothing. Kept with direction x interface, as one dense field.
+  uint16_t tagged = 0;
+  bool tagged_negated = false;
   bool quick = false;
   uint32_t rank = 0;  // MatchOrder::Ranked: the rule's place in the order of decision, 0 first
 };
@@ -322,6 +326,7 @@ struct MatchQuery {
   const PacketView* packet = nullptr;
   Direction direction = Direction::In;
   IfaceId iface = kNoIface;
+  uint16_t tag = 0;  // the tag the packet carries (MatchSpec::tagged's numbering), 0 none
 };
 
 class Classifier {
@@ -333,7 +338,14 @@ class Classifier {
 
   // The deciding rule for this packet on a pass in `direction` (In or Out; Any only matches rules
   // without a direction) on `iface`, or kNoMatch.
-  uint32_t match(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+  uint32_t match(const PacketView& packet, Direction direction, IfaceId iface,
+                 uint16_t tag = 0) const noexcept;
+
+  // match() among the rules of priority `first` and after: for MatchOrder::Ranked, the matching
+  // rule of the lowest rank at least `first` (the last tag rule up to a deciding rule, see
+  // RuleSet::tag_after()).
+  uint32_t match_from(const PacketView& packet, Direction direction, IfaceId iface, uint16_t tag,
+                      uint32_t first) const noexcept;
 
   // match() for each query: out[i] for queries[i]. The lookups of kBatch queries advance together
   // through the stages of a match (small tables and address index, class records, the rest), the
@@ -393,9 +405,11 @@ class Classifier {
   void find_anchors(Probe& probe) const noexcept;
   void next_candidates(Probe& probe) const noexcept;  // up to the first summary word with any
   // One query's stages up to finish(), as match() and words_tested() take them.
-  void start(Probe& probe, const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+  void start(Probe& probe, const PacketView& packet, Direction direction, IfaceId iface,
+             uint16_t tag) const noexcept;
+  // on_word() per word tested; rules of a priority below `first` are passed over.
   template <typename OnWord>
-  uint32_t finish(Probe& probe, OnWord on_word) const noexcept;  // on_word() per word tested
+  uint32_t finish(Probe& probe, OnWord on_word, uint32_t first = 0) const noexcept;
 
   // Class records (offsets into the pools):
   //   dense:  summary[S], broad summary[S] (words with a broad rule that accepts this value),
@@ -423,8 +437,10 @@ class Classifier {
   std::vector<uint64_t, LineAllocator<uint64_t>> sparse_pool_;
 
   // Dense lookups (values are offsets into dense_pool_).
-  uint32_t iface_slots_ = 1;             // interface ids >= iface_slots_ - 1 share the last slot
-  std::vector<uint32_t> iface_records_;  // [direction row * iface_slots_ + slot], rows In, Out, Any
+  uint32_t iface_slots_ = 1;  // interface ids >= iface_slots_ - 1 share the last slot
+  uint32_t tag_slots_ = 1;    // 1 + the highest tag a rule's `tagged` names; other tags read as 0
+  // [(direction row * iface_slots_ + slot) * tag_slots_ + tag], rows In, Out, Any
+  std::vector<uint32_t> iface_records_;
   std::vector<uint32_t> proto_records_;  // [is_v6 * 256 + proto]
   // [0, 256) TCP flags, [256, 512) ICMP type, [512, 768) ICMPv6 type, 768 no transport header.
   // An entry with kCodeTable set indexes l4_codes_ (256 entries per table) for per-code classes.

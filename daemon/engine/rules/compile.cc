@@ -394,6 +394,8 @@ std::string filter_text(const FilterRule& r) {
     }
     out += '"';
   }
+  if (!r.tag.empty()) out += " tag " + r.tag;
+  if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
   return out;
 }
 
@@ -740,6 +742,19 @@ class Compiler {
 
   void filter_rules(RuleSet& set) {
     std::vector<MatchSpec> specs;
+    // The tags that `tagged` tests, numbered from 1; a tag none tests is 0, as no tag: it matches
+    // alike.
+    std::map<std::string, uint16_t> tag_numbers;
+    for (const FilterRule& r : file_.filter_rules) {
+      if (r.tagged.empty() || tag_numbers.count(r.tagged) != 0) continue;
+      if (tag_numbers.size() == UINT16_MAX) fail(r.location, "too many distinct tags tested by 'tagged'");
+      tag_numbers.emplace(r.tagged, static_cast<uint16_t>(tag_numbers.size() + 1));
+    }
+    const auto tag_number = [&tag_numbers](const std::string& name) -> uint16_t {
+      const auto it = tag_numbers.find(name);
+      return it == tag_numbers.end() ? 0 : it->second;
+    };
+    std::vector<MatchSpec> tag_specs;
     const std::vector<uint32_t> ranks = decision_ranks(file_);
     const RuleNumbers numbers = rule_numbers(file_);
     std::map<std::string, uint32_t> anchor_numbers;
@@ -831,6 +846,7 @@ class Compiler {
       shown.label = expand_label(written, c.number);
       c.text = filter_text(shown);
       c.label = shown.label;
+      c.tag = tag_number(r.tag);
       set.rules_.push_back(std::move(c));
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
@@ -841,9 +857,22 @@ class Compiler {
       s.icmp6 = r.icmp6_types;
       s.quick = r.quick;
       s.rank = ranks[i];
+      s.tagged = tag_number(r.tagged);
+      s.tagged_negated = r.tagged_negated;
+      if (!r.tag.empty() && !tag_numbers.empty()) {
+        set.tag_rules_.push_back(static_cast<uint32_t>(i));
+        tag_specs.push_back(s);
+      }
       specs.push_back(std::move(s));
     }
     set.classifier_ = build(specs, MatchOrder::Ranked);
+    if (!tag_numbers.empty()) {
+      // Ranked by file order, the last first; a set that tests tags but sets none still gets one,
+      // which then never matches, so that uses_tagged() holds.
+      for (std::size_t k = 0; k < tag_specs.size(); ++k)
+        tag_specs[k].rank = static_cast<uint32_t>(tag_specs.size() - 1 - k);
+      set.tag_classifier_ = build(tag_specs, MatchOrder::Ranked);
+    }
   }
 
   void scrub_rules(RuleSet& set) {
@@ -1077,8 +1106,19 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const st
 RuleSet::RuleSet() = default;
 RuleSet::~RuleSet() = default;
 
-uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {
-  return classifier_ ? classifier_->match(packet, direction, iface) : kNoRule;
+uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceId iface,
+                           uint16_t tag) const noexcept {
+  return classifier_ ? classifier_->match(packet, direction, iface, tag) : kNoRule;
+}
+
+uint16_t RuleSet::tag_after(const PacketView& packet, Direction direction, IfaceId iface, uint16_t tag,
+                            uint32_t deciding) const noexcept {
+  if (!tag_classifier_ || deciding == kNoRule) return tag;
+  // Ranked last rule first: the tag rules after the deciding one rank before the allowed ones.
+  const auto after = static_cast<uint32_t>(tag_rules_.end() -
+                                           std::upper_bound(tag_rules_.begin(), tag_rules_.end(), deciding));
+  const uint32_t k = tag_classifier_->match_from(packet, direction, iface, tag, after);
+  return k == Classifier::kNoMatch ? tag : rules_[tag_rules_[k]].tag;
 }
 
 uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {

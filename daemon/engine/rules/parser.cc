@@ -69,8 +69,6 @@ struct UnsupportedOption {
   std::string_view advice;
 };
 constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
-    {"tag", "match on the packet's own fields"},
-    {"tagged", "match on the packet's own fields"},
     {"route-to", "packets leave by the kernel's routes (choose them with ip rule)"},
     {"reply-to", "packets leave by the kernel's routes (choose them with ip rule)"},
     {"dup-to", "packets leave by the kernel's routes (choose them with ip rule)"},
@@ -227,7 +225,7 @@ constexpr const char* kIfBoundRefused =
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
-    "flags, icmp-type, state options, allow-opts and label";
+    "flags, icmp-type, state options, allow-opts, label, tag and tagged";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
@@ -1251,6 +1249,22 @@ class Parser {
   }
   static constexpr std::size_t kMaxLabel = 63;  // PF_RULE_LABEL_SIZE less the NUL
 
+  // After `tag` or `tagged`: a tag's name, bare or quoted, at most pf's 63 characters. Letters,
+  // digits, '_', '-' and '.' only: pf expands a label's macros in tags, which these are not.
+  std::string tag_name(const Token& keyword) {
+    const Token t = peek();
+    if (t.kind != TokenKind::Word && t.kind != TokenKind::String)
+      fail_expected(t, "a tag's name after '" + keyword.text + "', e.g. LAN");
+    take();
+    const bool plain = std::all_of(t.text.begin(), t.text.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+    });
+    if (t.text.empty() || t.text.size() > kMaxTag || !plain)
+      fail_at(t, "a tag's name has 1 to " + std::to_string(kMaxTag) + " letters, digits, '_', '-' or '.'");
+    return t.text;
+  }
+  static constexpr std::size_t kMaxTag = 63;  // PF_TAG_NAME_SIZE less the NUL
+
   void filter() {
     const Token first = take();
     FilterRule r;
@@ -1355,8 +1369,17 @@ class Parser {
     std::optional<Token> state_seen;
     std::optional<Token> label_seen;
     std::optional<Token> allow_opts_seen;
+    std::optional<Token> tag_seen;
+    std::optional<Token> tagged_seen;
     while (!at_end_of_statement()) {
       const Token t = peek();
+      if (t.kind == TokenKind::Bang) {  // `! tagged NAME`
+        take();
+        const Token word = peek();
+        if (word.kind != TokenKind::Word || word.text != "tagged") fail_expected(word, "'tagged' after '!'");
+        r.tagged_negated = true;
+        continue;
+      }
       if (t.kind == TokenKind::Word) {
         auto once = [&](std::optional<Token>& seen, std::string_view what) {
           if (seen) fail_at(t, "duplicate " + std::string(what) + ": already given at " + where(*seen));
@@ -1399,6 +1422,12 @@ class Parser {
           r.label = label();
           continue;
         }
+        if (t.text == "tag" || t.text == "tagged") {
+          once(t.text == "tag" ? tag_seen : tagged_seen, "'" + t.text + "'");
+          take();
+          (t.text == "tag" ? r.tag : r.tagged) = tag_name(t);
+          continue;
+        }
         if (int s = filter_stage(t.text); s != 0 && s <= 8) {
           fail_at(t, "'" + t.text + "' is out of order or repeated: " + kFilterOrder);
         }
@@ -1408,8 +1437,8 @@ class Parser {
       }
       fail_expected(t, stage < 8
                            ? "'from', 'to', 'all', a rule option or end of line"
-                           : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label' or "
-                             "end of line");
+                           : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
+                             "'tag', 'tagged' or end of line");
     }
     out_.filter_rules.push_back(std::move(r));
   }

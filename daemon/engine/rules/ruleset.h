@@ -61,6 +61,7 @@ struct CompiledRule {
   SourceLocation location;
   std::string text;   // canonical one-line form for `rules show`
   std::string label;  // `label "..."`, or empty
+  uint16_t tag = 0;   // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
 
   // How long this rule's states of class `c` live, as pf's: the rule's own timeout where its state
@@ -147,7 +148,18 @@ class RuleSet {
   // pf semantics for one pass: the first matching `quick` rule, otherwise the last matching rule.
   // `direction` is In or Out; `iface` the interface of this pass. Returns kNoRule when nothing
   // matches. Cost does not grow with the number of rules (see classifier.h).
-  uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface) const noexcept;
+  // `tag`: what the packet carries (a forwarded packet's out pass: the in pass's tag_after()).
+  uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface,
+                    uint16_t tag = 0) const noexcept;
+
+  // Whether a rule tests tags (`tagged`): then a forwarded packet's out pass is evaluated with the
+  // tag its in pass left (tag_after()); else tags change nothing and are not followed.
+  bool uses_tagged() const noexcept { return tag_classifier_ != nullptr; }
+  // The tag a packet carries after a pass that `deciding` decided (kNoRule: no rule matched) and
+  // that it began with `tag`: as pf's sticky tags, that of the last rule with a `tag` it matched up
+  // to the deciding one (rules after a deciding quick rule are not evaluated), else `tag`.
+  uint16_t tag_after(const PacketView& packet, Direction direction, IfaceId iface, uint16_t tag,
+                     uint32_t deciding) const noexcept;
 
   // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
   // lookups of a batch overlap their cache misses (Classifier::match_batch), where the batch is
@@ -209,6 +221,10 @@ class RuleSet {
   uint32_t state_limit_ = 100'000;       // pf's default `set limit states`
   uint32_t source_node_limit_ = 10'000;  // pf's default `set limit src-nodes`
   std::unique_ptr<Classifier> classifier_;
+  // The rules with a `tag`, the last in file order first (MatchOrder::Ranked), where a rule tests
+  // tags; tag_rules_ their indexes in rules_, ascending.
+  std::unique_ptr<Classifier> tag_classifier_;
+  std::vector<uint32_t> tag_rules_;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
   std::vector<CompiledTranslation> translations_;  // the first stage's entries, then the second's

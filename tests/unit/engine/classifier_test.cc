@@ -191,8 +191,10 @@ struct Reference {
     return false;
   }
 
-  bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface) const {
+  bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface,
+               uint16_t tag = 0) const {
     if (s.direction != Direction::Any && s.direction != dir) return false;
+    if (s.tagged != 0 && (tag == s.tagged) == s.tagged_negated) return false;
     if (!s.interfaces.empty() &&
         std::none_of(s.interfaces.begin(), s.interfaces.end(),
                      [&](const InterfaceTerm& t) { return (t.id == iface) != t.negated; })) {
@@ -225,10 +227,10 @@ struct Reference {
   }
 
   uint32_t evaluate(const std::vector<MatchSpec>& specs, const PacketView& p, Direction dir, IfaceId iface,
-                    MatchOrder order) const {
+                    MatchOrder order, uint16_t tag = 0, uint32_t first = 0) const {
     uint32_t last = kNone;
-    for (uint32_t r = 0; r < specs.size(); ++r) {
-      if (!matches(specs[r], p, dir, iface)) continue;
+    for (uint32_t r = first; r < specs.size(); ++r) {
+      if (!matches(specs[r], p, dir, iface, tag)) continue;
       if (order == MatchOrder::First || specs[r].quick) return r;
       last = r;
     }
@@ -856,12 +858,21 @@ struct RandomRules {
   }
 };
 
-void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order) {
+// With `tags`, a fifth of the rules ask for (or against) one of three tags and the packets carry
+// none, one of them, or one that no rule names.
+void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order, bool tags = false) {
   Reference ref;
   RandomRules gen(seed, ref);
   for (int i = 0; i < 3; ++i) gen.add_table();
   std::vector<MatchSpec> specs;
   for (uint32_t i = 0; i < rules; ++i) specs.push_back(gen.random_rule());
+  if (tags) {
+    for (MatchSpec& s : specs) {
+      if (!gen.chance(20)) continue;
+      s.tagged = static_cast<uint16_t>(1 + gen.pick(3));
+      s.tagged_negated = gen.chance(30);
+    }
+  }
   const Classifier classifier(specs, order);
   REQUIRE(classifier.size() == rules);
   uint32_t matched = 0;
@@ -870,12 +881,21 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
   std::vector<uint32_t> expected(packets);
   for (uint32_t i = 0; i < packets; ++i) {
     views[i] = gen.random_packet();
-    queries[i] = {&views[i], static_cast<Direction>(gen.pick(3)), static_cast<IfaceId>(gen.pick(7))};
+    queries[i] = {&views[i], static_cast<Direction>(gen.pick(3)), static_cast<IfaceId>(gen.pick(7)),
+                  static_cast<uint16_t>(tags ? gen.pick(5) : 0)};
   }
   for (uint32_t i = 0; i < packets; ++i) {
     const PacketView& p = views[i];
-    expected[i] = ref.evaluate(specs, p, queries[i].direction, queries[i].iface, order);
-    const uint32_t got = classifier.match(p, queries[i].direction, queries[i].iface);
+    const MatchQuery& q = queries[i];
+    expected[i] = ref.evaluate(specs, p, q.direction, q.iface, order, q.tag);
+    const uint32_t got = classifier.match(p, q.direction, q.iface, q.tag);
+    if (order == MatchOrder::First) {
+      // From a later rule on, as RuleSet::tag_after() asks of its first-match order.
+      const uint32_t first = gen.pick(rules + 1);
+      INFO("seed " << seed << " packet " << i << " from rule " << first);
+      REQUIRE(classifier.match_from(p, q.direction, q.iface, q.tag, first) ==
+              ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, first));
+    }
     if (got != expected[i]) {
       INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src "
                    << to_string(p.family, p.src) << ":" << p.src_port << " dst " << to_string(p.family, p.dst)
@@ -909,6 +929,14 @@ TEST_CASE("random large rule sets (more than one summary word) agree with the ev
           "[classifier][random]") {
   cross_check(7001, 5000, 400, MatchOrder::QuickOrLast);
   cross_check(7002, 9000, 300, MatchOrder::First);
+}
+
+TEST_CASE("random rule sets with tagged agree with the evaluator, and so does a match from a later rule",
+          "[classifier][random][tag]") {
+  for (uint64_t seed = 200; seed <= 205; ++seed)
+    cross_check(seed, 100 + 60 * (seed % 7), 2000, MatchOrder::QuickOrLast, true);
+  for (uint64_t seed = 300; seed <= 303; ++seed) cross_check(seed, 300, 2000, MatchOrder::First, true);
+  cross_check(7003, 6000, 300, MatchOrder::First, true);
 }
 
 template <typename Key>

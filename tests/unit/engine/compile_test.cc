@@ -395,9 +395,14 @@ TEST_CASE("canonical text parses back to the same rule", "[compile]") {
       "pass in proto tcp all keep state (max-src-conn-rate 3/1, overload <t> flush)\n"
       "pass in proto tcp all keep state (max-src-conn 3, overload <t>)\n"
       "pass in proto tcp to port 443 label \"web \\\"tls\\\" \\\\ 443\"\n"
-      "block in all label \"default\"\n";
+      "block in all label \"default\"\n"
+      "pass in on lan0 proto tcp tag WEB\n"
+      "pass out tag SEEN ! tagged WEB label \"x\"\n";
   InterfaceRegistry ifs;
   auto first = compile_ok(text, ifs);
+  const std::size_t n = first->size();
+  CHECK(first->rule(n - 2).text == "pass in on lan0 proto tcp all flags S/SA keep state tag WEB");
+  CHECK(first->rule(n - 1).text == "pass out all keep state label \"x\" tag SEEN ! tagged WEB");
   std::string again = "table <t> { 10.0.0.0/8, !10.1.0.0/16, 2001:db8::/32 }\n";
   for (std::size_t i = 0; i < first->size(); ++i) again += first->rule(i).text + "\n";
   auto second = compile_ok(again, ifs);

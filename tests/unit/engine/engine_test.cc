@@ -2211,3 +2211,78 @@ TEST_CASE("the end of a peer's full transfer removes its states the transfer did
   CHECK(b.engine.remove_peer_states_unnamed_since(2, 30) == 0);
   CHECK(b.engine.states().size() == 2);
 }
+
+TEST_CASE("tag and tagged: a forwarded packet's out pass sees the tag its in pass left, as pf's",
+          "[engine][tag]") {
+  struct Case {
+    const char* rules;
+    uint16_t port;
+    Action action;
+    const char* why;
+  };
+  const char* const kTrust =
+      "block all\n"
+      "pass in on lan0 proto tcp to port 80 tag WEB\n"
+      "pass in on lan0 proto tcp to port 22\n"
+      "pass out on wan0 proto tcp tagged WEB\n";
+  const char* const kSticky =
+      "block all\n"
+      "pass in on lan0 proto tcp tag WEB\n"
+      "pass in on lan0 proto tcp to port 22\n"
+      "pass in on lan0 proto tcp to port 25 tag MAIL\n"
+      "pass out on wan0 proto tcp tagged WEB\n";
+  const char* const kQuick =
+      "block all\n"
+      "pass in quick on lan0 proto tcp to port 443\n"
+      "pass in on lan0 proto tcp tag WEB\n"
+      "pass out on wan0 proto tcp tagged WEB\n";
+  const char* const kNegated =
+      "block all\n"
+      "pass in on lan0 proto tcp to port 25 tag MAIL\n"
+      "pass in on lan0 proto tcp\n"
+      "pass out on wan0 proto tcp ! tagged MAIL\n";
+  for (const Case c : {
+           Case{kTrust, 80, Action::Accept, "tagged by the in rule that decided"},
+           Case{kTrust, 22, Action::Drop, "no tag: the out pass has only block all"},
+           Case{kSticky, 22, Action::Accept, "sticky: a later rule without a tag keeps it"},
+           Case{kSticky, 25, Action::Drop, "a later rule's tag replaces it"},
+           Case{kQuick, 443, Action::Drop, "the tag rule after a deciding quick rule is not evaluated"},
+           Case{kQuick, 80, Action::Accept, "no quick rule matched: the tag rule did"},
+           Case{kNegated, 25, Action::Drop, "! tagged: not with it"},
+           Case{kNegated, 80, Action::Accept, "! tagged: without it"},
+       }) {
+    INFO(c.why << ", port " << c.port);
+    Firewall fw(c.rules);
+    const Verdict v = fw.out(syn(c.port));
+    CHECK(v.action == c.action);
+    if (c.action == Action::Drop) CHECK(v.reason == Reason::RuleBlock);
+  }
+  // The tag goes with the packet, not the interface: the other direction never carries it.
+  Firewall fw(kTrust);
+  CHECK(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kSyn).build()).action == Action::Drop);
+}
+
+TEST_CASE("process_batch follows tags as process() does", "[engine][batch][tag]") {
+  const std::string rules = R"(
+block all
+pass in on lan0 proto tcp tag WEB
+pass in on lan0 proto tcp to port 22
+pass in on lan0 proto tcp to port 25 tag MAIL
+pass in quick on lan0 proto tcp to port 443
+pass in on wan0 proto tcp from port 80
+pass out on wan0 proto tcp tagged WEB
+block out on wan0 proto tcp to port 8080 tagged WEB
+pass out on lan0 proto tcp ! tagged MAIL
+)";
+  std::vector<Sent> traffic;
+  const uint16_t ports[] = {80, 22, 25, 443, 8080, 53};
+  for (uint16_t i = 0; i < 36; ++i) {
+    const auto port = static_cast<uint16_t>(kClientPort + i);
+    const uint16_t dport = ports[i % 6];
+    traffic.push_back({tcp4(kClient, port, kServer, dport).flags(tcpflag::kSyn).seq(1000 + i).build()});
+    if (i % 3 == 0)
+      traffic.push_back(
+          {tcp4(kServer, 80, kClient, port).flags(tcpflag::kSyn).seq(7).build(), Hook::Forward, false});
+  }
+  check_batched_like_single(rules, traffic);
+}

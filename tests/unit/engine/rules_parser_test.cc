@@ -820,9 +820,15 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass in on lan0 route-to (ext0 10.0.0.1) all",
        "t.conf:1:17: 'route-to' is not supported: packets leave by the kernel's routes (choose them with ip "
        "rule)"},
-      {"pass in proto tcp to port 22 tag SSH",
-       "t.conf:1:30: 'tag' is not supported: match on the packet's own fields"},
-      {"pass out tagged SSH", "t.conf:1:10: 'tagged' is not supported: match on the packet's own fields"},
+      {"pass in proto tcp to port 22 probability 50%",
+       "t.conf:1:30: 'probability' is not supported: a rule matches every packet it describes"},
+      {"pass in all tag", "t.conf:1:16: expected a tag's name after 'tag', e.g. LAN, got end of file"},
+      {"pass in all tag \"a b\"", "t.conf:1:17: a tag's name has 1 to 63 letters, digits, '_', '-' or '.'"},
+      {"pass in all tag \"$if\"", "t.conf:1:17: a tag's name has 1 to 63 letters, digits, '_', '-' or '.'"},
+      {"pass in all tag A tag B", "t.conf:1:19: duplicate 'tag': already given at line 1, column 13"},
+      {"pass out all tagged A ! tagged B",
+       "t.conf:1:25: duplicate 'tagged': already given at line 1, column 14"},
+      {"pass out all ! label \"x\"", "t.conf:1:16: expected 'tagged' after '!', got 'label'"},
       {"pass in all set prio 3",
        "t.conf:1:13: 'set' is not supported: there is no 'set prio' or 'set queue'; a scrub rule sets the "
        "TOS: "
@@ -840,23 +846,24 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] [proto P] "
-       "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options, allow-opts and label"},
+       "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options, allow-opts, label, "
+       "tag "
+       "and tagged"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
-       "options, allow-opts and label"},
+       "options, allow-opts, label, tag and tagged"},
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
       {"pass all label \"a\" label \"b\"",
        "t.conf:1:20: duplicate 'label': already given at line 1, column 10"},
       {"pass all label \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
        "t.conf:1:16: a label has 1 to 63 characters"},
       {"pass all bogus",
-       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label' or "
-       "end "
-       "of line, got 'bogus'"},
+       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
+       "'tag', 'tagged' or end of line, got 'bogus'"},
       {"block all allow-opts", "t.conf:1:11: 'allow-opts' applies to pass rules only"},
       {"pass all allow-opts allow-opts",
        "t.conf:1:21: duplicate 'allow-opts': already given at line 1, column 10"},
@@ -1560,4 +1567,19 @@ TEST_CASE("hostile macros are bounded: long values, exponential expansion") {
   text += "pass from { $d }\n";
   CHECK(parse_error(text) ==
         "t.conf:5:13: macros expand to more than 4 MiB of text (macros referring to macros multiply)");
+}
+
+TEST_CASE("tag and [!] tagged: pf's names, bare or quoted, after the other options") {
+  const RuleFile f = parse_ok(
+      "pass in on lan0 proto tcp to port 80 keep state label \"web\" tag WEB\n"
+      "pass out on wan0 all ! tagged \"LAN-1.x\"\n"
+      "block out tagged WEB tag SEEN\n");
+  REQUIRE(f.filter_rules.size() == 3);
+  CHECK(f.filter_rules[0].tag == "WEB");
+  CHECK(f.filter_rules[0].tagged.empty());
+  CHECK(f.filter_rules[1].tagged == "LAN-1.x");
+  CHECK(f.filter_rules[1].tagged_negated);
+  CHECK(f.filter_rules[2].tagged == "WEB");
+  CHECK_FALSE(f.filter_rules[2].tagged_negated);
+  CHECK(f.filter_rules[2].tag == "SEEN");
 }
