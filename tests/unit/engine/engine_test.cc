@@ -2241,7 +2241,12 @@ TEST_CASE("tag and tagged: a forwarded packet's out pass sees the tag its in pas
       "pass in on lan0 proto tcp to port 25 tag MAIL\n"
       "pass in on lan0 proto tcp\n"
       "pass out on wan0 proto tcp ! tagged MAIL\n";
+  const char* const kNoTagRule =
+      "block all\n"
+      "pass in on lan0 proto tcp\n"
+      "pass out on wan0 proto tcp ! tagged X\n";
   for (const Case c : {
+           Case{kNoTagRule, 80, Action::Accept, "tested, never set"},
            Case{kTrust, 80, Action::Accept, "tagged by the in rule that decided"},
            Case{kTrust, 22, Action::Drop, "no tag: the out pass has only block all"},
            Case{kSticky, 22, Action::Accept, "sticky: a later rule without a tag keeps it"},
