@@ -740,14 +740,19 @@ class Compiler {
     return out;
   }
 
+  static constexpr std::size_t kMaxTestedTags = 64;
+
   void filter_rules(RuleSet& set) {
     std::vector<MatchSpec> specs;
     // The tags that `tagged` tests, numbered from 1; a tag none tests is 0, as no tag: it matches
-    // alike.
+    // alike. Each multiplies the classifier's direction x interface field, hence a bound.
     std::map<std::string, uint16_t> tag_numbers;
     for (const FilterRule& r : file_.filter_rules) {
       if (r.tagged.empty() || tag_numbers.count(r.tagged) != 0) continue;
-      if (tag_numbers.size() == UINT16_MAX) fail(r.location, "too many distinct tags tested by 'tagged'");
+      if (tag_numbers.size() == kMaxTestedTags) {
+        fail(r.location, "'tagged' tests at most " + std::to_string(kMaxTestedTags) +
+                             " distinct tags in a rule set: this is one more");
+      }
       tag_numbers.emplace(r.tagged, static_cast<uint16_t>(tag_numbers.size() + 1));
     }
     const auto tag_number = [&tag_numbers](const std::string& name) -> uint16_t {

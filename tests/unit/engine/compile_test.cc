@@ -821,5 +821,18 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
   }
 }
 
+TEST_CASE("tagged tests at most 64 distinct tags in a rule set", "[compile][tag]") {
+  std::string text = "block all\n";
+  for (int i = 0; i < 64; ++i) text += "pass out tagged T" + std::to_string(i % 64) + "\n";
+  text += "pass out ! tagged T3\n";
+  InterfaceRegistry ifs;
+  CHECK(compile_ok(text, ifs)->size() == 66);
+  text += "pass out tagged T64\n";
+  auto refused = compile(parse(text), ifs);
+  REQUIRE(std::holds_alternative<RuleError>(refused));
+  CHECK(std::get<RuleError>(refused).to_string() ==
+        "t.conf:67:1: 'tagged' tests at most 64 distinct tags in a rule set: this is one more");
+}
+
 }  // namespace
 }  // namespace pairwall::engine::rules
