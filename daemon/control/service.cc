@@ -657,8 +657,7 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
       if (before.contains(e)) continue;
       (before.contains({!e.negated, e.prefix}) ? changed : added) += 1;
     }
-    const std::size_t kept = after.size() - added - changed;
-    deleted = static_cast<uint32_t>(before.size() - kept - changed);
+    deleted = static_cast<uint32_t>(before.size() - (after.size() - added));
   } else if (request.op() == TableEdit::ADD) {
     // As pf's pfr_add_addrs: a prefix the table holds is not added again, nor negated the other
     // way (pfctl's "conflict"), which would turn the entry into its opposite.
