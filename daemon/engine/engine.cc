@@ -613,16 +613,12 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     } else {
       // A rule tests tags: each out pass waits for the tag its in pass leaves, one query at a time.
       for (std::size_t k = 0; k < new_count; ++k) {
-        uint16_t tag = 0;
-        if (const uint8_t in = pass_query[k][0]; in != kNoQuery) {
-          const rules::MatchQuery& q = queries[in];
-          decided[in] = rules.evaluate(*q.packet, q.direction, q.iface);
-          tag = rules.tag_after(*q.packet, q.direction, q.iface, 0, decided[in]);
-        }
-        if (const uint8_t out = pass_query[k][1]; out != kNoQuery) {
-          const rules::MatchQuery& q = queries[out];
-          decided[out] = rules.evaluate(*q.packet, q.direction, q.iface, tag);
-        }
+        const uint8_t in = pass_query[k][0];
+        const uint8_t out = pass_query[k][1];
+        const auto passes = rules.evaluate_passes(in != kNoQuery ? &queries[in] : nullptr,
+                                                  out != kNoQuery ? &queries[out] : nullptr);
+        if (in != kNoQuery) decided[in] = passes[0];
+        if (out != kNoQuery) decided[out] = passes[1];
       }
     }
     auto deciding = [&](std::size_t k, int pass) {
@@ -672,17 +668,16 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     const rules::RuleSet& rules = *worker.rules_;
     Translation translation;
     translate(worker, bytes, parsed, meta, translation, now);
-    std::array<uint32_t, 2> deciding = {rules::kNoRule, rules::kNoRule};
-    uint16_t tag = 0;  // what the in pass leaves on the packet for the out pass's `tagged`
+    rules::MatchQuery passes[2];
+    const rules::MatchQuery* meets[2] = {nullptr, nullptr};  // the passes that meet the rules
     for (int pass = 0; pass < 2; ++pass) {
       if (!parsed.filtered[pass] || !translation.filtered[pass] || !claims(meta, translation.translated))
         continue;
-      const PacketView& seen = *translation.seen[pass];
-      deciding[pass] = rules.evaluate(seen, kPassDirection[pass], translation.iface[pass], tag);
-      if (pass == 0 && rules.uses_tagged())
-        tag = rules.tag_after(seen, kPassDirection[0], translation.iface[0], 0, deciding[0]);
+      passes[pass] = {translation.seen[pass], kPassDirection[pass], translation.iface[pass]};
+      meets[pass] = &passes[pass];
     }
-    verdict = by_rules(worker, bytes, parsed, meta, translation, deciding, now);
+    verdict =
+        by_rules(worker, bytes, parsed, meta, translation, rules.evaluate_passes(meets[0], meets[1]), now);
   }
   return verdict;
 }

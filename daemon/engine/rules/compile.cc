@@ -1116,13 +1116,23 @@ uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceI
   return classifier_ ? classifier_->match(packet, direction, iface, tag) : kNoRule;
 }
 
-uint16_t RuleSet::tag_after(const PacketView& packet, Direction direction, IfaceId iface, uint16_t tag,
-                            uint32_t deciding) const noexcept {
+std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const MatchQuery* out) const noexcept {
+  std::array<uint32_t, 2> deciding = {kNoRule, kNoRule};
+  uint16_t tag = 0;
+  if (in != nullptr) {
+    deciding[0] = evaluate(*in->packet, in->direction, in->iface, in->tag);
+    tag = tag_after(*in, in->tag, deciding[0]);
+  }
+  if (out != nullptr) deciding[1] = evaluate(*out->packet, out->direction, out->iface, tag);
+  return deciding;
+}
+
+uint16_t RuleSet::tag_after(const MatchQuery& pass, uint16_t tag, uint32_t deciding) const noexcept {
   if (!tag_classifier_ || deciding == kNoRule) return tag;
   // Ranked last rule first: the tag rules after the deciding one rank before the allowed ones.
   const auto after = static_cast<uint32_t>(tag_rules_.end() -
                                            std::upper_bound(tag_rules_.begin(), tag_rules_.end(), deciding));
-  const uint32_t k = tag_classifier_->match_from(packet, direction, iface, tag, after);
+  const uint32_t k = tag_classifier_->match_from(*pass.packet, pass.direction, pass.iface, tag, after);
   return k == Classifier::kNoMatch ? tag : rules_[tag_rules_[k]].tag;
 }
 

@@ -2,6 +2,7 @@
 // swap (Engine::load_rules); packet workers only ever read it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -148,18 +149,16 @@ class RuleSet {
   // pf semantics for one pass: the first matching `quick` rule, otherwise the last matching rule.
   // `direction` is In or Out; `iface` the interface of this pass. Returns kNoRule when nothing
   // matches. Cost does not grow with the number of rules (see classifier.h).
-  // `tag`: what the packet carries (a forwarded packet's out pass: the in pass's tag_after()).
+  // `tag`: what the packet carries (a forwarded packet's out pass: what its in pass left).
   uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface,
                     uint16_t tag = 0) const noexcept;
 
-  // Whether a rule tests tags (`tagged`): then a forwarded packet's out pass is evaluated with the
-  // tag its in pass left (tag_after()); else tags change nothing and are not followed.
+  // Whether a rule tests tags (`tagged`): then a packet's out pass depends on its in pass's
+  // outcome, and evaluate_passes() takes them in turn; else tags change nothing and are not followed.
   bool uses_tagged() const noexcept { return tag_classifier_ != nullptr; }
-  // The tag a packet carries after a pass that `deciding` decided (kNoRule: no rule matched) and
-  // that it began with `tag`: as pf's sticky tags, that of the last rule with a `tag` it matched up
-  // to the deciding one (rules after a deciding quick rule are not evaluated), else `tag`.
-  uint16_t tag_after(const PacketView& packet, Direction direction, IfaceId iface, uint16_t tag,
-                     uint32_t deciding) const noexcept;
+  // One packet's passes, in then out (nullptr: a pass that meets no rules): the deciding rule of
+  // each, the out pass evaluated with the tag the in pass left.
+  std::array<uint32_t, 2> evaluate_passes(const MatchQuery* in, const MatchQuery* out) const noexcept;
 
   // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
   // lookups of a batch overlap their cache misses (Classifier::match_batch), where the batch is
@@ -225,6 +224,10 @@ class RuleSet {
   // tags; tag_rules_ their indexes in rules_, ascending.
   std::unique_ptr<Classifier> tag_classifier_;
   std::vector<uint32_t> tag_rules_;
+  // The tag a packet carries after a pass that `deciding` decided (kNoRule: no rule matched) and
+  // that it began with `tag`: as pf's sticky tags, that of the last rule with a `tag` it matched up
+  // to the deciding one (rules after a deciding quick rule are not evaluated), else `tag`.
+  uint16_t tag_after(const MatchQuery& pass, uint16_t tag, uint32_t deciding) const noexcept;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
   std::vector<CompiledTranslation> translations_;  // the first stage's entries, then the second's
