@@ -502,6 +502,21 @@ struct Engine::Translation {
   // The interface each pass's rules see: the packet's own, and before routing, for the out pass
   // of a connection translated there, the one the Router says it will leave by.
   IfaceId iface[2] = {kNoIface, kNoIface};
+  // Tags (`tag`, `tagged`): what the in pass's translation rules tagged the packet with, and what
+  // the out pass's did (0: none, the out pass carries what the in pass left). Where an out
+  // translation rule tests tags, its lookup needed the in pass's filter rules' outcome first:
+  // the in pass's deciding rule is then known here.
+  uint16_t tag[2] = {0, 0};
+  uint32_t in_decided = rules::RuleSet::kUndecided;
+
+  // The filter rules' query of a pass that meets them.
+  rules::MatchQuery query(int pass, bool in_pass_meets_rules) const {
+    uint16_t carried = tag[pass];
+    // Where no filter rules of the in pass can change it, the out pass carries what the in pass's
+    // translation left.
+    if (pass == 1 && carried == 0 && !in_pass_meets_rules) carried = tag[0];
+    return {seen[pass], kPassDirection[pass], iface[pass], carried};
+  }
 };
 
 void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
@@ -605,18 +620,19 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
             !claims(meta, translation.translated))
           continue;
         pass_query[k][pass] = static_cast<uint8_t>(query_count);
-        queries[query_count++] = {translation.seen[pass], kPassDirection[pass], translation.iface[pass]};
+        queries[query_count++] = translation.query(pass, pass_query[k][0] != kNoQuery);
       }
     }
-    if (!rules.uses_tagged()) {
+    if (!rules.uses_tagged() && !rules.out_translation_tests_tags()) {
       rules.evaluate_batch({queries, query_count}, {decided, query_count});
     } else {
       // A rule tests tags: each out pass waits for the tag its in pass leaves, one query at a time.
       for (std::size_t k = 0; k < new_count; ++k) {
         const uint8_t in = pass_query[k][0];
         const uint8_t out = pass_query[k][1];
-        const auto passes = rules.evaluate_passes(in != kNoQuery ? &queries[in] : nullptr,
-                                                  out != kNoQuery ? &queries[out] : nullptr);
+        const auto passes =
+            rules.evaluate_passes(in != kNoQuery ? &queries[in] : nullptr,
+                                  out != kNoQuery ? &queries[out] : nullptr, translations[k]->in_decided);
         if (in != kNoQuery) decided[in] = passes[0];
         if (out != kNoQuery) decided[out] = passes[1];
       }
@@ -673,11 +689,11 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     for (int pass = 0; pass < 2; ++pass) {
       if (!parsed.filtered[pass] || !translation.filtered[pass] || !claims(meta, translation.translated))
         continue;
-      passes[pass] = {translation.seen[pass], kPassDirection[pass], translation.iface[pass]};
+      passes[pass] = translation.query(pass, meets[0] != nullptr);
       meets[pass] = &passes[pass];
     }
-    verdict =
-        by_rules(worker, bytes, parsed, meta, translation, rules.evaluate_passes(meets[0], meets[1]), now);
+    verdict = by_rules(worker, bytes, parsed, meta, translation,
+                       rules.evaluate_passes(meets[0], meets[1], translation.in_decided), now);
   }
   return verdict;
 }
@@ -1175,7 +1191,8 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   };
 
   if (parsed.filtered[0]) {
-    const rules::CompiledTranslation* rule = rules.translation(packet, rules::Direction::In, meta.in_iface);
+    const rules::CompiledTranslation* rule =
+        rules.translation(packet, rules::Direction::In, meta.in_iface, &translation.tag[0]);
     if (rule != nullptr && !rule->negated && rule->targets.empty()) {
       translation.failed = true;  // `-> (em0)` while em0 has no address
       return;
@@ -1198,8 +1215,21 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
 
   if (parsed.filtered[1]) {
     const PacketView& arriving = *translation.seen[0];
+    // A nat or binat that tests tags sees what the in pass's filter rules left, as pf's does;
+    // where none tests them, what the packet carries here changes nothing.
+    uint16_t carried = 0;
+    if (rules.out_translation_tests_tags()) {
+      carried = translation.tag[0];
+      if (parsed.filtered[0] && translation.filtered[0]) {
+        const rules::RuleSet::InPass in = rules.evaluate_in(translation.query(0, true));
+        translation.in_decided = in.deciding;
+        carried = in.tag;
+      }
+    }
+    const uint16_t before = carried;
     const rules::CompiledTranslation* rule =
-        rules.translation(arriving, rules::Direction::Out, meta.out_iface);
+        rules.translation(arriving, rules::Direction::Out, meta.out_iface, &carried);
+    if (carried != before) translation.tag[1] = carried;
     if (rule != nullptr && !rule->negated && rule->targets.empty()) {
       translation.failed = true;
       return;

@@ -202,6 +202,12 @@ struct TranslationRule {
   std::vector<uint8_t> protocols;
   Endpoint from;
   Endpoint to;
+  // As a filter rule's, before `->`: `tag NAME` marks the packets it matches (an exemption's too,
+  // as pf_match_translation tags them), for the filter rules after it; `[!] tagged NAME` matches
+  // by what an earlier pass or stage left (nat: the in pass's filter rules).
+  std::string tag;
+  std::string tagged;
+  bool tagged_negated = false;
   // The addresses or prefixes after `->`: one, or a list `{ ... }`, which round-robin walks.
   std::vector<IpPrefix> targets;
   std::optional<PortMatch> target_port;  // `port P` or `port P:Q` after the target

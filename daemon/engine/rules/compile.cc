@@ -252,6 +252,8 @@ std::string translation_text(const TranslationRule& r) {
   if (r.pass) out += " pass";
   out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
+  if (!r.tag.empty()) out += " tag " + r.tag;
+  if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
   if (!r.target_interface.empty()) {
     out += " -> (" + r.target_interface + ")";
   } else if (r.targets.size() == 1) {
@@ -464,6 +466,7 @@ class Compiler {
     auto set = std::make_shared<RuleSet>();
     settings(*set);
     tables();
+    number_tags();
     filter_rules(*set);
     scrub_rules(*set);
     translation_rules(*set);
@@ -742,23 +745,29 @@ class Compiler {
 
   static constexpr std::size_t kMaxTestedTags = 64;
 
+  // The tags that `tagged` tests, filter and translation rules' alike, numbered from 1; a tag none
+  // tests is 0, as no tag: it matches alike. Each multiplies a classifier's direction x interface
+  // field, hence a bound.
+  void number_tags() {
+    const auto add = [this](const std::string& tagged, const SourceLocation& at) {
+      if (tagged.empty() || tag_numbers_.count(tagged) != 0) return;
+      if (tag_numbers_.size() == kMaxTestedTags) {
+        fail(at, "'tagged' tests at most " + std::to_string(kMaxTestedTags) +
+                     " distinct tags in a rule set: this is one more");
+      }
+      tag_numbers_.emplace(tagged, static_cast<uint16_t>(tag_numbers_.size() + 1));
+    };
+    for (const FilterRule& r : file_.filter_rules) add(r.tagged, r.location);
+    for (const TranslationRule& r : file_.translation_rules) add(r.tagged, r.location);
+  }
+
+  uint16_t tag_number(const std::string& name) const {
+    const auto it = tag_numbers_.find(name);
+    return it == tag_numbers_.end() ? 0 : it->second;
+  }
+
   void filter_rules(RuleSet& set) {
     std::vector<MatchSpec> specs;
-    // The tags that `tagged` tests, numbered from 1; a tag none tests is 0, as no tag: it matches
-    // alike. Each multiplies the classifier's direction x interface field, hence a bound.
-    std::map<std::string, uint16_t> tag_numbers;
-    for (const FilterRule& r : file_.filter_rules) {
-      if (r.tagged.empty() || tag_numbers.count(r.tagged) != 0) continue;
-      if (tag_numbers.size() == kMaxTestedTags) {
-        fail(r.location, "'tagged' tests at most " + std::to_string(kMaxTestedTags) +
-                             " distinct tags in a rule set: this is one more");
-      }
-      tag_numbers.emplace(r.tagged, static_cast<uint16_t>(tag_numbers.size() + 1));
-    }
-    const auto tag_number = [&tag_numbers](const std::string& name) -> uint16_t {
-      const auto it = tag_numbers.find(name);
-      return it == tag_numbers.end() ? 0 : it->second;
-    };
     std::vector<MatchSpec> tag_specs;
     const std::vector<uint32_t> ranks = decision_ranks(file_);
     const RuleNumbers numbers = rule_numbers(file_);
@@ -864,16 +873,17 @@ class Compiler {
       s.rank = ranks[i];
       s.tagged = tag_number(r.tagged);
       s.tagged_negated = r.tagged_negated;
-      if (!r.tag.empty() && !tag_numbers.empty()) {
+      if (s.tagged != 0) set.filter_tests_tags_ = true;
+      if (!r.tag.empty() && !tag_numbers_.empty()) {
         set.tag_rules_.push_back(static_cast<uint32_t>(i));
         tag_specs.push_back(s);
       }
       specs.push_back(std::move(s));
     }
     set.classifier_ = build(specs, MatchOrder::Ranked);
-    if (!tag_numbers.empty()) {
+    if (!tag_numbers_.empty()) {
       // Ranked by file order, the last first; a set that tests tags but sets none still gets one,
-      // which then never matches, so that uses_tagged() holds.
+      // which then never matches, so that follows_tags() holds.
       for (std::size_t k = 0; k < tag_specs.size(); ++k)
         tag_specs[k].rank = static_cast<uint32_t>(tag_specs.size() - 1 - k);
       set.tag_classifier_ = build(tag_specs, MatchOrder::Ranked);
@@ -907,6 +917,10 @@ class Compiler {
     std::vector<MatchSpec> ruleset_specs[kRulesets];
     std::vector<CompiledTranslation> ruleset_entries[kRulesets];
     const auto add = [&](Ruleset ruleset, MatchSpec s, const CompiledTranslation& t) {
+      const TranslationRule& r = file_.translation_rules[t.number];
+      s.tagged = tag_number(r.tagged);
+      s.tagged_negated = r.tagged_negated;
+      if (s.tagged != 0 && (ruleset == kBinatOut || ruleset == kNat)) set.out_translation_tests_tags_ = true;
       ruleset_specs[ruleset].push_back(std::move(s));
       ruleset_entries[ruleset].push_back(t);
     };
@@ -943,6 +957,7 @@ class Compiler {
         pool(r, t);
       }
       t.static_port = r.static_port;
+      t.tag = tag_number(r.tag);
       // A rule that names no family takes its target's, as pfctl's natrule does: an IPv4 target
       // never rewrites an IPv6 packet (and an interface target stands for its first address).
       const std::optional<Family> family = r.family || r.negate_translation || t.targets.empty()
@@ -1083,6 +1098,7 @@ class Compiler {
   const RuleFile& file_;
   InterfaceRegistry& interfaces_;
   std::map<std::string, std::pair<const Table*, AddressTable>> tables_;
+  std::map<std::string, uint16_t> tag_numbers_;  // number_tags()
 };
 
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
@@ -1116,15 +1132,24 @@ uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceI
   return classifier_ ? classifier_->match(packet, direction, iface, tag) : kNoRule;
 }
 
-std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const MatchQuery* out) const noexcept {
+std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const MatchQuery* out,
+                                                 uint32_t in_decided) const noexcept {
   std::array<uint32_t, 2> deciding = {kNoRule, kNoRule};
   uint16_t tag = 0;
   if (in != nullptr) {
-    deciding[0] = evaluate(*in->packet, in->direction, in->iface, in->tag);
-    tag = tag_after(*in, in->tag, deciding[0]);
+    deciding[0] =
+        in_decided != kUndecided ? in_decided : evaluate(*in->packet, in->direction, in->iface, in->tag);
+    // The tag only matters to an out pass that does not carry its translation's.
+    if (out != nullptr && out->tag == 0) tag = tag_after(*in, in->tag, deciding[0]);
   }
-  if (out != nullptr) deciding[1] = evaluate(*out->packet, out->direction, out->iface, tag);
+  if (out != nullptr)
+    deciding[1] = evaluate(*out->packet, out->direction, out->iface, out->tag != 0 ? out->tag : tag);
   return deciding;
+}
+
+RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in) const noexcept {
+  const uint32_t deciding = evaluate(*in.packet, in.direction, in.iface, in.tag);
+  return {deciding, tag_after(in, in.tag, deciding)};
 }
 
 uint16_t RuleSet::tag_after(const MatchQuery& pass, uint16_t tag, uint32_t deciding) const noexcept {
@@ -1165,19 +1190,25 @@ ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceI
   return action;
 }
 
-const CompiledTranslation* RuleSet::translation(const PacketView& packet, Direction direction,
-                                                IfaceId iface) const noexcept {
+const CompiledTranslation* RuleSet::translation(const PacketView& packet, Direction direction, IfaceId iface,
+                                                uint16_t* tag) const noexcept {
+  uint16_t carried = tag != nullptr ? *tag : 0;
+  const auto matched = [&](const CompiledTranslation& rule) {
+    if (rule.tag != 0) carried = rule.tag;
+    if (tag != nullptr) *tag = carried;
+    return &rule;
+  };
   const CompiledTranslation* exemption = nullptr;
   if (translation_classifier_[0]) {
-    const uint32_t r = translation_classifier_[0]->match(packet, direction, iface);
+    const uint32_t r = translation_classifier_[0]->match(packet, direction, iface, carried);
     if (r != Classifier::kNoMatch) {
-      if (!translations_[r].negated) return &translations_[r];
-      exemption = &translations_[r];
+      exemption = matched(translations_[r]);
+      if (!exemption->negated) return exemption;
     }
   }
   if (translation_classifier_[1]) {
-    const uint32_t r = translation_classifier_[1]->match(packet, direction, iface);
-    if (r != Classifier::kNoMatch) return &translations_[second_stage_base_ + r];
+    const uint32_t r = translation_classifier_[1]->match(packet, direction, iface, carried);
+    if (r != Classifier::kNoMatch) return matched(translations_[second_stage_base_ + r]);
   }
   return exemption;
 }

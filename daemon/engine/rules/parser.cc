@@ -994,12 +994,13 @@ class Parser {
     r.family = family();
     if (accept_word("proto")) r.protocols = protocols();
     from_to(r.from, r.to, r.family, binat ? "binat maps whole addresses and takes no 'port'" : nullptr);
+    translation_tags(r);
 
     if (r.negate_translation) {
       if (at(TokenKind::Arrow)) {
         fail_at(peek(), "'no " + kind.text + "' exempts packets from translation and takes no '->' target");
       }
-      expect_end("'from', 'to' or end of line");
+      expect_end("'from', 'to', 'tag', 'tagged' or end of line");
       out_.translation_rules.push_back(std::move(r));
       return;
     }
@@ -1264,6 +1265,27 @@ class Parser {
     return t.text;
   }
   static constexpr std::size_t kMaxTag = 63;  // PF_TAG_NAME_SIZE less the NUL
+
+  // A translation rule's `tag NAME` and `[!] tagged NAME`, between its addresses and `->`, each
+  // at most once, in either order.
+  void translation_tags(TranslationRule& r) {
+    std::optional<Token> tag_seen;
+    std::optional<Token> tagged_seen;
+    for (;;) {
+      const bool negated = at(TokenKind::Bang);
+      if (negated) {
+        take();
+        if (!at_word("tagged")) fail_expected(peek(), "'tagged' after '!'");
+      }
+      if (!at_word("tag") && !at_word("tagged")) return;
+      const Token t = take();
+      std::optional<Token>& seen = t.text == "tag" ? tag_seen : tagged_seen;
+      if (seen) fail_at(t, "duplicate '" + t.text + "': already given at " + where(*seen));
+      seen = t;
+      (t.text == "tag" ? r.tag : r.tagged) = tag_name(t);
+      if (negated) r.tagged_negated = true;
+    }
+  }
 
   void filter() {
     const Token first = take();

@@ -100,6 +100,7 @@ struct CompiledTranslation {
   // round-robin: connections given an address so far, shared by the workers (and reset by a reload).
   std::shared_ptr<std::atomic<uint64_t>> turns = std::make_shared<std::atomic<uint64_t>>(0);
   bool static_port = false;  // nat: the source port stays; a connection it would collide with is refused
+  uint16_t tag = 0;          // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
   IpPrefix source;           // binat: the internal prefix, which the in pass maps its target back to
   uint16_t port_low = 0;     // 0: keep the port (nat: choose from the proxy range)
   uint16_t port_high = 0;
@@ -153,12 +154,26 @@ class RuleSet {
   uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface,
                     uint16_t tag = 0) const noexcept;
 
-  // Whether a rule tests tags (`tagged`): then a packet's out pass depends on its in pass's
-  // outcome, and evaluate_passes() takes them in turn; else tags change nothing and are not followed.
-  bool uses_tagged() const noexcept { return tag_classifier_ != nullptr; }
+  // Whether a filter rule tests tags (`tagged`): then a packet's out pass depends on its in pass's
+  // outcome, and evaluate_passes() takes them in turn.
+  bool uses_tagged() const noexcept { return filter_tests_tags_; }
+  // Whether an out pass's translation rule (nat, binat) tests tags: then its lookup waits for the
+  // tag the in pass's filter rules leave (evaluate_in()).
+  bool out_translation_tests_tags() const noexcept { return out_translation_tests_tags_; }
+
   // One packet's passes, in then out (nullptr: a pass that meets no rules): the deciding rule of
-  // each, the out pass evaluated with the tag the in pass left.
-  std::array<uint32_t, 2> evaluate_passes(const MatchQuery* in, const MatchQuery* out) const noexcept;
+  // each. `in->tag` is what the packet carries into its in pass; `out->tag` what an out
+  // translation rule tagged it with, which replaces what the in pass left (0: it set none).
+  // `in_decided`: the in pass's deciding rule where evaluate_in() found it already.
+  static constexpr uint32_t kUndecided = UINT32_MAX - 1;
+  std::array<uint32_t, 2> evaluate_passes(const MatchQuery* in, const MatchQuery* out,
+                                          uint32_t in_decided = kUndecided) const noexcept;
+  // The in pass alone: its deciding rule, and the tag the packet leaves it with.
+  struct InPass {
+    uint32_t deciding = kNoRule;
+    uint16_t tag = 0;
+  };
+  InPass evaluate_in(const MatchQuery& in) const noexcept;
 
   // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
   // lookups of a batch overlap their cache misses (Classifier::match_batch), where the batch is
@@ -177,9 +192,11 @@ class RuleSet {
   bool has_translations() const noexcept { return !translations_.empty(); }
   // The nat/rdr/binat rule that decides this pass, or nullptr: as pf_get_translation asks, the
   // first match of binat (out) or rdr (in), and where that is none or an exemption (`no binat`,
-  // `no rdr`), the first match of nat (out) or binat (in).
-  const CompiledTranslation* translation(const PacketView& packet, Direction direction,
-                                         IfaceId iface) const noexcept;
+  // `no rdr`), the first match of nat (out) or binat (in). `tag`, where given: what the packet
+  // carries, which the rules' `tagged` test; on return, what the rules it matched tagged it with
+  // (an exemption's `tag` too, as pf_match_translation's), else as it was.
+  const CompiledTranslation* translation(const PacketView& packet, Direction direction, IfaceId iface,
+                                         uint16_t* tag = nullptr) const noexcept;
 
   const std::vector<ListedRule>& translation_rules() const { return translation_listing_; }
   const std::vector<ListedRule>& scrub_listing() const { return scrub_listing_; }
@@ -220,8 +237,10 @@ class RuleSet {
   uint32_t state_limit_ = 100'000;       // pf's default `set limit states`
   uint32_t source_node_limit_ = 10'000;  // pf's default `set limit src-nodes`
   std::unique_ptr<Classifier> classifier_;
-  // The rules with a `tag`, the last in file order first (MatchOrder::Ranked), where a rule tests
-  // tags; tag_rules_ their indexes in rules_, ascending.
+  bool filter_tests_tags_ = false;
+  bool out_translation_tests_tags_ = false;
+  // The rules with a `tag`, the last in file order first (MatchOrder::Ranked), where a filter or
+  // translation rule tests tags; tag_rules_ their indexes in rules_, ascending.
   std::unique_ptr<Classifier> tag_classifier_;
   std::vector<uint32_t> tag_rules_;
   // The tag a packet carries after a pass that `deciding` decided (kNoRule: no rule matched) and

@@ -1,10 +1,12 @@
 """pf's tags through the real queue: an in rule's `tag` marks a forwarded connection's first packet
 for the out pass, where `tagged` lets it leave; a connection the in pass lets in untagged is held at
-the out pass. IPv4 and IPv6 alike; `rules show` lists the rules as written."""
+the out pass. A nat rule that tests a tag translates the flows the in pass tagged and leaves the
+others as they are. IPv4 and IPv6 alike; `rules show` lists the rules as written."""
 
 import pytest
 
-from daemon_net import ALLOWED, BLOCKED
+from daemon_net import (ALLOWED, BLOCKED, CLIENT4, CLIENT6, FW_OUT4, FW_OUT6, SERVER4, SERVER6, WHOAMI_TCP,
+                        WHOAMI_UDP)
 
 TAG_RULES = """\
 in_if = "f0"
@@ -28,3 +30,33 @@ def test_tags_carry_trust_from_in_to_out(lan, daemon_factory, family):
     texts = [r["text"] for r in fw.json("rules", "show")["rules"]]
     assert "pass in on f0 proto tcp from any to any port 8080 flags S/SA keep state tag TRUSTED" in texts, texts
     assert "pass out on f1 proto tcp all flags S/SA keep state tagged TRUSTED" in texts, texts
+
+
+NAT_BY_TAG_RULES = f"""\
+in_if = "f0"
+out_if = "f1"
+nat on $out_if inet tagged NATTED -> {FW_OUT4}
+nat on $out_if inet6 tagged NATTED -> {FW_OUT6}
+block all
+pass in on $in_if proto tcp to port {WHOAMI_TCP}
+pass in on $in_if proto udp to port {WHOAMI_UDP} tag NATTED
+pass out on $out_if proto {{ tcp udp }} to port {{ {WHOAMI_TCP} {WHOAMI_UDP} }}
+"""
+
+ENDS = {4: (CLIENT4, FW_OUT4, SERVER4), 6: (CLIENT6, FW_OUT6, SERVER6)}
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_nat_translates_what_the_in_pass_tagged(lan, daemon_factory, family):
+    client, fw_out, server = ENDS[family]
+    fw = daemon_factory(rules=NAT_BY_TAG_RULES)
+    lan.whoami()
+    tagged = lan.ask(server, WHOAMI_UDP, udp=True)
+    assert tagged["result"] == "ok", f"no answer: {tagged}; reasons {fw.reasons()}"
+    assert tagged["seen"]["address"] == fw_out, f"the tagged flow left untranslated: {tagged}"
+    untagged = lan.ask(server, WHOAMI_TCP)
+    assert untagged["result"] == "ok", f"no answer: {untagged}; reasons {fw.reasons()}"
+    assert untagged["seen"]["address"] == client, f"the untagged flow was translated: {untagged}"
+
+    texts = [r["text"] for r in fw.json("rules", "show")["translations"]]
+    assert f"nat on f1 inet all tagged NATTED -> {FW_OUT4}" in texts, texts

@@ -462,11 +462,12 @@ TEST_CASE("translation rules have a canonical text that parses back to the same 
       "rdr on wan0 proto tcp to 203.0.113.1 port 8000:8010 -> 10.1.0.10 port 80\n"
       "binat on wan0 from 10.1.0.5 to any -> 203.0.113.5\n"
       "no rdr on wan0 inet6 proto udp from 2001:db8::/32 to any port 53\n"
+      "nat on wan0 ! tagged LAN tag OUT -> 203.0.113.2\n"
       "pass all\n";
   InterfaceRegistry ifs;
   auto first = compile_ok(text, ifs);
   const auto& listed = first->translation_rules();
-  REQUIRE(listed.size() == 5);
+  REQUIRE(listed.size() == 6);
   std::string again;
   for (std::size_t i = 0; i < listed.size(); ++i) {
     CHECK(listed[i].number == i);
@@ -483,6 +484,7 @@ TEST_CASE("translation rules have a canonical text that parses back to the same 
         "203.0.113.1 port "
         "40000:49999");
   CHECK(listed[1].text == "no nat on wan0 from 10.9.0.0/16 to any");
+  CHECK(listed[5].text == "nat on wan0 all tag OUT ! tagged LAN -> 203.0.113.2");
   CHECK(listed[2].text ==
         "rdr on wan0 proto tcp from any to 203.0.113.1 port 8000:8010 -> 10.1.0.10 port 80");
   CHECK(listed[3].text == "binat on wan0 from 10.1.0.5 to any -> 203.0.113.5");
@@ -807,6 +809,7 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
       {"max-mss 1400", "max-mss 1300"},
       {"scrub in all", "scrub in proto tcp all"},
       {"-> 10.0.0.80", "-> 10.0.0.81"},
+      {"-> 10.0.0.80", "tag WEB -> 10.0.0.80"},
       {"block all\n", "block all\nset skip on lo0\n"},
       {"table <t> persist", "set limit states 5000\ntable <t> persist"},
       {"table <t> persist", "set block-policy return\ntable <t> persist"},
@@ -829,6 +832,13 @@ TEST_CASE("tagged tests at most 64 distinct tags in a rule set", "[compile][tag]
   CHECK(compile_ok(text, ifs)->size() == 66);
   text += "pass out tagged T64\n";
   auto refused = compile(parse(text), ifs);
+  REQUIRE(std::holds_alternative<RuleError>(refused));
+  CHECK(std::get<RuleError>(refused).to_string() ==
+        "t.conf:67:1: 'tagged' tests at most 64 distinct tags in a rule set: this is one more");
+  // Translation rules' tags count with the filter rules'.
+  text.resize(text.size() - std::string_view("pass out tagged T64\n").size());
+  text += "nat on wan0 tagged T64 -> 203.0.113.1\n";
+  refused = compile(parse(text), ifs);
   REQUIRE(std::holds_alternative<RuleError>(refused));
   CHECK(std::get<RuleError>(refused).to_string() ==
         "t.conf:67:1: 'tagged' tests at most 64 distinct tags in a rule set: this is one more");

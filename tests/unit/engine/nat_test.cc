@@ -552,6 +552,116 @@ TEST_CASE("no nat exempts; nat pass skips the filter rules of its pass", "[engin
   }
 }
 
+TEST_CASE("tag and tagged on translation rules: rdr tags for the filter, nat sees the in pass's tags",
+          "[engine][nat][tag]") {
+  const Flow tcp{"tcp", false};
+  SECTION("rdr's tag: the filter rules of both passes see it, where they tag nothing else") {
+    Firewall fw(
+        "rdr on wan0 proto tcp to 203.0.113.1 port 80 tag WEB -> 10.2.0.10 port 8080\n"
+        "block all\n"
+        "pass in on wan0 proto tcp tagged WEB\n"
+        "pass in on wan0 proto tcp to port 22\n"
+        "pass out on lan0 proto tcp tagged WEB\n");
+    REQUIRE(fw.in(tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("198.51.100.7", 4000, "10.2.0.10", 8080));
+    // Not redirected, so not tagged: no in rule passes it.
+    CHECK(fw.in(tcp.packet("198.51.100.7", 4001, "203.0.113.1", 81)).reason == Reason::RuleBlock);
+    // Passed in without the tag: the out pass has only block all.
+    CHECK(fw.in(tcp.packet("198.51.100.7", 4002, "10.2.0.10", 22)).reason == Reason::RuleBlock);
+  }
+  SECTION("rdr pass: the in pass meets no filter rule, the out pass carries the rdr's tag") {
+    Firewall fw(
+        "rdr pass on wan0 proto tcp to 203.0.113.1 port 80 tag WEB -> 10.2.0.10\n"
+        "block all\n"
+        "pass out on lan0 proto tcp tagged WEB\n");
+    CHECK(fw.in(tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80)).action == Action::Accept);
+    Firewall untagged(
+        "rdr pass on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10\n"
+        "block all\n"
+        "pass out on lan0 proto tcp tagged WEB\n");
+    CHECK(untagged.in(tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80)).reason == Reason::RuleBlock);
+  }
+  SECTION("nat tagged: the tag the in pass's filter rules left chooses the translation") {
+    Firewall fw(
+        "nat on wan0 tagged LAN -> 203.0.113.1\n"
+        "nat on wan0 ! tagged LAN -> 203.0.113.2\n"
+        "pass all\n"
+        "pass in quick on lan0 from 10.1.9.0/24\n"
+        "pass in on lan0 from 10.1.0.0/16 tag LAN\n");
+    REQUIRE(fw.out(tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.1", source_port(fw.last_packet, tcp), "192.0.2.80", 80));
+    // Decided by a quick rule above the tag rule: untagged.
+    REQUIRE(fw.out(tcp.packet("10.1.9.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.2", source_port(fw.last_packet, tcp), "192.0.2.80", 80));
+    REQUIRE(fw.out(tcp.packet("10.7.0.10", 40000, "192.0.2.80", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.2", source_port(fw.last_packet, tcp), "192.0.2.80", 80));
+  }
+  SECTION("nat's tag replaces the in pass's for the out pass's filter rules; an exemption's tags too") {
+    Firewall fw(
+        "no nat on wan0 to 192.0.2.0/24 tag DIRECT\n"
+        "nat on wan0 from 10.1.0.0/16 tag NATTED -> 203.0.113.1\n"
+        "block all\n"
+        "pass in on lan0 tag LAN\n"
+        "pass out on wan0 tagged NATTED\n"
+        "pass out on wan0 tagged DIRECT\n");
+    const Verdict natted = fw.out(tcp.packet("10.1.0.10", 40000, "198.51.100.80", 80));
+    CHECK(natted.action == Action::Accept);
+    CHECK(natted.rewritten);
+    const Verdict direct = fw.out(tcp.packet("10.1.0.10", 40001, "192.0.2.80", 80));
+    CHECK(direct.action == Action::Accept);
+    CHECK_FALSE(direct.rewritten);
+    // Neither rule matches: the out pass carries the in pass's LAN, which no out rule passes.
+    CHECK(fw.out(tcp.packet("10.9.0.10", 40000, "198.51.100.80", 80)).reason == Reason::RuleBlock);
+  }
+  SECTION("process_batch follows translation tags as process() does") {
+    const std::string rules =
+        "rdr on wan0 proto tcp to 203.0.113.1 port 80 tag WEB -> 10.2.0.10\n"
+        "nat on wan0 tagged LAN tag NATTED -> 203.0.113.1\n"
+        "block all\n"
+        "pass in on wan0 proto tcp tagged WEB\n"
+        "pass out on lan0 proto tcp tagged WEB\n"
+        "pass in on lan0 proto tcp to port 80 tag LAN\n"
+        "pass in on lan0 proto tcp to port 22\n"
+        "pass out on wan0 proto tcp tagged NATTED\n"
+        "pass out on wan0 proto tcp to port 22\n";
+    std::vector<std::pair<Bytes, bool>> packets;  // the packet, and whether it leaves by wan0
+    for (uint16_t i = 0; i < 24; ++i) {
+      const auto port = static_cast<uint16_t>(40000 + i);
+      const uint16_t dport = i % 3 == 0 ? 80 : i % 3 == 1 ? 22 : 25;
+      packets.emplace_back(tcp.packet("10.1.0.10", port, "192.0.2.80", dport), true);
+      if (i % 2 == 0)
+        packets.emplace_back(tcp.packet("198.51.100.7", port, "203.0.113.1", i % 4 == 0 ? 80 : 81), false);
+    }
+    Firewall one(rules);
+    Firewall batched(rules);
+    std::vector<Verdict> single;
+    for (const auto& [p, outbound] : packets) single.push_back(outbound ? one.out(p) : one.in(p));
+    std::vector<Bytes> copies;
+    for (const auto& [p, outbound] : packets) copies.push_back(p);
+    std::vector<BatchPacket> batch;
+    for (std::size_t i = 0; i < packets.size(); ++i) {
+      const bool outbound = packets[i].second;
+      batch.push_back({copies[i],
+                       PacketMeta{Hook::Forward, outbound ? batched.lan : batched.wan,
+                                  outbound ? batched.wan : batched.lan, false},
+                       {}});
+    }
+    batched.engine.process_batch(batched.worker, batch, batched.now);
+    std::size_t accepted = 0;
+    for (std::size_t i = 0; i < packets.size(); ++i) {
+      INFO(i);
+      CHECK(batch[i].verdict.action == single[i].action);
+      CHECK(batch[i].verdict.reason == single[i].reason);
+      CHECK(batch[i].verdict.rewritten == single[i].rewritten);
+      if (single[i].action == Action::Accept) ++accepted;
+    }
+    // Both outcomes occur: port 80 out (LAN, then NATTED), 22 out untranslated, 25 blocked; rdr'd
+    // 80 in, 81 blocked.
+    CHECK(accepted == 8 + 8 + 6);
+    CHECK(batched.engine.states().size() == one.engine.states().size());
+  }
+}
+
 TEST_CASE("packets that bypassed a translation do not pass by its state", "[engine][nat]") {
   Firewall fw("nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\npass all");
   const Flow tcp{"tcp", false};

@@ -1583,3 +1583,35 @@ TEST_CASE("tag and [!] tagged: pf's names, bare or quoted, after the other optio
   CHECK_FALSE(f.filter_rules[2].tagged_negated);
   CHECK(f.filter_rules[2].tag == "SEEN");
 }
+
+TEST_CASE("tag and [!] tagged on translation rules: after the addresses, before '->'") {
+  const RuleFile f = parse_ok(
+      "rdr on wan0 proto tcp to 203.0.113.1 port 80 tag WEB -> 10.2.0.10\n"
+      "nat on wan0 from 10.1.0.0/16 ! tagged DMZ tag OUT -> 203.0.113.1\n"
+      "no nat on wan0 to 192.0.2.0/24 tagged LAN\n"
+      "binat on wan0 from 10.1.0.5 tag SRV -> 203.0.113.5\n");
+  REQUIRE(f.translation_rules.size() == 4);
+  CHECK(f.translation_rules[0].tag == "WEB");
+  CHECK(f.translation_rules[0].tagged.empty());
+  CHECK(f.translation_rules[1].tag == "OUT");
+  CHECK(f.translation_rules[1].tagged == "DMZ");
+  CHECK(f.translation_rules[1].tagged_negated);
+  CHECK(f.translation_rules[2].tagged == "LAN");
+  CHECK_FALSE(f.translation_rules[2].tagged_negated);
+  CHECK(f.translation_rules[3].tag == "SRV");
+
+  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
+           {"nat on wan0 all tag A tag B -> 203.0.113.1",
+            "t.conf:1:23: duplicate 'tag': already given at line 1, column 17"},
+           {"nat on wan0 all ! tag A -> 203.0.113.1", "t.conf:1:19: expected 'tagged' after '!', got 'tag'"},
+           {"rdr on wan0 all tagged -> 10.2.0.10",
+            "t.conf:1:24: expected a tag's name after 'tagged', e.g. LAN, got '->'"},
+           {"nat on wan0 all label \"x\" -> 203.0.113.1",
+            "t.conf:1:17: expected '->' and a translation address, got 'label'"},
+           {"no nat on wan0 all tag A tagged B C",
+            "t.conf:1:35: expected 'from', 'to', 'tag', 'tagged' or end of line, got 'C'"},
+       }) {
+    INFO(text);
+    CHECK(parse_error(text) == error);
+  }
+}
