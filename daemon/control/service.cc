@@ -968,6 +968,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     s->set_family(static_cast<uint32_t>(k.family));
     set_endpoint(s->mutable_src(), k.family, k.addr[0], k.port[0]);
     set_endpoint(s->mutable_dst(), k.family, k.addr[1], k.port[1]);
+    if (k.link != engine::kNoIface) s->set_link(engine_.interfaces().name(k.link));
     if (c.flags & engine::stateflag::kTranslated) {
       const auto& w = c.key[1];
       set_endpoint(s->mutable_wire_src(), w.family, w.addr[0], w.port[0]);

@@ -37,6 +37,7 @@ void set_key(StateKey& key, const PacketView& p) {
   key.port[1] = p.dst_port;
   key.family = p.family;
   key.proto = p.proto;
+  key.link = kNoIface;
 }
 
 // A packet that meets scrub rules on both its passes takes the stricter settings of the two.
@@ -188,17 +189,35 @@ SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& s
 // it does not track: `nat on wan0 inet6 from any` rewriting this node's own solicitations to the
 // nat address would break address resolution on the link, a VRRP or CARP advertisement's source
 // the peer's election.
+bool link_local6(const IpAddress& a) {
+  return (a.hi >> 54) == (0xfe80ull >> 6);
+}
+bool small_scope_group6(const IpAddress& a) {
+  return (a.hi >> 56) == 0xff && ((a.hi >> 48) & 0xf) <= 2;
+}
+
 bool link_scoped(const PacketView& p) {
   if (p.family == Family::V4) {
     const auto link_local = [](uint32_t a) { return (a >> 16) == 0xa9fe; };  // 169.254/16
     return link_local(p.src.v4_value()) || link_local(p.dst.v4_value()) ||
            (p.dst.v4_value() >> 8) == 0xe00000;
   }
-  const auto link_local = [](const IpAddress& a) { return (a.hi >> 54) == (0xfe80ull >> 6); };
-  const bool small_scope_group = (p.dst.hi >> 56) == 0xff && ((p.dst.hi >> 48) & 0xf) <= 2;
   const bool nd_or_mld = p.proto == ipproto::kIcmp6 && (!p.is_fragment || p.is_first_fragment) &&
                          ((p.icmp.type >= 130 && p.icmp.type <= 137) || p.icmp.type == 143);
-  return link_local(p.src) || link_local(p.dst) || small_scope_group || nd_or_mld;
+  return link_local6(p.src) || link_local6(p.dst) || small_scope_group6(p.dst) || nd_or_mld;
+}
+
+// The link a flow is bound to (StateKey::link): IPv6 to or from a link-local address, or to or from
+// an interface- or link-local group, seen on the hooks of this node's own traffic, where the
+// link is the interface it arrives on or leaves by. The kernel forwards none of it (RFC 4291 2.5.6),
+// and a forwarded flow's two directions cross different interfaces: its key holds no link.
+// Taken from the key's addresses, which for some ICMPv6 lookups are not the packet's own.
+IfaceId link_of(const StateKey& key, const PacketMeta& meta) {
+  if (key.family != Family::V6 || meta.hook == Hook::Forward) return kNoIface;
+  if (!link_local6(key.addr[0]) && !link_local6(key.addr[1]) && !small_scope_group6(key.addr[0]) &&
+      !small_scope_group6(key.addr[1]))
+    return kNoIface;
+  return meta.hook == Hook::Output ? meta.out_iface : meta.in_iface;
 }
 
 // ff02::1, the link's all-nodes group (RFC 4291 2.7.1).
@@ -519,13 +538,14 @@ struct Engine::Translation {
   }
 };
 
-void Engine::prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept {
+void Engine::prepare(std::span<uint8_t> bytes, const PacketMeta& meta, Parsed& parsed) const noexcept {
   parsed.parse = parse_packet(bytes, parsed.packet);
   parsed.lookup = false;
   parsed.rewritten = false;
   if (parsed.parse != Reason::Match) return;
   const PacketView& p = parsed.packet;
   set_key(parsed.key, p);
+  parsed.key.link = link_of(parsed.key, meta);
   parsed.lookup = !p.is_fragment && !(p.is_icmp() && p.icmp.is_error);
   if (parsed.lookup) parsed.hash = states_.hash(parsed.key);
 }
@@ -536,7 +556,7 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
   refresh_rules(worker);
   worker.outbox_used_ = 0;
   Parsed parsed;
-  prepare(bytes, parsed);
+  prepare(bytes, meta, parsed);
   Verdict verdict = decide(worker, bytes, parsed, meta, now);
   finish(worker, bytes, parsed, meta, verdict);
   return verdict;
@@ -661,7 +681,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
 // prefetches: a prefetch that misses the TLB holds up retirement until its page walk is done,
 // and interleaved with the parsing it left too few of them in flight at a time.
 void Engine::start_lookups(std::span<BatchPacket> group, Parsed* parsed) const noexcept {
-  for (std::size_t i = 0; i < group.size(); ++i) prepare(group[i].bytes, parsed[i]);
+  for (std::size_t i = 0; i < group.size(); ++i) prepare(group[i].bytes, group[i].meta, parsed[i]);
   for (std::size_t i = 0; i < group.size(); ++i) {
     if (parsed[i].lookup) states_.prefetch_bucket(parsed[i].hash);
   }
@@ -1001,6 +1021,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
     if (parse_quoted_packet(inner, quoted) == Reason::Match && quoted.family == packet.family) {
       StateKey qkey;
       set_key(qkey, quoted);
+      qkey.link = link_of(qkey, meta);
       if (auto state = states_.find(qkey, states_.hash(qkey))) {
         // This node's own errors about a packet it had not translated yet (the kernel checks the
         // TTL and the path MTU before the forward hook) quote it as its sender sent it, and go
@@ -1071,6 +1092,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       // (pf_icmp_state_lookup's multicast retry).
       StateKey answer = parsed.key;
       answer.addr[0] = kAllNodesV6;
+      answer.link = link_of(answer, meta);
       state = states_.find(answer, states_.hash(answer));
     } else if (!state && packet.family == Family::V6 && packet.is_icmp() && packet.icmp.type == 136 &&
                packet.l4_length >= kNeighborMessageLength) {
@@ -1084,9 +1106,11 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       answer.addr[0] = IpAddress::from_v6_bytes(bytes.data() + packet.l4_offset + 8);
       if (is_multicast_v6(packet.dst)) answer.addr[1] = IpAddress{};
       const IpAddress target = answer.addr[0];
+      answer.link = link_of(answer, meta);
       if (answer != parsed.key) state = states_.find(answer, states_.hash(answer));
       if (!state) {
         answer.addr[0] = solicited_node_group(target);
+        answer.link = link_of(answer, meta);
         state = states_.find(answer, states_.hash(answer));
       }
     }
@@ -1518,6 +1542,9 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   state->bytes[0] = bytes.size();
   // Also on a translated connection's state that no rule keeps: its rules' allow-opts holds.
   if (allow_opts) state->flags |= stateflag::kAllowOpts;
+  // A link's own flow stays on this node: the peer has link-local addresses of its own, and its
+  // interface numbers are not this node's.
+  if (parsed.key.link != kNoIface) state->flags |= stateflag::kNoSync;
   if (creator != nullptr) {
     states_.attach_creator(state, creator, worker.rules_);
     if (creator->log_states) state->flags |= stateflag::kLog;

@@ -345,7 +345,7 @@ class Engine {
                                const std::function<void(const StateEntry&)>& on_removed);
   struct Parsed;
   struct Translation;
-  void prepare(std::span<uint8_t> bytes, Parsed& parsed) const noexcept;
+  void prepare(std::span<uint8_t> bytes, const PacketMeta& meta, Parsed& parsed) const noexcept;
   // process_batch()'s state lookups, started a group ahead of its decisions.
   void start_lookups(std::span<BatchPacket> group, Parsed* parsed) const noexcept;
   void fetch_entries(std::size_t n, const Parsed* parsed) noexcept;

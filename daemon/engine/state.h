@@ -23,6 +23,10 @@ struct StateKey {
   uint16_t port[2] = {0, 0};
   Family family = Family::V4;
   uint8_t proto = 0;
+  // The link of a flow that never leaves it (this node's own IPv6 traffic with a link-local address
+  // or a link-scoped group): that interface, kNoIface for every other flow. fe80::1 on one link is
+  // not fe80::1 on another; pf embeds the scope in the address (KAME's way), here the key holds it.
+  IfaceId link = kNoIface;
 
   StateKey reversed() const {
     StateKey k = *this;
@@ -116,7 +120,7 @@ namespace stateflag {
 inline constexpr uint8_t kLog = 0x01;
 inline constexpr uint8_t kTranslated = 0x02;        // stack_key != wire_key
 inline constexpr uint8_t kFromPeer = 0x04;          // created by a sync peer
-inline constexpr uint8_t kNoSync = 0x08;            // its rule said (no-sync): never sent to the peer
+inline constexpr uint8_t kNoSync = 0x08;            // (no-sync), or a link's own flow: never sent to the peer
 inline constexpr uint8_t kSourceConnection = 0x10;  // counted by its source node as a connection
 inline constexpr uint8_t kSloppy = 0x20;            // its rule said (sloppy): TCP without windows
 inline constexpr uint8_t kModulated = 0x40;         // `modulate state`: TCP sequence numbers shifted

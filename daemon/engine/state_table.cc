@@ -127,7 +127,7 @@ int untag_key(uintptr_t t) {
 
 // Does `packet_key` (as the packet travels) match `k`, and in which direction?
 bool key_matches(const StateKey& k, const StateKey& packet_key, bool& reversed) {
-  if (k.proto != packet_key.proto || k.family != packet_key.family) return false;
+  if (k.proto != packet_key.proto || k.family != packet_key.family || k.link != packet_key.link) return false;
   if (k.addr[0] == packet_key.addr[0] && k.port[0] == packet_key.port[0] && k.addr[1] == packet_key.addr[1] &&
       k.port[1] == packet_key.port[1]) {
     reversed = false;
@@ -385,8 +385,9 @@ uint64_t StateTable::hash(const StateKey& k) const noexcept {
   const IpAddress& b = k.addr[swap ? 0 : 1];
   const uint64_t pa = k.port[swap ? 1 : 0];
   const uint64_t pb = k.port[swap ? 0 : 1];
-  const uint64_t words[5] = {a.hi, a.lo, b.hi, b.lo,
-                             pa << 48 | pb << 32 | static_cast<uint64_t>(k.family) << 8 | k.proto};
+  const uint64_t words[5] = {
+      a.hi, a.lo, b.hi, b.lo,
+      pa << 48 | pb << 32 | uint64_t{k.link} << 16 | static_cast<uint64_t>(k.family) << 8 | k.proto};
   return siphash13(key_, words, 5);
 }
 

@@ -296,6 +296,7 @@ std::string format_states(const control::StateList& list, bool count_only) {
     if (s.has_wire_dst() && !same_endpoint(s.wire_dst(), s.dst())) {
       o << " (" << endpoint(s.wire_dst(), s.family(), ports) << ")";
     }
+    if (!s.link().empty()) o << " on " << s.link();
     // An ICMP query's key holds its identifier where the others hold ports; ESP's or GRE's, zeros.
     if (s.proto() == 1 || s.proto() == 58) o << " id " << s.src().port();
     o << "  " << s.src_state() << ":" << s.dst_state() << "\n";

@@ -322,13 +322,15 @@ def ping(args):
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
         request, reply = 8, 0
     ident = args.ident if args.ident is not None else os.getpid() & 0xFFFF
+    # getaddrinfo keeps a link-local address's scope ("fe80::99%f1"), which a bare (host, port) loses.
+    destination = socket.getaddrinfo(args.host, 0, s.family)[0][4]
     received = 0
     for seq in range(1, args.count + 1):
         body = b"pairwall-ping" + bytes(19)
         header = struct.pack("!BBHHH", request, 0, 0, ident, seq)
         # The kernel fills the ICMPv6 checksum (it needs the pseudo-header); ICMPv4 is ours.
         csum = 0 if v6 else checksum(header + body)
-        s.sendto(struct.pack("!BBHHH", request, 0, csum, ident, seq) + body, (args.host, 0))
+        s.sendto(struct.pack("!BBHHH", request, 0, csum, ident, seq) + body, destination)
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             r, _, _ = select.select([s], [], [], max(0.0, deadline - time.monotonic()))

@@ -2212,6 +2212,41 @@ TEST_CASE("the end of a peer's full transfer removes its states the transfer did
   CHECK(b.engine.states().size() == 2);
 }
 
+TEST_CASE(
+    "a link-local flow's state belongs to its link: the same addresses on another link are another flow",
+    "[engine][state][ipv6]") {
+  Firewall fw("block all\npass out inet6 proto udp\n");
+  const auto on = [&](Hook hook, IfaceId link) {
+    return hook == Hook::Output ? PacketMeta{Hook::Output, kNoIface, link, false}
+                                : PacketMeta{Hook::Input, link, kNoIface, false};
+  };
+  const auto udp6 = [](const std::string& src, uint16_t sport, const std::string& dst, uint16_t dport) {
+    return PacketBuilder().ipv6(src, dst).udp(sport, dport).payload(8).build();
+  };
+  // This node asks a neighbour on lan0 by its link-local address.
+  REQUIRE(fw.run(udp6("fe80::1", 5000, "fe80::2", 53), on(Hook::Output, fw.lan)).action == Action::Accept);
+  CHECK(fw.run(udp6("fe80::2", 53, "fe80::1", 5000), on(Hook::Input, fw.lan)).reason == Reason::State);
+  // fe80::2 on wan0 is another host: its datagram meets the rules.
+  CHECK(fw.run(udp6("fe80::2", 53, "fe80::1", 5000), on(Hook::Input, fw.wan)).reason == Reason::RuleBlock);
+  // A group of the link's scope binds a flow to its link too.
+  REQUIRE(fw.run(udp6("2001:db8::1", 5001, "ff02::1:2", 547), on(Hook::Output, fw.lan)).action ==
+          Action::Accept);
+  CHECK(fw.run(udp6("2001:db8::1", 5001, "ff02::1:2", 547), on(Hook::Output, fw.wan)).reason ==
+        Reason::Match);
+  CHECK(fw.engine.states().size() == 3);
+  // Global addresses are the same hosts on any link: their states float, as pf's.
+  REQUIRE(fw.run(udp6("2001:db8::1", 5002, "2001:db8:2::2", 53), on(Hook::Output, fw.lan)).action ==
+          Action::Accept);
+  CHECK(fw.run(udp6("2001:db8:2::2", 53, "2001:db8::1", 5002), on(Hook::Input, fw.wan)).reason ==
+        Reason::State);
+  // The peer has link-local addresses of its own: only the global flow's state is sent.
+  const std::vector<StateRecord> sent = fw.drain();
+  REQUIRE_FALSE(sent.empty());
+  CHECK(sent[0].kind == StateRecord::Kind::Insert);
+  CHECK(sent[0].stack_key.addr[1] == parse_address("2001:db8:2::2", nullptr).value());
+  for (const StateRecord& r : sent) CHECK(r.id == sent[0].id);
+}
+
 TEST_CASE("tag and tagged: a forwarded packet's out pass sees the tag its in pass left, as pf's",
           "[engine][tag]") {
   struct Case {
