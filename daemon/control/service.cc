@@ -254,6 +254,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
     result.error = error->to_string();
     return result;
   }
+  engine::rules::tag_notices(file, notices);
   if (loaded_) keep_unlisted_tables(*loaded_, file);
   // As pfctl -f: the main rules and the anchors the file gives are loaded anew, their counters at
   // zero; the rules loaded into the anchors it only calls stay as they were, counters and all.

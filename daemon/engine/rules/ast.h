@@ -149,7 +149,8 @@ struct FilterRule {
   std::string tag;
   std::string tagged;
   bool tagged_negated = false;
-  std::string anchor;  // the path of the anchor holding the rule; empty in the main rule set
+  SourceLocation tagged_location;  // of the tag's name after `tagged`
+  std::string anchor;              // the path of the anchor holding the rule; empty in the main rule set
 };
 
 // `anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [{ rules }]`: a named rule set
@@ -208,6 +209,7 @@ struct TranslationRule {
   std::string tag;
   std::string tagged;
   bool tagged_negated = false;
+  SourceLocation tagged_location;
   // The addresses or prefixes after `->`: one, or a list `{ ... }`, which round-robin walks.
   std::vector<IpPrefix> targets;
   std::optional<PortMatch> target_port;  // `port P` or `port P:Q` after the target

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -1119,7 +1120,23 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const st
   if (auto* error = std::get_if<RuleError>(&parsed)) return std::move(*error);
   RuleFile& file = std::get<RuleFile>(parsed);
   if (auto error = resolve_interfaces(file, addresses, notices)) return std::move(*error);
+  if (notices != nullptr) tag_notices(file, *notices);
   return compile(file, interfaces);
+}
+
+void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {
+  std::set<std::string_view> tagged_by_some;
+  for (const FilterRule& r : file.filter_rules) tagged_by_some.insert(r.tag);
+  for (const TranslationRule& r : file.translation_rules) tagged_by_some.insert(r.tag);
+  const auto check = [&](const std::string& tagged, bool negated, const SourceLocation& at) {
+    if (tagged.empty() || tagged_by_some.count(tagged) != 0) return;
+    notices.push_back(RuleError{at, "warning: no rule tags '" + tagged + "': '" + (negated ? "! " : "") +
+                                        "tagged " + tagged + "' " +
+                                        (negated ? "matches every packet" : "never matches")});
+  };
+  for (const FilterRule& r : file.filter_rules) check(r.tagged, r.tagged_negated, r.tagged_location);
+  for (const TranslationRule& r : file.translation_rules)
+    check(r.tagged, r.tagged_negated, r.tagged_location);
 }
 
 // --- RuleSet

@@ -28,7 +28,12 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
 // What an anchor matches, as written after its name ("in quick on lan0 proto tcp", or "all").
 std::string anchor_terms_text(const Anchor& anchor);
 
-// parse_rules_file + resolve_interfaces (its notices into `notices`, where given) + compile.
+// Warnings, added to `notices`, about rules that load but cannot do what they say: a `tagged
+// NAME` that no rule tags (a typo, or a tag left behind) never matches, and `! tagged NAME` always.
+void tag_notices(const RuleFile& file, std::vector<RuleError>& notices);
+
+// parse_rules_file + resolve_interfaces and tag_notices (their notices into `notices`, where
+// given) + compile.
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(
     const std::string& path, InterfaceRegistry& interfaces, const InterfaceAddresses& addresses = {},
     std::vector<RuleError>* notices = nullptr);

@@ -1282,6 +1282,7 @@ class Parser {
       std::optional<Token>& seen = t.text == "tag" ? tag_seen : tagged_seen;
       if (seen) fail_at(t, "duplicate '" + t.text + "': already given at " + where(*seen));
       seen = t;
+      if (t.text == "tagged") r.tagged_location = loc(peek());
       (t.text == "tag" ? r.tag : r.tagged) = tag_name(t);
       if (negated) r.tagged_negated = true;
     }
@@ -1447,6 +1448,7 @@ class Parser {
         if (t.text == "tag" || t.text == "tagged") {
           once(t.text == "tag" ? tag_seen : tagged_seen, "'" + t.text + "'");
           take();
+          if (t.text == "tagged") r.tagged_location = loc(peek());
           (t.text == "tag" ? r.tag : r.tagged) = tag_name(t);
           continue;
         }

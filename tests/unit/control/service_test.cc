@@ -1596,6 +1596,23 @@ TEST_CASE("service: sources kill and flush sources remove source nodes, their st
   CHECK(d.engine.states().size() == 5);
 }
 
+TEST_CASE("service: a tagged that no rule tags loads with a warning", "[service][tag]") {
+  Daemon d;
+  const std::string path = d.write("tags.conf",
+                                   "block all\n"
+                                   "pass in on lan0 tag WEB\n"
+                                   "pass out on wan0 tagged WBE\n"
+                                   "pass out on wan0 tagged WEB\n");
+  Request load;
+  load.set_version(kControlProtocolVersion);
+  load.mutable_rules_load()->set_path(path);
+  const Response loaded = d.call(load);
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded.rules_loaded().warnings_size() == 1);
+  CHECK(loaded.rules_loaded().warnings(0) ==
+        path + ":3:25: warning: no rule tags 'WBE': 'tagged WBE' never matches");
+}
+
 TEST_CASE("service: (tun0) of an interface not there yet loads with a warning and follows it once it comes",
           "[service]") {
   Daemon d;

@@ -824,6 +824,22 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
   }
 }
 
+TEST_CASE("tag_notices: a tagged that no rule tags is said, where it stands", "[compile][tag]") {
+  const RuleFile file = parse(
+      "rdr on wan0 proto tcp to port 80 tag WEB -> 10.2.0.10\n"
+      "nat on wan0 tagged LAN -> 203.0.113.1\n"
+      "pass in on lan0 tag LAN\n"
+      "pass out on wan0 tagged WEB\n"
+      "pass out on wan0 ! tagged MAIL\n"
+      "block out on wan0 tagged LAM\n");
+  std::vector<RuleError> notices;
+  tag_notices(file, notices);
+  REQUIRE(notices.size() == 2);
+  CHECK(notices[0].to_string() ==
+        "t.conf:5:27: warning: no rule tags 'MAIL': '! tagged MAIL' matches every packet");
+  CHECK(notices[1].to_string() == "t.conf:6:26: warning: no rule tags 'LAM': 'tagged LAM' never matches");
+}
+
 TEST_CASE("tagged tests at most 64 distinct tags in a rule set", "[compile][tag]") {
   std::string text = "block all\n";
   for (int i = 0; i < 64; ++i) text += "pass out tagged T" + std::to_string(i % 64) + "\n";
