@@ -66,7 +66,8 @@ struct IcmpTypeMatch {
   int16_t code = -1;  // -1: any code
 };
 
-enum class Action : uint8_t { Pass, Block };
+// Match: pf's match rule, which never decides; the tag it carries goes with the packets it matches.
+enum class Action : uint8_t { Pass, Block, Match };
 enum class BlockReply : uint8_t { Drop, ReturnRst, ReturnIcmp };
 // pf's names of the destination unreachable codes (ICMP type 3, ICMPv6 type 1) a rule may return.
 inline constexpr std::string_view kIcmpUnreachCodes[] = {

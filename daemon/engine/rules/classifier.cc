@@ -782,6 +782,7 @@ class ClassifierBuilder {
     c_.iface_records_ = dense_domain(3 * slots * tags, [slots, tags](const MatchSpec& s, uint32_t v) {
       static constexpr Direction kRows[3] = {Direction::In, Direction::Out, Direction::Any};
       const Direction row = kRows[v / tags / slots];
+      if (!s.decides) return false;
       if (s.direction != Direction::Any && s.direction != row) return false;
       if (s.tagged != 0 && (v % tags == s.tagged) == s.tagged_negated) return false;
       if (s.interfaces.empty()) return true;

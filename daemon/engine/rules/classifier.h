@@ -172,6 +172,9 @@ struct MatchSpec {
   bool tagged_negated = false;
   bool quick = false;
   uint32_t rank = 0;  // MatchOrder::Ranked: the rule's place in the order of decision, 0 first
+  // false: the rule matches no packet here (pf's `match`, which never decides; the tags it sets
+  // are found by a classifier of their own).
+  bool decides = true;
 };
 
 enum class MatchOrder : uint8_t {

@@ -310,7 +310,7 @@ bool takes_default_flags(const FilterRule& r) {
 constexpr FlagsMatch kDefaultFlags{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
 
 std::string filter_text(const FilterRule& r) {
-  std::string out = r.action == Action::Pass ? "pass" : "block";
+  std::string out = r.action == Action::Pass ? "pass" : r.action == Action::Block ? "block" : "match";
   if (r.action == Action::Block) {
     if (r.reply_given && r.reply == BlockReply::Drop) {
       out += " drop";
@@ -879,8 +879,10 @@ class Compiler {
         set.tag_rules_.push_back(static_cast<uint32_t>(i));
         tag_specs.push_back(s);
       }
+      s.decides = r.action != Action::Match;
       specs.push_back(std::move(s));
     }
+    evaluation_stops(set);
     set.classifier_ = build(specs, MatchOrder::Ranked);
     if (!tag_numbers_.empty()) {
       // Ranked by file order, the last first; a set that tests tags but sets none still gets one,
@@ -888,6 +890,35 @@ class Compiler {
       for (std::size_t k = 0; k < tag_specs.size(); ++k)
         tag_specs[k].rank = static_cast<uint32_t>(tag_specs.size() - 1 - k);
       set.tag_classifier_ = build(tag_specs, MatchOrder::Ranked);
+    }
+  }
+
+  // CompiledRule::evaluated_until. An anchor's rules, and those of the anchors within it, stand
+  // together from its position.
+  void evaluation_stops(RuleSet& set) const {
+    const auto& rules = file_.filter_rules;
+    const auto parent = [](std::string_view path) {
+      const auto slash = path.rfind('/');
+      return slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
+    };
+    std::map<std::string_view, uint32_t> last_rule;  // by anchor path, its own and its anchors' rules
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      for (std::string_view a = rules[i].anchor; !a.empty(); a = parent(a))
+        last_rule[a] = static_cast<uint32_t>(i);
+    }
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      CompiledRule& c = set.rules_[i];
+      if (rules[i].quick) {
+        c.evaluated_until = static_cast<uint32_t>(i);
+        continue;
+      }
+      // The innermost quick anchor holding the rule ends evaluation once it has matched.
+      for (std::string_view a = rules[i].anchor; !a.empty(); a = parent(a)) {
+        const Anchor* anchor = find_anchor(file_, a);
+        if (anchor == nullptr || !anchor->quick) continue;
+        c.evaluated_until = last_rule[a];
+        break;
+      }
     }
   }
 
@@ -1170,10 +1201,11 @@ RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in) const noexcept {
 }
 
 uint16_t RuleSet::tag_after(const MatchQuery& pass, uint16_t tag, uint32_t deciding) const noexcept {
-  if (!tag_classifier_ || deciding == kNoRule) return tag;
-  // Ranked last rule first: the tag rules after the deciding one rank before the allowed ones.
-  const auto after = static_cast<uint32_t>(tag_rules_.end() -
-                                           std::upper_bound(tag_rules_.begin(), tag_rules_.end(), deciding));
+  if (!tag_classifier_) return tag;
+  // Ranked last rule first: the tag rules past where evaluation stopped rank before the others.
+  const uint32_t last = deciding == kNoRule ? UINT32_MAX : rules_[deciding].evaluated_until;
+  const auto after =
+      static_cast<uint32_t>(tag_rules_.end() - std::upper_bound(tag_rules_.begin(), tag_rules_.end(), last));
   const uint32_t k = tag_classifier_->match_from(*pass.packet, pass.direction, pass.iface, tag, after);
   return k == Classifier::kNoMatch ? tag : rules_[tag_rules_[k]].tag;
 }

@@ -7,7 +7,7 @@
 //   set limit ... | set timeout ...  (limits: states, frags, src-nodes, table-entries)
 //   [no] scrub [in|out] [on IF] [inet|inet6] [proto P] [from SRC to DST | all] [options]
 //   [no] nat|rdr|binat ...
-//   pass|block ...
+//   pass|block|match ...
 // The first error is thrown as SyntaxError and becomes the RuleError; nothing is recovered,
 // so every message is about what the operator wrote, not about a cascade.
 #include "daemon/engine/rules/parser.h"
@@ -59,7 +59,7 @@ std::string beside(const std::string& file, const std::string& path) {
 
 // pf.conf statements this subset does not implement: say so instead of "unknown keyword".
 constexpr std::string_view kUnsupportedStatements[] = {
-    "match", "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
+    "queue", "altq", "nat-anchor", "rdr-anchor", "binat-anchor",
 };
 
 // pf's filter rule options this subset does not implement, and what to do instead: said by name,
@@ -406,15 +406,15 @@ class Parser {
     if (t.text == "set") return set();
     if (t.text == "scrub" || (t.text == "no" && at_word("scrub", 1))) return scrub();
     if (t.text == "nat" || t.text == "rdr" || t.text == "binat" || t.text == "no") return translation();
-    if (t.text == "pass" || t.text == "block") return filter();
+    if (t.text == "pass" || t.text == "block" || t.text == "match") return filter();
     if (t.text == "antispoof") return antispoof();
     for (auto u : kUnsupportedStatements) {
       if (u == t.text) fail_at(t, "'" + t.text + "' rules are not supported");
     }
-    fail_expected(
-        t,
-        "a rule (pass, block, antispoof, anchor, nat, rdr, binat, scrub), 'table', 'set', 'include' or a "
-        "macro definition");
+    fail_expected(t,
+                  "a rule (pass, block, match, antispoof, anchor, nat, rdr, binat, scrub), 'table', 'set', "
+                  "'include' or a "
+                  "macro definition");
   }
 
   // anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [all] [{ rules }]
@@ -1292,13 +1292,13 @@ class Parser {
     const Token first = take();
     FilterRule r;
     r.location = loc(first);
-    r.action = first.text == "pass" ? Action::Pass : Action::Block;
+    r.action = first.text == "pass" ? Action::Pass : first.text == "block" ? Action::Block : Action::Match;
     r.state.keep_state = r.action == Action::Pass;
     r.anchor = scope_;
     int stage = 0;
 
     if (filter_stage(peek().kind == TokenKind::Word ? peek().text : "") == 1) {
-      if (r.action == Action::Pass) fail_at(peek(), "'" + peek().text + "' applies to block rules only");
+      if (r.action != Action::Block) fail_at(peek(), "'" + peek().text + "' applies to block rules only");
       const Token t = take();
       r.reply_given = true;
       if (t.text == "return-rst") {
@@ -1338,6 +1338,9 @@ class Parser {
     }
     // `log` and `quick` in either order, as pfctl's logquick takes them.
     for (int i = 0; i < 2; ++i) {
+      if (r.action == Action::Match && (at_word("log") || at_word("quick"))) {
+        fail_at(peek(), "a match rule decides nothing: '" + peek().text + "' belongs on the rules that do");
+      }
       if (r.log == LogMode::None && accept_word("log")) {
         r.log = LogMode::First;
         if (at(TokenKind::LParen)) {
@@ -1464,12 +1467,18 @@ class Parser {
                            : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
                              "'tag', 'tagged' or end of line");
     }
+    if (r.action == Action::Match && r.tag.empty()) {
+      fail_at(first,
+              "a match rule here carries a tag and does nothing else: add 'tag NAME' (pf's scrub, nat-to "
+              "and queue options on match rules are not supported)");
+    }
     out_.filter_rules.push_back(std::move(r));
   }
 
   // keep state [(opts)] | modulate state [(opts)] | synproxy state [(opts)] | no state
   void state(FilterRule& r) {
     const Token t = take();
+    if (r.action == Action::Match) fail_at(t, "a match rule decides nothing and makes no state");
     expect_word("state", "'state' after '" + t.text + "'");
     if (t.text == "no") {
       r.state.keep_state = false;

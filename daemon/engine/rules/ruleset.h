@@ -63,6 +63,10 @@ struct CompiledRule {
   std::string text;   // canonical one-line form for `rules show`
   std::string label;  // `label "..."`, or empty
   uint16_t tag = 0;   // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
+  // Where pf's evaluation stops when this rule decides (an index of RuleSet::rule()): at a quick
+  // rule, itself; within a quick anchor, that anchor's last rule; else past the last rule. The
+  // match rules up to there have tagged the packet.
+  uint32_t evaluated_until = UINT32_MAX;
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
 
   // How long this rule's states of class `c` live, as pf's: the rule's own timeout where its state
@@ -244,8 +248,9 @@ class RuleSet {
   std::unique_ptr<Classifier> tag_classifier_;
   std::vector<uint32_t> tag_rules_;
   // The tag a packet carries after a pass that `deciding` decided (kNoRule: no rule matched) and
-  // that it began with `tag`: as pf's sticky tags, that of the last rule with a `tag` it matched up
-  // to the deciding one (rules after a deciding quick rule are not evaluated), else `tag`.
+  // that it began with `tag`: as pf's sticky tags, that of the last rule with a `tag` it matched
+  // among the rules evaluated (up to a deciding quick rule, or the end of the quick anchor that
+  // decided; else all: a match rule after the deciding one tags too), else `tag`.
   uint16_t tag_after(const MatchQuery& pass, uint16_t tag, uint32_t deciding) const noexcept;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;

@@ -16,11 +16,21 @@ pass in on $in_if proto tcp to port { 8080, 8081 }
 pass in on $in_if proto tcp to port 8080 tag TRUSTED
 pass out on $out_if proto tcp tagged TRUSTED
 """
+# The same with pf's match rule, which tags and decides nothing.
+MATCH_RULES = """\
+in_if = "f0"
+out_if = "f1"
+block all
+pass in on $in_if proto tcp to port { 8080, 8081 }
+pass out on $out_if proto tcp tagged TRUSTED
+match in on $in_if proto tcp to port 8080 tag TRUSTED
+"""
 
 
+@pytest.mark.parametrize("rules", [TAG_RULES, MATCH_RULES], ids=["pass_tag", "match_tag"])
 @pytest.mark.parametrize("family", [4, 6])
-def test_tags_carry_trust_from_in_to_out(lan, daemon_factory, family):
-    fw = daemon_factory(rules=TAG_RULES)
+def test_tags_carry_trust_from_in_to_out(lan, daemon_factory, family, rules):
+    fw = daemon_factory(rules=rules)
     trusted = lan.connect(family, ALLOWED)
     assert trusted["result"] == "ok", trusted
     assert trusted["echoed"] == 1000
@@ -28,7 +38,9 @@ def test_tags_carry_trust_from_in_to_out(lan, daemon_factory, family):
     assert untagged["result"] == "timeout", untagged
 
     texts = [r["text"] for r in fw.json("rules", "show")["rules"]]
-    assert "pass in on f0 proto tcp from any to any port 8080 flags S/SA keep state tag TRUSTED" in texts, texts
+    tagging = ("pass in on f0 proto tcp from any to any port 8080 flags S/SA keep state tag TRUSTED"
+               if rules == TAG_RULES else "match in on f0 proto tcp from any to any port 8080 tag TRUSTED")
+    assert tagging in texts, texts
     assert "pass out on f1 proto tcp all flags S/SA keep state tagged TRUSTED" in texts, texts
 
 

@@ -2302,6 +2302,72 @@ TEST_CASE("tag and tagged: a forwarded packet's out pass sees the tag its in pas
   CHECK(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kSyn).build()).action == Action::Drop);
 }
 
+TEST_CASE("match rules tag what they match and decide nothing; pf evaluates them up to where it stops",
+          "[engine][tag]") {
+  struct Case {
+    const char* rules;
+    uint16_t port;
+    Action action;
+    const char* why;
+  };
+  const char* const kBefore =
+      "block all\n"
+      "match in on lan0 proto tcp to port 80 tag WEB\n"
+      "pass in on lan0 proto tcp\n"
+      "pass out on wan0 proto tcp tagged WEB\n";
+  const char* const kAfter =
+      "block all\n"
+      "pass in on lan0 proto tcp\n"
+      "pass out on wan0 proto tcp tagged WEB\n"
+      "match in on lan0 proto tcp to port 80 tag WEB\n";
+  const char* const kQuick =
+      "block all\n"
+      "pass in quick on lan0 proto tcp to port 22\n"
+      "pass in on lan0 proto tcp\n"
+      "match in on lan0 tag WEB\n"
+      "pass out on wan0 proto tcp tagged WEB\n";
+  const char* const kQuickAnchor =
+      "block all\n"
+      "pass in on lan0 proto tcp\n"
+      "anchor \"ssh\" in quick on lan0 {\n"
+      "  pass in proto tcp to port 22\n"
+      "}\n"
+      "match in on lan0 tag WEB\n"
+      "pass out on wan0 proto tcp tagged WEB\n";
+  const char* const kAlone =
+      "block out on wan0\n"
+      "match in on lan0 tag WEB\n"
+      "pass out on wan0 proto tcp tagged WEB\n";
+  for (const Case c : {
+           Case{kBefore, 80, Action::Accept, "a match rule before the deciding one tags"},
+           Case{kBefore, 81, Action::Drop, "it matched nothing: no tag"},
+           Case{kAfter, 80, Action::Accept, "after the deciding one too: pf evaluates every rule"},
+           Case{kQuick, 22, Action::Drop, "after a deciding quick rule it is not evaluated"},
+           Case{kQuick, 80, Action::Accept, "no quick rule matched"},
+           Case{kQuickAnchor, 22, Action::Drop, "the quick anchor that decided ends the evaluation"},
+           Case{kQuickAnchor, 80, Action::Accept, "the quick anchor matched nothing"},
+           Case{kAlone, 80, Action::Accept, "no in rule decides, the match rule tags all the same"},
+       }) {
+    INFO(c.why << ", port " << c.port);
+    Firewall fw(c.rules);
+    const Verdict v = fw.out(syn(c.port));
+    CHECK(v.action == c.action);
+    if (c.action == Action::Drop) CHECK(v.reason == Reason::RuleBlock);
+  }
+  // A match rule never decides: the last pass or block rule that matched does, ...
+  Firewall blocked("block in on lan0\nmatch in on lan0 tag WEB\n");
+  CHECK(blocked.out(syn(80)).reason == Reason::RuleBlock);
+  Firewall kept("pass in on lan0 proto tcp\nmatch in on lan0 tag WEB\n");
+  CHECK(kept.out(syn(80)).action == Action::Accept);
+  CHECK(kept.engine.states().size() == 1);
+  // ... and alone, the packet passes by the implicit pass, with no state.
+  Firewall alone("match in on lan0 tag WEB\n");
+  const Verdict v = alone.out(syn(80));
+  CHECK(v.action == Action::Accept);
+  CHECK(alone.engine.states().size() == 0);
+  CHECK(alone.engine.rules()->rule(0).text == "match in on lan0 all tag WEB");
+}
+
 TEST_CASE("process_batch follows tags as process() does", "[engine][batch][tag]") {
   const std::string rules = R"(
 block all

@@ -812,7 +812,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
   const Case cases[] = {
       // Structure and keywords.
       {"allow in all",
-       "t.conf:1:1: expected a rule (pass, block, antispoof, anchor, nat, rdr, binat, scrub), 'table', "
+       "t.conf:1:1: expected a rule (pass, block, match, antispoof, anchor, nat, rdr, binat, scrub), "
+       "'table', "
        "'set', "
        "'include' or a macro definition, got 'allow'"},
       {"pass all\nnat-anchor \"x\"", "t.conf:2:1: 'nat-anchor' rules are not supported"},
@@ -1610,6 +1611,33 @@ TEST_CASE("tag and [!] tagged on translation rules: after the addresses, before 
             "t.conf:1:17: expected '->' and a translation address, got 'label'"},
            {"no nat on wan0 all tag A tagged B C",
             "t.conf:1:35: expected 'from', 'to', 'tag', 'tagged' or end of line, got 'C'"},
+       }) {
+    INFO(text);
+    CHECK(parse_error(text) == error);
+  }
+}
+
+TEST_CASE("match rules: a filter rule's matching options and a tag, deciding nothing") {
+  const RuleFile f = parse_ok(
+      "match in on lan0 inet proto tcp from 10.1.0.0/16 to port 80 tag LAN label \"lan\"\n"
+      "match out tagged LAN tag SEEN\n");
+  REQUIRE(f.filter_rules.size() == 2);
+  CHECK(f.filter_rules[0].action == Action::Match);
+  CHECK(f.filter_rules[0].tag == "LAN");
+  CHECK_FALSE(f.filter_rules[0].state.keep_state);
+  CHECK(f.filter_rules[1].tagged == "LAN");
+
+  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
+           {"match in quick all tag A",
+            "t.conf:1:10: a match rule decides nothing: 'quick' belongs on the rules that do"},
+           {"match log in all tag A",
+            "t.conf:1:7: a match rule decides nothing: 'log' belongs on the rules that do"},
+           {"match in all keep state tag A", "t.conf:1:14: a match rule decides nothing and makes no state"},
+           {"match return in all tag A", "t.conf:1:7: 'return' applies to block rules only"},
+           {"match in all allow-opts tag A", "t.conf:1:14: 'allow-opts' applies to pass rules only"},
+           {"match in on lan0 all",
+            "t.conf:1:1: a match rule here carries a tag and does nothing else: add 'tag NAME' (pf's scrub, "
+            "nat-to and queue options on match rules are not supported)"},
        }) {
     INFO(text);
     CHECK(parse_error(text) == error);
