@@ -645,8 +645,22 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
     }
     if (!rules.uses_tagged() && !rules.out_translation_tests_tags()) {
       rules.evaluate_batch({queries, query_count}, {decided, query_count});
+    } else if (!rules.out_translation_tests_tags()) {
+      // A filter rule tests tags: the out passes wait for the tags the in passes leave.
+      std::array<const rules::MatchQuery*, 2> packets[kPrefetchGroup];
+      std::array<uint32_t, 2> passes[kPrefetchGroup];
+      for (std::size_t k = 0; k < new_count; ++k) {
+        for (int pass = 0; pass < 2; ++pass)
+          packets[k][pass] = pass_query[k][pass] != kNoQuery ? &queries[pass_query[k][pass]] : nullptr;
+      }
+      rules.evaluate_passes_batch({packets, new_count}, {passes, new_count});
+      for (std::size_t k = 0; k < new_count; ++k) {
+        for (int pass = 0; pass < 2; ++pass) {
+          if (pass_query[k][pass] != kNoQuery) decided[pass_query[k][pass]] = passes[k][pass];
+        }
+      }
     } else {
-      // A rule tests tags: each out pass waits for the tag its in pass leaves, one query at a time.
+      // An out pass's translation tested tags: translate() has matched the in passes already.
       for (std::size_t k = 0; k < new_count; ++k) {
         const uint8_t in = pass_query[k][0];
         const uint8_t out = pass_query[k][1];

@@ -1195,6 +1195,31 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
   return deciding;
 }
 
+void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
+                                    std::span<std::array<uint32_t, 2>> decided) const noexcept {
+  static constexpr std::size_t kChunk = Classifier::kBatch;
+  for (std::size_t first = 0; first < packets.size(); first += kChunk) {
+    const std::size_t n = std::min(kChunk, packets.size() - first);
+    MatchQuery queries[kChunk];
+    uint32_t results[kChunk];
+    uint8_t packet_of[kChunk];
+    for (int pass = 0; pass < 2; ++pass) {
+      std::size_t count = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::array<const MatchQuery*, 2>& p = packets[first + i];
+        decided[first + i][pass] = kNoRule;
+        if (p[pass] == nullptr) continue;
+        queries[count] = *p[pass];
+        if (pass == 1 && p[1]->tag == 0 && p[0] != nullptr)
+          queries[count].tag = tag_after(*p[0], p[0]->tag, decided[first + i][0]);
+        packet_of[count++] = static_cast<uint8_t>(i);
+      }
+      evaluate_batch({queries, count}, {results, count});
+      for (std::size_t q = 0; q < count; ++q) decided[first + packet_of[q]][pass] = results[q];
+    }
+  }
+}
+
 RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in) const noexcept {
   const uint32_t deciding = evaluate(*in.packet, in.direction, in.iface, in.tag);
   return {deciding, tag_after(in, in.tag, deciding)};

@@ -172,6 +172,11 @@ class RuleSet {
   static constexpr uint32_t kUndecided = UINT32_MAX - 1;
   std::array<uint32_t, 2> evaluate_passes(const MatchQuery* in, const MatchQuery* out,
                                           uint32_t in_decided = kUndecided) const noexcept;
+  // evaluate_passes() for packets[i] = {in, out} each, in_decided unknown: the in passes matched
+  // together (evaluate_batch()), then the out passes with the tags the in passes left, into
+  // decided[i]. A batch's lookups overlap where one at a time they would wait on each other.
+  void evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
+                             std::span<std::array<uint32_t, 2>> decided) const noexcept;
   // The in pass alone: its deciding rule, and the tag the packet leaves it with.
   struct InPass {
     uint32_t deciding = kNoRule;
