@@ -27,10 +27,12 @@ struct SourceLocation {
 // is the same). Interface elements are resolved to tables when the rules load
 // (resolve_interfaces()); the classifier never sees one.
 struct AddressElement {
-  enum class Kind : uint8_t { Any, Prefix, Table, Interface };
+  // Range: pf's `10.0.0.1 - 10.0.0.50`, from `prefix` (a host) to `last`, both included.
+  enum class Kind : uint8_t { Any, Prefix, Table, Interface, Range };
   Kind kind = Kind::Any;
   bool negated = false;
   IpPrefix prefix;
+  IpAddress last;         // Range
   std::string table;      // Table; Interface: the interface's name
   bool networks = false;  // Interface: `:network`
   // Interface: written `(em0)`, pf's dynamic form, which may stand for no address yet (a DHCP

@@ -860,8 +860,15 @@ class ClassifierBuilder {
           if (!t.negated) out.push_back({0, kKeyMax});
           break;
         case AddressElement::Kind::Prefix:
+        case AddressElement::Kind::Range:
           if (t.prefix.family == family) {
-            std::vector<KeyRange> one{prefix_range(t.prefix)};
+            // A range ends where its last address's host prefix does (an IPv4 key's low bits).
+            const uint8_t host = family == Family::V4 ? 32 : 128;
+            std::vector<KeyRange> one{
+                t.kind == AddressElement::Kind::Prefix
+                    ? prefix_range(t.prefix)
+                    : KeyRange{prefix_range(IpPrefix{family, t.prefix.address, host}).first,
+                               prefix_range(IpPrefix{family, t.last, host}).last}};
             if (t.negated) one = complement(one, kKeyMax);
             out.insert(out.end(), one.begin(), one.end());
           }

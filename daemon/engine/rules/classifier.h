@@ -145,6 +145,7 @@ struct AddressTerm {
   bool negated = false;
   IpPrefix prefix;
   const AddressTable* table = nullptr;  // Kind::Table; only read while the classifier is built
+  IpAddress last;                       // Kind::Range: from prefix's address to this one
 };
 
 struct InterfaceTerm {

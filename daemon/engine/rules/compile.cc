@@ -83,6 +83,9 @@ std::string element_text(const AddressElement& e) {
       return out + "any";
     case AddressElement::Kind::Prefix:
       return out + address_text(e.prefix);
+    case AddressElement::Kind::Range:
+      return out + address_text(e.prefix) + " - " +
+             address_text(IpPrefix{e.prefix.family, e.last, e.prefix.length});
     case AddressElement::Kind::Table:
       return out + "<" + e.table + ">";
     case AddressElement::Kind::Interface: {
@@ -413,11 +416,16 @@ void check_ports(const SourceLocation& at, const std::vector<uint8_t>& protocols
 }
 
 // The families an address list can match; a rule whose lists share none can never match.
+// An address or prefix, or a range of them, is of one family; any, a table or an interface of both.
+bool has_family(const AddressElement& e) {
+  return e.kind == AddressElement::Kind::Prefix || e.kind == AddressElement::Kind::Range;
+}
+
 uint8_t families_of(const std::vector<AddressElement>& addresses) {
   if (addresses.empty()) return 3;
   uint8_t out = 0;
   for (const AddressElement& e : addresses) {
-    out |= e.kind == AddressElement::Kind::Prefix ? (e.prefix.family == Family::V4 ? 1 : 2) : 3;
+    out |= has_family(e) ? (e.prefix.family == Family::V4 ? 1 : 2) : 3;
   }
   return out;
 }
@@ -426,7 +434,7 @@ void check_families(const SourceLocation& at, const std::optional<Family>& famil
                     const Endpoint& to) {
   for (const Endpoint* e : {&from, &to}) {
     for (const AddressElement& a : e->addresses) {
-      if (family && a.kind == AddressElement::Kind::Prefix && a.prefix.family != *family) {
+      if (family && has_family(a) && a.prefix.family != *family) {
         fail(a.location, "address " + address_text(a.prefix) + " is " + family_name(a.prefix.family) +
                              " but the rule is limited to " + (*family == Family::V4 ? "inet" : "inet6"));
       }
@@ -631,6 +639,7 @@ class Compiler {
       t.kind = e.kind;
       t.negated = e.negated;
       t.prefix = e.prefix;
+      t.last = e.last;
       if (e.kind == AddressElement::Kind::Table) {
         auto it = tables_.find(e.table);
         if (it == tables_.end()) {

@@ -47,7 +47,8 @@ Family translated_family(const TranslationRule& r) {
   if (r.family) return *r.family;
   for (const Endpoint* ep : {&r.from, &r.to}) {
     for (const AddressElement& e : ep->addresses) {
-      if (e.kind == AddressElement::Kind::Prefix) return e.prefix.family;
+      if (e.kind == AddressElement::Kind::Prefix || e.kind == AddressElement::Kind::Range)
+        return e.prefix.family;
     }
   }
   return Family::V4;

@@ -665,7 +665,7 @@ class Parser {
               // again, plain or negated, the first one stays, as pfr_ina_define() skips a prefix it
               // holds.
               IpPrefix p = prefix(t, "address or prefix");
-              refuse_range(t);
+              refuse_range(t, "a table");
               if (listed.insert(p).second) (negated ? table.negated_entries : table.entries).push_back(p);
             },
             /*allow_empty=*/true);
@@ -1044,7 +1044,7 @@ class Parser {
     if (t.kind != TokenKind::Word && t.kind != TokenKind::String) fail_expected(t, what);
     take();
     const IpPrefix p = prefix(t, what);
-    refuse_range(t);
+    refuse_range(t, "a translation target");
     const std::optional<Family> family = r.family            ? r.family
                                          : r.targets.empty() ? std::nullopt
                                                              : std::optional<Family>(r.targets[0].family);
@@ -1747,7 +1747,7 @@ class Parser {
         take();
         e.kind = AddressElement::Kind::Prefix;
         e.prefix = prefix(t, "address, prefix, <table> or 'any'");
-        refuse_range(t);
+        if (at_word("-")) range(t, e);
         if (family && *family != e.prefix.family) {
           fail_at(t, t.describe() + " is not " + (*family == Family::V4 ? "an IPv4" : "an IPv6") +
                          " address, as the rule's address family requires");
@@ -1822,12 +1822,35 @@ class Parser {
     return true;
   }
 
-  // pf's address range, `10.0.0.1 - 10.0.0.5`, after `address`: refused by name rather than as an
-  // unexpected '-'.
-  void refuse_range(const Token& address) {
+  // After a rule's address `first`, at '-': pf's address range, `10.0.0.1 - 10.0.0.50`, both ends
+  // included, of one family.
+  void range(const Token& first, AddressElement& e) {
+    const Token dash = take();
+    if (first.text.find('/') != std::string::npos)
+      fail_at(first, "an address range runs from one address to another: write " + first.describe() +
+                         " without its '/' length, or the prefix alone");
+    const Token t = peek();
+    if (t.kind != TokenKind::Word && t.kind != TokenKind::String)
+      fail_expected(t, "the range's last address");
+    take();
+    const IpPrefix last = prefix(t, "the range's last address");
+    if (t.text.find('/') != std::string::npos || last.family != e.prefix.family)
+      fail_at(t, std::string("expected the range's last address, an ") +
+                     (e.prefix.family == Family::V4 ? "IPv4" : "IPv6") + " address as its first, got " +
+                     t.describe());
+    if (last.address < e.prefix.address)
+      fail_at(dash,
+              "the range " + first.text + " - " + t.text + " runs backwards: write its lower end first");
+    e.kind = AddressElement::Kind::Range;
+    e.last = last.address;
+  }
+
+  // An address range where none may stand (`where`: a table, a translation target), refused by
+  // name rather than as an unexpected '-'.
+  void refuse_range(const Token& address, std::string_view where) {
     if (!at_word("-")) return;
-    fail_at(peek(),
-            "address ranges ('" + address.text + " - ...') are not supported: write the range as prefixes");
+    fail_at(peek(), "address ranges ('" + address.text + " - ...') are not supported in " +
+                        std::string(where) + ": write the range as prefixes");
   }
 
   // "192.0.2.0/24", "2001:db8::1", ...: a missing length means a host.

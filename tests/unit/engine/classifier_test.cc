@@ -142,6 +142,9 @@ struct Reference {
         case AddressElement::Kind::Prefix:
           m = t.prefix.family == f && bit_prefix_contains(t.prefix, f, a) != t.negated;
           break;
+        case AddressElement::Kind::Range:
+          m = t.prefix.family == f && (t.prefix.address <= a && a <= t.last) != t.negated;
+          break;
         case AddressElement::Kind::Table:
           m = ref_table_contains(table_of(t.table), f, a) != t.negated;
           break;
@@ -320,7 +323,7 @@ TEST_CASE("address family, protocol lists, address lists with negation", "[class
   MatchSpec to_host;
   to_host.dst = {net("192.0.2.10/32")};
   MatchSpec never;
-  never.src = {AddressTerm{AddressElement::Kind::Any, true, {}, nullptr}};
+  never.src = {AddressTerm{AddressElement::Kind::Any, true, {}, nullptr, {}}};
 
   struct Row {
     const MatchSpec* spec;
@@ -758,6 +761,15 @@ struct RandomRules {
       } else if (kind <= 2 && !ref.tables.empty()) {
         t.kind = AddressElement::Kind::Table;
         t.table = &ref.tables[pick(ref.tables.size())].resolved;
+      } else if (kind == 3) {
+        // From one address to another of its family, often near it (the test addresses cluster).
+        t.kind = AddressElement::Kind::Range;
+        t.prefix = random_net();
+        t.prefix.length = t.prefix.family == Family::V4 ? 32 : 128;
+        IpPrefix other = random_net();
+        for (int tries = 0; tries < 8 && other.family != t.prefix.family; ++tries) other = random_net();
+        t.last = other.family == t.prefix.family ? other.address : t.prefix.address;
+        if (t.last < t.prefix.address) std::swap(t.last, t.prefix.address);
       } else {
         t.kind = AddressElement::Kind::Prefix;
         t.prefix = random_net();

@@ -2302,6 +2302,27 @@ TEST_CASE("tag and tagged: a forwarded packet's out pass sees the tag its in pas
   CHECK(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kSyn).build()).action == Action::Drop);
 }
 
+TEST_CASE("address ranges match from their first address to their last, in their own family",
+          "[engine][rules]") {
+  const auto from = [](const std::string& src) {
+    return tcp4(src, kClientPort, kServer, 80).flags(tcpflag::kSyn).build();
+  };
+  Firewall fw("block all\npass in on lan0 from 10.1.0.5 - 10.1.0.20\npass out on wan0\n");
+  CHECK(fw.out(from("10.1.0.4")).reason == Reason::RuleBlock);
+  CHECK(fw.out(from("10.1.0.5")).action == Action::Accept);
+  CHECK(fw.out(from("10.1.0.20")).action == Action::Accept);
+  CHECK(fw.out(from("10.1.0.21")).reason == Reason::RuleBlock);
+  CHECK(fw.engine.rules()->rule(1).text == "pass in on lan0 from 10.1.0.5 - 10.1.0.20 to any keep state");
+
+  Firewall negated("block all\npass in on lan0 from ! 10.1.0.5 - 10.1.0.20\npass out on wan0\n");
+  CHECK(negated.out(from("10.1.0.4")).action == Action::Accept);
+  CHECK(negated.out(from("10.1.0.12")).reason == Reason::RuleBlock);
+  // An IPv4 range, negated or not, says nothing of IPv6 packets, as an IPv4 prefix does not.
+  CHECK(
+      negated.out(PacketBuilder().ipv6(kClient6, kServer6).tcp(kClientPort, 80).flags(tcpflag::kSyn).build())
+          .reason == Reason::RuleBlock);
+}
+
 TEST_CASE("match rules tag what they match and decide nothing; pf evaluates them up to where it stops",
           "[engine][tag]") {
   struct Case {

@@ -89,6 +89,9 @@ std::string render(const Endpoint& e) {
       case AddressElement::Kind::Prefix:
         s += to_string(a.prefix);
         break;
+      case AddressElement::Kind::Range:
+        s += to_string(a.prefix) + "-" + to_string(IpPrefix{a.prefix.family, a.last, a.prefix.length});
+        break;
       case AddressElement::Kind::Interface:
         s += "if:" + a.table + (a.networks ? ":network" : "");
         break;
@@ -962,14 +965,22 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"block from (em0:0)",
        "t.conf:1:13: 'em0:0': ':0' is not supported; write em0 (its addresses) or em0:network (their "
        "networks)"},
-      {"block from 10.0.0.1 - 10.0.0.5",
-       "t.conf:1:21: address ranges ('10.0.0.1 - ...') are not supported: write the range as prefixes"},
-      {"block to { 192.0.2.1, 10.0.0.1 - 10.0.0.5 }",
-       "t.conf:1:32: address ranges ('10.0.0.1 - ...') are not supported: write the range as prefixes"},
+      {"block from 10.0.0.0/24 - 10.0.0.5",
+       "t.conf:1:12: an address range runs from one address to another: write '10.0.0.0/24' without its '/' "
+       "length, or the prefix alone"},
+      {"block to { 192.0.2.1, 10.0.0.9 - 10.0.0.5 }",
+       "t.conf:1:32: the range 10.0.0.9 - 10.0.0.5 runs backwards: write its lower end first"},
+      {"block from 10.0.0.1 - 2001:db8::1",
+       "t.conf:1:23: expected the range's last address, an IPv4 address as its first, got '2001:db8::1'"},
+      {"block from 10.0.0.1 - 10.0.0.5/32",
+       "t.conf:1:23: expected the range's last address, an IPv4 address as its first, got '10.0.0.5/32'"},
+      {"block from 10.0.0.1 -", "t.conf:1:22: expected the range's last address, got end of file"},
       {"table <t> { 10.0.0.1 - 10.0.0.5 }",
-       "t.conf:1:22: address ranges ('10.0.0.1 - ...') are not supported: write the range as prefixes"},
+       "t.conf:1:22: address ranges ('10.0.0.1 - ...') are not supported in a table: write the range as "
+       "prefixes"},
       {"nat on em0 from 10.1.0.0/16 -> 192.0.2.1 - 192.0.2.5",
-       "t.conf:1:42: address ranges ('192.0.2.1 - ...') are not supported: write the range as prefixes"},
+       "t.conf:1:42: address ranges ('192.0.2.1 - ...') are not supported in a translation target: write the "
+       "range as prefixes"},
       {"block from no-route",
        "t.conf:1:12: 'no-route' is not supported: rules here do not look addresses up in the routing table"},
       {"block to ! urpf-failed",
@@ -1642,4 +1653,14 @@ TEST_CASE("match rules: a filter rule's matching options and a tag, deciding not
     INFO(text);
     CHECK(parse_error(text) == error);
   }
+}
+
+TEST_CASE("address ranges: from one address to another of its family, both ends included") {
+  const RuleFile f = parse_ok(
+      "pass in from 10.0.0.1 - 10.0.0.50 to ! 2001:db8::1 - 2001:db8::ff\n"
+      "block to { 192.0.2.1, 192.0.2.10 - 192.0.2.10 }\n");
+  REQUIRE(f.filter_rules.size() == 2);
+  CHECK(render(f.filter_rules[0].from) == "10.0.0.1/32-10.0.0.50/32");
+  CHECK(render(f.filter_rules[0].to) == "!2001:db8::1/128-2001:db8::ff/128");
+  CHECK(render(f.filter_rules[1].to) == "192.0.2.1/32,192.0.2.10/32-192.0.2.10/32");
 }
