@@ -789,9 +789,11 @@ class Compiler {
       set.anchors_.push_back({anchor.path, anchor.parent, numbers.anchors[a], anchor.position,
                               "anchor \"" + name + "\" " + anchor_terms_text(anchor), anchor.location});
     }
+    std::vector<PassReach> reach;  // per rule, for same_pass_tags()
     for (std::size_t i = 0; i < file_.filter_rules.size(); ++i) {
       const FilterRule& written = file_.filter_rules[i];
       const FilterRule r = within_anchors(written);
+      reach.push_back({r.direction, r.interfaces});
       check_ports(r.location, r.protocols, r.from, r.to);
       check_families(r.location, r.family, r.from, r.to);
       // As pfctl: flags on a rule that may match TCP test TCP packets alone (`pass in all flags
@@ -891,6 +893,7 @@ class Compiler {
       s.decides = r.action != Action::Match;
       specs.push_back(std::move(s));
     }
+    same_pass_tags(reach);
     evaluation_stops(set);
     set.classifier_ = build(specs, MatchOrder::Ranked);
     if (!tag_numbers_.empty()) {
@@ -899,6 +902,48 @@ class Compiler {
       for (std::size_t k = 0; k < tag_specs.size(); ++k)
         tag_specs[k].rank = static_cast<uint32_t>(tag_specs.size() - 1 - k);
       set.tag_classifier_ = build(tag_specs, MatchOrder::Ranked);
+    }
+  }
+
+  // Where a filter rule could act: its direction and interfaces, as its anchors narrow them.
+  struct PassReach {
+    Direction direction = Direction::Any;
+    std::vector<InterfaceMatch> interfaces;
+
+    bool may_share_a_pass(const PassReach& other) const {
+      if (direction != Direction::Any && other.direction != Direction::Any && direction != other.direction)
+        return false;
+      const auto named = [](const std::vector<InterfaceMatch>& list) {
+        return !list.empty() &&
+               std::none_of(list.begin(), list.end(), [](const InterfaceMatch& m) { return m.negated; });
+      };
+      if (!named(interfaces) || !named(other.interfaces)) return true;
+      return std::any_of(interfaces.begin(), interfaces.end(), [&](const InterfaceMatch& m) {
+        return std::any_of(other.interfaces.begin(), other.interfaces.end(),
+                           [&](const InterfaceMatch& o) { return o.name == m.name; });
+      });
+    }
+  };
+
+  // A pass's filter rules are matched with the tag the packet began the pass with: a `tagged`
+  // after a rule that may tag the packet in the same pass would see, in pf, what that rule set
+  // there. Refused rather than decided otherwise than pf decides.
+  void same_pass_tags(const std::vector<PassReach>& reach) const {
+    const auto& rules = file_.filter_rules;
+    std::vector<std::size_t> tagging;  // the rules with a tag so far, in file order
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      if (!rules[i].tagged.empty()) {
+        for (const std::size_t t : tagging) {
+          if (!reach[t].may_share_a_pass(reach[i])) continue;
+          fail(rules[i].tagged_location,
+               std::string("'") + (rules[i].tagged_negated ? "! " : "") + "tagged " + rules[i].tagged +
+                   "' could follow the tag that line " + std::to_string(rules[t].location.line) +
+                   " sets in the same pass; within a pass, rules here see the tag the packet began it "
+                   "with: test it in the next pass (out), or give the rules directions or interfaces "
+                   "apart");
+        }
+      }
+      if (!rules[i].tag.empty()) tagging.push_back(i);
     }
   }
 

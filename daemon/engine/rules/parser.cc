@@ -413,8 +413,7 @@ class Parser {
     }
     fail_expected(t,
                   "a rule (pass, block, match, antispoof, anchor, nat, rdr, binat, scrub), 'table', 'set', "
-                  "'include' or a "
-                  "macro definition");
+                  "'include' or a macro definition");
   }
 
   // anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [all] [{ rules }]

@@ -824,6 +824,32 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
   }
 }
 
+TEST_CASE("a tagged that could follow a tag of the same pass is refused", "[compile][tag]") {
+  InterfaceRegistry ifs;
+  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
+           {"pass in on lan0 tag A\nblock in on lan0 tagged A\n", "t.conf:2:25"},
+           {"match in tag A\npass in quick ! tagged A\n", "t.conf:2:24"},
+           {"pass tag A\npass out on wan0 tagged A\n", "t.conf:2:25"},
+           {"pass in on { lan0, wan0 } tag A\npass in on wan0 tagged B\n", "t.conf:2:24"},
+           {"pass in on ! lan0 tag A\npass in on lan0 tagged A\n", "t.conf:2:24"},
+       }) {
+    INFO(text);
+    auto refused = compile(parse(text), ifs);
+    REQUIRE(std::holds_alternative<RuleError>(refused));
+    CHECK(std::get<RuleError>(refused).to_string().starts_with(error + ": '"));
+    CHECK(std::get<RuleError>(refused).to_string().find(
+              "could follow the tag that line 1 sets in the same pass") != std::string::npos);
+  }
+  // Other passes, or a tag after the test: pf's order and this one agree.
+  for (const std::string text :
+       {"pass in on lan0 tag A\npass out on wan0 tagged A\n",
+        "pass in on lan0 tag A\npass in on wan0 tagged A\n", "pass out tagged A\npass out tag A\n",
+        "match in on lan0 tag A\nnat on wan0 tagged A -> 203.0.113.1\npass all\n"}) {
+    INFO(text);
+    CHECK(compile_ok(text, ifs)->size() >= 2);
+  }
+}
+
 TEST_CASE("tag_notices: a tagged that no rule tags is said, where it stands", "[compile][tag]") {
   const RuleFile file = parse(
       "rdr on wan0 proto tcp to port 80 tag WEB -> 10.2.0.10\n"
