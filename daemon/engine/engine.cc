@@ -182,13 +182,7 @@ SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& s
   return ack;
 }
 
-// Traffic that never leaves its link: link-local addresses (fe80::/10, 169.254/16), link- and
-// interface-local multicast groups (ff01::/16, ff02::/16 and their kind; 224.0.0.0/24, which no
-// router forwards, RFC 5771 4), and neighbor discovery and MLD whatever their addresses (RFC 4861,
-// RFC 3810: hop limit 255 or 1). Translation rules pass it by, as Linux's NAT leaves the ND and MLD
-// it does not track: `nat on wan0 inet6 from any` rewriting this node's own solicitations to the
-// nat address would break address resolution on the link, a VRRP or CARP advertisement's source
-// the peer's election.
+// fe80::/10 (RFC 4291 2.5.6), and the interface- and link-local multicast groups (2.7).
 bool link_local6(const IpAddress& a) {
   return (a.hi >> 54) == (0xfe80ull >> 6);
 }
@@ -196,6 +190,13 @@ bool small_scope_group6(const IpAddress& a) {
   return (a.hi >> 56) == 0xff && ((a.hi >> 48) & 0xf) <= 2;
 }
 
+// Traffic that never leaves its link: link-local addresses (fe80::/10, 169.254/16), link- and
+// interface-local multicast groups (ff01::/16, ff02::/16 and their kind; 224.0.0.0/24, which no
+// router forwards, RFC 5771 4), and neighbor discovery and MLD whatever their addresses (RFC 4861,
+// RFC 3810: hop limit 255 or 1). Translation rules pass it by, as Linux's NAT leaves the ND and MLD
+// it does not track: `nat on wan0 inet6 from any` rewriting this node's own solicitations to the
+// nat address would break address resolution on the link, a VRRP or CARP advertisement's source
+// the peer's election.
 bool link_scoped(const PacketView& p) {
   if (p.family == Family::V4) {
     const auto link_local = [](uint32_t a) { return (a >> 16) == 0xa9fe; };  // 169.254/16

@@ -415,12 +415,12 @@ void check_ports(const SourceLocation& at, const std::vector<uint8_t>& protocols
   }
 }
 
-// The families an address list can match; a rule whose lists share none can never match.
 // An address or prefix, or a range of them, is of one family; any, a table or an interface of both.
 bool has_family(const AddressElement& e) {
   return e.kind == AddressElement::Kind::Prefix || e.kind == AddressElement::Kind::Range;
 }
 
+// The families an address list can match; a rule whose lists share none can never match.
 uint8_t families_of(const std::vector<AddressElement>& addresses) {
   if (addresses.empty()) return 3;
   uint8_t out = 0;
@@ -898,7 +898,7 @@ class Compiler {
     set.classifier_ = build(specs, MatchOrder::Ranked);
     if (!tag_numbers_.empty()) {
       // Ranked by file order, the last first; a set that tests tags but sets none still gets one,
-      // which then never matches, so that follows_tags() holds.
+      // which then never matches, for tag_after() to ask.
       for (std::size_t k = 0; k < tag_specs.size(); ++k)
         tag_specs[k].rank = static_cast<uint32_t>(tag_specs.size() - 1 - k);
       set.tag_classifier_ = build(tag_specs, MatchOrder::Ranked);
