@@ -143,6 +143,8 @@ struct FilterRule {
   std::vector<IcmpTypeMatch> icmp_types;  // for ICMP (icmp-type) or ICMPv6 (icmp6-type)
   bool icmp6_types = false;               // true when icmp_types came from icmp6-type
   StateOptions state;
+  bool state_given =
+      false;  // `keep state`, `no state` and the like written: `set state-defaults` does not apply
   bool allow_opts = false;        // `allow-opts`: the rule (and its states) pass packets with IP options
   std::string label;              // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
   SourceLocation label_location;  // of the label's text, for its macros' errors
@@ -289,7 +291,10 @@ struct Settings {
   std::map<std::string, SourceLocation> timeout_locations;  // adaptive.start and .end's too
   std::optional<uint32_t> adaptive_start;                   // `set timeout adaptive.start N`, states
   std::optional<uint32_t> adaptive_end;
-  bool block_policy_return = false;          // `set block-policy return`: a plain `block` is `block return`
+  bool block_policy_return = false;  // `set block-policy return`: a plain `block` is `block return`
+  // `set state-defaults ...`: the state options of the pass rules that write no state of their own.
+  std::optional<StateOptions> state_defaults;
+  SourceLocation state_defaults_location;
   std::vector<std::string> skip_interfaces;  // `set skip on { lo ... }`: passes there are not filtered
 
   uint32_t table_entry_limit() const { return limit_table_entries.value_or(kDefaultTableEntryLimit); }

@@ -683,6 +683,17 @@ class Compiler {
     return s;
   }
 
+  // The rule with `set state-defaults` applied where it writes no state of its own, as pfctl
+  // gives them to it (and shows them in its text).
+  FilterRule with_state_defaults(const FilterRule& written) const {
+    FilterRule r = written;
+    if (r.action == Action::Pass && !r.state_given && file_.settings.state_defaults) {
+      r.state = *file_.settings.state_defaults;
+      r.state.keep_state = true;
+    }
+    return r;
+  }
+
   // The rule as its anchors narrow it: each enclosing anchor's direction, interfaces, family and
   // protocols must hold as well as the rule's own. Terms that leave nothing to match are an error.
   FilterRule within_anchors(const FilterRule& written) const {
@@ -791,7 +802,7 @@ class Compiler {
     }
     std::vector<PassReach> reach;  // per rule, for same_pass_tags()
     for (std::size_t i = 0; i < file_.filter_rules.size(); ++i) {
-      const FilterRule& written = file_.filter_rules[i];
+      const FilterRule written = with_state_defaults(file_.filter_rules[i]);
       const FilterRule r = within_anchors(written);
       reach.push_back({r.direction, r.interfaces});
       check_ports(r.location, r.protocols, r.from, r.to);

@@ -766,7 +766,15 @@ class Parser {
       if (mode.text != "never") fail_expected(mode, "'never', 'always' or 'adaptive'");
       if (at(TokenKind::LParen)) fail_at(peek(), "'set syncookies never' takes no thresholds");
     } else if (at_word("state-defaults")) {
-      fail_at(peek(), "'set state-defaults' is not supported: write the state options on each rule");
+      // pf's: the state options of every pass rule that writes no `keep state` of its own.
+      const Token t = take();
+      if (out_.settings.state_defaults)
+        fail_at(t, "'set state-defaults' is already given at " +
+                       out_.settings.state_defaults_location.file_and_line());
+      StateOptions defaults;
+      state_options(defaults, std::nullopt);
+      out_.settings.state_defaults = std::move(defaults);
+      out_.settings.state_defaults_location = loc(t);
     } else if (at_word("keepcounters") || at_word("fail-policy")) {
       fail_at(peek(), "'set " + peek().text + "' is not supported");
     } else if (accept_word("loginterface") || accept_word("debug") || accept_word("ruleset-optimization") ||
@@ -1479,6 +1487,7 @@ class Parser {
     const Token t = take();
     if (r.action == Action::Match) fail_at(t, "a match rule decides nothing and makes no state");
     expect_word("state", "'state' after '" + t.text + "'");
+    r.state_given = true;
     if (t.text == "no") {
       r.state.keep_state = false;
       return;
@@ -1491,28 +1500,33 @@ class Parser {
     r.state.synproxy = t.text == "synproxy";
     if (!at(TokenKind::LParen)) return;
     const Token open = take();
+    state_options(r.state, open);
+  }
+
+  // A state option list, `(max 100, no-sync)` after `open`, or without one (`set state-defaults
+  // no-sync, max 100`) up to the end of the statement.
+  void state_options(StateOptions& state, const std::optional<Token>& open) {
     bool comma_ok = false;
     bool any = false;
     // As pfctl ("multiple definitions"): an option given twice is a mistake, not the later value.
     std::map<std::string, Token> given;
     for (;;) {
-      if (at(TokenKind::RParen)) {
+      if (open ? at(TokenKind::RParen) : at_end_of_statement()) {
         if (!any)
           fail_at(
               peek(),
               "empty state options: expected 'max N', 'no-sync' or a timeout such as 'tcp.established N'");
         // As pfctl: a node that every `source-track global` rule shares is no rule's own, and so no
         // rule's max-src-nodes could count it; accepted, the limit would hold nothing back.
-        if (const auto nodes = given.find("max-src-nodes");
-            nodes != given.end() && r.state.source_track_global)
+        if (const auto nodes = given.find("max-src-nodes"); nodes != given.end() && state.source_track_global)
           fail_at(nodes->second,
                   "'max-src-nodes' is incompatible with 'source-track global': the nodes are every such "
                   "rule's, none this rule's own (use 'source-track rule')");
-        take();
+        if (open) take();
         return;
       }
       if (at_end_of_statement())
-        fail_expected(peek(), "')' to close the state options opened at " + where(open));
+        fail_expected(peek(), "')' to close the state options opened at " + where(*open));
       if (at(TokenKind::Comma) && comma_ok) {
         take();
         comma_ok = false;
@@ -1525,33 +1539,35 @@ class Parser {
         fail_at(name, "duplicate state option '" + name.text + "': already given at " + where(first->second));
       }
       if (name.text == "max") {
-        r.state.max_states = static_cast<uint32_t>(
+        state.max_states = static_cast<uint32_t>(
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
       } else if (name.text == "no-sync") {
-        r.state.no_sync = true;
+        state.no_sync = true;
       } else if (name.text == "floating") {
         // pf's per-rule state policy: what every state here does already.
       } else if (name.text == "if-bound") {
         fail_at(name, kIfBoundRefused);
+      } else if (name.text == "pflow") {
+        fail_at(name, "'pflow' is not supported: there is no flow export here");
       } else if (name.text == "sloppy") {
         // A node that sees one direction of a connection cannot turn back what it shifted in it.
-        if (r.state.modulate || r.state.synproxy)
+        if (state.modulate || state.synproxy)
           fail_at(name, "'sloppy' cannot be used with '" +
-                            std::string(r.state.modulate ? "modulate" : "synproxy") +
+                            std::string(state.modulate ? "modulate" : "synproxy") +
                             " state': use 'keep state'");
-        r.state.sloppy = true;
+        state.sloppy = true;
       } else if (name.text == "max-src-states" || name.text == "max-src-nodes" ||
                  name.text == "max-src-conn") {
         const auto n = static_cast<uint32_t>(
             number(take_value("a limit"), 1, std::numeric_limits<uint32_t>::max(), name.text));
-        (name.text == "max-src-states"  ? r.state.max_src_states
-         : name.text == "max-src-nodes" ? r.state.max_src_nodes
-                                        : r.state.max_src_conn) = n;
+        (name.text == "max-src-states"  ? state.max_src_states
+         : name.text == "max-src-nodes" ? state.max_src_nodes
+                                        : state.max_src_conn) = n;
       } else if (name.text == "max-src-conn-rate") {
-        source_conn_rate(r.state);
+        source_conn_rate(state);
       } else if (name.text == "source-track") {
         if (accept_word("global")) {
-          r.state.source_track_global = true;
+          state.source_track_global = true;
         } else {
           accept_word("rule");  // pf's default
         }
@@ -1560,17 +1576,17 @@ class Parser {
         if (table.kind != TokenKind::Table)
           fail_expected(table, "a table name in angle brackets after 'overload', e.g. <bruteforce>");
         take();
-        r.state.overload_table = table.text;
-        r.state.overload_location = loc(table);
+        state.overload_table = table.text;
+        state.overload_location = loc(table);
         if (accept_word("flush")) {
-          r.state.overload_flush = accept_word("global") ? OverloadFlush::Global : OverloadFlush::Rule;
+          state.overload_flush = accept_word("global") ? OverloadFlush::Global : OverloadFlush::Rule;
         }
       } else if (is_adaptive(name)) {
         fail_at(name, name.describe() +
                           " scales every state's timeouts by the size of the whole table: set it "
                           "with 'set timeout', not per rule");
       } else if (is_timeout_name(name.text)) {
-        r.state.timeouts[name.text] = static_cast<uint32_t>(number(
+        state.timeouts[name.text] = static_cast<uint32_t>(number(
             take_value("timeout in seconds"), 0, std::numeric_limits<uint32_t>::max(), "timeout in seconds"));
       } else if (name.text.find('.') != std::string::npos) {
         check_timeout_name(name, false);

@@ -824,6 +824,50 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
   }
 }
 
+TEST_CASE("set state-defaults: the state options of pass rules that write no state of their own",
+          "[compile]") {
+  InterfaceRegistry ifs;
+  auto set = compile_ok(
+      "set state-defaults no-sync, max 5, udp.first 10\n"
+      "pass in all\n"
+      "pass in all keep state\n"
+      "pass in all no state\n"
+      "block in all\n",
+      ifs);
+  REQUIRE(set->size() == 4);
+  CHECK(set->rule(0).text == "pass in all keep state (max 5, no-sync, udp.first 10)");
+  CHECK(set->rule(0).no_sync);
+  CHECK(set->rule(0).max_states == 5);
+  CHECK(set->rule(0).timeout(TimeoutClass::UdpFirst, set->timeouts()) == std::chrono::seconds(10));
+  CHECK(set->rule(1).text == "pass in all keep state");
+  CHECK_FALSE(set->rule(1).no_sync);
+  CHECK(set->rule(2).text == "pass in all no state");
+  CHECK_FALSE(set->rule(2).keep_state);
+  CHECK(set->rule(3).text == "block in all");
+
+  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
+           {"set state-defaults\n",
+            "t.conf:1:19: empty state options: expected 'max N', 'no-sync' or a timeout such as "
+            "'tcp.established N'"},
+           {"set state-defaults no-sync\nset state-defaults max 3\n",
+            "t.conf:2:5: 'set state-defaults' is already given at t.conf:1"},
+           {"set state-defaults no-sync, no-sync\n",
+            "t.conf:1:29: duplicate state option 'no-sync': already given at line 1, column 20"},
+           {"set state-defaults overload <nope>, max-src-conn 3\npass in all\n",
+            "t.conf:1:29: table <nope> is not defined; define it before use with 'table <nope> persist'"},
+       }) {
+    INFO(text);
+    auto parsed = parse_rules(text, "t.conf");
+    if (auto* e = std::get_if<RuleError>(&parsed)) {
+      CHECK(e->to_string() == error);
+      continue;
+    }
+    auto compiled = compile(std::get<RuleFile>(parsed), ifs);
+    REQUIRE(std::holds_alternative<RuleError>(compiled));
+    CHECK(std::get<RuleError>(compiled).to_string() == error);
+  }
+}
+
 TEST_CASE("a tagged that could follow a tag of the same pass is refused", "[compile][tag]") {
   InterfaceRegistry ifs;
   for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{

@@ -1164,8 +1164,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:16: there are no SYN cookies: answer SYN floods with 'synproxy state' on the rules that "
        "pass "
        "them"},
-      {"set state-defaults pflow",
-       "t.conf:1:5: 'set state-defaults' is not supported: write the state options on each rule"},
+      {"set state-defaults no-sync, pflow",
+       "t.conf:1:29: 'pflow' is not supported: there is no flow export here"},
       {"set keepcounters", "t.conf:1:5: 'set keepcounters' is not supported"},
       {"scrub in on lo0 all reassemble tcp",
        "t.conf:1:21: 'reassemble tcp' is not supported: states check TCP sequence windows, but TTLs and "
