@@ -143,8 +143,8 @@ struct FilterRule {
   std::vector<IcmpTypeMatch> icmp_types;  // for ICMP (icmp-type) or ICMPv6 (icmp6-type)
   bool icmp6_types = false;               // true when icmp_types came from icmp6-type
   StateOptions state;
-  bool state_given =
-      false;  // `keep state`, `no state` and the like written: `set state-defaults` does not apply
+  // `keep state`, `no state` or the like written: `set state-defaults` does not apply.
+  bool state_given = false;
   bool allow_opts = false;        // `allow-opts`: the rule (and its states) pass packets with IP options
   std::string label;              // `label "web"`: names the rule's counters (pfctl -s labels, metrics)
   SourceLocation label_location;  // of the label's text, for its macros' errors
