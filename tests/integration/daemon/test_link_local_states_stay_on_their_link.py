@@ -4,7 +4,7 @@ rules pass out on f0 makes a state of f0's, and the same echo (addresses and ide
 on f1 meets the rules there, which pass nothing: a state of one link passes nothing on another.
 `states` names the link of such a state."""
 
-from daemon_net import PEER, settle
+from daemon_net import settle
 
 RULES = """\
 block all
