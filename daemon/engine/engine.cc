@@ -525,7 +525,7 @@ struct Engine::Translation {
   // Tags (`tag`, `tagged`): what the in pass's translation rules tagged the packet with, and what
   // the out pass's did (0: none, the out pass carries what the in pass left). Where an out
   // translation rule tests tags, its lookup needed the in pass's filter rules' outcome first:
-  // the in pass's deciding rule is then known here.
+  // the in pass's deciding rule is then known here, and tag[1] is the out pass's tag, 0 or not.
   uint16_t tag[2] = {0, 0};
   uint32_t in_decided = rules::RuleSet::kUndecided;
 
@@ -1268,7 +1268,9 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     const uint16_t before = carried;
     const rules::CompiledTranslation* rule =
         rules.translation(arriving, rules::Direction::Out, meta.out_iface, &carried);
-    if (carried != before) translation.tag[1] = carried;
+    // Where the in pass was matched here, the out pass's tag is settled, and not asked again.
+    if (carried != before || translation.in_decided != rules::RuleSet::kUndecided)
+      translation.tag[1] = carried;
     if (rule != nullptr && !rule->negated && rule->targets.empty()) {
       translation.failed = true;
       return;

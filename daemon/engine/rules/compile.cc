@@ -1252,8 +1252,10 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
   if (in != nullptr) {
     deciding[0] =
         in_decided != kUndecided ? in_decided : evaluate(*in->packet, in->direction, in->iface, in->tag);
-    // The tag only matters to an out pass that does not carry its translation's.
-    if (out != nullptr && out->tag == 0) tag = tag_after(*in, in->tag, deciding[0]);
+    // The tag only matters to an out pass that does not carry its translation's; where the in
+    // pass was matched before, out->tag is what it left.
+    if (out != nullptr && out->tag == 0 && in_decided == kUndecided)
+      tag = tag_after(*in, in->tag, deciding[0]);
   }
   if (out != nullptr)
     deciding[1] = evaluate(*out->packet, out->direction, out->iface, out->tag != 0 ? out->tag : tag);

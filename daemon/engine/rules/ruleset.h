@@ -168,7 +168,8 @@ class RuleSet {
   // One packet's passes, in then out (nullptr: a pass that meets no rules): the deciding rule of
   // each. `in->tag` is what the packet carries into its in pass; `out->tag` what an out
   // translation rule tagged it with, which replaces what the in pass left (0: it set none).
-  // `in_decided`: the in pass's deciding rule where evaluate_in() found it already.
+  // `in_decided`: the in pass's deciding rule where evaluate_in() found it already; `out->tag` is
+  // then the out pass's tag, 0 included.
   static constexpr uint32_t kUndecided = UINT32_MAX - 1;
   std::array<uint32_t, 2> evaluate_passes(const MatchQuery* in, const MatchQuery* out,
                                           uint32_t in_decided = kUndecided) const noexcept;
