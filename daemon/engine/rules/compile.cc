@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <numeric>
 #include <set>
 #include <span>
 #include <stdexcept>
@@ -789,7 +790,6 @@ class Compiler {
 
   void filter_rules(RuleSet& set) {
     std::vector<MatchSpec> specs;
-    std::vector<MatchSpec> tag_specs;
     const std::vector<uint32_t> ranks = decision_ranks(file_);
     const RuleNumbers numbers = rule_numbers(file_);
     std::map<std::string, uint32_t> anchor_numbers;
@@ -800,7 +800,7 @@ class Compiler {
       set.anchors_.push_back({anchor.path, anchor.parent, numbers.anchors[a], anchor.position,
                               "anchor \"" + name + "\" " + anchor_terms_text(anchor), anchor.location});
     }
-    std::vector<PassReach> reach;  // per rule, for same_pass_tags()
+    std::vector<PassReach> reach;  // per rule, for segment_starts()
     for (std::size_t i = 0; i < file_.filter_rules.size(); ++i) {
       const FilterRule written = with_state_defaults(file_.filter_rules[i]);
       const FilterRule r = within_anchors(written);
@@ -897,23 +897,44 @@ class Compiler {
       s.tagged = tag_number(r.tagged);
       s.tagged_negated = r.tagged_negated;
       if (s.tagged != 0) set.filter_tests_tags_ = true;
-      if (!r.tag.empty() && !tag_numbers_.empty()) {
-        set.tag_rules_.push_back(static_cast<uint32_t>(i));
-        tag_specs.push_back(s);
-      }
       s.decides = r.action != Action::Match;
       specs.push_back(std::move(s));
     }
-    same_pass_tags(reach);
     evaluation_stops(set);
-    set.classifier_ = build(specs, MatchOrder::Ranked);
-    if (!tag_numbers_.empty()) {
-      // Ranked by file order, the last first; a set that tests tags but sets none still gets one,
-      // which then never matches, for tag_after() to ask.
-      for (std::size_t k = 0; k < tag_specs.size(); ++k)
-        tag_specs[k].rank = static_cast<uint32_t>(tag_specs.size() - 1 - k);
-      set.tag_classifier_ = build(tag_specs, MatchOrder::Ranked);
+    const std::vector<uint32_t> starts = segment_starts(reach);
+    for (std::size_t k = 0; k < starts.size(); ++k) {
+      const uint32_t first = starts[k];
+      const auto end = static_cast<uint32_t>(k + 1 < starts.size() ? starts[k + 1] : specs.size());
+      set.segments_.push_back(segment(specs, first, end));
     }
+  }
+
+  // One segment's classifiers: its rules ranked among themselves as the whole set ranks them (pf's
+  // order restricted to a stretch of the file is that stretch's own order), and where some rule
+  // tests tags, its rules with a `tag`, the last in file order first (a set that tests tags but
+  // sets none still gets one, which then never matches, for tag_after() to ask).
+  RuleSet::Segment segment(const std::vector<MatchSpec>& specs, uint32_t first, uint32_t end) const {
+    RuleSet::Segment out;
+    out.first = first;
+    std::vector<MatchSpec> own(specs.begin() + first, specs.begin() + end);
+    std::vector<uint32_t> by_rank(own.size());
+    std::iota(by_rank.begin(), by_rank.end(), 0u);
+    std::sort(by_rank.begin(), by_rank.end(),
+              [&](uint32_t a, uint32_t b) { return own[a].rank < own[b].rank; });
+    for (std::size_t k = 0; k < by_rank.size(); ++k) own[by_rank[k]].rank = static_cast<uint32_t>(k);
+    out.classifier = build(own, MatchOrder::Ranked);
+    if (tag_numbers_.empty()) return out;
+    std::vector<MatchSpec> tagging;
+    for (uint32_t i = first; i < end; ++i) {
+      if (file_.filter_rules[i].tag.empty()) continue;
+      out.tag_rules.push_back(i);
+      tagging.push_back(own[i - first]);
+      tagging.back().decides = true;  // a match rule tags all the same
+    }
+    for (std::size_t k = 0; k < tagging.size(); ++k)
+      tagging[k].rank = static_cast<uint32_t>(tagging.size() - 1 - k);
+    out.tags = build(tagging, MatchOrder::Ranked);
+    return out;
   }
 
   // Where a filter rule could act: its direction and interfaces, as its anchors narrow them.
@@ -936,26 +957,36 @@ class Compiler {
     }
   };
 
-  // A pass's filter rules are matched with the tag the packet began the pass with: a `tagged`
-  // after a rule that may tag the packet in the same pass would see, in pf, what that rule set
-  // there. Refused rather than decided otherwise than pf decides.
-  void same_pass_tags(const std::vector<PassReach>& reach) const {
+  static constexpr std::size_t kMaxSegments = 64;
+
+  // Where the filter rules' segments start (RuleSet::Segment). pf evaluates a pass in file order,
+  // and a rule's `tag` changes what the later rules' `tagged` see; one classifier matches its rules
+  // with one tag. So a segment ends before a `tagged` that could follow a `tag` of the same
+  // segment in the same pass (`match in tag LAN` then `pass in tagged LAN`): the next segment is
+  // matched with the tag the packet leaves this one with.
+  std::vector<uint32_t> segment_starts(const std::vector<PassReach>& reach) const {
     const auto& rules = file_.filter_rules;
-    std::vector<std::size_t> tagging;  // the rules with a tag so far, in file order
+    std::vector<uint32_t> starts = {0};
+    std::vector<std::size_t> tagging;  // the current segment's rules with a tag, in file order
     for (std::size_t i = 0; i < rules.size(); ++i) {
-      if (!rules[i].tagged.empty()) {
-        for (const std::size_t t : tagging) {
-          if (!reach[t].may_share_a_pass(reach[i])) continue;
+      const bool follows_a_tag =
+          !rules[i].tagged.empty() && std::any_of(tagging.begin(), tagging.end(), [&](std::size_t t) {
+            return reach[t].may_share_a_pass(reach[i]);
+          });
+      if (follows_a_tag) {
+        if (starts.size() == kMaxSegments) {
           fail(rules[i].tagged_location,
-               std::string("'") + (rules[i].tagged_negated ? "! " : "") + "tagged " + rules[i].tagged +
-                   "' could follow the tag that line " + std::to_string(rules[t].location.line) +
-                   " sets in the same pass; within a pass, rules here see the tag the packet began it "
-                   "with: test it in the next pass (out), or give the rules directions or interfaces "
-                   "apart");
+               "a 'tagged' after a 'tag' of the same pass begins a new stretch of rules, each matched on "
+               "its own; this would be stretch " +
+                   std::to_string(kMaxSegments + 1) + ", and the most is " + std::to_string(kMaxSegments) +
+                   ": test tags in fewer places, or give the rules directions or interfaces apart");
         }
+        starts.push_back(static_cast<uint32_t>(i));
+        tagging.clear();
       }
       if (!rules[i].tag.empty()) tagging.push_back(i);
     }
+    return starts;
   }
 
   // CompiledRule::evaluated_until. An anchor's rules, and those of the anchors within it, stand
@@ -1242,7 +1273,25 @@ RuleSet::~RuleSet() = default;
 
 uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceId iface,
                            uint16_t tag) const noexcept {
-  return classifier_ ? classifier_->match(packet, direction, iface, tag) : kNoRule;
+  if (segments_.size() == 1) return segments_[0].classifier->match(packet, direction, iface, tag);
+  return pass({&packet, direction, iface, tag}).deciding;
+}
+
+RuleSet::InPass RuleSet::pass(const MatchQuery& query) const noexcept {
+  InPass out{kNoRule, query.tag};
+  uint32_t end = UINT32_MAX;  // the last rule evaluated, once a quick rule or quick anchor decided
+  for (const Segment& segment : segments_) {
+    if (segment.first > end) break;
+    uint32_t r = segment.classifier->match(*query.packet, query.direction, query.iface, out.tag);
+    // A quick anchor that decided in a segment before may reach into this one; its rules come
+    // first in this segment's order, so a rule past it found here means none of them matched.
+    if (r != Classifier::kNoMatch && segment.first + r <= end) {
+      out.deciding = segment.first + r;
+      end = std::min(end, rules_[out.deciding].evaluated_until);
+    }
+    out.tag = tag_after(segment, query, out.tag, end);
+  }
+  return out;
 }
 
 std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const MatchQuery* out,
@@ -1250,12 +1299,17 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
   std::array<uint32_t, 2> deciding = {kNoRule, kNoRule};
   uint16_t tag = 0;
   if (in != nullptr) {
-    deciding[0] =
-        in_decided != kUndecided ? in_decided : evaluate(*in->packet, in->direction, in->iface, in->tag);
-    // The tag only matters to an out pass that does not carry its translation's; where the in
-    // pass was matched before, out->tag is what it left.
-    if (out != nullptr && out->tag == 0 && in_decided == kUndecided)
-      tag = tag_after(*in, in->tag, deciding[0]);
+    if (in_decided != kUndecided) {
+      deciding[0] = in_decided;
+    } else if (out != nullptr && out->tag == 0) {
+      // The tag only matters to an out pass that does not carry its translation's; where the in
+      // pass was matched before, out->tag is what it left.
+      const InPass passed = evaluate_in(*in);
+      deciding[0] = passed.deciding;
+      tag = passed.tag;
+    } else {
+      deciding[0] = evaluate(*in->packet, in->direction, in->iface, in->tag);
+    }
   }
   if (out != nullptr)
     deciding[1] = evaluate(*out->packet, out->direction, out->iface, out->tag != 0 ? out->tag : tag);
@@ -1264,6 +1318,11 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
 
 void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
                                     std::span<std::array<uint32_t, 2>> decided) const noexcept {
+  if (segments_.size() != 1) {
+    for (std::size_t i = 0; i < packets.size(); ++i)
+      decided[i] = evaluate_passes(packets[i][0], packets[i][1]);
+    return;
+  }
   static constexpr std::size_t kChunk = Classifier::kBatch;
   for (std::size_t first = 0; first < packets.size(); first += kChunk) {
     const std::size_t n = std::min(kChunk, packets.size() - first);
@@ -1278,7 +1337,7 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
         if (p[pass] == nullptr) continue;
         queries[count] = *p[pass];
         if (pass == 1 && p[1]->tag == 0 && p[0] != nullptr)
-          queries[count].tag = tag_after(*p[0], p[0]->tag, decided[first + i][0]);
+          queries[count].tag = tag_after_in(*p[0], decided[first + i][0]);
         packet_of[count++] = static_cast<uint8_t>(i);
       }
       evaluate_batch({queries, count}, {results, count});
@@ -1288,29 +1347,38 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
 }
 
 RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in) const noexcept {
-  const uint32_t deciding = evaluate(*in.packet, in.direction, in.iface, in.tag);
-  return {deciding, tag_after(in, in.tag, deciding)};
+  if (segments_.size() != 1) return pass(in);
+  const uint32_t deciding = segments_[0].classifier->match(*in.packet, in.direction, in.iface, in.tag);
+  return {deciding, tag_after_in(in, deciding)};
 }
 
-uint16_t RuleSet::tag_after(const MatchQuery& pass, uint16_t tag, uint32_t deciding) const noexcept {
-  if (!tag_classifier_) return tag;
+uint16_t RuleSet::tag_after_in(const MatchQuery& in, uint32_t deciding) const noexcept {
+  return tag_after(segments_[0], in, in.tag,
+                   deciding == kNoRule ? UINT32_MAX : rules_[deciding].evaluated_until);
+}
+
+uint16_t RuleSet::tag_after(const Segment& segment, const MatchQuery& pass, uint16_t tag,
+                            uint32_t last) const noexcept {
+  if (!segment.tags) return tag;
   // Ranked last rule first: the tag rules past where evaluation stopped rank before the others.
-  const uint32_t last = deciding == kNoRule ? UINT32_MAX : rules_[deciding].evaluated_until;
-  const auto after =
-      static_cast<uint32_t>(tag_rules_.end() - std::upper_bound(tag_rules_.begin(), tag_rules_.end(), last));
-  const uint32_t k = tag_classifier_->match_from(*pass.packet, pass.direction, pass.iface, tag, after);
-  return k == Classifier::kNoMatch ? tag : rules_[tag_rules_[k]].tag;
+  const std::vector<uint32_t>& rules = segment.tag_rules;
+  const auto after = static_cast<uint32_t>(rules.end() - std::upper_bound(rules.begin(), rules.end(), last));
+  const uint32_t k = segment.tags->match_from(*pass.packet, pass.direction, pass.iface, tag, after);
+  return k == Classifier::kNoMatch ? tag : rules_[rules[k]].tag;
 }
 
 uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {
-  return classifier_ ? classifier_->words_tested(packet, direction, iface) : 0;
+  uint32_t words = 0;
+  for (const Segment& segment : segments_)
+    words += segment.classifier->words_tested(packet, direction, iface);
+  return words;
 }
 
 void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
-  if (classifier_) {
-    classifier_->match_batch(queries, out);
+  if (segments_.size() == 1) {
+    segments_[0].classifier->match_batch(queries, out);
   } else {
-    std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(queries.size()), kNoRule);
+    for (std::size_t i = 0; i < queries.size(); ++i) out[i] = pass(queries[i]).deciding;
   }
 }
 

@@ -153,8 +153,10 @@ class RuleSet {
 
   // pf semantics for one pass: the first matching `quick` rule, otherwise the last matching rule.
   // `direction` is In or Out; `iface` the interface of this pass. Returns kNoRule when nothing
-  // matches. Cost does not grow with the number of rules (see classifier.h).
-  // `tag`: what the packet carries (a forwarded packet's out pass: what its in pass left).
+  // matches. Cost does not grow with the number of rules (see classifier.h); it is one match per
+  // segment (below), of which most rule sets have one. `tag`: what the packet carries into the pass
+  // (a forwarded packet's out pass: what its in pass left); a rule's `tag` changes what later
+  // rules of the pass see, as in pf.
   uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface,
                     uint16_t tag = 0) const noexcept;
 
@@ -246,18 +248,32 @@ class RuleSet {
   uint64_t digest_ = 0;
   uint32_t state_limit_ = 100'000;       // pf's default `set limit states`
   uint32_t source_node_limit_ = 10'000;  // pf's default `set limit src-nodes`
-  std::unique_ptr<Classifier> classifier_;
+  // The filter rules in stretches of file order, each matched by a classifier of its own: within
+  // one, no `tagged` can follow a `tag` of the same stretch in the same pass, so that its rules,
+  // matched with the tag the packet carries into it, decide as pf's evaluation in file order does.
+  // Most rule sets are one segment; one with `match in tag X` then `pass in tagged X` is two.
+  struct Segment {
+    uint32_t first = 0;  // the index in rules_ of its first rule
+    std::unique_ptr<Classifier> classifier;
+    // Where some rule tests tags: its rules with a `tag`, the last in file order first
+    // (MatchOrder::Ranked), and their indexes in rules_, ascending.
+    std::unique_ptr<Classifier> tags;
+    std::vector<uint32_t> tag_rules;
+  };
+  std::vector<Segment> segments_;
   bool filter_tests_tags_ = false;
   bool out_translation_tests_tags_ = false;
-  // The rules with a `tag`, the last in file order first (MatchOrder::Ranked), where a filter or
-  // translation rule tests tags; tag_rules_ their indexes in rules_, ascending.
-  std::unique_ptr<Classifier> tag_classifier_;
-  std::vector<uint32_t> tag_rules_;
-  // The tag a packet carries after a pass that `deciding` decided (kNoRule: no rule matched) and
-  // that it began with `tag`: as pf's sticky tags, that of the last rule with a `tag` it matched
-  // among the rules evaluated (up to a deciding quick rule, or the end of the quick anchor that
-  // decided; else all: a match rule after the deciding one tags too), else `tag`.
-  uint16_t tag_after(const MatchQuery& pass, uint16_t tag, uint32_t deciding) const noexcept;
+  // One pass through the segments in turn, each matched with the tag the ones before left.
+  InPass pass(const MatchQuery& query) const noexcept;
+  // The tag a packet carries after `segment`, evaluated up to the rule `last` (an index of rules_,
+  // UINT32_MAX: all of it), that it began with `tag`: as pf's sticky tags, that of the last rule
+  // with a `tag` it matched there (deciding or not: a match rule after the deciding one tags too),
+  // else `tag`.
+  uint16_t tag_after(const Segment& segment, const MatchQuery& pass, uint16_t tag,
+                     uint32_t last) const noexcept;
+  // tag_after() for the in pass of a set of one segment that `deciding` decided (kNoRule: no rule
+  // matched): evaluated up to a deciding quick rule, or the end of the quick anchor that decided.
+  uint16_t tag_after_in(const MatchQuery& in, uint32_t deciding) const noexcept;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
   std::vector<CompiledTranslation> translations_;  // the first stage's entries, then the second's

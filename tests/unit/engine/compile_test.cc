@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <random>
 #include <string>
 #include <variant>
 
@@ -868,30 +870,245 @@ TEST_CASE("set state-defaults: the state options of pass rules that write no sta
   }
 }
 
-TEST_CASE("a tagged that could follow a tag of the same pass is refused", "[compile][tag]") {
+TEST_CASE("a tagged after a tag of the same pass sees the tag pf's file order gives it there",
+          "[compile][tag]") {
+  struct Row {
+    std::string text;
+    uint8_t proto;
+    uint16_t port;
+    uint32_t deciding;
+    std::string tag;  // the tag the packet leaves the pass with, "" none
+  };
+  const std::string kServices =
+      "match in proto tcp to port 80 tag WEB\n"
+      "match in proto tcp to port 25 tag MAIL\n"
+      "block all\n"
+      "pass in tagged WEB\n"
+      "pass in tagged MAIL\n";
+  // The quick anchor decides in its second segment, which the segment after it must not undo.
+  const std::string kQuickAnchor =
+      "anchor \"a\" quick {\n"
+      " match in tag A\n"
+      " pass in proto tcp tagged A\n"
+      "}\n"
+      "match in tag B\n"
+      "block in tagged B\n";
+  const std::vector<Row> rows = {
+      {"pass in on lan0 tag A\nblock in on lan0 tagged A\n", ipproto::kTcp, 80, 1, "A"},
+      {"match in tag A\npass in quick ! tagged A\nblock all\n", ipproto::kTcp, 80, 2, "A"},
+      {"pass in on ! wan0 tag A\npass in on lan0 tag B tagged A\nblock in tagged A\n", ipproto::kTcp, 80, 1,
+       "B"},
+      {kServices, ipproto::kTcp, 80, 3, "WEB"},
+      {kServices, ipproto::kTcp, 25, 4, "MAIL"},
+      {kServices, ipproto::kTcp, 22, 2, ""},
+      {kServices, ipproto::kUdp, 80, 2, ""},
+      {kQuickAnchor, ipproto::kTcp, 80, 1, "A"},
+      {kQuickAnchor, ipproto::kUdp, 80, 3, "B"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.text << "proto " << int{row.proto} << " port " << row.port);
+    InterfaceRegistry ifs;
+    const auto set = compile_ok(row.text, ifs);
+    const PacketView p = packet(row.proto, "10.0.0.1", 40000, "192.0.2.1", row.port);
+    const MatchQuery in{&p, Direction::In, ifs.intern("lan0"), 0};
+    const RuleSet::InPass passed = set->evaluate_in(in);
+    CHECK(passed.deciding == row.deciding);
+    CHECK(set->evaluate(p, Direction::In, in.iface) == row.deciding);
+    uint16_t tag = 0;
+    for (std::size_t i = 0; i < set->size(); ++i) {
+      if (set->rule(i).text.ends_with(" tag " + row.tag)) tag = set->rule(i).tag;
+    }
+    CHECK(passed.tag == tag);
+  }
+}
+
+TEST_CASE("tag stretches: at most 64 a rule set", "[compile][tag]") {
+  std::string text;
+  for (int i = 0; i < 63; ++i) text += "match in tag A\npass in tagged A\n";
   InterfaceRegistry ifs;
-  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
-           {"pass in on lan0 tag A\nblock in on lan0 tagged A\n", "t.conf:2:25"},
-           {"match in tag A\npass in quick ! tagged A\n", "t.conf:2:24"},
-           {"pass tag A\npass out on wan0 tagged A\n", "t.conf:2:25"},
-           {"pass in on { lan0, wan0 } tag A\npass in on wan0 tagged B\n", "t.conf:2:24"},
-           {"pass in on ! lan0 tag A\npass in on lan0 tagged A\n", "t.conf:2:24"},
-       }) {
-    INFO(text);
-    auto refused = compile(parse(text), ifs);
-    REQUIRE(std::holds_alternative<RuleError>(refused));
-    CHECK(std::get<RuleError>(refused).to_string().starts_with(error + ": '"));
-    CHECK(std::get<RuleError>(refused).to_string().find(
-              "could follow the tag that line 1 sets in the same pass") != std::string::npos);
+  CHECK(compile_ok(text, ifs)->size() == 126);
+  text += "match in tag A\npass in tagged A\n";
+  auto refused = compile(parse(text), ifs);
+  REQUIRE(std::holds_alternative<RuleError>(refused));
+  CHECK(std::get<RuleError>(refused).to_string().starts_with(
+      "t.conf:128:16: a 'tagged' after a 'tag' of the same pass begins a new stretch of rules"));
+  // Rules of passes apart stay in one.
+  text.clear();
+  for (int i = 0; i < 100; ++i) text += "match in on lan0 tag A\npass in on wan0 tagged A\n";
+  CHECK(compile_ok(text, ifs)->size() == 200);
+}
+
+// pf's evaluation of one pass, rule by rule in file order, for the random rule sets below.
+struct TagRule {
+  std::string action = "pass";  // pass, block, match
+  bool quick = false;
+  std::string direction;  // "", in, out
+  std::string iface;      // "", lan0, wan0
+  std::string proto;      // "", tcp, udp
+  uint16_t port = 0;
+  std::string tag;
+  std::string tagged;
+  bool tagged_negated = false;
+  int anchor = -1;  // the quick anchor holding it (-1 none); an anchor's rules stand together
+  bool anchor_quick = false;
+
+  std::string text() const {
+    std::string t = action;
+    if (!direction.empty()) t += " " + direction;
+    if (quick) t += " quick";
+    if (!iface.empty()) t += " on " + iface;
+    if (!proto.empty()) t += " proto " + proto;
+    if (port != 0) t += " to port " + std::to_string(port);
+    if (direction.empty() && iface.empty() && proto.empty()) t += " all";
+    if (!tagged.empty()) t += std::string(tagged_negated ? " ! tagged " : " tagged ") + tagged;
+    if (!tag.empty()) t += " tag " + tag;
+    return t;
   }
-  // Other passes, or a tag after the test: pf's order and this one agree.
-  for (const std::string text :
-       {"pass in on lan0 tag A\npass out on wan0 tagged A\n",
-        "pass in on lan0 tag A\npass in on wan0 tagged A\n", "pass out tagged A\npass out tag A\n",
-        "match in on lan0 tag A\nnat on wan0 tagged A -> 203.0.113.1\npass all\n"}) {
-    INFO(text);
-    CHECK(compile_ok(text, ifs)->size() >= 2);
+
+  bool matches(const std::string& dir, const std::string& on, const std::string& pr, uint16_t dport,
+               const std::string& carried) const {
+    if (!direction.empty() && direction != dir) return false;
+    if (!iface.empty() && iface != on) return false;
+    if (!proto.empty() && proto != pr) return false;
+    if (port != 0 && port != dport) return false;
+    if (!tagged.empty() && (carried == tagged) == tagged_negated) return false;
+    return true;
   }
+};
+
+struct Evaluated {
+  uint32_t deciding = kNoRule;
+  std::string tag;
+};
+
+Evaluated evaluate_in_file_order(const std::vector<TagRule>& rules, const std::string& dir,
+                                 const std::string& on, const std::string& pr, uint16_t dport,
+                                 std::string tag) {
+  Evaluated out{kNoRule, std::move(tag)};
+  std::size_t stop = rules.size();  // past the end of a quick anchor that decided
+  for (std::size_t i = 0; i < std::min(stop, rules.size()); ++i) {
+    const TagRule& r = rules[i];
+    if (!r.matches(dir, on, pr, dport, out.tag)) continue;
+    if (!r.tag.empty()) out.tag = r.tag;
+    if (r.action == "match") continue;
+    out.deciding = static_cast<uint32_t>(i);
+    if (r.quick) break;
+    if (r.anchor >= 0 && r.anchor_quick) {
+      std::size_t end = i;
+      while (end + 1 < rules.size() && rules[end + 1].anchor == r.anchor) ++end;
+      stop = std::min(stop, end + 1);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("random rule sets with tag, tagged and match decide as pf's evaluation in file order",
+          "[compile][tag][random]") {
+  std::mt19937 random(20261204);
+  const auto pick = [&](std::initializer_list<const char*> list) {
+    return std::string(list.begin()[std::uniform_int_distribution<std::size_t>(0, list.size() - 1)(random)]);
+  };
+  const auto chance = [&](int percent) {
+    return std::uniform_int_distribution<int>(0, 99)(random) < percent;
+  };
+  int segmented = 0;
+  for (int round = 0; round < 400; ++round) {
+    std::vector<TagRule> rules(std::uniform_int_distribution<std::size_t>(1, 14)(random));
+    int anchors = 0;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      TagRule& r = rules[i];
+      r.action = pick({"pass", "block", "match", "match"});
+      r.direction = pick({"", "in", "in", "out"});
+      r.iface = pick({"", "", "lan0", "wan0"});
+      r.proto = pick({"", "tcp", "udp"});
+      if (!r.proto.empty() && chance(40)) r.port = chance(50) ? 80 : 25;
+      r.tag = pick({"", "A", "B", "C"});
+      if (r.action == "match" && r.tag.empty()) r.tag = "A";
+      r.quick = r.action != "match" && chance(20);
+      if (chance(45)) {
+        r.tagged = pick({"A", "B"});
+        r.tagged_negated = chance(30);
+      }
+    }
+    // A stretch of rules in an anchor, quick or not.
+    if (rules.size() >= 3 && chance(40)) {
+      const std::size_t first = std::uniform_int_distribution<std::size_t>(0, rules.size() - 2)(random);
+      const std::size_t last = std::uniform_int_distribution<std::size_t>(first, rules.size() - 1)(random);
+      const bool quick = chance(70);
+      for (std::size_t i = first; i <= last; ++i) {
+        rules[i].anchor = anchors;
+        rules[i].anchor_quick = quick;
+      }
+      ++anchors;
+    }
+    std::string text;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      if (rules[i].anchor >= 0 && (i == 0 || rules[i - 1].anchor != rules[i].anchor))
+        text += "anchor \"a" + std::to_string(rules[i].anchor) + "\"" +
+                (rules[i].anchor_quick ? " quick" : "") + " {\n";
+      text += rules[i].text() + "\n";
+      if (rules[i].anchor >= 0 && (i + 1 == rules.size() || rules[i + 1].anchor != rules[i].anchor))
+        text += "}\n";
+    }
+    INFO(text);
+    InterfaceRegistry ifs;
+    const auto set = compile_ok(text, ifs);
+    REQUIRE(set->size() == rules.size());
+    // Tags by name: the numbers the compiled rules carry (0 for a name no rule tests).
+    std::map<std::string, uint16_t> numbers = {{"", 0}};
+    for (std::size_t i = 0; i < rules.size(); ++i)
+      numbers[rules[i].tag] = rules[i].tag.empty() ? 0 : set->rule(i).tag;
+    bool follows = false;  // whether some `tagged` follows a tag of its pass (a set of segments)
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      for (std::size_t t = 0; t < i && !rules[i].tagged.empty(); ++t)
+        follows = follows || !rules[t].tag.empty();
+    }
+    segmented += follows;
+
+    const IfaceId lan0 = ifs.intern("lan0");
+    const IfaceId wan0 = ifs.intern("wan0");
+    std::vector<PacketView> packets;
+    std::vector<std::string> carried;
+    for (const char* proto : {"tcp", "udp"}) {
+      for (const uint16_t port : {80, 25, 22}) {
+        for (const char* tag : {"", "A", "B"}) {
+          if (numbers.count(tag) == 0) continue;  // a name no rule sets has no number to start with
+          packets.push_back(packet(std::string(proto) == "tcp" ? ipproto::kTcp : ipproto::kUdp, "10.0.0.1",
+                                   40000, "192.0.2.1", port));
+          carried.emplace_back(tag);
+        }
+      }
+    }
+    std::vector<MatchQuery> ins;
+    std::vector<MatchQuery> outs;
+    for (std::size_t k = 0; k < packets.size(); ++k) {
+      ins.push_back({&packets[k], Direction::In, lan0, numbers[carried[k]]});
+      outs.push_back({&packets[k], Direction::Out, wan0, 0});
+    }
+    std::vector<std::array<const MatchQuery*, 2>> forwarded;
+    for (std::size_t k = 0; k < packets.size(); ++k) forwarded.push_back({&ins[k], &outs[k]});
+    std::vector<std::array<uint32_t, 2>> batched(packets.size());
+    set->evaluate_passes_batch(forwarded, batched);
+    std::vector<uint32_t> in_batch(packets.size());
+    set->evaluate_batch(ins, in_batch);
+
+    for (std::size_t k = 0; k < packets.size(); ++k) {
+      const std::string proto = packets[k].proto == ipproto::kTcp ? "tcp" : "udp";
+      INFO(proto << " port " << packets[k].dst_port << " carrying '" << carried[k] << "'");
+      const Evaluated in =
+          evaluate_in_file_order(rules, "in", "lan0", proto, packets[k].dst_port, carried[k]);
+      const Evaluated out = evaluate_in_file_order(rules, "out", "wan0", proto, packets[k].dst_port, in.tag);
+      const RuleSet::InPass passed = set->evaluate_in(ins[k]);
+      CHECK(passed.deciding == in.deciding);
+      CHECK(passed.tag == numbers[in.tag]);
+      CHECK(in_batch[k] == in.deciding);
+      const std::array<uint32_t, 2> passes = set->evaluate_passes(&ins[k], &outs[k]);
+      CHECK(passes[0] == in.deciding);
+      CHECK(passes[1] == out.deciding);
+      CHECK(batched[k] == passes);
+    }
+  }
+  CHECK(segmented > 100);  // the random sets exercise segments, not only sets of one
 }
 
 TEST_CASE("tag_notices: a tagged that no rule tags is said, where it stands", "[compile][tag]") {

@@ -2389,6 +2389,48 @@ TEST_CASE("match rules tag what they match and decide nothing; pf evaluates them
   CHECK(alone.engine.rules()->rule(0).text == "match in on lan0 all tag WEB");
 }
 
+TEST_CASE("a tag set in a pass is what the rules after it in that pass see, as in pf", "[engine][tag]") {
+  // pf's idiom since match rules: classify once, then decide by the tags.
+  const char* const kRules =
+      "block all\n"
+      "match in on lan0 proto tcp to port 80 tag WEB\n"
+      "match in on lan0 proto tcp to port 25 tag MAIL\n"
+      "pass in on lan0 tagged WEB\n"
+      "pass in on lan0 tagged MAIL\n"
+      "block in on lan0 proto tcp to port 25 tagged MAIL\n"
+      "pass out on wan0 tagged WEB\n";
+  Firewall fw(kRules);
+  CHECK(fw.out(syn(80)).action == Action::Accept);
+  CHECK(fw.out(syn(22)).reason == Reason::RuleBlock);
+  // Tagged MAIL and passed in, then blocked by the rule after it that tests the same tag.
+  const Verdict mail = fw.out(syn(25));
+  CHECK(mail.reason == Reason::RuleBlock);
+  CHECK(mail.rule == 5);
+}
+
+TEST_CASE("process_batch follows tags set and tested in one pass as process() does", "[engine][batch][tag]") {
+  const std::string rules = R"(
+block all
+match in on lan0 proto tcp to port 80 tag WEB
+match in on lan0 proto tcp to port { 25, 8080 } tag MAIL
+pass in on lan0 proto tcp tagged WEB
+pass in on lan0 proto tcp tagged MAIL
+pass in quick on lan0 proto tcp to port 443
+pass in on wan0 proto tcp from port 80
+pass out on wan0 proto tcp tagged WEB
+match out on wan0 proto tcp to port 8080 tag WEB
+pass out on wan0 proto tcp tagged WEB
+)";
+  std::vector<Sent> traffic;
+  const uint16_t ports[] = {80, 22, 25, 443, 8080, 53};
+  for (uint16_t i = 0; i < 36; ++i) {
+    const auto port = static_cast<uint16_t>(kClientPort + i);
+    traffic.push_back(
+        {tcp4(kClient, port, kServer, ports[i % 6]).flags(tcpflag::kSyn).seq(1000 + i).build()});
+  }
+  check_batched_like_single(rules, traffic);
+}
+
 TEST_CASE("process_batch follows tags as process() does", "[engine][batch][tag]") {
   const std::string rules = R"(
 block all
