@@ -2247,14 +2247,26 @@ TEST_CASE(
   for (const StateRecord& r : sent) CHECK(r.id == sent[0].id);
 }
 
+// A forwarded SYN to each case's port through its rules, lan0 to wan0: the verdict it expects.
+struct TagCase {
+  const char* rules;
+  uint16_t port;
+  Action action;
+  const char* why;
+};
+
+void check_forwarded_syns(std::initializer_list<TagCase> cases) {
+  for (const TagCase& c : cases) {
+    INFO(c.why << ", port " << c.port);
+    Firewall fw(c.rules);
+    const Verdict v = fw.out(syn(c.port));
+    CHECK(v.action == c.action);
+    if (c.action == Action::Drop) CHECK(v.reason == Reason::RuleBlock);
+  }
+}
+
 TEST_CASE("tag and tagged: a forwarded packet's out pass sees the tag its in pass left, as pf's",
           "[engine][tag]") {
-  struct Case {
-    const char* rules;
-    uint16_t port;
-    Action action;
-    const char* why;
-  };
   const char* const kTrust =
       "block all\n"
       "pass in on lan0 proto tcp to port 80 tag WEB\n"
@@ -2280,23 +2292,17 @@ TEST_CASE("tag and tagged: a forwarded packet's out pass sees the tag its in pas
       "block all\n"
       "pass in on lan0 proto tcp\n"
       "pass out on wan0 proto tcp ! tagged X\n";
-  for (const Case c : {
-           Case{kNoTagRule, 80, Action::Accept, "tested, never set"},
-           Case{kTrust, 80, Action::Accept, "tagged by the in rule that decided"},
-           Case{kTrust, 22, Action::Drop, "no tag: the out pass has only block all"},
-           Case{kSticky, 22, Action::Accept, "sticky: a later rule without a tag keeps it"},
-           Case{kSticky, 25, Action::Drop, "a later rule's tag replaces it"},
-           Case{kQuick, 443, Action::Drop, "the tag rule after a deciding quick rule is not evaluated"},
-           Case{kQuick, 80, Action::Accept, "no quick rule matched: the tag rule did"},
-           Case{kNegated, 25, Action::Drop, "! tagged: not with it"},
-           Case{kNegated, 80, Action::Accept, "! tagged: without it"},
-       }) {
-    INFO(c.why << ", port " << c.port);
-    Firewall fw(c.rules);
-    const Verdict v = fw.out(syn(c.port));
-    CHECK(v.action == c.action);
-    if (c.action == Action::Drop) CHECK(v.reason == Reason::RuleBlock);
-  }
+  check_forwarded_syns({
+      TagCase{kNoTagRule, 80, Action::Accept, "tested, never set"},
+      TagCase{kTrust, 80, Action::Accept, "tagged by the in rule that decided"},
+      TagCase{kTrust, 22, Action::Drop, "no tag: the out pass has only block all"},
+      TagCase{kSticky, 22, Action::Accept, "sticky: a later rule without a tag keeps it"},
+      TagCase{kSticky, 25, Action::Drop, "a later rule's tag replaces it"},
+      TagCase{kQuick, 443, Action::Drop, "the tag rule after a deciding quick rule is not evaluated"},
+      TagCase{kQuick, 80, Action::Accept, "no quick rule matched: the tag rule did"},
+      TagCase{kNegated, 25, Action::Drop, "! tagged: not with it"},
+      TagCase{kNegated, 80, Action::Accept, "! tagged: without it"},
+  });
   // The tag goes with the packet, not the interface: the other direction never carries it.
   Firewall fw(kTrust);
   CHECK(fw.in(tcp4(kServer, 80, kClient, kClientPort).flags(tcpflag::kSyn).build()).action == Action::Drop);
@@ -2325,12 +2331,6 @@ TEST_CASE("address ranges match from their first address to their last, in their
 
 TEST_CASE("match rules tag what they match and decide nothing; pf evaluates them up to where it stops",
           "[engine][tag]") {
-  struct Case {
-    const char* rules;
-    uint16_t port;
-    Action action;
-    const char* why;
-  };
   const char* const kBefore =
       "block all\n"
       "match in on lan0 proto tcp to port 80 tag WEB\n"
@@ -2359,22 +2359,16 @@ TEST_CASE("match rules tag what they match and decide nothing; pf evaluates them
       "block out on wan0\n"
       "match in on lan0 tag WEB\n"
       "pass out on wan0 proto tcp tagged WEB\n";
-  for (const Case c : {
-           Case{kBefore, 80, Action::Accept, "a match rule before the deciding one tags"},
-           Case{kBefore, 81, Action::Drop, "it matched nothing: no tag"},
-           Case{kAfter, 80, Action::Accept, "after the deciding one too: pf evaluates every rule"},
-           Case{kQuick, 22, Action::Drop, "after a deciding quick rule it is not evaluated"},
-           Case{kQuick, 80, Action::Accept, "no quick rule matched"},
-           Case{kQuickAnchor, 22, Action::Drop, "the quick anchor that decided ends the evaluation"},
-           Case{kQuickAnchor, 80, Action::Accept, "the quick anchor matched nothing"},
-           Case{kAlone, 80, Action::Accept, "no in rule decides, the match rule tags all the same"},
-       }) {
-    INFO(c.why << ", port " << c.port);
-    Firewall fw(c.rules);
-    const Verdict v = fw.out(syn(c.port));
-    CHECK(v.action == c.action);
-    if (c.action == Action::Drop) CHECK(v.reason == Reason::RuleBlock);
-  }
+  check_forwarded_syns({
+      TagCase{kBefore, 80, Action::Accept, "a match rule before the deciding one tags"},
+      TagCase{kBefore, 81, Action::Drop, "it matched nothing: no tag"},
+      TagCase{kAfter, 80, Action::Accept, "after the deciding one too: pf evaluates every rule"},
+      TagCase{kQuick, 22, Action::Drop, "after a deciding quick rule it is not evaluated"},
+      TagCase{kQuick, 80, Action::Accept, "no quick rule matched"},
+      TagCase{kQuickAnchor, 22, Action::Drop, "the quick anchor that decided ends the evaluation"},
+      TagCase{kQuickAnchor, 80, Action::Accept, "the quick anchor matched nothing"},
+      TagCase{kAlone, 80, Action::Accept, "no in rule decides, the match rule tags all the same"},
+  });
   // A match rule never decides: the last pass or block rule that matched does, ...
   Firewall blocked("block in on lan0\nmatch in on lan0 tag WEB\n");
   CHECK(blocked.out(syn(80)).reason == Reason::RuleBlock);
