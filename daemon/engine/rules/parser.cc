@@ -1273,11 +1273,27 @@ class Parser {
   }
   static constexpr std::size_t kMaxTag = 63;  // PF_TAG_NAME_SIZE less the NUL
 
+  // Where a rule's `tag` and `tagged` were first given: each at most once a rule.
+  struct TagsSeen {
+    std::optional<Token> tag;
+    std::optional<Token> tagged;
+  };
+
+  // `tag NAME` or `tagged NAME`, its keyword next, of a filter or a translation rule.
+  template <typename Rule>
+  void tag_option(Rule& r, TagsSeen& seen) {
+    const Token t = take();
+    std::optional<Token>& first = t.text == "tag" ? seen.tag : seen.tagged;
+    if (first) fail_at(t, "duplicate '" + t.text + "': already given at " + where(*first));
+    first = t;
+    if (t.text == "tagged") r.tagged_location = loc(peek());
+    (t.text == "tag" ? r.tag : r.tagged) = tag_name(t);
+  }
+
   // A translation rule's `tag NAME` and `[!] tagged NAME`, between its addresses and `->`, each
   // at most once, in either order.
   void translation_tags(TranslationRule& r) {
-    std::optional<Token> tag_seen;
-    std::optional<Token> tagged_seen;
+    TagsSeen seen;
     for (;;) {
       const bool negated = at(TokenKind::Bang);
       if (negated) {
@@ -1285,12 +1301,7 @@ class Parser {
         if (!at_word("tagged")) fail_expected(peek(), "'tagged' after '!'");
       }
       if (!at_word("tag") && !at_word("tagged")) return;
-      const Token t = take();
-      std::optional<Token>& seen = t.text == "tag" ? tag_seen : tagged_seen;
-      if (seen) fail_at(t, "duplicate '" + t.text + "': already given at " + where(*seen));
-      seen = t;
-      if (t.text == "tagged") r.tagged_location = loc(peek());
-      (t.text == "tag" ? r.tag : r.tagged) = tag_name(t);
+      tag_option(r, seen);
       if (negated) r.tagged_negated = true;
     }
   }
@@ -1402,8 +1413,7 @@ class Parser {
     std::optional<Token> state_seen;
     std::optional<Token> label_seen;
     std::optional<Token> allow_opts_seen;
-    std::optional<Token> tag_seen;
-    std::optional<Token> tagged_seen;
+    TagsSeen tags_seen;
     while (!at_end_of_statement()) {
       const Token t = peek();
       if (t.kind == TokenKind::Bang) {  // `! tagged NAME`
@@ -1456,10 +1466,7 @@ class Parser {
           continue;
         }
         if (t.text == "tag" || t.text == "tagged") {
-          once(t.text == "tag" ? tag_seen : tagged_seen, "'" + t.text + "'");
-          take();
-          if (t.text == "tagged") r.tagged_location = loc(peek());
-          (t.text == "tag" ? r.tag : r.tagged) = tag_name(t);
+          tag_option(r, tags_seen);
           continue;
         }
         if (int s = filter_stage(t.text); s != 0 && s <= 8) {
