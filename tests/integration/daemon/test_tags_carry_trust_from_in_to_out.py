@@ -1,6 +1,6 @@
 """pf's tags through the real queue: an in rule's `tag` marks a forwarded connection's first packet
 for the out pass, where `tagged` lets it leave; a connection the in pass lets in untagged is held at
-the out pass. A nat rule that tests a tag translates the flows the in pass tagged and leaves the
+the out pass. A tag set in the in pass is what the rules after it in that pass see. A nat rule that tests a tag translates the flows the in pass tagged and leaves the
 others as they are. IPv4 and IPv6 alike; `rules show` lists the rules as written."""
 
 import pytest
@@ -27,9 +27,37 @@ match in on $in_if proto tcp to port 8080 tag TRUSTED
 """
 
 
-@pytest.mark.parametrize("rules", [TAG_RULES, MATCH_RULES], ids=["pass_tag", "match_tag"])
+# Tagged and tested in the in pass: pf's idiom of match rules that classify, then rules that decide.
+IN_PASS_RULES = """\
+in_if = "f0"
+out_if = "f1"
+block all
+match in on $in_if proto tcp to port 8080 tag TRUSTED
+pass in on $in_if tagged TRUSTED
+pass out on $out_if proto tcp
+"""
+
+# Each set, and rules it lists as written.
+RULE_SETS = {
+    "pass_tag": (TAG_RULES, [
+        "pass in on f0 proto tcp from any to any port 8080 flags S/SA keep state tag TRUSTED",
+        "pass out on f1 proto tcp all flags S/SA keep state tagged TRUSTED",
+    ]),
+    "match_tag": (MATCH_RULES, [
+        "match in on f0 proto tcp from any to any port 8080 tag TRUSTED",
+        "pass out on f1 proto tcp all flags S/SA keep state tagged TRUSTED",
+    ]),
+    "same_pass": (IN_PASS_RULES, [
+        "match in on f0 proto tcp from any to any port 8080 tag TRUSTED",
+        "pass in on f0 all keep state tagged TRUSTED",
+    ]),
+}
+
+
+@pytest.mark.parametrize("rule_set", list(RULE_SETS))
 @pytest.mark.parametrize("family", [4, 6])
-def test_tags_carry_trust_from_in_to_out(lan, daemon_factory, family, rules):
+def test_tags_carry_trust_from_in_to_out(lan, daemon_factory, family, rule_set):
+    rules, listed = RULE_SETS[rule_set]
     fw = daemon_factory(rules=rules)
     trusted = lan.connect(family, ALLOWED)
     assert trusted["result"] == "ok", trusted
@@ -38,10 +66,8 @@ def test_tags_carry_trust_from_in_to_out(lan, daemon_factory, family, rules):
     assert untagged["result"] == "timeout", untagged
 
     texts = [r["text"] for r in fw.json("rules", "show")["rules"]]
-    tagging = ("pass in on f0 proto tcp from any to any port 8080 flags S/SA keep state tag TRUSTED"
-               if rules == TAG_RULES else "match in on f0 proto tcp from any to any port 8080 tag TRUSTED")
-    assert tagging in texts, texts
-    assert "pass out on f1 proto tcp all flags S/SA keep state tagged TRUSTED" in texts, texts
+    for text in listed:
+        assert text in texts, texts
 
 
 NAT_BY_TAG_RULES = f"""\
