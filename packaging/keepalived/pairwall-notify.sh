@@ -3,7 +3,7 @@
 # keepalived decided on to pairwalld (pairwallctl failover set-role master|backup|fault).
 #
 # Two ways keepalived can run it:
-#   pairwall-notify.sh [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] FIFO
+#   pairwall-notify.sh [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] [-t FILE] FIFO
 #       as vrrp_notify_fifo_script (the shipped keepalived.conf): keepalived writes one line per
 #       state change, "INSTANCE "NAME" STATE PRIORITY", into FIFO, and we apply them one after the
 #       other. This is the way to use: keepalived forks a separate notify script per event, so two
@@ -28,13 +28,18 @@
 #                   writes both).
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
+#   -t FILE         for as long as this script runs (FIFO mode only), keep FILE holding pairwalld's
+#                   demotion, or 1000 while pairwalld does not answer (pairwallctl failover
+#                   track-file, asked every 100 ms), for keepalived's track_file: keepalived hears
+#                   of a pairwalld gone, or demoted, within a tenth of a second, where the health
+#                   script would tell it at its next run, up to a second later.
 #
 # A failure is retried for about five seconds, each try given 2 s to be answered (pairwalld may be
 # restarting or busy), and then logged to syslog and stderr: keepalived does not look at the exit
 # status, so the log is the only trace of a role pairwalld was never told.
 set -u
 
-usage="usage: $0 [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY"
+usage="usage: $0 [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] [-t FILE] FIFO | TYPE NAME STATE PRIORITY"
 # wrong WHAT: keepalived sends its scripts' output to /dev/null, so a wrong invocation goes to
 # syslog too, or the role would silently never reach pairwalld.
 wrong() {
@@ -48,13 +53,15 @@ ctl=pairwallctl
 sock=
 instance=
 group=
+track=
 ignored=" "
-while getopts "i:g:s:c:" opt; do
+while getopts "i:g:s:c:t:" opt; do
   case "$opt" in
     i) instance=$OPTARG ;;
     g) group=$OPTARG ;;
     s) sock=$OPTARG ;;
     c) ctl=$OPTARG ;;
+    t) track=$OPTARG ;;
     *) wrong "unknown option" ;;
   esac
 done
@@ -132,6 +139,17 @@ if [ $# -eq 1 ] && [ -p "$1" ]; then
   # sends SIGTERM too, and then closes the FIFO, without a STOP). Nothing follows a STOP, and
   # keepalived kills a script still running a second later: we exit as soon as it is passed on.
   trap '' TERM
+  if [ -n "$track" ]; then
+    # Killed with this script, by pairwallctl itself if this script is killed (its parent-death
+    # signal), and here at every exit.
+    if [ -n "$sock" ]; then
+      $ctl -s "$sock" failover track-file "$track" &
+    else
+      $ctl failover track-file "$track" &
+    fi
+    tracker=$!
+    trap 'kill "$tracker" 2>/dev/null' EXIT
+  fi
   while read -r type name state _priority; do
     [ "$type" = INSTANCE ] || [ "$type" = GROUP ] || continue
     name=$(echo "$name" | tr -d '"')
@@ -142,6 +160,7 @@ if [ $# -eq 1 ] && [ -p "$1" ]; then
   exit 0
 fi
 
+[ -n "$track" ] && wrong "-t goes with a FIFO (vrrp_notify_fifo_script)"
 case $# in
   0) wrong "called with no arguments (notify_master and its kind pass none: use notify or vrrp_notify_fifo_script)" ;;
   1) wrong "$1 is not a FIFO" ;;

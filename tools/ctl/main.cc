@@ -7,10 +7,13 @@
 #include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -88,6 +92,10 @@ commands:
   failover status
   failover demote N | promote N  raise / lower the administrative demotion
   failover set-role master|backup|fault
+  failover track-file FILE       keep FILE holding this node's demotion for keepalived's
+                                 track_file, asked every 100 ms; 1000 (keepalived: FAULT) while
+                                 pairwalld does not answer. Runs until killed, and dies with the
+                                 process that started it (pairwall-notify.sh -t)
   health                         exit 0 when healthy, 1 with the reason otherwise
 
 options:
@@ -383,6 +391,9 @@ Request build_request(const Invocation& inv) {
     } else if (sub == "promote") {
       need(3);
       r.mutable_failover_promote()->set_amount(parse_number(w[2], "promote", 255));
+    } else if (sub == "track-file") {
+      need(3);
+      r.mutable_failover_status();
     } else if (sub == "set-role") {
       need(3);
       control::FailoverStatus::Role role;
@@ -492,6 +503,55 @@ std::string human(const Request& request, const Response& response, const Invoca
   return "ok\n";
 }
 
+// What `failover track-file` writes while pairwalld does not answer: multiplied by the track_file's
+// weight of -1 it is below keepalived's -253, which puts the instance in FAULT.
+constexpr uint32_t kNotAnswering = 1000;
+
+// Writes "VALUE\n" over FILE; keepalived reads it when it is closed (inotify).
+bool write_value(const std::string& path, uint32_t value) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const std::string text = std::to_string(value) + "\n";
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  return ::close(fd) == 0 && written;
+}
+
+// `failover track-file FILE`: the demotion as keepalived's track_file reads it, so that keepalived
+// hears of a demotion, or of a pairwalld gone, within a tick instead of at its health script's next
+// run (a second at best). Asked anew each tick, so that a daemon that died or hangs shows within
+// one tick and its answer's timeout.
+int track_file(const std::string& socket, const std::string& path) {
+  // The notify script that starts this ignores TERM and is killed: go with it, not on for ever.
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) return 1;  // the parent went before the line above
+  constexpr auto kTick = std::chrono::milliseconds(100);
+  std::optional<uint32_t> written;
+  bool said = false;  // a failed write is said once, until one succeeds
+  for (;;) {
+    uint32_t value = kNotAnswering;
+    try {
+      control::ControlClient client(socket, std::chrono::milliseconds(500));
+      Request request;
+      request.mutable_failover_status();
+      const Response response = client.call(request);
+      if (response.ok() && response.has_failover_status()) value = response.failover_status().demotion();
+    } catch (const std::exception&) {
+      // Not answering: kNotAnswering.
+    }
+    if (written != value) {
+      if (write_value(path, value)) {
+        written = value;
+        said = false;
+      } else if (!said) {
+        std::fprintf(stderr, "pairwallctl: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+        said = true;
+      }
+    }
+    std::this_thread::sleep_for(kTick);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -505,6 +565,9 @@ int main(int argc, char** argv) {
                  e.show_usage ? kUsage : "");
     return 2;
   }
+
+  if (inv.words.size() == 3 && inv.words[0] == "failover" && inv.words[1] == "track-file")
+    return track_file(inv.socket, inv.words[2]);
 
   Response response;
   try {

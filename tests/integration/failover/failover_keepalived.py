@@ -10,6 +10,11 @@ from failover_net import FAILOVERD, LANS, NODES, PAIRWALLCTL, REPO, monotonic_us
 SHIPPED = REPO / "packaging" / "keepalived"
 
 
+def demotion_file(p, node):
+    """Where this node's notify script keeps pairwalld's demotion for keepalived's track_file."""
+    return p.dir / f"demotion-{node}"
+
+
 def keepalived_conf(p, node, unicast=False, sync_group=False):
     """The shipped example with this test's paths: the health script and the notify script talk to
     this node's pairwall-failoverd through a pairwallctl stand-in. `unicast`: VRRP to the other
@@ -20,14 +25,22 @@ def keepalived_conf(p, node, unicast=False, sync_group=False):
         # exit status, so that a role pairwalld never learned can be traced afterwards.
         ctl = p.dir / "pairwallctl-traced"
         if not ctl.exists():
-            ctl.write_text(f'#!/bin/sh\nout=$({PAIRWALLCTL} "$@" 2>&1); rc=$?\n'
+            # The long-running `failover track-file` is pairwallctl itself, so that it dies with
+            # the notify script (its parent-death signal) and not with the wrapper.
+            ctl.write_text(f'#!/bin/sh\ncase "$*" in *"failover track-file"*) exec {PAIRWALLCTL} "$@" ;; esac\n'
+                           f'out=$({PAIRWALLCTL} "$@" 2>&1); rc=$?\n'
                            f'echo "$(date +%T.%N) rc=$rc $* $out" >>{p.dir / "ctl-calls.log"}\n'
                            'echo "$out"; exit $rc\n')
             ctl.chmod(0o755)
     else:
         ctl = p.dir / "pairwallctl"
         if not ctl.exists():
-            ctl.write_text(f'#!/bin/sh\n[ "$1" = -s ] && {{ s=$2; shift 2; }}\nexec {FAILOVERD} --ctl "$s" "$@"\n')
+            # The service alone has no demotion to track: the file stays neutral and the health
+            # script demotes, as before there was a track file.
+            ctl.write_text(f'#!/bin/sh\n[ "$1" = -s ] && {{ s=$2; shift 2; }}\n'
+                           'case "$*" in *"failover track-file"*)\n'
+                           '  echo 0 >"$3"; while kill -0 $PPID 2>/dev/null; do sleep 0.2; done; exit 0 ;;\nesac\n'
+                           f'exec {FAILOVERD} --ctl "$s" "$@"\n')
             ctl.chmod(0o755)
     sock = p.socket_path(node)
     text = (SHIPPED / ("keepalived-sync-group.conf" if sync_group else "keepalived.conf")).read_text()
@@ -36,8 +49,9 @@ def keepalived_conf(p, node, unicast=False, sync_group=False):
         "router_id pairwall-a": f"router_id pairwall-{node}",
         'script "/usr/bin/pairwallctl health"': f'script "{ctl} -s {sock} health"',
         "vrrp_notify_fifo /run/keepalived-pairwall-notify.fifo": f"vrrp_notify_fifo {p.dir / f'notify-{node}.fifo'}",
-        f'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh {follows}"':
-            f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh {follows} -s {sock} -c {ctl}"',
+        f'vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh {follows} -t /run/keepalived-pairwall-demotion"':
+            f'vrrp_notify_fifo_script "{SHIPPED}/pairwall-notify.sh {follows} -s {sock} -c {ctl} -t {demotion_file(p, node)}"',
+        'file "/run/keepalived-pairwall-demotion"': f'file "{demotion_file(p, node)}"',
     }
     if unicast:
         net = LANS["lan0"]["v4"]

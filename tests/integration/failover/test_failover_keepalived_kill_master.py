@@ -10,7 +10,7 @@ import time
 import pytest
 
 from failover_net import CLIENTS, LANS, monotonic_us, probe
-from failover_keepalived import kill_keepalived, start_keepalived, wait_settled
+from failover_keepalived import demotion_file, kill_keepalived, start_keepalived, wait_settled
 
 
 @pytest.fixture
@@ -56,17 +56,30 @@ def test_keepalived_kill_master_keepalived(kpair, report):
     assert vips_ms <= 3 * 100 + 100 + 100  # 3 * advert_int + skew (priority 100: ~0.06 s) + slack
 
 
+def tracked(p, node):
+    """What the node's notify script keeps in keepalived's track file: pairwalld's demotion."""
+    return demotion_file(p, node).read_text().strip()
+
+
 def test_keepalived_kill_master_pairwall(kpair, report):
     p, master, backup = kpair
+    assert tracked(p, master) == "0" and tracked(p, backup) == "0"
     t_kill = monotonic_us()
-    p.kill(master)  # kill -9 of the pairwall process: keepalived's health check fails
+    p.kill(master)  # kill -9 of the pairwall process
     p.wait_for(lambda: p.holds_vips(backup) and not p.holds_any_vip(master), 6, step=0.01,
                what="the group moving to the backup")
     moved_ms = (monotonic_us() - t_kill) / 1000
     p.wait_roles({backup: "master"}, timeout=5)
     report(test="keepalived_kill_pairwall", advert_int_ms=100, group_moved_ms_upper=round(moved_ms, 1))
-    # vrrp_script interval 1 s, fall 1: at most ~1 s to notice, then one advertisement.
-    assert moved_ms <= 2500
+    if p.daemon != "pairwalld":
+        # The service alone keeps no track file: the health script (interval 1 s, fall 1) notices
+        # within about a second, then one advertisement.
+        assert moved_ms <= 2500
+        return
+    # The track file says "not answering" within a tick (100 ms): FAULT, a priority-0 advertisement,
+    # the backup's takeover. The health script would notice up to a second later.
+    assert tracked(p, master) == "1000"
+    assert moved_ms <= 1000
 
 
 def test_keepalived_demoted_node_hands_over(kpair):
@@ -76,8 +89,12 @@ def test_keepalived_demoted_node_hands_over(kpair):
     assert not p.ctl(master, "health")[0]
     p.wait_for(lambda: p.holds_vips(backup) and not p.holds_any_vip(master), 6, what="handover on demotion")
     p.wait_roles({backup: "master", master: "backup"}, timeout=5)
+    if p.daemon == "pairwalld":  # the service alone keeps no track file (failover_keepalived.py)
+        p.wait_for(lambda: tracked(p, master) == "10", 2, what="the demotion in the track file")
     # Healthy again, equal priority: it stays backup (keepalived's "preempt = false" in this config).
     assert p.ctl(master, "promote 10")[0]
     assert p.ctl(master, "health")[0]
+    if p.daemon == "pairwalld":
+        p.wait_for(lambda: tracked(p, master) == "0", 2, what="the promotion in the track file")
     time.sleep(3)
     assert p.holds_vips(backup) and not p.holds_any_vip(master)

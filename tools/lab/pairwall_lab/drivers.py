@@ -279,14 +279,17 @@ key_file = "{failover_key}"
 SHIPPED_KEEPALIVED = REPO_DIR / "packaging" / "keepalived"
 
 
-def shipped_keepalived_conf(text, *, name, ctl, socket, fifo, if_in, if_out, vip_in, vip_out, plen, advert_s):
+def shipped_keepalived_conf(text, *, name, ctl, socket, fifo, demotion_file, if_in, if_out, vip_in, vip_out, plen,
+                            advert_s):
     """The shipped keepalived.conf for one lab node; LabError when a line it substitutes is gone."""
     replaced = [
         ("router_id pairwall-a", f"router_id {name}"),
         ('script "/usr/bin/pairwallctl health"', f'script "{ctl} -s {socket} health"'),
         ("vrrp_notify_fifo /run/keepalived-pairwall-notify.fifo", f"vrrp_notify_fifo {fifo}"),
-        ('vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh -i pairwall"',
-         f'vrrp_notify_fifo_script "{SHIPPED_KEEPALIVED / "pairwall-notify.sh"} -i pairwall -s {socket} -c {ctl}"'),
+        ('vrrp_notify_fifo_script "/usr/lib/pairwall/pairwall-notify.sh -i pairwall -t /run/keepalived-pairwall-demotion"',
+         f'vrrp_notify_fifo_script "{SHIPPED_KEEPALIVED / "pairwall-notify.sh"} -i pairwall -s {socket} -c {ctl} '
+         f'-t {demotion_file}"'),
+        ('file "/run/keepalived-pairwall-demotion"', f'file "{demotion_file}"'),
         ("advert_int 0.1", f"advert_int {advert_s}"),
         ("10.31.0.1/24 dev lan0", f"{vip_in}/{plen} dev {if_in}"),
         ("10.32.0.1/24 dev lan1", f"{vip_out}/{plen} dev {if_out}"),
@@ -352,6 +355,7 @@ class PairwalldDriver(Driver):
                 (d / "keepalived.conf").write_text(shipped_keepalived_conf(
                     (SHIPPED_KEEPALIVED / "keepalived.conf").read_text(), name=n.name,
                     ctl=self.lab.bin("pairwallctl"), socket=self.socket(n.name), fifo=self.lab.fifo_dir / f"{n.name}-keepalived-notify.fifo",
+                    demotion_file=self.lab.fifo_dir / f"{n.name}-keepalived-demotion",
                     if_in=topology.IF_IN, if_out=topology.IF_OUT, vip_in=topology.VIP_IN, vip_out=topology.VIP_OUT,
                     plen=topology.PREFIXLEN, advert_s=self.lab.advbase_ms / 1000.0))
 
