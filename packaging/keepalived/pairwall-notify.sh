@@ -29,7 +29,7 @@
 #   -s SOCKET       pairwalld's control socket (default: pairwallctl's own default)
 #   -c PAIRWALLCTL  the pairwallctl command (default: pairwallctl from PATH)
 #   -t FILE         for as long as this script runs (FIFO mode only), keep FILE holding pairwalld's
-#                   demotion, or 1000 while pairwalld does not answer (pairwallctl failover
+#                   demotion, or 254 while pairwalld does not answer (pairwallctl failover
 #                   track-file, asked every 100 ms), for keepalived's track_file: keepalived hears
 #                   of a pairwalld gone, or demoted, within a tenth of a second, where the health
 #                   script would tell it at its next run, up to a second later.

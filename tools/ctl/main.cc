@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -92,10 +93,11 @@ commands:
   failover status
   failover demote N | promote N  raise / lower the administrative demotion
   failover set-role master|backup|fault
-  failover track-file FILE       keep FILE holding this node's demotion for keepalived's
-                                 track_file, asked every 100 ms; 1000 (keepalived: FAULT) while
-                                 pairwalld does not answer. Runs until killed, and dies with the
-                                 process that started it (pairwall-notify.sh -t)
+  failover track-file FILE       keep FILE holding this node's demotion (at most 253) for
+                                 keepalived's track_file, asked every 100 ms, and 254
+                                 (keepalived: FAULT) while pairwalld does not answer within 1 s;
+                                 runs until killed, and dies with the process that started it
+                                 (pairwall-notify.sh -t)
   health                         exit 0 when healthy, 1 with the reason otherwise
 
 options:
@@ -504,8 +506,11 @@ std::string human(const Request& request, const Response& response, const Invoca
 }
 
 // What `failover track-file` writes while pairwalld does not answer: multiplied by the track_file's
-// weight of -1 it is below keepalived's -253, which puts the instance in FAULT.
-constexpr uint32_t kNotAnswering = 1000;
+// weight of -1 it is below keepalived's -253, which puts the instance in FAULT (and keepalived
+// warns of values beyond 254). A demotion is written up to one less: demoted, a node still takes
+// part in the election, as the health script's weight lets it.
+constexpr uint32_t kNotAnswering = 254;
+constexpr uint32_t kMostDemotion = kNotAnswering - 1;
 
 // Writes "VALUE\n" over FILE; keepalived reads it when it is closed (inotify).
 bool write_value(const std::string& path, uint32_t value) {
@@ -518,8 +523,8 @@ bool write_value(const std::string& path, uint32_t value) {
 
 // `failover track-file FILE`: the demotion as keepalived's track_file reads it, so that keepalived
 // hears of a demotion, or of a pairwalld gone, within a tick instead of at its health script's next
-// run (a second at best). Asked anew each tick, so that a daemon that died or hangs shows within
-// one tick and its answer's timeout.
+// run (a second at best). Asked anew each tick: a daemon that died shows within a tick (its socket
+// refuses the connection), one that hangs once the answer's timeout has passed.
 int track_file(const std::string& socket, const std::string& path) {
   // The notify script that starts this ignores TERM and is killed: go with it, not on for ever.
   const pid_t parent = ::getppid();
@@ -531,11 +536,13 @@ int track_file(const std::string& socket, const std::string& path) {
   for (;;) {
     uint32_t value = kNotAnswering;
     try {
-      control::ControlClient client(socket, std::chrono::milliseconds(500));
+      // As long as keepalived gives its health script: a busy node is not taken for a dead one.
+      control::ControlClient client(socket, std::chrono::seconds(1));
       Request request;
       request.mutable_failover_status();
       const Response response = client.call(request);
-      if (response.ok() && response.has_failover_status()) value = response.failover_status().demotion();
+      if (response.ok() && response.has_failover_status())
+        value = std::min(response.failover_status().demotion(), kMostDemotion);
     } catch (const std::exception&) {
       // Not answering: kNotAnswering.
     }

@@ -78,7 +78,7 @@ def test_keepalived_kill_master_pairwall(kpair, report):
         return
     # The track file says "not answering" within a tick (100 ms): FAULT, a priority-0 advertisement,
     # the backup's takeover. The health script would notice up to a second later.
-    assert tracked(p, master) == "1000"
+    assert tracked(p, master) == "254"
     assert moved_ms <= 1000
 
 
