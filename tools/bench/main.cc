@@ -46,6 +46,7 @@ void rules_keys(const Options& options, Json& out) {
     const std::string n = std::to_string(count);
     out["rules_mpps"][n] = p.mpps;
     out["rules_single_mpps"][n] = p.single_mpps;
+    out["rules_segmented_mpps"][n] = p.segmented_mpps;
     out["rules_compile_ms"][n] = p.compile_ms;
     out["rules_memory_bytes"][n] = p.memory_bytes;
     out["rules_words_per_packet"][n] = p.words_per_packet;

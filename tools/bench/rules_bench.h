@@ -13,6 +13,7 @@ namespace pairwall::bench {
 struct RulesBenchPoint {
   double mpps = 0;            // evaluate_batch(), median of the runs' fastest passes, millions per CPU second
   double single_mpps = 0;     // one evaluate() per packet, likewise
+  double segmented_mpps = 0;  // evaluate_batch() on the rules in two segments (rules_bench.cc)
   double compile_ms = 0;      // compile() of the parsed file, thread CPU time, median of the runs
   uint64_t memory_bytes = 0;  // heap held by the compiled RuleSet
   double words_per_packet = 0;  // 64-rule words the classifier tests per packet, mean (untimed)
