@@ -911,8 +911,7 @@ class Compiler {
 
   // One segment's classifiers: its rules ranked among themselves as the whole set ranks them (pf's
   // order restricted to a stretch of the file is that stretch's own order), and where some rule
-  // tests tags, its rules with a `tag`, the last in file order first (a set that tests tags but
-  // sets none still gets one, which then never matches, for tag_after() to ask).
+  // tests tags, its rules with a `tag`, the last in file order first.
   RuleSet::Segment segment(const std::vector<MatchSpec>& specs, uint32_t first, uint32_t end) const {
     RuleSet::Segment out;
     out.first = first;
@@ -931,6 +930,7 @@ class Compiler {
       tagging.push_back(own[i - first]);
       tagging.back().decides = true;  // a match rule tags all the same
     }
+    if (tagging.empty()) return out;  // the tag a packet carries into it is the one it leaves with
     for (std::size_t k = 0; k < tagging.size(); ++k)
       tagging[k].rank = static_cast<uint32_t>(tagging.size() - 1 - k);
     out.tags = build(tagging, MatchOrder::Ranked);
@@ -1318,17 +1318,14 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
 
 void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
                                     std::span<std::array<uint32_t, 2>> decided) const noexcept {
-  if (segments_.size() != 1) {
-    for (std::size_t i = 0; i < packets.size(); ++i)
-      decided[i] = evaluate_passes(packets[i][0], packets[i][1]);
-    return;
-  }
   static constexpr std::size_t kChunk = Classifier::kBatch;
   for (std::size_t first = 0; first < packets.size(); first += kChunk) {
     const std::size_t n = std::min(kChunk, packets.size() - first);
     MatchQuery queries[kChunk];
-    uint32_t results[kChunk];
+    InPass results[kChunk];
     uint8_t packet_of[kChunk];
+    bool out_needs_tag[kChunk];  // by query of the in passes
+    uint16_t left[kChunk];       // by packet: the tag its in pass left
     for (int pass = 0; pass < 2; ++pass) {
       std::size_t count = 0;
       for (std::size_t i = 0; i < n; ++i) {
@@ -1336,13 +1333,99 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
         decided[first + i][pass] = kNoRule;
         if (p[pass] == nullptr) continue;
         queries[count] = *p[pass];
-        if (pass == 1 && p[1]->tag == 0 && p[0] != nullptr)
-          queries[count].tag = tag_after_in(*p[0], decided[first + i][0]);
+        // The tag only matters to an out pass that does not carry its translation's.
+        const bool out_tag_left = p[1] != nullptr && p[1]->tag == 0;
+        if (pass == 0) out_needs_tag[count] = out_tag_left;
+        if (pass == 1 && out_tag_left && p[0] != nullptr) queries[count].tag = left[i];
         packet_of[count++] = static_cast<uint8_t>(i);
       }
-      evaluate_batch({queries, count}, {results, count});
-      for (std::size_t q = 0; q < count; ++q) decided[first + packet_of[q]][pass] = results[q];
+      pass_batch({queries, count}, {results, count}, pass == 0 ? out_needs_tag : nullptr);
+      for (std::size_t q = 0; q < count; ++q) {
+        decided[first + packet_of[q]][pass] = results[q].deciding;
+        if (pass == 0) left[packet_of[q]] = results[q].tag;
+      }
     }
+  }
+}
+
+void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out,
+                         const bool* tag_wanted) const noexcept {
+  static constexpr std::size_t kMost = Classifier::kBatch;
+  const std::size_t n = queries.size();
+  uint32_t results[kMost];
+  uint32_t last[kMost];  // by query: the last rule evaluated
+  bool wanted[kMost];
+  uint16_t tags[kMost];
+  if (segments_.size() == 1) {
+    segments_[0].classifier->match_batch(queries, {results, n});
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i].deciding = results[i];
+      last[i] = results[i] == kNoRule ? UINT32_MAX : rules_[results[i]].evaluated_until;
+      wanted[i] = tag_wanted != nullptr && tag_wanted[i];
+      tags[i] = queries[i].tag;
+    }
+    if (tag_wanted != nullptr) tags_after_batch(segments_[0], queries, last, wanted, tags);
+    for (std::size_t i = 0; i < n; ++i) out[i].tag = tags[i];
+    return;
+  }
+  // As pass() for each query, a segment at a time: the lookups of the queries that reach a segment
+  // go through its classifiers together.
+  MatchQuery reaching[kMost];
+  uint8_t query_of[kMost];
+  uint32_t end[kMost];  // by query, as pass()'s
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = {kNoRule, queries[i].tag};
+    end[i] = UINT32_MAX;
+  }
+  for (std::size_t k = 0; k < segments_.size(); ++k) {
+    const Segment& segment = segments_[k];
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (segment.first > end[i]) continue;
+      reaching[count] = queries[i];
+      reaching[count].tag = out[i].tag;
+      query_of[count++] = static_cast<uint8_t>(i);
+    }
+    if (count == 0) break;
+    segment.classifier->match_batch({reaching, count}, {results, count});
+    const bool last_segment = k + 1 == segments_.size();
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::size_t i = query_of[j];
+      if (results[j] != Classifier::kNoMatch && segment.first + results[j] <= end[i]) {
+        out[i].deciding = segment.first + results[j];
+        end[i] = std::min(end[i], rules_[out[i].deciding].evaluated_until);
+      }
+      last[j] = end[i];
+      wanted[j] = !last_segment || (tag_wanted != nullptr && tag_wanted[i]);
+      tags[j] = out[i].tag;
+    }
+    tags_after_batch(segment, {reaching, count}, last, wanted, tags);
+    for (std::size_t j = 0; j < count; ++j) out[query_of[j]].tag = tags[j];
+  }
+}
+
+void RuleSet::tags_after_batch(const Segment& segment, std::span<const MatchQuery> passes,
+                               const uint32_t* last, const bool* wanted, uint16_t* tags) const noexcept {
+  if (!segment.tags) return;
+  // Evaluated to the end, a pass's tag is the plain first match of the tag classifier: those go
+  // through it together; one that stopped early asks past the rules it did not evaluate.
+  MatchQuery whole[Classifier::kBatch];
+  uint8_t pass_of[Classifier::kBatch];
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    if (!wanted[i]) continue;
+    if (last[i] != UINT32_MAX) {
+      tags[i] = tag_after(segment, passes[i], tags[i], last[i]);
+      continue;
+    }
+    whole[count] = passes[i];
+    whole[count].tag = tags[i];
+    pass_of[count++] = static_cast<uint8_t>(i);
+  }
+  uint32_t found[Classifier::kBatch];
+  segment.tags->match_batch({whole, count}, {found, count});
+  for (std::size_t j = 0; j < count; ++j) {
+    if (found[j] != Classifier::kNoMatch) tags[pass_of[j]] = rules_[segment.tag_rules[found[j]]].tag;
   }
 }
 
@@ -1377,8 +1460,14 @@ uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, If
 void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, out);
-  } else {
-    for (std::size_t i = 0; i < queries.size(); ++i) out[i] = pass(queries[i]).deciding;
+    return;
+  }
+  static constexpr std::size_t kChunk = Classifier::kBatch;
+  for (std::size_t first = 0; first < queries.size(); first += kChunk) {
+    const std::size_t n = std::min(kChunk, queries.size() - first);
+    InPass passed[kChunk];
+    pass_batch(queries.subspan(first, n), {passed, n}, nullptr);
+    for (std::size_t i = 0; i < n; ++i) out[first + i] = passed[i].deciding;
   }
 }
 

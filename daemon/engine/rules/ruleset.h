@@ -265,6 +265,15 @@ class RuleSet {
   bool out_translation_tests_tags_ = false;
   // One pass through the segments in turn, each matched with the tag the ones before left.
   InPass pass(const MatchQuery& query) const noexcept;
+  // pass() for each of up to Classifier::kBatch queries, out[i] for queries[i], each segment's
+  // lookups together; the tag left is worked out where tag_wanted[i] (nullptr: for none), else
+  // out[i].tag is not the tag left.
+  void pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out,
+                  const bool* tag_wanted) const noexcept;
+  // tag_after() for each of up to Classifier::kBatch passes where wanted[i], evaluated up to last[i]:
+  // tags[i] holds the tag passes[i] carries into the segment, and on return the one it leaves with.
+  void tags_after_batch(const Segment& segment, std::span<const MatchQuery> passes, const uint32_t* last,
+                        const bool* wanted, uint16_t* tags) const noexcept;
   // The tag a packet carries after `segment`, evaluated up to the rule `last` (an index of rules_,
   // UINT32_MAX: all of it), that it began with `tag`: as pf's sticky tags, that of the last rule
   // with a `tag` it matched there (deciding or not: a match rule after the deciding one tags too),
