@@ -51,6 +51,24 @@ void run_notify(const fs::path& dir, const std::string& args) {
                           .c_str()) == 0);
 }
 
+// The track file the shipped configurations name, and that they track it in every instance.
+const std::string kTrackFile = "/run/keepalived-pairwall-demotion";
+
+void check_tracks_the_file(const std::string& conf) {
+  CHECK(conf.find("track_file pairwall_demotion {\n  file \"" + kTrackFile + "\"\n  weight -1\n") !=
+        std::string::npos);
+  std::size_t instances = 0;
+  for (std::size_t at = conf.find("\nvrrp_instance "); at != std::string::npos;
+       at = conf.find("\nvrrp_instance ", at + 1))
+    ++instances;
+  std::size_t tracking = 0;
+  for (std::size_t at = conf.find("  track_file {\n    pairwall_demotion\n"); at != std::string::npos;
+       at = conf.find("  track_file {\n    pairwall_demotion\n", at + 1))
+    ++tracking;
+  CHECK(instances > 0);
+  CHECK(tracking == instances);
+}
+
 }  // namespace
 
 TEST_CASE("keepalived notify: events within a state tell pairwalld nothing and log nothing", "[keepalived]") {
@@ -153,8 +171,9 @@ TEST_CASE("keepalived notify: the shipped keepalived.conf follows its own vrrp_i
   const std::string instance = conf.substr(name_at, conf.find(' ', name_at) - name_at);
   // Exactly one instance: the script follows one.
   CHECK(conf.find(instance_key, name_at) == std::string::npos);
-  CHECK(conf.find("vrrp_notify_fifo_script \"/usr/lib/pairwall/pairwall-notify.sh -i " + instance + "\"") !=
-        std::string::npos);
+  CHECK(conf.find("vrrp_notify_fifo_script \"/usr/lib/pairwall/pairwall-notify.sh -i " + instance + " -t " +
+                  kTrackFile + "\"") != std::string::npos);
+  check_tracks_the_file(conf);
 }
 
 TEST_CASE("keepalived notify: the shipped keepalived-sync-group.conf follows its own sync group",
@@ -167,9 +186,10 @@ TEST_CASE("keepalived notify: the shipped keepalived-sync-group.conf follows its
   const std::size_t name_at = at + group_key.size();
   const std::string group = conf.substr(name_at, conf.find(' ', name_at) - name_at);
   CHECK(conf.find(group_key, name_at) == std::string::npos);
-  CHECK(conf.find("vrrp_notify_fifo_script \"/usr/lib/pairwall/pairwall-notify.sh -g " + group + "\"") !=
-        std::string::npos);
+  CHECK(conf.find("vrrp_notify_fifo_script \"/usr/lib/pairwall/pairwall-notify.sh -g " + group + " -t " +
+                  kTrackFile + "\"") != std::string::npos);
   CHECK(conf.find("sync_group_tracking_weight") != std::string::npos);
+  check_tracks_the_file(conf);
 }
 
 TEST_CASE("keepalived notify: a keepalived stopping says STOP after its SIGTERM, and pairwalld hears it",
@@ -246,7 +266,7 @@ TEST_CASE("keepalived notify: a wrong invocation is logged, not only written to 
   };
   const std::string usage =
       "usage: " + kScript +
-      " [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] FIFO | TYPE NAME STATE PRIORITY";
+      " [-i INSTANCE | -g GROUP] [-s SOCKET] [-c PAIRWALLCTL] [-t FILE] FIFO | TYPE NAME STATE PRIORITY";
   CHECK(run("") ==
         "-t pairwall-notify called with no arguments (notify_master and its kind pass none: use "
         "notify or vrrp_notify_fifo_script); " +
@@ -255,5 +275,32 @@ TEST_CASE("keepalived notify: a wrong invocation is logged, not only written to 
   CHECK(run("INSTANCE pairwall") ==
         "-t pairwall-notify called with 2 arguments (INSTANCE pairwall); " + usage + "\n");
   CHECK(run("-x INSTANCE pairwall MASTER 100") == "-t pairwall-notify unknown option; " + usage + "\n");
+  CHECK(run("-t demotion INSTANCE pairwall MASTER 100") ==
+        "-t pairwall-notify -t goes with a FIFO (vrrp_notify_fifo_script); " + usage + "\n");
   CHECK_FALSE(fs::exists(dir.path / "ctl.log"));
+}
+
+// The track file's keeper runs for as long as the script does: started before the first line,
+// gone when the script exits.
+TEST_CASE("keepalived notify: -t keeps pairwallctl failover track-file running while the script runs",
+          "[keepalived]") {
+  pairwall::test::TempDir dir("keepalived-notify");
+  // The stand-in notes its start and its pid, and otherwise waits as the real one does.
+  write_script(dir.path / "pairwallctl",
+               "cd \"$(dirname \"$0\")\"\n"
+               "case \"$*\" in *track-file*) echo \"$*\" >> tracker.log; echo $$ > tracker.pid; exec sleep "
+               "60 ;; esac\n"
+               "echo \"$*\" >> ctl.log\n");
+  write_script(dir.path / "logger", "echo \"$*\" >> \"$(dirname \"$0\")/logger.log\"\n");
+  run_fifo(dir.path, "INSTANCE \"pairwall\" MASTER 100\n", "-s ctl.sock -t demotion");
+  CHECK(read_all(dir.path / "tracker.log") == "-s ctl.sock failover track-file demotion\n");
+  CHECK(read_all(dir.path / "ctl.log") == "-s ctl.sock failover set-role master\n");
+  const std::string pid = read_all(dir.path / "tracker.pid");
+  REQUIRE_FALSE(pid.empty());
+  // Gone with the script (kill sends TERM; give the stand-in's sleep a moment to go).
+  CHECK(std::system(("i=0; while kill -0 " + pid +
+                     " 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done; "
+                     "! kill -0 " +
+                     pid + " 2>/dev/null")
+                        .c_str()) == 0);
 }
