@@ -141,14 +141,14 @@ if [ $# -eq 1 ] && [ -p "$1" ]; then
   trap '' TERM
   if [ -n "$track" ]; then
     # Killed with this script, by pairwallctl itself if this script is killed (its parent-death
-    # signal), and here at every exit.
+    # signal), and here at every exit: with KILL, as it inherits the TERM ignored above.
     if [ -n "$sock" ]; then
       $ctl -s "$sock" failover track-file "$track" &
     else
       $ctl failover track-file "$track" &
     fi
     tracker=$!
-    trap 'kill "$tracker" 2>/dev/null' EXIT
+    trap 'kill -KILL "$tracker" 2>/dev/null' EXIT
   fi
   while read -r type name state _priority; do
     [ "$type" = INSTANCE ] || [ "$type" = GROUP ] || continue
