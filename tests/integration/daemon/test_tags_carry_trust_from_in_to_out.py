@@ -1,7 +1,8 @@
 """pf's tags through the real queue: an in rule's `tag` marks a forwarded connection's first packet
 for the out pass, where `tagged` lets it leave; a connection the in pass lets in untagged is held at
-the out pass. A tag set in the in pass is what the rules after it in that pass see. A nat rule that tests a tag translates the flows the in pass tagged and leaves the
-others as they are. IPv4 and IPv6 alike; `rules show` lists the rules as written."""
+the out pass. A tag set in the in pass is what the rules after it in that pass see. A nat rule
+that tests a tag translates the flows the in pass tagged and leaves the others as they are. IPv4
+and IPv6 alike; `rules show` lists the rules as written."""
 
 import pytest
 
