@@ -1278,19 +1278,9 @@ uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceI
 }
 
 RuleSet::InPass RuleSet::pass(const MatchQuery& query) const noexcept {
-  InPass out{kNoRule, query.tag};
-  uint32_t end = UINT32_MAX;  // the last rule evaluated, once a quick rule or quick anchor decided
-  for (const Segment& segment : segments_) {
-    if (segment.first > end) break;
-    uint32_t r = segment.classifier->match(*query.packet, query.direction, query.iface, out.tag);
-    // A quick anchor that decided in a segment before may reach into this one; its rules come
-    // first in this segment's order, so a rule past it found here means none of them matched.
-    if (r != Classifier::kNoMatch && segment.first + r <= end) {
-      out.deciding = segment.first + r;
-      end = std::min(end, rules_[out.deciding].evaluated_until);
-    }
-    out.tag = tag_after(segment, query, out.tag, end);
-  }
+  InPass out;
+  const bool tag_wanted = true;
+  pass_batch({&query, 1}, {&out, 1}, &tag_wanted);
   return out;
 }
 
@@ -1368,11 +1358,13 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
     for (std::size_t i = 0; i < n; ++i) out[i].tag = tags[i];
     return;
   }
-  // As pass() for each query, a segment at a time: the lookups of the queries that reach a segment
-  // go through its classifiers together.
+  // Each query through the segments in turn, each segment matched with the tag the ones before
+  // left; the lookups of the queries that reach a segment go through its classifiers together. A
+  // quick anchor that decided in a segment before may reach into this one; its rules come first in
+  // this segment's order, so a rule past it found here means none of them matched.
   MatchQuery reaching[kMost];
   uint8_t query_of[kMost];
-  uint32_t end[kMost];  // by query, as pass()'s
+  uint32_t end[kMost];  // by query: the last rule evaluated, once a quick rule or anchor decided
   for (std::size_t i = 0; i < n; ++i) {
     out[i] = {kNoRule, queries[i].tag};
     end[i] = UINT32_MAX;

@@ -265,7 +265,7 @@ class RuleSet {
   bool out_translation_tests_tags_ = false;
   // One pass through the segments in turn, each matched with the tag the ones before left.
   InPass pass(const MatchQuery& query) const noexcept;
-  // pass() for each of up to Classifier::kBatch queries, out[i] for queries[i], each segment's
+  // One pass for each of up to Classifier::kBatch queries, out[i] for queries[i], each segment's
   // lookups together; the tag left is worked out where tag_wanted[i] (nullptr: for none), else
   // out[i].tag is not the tag left.
   void pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out,
