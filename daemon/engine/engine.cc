@@ -40,6 +40,17 @@ void set_key(StateKey& key, const PacketView& p) {
   key.link = kNoIface;
 }
 
+void write_ttl(std::span<uint8_t> bytes, Family family, uint8_t ttl) noexcept {
+  uint8_t* ip = bytes.data();
+  if (family == Family::V4) {
+    const uint16_t old_word = load_be16(ip + 8);  // TTL and protocol
+    ip[8] = ttl;
+    checksum_replace16(ip + 10, old_word, load_be16(ip + 8));
+  } else {
+    ip[7] = ttl;  // the hop limit has no checksum
+  }
+}
+
 // A packet that meets scrub rules on both its passes takes the stricter settings of the two.
 void tighten(rules::ScrubAction& scrub, const rules::ScrubAction& other) {
   if (!other.matched) return;
@@ -49,6 +60,7 @@ void tighten(rules::ScrubAction& scrub, const rules::ScrubAction& other) {
     scrub.max_mss = other.max_mss;
   scrub.random_id = scrub.random_id || other.random_id;
   scrub.no_df = scrub.no_df || other.no_df;
+  scrub.reassemble_tcp = scrub.reassemble_tcp || other.reassemble_tcp;
   // A TOS is no stricter than another: the out pass's, which pf applies last, wins.
   if (other.set_tos) scrub.set_tos = other.set_tos;
 }
@@ -463,6 +475,10 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
     r.proxy = entry.proxy;
     r.proxy_isn = {entry.proxy_isn[0], entry.proxy_isn[1]};
   }
+  if (entry.scrub_tcp) {
+    r.scrub_tcp = true;
+    r.scrub = {entry.scrub[0], entry.scrub[1]};
+  }
   if (entry.creator_rules != nullptr && entry.creator_rules->holds(entry.creator)) {
     r.rules_digest = entry.creator_rules->digest();
     r.rule_index = entry.creator_rules->index_of(entry.creator);
@@ -500,7 +516,8 @@ struct Engine::Parsed {
   // pass of a connection translated before routing, which meets its scrub and filter rules but not
   // its nat.
   bool filtered[2] = {false, false};
-  bool from_node = false;  // sent by this node itself (Hook::Output), set by screen()
+  bool from_node = false;       // sent by this node itself (Hook::Output), set by screen()
+  bool reassemble_tcp = false;  // a TCP packet a scrub rule said `reassemble tcp` of, set by screen()
 };
 
 // What the translation rules make of a new connection (translate()): the packet as each pass's
@@ -773,6 +790,9 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   rules::ScrubAction scrub;
   if (parsed.filtered[0]) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
   if (parsed.filtered[1]) tighten(scrub, rules.scrub(packet, rules::Direction::Out, meta.out_iface));
+  // pf_normalize_tcp_stateful's "multiple timestamps": which one would the ends read?
+  parsed.reassemble_tcp = scrub.reassemble_tcp && packet.is_tcp();
+  if (parsed.reassemble_tcp && packet.tcp.timestamps_repeated) return refuse(Reason::BadTcpOptions);
   if (scrub.matched && normalize(worker, bytes, packet, scrub)) parsed.rewritten = true;
 
   return std::nullopt;
@@ -788,14 +808,7 @@ bool Engine::normalize(Worker& worker, std::span<uint8_t> bytes, PacketView& pac
     // never leaves its link has no such destination, and some of its receivers discard it unless
     // its TTL is the 1 it was sent with (MLD, RFC 2710 3; IGMP to all hosts, as screen() drops a
     // peer's): pf raises that too, and breaks group membership on the link.
-    uint8_t* ip = bytes.data();
-    if (packet.family == Family::V4) {
-      const uint16_t old_word = load_be16(ip + 8);  // TTL and protocol
-      ip[8] = scrub.min_ttl;
-      checksum_replace16(ip + 10, old_word, load_be16(ip + 8));
-    } else {
-      ip[7] = scrub.min_ttl;  // the hop limit has no checksum
-    }
+    write_ttl(bytes, packet.family, scrub.min_ttl);
     packet.ttl = scrub.min_ttl;
     rewritten = true;
   }
@@ -932,6 +945,28 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
   if (own == 0 && other == 0) return false;
   modulate_segment(bytes, packet, own, other);
   return true;
+}
+
+bool Engine::scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side,
+                           const PacketView& packet) noexcept {
+  TcpScrub& own = entry.scrub[side];
+  bool rewritten = false;
+  // Not traffic of one link, as min-ttl spares it (normalize()).
+  if (packet.ttl > own.ttl) {
+    own.ttl = packet.ttl;
+  } else if (packet.ttl < own.ttl && !link_scoped(packet)) {
+    write_ttl(bytes, packet.family, own.ttl);
+    rewritten = true;
+  }
+  if (packet.tcp.has_timestamps) {
+    // A SYN's echo is 0 and means nothing (RFC 7323 3.2); pf leaves every 0 as it is.
+    const uint32_t echo_sub = packet.tcp.ts_echo != 0 ? entry.scrub[1 - side].ts_mod : 0;
+    if (own.ts_mod != 0 || echo_sub != 0) {
+      modulate_timestamps(bytes, packet, own.ts_mod, echo_sub);
+      rewritten = true;
+    }
+  }
+  return rewritten;
 }
 
 // pf_synproxy: the initiator's SYN was answered when the state was made (by_rules()); its
@@ -1163,6 +1198,9 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         return decided(verdict, v);
       } else {
         const int side = from_initiator ? 0 : 1;
+        const bool scrubbed = state->scrub_tcp && packet.is_tcp();
+        if (scrubbed && packet.tcp.timestamps_repeated)
+          return decided(verdict, drop(Reason::BadTcpOptions, state->rule));
         const bool modulated = (state->flags & stateflag::kModulated) != 0 && packet.is_tcp();
         if (modulated && proxying(*state))
           return decided(verdict, proxy_handshake(worker, state, side, packet, now));
@@ -1195,6 +1233,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           verdict.rewritten = true;
         }
         if (modulated && modulate(bytes, *state, side, packet)) verdict.rewritten = true;
+        if (scrubbed && scrub_segment(bytes, *state, side, packet)) verdict.rewritten = true;
         return true;
       }
     }
@@ -1587,6 +1626,18 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       state->proxy_isn[0] = worker.next_seqdiff();
     }
   }
+  // `scrub reassemble tcp`: the state normalizes every segment of its connection from here on. Only
+  // a connection seen from its SYN has its timestamps shifted: in one picked up in mid-stream, each
+  // end already holds the other's (RFC 7323 5.3), and a jump back would make it drop all that
+  // follow. Both offsets are drawn now, for the insert to carry (as modulate state's above).
+  if (parsed.reassemble_tcp) {
+    state->scrub_tcp = true;
+    state->scrub[0].ttl = packet.ttl;
+    if (packet.tcp.has_timestamps && (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
+      state->scrub[0].ts_mod = worker.next_seqdiff();
+      state->scrub[1].ts_mod = worker.next_seqdiff();
+    }
+  }
   state->last_synced = now;
   if (creator != nullptr) creator->stats->states_created.fetch_add(1, std::memory_order_relaxed);
   if (synced(*state)) {
@@ -1608,6 +1659,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     v.rewritten = true;
   }
   if ((state->flags & stateflag::kModulated) != 0 && modulate(bytes, *state, 0, packet)) v.rewritten = true;
+  if (state->scrub_tcp && scrub_segment(bytes, *state, 0, packet)) v.rewritten = true;
   return v;
 }
 
@@ -1831,6 +1883,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->proxy = record.proxy;
     state->proxy_isn[0] = record.proxy_isn[0];
     state->proxy_isn[1] = record.proxy_isn[1];
+    state->scrub_tcp = record.scrub_tcp && state->key(0).proto == ipproto::kTcp;
+    state->scrub[0] = record.scrub[0];
+    state->scrub[1] = record.scrub[1];
     if (creator != nullptr) states_.attach_creator(state, creator, current);
   } else {
     // Merge: sequence numbers and protocol states only move forward.
@@ -1862,6 +1917,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     for (int i = 0; i < 2; ++i) {
       if (state->seqdiff[i] == 0) state->seqdiff[i] = record.seqdiff[i];
       if (state->proxy_isn[i] == 0) state->proxy_isn[i] = record.proxy_isn[i];
+      // As pfsync_state_import's scrub: a TTL only rises, a timestamp offset never changes.
+      if (state->scrub[i].ts_mod == 0) state->scrub[i].ts_mod = record.scrub[i].ts_mod;
+      state->scrub[i].ttl = std::max(state->scrub[i].ttl, record.scrub[i].ttl);
     }
     state->proxy = std::max(state->proxy, record.proxy);
     moved = !(state->peer[0] == had[0]) || !(state->peer[1] == had[1]) || state->proxy != had_proxy ||

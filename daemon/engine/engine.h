@@ -201,7 +201,8 @@ class Worker {
   }
   uint64_t next_random64() noexcept;
   uint16_t next_random16() noexcept;  // the top bits of next_random64()
-  // A `modulate state` offset: never 0, and unpredictable without the worker's key, unlike
+  // A `modulate state` offset (and a `scrub reassemble tcp` timestamp offset): never 0, and
+  // unpredictable without the worker's key, unlike
   // next_random16(), whose outputs reveal its state to whoever collects enough of them.
   uint32_t next_seqdiff() noexcept;
   // Adds a packet to `verdict`'s, which must be the last made; false when the outbox is full.
@@ -393,6 +394,11 @@ class Engine {
                                      const PacketView& packet) noexcept;
   static bool modulate(std::span<uint8_t> bytes, const StateEntry& entry, int side,
                        const PacketView& packet) noexcept;
+  // `scrub reassemble tcp` on a segment end `side` of the state sent (pf_normalize_tcp_stateful):
+  // its TTL raised to the highest that end has sent with, its timestamps shifted by the ends'
+  // offsets. Whether it changed a byte.
+  static bool scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side,
+                            const PacketView& packet) noexcept;
   // `synproxy state` before its splice: every packet of the state is dropped, and those that move
   // the handshakes on make this node's answers (synproxy.h).
   Verdict proxy_handshake(Worker& worker, StateTable::Handle& state, int side, const PacketView& packet,

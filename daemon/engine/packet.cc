@@ -283,9 +283,11 @@ Reason walk_tcp_options(const uint8_t* p, uint32_t len, uint16_t options_offset,
         break;
       case 8:
         if (olen == 10) {
+          tcp.timestamps_repeated = tcp.has_timestamps;
           tcp.has_timestamps = true;
           tcp.ts_value = load_be32(p + i + 2);
           tcp.ts_echo = load_be32(p + i + 6);
+          tcp.ts_offset = static_cast<uint16_t>(options_offset + i + 2);
         }
         break;
       default:

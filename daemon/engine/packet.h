@@ -46,7 +46,9 @@ struct TcpInfo {
   bool has_timestamps = false;
   uint32_t ts_value = 0;
   uint32_t ts_echo = 0;
-  uint16_t mss_offset = 0;  // offset of the (last) MSS value from the packet start
+  uint16_t mss_offset = 0;           // offset of the (last) MSS value from the packet start
+  uint16_t ts_offset = 0;            // offset of the (last) timestamp option's value from the packet start
+  bool timestamps_repeated = false;  // more than one timestamp option: no stack sends that
 };
 
 struct IcmpInfo {

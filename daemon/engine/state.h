@@ -88,6 +88,18 @@ struct PeerTracking {
   friend bool operator==(const PeerTracking&, const PeerTracking&) = default;
 };
 
+// `scrub reassemble tcp` (pf's pf_state_scrub) for one end of a TCP connection: the highest TTL
+// (hop limit) its segments arrived with, which each later one leaves with, so that none can be
+// aimed to expire between this node and the other end (past what a monitor behind this node
+// sees); and what its timestamps gain on the way through (RFC 7323 TSval; 0 where they pass as
+// they are), so that they tell the far side nothing of the host's uptime or of which hosts share a
+// translated address.
+struct TcpScrub {
+  uint32_t ts_mod = 0;
+  uint8_t ttl = 0;
+  friend bool operator==(const TcpScrub&, const TcpScrub&) = default;
+};
+
 // A state change as the engine reports it to sync, and as sync applies a peer's to the local
 // table. Carries everything needed to recreate the state on the other node.
 struct StateRecord {
@@ -110,6 +122,10 @@ struct StateRecord {
   // toward each end ([0] its SYN-ACK to the initiator, [1] its SYN to the responder; 0 not yet).
   Proxy proxy = Proxy::None;
   std::array<uint32_t, 2> proxy_isn{0, 0};
+  // `scrub reassemble tcp` ([0] the initiator): whether the state normalizes its segments, and
+  // how far. Inserts say whether; updates carry the ends' figures alone.
+  bool scrub_tcp = false;
+  std::array<TcpScrub, 2> scrub{};
   // The creating rule's index in its rule set (RuleSet::rule()) and that rule set's digest; 0: no
   // creating rule. Inserts only.
   uint64_t rules_digest = 0;

@@ -80,8 +80,9 @@ struct alignas(64) StateEntry {
   uint16_t home = 0;
   uint16_t wire_shard = 0;
   TimeoutClass timeout = TimeoutClass::TcpFirst;
-  uint8_t flags = 0;    // stateflag::*
-  bool adopted = true;  // false while the peer's records moved the tracking last (not seen here since)
+  uint8_t flags = 0;       // stateflag::*
+  bool adopted = true;     // false while the peer's records moved the tracking last (not seen here since)
+  bool scrub_tcp = false;  // `scrub reassemble tcp`: its segments are normalized by `scrub` below
   // The interface the packets this node decides before routing leave by (their scrub out): an rdr'd
   // connection's from its initiator, a nat'd one's replies. kNoIface where unknown (learned from
   // the peer: asked of the Router then) or delivered to this node.
@@ -105,6 +106,7 @@ struct alignas(64) StateEntry {
   // sequence numbers this node chose, [0] answering the initiator, [1] opening to the responder.
   Proxy proxy = Proxy::None;
   uint32_t proxy_isn[2] = {0, 0};
+  TcpScrub scrub[2];  // read only where scrub_tcp is set
   // What of packets and bytes the creator's counters hold already (StateTable folds the rest in).
   uint64_t folded_packets = 0;
   uint64_t folded_bytes = 0;

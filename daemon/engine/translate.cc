@@ -158,6 +158,16 @@ void modulate_segment(std::span<uint8_t> bytes, const PacketView& view, uint32_t
   }
 }
 
+void modulate_timestamps(std::span<uint8_t> bytes, const PacketView& view, uint32_t value_add,
+                         uint32_t echo_sub) noexcept {
+  uint8_t* tcp = bytes.data() + view.l4_offset;
+  uint8_t* value = bytes.data() + view.tcp.ts_offset;
+  const Sum transport{tcp + 16};
+  const bool odd_offset = ((value - tcp) & 1) != 0;  // options have no alignment
+  if (value_add != 0) write32(value, view.tcp.ts_value + value_add, {transport}, odd_offset);
+  if (echo_sub != 0) write32(value + 4, view.tcp.ts_echo - echo_sub, {transport}, odd_offset);
+}
+
 void demodulate_icmp_quote(std::span<uint8_t> bytes, const PacketView& view, const PacketView& quoted,
                            uint32_t seq_sub) noexcept {
   uint8_t* quote = bytes.data() + view.icmp.quoted_offset;

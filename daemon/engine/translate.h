@@ -41,6 +41,13 @@ void rewrite_icmp_error(std::span<uint8_t> bytes, const PacketView& view, const 
 void modulate_segment(std::span<uint8_t> bytes, const PacketView& view, uint32_t seq_add,
                       uint32_t ack_sub) noexcept;
 
+// `scrub reassemble tcp`'s timestamps (RFC 7323 3.2), as modulate_segment() shifts sequence
+// numbers: the segment's TSval gains `value_add` (its sender's offset); its TSecr, which echoes the
+// receiver's values as the sender saw them, loses `echo_sub` (the receiver's offset). For a view
+// with a timestamp option (TcpInfo::has_timestamps).
+void modulate_timestamps(std::span<uint8_t> bytes, const PacketView& view, uint32_t value_add,
+                         uint32_t echo_sub) noexcept;
+
 // An ICMP error (`view`) quoting a segment of a modulated state (`quoted`) on its way back to the
 // segment's sender: the quoted sequence number loses `seq_sub`, the sender's offset, so that the
 // sender recognises its segment (a host drops an error whose quote is outside its window, and

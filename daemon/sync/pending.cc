@@ -13,11 +13,13 @@ PendingRecords::PendingRecords() : tcp_states_(new uint32_t[kTcpCacheSlots]()) {
 std::size_t PendingRecords::estimate(const engine::StateRecord& r) noexcept {
   using Kind = engine::StateRecord::Kind;
   const bool v6 = r.stack_key.family == engine::Family::V6;
+  // scrub reassemble tcp's figures: two timestamp offsets and TTLs, and the insert's flag.
+  const std::size_t scrub = r.scrub[0] == engine::TcpScrub{} && r.scrub[1] == engine::TcpScrub{} ? 0 : 18;
   switch (r.kind) {
     case Kind::Insert:
-      return (v6 ? 110 : 80) + (r.wire_key == r.stack_key ? 0 : (v6 ? 45 : 20));
+      return (v6 ? 110 : 80) + (r.wire_key == r.stack_key ? 0 : (v6 ? 45 : 20)) + scrub;
     case Kind::Update:
-      return 50;
+      return 50 + scrub;
     case Kind::Delete:
     case Kind::Clear:
       return 14;
@@ -82,6 +84,7 @@ bool PendingRecords::add(const engine::StateRecord& r, Micros now) {
         item.record.seqdiff = r.seqdiff;
         item.record.proxy = r.proxy;
         item.record.proxy_isn = r.proxy_isn;
+        item.record.scrub = r.scrub;
       } else if (!(r.kind == Kind::Update && item.record.kind == Kind::Delete)) {
         item.record = r;
       }

@@ -82,15 +82,28 @@ bool get_key(const wire::Key& in, engine::StateKey& k) {
   return get_addr(k.family, in.addr0(), k.addr[0]) && get_addr(k.family, in.addr1(), k.addr[1]);
 }
 
-void put_peer(const engine::PeerTracking& p, uint32_t seqdiff, uint32_t proxy_isn, wire::Peer* out) {
+void put_peer(const engine::StateRecord& r, int end, wire::Peer* out) {
+  const engine::PeerTracking& p = end == 0 ? r.src : r.dst;
   out->set_seqlo(p.seqlo);
   out->set_seqhi(p.seqhi);
   out->set_max_win(p.max_win);
   out->set_wscale(p.wscale);
   out->set_state(p.state);
   out->set_mss(p.mss);
-  out->set_seqdiff(seqdiff);
-  out->set_proxy_isn(proxy_isn);
+  out->set_seqdiff(r.seqdiff[end]);
+  out->set_proxy_isn(r.proxy_isn[end]);
+  out->set_ts_mod(r.scrub[end].ts_mod);
+  out->set_scrub_ttl(r.scrub[end].ttl);
+}
+
+// The figures put_peer() sends besides the tracking, for both ends.
+bool get_peer_extras(const wire::Peer& src, const wire::Peer& dst, engine::StateRecord& out) {
+  if (src.scrub_ttl() > 0xff || dst.scrub_ttl() > 0xff) return false;
+  out.seqdiff = {src.seqdiff(), dst.seqdiff()};
+  out.proxy_isn = {src.proxy_isn(), dst.proxy_isn()};
+  out.scrub[0] = {src.ts_mod(), static_cast<uint8_t>(src.scrub_ttl())};
+  out.scrub[1] = {dst.ts_mod(), static_cast<uint8_t>(dst.scrub_ttl())};
+  return true;
 }
 
 bool get_proxy(uint32_t value, engine::Proxy& out) {
@@ -157,14 +170,15 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
   out->set_counter(r.id.counter);
   put_key(r.stack_key, out->mutable_stack_key());
   if (!(r.wire_key == r.stack_key)) put_key(r.wire_key, out->mutable_wire_key());
-  put_peer(r.src, r.seqdiff[0], r.proxy_isn[0], out->mutable_src());
-  put_peer(r.dst, r.seqdiff[1], r.proxy_isn[1], out->mutable_dst());
+  put_peer(r, 0, out->mutable_src());
+  put_peer(r, 1, out->mutable_dst());
   out->set_timeout(static_cast<uint32_t>(r.timeout));
   out->set_expires_in_ms(expires_ms(r.expires_in));
   out->set_rule(r.rule);
   out->set_flags(r.flags);
   out->set_bulk(bulk);
   out->set_proxy(static_cast<uint32_t>(r.proxy));
+  out->set_scrub_tcp(r.scrub_tcp);
   if (r.rules_digest != 0) {
     out->set_rules_digest(r.rules_digest);
     out->set_rule_index(r.rule_index);
@@ -174,8 +188,8 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
 void encode_update(const engine::StateRecord& r, wire::Update* out) {
   out->set_creator(r.id.creator);
   out->set_counter(r.id.counter);
-  put_peer(r.src, r.seqdiff[0], r.proxy_isn[0], out->mutable_src());
-  put_peer(r.dst, r.seqdiff[1], r.proxy_isn[1], out->mutable_dst());
+  put_peer(r, 0, out->mutable_src());
+  put_peer(r, 1, out->mutable_dst());
   out->set_timeout(static_cast<uint32_t>(r.timeout));
   out->set_expires_in_ms(expires_ms(r.expires_in));
   out->set_proxy(static_cast<uint32_t>(r.proxy));
@@ -201,9 +215,11 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
     out.wire_key = out.stack_key;
   }
   const bool tcp = out.stack_key.proto == kTcp;
-  if (!get_peer(in.src(), tcp, out.src) || !get_peer(in.dst(), tcp, out.dst)) return false;
-  out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
-  out.proxy_isn = {in.src().proxy_isn(), in.dst().proxy_isn()};
+  if (!get_peer(in.src(), tcp, out.src) || !get_peer(in.dst(), tcp, out.dst) ||
+      !get_peer_extras(in.src(), in.dst(), out) || (in.scrub_tcp() && !tcp)) {
+    return false;
+  }
+  out.scrub_tcp = in.scrub_tcp();
   if (!get_timeout(in.timeout(), out.timeout) || in.flags() > 0xff || in.expires_in_ms() > kMaxExpiresMs ||
       !get_proxy(in.proxy(), out.proxy)) {
     return false;
@@ -223,9 +239,10 @@ bool decode_update(const wire::Update& in, engine::StateRecord& out) {
   if (!valid_id(in.creator(), in.counter())) return false;
   // An update does not say the protocol; TCP's range is the wider one, and the store checks it
   // against the state it names (fits_protocol).
-  if (!get_peer(in.src(), true, out.src) || !get_peer(in.dst(), true, out.dst)) return false;
-  out.seqdiff = {in.src().seqdiff(), in.dst().seqdiff()};
-  out.proxy_isn = {in.src().proxy_isn(), in.dst().proxy_isn()};
+  if (!get_peer(in.src(), true, out.src) || !get_peer(in.dst(), true, out.dst) ||
+      !get_peer_extras(in.src(), in.dst(), out)) {
+    return false;
+  }
   if (!get_timeout(in.timeout(), out.timeout) || in.expires_in_ms() > kMaxExpiresMs ||
       !get_proxy(in.proxy(), out.proxy)) {
     return false;

@@ -236,8 +236,8 @@ struct TranslationRule {
   SourceLocation target_location;
 };
 
-// `scrub [in|out] [on IF] [all|from..to] [fragment reassemble] [max-mss N] [min-ttl N] [random-id]
-// [no-df] [set-tos T]`, or `no scrub [in|out] [on IF] [all|from..to]`.
+// `scrub [in|out] [on IF] [all|from..to] [fragment reassemble] [reassemble tcp] [max-mss N]
+// [min-ttl N] [random-id] [no-df] [set-tos T]`, or `no scrub [in|out] [on IF] [all|from..to]`.
 struct ScrubRule {
   SourceLocation location;
   bool negated = false;  // `no scrub`: what it matches first is left as it is
@@ -248,6 +248,9 @@ struct ScrubRule {
   Endpoint from;
   Endpoint to;
   bool fragment_reassemble = false;
+  // `reassemble tcp`: the TCP states the rule's packets create normalize their connections' later
+  // segments too (pf's pf_normalize_tcp_stateful; Engine::scrub_segment()).
+  bool reassemble_tcp = false;
   uint16_t max_mss = 0;  // 0: leave MSS alone
   uint8_t min_ttl = 0;   // 0: no minimum
   bool random_id = false;

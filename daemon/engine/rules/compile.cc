@@ -242,6 +242,7 @@ std::string scrub_text(const ScrubRule& r) {
   out += header_text(r.interfaces, r.family, r.protocols);
   out += endpoints_text(r.from, r.to);
   if (r.fragment_reassemble) out += " fragment reassemble";
+  if (r.reassemble_tcp) out += " reassemble tcp";
   if (r.max_mss != 0) out += " max-mss " + std::to_string(r.max_mss);
   if (r.min_ttl != 0) out += " min-ttl " + std::to_string(r.min_ttl);
   if (r.random_id) out += " random-id";
@@ -1472,6 +1473,7 @@ ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceI
   if (rule.negated) return action;
   action.matched = true;
   action.fragment_reassemble = rule.fragment_reassemble;
+  action.reassemble_tcp = rule.reassemble_tcp;
   action.max_mss = rule.max_mss;
   action.min_ttl = rule.min_ttl;
   action.random_id = rule.random_id;

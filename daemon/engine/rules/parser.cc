@@ -863,8 +863,8 @@ class Parser {
     if (accept_word("proto")) r.protocols = protocols();
     from_to(r.from, r.to, r.family);
     constexpr const char* kWhat =
-        "scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df, set-tos T) or end of "
-        "line";
+        "scrub option (fragment reassemble, reassemble tcp, max-mss N, min-ttl N, random-id, no-df, "
+        "set-tos T) or end of line";
     if (r.negated) {
       expect_end("end of line: 'no scrub' exempts packets from normalization and takes no options");
       out_.scrub_rules.push_back(std::move(r));
@@ -884,11 +884,9 @@ class Parser {
           fail_at(peek(), "the kernel reassembles every fragmented datagram: write 'fragment reassemble'");
         expect_word("reassemble", "'reassemble' after 'fragment'");
         r.fragment_reassemble = true;
-      } else if (at_word("reassemble") && at_word("tcp", 1)) {
-        fail_at(
-            peek(),
-            "'reassemble tcp' is not supported: states check TCP sequence windows, but TTLs and timestamps "
-            "are not normalized");
+      } else if (accept_word("reassemble")) {
+        expect_word("tcp", "'tcp' after 'reassemble'");
+        r.reassemble_tcp = true;
       } else if (accept_word("set-tos")) {
         r.set_tos = tos(take_value(kTosWhat));
       } else if (accept_word("max-mss")) {
@@ -913,9 +911,11 @@ class Parser {
         for (;;) {
           if (at(TokenKind::RParen)) {
             if (!any)
-              fail_at(peek(),
-                      "empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id, "
-                      "no-df or set-tos T");
+              fail_at(
+                  peek(),
+                  "empty scrub options: expected fragment reassemble, reassemble tcp, max-mss N, min-ttl N, "
+                  "random-id, "
+                  "no-df or set-tos T");
             take();
             break;
           }

@@ -86,6 +86,7 @@ inline Millis state_timeout(const CompiledRule* rule, TimeoutClass c, const Time
 struct ScrubAction {
   bool matched = false;
   bool fragment_reassemble = false;
+  bool reassemble_tcp = false;
   uint16_t max_mss = 0;
   uint8_t min_ttl = 0;
   bool random_id = false;

@@ -189,6 +189,7 @@ std::string render(const ScrubRule& r) {
   }
   o << " from " << render(r.from) << " to " << render(r.to);
   if (r.fragment_reassemble) o << " reassemble";
+  if (r.reassemble_tcp) o << " reassemble-tcp";
   if (r.max_mss) o << " mss=" << r.max_mss;
   if (r.min_ttl) o << " ttl=" << int(r.min_ttl);
   if (r.random_id) o << " random-id";
@@ -602,6 +603,9 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
       {"scrub in on { em0 em1 } from 10.0.0.0/8 to any min-ttl 5 max-mss 1400",
        "scrub in on em0,em1 from 10.0.0.0/8 to any mss=1400 ttl=5"},
       {"scrub in all (max-mss 1440)", "scrub in from * to * mss=1440"},
+      {"scrub in all reassemble tcp", "scrub in from * to * reassemble-tcp"},
+      {"scrub on ext0 all fragment reassemble (reassemble tcp, no-df)",
+       "scrub on ext0 from * to * reassemble reassemble-tcp no-df"},
       {"scrub in all fragment reassemble (no-df, random-id min-ttl 255, max-mss 65535)",
        "scrub in from * to * reassemble mss=65535 ttl=255 random-id no-df"},
       // `proto` as in filter rules, after the family (pf.conf's scrub rule).
@@ -1167,9 +1171,6 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"set state-defaults no-sync, pflow",
        "t.conf:1:29: 'pflow' is not supported: there is no flow export here"},
       {"set keepcounters", "t.conf:1:5: 'set keepcounters' is not supported"},
-      {"scrub in on lo0 all reassemble tcp",
-       "t.conf:1:21: 'reassemble tcp' is not supported: states check TCP sequence windows, but TTLs and "
-       "timestamps are not normalized"},
       {"scrub in all fragment crop",
        "t.conf:1:23: the kernel reassembles every fragmented datagram: write 'fragment reassemble'"},
       {"set skip lo", "t.conf:1:10: expected 'on' and an interface after 'set skip', got 'lo'"},
@@ -1183,9 +1184,13 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"scrub in all max-mss 0", "t.conf:1:22: max-mss must be between 1 and 65535, got '0'"},
       {"scrub in all max-mss 65536", "t.conf:1:22: max-mss must be between 1 and 65535, got '65536'"},
       {"scrub in all fragment cut", "t.conf:1:23: expected 'reassemble' after 'fragment', got 'cut'"},
-      {"scrub in all reassemble",
-       "t.conf:1:14: expected scrub option (fragment reassemble, max-mss N, min-ttl N, random-id, no-df, "
-       "set-tos T) or end of line, got 'reassemble'"},
+      {"scrub in all reassemble", "t.conf:1:24: expected 'tcp' after 'reassemble', got end of file"},
+      {"scrub in all reassemble udp", "t.conf:1:25: expected 'tcp' after 'reassemble', got 'udp'"},
+      {"scrub in all tcp",
+       "t.conf:1:14: expected scrub option (fragment reassemble, reassemble tcp, max-mss N, min-ttl N, "
+       "random-id, no-df, set-tos T) or end of line, got 'tcp'"},
+      {"scrub in all reassemble tcp (reassemble tcp)",
+       "t.conf:1:30: duplicate scrub option 'reassemble': already given at line 1, column 14"},
       {"scrub in all (max-mss 1440",
        "t.conf:1:27: expected ')' to close the scrub options opened at line 1, column 14, got end of file"},
       {"scrub in proto ping all",
@@ -1206,8 +1211,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "got 'max-mss'"},
       {"no pass all", "t.conf:1:4: expected 'nat', 'rdr' or 'binat' after 'no', got 'pass'"},
       {"scrub in all ()",
-       "t.conf:1:15: empty scrub options: expected fragment reassemble, max-mss N, min-ttl N, random-id, "
-       "no-df or set-tos T"},
+       "t.conf:1:15: empty scrub options: expected fragment reassemble, reassemble tcp, max-mss N, min-ttl "
+       "N, random-id, no-df or set-tos T"},
       {"scrub in quick all",
        "t.conf:1:10: scrub rules do not take 'quick': the first one a packet matches applies"},
       {"scrub log log all", "t.conf:1:11: duplicate 'log'"},

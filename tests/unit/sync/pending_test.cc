@@ -42,18 +42,20 @@ TEST_CASE("an insert is urgent, and updates fold into it", "[sync][pending]") {
   CHECK(p.front().stack_key == ins.stack_key);
   CHECK(p.oldest() == Micros{10});
 
-  // An update also carries what a modulated or synproxy state learned since its insert: offsets,
-  // and how far the handshakes are.
+  // An update also carries what a modulated, synproxy or scrubbed state learned since its insert:
+  // offsets, how far the handshakes are, the highest TTLs.
   auto spliced = update_of(ins, 6000, TcpState::Established, TcpState::Established);
   spliced.seqdiff = {0x11111111, 0x22222222};
   spliced.proxy = pairwall::engine::Proxy::Spliced;
   spliced.proxy_isn = {0x33333333, 0x44444444};
+  spliced.scrub = {pairwall::engine::TcpScrub{0x55555555, 64}, pairwall::engine::TcpScrub{0x66666666, 57}};
   p.add(spliced, Micros{30});
   CHECK(p.size() == 1);
   CHECK(p.front().kind == Kind::Insert);
   CHECK(p.front().seqdiff == spliced.seqdiff);
   CHECK(p.front().proxy == pairwall::engine::Proxy::Spliced);
   CHECK(p.front().proxy_isn == spliced.proxy_isn);
+  CHECK(p.front().scrub == spliced.scrub);
 }
 
 TEST_CASE("updates of one state coalesce into the newest", "[sync][pending]") {

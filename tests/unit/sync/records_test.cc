@@ -24,6 +24,8 @@ void check_same(const StateRecord& a, const StateRecord& b) {
   CHECK(a.seqdiff == b.seqdiff);
   CHECK(a.proxy == b.proxy);
   CHECK(a.proxy_isn == b.proxy_isn);
+  CHECK(a.scrub_tcp == b.scrub_tcp);
+  CHECK(a.scrub == b.scrub);
   CHECK(a.rules_digest == b.rules_digest);
   CHECK(a.rule_index == b.rule_index);
 }
@@ -73,6 +75,12 @@ TEST_CASE("inserts round trip", "[sync][records]") {
     r.proxy_isn = {0xdeadbeef, 0x00000001};
     check_same(round_trip_insert(r), r);
   }
+  SECTION("scrub reassemble tcp: each end's timestamp offset and highest TTL") {
+    auto r = test::make_insert(1, 10, true);
+    r.scrub_tcp = true;
+    r.scrub = {pairwall::engine::TcpScrub{0x9e3779b9, 255}, pairwall::engine::TcpScrub{0xfffffffe, 1}};
+    check_same(round_trip_insert(r), r);
+  }
   SECTION("the creating rule, by its place in a rule set of that digest") {
     auto r = test::make_insert(1, 9);
     r.rules_digest = 0x8000000000000001;
@@ -105,6 +113,7 @@ TEST_CASE("updates and deletes round trip", "[sync][records]") {
   r.seqdiff = {0x12345678, 0x87654321};  // a synproxy state's are first known in an update
   r.proxy = pairwall::engine::Proxy::Spliced;
   r.proxy_isn = {0x0badf00d, 0xfeedface};
+  r.scrub = {pairwall::engine::TcpScrub{0x01020304, 64}, pairwall::engine::TcpScrub{0, 128}};
   wire::Update u;
   encode_update(r, &u);
   StateRecord out;
@@ -116,6 +125,7 @@ TEST_CASE("updates and deletes round trip", "[sync][records]") {
   CHECK(out.seqdiff == r.seqdiff);
   CHECK(out.proxy == r.proxy);
   CHECK(out.proxy_isn == r.proxy_isn);
+  CHECK(out.scrub == r.scrub);
   CHECK(out.timeout == r.timeout);
 
   wire::Delete d;
@@ -149,6 +159,7 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
       {"timeout class past the end", [](wire::Insert& m) { m.set_timeout(99); }},
       {"flags past 8 bits", [](wire::Insert& m) { m.set_flags(0x100); }},
       {"synproxy phase past the splice", [](wire::Insert& m) { m.set_proxy(4); }},
+      {"scrub TTL 256", [](wire::Insert& m) { m.mutable_dst()->set_scrub_ttl(256); }},
       {"state counter 0", [](wire::Insert& m) { m.set_counter(0); }},
       // Node ids start at 1: a state of creator 0 would be no node's, left behind by the peer's
       // ClearStates and by the end of its full transfer, which remove the states the peer created.
@@ -176,6 +187,9 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
   CHECK_FALSE(decode_update(u, out));
   encode_update(r, &u);
   u.set_proxy(4);
+  CHECK_FALSE(decode_update(u, out));
+  encode_update(r, &u);
+  u.mutable_src()->set_scrub_ttl(300);
   CHECK_FALSE(decode_update(u, out));
   encode_update(r, &u);
   u.set_creator(0);
@@ -228,6 +242,7 @@ TEST_CASE("decoding rejects what no state of the record's protocol can hold", "[
        [](StateRecord& r) { r.timeout = TimeoutClass::OtherMultiple; }},
       {"UDP state in a synproxy handshake", &udp,
        [](StateRecord& r) { r.proxy = pairwall::engine::Proxy::Spliced; }},
+      {"UDP state with scrub reassemble tcp", &udp, [](StateRecord& r) { r.scrub_tcp = true; }},
   };
   const auto tcp = test::make_insert(1, 4);
   for (const auto& c : cases) {
