@@ -263,3 +263,25 @@ TEST_CASE("scrub reassemble tcp: a peer's record never lowers a TTL mark or chan
   CHECK(peer.last_packet ==
         c.segment(false, kAck, kServerIsn + 1, kClientIsn + 21, 5003 + offsets.server, 101, 200));
 }
+
+TEST_CASE("scrub reassemble tcp: a peer holding only the SYN's insert shifts alike",
+          "[engine][tcp][scrub][sync]") {
+  // The master passed the whole handshake and died before the updates that followed the insert
+  // reached its peer: each end holds the other's shifted clock, and the peer must shift alike.
+  using namespace tcpflag;
+  for (const bool v6 : {false, true}) {
+    INFO((v6 ? "v6" : "v4"));
+    Firewall fw(kScrubbed);
+    const Connection c{v6};
+    const Offsets offsets = handshake(fw, c);
+    const auto records = fw.drain();
+    REQUIRE_FALSE(records.empty());
+    Firewall peer("block all\n", 2);
+    REQUIRE(peer.engine.apply(records.front(), peer.now));
+    // The client's last ACK of the handshake, retransmitted to the new master.
+    REQUIRE(peer.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + 1, 101, 5000 + offsets.server, 20))
+                .reason == Reason::State);
+    CHECK(peer.last_packet ==
+          c.segment(true, kAck, kClientIsn + 1, kServerIsn + 1, 101 + offsets.client, 5000));
+  }
+}
