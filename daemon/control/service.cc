@@ -80,6 +80,7 @@ struct StateCopy {
   engine::TimeoutClass timeout = engine::TimeoutClass::TcpFirst;
   uint8_t flags = 0;
   engine::Proxy proxy = engine::Proxy::None;
+  bool scrub_tcp = false;
   uint32_t rule = 0;
   engine::Millis created{0};
   engine::Millis expires_at{0};
@@ -946,6 +947,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     c.timeout = e.timeout;
     c.flags = e.flags;
     c.proxy = e.proxy;
+    c.scrub_tcp = e.scrub_tcp;
     c.rule = e.rule;
     c.created = e.created;
     const engine::Millis timeout = engine::Engine::timeout_of(e, e.timeout, *current);
@@ -988,6 +990,7 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     s->set_from_peer((c.flags & engine::stateflag::kFromPeer) != 0);
     s->set_modulated((c.flags & engine::stateflag::kModulated) != 0);
     s->set_synproxy(std::string(engine::proxy_name(c.proxy)));
+    s->set_scrub_tcp(c.scrub_tcp);
     s->set_timeout(std::string(engine::timeout_class_name(c.timeout)));
     if (tcp) {
       for (int i = 0; i < 2; ++i) {

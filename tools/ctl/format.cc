@@ -314,6 +314,7 @@ std::string format_states(const control::StateList& list, bool count_only) {
     } else if (s.modulated()) {
       o << ", modulated";
     }
+    if (s.scrub_tcp()) o << ", scrubbed";
     o << ", id " << s.creator() << ":" << s.id() << (s.from_peer() ? " (from peer)" : "") << "\n";
   }
   o << list.matched() << " of " << list.total() << " states";
