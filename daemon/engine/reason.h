@@ -24,7 +24,7 @@ enum class Reason : uint8_t {
                      // option
   BadOffset,         // fragment offset/length makes no sense (overlap past 65535, tiny first fragment)
   BadTcpHeader,      // data offset < 5 or past the packet
-  BadTcpOptions,     // an option length that runs past the header
+  BadTcpOptions,     // an option length that runs past the header; two timestamps under scrub reassemble tcp
   BadUdpHeader,      // UDP length field disagrees with the packet
   BadIcmp,           // ICMP too short for its type, an error quoting a malformed packet, or
                      // neighbor discovery with a hop limit other than 255 (sent from off the link)

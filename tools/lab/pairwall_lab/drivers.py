@@ -196,7 +196,7 @@ out_if = "{out_if}"
 set limit states 400000
 # UDP flows preloaded by the chaos scenarios must outlive a bulk resync.
 set timeout {{ tcp.established 86400, udp.first 600, udp.single 600, udp.multiple 600 }}
-{nat}block all
+{scrub}{nat}block all
 # Only the inside's own network may arrive on the inside, and only there (both nodes resolve
 # $in_if:network from their own address on it, the same network).
 antispoof quick for $in_if inet
@@ -216,14 +216,24 @@ NAT_PASS_RULES = """\
 pass out on $out_if inet from {vip_out} to any {state} state
 """
 
+# `up --scrub-tcp` adds this to RULES_TEMPLATE, where pf has scrub rules: after the options, before nat and
+# the filter rules. The TCP states its packets create raise each end's TTL to the highest it has sent with
+# and shift each end's timestamps by an offset of its own, which the states carry to the peer.
+SCRUB_TCP_RULES = """\
+# --scrub-tcp: normalize the inside's TCP connections, timestamps included.
+scrub in on $in_if all reassemble tcp
+"""
 
-def rules_text(nat=False, modulate=False, synproxy=False):
+
+def rules_text(nat=False, modulate=False, synproxy=False, scrub_tcp=False):
     """The rule file the lab gives both firewalls; with `modulate` (`synproxy`), its states are kept by
-    `modulate state` (`synproxy state`)."""
+    `modulate state` (`synproxy state`); with `scrub_tcp`, the inside's TCP states are scrubbed by
+    `scrub ... reassemble tcp`."""
     state = "modulate" if modulate else "synproxy" if synproxy else "keep"
     fields = dict(inside=topology.INSIDE_NET, vip_out=topology.VIP_OUT, state=state)
     return RULES_TEMPLATE.format(in_if=topology.IF_IN, out_if=topology.IF_OUT, inside=topology.INSIDE_NET,
-                                 state=fields["state"], nat=NAT_RULES.format(**fields) if nat else "",
+                                 state=fields["state"], scrub=SCRUB_TCP_RULES if scrub_tcp else "",
+                                 nat=NAT_RULES.format(**fields) if nat else "",
                                  nat_pass=NAT_PASS_RULES.format(**fields) if nat else "")
 
 CONFIG_TEMPLATE = """\
@@ -337,7 +347,8 @@ class PairwalldDriver(Driver):
             d.mkdir(parents=True, exist_ok=True)
             peer = topology.NODE_BY_NAME[topology.other(n.name)]
             rules = d / "pairwall.rules"
-            rules.write_text(rules_text(nat=self.lab.nat, modulate=self.lab.modulate, synproxy=self.lab.synproxy))
+            rules.write_text(rules_text(nat=self.lab.nat, modulate=self.lab.modulate, synproxy=self.lab.synproxy,
+                                        scrub_tcp=self.lab.scrub_tcp))
             fields = dict(
                 name=n.name, ns=self.lab.ns[n.name], node_id=n.node_id, queue_first=0, rules=rules,
                 socket=self.socket(n.name), metrics_port=9477 + i, if_sync=topology.IF_SYNC, own_sync=n.sync,

@@ -23,7 +23,7 @@ RUN_ROOT = Path("/run/pairwall-lab")
 
 class Lab:
     def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False,
-                 defer=False, modulate=False, synproxy=False):
+                 defer=False, modulate=False, synproxy=False, scrub_tcp=False):
         if not prefix or len(prefix) > 8 or not prefix.replace("-", "").isalnum():
             raise LabError(f"prefix {prefix!r}: use 1-8 letters, digits or '-'")
         self.prefix = prefix
@@ -47,6 +47,9 @@ class Lab:
         if modulate and synproxy:
             raise LabError("--modulate and --synproxy are two ways of keeping state: choose one")
         self.synproxy = synproxy
+        # scrub_tcp: the rules scrub the inside's TCP states with `reassemble tcp` (TTLs raised, timestamps
+        # shifted); it combines with every way of keeping state.
+        self.scrub_tcp = scrub_tcp
         self.driver_name = driver
         self._driver = None
         saved = self.load_state()
@@ -58,6 +61,7 @@ class Lab:
             self.defer = saved.get("defer", defer)
             self.modulate = saved.get("modulate", modulate)
             self.synproxy = saved.get("synproxy", synproxy)
+            self.scrub_tcp = saved.get("scrub_tcp", scrub_tcp)
 
     # -- persistent description of a lab that is up
 
@@ -76,7 +80,8 @@ class Lab:
         self.state_file.write_text(json.dumps({"prefix": self.prefix, "driver": self.driver_name,
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
                                                "nat": self.nat, "defer": self.defer, "modulate": self.modulate,
-                                               "synproxy": self.synproxy, "namespaces": self.ns,
+                                               "synproxy": self.synproxy, "scrub_tcp": self.scrub_tcp,
+                                               "namespaces": self.ns,
                                                "created": time.time()},
                                               indent=1))
 
@@ -149,7 +154,8 @@ class Lab:
         if self.defer and not isinstance(self.driver, drivers.PairwalldDriver):
             raise LabError(f"--defer is pairwalld's sync option: it needs driver builtin, keepalived or "
                            f"scripted, not {self.driver.name}")
-        for flag, on in (("--modulate", self.modulate), ("--synproxy", self.synproxy)):
+        for flag, on in (("--modulate", self.modulate), ("--synproxy", self.synproxy),
+                         ("--scrub-tcp", self.scrub_tcp)):
             if on and not isinstance(self.driver, drivers.PairwalldDriver):
                 raise LabError(f"{flag} is pairwalld's rule option: it needs driver builtin, keepalived or "
                                f"scripted, not {self.driver.name}")
@@ -196,7 +202,8 @@ class Lab:
         if not self.exists():
             return {"prefix": self.prefix, "up": False}
         st = {"prefix": self.prefix, "up": True, "driver": self.driver.name, "advbase_ms": self.advbase_ms,
-              "nat": self.nat, "defer": self.defer, "modulate": self.modulate, "namespaces": self.ns,
+              "nat": self.nat, "defer": self.defer, "modulate": self.modulate, "scrub_tcp": self.scrub_tcp,
+              "namespaces": self.ns,
               "vips": topology.vip_holders(self.prefix)}
         nodes = self.driver.node_status()
         states = self.driver.states()
