@@ -70,6 +70,9 @@ def parser():
     up.add_argument("--synproxy", action="store_true",
                     help="the rules keep state with `synproxy state`: the firewall completes each TCP "
                          "handshake before the server sees it (pairwalld drivers)")
+    up.add_argument("--scrub-tcp", action="store_true",
+                    help="the rules scrub the inside's TCP with `reassemble tcp`: TTLs raised, timestamps shifted "
+                         "on the way through; combines with --modulate or --synproxy (pairwalld drivers)")
     up.add_argument("--replace", action="store_true", help="tear down a lab with this prefix first")
     up.add_argument("--json", action="store_true")
 
@@ -97,6 +100,7 @@ def parser():
             d.add_argument("--defer", action="store_true", help="as `up --defer`")
             d.add_argument("--modulate", action="store_true", help="as `up --modulate`")
             d.add_argument("--synproxy", action="store_true", help="as `up --synproxy`")
+            d.add_argument("--scrub-tcp", action="store_true", help="as `up --scrub-tcp`")
             d.add_argument("--no-build", action="store_true", help="do not install packages or build")
 
     st = sub.add_parser("status", help="roles, states per node, sync health")
@@ -141,7 +145,7 @@ def make_plot(rep, say):
 
 def demo(args, say):
     lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
-              defer=args.defer, modulate=args.modulate, synproxy=args.synproxy)
+              defer=args.defer, modulate=args.modulate, synproxy=args.synproxy, scrub_tcp=args.scrub_tcp)
     if args.driver != "none" and not args.no_build:
         build_if_needed(str(lab.bin_dir), say)
     if args.driver == "auto":
@@ -160,7 +164,7 @@ def demo(args, say):
         say("WARNING: falling back to --driver scripted: pairwalld filters, the lab moves the VIPs; "
             "connections survive only if pairwalld syncs its states")
         lab = Lab(args.prefix, bin_dir=args.bin_dir, driver="scripted", advbase_ms=args.advbase_ms,
-                  defer=args.defer, modulate=args.modulate, synproxy=args.synproxy)
+                  defer=args.defer, modulate=args.modulate, synproxy=args.synproxy, scrub_tcp=args.scrub_tcp)
         lab.up(replace=True)
     try:
         rep = drill.run(lab, connections=args.connections, duration=args.duration, kill=args.kill,
@@ -186,7 +190,8 @@ def main(argv=None):
             print(f"removed {len(removed['namespaces'])} namespaces, stopped {len(removed['pids'])} processes")
         elif args.cmd == "up":
             lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
-                      nat=args.nat, defer=args.defer, modulate=args.modulate, synproxy=args.synproxy)
+                      nat=args.nat, defer=args.defer, modulate=args.modulate, synproxy=args.synproxy,
+                      scrub_tcp=args.scrub_tcp)
             st = lab.up(replace=args.replace)
             print(json.dumps(st, indent=1) if args.json else format_status(st))
         elif args.cmd == "status":
@@ -228,8 +233,9 @@ def format_status(st):
     defer = ", sync defer on" if st.get("defer") else ""
     modulate = ", modulate state" if st.get("modulate") else ""
     synproxy = ", synproxy state" if st.get("synproxy") else ""
+    scrub_tcp = ", scrub reassemble tcp" if st.get("scrub_tcp") else ""
     lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}{defer}{modulate}"
-             f"{synproxy}"]
+             f"{synproxy}{scrub_tcp}"]
     for node, s in st["nodes"].items():
         extra = "".join(f", {k} {s[k]}" for k in ("bulk_done", "demotion", "sync_peer") if k in s)
         lines.append(f"  {node}: {s.get('role')}, states {s.get('states')}, VIPs {st['vips'].get(node) or '-'}"

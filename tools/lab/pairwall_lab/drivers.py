@@ -221,7 +221,7 @@ pass out on $out_if inet from {vip_out} to any {state} state
 # and shift each end's timestamps by an offset of its own, which the states carry to the peer.
 SCRUB_TCP_RULES = """\
 # --scrub-tcp: normalize the inside's TCP connections, timestamps included.
-scrub in on $in_if all reassemble tcp
+scrub on $in_if all reassemble tcp
 """
 
 

@@ -81,8 +81,7 @@ class Lab:
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
                                                "nat": self.nat, "defer": self.defer, "modulate": self.modulate,
                                                "synproxy": self.synproxy, "scrub_tcp": self.scrub_tcp,
-                                               "namespaces": self.ns,
-                                               "created": time.time()},
+                                               "namespaces": self.ns, "created": time.time()},
                                               indent=1))
 
     @property
@@ -202,9 +201,9 @@ class Lab:
         if not self.exists():
             return {"prefix": self.prefix, "up": False}
         st = {"prefix": self.prefix, "up": True, "driver": self.driver.name, "advbase_ms": self.advbase_ms,
-              "nat": self.nat, "defer": self.defer, "modulate": self.modulate, "scrub_tcp": self.scrub_tcp,
-              "namespaces": self.ns,
-              "vips": topology.vip_holders(self.prefix)}
+              "nat": self.nat, "defer": self.defer, "modulate": self.modulate, "synproxy": self.synproxy,
+              "scrub_tcp": self.scrub_tcp,
+              "namespaces": self.ns, "vips": topology.vip_holders(self.prefix)}
         nodes = self.driver.node_status()
         states = self.driver.states()
         for n, s in nodes.items():
