@@ -792,7 +792,7 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   if (parsed.filtered[1]) tighten(scrub, rules.scrub(packet, rules::Direction::Out, meta.out_iface));
   // pf_normalize_tcp_stateful's "multiple timestamps": which one would the ends read?
   parsed.reassemble_tcp = scrub.reassemble_tcp && packet.is_tcp();
-  if (parsed.reassemble_tcp && packet.tcp.timestamps_repeated) return refuse(Reason::BadTcpOptions);
+  if (parsed.reassemble_tcp && packet.tcp.timestamps_repeated) return refuse(Reason::BadTimestamp);
   if (scrub.matched && normalize(worker, bytes, packet, scrub)) parsed.rewritten = true;
 
   return std::nullopt;
@@ -947,8 +947,26 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
   return true;
 }
 
-bool Engine::scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side,
-                           const PacketView& packet) noexcept {
+namespace {
+
+// A segment's echo in its receiver's own clock: what the receiver sent, before its shift.
+uint32_t unshifted_echo(const StateEntry& entry, int side, const PacketView& packet) {
+  return packet.tcp.ts_echo != 0 ? packet.tcp.ts_echo - entry.scrub[1 - side].ts_mod : 0;
+}
+
+}  // namespace
+
+Reason Engine::scrub_check(StateEntry& entry, int side, const PacketView& packet, Millis now) noexcept {
+  // pf_normalize_tcp_stateful's "multiple timestamps": which one would the ends read?
+  if (packet.tcp.timestamps_repeated) return Reason::BadTimestamp;
+  return check_timestamps(entry.watch[side], entry.watch[1 - side], packet,
+                          unshifted_echo(entry, side, packet),
+                          tcp_state_established(entry.peer[0], entry.peer[1]), entry.created, now);
+}
+
+bool Engine::scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side, const PacketView& packet,
+                           Millis now) noexcept {
+  watch_segment(entry.watch[side], packet, unshifted_echo(entry, side, packet), entry.created, now);
   TcpScrub& own = entry.scrub[side];
   bool rewritten = false;
   // Not traffic of one link, as min-ttl spares it (normalize()).
@@ -959,10 +977,12 @@ bool Engine::scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side
     rewritten = true;
   }
   if (packet.tcp.has_timestamps) {
-    // A SYN's echo is 0 and means nothing (RFC 7323 3.2); pf leaves every 0 as it is.
+    // A SYN's echo is 0 and means nothing (RFC 7323 3.2), and some stacks send a value of 0 until
+    // the handshake is done: pf leaves every 0 as it is.
+    const uint32_t value_add = packet.tcp.ts_value != 0 ? own.ts_mod : 0;
     const uint32_t echo_sub = packet.tcp.ts_echo != 0 ? entry.scrub[1 - side].ts_mod : 0;
-    if (own.ts_mod != 0 || echo_sub != 0) {
-      modulate_timestamps(bytes, packet, own.ts_mod, echo_sub);
+    if (value_add != 0 || echo_sub != 0) {
+      modulate_timestamps(bytes, packet, value_add, echo_sub);
       rewritten = true;
     }
   }
@@ -1199,8 +1219,10 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       } else {
         const int side = from_initiator ? 0 : 1;
         const bool scrubbed = state->scrub_tcp && packet.is_tcp();
-        if (scrubbed && packet.tcp.timestamps_repeated)
-          return decided(verdict, drop(Reason::BadTcpOptions, state->rule));
+        if (scrubbed) {
+          const Reason checked = scrub_check(*state, side, packet, now);
+          if (checked != Reason::State) return decided(verdict, drop(checked, state->rule));
+        }
         const bool modulated = (state->flags & stateflag::kModulated) != 0 && packet.is_tcp();
         if (modulated && proxying(*state))
           return decided(verdict, proxy_handshake(worker, state, side, packet, now));
@@ -1233,7 +1255,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
           verdict.rewritten = true;
         }
         if (modulated && modulate(bytes, *state, side, packet)) verdict.rewritten = true;
-        if (scrubbed && scrub_segment(bytes, *state, side, packet)) verdict.rewritten = true;
+        if (scrubbed && scrub_segment(bytes, *state, side, packet, now)) verdict.rewritten = true;
         return true;
       }
     }
@@ -1659,7 +1681,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     v.rewritten = true;
   }
   if ((state->flags & stateflag::kModulated) != 0 && modulate(bytes, *state, 0, packet)) v.rewritten = true;
-  if (state->scrub_tcp && scrub_segment(bytes, *state, 0, packet)) v.rewritten = true;
+  if (state->scrub_tcp && scrub_segment(bytes, *state, 0, packet, now)) v.rewritten = true;
   return v;
 }
 

@@ -395,10 +395,12 @@ class Engine {
   static bool modulate(std::span<uint8_t> bytes, const StateEntry& entry, int side,
                        const PacketView& packet) noexcept;
   // `scrub reassemble tcp` on a segment end `side` of the state sent (pf_normalize_tcp_stateful):
-  // its TTL raised to the highest that end has sent with, its timestamps shifted by the ends'
-  // offsets. Whether it changed a byte.
-  static bool scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side,
-                            const PacketView& packet) noexcept;
+  // before it is tracked, whether its timestamps may pass (Reason::State) or not (BadTimestamp);
+  // once it has passed, its TTL raised to the highest that end has sent with, its timestamps taken
+  // into the end's watch and shifted by the ends' offsets. Whether that changed a byte.
+  static Reason scrub_check(StateEntry& entry, int side, const PacketView& packet, Millis now) noexcept;
+  static bool scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side, const PacketView& packet,
+                            Millis now) noexcept;
   // `synproxy state` before its splice: every packet of the state is dropped, and those that move
   // the handshakes on make this node's answers (synproxy.h).
   Verdict proxy_handshake(Worker& worker, StateTable::Handle& state, int side, const PacketView& packet,

@@ -44,6 +44,8 @@ std::string_view reason_name(Reason r) {
       return "state_mismatch";
     case Reason::BadSeq:
       return "bad_seq";
+    case Reason::BadTimestamp:
+      return "bad_timestamp";
     case Reason::Synproxy:
       return "synproxy";
     case Reason::StateLimit:

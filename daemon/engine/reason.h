@@ -24,7 +24,7 @@ enum class Reason : uint8_t {
                      // option
   BadOffset,         // fragment offset/length makes no sense (overlap past 65535, tiny first fragment)
   BadTcpHeader,      // data offset < 5 or past the packet
-  BadTcpOptions,     // an option length that runs past the header; two timestamps under scrub reassemble tcp
+  BadTcpOptions,     // an option length that runs past the header
   BadUdpHeader,      // UDP length field disagrees with the packet
   BadIcmp,           // ICMP too short for its type, an error quoting a malformed packet, or
                      // neighbor discovery with a hop limit other than 255 (sent from off the link)
@@ -40,6 +40,7 @@ enum class Reason : uint8_t {
                       // quotes instead of back to that packet's sender, a translated
                       // connection's packet in the form it only has past the translation)
   BadSeq,             // TCP sequence/ack outside the windows both ends advertised
+  BadTimestamp,       // scrub reassemble tcp: two timestamp options, or timestamps RFC 7323 rules out
   Synproxy,           // a handshake packet of `synproxy state`: answered by this node or held back
   StateLimit,         // the state table is full (set limit states)
   RuleStateLimit,     // the rule's own (max N) is reached

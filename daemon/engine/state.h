@@ -94,11 +94,13 @@ struct PeerTracking {
 // sees); and what its timestamps gain on the way through (RFC 7323 TSval; 0 where they pass as
 // they are), so that they tell the far side nothing of the host's uptime or of which hosts share a
 // translated address.
-struct TcpScrub {
+// Packed, as the state entry keeps it (TimestampWatch).
+struct [[gnu::packed]] TcpScrub {
   uint32_t ts_mod = 0;
   uint8_t ttl = 0;
   friend bool operator==(const TcpScrub&, const TcpScrub&) = default;
 };
+static_assert(sizeof(TcpScrub) == 5);
 
 // A state change as the engine reports it to sync, and as sync applies a peer's to the local
 // table. Carries everything needed to recreate the state on the other node.

@@ -39,6 +39,7 @@
 #include "daemon/engine/source_table.h"
 #include "daemon/engine/spin_lock.h"
 #include "daemon/engine/state.h"
+#include "daemon/engine/tcp_scrub.h"
 #include "daemon/engine/time.h"
 #include "daemon/engine/timeouts.h"
 
@@ -106,7 +107,10 @@ struct alignas(64) StateEntry {
   // sequence numbers this node chose, [0] answering the initiator, [1] opening to the responder.
   Proxy proxy = Proxy::None;
   uint32_t proxy_isn[2] = {0, 0};
-  TcpScrub scrub[2];  // read only where scrub_tcp is set
+  // `scrub reassemble tcp` (scrub_tcp), per end: the figures the peer gets, and this node's watch
+  // over the end's timestamps.
+  TcpScrub scrub[2];
+  TimestampWatch watch[2];
   // What of packets and bytes the creator's counters hold already (StateTable folds the rest in).
   uint64_t folded_packets = 0;
   uint64_t folded_bytes = 0;

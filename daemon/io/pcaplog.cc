@@ -27,6 +27,7 @@ constexpr uint8_t kPfresFragment = 2;
 constexpr uint8_t kPfresShort = 3;
 constexpr uint8_t kPfresNormalize = 4;
 constexpr uint8_t kPfresMemory = 5;
+constexpr uint8_t kPfresTimestamp = 6;
 constexpr uint8_t kPfresIpOptions = 8;
 constexpr uint8_t kPfresStateMismatch = 10;
 constexpr uint8_t kPfresStateLimit = 12;
@@ -116,6 +117,8 @@ uint8_t pf_reason(engine::Reason reason) {
       return kPfresSynproxy;
     case Reason::TranslationFailed:
       return kPfresTranslate;
+    case Reason::BadTimestamp:
+      return kPfresTimestamp;
     case Reason::IpOptions:
       return kPfresIpOptions;
     case Reason::BadIpVersion:

@@ -50,7 +50,8 @@ table <abusers> persist
 set limit { states 48, src-nodes 16 }
 set timeout { tcp.established 600, udp.first 20, udp.multiple 60 }
 no scrub in from 10.1.0.99 to any
-scrub in all max-mss 1400 min-ttl 2 random-id no-df reassemble tcp
+scrub on lan0 proto tcp from 10.1.0.0/16 to any max-mss 1400 min-ttl 2 random-id no-df reassemble tcp
+scrub in all max-mss 1400 min-ttl 2 random-id no-df
 scrub out on wan0 all set-tos af21
 nat on wan0 proto { tcp udp } from 10.1.0.0/16 to any -> 203.0.113.1 port 40000
 nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1

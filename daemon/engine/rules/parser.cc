@@ -884,8 +884,16 @@ class Parser {
           fail_at(peek(), "the kernel reassembles every fragmented datagram: write 'fragment reassemble'");
         expect_word("reassemble", "'reassemble' after 'fragment'");
         r.fragment_reassemble = true;
-      } else if (accept_word("reassemble")) {
+      } else if (at_word("reassemble")) {
+        // As pfctl's "reassemble tcp rules can not specify direction": the states it marks normalize
+        // both ends' segments whichever way the first packet went.
+        const Token word = take();
         expect_word("tcp", "'tcp' after 'reassemble'");
+        if (r.direction != Direction::Any)
+          fail_at(word,
+                  "'reassemble tcp' normalizes both directions of a connection: its scrub rule names "
+                  "no direction (remove '" +
+                      std::string(r.direction == Direction::In ? "in" : "out") + "')");
         r.reassemble_tcp = true;
       } else if (accept_word("set-tos")) {
         r.set_tos = tos(take_value(kTosWhat));

@@ -603,7 +603,7 @@ TEST_CASE("scrub rules, with options bare or in parentheses") {
       {"scrub in on { em0 em1 } from 10.0.0.0/8 to any min-ttl 5 max-mss 1400",
        "scrub in on em0,em1 from 10.0.0.0/8 to any mss=1400 ttl=5"},
       {"scrub in all (max-mss 1440)", "scrub in from * to * mss=1440"},
-      {"scrub in all reassemble tcp", "scrub in from * to * reassemble-tcp"},
+      {"scrub all reassemble tcp", "scrub from * to * reassemble-tcp"},
       {"scrub on ext0 all fragment reassemble (reassemble tcp, no-df)",
        "scrub on ext0 from * to * reassemble reassemble-tcp no-df"},
       {"scrub in all fragment reassemble (no-df, random-id min-ttl 255, max-mss 65535)",
@@ -1189,8 +1189,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"scrub in all tcp",
        "t.conf:1:14: expected scrub option (fragment reassemble, reassemble tcp, max-mss N, min-ttl N, "
        "random-id, no-df, set-tos T) or end of line, got 'tcp'"},
-      {"scrub in all reassemble tcp (reassemble tcp)",
-       "t.conf:1:30: duplicate scrub option 'reassemble': already given at line 1, column 14"},
+      {"scrub all reassemble tcp (reassemble tcp)",
+       "t.conf:1:27: duplicate scrub option 'reassemble': already given at line 1, column 11"},
+      {"scrub in all reassemble tcp",
+       "t.conf:1:14: 'reassemble tcp' normalizes both directions of a connection: its scrub rule names no "
+       "direction (remove 'in')"},
+      {"scrub out on em0 all (no-df, reassemble tcp)",
+       "t.conf:1:30: 'reassemble tcp' normalizes both directions of a connection: its scrub rule names no "
+       "direction (remove 'out')"},
       {"scrub in all (max-mss 1440",
        "t.conf:1:27: expected ')' to close the scrub options opened at line 1, column 14, got end of file"},
       {"scrub in proto ping all",

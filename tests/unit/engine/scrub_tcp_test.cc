@@ -19,7 +19,7 @@ using Action = Verdict::Action;
 namespace {
 
 constexpr const char* kScrubbed = R"(
-scrub in on lan0 all reassemble tcp
+scrub on lan0 from { 10.1.0.0/16, 2001:db8:1::/48 } to any reassemble tcp
 block all
 pass in on lan0 proto tcp to port 80
 pass out on wan0 proto tcp to port 80
@@ -41,8 +41,9 @@ struct Connection {
 
   // With timestamps (value, echo) unless `timestamps` is false; `nops` no-operations before the
   // option, two of which pf's and the builder's layout has (one puts its fields at odd offsets).
+  // The client's carry 20 bytes of data, the server's none, unless `payload` says otherwise.
   Bytes segment(bool from_client, uint8_t flags, uint32_t seq, uint32_t ack, uint32_t value, uint32_t echo,
-                uint8_t ttl = 64, int nops = 2, bool timestamps = true) const {
+                uint8_t ttl = 64, int nops = 2, bool timestamps = true, int payload = -1) const {
     PacketBuilder b;
     if (v6) {
       b.ipv6(from_client ? client() : server(), from_client ? server() : client());
@@ -58,7 +59,7 @@ struct Connection {
       while ((option.size() % 4) != 0) option.push_back(pairwall::test::tcpopt::kNop);
       b.tcp_options_raw(option);
     }
-    return b.payload(from_client ? 20 : 0).build();
+    return b.payload(static_cast<std::size_t>(payload >= 0 ? payload : from_client ? 20 : 0)).build();
   }
 
   uint32_t value_of(const Bytes& packet, int nops = 2) const {
@@ -108,7 +109,8 @@ TEST_CASE("scrub reassemble tcp: each end's timestamps are shifted, and each end
     INFO((v6 ? "v6" : "v4"));
     Firewall fw(kScrubbed);
     REQUIRE(fw.engine.rules()->scrub_listing().size() == 1);
-    CHECK(fw.engine.rules()->scrub_listing()[0].text == "scrub in on lan0 all reassemble tcp");
+    CHECK(fw.engine.rules()->scrub_listing()[0].text ==
+          "scrub on lan0 from { 10.1.0.0/16, 2001:db8:1::/48 } to any reassemble tcp");
     const Connection c{v6};
     const Offsets offsets = handshake(fw, c);
     // Data back from the server, echoing the client's shifted clock.
@@ -123,11 +125,32 @@ TEST_CASE("scrub reassemble tcp: each end's timestamps are shifted, and each end
                 .reason == Reason::State);
     CHECK(fw.last_packet ==
           c.segment(true, kAck, kClientIsn + 21, kServerIsn + 1, 102 + offsets.client, 5003, 64, 1));
-    // A segment without timestamps passes as it is.
-    const Bytes plain = c.segment(true, kAck, kClientIsn + 41, kServerIsn + 1, 0, 0, 64, 2, false);
-    REQUIRE(fw.out(plain).reason == Reason::State);
+    // A segment without timestamps (an empty ACK here) passes as it is.
+    const Bytes plain = c.segment(false, kAck, kServerIsn + 1, kClientIsn + 41, 0, 0, 64, 2, false);
+    REQUIRE(fw.in(plain).reason == Reason::State);
     CHECK(fw.last_packet == plain);
   }
+}
+
+TEST_CASE("scrub reassemble tcp: a timestamp of 0 is left as it is", "[engine][tcp][scrub]") {
+  // Some stacks send 0 until the handshake is done, and pick their clock's start then.
+  using namespace tcpflag;
+  Firewall fw(kScrubbed);
+  const Connection c;
+  const Bytes syn = c.segment(true, kSyn, kClientIsn, 0, 0, 0);
+  REQUIRE(fw.out(syn).action == Action::Accept);
+  CHECK(fw.last_packet == syn);
+  // The server echoes the 0 it got, which stays 0; its own value is shifted.
+  REQUIRE(fw.in(c.segment(false, kSyn | kAck, kServerIsn, kClientIsn + 1, 5000, 0)).reason == Reason::State);
+  const uint32_t server_offset = c.value_of(fw.last_packet) - 5000;
+  CHECK(server_offset != 0);
+  CHECK(fw.last_packet == c.segment(false, kSyn | kAck, kServerIsn, kClientIsn + 1, 5000 + server_offset, 0));
+  // The client's clock starts; from here on it is shifted too.
+  REQUIRE(fw.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + 1, 700, 5000 + server_offset)).reason ==
+          Reason::State);
+  const uint32_t client_offset = c.value_of(fw.last_packet) - 700;
+  CHECK(client_offset != 0);
+  CHECK(fw.last_packet == c.segment(true, kAck, kClientIsn + 1, kServerIsn + 1, 700 + client_offset, 5000));
 }
 
 TEST_CASE("scrub reassemble tcp: each end's TTL rises to the highest it has sent with",
@@ -175,10 +198,10 @@ TEST_CASE("scrub reassemble tcp: a segment with two timestamp options is dropped
   };
   Firewall fw(kScrubbed);
   // The first segment, under the scrub rule.
-  CHECK(fw.out(doubled(true, kSyn, kClientIsn, 0)).reason == Reason::BadTcpOptions);
-  // A segment of the state, from the end no scrub rule sees (scrub in on lan0 only).
+  CHECK(fw.out(doubled(true, kSyn, kClientIsn, 0)).reason == Reason::BadTimestamp);
+  // A segment of the state from the other end, which no scrub rule matches.
   handshake(fw, c);
-  CHECK(fw.in(doubled(false, kAck, kServerIsn + 1, kClientIsn + 1)).reason == Reason::BadTcpOptions);
+  CHECK(fw.in(doubled(false, kAck, kServerIsn + 1, kClientIsn + 1)).reason == Reason::BadTimestamp);
   // Without the scrub, such a segment is a state's like any other.
   Firewall plain("block all\npass in on lan0 proto tcp to port 80\npass out on wan0 proto tcp to port 80\n");
   CHECK(plain.out(doubled(true, kSyn, kClientIsn, 0)).action == Action::Accept);
@@ -283,5 +306,107 @@ TEST_CASE("scrub reassemble tcp: a peer holding only the SYN's insert shifts ali
                 .reason == Reason::State);
     CHECK(peer.last_packet ==
           c.segment(true, kAck, kClientIsn + 1, kServerIsn + 1, 101 + offsets.client, 5000));
+  }
+}
+
+TEST_CASE("scrub reassemble tcp: timestamps RFC 7323 rules out are dropped once both ends are established",
+          "[engine][tcp][scrub][paws]") {
+  using namespace tcpflag;
+  Firewall fw(kScrubbed);
+  const Connection c;
+  const Offsets o = handshake(fw, c);  // the client's clock at 101, the server's at 5000
+  const auto from_client = [&](uint32_t value, uint32_t echo, uint32_t seq = kClientIsn + 21,
+                               bool stamped = true, int payload = -1) {
+    return fw.out(c.segment(true, kAck, seq, kServerIsn + 1, value, echo, 64, 2, stamped, payload)).reason;
+  };
+  const auto from_server = [&](uint32_t value, uint32_t echo) {
+    return fw.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + 21, value, echo)).reason;
+  };
+  REQUIRE(from_server(5001, 101 + o.client) == Reason::State);
+
+  // Older than what the server last echoed of the client's clock (101).
+  CHECK(from_client(100, 5001 + o.server) == Reason::BadTimestamp);
+  // Further ahead than 30 seconds of a 1.1 kHz clock: 33,000 ticks.
+  CHECK(from_client(101 + 34'000, 5001 + o.server) == Reason::BadTimestamp);
+  CHECK(from_client(101 + 32'000, 5001 + o.server) == Reason::State);
+  // An echo of a value the server never sent: later than its last, or earlier than its first.
+  CHECK(from_client(32'200, 5002 + o.server) == Reason::BadTimestamp);
+  CHECK(from_client(32'200, 4999 + o.server) == Reason::BadTimestamp);
+  CHECK(from_client(32'200, 5001 + o.server) == Reason::State);
+  // The server's values are held to the client's echoes alike.
+  CHECK(from_server(4990, 32'200 + o.client) == Reason::BadTimestamp);
+  CHECK(from_server(5001, 32'300 + o.client) == Reason::BadTimestamp);
+  CHECK(from_server(5002, 32'200 + o.client) == Reason::State);
+
+  // Time lets a clock run further: a minute later, 99,000 ticks ahead of the last.
+  fw.now += Millis{60'000};
+  CHECK(from_client(32'200 + 98'000, 5002 + o.server) == Reason::State);
+
+  // The client's first data segment had a timestamp: data without one is refused, an empty ACK or a
+  // reset without one is not.
+  CHECK(from_client(0, 0, kClientIsn + 41, false) == Reason::BadTimestamp);
+  CHECK(from_client(0, 0, kClientIsn + 41, false, 0) == Reason::State);
+  CHECK(fw.out(c.segment(true, kRst | kAck, kClientIsn + 41, kServerIsn + 1, 0, 0, 64, 2, false)).reason ==
+        Reason::State);
+}
+
+TEST_CASE("scrub reassemble tcp: how far ahead a value may run counts from its sender's last",
+          "[engine][tcp][scrub][paws]") {
+  using namespace tcpflag;
+  Firewall fw(kScrubbed);
+  const Connection c;
+  const Offsets o = handshake(fw, c);
+  fw.now += Millis{60'000};
+  REQUIRE(fw.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 1, 60'000, 5000 + o.server)).reason ==
+          Reason::State);
+  // Just sent at 60,000: 40,000 more is past 30 seconds of a 1.1 kHz clock, whatever the state's age.
+  CHECK(fw.out(c.segment(true, kAck, kClientIsn + 41, kServerIsn + 1, 100'000, 5000 + o.server)).reason ==
+        Reason::BadTimestamp);
+}
+
+TEST_CASE("scrub reassemble tcp: what the timestamp watch leaves alone", "[engine][tcp][scrub][paws]") {
+  using namespace tcpflag;
+  const Connection c;
+  SECTION("an end whose first data segment had no timestamp") {
+    Firewall fw(kScrubbed);
+    const Offsets o = handshake(fw, c);
+    REQUIRE(
+        fw.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + 21, 5001, 101 + o.client, 64, 2, false, 10))
+            .reason == Reason::State);
+    CHECK(fw.in(c.segment(false, kAck, kServerIsn + 11, kClientIsn + 21, 0, 0, 64, 2, false, 10)).reason ==
+          Reason::State);
+  }
+  SECTION("a watch idle for more than 24 days") {
+    Firewall fw(kScrubbed);
+    const Offsets o = handshake(fw, c);
+    REQUIRE(fw.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + 21, 5001, 101 + o.client)).reason ==
+            Reason::State);
+    fw.now += Millis{int64_t{25} * 24 * 3600 * 1000};
+    CHECK(fw.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 1, 50, 5001 + o.server)).reason ==
+          Reason::State);
+  }
+  SECTION("a connection older than 12 days, past which the echoes' lower bound no longer holds") {
+    Firewall fw(kScrubbed);
+    const Offsets o = handshake(fw, c);
+    fw.now += Millis{int64_t{13} * 24 * 3600 * 1000};
+    CHECK(fw.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 1, 50, 5000 + o.server)).reason ==
+          Reason::State);
+  }
+  SECTION("a connection picked up in mid-stream") {
+    Firewall fw(kScrubbed);
+    const Connection mid{false, 443};
+    REQUIRE(fw.out(mid.segment(true, kAck, 5000, 7000, 100, 200)).action == Action::Accept);
+    REQUIRE(fw.in(mid.segment(false, kAck, 7000, 5020, 300, 100)).reason == Reason::State);
+    CHECK(fw.out(mid.segment(true, kAck, 5020, 7000, 90, 9'000'000)).reason == Reason::State);
+  }
+  SECTION("a node that took the connection over") {
+    Firewall fw(kScrubbed);
+    const Offsets o = handshake(fw, c);
+    Firewall peer("block all\n", 2);
+    for (const StateRecord& r : fw.drain()) REQUIRE(peer.engine.apply(r, peer.now));
+    REQUIRE(peer.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + 21, 5001, 101 + o.client)).reason ==
+            Reason::State);
+    CHECK(peer.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 1, 101 + 90'000, 5001 + o.server))
+              .reason == Reason::State);
   }
 }

@@ -144,6 +144,7 @@ TEST_CASE("engine reasons map to the nearest pf reason", "[pcaplog]") {
   CHECK(pf_reason(Reason::BadTcpFlags) == 4);
   CHECK(pf_reason(Reason::Memory) == 5);
   CHECK(pf_reason(Reason::StateMismatch) == 10);
+  CHECK(pf_reason(Reason::BadTimestamp) == 6);
   CHECK(pf_reason(Reason::RuleStateLimit) == 12);
 }
 
