@@ -969,7 +969,7 @@ bool Engine::scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side
   watch_segment(entry.watch[side], packet, unshifted_echo(entry, side, packet), entry.created, now);
   TcpScrub& own = entry.scrub[side];
   bool rewritten = false;
-  // Not traffic of one link, as min-ttl spares it (normalize()).
+  // Traffic of one link keeps its TTL, as min-ttl leaves it (normalize()).
   if (packet.ttl > own.ttl) {
     own.ttl = packet.ttl;
   } else if (packet.ttl < own.ttl && !link_scoped(packet)) {
@@ -1655,7 +1655,8 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   if (parsed.reassemble_tcp) {
     state->scrub_tcp = true;
     state->scrub[0].ttl = packet.ttl;
-    if (packet.tcp.has_timestamps && (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
+    if (config_.modulation && packet.tcp.has_timestamps &&
+        (packet.tcp.flags & (tcpflag::kSyn | tcpflag::kAck)) == tcpflag::kSyn) {
       state->scrub[0].ts_mod = worker.next_seqdiff();
       state->scrub[1].ts_mod = worker.next_seqdiff();
     }

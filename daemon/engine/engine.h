@@ -124,9 +124,10 @@ struct EngineConfig {
   // The counter of this node's first state id. The peer keeps states across this node's restarts,
   // so a new start must not count from where an earlier one did (pf starts from its boot time).
   uint64_t first_state_counter = 1;
-  // Whether `modulate state` shifts sequence numbers; without, its states are kept as by `keep
-  // state`. Off for replays of a capture (pairwall-check), whose packets hold the numbers the ends
-  // used without this node in their path: shifted ones would then fail the windows.
+  // Whether `modulate state` shifts sequence numbers, and `scrub reassemble tcp` timestamps;
+  // without, their states are kept as by `keep state` and scrubbed otherwise alike. Off for replays
+  // of a capture (pairwall-check), whose packets hold the numbers the ends used without this node
+  // in their path: shifted ones would then fail the windows and the timestamps' watch.
   bool modulation = true;
   // Whether `synproxy state` completes the client's handshake itself before the server sees it;
   // without, its states are kept as by `keep state`. Off for replays of a capture, whose server

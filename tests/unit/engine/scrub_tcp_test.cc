@@ -410,3 +410,25 @@ TEST_CASE("scrub reassemble tcp: what the timestamp watch leaves alone", "[engin
               .reason == Reason::State);
   }
 }
+
+TEST_CASE(
+    "with modulation off, as replays of a capture run, scrub reassemble tcp keeps the timestamps and "
+    "watches them",
+    "[engine][tcp][scrub][paws]") {
+  using namespace tcpflag;
+  auto config = pairwall::test::test_config();
+  config.modulation = false;
+  Firewall fw(kScrubbed, config);
+  const Connection c;
+  // The capture's server echoes the client's own values.
+  const Bytes syn = c.segment(true, kSyn, kClientIsn, 0, 100, 0);
+  REQUIRE(fw.out(syn).action == Action::Accept);
+  CHECK(fw.last_packet == syn);
+  const Bytes synack = c.segment(false, kSyn | kAck, kServerIsn, kClientIsn + 1, 5000, 100);
+  REQUIRE(fw.in(synack).reason == Reason::State);
+  CHECK(fw.last_packet == synack);
+  REQUIRE(fw.out(c.segment(true, kAck, kClientIsn + 1, kServerIsn + 1, 101, 5000)).reason == Reason::State);
+  REQUIRE(fw.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + 21, 5001, 101)).reason == Reason::State);
+  CHECK(fw.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 1, 90, 5001)).reason ==
+        Reason::BadTimestamp);
+}
