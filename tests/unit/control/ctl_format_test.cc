@@ -104,6 +104,31 @@ TEST_CASE("pairwallctl: states show an identifier for ICMP alone", "[ctl]") {
   CHECK(text.find("proto-50 10.0.0.1 -> 10.9.0.1  SINGLE:NO_TRAFFIC\n") != std::string::npos);
 }
 
+TEST_CASE("pairwallctl: states say which shift their numbers and which are scrubbed", "[ctl]") {
+  pairwall::control::StateList list;
+  list.set_total(3);
+  list.set_matched(3);
+  for (int i = 0; i < 3; ++i) {
+    auto* s = list.add_states();
+    s->set_proto(6);
+    s->set_family(4);
+    s->set_id(static_cast<uint64_t>(i + 1));
+    s->set_creator(1);
+    s->mutable_src()->set_address("10.0.0.1");
+    s->mutable_src()->set_port(static_cast<uint32_t>(40000 + i));
+    s->mutable_dst()->set_address("192.0.2.1");
+    s->mutable_dst()->set_port(80);
+    s->set_src_state("ESTABLISHED");
+    s->set_dst_state("ESTABLISHED");
+    s->set_modulated(i != 1);
+    s->set_scrub_tcp(i != 0);
+  }
+  const std::string text = pairwall::ctl::format_states(list, false);
+  CHECK(text.find("rule @0, modulated, id 1:1\n") != std::string::npos);
+  CHECK(text.find("rule @0, scrubbed, id 1:2\n") != std::string::npos);
+  CHECK(text.find("rule @0, modulated, scrubbed, id 1:3\n") != std::string::npos);
+}
+
 // A translated state shows its wire side where it differs, also where the address and port written
 // one after the other read alike (10.0.0.1 port 51234, 10.0.0.15 port 1234).
 TEST_CASE("pairwallctl: states show a translation whose address and port run together alike", "[ctl]") {
