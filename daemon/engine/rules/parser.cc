@@ -922,8 +922,7 @@ class Parser {
               fail_at(
                   peek(),
                   "empty scrub options: expected fragment reassemble, reassemble tcp, max-mss N, min-ttl N, "
-                  "random-id, "
-                  "no-df or set-tos T");
+                  "random-id, no-df or set-tos T");
             take();
             break;
           }
