@@ -1001,6 +1001,8 @@ int run(const control::Config& c) {
           }
           for (const std::string& table : r.changed)
             spdlog::info("interface addresses changed: table {} set anew", table);
+          if (r.broadcasts_changed)
+            spdlog::info("interface addresses changed: the networks' broadcast addresses set anew");
           if (!r.error.empty()) spdlog::error("interface addresses changed: {}", r.error);
         });
       },

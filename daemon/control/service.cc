@@ -291,10 +291,12 @@ ControlService::RefreshResult ControlService::refresh_interface_addresses() {
   }
   engine::rules::RuleFile edited = *loaded_;
   result.changed = engine::rules::refresh_interface_tables(edited, addresses);
-  if (result.changed.empty()) return result;
+  result.broadcasts_changed = engine::rules::refresh_local_broadcasts(edited, addresses);
+  if (result.changed.empty() && !result.broadcasts_changed) return result;
   if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) {
     result.error = std::move(error);
     result.changed.clear();
+    result.broadcasts_changed = false;
     return result;
   }
   loaded_ = std::move(edited);

@@ -83,6 +83,7 @@ class ControlService {
 
   struct RefreshResult {
     std::vector<std::string> changed;  // the interface tables whose addresses changed
+    bool broadcasts_changed = false;   // the networks' broadcast addresses (no reject answers them)
     std::string error;                 // the addresses could not be read, or the rules were refused
   };
   // Reads the interfaces' addresses again and sets the tables the rules made of them (`em0`,

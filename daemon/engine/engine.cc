@@ -1471,14 +1471,19 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       if (pass == 1) log_in_pass(v);
       if (pass == 1 && meta.out_iface == kNoIface) v.routed_out = translation.iface[1];
       // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
-      // ever answers TCP, and nothing answers a reset (RFC 9293 3.10.7.1) or ICMP other than a
-      // query (icmp_answerable()).
+      // ever answers TCP, and nothing answers a reset (RFC 9293 3.10.7.1), ICMP other than a
+      // query (icmp_answerable()), or a packet to or from one of the host's networks' broadcast
+      // addresses (RFC 1122 3.2.2, 4.2.3.10): every host there would hear the answer, and a
+      // broadcast NetBIOS name query would draw one from this node each time. (The I/O adapter
+      // leaves the limited broadcast and multicast unanswered.)
       rules::BlockReply reply = rule.reply;
       if (rule.reply_rst_for_tcp)
         reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
       if (reply == rules::BlockReply::ReturnRst && !packet.is_tcp()) reply = rules::BlockReply::Drop;
       const bool unanswerable = (packet.is_icmp() && !icmp_answerable(packet)) ||
-                                (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst));
+                                (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst)) ||
+                                rules.local_broadcast(packet.family, packet.dst) ||
+                                rules.local_broadcast(packet.family, packet.src);
       if (reply != rules::BlockReply::Drop && !unanswerable) {
         v.action = Verdict::Action::Reject;
         v.reply = reply;

@@ -311,6 +311,10 @@ struct RuleFile {
   std::vector<TranslationRule> translation_rules;
   std::vector<FilterRule> filter_rules;  // in file order, anchors' rules where the anchors stand
   std::vector<Anchor> anchors;           // in the order they were declared
+  // The directed broadcast addresses of the host's IPv4 networks, sorted (resolve_interfaces() and
+  // refresh_local_broadcasts() set them): what is sent to one is no host's alone, and no reject
+  // answers it (RuleSet::local_broadcast()).
+  std::vector<uint32_t> local_broadcasts;
 };
 
 }  // namespace pairwall::engine::rules

@@ -558,6 +558,7 @@ class Compiler {
       if (id >= set.skipped_.size()) set.skipped_.resize(id + 1, 0);
       set.skipped_[id] = 1;
     }
+    set.local_broadcasts_ = file_.local_broadcasts;
   }
 
   // `overload <t> [flush [global]]`: <t> must be a table that can change, and a connection limit
@@ -1462,6 +1463,11 @@ void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint
     pass_batch(queries.subspan(first, n), {passed, n}, nullptr);
     for (std::size_t i = 0; i < n; ++i) out[first + i] = passed[i].deciding;
   }
+}
+
+bool RuleSet::local_broadcast(Family family, const IpAddress& address) const noexcept {
+  return family == Family::V4 &&
+         std::binary_search(local_broadcasts_.begin(), local_broadcasts_.end(), address.v4_value());
 }
 
 ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceId iface) const noexcept {

@@ -1,5 +1,6 @@
 #include "daemon/engine/rules/interface_addresses.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -209,7 +210,23 @@ std::string interface_table_name(const AddressElement& element) {
 
 std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddresses& addresses,
                                             std::vector<RuleError>* notices) {
+  refresh_local_broadcasts(file, addresses);
   return Resolver(file, addresses, notices).run();
+}
+
+bool refresh_local_broadcasts(RuleFile& file, const InterfaceAddresses& addresses) {
+  std::vector<uint32_t> now;
+  for (const auto& [name, list] : addresses) {
+    for (const InterfaceAddress& a : list) {
+      if (a.family != Family::V4 || a.prefix_length > 30) continue;
+      now.push_back(a.address.v4_value() | (~uint32_t{0} >> a.prefix_length));
+    }
+  }
+  std::sort(now.begin(), now.end());
+  now.erase(std::unique(now.begin(), now.end()), now.end());
+  if (now == file.local_broadcasts) return false;
+  file.local_broadcasts = std::move(now);
+  return true;
 }
 
 std::vector<std::string> refresh_interface_tables(RuleFile& file, const InterfaceAddresses& addresses) {

@@ -50,4 +50,9 @@ std::optional<RuleError> resolve_interfaces(RuleFile& file, const InterfaceAddre
 // gone, leaves its table empty and its translation address as it was.
 std::vector<std::string> refresh_interface_tables(RuleFile& file, const InterfaceAddresses& addresses);
 
+// Sets RuleFile::local_broadcasts to the directed broadcast addresses of `addresses`' IPv4
+// networks (those of /30 and wider: a /31 or /32 has none, RFC 3021), and returns whether they
+// changed. resolve_interfaces() sets them too.
+bool refresh_local_broadcasts(RuleFile& file, const InterfaceAddresses& addresses);
+
 }  // namespace pairwall::engine::rules

@@ -239,13 +239,18 @@ class RuleSet {
   // there). Interfaces first seen after the compile are not skipped.
   bool skips(IfaceId iface) const noexcept { return iface < skipped_.size() && skipped_[iface] != 0; }
 
+  // Whether `address` is the directed broadcast address of one of the host's IPv4 networks (as
+  // the rules were loaded with them, RuleFile::local_broadcasts).
+  bool local_broadcast(Family family, const IpAddress& address) const noexcept;
+
  private:
   friend class Compiler;
   std::vector<CompiledRule> rules_;
   std::vector<AnchorListing> anchors_;
   Timeouts timeouts_ = Timeouts::defaults();
   AdaptiveTimeouts adaptive_timeouts_;
-  std::vector<uint8_t> skipped_;  // by interface id
+  std::vector<uint8_t> skipped_;            // by interface id
+  std::vector<uint32_t> local_broadcasts_;  // sorted
   uint64_t digest_ = 0;
   uint32_t state_limit_ = 100'000;       // pf's default `set limit states`
   uint32_t source_node_limit_ = 10'000;  // pf's default `set limit src-nodes`

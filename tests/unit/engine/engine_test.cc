@@ -207,6 +207,44 @@ TEST_CASE("block replies: return-rst for TCP, return for both, never to a reset"
   }
 }
 
+TEST_CASE("block return leaves a packet to or from a network's broadcast address unanswered",
+          "[engine][rules]") {
+  // RFC 1122 3.2.2: every host of the network would hear the answer. The host's networks as the
+  // rules were loaded with them: lan0 10.1.0.0/24, wan0 192.0.2.0/24 and a /31 link, which has no
+  // broadcast address (RFC 3021).
+  Firewall fw("pass all\n");
+  rules::InterfaceAddresses host;
+  const auto v4 = [](const char* text, uint8_t length) {
+    rules::InterfaceAddress a;
+    a.address = *parse_address(text, &a.family);
+    a.prefix_length = length;
+    return a;
+  };
+  host["lan0"] = {v4("10.1.0.1", 24)};
+  host["wan0"] = {v4("192.0.2.1", 24)};
+  host["p2p0"] = {v4("198.51.100.0", 31)};
+  auto parsed = rules::parse_rules("block return all\n", "t.conf");
+  auto& file = std::get<rules::RuleFile>(parsed);
+  REQUIRE_FALSE(rules::resolve_interfaces(file, host));
+  auto compiled = rules::compile(file, fw.engine.interfaces());
+  fw.engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+
+  const auto udp = [](const std::string& src, const std::string& dst) {
+    return PacketBuilder().ipv4(src, dst).udp(137, 137).payload(50).build();
+  };
+  const Verdict name_query = fw.out(udp(kClient, "10.1.0.255"));
+  CHECK(name_query.reason == Reason::RuleBlock);
+  CHECK(name_query.action == Action::Drop);
+  CHECK(fw.out(udp(kClient, "192.0.2.255")).action == Action::Drop);
+  CHECK(fw.in(udp("10.1.0.255", kClient)).action ==
+        Action::Drop);  // a forged source: the answer's destination
+  CHECK(fw.out(tcp4(kClient, 40000, "192.0.2.255", 80).build()).action == Action::Drop);
+  // A host's own address, and the /31's ends, are answered.
+  CHECK(fw.out(udp(kClient, "10.1.0.20")).action == Action::Reject);
+  CHECK(fw.out(udp(kClient, "198.51.100.1")).action == Action::Reject);
+  CHECK(fw.out(tcp4(kClient, 40000, kServer, 80).build()).action == Action::Reject);
+}
+
 TEST_CASE("return-icmp codes: written per family, by name or number, and listed as written",
           "[engine][rules]") {
   Firewall fw(

@@ -103,6 +103,21 @@ TEST_CASE("interface elements: names, networks, macros glued to a modifier", "[i
   CHECK(v6.filter_rules.at(0).to.addresses.at(0).kind == AddressElement::Kind::Prefix);
 }
 
+TEST_CASE("the host's IPv4 networks' broadcast addresses, sorted, set anew when they change",
+          "[interfaces]") {
+  RuleFile f = parse("pass all\n");
+  REQUIRE_FALSE(resolve_interfaces(f, host()));
+  // em0's two addresses share one network; IPv6 has no broadcast.
+  CHECK(f.local_broadcasts == std::vector<uint32_t>{0x0a01ffff, 0x7fffffff, 0xc00002ff});
+  CHECK_FALSE(refresh_local_broadcasts(f, host()));
+  InterfaceAddresses moved = host();
+  moved["em0"] = {address("192.0.2.10", 25), address("198.51.100.1", 31), address("203.0.113.9", 32)};
+  moved["sync0"] = {address("169.254.0.1", 30)};
+  CHECK(refresh_local_broadcasts(f, moved));
+  CHECK(f.local_broadcasts == std::vector<uint32_t>{0x0a01ffff, 0x7fffffff, 0xa9fe0003, 0xc000027f});
+  CHECK_FALSE(refresh_local_broadcasts(f, moved));
+}
+
 TEST_CASE("resolve_interfaces: one const table per element kind, networks masked, errors where named",
           "[interfaces]") {
   RuleFile f = parse(
