@@ -83,6 +83,31 @@ def bulk_done(sync_status):
     return find_key(sync_status, ("bulk_state", "bulkState")) in BULK_DONE
 
 
+def kill9_pid(pid):
+    if pid is None or not netns.pid_alive(pid):
+        return
+    netns.kill9_and_wait(pid, f"process {pid}")
+
+
+def kill_keepalived_abruptly(lab, node, node_dir):
+    """kill -9 of `node`'s keepalived as a crash leaves it: no priority 0 advert, the VIPs left in place. The
+    VRRP child first: killed after its parent it would be told to stop and leave cleanly (priority 0 advert, VIPs
+    removed), which is a handover, not a crash. The parent is frozen before: running, it respawns a killed child
+    at once, and the new child, left behind when the parent dies, takes the group back."""
+    parent = lab.pid_of(node, "keepalived")
+    if parent is not None and netns.pid_alive(parent):
+        try:
+            os.kill(parent, signal.SIGSTOP)
+        except ProcessLookupError:
+            parent = None
+    for child in ("vrrp.pid", "checkers.pid"):
+        try:
+            kill9_pid(int((node_dir / child).read_text()))
+        except (OSError, ValueError):
+            pass
+    kill9_pid(parent)
+
+
 class Driver:
     name = "?"
 
@@ -495,9 +520,11 @@ class PairwalldDriver(Driver):
         return out
 
     def kill_software(self, node, kind):
-        self.lab.kill9(node, "pairwalld")
+        # A node's keepalived first: its VRRP process, left running a moment after pairwalld, would read the
+        # track file's demotion and hand the group over, where a node that loses its power hands nothing.
         if kind == "node" and self.keepalived:
-            self.lab.kill9(node, "keepalived")
+            kill_keepalived_abruptly(self.lab, node, self.node_dir(node))
+        self.lab.kill9(node, "pairwalld")
 
     def restart_software(self, node, kind):
         self.start_daemon(node)
@@ -835,30 +862,10 @@ class ConntrackdDriver(Driver):
                            "internal_cache": c["internal"], "external_cache": c["external"]}
         return out
 
-    def _kill9_pid(self, pid):
-        if pid is None or not netns.pid_alive(pid):
-            return
-        netns.kill9_and_wait(pid, f"process {pid}")
-
     def kill_software(self, node, kind):
         netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 0)
-        # The VRRP child first: killed after its parent it would be told to stop and leave cleanly (priority 0
-        # advert, VIPs removed), which is a handover, not a crash. The parent is frozen before: running, it
-        # respawns a killed child at once, and the new child, left behind when the parent dies, takes the
-        # group back.
-        parent = self.lab.pid_of(node, "keepalived")
-        if parent is not None and netns.pid_alive(parent):
-            try:
-                os.kill(parent, signal.SIGSTOP)
-            except ProcessLookupError:
-                parent = None
-        try:
-            vrrp = int((self.node_dir(node) / "vrrp.pid").read_text())
-        except (OSError, ValueError):
-            vrrp = None
-        self._kill9_pid(vrrp)
-        self._kill9_pid(parent)
-        self._kill9_pid(self.conntrackd_pid(node))
+        kill_keepalived_abruptly(self.lab, node, self.node_dir(node))
+        kill9_pid(self.conntrackd_pid(node))
 
     def restart_software(self, node, kind):
         netns.sysctl(self.lab.ns[node], "net.ipv4.ip_forward", 1)
