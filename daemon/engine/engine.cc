@@ -1945,9 +1945,12 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     for (int i = 0; i < 2; ++i) {
       if (state->seqdiff[i] == 0) state->seqdiff[i] = record.seqdiff[i];
       if (state->proxy_isn[i] == 0) state->proxy_isn[i] = record.proxy_isn[i];
-      // As pfsync_state_import's scrub: a TTL only rises, a timestamp offset never changes.
+      // As pfsync_state_import's scrub: a TTL only rises, a timestamp offset never changes. And as
+      // pf_state_peer_ntoh's, the timestamps' watch starts again: the ends went on while the peer
+      // carried them, and an echo of a value only the peer saw would be refused as never sent.
       if (state->scrub[i].ts_mod == 0) state->scrub[i].ts_mod = record.scrub[i].ts_mod;
       state->scrub[i].ttl = std::max(state->scrub[i].ttl, record.scrub[i].ttl);
+      state->watch[i].flags &= TimestampWatch::kStamped;
     }
     state->proxy = std::max(state->proxy, record.proxy);
     moved = !(state->peer[0] == had[0]) || !(state->peer[1] == had[1]) || state->proxy != had_proxy ||

@@ -8,7 +8,8 @@
 // The watch is this node's own and is not synced: it begins with each end's first segment, which a
 // node that takes a connection over has not seen, so that node shifts the timestamps (their
 // offsets are synced) but does not watch them. (pfsync's peer watches again from the next
-// segments, and then refuses echoes of values sent before the takeover.)
+// segments, and then refuses echoes of values sent before the takeover.) A node that gets a
+// connection back from its peer watches it again from the next segments (Engine::apply()).
 #pragma once
 
 #include <cstdint>

@@ -432,3 +432,30 @@ TEST_CASE(
   CHECK(fw.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 1, 90, 5001)).reason ==
         Reason::BadTimestamp);
 }
+
+TEST_CASE("scrub reassemble tcp: a node that gets a connection back from its peer watches it afresh",
+          "[engine][tcp][scrub][paws][sync]") {
+  // fw carried the connection, its peer took it over for a while (both ends' clocks went on), and
+  // fw gets it back with its entry still there: the client's first segment echoes a value of the
+  // server's that only the peer saw.
+  using namespace tcpflag;
+  Firewall fw(kScrubbed);
+  const Connection c;
+  const Offsets o = handshake(fw, c);
+  REQUIRE(fw.in(c.segment(false, kAck, kServerIsn + 1, kClientIsn + 21, 5001, 101 + o.client)).reason ==
+          Reason::State);
+  Firewall peer("block all\n", 2);
+  for (const StateRecord& r : fw.drain()) REQUIRE(peer.engine.apply(r, peer.now));
+  REQUIRE(peer.in(c.segment(false, kPsh | kAck, kServerIsn + 1, kClientIsn + 21, 9000, 101 + o.client, 64, 2,
+                            true, 100))
+              .reason == Reason::State);
+  REQUIRE(
+      peer.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 101, 400, 9000 + o.server, 64, 2, true, 0))
+          .reason == Reason::State);
+  for (StateRecord r : peer.drain()) {
+    if (r.kind == StateRecord::Kind::Update) fw.engine.apply(r, fw.now);
+  }
+  CHECK(fw.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 101, 401, 9000 + o.server)).reason ==
+        Reason::State);
+  CHECK(fw.last_packet == c.segment(true, kAck, kClientIsn + 21, kServerIsn + 101, 401 + o.client, 9000));
+}
