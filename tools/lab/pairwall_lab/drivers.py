@@ -102,10 +102,22 @@ def kill_keepalived_abruptly(lab, node, node_dir):
             parent = None
     for child in ("vrrp.pid", "checkers.pid"):
         try:
-            kill9_pid(int((node_dir / child).read_text()))
+            pid = int((node_dir / child).read_text())
+            # A pid file an earlier keepalived left names no child of this one, and perhaps another process.
+            if parent is not None and parent_pid(pid) == parent:
+                kill9_pid(pid)
         except (OSError, ValueError):
             pass
     kill9_pid(parent)
+
+
+def parent_pid(pid):
+    """The parent of `pid` (/proc/PID/stat's fourth field, after the parenthesized name), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 class Driver:
