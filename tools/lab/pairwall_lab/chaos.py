@@ -133,12 +133,8 @@ def stray_check(lab):
         for pid in pids:
             if pid in expected:
                 continue
-            try:
-                with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid not in expected:  # children of keepalived (its VRRP/checker processes) are expected
+            ppid = netns.parent_pid(pid)  # None: gone meanwhile
+            if ppid is not None and ppid not in expected:  # keepalived's VRRP/checker children are expected
                 extra.append(pid)
         if extra:
             problems.append(f"unexpected processes in {lab.ns[n.name]}: {extra}")

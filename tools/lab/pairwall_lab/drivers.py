@@ -104,20 +104,11 @@ def kill_keepalived_abruptly(lab, node, node_dir):
         try:
             pid = int((node_dir / child).read_text())
             # A pid file an earlier keepalived left names no child of this one, and perhaps another process.
-            if parent is not None and parent_pid(pid) == parent:
+            if parent is not None and netns.parent_pid(pid) == parent:
                 kill9_pid(pid)
         except (OSError, ValueError):
             pass
     kill9_pid(parent)
-
-
-def parent_pid(pid):
-    """The parent of `pid` (/proc/PID/stat's fourth field, after the parenthesized name), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 class Driver:

@@ -118,6 +118,16 @@ def kill9_and_wait(pid, what, timeout=180):
                        f"one second later:\n{_thread_report(pid)}")
 
 
+def parent_pid(pid):
+    """The parent of `pid` (/proc/PID/stat's fourth field, after the parenthesized name), or None when it is
+    gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
