@@ -949,9 +949,10 @@ bool Engine::modulate(std::span<uint8_t> bytes, const StateEntry& entry, int sid
 
 namespace {
 
-// A segment's echo in its receiver's own clock: what the receiver sent, before its shift.
-uint32_t unshifted_echo(const StateEntry& entry, int side, const PacketView& packet) {
-  return packet.tcp.ts_echo != 0 ? packet.tcp.ts_echo - entry.scrub[1 - side].ts_mod : 0;
+// What a segment's echo lost on its way here: the receiver's timestamp offset. A SYN's echo is 0
+// and means nothing (RFC 7323 3.2); pf leaves every 0 as it is.
+uint32_t echo_shift(const StateEntry& entry, int side, const PacketView& packet) {
+  return packet.tcp.ts_echo != 0 ? entry.scrub[1 - side].ts_mod : 0;
 }
 
 }  // namespace
@@ -960,13 +961,14 @@ Reason Engine::scrub_check(StateEntry& entry, int side, const PacketView& packet
   // pf_normalize_tcp_stateful's "multiple timestamps": which one would the ends read?
   if (packet.tcp.timestamps_repeated) return Reason::BadTimestamp;
   return check_timestamps(entry.watch[side], entry.watch[1 - side], packet,
-                          unshifted_echo(entry, side, packet),
+                          packet.tcp.ts_echo - echo_shift(entry, side, packet),
                           tcp_state_established(entry.peer[0], entry.peer[1]), entry.created, now);
 }
 
 bool Engine::scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side, const PacketView& packet,
                            Millis now) noexcept {
-  watch_segment(entry.watch[side], packet, unshifted_echo(entry, side, packet), entry.created, now);
+  const uint32_t echo_sub = echo_shift(entry, side, packet);
+  watch_segment(entry.watch[side], packet, packet.tcp.ts_echo - echo_sub, entry.created, now);
   TcpScrub& own = entry.scrub[side];
   bool rewritten = false;
   // Traffic of one link keeps its TTL, as min-ttl leaves it (normalize()).
@@ -977,10 +979,8 @@ bool Engine::scrub_segment(std::span<uint8_t> bytes, StateEntry& entry, int side
     rewritten = true;
   }
   if (packet.tcp.has_timestamps) {
-    // A SYN's echo is 0 and means nothing (RFC 7323 3.2), and some stacks send a value of 0 until
-    // the handshake is done: pf leaves every 0 as it is.
+    // Some stacks send a value of 0 until the handshake is done: pf leaves it as it is, as an echo of 0.
     const uint32_t value_add = packet.tcp.ts_value != 0 ? own.ts_mod : 0;
-    const uint32_t echo_sub = packet.tcp.ts_echo != 0 ? entry.scrub[1 - side].ts_mod : 0;
     if (value_add != 0 || echo_sub != 0) {
       modulate_timestamps(bytes, packet, value_add, echo_sub);
       rewritten = true;
