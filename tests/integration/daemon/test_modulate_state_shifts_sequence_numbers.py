@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from daemon_net import ALLOWED, addr
+from daemon_net import ALLOWED, addr, capture
 
 RULES = f"""\
 in_if = "f0"
@@ -37,15 +37,13 @@ def test_modulate_state_shifts_sequence_numbers(lan, daemon_factory, tmp_path, f
     fw = daemon_factory(rules=RULES)
     assert "modulate state" in fw.ctl("rules", "show").stdout
 
-    logs = {side: tmp_path / f"{side}.log" for side in ("client", "server")}
-    dumps = [lan.topo.spawn(ns, ["tcpdump", "-i", iface, "-n", "-S", "-l", "tcp", "port", str(ALLOWED)],
-                            log=logs[side])
-             for side, ns, iface in (("client", lan.client, "c0"), ("server", lan.server, "s0"))]
-    time.sleep(1.0)
+    captures = {side: capture(lan, tmp_path, side, ns, iface, ALLOWED)
+                for side, ns, iface in (("client", lan.client, "c0"), ("server", lan.server, "s0"))}
+    logs = {side: log for side, (log, _) in captures.items()}
     echo = lan.peer(lan.client, "connect", addr(family, "server"), ALLOWED, "--bytes", 200_000, "--timeout", 10)
     time.sleep(0.5)
-    for d in dumps:
-        lan.topo.stop(d)
+    for _, dump in captures.values():
+        lan.topo.stop(dump)
     assert echo["result"] == "ok" and echo["echoed"] == 200_000, f"{echo}; reasons {fw.reasons()}"
 
     client_syn, client_synack, client_ack = handshake(logs["client"])
