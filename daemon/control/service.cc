@@ -546,6 +546,12 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
         info->set_number(r.number);
         info->set_text(r.text);
         info->set_location(r.location.file_and_line());
+        if (r.stats == nullptr) continue;
+        info->set_evaluations(r.stats->evaluations.load(std::memory_order_relaxed));
+        info->set_packets(r.stats->packets.load(std::memory_order_relaxed));
+        info->set_bytes(r.stats->bytes.load(std::memory_order_relaxed));
+        info->set_states_current(r.stats->states_current.load(std::memory_order_relaxed));
+        info->set_states_created(r.stats->states_created.load(std::memory_order_relaxed));
       }
     };
     list(current->translation_rules(), [out] { return out->add_translations(); });

@@ -533,6 +533,8 @@ struct Engine::Translation {
   // The out pass's nat rule, which chose the source port (ICMP query id) between port_low and
   // port_high, or kept the one there is; it may choose again.
   const rules::CompiledTranslation* nat = nullptr;
+  // Per pass, the rule that translated it, which the state counts to (StateEntry::translators).
+  const rules::CompiledTranslation* by[2] = {nullptr, nullptr};
   uint16_t port_low = 0;
   uint16_t port_high = 0;
   bool failed = false;  // no free source port: the connection is refused
@@ -1290,9 +1292,15 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     return rule.pool == rules::PoolType::Random ? worker.next_random64() : 0;
   };
 
+  // pf's evaluations of a translation rule: the packets it matched first, its exemptions' too.
+  const auto evaluated = [](const rules::CompiledTranslation* rule) {
+    if (rule != nullptr) rule->stats->evaluations.fetch_add(1, std::memory_order_relaxed);
+  };
+
   if (parsed.filtered[0]) {
     const rules::CompiledTranslation* rule =
         rules.translation(packet, rules::Direction::In, meta.in_iface, &translation.tag[0]);
+    evaluated(rule);
     if (rule != nullptr && !rule->negated && rule->targets.empty()) {
       translation.failed = true;  // `-> (em0)` while em0 has no address
       return;
@@ -1310,6 +1318,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       }
       translation.translated = true;
       translation.filtered[0] = !rule->pass;
+      translation.by[0] = rule;
     }
   }
 
@@ -1329,6 +1338,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     const uint16_t before = carried;
     const rules::CompiledTranslation* rule =
         rules.translation(arriving, rules::Direction::Out, meta.out_iface, &carried);
+    evaluated(rule);
     // Where the in pass was matched here, the out pass's tag is settled, and not asked again.
     if (carried != before || translation.in_decided != rules::RuleSet::kUndecided)
       translation.tag[1] = carried;
@@ -1356,6 +1366,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       }
       translation.translated = true;
       translation.filtered[1] = !rule->pass;
+      translation.by[1] = rule;
     }
   }
   if (!translation.translated) return;
@@ -1653,6 +1664,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       state->proxy_isn[0] = worker.next_seqdiff();
     }
   }
+  if (translation.translated) count_translators(state, translation, worker.rules_, bytes.size());
   // `scrub reassemble tcp`: the state normalizes every segment of its connection from here on. Only
   // a connection seen from its SYN has its timestamps shifted: in one picked up in mid-stream, each
   // end already holds the other's (RFC 7323 5.3), and a jump back would make it drop all that
@@ -1689,6 +1701,28 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   if ((state->flags & stateflag::kModulated) != 0 && modulate(bytes, *state, 0, packet)) v.rewritten = true;
   if (state->scrub_tcp && scrub_segment(bytes, *state, 0, packet, now)) v.rewritten = true;
   return v;
+}
+
+// Makes the rules that translated a new state's connection count it, and its first packet, as the
+// creator counts it (pf counts a state's packets to its nat rule as to its filter rule).
+// `rules`: the worker's, in which translate() matched them.
+void Engine::count_translators(StateTable::Handle& state, const Translation& translation,
+                               const std::shared_ptr<const rules::RuleSet>& rules,
+                               std::size_t bytes) noexcept {
+  TranslatorRefs refs;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (translation.by[pass] != nullptr) refs.set(pass, rules->translation_index(translation.by[pass]));
+  }
+  states_.attach_translators(state, refs, rules);
+  for (int pass = 0; pass < 2; ++pass) {
+    const rules::CompiledTranslation* rule = translation.by[pass];
+    if (rule == nullptr ||
+        (pass == 1 && translation.by[0] != nullptr && translation.by[0]->stats == rule->stats))
+      continue;
+    rule->stats->packets.fetch_add(1, std::memory_order_relaxed);
+    rule->stats->bytes.fetch_add(bytes, std::memory_order_relaxed);
+    rule->stats->states_created.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 // Counts a new state in its source node (pf's pf_insert_src_node and max-src-states); State when

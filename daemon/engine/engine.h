@@ -386,6 +386,8 @@ class Engine {
               Verdict& verdict) noexcept;
   Reason admit_source(Worker& worker, StateTable::Handle& state, const rules::CompiledRule& creator,
                       const PacketView& packet) noexcept;
+  void count_translators(StateTable::Handle& state, const Translation& translation,
+                         const std::shared_ptr<const rules::RuleSet>& rules, std::size_t bytes) noexcept;
   bool connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept;
   bool connection_counted(Worker& worker, StateEntry& entry, Millis now) noexcept;
   // `modulate state`, around the tracking of a TCP segment that end `side` of a modulated state

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdlib>
 #include <new>
@@ -60,14 +61,33 @@ Millis time_left_of(uint16_t step) {
   return Millis{static_cast<Millis::rep>(uint64_t{9u + (step - 1u) % 8u} << (power - 3))};
 }
 
-// Adds the entry's packets and bytes since the last fold to its creator's counters (see
-// StateTable::attach_creator).
+// The counters of the rules that translated the entry's connection, each once (see
+// StateTable::attach_translators).
+std::array<rules::RuleStats*, 2> translator_stats(const StateEntry& e) noexcept {
+  std::array<rules::RuleStats*, 2> out{};
+  if (!e.translators.any() || e.creator_rules == nullptr) return out;
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint32_t index = e.translators.get(pass);
+    if (index != TranslatorRefs::kNone) out[pass] = e.creator_rules->translation_entry(index).stats.get();
+  }
+  if (out[1] == out[0]) out[1] = nullptr;
+  return out;
+}
+
+// Adds the entry's packets and bytes since the last fold to its creator's and translators'
+// counters (see StateTable::attach_creator).
 void fold_counters(StateEntry& e) noexcept {
-  if (e.creator == nullptr) return;
+  if (e.creator == nullptr && !e.translators.any()) return;
   const uint64_t packets = e.packets[0] + e.packets[1];
   const uint64_t bytes = e.bytes[0] + e.bytes[1];
-  e.creator->stats->packets.fetch_add(packets - e.folded_packets, std::memory_order_relaxed);
-  e.creator->stats->bytes.fetch_add(bytes - e.folded_bytes, std::memory_order_relaxed);
+  const auto add = [&](rules::RuleStats& stats) {
+    stats.packets.fetch_add(packets - e.folded_packets, std::memory_order_relaxed);
+    stats.bytes.fetch_add(bytes - e.folded_bytes, std::memory_order_relaxed);
+  };
+  if (e.creator != nullptr) add(*e.creator->stats);
+  for (rules::RuleStats* stats : translator_stats(e)) {
+    if (stats != nullptr) add(*stats);
+  }
   e.folded_packets = packets;
   e.folded_bytes = bytes;
 }
@@ -623,10 +643,25 @@ void StateTable::attach_creator(Handle& handle, const rules::CompiledRule* rule,
   if (rule != nullptr) rule->stats->states_current.fetch_add(1, std::memory_order_relaxed);
 }
 
+void StateTable::attach_translators(Handle& handle, TranslatorRefs refs,
+                                    std::shared_ptr<const rules::RuleSet> rules) noexcept {
+  StateEntry* e = handle.get();
+  if (e->creator_rules == nullptr) e->creator_rules = std::move(rules);
+  e->translators = refs;
+  e->folded_packets = e->packets[0] + e->packets[1];
+  e->folded_bytes = e->bytes[0] + e->bytes[1];
+  for (rules::RuleStats* stats : translator_stats(*e)) {
+    if (stats != nullptr) stats->states_current.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 // The one place an entry leaves the table.
 void StateTable::unlink_and_free(StateEntry* e) noexcept {
   fold_counters(*e);
   if (e->creator != nullptr) e->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
+  for (rules::RuleStats* stats : translator_stats(*e)) {
+    if (stats != nullptr) stats->states_current.fetch_sub(1, std::memory_order_relaxed);
+  }
   if (e->source != nullptr) {
     // pf dates the node's end by the src.track of the rule of the state that was its last, or
     // where that rule names none, by the global one in force now.

@@ -52,6 +52,35 @@ struct KeyLink {
   StateKey key;
 };
 
+// The translation rules (nat, rdr, binat) of this node that rewrote a connection, [0] on its in
+// pass and [1] on its out pass, as indexes of RuleSet::translation_entry() in the entry's
+// creator_rules: 12 bits each, in the three bytes the entry has left. kNone for a pass no rule of
+// this node translated, and for a state learned from the peer (pf's pfsync leaves a state's nat
+// rule unset too). An entry at kNone or past it in a larger rule set names no rule: its rule counts
+// the connection's first packet alone.
+class TranslatorRefs {
+ public:
+  static constexpr uint32_t kNone = 0xfff;
+
+  uint32_t get(int pass) const noexcept {
+    return pass == 0 ? bytes_[0] | (bytes_[1] & 0x0fu) << 8 : bytes_[1] >> 4 | uint32_t{bytes_[2]} << 4;
+  }
+  void set(int pass, uint32_t index) noexcept {
+    if (index > kNone) index = kNone;
+    if (pass == 0) {
+      bytes_[0] = static_cast<uint8_t>(index);
+      bytes_[1] = static_cast<uint8_t>((bytes_[1] & 0xf0u) | index >> 8);
+    } else {
+      bytes_[1] = static_cast<uint8_t>((bytes_[1] & 0x0fu) | (index & 0x0fu) << 4);
+      bytes_[2] = static_cast<uint8_t>(index >> 4);
+    }
+  }
+  bool any() const noexcept { return get(0) != kNone || get(1) != kNone; }
+
+ private:
+  uint8_t bytes_[3] = {0xff, 0xff, 0xff};
+};
+
 // Laid out hot then cold: every field a packet hitting the state by its stack key reads or writes
 // sits in the first kHotBytes (three cache lines, from a 64-byte aligned start), so that a batch
 // can prefetch exactly those lines for each packet before deciding any (Engine::process_batch);
@@ -106,6 +135,7 @@ struct alignas(64) StateEntry {
   // `synproxy state` (which sets kModulated as well): the handshakes' progress, and the initial
   // sequence numbers this node chose, [0] answering the initiator, [1] opening to the responder.
   Proxy proxy = Proxy::None;
+  TranslatorRefs translators;  // counted like the creator (StateTable::attach_translators)
   uint32_t proxy_isn[2] = {0, 0};
   // `scrub reassemble tcp` (scrub_tcp), per end: the figures the peer gets, and this node's watch
   // over the end's timestamps.
@@ -194,6 +224,13 @@ class StateTable {
   // per packet. Those it holds already are the rule's (the packet that made it matched the rule).
   void attach_creator(Handle& handle, const rules::CompiledRule* rule,
                       std::shared_ptr<const rules::RuleSet> rules) noexcept;
+
+  // Makes the rules `refs` names (of `rules`, the set the connection's first packet met) the
+  // entry's translators, counted as attach_creator() counts the creator: states_current now, later
+  // packets and bytes as they are folded, states_current given back at removal. A rule that
+  // translated both passes counts once. Call it after attach_creator(), if at all.
+  void attach_translators(Handle& handle, TranslatorRefs refs,
+                          std::shared_ptr<const rules::RuleSet> rules) noexcept;
 
   // Makes `node` (admitted by the table's sources) count the entry; given back, with its
   // connection if stateflag::kSourceConnection is set, when the entry is removed.

@@ -48,7 +48,9 @@ std::string ago_ms(int64_t ms) {
   return ms < 0 ? "never" : human_duration_ms(static_cast<uint64_t>(ms)) + " ago";
 }
 
-void rule_counters(std::ostringstream& o, const control::RuleInfo& r) {
+// pfctl -v's counters line; a filter rule's (RuleInfo) or a translation rule's.
+template <typename Info>
+void rule_counters(std::ostringstream& o, const Info& r) {
   o << "  [ Evaluations: " << r.evaluations() << "  Packets: " << r.packets() << "  Bytes: " << r.bytes()
     << "  States: " << r.states_current() << " (" << r.states_created() << " created) ]\n";
 }
@@ -141,7 +143,10 @@ std::string format_rules(const control::RuleList& rules) {
   }
   if (rules.translations_size() > 0) {
     o << "# translation rules, first match\n";
-    for (const auto& t : rules.translations()) o << "@" << t.number() << " " << t.text() << "\n";
+    for (const auto& t : rules.translations()) {
+      o << "@" << t.number() << " " << t.text() << "\n";
+      rule_counters(o, t);
+    }
   }
   if (rules.scrubs_size() > 0 || rules.translations_size() > 0) o << "# filter rules, last match\n";
   // An anchor's rules follow its line, indented by its depth.

@@ -1035,7 +1035,7 @@ class Compiler {
     set.scrub_rules_ = file_.scrub_rules;
     for (std::size_t i = 0; i < file_.scrub_rules.size(); ++i) {
       const ScrubRule& r = file_.scrub_rules[i];
-      set.scrub_listing_.push_back({static_cast<uint32_t>(i), scrub_text(r), r.location});
+      set.scrub_listing_.push_back({static_cast<uint32_t>(i), scrub_text(r), r.location, nullptr});
     }
     if (!specs.empty()) set.scrub_classifier_ = build(specs, MatchOrder::First);
   }
@@ -1063,7 +1063,7 @@ class Compiler {
       t.negated = r.negate_translation;
       t.pass = r.pass;
       t.number = static_cast<uint32_t>(i);
-      set.translation_listing_.push_back({t.number, translation_text(r), r.location});
+      set.translation_listing_.push_back({t.number, translation_text(r), r.location, t.stats});
       if (!r.negate_translation && r.targets.empty() && r.target_pending) {
         // `-> (em0)` before em0 has an address: the rule matches, and its packets are dropped.
         // resolve_interfaces() gave the rule the family its address will have.

@@ -112,6 +112,10 @@ struct CompiledTranslation {
   // rdr onto a port range: the rule's own first port, which maps onto port_low (see rdr_port()).
   uint16_t rdr_port_base = 0;
   uint32_t number = 0;
+  // The rule's counters, which its entries share (an rdr split by its ports, binat's two ways):
+  // evaluations are the packets it matched first, a `no nat` included; packets, bytes and states
+  // those of the connections it translated.
+  std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
 
   // rdr: where a connection dialled to `port` goes. Onto one port, to it; onto a range, as pf's,
   // the port's distance from rdr_port_base modulo the range's width, from port_low. A port below
@@ -130,6 +134,9 @@ struct ListedRule {
   uint32_t number = 0;  // 0-based file order among the translation (or scrub) rules
   std::string text;     // canonical one-line form
   SourceLocation location;
+  // A translation rule's counters (CompiledTranslation::stats); nullptr for a scrub rule's, which
+  // keeps none.
+  std::shared_ptr<const RuleStats> stats;
 };
 
 inline constexpr uint32_t kNoRule = UINT32_MAX;
@@ -213,6 +220,11 @@ class RuleSet {
 
   const std::vector<ListedRule>& translation_rules() const { return translation_listing_; }
   const std::vector<ListedRule>& scrub_listing() const { return scrub_listing_; }
+  // translation()'s entries by index, for a state to name the rules that translated it.
+  uint32_t translation_index(const CompiledTranslation* t) const noexcept {
+    return static_cast<uint32_t>(t - translations_.data());
+  }
+  const CompiledTranslation& translation_entry(uint32_t index) const { return translations_[index]; }
   const std::vector<AnchorListing>& anchors() const { return anchors_; }
 
   // By evaluate()'s result: the rules of the main rule set and its anchors in file order.

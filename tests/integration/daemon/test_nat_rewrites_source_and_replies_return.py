@@ -1,7 +1,8 @@
 """nat on the server-side interface: TCP connections and UDP datagrams from the client reach the
 server from the firewall's own server-side address and a source port in pf's proxy range
 50001:65535, each flow on a port of its own; the replies come back to the client through the
-state, from the address and port it sent to. IPv4 and IPv6 alike."""
+state, from the address and port it sent to. IPv4 and IPv6 alike. `rules show` counts the
+connections in the nat rule of their family, as pfctl -vs nat does, and none in the other's."""
 
 import pytest
 
@@ -57,3 +58,17 @@ def test_nat_rewrites_source_and_replies_return(lan, daemon_factory, family, pro
         assert s["dst"] == {"address": server, "port": port}, s
         assert s.get("wire_src") == r["seen"], f"the state's translated key is not what the server saw: {s}"
         assert s.get("wire_dst") == {"address": server, "port": port}, s
+
+    # As pfctl -vs nat: the family's nat rule counts the connections it translated, and the packets
+    # it matched first (one a connection, as the rest pass by the state); the other family's, none.
+    translations = fw.json("rules", "show")["translations"]
+    own = next(t for t in translations if fw_out in t["text"])
+    other = next(t for t in translations if fw_out not in t["text"])
+    connections = FLOWS if udp else FLOWS + 1
+    assert int(own.get("evaluations", 0)) == connections, own
+    assert int(own.get("states_created", 0)) == connections, own
+    assert int(own.get("states_current", 0)) == connections, own
+    assert int(own.get("packets", 0)) >= connections, own
+    assert int(own.get("bytes", 0)) > 0, own
+    assert int(other.get("evaluations", 0)) == 0 and int(other.get("states_created", 0)) == 0, other
+    assert "[ Evaluations: " in fw.ctl("rules", "show").stdout.split("# filter rules")[0]

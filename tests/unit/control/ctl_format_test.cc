@@ -161,9 +161,16 @@ TEST_CASE("pairwallctl: rules show lists scrub, then translation, then filter ru
   auto* nat = rules.add_translations();
   nat->set_number(0);
   nat->set_text("nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1");
+  nat->set_evaluations(7);
+  nat->set_packets(12);
+  nat->set_bytes(960);
+  nat->set_states_current(2);
+  nat->set_states_created(5);
   const std::string text = pairwall::ctl::format_rules(rules);
+  // A translation rule's counters follow it, as pfctl -vs nat shows them; a scrub rule keeps none.
   CHECK(text.find("# scrub rules, first match\n@0 scrub in all fragment reassemble\n"
                   "# translation rules, first match\n@0 nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1\n"
+                  "  [ Evaluations: 7  Packets: 12  Bytes: 960  States: 2 (5 created) ]\n"
                   "# filter rules, last match\n") == 0);
 
   pairwall::control::RuleList scrub_only;

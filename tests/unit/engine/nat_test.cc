@@ -1491,3 +1491,107 @@ TEST_CASE("translation rules pass link-scoped traffic by: link-local addresses, 
   CHECK(v.rewritten);
   CHECK(fw.last_packet != routed);
 }
+
+// pfctl -vs nat: a translation rule's evaluations are the packets it matched first (an exemption's
+// too); its packets, bytes and states those of the connections it translated, later packets folded
+// in as a filter rule's are (within a second, and at the state's end).
+TEST_CASE("translation rules count what they match and the connections they translate",
+          "[engine][nat][counters]") {
+  Firewall fw(
+      "no nat on wan0 from 10.1.0.0/16 to 192.0.2.0/24\n"
+      "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\n"
+      "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> 10.2.0.10 port 8080\n"
+      "block in quick on wan0 proto tcp from 198.51.100.66 to 10.2.0.10 port 8080\n"
+      "pass all\n");
+  const auto& listed = fw.engine.rules()->translation_rules();
+  REQUIRE(listed.size() == 3);
+  const pairwall::engine::rules::RuleStats& no_nat = *listed[0].stats;
+  const pairwall::engine::rules::RuleStats& nat = *listed[1].stats;
+  const pairwall::engine::rules::RuleStats& rdr = *listed[2].stats;
+  const Flow udp{"udp", false};
+  const Flow tcp{"tcp", false};
+
+  const Bytes query = udp.packet("10.1.0.10", 5000, "198.51.100.80", 53);
+  REQUIRE(fw.out(query).rewritten);
+  const uint16_t port = source_port(fw.last_packet, udp);
+  CHECK(nat.evaluations == 1);
+  CHECK(nat.packets == 1);
+  CHECK(nat.bytes == query.size());
+  CHECK(nat.states_current == 1);
+  CHECK(nat.states_created == 1);
+  const Bytes answer = udp.packet("198.51.100.80", 53, "203.0.113.1", port, true);
+  REQUIRE(fw.in(answer).reason == Reason::State);
+  CHECK(nat.evaluations == 1);  // a state's packets meet no rule
+
+  // Exempted: the exemption counts its evaluation, and nothing more; the nat rule nothing.
+  REQUIRE(fw.out(udp.packet("10.1.0.10", 5001, "192.0.2.80", 53)).action == Action::Accept);
+  CHECK(fw.last_packet == udp.packet("10.1.0.10", 5001, "192.0.2.80", 53));
+  CHECK(no_nat.evaluations == 1);
+  CHECK(no_nat.packets == 0);
+  CHECK(no_nat.states_created == 0);
+  CHECK(nat.evaluations == 1);
+
+  // Matched, then blocked by the filter: evaluated, but it translated nothing.
+  REQUIRE(fw.in(tcp.packet("198.51.100.66", 4000, "203.0.113.1", 80)).reason == Reason::RuleBlock);
+  CHECK(rdr.evaluations == 1);
+  CHECK(rdr.packets == 0);
+  CHECK(rdr.states_current == 0);
+  const Bytes syn = tcp.packet("198.51.100.7", 4000, "203.0.113.1", 80);
+  REQUIRE(fw.in(syn).action == Action::Accept);
+  CHECK(rdr.evaluations == 2);
+  CHECK(rdr.packets == 1);
+  CHECK(rdr.bytes == syn.size());
+  CHECK(rdr.states_current == 1);
+  CHECK(rdr.states_created == 1);
+  CHECK(nat.states_current == 1);
+
+  // Their ends: the states given back, the nat'd connection's answer folded in.
+  CHECK(fw.engine.expire(fw.now + Millis{100'000'000}) == 3);
+  CHECK(nat.packets == 2);
+  CHECK(nat.bytes == query.size() + answer.size());
+  CHECK(nat.states_current == 0);
+  CHECK(nat.states_created == 1);
+  CHECK(rdr.states_current == 0);
+  CHECK(rdr.packets == 1);
+}
+
+TEST_CASE("a connection translated on both passes counts in both rules, or once in a rule that did both",
+          "[engine][nat][counters]") {
+  const Flow udp{"udp", false};
+  SECTION("rdr in, nat out: two rules") {
+    Firewall fw(
+        "rdr on wan0 proto udp to 203.0.113.1 port 53 -> 10.2.0.53\n"
+        "nat on lan0 from any to 10.2.0.53 -> 10.2.0.1\n"
+        "pass all\n");
+    const auto& listed = fw.engine.rules()->translation_rules();
+    const Bytes query = udp.packet("198.51.100.7", 4000, "203.0.113.1", 53);
+    REQUIRE(fw.in(query).rewritten);
+    CHECK(fw.last_packet == udp.packet("10.2.0.1", source_port(fw.last_packet, udp), "10.2.0.53", 53));
+    for (const auto& rule : listed) {
+      INFO(rule.text);
+      CHECK(rule.stats->evaluations == 1);
+      CHECK(rule.stats->packets == 1);
+      CHECK(rule.stats->bytes == query.size());
+      CHECK(rule.stats->states_current == 1);
+      CHECK(rule.stats->states_created == 1);
+    }
+    CHECK(fw.engine.expire(fw.now + Millis{100'000'000}) == 1);
+    for (const auto& rule : listed) CHECK(rule.stats->states_current == 0);
+  }
+  SECTION("binat both ways on one interface (a hairpin): one rule, counted once") {
+    Firewall fw("binat on wan0 from 10.1.0.0/24 to any -> 203.0.113.0/24\npass all\n");
+    const auto& stats = *fw.engine.rules()->translation_rules().at(0).stats;
+    const Bytes query = udp.packet("10.1.0.5", 4000, "203.0.113.25", 53);
+    const pairwall::engine::PacketMeta hairpin{pairwall::engine::Hook::Forward, fw.wan, fw.wan, false};
+    REQUIRE(fw.run(query, hairpin).rewritten);
+    CHECK(fw.last_packet == udp.packet("203.0.113.5", 4000, "10.1.0.25", 53));
+    CHECK(stats.evaluations == 2);  // each pass matched it
+    CHECK(stats.packets == 1);
+    CHECK(stats.bytes == query.size());
+    CHECK(stats.states_current == 1);
+    CHECK(stats.states_created == 1);
+    CHECK(fw.engine.expire(fw.now + Millis{100'000'000}) == 1);
+    CHECK(stats.states_current == 0);
+    CHECK(stats.packets == 1);
+  }
+}
