@@ -35,6 +35,8 @@ constexpr std::size_t kHugeChunkBytes = std::size_t{2} << 20;
 constexpr std::size_t kHugeChunkEntries = kHugeChunkBytes / sizeof(StateEntry);
 
 static_assert(sizeof(StateEntry) % 64 == 0);
+// Six lines: TranslatorRefs fills the padding after `proxy`, the entry's last free bytes.
+static_assert(sizeof(StateEntry) == 384);
 
 // Entries learned from the peer are filed by their time left, rounded up to one of 8 steps per
 // power of two milliseconds above 1,024 (so at most an eighth of it late), in queues of their own:
