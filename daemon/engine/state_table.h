@@ -56,8 +56,8 @@ struct KeyLink {
 // pass and [1] on its out pass, as indexes of RuleSet::translation_entry() in the entry's
 // creator_rules: 12 bits each, in the three bytes the entry has left. kNone for a pass no rule of
 // this node translated, and for a state learned from the peer (pf's pfsync leaves a state's nat
-// rule unset too). An entry at kNone or past it in a larger rule set names no rule: its rule counts
-// the connection's first packet alone.
+// rule unset too). An entry at kNone or past it, in a rule set of more translation entries than
+// that, names no rule: its rule counts the connection's creation and first packet alone.
 class TranslatorRefs {
  public:
   static constexpr uint32_t kNone = 0xfff;

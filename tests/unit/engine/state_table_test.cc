@@ -332,3 +332,30 @@ TEST_CASE("an entry seen just after it was queued expires on time behind entries
   CHECK(t.expire(Millis{14'999}, nullptr) == 0);
   CHECK(t.expire(Millis{15'000}, nullptr) == 1);
 }
+
+TEST_CASE("TranslatorRefs keeps two 12-bit rule indexes apart, larger ones as none", "[state_table]") {
+  TranslatorRefs refs;
+  CHECK_FALSE(refs.any());
+  CHECK(refs.get(0) == TranslatorRefs::kNone);
+  CHECK(refs.get(1) == TranslatorRefs::kNone);
+  for (const uint32_t in : {0u, 1u, 0x0abu, 0x7ffu, 0xffeu}) {
+    for (const uint32_t out : {0u, 0x0f0u, 0x123u, 0xffeu, TranslatorRefs::kNone}) {
+      INFO(in << " " << out);
+      TranslatorRefs r;
+      r.set(1, out);
+      r.set(0, in);
+      CHECK(r.get(0) == in);
+      CHECK(r.get(1) == out);
+      r.set(1, in);  // either order, and written over
+      CHECK(r.get(0) == in);
+      CHECK(r.get(1) == in);
+      CHECK(r.any());
+    }
+  }
+  TranslatorRefs beyond;
+  beyond.set(0, 0x1000);
+  beyond.set(1, 70000);
+  CHECK(beyond.get(0) == TranslatorRefs::kNone);
+  CHECK(beyond.get(1) == TranslatorRefs::kNone);
+  CHECK_FALSE(beyond.any());
+}
