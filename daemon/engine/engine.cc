@@ -547,6 +547,7 @@ struct Engine::Translation {
   // the in pass's deciding rule is then known here, and tag[1] is the out pass's tag, 0 or not.
   uint16_t tag[2] = {0, 0};
   uint32_t in_decided = rules::RuleSet::kUndecided;
+  bool urpf_failed = false;  // the in pass's source failed the unicast reverse path check
 
   // The filter rules' query of a pass that meets them.
   rules::MatchQuery query(int pass, bool in_pass_meets_rules) const {
@@ -554,7 +555,7 @@ struct Engine::Translation {
     // Where no filter rules of the in pass can change it, the out pass carries what the in pass's
     // translation left.
     if (pass == 1 && carried == 0 && !in_pass_meets_rules) carried = tag[0];
-    return {seen[pass], kPassDirection[pass], iface[pass], carried};
+    return {seen[pass], kPassDirection[pass], iface[pass], carried, pass == 0 && urpf_failed};
   }
 };
 
@@ -1279,6 +1280,9 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   translation.wire = parsed.key;
   translation.iface[0] = meta.in_iface;
   translation.iface[1] = meta.out_iface;
+  // Asked once a new connection, before any rule (an out nat's `tagged` may need the in pass's).
+  translation.urpf_failed =
+      parsed.filtered[0] && rules.uses_urpf() && reverse_path_fails(worker, packet, meta, now);
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
   if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error) || link_scoped(packet)) return;
   const bool ports = packet.is_tcp() || packet.is_udp();
@@ -1419,6 +1423,21 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       if (scrub_out_before_routing(worker, bytes, leaving, parsed.packet, out)) parsed.rewritten = true;
     }
   }
+}
+
+// pf's urpf-failed (pf_routable() with the arrival interface): the route back to the packet's
+// source leaves by another interface than the one it arrived on, or there is none (the source is
+// one of this node's own addresses, or unroutable). A link-local source passes, as its route is
+// its link's, which no table tells apart; and so does every source where no Router answers
+// (pairwall-check's replays without one).
+bool Engine::reverse_path_fails(Worker& worker, const PacketView& packet, const PacketMeta& meta,
+                                Millis now) noexcept {
+  if (worker.router_ == nullptr) return false;
+  const bool link_local =
+      packet.family == Family::V4 ? (packet.src.v4_value() >> 16) == 0xa9fe : link_local6(packet.src);
+  if (link_local) return false;
+  const RouteQuery back{packet.family, IpAddress{}, packet.src, 0, meta.mark};
+  return worker.router_->egress(back, now) != meta.in_iface;
 }
 
 // A source port (for ICMP, a query id) in [low, high] with which `wire` is no state's key, tried

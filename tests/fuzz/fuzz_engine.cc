@@ -62,6 +62,7 @@ binat on wan0 from 10.1.0.5 to any -> 203.0.113.5
 block return log all
 block in quick from <bad>
 block in quick from <abusers>
+block in quick log from urpf-failed
 pass in on lan0 all keep state (max-src-states 24, max-src-conn 12, max-src-conn-rate 40/5, overload <abusers> flush)
 pass in on lan0 proto tcp to port 80 modulate state
 pass in on lan0 proto tcp to port 22 flags S/SA keep state (sloppy)
@@ -120,11 +121,24 @@ const std::shared_ptr<const pe::rules::RuleSet>& compiled_rules(bool reloaded = 
   return reloaded ? second : first;
 }
 
+// Routes back to sources for `from urpf-failed`, by the address's last byte: lan0, wan0, or none.
+struct ByteRoutes : pe::Router {
+  pe::IfaceId lan = 0;
+  pe::IfaceId wan = 0;
+  pe::IfaceId egress(const pe::RouteQuery& q, pe::Millis) noexcept override {
+    const uint8_t last = static_cast<uint8_t>(q.dst.lo);
+    return last % 3 == 0 ? lan : last % 3 == 1 ? wan : pe::kNoIface;
+  }
+};
+
 // One firewall: lan0 inside, wan0 outside (interned in the order the rule set was compiled with).
 struct Node {
   explicit Node(uint32_t id) : engine(config(id)), worker(engine) {
     lan = engine.interfaces().intern("lan0");
     wan = engine.interfaces().intern("wan0");
+    routes.lan = lan;
+    routes.wan = wan;
+    worker.set_router(&routes);
     engine.load_rules(compiled_rules());
   }
 
@@ -151,6 +165,7 @@ struct Node {
 
   pe::Engine engine;
   pe::Worker worker;
+  ByteRoutes routes;
   pe::IfaceId lan = 0;
   pe::IfaceId wan = 0;
   bool reloaded = false;  // running the second rule set
@@ -453,6 +468,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     for (std::size_t r = 0; r < rules.size(); ++r) {
       require(rules.rule(static_cast<uint32_t>(r)).stats->states_current.load() == 0,
               "a rule still counts states that are gone");
+    }
+    for (const pe::rules::ListedRule& t : rules.translation_rules()) {
+      require(t.stats->states_current.load() == 0, "a translation rule still counts states that are gone");
     }
   }
   return 0;

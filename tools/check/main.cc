@@ -8,7 +8,8 @@
 //       replay a capture through the engine as a forwarding firewall would see it and print one
 //       JSON line per packet: index, verdict, reason, deciding rule (@N, and its anchor's path
 //       where it stands in one), state id; or verdict "skipped" for what the node never sees as
-//       captured (not IP, cut by the snaplen, a fragment).
+//       captured (not IP, cut by the snaplen, a fragment). A packet arrives where its source says,
+//       so none fails `from urpf-failed` here (the engine has no routes to ask in a replay).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -53,6 +53,9 @@ struct PortMatch {
 struct Endpoint {
   std::vector<AddressElement> addresses;  // empty: any
   std::vector<PortMatch> ports;           // empty: any port; a list matches if any element does
+  // pf's `from urpf-failed` (filter rules only, `addresses` then empty): a source address whose
+  // route does not leave by the interface the packet arrived on (unicast reverse path forwarding).
+  bool urpf_failed = false;
 };
 
 // `flags S/SA`: (tcp_flags & mask) == set. `flags any` is the absence of a FlagsMatch (and, on a

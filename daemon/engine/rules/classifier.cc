@@ -775,16 +775,23 @@ class ClassifierBuilder {
     c_.iface_slots_ = uint32_t{max_id} + 2;
     const uint32_t slots = c_.iface_slots_;
     // With the tag a packet carries: most rule sets name none, and this field stays as it was.
+    // And whether its source failed the unicast reverse path check, where a rule asks.
     uint16_t max_tag = 0;
-    for (const MatchSpec& s : specs_) max_tag = std::max(max_tag, s.tagged);
-    c_.tag_slots_ = uint32_t{max_tag} + 1;
+    for (const MatchSpec& s : specs_) {
+      max_tag = std::max(max_tag, s.tagged);
+      c_.urpf_used_ = c_.urpf_used_ || s.urpf_failed;
+    }
+    c_.tag_values_ = uint32_t{max_tag} + 1;
+    c_.tag_slots_ = c_.tag_values_ * (c_.urpf_used_ ? 2 : 1);
     const uint32_t tags = c_.tag_slots_;
-    c_.iface_records_ = dense_domain(3 * slots * tags, [slots, tags](const MatchSpec& s, uint32_t v) {
+    const uint32_t values = c_.tag_values_;
+    c_.iface_records_ = dense_domain(3 * slots * tags, [slots, tags, values](const MatchSpec& s, uint32_t v) {
       static constexpr Direction kRows[3] = {Direction::In, Direction::Out, Direction::Any};
       const Direction row = kRows[v / tags / slots];
       if (!s.decides) return false;
       if (s.direction != Direction::Any && s.direction != row) return false;
-      if (s.tagged != 0 && (v % tags == s.tagged) == s.tagged_negated) return false;
+      if (s.tagged != 0 && (v % tags % values == s.tagged) == s.tagged_negated) return false;
+      if (s.urpf_failed && v % tags < values) return false;
       if (s.interfaces.empty()) return true;
       const uint32_t id = v / tags % slots;
       return std::any_of(s.interfaces.begin(), s.interfaces.end(),
@@ -1199,7 +1206,10 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   uint32_t pass = row * iface_slots_ + slot;
   // Only where a rule tests tags (the same branch for every packet of a rule set): the product
   // and the tag's clamp would lengthen every query's way to its first record (10 rules -1.5 %).
-  if (tag_slots_ > 1) pass = pass * tag_slots_ + (query.tag < tag_slots_ ? query.tag : 0);
+  if (tag_slots_ > 1) {
+    pass = pass * tag_slots_ + (query.tag < tag_values_ ? query.tag : 0) +
+           (urpf_used_ && query.urpf_failed ? tag_values_ : 0);
+  }
   probe.dense[0] = dense_pool_.data() + iface_records_[pass];
   probe.dense[1] = dense_pool_.data() + proto_records_[(v6 ? 256 : 0) + p.proto];
   probe.dense[2] = dense_pool_.data() + l4_record(p, has_l4);
@@ -1304,9 +1314,9 @@ template <typename OnWord>
 // of its popcounts is a library call (pairwall-bench engine --only rules --seconds 0.3 --runs 3,
 // three alternating invocations: rules_single_mpps 19.7-19.8 -> 22.8-23.6 at 10 rules, 8.9-9.0 ->
 // 10.5 at 10,000).
-[[gnu::always_inline]] inline void Classifier::start(Probe& probe, const PacketView& p, Direction direction,
-                                                     IfaceId iface, uint16_t tag) const noexcept {
-  begin(probe, MatchQuery{&p, direction, iface, tag});
+[[gnu::always_inline]] inline void Classifier::start(Probe& probe, const MatchQuery& query) const noexcept {
+  begin(probe, query);
+  const PacketView& p = *query.packet;
   const bool v6 = p.family == Family::V6;
   set_addresses(probe,
                 v6 ? v6_index_[0].find(address_key(Family::V6, p.src)) : v4_index_[0].find(p.src.v4_value()),
@@ -1316,24 +1326,22 @@ template <typename OnWord>
 }
 
 PAIRWALL_POPCNT_CLONES
-uint32_t Classifier::match(const PacketView& p, Direction direction, IfaceId iface,
-                           uint16_t tag) const noexcept {
+uint32_t Classifier::match(const MatchQuery& query) const noexcept {
   Probe probe;
-  start(probe, p, direction, iface, tag);
+  start(probe, query);
   return finish(probe, [] {});
 }
 
-uint32_t Classifier::match_from(const PacketView& p, Direction direction, IfaceId iface, uint16_t tag,
-                                uint32_t first) const noexcept {
+uint32_t Classifier::match_from(const MatchQuery& query, uint32_t first) const noexcept {
   Probe probe;
-  start(probe, p, direction, iface, tag);
+  start(probe, query);
   return finish(
       probe, [] {}, first);
 }
 
 uint32_t Classifier::words_tested(const PacketView& p, Direction direction, IfaceId iface) const noexcept {
   Probe probe;
-  start(probe, p, direction, iface, 0);
+  start(probe, MatchQuery{&p, direction, iface, 0});
   uint32_t words = 0;
   finish(probe, [&words] { ++words; });
   return words;
@@ -1345,8 +1353,7 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
     const std::size_t n = std::min(kBatch, queries.size() - first);
     const MatchQuery* query = queries.data() + first;
     if (n < kBatchFloor) {
-      for (std::size_t i = 0; i < n; ++i)
-        out[first + i] = match(*query[i].packet, query[i].direction, query[i].iface, query[i].tag);
+      for (std::size_t i = 0; i < n; ++i) out[first + i] = match(query[i]);
       continue;
     }
     Probe probes[kBatch];

@@ -171,6 +171,9 @@ struct MatchSpec {
   // 0 asks nothing. Kept with direction x interface, as one dense field.
   uint16_t tagged = 0;
   bool tagged_negated = false;
+  // `from urpf-failed`: only packets whose query says their source failed the unicast reverse path
+  // check (MatchQuery::urpf_failed). Kept with direction x interface and the tag.
+  bool urpf_failed = false;
   bool quick = false;
   uint32_t rank = 0;  // MatchOrder::Ranked: the rule's place in the order of decision, 0 first
   // false: the rule matches no packet here (pf's `match`, which never decides; the tags it sets
@@ -330,7 +333,8 @@ struct MatchQuery {
   const PacketView* packet = nullptr;
   Direction direction = Direction::In;
   IfaceId iface = kNoIface;
-  uint16_t tag = 0;  // the tag the packet carries (MatchSpec::tagged's numbering), 0 none
+  uint16_t tag = 0;          // the tag the packet carries (MatchSpec::tagged's numbering), 0 none
+  bool urpf_failed = false;  // its source's route leaves by another interface than `iface` (an in pass)
 };
 
 class Classifier {
@@ -343,13 +347,15 @@ class Classifier {
   // The deciding rule for this packet on a pass in `direction` (In or Out; Any only matches rules
   // without a direction) on `iface`, or kNoMatch.
   uint32_t match(const PacketView& packet, Direction direction, IfaceId iface,
-                 uint16_t tag = 0) const noexcept;
+                 uint16_t tag = 0) const noexcept {
+    return match(MatchQuery{&packet, direction, iface, tag});
+  }
+  uint32_t match(const MatchQuery& query) const noexcept;
 
   // match() among the rules of priority `first` and after: for MatchOrder::Ranked, the matching
   // rule of the lowest rank at least `first` (the last tag rule up to a deciding rule, see
   // RuleSet::tag_after()).
-  uint32_t match_from(const PacketView& packet, Direction direction, IfaceId iface, uint16_t tag,
-                      uint32_t first) const noexcept;
+  uint32_t match_from(const MatchQuery& query, uint32_t first) const noexcept;
 
   // match() for each query: out[i] for queries[i]. The lookups of kBatch queries advance together
   // through the stages of a match (small tables and address index, class records, the rest), the
@@ -409,8 +415,7 @@ class Classifier {
   void find_anchors(Probe& probe) const noexcept;
   void next_candidates(Probe& probe) const noexcept;  // up to the first summary word with any
   // One query's stages up to finish(), as match() and words_tested() take them.
-  void start(Probe& probe, const PacketView& packet, Direction direction, IfaceId iface,
-             uint16_t tag) const noexcept;
+  void start(Probe& probe, const MatchQuery& query) const noexcept;
   // on_word() per word tested; rules of a priority below `first` are passed over.
   template <typename OnWord>
   uint32_t finish(Probe& probe, OnWord on_word, uint32_t first = 0) const noexcept;
@@ -442,8 +447,11 @@ class Classifier {
 
   // Dense lookups (values are offsets into dense_pool_).
   uint32_t iface_slots_ = 1;  // interface ids >= iface_slots_ - 1 share the last slot
-  uint32_t tag_slots_ = 1;    // 1 + the highest tag a rule's `tagged` names; other tags read as 0
-  // [(direction row * iface_slots_ + slot) * tag_slots_ + tag], rows In, Out, Any
+  uint32_t tag_values_ = 1;   // 1 + the highest tag a rule's `tagged` names; other tags read as 0
+  bool urpf_used_ = false;    // some rule is `from urpf-failed`
+  uint32_t tag_slots_ = 1;    // tag_values_, twice over where urpf_used_: then failed, the second
+  // [(direction row * iface_slots_ + slot) * tag_slots_ + urpf failed * tag_values_ + tag], rows In,
+  // Out, Any
   std::vector<uint32_t> iface_records_;
   std::vector<uint32_t> proto_records_;  // [is_v6 * 256 + proto]
   // [0, 256) TCP flags, [256, 512) ICMP type, [512, 768) ICMPv6 type, 768 no transport header.

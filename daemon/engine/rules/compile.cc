@@ -161,12 +161,16 @@ std::string header_text(const std::vector<InterfaceMatch>& interfaces, const std
 
 std::string endpoints_text(const Endpoint& from, const Endpoint& to) {
   auto one = [](const char* word, const Endpoint& e) {
-    std::string out =
-        std::string(" ") + word + " " + (e.addresses.empty() ? "any" : list_text(e.addresses, element_text));
+    std::string out = std::string(" ") + word + " " +
+                      (e.urpf_failed         ? "urpf-failed"
+                       : e.addresses.empty() ? "any"
+                                             : list_text(e.addresses, element_text));
     if (!e.ports.empty()) out += " port " + list_text(e.ports, port_text);
     return out;
   };
-  if (from.addresses.empty() && from.ports.empty() && to.addresses.empty() && to.ports.empty()) return " all";
+  if (from.addresses.empty() && from.ports.empty() && !from.urpf_failed && to.addresses.empty() &&
+      to.ports.empty())
+    return " all";
   return one("from", from) + one("to", to);
 }
 
@@ -191,8 +195,8 @@ std::string expand_label(const FilterRule& r, uint32_t number) {
       label.replace(at, macro.size(), value);
     }
   };
-  const auto address = [](const Endpoint& e) {
-    return e.addresses.empty() ? "any" : element_text(e.addresses[0]);
+  const auto address = [](const Endpoint& e) -> std::string {
+    return e.urpf_failed ? "urpf-failed" : e.addresses.empty() ? "any" : element_text(e.addresses[0]);
   };
   const auto port = [](const Endpoint& e) -> std::string {
     if (e.ports.empty()) return "";
@@ -683,6 +687,7 @@ class Compiler {
     s.src_ports = from.ports;
     s.dst = addresses(to.addresses);
     s.dst_ports = to.ports;
+    s.urpf_failed = from.urpf_failed;
     return s;
   }
 
@@ -821,6 +826,11 @@ class Compiler {
              "rest)");
       }
       check_icmp_family(r.location, r.protocols, r.family, r.from, r.to);
+      if (r.from.urpf_failed && r.direction == Direction::Out) {
+        fail(r.location,
+             "'urpf-failed' checks the interface a packet arrives on, which an out pass has not: write "
+             "'in', or no direction");
+      }
       if (!r.icmp_types.empty()) {
         const uint8_t needed = r.icmp6_types ? ipproto::kIcmp6 : ipproto::kIcmp;
         const char* keyword = r.icmp6_types ? "icmp6-type" : "icmp-type";
@@ -899,6 +909,7 @@ class Compiler {
       s.tagged = tag_number(r.tagged);
       s.tagged_negated = r.tagged_negated;
       if (s.tagged != 0) set.filter_tests_tags_ = true;
+      if (s.urpf_failed) set.filter_tests_urpf_ = true;
       s.decides = r.action != Action::Match;
       specs.push_back(std::move(s));
     }
@@ -1273,10 +1284,9 @@ void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {
 RuleSet::RuleSet() = default;
 RuleSet::~RuleSet() = default;
 
-uint32_t RuleSet::evaluate(const PacketView& packet, Direction direction, IfaceId iface,
-                           uint16_t tag) const noexcept {
-  if (segments_.size() == 1) return segments_[0].classifier->match(packet, direction, iface, tag);
-  return pass({&packet, direction, iface, tag}).deciding;
+uint32_t RuleSet::evaluate(const MatchQuery& query) const noexcept {
+  if (segments_.size() == 1) return segments_[0].classifier->match(query);
+  return pass(query).deciding;
 }
 
 RuleSet::InPass RuleSet::pass(const MatchQuery& query) const noexcept {
@@ -1300,11 +1310,14 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
       deciding[0] = passed.deciding;
       tag = passed.tag;
     } else {
-      deciding[0] = evaluate(*in->packet, in->direction, in->iface, in->tag);
+      deciding[0] = evaluate(*in);
     }
   }
-  if (out != nullptr)
-    deciding[1] = evaluate(*out->packet, out->direction, out->iface, out->tag != 0 ? out->tag : tag);
+  if (out != nullptr) {
+    MatchQuery carrying = *out;
+    if (carrying.tag == 0) carrying.tag = tag;
+    deciding[1] = evaluate(carrying);
+  }
   return deciding;
 }
 
@@ -1425,7 +1438,7 @@ void RuleSet::tags_after_batch(const Segment& segment, std::span<const MatchQuer
 
 RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in) const noexcept {
   if (segments_.size() != 1) return pass(in);
-  const uint32_t deciding = segments_[0].classifier->match(*in.packet, in.direction, in.iface, in.tag);
+  const uint32_t deciding = segments_[0].classifier->match(in);
   return {deciding, tag_after_in(in, deciding)};
 }
 
@@ -1440,7 +1453,9 @@ uint16_t RuleSet::tag_after(const Segment& segment, const MatchQuery& pass, uint
   // Ranked last rule first: the tag rules past where evaluation stopped rank before the others.
   const std::vector<uint32_t>& rules = segment.tag_rules;
   const auto after = static_cast<uint32_t>(rules.end() - std::upper_bound(rules.begin(), rules.end(), last));
-  const uint32_t k = segment.tags->match_from(*pass.packet, pass.direction, pass.iface, tag, after);
+  MatchQuery carrying = pass;
+  carrying.tag = tag;
+  const uint32_t k = segment.tags->match_from(carrying, after);
   return k == Classifier::kNoMatch ? tag : rules_[rules[k]].tag;
 }
 

@@ -1413,7 +1413,7 @@ class Parser {
       r.protocols = protocols();
       stage = 7;
     }
-    if (from_to(r.from, r.to, r.family)) stage = 8;
+    if (from_to(r.from, r.to, r.family, nullptr, /*urpf=*/true)) stage = 8;
 
     std::optional<Token> flags_seen;
     std::optional<Token> icmp_seen;
@@ -1718,10 +1718,13 @@ class Parser {
 
   // `all`, or [from SRC [port P]] [to DST [port P]]. Returns whether anything was written.
   // `no_ports`: the message when ports are not allowed (binat), or nullptr.
-  bool from_to(Endpoint& from, Endpoint& to, std::optional<Family> family, const char* no_ports = nullptr) {
+  // `urpf`: a filter rule's, whose source may be `urpf-failed`.
+  bool from_to(Endpoint& from, Endpoint& to, std::optional<Family> family, const char* no_ports = nullptr,
+               bool urpf = false) {
     if (accept_word("all")) return true;
     bool any = false;
     if (accept_word("from")) {
+      if (urpf && accept_word("urpf-failed")) from.urpf_failed = true;
       endpoint(from, family, no_ports);
       any = true;
     }
@@ -1733,7 +1736,7 @@ class Parser {
   }
 
   void endpoint(Endpoint& ep, std::optional<Family> family, const char* no_ports) {
-    if (!at_word("port")) ep.addresses = addresses(family);
+    if (!ep.urpf_failed && !at_word("port")) ep.addresses = addresses(family);
     if (at_word("port")) {
       if (no_ports) fail_at(peek(), no_ports);
       take();
@@ -1822,7 +1825,12 @@ class Parser {
     const std::string_view word = t.text;
     if (word.empty() || !std::isalpha(static_cast<unsigned char>(word[0]))) return false;
     // pf's address forms that ask the routing table: not interface names.
-    if (word == "no-route" || word == "urpf-failed") {
+    if (word == "urpf-failed") {
+      fail_at(t,
+              "'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from urpf-failed'): "
+              "not in a list, negated, after 'to', or in a scrub or translation rule");
+    }
+    if (word == "no-route") {
       fail_at(t,
               "'" + t.text + "' is not supported: rules here do not look addresses up in the routing table");
     }

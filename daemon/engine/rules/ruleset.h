@@ -166,11 +166,19 @@ class RuleSet {
   // (a forwarded packet's out pass: what its in pass left); a rule's `tag` changes what later
   // rules of the pass see, as in pf.
   uint32_t evaluate(const PacketView& packet, Direction direction, IfaceId iface,
-                    uint16_t tag = 0) const noexcept;
+                    uint16_t tag = 0) const noexcept {
+    return evaluate(MatchQuery{&packet, direction, iface, tag});
+  }
+  // The same for a query, which may say the packet's source failed the uRPF check.
+  uint32_t evaluate(const MatchQuery& query) const noexcept;
 
   // Whether a filter rule tests tags (`tagged`): then a packet's out pass depends on its in pass's
   // outcome, and evaluate_passes() takes them in turn.
   bool uses_tagged() const noexcept { return filter_tests_tags_; }
+  // Whether a filter rule is `from urpf-failed`: then an in pass's query says whether the packet's
+  // source failed the unicast reverse path check (MatchQuery::urpf_failed), which only the routing
+  // tables can tell.
+  bool uses_urpf() const noexcept { return filter_tests_urpf_; }
   // Whether an out pass's translation rule (nat, binat) tests tags: then its lookup waits for the
   // tag the in pass's filter rules leave (evaluate_in()).
   bool out_translation_tests_tags() const noexcept { return out_translation_tests_tags_; }
@@ -280,6 +288,7 @@ class RuleSet {
   };
   std::vector<Segment> segments_;
   bool filter_tests_tags_ = false;
+  bool filter_tests_urpf_ = false;
   bool out_translation_tests_tags_ = false;
   // One pass through the segments in turn, each matched with the tag the ones before left.
   InPass pass(const MatchQuery& query) const noexcept;

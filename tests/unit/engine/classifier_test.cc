@@ -194,10 +194,11 @@ struct Reference {
     return false;
   }
 
-  bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface,
-               uint16_t tag = 0) const {
+  bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface, uint16_t tag = 0,
+               bool urpf_failed = false) const {
     if (s.direction != Direction::Any && s.direction != dir) return false;
     if (s.tagged != 0 && (tag == s.tagged) == s.tagged_negated) return false;
+    if (s.urpf_failed && !urpf_failed) return false;
     if (!s.interfaces.empty() &&
         std::none_of(s.interfaces.begin(), s.interfaces.end(),
                      [&](const InterfaceTerm& t) { return (t.id == iface) != t.negated; })) {
@@ -230,10 +231,10 @@ struct Reference {
   }
 
   uint32_t evaluate(const std::vector<MatchSpec>& specs, const PacketView& p, Direction dir, IfaceId iface,
-                    MatchOrder order, uint16_t tag = 0, uint32_t first = 0) const {
+                    MatchOrder order, uint16_t tag = 0, uint32_t first = 0, bool urpf_failed = false) const {
     uint32_t last = kNone;
     for (uint32_t r = first; r < specs.size(); ++r) {
-      if (!matches(specs[r], p, dir, iface, tag)) continue;
+      if (!matches(specs[r], p, dir, iface, tag, urpf_failed)) continue;
       if (order == MatchOrder::First || specs[r].quick) return r;
       last = r;
     }
@@ -871,8 +872,10 @@ struct RandomRules {
 };
 
 // With `tags`, a fifth of the rules ask for (or against) one of three tags and the packets carry
-// none, one of them, or one that no rule names.
-void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order, bool tags = false) {
+// none, one of them, or one that no rule names. With `urpf`, a tenth of the rules are `from
+// urpf-failed` and a third of the packets failed the check.
+void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order, bool tags = false,
+                 bool urpf = false) {
   Reference ref;
   RandomRules gen(seed, ref);
   for (int i = 0; i < 3; ++i) gen.add_table();
@@ -885,6 +888,9 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
       s.tagged_negated = gen.chance(30);
     }
   }
+  if (urpf) {
+    for (MatchSpec& s : specs) s.urpf_failed = gen.chance(10);
+  }
   const Classifier classifier(specs, order);
   REQUIRE(classifier.size() == rules);
   uint32_t matched = 0;
@@ -894,19 +900,19 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
   for (uint32_t i = 0; i < packets; ++i) {
     views[i] = gen.random_packet();
     queries[i] = {&views[i], static_cast<Direction>(gen.pick(3)), static_cast<IfaceId>(gen.pick(7)),
-                  static_cast<uint16_t>(tags ? gen.pick(5) : 0)};
+                  static_cast<uint16_t>(tags ? gen.pick(5) : 0), urpf && gen.chance(33)};
   }
   for (uint32_t i = 0; i < packets; ++i) {
     const PacketView& p = views[i];
     const MatchQuery& q = queries[i];
-    expected[i] = ref.evaluate(specs, p, q.direction, q.iface, order, q.tag);
-    const uint32_t got = classifier.match(p, q.direction, q.iface, q.tag);
+    expected[i] = ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, 0, q.urpf_failed);
+    const uint32_t got = classifier.match(q);
     if (order == MatchOrder::First) {
       // From a later rule on, as RuleSet::tag_after() asks of its first-match order.
       const uint32_t first = gen.pick(rules + 1);
       INFO("seed " << seed << " packet " << i << " from rule " << first);
-      REQUIRE(classifier.match_from(p, q.direction, q.iface, q.tag, first) ==
-              ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, first));
+      REQUIRE(classifier.match_from(q, first) ==
+              ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, first, q.urpf_failed));
     }
     if (got != expected[i]) {
       INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src "
@@ -949,6 +955,15 @@ TEST_CASE("random rule sets with tagged agree with the evaluator, and so does a 
     cross_check(seed, 100 + 60 * (seed % 7), 2000, MatchOrder::QuickOrLast, true);
   for (uint64_t seed = 300; seed <= 303; ++seed) cross_check(seed, 300, 2000, MatchOrder::First, true);
   cross_check(7003, 6000, 300, MatchOrder::First, true);
+}
+
+TEST_CASE("random rule sets with urpf-failed, with and without tags, agree with the evaluator",
+          "[classifier][random][urpf]") {
+  for (uint64_t seed = 400; seed <= 403; ++seed)
+    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, false, true);
+  for (uint64_t seed = 410; seed <= 413; ++seed)
+    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, true, true);
+  cross_check(7004, 6000, 300, MatchOrder::QuickOrLast, true, true);
 }
 
 template <typename Key>

@@ -70,6 +70,9 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"pass proto icmp icmp6-type echoreq",
        "t.conf:1:1: 'icmp6-type' needs 'proto icmp6' and no other protocol"},
       {"pass in proto udp all flags S/SA", "t.conf:1:1: 'flags' applies to TCP only: add 'proto tcp'"},
+      {"block all\nblock out quick from urpf-failed",
+       "t.conf:2:1: 'urpf-failed' checks the interface a packet arrives on, which an out pass has not: "
+       "write 'in', or no direction"},
       {"pass in proto icmp to any port 80",
        "t.conf:1:1: 'port' applies to TCP and UDP only: add 'proto tcp', 'proto udp' or 'proto { tcp, udp "
        "}'"},

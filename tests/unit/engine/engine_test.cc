@@ -2487,3 +2487,114 @@ pass out on lan0 proto tcp ! tagged MAIL
   }
   check_batched_like_single(rules, traffic);
 }
+
+namespace {
+
+// The routes back to sources: the inside network by lan0, the documentation ranges' 192.0.2/24 by
+// wan0, nothing else (kNoIface, as for a source of the node's own). Counts the questions.
+struct SourceRoutes : Router {
+  IfaceId lan = kNoIface;
+  IfaceId wan = kNoIface;
+  std::vector<RouteQuery> asked;
+  IfaceId egress(const RouteQuery& query, Millis) noexcept override {
+    asked.push_back(query);
+    const uint32_t a = query.dst.v4_value();
+    if (query.family == Family::V4 && (a >> 16) == 0x0a01) return lan;               // 10.1/16
+    if (query.family == Family::V4 && (a >> 8) == 0xc00002) return wan;              // 192.0.2/24
+    if (query.family == Family::V6 && query.dst.hi >> 32 == 0x20010db8) return wan;  // 2001:db8::/32
+    return kNoIface;
+  }
+};
+
+}  // namespace
+
+// pf's `from urpf-failed`: a source whose route back leaves by another interface than the one the
+// packet came in on (or by none) fails the unicast reverse path check.
+TEST_CASE("from urpf-failed: sources the routes would not send back where they came from", "[engine][urpf]") {
+  Firewall fw("block in quick log from urpf-failed\npass all\n");
+  SourceRoutes routes;
+  routes.lan = fw.lan;
+  routes.wan = fw.wan;
+  fw.worker.set_router(&routes);
+  CHECK(fw.engine.rules()->rule(0).text == "block in log quick from urpf-failed to any");
+  const auto udp4 = [](const std::string& src, const std::string& dst, uint16_t sport) {
+    return PacketBuilder().ipv4(src, dst).udp(sport, 53).payload(8).build();
+  };
+  struct Case {
+    const char* name;
+    bool from_lan;  // arrives on lan0 (else wan0)
+    std::string src;
+    Reason reason;
+  };
+  const Case cases[] = {
+      {"an inside host, arriving inside", true, kClient, Reason::Match},
+      {"a server, arriving outside", false, kServer, Reason::Match},
+      {"an inside address arriving outside (forged)", false, "10.1.0.99", Reason::RuleBlock},
+      {"an outside address arriving inside (forged)", true, "192.0.2.99", Reason::RuleBlock},
+      {"a source with no route back", false, "203.0.113.9", Reason::RuleBlock},
+      {"a link-local source: its route is its link's", false, "169.254.7.7", Reason::Match},
+  };
+  uint16_t port = 1000;
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const Bytes p = udp4(c.src, c.from_lan ? kServer : kClient, ++port);
+    const std::size_t asked = routes.asked.size();
+    const Verdict v = c.from_lan ? fw.out(p) : fw.in(p);
+    CHECK(v.reason == c.reason);
+    if (c.reason == Reason::RuleBlock) CHECK(v.rule == 0);
+    if (c.src.starts_with("169.254.")) {
+      CHECK(routes.asked.size() == asked);
+      continue;
+    }
+    // Asked once, of the route to the source, as the node itself would send there.
+    REQUIRE(routes.asked.size() == asked + 1);
+    const RouteQuery& q = routes.asked.back();
+    CHECK(to_string(q.family, q.dst) == c.src);
+    CHECK(q.in_link == 0);
+  }
+  // IPv6 alike.
+  const Bytes forged6 = PacketBuilder().ipv6("2001:db8:7::1", "2001:db8:2::80").udp(7, 53).build();
+  CHECK(fw.out(forged6).reason == Reason::RuleBlock);
+  const Bytes honest6 = PacketBuilder().ipv6("2001:db8:7::1", "2001:db8:1::10").udp(7, 53).build();
+  CHECK(fw.in(honest6).reason == Reason::Match);
+
+  // A state's packets meet no rule: the reply of a passed flow asks nothing.
+  const std::size_t asked = routes.asked.size();
+  CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).udp(53, 1001).payload(8).build()).reason ==
+        Reason::State);
+  CHECK(routes.asked.size() == asked);
+}
+
+TEST_CASE("urpf-failed: asked only where a rule names it, and on in passes alone", "[engine][urpf]") {
+  const Bytes forged = PacketBuilder().ipv4("10.1.0.99", kClient).udp(1, 53).build();
+  SECTION("a rule set without it asks no route") {
+    Firewall fw("block in quick from 10.9.0.0/16\npass all\n");
+    SourceRoutes routes;
+    fw.worker.set_router(&routes);
+    CHECK(fw.in(forged).reason == Reason::Match);
+    CHECK(routes.asked.empty());
+  }
+  SECTION("an out pass's rules see no source failing it") {
+    // A rule of no direction meets both passes; on the out pass (lan0 here) no source fails.
+    Firewall fw("pass all\nblock quick on lan0 from urpf-failed\n");
+    SourceRoutes routes;
+    routes.lan = fw.lan;
+    routes.wan = fw.wan;
+    fw.worker.set_router(&routes);
+    CHECK(fw.in(forged).reason == Reason::Match);  // in on wan0, out on lan0
+    CHECK(fw.out(PacketBuilder().ipv4(kServer, kClient).udp(2, 53).build()).reason == Reason::RuleBlock);
+  }
+  SECTION("without a Router (offline replays) no source fails it") {
+    Firewall fw("block in quick from urpf-failed\npass all\n");
+    CHECK(fw.in(forged).reason == Reason::Match);
+  }
+  SECTION("a match rule tags what fails it, for a later rule") {
+    Firewall fw("match in from urpf-failed tag SPOOFED\npass all\nblock in quick tagged SPOOFED\n");
+    SourceRoutes routes;
+    routes.lan = fw.lan;
+    routes.wan = fw.wan;
+    fw.worker.set_router(&routes);
+    CHECK(fw.in(forged).reason == Reason::RuleBlock);
+    CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).udp(3, 53).build()).reason == Reason::Match);
+  }
+}

@@ -988,8 +988,20 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"block from no-route",
        "t.conf:1:12: 'no-route' is not supported: rules here do not look addresses up in the routing table"},
       {"block to ! urpf-failed",
-       "t.conf:1:12: 'urpf-failed' is not supported: rules here do not look addresses up in the routing "
-       "table"},
+       "t.conf:1:12: 'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from "
+       "urpf-failed'): not in a list, negated, after 'to', or in a scrub or translation rule"},
+      {"block from { urpf-failed, 10.0.0.0/8 }",
+       "t.conf:1:14: 'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from "
+       "urpf-failed'): not in a list, negated, after 'to', or in a scrub or translation rule"},
+      {"block to urpf-failed",
+       "t.conf:1:10: 'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from "
+       "urpf-failed'): not in a list, negated, after 'to', or in a scrub or translation rule"},
+      {"scrub in from urpf-failed",
+       "t.conf:1:15: 'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from "
+       "urpf-failed'): not in a list, negated, after 'to', or in a scrub or translation rule"},
+      {"nat on em0 from urpf-failed -> 192.0.2.1",
+       "t.conf:1:17: 'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from "
+       "urpf-failed'): not in a list, negated, after 'to', or in a scrub or translation rule"},
       {"table <t> { no-route }",
        "t.conf:1:13: 'no-route' is not supported: rules here do not look addresses up in the routing table"},
       {"block from (10.0.0.1)", "t.conf:1:13: expected an interface name inside '( )', got '10.0.0.1'"},
