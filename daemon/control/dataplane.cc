@@ -55,6 +55,18 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
       c.states_created = r.stats->states_created.load(std::memory_order_relaxed);
       s.rules.push_back(std::move(c));
     }
+    for (const auto& t : rules->translation_rules()) {
+      RuleCounters c;
+      c.number = t.number;
+      c.text = t.text;
+      c.location = t.location.file_and_line();
+      c.evaluations = t.stats->evaluations.load(std::memory_order_relaxed);
+      c.packets = t.stats->packets.load(std::memory_order_relaxed);
+      c.bytes = t.stats->bytes.load(std::memory_order_relaxed);
+      c.states_current = t.stats->states_current.load(std::memory_order_relaxed);
+      c.states_created = t.stats->states_created.load(std::memory_order_relaxed);
+      s.translations.push_back(std::move(c));
+    }
   }
   return s;
 }
@@ -120,6 +132,21 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   for (const auto& r : s.rules) out.sample(rule_labels(r), r.evaluations);
   out.family("pairwall_rule_states", T::Gauge, "States currently held by each rule.");
   for (const auto& r : s.rules) out.sample(rule_labels(r), uint64_t{r.states_current});
+  // Translation rules, by their own @N (pfctl -vs nat).
+  const auto translation = [](const RuleCounters& r) {
+    return std::vector<std::pair<std::string, std::string>>{{"rule", std::to_string(r.number)}};
+  };
+  out.family("pairwall_translation_evaluations_total", T::Counter,
+             "Packets each nat, rdr or binat rule matched first (an exemption's too).");
+  for (const auto& r : s.translations) out.sample(translation(r), r.evaluations);
+  out.family("pairwall_translation_packets_total", T::Counter,
+             "Packets of the connections each translation rule translated.");
+  for (const auto& r : s.translations) out.sample(translation(r), r.packets);
+  out.family("pairwall_translation_bytes_total", T::Counter,
+             "Bytes of the connections each translation rule translated.");
+  for (const auto& r : s.translations) out.sample(translation(r), r.bytes);
+  out.family("pairwall_translation_states", T::Gauge, "States each translation rule translates now.");
+  for (const auto& r : s.translations) out.sample(translation(r), uint64_t{r.states_current});
 
   out.family("pairwall_queue_packets_total", T::Counter, "Packets received from each NFQUEUE.");
   for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.packets);

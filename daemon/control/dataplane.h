@@ -59,7 +59,8 @@ struct CountersSnapshot {
   std::array<uint64_t, engine::kSourceLimitKinds> source_limited{};
   uint64_t events_lost = 0;
   std::vector<RuleCounters> rules;
-  uint64_t rules_digest = 0;  // engine::rules::RuleSet::digest()
+  std::vector<RuleCounters> translations;  // nat, rdr and binat rules, numbered apart (no label)
+  uint64_t rules_digest = 0;               // engine::rules::RuleSet::digest()
   std::vector<QueueCounters> queues;
 
   // Verdicts whose reason is not a pass.

@@ -2,7 +2,8 @@
 server from the firewall's own server-side address and a source port in pf's proxy range
 50001:65535, each flow on a port of its own; the replies come back to the client through the
 state, from the address and port it sent to. IPv4 and IPv6 alike. `rules show` counts the
-connections in the nat rule of their family, as pfctl -vs nat does, and none in the other's."""
+connections in the nat rule of their family, as pfctl -vs nat does, and none in the other's; so
+does /metrics."""
 
 import pytest
 
@@ -72,3 +73,5 @@ def test_nat_rewrites_source_and_replies_return(lan, daemon_factory, family, pro
     assert int(own.get("bytes", 0)) > 0, own
     assert int(other.get("evaluations", 0)) == 0 and int(other.get("states_created", 0)) == 0, other
     assert "[ Evaluations: " in fw.ctl("rules", "show").stdout.split("# filter rules")[0]
+    metrics = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
+    assert f'pairwall_translation_states{{rule="{own.get("number", 0)}"}} {connections}\n' in metrics, metrics

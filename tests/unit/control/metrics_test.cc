@@ -141,6 +141,8 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   s.rules.push_back(
       {1, "", "pass proto tcp to port 80 label \"web\"", "web", "pf.conf:2", 60, 90, 5760, 12, 15});
   s.rules.push_back({0, "ssh", "pass proto tcp to port 22", "", "pf.conf:4", 2, 3, 180, 1, 1});
+  s.translations.push_back(
+      {0, "", "nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1", "", "pf.conf:3", 5, 40, 2400, 2, 5});
   s.queues.push_back({3, 100, 6400, 7, 8, 9, 1});
   CHECK(s.drops() == 10);
 
@@ -183,6 +185,13 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("pairwall_rule_bytes_total{rule=\"1\",label=\"web\"} 5760");
   has("pairwall_rule_states{rule=\"1\",label=\"web\"} 12");
   has("pairwall_rule_packets_total{rule=\"0\",anchor=\"ssh\"} 3");  // @0 of anchor "ssh", not of the main set
+  // Translation rules by their own @N.
+  has("# TYPE pairwall_translation_evaluations_total counter");
+  has("pairwall_translation_evaluations_total{rule=\"0\"} 5");
+  has("pairwall_translation_packets_total{rule=\"0\"} 40");
+  has("pairwall_translation_bytes_total{rule=\"0\"} 2400");
+  has("# TYPE pairwall_translation_states gauge");
+  has("pairwall_translation_states{rule=\"0\"} 2");
   has("pairwall_queue_packets_total{queue=\"3\"} 100");
   has("pairwall_queue_drops_total{queue=\"3\"} 7");
   has("pairwall_queue_overruns_total{queue=\"3\"} 8");
