@@ -1,6 +1,7 @@
 #include "daemon/control/dataplane.h"
 
 #include <string>
+#include <utility>
 
 #include "daemon/control/metrics.h"
 
@@ -13,6 +14,25 @@ uint64_t CountersSnapshot::drops() const {
   }
   return n;
 }
+
+namespace {
+
+// A rule's place and counters as read now.
+RuleCounters read_counters(uint32_t number, std::string text, const engine::rules::SourceLocation& location,
+                           const engine::rules::RuleStats& stats) {
+  RuleCounters c;
+  c.number = number;
+  c.text = std::move(text);
+  c.location = location.file_and_line();
+  c.evaluations = stats.evaluations.load(std::memory_order_relaxed);
+  c.packets = stats.packets.load(std::memory_order_relaxed);
+  c.bytes = stats.bytes.load(std::memory_order_relaxed);
+  c.states_current = stats.states_current.load(std::memory_order_relaxed);
+  c.states_created = stats.states_created.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace
 
 CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* data_plane) {
   CountersSnapshot s;
@@ -42,31 +62,13 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
     s.rules.reserve(rules->size());
     for (std::size_t i = 0; i < rules->size(); ++i) {
       const auto& r = rules->rule(static_cast<uint32_t>(i));
-      RuleCounters c;
-      c.number = r.number;
+      RuleCounters c = read_counters(r.number, r.text, r.location, *r.stats);
       c.anchor = r.anchor;
-      c.text = r.text;
       c.label = r.label;
-      c.location = r.location.file_and_line();
-      c.evaluations = r.stats->evaluations.load(std::memory_order_relaxed);
-      c.packets = r.stats->packets.load(std::memory_order_relaxed);
-      c.bytes = r.stats->bytes.load(std::memory_order_relaxed);
-      c.states_current = r.stats->states_current.load(std::memory_order_relaxed);
-      c.states_created = r.stats->states_created.load(std::memory_order_relaxed);
       s.rules.push_back(std::move(c));
     }
-    for (const auto& t : rules->translation_rules()) {
-      RuleCounters c;
-      c.number = t.number;
-      c.text = t.text;
-      c.location = t.location.file_and_line();
-      c.evaluations = t.stats->evaluations.load(std::memory_order_relaxed);
-      c.packets = t.stats->packets.load(std::memory_order_relaxed);
-      c.bytes = t.stats->bytes.load(std::memory_order_relaxed);
-      c.states_current = t.stats->states_current.load(std::memory_order_relaxed);
-      c.states_created = t.stats->states_created.load(std::memory_order_relaxed);
-      s.translations.push_back(std::move(c));
-    }
+    for (const auto& t : rules->translation_rules())
+      s.translations.push_back(read_counters(t.number, t.text, t.location, *t.stats));
   }
   return s;
 }

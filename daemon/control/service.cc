@@ -182,17 +182,23 @@ void fill_queue(const QueueCounters& q, QueueStats* out) {
   out->set_verdict_errors(q.verdict_errors);
 }
 
-void fill_rule(const RuleCounters& r, RuleInfo* out) {
+// A filter rule's (RuleInfo) or a translation rule's (TranslationRuleInfo) place and counters.
+template <typename Info>
+void fill_counted(const RuleCounters& r, Info* out) {
   out->set_number(r.number);
-  out->set_anchor(r.anchor);
   out->set_text(r.text);
-  out->set_label(r.label);
   out->set_location(r.location);
   out->set_evaluations(r.evaluations);
   out->set_packets(r.packets);
   out->set_bytes(r.bytes);
   out->set_states_current(r.states_current);
   out->set_states_created(r.states_created);
+}
+
+void fill_rule(const RuleCounters& r, RuleInfo* out) {
+  fill_counted(r, out);
+  out->set_anchor(r.anchor);
+  out->set_label(r.label);
 }
 
 }  // namespace
@@ -540,22 +546,13 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
   }
   anchors_before(SIZE_MAX);
   if (current && only.empty()) {
-    const auto list = [](const std::vector<engine::rules::ListedRule>& rules, auto add) {
-      for (const auto& r : rules) {
-        TranslationRuleInfo* info = add();
-        info->set_number(r.number);
-        info->set_text(r.text);
-        info->set_location(r.location.file_and_line());
-        if (r.stats == nullptr) continue;
-        info->set_evaluations(r.stats->evaluations.load(std::memory_order_relaxed));
-        info->set_packets(r.stats->packets.load(std::memory_order_relaxed));
-        info->set_bytes(r.stats->bytes.load(std::memory_order_relaxed));
-        info->set_states_current(r.stats->states_current.load(std::memory_order_relaxed));
-        info->set_states_created(r.stats->states_created.load(std::memory_order_relaxed));
-      }
-    };
-    list(current->translation_rules(), [out] { return out->add_translations(); });
-    list(current->scrub_listing(), [out] { return out->add_scrubs(); });
+    for (const auto& t : snap.translations) fill_counted(t, out->add_translations());
+    for (const auto& r : current->scrub_listing()) {
+      TranslationRuleInfo* info = out->add_scrubs();
+      info->set_number(r.number);
+      info->set_text(r.text);
+      info->set_location(r.location.file_and_line());
+    }
   }
   return {};
 }
