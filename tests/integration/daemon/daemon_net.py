@@ -323,6 +323,19 @@ def capture(lan, tmp_path, name, ns, iface, port):
     return log, dump
 
 
+def echo_captured(lan, tmp_path, family, port=ALLOWED, nbytes=200_000):
+    """An echo of `nbytes` from the client to the server's `port` while tcpdump captures it where it
+    leaves the client (c0) and reaches the server (s0): peer.py's result, and the two logs by side
+    ("client", "server"), complete once returned."""
+    captures = {side: capture(lan, tmp_path, side, ns, iface, port)
+                for side, ns, iface in (("client", lan.client, "c0"), ("server", lan.server, "s0"))}
+    echo = lan.peer(lan.client, "connect", addr(family, "server"), port, "--bytes", nbytes, "--timeout", 10)
+    time.sleep(0.5)  # the last segments into the logs
+    for _, dump in captures.values():
+        lan.topo.stop(dump)
+    return echo, {side: log for side, (log, _) in captures.items()}
+
+
 def metric(lan, name):
     """The value of the unlabelled metric `name` on the firewall's /metrics."""
     text = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout

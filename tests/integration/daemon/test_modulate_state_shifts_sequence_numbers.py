@@ -5,11 +5,10 @@ tcpdump on the client's and the server's side; `pairwallctl states` marks the st
 and IPv6."""
 
 import re
-import time
 
 import pytest
 
-from daemon_net import ALLOWED, addr, capture
+from daemon_net import ALLOWED, echo_captured
 
 RULES = f"""\
 in_if = "f0"
@@ -37,13 +36,7 @@ def test_modulate_state_shifts_sequence_numbers(lan, daemon_factory, tmp_path, f
     fw = daemon_factory(rules=RULES)
     assert "modulate state" in fw.ctl("rules", "show").stdout
 
-    captures = {side: capture(lan, tmp_path, side, ns, iface, ALLOWED)
-                for side, ns, iface in (("client", lan.client, "c0"), ("server", lan.server, "s0"))}
-    logs = {side: log for side, (log, _) in captures.items()}
-    echo = lan.peer(lan.client, "connect", addr(family, "server"), ALLOWED, "--bytes", 200_000, "--timeout", 10)
-    time.sleep(0.5)
-    for _, dump in captures.values():
-        lan.topo.stop(dump)
+    echo, logs = echo_captured(lan, tmp_path, family)
     assert echo["result"] == "ok" and echo["echoed"] == 200_000, f"{echo}; reasons {fw.reasons()}"
 
     client_syn, client_synack, client_ack = handshake(logs["client"])

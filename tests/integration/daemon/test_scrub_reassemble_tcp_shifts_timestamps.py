@@ -6,11 +6,10 @@ segments, RFC 7323 5.3). Captured by tcpdump on the client's and the server's si
 states` marks the state scrubbed. IPv4 and IPv6."""
 
 import re
-import time
 
 import pytest
 
-from daemon_net import ALLOWED, addr, capture
+from daemon_net import ALLOWED, echo_captured
 
 RULES = f"""\
 in_if = "f0"
@@ -38,13 +37,7 @@ def test_scrub_reassemble_tcp_shifts_timestamps(lan, daemon_factory, tmp_path, f
     fw = daemon_factory(rules=RULES)
     assert "reassemble tcp" in fw.ctl("rules", "show").stdout
 
-    captures = {side: capture(lan, tmp_path, side, ns, iface, ALLOWED)
-                for side, ns, iface in (("client", lan.client, "c0"), ("server", lan.server, "s0"))}
-    logs = {side: log for side, (log, _) in captures.items()}
-    echo = lan.peer(lan.client, "connect", addr(family, "server"), ALLOWED, "--bytes", 200_000, "--timeout", 10)
-    time.sleep(0.5)
-    for _, dump in captures.values():
-        lan.topo.stop(dump)
+    echo, logs = echo_captured(lan, tmp_path, family)
     assert echo["result"] == "ok" and echo["echoed"] == 200_000, f"{echo}; reasons {fw.reasons()}"
 
     (client_syn, _), (client_synack, client_echo) = handshake(logs["client"])

@@ -2491,10 +2491,12 @@ pass out on lan0 proto tcp ! tagged MAIL
 namespace {
 
 // The routes back to sources: the inside network by lan0, the documentation ranges' 192.0.2/24 by
-// wan0, nothing else (kNoIface, as for a source of the node's own). Counts the questions.
+// wan0, nothing else (kNoIface, as for a source of the node's own). The firewall's worker asks it;
+// it counts the questions.
 struct SourceRoutes : Router {
-  IfaceId lan = kNoIface;
-  IfaceId wan = kNoIface;
+  explicit SourceRoutes(Firewall& fw) : lan(fw.lan), wan(fw.wan) { fw.worker.set_router(this); }
+  IfaceId lan;
+  IfaceId wan;
   std::vector<RouteQuery> asked;
   IfaceId egress(const RouteQuery& query, Millis) noexcept override {
     asked.push_back(query);
@@ -2512,10 +2514,7 @@ struct SourceRoutes : Router {
 // packet came in on (or by none) fails the unicast reverse path check.
 TEST_CASE("from urpf-failed: sources the routes would not send back where they came from", "[engine][urpf]") {
   Firewall fw("block in quick log from urpf-failed\npass all\n");
-  SourceRoutes routes;
-  routes.lan = fw.lan;
-  routes.wan = fw.wan;
-  fw.worker.set_router(&routes);
+  SourceRoutes routes(fw);
   CHECK(fw.engine.rules()->rule(0).text == "block in log quick from urpf-failed to any");
   const auto udp4 = [](const std::string& src, const std::string& dst, uint16_t sport) {
     return PacketBuilder().ipv4(src, dst).udp(sport, 53).payload(8).build();
@@ -2569,18 +2568,14 @@ TEST_CASE("urpf-failed: asked only where a rule names it, and on in passes alone
   const Bytes forged = PacketBuilder().ipv4("10.1.0.99", kClient).udp(1, 53).build();
   SECTION("a rule set without it asks no route") {
     Firewall fw("block in quick from 10.9.0.0/16\npass all\n");
-    SourceRoutes routes;
-    fw.worker.set_router(&routes);
+    SourceRoutes routes(fw);
     CHECK(fw.in(forged).reason == Reason::Match);
     CHECK(routes.asked.empty());
   }
   SECTION("an out pass's rules see no source failing it") {
     // A rule of no direction meets both passes; on the out pass (lan0 here) no source fails.
     Firewall fw("pass all\nblock quick on lan0 from urpf-failed\n");
-    SourceRoutes routes;
-    routes.lan = fw.lan;
-    routes.wan = fw.wan;
-    fw.worker.set_router(&routes);
+    SourceRoutes routes(fw);
     CHECK(fw.in(forged).reason == Reason::Match);  // in on wan0, out on lan0
     CHECK(fw.out(PacketBuilder().ipv4(kServer, kClient).udp(2, 53).build()).reason == Reason::RuleBlock);
   }
@@ -2590,10 +2585,7 @@ TEST_CASE("urpf-failed: asked only where a rule names it, and on in passes alone
   }
   SECTION("a match rule tags what fails it, for a later rule") {
     Firewall fw("match in from urpf-failed tag SPOOFED\npass all\nblock in quick tagged SPOOFED\n");
-    SourceRoutes routes;
-    routes.lan = fw.lan;
-    routes.wan = fw.wan;
-    fw.worker.set_router(&routes);
+    SourceRoutes routes(fw);
     CHECK(fw.in(forged).reason == Reason::RuleBlock);
     CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).udp(3, 53).build()).reason == Reason::Match);
   }
