@@ -1510,11 +1510,14 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       if (rule.reply_rst_for_tcp)
         reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
       if (reply == rules::BlockReply::ReturnRst && !packet.is_tcp()) reply = rules::BlockReply::Drop;
-      const bool unanswerable = (packet.is_icmp() && !icmp_answerable(packet)) ||
-                                (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst)) ||
-                                rules.local_broadcast(packet.family, packet.dst) ||
-                                rules.local_broadcast(packet.family, packet.src);
-      if (reply != rules::BlockReply::Drop && !unanswerable) {
+      // Asked only of a packet a reply would answer: a plain block's drops pay for none of it.
+      const auto unanswerable = [&] {
+        return (packet.is_icmp() && !icmp_answerable(packet)) ||
+               (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst)) ||
+               rules.local_broadcast(packet.family, packet.dst) ||
+               rules.local_broadcast(packet.family, packet.src);
+      };
+      if (reply != rules::BlockReply::Drop && !unanswerable()) {
         v.action = Verdict::Action::Reject;
         v.reply = reply;
         if (reply == rules::BlockReply::ReturnIcmp)
