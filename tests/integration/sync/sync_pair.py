@@ -209,8 +209,13 @@ class Pair:
         self.b.start()
         wait_until(lambda: self.a.sync_status().get("bulk_done") and self.b.sync_status().get("bulk_done"), 20,
                    what="both nodes' initial bulk done")
+        return self.wait_peers_up()
+
+    def wait_peers_up(self, timeout=10):
+        """Waited for, not read once: a node judges its peer by the datagrams of the last dead interval,
+        so just after the link returns (or the host stalls) one node may for a moment still say down."""
         wait_until(lambda: self.a.sync_status().get("peer_state") == "UP" and
-                   self.b.sync_status().get("peer_state") == "UP", 10, what="sync peers up")
+                   self.b.sync_status().get("peer_state") == "UP", timeout, what="sync peers up")
         return self
 
     def flows(self, ns_role, *args, timeout=120):

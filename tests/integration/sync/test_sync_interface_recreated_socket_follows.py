@@ -26,5 +26,5 @@ def test_sync_interface_recreated_socket_follows(make_pair):
     a, b, took = pair.wait_tables_agree(timeout=30)
     assert a.keys() == b.keys(), describe_difference(a, b)
     assert len(a) > 100, len(a)
-    assert pair.a.sync_status()["peer_state"] == "UP" and pair.b.sync_status()["peer_state"] == "UP"
+    pair.wait_peers_up()
     assert "opened on it again" in pair.a.log_text()

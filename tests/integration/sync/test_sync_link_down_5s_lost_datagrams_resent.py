@@ -36,7 +36,7 @@ def test_sync_link_down_5s_lost_datagrams_resent(make_pair):
           f"fwA: resends {sa['resends']} (at the end of the cut {resends_at_cut})")
     assert a.keys() == b.keys(), describe_difference(a, b)
     assert int(sa["resends"]) > resends_at_cut or int(sb["gaps"]) > gaps_at_cut, (sa, sb)
-    assert sb["peer_state"] == "UP" and sa["peer_state"] == "UP"
+    pair.wait_peers_up()
     log_b = pair.b.log.read_text(errors="replace")
     assert "silent for" in log_b, log_b[-3000:]
     assert "full resync" not in pair.a.log.read_text(errors="replace")
