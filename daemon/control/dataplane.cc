@@ -69,6 +69,8 @@ CountersSnapshot take_snapshot(const engine::Engine& engine, const DataPlane* da
     }
     for (const auto& t : rules->translation_rules())
       s.translations.push_back(read_counters(t.number, t.text, t.location, *t.stats));
+    for (const auto& r : rules->scrub_listing())
+      s.scrubs.push_back(read_counters(r.number, r.text, r.location, *r.stats));
   }
   return s;
 }
@@ -135,20 +137,27 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   out.family("pairwall_rule_states", T::Gauge, "States currently held by each rule.");
   for (const auto& r : s.rules) out.sample(rule_labels(r), uint64_t{r.states_current});
   // Translation rules, by their own @N (pfctl -vs nat).
-  const auto translation = [](const RuleCounters& r) {
+  const auto by_number = [](const RuleCounters& r) {
     return std::vector<std::pair<std::string, std::string>>{{"rule", std::to_string(r.number)}};
   };
   out.family("pairwall_translation_evaluations_total", T::Counter,
              "Packets each nat, rdr or binat rule matched first (an exemption's too).");
-  for (const auto& r : s.translations) out.sample(translation(r), r.evaluations);
+  for (const auto& r : s.translations) out.sample(by_number(r), r.evaluations);
   out.family("pairwall_translation_packets_total", T::Counter,
              "Packets of the connections each translation rule translated.");
-  for (const auto& r : s.translations) out.sample(translation(r), r.packets);
+  for (const auto& r : s.translations) out.sample(by_number(r), r.packets);
   out.family("pairwall_translation_bytes_total", T::Counter,
              "Bytes of the connections each translation rule translated.");
-  for (const auto& r : s.translations) out.sample(translation(r), r.bytes);
+  for (const auto& r : s.translations) out.sample(by_number(r), r.bytes);
   out.family("pairwall_translation_states", T::Gauge, "States each translation rule translates now.");
-  for (const auto& r : s.translations) out.sample(translation(r), uint64_t{r.states_current});
+  for (const auto& r : s.translations) out.sample(by_number(r), uint64_t{r.states_current});
+  // Scrub rules, by their own @N: every packet a rule matched first on one of its passes, state
+  // hits included, a `no scrub`'s too. Added by the workers once a queue batch, not per packet.
+  out.family("pairwall_scrub_packets_total", T::Counter,
+             "Packets each scrub rule matched first on a pass (a no scrub's too).");
+  for (const auto& r : s.scrubs) out.sample(by_number(r), r.packets);
+  out.family("pairwall_scrub_bytes_total", T::Counter, "Bytes of the packets each scrub rule matched first.");
+  for (const auto& r : s.scrubs) out.sample(by_number(r), r.bytes);
 
   out.family("pairwall_queue_packets_total", T::Counter, "Packets received from each NFQUEUE.");
   for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.packets);

@@ -60,6 +60,7 @@ struct CountersSnapshot {
   uint64_t events_lost = 0;
   std::vector<RuleCounters> rules;
   std::vector<RuleCounters> translations;  // nat, rdr and binat rules, numbered apart (no label)
+  std::vector<RuleCounters> scrubs;        // scrub rules, numbered apart: the packets they matched first
   uint64_t rules_digest = 0;               // engine::rules::RuleSet::digest()
   std::vector<QueueCounters> queues;
 

@@ -547,12 +547,7 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
   anchors_before(SIZE_MAX);
   if (current && only.empty()) {
     for (const auto& t : snap.translations) fill_counted(t, out->add_translations());
-    for (const auto& r : current->scrub_listing()) {
-      TranslationRuleInfo* info = out->add_scrubs();
-      info->set_number(r.number);
-      info->set_text(r.text);
-      info->set_location(r.location.file_and_line());
-    }
+    for (const auto& s : snap.scrubs) fill_counted(s, out->add_scrubs());
   }
   return {};
 }

@@ -432,6 +432,16 @@ std::shared_ptr<const rules::RuleSet> Engine::rules() const {
   return rules_;
 }
 
+void Worker::flush_scrub_counts() noexcept {
+  for (std::size_t i = 0; i < scrub_counted_; ++i) {
+    const ScrubCount& c = scrub_counts_[i];
+    c.counters->evaluations.fetch_add(c.packets, std::memory_order_relaxed);
+    c.counters->packets.fetch_add(c.packets, std::memory_order_relaxed);
+    c.counters->bytes.fetch_add(c.bytes, std::memory_order_relaxed);
+  }
+  scrub_counted_ = 0;
+}
+
 void Engine::refresh_rules(Worker& worker) const noexcept {
   const uint64_t generation = rules_generation_.load(std::memory_order_acquire);
   if (generation == worker.rules_generation_) return;
@@ -580,6 +590,7 @@ Verdict Engine::process(Worker& worker, std::span<uint8_t> bytes, const PacketMe
   prepare(bytes, meta, parsed);
   Verdict verdict = decide(worker, bytes, parsed, meta, now);
   finish(worker, bytes, parsed, meta, verdict);
+  worker.flush_scrub_counts();
   return verdict;
 }
 
@@ -709,6 +720,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       finish(worker, p.bytes, flow, p.meta, p.verdict);
     }
   }
+  worker.flush_scrub_counts();
 }
 
 // A group's first steps, each a sweep over the group so that the loads of one have time to
@@ -791,8 +803,15 @@ std::optional<Verdict> Engine::screen(Worker& worker, std::span<uint8_t> bytes, 
   // Scrub rules apply per pass like filter rules: a forwarded packet meets `scrub in` on its
   // arrival interface and `scrub out` on its departure interface; the stricter settings win.
   rules::ScrubAction scrub;
-  if (parsed.filtered[0]) scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
-  if (parsed.filtered[1]) tighten(scrub, rules.scrub(packet, rules::Direction::Out, meta.out_iface));
+  if (parsed.filtered[0]) {
+    scrub = rules.scrub(packet, rules::Direction::In, meta.in_iface);
+    worker.count_scrub(scrub.counters, bytes.size());
+  }
+  if (parsed.filtered[1]) {
+    const rules::ScrubAction out = rules.scrub(packet, rules::Direction::Out, meta.out_iface);
+    worker.count_scrub(out.counters, bytes.size());
+    tighten(scrub, out);
+  }
   // pf_normalize_tcp_stateful's "multiple timestamps": which one would the ends read?
   parsed.reassemble_tcp = scrub.reassemble_tcp && packet.is_tcp();
   if (parsed.reassemble_tcp && packet.tcp.timestamps_repeated) return refuse(Reason::BadTimestamp);
@@ -883,6 +902,7 @@ IfaceId Engine::egress_before_routing(Worker& worker, Family family, const IpAdd
 bool Engine::scrub_out_before_routing(Worker& worker, std::span<uint8_t> bytes, const PacketView& leaving,
                                       PacketView& packet, IfaceId out) noexcept {
   const rules::ScrubAction scrub = worker.rules_->scrub(leaving, rules::Direction::Out, out);
+  worker.count_scrub(scrub.counters, bytes.size());
   return scrub.matched && normalize(worker, bytes, packet, scrub);
 }
 

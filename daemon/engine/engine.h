@@ -196,6 +196,24 @@ class Worker {
     bytes_.store(bytes_.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
   }
   void emit(const StateRecord& record) noexcept;
+  // A packet a scrub rule matched first on one of its passes (`counters` nullptr: none did).
+  // Scrub rules meet every packet, state hits included, and an atomic add per packet on counters
+  // the workers share would bounce their line between cores: the counts wait here, a few rules'
+  // at a time, and are added once a call (flush_scrub_counts()).
+  void count_scrub(rules::RuleStats* counters, std::size_t size) noexcept {
+    if (counters == nullptr) return;
+    for (std::size_t i = 0; i < scrub_counted_; ++i) {
+      if (scrub_counts_[i].counters == counters) {
+        ++scrub_counts_[i].packets;
+        scrub_counts_[i].bytes += size;
+        return;
+      }
+    }
+    if (scrub_counted_ == scrub_counts_.size()) flush_scrub_counts();
+    scrub_counts_[scrub_counted_++] = {counters, 1, size};
+  }
+  // Before the call returns: the counters belong to the rule set this call used.
+  void flush_scrub_counts() noexcept;
   void count_source_limited(SourceLimitKind kind) noexcept {
     auto& counter = source_limited_[static_cast<std::size_t>(kind)];
     counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -227,6 +245,13 @@ class Worker {
   uint64_t seqdiff_count_ = 0;
   std::array<GeneratedPacket, kOutboxCapacity> outbox_;
   std::size_t outbox_used_ = 0;  // emptied at the start of each process() and process_batch()
+  struct ScrubCount {
+    rules::RuleStats* counters = nullptr;
+    uint64_t packets = 0;
+    uint64_t bytes = 0;
+  };
+  std::array<ScrubCount, 4> scrub_counts_{};  // a pass's rule and the other's, and room for mixes
+  std::size_t scrub_counted_ = 0;
   Router* router_ = nullptr;
 };
 

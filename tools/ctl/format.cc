@@ -48,7 +48,7 @@ std::string ago_ms(int64_t ms) {
   return ms < 0 ? "never" : human_duration_ms(static_cast<uint64_t>(ms)) + " ago";
 }
 
-// pfctl -v's counters line; a filter rule's (RuleInfo) or a translation rule's.
+// pfctl -v's counters line; a filter rule's (RuleInfo), a translation or a scrub rule's.
 template <typename Info>
 void rule_counters(std::ostringstream& o, const Info& r) {
   o << "  [ Evaluations: " << r.evaluations() << "  Packets: " << r.packets() << "  Bytes: " << r.bytes()
@@ -139,7 +139,10 @@ std::string format_rules(const control::RuleList& rules) {
   // pfctl lists scrub and translation rules (-s nat) apart from filter rules: each list has its own @N.
   if (rules.scrubs_size() > 0) {
     o << "# scrub rules, first match\n";
-    for (const auto& s : rules.scrubs()) o << "@" << s.number() << " " << s.text() << "\n";
+    for (const auto& s : rules.scrubs()) {
+      o << "@" << s.number() << " " << s.text() << "\n";
+      rule_counters(o, s);
+    }
   }
   if (rules.translations_size() > 0) {
     o << "# translation rules, first match\n";

@@ -492,9 +492,24 @@ class Compiler {
 
  private:
   // A rule written alike in the same anchor keeps its counters (the first such rule those of the
-  // first, and so on), wherever rules were added or removed around it.
+  // first, and so on), wherever rules were added or removed around it. Scrub and translation rules
+  // too, in the main rule set's lists: a table edit recompiles them as well.
   static void keep_counters(RuleSet& set, const RuleSet& from,
                             const std::function<bool(std::string_view)>& keeps_counters) {
+    if (!keeps_counters || keeps_counters("")) {
+      keep_listed_counters(set.scrub_listing_, from.scrub_listing_, [&](const auto& old, const auto& kept) {
+        for (auto& stats : set.scrub_stats_) {
+          if (stats == old) stats = kept;
+        }
+      });
+      // A translation rule's entries (an rdr split by its ports, binat's two ways) share its counters.
+      keep_listed_counters(set.translation_listing_, from.translation_listing_,
+                           [&](const auto& old, const auto& kept) {
+                             for (CompiledTranslation& entry : set.translations_) {
+                               if (entry.stats == old) entry.stats = kept;
+                             }
+                           });
+    }
     std::map<std::pair<std::string_view, std::string_view>, std::vector<const CompiledRule*>> earlier;
     for (auto it = from.rules_.rbegin(); it != from.rules_.rend(); ++it)
       earlier[{it->anchor, it->text}].push_back(&*it);
@@ -504,6 +519,23 @@ class Compiler {
       if (found == earlier.end() || found->second.empty()) continue;
       rule.stats = found->second.back()->stats;
       found->second.pop_back();
+    }
+  }
+
+  // keep_counters() for a list of scrub or translation rules: `share(old, kept)` puts the earlier
+  // rule's counters where the new one's were.
+  template <typename Share>
+  static void keep_listed_counters(std::vector<ListedRule>& listing, const std::vector<ListedRule>& from,
+                                   const Share& share) {
+    std::map<std::string_view, std::vector<const ListedRule*>> earlier;
+    for (auto it = from.rbegin(); it != from.rend(); ++it) earlier[it->text].push_back(&*it);
+    for (ListedRule& rule : listing) {
+      auto found = earlier.find(rule.text);
+      if (found == earlier.end() || found->second.empty()) continue;
+      auto kept = std::const_pointer_cast<RuleStats>(found->second.back()->stats);
+      found->second.pop_back();
+      share(rule.stats, kept);
+      rule.stats = kept;
     }
   }
 
@@ -1046,7 +1078,9 @@ class Compiler {
     set.scrub_rules_ = file_.scrub_rules;
     for (std::size_t i = 0; i < file_.scrub_rules.size(); ++i) {
       const ScrubRule& r = file_.scrub_rules[i];
-      set.scrub_listing_.push_back({static_cast<uint32_t>(i), scrub_text(r), r.location, nullptr});
+      set.scrub_stats_.push_back(std::make_shared<RuleStats>());
+      set.scrub_listing_.push_back(
+          {static_cast<uint32_t>(i), scrub_text(r), r.location, set.scrub_stats_.back()});
     }
     if (!specs.empty()) set.scrub_classifier_ = build(specs, MatchOrder::First);
   }
@@ -1491,6 +1525,7 @@ ScrubAction RuleSet::scrub(const PacketView& packet, Direction direction, IfaceI
   const uint32_t r = scrub_classifier_->match(packet, direction, iface);
   if (r == Classifier::kNoMatch) return action;
   const ScrubRule& rule = scrub_rules_[r];
+  action.counters = scrub_stats_[r].get();
   if (rule.negated) return action;
   action.matched = true;
   action.fragment_reassemble = rule.fragment_reassemble;

@@ -18,7 +18,8 @@
 namespace pairwall::engine::rules {
 
 // `counters_from`: a rule set whose rules' counters carry over to the rules here written alike in
-// the same anchor (a table edit or an anchor's load recompiles the others unchanged).
+// the same anchor, and to the scrub and translation rules written alike, which the main rules'
+// counters follow (a table edit or an anchor's load recompiles the others unchanged).
 // `keeps_counters`, when given, names the anchors ("" the main rules) whose rules take them; the
 // others' start at zero, as rules loaded anew.
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(

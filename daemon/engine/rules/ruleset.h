@@ -84,6 +84,9 @@ inline Millis state_timeout(const CompiledRule* rule, TimeoutClass c, const Time
 
 // Normalization decided for one packet (merged from the first matching scrub rule).
 struct ScrubAction {
+  // The first matching rule's counters, a `no scrub`'s too (matched stays false); nullptr when no
+  // rule matched. Counted by the worker (Worker::count_scrub), not here: the rule set is shared.
+  RuleStats* counters = nullptr;
   bool matched = false;
   bool fragment_reassemble = false;
   bool reassemble_tcp = false;
@@ -134,8 +137,8 @@ struct ListedRule {
   uint32_t number = 0;  // 0-based file order among the translation (or scrub) rules
   std::string text;     // canonical one-line form
   SourceLocation location;
-  // A translation rule's counters (CompiledTranslation::stats); nullptr for a scrub rule's, which
-  // keeps none.
+  // The rule's counters: a translation rule's CompiledTranslation::stats; a scrub rule's count the
+  // packets it matched first (evaluations and packets alike, a `no scrub`'s too) and their bytes.
   std::shared_ptr<const RuleStats> stats;
 };
 
@@ -312,7 +315,8 @@ class RuleSet {
   uint16_t tag_after_in(const MatchQuery& in, uint32_t deciding) const noexcept;
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
-  std::vector<CompiledTranslation> translations_;  // the first stage's entries, then the second's
+  std::vector<std::shared_ptr<RuleStats>> scrub_stats_;  // by scrub_rules_' index
+  std::vector<CompiledTranslation> translations_;        // the first stage's entries, then the second's
   std::vector<ListedRule> translation_listing_;
   std::vector<ListedRule> scrub_listing_;
   std::unique_ptr<Classifier> scrub_classifier_;

@@ -3,7 +3,7 @@ sides of the firewall (each end's shifted by an offset of its own), each end see
 echoed, and 200,000 bytes still echo through both ways (an end that saw an echo it never sent
 would take the round trip times from it; one that saw the other's clock jump back would drop the
 segments, RFC 7323 5.3). Captured by tcpdump on the client's and the server's side; `pairwallctl
-states` marks the state scrubbed. IPv4 and IPv6."""
+states` marks the state scrubbed, and the scrub rule counts the echo's bytes. IPv4 and IPv6."""
 
 import re
 
@@ -50,3 +50,13 @@ def test_scrub_reassemble_tcp_shifts_timestamps(lan, daemon_factory, tmp_path, f
     assert fw.reasons().get("bad_seq", 0) == 0 and fw.reasons().get("bad_timestamp", 0) == 0, fw.reasons()
     states = fw.json("states", "proto", "tcp")["states"]
     assert states and all(s.get("scrub_tcp") for s in states), states
+
+    # As pfctl -v -s rules: every packet of the connection meets the rule once, on its pass on f0
+    # (in for the client's, out for the server's), so its bytes hold the echo's both ways.
+    scrub = fw.json("rules", "show")["scrubs"][0]
+    assert int(scrub.get("bytes", 0)) > 2 * 200_000 and int(scrub.get("packets", 0)) > 2, scrub
+    assert scrub.get("evaluations") == scrub.get("packets"), scrub
+    assert "Bytes: " in fw.ctl("rules", "show").stdout.split("# filter rules")[0]
+    metrics = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
+    scrubbed = re.search(r'^pairwall_scrub_bytes_total\{rule="0"\} (\d+)$', metrics, re.M)
+    assert scrubbed and int(scrubbed.group(1)) > 2 * 200_000, metrics

@@ -158,6 +158,9 @@ TEST_CASE("pairwallctl: rules show lists scrub, then translation, then filter ru
   auto* scrub = rules.add_scrubs();
   scrub->set_number(0);
   scrub->set_text("scrub in all fragment reassemble");
+  scrub->set_evaluations(30);
+  scrub->set_packets(30);
+  scrub->set_bytes(4200);
   auto* nat = rules.add_translations();
   nat->set_number(0);
   nat->set_text("nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1");
@@ -167,16 +170,19 @@ TEST_CASE("pairwallctl: rules show lists scrub, then translation, then filter ru
   nat->set_states_current(2);
   nat->set_states_created(5);
   const std::string text = pairwall::ctl::format_rules(rules);
-  // A translation rule's counters follow it, as pfctl -vs nat shows them; a scrub rule keeps none.
+  // Each rule's counters follow it, as pfctl -v shows them.
   CHECK(text.find("# scrub rules, first match\n@0 scrub in all fragment reassemble\n"
+                  "  [ Evaluations: 30  Packets: 30  Bytes: 4200  States: 0 (0 created) ]\n"
                   "# translation rules, first match\n@0 nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1\n"
                   "  [ Evaluations: 7  Packets: 12  Bytes: 960  States: 2 (5 created) ]\n"
                   "# filter rules, last match\n") == 0);
 
   pairwall::control::RuleList scrub_only;
   *scrub_only.add_scrubs() = *scrub;
-  CHECK(pairwall::ctl::format_rules(scrub_only) ==
-        "# scrub rules, first match\n@0 scrub in all fragment reassemble\n# filter rules, last match\n");
+  CHECK(
+      pairwall::ctl::format_rules(scrub_only) ==
+      "# scrub rules, first match\n@0 scrub in all fragment reassemble\n"
+      "  [ Evaluations: 30  Packets: 30  Bytes: 4200  States: 0 (0 created) ]\n# filter rules, last match\n");
 }
 
 TEST_CASE("pairwallctl: a table edit says what it added, deleted and changed, as pfctl -T", "[ctl]") {

@@ -143,6 +143,8 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   s.rules.push_back({0, "ssh", "pass proto tcp to port 22", "", "pf.conf:4", 2, 3, 180, 1, 1});
   s.translations.push_back(
       {0, "", "nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1", "", "pf.conf:3", 5, 40, 2400, 2, 5});
+  s.scrubs.push_back({0, "", "scrub in all", "", "pf.conf:1", 70, 70, 9100, 0, 0});
+  s.scrubs.push_back({1, "", "no scrub in from 10.0.0.9 to any", "", "pf.conf:2", 3, 3, 180, 0, 0});
   s.queues.push_back({3, 100, 6400, 7, 8, 9, 1});
   CHECK(s.drops() == 10);
 
@@ -192,6 +194,11 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("pairwall_translation_bytes_total{rule=\"0\"} 2400");
   has("# TYPE pairwall_translation_states gauge");
   has("pairwall_translation_states{rule=\"0\"} 2");
+  has("# TYPE pairwall_scrub_packets_total counter");
+  has("pairwall_scrub_packets_total{rule=\"0\"} 70");
+  has("pairwall_scrub_packets_total{rule=\"1\"} 3");
+  has("pairwall_scrub_bytes_total{rule=\"0\"} 9100");
+  has("pairwall_scrub_bytes_total{rule=\"1\"} 180");
   has("pairwall_queue_packets_total{queue=\"3\"} 100");
   has("pairwall_queue_drops_total{queue=\"3\"} 7");
   has("pairwall_queue_overruns_total{queue=\"3\"} 8");

@@ -475,6 +475,18 @@ TEST_CASE("service: rules show lists the scrub and translation rules with the fi
   CHECK(r.rules().scrubs(1).location() == path + ":2");
   REQUIRE(r.rules().translations_size() == 1);
   CHECK(r.rules().rules_size() == 1);
+  CHECK(r.rules().scrubs(0).packets() == 0);
+
+  // A scrub rule's counters: the packets it matched first (on the in pass here), and their bytes.
+  const Bytes packet = syn("10.0.0.2", 40000, "10.9.0.1", 22);
+  REQUIRE(d.send(packet).reason == engine::Reason::Match);
+  REQUIRE(d.send(packet).reason == engine::Reason::State);
+  const Response counted = d.call(make([](Request& q) { q.mutable_rules_show(); }));
+  REQUIRE(counted.rules().scrubs_size() == 2);
+  CHECK(counted.rules().scrubs(0).evaluations() == 2);
+  CHECK(counted.rules().scrubs(0).packets() == 2);
+  CHECK(counted.rules().scrubs(0).bytes() == 2 * packet.size());
+  CHECK(counted.rules().scrubs(1).packets() == 0);
 }
 
 // An ICMP query's state keeps its identifier and type where a TCP or UDP state keeps its ports:

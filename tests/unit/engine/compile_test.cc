@@ -281,6 +281,57 @@ TEST_CASE("compile errors the parser cannot produce, from hand-built files", "[c
   }
 }
 
+// A table edit recompiles every list, and the scrub and translation rules keep their counters as the
+// filter rules do; a reload of the main rules starts them at zero.
+TEST_CASE("a recompile keeps the scrub and translation rules' counters where they are written alike",
+          "[compile][counters]") {
+  InterfaceRegistry ifs;
+  const IfaceId wan = ifs.intern("wan0");
+  const std::string nat = "nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1\n";
+  const std::string rdr = "rdr on wan0 proto tcp to port 80:81 -> 10.0.0.5 port 8080\n";
+  const auto before =
+      compile_ok("scrub in all\nscrub out all max-mss 1400\n" + nat + rdr + "pass all\n", ifs);
+  const auto after_file = parse("scrub in all\nscrub in on lan0 all\nscrub out all max-mss 1400\n" + rdr +
+                                "binat on wan0 from 10.0.0.9 to any -> 192.0.2.9\n" + nat + "pass all\n");
+  const auto compiled = compile(after_file, ifs, before.get());
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(compiled));
+  const auto after = std::get<std::shared_ptr<const RuleSet>>(compiled);
+
+  const auto& scrubs = after->scrub_listing();
+  REQUIRE(scrubs.size() == 3);
+  CHECK(scrubs[0].stats == before->scrub_listing()[0].stats);
+  CHECK(scrubs[2].stats == before->scrub_listing()[1].stats);
+  CHECK(scrubs[1].stats != before->scrub_listing()[0].stats);
+  CHECK(scrubs[1].stats != before->scrub_listing()[1].stats);
+  // What the packet path counts is the kept counters, not only what rules show lists.
+  PacketView p = packet(ipproto::kTcp, "10.0.0.1", 1000, "198.51.100.1", 443);
+  CHECK(after->scrub(p, Direction::Out, wan).counters == before->scrub_listing()[1].stats.get());
+
+  const auto& translations = after->translation_rules();
+  REQUIRE(translations.size() == 3);
+  CHECK(translations[0].stats == before->translation_rules()[1].stats);  // the rdr
+  CHECK(translations[2].stats == before->translation_rules()[0].stats);  // the nat
+  CHECK(translations[1].stats != before->translation_rules()[0].stats);
+  CHECK(translations[1].stats != before->translation_rules()[1].stats);
+  // Every entry of a rule (the rdr's per port, binat's two ways) counts where rules show reads.
+  const CompiledTranslation* rdr_entry =
+      after->translation(packet(ipproto::kTcp, "198.51.100.1", 1000, "192.0.2.1", 81), Direction::In, wan);
+  REQUIRE(rdr_entry != nullptr);
+  CHECK(rdr_entry->stats == before->translation_rules()[1].stats);
+  const CompiledTranslation* nat_entry =
+      after->translation(packet(ipproto::kTcp, "10.0.0.1", 1000, "198.51.100.1", 443), Direction::Out, wan);
+  REQUIRE(nat_entry != nullptr);
+  CHECK(nat_entry->stats == before->translation_rules()[0].stats);
+
+  // A reload of the main rules (keeps_counters says no for "") starts every list at zero.
+  const auto reloaded =
+      compile(after_file, ifs, before.get(), [](std::string_view anchor) { return !anchor.empty(); });
+  REQUIRE(std::holds_alternative<std::shared_ptr<const RuleSet>>(reloaded));
+  const auto fresh = std::get<std::shared_ptr<const RuleSet>>(reloaded);
+  CHECK(fresh->scrub_listing()[0].stats != before->scrub_listing()[0].stats);
+  CHECK(fresh->translation_rules()[2].stats != before->translation_rules()[0].stats);
+}
+
 TEST_CASE("settings and per-rule state options reach the compiled rules", "[compile]") {
   InterfaceRegistry ifs;
   const IfaceId lan = ifs.intern("lan0");

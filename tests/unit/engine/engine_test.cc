@@ -644,6 +644,13 @@ void check_batched_like_single(const std::string& rules, const std::vector<Sent>
     CHECK(batched_rules->rule(r).stats->states_created.load() ==
           single_rules->rule(r).stats->states_created.load());
   }
+  for (std::size_t r = 0; r < single_rules->scrub_listing().size(); ++r) {
+    INFO("scrub rule " << r);
+    const auto& single_scrub = *single_rules->scrub_listing()[r].stats;
+    const auto& batched_scrub = *batched_rules->scrub_listing()[r].stats;
+    CHECK(batched_scrub.packets.load() == single_scrub.packets.load());
+    CHECK(batched_scrub.bytes.load() == single_scrub.bytes.load());
+  }
 }
 
 TEST_CASE("process_batch decides each packet as process() would, in order", "[engine][batch]") {
@@ -1642,6 +1649,78 @@ TEST_CASE("no scrub exempts what it matches first from the scrub rules after it,
   Firewall late("scrub in all max-mss 1400\nno scrub in from 10.1.0.9 to any\npass all");
   CHECK(late.out(syn("10.1.0.9", 1460, 64)).rewritten);
   CHECK(late.last_packet == syn("10.1.0.9", 1400, 64));
+}
+
+TEST_CASE("scrub rules count the packets they match first on each pass, state hits and no scrub included",
+          "[engine][scrub][counters]") {
+  Firewall fw(R"(
+no scrub in on lan0 from 10.1.0.9 to any
+scrub in on lan0 all max-mss 1400
+scrub out on wan0 all
+scrub all
+pass all
+)");
+  const auto scrub_counts = [&](std::size_t rule) {
+    const auto& stats = *fw.engine.rules()->scrub_listing().at(rule).stats;
+    CHECK(stats.evaluations.load() == stats.packets.load());
+    CHECK(stats.states_current.load() == 0);
+    return std::pair{stats.packets.load(), stats.bytes.load()};
+  };
+  using Counts = std::pair<uint64_t, uint64_t>;
+  const Bytes syn = tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kSyn).seq(1000).build();
+  const Bytes syn_ack = tcp4(kServer, 80, kClient, kClientPort)
+                            .flags(tcpflag::kSyn | tcpflag::kAck)
+                            .seq(9000)
+                            .ack(1001)
+                            .build();
+  const Bytes ack =
+      tcp4(kClient, kClientPort, kServer, 80).flags(tcpflag::kAck).seq(1001).ack(9001).payload(100).build();
+  const Bytes exempt = tcp4("10.1.0.9", kClientPort, kServer, 80).flags(tcpflag::kSyn).seq(5).build();
+  REQUIRE(fw.out(syn).reason == Reason::Match);
+  // Each pass counts its first match: in on lan0 @1, out on wan0 @2.
+  CHECK(scrub_counts(1) == Counts{1, syn.size()});
+  CHECK(scrub_counts(2) == Counts{1, syn.size()});
+  // The reply meets `scrub all` on both its passes, in on wan0 and out on lan0.
+  REQUIRE(fw.in(syn_ack).reason == Reason::State);
+  CHECK(scrub_counts(3) == Counts{2, 2 * syn_ack.size()});
+  // A state hit is scrubbed, and counted, like a first packet.
+  REQUIRE(fw.out(ack).reason == Reason::State);
+  CHECK(scrub_counts(1) == Counts{2, syn.size() + ack.size()});
+  CHECK(scrub_counts(2) == Counts{2, syn.size() + ack.size()});
+  // `no scrub` counts what it exempts; the out pass still meets @2.
+  REQUIRE(fw.out(exempt).reason == Reason::Match);
+  CHECK(scrub_counts(0) == Counts{1, exempt.size()});
+  CHECK(scrub_counts(1) == Counts{2, syn.size() + ack.size()});
+  CHECK(scrub_counts(2) == Counts{3, syn.size() + ack.size() + exempt.size()});
+  CHECK(scrub_counts(3) == Counts{2, 2 * syn_ack.size()});
+}
+
+TEST_CASE("process_batch counts scrub rules as process() does, more rules in a batch than it sums at once",
+          "[engine][batch][scrub][counters]") {
+  // Six rules on the in pass and one on the out pass: a batch meets more rules than the worker
+  // sums at a time, and must add the overflow as it goes.
+  std::string rules;
+  for (int host = 1; host <= 6; ++host)
+    rules += "scrub in on lan0 from 10.1.0." + std::to_string(host) + "\n";
+  rules += "scrub out all\npass all\n";
+  std::vector<Sent> traffic;
+  for (uint16_t i = 0; i < 35; ++i) {
+    const std::string client = "10.1.0." + std::to_string(1 + i % 7);  // .7 meets no in rule
+    const auto port = static_cast<uint16_t>(kClientPort + i);
+    traffic.push_back({PacketBuilder().ipv4(client, kServer).udp(port, 53).payload(10 + i).build()});
+    traffic.push_back(
+        {PacketBuilder().ipv4(kServer, client).udp(53, port).payload(40 + i).build(), Hook::Forward, false});
+  }
+  check_batched_like_single(rules, traffic);
+  // And the counts are what the traffic holds, not only alike: each in rule saw its host's queries.
+  Firewall fw(rules);
+  for (const Sent& sent : traffic) {
+    Bytes copy = sent.bytes;
+    fw.engine.process(fw.worker, copy, meta_of(sent, fw), fw.now);
+  }
+  const auto& listing = fw.engine.rules()->scrub_listing();
+  for (std::size_t host = 1; host <= 6; ++host) CHECK(listing[host - 1].stats->packets.load() == 5);
+  CHECK(listing[6].stats->packets.load() == traffic.size());
 }
 
 TEST_CASE("scrub set-tos sets the DSCP and keeps the ECN bits, as pf's; IPv4's checksum follows",

@@ -319,6 +319,10 @@ TEST_CASE("before routing: an rdr'd connection's packets meet the scrub out of t
     CHECK(v.reason == (attempt == 0 ? Reason::Match : Reason::State));
     CHECK(fw.last_packet == syn("10.2.0.10", 8080, 1200, 40));
   }
+  // And counted there, as the scrub rule's out pass: both packets, at the size they arrived with.
+  const auto& scrubbed = *fw.engine.rules()->scrub_listing().at(0).stats;
+  CHECK(scrubbed.packets.load() == 2);
+  CHECK(scrubbed.bytes.load() == 2 * syn("203.0.113.1", 80, 1460, 20).size());
   // Leaving by another interface, scrub out on lan0 does not apply.
   router.answer = fw.engine.interfaces().intern("dmz0");
   const Bytes other = PacketBuilder()
@@ -332,6 +336,7 @@ TEST_CASE("before routing: an rdr'd connection's packets meet the scrub out of t
   CHECK(before_routing(fw, other).reason == Reason::Match);
   CHECK(get16(fw.last_packet, 20 + 22) == 1460);
   CHECK(fw.last_packet[8] == 20);
+  CHECK(scrubbed.packets.load() == 2);
 }
 
 // Replies to a nat address are decided before routing too: they leave by the interface their
