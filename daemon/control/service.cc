@@ -264,10 +264,12 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
   engine::rules::tag_notices(file, notices);
   if (loaded_) keep_unlisted_tables(*loaded_, file);
   // As pfctl -f: the main rules and the anchors the file gives are loaded anew, their counters at
-  // zero; the rules loaded into the anchors it only calls stay as they were, counters and all.
-  const auto keeps_counters = [&placed](std::string_view anchor) {
-    return std::any_of(placed.begin(), placed.end(),
-                       [anchor](const std::string& loaded) { return within_anchor(anchor, loaded); });
+  // zero, unless the file says `set keepcounters`, when every rule written alike keeps its own;
+  // the rules loaded into the anchors it only calls stay as they were, counters and all.
+  const auto keeps_counters = [&placed, keep_all = file.settings.keep_counters](std::string_view anchor) {
+    return keep_all || std::any_of(placed.begin(), placed.end(), [anchor](const std::string& loaded) {
+             return within_anchor(anchor, loaded);
+           });
   };
   if (std::string error = publish(file, loaded_ ? engine_.rules().get() : nullptr, keeps_counters);
       !error.empty()) {

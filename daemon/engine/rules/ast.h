@@ -302,6 +302,9 @@ struct Settings {
   std::optional<StateOptions> state_defaults;
   SourceLocation state_defaults_location;
   std::vector<std::string> skip_interfaces;  // `set skip on { lo ... }`: passes there are not filtered
+  // `set keepcounters`: a reload keeps the counters of the rules written alike in the running set
+  // (each list's, in each anchor), where they would otherwise start at zero.
+  bool keep_counters = false;
 
   uint32_t table_entry_limit() const { return limit_table_entries.value_or(kDefaultTableEntryLimit); }
 };

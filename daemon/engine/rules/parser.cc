@@ -775,7 +775,10 @@ class Parser {
       state_options(defaults, std::nullopt);
       out_.settings.state_defaults = std::move(defaults);
       out_.settings.state_defaults_location = loc(t);
-    } else if (at_word("keepcounters") || at_word("fail-policy")) {
+    } else if (accept_word("keepcounters")) {
+      // pf's: a reload keeps the counters of the rules it finds written alike.
+      out_.settings.keep_counters = true;
+    } else if (at_word("fail-policy")) {
       fail_at(peek(), "'set " + peek().text + "' is not supported");
     } else if (accept_word("loginterface") || accept_word("debug") || accept_word("ruleset-optimization") ||
                accept_word("require-order")) {

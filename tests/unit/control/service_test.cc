@@ -1370,6 +1370,47 @@ TEST_CASE("service: rule counters as pf keeps them across rule file and anchor l
   CHECK(packets("", 1) == 1);
 }
 
+// pf's `set keepcounters`: a reload finds the rules written alike in the running set and keeps
+// their counters (filter and scrub rules here); a rule new or changed starts at zero, and a file
+// without it resets them all, as before.
+TEST_CASE("service: set keepcounters keeps the counters of the rules a reload finds written alike",
+          "[service]") {
+  Daemon d;
+  const std::string kept = "set keepcounters\nscrub in all\nblock all\npass proto tcp to port 80\n";
+  const std::string path = d.write("kept.conf", kept);
+  REQUIRE(d.service.load_rules(path).ok);
+  uint16_t port = 40000;
+  auto connect = [&d, &port] {
+    REQUIRE(d.send(syn("192.0.2.7", ++port, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  };
+  auto shown = [&d] { return d.call(make([](Request& r) { r.mutable_rules_show(); })).rules(); };
+  connect();
+  connect();
+  REQUIRE(shown().rules(1).packets() == 2);
+  REQUIRE(shown().scrubs(0).packets() == 2);
+
+  // The same file again, and one with a rule added before the web rule: both keep its counts.
+  REQUIRE(d.service.load_rules(path).ok);
+  CHECK(shown().rules(1).packets() == 2);
+  CHECK(shown().scrubs(0).packets() == 2);
+  d.write("kept.conf",
+          "set keepcounters\nscrub in all\nblock all\npass proto tcp to port 22\n"
+          "pass proto tcp to port 80\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  REQUIRE(shown().rules_size() == 3);
+  CHECK(shown().rules(1).packets() == 0);
+  CHECK(shown().rules(2).packets() == 2);
+  connect();
+  CHECK(shown().rules(2).packets() == 3);
+  CHECK(shown().scrubs(0).packets() == 3);
+
+  // Without the setting, a reload starts every rule at zero.
+  d.write("kept.conf", "scrub in all\nblock all\npass proto tcp to port 22\npass proto tcp to port 80\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  CHECK(shown().rules(2).packets() == 0);
+  CHECK(shown().scrubs(0).packets() == 0);
+}
+
 TEST_CASE(
     "service: anchors loaded within loaded anchors are placed again on reload, and go with their parent",
     "[service][anchors]") {

@@ -710,6 +710,8 @@ TEST_CASE("settings: limits and timeouts, single and in lists") {
     CHECK(parse_ok("set timeout " + name + " 9").settings.timeouts.at(name) == 9u);
     CHECK(parse_ok("pass all keep state (" + name + " 9)").filter_rules[0].state.timeouts.at(name) == 9u);
   }
+  CHECK_FALSE(f.settings.keep_counters);
+  CHECK(parse_ok("set keepcounters\npass all").settings.keep_counters);
   // pf's source node timeout too, 0 (its default) included.
   CHECK(parse_ok("set timeout src.track 0").settings.timeouts.at("src.track") == 0u);
   CHECK(parse_ok("set timeout { src.track 30, tcp.first 9 }").settings.timeouts.at("src.track") == 30u);
@@ -1182,7 +1184,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "them"},
       {"set state-defaults no-sync, pflow",
        "t.conf:1:29: 'pflow' is not supported: there is no flow export here"},
-      {"set keepcounters", "t.conf:1:5: 'set keepcounters' is not supported"},
+      {"set fail-policy return", "t.conf:1:5: 'set fail-policy' is not supported"},
+      {"set keepcounters yes", "t.conf:1:18: expected end of line, got 'yes'"},
       {"scrub in all fragment crop",
        "t.conf:1:23: the kernel reassembles every fragmented datagram: write 'fragment reassemble'"},
       {"set skip lo", "t.conf:1:10: expected 'on' and an interface after 'set skip', got 'lo'"},
