@@ -40,7 +40,8 @@ void watch_first_segment(TimestampWatch& sender, const PacketView& syn) noexcept
 Reason check_timestamps(TimestampWatch& sender, TimestampWatch& receiver, const PacketView& packet,
                         uint32_t echo, bool established, Millis created, Millis now) noexcept {
   const Millis since_created = now - created;
-  const auto idle = [&](const TimestampWatch& w) { return since_created - Millis{w.last_ms}; };
+  // A copy of the packed field, not a reference to it: the watch may lie at any address.
+  const auto idle = [&](const TimestampWatch& w) { return since_created - Millis{Millis::rep{w.last_ms}}; };
   const auto stop = [](TimestampWatch& w) {
     w.flags = static_cast<uint8_t>((w.flags & ~TimestampWatch::kWatched) | TimestampWatch::kIdled);
   };

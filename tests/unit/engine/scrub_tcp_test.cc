@@ -7,6 +7,7 @@
 #include <string>
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/tcp_scrub.h"
 #include "tests/unit/engine/firewall.h"
 #include "tests/unit/support/packet_builder.h"
 
@@ -458,4 +459,31 @@ TEST_CASE("scrub reassemble tcp: a node that gets a connection back from its pee
   CHECK(fw.out(c.segment(true, kAck, kClientIsn + 21, kServerIsn + 101, 401, 9000 + o.server)).reason ==
         Reason::State);
   CHECK(fw.last_packet == c.segment(true, kAck, kClientIsn + 21, kServerIsn + 101, 401 + o.client, 9000));
+}
+
+// The watches lie packed in the state entry at whatever offset its layout gives them, and stop when
+// idle there as anywhere. (Reading one through a reference bound to a misaligned field is what
+// fuzz_engine's sanitizer stopped at; gcc's, in the unit tests' sanitizer build, does not see it.)
+TEST_CASE("scrub reassemble tcp: a timestamp watch is read at any alignment", "[engine][tcp][scrub][paws]") {
+  struct [[gnu::packed]] Misaligned {
+    uint8_t before = 0;
+    TimestampWatch sender;
+    TimestampWatch receiver;
+  };
+  Misaligned at_odd_offset;
+  REQUIRE(reinterpret_cast<uintptr_t>(&at_odd_offset.sender.last_ms) % alignof(uint32_t) != 0);
+  for (TimestampWatch* w : {&at_odd_offset.sender, &at_odd_offset.receiver}) {
+    w->flags = TimestampWatch::kStamped | TimestampWatch::kWatched;
+    w->last_ms = 1'000;
+  }
+  PacketView packet;
+  packet.proto = ipproto::kTcp;
+  packet.tcp.flags = tcpflag::kAck;
+  const Millis created{0};
+  // Idle past a 1 kHz clock's wrap, both watches stop, as they would in place.
+  const Millis now{int64_t{25} * 24 * 3600 * 1000};
+  CHECK(check_timestamps(at_odd_offset.sender, at_odd_offset.receiver, packet, 0, true, created, now) ==
+        Reason::State);
+  CHECK((at_odd_offset.sender.flags & TimestampWatch::kIdled) != 0);
+  CHECK((at_odd_offset.receiver.flags & TimestampWatch::kIdled) != 0);
 }
