@@ -182,7 +182,7 @@ void fill_queue(const QueueCounters& q, QueueStats* out) {
   out->set_verdict_errors(q.verdict_errors);
 }
 
-// A filter rule's (RuleInfo) or a translation rule's (TranslationRuleInfo) place and counters.
+// A counted rule's place and counters: a filter rule (RuleInfo), a translation or a scrub rule.
 template <typename Info>
 void fill_counted(const RuleCounters& r, Info* out) {
   out->set_number(r.number);
