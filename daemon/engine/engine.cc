@@ -558,6 +558,10 @@ struct Engine::Translation {
   uint16_t tag[2] = {0, 0};
   uint32_t in_decided = rules::RuleSet::kUndecided;
   bool urpf_failed = false;  // the in pass's source failed the unicast reverse path check
+  // Per pass, where a rule asks (`no-route`): the routing tables have no route for the source,
+  // the destination of the packet as that pass sees it.
+  bool src_no_route[2] = {false, false};
+  bool dst_no_route[2] = {false, false};
 
   // The filter rules' query of a pass that meets them.
   rules::MatchQuery query(int pass, bool in_pass_meets_rules) const {
@@ -565,7 +569,10 @@ struct Engine::Translation {
     // Where no filter rules of the in pass can change it, the out pass carries what the in pass's
     // translation left.
     if (pass == 1 && carried == 0 && !in_pass_meets_rules) carried = tag[0];
-    return {seen[pass], kPassDirection[pass], iface[pass], carried, pass == 0 && urpf_failed};
+    rules::MatchQuery out{seen[pass], kPassDirection[pass], iface[pass], carried, pass == 0 && urpf_failed};
+    out.src_no_route = src_no_route[pass];
+    out.dst_no_route = dst_no_route[pass];
+    return out;
   }
 };
 
@@ -1303,6 +1310,24 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   // Asked once a new connection, before any rule (an out nat's `tagged` may need the in pass's).
   translation.urpf_failed =
       parsed.filtered[0] && rules.uses_urpf() && reverse_path_fails(worker, packet, meta, now);
+  // `no-route`, where a rule asks: of each pass's view of the packet, here as it came and again
+  // wherever a translation below rewrites a pass's view. The out pass sees what the in pass saw
+  // until a nat rewrites it.
+  const auto test_routes = [&](int pass) {
+    if (!parsed.filtered[pass]) return;
+    if (pass == 1 && parsed.filtered[0] && translation.seen[1] == translation.seen[0]) {
+      translation.src_no_route[1] = translation.src_no_route[0];
+      translation.dst_no_route[1] = translation.dst_no_route[0];
+      return;
+    }
+    const PacketView& seen = *translation.seen[pass];
+    if (rules.uses_no_route(0))
+      translation.src_no_route[pass] = unroutable(worker, seen.family, seen.src, meta, now);
+    if (rules.uses_no_route(1))
+      translation.dst_no_route[pass] = unroutable(worker, seen.family, seen.dst, meta, now);
+  };
+  test_routes(0);
+  test_routes(1);
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
   if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error) || link_scoped(packet)) return;
   const bool ports = packet.is_tcp() || packet.is_udp();
@@ -1343,6 +1368,8 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       translation.translated = true;
       translation.filtered[0] = !rule->pass;
       translation.by[0] = rule;
+      test_routes(0);
+      test_routes(1);
     }
   }
 
@@ -1391,6 +1418,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       translation.translated = true;
       translation.filtered[1] = !rule->pass;
       translation.by[1] = rule;
+      test_routes(1);
     }
   }
   if (!translation.translated) return;
@@ -1458,6 +1486,18 @@ bool Engine::reverse_path_fails(Worker& worker, const PacketView& packet, const 
   if (link_local) return false;
   const RouteQuery back{packet.family, IpAddress{}, packet.src, 0, meta.mark};
   return worker.router_->egress(back, now) != meta.in_iface;
+}
+
+// pf's no-route (pf_routable() without an interface): the routing tables have no route for
+// `address`, asked as `ip route get ADDRESS mark M` asks. A link-local address has its link's, as
+// pf takes scoped addresses to; and where no Router answers (pairwall-check's replays), every
+// address has one.
+bool Engine::unroutable(Worker& worker, Family family, const IpAddress& address, const PacketMeta& meta,
+                        Millis now) noexcept {
+  if (worker.router_ == nullptr) return false;
+  const bool link_local = family == Family::V4 ? (address.v4_value() >> 16) == 0xa9fe : link_local6(address);
+  if (link_local) return false;
+  return !worker.router_->route(RouteQuery{family, IpAddress{}, address, 0, meta.mark}, now).exists;
 }
 
 // A source port (for ICMP, a query id) in [low, high] with which `wire` is no state's key, tried

@@ -407,6 +407,8 @@ class Engine {
                           bool keep_own) noexcept;
   static bool reverse_path_fails(Worker& worker, const PacketView& packet, const PacketMeta& meta,
                                  Millis now) noexcept;
+  static bool unroutable(Worker& worker, Family family, const IpAddress& address, const PacketMeta& meta,
+                         Millis now) noexcept;
   Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
                    Translation& translation, std::array<uint32_t, 2> deciding, Millis now) noexcept;
   void finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,

@@ -24,12 +24,22 @@ struct RouteQuery {
   uint32_t mark = 0;     // PacketMeta::mark
 };
 
+// The kernel's answer for one packet.
+struct Route {
+  // The interface the packet leaves by; kNoIface when the kernel delivers it to this node, or
+  // cannot route it (and so drops it).
+  IfaceId egress = kNoIface;
+  // Whether the routing tables have a route for it at all (pf's pf_routable(), asked by
+  // `no-route`): a unicast route, or this node's own, broadcast or multicast; not an unreachable,
+  // prohibit or blackhole route, nor a table without one.
+  bool exists = false;
+};
+
 class Router {
  public:
   virtual ~Router() = default;
-  // The interface the packet leaves by; kNoIface when the kernel delivers it to this node, or
-  // cannot route it (and so drops it).
-  virtual IfaceId egress(const RouteQuery& query, Millis now) noexcept = 0;
+  virtual Route route(const RouteQuery& query, Millis now) noexcept = 0;
+  IfaceId egress(const RouteQuery& query, Millis now) noexcept { return route(query, now).egress; }
 };
 
 }  // namespace pairwall::engine

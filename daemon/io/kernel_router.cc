@@ -57,7 +57,7 @@ bool RouteNetlink::open() noexcept {
   return true;
 }
 
-std::optional<uint32_t> RouteNetlink::ask(const engine::RouteQuery& query) noexcept {
+std::optional<RouteAnswer> RouteNetlink::ask(const engine::RouteQuery& query) noexcept {
   if (nl_ == nullptr && !open()) return std::nullopt;
   char buf[kNetlinkBuffer];
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
@@ -92,12 +92,24 @@ std::optional<uint32_t> RouteNetlink::ask(const engine::RouteQuery& query) noexc
     for (const auto* reply = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(reply, left);
          reply = mnl_nlmsg_next(reply, &left)) {
       if (reply->nlmsg_seq != seq_ || reply->nlmsg_pid != portid_) continue;
-      // An error is the kernel's answer too: it has no route for the packet (unreachable, a
-      // martian source, forwarding off on the arrival link), and will drop it.
-      if (reply->nlmsg_type != RTM_NEWROUTE || reply->nlmsg_len < mnl_nlmsg_size(sizeof(rtmsg))) return 0;
+      // An error is the kernel's answer too: it has no route for the packet (unreachable,
+      // prohibit or blackhole, a martian source, forwarding off on the arrival link), and will
+      // drop it.
+      if (reply->nlmsg_type != RTM_NEWROUTE || reply->nlmsg_len < mnl_nlmsg_size(sizeof(rtmsg)))
+        return RouteAnswer{};
       Answer answer;
       read_route(reply, &answer);
-      return answer.type == RTN_UNICAST ? answer.oif : 0;
+      switch (answer.type) {
+        case RTN_UNICAST:
+          return RouteAnswer{answer.oif, true};
+        case RTN_LOCAL:
+        case RTN_BROADCAST:
+        case RTN_MULTICAST:
+        case RTN_ANYCAST:
+          return RouteAnswer{0, true};
+        default:
+          return RouteAnswer{};
+      }
     }
   }
 }
@@ -112,20 +124,22 @@ std::size_t KernelRouter::slot_of(const engine::RouteQuery& query) noexcept {
   return engine::siphash13(engine::SipKey{0, 0}, words, 4) % kSlots;
 }
 
-engine::IfaceId KernelRouter::egress(const engine::RouteQuery& query, engine::Millis now) noexcept {
+engine::Route KernelRouter::route(const engine::RouteQuery& query, engine::Millis now) noexcept {
   Slot& slot = slots_[slot_of(query)];
   const bool kept = slot.used && now < slot.until && slot.family == query.family && slot.dst == query.dst &&
                     slot.in_link == query.in_link && slot.mark == query.mark;
   if (!kept) {
     asked_.add();
-    std::optional<uint32_t> answer = ask_ ? ask_(query) : netlink_.ask(query);
+    std::optional<RouteAnswer> answer = ask_ ? ask_(query) : netlink_.ask(query);
     // Unanswered, the connection meets its in pass alone, as without a router. The failure is
     // kept like an answer, so that a kernel that does not answer costs a worker one wait per
     // destination and kKeep, not one per connection.
     if (!answer) failed_.add();
-    slot = Slot{query.family, query.dst, query.in_link, query.mark, answer.value_or(0), true, now + kKeep};
+    slot = Slot{query.family, query.dst,  query.in_link, query.mark, answer.value_or(RouteAnswer{}),
+                true,         now + kKeep};
   }
-  return slot.ifindex == 0 ? engine::kNoIface : ifaces_.lookup(slot.ifindex).id;
+  const uint32_t ifindex = slot.answer.ifindex;
+  return {ifindex == 0 ? engine::kNoIface : ifaces_.lookup(ifindex).id, slot.answer.exists};
 }
 
 }  // namespace pairwall::io

@@ -23,9 +23,15 @@
 
 namespace pairwall::io {
 
-// One question to the kernel: the ifindex the packet leaves by, 0 where the kernel delivers it
-// locally or has no route for it (it drops it then), nullopt where the question went unanswered.
-using RouteAsk = std::function<std::optional<uint32_t>(const engine::RouteQuery&)>;
+// The kernel's answer to one question: the ifindex the packet leaves by, 0 where the kernel
+// delivers it locally or has no route for it (it drops it then); and whether it has a route
+// (engine::Route::exists).
+struct RouteAnswer {
+  uint32_t ifindex = 0;
+  bool exists = false;
+};
+// One question to the kernel; nullopt where it went unanswered.
+using RouteAsk = std::function<std::optional<RouteAnswer>(const engine::RouteQuery&)>;
 
 // The kernel's routing tables over rtnetlink, one socket, opened at the first question.
 class RouteNetlink {
@@ -35,7 +41,7 @@ class RouteNetlink {
   RouteNetlink& operator=(const RouteNetlink&) = delete;
   ~RouteNetlink();
 
-  std::optional<uint32_t> ask(const engine::RouteQuery& query) noexcept;
+  std::optional<RouteAnswer> ask(const engine::RouteQuery& query) noexcept;
 
   // How long a question may wait for its answer: the worker asking holds its queue meanwhile.
   static constexpr int kAnswerTimeoutMs = 100;
@@ -53,7 +59,9 @@ class KernelRouter final : public engine::Router {
   // `ask` answers the questions the kept answers do not; by default the kernel, over netlink.
   explicit KernelRouter(IfindexCache& ifaces, RouteAsk ask = {});
 
-  engine::IfaceId egress(const engine::RouteQuery& query, engine::Millis now) noexcept override;
+  // An unanswered question counts as no route: the packet is let through to the kernel, which
+  // decides, and a rule that asks whether a route exists hears that none does.
+  engine::Route route(const engine::RouteQuery& query, engine::Millis now) noexcept override;
 
   uint64_t asked() const { return asked_.get(); }    // questions put to the kernel
   uint64_t failed() const { return failed_.get(); }  // of them, unanswered
@@ -67,7 +75,7 @@ class KernelRouter final : public engine::Router {
     engine::IpAddress dst;
     uint32_t in_link = 0;
     uint32_t mark = 0;
-    uint32_t ifindex = 0;
+    RouteAnswer answer;
     bool used = false;
     engine::Millis until{0};
   };

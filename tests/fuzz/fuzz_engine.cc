@@ -63,6 +63,7 @@ block return log all
 block in quick from <bad>
 block in quick from <abusers>
 block in quick log from urpf-failed
+block out quick on wan0 to no-route
 pass in on lan0 all keep state (max-src-states 24, max-src-conn 12, max-src-conn-rate 40/5, overload <abusers> flush)
 pass in on lan0 proto tcp to port 80 modulate state
 pass in on lan0 proto tcp to port 22 flags S/SA keep state (sloppy)
@@ -121,13 +122,14 @@ const std::shared_ptr<const pe::rules::RuleSet>& compiled_rules(bool reloaded = 
   return reloaded ? second : first;
 }
 
-// Routes back to sources for `from urpf-failed`, by the address's last byte: lan0, wan0, or none.
+// Routes for `from urpf-failed` and `no-route`, by the address's last byte: lan0, wan0, or none.
 struct ByteRoutes : pe::Router {
   pe::IfaceId lan = 0;
   pe::IfaceId wan = 0;
-  pe::IfaceId egress(const pe::RouteQuery& q, pe::Millis) noexcept override {
+  pe::Route route(const pe::RouteQuery& q, pe::Millis) noexcept override {
     const uint8_t last = static_cast<uint8_t>(q.dst.lo);
-    return last % 3 == 0 ? lan : last % 3 == 1 ? wan : pe::kNoIface;
+    if (last % 3 == 2) return {};
+    return {last % 3 == 0 ? lan : wan, true};
   }
 };
 

@@ -9,7 +9,8 @@
 //       JSON line per packet: index, verdict, reason, deciding rule (@N, and its anchor's path
 //       where it stands in one), state id; or verdict "skipped" for what the node never sees as
 //       captured (not IP, cut by the snaplen, a fragment). A packet arrives where its source says,
-//       so none fails `from urpf-failed` here (the engine has no routes to ask in a replay).
+//       so none fails `from urpf-failed` here, and every address has a route (`no-route`): the
+//       engine has no routes to ask in a replay.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

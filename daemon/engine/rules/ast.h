@@ -50,12 +50,17 @@ struct PortMatch {
   uint16_t high = 0;  // only for the two-operand operators
 };
 
+// pf's `no-route` in place of an endpoint's addresses (filter rules only): an address the routing
+// tables have no route for; `! no-route`, one they have.
+enum class RouteTest : uint8_t { None, NoRoute, Routed };
+
 struct Endpoint {
   std::vector<AddressElement> addresses;  // empty: any
   std::vector<PortMatch> ports;           // empty: any port; a list matches if any element does
   // pf's `from urpf-failed` (filter rules only, `addresses` then empty): a source address whose
   // route does not leave by the interface the packet arrived on (unicast reverse path forwarding).
   bool urpf_failed = false;
+  RouteTest route = RouteTest::None;  // not None: `addresses` is empty
 };
 
 // `flags S/SA`: (tcp_flags & mask) == set. `flags any` is the absence of a FlagsMatch (and, on a

@@ -775,14 +775,16 @@ class ClassifierBuilder {
     c_.iface_slots_ = uint32_t{max_id} + 2;
     const uint32_t slots = c_.iface_slots_;
     // With the tag a packet carries: most rule sets name none, and this field stays as it was.
-    // And whether its source failed the unicast reverse path check, where a rule asks.
+    // And the outcomes of the route checks that rules ask for (uRPF, no-route), where one does.
     uint16_t max_tag = 0;
     for (const MatchSpec& s : specs_) {
       max_tag = std::max(max_tag, s.tagged);
-      c_.urpf_used_ = c_.urpf_used_ || s.urpf_failed;
+      if (s.urpf_failed) c_.route_checks_ |= Classifier::kUrpfFailed;
+      if (s.src_route != RouteTest::None) c_.route_checks_ |= Classifier::kSrcNoRoute;
+      if (s.dst_route != RouteTest::None) c_.route_checks_ |= Classifier::kDstNoRoute;
     }
     c_.tag_values_ = uint32_t{max_tag} + 1;
-    c_.tag_slots_ = c_.tag_values_ * (c_.urpf_used_ ? 2 : 1);
+    c_.tag_slots_ = c_.tag_values_ * (c_.route_checks_ + 1);
     const uint32_t tags = c_.tag_slots_;
     const uint32_t values = c_.tag_values_;
     c_.iface_records_ = dense_domain(3 * slots * tags, [slots, tags, values](const MatchSpec& s, uint32_t v) {
@@ -791,7 +793,14 @@ class ClassifierBuilder {
       if (!s.decides) return false;
       if (s.direction != Direction::Any && s.direction != row) return false;
       if (s.tagged != 0 && (v % tags % values == s.tagged) == s.tagged_negated) return false;
-      if (s.urpf_failed && v % tags < values) return false;
+      const uint32_t routes = v % tags / values;
+      if (s.urpf_failed && (routes & Classifier::kUrpfFailed) == 0) return false;
+      const auto route_holds = [routes](RouteTest test, uint32_t no_route) {
+        return test == RouteTest::None || ((routes & no_route) != 0) == (test == RouteTest::NoRoute);
+      };
+      if (!route_holds(s.src_route, Classifier::kSrcNoRoute) ||
+          !route_holds(s.dst_route, Classifier::kDstNoRoute))
+        return false;
       if (s.interfaces.empty()) return true;
       const uint32_t id = v / tags % slots;
       return std::any_of(s.interfaces.begin(), s.interfaces.end(),
@@ -1207,8 +1216,10 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   // Only where a rule tests tags (the same branch for every packet of a rule set): the product
   // and the tag's clamp would lengthen every query's way to its first record (10 rules -1.5 %).
   if (tag_slots_ > 1) {
+    const uint32_t routes = (query.urpf_failed ? kUrpfFailed : 0) | (query.src_no_route ? kSrcNoRoute : 0) |
+                            (query.dst_no_route ? kDstNoRoute : 0);
     pass = pass * tag_slots_ + (query.tag < tag_values_ ? query.tag : 0) +
-           (urpf_used_ && query.urpf_failed ? tag_values_ : 0);
+           (routes & route_checks_) * tag_values_;
   }
   probe.dense[0] = dense_pool_.data() + iface_records_[pass];
   probe.dense[1] = dense_pool_.data() + proto_records_[(v6 ? 256 : 0) + p.proto];

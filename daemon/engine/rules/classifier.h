@@ -174,6 +174,11 @@ struct MatchSpec {
   // `from urpf-failed`: only packets whose query says their source failed the unicast reverse path
   // check (MatchQuery::urpf_failed). Kept with direction x interface and the tag.
   bool urpf_failed = false;
+  // `from [!] no-route`, `to [!] no-route`: only packets whose query says the routing tables have
+  // no route (have one) for the address (MatchQuery::src_no_route, dst_no_route). Kept with the
+  // uRPF check.
+  RouteTest src_route = RouteTest::None;
+  RouteTest dst_route = RouteTest::None;
   bool quick = false;
   uint32_t rank = 0;  // MatchOrder::Ranked: the rule's place in the order of decision, 0 first
   // false: the rule matches no packet here (pf's `match`, which never decides; the tags it sets
@@ -333,8 +338,10 @@ struct MatchQuery {
   const PacketView* packet = nullptr;
   Direction direction = Direction::In;
   IfaceId iface = kNoIface;
-  uint16_t tag = 0;          // the tag the packet carries (MatchSpec::tagged's numbering), 0 none
-  bool urpf_failed = false;  // its source's route leaves by another interface than `iface` (an in pass)
+  uint16_t tag = 0;           // the tag the packet carries (MatchSpec::tagged's numbering), 0 none
+  bool urpf_failed = false;   // its source's route leaves by another interface than `iface` (an in pass)
+  bool src_no_route = false;  // the routing tables have no route for its source
+  bool dst_no_route = false;  // nor for its destination
 };
 
 class Classifier {
@@ -448,9 +455,14 @@ class Classifier {
   // Dense lookups (values are offsets into dense_pool_).
   uint32_t iface_slots_ = 1;  // interface ids >= iface_slots_ - 1 share the last slot
   uint32_t tag_values_ = 1;   // 1 + the highest tag a rule's `tagged` names; other tags read as 0
-  bool urpf_used_ = false;    // some rule is `from urpf-failed`
-  uint32_t tag_slots_ = 1;    // tag_values_, twice over where urpf_used_: then failed, the second
-  // [(direction row * iface_slots_ + slot) * tag_slots_ + urpf failed * tag_values_ + tag], rows In,
+  // The route checks some rule asks for (kUrpfFailed, kSrcNoRoute, kDstNoRoute): a query's outcomes
+  // of them, masked by this, number its route row.
+  uint32_t route_checks_ = 0;
+  static constexpr uint32_t kUrpfFailed = 1;
+  static constexpr uint32_t kSrcNoRoute = 2;
+  static constexpr uint32_t kDstNoRoute = 4;
+  uint32_t tag_slots_ = 1;  // tag_values_ * (route_checks_ + 1): a tag row per route row
+  // [(direction row * iface_slots_ + slot) * tag_slots_ + route row * tag_values_ + tag], rows In,
   // Out, Any
   std::vector<uint32_t> iface_records_;
   std::vector<uint32_t> proto_records_;  // [is_v6 * 256 + proto]

@@ -159,18 +159,23 @@ std::string header_text(const std::vector<InterfaceMatch>& interfaces, const std
   return out;
 }
 
+// An endpoint's addresses as written: a list, any, or what the routing tables are asked.
+std::string addresses_text(const Endpoint& e) {
+  if (e.urpf_failed) return "urpf-failed";
+  if (e.route != RouteTest::None) return e.route == RouteTest::NoRoute ? "no-route" : "! no-route";
+  return e.addresses.empty() ? "any" : list_text(e.addresses, element_text);
+}
+
 std::string endpoints_text(const Endpoint& from, const Endpoint& to) {
   auto one = [](const char* word, const Endpoint& e) {
-    std::string out = std::string(" ") + word + " " +
-                      (e.urpf_failed         ? "urpf-failed"
-                       : e.addresses.empty() ? "any"
-                                             : list_text(e.addresses, element_text));
+    std::string out = std::string(" ") + word + " " + addresses_text(e);
     if (!e.ports.empty()) out += " port " + list_text(e.ports, port_text);
     return out;
   };
-  if (from.addresses.empty() && from.ports.empty() && !from.urpf_failed && to.addresses.empty() &&
-      to.ports.empty())
-    return " all";
+  const auto open = [](const Endpoint& e) {
+    return e.addresses.empty() && e.ports.empty() && !e.urpf_failed && e.route == RouteTest::None;
+  };
+  if (open(from) && open(to)) return " all";
   return one("from", from) + one("to", to);
 }
 
@@ -196,7 +201,7 @@ std::string expand_label(const FilterRule& r, uint32_t number) {
     }
   };
   const auto address = [](const Endpoint& e) -> std::string {
-    return e.urpf_failed ? "urpf-failed" : e.addresses.empty() ? "any" : element_text(e.addresses[0]);
+    return e.addresses.empty() ? addresses_text(e) : element_text(e.addresses[0]);
   };
   const auto port = [](const Endpoint& e) -> std::string {
     if (e.ports.empty()) return "";
@@ -720,6 +725,8 @@ class Compiler {
     s.dst = addresses(to.addresses);
     s.dst_ports = to.ports;
     s.urpf_failed = from.urpf_failed;
+    s.src_route = from.route;
+    s.dst_route = to.route;
     return s;
   }
 
@@ -942,6 +949,8 @@ class Compiler {
       s.tagged_negated = r.tagged_negated;
       if (s.tagged != 0) set.filter_tests_tags_ = true;
       if (s.urpf_failed) set.filter_tests_urpf_ = true;
+      if (s.src_route != RouteTest::None) set.filter_tests_no_route_[0] = true;
+      if (s.dst_route != RouteTest::None) set.filter_tests_no_route_[1] = true;
       s.decides = r.action != Action::Match;
       specs.push_back(std::move(s));
     }

@@ -1416,7 +1416,7 @@ class Parser {
       r.protocols = protocols();
       stage = 7;
     }
-    if (from_to(r.from, r.to, r.family, nullptr, /*urpf=*/true)) stage = 8;
+    if (from_to(r.from, r.to, r.family, nullptr, /*route_tests=*/true)) stage = 8;
 
     std::optional<Token> flags_seen;
     std::optional<Token> icmp_seen;
@@ -1721,25 +1721,39 @@ class Parser {
 
   // `all`, or [from SRC [port P]] [to DST [port P]]. Returns whether anything was written.
   // `no_ports`: the message when ports are not allowed (binat), or nullptr.
-  // `urpf`: a filter rule's, whose source may be `urpf-failed`.
+  // `route_tests`: a filter rule's, whose source may be `urpf-failed` and either address
+  // `[!] no-route`.
   bool from_to(Endpoint& from, Endpoint& to, std::optional<Family> family, const char* no_ports = nullptr,
-               bool urpf = false) {
+               bool route_tests = false) {
     if (accept_word("all")) return true;
     bool any = false;
     if (accept_word("from")) {
-      if (urpf && accept_word("urpf-failed")) from.urpf_failed = true;
+      if (route_tests && accept_word("urpf-failed")) from.urpf_failed = true;
+      if (route_tests && !from.urpf_failed) from.route = route_test();
       endpoint(from, family, no_ports);
       any = true;
     }
     if (accept_word("to")) {
+      if (route_tests) to.route = route_test();
       endpoint(to, family, no_ports);
       any = true;
     }
     return any;
   }
 
+  // `no-route` or `! no-route` where a filter rule's addresses stand.
+  RouteTest route_test() {
+    if (accept_word("no-route")) return RouteTest::NoRoute;
+    if (at(TokenKind::Bang) && at_word("no-route", 1)) {
+      take();
+      take();
+      return RouteTest::Routed;
+    }
+    return RouteTest::None;
+  }
+
   void endpoint(Endpoint& ep, std::optional<Family> family, const char* no_ports) {
-    if (!ep.urpf_failed && !at_word("port")) ep.addresses = addresses(family);
+    if (!ep.urpf_failed && ep.route == RouteTest::None && !at_word("port")) ep.addresses = addresses(family);
     if (at_word("port")) {
       if (no_ports) fail_at(peek(), no_ports);
       take();
@@ -1834,8 +1848,10 @@ class Parser {
               "not in a list, negated, after 'to', or in a scrub or translation rule");
     }
     if (word == "no-route") {
-      fail_at(t,
-              "'" + t.text + "' is not supported: rules here do not look addresses up in the routing table");
+      fail_at(
+          t,
+          "'no-route' stands alone after 'from' or 'to' in a filter rule, negated or not ('block in quick "
+          "from no-route'): not in a list, or in a scrub or translation rule");
     }
     // Letters or digits after the one ':', so that pf's `:0` is refused by name below; no IPv6
     // address has a single ':'.

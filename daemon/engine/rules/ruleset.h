@@ -182,6 +182,10 @@ class RuleSet {
   // source failed the unicast reverse path check (MatchQuery::urpf_failed), which only the routing
   // tables can tell.
   bool uses_urpf() const noexcept { return filter_tests_urpf_; }
+  // Whether a filter rule's source (side 0) or destination (side 1) is `[!] no-route`: then a
+  // query says whether the routing tables have a route for that address of the pass's packet
+  // (MatchQuery::src_no_route, dst_no_route).
+  bool uses_no_route(int side) const noexcept { return filter_tests_no_route_[side]; }
   // Whether an out pass's translation rule (nat, binat) tests tags: then its lookup waits for the
   // tag the in pass's filter rules leave (evaluate_in()).
   bool out_translation_tests_tags() const noexcept { return out_translation_tests_tags_; }
@@ -292,6 +296,7 @@ class RuleSet {
   std::vector<Segment> segments_;
   bool filter_tests_tags_ = false;
   bool filter_tests_urpf_ = false;
+  bool filter_tests_no_route_[2] = {false, false};
   bool out_translation_tests_tags_ = false;
   // One pass through the segments in turn, each matched with the tag the ones before left.
   InPass pass(const MatchQuery& query) const noexcept;

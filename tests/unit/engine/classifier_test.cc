@@ -120,6 +120,13 @@ bool ref_table_contains(const RefTable& t, Family f, const IpAddress& a) {
   return member;
 }
 
+// What the routing tables said of a packet (MatchQuery's urpf_failed, src_no_route, dst_no_route).
+struct Routes {
+  bool urpf_failed = false;
+  bool src_no_route = false;
+  bool dst_no_route = false;
+};
+
 struct Reference {
   std::deque<RefTable> tables;
 
@@ -195,10 +202,14 @@ struct Reference {
   }
 
   bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface, uint16_t tag = 0,
-               bool urpf_failed = false) const {
+               Routes routes = {}) const {
     if (s.direction != Direction::Any && s.direction != dir) return false;
     if (s.tagged != 0 && (tag == s.tagged) == s.tagged_negated) return false;
-    if (s.urpf_failed && !urpf_failed) return false;
+    if (s.urpf_failed && !routes.urpf_failed) return false;
+    if (s.src_route != RouteTest::None && routes.src_no_route != (s.src_route == RouteTest::NoRoute))
+      return false;
+    if (s.dst_route != RouteTest::None && routes.dst_no_route != (s.dst_route == RouteTest::NoRoute))
+      return false;
     if (!s.interfaces.empty() &&
         std::none_of(s.interfaces.begin(), s.interfaces.end(),
                      [&](const InterfaceTerm& t) { return (t.id == iface) != t.negated; })) {
@@ -231,10 +242,10 @@ struct Reference {
   }
 
   uint32_t evaluate(const std::vector<MatchSpec>& specs, const PacketView& p, Direction dir, IfaceId iface,
-                    MatchOrder order, uint16_t tag = 0, uint32_t first = 0, bool urpf_failed = false) const {
+                    MatchOrder order, uint16_t tag = 0, uint32_t first = 0, Routes routes = {}) const {
     uint32_t last = kNone;
     for (uint32_t r = first; r < specs.size(); ++r) {
-      if (!matches(specs[r], p, dir, iface, tag, urpf_failed)) continue;
+      if (!matches(specs[r], p, dir, iface, tag, routes)) continue;
       if (order == MatchOrder::First || specs[r].quick) return r;
       last = r;
     }
@@ -873,9 +884,11 @@ struct RandomRules {
 
 // With `tags`, a fifth of the rules ask for (or against) one of three tags and the packets carry
 // none, one of them, or one that no rule names. With `urpf`, a tenth of the rules are `from
-// urpf-failed` and a third of the packets failed the check.
+// urpf-failed` and a third of the packets failed the check. With `no_route`, a tenth of the rules
+// ask of each address that it have no route, a twentieth that it have one, and a third of the
+// packets' sources and destinations have none.
 void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order, bool tags = false,
-                 bool urpf = false) {
+                 bool urpf = false, bool no_route = false) {
   Reference ref;
   RandomRules gen(seed, ref);
   for (int i = 0; i < 3; ++i) gen.add_table();
@@ -891,6 +904,16 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
   if (urpf) {
     for (MatchSpec& s : specs) s.urpf_failed = gen.chance(10);
   }
+  if (no_route) {
+    const auto test = [&gen] {
+      const uint32_t roll = gen.pick(100);
+      return roll < 10 ? RouteTest::NoRoute : roll < 15 ? RouteTest::Routed : RouteTest::None;
+    };
+    for (MatchSpec& s : specs) {
+      s.src_route = test();
+      s.dst_route = test();
+    }
+  }
   const Classifier classifier(specs, order);
   REQUIRE(classifier.size() == rules);
   uint32_t matched = 0;
@@ -899,20 +922,26 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
   std::vector<uint32_t> expected(packets);
   for (uint32_t i = 0; i < packets; ++i) {
     views[i] = gen.random_packet();
-    queries[i] = {&views[i], static_cast<Direction>(gen.pick(3)), static_cast<IfaceId>(gen.pick(7)),
-                  static_cast<uint16_t>(tags ? gen.pick(5) : 0), urpf && gen.chance(33)};
+    queries[i] = {&views[i],
+                  static_cast<Direction>(gen.pick(3)),
+                  static_cast<IfaceId>(gen.pick(7)),
+                  static_cast<uint16_t>(tags ? gen.pick(5) : 0),
+                  urpf && gen.chance(33),
+                  no_route && gen.chance(33),
+                  no_route && gen.chance(33)};
   }
   for (uint32_t i = 0; i < packets; ++i) {
     const PacketView& p = views[i];
     const MatchQuery& q = queries[i];
-    expected[i] = ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, 0, q.urpf_failed);
+    const Routes routes{q.urpf_failed, q.src_no_route, q.dst_no_route};
+    expected[i] = ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, 0, routes);
     const uint32_t got = classifier.match(q);
     if (order == MatchOrder::First) {
       // From a later rule on, as RuleSet::tag_after() asks of its first-match order.
       const uint32_t first = gen.pick(rules + 1);
       INFO("seed " << seed << " packet " << i << " from rule " << first);
       REQUIRE(classifier.match_from(q, first) ==
-              ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, first, q.urpf_failed));
+              ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, first, routes));
     }
     if (got != expected[i]) {
       INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src "
@@ -964,6 +993,16 @@ TEST_CASE("random rule sets with urpf-failed, with and without tags, agree with 
   for (uint64_t seed = 410; seed <= 413; ++seed)
     cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, true, true);
   cross_check(7004, 6000, 300, MatchOrder::QuickOrLast, true, true);
+}
+
+TEST_CASE("random rule sets with no-route, with and without tags and urpf-failed, agree with the evaluator",
+          "[classifier][random][no-route]") {
+  for (uint64_t seed = 420; seed <= 423; ++seed)
+    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, false, false, true);
+  for (uint64_t seed = 430; seed <= 433; ++seed)
+    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, true,
+                seed % 3 == 0, true);
+  cross_check(7005, 6000, 300, MatchOrder::QuickOrLast, true, true, true);
 }
 
 template <typename Key>

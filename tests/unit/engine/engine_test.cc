@@ -2577,13 +2577,13 @@ struct SourceRoutes : Router {
   IfaceId lan;
   IfaceId wan;
   std::vector<RouteQuery> asked;
-  IfaceId egress(const RouteQuery& query, Millis) noexcept override {
+  Route route(const RouteQuery& query, Millis) noexcept override {
     asked.push_back(query);
     const uint32_t a = query.dst.v4_value();
-    if (query.family == Family::V4 && (a >> 16) == 0x0a01) return lan;               // 10.1/16
-    if (query.family == Family::V4 && (a >> 8) == 0xc00002) return wan;              // 192.0.2/24
-    if (query.family == Family::V6 && query.dst.hi >> 32 == 0x20010db8) return wan;  // 2001:db8::/32
-    return kNoIface;
+    if (query.family == Family::V4 && (a >> 16) == 0x0a01) return {lan, true};               // 10.1/16
+    if (query.family == Family::V4 && (a >> 8) == 0xc00002) return {wan, true};              // 192.0.2/24
+    if (query.family == Family::V6 && query.dst.hi >> 32 == 0x20010db8) return {wan, true};  // 2001:db8::/32
+    return {};
   }
 };
 
@@ -2667,5 +2667,70 @@ TEST_CASE("urpf-failed: asked only where a rule names it, and on in passes alone
     SourceRoutes routes(fw);
     CHECK(fw.in(forged).reason == Reason::RuleBlock);
     CHECK(fw.in(PacketBuilder().ipv4(kServer, kClient).udp(3, 53).build()).reason == Reason::Match);
+  }
+}
+
+// pf's `no-route`: an address the routing tables have no route for (SourceRoutes routes 10.1/16,
+// 192.0.2/24 and 2001:db8::/32 only), asked of the packet as each pass sees it.
+TEST_CASE("from no-route, to no-route: addresses without a route, asked as each pass sees them",
+          "[engine][no-route]") {
+  const auto udp4 = [](const std::string& src, const std::string& dst, uint16_t sport) {
+    return PacketBuilder().ipv4(src, dst).udp(sport, 53).payload(8).build();
+  };
+  SECTION("either address, either family, a link-local one routed by its link") {
+    Firewall fw("block in quick log from no-route\nblock out quick to no-route\npass all\n");
+    SourceRoutes routes(fw);
+    CHECK(fw.engine.rules()->rule(0).text == "block in log quick from no-route to any");
+    CHECK(fw.engine.rules()->rule(1).text == "block out quick from any to no-route");
+    CHECK(fw.in(udp4(kServer, kClient, 1)).reason == Reason::Match);
+    const Verdict unrouted_source = fw.in(udp4("203.0.113.9", kClient, 2));
+    CHECK(unrouted_source.reason == Reason::RuleBlock);
+    CHECK(unrouted_source.rule == 0);
+    // Out: lan0 in, wan0 out; the in pass's rule asks of the source only.
+    const Verdict unrouted_destination = fw.out(udp4(kClient, "203.0.113.9", 3));
+    CHECK(unrouted_destination.reason == Reason::RuleBlock);
+    CHECK(unrouted_destination.rule == 1);
+    const std::size_t asked = routes.asked.size();
+    CHECK(fw.in(udp4("169.254.7.7", kClient, 4)).reason == Reason::Match);
+    CHECK(routes.asked.size() == asked + 1);  // the destination only, once for both passes
+    CHECK(fw.in(PacketBuilder().ipv6("2001:db8:7::1", "2001:db8:1::10").udp(5, 53).build()).reason ==
+          Reason::Match);
+    CHECK(fw.in(PacketBuilder().ipv6("3fff::1", "2001:db8:1::10").udp(6, 53).build()).reason ==
+          Reason::RuleBlock);
+    // Asked of the address as the node itself would send there.
+    const RouteQuery& q = routes.asked.back();
+    CHECK(to_string(q.family, q.dst) == "2001:db8:1::10");
+    CHECK(q.in_link == 0);
+  }
+  SECTION("negated: only addresses with a route") {
+    Firewall fw("block all\npass from ! no-route to ! no-route\n");
+    SourceRoutes routes(fw);
+    CHECK(fw.engine.rules()->rule(1).text == "pass from ! no-route to ! no-route keep state");
+    CHECK(fw.in(udp4(kServer, kClient, 1)).reason == Reason::Match);
+    CHECK(fw.in(udp4("203.0.113.9", kClient, 2)).reason == Reason::RuleBlock);
+    CHECK(fw.out(udp4(kClient, "203.0.113.9", 3)).reason == Reason::RuleBlock);
+  }
+  SECTION("the in pass sees rdr's destination, the out pass nat's source") {
+    Firewall fw(
+        "nat on wan0 from 10.1.0.0/16 to 192.0.2.0/25 -> 203.0.113.1\n"
+        "rdr on wan0 proto udp to 203.0.113.1 port 53 -> 10.1.0.53\n"
+        "block in quick to no-route\nblock out quick from no-route\npass all\n");
+    SourceRoutes routes(fw);
+    // 203.0.113.1 has no route here; rdr sends the first to 10.1.0.53, which has.
+    CHECK(fw.in(udp4(kServer, "203.0.113.1", 1)).reason == Reason::Match);
+    CHECK(fw.in(udp4(kServer, "203.0.113.2", 2)).reason == Reason::RuleBlock);
+    // nat gives the first the source 203.0.113.1, which its out pass finds no route for.
+    const Verdict translated = fw.out(udp4(kClient, "192.0.2.7", 3));
+    CHECK(translated.reason == Reason::RuleBlock);
+    CHECK(translated.rule == 1);
+    CHECK(fw.out(udp4(kClient, "192.0.2.200", 4)).reason == Reason::Match);
+  }
+  SECTION("asked only where a rule names it; without a Router, every address has a route") {
+    Firewall fw("block in quick from 10.9.0.0/16\npass all\n");
+    SourceRoutes routes(fw);
+    CHECK(fw.in(udp4("203.0.113.9", kClient, 1)).reason == Reason::Match);
+    CHECK(routes.asked.empty());
+    Firewall offline("block quick from no-route\nblock quick to no-route\npass all\n");
+    CHECK(offline.in(udp4("203.0.113.9", "203.0.113.10", 2)).reason == Reason::Match);
   }
 }

@@ -194,9 +194,9 @@ namespace {
 struct FakeRouter : Router {
   IfaceId answer = kNoIface;
   std::vector<RouteQuery> asked;
-  IfaceId egress(const RouteQuery& query, Millis) noexcept override {
+  Route route(const RouteQuery& query, Millis) noexcept override {
     asked.push_back(query);
-    return answer;
+    return {answer, answer != kNoIface};
   }
 };
 

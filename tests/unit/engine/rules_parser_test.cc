@@ -987,8 +987,22 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"nat on em0 from 10.1.0.0/16 -> 192.0.2.1 - 192.0.2.5",
        "t.conf:1:42: address ranges ('192.0.2.1 - ...') are not supported in a translation target: write the "
        "range as prefixes"},
-      {"block from no-route",
-       "t.conf:1:12: 'no-route' is not supported: rules here do not look addresses up in the routing table"},
+      {"block from { no-route, 10.0.0.0/8 }",
+       "t.conf:1:14: 'no-route' stands alone after 'from' or 'to' in a filter rule, negated or not ('block "
+       "in quick "
+       "from no-route'): not in a list, or in a scrub or translation rule"},
+      {"block to { ! no-route }",
+       "t.conf:1:14: 'no-route' stands alone after 'from' or 'to' in a filter rule, negated or not ('block "
+       "in quick "
+       "from no-route'): not in a list, or in a scrub or translation rule"},
+      {"nat on em0 from no-route -> 192.0.2.1",
+       "t.conf:1:17: 'no-route' stands alone after 'from' or 'to' in a filter rule, negated or not ('block "
+       "in quick "
+       "from no-route'): not in a list, or in a scrub or translation rule"},
+      {"scrub in to ! no-route",
+       "t.conf:1:15: 'no-route' stands alone after 'from' or 'to' in a filter rule, negated or not ('block "
+       "in quick "
+       "from no-route'): not in a list, or in a scrub or translation rule"},
       {"block to ! urpf-failed",
        "t.conf:1:12: 'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from "
        "urpf-failed'): not in a list, negated, after 'to', or in a scrub or translation rule"},
@@ -1005,7 +1019,9 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:17: 'urpf-failed' stands alone after 'from' in a filter rule ('block in quick from "
        "urpf-failed'): not in a list, negated, after 'to', or in a scrub or translation rule"},
       {"table <t> { no-route }",
-       "t.conf:1:13: 'no-route' is not supported: rules here do not look addresses up in the routing table"},
+       "t.conf:1:13: 'no-route' stands alone after 'from' or 'to' in a filter rule, negated or not ('block "
+       "in quick "
+       "from no-route'): not in a list, or in a scrub or translation rule"},
       {"block from (10.0.0.1)", "t.conf:1:13: expected an interface name inside '( )', got '10.0.0.1'"},
       {"block from (em0", "t.conf:1:16: expected ')', got end of file"},
       {"antispoof em0",

@@ -29,7 +29,7 @@ engine::RouteQuery to(const char* dst, uint32_t in_link = 3, uint32_t mark = 0) 
 
 // Links 5 (lan0) and 6 (dmz0); the kernel's answers as the test sets them.
 struct FakeKernel {
-  std::optional<uint32_t> answer = 5;
+  std::optional<RouteAnswer> answer = RouteAnswer{5, true};
   std::vector<engine::RouteQuery> asked;
   RouteAsk ask() {
     return [this](const engine::RouteQuery& q) {
@@ -59,7 +59,7 @@ TEST_CASE("a route answer is kept for a second per destination, arrival link and
   // Any source, any time within the second: the kept answer.
   engine::RouteQuery other_source = to("10.2.0.10");
   other_source.src = engine::IpAddress::v4(0x0a0a0a0a);
-  kernel.answer = 6;
+  kernel.answer = RouteAnswer{6, true};
   CHECK(router.egress(other_source, t0 + engine::Millis{999}) == lan);
   CHECK(kernel.asked.size() == 1);
   // Another destination, link, mark or family is another question.
@@ -82,31 +82,37 @@ TEST_CASE("local delivery, no route and no answer all leave the connection its i
   KernelRouter router(ifaces, kernel.ask());
   const engine::Millis t0{50'000};
 
-  kernel.answer = 0;
-  CHECK(router.egress(to("10.2.0.10"), t0) == engine::kNoIface);
+  kernel.answer = RouteAnswer{0, true};  // this node's own
+  CHECK(router.route(to("10.2.0.10"), t0).egress == engine::kNoIface);
+  CHECK(router.route(to("10.2.0.10"), t0).exists);
   CHECK(router.failed() == 0);
-  kernel.answer = 9;  // a link that has gone since
+  kernel.answer = RouteAnswer{};  // no route
+  CHECK(router.route(to("10.2.0.13"), t0).egress == engine::kNoIface);
+  CHECK_FALSE(router.route(to("10.2.0.13"), t0).exists);
+  kernel.answer = RouteAnswer{9, true};  // a link that has gone since
   CHECK(router.egress(to("10.2.0.11"), t0) == engine::kNoIface);
   kernel.answer = std::nullopt;
   CHECK(router.egress(to("10.2.0.12"), t0) == engine::kNoIface);
   CHECK(router.failed() == 1);
-  // An unanswered question is kept too: one wait per destination and second.
-  CHECK(router.egress(to("10.2.0.12"), t0 + engine::Millis{10}) == engine::kNoIface);
-  CHECK(kernel.asked.size() == 3);
+  // An unanswered question is kept too, as no route: one wait per destination and second.
+  CHECK_FALSE(router.route(to("10.2.0.12"), t0 + engine::Millis{10}).exists);
+  CHECK(kernel.asked.size() == 4);
 }
 
 TEST_CASE("the kernel answers a route question: loopback is delivered locally", "[route]") {
   RouteNetlink netlink;
   engine::RouteQuery q = to("127.0.0.1", 0);
   q.src = *engine::parse_address("127.0.0.1", &q.family);
-  const std::optional<uint32_t> v4 = netlink.ask(q);
+  const std::optional<RouteAnswer> v4 = netlink.ask(q);
   REQUIRE(v4.has_value());
-  CHECK(*v4 == 0);
+  CHECK(v4->ifindex == 0);
+  CHECK(v4->exists);
   engine::RouteQuery q6 = to("::1", 0);
   q6.src = q6.dst;
-  const std::optional<uint32_t> v6 = netlink.ask(q6);
+  const std::optional<RouteAnswer> v6 = netlink.ask(q6);
   REQUIRE(v6.has_value());
-  CHECK(*v6 == 0);
+  CHECK(v6->ifindex == 0);
+  CHECK(v6->exists);
 }
 
 // The host's IPv4 default route as /proc/net/route lists it: its gateway and interface.
@@ -138,9 +144,10 @@ TEST_CASE("the kernel answers a route question: a gateway is reached by its inte
   RouteNetlink netlink;
   engine::RouteQuery q;
   q.dst = route->gateway;
-  const std::optional<uint32_t> oif = netlink.ask(q);
-  REQUIRE(oif.has_value());
-  CHECK(*oif == if_nametoindex(route->iface.c_str()));
+  const std::optional<RouteAnswer> answer = netlink.ask(q);
+  REQUIRE(answer.has_value());
+  CHECK(answer->ifindex == if_nametoindex(route->iface.c_str()));
+  CHECK(answer->exists);
 }
 
 }  // namespace
