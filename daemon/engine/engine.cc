@@ -1488,6 +1488,29 @@ bool Engine::reverse_path_fails(Worker& worker, const PacketView& packet, const 
   return worker.router_->egress(back, now) != meta.in_iface;
 }
 
+// Turns the drop `v` into a reject where `reply` answers this packet: `block return`
+// (`rst_for_tcp`) answers TCP with a reset and the rest with an unreachable; a reset only ever
+// answers TCP, and nothing answers a reset (RFC 9293 3.10.7.1), ICMP other than a query
+// (icmp_answerable()), or a packet to or from one of the host's networks' broadcast addresses
+// (RFC 1122 3.2.2, 4.2.3.10): every host there would hear the answer, and a broadcast NetBIOS name
+// query would draw one from this node each time. (The I/O adapter leaves the limited broadcast
+// and multicast unanswered.) Returns whether it answers.
+bool Engine::answer(Verdict& v, rules::BlockReply reply, bool rst_for_tcp, const PacketView& packet,
+                    const rules::RuleSet& rules) noexcept {
+  if (rst_for_tcp) reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
+  if (reply == rules::BlockReply::ReturnRst && !packet.is_tcp()) reply = rules::BlockReply::Drop;
+  if (reply == rules::BlockReply::Drop) return false;
+  // Asked only of a packet a reply would answer: a plain block's drops pay for none of it.
+  const bool unanswerable = (packet.is_icmp() && !icmp_answerable(packet)) ||
+                            (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst)) ||
+                            rules.local_broadcast(packet.family, packet.dst) ||
+                            rules.local_broadcast(packet.family, packet.src);
+  if (unanswerable) return false;
+  v.action = Verdict::Action::Reject;
+  v.reply = reply;
+  return true;
+}
+
 // pf's no-route (pf_routable() without an interface): the routing tables have no route for
 // `address`, asked as `ip route get ADDRESS mark M` asks. A link-local address has its link's, as
 // pf takes scoped addresses to; and where no Router answers (pairwall-check's replays), every
@@ -1560,35 +1583,22 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
       if (rule.log) v.log = logpass::of(pass);
       if (pass == 1) log_in_pass(v);
       if (pass == 1 && meta.out_iface == kNoIface) v.routed_out = translation.iface[1];
-      // `block return` answers TCP with a reset and the rest with an unreachable; a reset only
-      // ever answers TCP, and nothing answers a reset (RFC 9293 3.10.7.1), ICMP other than a
-      // query (icmp_answerable()), or a packet to or from one of the host's networks' broadcast
-      // addresses (RFC 1122 3.2.2, 4.2.3.10): every host there would hear the answer, and a
-      // broadcast NetBIOS name query would draw one from this node each time. (The I/O adapter
-      // leaves the limited broadcast and multicast unanswered.)
-      rules::BlockReply reply = rule.reply;
-      if (rule.reply_rst_for_tcp)
-        reply = packet.is_tcp() ? rules::BlockReply::ReturnRst : rules::BlockReply::ReturnIcmp;
-      if (reply == rules::BlockReply::ReturnRst && !packet.is_tcp()) reply = rules::BlockReply::Drop;
-      // Asked only of a packet a reply would answer: a plain block's drops pay for none of it.
-      const auto unanswerable = [&] {
-        return (packet.is_icmp() && !icmp_answerable(packet)) ||
-               (packet.is_tcp() && (packet.tcp.flags & tcpflag::kRst)) ||
-               rules.local_broadcast(packet.family, packet.dst) ||
-               rules.local_broadcast(packet.family, packet.src);
-      };
-      if (reply != rules::BlockReply::Drop && !unanswerable()) {
-        v.action = Verdict::Action::Reject;
-        v.reply = reply;
-        if (reply == rules::BlockReply::ReturnIcmp)
+      if (answer(v, rule.reply, rule.reply_rst_for_tcp, packet, rules)) {
+        if (v.reply == rules::BlockReply::ReturnIcmp)
           v.reply_code = packet.family == Family::V4 ? rule.icmp_code : rule.icmp6_code;
-        if (reply == rules::BlockReply::ReturnRst) v.reply_ttl = rule.rst_ttl;
+        if (v.reply == rules::BlockReply::ReturnRst) v.reply_ttl = rule.rst_ttl;
       }
       return v;
     }
   }
 
-  if (translation.failed) return drop(Reason::TranslationFailed);
+  // `set fail-policy return`: what a pass rule let by and this node could not take is answered as
+  // `block return` answers (pf's PF_DROP with the fail-policy's reply).
+  const auto failed = [&](Verdict d) {
+    if (rules.fail_policy_return()) answer(d, rules::BlockReply::ReturnIcmp, true, packet, rules);
+    return d;
+  };
+  if (translation.failed) return failed(drop(Reason::TranslationFailed));
 
   // As pf: IP options pass only where every pass's rule says allow-opts (the default pass, and a
   // `nat pass` no filter rule saw, allow none). A state remembers whether they did.
@@ -1652,7 +1662,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     d.by_rule = v.by_rule;
     d.log = v.log;
     d.out_log_rule = v.out_log_rule;
-    return d;
+    return failed(d);
   };
   if (creator != nullptr && creator->max_states != 0 &&
       creator->stats->states_current.load(std::memory_order_relaxed) >= creator->max_states) {

@@ -407,6 +407,8 @@ class Engine {
                           bool keep_own) noexcept;
   static bool reverse_path_fails(Worker& worker, const PacketView& packet, const PacketMeta& meta,
                                  Millis now) noexcept;
+  static bool answer(Verdict& v, rules::BlockReply reply, bool rst_for_tcp, const PacketView& packet,
+                     const rules::RuleSet& rules) noexcept;
   static bool unroutable(Worker& worker, Family family, const IpAddress& address, const PacketMeta& meta,
                          Millis now) noexcept;
   Verdict by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,

@@ -303,6 +303,9 @@ struct Settings {
   std::optional<uint32_t> adaptive_start;                   // `set timeout adaptive.start N`, states
   std::optional<uint32_t> adaptive_end;
   bool block_policy_return = false;  // `set block-policy return`: a plain `block` is `block return`
+  // `set fail-policy return`: a connection a pass rule lets by and this node cannot take (no
+  // state, source node or translation for it) is answered as `block return` answers.
+  bool fail_policy_return = false;
   // `set state-defaults ...`: the state options of the pass rules that write no state of their own.
   std::optional<StateOptions> state_defaults;
   SourceLocation state_defaults_location;

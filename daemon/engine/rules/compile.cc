@@ -574,6 +574,7 @@ class Compiler {
     for (const std::string& name : skipped) line("skip " + name);
     // What a plain `block` does, which its rules' text does not say.
     line(file_.settings.block_policy_return ? "block-policy return" : "block-policy drop");
+    line(file_.settings.fail_policy_return ? "fail-policy return" : "fail-policy drop");
 
     set.digest_ = hash_text(text, SipKey{0x72756c6573657400ULL, 0x6469676573740000ULL});
   }
@@ -593,6 +594,7 @@ class Compiler {
       set.state_limit_ = *s.limit_states;
     }
     if (s.limit_src_nodes) set.source_node_limit_ = *s.limit_src_nodes;
+    set.fail_policy_return_ = s.fail_policy_return;
     adaptive_timeouts(set);
     for (const std::string& name : s.skip_interfaces) {
       const IfaceId id = interfaces_.intern(name);

@@ -778,8 +778,10 @@ class Parser {
     } else if (accept_word("keepcounters")) {
       // pf's: a reload keeps the counters of the rules it finds written alike.
       out_.settings.keep_counters = true;
-    } else if (at_word("fail-policy")) {
-      fail_at(peek(), "'set " + peek().text + "' is not supported");
+    } else if (accept_word("fail-policy")) {
+      const Token policy = take_value("'drop' or 'return'");
+      if (policy.text != "drop" && policy.text != "return") fail_expected(policy, "'drop' or 'return'");
+      out_.settings.fail_policy_return = policy.text == "return";
     } else if (accept_word("loginterface") || accept_word("debug") || accept_word("ruleset-optimization") ||
                accept_word("require-order")) {
       // Statistics of one interface, the kernel's log level, pfctl's rule optimizer, the order of

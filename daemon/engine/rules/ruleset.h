@@ -261,6 +261,8 @@ class RuleSet {
   const Timeouts& timeouts() const { return timeouts_; }
   const AdaptiveTimeouts& adaptive_timeouts() const { return adaptive_timeouts_; }
   uint32_t state_limit() const { return state_limit_; }
+  // `set fail-policy return` (RuleFile::Settings::fail_policy_return).
+  bool fail_policy_return() const noexcept { return fail_policy_return_; }
   uint32_t source_node_limit() const { return source_node_limit_; }
   // `set skip on IFACE`: a pass on this interface is not filtered (pf: as if it were disabled
   // there). Interfaces first seen after the compile are not skipped.
@@ -281,6 +283,7 @@ class RuleSet {
   uint64_t digest_ = 0;
   uint32_t state_limit_ = 100'000;       // pf's default `set limit states`
   uint32_t source_node_limit_ = 10'000;  // pf's default `set limit src-nodes`
+  bool fail_policy_return_ = false;
   // The filter rules in stretches of file order, each matched by a classifier of its own: within
   // one, no `tagged` can follow a `tag` of the same stretch in the same pass, so that its rules,
   // matched with the tag the packet carries into it, decide as pf's evaluation in file order does.

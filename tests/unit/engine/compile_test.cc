@@ -869,6 +869,7 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
       {"block all\n", "block all\nset skip on lo0\n"},
       {"table <t> persist", "set limit states 5000\ntable <t> persist"},
       {"table <t> persist", "set block-policy return\ntable <t> persist"},
+      {"table <t> persist", "set fail-policy return\ntable <t> persist"},
       {"set timeout tcp.established 3600", "set timeout { tcp.established 3600, src.track 30 }"},
       {"port 443\n", "port 443 keep state (max-src-conn-rate 5/10, src.track 30)\n"},
   };

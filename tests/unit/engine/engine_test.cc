@@ -1377,6 +1377,56 @@ TEST_CASE("state limits: the table's and a rule's own", "[engine][limits]") {
   }
 }
 
+// pf's `set fail-policy return`: a connection a pass rule lets by but the node cannot take (no room
+// for its state, no free nat port) is answered as `block return` answers, not dropped silently.
+TEST_CASE("set fail-policy return answers what a pass rule let by and the node could not take",
+          "[engine][limits]") {
+  const auto udp = [](uint16_t sport) {
+    return PacketBuilder().ipv4(kClient, kServer).udp(sport, 53).build();
+  };
+  const auto echo = PacketBuilder().ipv4(kClient, kServer).icmp_echo(7, 1).build();
+  SECTION("the table full: TCP gets a reset, the rest an unreachable") {
+    Firewall fw("set limit states 1\nset fail-policy return\npass all\n");
+    CHECK(fw.engine.rules()->fail_policy_return());
+    CHECK(fw.out(syn(80)).reason == Reason::Match);
+    const Verdict tcp = fw.out(syn(81));
+    CHECK(tcp.reason == Reason::StateLimit);
+    CHECK(tcp.action == Action::Reject);
+    CHECK(tcp.reply == rules::BlockReply::ReturnRst);
+    for (const Bytes& other : {udp(5000), echo}) {
+      const Verdict v = fw.out(other);
+      CHECK(v.reason == Reason::StateLimit);
+      CHECK(v.action == Action::Reject);
+      CHECK(v.reply == rules::BlockReply::ReturnIcmp);
+      CHECK(v.reply_code == -1);  // port unreachable
+    }
+  }
+  SECTION("a rule's own limit and a nat without a free port alike") {
+    Firewall fw(
+        "set fail-policy return\nnat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.1 port 40000\n"
+        "pass proto tcp all keep state (max 1)\npass proto udp all\n");
+    CHECK(fw.out(syn(80)).reason == Reason::Match);
+    const Verdict rule_full = fw.out(syn(81));
+    CHECK(rule_full.reason == Reason::RuleStateLimit);
+    CHECK(rule_full.reply == rules::BlockReply::ReturnRst);
+    CHECK(fw.out(udp(5000)).reason == Reason::Match);
+    const Verdict no_port = fw.out(udp(5001));
+    CHECK(no_port.reason == Reason::TranslationFailed);
+    CHECK(no_port.action == Action::Reject);
+    CHECK(no_port.reply == rules::BlockReply::ReturnIcmp);
+  }
+  SECTION("drop, written or not, drops") {
+    for (const char* policy : {"", "set fail-policy drop\n"}) {
+      Firewall fw(std::string("set limit states 1\n") + policy + "pass all\n");
+      CHECK_FALSE(fw.engine.rules()->fail_policy_return());
+      fw.out(syn(80));
+      const Verdict v = fw.out(syn(81));
+      CHECK(v.reason == Reason::StateLimit);
+      CHECK(v.action == Action::Drop);
+    }
+  }
+}
+
 TEST_CASE("scrub: max-mss rewrites the option with a correct checksum, min-ttl raises the TTL",
           "[engine][scrub]") {
   Firewall fw("scrub in all max-mss 1400 min-ttl 5\npass all");

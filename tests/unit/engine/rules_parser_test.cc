@@ -1200,7 +1200,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "them"},
       {"set state-defaults no-sync, pflow",
        "t.conf:1:29: 'pflow' is not supported: there is no flow export here"},
-      {"set fail-policy return", "t.conf:1:5: 'set fail-policy' is not supported"},
+      {"set fail-policy reject", "t.conf:1:17: expected 'drop' or 'return', got 'reject'"},
       {"set keepcounters yes", "t.conf:1:18: expected end of line, got 'yes'"},
       {"scrub in all fragment crop",
        "t.conf:1:23: the kernel reassembles every fragmented datagram: write 'fragment reassemble'"},
