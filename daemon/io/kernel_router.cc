@@ -135,8 +135,8 @@ engine::Route KernelRouter::route(const engine::RouteQuery& query, engine::Milli
     // kept like an answer, so that a kernel that does not answer costs a worker one wait per
     // destination and kKeep, not one per connection.
     if (!answer) failed_.add();
-    slot = Slot{query.family, query.dst,  query.in_link, query.mark, answer.value_or(RouteAnswer{}),
-                true,         now + kKeep};
+    const RouteAnswer taken = answer.value_or(RouteAnswer{});
+    slot = Slot{query.family, query.dst, query.in_link, query.mark, taken, true, now + kKeep};
   }
   const uint32_t ifindex = slot.answer.ifindex;
   return {ifindex == 0 ? engine::kNoIface : ifaces_.lookup(ifindex).id, slot.answer.exists};

@@ -59,8 +59,8 @@ class KernelRouter final : public engine::Router {
   // `ask` answers the questions the kept answers do not; by default the kernel, over netlink.
   explicit KernelRouter(IfindexCache& ifaces, RouteAsk ask = {});
 
-  // An unanswered question counts as no route: the packet is let through to the kernel, which
-  // decides, and a rule that asks whether a route exists hears that none does.
+  // An unanswered question counts as no route: a connection rdr redirects meets its in pass
+  // alone, and `urpf-failed` and `no-route` match.
   engine::Route route(const engine::RouteQuery& query, engine::Millis now) noexcept override;
 
   uint64_t asked() const { return asked_.get(); }    // questions put to the kernel
