@@ -198,6 +198,10 @@ SegmentSpec challenge_ack(const StateEntry& entry, int side, const PacketView& s
 bool link_local6(const IpAddress& a) {
   return (a.hi >> 54) == (0xfe80ull >> 6);
 }
+// 169.254/16 (RFC 3927) or fe80::/10.
+bool link_local(Family family, const IpAddress& a) {
+  return family == Family::V4 ? (a.v4_value() >> 16) == 0xa9fe : link_local6(a);
+}
 bool small_scope_group6(const IpAddress& a) {
   return (a.hi >> 56) == 0xff && ((a.hi >> 48) & 0xf) <= 2;
 }
@@ -211,9 +215,7 @@ bool small_scope_group6(const IpAddress& a) {
 // the peer's election.
 bool link_scoped(const PacketView& p) {
   if (p.family == Family::V4) {
-    const auto link_local = [](uint32_t a) { return (a >> 16) == 0xa9fe; };  // 169.254/16
-    return link_local(p.src.v4_value()) || link_local(p.dst.v4_value()) ||
-           (p.dst.v4_value() >> 8) == 0xe00000;
+    return link_local(p.family, p.src) || link_local(p.family, p.dst) || (p.dst.v4_value() >> 8) == 0xe00000;
   }
   const bool nd_or_mld = p.proto == ipproto::kIcmp6 && (!p.is_fragment || p.is_first_fragment) &&
                          ((p.icmp.type >= 130 && p.icmp.type <= 137) || p.icmp.type == 143);
@@ -1310,26 +1312,29 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   // Asked once a new connection, before any rule (an out nat's `tagged` may need the in pass's).
   translation.urpf_failed =
       parsed.filtered[0] && rules.uses_urpf() && reverse_path_fails(worker, packet, meta, now);
-  // `no-route`, where a rule asks: of each pass's view of the packet, here as it came and again
-  // wherever a translation below rewrites a pass's view. The out pass sees what the in pass saw
-  // until a nat rewrites it.
-  const auto test_routes = [&](int pass) {
-    if (!parsed.filtered[pass]) return;
-    if (pass == 1 && parsed.filtered[0] && translation.seen[1] == translation.seen[0]) {
-      translation.src_no_route[1] = translation.src_no_route[0];
-      translation.dst_no_route[1] = translation.dst_no_route[0];
-      return;
+  // `no-route`, where a rule asks, of the packet as pass `first` and the ones after it see it: asked
+  // once a pass's view is settled (the in pass's after rdr, the out pass's after nat). The out pass
+  // sees what the in pass saw until a nat rewrites it.
+  const auto test_routes = [&](int first) {
+    for (int pass = first; pass < 2; ++pass) {
+      if (!parsed.filtered[pass]) continue;
+      if (pass == 1 && parsed.filtered[0] && translation.seen[1] == translation.seen[0]) {
+        translation.src_no_route[1] = translation.src_no_route[0];
+        translation.dst_no_route[1] = translation.dst_no_route[0];
+        continue;
+      }
+      const PacketView& seen = *translation.seen[pass];
+      if (rules.uses_no_route(0))
+        translation.src_no_route[pass] = unroutable(worker, seen.family, seen.src, meta, now);
+      if (rules.uses_no_route(1))
+        translation.dst_no_route[pass] = unroutable(worker, seen.family, seen.dst, meta, now);
     }
-    const PacketView& seen = *translation.seen[pass];
-    if (rules.uses_no_route(0))
-      translation.src_no_route[pass] = unroutable(worker, seen.family, seen.src, meta, now);
-    if (rules.uses_no_route(1))
-      translation.dst_no_route[pass] = unroutable(worker, seen.family, seen.dst, meta, now);
   };
-  test_routes(0);
-  test_routes(1);
   // An ICMP error starts nothing: it belongs to the state of the packet it quotes.
-  if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error) || link_scoped(packet)) return;
+  if (!rules.has_translations() || (packet.is_icmp() && packet.icmp.is_error) || link_scoped(packet)) {
+    test_routes(0);
+    return;
+  }
   const bool ports = packet.is_tcp() || packet.is_udp();
   // An echo request's identifier may change, as pf's does; other queries keep theirs, as pf_get_sport
   // leaves them ("Don't try to modify non-echo ICMP"), and a reply's stays.
@@ -1368,10 +1373,9 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       translation.translated = true;
       translation.filtered[0] = !rule->pass;
       translation.by[0] = rule;
-      test_routes(0);
-      test_routes(1);
     }
   }
+  test_routes(0);
 
   if (parsed.filtered[1]) {
     const PacketView& arriving = *translation.seen[0];
@@ -1481,9 +1485,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
 bool Engine::reverse_path_fails(Worker& worker, const PacketView& packet, const PacketMeta& meta,
                                 Millis now) noexcept {
   if (worker.router_ == nullptr) return false;
-  const bool link_local =
-      packet.family == Family::V4 ? (packet.src.v4_value() >> 16) == 0xa9fe : link_local6(packet.src);
-  if (link_local) return false;
+  if (link_local(packet.family, packet.src)) return false;
   const RouteQuery back{packet.family, IpAddress{}, packet.src, 0, meta.mark};
   return worker.router_->egress(back, now) != meta.in_iface;
 }
@@ -1518,8 +1520,7 @@ bool Engine::answer(Verdict& v, rules::BlockReply reply, bool rst_for_tcp, const
 bool Engine::unroutable(Worker& worker, Family family, const IpAddress& address, const PacketMeta& meta,
                         Millis now) noexcept {
   if (worker.router_ == nullptr) return false;
-  const bool link_local = family == Family::V4 ? (address.v4_value() >> 16) == 0xa9fe : link_local6(address);
-  if (link_local) return false;
+  if (link_local(family, address)) return false;
   return !worker.router_->route(RouteQuery{family, IpAddress{}, address, 0, meta.mark}, now).exists;
 }
 

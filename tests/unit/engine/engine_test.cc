@@ -2766,8 +2766,11 @@ TEST_CASE("from no-route, to no-route: addresses without a route, asked as each 
         "rdr on wan0 proto udp to 203.0.113.1 port 53 -> 10.1.0.53\n"
         "block in quick to no-route\nblock out quick from no-route\npass all\n");
     SourceRoutes routes(fw);
-    // 203.0.113.1 has no route here; rdr sends the first to 10.1.0.53, which has.
+    // 203.0.113.1 has no route here; rdr sends the first to 10.1.0.53, which has. Each address of
+    // the settled view is asked once, for both passes.
+    const std::size_t asked = routes.asked.size();
     CHECK(fw.in(udp4(kServer, "203.0.113.1", 1)).reason == Reason::Match);
+    CHECK(routes.asked.size() == asked + 2);
     CHECK(fw.in(udp4(kServer, "203.0.113.2", 2)).reason == Reason::RuleBlock);
     // nat gives the first the source 203.0.113.1, which its out pass finds no route for.
     const Verdict translated = fw.out(udp4(kClient, "192.0.2.7", 3));
