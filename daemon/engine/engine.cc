@@ -381,11 +381,7 @@ uint32_t Worker::next_seqdiff() noexcept {
 }
 
 uint64_t Worker::next_random64() noexcept {
-  // xorshift64* (Vigna): enough to make IP IDs unpredictable to an observer, not a CSPRNG.
-  random_state_ ^= random_state_ >> 12;
-  random_state_ ^= random_state_ << 25;
-  random_state_ ^= random_state_ >> 27;
-  return random_state_ * 0x2545F4914F6CDD1DULL;
+  return rules::next_draw(random_state_);
 }
 
 uint16_t Worker::next_random16() noexcept {
@@ -564,6 +560,7 @@ struct Engine::Translation {
   // the destination of the packet as that pass sees it.
   bool src_no_route[2] = {false, false};
   bool dst_no_route[2] = {false, false};
+  uint64_t* draws = nullptr;  // the worker's, for the rules with `probability`
 
   // The filter rules' query of a pass that meets them.
   rules::MatchQuery query(int pass, bool in_pass_meets_rules) const {
@@ -574,6 +571,7 @@ struct Engine::Translation {
     rules::MatchQuery out{seen[pass], kPassDirection[pass], iface[pass], carried, pass == 0 && urpf_failed};
     out.src_no_route = src_no_route[pass];
     out.dst_no_route = dst_no_route[pass];
+    out.draws = draws;
     return out;
   }
 };
@@ -1309,6 +1307,7 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   translation.wire = parsed.key;
   translation.iface[0] = meta.in_iface;
   translation.iface[1] = meta.out_iface;
+  translation.draws = &worker.random_state_;
   // Asked once a new connection, before any rule (an out nat's `tagged` may need the in pass's).
   translation.urpf_failed =
       parsed.filtered[0] && rules.uses_urpf() && reverse_path_fails(worker, packet, meta, now);

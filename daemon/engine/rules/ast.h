@@ -163,7 +163,10 @@ struct FilterRule {
   std::string tagged;
   bool tagged_negated = false;
   SourceLocation tagged_location;  // of the tag's name after `tagged`
-  std::string anchor;              // the path of the anchor holding the rule; empty in the main rule set
+  // `probability 20%` (or `0.2`): the rule matches a packet it describes with this chance, drawn
+  // afresh for each packet (pf's arc4random); a packet it passes over goes on to the next rules.
+  double probability = 1.0;
+  std::string anchor;  // the path of the anchor holding the rule; empty in the main rule set
 };
 
 // `anchor "name" [in|out] [quick] [on IF] [inet|inet6] [proto P] [{ rules }]`: a named rule set

@@ -724,6 +724,7 @@ class ClassifierBuilder {
       }
     }
     for (uint32_t r = 0; r < n; ++r) c_.priority_to_rule_[priority_[r]] = r;
+    c_.rule_priority_ = priority_;
   }
 
   void set_bit(std::vector<uint64_t>& bits, uint32_t rule) const {
@@ -1424,7 +1425,8 @@ void Classifier::match_batch(std::span<const MatchQuery> queries, std::span<uint
 }
 
 std::size_t Classifier::memory_bytes() const {
-  std::size_t bytes = sizeof(*this) + priority_to_rule_.capacity() * sizeof(uint32_t) +
+  std::size_t bytes = sizeof(*this) +
+                      (priority_to_rule_.capacity() + rule_priority_.capacity()) * sizeof(uint32_t) +
                       (word_masks_[0].capacity() + word_masks_[1].capacity()) * sizeof(WordMasks) +
                       (dense_pool_.capacity() + sparse_pool_.capacity()) * 8 + packet_group_.capacity() +
                       (iface_records_.capacity() + proto_records_.capacity() + l4_records_.capacity() +

@@ -342,7 +342,19 @@ struct MatchQuery {
   bool urpf_failed = false;   // its source's route leaves by another interface than `iface` (an in pass)
   bool src_no_route = false;  // the routing tables have no route for its source
   bool dst_no_route = false;  // nor for its destination
+  // The draws of a rule with `probability` (next_draw()'s state, a worker's): nullptr where no
+  // coin is flipped, and such a rule matches every packet it describes.
+  uint64_t* draws = nullptr;
 };
+
+// xorshift64* (Vigna): a worker's draws (nat ports, random-id, `probability`). Unpredictable enough
+// to an observer of one connection; not a CSPRNG.
+inline uint64_t next_draw(uint64_t& state) noexcept {
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  return state * 0x2545F4914F6CDD1DULL;
+}
 
 class Classifier {
  public:
@@ -363,6 +375,11 @@ class Classifier {
   // rule of the lowest rank at least `first` (the last tag rule up to a deciding rule, see
   // RuleSet::tag_after()).
   uint32_t match_from(const MatchQuery& query, uint32_t first) const noexcept;
+  // match() among the rules that come after `rule` in the order of decision: what decides where
+  // `rule` (a rule this query matches) does not, as a rule with `probability` may not.
+  uint32_t match_after(const MatchQuery& query, uint32_t rule) const noexcept {
+    return match_from(query, rule_priority_[rule] + 1);
+  }
 
   // match() for each query: out[i] for queries[i]. The lookups of kBatch queries advance together
   // through the stages of a match (small tables and address index, class records, the rest), the
@@ -446,6 +463,7 @@ class Classifier {
   uint32_t words_ = 1;
   uint32_t summary_words_ = 1;
   std::vector<uint32_t> priority_to_rule_;  // words_ * 64 entries, kNoMatch past the end
+  std::vector<uint32_t> rule_priority_;     // its inverse, by rule
   std::vector<WordMasks> word_masks_[2];    // [v4/v6]
   std::vector<uint8_t> packet_group_;       // [direction row * iface_slots_ + slot] -> anchor group
   uint32_t group_count_ = 1;

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <numeric>
 #include <set>
@@ -323,6 +325,16 @@ bool takes_default_flags(const FilterRule& r) {
 
 constexpr FlagsMatch kDefaultFlags{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
 
+// As pfctl prints it: a percentage without trailing zeros (`20%`, `12.5%`, `0.001%`).
+std::string probability_text(double probability) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%f", probability * 100);
+  std::string out = text;
+  out.erase(out.find_last_not_of('0') + 1);
+  if (out.back() == '.') out.pop_back();
+  return out + "%";
+}
+
 std::string filter_text(const FilterRule& r) {
   std::string out = r.action == Action::Pass ? "pass" : r.action == Action::Block ? "block" : "match";
   if (r.action == Action::Block) {
@@ -413,6 +425,7 @@ std::string filter_text(const FilterRule& r) {
   }
   if (!r.tag.empty()) out += " tag " + r.tag;
   if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
+  if (r.probability < 1) out += " probability " + probability_text(r.probability);
   return out;
 }
 
@@ -937,6 +950,8 @@ class Compiler {
       c.text = filter_text(shown);
       c.label = shown.label;
       c.tag = tag_number(r.tag);
+      c.chance = static_cast<uint64_t>(std::llround(r.probability * static_cast<double>(kCertain)));
+      if (c.chance != kCertain) set.filter_draws_ = true;
       set.rules_.push_back(std::move(c));
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
@@ -1330,8 +1345,22 @@ RuleSet::RuleSet() = default;
 RuleSet::~RuleSet() = default;
 
 uint32_t RuleSet::evaluate(const MatchQuery& query) const noexcept {
-  if (segments_.size() == 1) return segments_[0].classifier->match(query);
+  if (segments_.size() == 1) {
+    const uint32_t found = segments_[0].classifier->match(query);
+    return filter_draws_ ? drawn(segments_[0], query, found) : found;
+  }
   return pass(query).deciding;
+}
+
+// pf flips a rule's coin as its evaluation reaches the rule; the rules before the one that decides
+// in the order of decision never matter, so only the candidates that would decide draw.
+uint32_t RuleSet::drawn(const Segment& segment, const MatchQuery& query, uint32_t found) const noexcept {
+  while (found != Classifier::kNoMatch && query.draws != nullptr) {
+    const uint64_t chance = rules_[segment.first + found].chance;
+    if (chance == kCertain || (next_draw(*query.draws) >> 32) < chance) break;
+    found = segment.classifier->match_after(query, found);
+  }
+  return found;
 }
 
 RuleSet::InPass RuleSet::pass(const MatchQuery& query) const noexcept {
@@ -1408,6 +1437,9 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
   uint16_t tags[kMost];
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, {results, n});
+    if (filter_draws_) {
+      for (std::size_t i = 0; i < n; ++i) results[i] = drawn(segments_[0], queries[i], results[i]);
+    }
     for (std::size_t i = 0; i < n; ++i) {
       out[i].deciding = results[i];
       last[i] = results[i] == kNoRule ? UINT32_MAX : rules_[results[i]].evaluated_until;
@@ -1440,6 +1472,9 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
     }
     if (count == 0) break;
     segment.classifier->match_batch({reaching, count}, {results, count});
+    if (filter_draws_) {
+      for (std::size_t j = 0; j < count; ++j) results[j] = drawn(segment, reaching[j], results[j]);
+    }
     const bool last_segment = k + 1 == segments_.size();
     for (std::size_t j = 0; j < count; ++j) {
       const std::size_t i = query_of[j];
@@ -1483,7 +1518,8 @@ void RuleSet::tags_after_batch(const Segment& segment, std::span<const MatchQuer
 
 RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in) const noexcept {
   if (segments_.size() != 1) return pass(in);
-  const uint32_t deciding = segments_[0].classifier->match(in);
+  uint32_t deciding = segments_[0].classifier->match(in);
+  if (filter_draws_) deciding = drawn(segments_[0], in, deciding);
   return {deciding, tag_after_in(in, deciding)};
 }
 
@@ -1514,6 +1550,9 @@ uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, If
 void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, out);
+    if (filter_draws_) {
+      for (std::size_t i = 0; i < queries.size(); ++i) out[i] = drawn(segments_[0], queries[i], out[i]);
+    }
     return;
   }
   static constexpr std::size_t kChunk = Classifier::kBatch;

@@ -5,10 +5,11 @@
 namespace pairwall::engine::rules {
 namespace {
 
-// '*' for a translation's `port P:*`; anywhere else a word holding it is refused by its parser.
+// '*' for a translation's `port P:*`, '%' for a rule's `probability 20%`; anywhere else a word
+// holding either is refused by its parser.
 bool is_word_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-         c == ':' || c == '/' || c == '-' || c == '*';
+         c == ':' || c == '/' || c == '-' || c == '*' || c == '%';
 }
 
 bool is_name_start(char c) {

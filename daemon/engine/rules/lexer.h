@@ -1,9 +1,9 @@
 // Tokenizer for the rule language (pf.conf subset). Internal to the rule parser.
 //
 // One logical line is one statement, so newlines are tokens; `\` at the end of a line joins it
-// to the next, `#` starts a comment. Unquoted words take letters, digits and `_ . : / -`, so
-// addresses (`2001:db8::/32`), port ranges (`1000:2000`), flags (`S/SA`) and keywords
-// (`return-rst`) arrive whole and the parser splits them. `<name>` is a table name when a letter
+// to the next, `#` starts a comment. Unquoted words take letters, digits and `_ . : / - * %`, so
+// addresses (`2001:db8::/32`), port ranges (`1000:2000`), flags (`S/SA`), keywords (`return-rst`)
+// and probabilities (`20%`) arrive whole and the parser splits them. `<name>` is a table name when a letter
 // or `_` follows `<` directly; otherwise `<` is a port operator (`port < 1024`, `port <1024`).
 //
 // Strings take either quote, `"..."` or `'...'`; as in pfctl, a line break inside the quotes is

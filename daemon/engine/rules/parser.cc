@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -81,7 +82,6 @@ constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
     {"divert-to", "there is no diverting to local sockets"},
     {"divert-reply", "there is no diverting to local sockets"},
     {"divert-packet", "there is no diverting to local sockets"},
-    {"probability", "a rule matches every packet it describes"},
     {"os", "there is no OS fingerprinting"},
     {"user", "this node forwards: there is no local socket to match"},
     {"group", "this node forwards: there is no local socket to match"},
@@ -225,7 +225,7 @@ constexpr const char* kIfBoundRefused =
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
-    "flags, icmp-type, state options, allow-opts, label, tag and tagged";
+    "flags, icmp-type, state options, allow-opts, label, tag, tagged and probability";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
@@ -342,6 +342,27 @@ class Parser {
                      std::to_string(max) + ", got " + t.describe());
     }
     return *v;
+  }
+
+  // pf's forms: a percentage (`20%`, `12.5%`) or a fraction (`0.2`), each of digits and one point.
+  double probability(const Token& t) {
+    std::string_view text = t.text;
+    const bool percent = !text.empty() && text.back() == '%';
+    if (percent) text.remove_suffix(1);
+    const std::size_t point = text.find('.');
+    const auto digits = [](std::string_view d) {
+      return !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    const bool well_formed =
+        t.kind == TokenKind::Word &&
+        (point == std::string_view::npos ? digits(text)
+                                         : digits(text.substr(0, point)) && digits(text.substr(point + 1)));
+    const double value = well_formed ? std::strtod(std::string(text).c_str(), nullptr) : -1;
+    if (!well_formed || value > (percent ? 100.0 : 1.0)) {
+      fail_at(t,
+              "a probability is a percentage from 0% to 100% or a fraction from 0 to 1, got " + t.describe());
+    }
+    return percent ? value / 100 : value;
   }
 
   // `{ a, b c }`: commas optional, newlines allowed inside (as in pf). Calls `element` for each.
@@ -1425,6 +1446,7 @@ class Parser {
     std::optional<Token> state_seen;
     std::optional<Token> label_seen;
     std::optional<Token> allow_opts_seen;
+    std::optional<Token> probability_seen;
     TagsSeen tags_seen;
     while (!at_end_of_statement()) {
       const Token t = peek();
@@ -1481,6 +1503,12 @@ class Parser {
           tag_option(r, tags_seen);
           continue;
         }
+        if (t.text == "probability") {
+          once(probability_seen, "'probability'");
+          take();
+          r.probability = probability(take_value("a probability, e.g. 20% or 0.2"));
+          continue;
+        }
         if (int s = filter_stage(t.text); s != 0 && s <= 8) {
           fail_at(t, "'" + t.text + "' is out of order or repeated: " + kFilterOrder);
         }
@@ -1491,7 +1519,12 @@ class Parser {
       fail_expected(t, stage < 8
                            ? "'from', 'to', 'all', a rule option or end of line"
                            : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
-                             "'tag', 'tagged' or end of line");
+                             "'tag', 'tagged', 'probability' or end of line");
+    }
+    if (probability_seen && !r.tag.empty()) {
+      // The tag a packet leaves with is found apart from the deciding rule, by rules that draw nothing.
+      fail_at(*probability_seen,
+              "'probability' with 'tag' is not supported: tag the packets in a rule of their own");
     }
     if (r.action == Action::Match && r.tag.empty()) {
       fail_at(first,

@@ -33,6 +33,10 @@ struct RuleStats {
 
 inline constexpr uint32_t kNoRuleNumber = UINT32_MAX;
 
+// A rule's chance of matching a packet it describes, out of 2^32 (`probability`): a draw's top 32
+// bits below it win. kCertain is every draw's.
+inline constexpr uint64_t kCertain = uint64_t{1} << 32;
+
 struct CompiledRule {
   uint32_t number = 0;  // @N, 0-based file order within its anchor (pfctl -a NAME -s rules)
   std::string anchor;   // the path of its anchor, empty in the main rule set
@@ -60,9 +64,10 @@ struct CompiledRule {
   uint32_t own_timeouts = 0;      // a bit per TimeoutClass the rule's state options set
   bool own_source_track = false;  // its state options set src.track (other than 0, which is the global one)
   SourceLocation location;
-  std::string text;   // canonical one-line form for `rules show`
-  std::string label;  // `label "..."`, or empty
-  uint16_t tag = 0;   // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
+  std::string text;            // canonical one-line form for `rules show`
+  std::string label;           // `label "..."`, or empty
+  uint16_t tag = 0;            // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
+  uint64_t chance = kCertain;  // `probability P`
   // Where pf's evaluation stops when this rule decides (an index of RuleSet::rule()): at a quick
   // rule, itself; within a quick anchor, that anchor's last rule; else past the last rule. The
   // match rules up to there have tagged the packet.
@@ -301,6 +306,11 @@ class RuleSet {
   bool filter_tests_urpf_ = false;
   bool filter_tests_no_route_[2] = {false, false};
   bool out_translation_tests_tags_ = false;
+  bool filter_draws_ = false;  // some filter rule has `probability`
+  // The rule of `segment` (its own index, as its classifier found it for `query`) that decides
+  // once the rules with `probability` have drawn: `found`, or where its draw fails, the next in
+  // the segment's order that matches and wins its own.
+  uint32_t drawn(const Segment& segment, const MatchQuery& query, uint32_t found) const noexcept;
   // One pass through the segments in turn, each matched with the tag the ones before left.
   InPass pass(const MatchQuery& query) const noexcept;
   // One pass for each of up to Classifier::kBatch queries, out[i] for queries[i], each segment's

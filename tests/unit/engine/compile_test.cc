@@ -580,6 +580,120 @@ TEST_CASE("RuleSet decides with pf semantics on both passes", "[compile]") {
   CHECK(empty.translation(ping6, Direction::In, ext) == nullptr);
 }
 
+// How often each rule decides `query` in `rounds` evaluations, one at a time or in batches.
+std::map<uint32_t, int> decisions(const RuleSet& set, const MatchQuery& query, int rounds, bool batched) {
+  std::map<uint32_t, int> decided;
+  if (!batched) {
+    for (int i = 0; i < rounds; ++i) ++decided[set.evaluate(query)];
+    return decided;
+  }
+  const std::vector<MatchQuery> batch(Classifier::kBatch, query);
+  std::vector<uint32_t> out(batch.size());
+  for (int i = 0; i < rounds / static_cast<int>(batch.size()); ++i) {
+    set.evaluate_batch(batch, out);
+    for (const uint32_t r : out) ++decided[r];
+  }
+  return decided;
+}
+
+TEST_CASE("probability: a rule decides with its chance, drawn per packet, else the next rule does",
+          "[compile][probability]") {
+  InterfaceRegistry ifs;
+  const IfaceId lan = ifs.intern("lan0");
+  auto set = compile_ok(
+      "block all\n"                                           // 0
+      "pass in proto udp all no state probability 30%\n"      // 1: the last match, 3 times in 10
+      "block in quick proto udp to port 53 probability 0%\n"  // 2: a quick rule that never matches
+      "pass in quick proto udp to port 54 probability 1\n",   // 3: certain, so it draws nothing
+      ifs);
+  CHECK(set->rule(1).text == "pass in proto udp all no state probability 30%");
+  CHECK(set->rule(2).text == "block in quick proto udp from any to any port 53 probability 0%");
+  CHECK(set->rule(3).text == "pass in quick proto udp from any to any port 54 keep state");
+  const PacketView dns = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 53);
+  uint64_t draws = 0x9e3779b97f4a7c15ull;
+  MatchQuery query{&dns, Direction::In, lan};
+  query.draws = &draws;
+  for (const bool batched : {false, true}) {
+    INFO("batched " << batched);
+    const auto decided = decisions(*set, query, 10'016, batched);
+    CHECK(decided.size() == 2);
+    CHECK(decided.count(2) == 0);
+    // 30 % of 10,016: 3,005, with a standard deviation of 46.
+    CHECK(decided.at(1) > 2'700);
+    CHECK(decided.at(1) < 3'300);
+    CHECK(decided.at(0) + decided.at(1) == 10'016);
+  }
+  // Without draws (a benchmark's query), a rule matches what it describes.
+  query.draws = nullptr;
+  CHECK(set->evaluate(query) == 2);
+  // A certain rule draws nothing.
+  const PacketView other = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 54);
+  MatchQuery certain{&other, Direction::In, lan};
+  certain.draws = &draws;
+  const uint64_t before = draws;
+  CHECK(set->evaluate(certain) == 3);
+  CHECK(draws == before);
+}
+
+TEST_CASE("probability: in a rule set of segments and through both passes, as in one",
+          "[compile][probability]") {
+  InterfaceRegistry ifs;
+  const IfaceId lan = ifs.intern("lan0");
+  const IfaceId ext = ifs.intern("ext0");
+  // A tagged after a tag of the same pass: two segments (the second from rule 2).
+  auto set = compile_ok(
+      "match in on lan0 tag LAN\n"                      // 0
+      "block all\n"                                     // 1
+      "pass in tagged LAN probability 25%\n"            // 2
+      "pass out on ext0 tagged LAN probability 50%\n",  // 3
+      ifs);
+  const PacketView udp = packet(ipproto::kUdp, "10.0.0.1", 5000, "192.0.2.2", 53);
+  uint64_t draws = 7;
+  MatchQuery in{&udp, Direction::In, lan};
+  in.draws = &draws;
+  for (const bool batched : {false, true}) {
+    INFO("batched " << batched);
+    const auto decided = decisions(*set, in, 8'000, batched);
+    CHECK(decided.size() == 2);
+    CHECK(decided.at(2) > 1'800);  // 25 % of 8,000: 2,000, sd 39
+    CHECK(decided.at(2) < 2'200);
+  }
+  // Both passes at once: the out pass's rule, tested against the tag the in pass left.
+  MatchQuery out{&udp, Direction::Out, ext};
+  out.draws = &draws;
+  const std::array<const MatchQuery*, 2> packet_passes = {&in, &out};
+  std::vector<std::array<const MatchQuery*, 2>> packets(Classifier::kBatch / 2, packet_passes);
+  std::vector<std::array<uint32_t, 2>> decided(packets.size());
+  std::map<uint32_t, int> out_decided;
+  for (int round = 0; round < 500; ++round) {
+    set->evaluate_passes_batch(packets, decided);
+    for (const auto& d : decided) ++out_decided[d[1]];
+  }
+  CHECK(out_decided.size() == 2);
+  CHECK(out_decided.at(3) > 3'600);  // 50 % of 8,000: 4,000, sd 45
+  CHECK(out_decided.at(3) < 4'400);
+
+  // A tag of the in pass tested in the out pass: one segment, its passes matched in turn.
+  auto one = compile_ok(
+      "block all\n"                                     // 0
+      "pass in on lan0 tag LAN\n"                       // 1
+      "pass out on ext0 tagged LAN probability 50%\n",  // 2
+      ifs);
+  std::map<uint32_t, int> in_decided;
+  out_decided.clear();
+  for (int round = 0; round < 500; ++round) {
+    one->evaluate_passes_batch(packets, decided);
+    for (const auto& d : decided) {
+      ++in_decided[d[0]];
+      ++out_decided[d[1]];
+    }
+  }
+  CHECK(in_decided.size() == 1);
+  CHECK(out_decided.size() == 2);
+  CHECK(out_decided.at(2) > 3'600);
+  CHECK(out_decided.at(2) < 4'400);
+}
+
 TEST_CASE("scrub rules match the protocols they name, as filter rules do", "[compile][scrub]") {
   InterfaceRegistry ifs;
   const IfaceId ext = ifs.intern("ext0");
@@ -872,6 +986,7 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
       {"table <t> persist", "set fail-policy return\ntable <t> persist"},
       {"set timeout tcp.established 3600", "set timeout { tcp.established 3600, src.track 30 }"},
       {"port 443\n", "port 443 keep state (max-src-conn-rate 5/10, src.track 30)\n"},
+      {"port 443\n", "port 443 probability 50%\n"},
   };
   for (const auto& [from, to] : changes) {
     INFO(from << " -> " << to);

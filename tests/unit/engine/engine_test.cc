@@ -714,6 +714,45 @@ pass out on wan0 inet proto icmp icmp-type echoreq
   check_batched_like_single(rules, traffic);
 }
 
+TEST_CASE("probability: a rule decides its share of new flows, in process() and process_batch() alike",
+          "[engine][batch][probability]") {
+  // One datagram a flow, so that every packet meets the rules; the worker's draws are seeded, and
+  // both ways of processing draw in packet order, in pass then out pass.
+  const std::string rules = R"(
+block all
+pass in on lan0 proto udp to port 53
+pass out on wan0 proto udp to port 53 probability 0.5
+block in quick on lan0 proto udp to port 53 probability 30%
+)";
+  std::vector<Sent> traffic;
+  for (uint16_t i = 0; i < 400; ++i) {
+    const auto port = static_cast<uint16_t>(kClientPort + i);
+    traffic.push_back({PacketBuilder().ipv4(kClient, kServer).udp(port, 53).payload(30).build()});
+  }
+  check_batched_like_single(rules, traffic);
+
+  Firewall fw(rules);
+  std::map<uint32_t, int> decided;
+  for (const Sent& sent : traffic) {
+    Bytes copy = sent.bytes;
+    const Verdict v = fw.engine.process(fw.worker, copy, meta_of(sent, fw), fw.now);
+    ++decided[v.rule];
+    CHECK((v.action == Verdict::Action::Accept) == (v.rule == 1));
+  }
+  // In 30 % (120 of 400, sd 9.2) the quick block decides; of the rest, the out pass's pass rule in
+  // half (140, sd 8.4), and the flow passes with the in pass's rule as the state's; `block all`
+  // blocks the other half on the out pass.
+  CHECK(decided.size() == 3);
+  CHECK(decided[3] > 80);
+  CHECK(decided[3] < 160);
+  CHECK(decided[1] > 100);
+  CHECK(decided[1] < 180);
+  CHECK(decided[0] + decided[1] + decided[3] == 400);
+  const auto set = fw.engine.rules();
+  CHECK(set->rule(2).stats->evaluations.load() == static_cast<uint64_t>(decided[1]));
+  CHECK(set->rule(3).stats->evaluations.load() == static_cast<uint64_t>(decided[3]));
+}
+
 TEST_CASE("UDP request creates a state that passes the reply until it expires", "[engine][udp]") {
   Firewall fw(kWebOnly);
   auto query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();

@@ -830,8 +830,28 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass in on lan0 route-to (ext0 10.0.0.1) all",
        "t.conf:1:17: 'route-to' is not supported: packets leave by the kernel's routes (choose them with ip "
        "rule)"},
-      {"pass in proto tcp to port 22 probability 50%",
-       "t.conf:1:30: 'probability' is not supported: a rule matches every packet it describes"},
+      {"pass in proto tcp to port 22 once",
+       "t.conf:1:30: 'once' is not supported: a rule stays in force after its first match"},
+      // probability: pf's two forms, at most once, and not where a tag would be found apart from it.
+      {"pass in all probability 50",
+       "t.conf:1:25: a probability is a percentage from 0% to 100% or a fraction from 0 to 1, got '50'"},
+      {"pass in all probability 100.5%",
+       "t.conf:1:25: a probability is a percentage from 0% to 100% or a fraction from 0 to 1, got '100.5%'"},
+      {"pass in all probability 1e-3",
+       "t.conf:1:25: a probability is a percentage from 0% to 100% or a fraction from 0 to 1, got '1e-3'"},
+      {"pass in all probability .5",
+       "t.conf:1:25: a probability is a percentage from 0% to 100% or a fraction from 0 to 1, got '.5'"},
+      {"pass in all probability 5%%",
+       "t.conf:1:25: a probability is a percentage from 0% to 100% or a fraction from 0 to 1, got '5%%'"},
+      {"pass in all probability", "t.conf:1:24: expected a probability, e.g. 20% or 0.2, got end of file"},
+      {"pass in all probability 5% probability 6%",
+       "t.conf:1:28: duplicate 'probability': already given at line 1, column 13"},
+      {"pass in all probability 5% tag A",
+       "t.conf:1:13: 'probability' with 'tag' is not supported: tag the packets in a rule of their own"},
+      {"match in all tag A probability 5%",
+       "t.conf:1:20: 'probability' with 'tag' is not supported: tag the packets in a rule of their own"},
+      {"pass in from 10.0.0.1%em0",
+       "t.conf:1:14: expected address, prefix, <table> or 'any', got '10.0.0.1%em0'"},
       {"pass in all tag", "t.conf:1:16: expected a tag's name after 'tag', e.g. LAN, got end of file"},
       {"pass in all tag \"a b\"", "t.conf:1:17: a tag's name has 1 to 63 letters, digits, '_', '-' or '.'"},
       {"pass in all tag \"$if\"", "t.conf:1:17: a tag's name has 1 to 63 letters, digits, '_', '-' or '.'"},
@@ -857,15 +877,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "IF] "
        "[inet|inet6] [proto P] "
        "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options, allow-opts, label, "
-       "tag "
-       "and tagged"},
+       "tag, tagged and probability"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
-       "options, allow-opts, label, tag and tagged"},
+       "options, allow-opts, label, tag, tagged and probability"},
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
       {"pass all label \"a\" label \"b\"",
        "t.conf:1:20: duplicate 'label': already given at line 1, column 10"},
@@ -873,7 +892,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:16: a label has 1 to 63 characters"},
       {"pass all bogus",
        "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
-       "'tag', 'tagged' or end of line, got 'bogus'"},
+       "'tag', 'tagged', 'probability' or end of line, got 'bogus'"},
       {"block all allow-opts", "t.conf:1:11: 'allow-opts' applies to pass rules only"},
       {"pass all allow-opts allow-opts",
        "t.conf:1:21: duplicate 'allow-opts': already given at line 1, column 10"},
@@ -1332,6 +1351,29 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
     INFO(c.text);
     CHECK(parse_error(c.text) == c.expected);
   }
+}
+
+TEST_CASE("probability: a percentage or a fraction, anywhere among the rule's options", "[parser]") {
+  const std::pair<const char*, double> forms[] = {
+      {"pass in all probability 20%", 0.2},
+      {"pass in all probability 12.5%", 0.125},
+      {"pass in all probability 0.25", 0.25},
+      {"pass in all probability 1", 1.0},
+      {"pass in all probability 0%", 0.0},
+      {"pass in all probability 100%", 1.0},
+      {"block in all probability 0.001%", 1e-5},
+      {"pass in all probability 5% label \"x\"", 0.05},
+      {"pass out all tagged A probability 50%", 0.5},
+  };
+  for (const auto& [text, value] : forms) {
+    INFO(text);
+    const RuleFile f = parse_ok(text);
+    REQUIRE(f.filter_rules.size() == 1);
+    CHECK(f.filter_rules[0].probability == Approx(value));
+  }
+  CHECK(parse_ok("pass in all").filter_rules[0].probability == 1.0);
+  // A macro may hold it, as any other value.
+  CHECK(parse_ok("p = \"30%\"\npass in all probability $p").filter_rules[0].probability == Approx(0.3));
 }
 
 TEST_CASE("RuleError::to_string formats file:line:column, or file alone for file errors") {
