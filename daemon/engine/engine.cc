@@ -571,6 +571,7 @@ struct Engine::Translation {
     rules::MatchQuery out{seen[pass], kPassDirection[pass], iface[pass], carried, pass == 0 && urpf_failed};
     out.src_no_route = src_no_route[pass];
     out.dst_no_route = dst_no_route[pass];
+    out.received_on = iface[0];  // where it arrived: none where the node sent it
     out.draws = draws;
     return out;
   }

@@ -770,11 +770,16 @@ class ClassifierBuilder {
   void build_dense_fields() {
     // Direction x interface. Ids above every id the rules name behave alike: the last slot.
     IfaceId max_id = 0;
+    bool received_on = false;
     for (const MatchSpec& s : specs_) {
       for (const InterfaceTerm& t : s.interfaces) max_id = std::max(max_id, t.id);
+      for (const InterfaceTerm& t : s.received_on) max_id = std::max(max_id, t.id);
+      received_on = received_on || !s.received_on.empty();
     }
     c_.iface_slots_ = uint32_t{max_id} + 2;
+    c_.received_slots_ = received_on ? c_.iface_slots_ : 1;
     const uint32_t slots = c_.iface_slots_;
+    const uint32_t received = c_.received_slots_;
     // With the tag a packet carries: most rule sets name none, and this field stays as it was.
     // And the outcomes of the route checks that rules ask for (uRPF, no-route), where one does.
     uint16_t max_tag = 0;
@@ -788,9 +793,13 @@ class ClassifierBuilder {
     c_.tag_slots_ = c_.tag_values_ * (c_.route_checks_ + 1);
     const uint32_t tags = c_.tag_slots_;
     const uint32_t values = c_.tag_values_;
-    c_.iface_records_ = dense_domain(3 * slots * tags, [slots, tags, values](const MatchSpec& s, uint32_t v) {
+    const auto any_of = [](const std::vector<InterfaceTerm>& terms, uint32_t id) {
+      return terms.empty() || std::any_of(terms.begin(), terms.end(),
+                                          [id](const InterfaceTerm& t) { return (t.id == id) != t.negated; });
+    };
+    c_.iface_records_ = dense_domain(3 * slots * received * tags, [=](const MatchSpec& s, uint32_t v) {
       static constexpr Direction kRows[3] = {Direction::In, Direction::Out, Direction::Any};
-      const Direction row = kRows[v / tags / slots];
+      const Direction row = kRows[v / tags / received / slots];
       if (!s.decides) return false;
       if (s.direction != Direction::Any && s.direction != row) return false;
       if (s.tagged != 0 && (v % tags % values == s.tagged) == s.tagged_negated) return false;
@@ -802,10 +811,8 @@ class ClassifierBuilder {
       if (!route_holds(s.src_route, Classifier::kSrcNoRoute) ||
           !route_holds(s.dst_route, Classifier::kDstNoRoute))
         return false;
-      if (s.interfaces.empty()) return true;
-      const uint32_t id = v / tags % slots;
-      return std::any_of(s.interfaces.begin(), s.interfaces.end(),
-                         [id](const InterfaceTerm& t) { return (t.id == id) != t.negated; });
+      // Slot 0 is no interface (a packet the node sent), the last every interface no rule names.
+      return any_of(s.received_on, v / tags % received) && any_of(s.interfaces, v / tags / received % slots);
     });
 
     // Family x protocol, with the protocols that ports, flags and ICMP types imply.
@@ -1214,6 +1221,8 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   const bool has_l4 = !p.is_fragment || p.is_first_fragment;
   const bool has_ports = has_l4 && (p.proto == ipproto::kTcp || p.proto == ipproto::kUdp);
   uint32_t pass = row * iface_slots_ + slot;
+  if (received_slots_ > 1)
+    pass = pass * received_slots_ + std::min<uint32_t>(query.received_on, received_slots_ - 1);
   // Only where a rule tests tags (the same branch for every packet of a rule set): the product
   // and the tag's clamp would lengthen every query's way to its first record (10 rules -1.5 %).
   if (tag_slots_ > 1) {

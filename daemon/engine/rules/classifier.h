@@ -179,6 +179,10 @@ struct MatchSpec {
   // uRPF check.
   RouteTest src_route = RouteTest::None;
   RouteTest dst_route = RouteTest::None;
+  // `received-on IF`: the interface the packet arrived on (an out pass's too), as `interfaces` is
+  // the pass's own; empty means any, a packet the node sent itself included. Kept with direction x
+  // interface, as one dense field.
+  std::vector<InterfaceTerm> received_on;
   bool quick = false;
   uint32_t rank = 0;  // MatchOrder::Ranked: the rule's place in the order of decision, 0 first
   // false: the rule matches no packet here (pf's `match`, which never decides; the tags it sets
@@ -338,10 +342,11 @@ struct MatchQuery {
   const PacketView* packet = nullptr;
   Direction direction = Direction::In;
   IfaceId iface = kNoIface;
-  uint16_t tag = 0;           // the tag the packet carries (MatchSpec::tagged's numbering), 0 none
-  bool urpf_failed = false;   // its source's route leaves by another interface than `iface` (an in pass)
-  bool src_no_route = false;  // the routing tables have no route for its source
-  bool dst_no_route = false;  // nor for its destination
+  uint16_t tag = 0;                // the tag the packet carries (MatchSpec::tagged's numbering), 0 none
+  bool urpf_failed = false;        // its source's route leaves by another interface than `iface` (an in pass)
+  bool src_no_route = false;       // the routing tables have no route for its source
+  bool dst_no_route = false;       // nor for its destination
+  IfaceId received_on = kNoIface;  // the interface it arrived on (kNoIface: the node sent it)
   // The draws of a rule with `probability` (next_draw()'s state, a worker's): nullptr where no
   // coin is flipped, and such a rule matches every packet it describes.
   uint64_t* draws = nullptr;
@@ -472,7 +477,9 @@ class Classifier {
 
   // Dense lookups (values are offsets into dense_pool_).
   uint32_t iface_slots_ = 1;  // interface ids >= iface_slots_ - 1 share the last slot
-  uint32_t tag_values_ = 1;   // 1 + the highest tag a rule's `tagged` names; other tags read as 0
+  // iface_slots_ where a rule says `received-on`, else 1: the arrival interface's slots.
+  uint32_t received_slots_ = 1;
+  uint32_t tag_values_ = 1;  // 1 + the highest tag a rule's `tagged` names; other tags read as 0
   // The route checks some rule asks for (kUrpfFailed, kSrcNoRoute, kDstNoRoute): a query's outcomes
   // of them, masked by this, number its route row.
   uint32_t route_checks_ = 0;
@@ -480,8 +487,8 @@ class Classifier {
   static constexpr uint32_t kSrcNoRoute = 2;
   static constexpr uint32_t kDstNoRoute = 4;
   uint32_t tag_slots_ = 1;  // tag_values_ * (route_checks_ + 1): a tag row per route row
-  // [(direction row * iface_slots_ + slot) * tag_slots_ + route row * tag_values_ + tag], rows In,
-  // Out, Any
+  // [((direction row * iface_slots_ + slot) * received_slots_ + arrival slot) * tag_slots_ + route
+  // row * tag_values_ + tag], rows In, Out, Any
   std::vector<uint32_t> iface_records_;
   std::vector<uint32_t> proto_records_;  // [is_v6 * 256 + proto]
   // [0, 256) TCP flags, [256, 512) ICMP type, [512, 768) ICMPv6 type, 768 no transport header.

@@ -425,6 +425,10 @@ std::string filter_text(const FilterRule& r) {
   }
   if (!r.tag.empty()) out += " tag " + r.tag;
   if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
+  if (!r.received_on.empty()) {
+    out += " received-on " +
+           list_text(r.received_on, [](const InterfaceMatch& i) { return (i.negated ? "! " : "") + i.name; });
+  }
   if (r.probability < 1) out += " probability " + probability_text(r.probability);
   return out;
 }
@@ -955,6 +959,7 @@ class Compiler {
       set.rules_.push_back(std::move(c));
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
+      s.received_on = interfaces(r.received_on);
       // Written or pf's default, flags on a rule not TCP's alone test its TCP packets only.
       s.flags = takes_default_flags(r) ? std::optional(kDefaultFlags) : r.flags;
       s.flags_tcp_only = s.flags && !only_protocols(r.protocols, {ipproto::kTcp});

@@ -85,7 +85,6 @@ constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
     {"os", "there is no OS fingerprinting"},
     {"user", "this node forwards: there is no local socket to match"},
     {"group", "this node forwards: there is no local socket to match"},
-    {"received-on", "match the interface with 'on'"},
     {"tos", "there is no matching on the TOS field"},
     {"prio", "there are no priorities or queues"},
     {"queue", "there are no priorities or queues"},
@@ -225,7 +224,7 @@ constexpr const char* kIfBoundRefused =
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
-    "flags, icmp-type, state options, allow-opts, label, tag, tagged and probability";
+    "flags, icmp-type, state options, allow-opts, label, tag, tagged, received-on and probability";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
@@ -1447,6 +1446,7 @@ class Parser {
     std::optional<Token> label_seen;
     std::optional<Token> allow_opts_seen;
     std::optional<Token> probability_seen;
+    std::optional<Token> received_on_seen;
     TagsSeen tags_seen;
     while (!at_end_of_statement()) {
       const Token t = peek();
@@ -1503,6 +1503,12 @@ class Parser {
           tag_option(r, tags_seen);
           continue;
         }
+        if (t.text == "received-on") {
+          once(received_on_seen, "'received-on'");
+          take();
+          r.received_on = interfaces();
+          continue;
+        }
         if (t.text == "probability") {
           once(probability_seen, "'probability'");
           take();
@@ -1519,7 +1525,7 @@ class Parser {
       fail_expected(t, stage < 8
                            ? "'from', 'to', 'all', a rule option or end of line"
                            : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
-                             "'tag', 'tagged', 'probability' or end of line");
+                             "'tag', 'tagged', 'received-on', 'probability' or end of line");
     }
     if (probability_seen && !r.tag.empty()) {
       // The tag a packet leaves with is found apart from the deciding rule, by rules that draw nothing.

@@ -120,11 +120,13 @@ bool ref_table_contains(const RefTable& t, Family f, const IpAddress& a) {
   return member;
 }
 
-// What the routing tables said of a packet (MatchQuery's urpf_failed, src_no_route, dst_no_route).
-struct Routes {
+// What a query says beyond the packet and its pass: what the routing tables said (MatchQuery's
+// urpf_failed, src_no_route, dst_no_route) and where the packet arrived.
+struct PassFacts {
   bool urpf_failed = false;
   bool src_no_route = false;
   bool dst_no_route = false;
+  IfaceId received_on = kNoIface;
 };
 
 struct Reference {
@@ -202,7 +204,7 @@ struct Reference {
   }
 
   bool matches(const MatchSpec& s, const PacketView& p, Direction dir, IfaceId iface, uint16_t tag = 0,
-               Routes routes = {}) const {
+               PassFacts routes = {}) const {
     if (s.direction != Direction::Any && s.direction != dir) return false;
     if (s.tagged != 0 && (tag == s.tagged) == s.tagged_negated) return false;
     if (s.urpf_failed && !routes.urpf_failed) return false;
@@ -210,6 +212,11 @@ struct Reference {
       return false;
     if (s.dst_route != RouteTest::None && routes.dst_no_route != (s.dst_route == RouteTest::NoRoute))
       return false;
+    if (!s.received_on.empty() &&
+        std::none_of(s.received_on.begin(), s.received_on.end(),
+                     [&](const InterfaceTerm& t) { return (t.id == routes.received_on) != t.negated; })) {
+      return false;
+    }
     if (!s.interfaces.empty() &&
         std::none_of(s.interfaces.begin(), s.interfaces.end(),
                      [&](const InterfaceTerm& t) { return (t.id == iface) != t.negated; })) {
@@ -242,7 +249,7 @@ struct Reference {
   }
 
   uint32_t evaluate(const std::vector<MatchSpec>& specs, const PacketView& p, Direction dir, IfaceId iface,
-                    MatchOrder order, uint16_t tag = 0, uint32_t first = 0, Routes routes = {}) const {
+                    MatchOrder order, uint16_t tag = 0, uint32_t first = 0, PassFacts routes = {}) const {
     uint32_t last = kNone;
     for (uint32_t r = first; r < specs.size(); ++r) {
       if (!matches(specs[r], p, dir, iface, tag, routes)) continue;
@@ -886,9 +893,10 @@ struct RandomRules {
 // none, one of them, or one that no rule names. With `urpf`, a tenth of the rules are `from
 // urpf-failed` and a third of the packets failed the check. With `no_route`, a tenth of the rules
 // ask of each address that it have no route, a twentieth that it have one, and a third of the
-// packets' sources and destinations have none.
+// packets' sources and destinations have none. With `received`, a tenth of the rules name one or two
+// arrival interfaces (some negated), and the packets arrive on one of them, another, or none.
 void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order, bool tags = false,
-                 bool urpf = false, bool no_route = false) {
+                 bool urpf = false, bool no_route = false, bool received = false) {
   Reference ref;
   RandomRules gen(seed, ref);
   for (int i = 0; i < 3; ++i) gen.add_table();
@@ -914,6 +922,13 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
       s.dst_route = test();
     }
   }
+  if (received) {
+    for (MatchSpec& s : specs) {
+      if (!gen.chance(10)) continue;
+      for (uint32_t k = 0, n = 1 + gen.pick(2); k < n; ++k)
+        s.received_on.push_back({static_cast<IfaceId>(1 + gen.pick(5)), gen.chance(30)});
+    }
+  }
   const Classifier classifier(specs, order);
   REQUIRE(classifier.size() == rules);
   uint32_t matched = 0;
@@ -928,12 +943,13 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
                   static_cast<uint16_t>(tags ? gen.pick(5) : 0),
                   urpf && gen.chance(33),
                   no_route && gen.chance(33),
-                  no_route && gen.chance(33)};
+                  no_route && gen.chance(33),
+                  static_cast<IfaceId>(received ? gen.pick(8) : 0)};
   }
   for (uint32_t i = 0; i < packets; ++i) {
     const PacketView& p = views[i];
     const MatchQuery& q = queries[i];
-    const Routes routes{q.urpf_failed, q.src_no_route, q.dst_no_route};
+    const PassFacts routes{q.urpf_failed, q.src_no_route, q.dst_no_route, q.received_on};
     expected[i] = ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, 0, routes);
     const uint32_t got = classifier.match(q);
     if (order == MatchOrder::First) {
@@ -1003,6 +1019,16 @@ TEST_CASE("random rule sets with no-route, with and without tags and urpf-failed
     cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, true,
                 seed % 3 == 0, true);
   cross_check(7005, 6000, 300, MatchOrder::QuickOrLast, true, true, true);
+}
+
+TEST_CASE("random rule sets with received-on, with tags, urpf-failed and no-route, agree with the evaluator",
+          "[classifier][random][received-on]") {
+  for (uint64_t seed = 440; seed <= 443; ++seed)
+    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, false, false, false, true);
+  for (uint64_t seed = 450; seed <= 453; ++seed)
+    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, seed % 2 == 1,
+                seed % 3 == 0, true, true);
+  cross_check(7006, 6000, 300, MatchOrder::QuickOrLast, true, true, true, true);
 }
 
 template <typename Key>

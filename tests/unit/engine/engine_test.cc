@@ -753,6 +753,44 @@ block in quick on lan0 proto udp to port 53 probability 30%
   CHECK(set->rule(3).stats->evaluations.load() == static_cast<uint64_t>(decided[3]));
 }
 
+TEST_CASE("received-on: an out pass's rules see where a forwarded packet arrived; the node's own, nowhere",
+          "[engine][received-on]") {
+  Firewall fw(R"(
+block all
+pass in all no state
+pass out on wan0 all no state received-on ! lan0
+pass out on lan0 all no state received-on { wan0, vpn0 }
+)");
+  const IfaceId dmz = fw.engine.interfaces().intern("dmz0");
+  const IfaceId vpn = *fw.engine.interfaces().find("vpn0");
+  CHECK(fw.engine.rules()->rule(2).text == "pass out on wan0 all no state received-on ! lan0");
+  CHECK(fw.engine.rules()->rule(3).text == "pass out on lan0 all no state received-on { wan0, vpn0 }");
+  const auto datagram = [] {
+    return PacketBuilder().ipv4(kClient, kServer).udp(kClientPort, 53).payload(8).build();
+  };
+  const struct {
+    PacketMeta meta;
+    bool passes;
+  } cases[] = {
+      {{Hook::Forward, fw.lan, fw.wan}, false},
+      {{Hook::Forward, dmz, fw.wan}, true},
+      {{Hook::Forward, fw.wan, fw.lan}, true},
+      {{Hook::Forward, vpn, fw.lan}, true},
+      {{Hook::Forward, dmz, fw.lan}, false},
+      {{Hook::Output, kNoIface, fw.wan}, true},  // received on none: not on lan0
+      {{Hook::Output, kNoIface, fw.lan}, false},
+  };
+  for (const auto& c : cases) {
+    INFO("in " << c.meta.in_iface << " out " << c.meta.out_iface);
+    const Verdict v = fw.run(datagram(), c.meta);
+    CHECK((v.action == Verdict::Action::Accept) == c.passes);
+  }
+  // The out passes that passed, each decided by its rule.
+  CHECK(fw.engine.rules()->rule(2).stats->evaluations.load() == 2);
+  CHECK(fw.engine.rules()->rule(3).stats->evaluations.load() == 2);
+  CHECK(fw.engine.rules()->rule(0).stats->evaluations.load() == 3);
+}
+
 TEST_CASE("UDP request creates a state that passes the reply until it expires", "[engine][udp]") {
   Firewall fw(kWebOnly);
   auto query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();

@@ -850,6 +850,15 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:13: 'probability' with 'tag' is not supported: tag the packets in a rule of their own"},
       {"match in all tag A probability 5%",
        "t.conf:1:20: 'probability' with 'tag' is not supported: tag the packets in a rule of their own"},
+      {"pass out on ext0 all received-on", "t.conf:1:33: expected interface name, got end of file"},
+      {"pass out on ext0 all received-on lan0 received-on dmz0",
+       "t.conf:1:39: duplicate 'received-on': already given at line 1, column 22"},
+      {"pass out on ext0 all received-on ! { lan0 dmz0 }",
+       "t.conf:1:34: '!' cannot negate a list of interfaces: '! { a, b }' would match every interface, as '{ "
+       "!a, !b }' does (each element matches on its own, and every interface differs from one of them); name "
+       "the interfaces the rule is for"},
+      {"pass out all received-on a/b",
+       "t.conf:1:26: 'a/b' is not a valid interface name (1 to 15 characters, no '/', ':' or spaces)"},
       {"pass in from 10.0.0.1%em0",
        "t.conf:1:14: expected address, prefix, <table> or 'any', got '10.0.0.1%em0'"},
       {"pass in all tag", "t.conf:1:16: expected a tag's name after 'tag', e.g. LAN, got end of file"},
@@ -877,14 +886,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "IF] "
        "[inet|inet6] [proto P] "
        "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options, allow-opts, label, "
-       "tag, tagged and probability"},
+       "tag, tagged, received-on and probability"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
-       "options, allow-opts, label, tag, tagged and probability"},
+       "options, allow-opts, label, tag, tagged, received-on and probability"},
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
       {"pass all label \"a\" label \"b\"",
        "t.conf:1:20: duplicate 'label': already given at line 1, column 10"},
@@ -892,7 +901,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:16: a label has 1 to 63 characters"},
       {"pass all bogus",
        "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
-       "'tag', 'tagged', 'probability' or end of line, got 'bogus'"},
+       "'tag', 'tagged', 'received-on', 'probability' or end of line, got 'bogus'"},
       {"block all allow-opts", "t.conf:1:11: 'allow-opts' applies to pass rules only"},
       {"pass all allow-opts allow-opts",
        "t.conf:1:21: duplicate 'allow-opts': already given at line 1, column 10"},
@@ -1372,6 +1381,16 @@ TEST_CASE("probability: a percentage or a fraction, anywhere among the rule's op
     CHECK(f.filter_rules[0].probability == Approx(value));
   }
   CHECK(parse_ok("pass in all").filter_rules[0].probability == 1.0);
+}
+
+TEST_CASE("received-on: an interface, a negated one or a list, among the rule's options", "[parser]") {
+  CHECK(render(parse_ok("pass out on ext0 all received-on lan0").filter_rules[0].received_on) == "lan0");
+  CHECK(render(parse_ok("pass out all received-on ! lan0 label \"x\"").filter_rules[0].received_on) ==
+        "!lan0");
+  CHECK(render(parse_ok("block out all tagged A received-on { lan0, dmz0 } probability 5%")
+                   .filter_rules[0]
+                   .received_on) == "lan0,dmz0");
+  CHECK(parse_ok("pass out all").filter_rules[0].received_on.empty());
   // A macro may hold it, as any other value.
   CHECK(parse_ok("p = \"30%\"\npass in all probability $p").filter_rules[0].probability == Approx(0.3));
 }
