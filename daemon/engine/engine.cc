@@ -560,7 +560,6 @@ struct Engine::Translation {
   // the destination of the packet as that pass sees it.
   bool src_no_route[2] = {false, false};
   bool dst_no_route[2] = {false, false};
-  uint64_t* draws = nullptr;  // the worker's, for the rules with `probability`
 
   // The filter rules' query of a pass that meets them.
   rules::MatchQuery query(int pass, bool in_pass_meets_rules) const {
@@ -572,7 +571,6 @@ struct Engine::Translation {
     out.src_no_route = src_no_route[pass];
     out.dst_no_route = dst_no_route[pass];
     out.received_on = iface[0];  // where it arrived: none where the node sent it
-    out.draws = draws;
     return out;
   }
 };
@@ -684,7 +682,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       }
     }
     if (!rules.uses_tagged() && !rules.out_translation_tests_tags()) {
-      rules.evaluate_batch({queries, query_count}, {decided, query_count});
+      rules.evaluate_batch({queries, query_count}, {decided, query_count}, &worker.random_state_);
     } else if (!rules.out_translation_tests_tags()) {
       // A filter rule tests tags: the out passes wait for the tags the in passes leave.
       std::array<const rules::MatchQuery*, 2> packets[kPrefetchGroup];
@@ -693,7 +691,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
         for (int pass = 0; pass < 2; ++pass)
           packets[k][pass] = pass_query[k][pass] != kNoQuery ? &queries[pass_query[k][pass]] : nullptr;
       }
-      rules.evaluate_passes_batch({packets, new_count}, {passes, new_count});
+      rules.evaluate_passes_batch({packets, new_count}, {passes, new_count}, &worker.random_state_);
       for (std::size_t k = 0; k < new_count; ++k) {
         for (int pass = 0; pass < 2; ++pass) {
           if (pass_query[k][pass] != kNoQuery) decided[pass_query[k][pass]] = passes[k][pass];
@@ -704,9 +702,9 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
       for (std::size_t k = 0; k < new_count; ++k) {
         const uint8_t in = pass_query[k][0];
         const uint8_t out = pass_query[k][1];
-        const auto passes =
-            rules.evaluate_passes(in != kNoQuery ? &queries[in] : nullptr,
-                                  out != kNoQuery ? &queries[out] : nullptr, translations[k]->in_decided);
+        const auto passes = rules.evaluate_passes(in != kNoQuery ? &queries[in] : nullptr,
+                                                  out != kNoQuery ? &queries[out] : nullptr,
+                                                  translations[k]->in_decided, &worker.random_state_);
         if (in != kNoQuery) decided[in] = passes[0];
         if (out != kNoQuery) decided[out] = passes[1];
       }
@@ -767,8 +765,9 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       passes[pass] = translation.query(pass, meets[0] != nullptr);
       meets[pass] = &passes[pass];
     }
-    verdict = by_rules(worker, bytes, parsed, meta, translation,
-                       rules.evaluate_passes(meets[0], meets[1], translation.in_decided), now);
+    verdict = by_rules(
+        worker, bytes, parsed, meta, translation,
+        rules.evaluate_passes(meets[0], meets[1], translation.in_decided, &worker.random_state_), now);
   }
   return verdict;
 }
@@ -1308,7 +1307,6 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   translation.wire = parsed.key;
   translation.iface[0] = meta.in_iface;
   translation.iface[1] = meta.out_iface;
-  translation.draws = &worker.random_state_;
   // Asked once a new connection, before any rule (an out nat's `tagged` may need the in pass's).
   translation.urpf_failed =
       parsed.filtered[0] && rules.uses_urpf() && reverse_path_fails(worker, packet, meta, now);
@@ -1385,7 +1383,8 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     if (rules.out_translation_tests_tags()) {
       carried = translation.tag[0];
       if (parsed.filtered[0] && translation.filtered[0]) {
-        const rules::RuleSet::InPass in = rules.evaluate_in(translation.query(0, true));
+        const rules::RuleSet::InPass in =
+            rules.evaluate_in(translation.query(0, true), &worker.random_state_);
         translation.in_decided = in.deciding;
         carried = in.tag;
       }

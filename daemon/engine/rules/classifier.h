@@ -347,19 +347,7 @@ struct MatchQuery {
   bool src_no_route = false;       // the routing tables have no route for its source
   bool dst_no_route = false;       // nor for its destination
   IfaceId received_on = kNoIface;  // the interface it arrived on (kNoIface: the node sent it)
-  // The draws of a rule with `probability` (next_draw()'s state, a worker's): nullptr where no
-  // coin is flipped, and such a rule matches every packet it describes.
-  uint64_t* draws = nullptr;
 };
-
-// xorshift64* (Vigna): a worker's draws (nat ports, random-id, `probability`). Unpredictable enough
-// to an observer of one connection; not a CSPRNG.
-inline uint64_t next_draw(uint64_t& state) noexcept {
-  state ^= state >> 12;
-  state ^= state << 25;
-  state ^= state >> 27;
-  return state * 0x2545F4914F6CDD1DULL;
-}
 
 class Classifier {
  public:

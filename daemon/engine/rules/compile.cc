@@ -1349,34 +1349,35 @@ void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {
 RuleSet::RuleSet() = default;
 RuleSet::~RuleSet() = default;
 
-uint32_t RuleSet::evaluate(const MatchQuery& query) const noexcept {
+uint32_t RuleSet::evaluate(const MatchQuery& query, uint64_t* draws) const noexcept {
   if (segments_.size() == 1) {
     const uint32_t found = segments_[0].classifier->match(query);
-    return filter_draws_ ? drawn(segments_[0], query, found) : found;
+    return filter_draws_ ? drawn(segments_[0], query, found, draws) : found;
   }
-  return pass(query).deciding;
+  return pass(query, draws).deciding;
 }
 
 // pf flips a rule's coin as its evaluation reaches the rule; the rules before the one that decides
 // in the order of decision never matter, so only the candidates that would decide draw.
-uint32_t RuleSet::drawn(const Segment& segment, const MatchQuery& query, uint32_t found) const noexcept {
-  while (found != Classifier::kNoMatch && query.draws != nullptr) {
+uint32_t RuleSet::drawn(const Segment& segment, const MatchQuery& query, uint32_t found,
+                        uint64_t* draws) const noexcept {
+  while (found != Classifier::kNoMatch && draws != nullptr) {
     const uint64_t chance = rules_[segment.first + found].chance;
-    if (chance == kCertain || (next_draw(*query.draws) >> 32) < chance) break;
+    if (chance == kCertain || (next_draw(*draws) >> 32) < chance) break;
     found = segment.classifier->match_after(query, found);
   }
   return found;
 }
 
-RuleSet::InPass RuleSet::pass(const MatchQuery& query) const noexcept {
+RuleSet::InPass RuleSet::pass(const MatchQuery& query, uint64_t* draws) const noexcept {
   InPass out;
   const bool tag_wanted = true;
-  pass_batch({&query, 1}, {&out, 1}, &tag_wanted);
+  pass_batch({&query, 1}, {&out, 1}, &tag_wanted, draws);
   return out;
 }
 
 std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const MatchQuery* out,
-                                                 uint32_t in_decided) const noexcept {
+                                                 uint32_t in_decided, uint64_t* draws) const noexcept {
   std::array<uint32_t, 2> deciding = {kNoRule, kNoRule};
   uint16_t tag = 0;
   if (in != nullptr) {
@@ -1385,23 +1386,24 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
     } else if (out != nullptr && out->tag == 0) {
       // The tag only matters to an out pass that does not carry its translation's; where the in
       // pass was matched before, out->tag is what it left.
-      const InPass passed = evaluate_in(*in);
+      const InPass passed = evaluate_in(*in, draws);
       deciding[0] = passed.deciding;
       tag = passed.tag;
     } else {
-      deciding[0] = evaluate(*in);
+      deciding[0] = evaluate(*in, draws);
     }
   }
   if (out != nullptr) {
     MatchQuery carrying = *out;
     if (carrying.tag == 0) carrying.tag = tag;
-    deciding[1] = evaluate(carrying);
+    deciding[1] = evaluate(carrying, draws);
   }
   return deciding;
 }
 
 void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
-                                    std::span<std::array<uint32_t, 2>> decided) const noexcept {
+                                    std::span<std::array<uint32_t, 2>> decided,
+                                    uint64_t* draws) const noexcept {
   static constexpr std::size_t kChunk = Classifier::kBatch;
   for (std::size_t first = 0; first < packets.size(); first += kChunk) {
     const std::size_t n = std::min(kChunk, packets.size() - first);
@@ -1423,7 +1425,7 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
         if (pass == 1 && out_tag_left && p[0] != nullptr) queries[count].tag = left[i];
         packet_of[count++] = static_cast<uint8_t>(i);
       }
-      pass_batch({queries, count}, {results, count}, pass == 0 ? out_needs_tag : nullptr);
+      pass_batch({queries, count}, {results, count}, pass == 0 ? out_needs_tag : nullptr, draws);
       for (std::size_t q = 0; q < count; ++q) {
         decided[first + packet_of[q]][pass] = results[q].deciding;
         if (pass == 0) left[packet_of[q]] = results[q].tag;
@@ -1432,8 +1434,8 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
   }
 }
 
-void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out,
-                         const bool* tag_wanted) const noexcept {
+void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out, const bool* tag_wanted,
+                         uint64_t* draws) const noexcept {
   static constexpr std::size_t kMost = Classifier::kBatch;
   const std::size_t n = queries.size();
   uint32_t results[kMost];
@@ -1443,7 +1445,7 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, {results, n});
     if (filter_draws_) {
-      for (std::size_t i = 0; i < n; ++i) results[i] = drawn(segments_[0], queries[i], results[i]);
+      for (std::size_t i = 0; i < n; ++i) results[i] = drawn(segments_[0], queries[i], results[i], draws);
     }
     for (std::size_t i = 0; i < n; ++i) {
       out[i].deciding = results[i];
@@ -1478,7 +1480,7 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
     if (count == 0) break;
     segment.classifier->match_batch({reaching, count}, {results, count});
     if (filter_draws_) {
-      for (std::size_t j = 0; j < count; ++j) results[j] = drawn(segment, reaching[j], results[j]);
+      for (std::size_t j = 0; j < count; ++j) results[j] = drawn(segment, reaching[j], results[j], draws);
     }
     const bool last_segment = k + 1 == segments_.size();
     for (std::size_t j = 0; j < count; ++j) {
@@ -1521,10 +1523,10 @@ void RuleSet::tags_after_batch(const Segment& segment, std::span<const MatchQuer
   }
 }
 
-RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in) const noexcept {
-  if (segments_.size() != 1) return pass(in);
+RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in, uint64_t* draws) const noexcept {
+  if (segments_.size() != 1) return pass(in, draws);
   uint32_t deciding = segments_[0].classifier->match(in);
-  if (filter_draws_) deciding = drawn(segments_[0], in, deciding);
+  if (filter_draws_) deciding = drawn(segments_[0], in, deciding, draws);
   return {deciding, tag_after_in(in, deciding)};
 }
 
@@ -1552,11 +1554,13 @@ uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, If
   return words;
 }
 
-void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept {
+void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out,
+                             uint64_t* draws) const noexcept {
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, out);
     if (filter_draws_) {
-      for (std::size_t i = 0; i < queries.size(); ++i) out[i] = drawn(segments_[0], queries[i], out[i]);
+      for (std::size_t i = 0; i < queries.size(); ++i)
+        out[i] = drawn(segments_[0], queries[i], out[i], draws);
     }
     return;
   }
@@ -1564,7 +1568,7 @@ void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint
   for (std::size_t first = 0; first < queries.size(); first += kChunk) {
     const std::size_t n = std::min(kChunk, queries.size() - first);
     InPass passed[kChunk];
-    pass_batch(queries.subspan(first, n), {passed, n}, nullptr);
+    pass_batch(queries.subspan(first, n), {passed, n}, nullptr, draws);
     for (std::size_t i = 0; i < n; ++i) out[first + i] = passed[i].deciding;
   }
 }

@@ -37,6 +37,15 @@ inline constexpr uint32_t kNoRuleNumber = UINT32_MAX;
 // bits below it win. kCertain is every draw's.
 inline constexpr uint64_t kCertain = uint64_t{1} << 32;
 
+// xorshift64* (Vigna): a worker's draws (nat ports, random-id, `probability`). Unpredictable enough
+// to an observer of one connection; not a CSPRNG.
+inline uint64_t next_draw(uint64_t& state) noexcept {
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  return state * 0x2545F4914F6CDD1DULL;
+}
+
 struct CompiledRule {
   uint32_t number = 0;  // @N, 0-based file order within its anchor (pfctl -a NAME -s rules)
   std::string anchor;   // the path of its anchor, empty in the main rule set
@@ -177,8 +186,11 @@ class RuleSet {
                     uint16_t tag = 0) const noexcept {
     return evaluate(MatchQuery{&packet, direction, iface, tag});
   }
-  // The same for a query, which may say the packet's source failed the uRPF check.
-  uint32_t evaluate(const MatchQuery& query) const noexcept;
+  // The same for a query, which may say the packet's source failed the uRPF check. `draws`: where
+  // the rules with `probability` draw their chances (a worker's next_draw() state); nullptr flips
+  // no coin, and such a rule matches every packet it describes. Kept out of the query, whose size
+  // the classifier's batches feel (a pointer more: 10 rules -1.7 %).
+  uint32_t evaluate(const MatchQuery& query, uint64_t* draws = nullptr) const noexcept;
 
   // Whether a filter rule tests tags (`tagged`): then a packet's out pass depends on its in pass's
   // outcome, and evaluate_passes() takes them in turn.
@@ -202,23 +214,26 @@ class RuleSet {
   // then the out pass's tag, 0 included.
   static constexpr uint32_t kUndecided = UINT32_MAX - 1;
   std::array<uint32_t, 2> evaluate_passes(const MatchQuery* in, const MatchQuery* out,
-                                          uint32_t in_decided = kUndecided) const noexcept;
+                                          uint32_t in_decided = kUndecided,
+                                          uint64_t* draws = nullptr) const noexcept;
   // evaluate_passes() for packets[i] = {in, out} each, in_decided unknown: the in passes matched
   // together (evaluate_batch()), then the out passes with the tags the in passes left, into
   // decided[i]. A batch's lookups overlap where one at a time they would wait on each other.
   void evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
-                             std::span<std::array<uint32_t, 2>> decided) const noexcept;
+                             std::span<std::array<uint32_t, 2>> decided,
+                             uint64_t* draws = nullptr) const noexcept;
   // The in pass alone: its deciding rule, and the tag the packet leaves it with.
   struct InPass {
     uint32_t deciding = kNoRule;
     uint16_t tag = 0;
   };
-  InPass evaluate_in(const MatchQuery& in) const noexcept;
+  InPass evaluate_in(const MatchQuery& in, uint64_t* draws = nullptr) const noexcept;
 
   // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
   // lookups of a batch overlap their cache misses (Classifier::match_batch), where the batch is
   // large enough (Classifier::kBatchFloor).
-  void evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out) const noexcept;
+  void evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out,
+                      uint64_t* draws = nullptr) const noexcept;
 
   // How many 64-rule words of the classifier evaluate() tests for this packet (see classifier.h):
   // for benchmarks and tests, not for the packet path.
@@ -310,14 +325,15 @@ class RuleSet {
   // The rule of `segment` (its own index, as its classifier found it for `query`) that decides
   // once the rules with `probability` have drawn: `found`, or where its draw fails, the next in
   // the segment's order that matches and wins its own.
-  uint32_t drawn(const Segment& segment, const MatchQuery& query, uint32_t found) const noexcept;
+  uint32_t drawn(const Segment& segment, const MatchQuery& query, uint32_t found,
+                 uint64_t* draws) const noexcept;
   // One pass through the segments in turn, each matched with the tag the ones before left.
-  InPass pass(const MatchQuery& query) const noexcept;
+  InPass pass(const MatchQuery& query, uint64_t* draws) const noexcept;
   // One pass for each of up to Classifier::kBatch queries, out[i] for queries[i], each segment's
   // lookups together; the tag left is worked out where tag_wanted[i] (nullptr: for none), else
   // out[i].tag is not the tag left.
-  void pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out,
-                  const bool* tag_wanted) const noexcept;
+  void pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out, const bool* tag_wanted,
+                  uint64_t* draws) const noexcept;
   // tag_after() for each of up to Classifier::kBatch passes where wanted[i], evaluated up to last[i]:
   // tags[i] holds the tag passes[i] carries into the segment, and on return the one it leaves with.
   void tags_after_batch(const Segment& segment, std::span<const MatchQuery> passes, const uint32_t* last,

@@ -581,16 +581,17 @@ TEST_CASE("RuleSet decides with pf semantics on both passes", "[compile]") {
 }
 
 // How often each rule decides `query` in `rounds` evaluations, one at a time or in batches.
-std::map<uint32_t, int> decisions(const RuleSet& set, const MatchQuery& query, int rounds, bool batched) {
+std::map<uint32_t, int> decisions(const RuleSet& set, const MatchQuery& query, uint64_t& draws, int rounds,
+                                  bool batched) {
   std::map<uint32_t, int> decided;
   if (!batched) {
-    for (int i = 0; i < rounds; ++i) ++decided[set.evaluate(query)];
+    for (int i = 0; i < rounds; ++i) ++decided[set.evaluate(query, &draws)];
     return decided;
   }
   const std::vector<MatchQuery> batch(Classifier::kBatch, query);
   std::vector<uint32_t> out(batch.size());
   for (int i = 0; i < rounds / static_cast<int>(batch.size()); ++i) {
-    set.evaluate_batch(batch, out);
+    set.evaluate_batch(batch, out, &draws);
     for (const uint32_t r : out) ++decided[r];
   }
   return decided;
@@ -611,11 +612,10 @@ TEST_CASE("probability: a rule decides with its chance, drawn per packet, else t
   CHECK(set->rule(3).text == "pass in quick proto udp from any to any port 54 keep state");
   const PacketView dns = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 53);
   uint64_t draws = 0x9e3779b97f4a7c15ull;
-  MatchQuery query{&dns, Direction::In, lan};
-  query.draws = &draws;
+  const MatchQuery query{&dns, Direction::In, lan};
   for (const bool batched : {false, true}) {
     INFO("batched " << batched);
-    const auto decided = decisions(*set, query, 10'016, batched);
+    const auto decided = decisions(*set, query, draws, 10'016, batched);
     CHECK(decided.size() == 2);
     CHECK(decided.count(2) == 0);
     // 30 % of 10,016: 3,005, with a standard deviation of 46.
@@ -623,15 +623,13 @@ TEST_CASE("probability: a rule decides with its chance, drawn per packet, else t
     CHECK(decided.at(1) < 3'300);
     CHECK(decided.at(0) + decided.at(1) == 10'016);
   }
-  // Without draws (a benchmark's query), a rule matches what it describes.
-  query.draws = nullptr;
+  // Without draws (a benchmark's), a rule matches what it describes.
   CHECK(set->evaluate(query) == 2);
   // A certain rule draws nothing.
   const PacketView other = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 54);
-  MatchQuery certain{&other, Direction::In, lan};
-  certain.draws = &draws;
+  const MatchQuery certain{&other, Direction::In, lan};
   const uint64_t before = draws;
-  CHECK(set->evaluate(certain) == 3);
+  CHECK(set->evaluate(certain, &draws) == 3);
   CHECK(draws == before);
 }
 
@@ -649,24 +647,22 @@ TEST_CASE("probability: in a rule set of segments and through both passes, as in
       ifs);
   const PacketView udp = packet(ipproto::kUdp, "10.0.0.1", 5000, "192.0.2.2", 53);
   uint64_t draws = 7;
-  MatchQuery in{&udp, Direction::In, lan};
-  in.draws = &draws;
+  const MatchQuery in{&udp, Direction::In, lan};
   for (const bool batched : {false, true}) {
     INFO("batched " << batched);
-    const auto decided = decisions(*set, in, 8'000, batched);
+    const auto decided = decisions(*set, in, draws, 8'000, batched);
     CHECK(decided.size() == 2);
     CHECK(decided.at(2) > 1'800);  // 25 % of 8,000: 2,000, sd 39
     CHECK(decided.at(2) < 2'200);
   }
   // Both passes at once: the out pass's rule, tested against the tag the in pass left.
-  MatchQuery out{&udp, Direction::Out, ext};
-  out.draws = &draws;
+  const MatchQuery out{&udp, Direction::Out, ext};
   const std::array<const MatchQuery*, 2> packet_passes = {&in, &out};
   std::vector<std::array<const MatchQuery*, 2>> packets(Classifier::kBatch / 2, packet_passes);
   std::vector<std::array<uint32_t, 2>> decided(packets.size());
   std::map<uint32_t, int> out_decided;
   for (int round = 0; round < 500; ++round) {
-    set->evaluate_passes_batch(packets, decided);
+    set->evaluate_passes_batch(packets, decided, &draws);
     for (const auto& d : decided) ++out_decided[d[1]];
   }
   CHECK(out_decided.size() == 2);
@@ -682,7 +678,7 @@ TEST_CASE("probability: in a rule set of segments and through both passes, as in
   std::map<uint32_t, int> in_decided;
   out_decided.clear();
   for (int round = 0; round < 500; ++round) {
-    one->evaluate_passes_batch(packets, decided);
+    one->evaluate_passes_batch(packets, decided, &draws);
     for (const auto& d : decided) {
       ++in_decided[d[0]];
       ++out_decided[d[1]];
