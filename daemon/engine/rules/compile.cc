@@ -325,10 +325,11 @@ bool takes_default_flags(const FilterRule& r) {
 
 constexpr FlagsMatch kDefaultFlags{tcpflag::kSyn, tcpflag::kSyn | tcpflag::kAck};
 
-// As pfctl prints it: a percentage without trailing zeros (`20%`, `12.5%`, `0.001%`).
+// As pfctl prints it, a percentage without trailing zeros (`20%`, `12.5%`, `0.001%`), to ten places
+// where pfctl's six would print a chance of a few in 2^32 as 0%.
 std::string probability_text(double probability) {
   char text[32];
-  std::snprintf(text, sizeof text, "%f", probability * 100);
+  std::snprintf(text, sizeof text, "%.10f", probability * 100);
   std::string out = text;
   out.erase(out.find_last_not_of('0') + 1);
   if (out.back() == '.') out.pop_back();

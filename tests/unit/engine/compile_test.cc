@@ -610,6 +610,11 @@ TEST_CASE("probability: a rule decides with its chance, drawn per packet, else t
   CHECK(set->rule(1).text == "pass in proto udp all no state probability 30%");
   CHECK(set->rule(2).text == "block in quick proto udp from any to any port 53 probability 0%");
   CHECK(set->rule(3).text == "pass in quick proto udp from any to any port 54 keep state");
+  InterfaceRegistry others;
+  CHECK(compile_ok("pass all probability 0.000000001", others)->rule(0).text ==
+        "pass all keep state probability 0.0000001%");
+  CHECK(compile_ok("pass all probability 12.5%", others)->rule(0).text ==
+        "pass all keep state probability 12.5%");
   const PacketView dns = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 53);
   uint64_t draws = 0x9e3779b97f4a7c15ull;
   const MatchQuery query{&dns, Direction::In, lan};
