@@ -74,6 +74,8 @@ pass in on wan0 proto udp to 10.1.0.53 port 53 keep state (no-sync)
 pass in on wan0 to 10.1.0.5
 pass in on wan0 inet6 proto icmp6 all
 pass in proto icmp all icmp-type echoreq
+block in quick on lan0 proto udp to port 9 probability 30%
+block out quick on wan0 proto tcp to port 25 received-on ! lan0
 )";
 
 // What a reload switches to and back from: other limits (below the states the first may hold),
