@@ -1381,6 +1381,8 @@ TEST_CASE("probability: a percentage or a fraction, anywhere among the rule's op
     CHECK(f.filter_rules[0].probability == Approx(value));
   }
   CHECK(parse_ok("pass in all").filter_rules[0].probability == 1.0);
+  // A macro may hold it, as any other value.
+  CHECK(parse_ok("p = \"30%\"\npass in all probability $p").filter_rules[0].probability == Approx(0.3));
 }
 
 TEST_CASE("received-on: an interface, a negated one or a list, among the rule's options", "[parser]") {
@@ -1391,8 +1393,6 @@ TEST_CASE("received-on: an interface, a negated one or a list, among the rule's 
                    .filter_rules[0]
                    .received_on) == "lan0,dmz0");
   CHECK(parse_ok("pass out all").filter_rules[0].received_on.empty());
-  // A macro may hold it, as any other value.
-  CHECK(parse_ok("p = \"30%\"\npass in all probability $p").filter_rules[0].probability == Approx(0.3));
 }
 
 TEST_CASE("RuleError::to_string formats file:line:column, or file alone for file errors") {
