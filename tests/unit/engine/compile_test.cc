@@ -628,6 +628,12 @@ TEST_CASE("probability: a rule decides with its chance, drawn per packet, else t
     CHECK(decided.at(1) < 3'300);
     CHECK(decided.at(0) + decided.at(1) == 10'016);
   }
+  // The in pass alone, as the engine asks it where an out translation rule tests tags.
+  std::map<uint32_t, int> in_pass;
+  for (int i = 0; i < 2'000; ++i) ++in_pass[set->evaluate_in(query, &draws).deciding];
+  CHECK(in_pass.size() == 2);
+  CHECK(in_pass[1] > 500);  // 30 % of 2,000: 600, sd 20
+  CHECK(in_pass[1] < 700);
   // Without draws (a benchmark's), a rule matches what it describes.
   CHECK(set->evaluate(query) == 2);
   // A certain rule draws nothing.
