@@ -149,13 +149,15 @@ std::string flags_text(uint8_t bits) {
   return out;
 }
 
+// `lan0`, `! lan0`, `{ lan0, dmz0 }`: after `on`, and after `received-on`.
+std::string interfaces_text(const std::vector<InterfaceMatch>& interfaces) {
+  return list_text(interfaces, [](const InterfaceMatch& i) { return (i.negated ? "! " : "") + i.name; });
+}
+
 std::string header_text(const std::vector<InterfaceMatch>& interfaces, const std::optional<Family>& family,
                         const std::vector<uint8_t>& protocols) {
   std::string out;
-  if (!interfaces.empty()) {
-    out += " on " +
-           list_text(interfaces, [](const InterfaceMatch& i) { return (i.negated ? "! " : "") + i.name; });
-  }
+  if (!interfaces.empty()) out += " on " + interfaces_text(interfaces);
   if (family) out += *family == Family::V4 ? " inet" : " inet6";
   if (!protocols.empty()) out += " proto " + list_text(protocols, proto_text);
   return out;
@@ -426,10 +428,7 @@ std::string filter_text(const FilterRule& r) {
   }
   if (!r.tag.empty()) out += " tag " + r.tag;
   if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
-  if (!r.received_on.empty()) {
-    out += " received-on " +
-           list_text(r.received_on, [](const InterfaceMatch& i) { return (i.negated ? "! " : "") + i.name; });
-  }
+  if (!r.received_on.empty()) out += " received-on " + interfaces_text(r.received_on);
   if (r.probability < 1) out += " probability " + probability_text(r.probability);
   return out;
 }
