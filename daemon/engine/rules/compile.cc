@@ -1369,6 +1369,12 @@ uint32_t RuleSet::drawn(const Segment& segment, const MatchQuery& query, uint32_
   return found;
 }
 
+void RuleSet::drawn_batch(const Segment& segment, std::span<const MatchQuery> queries, uint32_t* found,
+                          uint64_t* draws) const noexcept {
+  if (!filter_draws_) return;
+  for (std::size_t i = 0; i < queries.size(); ++i) found[i] = drawn(segment, queries[i], found[i], draws);
+}
+
 RuleSet::InPass RuleSet::pass(const MatchQuery& query, uint64_t* draws) const noexcept {
   InPass out;
   const bool tag_wanted = true;
@@ -1444,9 +1450,7 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
   uint16_t tags[kMost];
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, {results, n});
-    if (filter_draws_) {
-      for (std::size_t i = 0; i < n; ++i) results[i] = drawn(segments_[0], queries[i], results[i], draws);
-    }
+    drawn_batch(segments_[0], queries, results, draws);
     for (std::size_t i = 0; i < n; ++i) {
       out[i].deciding = results[i];
       last[i] = results[i] == kNoRule ? UINT32_MAX : rules_[results[i]].evaluated_until;
@@ -1479,9 +1483,7 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
     }
     if (count == 0) break;
     segment.classifier->match_batch({reaching, count}, {results, count});
-    if (filter_draws_) {
-      for (std::size_t j = 0; j < count; ++j) results[j] = drawn(segment, reaching[j], results[j], draws);
-    }
+    drawn_batch(segment, {reaching, count}, results, draws);
     const bool last_segment = k + 1 == segments_.size();
     for (std::size_t j = 0; j < count; ++j) {
       const std::size_t i = query_of[j];
@@ -1558,10 +1560,7 @@ void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint
                              uint64_t* draws) const noexcept {
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, out);
-    if (filter_draws_) {
-      for (std::size_t i = 0; i < queries.size(); ++i)
-        out[i] = drawn(segments_[0], queries[i], out[i], draws);
-    }
+    drawn_batch(segments_[0], queries, out.data(), draws);
     return;
   }
   static constexpr std::size_t kChunk = Classifier::kBatch;

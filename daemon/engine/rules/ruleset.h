@@ -327,6 +327,9 @@ class RuleSet {
   // the segment's order that matches and wins its own.
   uint32_t drawn(const Segment& segment, const MatchQuery& query, uint32_t found,
                  uint64_t* draws) const noexcept;
+  // drawn() for each of queries[i] and found[i], where some rule has `probability`.
+  void drawn_batch(const Segment& segment, std::span<const MatchQuery> queries, uint32_t* found,
+                   uint64_t* draws) const noexcept;
   // One pass through the segments in turn, each matched with the tag the ones before left.
   InPass pass(const MatchQuery& query, uint64_t* draws) const noexcept;
   // One pass for each of up to Classifier::kBatch queries, out[i] for queries[i], each segment's
