@@ -625,6 +625,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
   refresh_rules(worker);
   worker.outbox_used_ = 0;
   const rules::RuleSet& rules = *worker.rules_;
+  rules::DecisionContext decision{&worker.random_state_, now};
   // Two groups in flight: while one is decided, the next one's buckets and then its entries are
   // on their way.
   Parsed parsed[2][kPrefetchGroup];
@@ -681,8 +682,8 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
         queries[query_count++] = translation.query(pass, pass_query[k][0] != kNoQuery);
       }
     }
-    if (!rules.uses_tagged() && !rules.out_translation_tests_tags()) {
-      rules.evaluate_batch({queries, query_count}, {decided, query_count}, &worker.random_state_);
+    if (!rules.out_pass_waits() && !rules.out_translation_tests_tags()) {
+      rules.evaluate_batch({queries, query_count}, {decided, query_count}, &decision);
     } else if (!rules.out_translation_tests_tags()) {
       // A filter rule tests tags: the out passes wait for the tags the in passes leave.
       std::array<const rules::MatchQuery*, 2> packets[kPrefetchGroup];
@@ -691,7 +692,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
         for (int pass = 0; pass < 2; ++pass)
           packets[k][pass] = pass_query[k][pass] != kNoQuery ? &queries[pass_query[k][pass]] : nullptr;
       }
-      rules.evaluate_passes_batch({packets, new_count}, {passes, new_count}, &worker.random_state_);
+      rules.evaluate_passes_batch({packets, new_count}, {passes, new_count}, &decision);
       for (std::size_t k = 0; k < new_count; ++k) {
         for (int pass = 0; pass < 2; ++pass) {
           if (pass_query[k][pass] != kNoQuery) decided[pass_query[k][pass]] = passes[k][pass];
@@ -704,7 +705,7 @@ void Engine::process_batch(Worker& worker, std::span<BatchPacket> batch, Millis 
         const uint8_t out = pass_query[k][1];
         const auto passes = rules.evaluate_passes(in != kNoQuery ? &queries[in] : nullptr,
                                                   out != kNoQuery ? &queries[out] : nullptr,
-                                                  translations[k]->in_decided, &worker.random_state_);
+                                                  translations[k]->in_decided, &decision);
         if (in != kNoQuery) decided[in] = passes[0];
         if (out != kNoQuery) decided[out] = passes[1];
       }
@@ -755,6 +756,7 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     verdict = *screened;
   } else if (!by_state(worker, bytes, parsed, meta, now, verdict)) {
     const rules::RuleSet& rules = *worker.rules_;
+    rules::DecisionContext decision{&worker.random_state_, now};
     Translation translation;
     translate(worker, bytes, parsed, meta, translation, now);
     rules::MatchQuery passes[2];
@@ -765,9 +767,8 @@ Verdict Engine::decide(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
       passes[pass] = translation.query(pass, meets[0] != nullptr);
       meets[pass] = &passes[pass];
     }
-    verdict = by_rules(
-        worker, bytes, parsed, meta, translation,
-        rules.evaluate_passes(meets[0], meets[1], translation.in_decided, &worker.random_state_), now);
+    verdict = by_rules(worker, bytes, parsed, meta, translation,
+                       rules.evaluate_passes(meets[0], meets[1], translation.in_decided, &decision), now);
   }
   return verdict;
 }
@@ -1383,8 +1384,8 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
     if (rules.out_translation_tests_tags()) {
       carried = translation.tag[0];
       if (parsed.filtered[0] && translation.filtered[0]) {
-        const rules::RuleSet::InPass in =
-            rules.evaluate_in(translation.query(0, true), &worker.random_state_);
+        rules::DecisionContext decision{&worker.random_state_, now};
+        const rules::RuleSet::InPass in = rules.evaluate_in(translation.query(0, true), &decision);
         translation.in_decided = in.deciding;
         carried = in.tag;
       }

@@ -169,6 +169,13 @@ struct FilterRule {
   // `probability 20%` (or `0.2`): the rule matches a packet it describes with this chance, drawn
   // afresh for each packet (pf's arc4random); a packet it passes over goes on to the next rules.
   double probability = 1.0;
+  // `once`: the rule decides one packet, then matches none (pf's one-shot rule, as ftp-proxy's
+  // anchors use it; the states that packet made live on).
+  bool once = false;
+  // `max-pkt-rate N/S`: the rule stops matching while the packets it decided come faster than N in
+  // S seconds (pf's decaying threshold); the packets it passes over go on to the next rules.
+  uint32_t max_pkt_rate = 0;
+  uint32_t max_pkt_rate_seconds = 0;
   std::string anchor;  // the path of the anchor holding the rule; empty in the main rule set
 };
 

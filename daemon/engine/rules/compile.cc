@@ -430,6 +430,9 @@ std::string filter_text(const FilterRule& r) {
   if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
   if (!r.received_on.empty()) out += " received-on " + interfaces_text(r.received_on);
   if (r.probability < 1) out += " probability " + probability_text(r.probability);
+  if (r.once) out += " once";
+  if (r.max_pkt_rate != 0)
+    out += " max-pkt-rate " + std::to_string(r.max_pkt_rate) + "/" + std::to_string(r.max_pkt_rate_seconds);
   return out;
 }
 
@@ -955,7 +958,12 @@ class Compiler {
       c.label = shown.label;
       c.tag = tag_number(r.tag);
       c.chance = static_cast<uint64_t>(std::llround(r.probability * static_cast<double>(kCertain)));
-      if (c.chance != kCertain) set.filter_draws_ = true;
+      c.once = r.once;
+      c.max_packets = r.max_pkt_rate;
+      c.rate_seconds = r.max_pkt_rate_seconds;
+      c.conditional = c.chance != kCertain || c.once || c.max_packets != 0;
+      set.filter_conditional_ |= c.conditional;
+      set.filter_meters_ |= c.once || c.max_packets != 0;
       set.rules_.push_back(std::move(c));
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
@@ -1349,41 +1357,80 @@ void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {
 RuleSet::RuleSet() = default;
 RuleSet::~RuleSet() = default;
 
-uint32_t RuleSet::evaluate(const MatchQuery& query, uint64_t* draws) const noexcept {
+uint32_t RuleSet::evaluate(const MatchQuery& query, DecisionContext* context) const noexcept {
   if (segments_.size() == 1) {
     const uint32_t found = segments_[0].classifier->match(query);
-    return filter_draws_ ? drawn(segments_[0], query, found, draws) : found;
+    return filter_conditional_ ? admitted(segments_[0], query, found, context) : found;
   }
-  return pass(query, draws).deciding;
+  return pass(query, context).deciding;
 }
 
-// pf flips a rule's coin as its evaluation reaches the rule; the rules before the one that decides
-// in the order of decision never matter, so only the candidates that would decide draw.
-uint32_t RuleSet::drawn(const Segment& segment, const MatchQuery& query, uint32_t found,
-                        uint64_t* draws) const noexcept {
-  while (found != Classifier::kNoMatch && draws != nullptr) {
-    const uint64_t chance = rules_[segment.first + found].chance;
-    if (chance == kCertain || (next_draw(*draws) >> 32) < chance) break;
+// pf tests a rule's conditions as its evaluation reaches the rule; the rules before the one that
+// decides in the order of decision never matter, so only the candidates that would decide draw,
+// count or are spent. (pf also counts a non-quick rule's rate, and spends its `once`, where a
+// later rule overrides it; here only what a rule decides counts.)
+uint32_t RuleSet::admitted(const Segment& segment, const MatchQuery& query, uint32_t found,
+                           DecisionContext* context) const noexcept {
+  while (found != Classifier::kNoMatch && context != nullptr) {
+    const CompiledRule& rule = rules_[segment.first + found];
+    if (!rule.conditional || admits(rule, *context)) break;
     found = segment.classifier->match_after(query, found);
   }
   return found;
 }
 
-void RuleSet::drawn_batch(const Segment& segment, std::span<const MatchQuery> queries, uint32_t* found,
-                          uint64_t* draws) const noexcept {
-  if (!filter_draws_) return;
-  for (std::size_t i = 0; i < queries.size(); ++i) found[i] = drawn(segment, queries[i], found[i], draws);
+void RuleSet::admitted_batch(const Segment& segment, std::span<const MatchQuery> queries, uint32_t* found,
+                             DecisionContext* context) const noexcept {
+  if (!filter_conditional_) return;
+  for (std::size_t i = 0; i < queries.size(); ++i)
+    found[i] = admitted(segment, queries[i], found[i], context);
 }
 
-RuleSet::InPass RuleSet::pass(const MatchQuery& query, uint64_t* draws) const noexcept {
+bool packet_rate_over(RuleStats& stats, uint32_t limit, uint32_t seconds, Millis now) noexcept {
+  // The time in 16 ms steps: 32 bits of them span two years, so that a rule idle for weeks still
+  // finds its count decayed. A worker whose clock reads a little behind another's decays nothing.
+  const auto at = static_cast<uint32_t>(static_cast<uint64_t>(now.count()) >> 4);
+  const uint64_t period = uint64_t{seconds} * 1000;
+  uint64_t seen = stats.packet_rate.load(std::memory_order_relaxed);
+  uint64_t raised = 0;
+  uint32_t last = 0;
+  do {
+    uint64_t count = seen >> 32;
+    last = static_cast<uint32_t>(seen);
+    const auto ahead = static_cast<int32_t>(at - last);
+    if (count == 0 || ahead > 0) {  // a count of 0 has no time to decay from
+      const uint64_t elapsed = count == 0 ? 0 : uint64_t{static_cast<uint32_t>(ahead)} << 4;
+      count = elapsed >= period ? 0 : count - count * elapsed / period;
+      last = at;
+    }
+    raised = std::min<uint64_t>(count + kRateUnit, UINT32_MAX);
+  } while (!stats.packet_rate.compare_exchange_weak(seen, raised << 32 | last, std::memory_order_relaxed));
+  return raised > uint64_t{limit} * kRateUnit;
+}
+
+bool RuleSet::admits(const CompiledRule& rule, DecisionContext& context) noexcept {
+  if (rule.chance != kCertain && context.draws != nullptr && (next_draw(*context.draws) >> 32) >= rule.chance)
+    return false;
+  if (rule.max_packets != 0 &&
+      packet_rate_over(*rule.stats, rule.max_packets, rule.rate_seconds, context.now))
+    return false;
+  // Read first: once spent, the packets that pass over it leave its line shared among the workers.
+  if (rule.once && (rule.stats->spent.load(std::memory_order_relaxed) ||
+                    rule.stats->spent.exchange(true, std::memory_order_relaxed)))
+    return false;
+  return true;
+}
+
+RuleSet::InPass RuleSet::pass(const MatchQuery& query, DecisionContext* context) const noexcept {
   InPass out;
   const bool tag_wanted = true;
-  pass_batch({&query, 1}, {&out, 1}, &tag_wanted, draws);
+  pass_batch({&query, 1}, {&out, 1}, &tag_wanted, context);
   return out;
 }
 
 std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const MatchQuery* out,
-                                                 uint32_t in_decided, uint64_t* draws) const noexcept {
+                                                 uint32_t in_decided,
+                                                 DecisionContext* context) const noexcept {
   std::array<uint32_t, 2> deciding = {kNoRule, kNoRule};
   uint16_t tag = 0;
   if (in != nullptr) {
@@ -1392,24 +1439,24 @@ std::array<uint32_t, 2> RuleSet::evaluate_passes(const MatchQuery* in, const Mat
     } else if (out != nullptr && out->tag == 0) {
       // The tag only matters to an out pass that does not carry its translation's; where the in
       // pass was matched before, out->tag is what it left.
-      const InPass passed = evaluate_in(*in, draws);
+      const InPass passed = evaluate_in(*in, context);
       deciding[0] = passed.deciding;
       tag = passed.tag;
     } else {
-      deciding[0] = evaluate(*in, draws);
+      deciding[0] = evaluate(*in, context);
     }
   }
-  if (out != nullptr) {
+  if (out != nullptr && reaches_out(deciding[0])) {
     MatchQuery carrying = *out;
     if (carrying.tag == 0) carrying.tag = tag;
-    deciding[1] = evaluate(carrying, draws);
+    deciding[1] = evaluate(carrying, context);
   }
   return deciding;
 }
 
 void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
                                     std::span<std::array<uint32_t, 2>> decided,
-                                    uint64_t* draws) const noexcept {
+                                    DecisionContext* context) const noexcept {
   static constexpr std::size_t kChunk = Classifier::kBatch;
   for (std::size_t first = 0; first < packets.size(); first += kChunk) {
     const std::size_t n = std::min(kChunk, packets.size() - first);
@@ -1423,7 +1470,7 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
       for (std::size_t i = 0; i < n; ++i) {
         const std::array<const MatchQuery*, 2>& p = packets[first + i];
         decided[first + i][pass] = kNoRule;
-        if (p[pass] == nullptr) continue;
+        if (p[pass] == nullptr || (pass == 1 && !reaches_out(decided[first + i][0]))) continue;
         queries[count] = *p[pass];
         // The tag only matters to an out pass that does not carry its translation's.
         const bool out_tag_left = p[1] != nullptr && p[1]->tag == 0;
@@ -1431,7 +1478,7 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
         if (pass == 1 && out_tag_left && p[0] != nullptr) queries[count].tag = left[i];
         packet_of[count++] = static_cast<uint8_t>(i);
       }
-      pass_batch({queries, count}, {results, count}, pass == 0 ? out_needs_tag : nullptr, draws);
+      pass_batch({queries, count}, {results, count}, pass == 0 ? out_needs_tag : nullptr, context);
       for (std::size_t q = 0; q < count; ++q) {
         decided[first + packet_of[q]][pass] = results[q].deciding;
         if (pass == 0) left[packet_of[q]] = results[q].tag;
@@ -1441,7 +1488,7 @@ void RuleSet::evaluate_passes_batch(std::span<const std::array<const MatchQuery*
 }
 
 void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out, const bool* tag_wanted,
-                         uint64_t* draws) const noexcept {
+                         DecisionContext* context) const noexcept {
   static constexpr std::size_t kMost = Classifier::kBatch;
   const std::size_t n = queries.size();
   uint32_t results[kMost];
@@ -1450,7 +1497,7 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
   uint16_t tags[kMost];
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, {results, n});
-    drawn_batch(segments_[0], queries, results, draws);
+    admitted_batch(segments_[0], queries, results, context);
     for (std::size_t i = 0; i < n; ++i) {
       out[i].deciding = results[i];
       last[i] = results[i] == kNoRule ? UINT32_MAX : rules_[results[i]].evaluated_until;
@@ -1483,7 +1530,7 @@ void RuleSet::pass_batch(std::span<const MatchQuery> queries, std::span<InPass> 
     }
     if (count == 0) break;
     segment.classifier->match_batch({reaching, count}, {results, count});
-    drawn_batch(segment, {reaching, count}, results, draws);
+    admitted_batch(segment, {reaching, count}, results, context);
     const bool last_segment = k + 1 == segments_.size();
     for (std::size_t j = 0; j < count; ++j) {
       const std::size_t i = query_of[j];
@@ -1525,10 +1572,10 @@ void RuleSet::tags_after_batch(const Segment& segment, std::span<const MatchQuer
   }
 }
 
-RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in, uint64_t* draws) const noexcept {
-  if (segments_.size() != 1) return pass(in, draws);
+RuleSet::InPass RuleSet::evaluate_in(const MatchQuery& in, DecisionContext* context) const noexcept {
+  if (segments_.size() != 1) return pass(in, context);
   uint32_t deciding = segments_[0].classifier->match(in);
-  if (filter_draws_) deciding = drawn(segments_[0], in, deciding, draws);
+  if (filter_conditional_) deciding = admitted(segments_[0], in, deciding, context);
   return {deciding, tag_after_in(in, deciding)};
 }
 
@@ -1557,17 +1604,17 @@ uint32_t RuleSet::words_tested(const PacketView& packet, Direction direction, If
 }
 
 void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out,
-                             uint64_t* draws) const noexcept {
+                             DecisionContext* context) const noexcept {
   if (segments_.size() == 1) {
     segments_[0].classifier->match_batch(queries, out);
-    drawn_batch(segments_[0], queries, out.data(), draws);
+    admitted_batch(segments_[0], queries, out.data(), context);
     return;
   }
   static constexpr std::size_t kChunk = Classifier::kBatch;
   for (std::size_t first = 0; first < queries.size(); first += kChunk) {
     const std::size_t n = std::min(kChunk, queries.size() - first);
     InPass passed[kChunk];
-    pass_batch(queries.subspan(first, n), {passed, n}, nullptr, draws);
+    pass_batch(queries.subspan(first, n), {passed, n}, nullptr, context);
     for (std::size_t i = 0; i < n; ++i) out[first + i] = passed[i].deciding;
   }
 }

@@ -30,6 +30,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <tuple>
 #include <utility>
 
 #include "daemon/engine/rules/anchors.h"
@@ -89,8 +90,6 @@ constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
     {"prio", "there are no priorities or queues"},
     {"queue", "there are no priorities or queues"},
     {"set", "there is no 'set prio' or 'set queue'; a scrub rule sets the TOS: scrub out all set-tos T"},
-    {"once", "a rule stays in force after its first match"},
-    {"max-pkt-rate", "limit new connections with max-src-conn-rate"},
 };
 
 // Statements of the main rule file only: an anchor holds filter rules and anchors.
@@ -224,7 +223,8 @@ constexpr const char* kIfBoundRefused =
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
-    "flags, icmp-type, state options, allow-opts, label, tag, tagged, received-on and probability";
+    "flags, icmp-type, state options, allow-opts, label, tag, tagged, received-on, probability, once and "
+    "max-pkt-rate";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
@@ -1446,6 +1446,8 @@ class Parser {
     std::optional<Token> label_seen;
     std::optional<Token> allow_opts_seen;
     std::optional<Token> probability_seen;
+    std::optional<Token> once_seen;
+    std::optional<Token> rate_seen;
     std::optional<Token> received_on_seen;
     TagsSeen tags_seen;
     while (!at_end_of_statement()) {
@@ -1515,6 +1517,18 @@ class Parser {
           r.probability = probability(take_value("a probability, e.g. 20% or 0.2"));
           continue;
         }
+        if (t.text == "once") {
+          once(once_seen, "'once'");
+          take();
+          r.once = true;
+          continue;
+        }
+        if (t.text == "max-pkt-rate") {
+          once(rate_seen, "'max-pkt-rate'");
+          take();
+          packet_rate(r);
+          continue;
+        }
         if (int s = filter_stage(t.text); s != 0 && s <= 8) {
           fail_at(t, "'" + t.text + "' is out of order or repeated: " + kFilterOrder);
         }
@@ -1525,12 +1539,15 @@ class Parser {
       fail_expected(t, stage < 8
                            ? "'from', 'to', 'all', a rule option or end of line"
                            : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
-                             "'tag', 'tagged', 'received-on', 'probability' or end of line");
+                             "'tag', 'tagged', 'received-on', 'probability', 'once', 'max-pkt-rate' or "
+                             "end of line");
     }
-    if (probability_seen && !r.tag.empty()) {
-      // The tag a packet leaves with is found apart from the deciding rule, by rules that draw nothing.
-      fail_at(*probability_seen,
-              "'probability' with 'tag' is not supported: tag the packets in a rule of their own");
+    // The tag a packet leaves with is found apart from the deciding rule, by rules that are certain.
+    for (const std::optional<Token>& condition : {probability_seen, once_seen, rate_seen}) {
+      if (condition && !r.tag.empty()) {
+        fail_at(*condition, "'" + condition->text +
+                                "' with 'tag' is not supported: tag the packets in a rule of their own");
+      }
     }
     if (r.action == Action::Match && r.tag.empty()) {
       fail_at(first,
@@ -1658,20 +1675,32 @@ class Parser {
     }
   }
 
+  // `max-pkt-rate N/S`: N packets per S seconds. N stays below pf's PF_THRESHOLD_MAX, where the
+  // count, kept in thousandths of a packet, would overflow 32 bits.
+  void packet_rate(FilterRule& r) {
+    std::tie(r.max_pkt_rate, r.max_pkt_rate_seconds) = rate("max-pkt-rate", "packets", 4'294'966);
+  }
+
   // `max-src-conn-rate N/S`: N connections per S seconds.
   void source_conn_rate(StateOptions& state) {
-    const Token t = take_value("a rate such as 15/5 (connections/seconds)");
+    std::tie(state.max_src_conn_rate, state.max_src_conn_rate_seconds) =
+        rate("max-src-conn-rate", "connections", std::numeric_limits<uint32_t>::max());
+  }
+
+  // A rate `N/S` of `what` (at most `most` of them) in S seconds, up to a day.
+  std::pair<uint32_t, uint32_t> rate(std::string_view option, std::string_view what, uint32_t most) {
+    const std::string example = "a rate such as 15/5 (" + std::string(what) + "/seconds)";
+    const Token t = take_value(example);
     const auto slash = t.text.find('/');
-    if (slash == std::string::npos) fail_expected(t, "a rate such as 15/5 (connections/seconds)");
+    if (slash == std::string::npos) fail_expected(t, example);
     Token count = t;
     count.text = t.text.substr(0, slash);
     Token seconds = t;
     seconds.text = t.text.substr(slash + 1);
     seconds.column = t.column + static_cast<uint32_t>(slash) + 1;
-    state.max_src_conn_rate = static_cast<uint32_t>(
-        number(count, 1, std::numeric_limits<uint32_t>::max(), "connections in max-src-conn-rate"));
-    state.max_src_conn_rate_seconds =
-        static_cast<uint32_t>(number(seconds, 1, 86'400, "seconds in max-src-conn-rate"));
+    const std::string option_text(option);
+    return {static_cast<uint32_t>(number(count, 1, most, std::string(what) + " in " + option_text)),
+            static_cast<uint32_t>(number(seconds, 1, 86'400, "seconds in " + option_text))};
   }
 
   // ---- rule parts ------------------------------------------------------------------------

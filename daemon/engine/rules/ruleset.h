@@ -29,6 +29,12 @@ struct RuleStats {
   std::atomic<uint32_t> states_current{0};
   std::atomic<uint32_t> source_nodes{0};  // source addresses its states come from (max-src-nodes)
   std::atomic<uint64_t> states_created{0};
+  // `once`: the rule has decided its one packet, and matches none after it.
+  std::atomic<bool> spent{false};
+  // `max-pkt-rate`: pf's threshold over the packets the rule decided (see packet_rate_over()), as
+  // a count (x kRateUnit) in the top 32 bits over the time it was last raised (Millis / 16, low 32
+  // bits): one word, so that the workers raise it with a compare-and-swap and no lock.
+  std::atomic<uint64_t> packet_rate{0};
 };
 
 inline constexpr uint32_t kNoRuleNumber = UINT32_MAX;
@@ -45,6 +51,24 @@ inline uint64_t next_draw(uint64_t& state) noexcept {
   state ^= state >> 27;
   return state * 0x2545F4914F6CDD1DULL;
 }
+
+// pf's PF_THRESHOLD_MULT: a rate's count is kept in thousandths of a packet, to decay smoothly.
+inline constexpr uint64_t kRateUnit = 1000;
+
+// pf's max-pkt-rate threshold (pf_add_threshold, then pf_check_threshold): raises the rule's count
+// (RuleStats::packet_rate) by one packet at `now`, after its decay in proportion to the time since it
+// was last raised, and says whether it is then over `limit` packets in `seconds`. Lock-free: the
+// workers of one rule raise one word together.
+bool packet_rate_over(RuleStats& stats, uint32_t limit, uint32_t seconds, Millis now) noexcept;
+
+// What a worker brings to the rules whose match depends on more than the packet: its draws
+// (`probability`, a next_draw() state) and the time (`max-pkt-rate`). Evaluated without one
+// (nullptr), such rules match every packet they describe, and none is counted or spent (`once`):
+// the rules as a description, for benchmarks and tests.
+struct DecisionContext {
+  uint64_t* draws = nullptr;
+  Millis now{0};
+};
 
 struct CompiledRule {
   uint32_t number = 0;  // @N, 0-based file order within its anchor (pfctl -a NAME -s rules)
@@ -77,6 +101,12 @@ struct CompiledRule {
   std::string label;           // `label "..."`, or empty
   uint16_t tag = 0;            // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
   uint64_t chance = kCertain;  // `probability P`
+  bool once = false;           // `once`: it decides one packet, then matches no more
+  uint32_t max_packets = 0;    // `max-pkt-rate N/S`: N, 0 for none
+  uint32_t rate_seconds = 0;   // and S
+  // Whether it may pass over a packet it describes (chance, once, max_packets): the candidate must
+  // then be admitted (RuleSet::admits()).
+  bool conditional = false;
   // Where pf's evaluation stops when this rule decides (an index of RuleSet::rule()): at a quick
   // rule, itself; within a quick anchor, that anchor's last rule; else past the last rule. The
   // match rules up to there have tagged the packet.
@@ -186,15 +216,18 @@ class RuleSet {
                     uint16_t tag = 0) const noexcept {
     return evaluate(MatchQuery{&packet, direction, iface, tag});
   }
-  // The same for a query, which may say the packet's source failed the uRPF check. `draws`: where
-  // the rules with `probability` draw their chances (a worker's next_draw() state); nullptr flips
-  // no coin, and such a rule matches every packet it describes. Kept out of the query, whose size
-  // the classifier's batches feel (a pointer more: 10 rules -1.7 %).
-  uint32_t evaluate(const MatchQuery& query, uint64_t* draws = nullptr) const noexcept;
+  // The same for a query, which may say the packet's source failed the uRPF check. `context`: what
+  // the rules with `probability`, `once` or `max-pkt-rate` decide by (DecisionContext). Kept out of
+  // the query, whose size the classifier's batches feel (a pointer more: 10 rules -1.7 %).
+  uint32_t evaluate(const MatchQuery& query, DecisionContext* context = nullptr) const noexcept;
 
   // Whether a filter rule tests tags (`tagged`): then a packet's out pass depends on its in pass's
   // outcome, and evaluate_passes() takes them in turn.
   bool uses_tagged() const noexcept { return filter_tests_tags_; }
+  // Whether a packet's out pass must wait for its in pass: a filter rule tests tags, or one spends
+  // (`once`) or counts (`max-pkt-rate`) what it decides, which a packet its in pass blocks never
+  // reaches. evaluate_passes() and evaluate_passes_batch() take such passes in turn.
+  bool out_pass_waits() const noexcept { return filter_tests_tags_ || filter_meters_; }
   // Whether a filter rule is `from urpf-failed`: then an in pass's query says whether the packet's
   // source failed the unicast reverse path check (MatchQuery::urpf_failed), which only the routing
   // tables can tell.
@@ -211,29 +244,30 @@ class RuleSet {
   // each. `in->tag` is what the packet carries into its in pass; `out->tag` what an out
   // translation rule tagged it with, which replaces what the in pass left (0: it set none).
   // `in_decided`: the in pass's deciding rule where evaluate_in() found it already; `out->tag` is
-  // then the out pass's tag, 0 included.
+  // then the out pass's tag, 0 included. Where a rule has `once` or `max-pkt-rate`, an out pass
+  // whose in pass a block rule decided is not evaluated (kNoRule), as pf's packet never gets there.
   static constexpr uint32_t kUndecided = UINT32_MAX - 1;
   std::array<uint32_t, 2> evaluate_passes(const MatchQuery* in, const MatchQuery* out,
                                           uint32_t in_decided = kUndecided,
-                                          uint64_t* draws = nullptr) const noexcept;
+                                          DecisionContext* context = nullptr) const noexcept;
   // evaluate_passes() for packets[i] = {in, out} each, in_decided unknown: the in passes matched
   // together (evaluate_batch()), then the out passes with the tags the in passes left, into
   // decided[i]. A batch's lookups overlap where one at a time they would wait on each other.
   void evaluate_passes_batch(std::span<const std::array<const MatchQuery*, 2>> packets,
                              std::span<std::array<uint32_t, 2>> decided,
-                             uint64_t* draws = nullptr) const noexcept;
+                             DecisionContext* context = nullptr) const noexcept;
   // The in pass alone: its deciding rule, and the tag the packet leaves it with.
   struct InPass {
     uint32_t deciding = kNoRule;
     uint16_t tag = 0;
   };
-  InPass evaluate_in(const MatchQuery& in, uint64_t* draws = nullptr) const noexcept;
+  InPass evaluate_in(const MatchQuery& in, DecisionContext* context = nullptr) const noexcept;
 
   // evaluate() for each query, out[i] for queries[i]; faster per packet than one call each, as the
   // lookups of a batch overlap their cache misses (Classifier::match_batch), where the batch is
   // large enough (Classifier::kBatchFloor).
   void evaluate_batch(std::span<const MatchQuery> queries, std::span<uint32_t> out,
-                      uint64_t* draws = nullptr) const noexcept;
+                      DecisionContext* context = nullptr) const noexcept;
 
   // How many 64-rule words of the classifier evaluate() tests for this packet (see classifier.h):
   // for benchmarks and tests, not for the packet path.
@@ -321,22 +355,33 @@ class RuleSet {
   bool filter_tests_urpf_ = false;
   bool filter_tests_no_route_[2] = {false, false};
   bool out_translation_tests_tags_ = false;
-  bool filter_draws_ = false;  // some filter rule has `probability`
+  bool filter_conditional_ = false;  // some filter rule is CompiledRule::conditional
+  bool filter_meters_ = false;       // some filter rule has `once` or `max-pkt-rate`
+  // Whether `rule`, a candidate that matches the packet, decides it: it wins its draw, is within
+  // its packet rate (counting the packet), and, with `once`, has not decided a packet before.
+  static bool admits(const CompiledRule& rule, DecisionContext& context) noexcept;
   // The rule of `segment` (its own index, as its classifier found it for `query`) that decides
-  // once the rules with `probability` have drawn: `found`, or where its draw fails, the next in
-  // the segment's order that matches and wins its own.
-  uint32_t drawn(const Segment& segment, const MatchQuery& query, uint32_t found,
-                 uint64_t* draws) const noexcept;
-  // drawn() for each of queries[i] and found[i], where some rule has `probability`.
-  void drawn_batch(const Segment& segment, std::span<const MatchQuery> queries, uint32_t* found,
-                   uint64_t* draws) const noexcept;
+  // once the conditional rules are admitted: `found`, or where it is not, the next in the
+  // segment's order that matches and is.
+  uint32_t admitted(const Segment& segment, const MatchQuery& query, uint32_t found,
+                    DecisionContext* context) const noexcept;
+  // Whether a packet whose in pass `in_deciding` decided (an index of rules_, or kNoRule) meets its
+  // out pass's rules. Where a rule counts or spends what it decides, one the in pass blocks must
+  // not, as pf's never gets there; elsewhere matching it anyway changes nothing, and
+  // evaluate_batch() matches both passes together.
+  bool reaches_out(uint32_t in_deciding) const noexcept {
+    return !filter_meters_ || in_deciding == kNoRule || rules_[in_deciding].action != Action::Block;
+  }
+  // admitted() for each of queries[i] and found[i], where some rule is conditional.
+  void admitted_batch(const Segment& segment, std::span<const MatchQuery> queries, uint32_t* found,
+                      DecisionContext* context) const noexcept;
   // One pass through the segments in turn, each matched with the tag the ones before left.
-  InPass pass(const MatchQuery& query, uint64_t* draws) const noexcept;
+  InPass pass(const MatchQuery& query, DecisionContext* context) const noexcept;
   // One pass for each of up to Classifier::kBatch queries, out[i] for queries[i], each segment's
   // lookups together; the tag left is worked out where tag_wanted[i] (nullptr: for none), else
   // out[i].tag is not the tag left.
   void pass_batch(std::span<const MatchQuery> queries, std::span<InPass> out, const bool* tag_wanted,
-                  uint64_t* draws) const noexcept;
+                  DecisionContext* context) const noexcept;
   // tag_after() for each of up to Classifier::kBatch passes where wanted[i], evaluated up to last[i]:
   // tags[i] holds the tag passes[i] carries into the segment, and on return the one it leaves with.
   void tags_after_batch(const Segment& segment, std::span<const MatchQuery> passes, const uint32_t* last,

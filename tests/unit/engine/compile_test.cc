@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <variant>
 
 namespace pairwall::engine::rules {
@@ -581,17 +582,17 @@ TEST_CASE("RuleSet decides with pf semantics on both passes", "[compile]") {
 }
 
 // How often each rule decides `query` in `rounds` evaluations, one at a time or in batches.
-std::map<uint32_t, int> decisions(const RuleSet& set, const MatchQuery& query, uint64_t& draws, int rounds,
-                                  bool batched) {
+std::map<uint32_t, int> decisions(const RuleSet& set, const MatchQuery& query, DecisionContext& context,
+                                  int rounds, bool batched) {
   std::map<uint32_t, int> decided;
   if (!batched) {
-    for (int i = 0; i < rounds; ++i) ++decided[set.evaluate(query, &draws)];
+    for (int i = 0; i < rounds; ++i) ++decided[set.evaluate(query, &context)];
     return decided;
   }
   const std::vector<MatchQuery> batch(Classifier::kBatch, query);
   std::vector<uint32_t> out(batch.size());
   for (int i = 0; i < rounds / static_cast<int>(batch.size()); ++i) {
-    set.evaluate_batch(batch, out, &draws);
+    set.evaluate_batch(batch, out, &context);
     for (const uint32_t r : out) ++decided[r];
   }
   return decided;
@@ -617,10 +618,11 @@ TEST_CASE("probability: a rule decides with its chance, drawn per packet, else t
         "pass all keep state probability 12.5%");
   const PacketView dns = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 53);
   uint64_t draws = 0x9e3779b97f4a7c15ull;
+  DecisionContext context{&draws};
   const MatchQuery query{&dns, Direction::In, lan};
   for (const bool batched : {false, true}) {
     INFO("batched " << batched);
-    const auto decided = decisions(*set, query, draws, 10'016, batched);
+    const auto decided = decisions(*set, query, context, 10'016, batched);
     CHECK(decided.size() == 2);
     CHECK(decided.count(2) == 0);
     // 30 % of 10,016: 3,005, with a standard deviation of 46.
@@ -630,7 +632,7 @@ TEST_CASE("probability: a rule decides with its chance, drawn per packet, else t
   }
   // The in pass alone, as the engine asks it where an out translation rule tests tags.
   std::map<uint32_t, int> in_pass;
-  for (int i = 0; i < 2'000; ++i) ++in_pass[set->evaluate_in(query, &draws).deciding];
+  for (int i = 0; i < 2'000; ++i) ++in_pass[set->evaluate_in(query, &context).deciding];
   CHECK(in_pass.size() == 2);
   CHECK(in_pass[1] > 500);  // 30 % of 2,000: 600, sd 20
   CHECK(in_pass[1] < 700);
@@ -640,8 +642,150 @@ TEST_CASE("probability: a rule decides with its chance, drawn per packet, else t
   const PacketView other = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 54);
   const MatchQuery certain{&other, Direction::In, lan};
   const uint64_t before = draws;
-  CHECK(set->evaluate(certain, &draws) == 3);
+  CHECK(set->evaluate(certain, &context) == 3);
   CHECK(draws == before);
+}
+
+TEST_CASE("once: a rule decides one packet, then the next rule decides", "[compile][once]") {
+  InterfaceRegistry ifs;
+  const IfaceId lan = ifs.intern("lan0");
+  auto set = compile_ok(
+      "block all\n"                                         // 0
+      "pass in quick proto udp to port 53 no state once\n"  // 1
+      "pass in proto udp to port 54 once\n",                // 2
+      ifs);
+  CHECK(set->rule(1).text == "pass in quick proto udp from any to any port 53 no state once");
+  const PacketView dns = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 53);
+  const MatchQuery query{&dns, Direction::In, lan};
+  // Without a context (a benchmark's), the rules are a description: nothing is spent.
+  CHECK(set->evaluate(query) == 1);
+  CHECK(set->evaluate(query) == 1);
+  uint64_t draws = 1;
+  DecisionContext context{&draws};
+  CHECK(set->evaluate(query, &context) == 1);
+  CHECK(set->rule(1).stats->spent.load());
+  CHECK(set->evaluate(query, &context) == 0);
+  CHECK(set->evaluate_in(query, &context).deciding == 0);
+  // In a batch, one packet alone takes it.
+  const PacketView other = packet(ipproto::kUdp, "10.0.0.1", 5000, "10.0.0.2", 54);
+  const std::vector<MatchQuery> batch(Classifier::kBatch, MatchQuery{&other, Direction::In, lan});
+  std::vector<uint32_t> out(batch.size());
+  set->evaluate_batch(batch, out, &context);
+  CHECK(std::count(out.begin(), out.end(), 2u) == 1);
+  CHECK(std::count(out.begin(), out.end(), 0u) == static_cast<long>(batch.size()) - 1);
+}
+
+TEST_CASE("once: a packet its in pass blocks does not spend an out rule", "[compile][once]") {
+  InterfaceRegistry ifs;
+  const IfaceId lan = ifs.intern("lan0");
+  const IfaceId ext = ifs.intern("ext0");
+  const std::string rules =
+      "block all\n"                             // 0
+      "pass in on lan0 all\n"                   // 1
+      "block in quick on lan0 from 10.0.0.9\n"  // 2
+      "pass out on ext0 proto udp all once\n";  // 3
+  const PacketView blocked = packet(ipproto::kUdp, "10.0.0.9", 5000, "192.0.2.2", 53);
+  const PacketView passed = packet(ipproto::kUdp, "10.0.0.1", 5000, "192.0.2.2", 53);
+  uint64_t draws = 1;
+  DecisionContext context{&draws};
+  for (const bool batched : {false, true}) {
+    INFO("batched " << batched);
+    auto fresh = compile_ok(rules, ifs);
+    CHECK(fresh->rule(3).text == "pass out on ext0 proto udp all keep state once");
+    const MatchQuery passes[2][2] = {{{&blocked, Direction::In, lan}, {&blocked, Direction::Out, ext}},
+                                     {{&passed, Direction::In, lan}, {&passed, Direction::Out, ext}}};
+    std::array<uint32_t, 2> first{};
+    std::array<uint32_t, 2> second{};
+    std::array<uint32_t, 2> third{};
+    if (batched) {
+      const std::vector<std::array<const MatchQuery*, 2>> packets = {
+          {&passes[0][0], &passes[0][1]}, {&passes[1][0], &passes[1][1]}, {&passes[1][0], &passes[1][1]}};
+      std::vector<std::array<uint32_t, 2>> decided(packets.size());
+      fresh->evaluate_passes_batch(packets, decided, &context);
+      first = decided[0];
+      second = decided[1];
+      third = decided[2];
+    } else {
+      first = fresh->evaluate_passes(&passes[0][0], &passes[0][1], RuleSet::kUndecided, &context);
+      second = fresh->evaluate_passes(&passes[1][0], &passes[1][1], RuleSet::kUndecided, &context);
+      third = fresh->evaluate_passes(&passes[1][0], &passes[1][1], RuleSet::kUndecided, &context);
+    }
+    CHECK(first == std::array<uint32_t, 2>{2, kNoRule});
+    CHECK(second == std::array<uint32_t, 2>{1, 3});
+    CHECK(third == std::array<uint32_t, 2>{1, 0});
+  }
+  // Without `once` or `max-pkt-rate`, both passes are matched whatever the in pass decided.
+  auto plain = compile_ok("block all\nblock in quick on lan0 from 10.0.0.9\npass out on ext0 all\n", ifs);
+  const MatchQuery in{&blocked, Direction::In, lan};
+  const MatchQuery out{&blocked, Direction::Out, ext};
+  CHECK(plain->evaluate_passes(&in, &out, RuleSet::kUndecided, &context) == std::array<uint32_t, 2>{1, 2});
+}
+
+TEST_CASE("max-pkt-rate: a rule stops deciding while its packets come faster than its rate",
+          "[compile][max-pkt-rate]") {
+  InterfaceRegistry ifs;
+  const IfaceId lan = ifs.intern("lan0");
+  auto set = compile_ok(
+      "block all\n"                                        // 0
+      "pass in quick proto icmp all max-pkt-rate 10/2\n",  // 1
+      ifs);
+  CHECK(set->rule(1).text == "pass in quick proto icmp all keep state max-pkt-rate 10/2");
+  const PacketView ping = packet(ipproto::kIcmp, "10.0.0.1", 0, "10.0.0.2", 0);
+  const MatchQuery query{&ping, Direction::In, lan};
+  uint64_t draws = 1;
+  DecisionContext context{&draws, Millis{5'000}};
+  for (int i = 0; i < 10; ++i) CHECK(set->evaluate(query, &context) == 1);
+  // The 11th within the period is over the rate; so is every one after it, each counted.
+  CHECK(set->evaluate(query, &context) == 0);
+  CHECK(set->evaluate(query, &context) == 0);
+  // Half a period later, half of the 12 has decayed: 6, and four more fit under 10.
+  context.now = Millis{6'000};
+  for (int i = 0; i < 4; ++i) CHECK(set->evaluate(query, &context) == 1);
+  CHECK(set->evaluate(query, &context) == 0);
+  // A whole period: the count starts over.
+  context.now = Millis{8'000};
+  std::vector<uint32_t> out(Classifier::kBatch);
+  set->evaluate_batch(std::vector<MatchQuery>(Classifier::kBatch, query), out, &context);
+  CHECK(std::count(out.begin(), out.end(), 1u) == 10);
+  // Without a context nothing is counted.
+  context.now = Millis{20'000};
+  for (int i = 0; i < 50; ++i) CHECK(set->evaluate(query) == 1);
+  CHECK(set->evaluate(query, &context) == 1);
+}
+
+TEST_CASE("packet_rate_over: pf's decaying threshold, one word the workers raise together",
+          "[compile][max-pkt-rate]") {
+  RuleStats stats;
+  // 3 packets in 4 seconds.
+  CHECK_FALSE(packet_rate_over(stats, 3, 4, Millis{100'000}));
+  CHECK_FALSE(packet_rate_over(stats, 3, 4, Millis{100'000}));
+  CHECK_FALSE(packet_rate_over(stats, 3, 4, Millis{100'000}));
+  CHECK(packet_rate_over(stats, 3, 4, Millis{100'000}));  // 4
+  CHECK((stats.packet_rate.load() >> 32) == 4 * kRateUnit);
+  // A clock a little behind another worker's decays nothing, and keeps the later time.
+  CHECK(packet_rate_over(stats, 3, 4, Millis{99'000}));  // 5
+  CHECK((stats.packet_rate.load() >> 32) == 5 * kRateUnit);
+  // A second later, a quarter of the count has decayed (16 ms steps: 992 ms of them).
+  CHECK(packet_rate_over(stats, 3, 4, Millis{101'000}));
+  const uint64_t decayed = 5 * kRateUnit - 5 * kRateUnit * 992 / 4'000;
+  CHECK((stats.packet_rate.load() >> 32) == decayed + kRateUnit);
+  CHECK_FALSE(packet_rate_over(stats, 3, 4, Millis{105'000}));
+  // A time far from the first (a capture's clock, months in) decays as well.
+  RuleStats late;
+  const Millis start{1'700'000'000'000};
+  CHECK_FALSE(packet_rate_over(late, 1, 1, start));
+  CHECK(packet_rate_over(late, 1, 1, start));
+  CHECK_FALSE(packet_rate_over(late, 1, 1, start + Millis{1'100}));
+  // Two threads raising the same rule lose no packet between them.
+  RuleStats shared;
+  auto raise = [&] {
+    for (int i = 0; i < 100'000; ++i) packet_rate_over(shared, 1'000'000, 60, Millis{1'000});
+  };
+  std::thread a(raise);
+  std::thread b(raise);
+  a.join();
+  b.join();
+  CHECK((shared.packet_rate.load() >> 32) == 200'000 * kRateUnit);
 }
 
 TEST_CASE("probability: in a rule set of segments and through both passes, as in one",
@@ -658,10 +802,11 @@ TEST_CASE("probability: in a rule set of segments and through both passes, as in
       ifs);
   const PacketView udp = packet(ipproto::kUdp, "10.0.0.1", 5000, "192.0.2.2", 53);
   uint64_t draws = 7;
+  DecisionContext context{&draws};
   const MatchQuery in{&udp, Direction::In, lan};
   for (const bool batched : {false, true}) {
     INFO("batched " << batched);
-    const auto decided = decisions(*set, in, draws, 8'000, batched);
+    const auto decided = decisions(*set, in, context, 8'000, batched);
     CHECK(decided.size() == 2);
     CHECK(decided.at(2) > 1'800);  // 25 % of 8,000: 2,000, sd 39
     CHECK(decided.at(2) < 2'200);
@@ -673,7 +818,7 @@ TEST_CASE("probability: in a rule set of segments and through both passes, as in
   std::vector<std::array<uint32_t, 2>> decided(packets.size());
   std::map<uint32_t, int> out_decided;
   for (int round = 0; round < 500; ++round) {
-    set->evaluate_passes_batch(packets, decided, &draws);
+    set->evaluate_passes_batch(packets, decided, &context);
     for (const auto& d : decided) ++out_decided[d[1]];
   }
   CHECK(out_decided.size() == 2);
@@ -689,7 +834,7 @@ TEST_CASE("probability: in a rule set of segments and through both passes, as in
   std::map<uint32_t, int> in_decided;
   out_decided.clear();
   for (int round = 0; round < 500; ++round) {
-    one->evaluate_passes_batch(packets, decided, &draws);
+    one->evaluate_passes_batch(packets, decided, &context);
     for (const auto& d : decided) {
       ++in_decided[d[0]];
       ++out_decided[d[1]];

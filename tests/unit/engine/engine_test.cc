@@ -753,6 +753,56 @@ block in quick on lan0 proto udp to port 53 probability 30%
   CHECK(set->rule(3).stats->evaluations.load() == static_cast<uint64_t>(decided[3]));
 }
 
+TEST_CASE("once: the first connection passes and keeps its state; the next meets the rules after it",
+          "[engine][once]") {
+  Firewall fw(R"(
+block all
+pass in on lan0 proto tcp to port 21 once
+pass out on wan0 all
+)");
+  CHECK(fw.out(syn(21)).action == Verdict::Action::Accept);
+  CHECK(fw.in(synack(21)).action == Verdict::Action::Accept);
+  CHECK(fw.out(ack_from_client(21, 1001, 9001)).action == Verdict::Action::Accept);
+  const Verdict second = fw.out(tcp4(kClient, kClientPort + 1, kServer, 21).flags(tcpflag::kSyn).build());
+  CHECK(second.action == Verdict::Action::Drop);
+  CHECK(second.rule == 0);
+  CHECK(fw.engine.rules()->rule(1).stats->evaluations.load() == 1);
+  // The first connection's state lives on.
+  CHECK(fw.out(ack_from_client(21, 1001, 9001, 10)).action == Verdict::Action::Accept);
+}
+
+TEST_CASE("once and max-pkt-rate: process() and process_batch() spend and count alike",
+          "[engine][batch][once][max-pkt-rate]") {
+  // A flow's first datagram meets the rules; some flows come from a source the in pass blocks,
+  // which neither the out pass's `once` nor its rate may see.
+  const std::string rules = R"(
+block all
+pass in on lan0 proto udp
+block in quick on lan0 from 10.1.0.99
+pass out on wan0 proto udp to port 53 max-pkt-rate 40/10
+pass out quick on wan0 proto udp to port 54 once
+)";
+  std::vector<Sent> traffic;
+  for (uint16_t i = 0; i < 300; ++i) {
+    const auto port = static_cast<uint16_t>(kClientPort + i);
+    const std::string client = i % 5 == 0 ? "10.1.0.99" : kClient;
+    traffic.push_back(
+        {PacketBuilder().ipv4(client, kServer).udp(port, i % 3 == 0 ? 54 : 53).payload(30).build()});
+  }
+  check_batched_like_single(rules, traffic);
+
+  Firewall fw(rules);
+  for (const Sent& sent : traffic) {
+    Bytes copy = sent.bytes;
+    fw.engine.process(fw.worker, copy, meta_of(sent, fw), fw.now);
+  }
+  const auto set = fw.engine.rules();
+  // Port 53's flows from the passed client: 160; the rate admits its first 40.
+  CHECK(set->rule(3).stats->evaluations.load() == 40);
+  CHECK(set->rule(4).stats->evaluations.load() == 1);
+  CHECK(set->rule(2).stats->evaluations.load() == 60);
+}
+
 TEST_CASE("received-on: an out pass's rules see where a forwarded packet arrived; the node's own, nowhere",
           "[engine][received-on]") {
   Firewall fw(R"(

@@ -830,8 +830,26 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass in on lan0 route-to (ext0 10.0.0.1) all",
        "t.conf:1:17: 'route-to' is not supported: packets leave by the kernel's routes (choose them with ip "
        "rule)"},
-      {"pass in proto tcp to port 22 once",
-       "t.conf:1:30: 'once' is not supported: a rule stays in force after its first match"},
+      // once and max-pkt-rate: at most once each, a rate of N/S, and not where a tag would be found
+      // apart from them.
+      {"pass in proto tcp to port 22 once once",
+       "t.conf:1:35: duplicate 'once': already given at line 1, column 30"},
+      {"pass in all once tag A",
+       "t.conf:1:13: 'once' with 'tag' is not supported: tag the packets in a rule of their own"},
+      {"pass in all max-pkt-rate 100",
+       "t.conf:1:26: expected a rate such as 15/5 (packets/seconds), got '100'"},
+      {"pass in all max-pkt-rate",
+       "t.conf:1:25: expected a rate such as 15/5 (packets/seconds), got end of file"},
+      {"pass in all max-pkt-rate 0/10",
+       "t.conf:1:26: packets in max-pkt-rate must be between 1 and 4294966, got '0'"},
+      {"pass in all max-pkt-rate 4294967/10",
+       "t.conf:1:26: packets in max-pkt-rate must be between 1 and 4294966, got '4294967'"},
+      {"pass in all max-pkt-rate 10/86401",
+       "t.conf:1:29: seconds in max-pkt-rate must be between 1 and 86400, got '86401'"},
+      {"pass in all max-pkt-rate 10/5 max-pkt-rate 20/5",
+       "t.conf:1:31: duplicate 'max-pkt-rate': already given at line 1, column 13"},
+      {"match in all tag A max-pkt-rate 1/1",
+       "t.conf:1:20: 'max-pkt-rate' with 'tag' is not supported: tag the packets in a rule of their own"},
       // probability: pf's two forms, at most once, and not where a tag would be found apart from it.
       {"pass in all probability 50",
        "t.conf:1:25: a probability is a percentage from 0% to 100% or a fraction from 0 to 1, got '50'"},
@@ -886,14 +904,14 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "IF] "
        "[inet|inet6] [proto P] "
        "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options, allow-opts, label, "
-       "tag, tagged, received-on and probability"},
+       "tag, tagged, received-on, probability, once and max-pkt-rate"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] "
        "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
-       "options, allow-opts, label, tag, tagged, received-on and probability"},
+       "options, allow-opts, label, tag, tagged, received-on, probability, once and max-pkt-rate"},
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
       {"pass all label \"a\" label \"b\"",
        "t.conf:1:20: duplicate 'label': already given at line 1, column 10"},
@@ -901,7 +919,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:16: a label has 1 to 63 characters"},
       {"pass all bogus",
        "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
-       "'tag', 'tagged', 'received-on', 'probability' or end of line, got 'bogus'"},
+       "'tag', 'tagged', 'received-on', 'probability', 'once', 'max-pkt-rate' or end of line, got 'bogus'"},
       {"block all allow-opts", "t.conf:1:11: 'allow-opts' applies to pass rules only"},
       {"pass all allow-opts allow-opts",
        "t.conf:1:21: duplicate 'allow-opts': already given at line 1, column 10"},
@@ -1383,6 +1401,27 @@ TEST_CASE("probability: a percentage or a fraction, anywhere among the rule's op
   CHECK(parse_ok("pass in all").filter_rules[0].probability == 1.0);
   // A macro may hold it, as any other value.
   CHECK(parse_ok("p = \"30%\"\npass in all probability $p").filter_rules[0].probability == Approx(0.3));
+}
+
+TEST_CASE("once and max-pkt-rate: among the rule's options, in any order", "[parser]") {
+  const RuleFile f = parse_ok(
+      "pass in proto tcp to port 21 once\n"
+      "pass in proto icmp all max-pkt-rate 100/10 label \"ping\"\n"
+      "pass in all max-pkt-rate 5/1 once probability 50%\n"
+      "r = \"7/2\"\n"
+      "block in all max-pkt-rate $r\n");
+  REQUIRE(f.filter_rules.size() == 4);
+  CHECK(f.filter_rules[0].once);
+  CHECK(f.filter_rules[0].max_pkt_rate == 0);
+  CHECK_FALSE(f.filter_rules[1].once);
+  CHECK(f.filter_rules[1].max_pkt_rate == 100);
+  CHECK(f.filter_rules[1].max_pkt_rate_seconds == 10);
+  CHECK(f.filter_rules[2].once);
+  CHECK(f.filter_rules[2].max_pkt_rate == 5);
+  CHECK(f.filter_rules[2].max_pkt_rate_seconds == 1);
+  CHECK(f.filter_rules[2].probability == Approx(0.5));
+  CHECK(f.filter_rules[3].max_pkt_rate == 7);
+  CHECK(f.filter_rules[3].max_pkt_rate_seconds == 2);
 }
 
 TEST_CASE("received-on: an interface, a negated one or a list, among the rule's options", "[parser]") {
