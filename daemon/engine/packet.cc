@@ -101,6 +101,7 @@ Reason parse_ipv4(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
 
   out.family = Family::V4;
   out.ttl = d[8];
+  out.tos = static_cast<uint8_t>(d[1] & 0xfc);
   out.proto = d[9];
   out.src = IpAddress::from_v4_bytes(d + 12);
   out.dst = IpAddress::from_v4_bytes(d + 16);
@@ -155,6 +156,7 @@ Reason parse_ipv6(const uint8_t* d, uint32_t size, Mode mode, PacketView& out, u
 
   out.family = Family::V6;
   out.ttl = d[7];
+  out.tos = static_cast<uint8_t>((d[0] << 4 | d[1] >> 4) & 0xfc);
   out.src = IpAddress::from_v6_bytes(d + 8);
   out.dst = IpAddress::from_v6_bytes(d + 24);
 

@@ -75,6 +75,7 @@ struct PacketView {
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
   uint8_t ttl = 0;  // hop limit for IPv6
+  uint8_t tos = 0;  // the DSCP: IPv4's TOS or IPv6's traffic class, ECN bits cleared (pf's `tos`)
 
   uint16_t l3_header_length = 0;  // IPv4 header with options and any AH, or IPv6 header plus extensions
   uint16_t l4_offset = 0;

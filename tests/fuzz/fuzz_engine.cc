@@ -78,6 +78,7 @@ block in quick on lan0 proto udp to port 9 probability 30%
 block out quick on wan0 proto tcp to port 25 received-on ! lan0
 pass out quick on wan0 proto udp to port 123 once
 pass in on wan0 inet6 proto icmp6 all max-pkt-rate 50/2
+block in quick on lan0 proto udp to port 7 tos af11
 )";
 
 // What a reload switches to and back from: other limits (below the states the first may hold),

@@ -166,6 +166,8 @@ struct FilterRule {
   // `received-on IF` (or a list, or `! IF`): the interface the packet arrived on, which an out rule
   // otherwise cannot see; a packet the node sent itself was received on none.
   std::vector<InterfaceMatch> received_on;
+  // `tos T`: only packets whose DSCP (PacketView::tos) is T, pf's match on the TOS byte.
+  std::optional<uint8_t> tos;
   // `probability 20%` (or `0.2`): the rule matches a packet it describes with this chance, drawn
   // afresh for each packet (pf's arc4random); a packet it passes over goes on to the next rules.
   double probability = 1.0;

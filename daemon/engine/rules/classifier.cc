@@ -815,10 +815,22 @@ class ClassifierBuilder {
       return any_of(s.received_on, v / tags % received) && any_of(s.interfaces, v / tags / received % slots);
     });
 
-    // Family x protocol, with the protocols that ports, flags and ICMP types imply.
-    c_.proto_records_ = dense_domain(512, [](const MatchSpec& s, uint32_t v) {
-      const Family family = v >= 256 ? Family::V6 : Family::V4;
+    // Family x protocol, with the protocols that ports, flags and ICMP types imply, and a row per
+    // TOS the rules name.
+    std::vector<uint8_t> tos_named;  // by row, from 1
+    for (const MatchSpec& s : specs_) {
+      if (s.tos && c_.tos_rows_[*s.tos] == 0) {
+        tos_named.push_back(*s.tos);
+        c_.tos_rows_[*s.tos] = static_cast<uint16_t>(512 * tos_named.size());
+      }
+    }
+    c_.tos_slots_ = static_cast<uint32_t>(tos_named.size()) + 1;
+    c_.extended_rows_ = c_.received_slots_ * c_.tag_slots_ * c_.tos_slots_ > 1;
+    c_.proto_records_ = dense_domain(512 * c_.tos_slots_, [&tos_named](const MatchSpec& s, uint32_t v) {
+      const Family family = v % 512 >= 256 ? Family::V6 : Family::V4;
       const uint8_t proto = static_cast<uint8_t>(v % 256);
+      const uint32_t row = v / 512;
+      if (s.tos && (row == 0 || tos_named[row - 1] != *s.tos)) return false;
       if (s.family && *s.family != family) return false;
       if (!s.protocols.empty() &&
           std::find(s.protocols.begin(), s.protocols.end(), proto) == s.protocols.end()) {
@@ -1221,10 +1233,12 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
   const bool has_l4 = !p.is_fragment || p.is_first_fragment;
   const bool has_ports = has_l4 && (p.proto == ipproto::kTcp || p.proto == ipproto::kUdp);
   uint32_t pass = row * iface_slots_ + slot;
-  // Only where a rule names an arrival interface, tests tags or asks the routing tables (the same
-  // branch for every packet of a rule set): the products and clamps would lengthen every query's
-  // way to its first record (10 rules -1.5 %).
-  if (received_slots_ * tag_slots_ > 1) {
+  uint32_t tos_row = 0;
+  // Only where a rule names an arrival interface, tests tags, asks the routing tables or names a
+  // TOS (the same branch for every packet of a rule set): the products and clamps would lengthen
+  // every query's way to its first record (10 rules -1.5 %).
+  if (extended_rows_) {
+    tos_row = tos_rows_[p.tos];
     const uint32_t routes = (query.urpf_failed ? kUrpfFailed : 0) | (query.src_no_route ? kSrcNoRoute : 0) |
                             (query.dst_no_route ? kDstNoRoute : 0);
     pass =
@@ -1232,7 +1246,7 @@ Classifier::Classifier(std::span<const MatchSpec> specs, MatchOrder order) {
         (query.tag < tag_values_ ? query.tag : 0) + (routes & route_checks_) * tag_values_;
   }
   probe.dense[0] = dense_pool_.data() + iface_records_[pass];
-  probe.dense[1] = dense_pool_.data() + proto_records_[(v6 ? 256 : 0) + p.proto];
+  probe.dense[1] = dense_pool_.data() + proto_records_[tos_row + (v6 ? 256 : 0) + p.proto];
   probe.dense[2] = dense_pool_.data() + l4_record(p, has_l4);
   const uint32_t udp = p.proto == ipproto::kUdp;
   probe.sparse[kSrcPort] = sparse_pool_.data() +

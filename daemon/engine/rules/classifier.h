@@ -183,6 +183,9 @@ struct MatchSpec {
   // the pass's own; empty means any, a packet the node sent itself included. Kept with direction x
   // interface, as one dense field.
   std::vector<InterfaceTerm> received_on;
+  // `tos T`: the packet's DSCP (PacketView::tos) must be T. Kept with family x protocol, as one
+  // dense field.
+  std::optional<uint8_t> tos;
   bool quick = false;
   uint32_t rank = 0;  // MatchOrder::Ranked: the rule's place in the order of decision, 0 first
   // false: the rule matches no packet here (pf's `match`, which never decides; the tags it sets
@@ -478,7 +481,14 @@ class Classifier {
   // [((direction row * iface_slots_ + slot) * received_slots_ + arrival slot) * tag_slots_ + route
   // row * tag_values_ + tag], rows In, Out, Any
   std::vector<uint32_t> iface_records_;
-  std::vector<uint32_t> proto_records_;  // [is_v6 * 256 + proto]
+  // Where a rule names a `tos`: a row of protocol records for each TOS a rule names, and row 0 for
+  // every other; tos_rows_[tos] is its row's first record (512 a row). All 0 elsewhere.
+  uint32_t tos_slots_ = 1;
+  std::array<uint16_t, 256> tos_rows_{};
+  // Whether a query's dense records depend on more than its pass and protocol (received_slots_,
+  // tag_slots_ or tos_slots_ over 1): the same branch for every query of a rule set.
+  bool extended_rows_ = false;
+  std::vector<uint32_t> proto_records_;  // [tos_rows_[tos] + is_v6 * 256 + proto]
   // [0, 256) TCP flags, [256, 512) ICMP type, [512, 768) ICMPv6 type, 768 no transport header.
   // An entry with kCodeTable set indexes l4_codes_ (256 entries per table) for per-code classes.
   std::vector<uint32_t> l4_records_;

@@ -429,6 +429,7 @@ std::string filter_text(const FilterRule& r) {
   if (!r.tag.empty()) out += " tag " + r.tag;
   if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
   if (!r.received_on.empty()) out += " received-on " + interfaces_text(r.received_on);
+  if (r.tos) out += " tos " + std::to_string(*r.tos);
   if (r.probability < 1) out += " probability " + probability_text(r.probability);
   if (r.once) out += " once";
   if (r.max_pkt_rate != 0)
@@ -968,6 +969,7 @@ class Compiler {
 
       MatchSpec s = spec(r.direction, r.interfaces, r.family, r.protocols, r.from, r.to);
       s.received_on = interfaces(r.received_on);
+      s.tos = r.tos;
       // Written or pf's default, flags on a rule not TCP's alone test its TCP packets only.
       s.flags = takes_default_flags(r) ? std::optional(kDefaultFlags) : r.flags;
       s.flags_tcp_only = s.flags && !only_protocols(r.protocols, {ipproto::kTcp});

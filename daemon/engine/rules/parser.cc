@@ -86,7 +86,6 @@ constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
     {"os", "there is no OS fingerprinting"},
     {"user", "this node forwards: there is no local socket to match"},
     {"group", "this node forwards: there is no local socket to match"},
-    {"tos", "there is no matching on the TOS field"},
     {"prio", "there are no priorities or queues"},
     {"queue", "there are no priorities or queues"},
     {"set", "there is no 'set prio' or 'set queue'; a scrub rule sets the TOS: scrub out all set-tos T"},
@@ -223,8 +222,8 @@ constexpr const char* kIfBoundRefused =
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
-    "flags, icmp-type, state options, allow-opts, label, tag, tagged, received-on, probability, once and "
-    "max-pkt-rate";
+    "flags, icmp-type, tos, state options, allow-opts, label, tag, tagged, received-on, probability, once "
+    "and max-pkt-rate";
 
 // Where a keyword belongs in a filter rule, to explain "out of order" instead of "unexpected".
 int filter_stage(std::string_view w) {
@@ -975,8 +974,9 @@ class Parser {
       "a TOS: a DSCP name (ef, va, af11..af43, cs0..cs7), lowdelay, throughput, reliability, critical, "
       "inetcontrol, netcontrol, or a number (0x10)";
 
-  // pf's set-tos value, by pfctl's names or as a number, decimal or hex. Its ECN bits (RFC 3168 5)
-  // are the ends' to set: a rule that gave them would mark every packet congested or not.
+  // A TOS (pf's set-tos and tos), by pfctl's names or as a number, decimal or hex. Its ECN bits
+  // (RFC 3168 5) are the ends' to set: a rule that set them would mark every packet congested or
+  // not, and pf's tos compares the packet's with them cleared.
   uint8_t tos(const Token& t) {
     static constexpr Named kNames[] = {
         {"lowdelay", 0x10},    {"throughput", 0x08}, {"reliability", 0x04}, {"critical", 0xa0},
@@ -1005,7 +1005,7 @@ class Parser {
     if (!value) fail_expected(t, kTosWhat);
     if (*value > 255) fail_at(t, "a TOS must be between 0 and 255, got " + t.describe());
     if ((*value & 0x03) != 0)
-      fail_at(t, "the TOS's two low bits are ECN's (RFC 3168), which stay as the packet has them: got " +
+      fail_at(t, "the TOS's two low bits are ECN's (RFC 3168), which rules neither set nor match: got " +
                      t.describe());
     return static_cast<uint8_t>(*value);
   }
@@ -1447,6 +1447,7 @@ class Parser {
     std::optional<Token> allow_opts_seen;
     std::optional<Token> probability_seen;
     std::optional<Token> once_seen;
+    std::optional<Token> tos_seen;
     std::optional<Token> rate_seen;
     std::optional<Token> received_on_seen;
     TagsSeen tags_seen;
@@ -1517,6 +1518,12 @@ class Parser {
           r.probability = probability(take_value("a probability, e.g. 20% or 0.2"));
           continue;
         }
+        if (t.text == "tos") {
+          once(tos_seen, "'tos'");
+          take();
+          r.tos = tos(take_value(kTosWhat));
+          continue;
+        }
         if (t.text == "once") {
           once(once_seen, "'once'");
           take();
@@ -1538,9 +1545,9 @@ class Parser {
       }
       fail_expected(t, stage < 8
                            ? "'from', 'to', 'all', a rule option or end of line"
-                           : "'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
-                             "'tag', 'tagged', 'received-on', 'probability', 'once', 'max-pkt-rate' or "
-                             "end of line");
+                           : "'flags', 'icmp-type', 'icmp6-type', 'tos', a state option, 'allow-opts', "
+                             "'label', 'tag', 'tagged', 'received-on', 'probability', 'once', 'max-pkt-rate' "
+                             "or end of line");
     }
     // The tag a packet leaves with is found apart from the deciding rule, by rules that are certain.
     for (const std::optional<Token>& condition : {probability_seen, once_seen, rate_seen}) {

@@ -133,12 +133,12 @@ class Lan:
         except (IndexError, json.JSONDecodeError):
             raise NetnsError(f"peer.py {' '.join(map(str, args))} in {ns.name}: {cp.stdout!r} {cp.stderr!r}")
 
-    def connect(self, family, port, timeout=2.0, src="client", source=None):
-        """A TCP connection from `src` to the other end (from local address `source` when given);
-        returns peer.py's result dict."""
+    def connect(self, family, port, timeout=2.0, src="client", source=None, tos=None):
+        """A TCP connection from `src` to the other end (from local address `source`, with TOS or
+        traffic class `tos`, when given); returns peer.py's result dict."""
         ns = self.client if src == "client" else self.server
         dst = addr(family, "server" if src == "client" else "client")
-        extra = ["--source", source] if source else []
+        extra = (["--source", source] if source else []) + (["--tos", hex(tos)] if tos is not None else [])
         return self.peer(ns, "connect", dst, port, "--timeout", timeout, *extra)
 
     def udp(self, family, port=UDP_PORT, timeout=2.0, src="client"):

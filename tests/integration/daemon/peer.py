@@ -193,12 +193,18 @@ def echo_round(sock, size, timeout):
     return len(got) if got == data[:len(got)] else -1
 
 
-def open_connection(host, port, timeout, source=None):
-    """Returns (socket or None, result string)."""
-    s = socket.socket(family_of(host), socket.SOCK_STREAM)
+def open_connection(host, port, timeout, source=None, tos=None):
+    """Returns (socket or None, result string). `tos`: the IPv4 TOS or IPv6 traffic class to send with."""
+    family = family_of(host)
+    s = socket.socket(family, socket.SOCK_STREAM)
     s.settimeout(timeout)
     if source:
         s.bind((source, 0))
+    if tos is not None:
+        if family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tos)
+        else:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     try:
         s.connect((host, port))
     except socket.timeout:
@@ -220,7 +226,7 @@ def open_connection(host, port, timeout, source=None):
 
 def connect(args):
     t0 = time.monotonic()
-    s, result = open_connection(args.host, args.port, args.timeout, args.source)
+    s, result = open_connection(args.host, args.port, args.timeout, args.source, args.tos)
     echoed = 0
     if s is not None:
         try:
@@ -409,6 +415,8 @@ def main():
         c.add_argument("--bytes", type=int, default=1000)
         c.add_argument("--lifetime", type=float, default=120)
         c.add_argument("--source", help="local address to connect from")
+        if name == "connect":
+            c.add_argument("--tos", type=lambda v: int(v, 0), help="IPv4 TOS or IPv6 traffic class, e.g. 0xb8")
     pg = sub.add_parser("ping")
     pg.add_argument("host")
     pg.add_argument("--count", type=int, default=3)

@@ -223,6 +223,7 @@ struct Reference {
       return false;
     }
     if (s.family && *s.family != p.family) return false;
+    if (s.tos && *s.tos != p.tos) return false;
     if (!s.protocols.empty() &&
         std::find(s.protocols.begin(), s.protocols.end(), p.proto) == s.protocols.end()) {
       return false;
@@ -889,14 +890,25 @@ struct RandomRules {
   }
 };
 
-// With `tags`, a fifth of the rules ask for (or against) one of three tags and the packets carry
-// none, one of them, or one that no rule names. With `urpf`, a tenth of the rules are `from
-// urpf-failed` and a third of the packets failed the check. With `no_route`, a tenth of the rules
-// ask of each address that it have no route, a twentieth that it have one, and a third of the
-// packets' sources and destinations have none. With `received`, a tenth of the rules name one or two
-// arrival interfaces (some negated), and the packets arrive on one of them, another, or none.
-void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order, bool tags = false,
-                 bool urpf = false, bool no_route = false, bool received = false) {
+// What the random rules ask beyond a packet's addresses, protocol, ports and pass.
+struct Asks {
+  // A fifth of the rules ask for (or against) one of three tags; the packets carry none, one of
+  // them, or one that no rule names.
+  bool tags = false;
+  // A tenth of the rules are `from urpf-failed`; a third of the packets failed the check.
+  bool urpf = false;
+  // A tenth of the rules ask of each address that it have no route, a twentieth that it have one;
+  // a third of the packets' sources and destinations have none.
+  bool no_route = false;
+  // A tenth of the rules name one or two arrival interfaces (some negated); the packets arrive on
+  // one of them, another, or none.
+  bool received = false;
+  // A tenth of the rules name one of three TOS values; the packets carry one of them or another.
+  bool tos = false;
+};
+
+void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder order, Asks asks = {}) {
+  const auto [tags, urpf, no_route, received, tos] = asks;
   Reference ref;
   RandomRules gen(seed, ref);
   for (int i = 0; i < 3; ++i) gen.add_table();
@@ -929,6 +941,12 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
         s.received_on.push_back({static_cast<IfaceId>(1 + gen.pick(5)), gen.chance(30)});
     }
   }
+  static constexpr uint8_t kTos[] = {0x10, 0xb8, 0x28, 0x04};  // the last named by no rule
+  if (tos) {
+    for (MatchSpec& s : specs) {
+      if (gen.chance(10)) s.tos = kTos[gen.pick(3)];
+    }
+  }
   const Classifier classifier(specs, order);
   REQUIRE(classifier.size() == rules);
   uint32_t matched = 0;
@@ -937,6 +955,7 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
   std::vector<uint32_t> expected(packets);
   for (uint32_t i = 0; i < packets; ++i) {
     views[i] = gen.random_packet();
+    if (tos && gen.chance(60)) views[i].tos = kTos[gen.pick(4)];
     queries[i] = {&views[i],
                   static_cast<Direction>(gen.pick(3)),
                   static_cast<IfaceId>(gen.pick(7)),
@@ -960,7 +979,7 @@ void cross_check(uint64_t seed, uint32_t rules, uint32_t packets, MatchOrder ord
               ref.evaluate(specs, p, q.direction, q.iface, order, q.tag, first, routes));
     }
     if (got != expected[i]) {
-      INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " src "
+      INFO("seed " << seed << " packet " << i << " proto " << int{p.proto} << " tos " << int{p.tos} << " src "
                    << to_string(p.family, p.src) << ":" << p.src_port << " dst " << to_string(p.family, p.dst)
                    << ":" << p.dst_port);
       REQUIRE(got == expected[i]);
@@ -997,38 +1016,53 @@ TEST_CASE("random large rule sets (more than one summary word) agree with the ev
 TEST_CASE("random rule sets with tagged agree with the evaluator, and so does a match from a later rule",
           "[classifier][random][tag]") {
   for (uint64_t seed = 200; seed <= 205; ++seed)
-    cross_check(seed, 100 + 60 * (seed % 7), 2000, MatchOrder::QuickOrLast, true);
-  for (uint64_t seed = 300; seed <= 303; ++seed) cross_check(seed, 300, 2000, MatchOrder::First, true);
-  cross_check(7003, 6000, 300, MatchOrder::First, true);
+    cross_check(seed, 100 + 60 * (seed % 7), 2000, MatchOrder::QuickOrLast, {.tags = true});
+  for (uint64_t seed = 300; seed <= 303; ++seed)
+    cross_check(seed, 300, 2000, MatchOrder::First, {.tags = true});
+  cross_check(7003, 6000, 300, MatchOrder::First, {.tags = true});
 }
 
 TEST_CASE("random rule sets with urpf-failed, with and without tags, agree with the evaluator",
           "[classifier][random][urpf]") {
   for (uint64_t seed = 400; seed <= 403; ++seed)
-    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, false, true);
+    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, {.urpf = true});
   for (uint64_t seed = 410; seed <= 413; ++seed)
-    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, true, true);
-  cross_check(7004, 6000, 300, MatchOrder::QuickOrLast, true, true);
+    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First,
+                {.tags = true, .urpf = true});
+  cross_check(7004, 6000, 300, MatchOrder::QuickOrLast, {.tags = true, .urpf = true});
 }
 
 TEST_CASE("random rule sets with no-route, with and without tags and urpf-failed, agree with the evaluator",
           "[classifier][random][no-route]") {
   for (uint64_t seed = 420; seed <= 423; ++seed)
-    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, false, false, true);
+    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, {.no_route = true});
   for (uint64_t seed = 430; seed <= 433; ++seed)
-    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, true,
-                seed % 3 == 0, true);
-  cross_check(7005, 6000, 300, MatchOrder::QuickOrLast, true, true, true);
+    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First,
+                {.tags = true, .urpf = seed % 3 == 0, .no_route = true});
+  cross_check(7005, 6000, 300, MatchOrder::QuickOrLast, {.tags = true, .urpf = true, .no_route = true});
 }
 
 TEST_CASE("random rule sets with received-on, with tags, urpf-failed and no-route, agree with the evaluator",
           "[classifier][random][received-on]") {
   for (uint64_t seed = 440; seed <= 443; ++seed)
-    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, false, false, false, true);
+    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, {.received = true});
   for (uint64_t seed = 450; seed <= 453; ++seed)
-    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First, seed % 2 == 1,
-                seed % 3 == 0, true, true);
-  cross_check(7006, 6000, 300, MatchOrder::QuickOrLast, true, true, true, true);
+    cross_check(seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First,
+                {.tags = seed % 2 == 1, .urpf = seed % 3 == 0, .no_route = true, .received = true});
+  cross_check(7006, 6000, 300, MatchOrder::QuickOrLast,
+              {.tags = true, .urpf = true, .no_route = true, .received = true});
+}
+
+TEST_CASE("random rule sets with tos, alone and with every other ask, agree with the evaluator",
+          "[classifier][random][tos]") {
+  for (uint64_t seed = 460; seed <= 463; ++seed)
+    cross_check(seed, 100 + 60 * seed % 7, 2000, MatchOrder::QuickOrLast, {.tos = true});
+  for (uint64_t seed = 470; seed <= 473; ++seed)
+    cross_check(
+        seed, 200, 2000, seed % 2 == 0 ? MatchOrder::QuickOrLast : MatchOrder::First,
+        {.tags = seed % 2 == 1, .urpf = seed % 3 == 0, .no_route = true, .received = true, .tos = true});
+  cross_check(7007, 6000, 300, MatchOrder::QuickOrLast,
+              {.tags = true, .urpf = true, .no_route = true, .received = true, .tos = true});
 }
 
 template <typename Key>

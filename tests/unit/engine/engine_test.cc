@@ -753,6 +753,34 @@ block in quick on lan0 proto udp to port 53 probability 30%
   CHECK(set->rule(3).stats->evaluations.load() == static_cast<uint64_t>(decided[3]));
 }
 
+TEST_CASE("tos: a rule matches the packet's DSCP, whatever its ECN bits, in both families", "[engine][tos]") {
+  Firewall fw(R"(
+block all
+pass in on lan0 proto udp tos ef no state
+pass out on wan0 proto udp no state
+block in quick on lan0 proto udp to port 9 tos af11
+)");
+  const auto udp4 = [](uint8_t tos, uint16_t port) {
+    return PacketBuilder().ipv4(kClient, kServer).tos(tos).udp(kClientPort, port).payload(8).build();
+  };
+  const auto udp6 = [](uint8_t tos, uint16_t port) {
+    return PacketBuilder().ipv6(kClient6, kServer6).tos(tos).udp(kClientPort, port).payload(8).build();
+  };
+  CHECK(fw.engine.rules()->rule(1).text == "pass in on lan0 proto udp all no state tos 184");
+  for (const bool v6 : {false, true}) {
+    INFO("IPv6 " << v6);
+    const auto udp = v6 ? udp6 : udp4;
+    CHECK(fw.out(udp(0xb8, 53)).action == Verdict::Action::Accept);
+    CHECK(fw.out(udp(0xb9, 53)).action == Verdict::Action::Accept);  // ECN(1): still ef
+    CHECK(fw.out(udp(0xbb, 53)).rule == 1);                          // CE
+    const Verdict plain = fw.out(udp(0x00, 53));
+    CHECK(plain.action == Verdict::Action::Drop);
+    CHECK(plain.rule == 0);
+    CHECK(fw.out(udp(0x28, 9)).rule == 3);  // af11: the quick block
+    CHECK(fw.out(udp(0xb8, 9)).rule == 1);
+  }
+}
+
 TEST_CASE("once: the first connection passes and keeps its state; the next meets the rules after it",
           "[engine][once]") {
   Firewall fw(R"(

@@ -848,6 +848,13 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:29: seconds in max-pkt-rate must be between 1 and 86400, got '86401'"},
       {"pass in all max-pkt-rate 10/5 max-pkt-rate 20/5",
        "t.conf:1:31: duplicate 'max-pkt-rate': already given at line 1, column 13"},
+      {"pass in all tos bogus",
+       "t.conf:1:17: expected a TOS: a DSCP name (ef, va, af11..af43, cs0..cs7), lowdelay, throughput, "
+       "reliability, critical, inetcontrol, netcontrol, or a number (0x10), got 'bogus'"},
+      {"pass in all tos 0x11",
+       "t.conf:1:17: the TOS's two low bits are ECN's (RFC 3168), which rules neither set nor match: got "
+       "'0x11'"},
+      {"pass in all tos ef tos af11", "t.conf:1:20: duplicate 'tos': already given at line 1, column 13"},
       {"match in all tag A max-pkt-rate 1/1",
        "t.conf:1:20: 'max-pkt-rate' with 'tag' is not supported: tag the packets in a rule of their own"},
       // probability: pf's two forms, at most once, and not where a tag would be found apart from it.
@@ -903,14 +910,15 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] [proto P] "
-       "from SRC [port P] to DST [port P] | all, then flags, icmp-type, state options, allow-opts, label, "
+       "from SRC [port P] to DST [port P] | all, then flags, icmp-type, tos, state options, allow-opts, "
+       "label, "
        "tag, tagged, received-on, probability, once and max-pkt-rate"},
       {"pass all all",
        "t.conf:1:10: 'all' is out of order or repeated: filter rules read: pass|block "
        "[drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] [quick] (either order) [on "
        "IF] "
        "[inet|inet6] "
-       "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, state "
+       "[proto P] from SRC [port P] to DST [port P] | all, then flags, icmp-type, tos, state "
        "options, allow-opts, label, tag, tagged, received-on, probability, once and max-pkt-rate"},
       {"pass all label web", "t.conf:1:16: expected a quoted label after 'label', e.g. \"web\", got 'web'"},
       {"pass all label \"a\" label \"b\"",
@@ -918,7 +926,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"pass all label \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
        "t.conf:1:16: a label has 1 to 63 characters"},
       {"pass all bogus",
-       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', a state option, 'allow-opts', 'label', "
+       "t.conf:1:10: expected 'flags', 'icmp-type', 'icmp6-type', 'tos', a state option, 'allow-opts', "
+       "'label', "
        "'tag', 'tagged', 'received-on', 'probability', 'once', 'max-pkt-rate' or end of line, got 'bogus'"},
       {"block all allow-opts", "t.conf:1:11: 'allow-opts' applies to pass rules only"},
       {"pass all allow-opts allow-opts",
@@ -1302,7 +1311,7 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"scrub in log (all) all",
        "t.conf:1:14: a scrub rule's 'log' takes no options: what normalization drops is always logged"},
       {"scrub in all set-tos 0x11",
-       "t.conf:1:22: the TOS's two low bits are ECN's (RFC 3168), which stay as the packet has them: got "
+       "t.conf:1:22: the TOS's two low bits are ECN's (RFC 3168), which rules neither set nor match: got "
        "'0x11'"},
       {"scrub in all set-tos 0x100", "t.conf:1:22: a TOS must be between 0 and 255, got '0x100'"},
       {"scrub in all set-tos af44",
@@ -1422,6 +1431,22 @@ TEST_CASE("once and max-pkt-rate: among the rule's options, in any order", "[par
   CHECK(f.filter_rules[2].probability == Approx(0.5));
   CHECK(f.filter_rules[3].max_pkt_rate == 7);
   CHECK(f.filter_rules[3].max_pkt_rate_seconds == 2);
+}
+
+TEST_CASE("tos: a DSCP name or a number, among the rule's options", "[parser]") {
+  const std::pair<const char*, int> forms[] = {
+      {"pass in all tos lowdelay", 0x10}, {"pass in all tos ef", 0xb8},
+      {"pass in all tos af21", 0x48},     {"pass in all tos cs6", 0xc0},
+      {"pass in all tos 0x28", 0x28},     {"block out all tos 184 label \"x\"", 184},
+  };
+  for (const auto& [text, value] : forms) {
+    INFO(text);
+    const RuleFile f = parse_ok(text);
+    REQUIRE(f.filter_rules.size() == 1);
+    REQUIRE(f.filter_rules[0].tos);
+    CHECK(*f.filter_rules[0].tos == value);
+  }
+  CHECK_FALSE(parse_ok("pass in all").filter_rules[0].tos);
 }
 
 TEST_CASE("received-on: an interface, a negated one or a list, among the rule's options", "[parser]") {
