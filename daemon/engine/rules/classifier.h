@@ -9,8 +9,9 @@
 // Fields are classified on their own: a packet's value of a field falls into an equivalence class
 // whose bitmap (one bit per rule, by priority) says which rules accept that value; identical
 // bitmaps are stored once.
-//   - Dense fields, small domains, bitmaps stored whole: direction x interface, family x protocol,
-//     transport detail (TCP flags; ICMP type, and code where a rule names one).
+//   - Dense fields, small domains, bitmaps stored whole: direction x interface (x arrival
+//     interface, tag and route checks where rules ask), family x protocol (x TOS where a rule
+//     names one), transport detail (TCP flags; ICMP type, and code where a rule names one).
 //   - Sparse fields: source and destination address (elementary intervals, v4 and v6 apart, found
 //     for IPv4 by a direct table on the top bits over leaves of 8 starts, and for IPv6 by a
 //     radix index over the interval starts that skips shared prefix bits: a top-bits table fails
