@@ -738,7 +738,8 @@ TEST_CASE("max-pkt-rate: a rule stops deciding while its packets come faster tha
   // The 11th within the period is over the rate; so is every one after it, each counted.
   CHECK(set->evaluate(query, &context) == 0);
   CHECK(set->evaluate(query, &context) == 0);
-  // Half a period later, half of the 12 has decayed: 6, and four more fit under 10.
+  // Half a period later (1,008 ms in 16 ms steps), about half of the 12 has decayed: 5.95 left,
+  // and four more fit under 10.
   context.now = Millis{6'000};
   for (int i = 0; i < 4; ++i) CHECK(set->evaluate(query, &context) == 1);
   CHECK(set->evaluate(query, &context) == 0);
