@@ -824,9 +824,9 @@ class ClassifierBuilder {
         c_.tos_rows_[*s.tos] = static_cast<uint16_t>(512 * tos_named.size());
       }
     }
-    c_.tos_slots_ = static_cast<uint32_t>(tos_named.size()) + 1;
-    c_.extended_rows_ = c_.received_slots_ * c_.tag_slots_ * c_.tos_slots_ > 1;
-    c_.proto_records_ = dense_domain(512 * c_.tos_slots_, [&tos_named](const MatchSpec& s, uint32_t v) {
+    const auto tos_slots = static_cast<uint32_t>(tos_named.size()) + 1;
+    c_.extended_rows_ = c_.received_slots_ * c_.tag_slots_ * tos_slots > 1;
+    c_.proto_records_ = dense_domain(512 * tos_slots, [&tos_named](const MatchSpec& s, uint32_t v) {
       const Family family = v % 512 >= 256 ? Family::V6 : Family::V4;
       const uint8_t proto = static_cast<uint8_t>(v % 256);
       const uint32_t row = v / 512;

@@ -484,10 +484,9 @@ class Classifier {
   std::vector<uint32_t> iface_records_;
   // Where a rule names a `tos`: a row of protocol records for each TOS a rule names, and row 0 for
   // every other; tos_rows_[tos] is its row's first record (512 a row). All 0 elsewhere.
-  uint32_t tos_slots_ = 1;
   std::array<uint16_t, 256> tos_rows_{};
-  // Whether a query's dense records depend on more than its pass and protocol (received_slots_,
-  // tag_slots_ or tos_slots_ over 1): the same branch for every query of a rule set.
+  // Whether a query's dense records depend on more than its pass and protocol (received_slots_ or
+  // tag_slots_ over 1, or a TOS row): the same branch for every query of a rule set.
   bool extended_rows_ = false;
   std::vector<uint32_t> proto_records_;  // [tos_rows_[tos] + is_v6 * 256 + proto]
   // [0, 256) TCP flags, [256, 512) ICMP type, [512, 768) ICMPv6 type, 768 no transport header.
