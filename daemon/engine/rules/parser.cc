@@ -1533,7 +1533,9 @@ class Parser {
         if (t.text == "max-pkt-rate") {
           once(rate_seen, "'max-pkt-rate'");
           take();
-          packet_rate(r);
+          // N stays below pf's PF_THRESHOLD_MAX, where the count, kept in thousandths of a packet,
+          // would overflow 32 bits.
+          std::tie(r.max_pkt_rate, r.max_pkt_rate_seconds) = rate("max-pkt-rate", "packets", 4'294'966);
           continue;
         }
         if (int s = filter_stage(t.text); s != 0 && s <= 8) {
@@ -1646,7 +1648,8 @@ class Parser {
          : name.text == "max-src-nodes" ? state.max_src_nodes
                                         : state.max_src_conn) = n;
       } else if (name.text == "max-src-conn-rate") {
-        source_conn_rate(state);
+        std::tie(state.max_src_conn_rate, state.max_src_conn_rate_seconds) =
+            rate("max-src-conn-rate", "connections", std::numeric_limits<uint32_t>::max());
       } else if (name.text == "source-track") {
         if (accept_word("global")) {
           state.source_track_global = true;
@@ -1682,19 +1685,8 @@ class Parser {
     }
   }
 
-  // `max-pkt-rate N/S`: N packets per S seconds. N stays below pf's PF_THRESHOLD_MAX, where the
-  // count, kept in thousandths of a packet, would overflow 32 bits.
-  void packet_rate(FilterRule& r) {
-    std::tie(r.max_pkt_rate, r.max_pkt_rate_seconds) = rate("max-pkt-rate", "packets", 4'294'966);
-  }
-
-  // `max-src-conn-rate N/S`: N connections per S seconds.
-  void source_conn_rate(StateOptions& state) {
-    std::tie(state.max_src_conn_rate, state.max_src_conn_rate_seconds) =
-        rate("max-src-conn-rate", "connections", std::numeric_limits<uint32_t>::max());
-  }
-
-  // A rate `N/S` of `what` (at most `most` of them) in S seconds, up to a day.
+  // A rate `N/S` of `what` (at most `most` of them) in S seconds, up to a day: `max-pkt-rate`'s
+  // packets, `max-src-conn-rate`'s connections.
   std::pair<uint32_t, uint32_t> rate(std::string_view option, std::string_view what, uint32_t most) {
     const std::string example = "a rate such as 15/5 (" + std::string(what) + "/seconds)";
     const Token t = take_value(example);
