@@ -284,6 +284,11 @@ class Daemon:
     def json(self, *args):
         return json.loads(self.ctl(*args, "--json").stdout)
 
+    def decided(self, text):
+        """How many packets the rule written `text` (as `rules show` writes it) has decided."""
+        rules = self.json("rules", "show")["rules"]
+        return int(next(r for r in rules if r["text"] == text).get("evaluations", 0))
+
     def reasons(self):
         """{reason: count} from `pairwallctl stats --json`."""
         return {r["reason"]: int(r["count"]) for r in self.json("stats")["reasons"]}

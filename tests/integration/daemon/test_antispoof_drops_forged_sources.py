@@ -18,11 +18,6 @@ FORGED4, FORGED6 = "10.77.1.99", "fd77:1::99"
 ANTISPOOF_NETWORK = "block drop in quick on ! f0 from f0:network to any"
 
 
-def decided(fw, text):
-    """How many packets the rule written `text` has decided."""
-    return int(next(r for r in fw.json("rules", "show")["rules"] if r["text"] == text)["evaluations"])
-
-
 def test_antispoof_drops_forged_sources(lan, tmp_path, daemon_factory):
     # The server owns an address of the client side's network as a host route, so that its
     # packets from it leave through the firewall, arriving on the wrong interface.
@@ -42,10 +37,10 @@ def test_antispoof_drops_forged_sources(lan, tmp_path, daemon_factory):
     assert lan.connect(6, ALLOWED, src="server", source=SERVER6)["result"] == "ok"
     # Forged, the replies could not come back anyway (the client's network is on-link at the
     # client): what shows that antispoof dropped them is its rule's count.
-    before = decided(fw, ANTISPOOF_NETWORK)
+    before = fw.decided(ANTISPOOF_NETWORK)
     assert lan.connect(4, ALLOWED, src="server", source=FORGED4, timeout=1.0)["result"] == "timeout"
     assert lan.connect(6, ALLOWED, src="server", source=FORGED6, timeout=1.0)["result"] == "timeout"
-    assert decided(fw, ANTISPOOF_NETWORK) >= before + 2
+    assert fw.decided(ANTISPOOF_NETWORK) >= before + 2
     # The client's network arriving where it lives passes.
     assert lan.connect(4, ALLOWED)["result"] == "ok"
     assert lan.connect(6, ALLOWED)["result"] == "ok"
@@ -57,6 +52,6 @@ def test_antispoof_drops_forged_sources(lan, tmp_path, daemon_factory):
     assert "interface addresses changed: table f0:network set anew" in fw.log_text()
     lan.server.exec("ip", "addr", "add", "10.77.9.99/32", "dev", "s0")
     assert lan.connect(4, ALLOWED, src="server", source=SERVER4)["result"] == "ok"
-    before = decided(fw, ANTISPOOF_NETWORK)
+    before = fw.decided(ANTISPOOF_NETWORK)
     assert lan.connect(4, ALLOWED, src="server", source="10.77.9.99", timeout=1.0)["result"] == "timeout"
-    assert decided(fw, ANTISPOOF_NETWORK) >= before + 1
+    assert fw.decided(ANTISPOOF_NETWORK) >= before + 1

@@ -17,11 +17,6 @@ NO_ROUTE_RULE = "block in quick from no-route to any"
 UNROUTED = {4: "10.78.0.5", 6: "fd78::5"}
 
 
-def decided(fw):
-    rules = fw.json("rules", "show")["rules"]
-    return int(next(r for r in rules if r["text"] == NO_ROUTE_RULE).get("evaluations", 0))
-
-
 def connect_from_server(lan, family, source, timeout=3.0):
     return lan.connect(family, ALLOWED, src="server", source=source, timeout=timeout)
 
@@ -36,7 +31,7 @@ def test_no_route_drops_sources_without_a_route(lan, tmp_path, daemon_factory):
     assert connect_from_server(lan, 4, SERVER4)["result"] == "ok"
     assert connect_from_server(lan, 6, SERVER6)["result"] == "ok"
     settle()
-    assert decided(fw) == 0, fw.reasons()
+    assert fw.decided(NO_ROUTE_RULE) == 0, fw.reasons()
 
     # Sources of a network the firewall has no route for: the SYNs stop at the firewall, counted
     # by the rule.
@@ -48,7 +43,7 @@ def test_no_route_drops_sources_without_a_route(lan, tmp_path, daemon_factory):
     lan.topo.stop(dump)
     seen = log.read_text(errors="replace")
     assert UNROUTED[4] not in seen and UNROUTED[6] not in seen, f"an unrouted source reached the client:\n{seen}"
-    blocked = decided(fw)
+    blocked = fw.decided(NO_ROUTE_RULE)
     assert blocked >= 2, fw.reasons()
 
     # Routed now: the kernel's tables decide, a kept answer lasting no more than a second.
@@ -58,4 +53,4 @@ def test_no_route_drops_sources_without_a_route(lan, tmp_path, daemon_factory):
     for family in (4, 6):
         assert connect_from_server(lan, family, UNROUTED[family])["result"] == "ok", family
     settle()
-    assert decided(fw) == blocked, fw.reasons()
+    assert fw.decided(NO_ROUTE_RULE) == blocked, fw.reasons()

@@ -21,11 +21,6 @@ LIMITED = "pass in on f0 inet proto icmp all icmp-type 8 no state max-pkt-rate 2
 PINGS = 60
 
 
-def evaluations(fw, text):
-    rules = fw.json("rules", "show")["rules"]
-    return int(next(r for r in rules if r["text"] == text).get("evaluations", 0))
-
-
 def test_once_and_max_pkt_rate(lan, tmp_path, daemon_factory):
     fw = daemon_factory(rules=LIMITED_RULES)
     shown = fw.ctl("rules", "show").stdout
@@ -38,14 +33,14 @@ def test_once_and_max_pkt_rate(lan, tmp_path, daemon_factory):
     assert lan.connect(6, BLOCKED, timeout=1.0)["result"] == "timeout"
     assert held.echo().get("echo"), "the first connection, on its state after the rule was spent"
     settle()
-    assert evaluations(fw, ONE_SHOT) == 1, fw.reasons()
+    assert fw.decided(ONE_SHOT) == 1, fw.reasons()
 
     blocked_before = fw.reasons().get("rule_block", 0)
     r = lan.peer(lan.client, "ping", "10.77.2.2", "--count", PINGS, "--timeout", 0.2, timeout=PINGS)
     assert r["sent"] == PINGS, r
     settle()
     assert r["received"] == 20, r
-    assert evaluations(fw, LIMITED) == 20, fw.reasons()
+    assert fw.decided(LIMITED) == 20, fw.reasons()
     assert fw.reasons().get("rule_block", 0) - blocked_before >= PINGS - 20, fw.reasons()
 
     # A reload of the file zeroes the rules' counters, and with them re-arms `once`.

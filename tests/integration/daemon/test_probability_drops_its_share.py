@@ -22,11 +22,6 @@ DROPPING_RULE = "block in quick on f0 all probability 30%"
 SENT = 300
 
 
-def decided(fw):
-    rules = fw.json("rules", "show")["rules"]
-    return int(next(r for r in rules if r["text"] == DROPPING_RULE).get("evaluations", 0))
-
-
 def test_probability_drops_its_share(lan, daemon_factory):
     fw = daemon_factory(rules=PROBABILITY_RULES)
     assert DROPPING_RULE in fw.ctl("rules", "show").stdout
@@ -37,7 +32,7 @@ def test_probability_drops_its_share(lan, daemon_factory):
         assert r["sent"] == SENT // 2, r
         received += r["received"]
     settle()
-    dropped = decided(fw)
+    dropped = fw.decided(DROPPING_RULE)
     # 30 % of 300: 90, with a standard deviation of 8. Each request the rule did not decide passed
     # and was answered (a late answer, counted as lost, is allowed for a few).
     assert 45 <= dropped <= 135, (dropped, received)

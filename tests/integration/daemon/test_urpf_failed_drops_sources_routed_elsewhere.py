@@ -16,10 +16,6 @@ BEHIND = {4: "10.77.50.5", 6: "fd77:50::5"}
 FORGED = {4: "10.77.50.99", 6: "fd77:50::99"}
 
 
-def decided(fw):
-    return int(next(r for r in fw.json("rules", "show")["rules"] if r["text"] == URPF_RULE).get("evaluations", 0))
-
-
 def test_urpf_failed_drops_sources_routed_elsewhere(lan, tmp_path, daemon_factory):
     lan.fw.exec("ip", "route", "add", "10.77.50.0/24", "via", CLIENT4, "dev", "f0")
     lan.fw.exec("ip", "-6", "route", "add", "fd77:50::/64", "via", CLIENT6, "dev", "f0")
@@ -36,7 +32,7 @@ def test_urpf_failed_drops_sources_routed_elsewhere(lan, tmp_path, daemon_factor
     assert lan.connect(4, ALLOWED, src="server", source=SERVER4)["result"] == "ok"
     assert lan.connect(6, ALLOWED, src="server", source=SERVER6)["result"] == "ok"
     settle()
-    assert decided(fw) == 0, fw.reasons()
+    assert fw.decided(URPF_RULE) == 0, fw.reasons()
 
     # From the server's side with a source the routes send to the client's: the SYNs stop at the
     # firewall, counted by the rule (which otherwise would let them reach the client).
@@ -48,4 +44,4 @@ def test_urpf_failed_drops_sources_routed_elsewhere(lan, tmp_path, daemon_factor
     lan.topo.stop(dump)
     seen = log.read_text(errors="replace")
     assert FORGED[4] not in seen and FORGED[6] not in seen, f"a forged source reached the client:\n{seen}"
-    assert decided(fw) >= 2, fw.reasons()
+    assert fw.decided(URPF_RULE) >= 2, fw.reasons()
