@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 
@@ -90,32 +91,73 @@ def _thread_report(pid):
             except OSError as e:
                 text = f"({e.strerror})"
             if name == "stat":
-                text = text.rsplit(")", 1)[-1].split()[0] if ")" in text else text
+                # A thread that leaves while it is read gives an empty or cut-short line.
+                fields = text.rsplit(")", 1)[-1].split()
+                text = fields[0] if fields else "(gone)"
             parts.append(text.replace("\n", " | "))
         lines.append(f"  thread {tid} {parts[0]}: state {parts[1]}, wchan {parts[2]}, stack {parts[3]}, "
                      f"schedstat {parts[4]}")
     return "\n".join(lines)
 
 
-def kill9_and_wait(pid, what, timeout=180):
+def _wake_every_cpu():
+    """Starts a no-op process pinned to each CPU this process may use, so that every CPU enters its
+    scheduler. Returns the processes, for the caller to reap; one pinned to a CPU that does not run
+    is left to finish later rather than waited for."""
+    started = []
+    for cpu in sorted(os.sched_getaffinity(0)):
+        try:
+            started.append(subprocess.Popen(["taskset", "-c", str(cpu), "true"], stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL))
+        except OSError:
+            pass
+    return started
+
+
+def kill9_and_wait(pid, what, timeout=180, slow_after=2.0):
     """SIGKILLs `pid` and waits until every thread has exited (its sockets closed), so that a
     restart finds its addresses free. A killed daemon usually takes milliseconds; on a loaded host
-    the kernel can take seconds to tear down its netlink queues and memory, and on a 2-vCPU guest
-    of a busy host one thread was seen runnable (state R, its CPU time standing still) for a minute
-    before it left, then gone a second later: the guest's CPU, not the daemon, inferred from the
-    thread reports below. Raises LabError with where the threads still wait."""
+    the kernel can take seconds to tear down its netlink queues and memory.
+
+    On 2-vCPU guests of a busy host, a killed daemon's last thread was seen twice to stay runnable
+    with its CPU time standing still until the wait ended (after 60 s, then 180 s), and each time it
+    left within a second of the thread report that followed. What ended those stalls is not known,
+    so once the exit takes longer than `slow_after` seconds the wait repeats, every two seconds,
+    what happened then: it reads the threads' report and pauses its polling for a second. It also
+    makes every CPU schedule (_wake_every_cpu). A slow exit is reported on stderr with the first
+    report; one past `timeout` raises LabError with where the threads still wait."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
+    slow_report = None
+    wakers = []
+    next_nudge = start + slow_after
     while not fully_exited(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
+        if time.monotonic() < next_nudge:
+            time.sleep(0.01)
+            continue
+        report = _thread_report(pid)
+        slow_report = slow_report or report
+        wakers = [w for w in wakers if w.poll() is None] + _wake_every_cpu()
+        time.sleep(1)
+        next_nudge = time.monotonic() + 1
+    if slow_report is not None:
+        waited = time.monotonic() - start
+        print(f"{what} (pid {pid}) took {waited:.1f} s to exit after SIGKILL; its threads at "
+              f"{slow_after:g} s:\n{slow_report}", file=sys.stderr, flush=True)
     if not fully_exited(pid):
         first = _thread_report(pid)
         time.sleep(1)
         raise LabError(f"{what} (pid {pid}) still exiting {timeout} s after SIGKILL:\n{first}\n"
                        f"one second later:\n{_thread_report(pid)}")
+    for waker in wakers:
+        try:
+            waker.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def parent_pid(pid):
