@@ -103,7 +103,6 @@ Actions Election::become(Time now, Role to, Cause cause, uint32_t peer) {
       break;
     case Role::Backup:
       master_down_at_ = now + master_down_interval();
-      backup_since_ = now;
       break;
     case Role::Init:
     case Role::Fault:
@@ -191,15 +190,12 @@ Actions Election::set_demotion(Time now, uint32_t demotion) {
       // The backup re-ranks us on this advertisement instead of the next one.
       next_advert_ = now + interval();
       return Actions{.send_advert = true};
-    case Role::Backup: {
-      const bool master_alive =
-          peer_ && !peer_->leaving && peer_->at >= backup_since_ && now < master_down_at_;
-      if (master_alive && should_take_over(peer_->rank)) {
-        const Cause why = demotion_ < peer_->rank.demotion ? Cause::PeerDemoted : Cause::Preempt;
-        return become(now, Role::Master, why, peer_->node_id);
-      }
+    case Role::Backup:
+      // The master's next advertisement decides (on_advert), as in carp(4), not the rank it last
+      // advertised: that may be changing too. Two nodes that boot together end their bulk syncs
+      // together, and a backup that took over on the master's last rank, still demoted by its
+      // own bulk, would move the group for nothing.
       return {};
-    }
     case Role::Init:
     case Role::Fault:
       break;

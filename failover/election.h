@@ -19,6 +19,8 @@
 //     serving its queue, an incomplete bulk sync, maintenance), so a healthier node always takes
 //     the group; preempt only governs advskew, i.e. taste, as in carp(4) where demotion is what
 //     moves a group between healthy nodes;
+//   - a backup decides both on the master's advertisements as they arrive, never on a change of
+//     its own rank alone: the master's rank may be changing at the same moment, unheard yet;
 //   - a master leaving cleanly sends one last advertisement flagged `leaving`; a backup that hears
 //     it becomes master at once instead of waiting out the master-down interval.
 #pragma once
@@ -196,9 +198,6 @@ class Election {
   bool leaving_ = false;
   Time next_advert_ = kNever;
   Time master_down_at_ = kNever;
-  // When we last became backup. A master heard before it (before a fault, when we could hear
-  // nothing) may have changed its rank unheard: only its next advertisement is taken over on.
-  Time backup_since_ = kNever;
   std::optional<PeerSeen> peer_;
   TransitionLog log_;
   uint64_t worse_masters_ = 0;

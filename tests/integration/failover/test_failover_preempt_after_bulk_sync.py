@@ -47,9 +47,10 @@ def test_restarted_better_node(pair_factory, report, preempt):
         block_sync(p, False)
     else:
         assert p.ctl("a", "bulk done")[0]
-    # pairwall-failoverd: at the next poll. pairwalld: when the sync service gets its bulk (or gives
-    # up waiting for it, [sync] bulk_timeout_min_s = 5 s after it started).
-    bound_s = 0.3 if not real_sync else 6
+    # On the master's first advertisement after the demotion ends. That ends, with
+    # pairwall-failoverd, at the next poll; with pairwalld, when the sync service gets its bulk (or
+    # gives up waiting for it, [sync] bulk_timeout_min_s = 5 s after it started).
+    bound_s = 0.5 if not real_sync else 6
     if preempt:
         p.wait_roles({"a": "master", "b": "backup"}, timeout=bound_s + 2)
         tr = p.last_transition("a", "master")
