@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,17 +75,26 @@ struct Daemon {
   boost::asio::io_context io;
   std::unique_ptr<ControlServer> server;
   std::thread thread;
-  std::vector<Request> requests;
+  std::mutex mutex;
+  std::vector<Request> recorded;
 
   Daemon() {
     std::filesystem::remove_all(dir);
     server = std::make_unique<ControlServer>(io, path, 0600, [this](const Request& req, Response& resp) {
-      requests.push_back(req);
+      std::lock_guard lock(mutex);
+      recorded.push_back(req);
       resp.set_version(kControlProtocolVersion);
       resp.set_ok(true);
     });
     server->start();
     thread = std::thread([this] { io.run(); });
+  }
+  // A copy of what the server's thread recorded, taken once pairwallctl has exited. The socket
+  // already orders the two threads; the lock says so to a race detector, which does not see
+  // through sockets.
+  std::vector<Request> requests() {
+    std::lock_guard lock(mutex);
+    return recorded;
   }
   ~Daemon() {
     boost::asio::post(io, [this] { server->stop(); });
@@ -109,14 +119,14 @@ TEST_CASE("pairwallctl: -f naming what cannot be read sends nothing", "[ctl]") {
     CHECK(r.status == 2);
     CHECK(r.output == "pairwallctl: -f " + feed + ": Is a directory\n");
   }
-  CHECK(d.requests.empty());
+  CHECK(d.requests().empty());
 
   // A readable file still goes through.
   std::ofstream(feed + ".txt") << "192.0.2.1 # one\n198.51.100.0/24\n";
   const Run ok = run_ctl({"-s", d.path, "tables", "replace", "blocked", "-f", feed + ".txt"});
   CHECK(ok.status == 0);
-  REQUIRE(d.requests.size() == 1);
-  CHECK(d.requests[0].table_edit().addresses_size() == 2);
+  REQUIRE(d.requests().size() == 1);
+  CHECK(d.requests()[0].table_edit().addresses_size() == 2);
 }
 
 // A feed piped in, as `fetch-feed | pfctl -t feed -T replace -f -` (pfr_buf_load() reads
@@ -126,8 +136,9 @@ TEST_CASE("pairwallctl: tables -f - reads the addresses from standard input", "[
   const Run ok = run_ctl({"-s", d.path, "tables", "replace", "feed", "-f", "-"},
                          "192.0.2.1 # one\n!198.51.100.7\n2001:db8::/32\n");
   CHECK(ok.status == 0);
-  REQUIRE(d.requests.size() == 1);
-  const auto& sent = d.requests[0].table_edit().addresses();
+  REQUIRE(d.requests().size() == 1);
+  const std::vector<Request> requests = d.requests();
+  const auto& sent = requests[0].table_edit().addresses();
   CHECK(std::vector<std::string>(sent.begin(), sent.end()) ==
         std::vector<std::string>{"192.0.2.1/32", "!198.51.100.7/32", "2001:db8::/32"});
 
@@ -137,7 +148,7 @@ TEST_CASE("pairwallctl: tables -f - reads the addresses from standard input", "[
   CHECK(bad.output ==
         "pairwallctl: (standard input):2:3: expected an address or prefix (e.g. 10.0.0.1, 2001:db8::/32, "
         "!10.0.0.0/8), got 'example.com'\n");
-  CHECK(d.requests.size() == 1);
+  CHECK(d.requests().size() == 1);
 }
 
 // pfctl -t NAME -T test -f FILE: the addresses to test from a file (a log's list of sources).
@@ -147,11 +158,12 @@ TEST_CASE("pairwallctl: tables test -f FILE tests the addresses of the file", "[
                              "192.0.2.1 # a source\n2001:db8::7\n192.0.2.2/32\n");
   // The fake daemon matches none of them: a miss, 2.
   CHECK(tested.status == 2);
-  REQUIRE(d.requests.size() == 1);
-  const auto& sent = d.requests[0].tables().test();
+  REQUIRE(d.requests().size() == 1);
+  const std::vector<Request> requests = d.requests();
+  const auto& sent = requests[0].tables().test();
   CHECK(std::vector<std::string>(sent.begin(), sent.end()) ==
         std::vector<std::string>{"192.0.2.1", "2001:db8::7", "192.0.2.2"});
-  CHECK(d.requests[0].tables().name() == "blocked");
+  CHECK(d.requests()[0].tables().name() == "blocked");
 
   const Run both =
       run_ctl({"-s", d.path, "tables", "test", "blocked", "192.0.2.9", "-f", "-"}, "192.0.2.1\n");
@@ -161,7 +173,7 @@ TEST_CASE("pairwallctl: tables test -f FILE tests the addresses of the file", "[
   const Run none = run_ctl({"-s", d.path, "tables", "test", "blocked", "-f", "-"}, "# nothing today\n");
   CHECK(none.status == 2);
   CHECK(none.output == "pairwallctl: tables test: -f -: no address\n");
-  CHECK(d.requests.size() == 1);
+  CHECK(d.requests().size() == 1);
 }
 
 // A directory opens like a file and reads as nothing: taken for empty rules, `anchors load NAME -f -
@@ -179,12 +191,12 @@ TEST_CASE("pairwallctl: -f - that cannot be read sends nothing", "[ctl]") {
     CHECK(r.status == 2);
     CHECK(r.output == "pairwallctl: -f -: Is a directory\n");
   }
-  CHECK(d.requests.empty());
+  CHECK(d.requests().empty());
   const Run ok = run_ctl({"-s", d.path, "anchors", "load", "web", "-f", "-"}, "pass in all\n");
   CHECK(ok.status == 0);
-  REQUIRE(d.requests.size() == 1);
-  CHECK(d.requests[0].anchor_load().text() == "pass in all\n");
-  CHECK(d.requests[0].anchor_load().path() == "(standard input)");
+  REQUIRE(d.requests().size() == 1);
+  CHECK(d.requests()[0].anchor_load().text() == "pass in all\n");
+  CHECK(d.requests()[0].anchor_load().path() == "(standard input)");
 }
 
 // `pairwallctl states --json > file` on a full disk: a script must not take a cut-off answer for a
@@ -206,23 +218,25 @@ TEST_CASE("pairwallctl: rules load sends an absolute path, even for a file it ca
   const std::string cwd = std::filesystem::current_path().string();
   REQUIRE(run_ctl({"-s", d.path, "rules", "load", "no/such-pf.conf"}).status == 0);
   REQUIRE(run_ctl({"-s", d.path, "rules", "load", "/nonexistent/pf.conf"}).status == 0);
-  REQUIRE(d.requests.size() == 2);
-  CHECK(d.requests[0].rules_load().path() == cwd + "/no/such-pf.conf");
-  CHECK(d.requests[1].rules_load().path() == "/nonexistent/pf.conf");
+  REQUIRE(d.requests().size() == 2);
+  CHECK(d.requests()[0].rules_load().path() == cwd + "/no/such-pf.conf");
+  CHECK(d.requests()[1].rules_load().path() == "/nonexistent/pf.conf");
 }
 
 TEST_CASE("pairwallctl: label, from and to go with the other terms of a state filter", "[ctl]") {
   Daemon d;
   REQUIRE(run_ctl({"-s", d.path, "states", "kill", "label", "web", "proto", "udp"}).status == 0);
-  REQUIRE(d.requests.size() == 1);
-  const auto& f = d.requests[0].kill_states().filter();
+  REQUIRE(d.requests().size() == 1);
+  const std::vector<Request> killed = d.requests();
+  const auto& f = killed[0].kill_states().filter();
   CHECK(f.label() == "web");
   CHECK(f.proto() == 17);
   CHECK(f.address().empty());
   REQUIRE(run_ctl({"-s", d.path, "states", "from", "10.0.0.1", "to", "10.9.0.0/16", "port", "80"}).status ==
           0);
-  REQUIRE(d.requests.size() == 2);
-  const auto& g = d.requests[1].states().filter();
+  REQUIRE(d.requests().size() == 2);
+  const std::vector<Request> listed = d.requests();
+  const auto& g = listed[1].states().filter();
   CHECK(g.from() == "10.0.0.1");
   CHECK(g.to() == "10.9.0.0/16");
   CHECK(g.port() == 80);
@@ -232,21 +246,21 @@ TEST_CASE("pairwallctl: label, from and to go with the other terms of a state fi
 TEST_CASE("pairwallctl: reload sends the Reload request and takes no arguments", "[ctl]") {
   Daemon d;
   REQUIRE(run_ctl({"-s", d.path, "reload"}).status == 0);
-  REQUIRE(d.requests.size() == 1);
-  CHECK(d.requests[0].has_reload());
+  REQUIRE(d.requests().size() == 1);
+  CHECK(d.requests()[0].has_reload());
   CHECK(run_ctl({"-s", d.path, "reload", "pf.conf"}).status != 0);
-  CHECK(d.requests.size() == 1);
+  CHECK(d.requests().size() == 1);
 }
 
 TEST_CASE("pairwallctl: sources kill names one address or prefix, flush sources none", "[ctl]") {
   Daemon d;
   REQUIRE(run_ctl({"-s", d.path, "sources", "kill", "10.0.1.0/24"}).status == 0);
   REQUIRE(run_ctl({"-s", d.path, "flush", "sources"}).status == 0);
-  REQUIRE(d.requests.size() == 2);
-  REQUIRE(d.requests[0].has_kill_sources());
-  CHECK(d.requests[0].kill_sources().address() == "10.0.1.0/24");
-  REQUIRE(d.requests[1].has_kill_sources());
-  CHECK(d.requests[1].kill_sources().address().empty());
+  REQUIRE(d.requests().size() == 2);
+  REQUIRE(d.requests()[0].has_kill_sources());
+  CHECK(d.requests()[0].kill_sources().address() == "10.0.1.0/24");
+  REQUIRE(d.requests()[1].has_kill_sources());
+  CHECK(d.requests()[1].kill_sources().address().empty());
   // Killing every node takes the explicit command: a forgotten address does not mean all.
   const Run none = run_ctl({"-s", d.path, "sources", "kill"});
   CHECK(none.status == 2);
@@ -254,7 +268,7 @@ TEST_CASE("pairwallctl: sources kill names one address or prefix, flush sources 
         std::string::npos);
   CHECK(run_ctl({"-s", d.path, "sources", "kill", "10.0.0.1", "10.0.0.2"}).status == 2);
   CHECK(run_ctl({"-s", d.path, "--limit", "5", "sources", "kill", "10.0.0.1"}).status == 2);
-  CHECK(d.requests.size() == 2);
+  CHECK(d.requests().size() == 2);
 }
 
 // A filter holds one port, one proto, one id: a second would replace the first unseen, and the
@@ -292,8 +306,8 @@ TEST_CASE("pairwallctl: a state filter's term given twice is refused, nothing se
     CHECK(r.status == 2);
     CHECK(r.output.substr(0, r.output.find('\n')) == c.first_line);
   }
-  CHECK(d.requests.empty());
+  CHECK(d.requests().empty());
   REQUIRE(run_ctl({"-s", d.path, "states", "port", "80", "proto", "tcp", "10.0.0.1"}).status == 0);
-  REQUIRE(d.requests.size() == 1);
-  CHECK(d.requests[0].states().filter().port() == 80);
+  REQUIRE(d.requests().size() == 1);
+  CHECK(d.requests()[0].states().filter().port() == 80);
 }
