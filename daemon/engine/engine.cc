@@ -1578,6 +1578,12 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     rule.stats->evaluations.fetch_add(1, std::memory_order_relaxed);
     rule.stats->packets.fetch_add(1, std::memory_order_relaxed);
     rule.stats->bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
+    if (!rule.counted_tables.empty()) {
+      const PacketView& seen = *translation.seen[pass];
+      rules::count_in_tables(rule.counted_tables, seen.family, seen.src, seen.dst,
+                             rules::counted_as(pass == 1, rule.action == rules::Action::Pass), 1,
+                             bytes.size());
+    }
     if (rule.action == rules::Action::Block) {
       Verdict v = drop(Reason::RuleBlock, rule.number);
       v.by_rule = &rule;

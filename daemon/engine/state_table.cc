@@ -77,21 +77,41 @@ std::array<rules::RuleStats*, 2> translator_stats(const StateEntry& e) noexcept 
 }
 
 // Adds the entry's packets and bytes since the last fold to its creator's and translators'
-// counters (see StateTable::attach_creator).
+// counters (see StateTable::attach_creator), and to the entries of the creator's tables that count
+// (TableCounters): as the creator's pass saw the connection, the initiator's packets coming in
+// and the replies going out (an `out` rule's the other way round).
 void fold_counters(StateEntry& e) noexcept {
   if (e.creator == nullptr && !e.translators.any()) return;
-  const uint64_t packets = e.packets[0] + e.packets[1];
-  const uint64_t bytes = e.bytes[0] + e.bytes[1];
+  uint64_t packets[2];
+  uint64_t bytes[2];
+  for (int side = 0; side < 2; ++side)
+    std::tie(packets[side], bytes[side]) = e.folded[side].advance(e.packets[side], e.bytes[side]);
   const auto add = [&](rules::RuleStats& stats) {
-    stats.packets.fetch_add(packets - e.folded_packets, std::memory_order_relaxed);
-    stats.bytes.fetch_add(bytes - e.folded_bytes, std::memory_order_relaxed);
+    stats.packets.fetch_add(packets[0] + packets[1], std::memory_order_relaxed);
+    stats.bytes.fetch_add(bytes[0] + bytes[1], std::memory_order_relaxed);
   };
-  if (e.creator != nullptr) add(*e.creator->stats);
+  if (e.creator != nullptr) {
+    add(*e.creator->stats);
+    if (!e.creator->counted_tables.empty()) {
+      // The addresses its pass saw: an in pass's after rdr, an out pass's after nat as well.
+      const bool out = e.creator->direction == rules::Direction::Out;
+      const StateKey& wire = e.key(1);
+      const IpAddress& src = out ? wire.addr[0] : e.key(0).addr[0];
+      for (int side = 0; side < 2; ++side) {
+        if (packets[side] == 0) continue;
+        rules::count_in_tables(e.creator->counted_tables, wire.family, src, wire.addr[1],
+                               rules::counted_as(out == (side == 0), true), packets[side], bytes[side]);
+      }
+    }
+  }
   for (rules::RuleStats* stats : translator_stats(e)) {
     if (stats != nullptr) add(*stats);
   }
-  e.folded_packets = packets;
-  e.folded_bytes = bytes;
+}
+
+// What the entry counted so far is not its creator's or translators' to fold.
+void fold_from_here(StateEntry& e) noexcept {
+  for (int side = 0; side < 2; ++side) e.folded[side].advance(e.packets[side], e.bytes[side]);
 }
 
 void prefetch_read(const void* p) {
@@ -640,8 +660,7 @@ void StateTable::attach_creator(Handle& handle, const rules::CompiledRule* rule,
   StateEntry* e = handle.get();
   e->creator = rule;
   e->creator_rules = std::move(rules);
-  e->folded_packets = e->packets[0] + e->packets[1];
-  e->folded_bytes = e->bytes[0] + e->bytes[1];
+  fold_from_here(*e);
   if (rule != nullptr) rule->stats->states_current.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -650,8 +669,7 @@ void StateTable::attach_translators(Handle& handle, TranslatorRefs refs,
   StateEntry* e = handle.get();
   if (e->creator_rules == nullptr) e->creator_rules = std::move(rules);
   e->translators = refs;
-  e->folded_packets = e->packets[0] + e->packets[1];
-  e->folded_bytes = e->bytes[0] + e->bytes[1];
+  fold_from_here(*e);
   for (rules::RuleStats* stats : translator_stats(*e)) {
     if (stats != nullptr) stats->states_current.fetch_add(1, std::memory_order_relaxed);
   }

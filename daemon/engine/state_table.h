@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "daemon/engine/rules/ruleset.h"
@@ -80,6 +81,27 @@ class TranslatorRefs {
  private:
   uint8_t bytes_[3] = {0xff, 0xff, 0xff};
 };
+
+// How many of one direction's packets and bytes a state's rules have counted (fold_counters()),
+// modulo 2^24 and 2^40: what it counts between two folds, which come at least once a second while
+// packets arrive (StateTable::touch()), stays far below either. One word where two would take
+// the entry past six cache lines.
+struct FoldMark {
+  static constexpr uint64_t kPacketMask = (uint64_t{1} << 24) - 1;
+  static constexpr uint64_t kByteMask = (uint64_t{1} << 40) - 1;
+  uint64_t packets : 24 = 0;
+  uint64_t bytes : 40 = 0;
+
+  // What `packets_now` and `bytes_now` add to the mark, which then holds them.
+  std::pair<uint64_t, uint64_t> advance(uint64_t packets_now, uint64_t bytes_now) noexcept {
+    const uint64_t p = (packets_now - packets) & kPacketMask;
+    const uint64_t b = (bytes_now - bytes) & kByteMask;
+    packets = packets_now & kPacketMask;
+    bytes = bytes_now & kByteMask;
+    return {p, b};
+  }
+};
+static_assert(sizeof(FoldMark) == 8);
 
 // Laid out hot then cold: every field a packet hitting the state by its stack key reads or writes
 // sits in the first kHotBytes (three cache lines, from a 64-byte aligned start), so that a batch
@@ -141,9 +163,9 @@ struct alignas(64) StateEntry {
   // over the end's timestamps.
   TcpScrub scrub[2];
   TimestampWatch watch[2];
-  // What of packets and bytes the creator's counters hold already (StateTable folds the rest in).
-  uint64_t folded_packets = 0;
-  uint64_t folded_bytes = 0;
+  // What of packets and bytes, per direction as packets and bytes, the creator's counters hold
+  // already (StateTable folds the rest in).
+  FoldMark folded[2];
 
   // Key 0 is the stack key, key 1 the wire key.
   KeyLink& link(int k) { return k == 0 ? stack_link : wire_link; }

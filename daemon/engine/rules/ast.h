@@ -291,6 +291,7 @@ struct Table {
   SourceLocation location;
   std::string name;
   bool is_const = false;  // `const`: its entries cannot change while the rules run
+  bool counters = false;  // `counters`: packets and bytes are counted per entry (TableCounters)
   std::vector<IpPrefix> entries;
   std::vector<IpPrefix> negated_entries;  // `!10.1.2.0/24` inside a table: excluded
   std::vector<TableFile> files;           // read by parse_rules_file(), not by parse_rules()

@@ -243,59 +243,64 @@ class RangeMax {
 // ---------------------------------------------------------------------------------------------
 // AddressTable
 
-AddressTable::AddressTable(const std::vector<IpPrefix>& entries, const std::vector<IpPrefix>& negated) {
+std::vector<PrefixSpan> longest_prefix_spans(Family family, std::span<const IpPrefix> prefixes) {
   struct Item {
     KeyRange range;
     uint8_t length;
-    bool negated;
+    uint32_t index;
   };
+  std::vector<Item> items;
+  for (uint32_t i = 0; i < prefixes.size(); ++i) {
+    if (prefixes[i].family == family) items.push_back({prefix_range(prefixes[i]), prefixes[i].length, i});
+  }
+  // Outer prefixes first, so the stack below holds the chain of prefixes containing a point with
+  // the longest on top; of a prefix listed twice, the later one on top.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.range.first != b.range.first) return a.range.first < b.range.first;
+    if (a.length != b.length) return a.length < b.length;
+    return a.index < b.index;
+  });
+  std::vector<PrefixSpan> out;
+  std::vector<const Item*> stack;
+  AddressKey pos = 0;
+  bool exhausted = false;  // pos ran past the end of the address space
+  auto close_top = [&]() {
+    const Item* top = stack.back();
+    stack.pop_back();
+    if (exhausted || pos > top->range.last) return;
+    out.push_back({{pos, top->range.last}, top->index});
+    if (top->range.last == kKeyMax) {
+      exhausted = true;
+    } else {
+      pos = top->range.last + 1;
+    }
+  };
+  for (const Item& item : items) {
+    while (!stack.empty() && stack.back()->range.last < item.range.first) close_top();
+    if (!exhausted && pos < item.range.first) {
+      if (!stack.empty()) out.push_back({{pos, item.range.first - 1}, stack.back()->index});
+      pos = item.range.first;
+    }
+    stack.push_back(&item);
+  }
+  while (!stack.empty()) close_top();
+  return out;
+}
+
+AddressTable::AddressTable(const std::vector<IpPrefix>& entries, const std::vector<IpPrefix>& negated) {
+  // The negated entries after the plain ones: a prefix listed both ways counts as negated.
+  std::vector<IpPrefix> all = entries;
+  all.insert(all.end(), negated.begin(), negated.end());
   for (const Family family : {Family::V4, Family::V6}) {
-    std::vector<Item> items;
-    for (const IpPrefix& p : entries) {
-      if (p.family == family) items.push_back({prefix_range(p), p.length, false});
-    }
-    for (const IpPrefix& p : negated) {
-      if (p.family == family) items.push_back({prefix_range(p), p.length, true});
-    }
-    // Outer prefixes first, so the stack below holds the chain of prefixes containing a point
-    // with the longest on top; for the same prefix the negated one goes on top and wins.
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-      if (a.range.first != b.range.first) return a.range.first < b.range.first;
-      if (a.length != b.length) return a.length < b.length;
-      return a.negated < b.negated;
-    });
     std::vector<KeyRange>& out = family == Family::V4 ? v4_ : v6_;
-    auto emit = [&out](AddressKey first, AddressKey last, bool member) {
-      if (!member) return;
-      if (!out.empty() && out.back().last != kKeyMax && out.back().last + 1 == first) {
-        out.back().last = last;
+    for (const PrefixSpan& span : longest_prefix_spans(family, all)) {
+      if (span.index >= entries.size()) continue;  // a negated entry's: not in the table
+      if (!out.empty() && out.back().last != kKeyMax && out.back().last + 1 == span.range.first) {
+        out.back().last = span.range.last;
       } else {
-        out.push_back({first, last});
+        out.push_back(span.range);
       }
-    };
-    std::vector<const Item*> stack;
-    AddressKey pos = 0;
-    bool exhausted = false;  // pos ran past the end of the address space
-    auto close_top = [&]() {
-      const Item* top = stack.back();
-      stack.pop_back();
-      if (exhausted || pos > top->range.last) return;
-      emit(pos, top->range.last, !top->negated);
-      if (top->range.last == kKeyMax) {
-        exhausted = true;
-      } else {
-        pos = top->range.last + 1;
-      }
-    };
-    for (const Item& item : items) {
-      while (!stack.empty() && stack.back()->range.last < item.range.first) close_top();
-      if (!exhausted && pos < item.range.first) {
-        emit(pos, item.range.first - 1, !stack.empty() && !stack.back()->negated);
-        pos = item.range.first;
-      }
-      stack.push_back(&item);
     }
-    while (!stack.empty()) close_top();
   }
 }
 

@@ -125,6 +125,15 @@ struct KeyRange {
   AddressKey last = 0;  // inclusive
 };
 
+// The addresses of `family` that some prefix of `prefixes` holds, cut into the spans where one
+// of them is the longest that does: ascending, disjoint, each with that prefix's index. Of a
+// prefix listed twice the later one holds it. Prefixes of the other family are passed over.
+struct PrefixSpan {
+  KeyRange range;
+  uint32_t index = 0;
+};
+std::vector<PrefixSpan> longest_prefix_spans(Family family, std::span<const IpPrefix> prefixes);
+
 // A table resolved to disjoint, sorted address ranges per family.
 class AddressTable {
  public:

@@ -506,7 +506,7 @@ class Compiler {
                                      const std::function<bool(std::string_view)>& keeps_counters) {
     auto set = std::make_shared<RuleSet>();
     settings(*set);
-    tables();
+    tables(*set, counters_from);
     number_tags();
     filter_rules(*set);
     scrub_rules(*set);
@@ -671,7 +671,7 @@ class Compiler {
   // Every table's entries count against one limit, as pf's table-entries pool does: tables grow at
   // run time (overload, `tables add`), and each change recompiles the rule set, whose time and
   // memory grow with them.
-  void tables() {
+  void tables(RuleSet& set, const RuleSet* counters_from) {
     const uint64_t limit = file_.settings.table_entry_limit();
     uint64_t entries = 0;
     const Table* largest = nullptr;
@@ -696,6 +696,21 @@ class Compiler {
         fail(t.location, "table <" + t.name + "> is already defined at line " +
                              std::to_string(it->second.first->location.line));
       }
+      if (t.counters) {
+        const TableCounters* earlier =
+            counters_from != nullptr ? counters_from->table_counters(t.name) : nullptr;
+        set.table_counters_.push_back(std::make_unique<TableCounters>(t, earlier));
+        counted_tables_[t.name] = set.table_counters_.back().get();
+      }
+    }
+  }
+
+  // The tables with `counters` among a rule's source (destination) addresses.
+  void count_tables(const std::vector<AddressElement>& addresses, bool destination, CompiledRule& c) const {
+    for (const AddressElement& e : addresses) {
+      if (e.kind != AddressElement::Kind::Table) continue;
+      if (const auto it = counted_tables_.find(e.table); it != counted_tables_.end())
+        c.counted_tables.push_back({it->second, destination});
     }
   }
 
@@ -912,6 +927,7 @@ class Compiler {
       c.anchor = r.anchor;
       if (!r.anchor.empty()) c.anchor_number = anchor_numbers[r.anchor];
       c.action = r.action;
+      c.direction = r.direction;
       c.reply = r.reply;
       c.reply_rst_for_tcp = r.reply_rst_for_tcp;
       c.icmp_code = r.icmp_code;
@@ -958,6 +974,8 @@ class Compiler {
       c.text = filter_text(shown);
       c.label = shown.label;
       c.tag = tag_number(r.tag);
+      count_tables(r.from.addresses, false, c);
+      count_tables(r.to.addresses, true, c);
       c.chance = static_cast<uint64_t>(std::llround(r.probability * static_cast<double>(kCertain)));
       c.once = r.once;
       c.max_packets = r.max_pkt_rate;
@@ -1314,6 +1332,7 @@ class Compiler {
   const RuleFile& file_;
   InterfaceRegistry& interfaces_;
   std::map<std::string, std::pair<const Table*, AddressTable>> tables_;
+  std::map<std::string, const TableCounters*> counted_tables_;
   std::map<std::string, uint16_t> tag_numbers_;  // number_tags()
 };
 
@@ -1619,6 +1638,13 @@ void RuleSet::evaluate_batch(std::span<const MatchQuery> queries, std::span<uint
     pass_batch(queries.subspan(first, n), {passed, n}, nullptr, context);
     for (std::size_t i = 0; i < n; ++i) out[first + i] = passed[i].deciding;
   }
+}
+
+const TableCounters* RuleSet::table_counters(std::string_view name) const noexcept {
+  for (const auto& t : table_counters_) {
+    if (t->name() == name) return t.get();
+  }
+  return nullptr;
 }
 
 bool RuleSet::local_broadcast(Family family, const IpAddress& address) const noexcept {

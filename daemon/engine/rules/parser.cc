@@ -1,7 +1,7 @@
 // Recursive descent over the token stream, one statement per logical line. Statements:
 //   name = value                       macro definition
 //   include "path"                     another rule file, read where the statement stands
-//   table <name> [persist] [const] [file "path" ...] [{ addr, !addr/len, ... }]
+//   table <name> [persist] [const] [counters] [file "path" ...] [{ addr, !addr/len, ... }]
 //                                      the options in any order, before or after the one list
 //   antispoof [log] [quick] for IF     `log` and `quick` in either order
 //   set limit ... | set timeout ...  (limits: states, frags, src-nodes, table-entries)
@@ -647,6 +647,10 @@ class Parser {
         table.is_const = true;
         continue;
       }
+      if (accept_word("counters")) {
+        table.counters = true;
+        continue;
+      }
       if (accept_word("file")) {
         const Token& path = peek();
         if (path.kind != TokenKind::String || path.text.empty())
@@ -691,8 +695,8 @@ class Parser {
       }
       break;
     }
-    expect_end(list_open ? "'persist', 'const', 'file' or end of line"
-                         : "'persist', 'const', 'file', '{' or end of line");
+    expect_end(list_open ? "'persist', 'const', 'counters', 'file' or end of line"
+                         : "'persist', 'const', 'counters', 'file', '{' or end of line");
     table_index_.emplace(table.name, out_.tables.size());
     out_.tables.push_back(std::move(table));
   }

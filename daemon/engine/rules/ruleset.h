@@ -15,6 +15,7 @@
 #include "daemon/engine/packet.h"
 #include "daemon/engine/rules/ast.h"
 #include "daemon/engine/rules/classifier.h"
+#include "daemon/engine/rules/table_counters.h"
 #include "daemon/engine/siphash.h"
 #include "daemon/engine/source_table.h"
 #include "daemon/engine/timeouts.h"
@@ -75,6 +76,7 @@ struct CompiledRule {
   std::string anchor;   // the path of its anchor, empty in the main rule set
   uint32_t anchor_number = kNoRuleNumber;  // its anchor's @N where the anchor stands (pflog's rulenr)
   Action action = Action::Block;
+  Direction direction = Direction::Any;  // `in`, `out`, or neither
   BlockReply reply = BlockReply::Drop;
   bool reply_rst_for_tcp = false;  // `block return`: RST for TCP, `reply` (ICMP) for the rest
   int16_t icmp_code = -1;          // return-icmp's code for IPv4 packets, -1: port unreachable
@@ -112,6 +114,8 @@ struct CompiledRule {
   // match rules up to there have tagged the packet.
   uint32_t evaluated_until = UINT32_MAX;
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
+  // Its source and destination tables that count per entry (`table <t> counters`).
+  std::vector<CountedTable> counted_tables;
 
   // How long this rule's states of class `c` live, as pf's: the rule's own timeout where its state
   // options set one, else the running rule set's global one (`current`), which a reload that
@@ -295,6 +299,9 @@ class RuleSet {
   }
   const CompiledTranslation& translation_entry(uint32_t index) const { return translations_[index]; }
   const std::vector<AnchorListing>& anchors() const { return anchors_; }
+  // The per-entry counters of the table `name` (`table <name> counters`), nullptr for a table
+  // without them.
+  const TableCounters* table_counters(std::string_view name) const noexcept;
 
   // By evaluate()'s result: the rules of the main rule set and its anchors in file order.
   const CompiledRule& rule(uint32_t index) const { return rules_[index]; }
@@ -395,6 +402,7 @@ class RuleSet {
   // tag_after() for the in pass of a set of one segment that `deciding` decided (kNoRule: no rule
   // matched): evaluated up to a deciding quick rule, or the end of the quick anchor that decided.
   uint16_t tag_after_in(const MatchQuery& in, uint32_t deciding) const noexcept;
+  std::vector<std::unique_ptr<TableCounters>> table_counters_;  // the tables with `counters`
   // Scrub and translation rules are few and evaluated first-match; see compile.cc.
   std::vector<ScrubRule> scrub_rules_;
   std::vector<std::shared_ptr<RuleStats>> scrub_stats_;  // by scrub_rules_' index

@@ -663,11 +663,14 @@ TEST_CASE("tables: options before and after the list, in any order, as pfctl tak
       "table <a> { 10.0.0.0/8 } persist\n"
       "table <b> { 10.0.0.0/8 } const persist\n"
       "table <c> persist {\n  192.0.2.1 } const\n"
-      "table <d> {} file \"d.txt\" persist\n"
+      "table <d> {} file \"d.txt\" persist counters\n"
       "table <e> const file \"e.txt\" { !10.1.0.0/16 } file \"f.txt\"\n");
   REQUIRE(f.tables.size() == 5);
   CHECK(f.tables[0].entries == std::vector<IpPrefix>{prefix("10.0.0.0/8")});
   CHECK_FALSE(f.tables[0].is_const);
+  CHECK_FALSE(f.tables[0].counters);
+  CHECK(f.tables[3].counters);
+  CHECK_FALSE(f.tables[4].counters);
   CHECK(f.tables[1].entries == std::vector<IpPrefix>{prefix("10.0.0.0/8")});
   CHECK(f.tables[1].is_const);
   CHECK(f.tables[2].entries == std::vector<IpPrefix>{prefix("192.0.2.1/32")});
@@ -971,10 +974,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"table blocked { 10.0.0.0/8 }",
        "t.conf:1:7: expected a table name in angle brackets, e.g. <blocked>, got 'blocked'"},
       {"table <t> { any }", "t.conf:1:13: expected address or prefix, got 'any'"},
-      {"table <t> { 10.0.0.0/8 } counters",
-       "t.conf:1:26: expected 'persist', 'const', 'file' or end of line, got 'counters'"},
-      {"table <t> persist counters",
-       "t.conf:1:19: expected 'persist', 'const', 'file', '{' or end of line, got 'counters'"},
+      {"table <t> { 10.0.0.0/8 } volatile",
+       "t.conf:1:26: expected 'persist', 'const', 'counters', 'file' or end of line, got 'volatile'"},
+      {"table <t> persist volatile",
+       "t.conf:1:19: expected 'persist', 'const', 'counters', 'file', '{' or end of line, got 'volatile'"},
       {"table <t> { 10.0.0.0/8 } { 10.1.0.0/16 }",
        "t.conf:1:26: one address list per table: put these entries in the list opened at line 1, column 11"},
       {"table <t> {} persist { 10.1.0.0/16 }",
