@@ -571,6 +571,7 @@ void fill_table(const engine::rules::Table& t, bool with_entries, TableInfo* out
   out->set_name(t.name);
   out->set_count(static_cast<uint32_t>(t.entry_count()));
   out->set_is_const(t.is_const);
+  out->set_counters(t.counters);
   if (!with_entries) return;
   for (const auto& p : t.entries) out->add_entries(engine::to_string(p));
   for (const auto& p : t.negated_entries) out->add_entries("!" + engine::to_string(p));
@@ -591,11 +592,67 @@ std::string ControlService::tables(const TablesRequest& request, TableList* out)
   if (request.test_size() > 0) return test_table(request, out);
   if (request.name().empty()) out->set_entry_limit(loaded_->settings.table_entry_limit());
   for (const auto& t : loaded_->tables) {
-    if (request.name().empty() || t.name == request.name())
-      fill_table(t, !request.name().empty(), out->add_tables());
+    if (!request.name().empty() && t.name != request.name()) continue;
+    TableInfo* info = out->add_tables();
+    fill_table(t, !request.name().empty(), info);
+    if (!request.name().empty() && request.verbose()) fill_entry_stats(t, info);
   }
   if (!request.name().empty() && out->tables_size() == 0)
     return "tables: no table <" + request.name() + "> in " + rules_file_;
+  return {};
+}
+
+void ControlService::fill_entry_stats(const engine::rules::Table& t, TableInfo* out) const {
+  const engine::rules::TableCounters* counted = engine_.rules()->table_counters(t.name);
+  const auto stamps = table_added_.find(t.name);
+  const engine::Millis now = now_();
+  const auto fill = [&](bool negated, const engine::IpPrefix& p) {
+    TableEntryStats* stats = out->add_entry_stats();
+    if (stamps != table_added_.end()) {
+      if (const auto at = stamps->second.find({negated, p}); at != stamps->second.end())
+        stats->set_cleared_seconds_ago(
+            static_cast<uint64_t>(std::max<int64_t>(0, (now - at->second).count())) / 1000);
+    }
+    const engine::rules::EntryCounters* c = counted != nullptr ? counted->listed({negated, p}) : nullptr;
+    if (c == nullptr) return;
+    using engine::rules::CountedAs;
+    const auto packets = [c](CountedAs as) { return c->packets[static_cast<std::size_t>(as)].load(); };
+    const auto bytes = [c](CountedAs as) { return c->bytes[static_cast<std::size_t>(as)].load(); };
+    stats->set_in_block_packets(packets(CountedAs::InBlock));
+    stats->set_in_block_bytes(bytes(CountedAs::InBlock));
+    stats->set_in_pass_packets(packets(CountedAs::InPass));
+    stats->set_in_pass_bytes(bytes(CountedAs::InPass));
+    stats->set_out_block_packets(packets(CountedAs::OutBlock));
+    stats->set_out_block_bytes(bytes(CountedAs::OutBlock));
+    stats->set_out_pass_packets(packets(CountedAs::OutPass));
+    stats->set_out_pass_bytes(bytes(CountedAs::OutPass));
+  };
+  for (const auto& p : t.entries) fill(false, p);
+  for (const auto& p : t.negated_entries) fill(true, p);
+}
+
+std::string ControlService::zero_table(const TableEdit& request, TableList* out) {
+  const auto table = find_table(*loaded_, request.name());
+  if (table == loaded_->tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;
+  std::set<engine::TableEntry> named;
+  for (const std::string& text : request.addresses()) {
+    const auto entry = engine::parse_table_entry(text);
+    if (!entry) return "tables: '" + text + "' is not an address or prefix (e.g. 10.0.0.1, !10.0.0.0/8)";
+    named.insert(*entry);
+  }
+  // As pfr_clr_astats: the entries named that the table holds, or all of them.
+  const engine::rules::TableCounters* counted = engine_.rules()->table_counters(table->name);
+  auto& stamps = table_added_[table->name];
+  const engine::Millis now = now_();
+  uint32_t zeroed = 0;
+  for (const engine::TableEntry& held : entry_set(*table)) {
+    if (!named.empty() && !named.contains(held)) continue;
+    if (engine::rules::EntryCounters* c = counted != nullptr ? counted->listed(held) : nullptr) c->zero();
+    stamps[held] = now;
+    ++zeroed;
+  }
+  fill_table(*table, true, out->add_tables());
+  out->set_zeroed(zeroed);
   return {};
 }
 
@@ -623,6 +680,8 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
     return "tables: unknown operation " + std::to_string(request.op()) +
            " (is pairwallctl newer than pairwalld?)";
   }
+  // Counters only: a const table's too, as pf's, and without a recompile.
+  if (request.op() == TableEdit::ZERO) return zero_table(request, out);
   engine::rules::RuleFile edited = *loaded_;
   auto table = find_table(edited, request.name());
   if (table == edited.tables.end()) return "tables: no table <" + request.name() + "> in " + rules_file_;

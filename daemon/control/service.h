@@ -124,6 +124,12 @@ class ControlService {
   std::string kill_sources(const KillSources& request, SourcesKilled* out);
   std::string test_table(const TablesRequest& request, TableList* out) const;
   std::string edit_table(const TableEdit& request, TableList* out);
+  // `tables show NAME -v`: each entry's counters (none but the time for a table without
+  // `counters`) and when they were cleared.
+  void fill_entry_stats(const engine::rules::Table& table, TableInfo* out) const;
+  // `tables zero`: clears the counters of the entries named (all without a name), and counts them
+  // as come now, as pfctl -T zero does (what `tables expire` reads).
+  std::string zero_table(const TableEdit& request, TableList* out);
   // `tables expire`: removes the entries of `table` that came `seconds` ago or earlier; how many.
   uint32_t expire_table(engine::rules::Table& table, uint32_t seconds) const;
   // Notes when each entry of the loaded tables came: now for new ones, unchanged for the others.

@@ -201,6 +201,25 @@ std::string format_labels(const control::RuleList& rules) {
   return o.str();
 }
 
+namespace {
+
+// An entry's counters as pfctl -T show -v writes them.
+std::string entry_stats(const control::TableEntryStats& s, bool counted) {
+  std::ostringstream o;
+  o << "\tCleared:     " << s.cleared_seconds_ago() << " s ago\n";
+  if (!counted) return o.str();
+  const auto row = [&o](const char* name, uint64_t packets, uint64_t bytes) {
+    o << "\t" << name << "[ Packets: " << packets << "  Bytes: " << bytes << " ]\n";
+  };
+  row("In/Block:    ", s.in_block_packets(), s.in_block_bytes());
+  row("In/Pass:     ", s.in_pass_packets(), s.in_pass_bytes());
+  row("Out/Block:   ", s.out_block_packets(), s.out_block_bytes());
+  row("Out/Pass:    ", s.out_pass_packets(), s.out_pass_bytes());
+  return o.str();
+}
+
+}  // namespace
+
 std::string format_tables(const control::TableList& tables, bool entries, bool edited) {
   constexpr uint32_t kEditListed = 32;
   std::ostringstream o;
@@ -212,11 +231,14 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
   for (const auto& t : tables.tables()) {
     // After an edit, a table the size of a feed's list is summed up rather than listed.
     if (entries && !(edited && t.count() > kEditListed)) {
-      for (const auto& e : t.entries()) o << "   " << table_entry(e) << "\n";
+      for (int i = 0; i < t.entries_size(); ++i) {
+        o << "   " << table_entry(t.entries(i)) << "\n";
+        if (i < t.entry_stats_size()) o << entry_stats(t.entry_stats(i), t.counters());
+      }
       continue;
     }
     o << "<" << t.name() << ">  " << t.count() << (t.count() == 1 ? " entry" : " entries")
-      << (t.is_const() ? ", const" : "") << "\n";
+      << (t.is_const() ? ", const" : "") << (t.counters() ? ", counters" : "") << "\n";
   }
   if (!entries && tables.tables_size() == 0) o << "no tables\n";
   if (!entries && tables.tables_size() != 0 && tables.entry_limit() != 0) {
@@ -225,6 +247,11 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
     o << total << " of " << tables.entry_limit() << " table entries used (set limit table-entries)\n";
   }
   return o.str();
+}
+
+std::string format_table_zero(const control::TableList& tables) {
+  const uint32_t held = tables.tables_size() > 0 ? tables.tables(0).count() : 0;
+  return std::to_string(tables.zeroed()) + "/" + std::to_string(held) + " addresses zeroed\n";
 }
 
 std::string format_table_test(const control::TableList& tables) {

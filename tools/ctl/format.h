@@ -15,6 +15,8 @@ std::string format_labels(const control::RuleList& rules);
 // (`edited`), first how many entries it added and deleted, and a table of more than 32 entries
 // by its size alone.
 std::string format_tables(const control::TableList& tables, bool entries, bool edited);
+// `tables zero`: how many of the table's entries were zeroed, as pfctl -T zero says it.
+std::string format_table_zero(const control::TableList& tables);
 // pfctl -T test's answer: "N/M addresses match.", then the matching ones, one a line.
 std::string format_table_test(const control::TableList& tables);
 std::string format_states(const control::StateList& states, bool count_only);

@@ -67,7 +67,9 @@ commands:
   sources kill ADDRESS|PREFIX    remove the source nodes of those addresses, as pfctl -K: their
                                  states go on, and the addresses start afresh under the limits
   flush sources                  remove every source node, as pfctl -F Sources
-  tables [show NAME]             the running rules' tables and their sizes, or one table's entries
+  tables [show NAME] [-v]        the running rules' tables and their sizes, or one table's entries;
+                                 -v: with each entry's counters (a table with `counters`) and
+                                 how long ago they were cleared, as pfctl -T show -v
   tables add|delete NAME ADDR... change a table of the running rules (ADDR: address, prefix, or
   tables replace NAME [ADDR...]  !PREFIX for an exception), as pfctl -T; replace leaves exactly
   tables flush NAME              the ADDRs; a reload sets the tables the rule file lists entries
@@ -75,8 +77,10 @@ commands:
   tables test NAME ADDR...       which ADDRs the table holds, as pfctl -T test (exit 0 when
                                  it holds them all, 2 when not, 1 on an error); -f FILE
                                  tests the addresses of FILE
-  tables expire NAME SECONDS     remove the entries added SECONDS ago or earlier, as pfctl -T
-                                 expire (an overload table's offenders, from cron)
+  tables expire NAME SECONDS     remove the entries added (or zeroed) SECONDS ago or earlier, as
+                                 pfctl -T expire (an overload table's offenders, from cron)
+  tables zero NAME [ADDR...]     clear the counters of the entries ADDR names (all without one),
+                                 as pfctl -T zero; expire then counts them as added now
   tables add|delete|replace NAME -f FILE
                                  the same with the addresses of FILE (white space apart, # to
                                  the end of a line a comment), as pfctl -T ... -f; -f - reads
@@ -136,6 +140,7 @@ struct Invocation {
   bool count = false;
   std::optional<uint32_t> limit;
   std::optional<std::string> file;  // -f: a table command's addresses
+  bool verbose = false;             // -v: `tables show NAME`'s entry counters
   std::vector<std::string> words;
 };
 
@@ -155,6 +160,8 @@ Invocation parse_args(int argc, char** argv) {
       inv.count = true;
     } else if (a == "--limit") {
       inv.limit = parse_number(value("--limit"), "--limit", UINT32_MAX);
+    } else if (a == "-v" || a == "--verbose") {
+      inv.verbose = true;
     } else if (a == "-f" || a == "--file") {
       inv.file = value("-f");
     } else if (a == "-h" || a == "--help") {
@@ -287,6 +294,14 @@ Request build_request(const Invocation& inv) {
     } else if (sub == "show") {
       need(3);
       r.mutable_tables()->set_name(w[2]);
+      r.mutable_tables()->set_verbose(inv.verbose);
+    } else if (sub == "zero") {
+      if (w.size() < 3) throw UsageError{"tables zero: name the table"};
+      if (inv.file) throw UsageError{"-f FILE goes with tables add, delete or replace"};
+      auto* edit = r.mutable_table_edit();
+      edit->set_name(w[2]);
+      edit->set_op(control::TableEdit::ZERO);
+      for (std::size_t i = 3; i < w.size(); ++i) edit->add_addresses(w[i]);
     } else if (sub == "expire") {
       need(4);
       if (inv.file) throw UsageError{"-f FILE goes with tables add, delete or replace"};
@@ -327,7 +342,7 @@ Request build_request(const Invocation& inv) {
       }
     } else {
       throw UsageError{"tables: unknown subcommand '" + sub +
-                       "' (show, test, add, delete, replace, flush, expire)"};
+                       "' (show, test, add, delete, replace, flush, expire, zero)"};
     }
   } else if (cmd == "anchors") {
     const std::string sub = w.size() >= 2 ? w[1] : "show";
@@ -421,6 +436,7 @@ Request build_request(const Invocation& inv) {
     throw UsageError{"unknown command '" + all + "'"};
   }
   if (cmd != "states" && inv.count) throw UsageError{"--count goes with 'states'"};
+  if (inv.verbose && !r.tables().verbose()) throw UsageError{"-v goes with 'tables show NAME'"};
   if (cmd != "states" && cmd != "sources" && inv.limit)
     throw UsageError{"--limit goes with 'states' and 'sources'"};
   if (inv.file && !r.has_table_edit() && !r.has_anchor_load() && r.tables().test_size() == 0)
@@ -471,6 +487,8 @@ std::string human(const Request& request, const Response& response, const Invoca
       return "flushed " + std::to_string(response.flushed().states()) + " states\n";
     case Response::kTables:
       if (request.tables().test_size() > 0) return ctl::format_table_test(response.tables());
+      if (request.table_edit().op() == control::TableEdit::ZERO)
+        return ctl::format_table_zero(response.tables());
       return ctl::format_tables(response.tables(),
                                 request.has_table_edit() || !request.tables().name().empty(),
                                 request.has_table_edit());

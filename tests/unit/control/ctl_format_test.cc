@@ -198,3 +198,46 @@ TEST_CASE("pairwallctl: a table edit says what it added, deleted and changed, as
   edited.set_changed(3);
   CHECK(pairwall::ctl::format_tables(edited, true, true).rfind("2 added, 1 deleted, 3 changed\n", 0) == 0);
 }
+
+TEST_CASE("pairwallctl: tables show -v writes each entry's counters as pfctl -T show -v", "[ctl]") {
+  pairwall::control::TableList shown;
+  auto* t = shown.add_tables();
+  t->set_name("bad");
+  t->set_count(2);
+  t->set_counters(true);
+  t->add_entries("10.0.0.0/8");
+  t->add_entries("!10.0.0.9/32");
+  auto* first = t->add_entry_stats();
+  first->set_cleared_seconds_ago(30);
+  first->set_in_block_packets(2);
+  first->set_in_block_bytes(120);
+  first->set_out_pass_packets(7);
+  first->set_out_pass_bytes(9000);
+  t->add_entry_stats()->set_cleared_seconds_ago(5);
+  CHECK(pairwall::ctl::format_tables(shown, true, false) ==
+        "   10.0.0.0/8\n"
+        "\tCleared:     30 s ago\n"
+        "\tIn/Block:    [ Packets: 2  Bytes: 120 ]\n"
+        "\tIn/Pass:     [ Packets: 0  Bytes: 0 ]\n"
+        "\tOut/Block:   [ Packets: 0  Bytes: 0 ]\n"
+        "\tOut/Pass:    [ Packets: 7  Bytes: 9000 ]\n"
+        "   !10.0.0.9\n"
+        "\tCleared:     5 s ago\n"
+        "\tIn/Block:    [ Packets: 0  Bytes: 0 ]\n"
+        "\tIn/Pass:     [ Packets: 0  Bytes: 0 ]\n"
+        "\tOut/Block:   [ Packets: 0  Bytes: 0 ]\n"
+        "\tOut/Pass:    [ Packets: 0  Bytes: 0 ]\n");
+  // Without `counters`, the time alone; and the list of tables says which count.
+  t->set_counters(false);
+  CHECK(pairwall::ctl::format_tables(shown, true, false) ==
+        "   10.0.0.0/8\n\tCleared:     30 s ago\n   !10.0.0.9\n\tCleared:     5 s ago\n");
+  t->set_counters(true);
+  CHECK(pairwall::ctl::format_tables(shown, false, false) == "<bad>  2 entries, counters\n");
+}
+
+TEST_CASE("pairwallctl: tables zero says how many of the table's entries it zeroed", "[ctl]") {
+  pairwall::control::TableList zeroed;
+  zeroed.set_zeroed(1);
+  zeroed.add_tables()->set_count(3);
+  CHECK(pairwall::ctl::format_table_zero(zeroed) == "1/3 addresses zeroed\n");
+}

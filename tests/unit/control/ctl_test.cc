@@ -107,6 +107,34 @@ struct Daemon {
 
 }  // namespace
 
+// pfctl -t NAME -T show -v and -T zero [ADDR...].
+TEST_CASE("pairwallctl: tables show NAME -v asks for the entries' counters, tables zero clears them",
+          "[ctl]") {
+  Daemon d;
+  CHECK(run_ctl({"-s", d.path, "tables", "show", "bad", "-v"}).status == 0);
+  CHECK(run_ctl({"-s", d.path, "tables", "show", "bad"}).status == 0);
+  CHECK(run_ctl({"-s", d.path, "tables", "zero", "bad", "10.0.0.0/8", "!10.0.0.9"}).status == 0);
+  const std::vector<Request> requests = d.requests();
+  REQUIRE(requests.size() == 3);
+  CHECK(requests[0].tables().name() == "bad");
+  CHECK(requests[0].tables().verbose());
+  CHECK_FALSE(requests[1].tables().verbose());
+  CHECK(requests[2].table_edit().name() == "bad");
+  CHECK(requests[2].table_edit().op() == pairwall::control::TableEdit::ZERO);
+  const auto& named = requests[2].table_edit().addresses();
+  CHECK(std::vector<std::string>(named.begin(), named.end()) ==
+        std::vector<std::string>{"10.0.0.0/8", "!10.0.0.9"});
+
+  const Run misplaced = run_ctl({"-s", d.path, "tables", "-v"});
+  CHECK(misplaced.status == 2);
+  CHECK(misplaced.output.substr(0, misplaced.output.find('\n')) ==
+        "pairwallctl: -v goes with 'tables show NAME'");
+  const Run unnamed = run_ctl({"-s", d.path, "tables", "zero"});
+  CHECK(unnamed.status == 2);
+  CHECK(unnamed.output.substr(0, unnamed.output.find('\n')) == "pairwallctl: tables zero: name the table");
+  CHECK(d.requests().size() == 3);
+}
+
 // A directory opens like a file and reads as nothing: sent on, `tables replace` would empty the
 // table.
 TEST_CASE("pairwallctl: -f naming what cannot be read sends nothing", "[ctl]") {

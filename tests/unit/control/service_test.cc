@@ -792,6 +792,91 @@ TEST_CASE("service: tables expire removes the entries that came long enough ago,
   CHECK(edit("guard", TableEdit::EXPIRE, {"10.0.0.1"}, 1).error() == "tables: expire takes no addresses");
 }
 
+TEST_CASE("service: tables show -v gives each entry's counters, and tables zero clears them as pfctl -T zero",
+          "[service]") {
+  Daemon d;
+  const std::string path = d.write("counted.conf",
+                                   "table <bad> counters { 10.0.0.0/8, !10.0.0.9 }\n"
+                                   "table <plain> const { 192.0.2.0/24 }\n"
+                                   "block in from <bad>\n"
+                                   "block in from ! <bad> to 10.9.0.2\n"
+                                   "block in from <plain>\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  const Bytes probe = syn("10.0.0.1", 40000, "10.9.0.1", 80);
+  REQUIRE(d.send(probe).reason == engine::Reason::RuleBlock);
+  REQUIRE(d.send(probe).reason == engine::Reason::RuleBlock);
+  REQUIRE(d.send(syn("10.0.0.9", 40000, "10.9.0.1", 80)).reason != engine::Reason::RuleBlock);
+  REQUIRE(d.send(syn("10.0.0.9", 40000, "10.9.0.2", 80)).reason == engine::Reason::RuleBlock);
+  REQUIRE(d.send(syn("192.0.2.1", 40000, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
+  d.now += Millis{30'000};
+  const auto show = [&d](const std::string& name, bool verbose) {
+    Request q = make([](Request& r) { r.mutable_tables(); });
+    q.mutable_tables()->set_name(name);
+    q.mutable_tables()->set_verbose(verbose);
+    const Response r = d.call(q);
+    REQUIRE(r.ok());
+    return r.tables().tables(0);
+  };
+  TableInfo bad = show("bad", true);
+  CHECK(bad.counters());
+  REQUIRE(bad.entry_stats_size() == 2);
+  REQUIRE(bad.entries(0) == "10.0.0.0/8");
+  CHECK(bad.entry_stats(0).in_block_packets() == 2);
+  CHECK(bad.entry_stats(0).in_block_bytes() == 2 * probe.size());
+  CHECK(bad.entry_stats(0).in_pass_packets() == 0);
+  CHECK(bad.entry_stats(0).out_block_packets() == 0);
+  CHECK(bad.entry_stats(0).cleared_seconds_ago() == 30);
+  REQUIRE(bad.entries(1) == "!10.0.0.9/32");
+  // 10.0.0.9 is not in <bad>: `from <bad>` passed it over, `from ! <bad>` blocked it, and the
+  // entry that holds it, the exception, counts what that rule did, as pf's does.
+  CHECK(bad.entry_stats(1).in_block_packets() == 1);
+  CHECK(show("bad", false).entry_stats_size() == 0);
+  TableInfo plain = show("plain", true);
+  CHECK_FALSE(plain.counters());
+  REQUIRE(plain.entry_stats_size() == 1);
+  CHECK(plain.entry_stats(0).in_block_packets() == 0);
+  CHECK(plain.entry_stats(0).cleared_seconds_ago() == 30);
+
+  const auto zero = [&d](const std::string& name, std::vector<std::string> addresses) {
+    Request q = make([](Request& r) { r.mutable_table_edit(); });
+    q.mutable_table_edit()->set_name(name);
+    q.mutable_table_edit()->set_op(TableEdit::ZERO);
+    for (const auto& a : addresses) q.mutable_table_edit()->add_addresses(a);
+    return d.call(q);
+  };
+  // Only the entries named that it holds.
+  Response r = zero("bad", {"!10.0.0.9", "10.1.0.0/16"});
+  REQUIRE(r.ok());
+  CHECK(r.tables().zeroed() == 1);
+  bad = show("bad", true);
+  CHECK(bad.entry_stats(0).in_block_packets() == 2);
+  CHECK(bad.entry_stats(0).cleared_seconds_ago() == 30);
+  CHECK(bad.entry_stats(1).cleared_seconds_ago() == 0);
+  d.now += Millis{5'000};
+  r = zero("bad", {});
+  CHECK(r.tables().zeroed() == 2);
+  bad = show("bad", true);
+  CHECK(bad.entry_stats(0).in_block_packets() == 0);
+  CHECK(bad.entry_stats(0).in_block_bytes() == 0);
+  CHECK(bad.entry_stats(0).cleared_seconds_ago() == 0);
+  // Counting goes on after a zero; a const table's entries are zeroed too (their time alone).
+  REQUIRE(d.send(probe).reason == engine::Reason::RuleBlock);
+  CHECK(show("bad", true).entry_stats(0).in_block_packets() == 1);
+  CHECK(zero("plain", {}).tables().zeroed() == 1);
+  CHECK(zero("bad", {"10.0.0.1/8"}).error().starts_with("tables: '10.0.0.1/8' is not an address or prefix"));
+  CHECK(zero("none", {}).error().starts_with("tables: no table <none>"));
+
+  // What expire reads: a zeroed entry counts as come when it was zeroed.
+  d.now += Millis{10'000};
+  Request expire = make([](Request& q) { q.mutable_table_edit(); });
+  expire.mutable_table_edit()->set_name("bad");
+  expire.mutable_table_edit()->set_op(TableEdit::EXPIRE);
+  expire.mutable_table_edit()->set_seconds(11);
+  CHECK(d.call(expire).tables().deleted() == 0);
+  expire.mutable_table_edit()->set_seconds(10);
+  CHECK(d.call(expire).tables().deleted() == 2);
+}
+
 TEST_CASE("service: tables add past 'set limit table-entries' is refused and the table stays", "[service]") {
   Daemon d;
   const std::string path = d.write("limited.conf",
