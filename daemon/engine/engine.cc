@@ -1477,17 +1477,17 @@ void Engine::translate(Worker& worker, std::span<uint8_t> bytes, Parsed& parsed,
   }
 }
 
-// pf's urpf-failed (pf_routable() with the arrival interface): the route back to the packet's
-// source leaves by another interface than the one it arrived on, or there is none (the source is
-// one of this node's own addresses, or unroutable). A link-local source passes, as its route is
-// its link's, which no table tells apart; and so does every source where no Router answers
+// pf's urpf-failed (pf_routable() with the arrival interface): no path of the route back to the
+// packet's source leaves by the interface it arrived on (a multipath route's every path counts), or
+// there is none (the source is one of this node's own addresses, or unroutable). A link-local source passes,
+// as its route is its link's, which no table tells apart; and so does every source where no Router answers
 // (pairwall-check's replays without one).
 bool Engine::reverse_path_fails(Worker& worker, const PacketView& packet, const PacketMeta& meta,
                                 Millis now) noexcept {
   if (worker.router_ == nullptr) return false;
   if (link_local(packet.family, packet.src)) return false;
-  const RouteQuery back{packet.family, IpAddress{}, packet.src, 0, meta.mark};
-  return worker.router_->egress(back, now) != meta.in_iface;
+  const RouteQuery back{packet.family, IpAddress{}, packet.src, 0, meta.mark, /*every_path=*/true};
+  return !worker.router_->route(back, now).leaves_by(meta.in_iface);
 }
 
 // Turns the drop `v` into a reject where `reply` answers this packet: `block return`

@@ -7,6 +7,8 @@
 // adapter answers from them and the engine asks once per such connection.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "daemon/engine/address.h"
@@ -22,7 +24,14 @@ struct RouteQuery {
   IpAddress dst;
   uint32_t in_link = 0;  // PacketMeta::in_link
   uint32_t mark = 0;     // PacketMeta::mark
+  // The route's every path, not the one the kernel would pick for this packet: what the unicast
+  // reverse path check (`urpf-failed`) asks, since a packet may come back by any path of a
+  // multipath route, as pf_routable() walks them.
+  bool every_path = false;
 };
+
+// The paths of a multipath route a Route tells (more are left out).
+inline constexpr std::size_t kMaxRoutePaths = 8;
 
 // The kernel's answer for one packet.
 struct Route {
@@ -33,6 +42,23 @@ struct Route {
   // `no-route`): a unicast route, or this node's own, broadcast or multicast; not an unreachable,
   // prohibit or blackhole route, nor a table without one.
   bool exists = false;
+  // A query for every path of a multipath route: the interfaces its other paths leave by
+  // (kNoIface past the last).
+  std::array<IfaceId, kMaxRoutePaths - 1> other_paths = [] {
+    std::array<IfaceId, kMaxRoutePaths - 1> none;
+    none.fill(kNoIface);
+    return none;
+  }();
+
+  // Whether a path of the route leaves by `iface`.
+  bool leaves_by(IfaceId iface) const noexcept {
+    if (iface == kNoIface) return false;
+    if (iface == egress) return true;
+    for (const IfaceId other : other_paths) {
+      if (other == iface) return true;
+    }
+    return false;
+  }
 };
 
 class Router {

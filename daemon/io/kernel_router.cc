@@ -5,6 +5,7 @@
 #include <sys/time.h>
 
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include "daemon/engine/siphash.h"
@@ -19,7 +20,26 @@ constexpr std::size_t kNetlinkBuffer = 8192;
 struct Answer {
   uint32_t oif = 0;
   uint8_t type = RTN_UNSPEC;
+  // RTA_MULTIPATH's paths, in the kernel's order (a route entry asked for with RTM_F_FIB_MATCH).
+  std::array<uint32_t, engine::kMaxRoutePaths> paths{};
+  std::size_t path_count = 0;
 };
+
+// The ifindex of each struct rtnexthop in an RTA_MULTIPATH attribute, up to kMaxRoutePaths.
+void read_paths(const nlattr* multipath, Answer& answer) {
+  const auto* at = static_cast<const uint8_t*>(mnl_attr_get_payload(multipath));
+  std::size_t left = mnl_attr_get_payload_len(multipath);
+  while (left >= sizeof(rtnexthop) && answer.path_count < answer.paths.size()) {
+    rtnexthop nh;
+    std::memcpy(&nh, at, sizeof nh);
+    if (nh.rtnh_len < sizeof(rtnexthop) || nh.rtnh_len > left) return;
+    answer.paths[answer.path_count++] = static_cast<uint32_t>(nh.rtnh_ifindex);
+    const std::size_t step = RTNH_ALIGN(nh.rtnh_len);
+    if (step >= left) return;
+    at += step;
+    left -= step;
+  }
+}
 
 int read_route(const nlmsghdr* nlh, void* data) {
   auto& answer = *static_cast<Answer*>(data);
@@ -28,12 +48,26 @@ int read_route(const nlmsghdr* nlh, void* data) {
   mnl_attr_parse(
       nlh, sizeof(rtmsg),
       [](const nlattr* attr, void* out) {
+        auto& a = *static_cast<Answer*>(out);
         if (mnl_attr_get_type(attr) == RTA_OIF && mnl_attr_validate(attr, MNL_TYPE_U32) >= 0)
-          static_cast<Answer*>(out)->oif = mnl_attr_get_u32(attr);
+          a.oif = mnl_attr_get_u32(attr);
+        if (mnl_attr_get_type(attr) == RTA_MULTIPATH) read_paths(attr, a);
         return MNL_CB_OK;
       },
       &answer);
   return MNL_CB_OK;
+}
+
+// A unicast route's answer: its one path, or a multipath route's every path.
+RouteAnswer unicast(const Answer& answer) {
+  RouteAnswer out{answer.oif, true};
+  if (answer.path_count == 0) return out;
+  if (out.ifindex == 0) out.ifindex = answer.paths[0];
+  std::size_t other = 0;
+  for (std::size_t i = 0; i < answer.path_count && other < out.other_ifindexes.size(); ++i) {
+    if (answer.paths[i] != out.ifindex) out.other_ifindexes[other++] = answer.paths[i];
+  }
+  return out;
 }
 
 }  // namespace
@@ -68,6 +102,7 @@ std::optional<RouteAnswer> RouteNetlink::ask(const engine::RouteQuery& query) no
   const bool v4 = query.family == engine::Family::V4;
   rtm->rtm_family = v4 ? AF_INET : AF_INET6;
   rtm->rtm_dst_len = rtm->rtm_src_len = v4 ? 32 : 128;
+  if (query.every_path) rtm->rtm_flags |= RTM_F_FIB_MATCH;
   uint8_t address[16];
   for (const auto& [type, value] : {std::pair{RTA_DST, &query.dst}, std::pair{RTA_SRC, &query.src}}) {
     if (v4) {
@@ -101,7 +136,7 @@ std::optional<RouteAnswer> RouteNetlink::ask(const engine::RouteQuery& query) no
       read_route(reply, &answer);
       switch (answer.type) {
         case RTN_UNICAST:
-          return RouteAnswer{answer.oif, true};
+          return unicast(answer);
         case RTN_LOCAL:
         case RTN_BROADCAST:
         case RTN_MULTICAST:
@@ -119,7 +154,8 @@ KernelRouter::KernelRouter(IfindexCache& ifaces, RouteAsk ask) : ifaces_(ifaces)
 std::size_t KernelRouter::slot_of(const engine::RouteQuery& query) noexcept {
   // Unkeyed: the slots only spread the answers; a crafted collision costs a question, no more.
   const uint64_t words[4] = {query.dst.hi, query.dst.lo,
-                             (uint64_t{query.in_link} << 32) | static_cast<uint8_t>(query.family),
+                             (uint64_t{query.in_link} << 32) | (uint64_t{query.every_path} << 8) |
+                                 static_cast<uint8_t>(query.family),
                              query.mark};
   return engine::siphash13(engine::SipKey{0, 0}, words, 4) % kSlots;
 }
@@ -127,7 +163,8 @@ std::size_t KernelRouter::slot_of(const engine::RouteQuery& query) noexcept {
 engine::Route KernelRouter::route(const engine::RouteQuery& query, engine::Millis now) noexcept {
   Slot& slot = slots_[slot_of(query)];
   const bool kept = slot.used && now < slot.until && slot.family == query.family && slot.dst == query.dst &&
-                    slot.in_link == query.in_link && slot.mark == query.mark;
+                    slot.in_link == query.in_link && slot.mark == query.mark &&
+                    slot.every_path == query.every_path;
   if (!kept) {
     asked_.add();
     std::optional<RouteAnswer> answer = ask_ ? ask_(query) : netlink_.ask(query);
@@ -136,10 +173,16 @@ engine::Route KernelRouter::route(const engine::RouteQuery& query, engine::Milli
     // destination and kKeep, not one per connection.
     if (!answer) failed_.add();
     const RouteAnswer taken = answer.value_or(RouteAnswer{});
-    slot = Slot{query.family, query.dst, query.in_link, query.mark, taken, true, now + kKeep};
+    slot =
+        Slot{query.family, query.dst, query.in_link, query.mark, query.every_path, taken, true, now + kKeep};
   }
-  const uint32_t ifindex = slot.answer.ifindex;
-  return {ifindex == 0 ? engine::kNoIface : ifaces_.lookup(ifindex).id, slot.answer.exists};
+  const auto iface = [this](uint32_t ifindex) {
+    return ifindex == 0 ? engine::kNoIface : ifaces_.lookup(ifindex).id;
+  };
+  engine::Route route{iface(slot.answer.ifindex), slot.answer.exists};
+  for (std::size_t i = 0; i < route.other_paths.size(); ++i)
+    route.other_paths[i] = iface(slot.answer.other_ifindexes[i]);
+  return route;
 }
 
 }  // namespace pairwall::io

@@ -2,6 +2,8 @@
 // SRC iif LINK mark M` asks, so that the answer is the route the kernel will give the packet
 // itself once the engine lets it go (policy rules, the arrival link's forwarding switch, source
 // validation included).
+// A question for every path (uRPF's) is asked as `ip route get fibmatch ...`: the route entry
+// itself, with each path of a multipath route, rather than the one path this packet would take.
 //
 // Answers are kept for kKeep per (family, destination, arrival link, mark). rdr sends connections
 // to a few servers, so nearly every question was asked a moment before, and a flood of new
@@ -29,6 +31,9 @@ namespace pairwall::io {
 struct RouteAnswer {
   uint32_t ifindex = 0;
   bool exists = false;
+  // A question for every path (RouteQuery::every_path) of a multipath route: the ifindexes of
+  // its other paths, 0 past the last.
+  std::array<uint32_t, engine::kMaxRoutePaths - 1> other_ifindexes{};
 };
 // One question to the kernel; nullopt where it went unanswered.
 using RouteAsk = std::function<std::optional<RouteAnswer>(const engine::RouteQuery&)>;
@@ -75,6 +80,7 @@ class KernelRouter final : public engine::Router {
     engine::IpAddress dst;
     uint32_t in_link = 0;
     uint32_t mark = 0;
+    bool every_path = false;
     RouteAnswer answer;
     bool used = false;
     engine::Millis until{0};

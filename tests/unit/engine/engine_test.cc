@@ -2775,8 +2775,9 @@ pass out on lan0 proto tcp ! tagged MAIL
 namespace {
 
 // The routes back to sources: the inside network by lan0, the documentation ranges' 192.0.2/24 by
-// wan0, nothing else (kNoIface, as for a source of the node's own). The firewall's worker asks it;
-// it counts the questions.
+// wan0, 10.9/16 by both (a multipath route: by lan0 alone to a question for one path), nothing
+// else (kNoIface, as for a source of the node's own). The firewall's worker asks it; it counts the
+// questions.
 struct SourceRoutes : Router {
   explicit SourceRoutes(Firewall& fw) : lan(fw.lan), wan(fw.wan) { fw.worker.set_router(this); }
   IfaceId lan;
@@ -2785,6 +2786,11 @@ struct SourceRoutes : Router {
   Route route(const RouteQuery& query, Millis) noexcept override {
     asked.push_back(query);
     const uint32_t a = query.dst.v4_value();
+    if (query.family == Family::V4 && (a >> 16) == 0x0a09) {  // 10.9/16
+      Route both{lan, true};
+      if (query.every_path) both.other_paths[0] = wan;
+      return both;
+    }
     if (query.family == Family::V4 && (a >> 16) == 0x0a01) return {lan, true};               // 10.1/16
     if (query.family == Family::V4 && (a >> 8) == 0xc00002) return {wan, true};              // 192.0.2/24
     if (query.family == Family::V6 && query.dst.hi >> 32 == 0x20010db8) return {wan, true};  // 2001:db8::/32
@@ -2816,6 +2822,8 @@ TEST_CASE("from urpf-failed: sources the routes would not send back where they c
       {"an outside address arriving inside (forged)", true, "192.0.2.99", Reason::RuleBlock},
       {"a source with no route back", false, "203.0.113.9", Reason::RuleBlock},
       {"a link-local source: its route is its link's", false, "169.254.7.7", Reason::Match},
+      {"a multipath route's source, arriving by its one path", true, "10.9.0.5", Reason::Match},
+      {"a multipath route's source, arriving by its other path", false, "10.9.0.6", Reason::Match},
   };
   uint16_t port = 1000;
   for (const Case& c : cases) {
@@ -2834,6 +2842,7 @@ TEST_CASE("from urpf-failed: sources the routes would not send back where they c
     const RouteQuery& q = routes.asked.back();
     CHECK(to_string(q.family, q.dst) == c.src);
     CHECK(q.in_link == 0);
+    CHECK(q.every_path);
   }
   // IPv6 alike.
   const Bytes forged6 = PacketBuilder().ipv6("2001:db8:7::1", "2001:db8:2::80").udp(7, 53).build();

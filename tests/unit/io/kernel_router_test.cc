@@ -99,6 +99,38 @@ TEST_CASE("local delivery, no route and no answer all leave the connection its i
   CHECK(kernel.asked.size() == 4);
 }
 
+// uRPF's question: a packet may come back by any path of a multipath route.
+TEST_CASE("a question for every path is one of its own, and tells each path of a multipath route",
+          "[route]") {
+  engine::InterfaceRegistry registry;
+  const engine::IfaceId lan = registry.intern("lan0");
+  const engine::IfaceId dmz = registry.intern("dmz0");
+  IfindexCache ifaces(registry, FakeKernel::links());
+  FakeKernel kernel;
+  KernelRouter router(ifaces, kernel.ask());
+  const engine::Millis t0{50'000};
+
+  RouteAnswer multipath{5, true};
+  multipath.other_ifindexes[0] = 6;
+  kernel.answer = multipath;
+  engine::RouteQuery every = to("10.2.0.10", 0);
+  every.every_path = true;
+  const engine::Route both = router.route(every, t0);
+  CHECK(both.egress == lan);
+  CHECK(both.leaves_by(lan));
+  CHECK(both.leaves_by(dmz));
+  CHECK_FALSE(both.leaves_by(engine::kNoIface));
+  // The path this packet would take, asked of the same destination, is another question.
+  kernel.answer = RouteAnswer{6, true};
+  const engine::Route one = router.route(to("10.2.0.10", 0), t0);
+  CHECK(one.egress == dmz);
+  CHECK_FALSE(one.leaves_by(lan));
+  CHECK(router.route(every, t0 + engine::Millis{500}).leaves_by(dmz));
+  REQUIRE(kernel.asked.size() == 2);
+  CHECK(kernel.asked[0].every_path);
+  CHECK_FALSE(kernel.asked[1].every_path);
+}
+
 TEST_CASE("the kernel answers a route question: loopback is delivered locally", "[route]") {
   RouteNetlink netlink;
   engine::RouteQuery q = to("127.0.0.1", 0);
@@ -113,6 +145,14 @@ TEST_CASE("the kernel answers a route question: loopback is delivered locally", 
   REQUIRE(v6.has_value());
   CHECK(v6->ifindex == 0);
   CHECK(v6->exists);
+  // Asked for the route entry (every path), as uRPF asks: the same.
+  q.every_path = q6.every_path = true;
+  for (const engine::RouteQuery& every : {q, q6}) {
+    const std::optional<RouteAnswer> entry = netlink.ask(every);
+    REQUIRE(entry.has_value());
+    CHECK(entry->ifindex == 0);
+    CHECK(entry->exists);
+  }
 }
 
 // The host's IPv4 default route as /proc/net/route lists it: its gateway and interface.
@@ -148,6 +188,11 @@ TEST_CASE("the kernel answers a route question: a gateway is reached by its inte
   REQUIRE(answer.has_value());
   CHECK(answer->ifindex == if_nametoindex(route->iface.c_str()));
   CHECK(answer->exists);
+  q.every_path = true;
+  const std::optional<RouteAnswer> entry = netlink.ask(q);
+  REQUIRE(entry.has_value());
+  CHECK(entry->ifindex == if_nametoindex(route->iface.c_str()));
+  CHECK(entry->exists);
 }
 
 }  // namespace
