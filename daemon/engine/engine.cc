@@ -490,6 +490,10 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   if (entry.creator_rules != nullptr && entry.creator_rules->holds(entry.creator)) {
     r.rules_digest = entry.creator_rules->digest();
     r.rule_index = entry.creator_rules->index_of(entry.creator);
+    for (int pass = 0; pass < 2; ++pass) {
+      if (entry.translators.get(pass) != TranslatorRefs::kNone)
+        r.translation_index[pass] = entry.translators.get(pass);
+    }
   }
   return r;
 }
@@ -2047,7 +2051,17 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->scrub_tcp = record.scrub_tcp && state->key(0).proto == ipproto::kTcp;
     state->scrub[0] = record.scrub[0];
     state->scrub[1] = record.scrub[1];
-    if (creator != nullptr) states_.attach_creator(state, creator, current);
+    if (creator != nullptr) {
+      states_.attach_creator(state, creator, current);
+      // Its translation rules, by the same rule set's numbers: the connection's packets count to
+      // them here as on the creator, before and after this node takes it over.
+      TranslatorRefs refs;
+      for (int pass = 0; pass < 2; ++pass) {
+        if (record.translation_index[pass] < current->translation_count())
+          refs.set(pass, record.translation_index[pass]);
+      }
+      if (refs.any()) states_.attach_translators(state, refs, current);
+    }
   } else {
     // Merge: sequence numbers and protocol states only move forward.
     const PeerTracking had[2] = {state->peer[0], state->peer[1]};

@@ -132,6 +132,11 @@ struct StateRecord {
   // creating rule. Inserts only.
   uint64_t rules_digest = 0;
   uint32_t rule_index = 0;
+  // Where rules_digest is given: the translation rules that rewrote the connection on its in and
+  // out pass, as indexes of that rule set's RuleSet::translation_entry(); kNoTranslation for none.
+  // Inserts only.
+  static constexpr uint32_t kNoTranslation = UINT32_MAX;
+  std::array<uint32_t, 2> translation_index{kNoTranslation, kNoTranslation};
 };
 
 namespace stateflag {

@@ -55,9 +55,10 @@ struct KeyLink {
 
 // The translation rules (nat, rdr, binat) of this node that rewrote a connection, [0] on its in
 // pass and [1] on its out pass, as indexes of RuleSet::translation_entry() in the entry's
-// creator_rules: 12 bits each, in the three bytes the entry has left. kNone for a pass no rule of
-// this node translated, and for a state learned from the peer (pf's pfsync leaves a state's nat
-// rule unset too). An entry at kNone or past it, in a rule set of more translation entries than
+// creator_rules: 12 bits each, in the three bytes the entry has left. kNone for a pass no rule
+// translated, and for a state learned from a peer whose rule set's digest differs (of the same
+// digest, its translation rules are this node's by number, as pfsync takes a state's nat rule).
+// An entry at kNone or past it, in a rule set of more translation entries than
 // that, names no rule: its rule counts the connection's creation and first packet alone.
 class TranslatorRefs {
  public:

@@ -182,6 +182,11 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
   if (r.rules_digest != 0) {
     out->set_rules_digest(r.rules_digest);
     out->set_rule_index(r.rule_index);
+    const auto wire_index = [](uint32_t index) {
+      return index == engine::StateRecord::kNoTranslation ? 0 : index + 1;
+    };
+    out->set_translation_in(wire_index(r.translation_index[0]));
+    out->set_translation_out(wire_index(r.translation_index[1]));
   }
 }
 
@@ -229,6 +234,10 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
   out.flags = static_cast<uint8_t>(in.flags());
   out.rules_digest = in.rules_digest();
   out.rule_index = in.rule_index();
+  const auto record_index = [](uint32_t on_wire) {
+    return on_wire == 0 ? engine::StateRecord::kNoTranslation : on_wire - 1;
+  };
+  out.translation_index = {record_index(in.translation_in()), record_index(in.translation_out())};
   return fits_protocol(out.stack_key.proto, out);
 }
 

@@ -298,6 +298,7 @@ class RuleSet {
     return static_cast<uint32_t>(t - translations_.data());
   }
   const CompiledTranslation& translation_entry(uint32_t index) const { return translations_[index]; }
+  std::size_t translation_count() const { return translations_.size(); }
   const std::vector<AnchorListing>& anchors() const { return anchors_; }
   // The per-entry counters of the table `name` (`table <name> counters`), nullptr for a table
   // without them.

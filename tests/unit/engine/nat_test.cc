@@ -2,6 +2,7 @@
 // they belong to, filter rules seeing the translated packet, replies and ICMP errors translated
 // back by the state, and every rewritten packet compared byte for byte with the one the builder
 // makes from the translated addresses (so every checksum is checked against a full recompute).
+#include <array>
 #include <catch2/catch.hpp>
 #include <optional>
 #include <set>
@@ -1558,6 +1559,44 @@ TEST_CASE("translation rules count what they match and the connections they tran
   CHECK(nat.states_created == 1);
   CHECK(rdr.states_current == 0);
   CHECK(rdr.packets == 1);
+}
+
+// As pfsync takes a state's nat rule by number where the ruleset checksums agree: the standby's
+// translation rules count the connections the master's translated, those it carries after a
+// failover included; with other rules, the state names none there.
+TEST_CASE("a state learned from a peer of the same rules counts to its translation rules there",
+          "[engine][nat][counters][sync]") {
+  const Flow udp{"udp", false};
+  Firewall master(kNat, 1);
+  const Bytes query = udp.packet("10.1.0.10", 40000, "192.0.2.80", 53);
+  REQUIRE(master.out(query).rewritten);
+  const uint16_t port = source_port(master.last_packet, udp);
+  StateRecord insert;
+  REQUIRE(master.worker.events().pop(insert));
+  CHECK(insert.translation_index == std::array<uint32_t, 2>{StateRecord::kNoTranslation, 0});
+
+  SECTION("the same rules") {
+    Firewall standby(kNat, 2);
+    const auto& nat = *standby.engine.rules()->translation_rules().at(0).stats;
+    REQUIRE(standby.engine.apply(insert, standby.now));
+    CHECK(nat.states_current == 1);
+    CHECK(nat.states_created == 0);  // the master made it
+    const Bytes answer = udp.packet("192.0.2.80", 53, "203.0.113.1", port, true);
+    REQUIRE(standby.in(answer).reason == Reason::State);
+    CHECK(standby.engine.expire(standby.now + Millis{100'000'000}) == 1);
+    CHECK(nat.packets == 1);
+    CHECK(nat.bytes == answer.size());
+    CHECK(nat.states_current == 0);
+  }
+  SECTION("other rules") {
+    Firewall standby(std::string(kNat) + "pass out on wan0 proto tcp\n", 2);
+    const auto& nat = *standby.engine.rules()->translation_rules().at(0).stats;
+    REQUIRE(standby.engine.apply(insert, standby.now));
+    CHECK(nat.states_current == 0);
+    REQUIRE(standby.in(udp.packet("192.0.2.80", 53, "203.0.113.1", port, true)).reason == Reason::State);
+    CHECK(standby.engine.expire(standby.now + Millis{100'000'000}) == 1);
+    CHECK(nat.packets == 0);
+  }
 }
 
 TEST_CASE("a connection translated on both passes counts in both rules, or once in a rule that did both",

@@ -28,6 +28,7 @@ void check_same(const StateRecord& a, const StateRecord& b) {
   CHECK(a.scrub == b.scrub);
   CHECK(a.rules_digest == b.rules_digest);
   CHECK(a.rule_index == b.rule_index);
+  CHECK(a.translation_index == b.translation_index);
 }
 
 StateRecord round_trip_insert(const StateRecord& r) {
@@ -85,6 +86,11 @@ TEST_CASE("inserts round trip", "[sync][records]") {
     auto r = test::make_insert(1, 9);
     r.rules_digest = 0x8000000000000001;
     r.rule_index = 12;
+    check_same(round_trip_insert(r), r);
+    // and its translation rules, on one pass or both (entry 0 included).
+    r.translation_index = {StateRecord::kNoTranslation, 0};
+    check_same(round_trip_insert(r), r);
+    r.translation_index = {4, 7};
     check_same(round_trip_insert(r), r);
   }
   SECTION("UDP with flow states") {
