@@ -45,7 +45,8 @@ namespace pe = pairwall::engine;
 namespace {
 
 constexpr const char* kRules = R"(
-table <bad> { 192.0.2.66, 2001:db8:bad::/48 }
+table <bad> counters { 192.0.2.66, 2001:db8:bad::/48, !2001:db8:bad:1::/64 }
+table <servers> counters { 10.1.0.80/31 }
 table <abusers> persist
 set limit { states 48, src-nodes 16 }
 set timeout { tcp.established 600, udp.first 20, udp.multiple 60 }
@@ -69,7 +70,7 @@ pass in on lan0 proto tcp to port 80 modulate state
 pass in on lan0 proto tcp to port 22 flags S/SA keep state (sloppy)
 pass in on lan0 proto tcp to port 8443 synproxy state
 pass out on wan0 all
-pass in on wan0 proto tcp to 10.1.0.80/31 port 8080 flags S/SA modulate state
+pass in on wan0 proto tcp to <servers> port 8080 flags S/SA modulate state
 pass in on wan0 proto udp to 10.1.0.53 port 53 keep state (no-sync)
 pass in on wan0 to 10.1.0.5
 pass in on wan0 inet6 proto icmp6 all
@@ -127,14 +128,17 @@ const std::shared_ptr<const pe::rules::RuleSet>& compiled_rules(bool reloaded = 
   return reloaded ? second : first;
 }
 
-// Routes for `from urpf-failed` and `no-route`, by the address's last byte: lan0, wan0, or none.
+// Routes for `from urpf-failed` and `no-route`, by the address's last byte: lan0, wan0, or none;
+// wan0's by both links to a question for every path (a multipath route).
 struct ByteRoutes : pe::Router {
   pe::IfaceId lan = 0;
   pe::IfaceId wan = 0;
   pe::Route route(const pe::RouteQuery& q, pe::Millis) noexcept override {
     const uint8_t last = static_cast<uint8_t>(q.dst.lo);
     if (last % 3 == 2) return {};
-    return {last % 3 == 0 ? lan : wan, true};
+    pe::Route r{last % 3 == 0 ? lan : wan, true};
+    if (q.every_path && r.egress == wan) r.other_paths[0] = lan;
+    return r;
   }
 };
 
