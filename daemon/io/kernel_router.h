@@ -5,9 +5,9 @@
 // A question for every path (uRPF's) is asked as `ip route get fibmatch ...`: the route entry
 // itself, with each path of a multipath route, rather than the one path this packet would take.
 //
-// Answers are kept for kKeep per (family, destination, arrival link, mark). rdr sends connections
-// to a few servers, so nearly every question was asked a moment before, and a flood of new
-// connections costs no more system calls than one. What follows from the key: a route change
+// Answers are kept for kKeep per (family, destination, arrival link, mark, every path or one).
+// rdr sends connections to a few servers, so nearly every question was asked a moment before, and
+// a flood of new connections costs no more system calls than one. What follows from the key: a route change
 // reaches new connections within kKeep, and a source-based policy rule (`ip rule add from ...`)
 // is taken as the first source asked about a destination found it, for as long.
 #pragma once
