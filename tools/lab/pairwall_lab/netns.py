@@ -93,11 +93,31 @@ def _thread_report(pid):
             if name == "stat":
                 # A thread that leaves while it is read gives an empty or cut-short line.
                 fields = text.rsplit(")", 1)[-1].split()
-                text = fields[0] if fields else "(gone)"
+                text = (fields[0] + (f" on cpu {fields[36]}" if len(fields) > 36 else "")) if fields else "(gone)"
             parts.append(text.replace("\n", " | "))
         lines.append(f"  thread {tid} {parts[0]}: state {parts[1]}, wchan {parts[2]}, stack {parts[3]}, "
                      f"schedstat {parts[4]}")
     return "\n".join(lines)
+
+
+def _move_threads(pid):
+    """Moves each remaining thread of `pid` off the CPU it last ran on, where this process may use
+    another: a runnable thread that no CPU picks up is put on another CPU's run queue."""
+    cpus = os.sched_getaffinity(0)
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            last_cpu = int(fields[36])  # stat's field 39, `processor`; fields[0] is field 3
+            others = cpus - {last_cpu}
+            if others:
+                os.sched_setaffinity(int(tid), others)
+        except (OSError, IndexError, ValueError):
+            pass
 
 
 def _wake_every_cpu():
@@ -124,7 +144,8 @@ def kill9_and_wait(pid, what, timeout=180, slow_after=2.0):
     left within a second of the thread report that followed. What ended those stalls is not known,
     so once the exit takes longer than `slow_after` seconds the wait repeats, every two seconds,
     what happened then: it reads the threads' report and pauses its polling for a second. It also
-    makes every CPU schedule (_wake_every_cpu). A slow exit is reported on stderr with the first
+    makes every CPU schedule (_wake_every_cpu), and moves the threads left to another CPU
+    (_move_threads): the stalled thread was still on a run queue. A slow exit is reported on stderr with the first
     report; one past `timeout` raises LabError with where the threads still wait."""
     try:
         os.kill(pid, signal.SIGKILL)
@@ -142,6 +163,7 @@ def kill9_and_wait(pid, what, timeout=180, slow_after=2.0):
         report = _thread_report(pid)
         slow_report = slow_report or report
         wakers = [w for w in wakers if w.poll() is None] + _wake_every_cpu()
+        _move_threads(pid)
         time.sleep(1)
         next_nudge = time.monotonic() + 1
     if slow_report is not None:
