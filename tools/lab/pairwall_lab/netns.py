@@ -93,7 +93,8 @@ def _thread_report(pid):
             if name == "stat":
                 # A thread that leaves while it is read gives an empty or cut-short line.
                 fields = text.rsplit(")", 1)[-1].split()
-                text = (fields[0] + (f" on cpu {fields[36]}" if len(fields) > 36 else "")) if fields else "(gone)"
+                on_cpu = f" on cpu {fields[36]}" if len(fields) > 36 else ""  # field 39, `processor`
+                text = fields[0] + on_cpu if fields else "(gone)"
             parts.append(text.replace("\n", " | "))
         lines.append(f"  thread {tid} {parts[0]}: state {parts[1]}, wchan {parts[2]}, stack {parts[3]}, "
                      f"schedstat {parts[4]}")
@@ -139,14 +140,15 @@ def kill9_and_wait(pid, what, timeout=180, slow_after=2.0):
     restart finds its addresses free. A killed daemon usually takes milliseconds; on a loaded host
     the kernel can take seconds to tear down its netlink queues and memory.
 
-    On 2-vCPU guests of a busy host, a killed daemon's last thread was seen twice to stay runnable
-    with its CPU time standing still until the wait ended (after 60 s, then 180 s), and each time it
-    left within a second of the thread report that followed. What ended those stalls is not known,
-    so once the exit takes longer than `slow_after` seconds the wait repeats, every two seconds,
-    what happened then: it reads the threads' report and pauses its polling for a second. It also
-    makes every CPU schedule (_wake_every_cpu), and moves the threads left to another CPU
-    (_move_threads): the stalled thread was still on a run queue. A slow exit is reported on stderr with the first
-    report; one past `timeout` raises LabError with where the threads still wait."""
+    On 2-vCPU guests of a busy host, a killed daemon's last thread was seen three times to stay
+    runnable with its CPU time standing still until the wait ended (after 60 s, then 180 s twice),
+    and each time it left within a second of the thread report that followed. What ended those
+    stalls is not known, so once the exit takes longer than `slow_after` seconds the wait repeats,
+    every two seconds, what happened then: it reads the threads' report and pauses its polling for
+    a second. It also makes every CPU schedule (_wake_every_cpu), and moves the threads left to
+    another CPU (_move_threads): the stalled thread was still on a run queue. A slow exit is
+    reported on stderr with the first report; one past `timeout` raises LabError with where the
+    threads still wait."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
