@@ -142,8 +142,8 @@ void setup_logging(bool foreground, const std::string& level) {
   spdlog::set_default_logger(logger);
 }
 
-// `translations`: the rule set loaded at start has nat/rdr/binat rules, which need the pre-routing
-// hook (hooks.h). It is chosen once, here: a reload cannot add it (ControlService::load_rules).
+// `translations`: the rule set has nat/rdr/binat rules, which need the pre-routing hook (hooks.h):
+// the one loaded at start, or a later one that brings the first (ControlService::publish).
 io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   io::HooksConfig h;
   h.queue_first = c.queue.first;
@@ -700,8 +700,15 @@ int run(const control::Config& c) {
     hooks = std::make_unique<io::Hooks>(hooks_config(c, engine.rules()->has_translations()));
     hooks->install();
     hooks_installed = true;
-    // From here on a reload that brings translation rules the hooks cannot serve is refused.
-    service.set_prerouting_hook(hooks->config().prerouting);
+    // A later rule set's first translation rules put the pre-routing hook in: the hooks are
+    // replaced by a set that has it, make-before-break (io::Hooks::install), on this loop, the
+    // one that removes them at the end.
+    service.set_prerouting_hook(hooks->config().prerouting, [&] {
+      auto with_prerouting = std::make_unique<io::Hooks>(hooks_config(c, /*translations=*/true));
+      with_prerouting->install();
+      hooks = std::move(with_prerouting);
+      spdlog::info("hooks: pre-routing for translation added (chain {})", hooks->config().chain);
+    });
 
     // Failover (failover/): started once the hooks filter, so that this node never holds the VIPs
     // without filtering behind them. Stopped before the hooks go (see after loop.run()).

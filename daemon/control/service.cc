@@ -328,7 +328,9 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
   auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from, keeps_counters);
   if (auto* error = std::get_if<engine::rules::RuleError>(&compiled)) return error->to_string();
   auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
-  if (rules->has_translations() && prerouting_hook_.has_value() && !*prerouting_hook_) {
+  const bool needs_prerouting_hook =
+      rules->has_translations() && prerouting_hook_.has_value() && !*prerouting_hook_;
+  if (needs_prerouting_hook && !add_prerouting_hook_) {
     return file.file +
            ": translation rules (nat, rdr, binat) need the pre-routing hook, which is installed at "
            "start: restart pairwalld to use them";
@@ -351,6 +353,16 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
       held > source_limit && source_limit < engine_.sources().limit()) {
     return file.file + ": 'set limit src-nodes " + std::to_string(source_limit) + "' is below the " +
            std::to_string(held) + " source nodes in use: raise it, or kill their states first";
+  }
+  // Last, as it changes the host: a set refused above leaves the hooks as they were. Once in, the
+  // hook stays whatever later sets hold, for the translated states' replies.
+  if (needs_prerouting_hook) {
+    try {
+      add_prerouting_hook_();
+    } catch (const std::exception& e) {
+      return file.file + ": translation rules (nat, rdr, binat) need the pre-routing hook: " + e.what();
+    }
+    prerouting_hook_ = true;
   }
   engine_.load_rules(std::move(rules), config_.engine.state_limit);
   return {};

@@ -45,10 +45,14 @@ class ControlService {
   }
 
   // Whether the hooks queue packets before routing (io::HooksConfig::prerouting), where alone
-  // destination translation can happen. The hooks are chosen at start from the first rule set;
-  // once told they have none, a rule set with translation rules is refused. Until then (the load
-  // at start) any rule set is taken.
-  void set_prerouting_hook(bool installed) { prerouting_hook_ = installed; }
+  // destination translation can happen. The hooks are chosen at start from the first rule set.
+  // Once told they have none, a rule set with translation rules has `add` put the hook in place
+  // (it throws what stopped it) before the set is published, or without `add` is refused. Until
+  // then (the load at start) any rule set is taken.
+  void set_prerouting_hook(bool installed, std::function<void()> add = {}) {
+    prerouting_hook_ = installed;
+    add_prerouting_hook_ = std::move(add);
+  }
 
   // The host's interfaces and addresses, asked at every load for rules that name interfaces in
   // address positions (`em0`, `em0:network`, `antispoof`). Unset: no interface is known, and such
@@ -154,6 +158,7 @@ class ControlService {
   std::function<engine::rules::InterfaceAddresses()> interface_addresses_;
   std::function<LoadResult()> reload_;
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
+  std::function<void()> add_prerouting_hook_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
   std::atomic<bool> rules_loaded_{false};          // rules_file_ set: read by health() on any thread

@@ -1251,6 +1251,62 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
     d.write("pf.conf", "pass all\n");
     CHECK(d.service.load_rules("").ok);
   }
+
+  SECTION("without it but able to add it, the first set that brings them adds it, once") {
+    int added = 0;
+    d.service.set_prerouting_hook(false, [&] { ++added; });
+    REQUIRE(d.service.load_rules(plain).ok);
+    CHECK(added == 0);
+    const auto loaded = d.service.load_rules(nat);
+    INFO(loaded.error);
+    REQUIRE(loaded.ok);
+    CHECK(added == 1);
+    CHECK(d.engine.rules()->has_translations());
+    // The hook stays for the translated states' replies: nothing is added again.
+    REQUIRE(d.service.load_rules(plain).ok);
+    REQUIRE(d.service.load_rules(nat).ok);
+    CHECK(added == 1);
+  }
+
+  SECTION("a hook that cannot be added refuses the set, and the next load tries again") {
+    int tried = 0;
+    bool fails = true;
+    d.service.set_prerouting_hook(false, [&] {
+      ++tried;
+      if (fails) throw std::runtime_error("iptables -t mangle -N PAIRWALL-next: exit code 4");
+    });
+    REQUIRE(d.service.load_rules(plain).ok);
+    const auto failed = d.service.load_rules(nat);
+    CHECK_FALSE(failed.ok);
+    CHECK(failed.error == nat +
+                              ": translation rules (nat, rdr, binat) need the pre-routing hook: iptables -t "
+                              "mangle -N PAIRWALL-next: exit code 4");
+    CHECK(tried == 1);
+    CHECK_FALSE(d.engine.rules()->has_translations());
+    CHECK(d.service.rules_file() == plain);
+    fails = false;
+    REQUIRE(d.service.load_rules(nat).ok);
+    CHECK(tried == 2);
+    CHECK(d.engine.rules()->has_translations());
+  }
+
+  SECTION("a set refused for another reason adds no hook") {
+    int added = 0;
+    d.service.set_prerouting_hook(false, [&] { ++added; });
+    REQUIRE(d.service.load_rules(plain).ok);
+    for (uint16_t port = 1; port <= 3; ++port) {
+      REQUIRE(d.send(syn("10.0.0.1", static_cast<uint16_t>(40000 + port), "10.9.0.1", 80)).action ==
+              engine::Verdict::Action::Accept);
+    }
+    const auto too_small = d.service.load_rules(
+        d.write("small-nat.conf",
+                "set limit states 2\nnat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\n"
+                "pass all\n"));
+    CHECK_FALSE(too_small.ok);
+    CHECK_THAT(too_small.error, Catch::Contains("'set limit states 2' is below the 3 states"));
+    CHECK(added == 0);
+    CHECK_FALSE(d.engine.rules()->has_translations());
+  }
 }
 
 TEST_CASE("service: interfaces named as addresses take the host's addresses at each load", "[service]") {
