@@ -344,6 +344,24 @@ bool claims(const PacketMeta& meta, bool translated) {
   return meta.hook != Hook::Prerouting || translated;
 }
 
+// The packets of a known connection that a translation makes the engine's before routing: those
+// whose destination it rewrites (the replies to a nat address, rdr's and binat's inbound way), as
+// claims() takes new connections. `packet` is the packet's own key.
+bool rewrites_destination(const StateTable::Handle& state, const StateKey& packet) {
+  if (!state->translated()) return false;
+  const StateKey leaving = counterpart(state);
+  return leaving.addr[1] != packet.addr[1] || leaving.port[1] != packet.port[1];
+}
+
+// Accepted here to be decided after routing, by the hooks that know where the packet goes.
+Verdict after_routing(bool rewritten) {
+  Verdict v;
+  v.action = Verdict::Action::Accept;
+  v.reason = Reason::AfterRouting;
+  v.rewritten = rewritten;
+  return v;
+}
+
 // pf's proxy port range for nat without `port`; echo ids take the whole id space.
 constexpr uint16_t kNatPortLow = 50001;
 constexpr uint16_t kNatPortHigh = 65535;
@@ -1220,6 +1238,11 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       }
     }
     if (state) {
+      // Any other connection's packet met before routing (the pre-routing chain queues a superset
+      // of what the rules may rewrite) is decided after it, where its out pass is known and a
+      // source that nat rewrites is not one the kernel's source validation judges.
+      if (meta.hook == Hook::Prerouting && !rewrites_destination(state, parsed.key))
+        return decided(verdict, after_routing(rewritten));
       if (!translation_admits(state, false))
         return decided(verdict, drop(Reason::StateMismatch, state->rule));
       if (options_refused(packet, *state))
@@ -1560,13 +1583,7 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   const rules::RuleSet& rules = *worker.rules_;
   const PacketView& packet = parsed.packet;
   const bool rewritten = parsed.rewritten;
-  if (!claims(meta, translation.translated)) {
-    Verdict v;
-    v.action = Verdict::Action::Accept;
-    v.reason = Reason::AfterRouting;
-    v.rewritten = rewritten;
-    return v;
-  }
+  if (!claims(meta, translation.translated)) return after_routing(rewritten);
   // A drop on the out pass of a packet the in pass had passed: the in pass's rule logs that, as pf's
   // pass in logs before its pass out drops.
   const auto log_in_pass = [&](Verdict& v) {

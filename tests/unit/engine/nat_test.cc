@@ -289,6 +289,71 @@ TEST_CASE("before routing: an rdr'd connection meets the out rules of the interf
 
 // pf's scrub out applies on the out pass of every packet: before routing, that of a redirected
 // connection's is on the interface the Router names, matched as the packet will leave.
+// The pre-routing chain also queues packets not addressed to this node that a translation rule
+// may rewrite (a transparent rdr), as a superset of what the rule matches: the engine claims only
+// the packets whose destination a translation rewrites, and leaves every other to the hooks after
+// routing, a nat'd connection's own packets among them (their source, rewritten before routing,
+// would be a martian to the kernel).
+TEST_CASE("before routing: a transparent rdr is claimed, other connections are left for after routing",
+          "[engine][nat][prerouting]") {
+  Firewall fw(
+      "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\n"
+      "rdr on lan0 proto tcp from 10.1.0.0/24 to any port 80 -> 10.2.0.10 port 3128\n"
+      "block all\n"
+      "pass in on lan0 all\n"
+      "pass out on dmz0 proto tcp to 10.2.0.10 port 3128\n"
+      "pass out on dmz0 proto tcp to 10.2.0.20 port 22\n"
+      "pass out on wan0 from 203.0.113.1 to any\n");
+  const IfaceId dmz = fw.engine.interfaces().intern("dmz0");
+  FakeRouter router;
+  router.answer = dmz;
+  fw.worker.set_router(&router);
+  const Flow tcp{"tcp", false};
+  const auto before_routing = [&fw](const Bytes& p) {
+    return fw.run(p, PacketMeta{Hook::Prerouting, fw.lan, kNoIface, false});
+  };
+
+  // A web request to a server beyond the node: redirected to the proxy before routing, so that the
+  // kernel routes it to the proxy; its next packet too.
+  const Bytes web = tcp.packet("10.1.0.10", 40000, "192.0.2.80", 80);
+  const Bytes to_proxy = tcp.packet("10.1.0.10", 40000, "10.2.0.10", 3128);
+  for (const Reason expected : {Reason::Match, Reason::State}) {
+    const Verdict v = before_routing(web);
+    CHECK(v.reason == expected);
+    CHECK(v.claimed);
+    CHECK(fw.last_packet == to_proxy);
+  }
+  // The proxy's answer, forwarded back to the client, comes from the server it dialled.
+  CHECK(fw.run(tcp.packet("10.2.0.10", 3128, "10.1.0.10", 40000, true),
+               PacketMeta{Hook::Forward, dmz, fw.lan, false})
+            .reason == Reason::State);
+  CHECK(fw.last_packet == tcp.packet("192.0.2.80", 80, "10.1.0.10", 40000, true));
+
+  // A host the rdr does not name: not claimed before routing, nat'd after it.
+  const Bytes other = tcp.packet("10.1.5.10", 40001, "192.0.2.80", 80);
+  Verdict v = before_routing(other);
+  CHECK(v.reason == Reason::AfterRouting);
+  CHECK_FALSE(v.claimed);
+  REQUIRE(fw.out(other).reason == Reason::Match);
+  const uint16_t port = source_port(fw.last_packet, tcp);
+  // Its next packet, met before routing again, keeps its own source there: nat is the out pass's.
+  v = before_routing(other);
+  CHECK(v.reason == Reason::AfterRouting);
+  CHECK_FALSE(v.claimed);
+  CHECK_FALSE(v.rewritten);
+  CHECK(fw.last_packet == other);
+  CHECK(fw.out(other).reason == Reason::State);
+  CHECK(source_port(fw.last_packet, tcp) == port);
+
+  // An untranslated connection's packet alike.
+  const Bytes ssh = tcp.packet("10.1.0.10", 40002, "10.2.0.20", 22);
+  REQUIRE(fw.run(ssh, PacketMeta{Hook::Forward, fw.lan, dmz, false}).reason == Reason::Match);
+  v = before_routing(ssh);
+  CHECK(v.reason == Reason::AfterRouting);
+  CHECK_FALSE(v.claimed);
+  CHECK(fw.engine.states().size() == 3);
+}
+
 TEST_CASE("before routing: an rdr'd connection's packets meet the scrub out of their way out",
           "[engine][nat][prerouting][scrub]") {
   const std::string rules =
