@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -201,6 +202,32 @@ void validate(const HooksConfig& config) {
                        "address with a TTL for a protocol without ports");
     }
   }
+  for (const PreroutingMatch& match : config.prerouting_matches) {
+    const auto refuse = [&](const std::string& why) {
+      std::string what = "hooks: pre-routing match";
+      if (!match.interface.empty()) what += " on '" + match.interface + "'";
+      if (!match.destination.empty()) what += " to '" + match.destination + "'";
+      throw HooksError(what + ": " + why);
+    };
+    if (!match.interface.empty() && !engine::valid_interface_name(match.interface))
+      refuse("not a valid interface name (1-15 characters, no spaces, '/' or ':')");
+    if (!match.destination.empty()) {
+      const std::size_t slash = match.destination.find('/');
+      std::array<uint8_t, 16> bytes{};
+      const int af = match.family == engine::Family::V4 ? AF_INET : AF_INET6;
+      const unsigned max_length = match.family == engine::Family::V4 ? 32 : 128;
+      const std::string length = slash == std::string::npos ? "" : match.destination.substr(slash + 1);
+      if (slash == std::string::npos ||
+          inet_pton(af, match.destination.substr(0, slash).c_str(), bytes.data()) != 1 || length.empty() ||
+          length.size() > 3 || length.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(length) > max_length) {
+        refuse("not a numeric address/length of its family");
+      }
+    }
+    const bool ports = match.protocol == 6 || match.protocol == 17;
+    if (match.port_first != 0 && (!ports || match.port_last < match.port_first))
+      refuse("destination ports need TCP or UDP and a range in order");
+  }
   if (!config.ipv4 && !config.ipv6) throw HooksError("hooks: neither IPv4 nor IPv6 is enabled");
   if (config.prerouting && config.bypass_mark == 0) {
     throw HooksError(
@@ -253,6 +280,21 @@ std::vector<Command> install_commands(const HooksConfig& config, engine::Family 
       out.push_back(with(m, {"-A", chain, "-i", name, "-j", "RETURN"}));
     }
     out.push_back(queue_rule(config, with(m, {"-A", chain, "-m", "addrtype", "--dst-type", "LOCAL"})));
+    for (const PreroutingMatch& match : config.prerouting_matches) {
+      if (match.family != family) continue;
+      Command rule = with(m, {"-A", chain});
+      if (!match.interface.empty()) rule = with(std::move(rule), {"-i", match.interface});
+      if (match.protocol != 0) rule = with(std::move(rule), {"-p", std::to_string(match.protocol)});
+      if (!match.destination.empty()) rule = with(std::move(rule), {"-d", match.destination});
+      if (match.port_first != 0) {
+        const std::string ports =
+            match.port_first == match.port_last
+                ? std::to_string(match.port_first)
+                : std::to_string(match.port_first) + ":" + std::to_string(match.port_last);
+        rule = with(std::move(rule), {"--dport", ports});
+      }
+      out.push_back(queue_rule(config, std::move(rule)));
+    }
     out.push_back(with(m, {"-I", "PREROUTING", "1", "-j", chain}));
   }
   return out;

@@ -12,13 +12,17 @@
 //   PAIRWALL (mangle):  -m mark --mark M/M -j RETURN
 //                       -i IF -j RETURN                    excluded interfaces (no -o before routing)
 //                       -m addrtype --dst-type LOCAL -j NFQUEUE ...   (same queues and bypass)
+//                       [-i IF] [-p P] [-d A] [--dport N[:M]] -j NFQUEUE ...   prerouting_matches
 //
 // Destination translation (replies to a nat address, rdr, binat inbound) must happen before the
 // kernel routes the packet: routed, it goes where its old destination sends it, and a reply to a
 // nat address that is this node's own is delivered locally. So packets addressed to this node are
 // queued in mangle PREROUTING; a packet the engine claims there comes back with M set, and the
 // filter chain's first rule lets it by after routing instead of judging it twice. Hence M must be
-// non-zero with `prerouting`.
+// non-zero with `prerouting`. A translation rule may also rewrite packets not addressed to this
+// node (a transparent rdr to a proxy, a binat address the node routes but does not hold): those
+// are queued there by what the rules name (prerouting_matches), and what the engine does not
+// claim is queued again after routing.
 //
 // --queue-balance spreads flows over the queues by a hash of the addresses (the same flow always
 // reaches the same worker); --queue-cpu-fanout is not used, as it would split a flow's two
@@ -53,6 +57,19 @@ struct ExcludedDestination {
   std::string address;  // numeric, e.g. "224.0.0.18"; empty: any, for a protocol with a TTL alone
   uint16_t port = 0;    // TCP and UDP only, and then required
   uint8_t ttl = 0;      // non-zero: only datagrams with this TTL (IPv6: hop limit)
+  bool operator==(const ExcludedDestination&) const = default;
+};
+
+// Packets not addressed to this node that a translation rule may rewrite before routing, as
+// iptables can say it: a superset of what the rule matches (what it cannot say is left out).
+struct PreroutingMatch {
+  engine::Family family = engine::Family::V4;
+  std::string interface;    // arrival interface; empty: any
+  uint8_t protocol = 0;     // 0: any
+  std::string destination;  // numeric "address/length"; empty: any
+  uint16_t port_first = 0;  // destination ports, TCP or UDP only; 0: any
+  uint16_t port_last = 0;
+  bool operator==(const PreroutingMatch&) const = default;
 };
 
 struct HooksConfig {
@@ -67,10 +84,12 @@ struct HooksConfig {
   uint32_t bypass_mark = 0;                                // 0: no mark rule
   bool defrag = true;       // enable reassembly before the queue (a socket match, no conntrack)
   bool prerouting = false;  // also queue packets to this host before routing (mangle); needs bypass_mark
+  std::vector<PreroutingMatch> prerouting_matches;  // and these, with `prerouting`, each in its family's
   bool ipv4 = true;
   bool ipv6 = true;
   std::string iptables = "iptables";
   std::string ip6tables = "ip6tables";
+  bool operator==(const HooksConfig&) const = default;
 };
 
 class HooksError : public std::runtime_error {

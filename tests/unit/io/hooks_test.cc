@@ -112,6 +112,26 @@ TEST_CASE("install commands: the pre-routing chain in mangle, its jump after the
            "--queue-bypass",
            "ip6tables -w 10 -t mangle -I PREROUTING 1 -j FW",
        }},
+      {"matches beyond this node after the local rule, each in its family's chain",
+       with([](HooksConfig& c) {
+         c.prerouting_matches = {
+             {Family::V4, "lan0", 6, "", 80, 80},
+             {Family::V6, "lan0", 6, "", 80, 80},
+             {Family::V4, "", 17, "192.0.2.0/24", 5000, 5100},
+             {Family::V4, "dmz+", 0, "198.51.100.7/32", 0, 0},
+         };
+       }),
+       Family::V4,
+       {
+           "iptables -w 10 -t mangle -N PAIRWALL",
+           "iptables -w 10 -t mangle -A PAIRWALL -m mark --mark 1073741824/1073741824 -j RETURN",
+           "iptables -w 10 -t mangle -A PAIRWALL -m addrtype --dst-type LOCAL -j NFQUEUE --queue-num 0",
+           "iptables -w 10 -t mangle -A PAIRWALL -i lan0 -p 6 --dport 80 -j NFQUEUE --queue-num 0",
+           "iptables -w 10 -t mangle -A PAIRWALL -p 17 -d 192.0.2.0/24 --dport 5000:5100 -j NFQUEUE "
+           "--queue-num 0",
+           "iptables -w 10 -t mangle -A PAIRWALL -i dmz+ -d 198.51.100.7/32 -j NFQUEUE --queue-num 0",
+           "iptables -w 10 -t mangle -I PREROUTING 1 -j PAIRWALL",
+       }},
   };
   for (const auto& row : rows) {
     SECTION(row.name) {
@@ -190,6 +210,30 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
        "port 5"},
       {"no family", with([](HooksConfig& c) { c.ipv4 = c.ipv6 = false; }), "neither"},
       {"prerouting without a bypass mark", with([](HooksConfig& c) { c.prerouting = true; }), "bypass_mark"},
+      {"pre-routing match on a bad interface", with([](HooksConfig& c) {
+         c.prerouting_matches = {{Family::V4, "a b", 6, "", 0, 0}};
+       }),
+       "pre-routing match on 'a b': not a valid interface name"},
+      {"pre-routing match to a prefix of the other family", with([](HooksConfig& c) {
+         c.prerouting_matches = {{Family::V4, "", 6, "2001:db8::/32", 0, 0}};
+       }),
+       "pre-routing match to '2001:db8::/32': not a numeric address/length of its family"},
+      {"pre-routing match to an address without a length", with([](HooksConfig& c) {
+         c.prerouting_matches = {{Family::V6, "", 6, "2001:db8::1", 0, 0}};
+       }),
+       "not a numeric address/length"},
+      {"pre-routing match with a length past its family's", with([](HooksConfig& c) {
+         c.prerouting_matches = {{Family::V4, "", 6, "192.0.2.1/33", 0, 0}};
+       }),
+       "not a numeric address/length"},
+      {"pre-routing match with ports of a protocol without them", with([](HooksConfig& c) {
+         c.prerouting_matches = {{Family::V4, "", 1, "", 80, 80}};
+       }),
+       "destination ports need TCP or UDP"},
+      {"pre-routing match with ports out of order", with([](HooksConfig& c) {
+         c.prerouting_matches = {{Family::V4, "", 6, "", 90, 80}};
+       }),
+       "a range in order"},
   };
   for (const auto& row : rows) {
     SECTION(row.name) {
@@ -200,6 +244,9 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
   HooksConfig prerouting;
   prerouting.prerouting = true;
   prerouting.bypass_mark = 1;
+  CHECK_NOTHROW(validate(prerouting));
+  prerouting.prerouting_matches = {{Family::V4, "lan0", 6, "0.0.0.0/0", 1, 65535},
+                                   {Family::V6, "", 17, "2001:db8::/128", 53, 53}};
   CHECK_NOTHROW(validate(prerouting));
 }
 
