@@ -27,6 +27,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -62,6 +63,7 @@
 #include "daemon/io/kernel_queue_stats.h"
 #include "daemon/io/nfqueue.h"
 #include "daemon/io/pcaplog.h"
+#include "daemon/io/prerouting_matches.h"
 #include "daemon/sync/sync_config.h"
 #include "daemon/sync/sync_service.h"
 #include "failover/advert_codec.h"
@@ -697,17 +699,33 @@ int run(const control::Config& c) {
       registry.add("sync", [&sync_service](control::MetricWriter& w) { sync_service->render_metrics(w); });
     }
 
-    hooks = std::make_unique<io::Hooks>(hooks_config(c, engine.rules()->has_translations()));
+    io::HooksConfig initial = hooks_config(c, engine.rules()->has_translations());
+    if (initial.prerouting && service.running_rules() != nullptr)
+      initial.prerouting_matches = io::prerouting_matches(*service.running_rules());
+    hooks = std::make_unique<io::Hooks>(std::move(initial));
     hooks->install();
     hooks_installed = true;
-    // A later rule set's first translation rules put the pre-routing hook in: the hooks are
-    // replaced by a set that has it, make-before-break (io::Hooks::install), on this loop, the
-    // one that removes them at the end.
-    service.set_prerouting_hook(hooks->config().prerouting, [&] {
-      auto with_prerouting = std::make_unique<io::Hooks>(hooks_config(c, /*translations=*/true));
-      with_prerouting->install();
-      hooks = std::move(with_prerouting);
-      spdlog::info("hooks: pre-routing for translation added (chain {})", hooks->config().chain);
+    // A later rule set with translation rules gets the pre-routing hook, and queued there the
+    // packets not addressed to this node that its rules may rewrite: the hooks are replaced by a
+    // set that has them, make-before-break (io::Hooks::install), on this loop, the one that
+    // removes them at the end. Matches are only added while the daemon runs: the connections an
+    // earlier set redirected still need their packets translated before routing.
+    service.set_prerouting_hook(hooks->config().prerouting, [&](const engine::rules::RuleFile& file) {
+      io::HooksConfig wanted = hooks_config(c, /*translations=*/true);
+      wanted.prerouting_matches = hooks->config().prerouting_matches;
+      for (const io::PreroutingMatch& m : io::prerouting_matches(file)) {
+        if (std::find(wanted.prerouting_matches.begin(), wanted.prerouting_matches.end(), m) ==
+            wanted.prerouting_matches.end())
+          wanted.prerouting_matches.push_back(m);
+      }
+      if (wanted == hooks->config()) return;
+      const bool hook_added = !hooks->config().prerouting;
+      auto replacement = std::make_unique<io::Hooks>(std::move(wanted));
+      replacement->install();
+      hooks = std::move(replacement);
+      spdlog::info("hooks: pre-routing for translation {} (chain {}), {} matches beyond this node",
+                   hook_added ? "added" : "changed", hooks->config().chain,
+                   hooks->config().prerouting_matches.size());
     });
 
     // Failover (failover/): started once the hooks filter, so that this node never holds the VIPs

@@ -328,9 +328,8 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
   auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from, keeps_counters);
   if (auto* error = std::get_if<engine::rules::RuleError>(&compiled)) return error->to_string();
   auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
-  const bool needs_prerouting_hook =
-      rules->has_translations() && prerouting_hook_.has_value() && !*prerouting_hook_;
-  if (needs_prerouting_hook && !add_prerouting_hook_) {
+  const bool translating = rules->has_translations() && prerouting_hook_.has_value();
+  if (translating && !*prerouting_hook_ && !fit_hooks_) {
     return file.file +
            ": translation rules (nat, rdr, binat) need the pre-routing hook, which is installed at "
            "start: restart pairwalld to use them";
@@ -354,11 +353,10 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
     return file.file + ": 'set limit src-nodes " + std::to_string(source_limit) + "' is below the " +
            std::to_string(held) + " source nodes in use: raise it, or kill their states first";
   }
-  // Last, as it changes the host: a set refused above leaves the hooks as they were. Once in, the
-  // hook stays whatever later sets hold, for the translated states' replies.
-  if (needs_prerouting_hook) {
+  // Last, as it changes the host: a set refused above leaves the hooks as they were.
+  if (translating && fit_hooks_) {
     try {
-      add_prerouting_hook_();
+      fit_hooks_(file);
     } catch (const std::exception& e) {
       return file.file + ": translation rules (nat, rdr, binat) need the pre-routing hook: " + e.what();
     }

@@ -45,14 +45,17 @@ class ControlService {
   }
 
   // Whether the hooks queue packets before routing (io::HooksConfig::prerouting), where alone
-  // destination translation can happen. The hooks are chosen at start from the first rule set.
-  // Once told they have none, a rule set with translation rules has `add` put the hook in place
-  // (it throws what stopped it) before the set is published, or without `add` is refused. Until
-  // then (the load at start) any rule set is taken.
-  void set_prerouting_hook(bool installed, std::function<void()> add = {}) {
+  // destination translation can happen, and `fit`, which makes them serve a rule set's translation
+  // rules (the pre-routing hook, and the packets not addressed to this node that the rules may
+  // rewrite there), throwing what stopped it. Each rule set with translation rules is fitted
+  // before it is published; without `fit`, one is refused while the hooks have no pre-routing
+  // hook. Until told (the load at start) any rule set is taken.
+  void set_prerouting_hook(bool installed, std::function<void(const engine::rules::RuleFile&)> fit = {}) {
     prerouting_hook_ = installed;
-    add_prerouting_hook_ = std::move(add);
+    fit_hooks_ = std::move(fit);
   }
+  // The running rules as parsed (table edits applied), for the hooks at start; null before a load.
+  const engine::rules::RuleFile* running_rules() const { return loaded_ ? &*loaded_ : nullptr; }
 
   // The host's interfaces and addresses, asked at every load for rules that name interfaces in
   // address positions (`em0`, `em0:network`, `antispoof`). Unset: no interface is known, and such
@@ -158,7 +161,7 @@ class ControlService {
   std::function<engine::rules::InterfaceAddresses()> interface_addresses_;
   std::function<LoadResult()> reload_;
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
-  std::function<void()> add_prerouting_hook_;
+  std::function<void(const engine::rules::RuleFile&)> fit_hooks_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
   std::atomic<bool> rules_loaded_{false};          // rules_file_ set: read by health() on any thread

@@ -1252,26 +1252,32 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
     CHECK(d.service.load_rules("").ok);
   }
 
-  SECTION("without it but able to add it, the first set that brings them adds it, once") {
-    int added = 0;
-    d.service.set_prerouting_hook(false, [&] { ++added; });
+  SECTION("without it but able to fit the hooks, each set that brings them is fitted before it runs") {
+    std::vector<std::size_t> fitted;  // the translation rules of each set fitted
+    d.service.set_prerouting_hook(false, [&](const engine::rules::RuleFile& file) {
+      CHECK_FALSE(d.engine.rules()->has_translations());  // not running yet
+      fitted.push_back(file.translation_rules.size());
+    });
     REQUIRE(d.service.load_rules(plain).ok);
-    CHECK(added == 0);
+    CHECK(fitted.empty());
     const auto loaded = d.service.load_rules(nat);
     INFO(loaded.error);
     REQUIRE(loaded.ok);
-    CHECK(added == 1);
+    CHECK(fitted == std::vector<std::size_t>{2});
     CHECK(d.engine.rules()->has_translations());
-    // The hook stays for the translated states' replies: nothing is added again.
+    // A set without them asks nothing of the hooks; the next with them is fitted again.
     REQUIRE(d.service.load_rules(plain).ok);
+    CHECK(fitted.size() == 1);
+    d.service.set_prerouting_hook(
+        true, [&](const engine::rules::RuleFile& file) { fitted.push_back(file.translation_rules.size()); });
     REQUIRE(d.service.load_rules(nat).ok);
-    CHECK(added == 1);
+    CHECK(fitted == std::vector<std::size_t>{2, 2});
   }
 
   SECTION("a hook that cannot be added refuses the set, and the next load tries again") {
     int tried = 0;
     bool fails = true;
-    d.service.set_prerouting_hook(false, [&] {
+    d.service.set_prerouting_hook(false, [&](const engine::rules::RuleFile&) {
       ++tried;
       if (fails) throw std::runtime_error("iptables -t mangle -N PAIRWALL-next: exit code 4");
     });
@@ -1292,7 +1298,7 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
 
   SECTION("a set refused for another reason adds no hook") {
     int added = 0;
-    d.service.set_prerouting_hook(false, [&] { ++added; });
+    d.service.set_prerouting_hook(false, [&](const engine::rules::RuleFile&) { ++added; });
     REQUIRE(d.service.load_rules(plain).ok);
     for (uint16_t port = 1; port <= 3; ++port) {
       REQUIRE(d.send(syn("10.0.0.1", static_cast<uint16_t>(40000 + port), "10.9.0.1", 80)).action ==
