@@ -39,16 +39,17 @@ def make_lab(tmp_path):
     labs = []
 
     def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False, modulate=False,
-             synproxy=False, scrub_tcp=False):
+             synproxy=False, scrub_tcp=False, rdr=False):
         """sync: the scenario needs state sync (fails, saying why, when pairwalld runs none); nat: the
         firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`); defer: both run
         `[sync] defer` (`pairwall-lab up --defer`); modulate, synproxy: their rules keep state with
         `modulate state`, `synproxy state` (`pairwall-lab up --modulate`, `--synproxy`); scrub_tcp: their
-        rules scrub the inside's TCP with `reassemble tcp` (`pairwall-lab up --scrub-tcp`)."""
+        rules scrub the inside's TCP with `reassemble tcp` (`pairwall-lab up --scrub-tcp`); rdr: their
+        rules redirect an address beyond them to the server, which the drill dials (`pairwall-lab up --rdr`)."""
         if driver != "none":
             need_pairwalld()
         lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat, defer=defer,
-                  modulate=modulate, synproxy=synproxy, scrub_tcp=scrub_tcp)
+                  modulate=modulate, synproxy=synproxy, scrub_tcp=scrub_tcp, rdr=rdr)
         labs.append(lab)
         # Every feature a scenario asks for is pairwalld's: one it reports missing fails the scenario.
         try:

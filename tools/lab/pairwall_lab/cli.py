@@ -62,6 +62,10 @@ def parser():
     up.add_argument("--nat", action="store_true",
                     help=f"the firewalls also translate the inside: nat on {topology.IF_OUT} from "
                          f"{topology.INSIDE_NET} to any -> {topology.VIP_OUT} (the outside VIP; pairwalld drivers)")
+    up.add_argument("--rdr", action="store_true",
+                    help=f"the firewalls redirect {topology.SERVICE_ADDR}, routed by neither, to the server before "
+                         f"routing (rdr on {topology.IF_IN} inet to {topology.SERVICE_ADDR} -> "
+                         f"{topology.SERVER_ADDR}), and the drill dials it (pairwalld drivers)")
     up.add_argument("--defer", action="store_true",
                     help="[sync] defer: a new state's first packet waits for the peer's copy (pairwalld drivers)")
     up.add_argument("--modulate", action="store_true",
@@ -191,7 +195,7 @@ def main(argv=None):
         elif args.cmd == "up":
             lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
                       nat=args.nat, defer=args.defer, modulate=args.modulate, synproxy=args.synproxy,
-                      scrub_tcp=args.scrub_tcp)
+                      scrub_tcp=args.scrub_tcp, rdr=args.rdr)
             st = lab.up(replace=args.replace)
             print(json.dumps(st, indent=1) if args.json else format_status(st))
         elif args.cmd == "status":
@@ -234,8 +238,9 @@ def format_status(st):
     modulate = ", modulate state" if st.get("modulate") else ""
     synproxy = ", synproxy state" if st.get("synproxy") else ""
     scrub_tcp = ", scrub reassemble tcp" if st.get("scrub_tcp") else ""
+    rdr = f", {topology.SERVICE_ADDR} redirected to the server" if st.get("rdr") else ""
     lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}{defer}{modulate}"
-             f"{synproxy}{scrub_tcp}"]
+             f"{synproxy}{scrub_tcp}{rdr}"]
     for node, s in st["nodes"].items():
         extra = "".join(f", {k} {s[k]}" for k in ("bulk_done", "demotion", "sync_peer") if k in s)
         lines.append(f"  {node}: {s.get('role')}, states {s.get('states')}, VIPs {st['vips'].get(node) or '-'}"

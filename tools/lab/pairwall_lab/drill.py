@@ -135,7 +135,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         procs.append(server)
         _read_line(server, 10, "traffic server")
         client = lab.spawn("client", "traffic-client", [
-            lab.python, traffic, "client", *common, "--server", topology.SERVER_ADDR, "--connections",
+            lab.python, traffic, "client", *common, "--server", lab.dialled_address(), "--connections",
             str(connections), "--duration", str(duration), "--samples", str(out / "samples.jsonl"), "--summary",
             str(out / "client.json"), "--churn-per-s", str(churn_per_s)], stdout=subprocess.PIPE)
         procs.append(client)
@@ -225,7 +225,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     t_last, old_last, new_last = kills[-1]
     rep = report.analyse(summary, t_last, tags, old_last, new_last, watcher.relative(t_first), states, extra={
         "driver": driver.name, "defer": lab.defer, "modulate": lab.modulate,
-        "synproxy": lab.synproxy, "scrub_tcp": lab.scrub_tcp, "kill": kill,
+        "synproxy": lab.synproxy, "scrub_tcp": lab.scrub_tcp, "rdr": lab.rdr, "kill": kill,
         "advbase_ms": lab.advbase_ms, "roles_before": roles_before,
         "roles_after": driver.roles(), "pair_settled": settled,
         "server_sequence_violations": server_summary.get("violations"), "samples": str(out / "samples.jsonl"),

@@ -224,7 +224,7 @@ out_if = "{out_if}"
 set limit states 400000
 # UDP flows preloaded by the chaos scenarios must outlive a bulk resync.
 set timeout {{ tcp.established 86400, udp.first 600, udp.single 600, udp.multiple 600 }}
-{scrub}{nat}block all
+{scrub}{nat}{rdr}block all
 # Only the inside's own network may arrive on the inside, and only there (both nodes resolve
 # $in_if:network from their own address on it, the same network).
 antispoof quick for $in_if inet
@@ -244,6 +244,13 @@ NAT_PASS_RULES = """\
 pass out on $out_if inet from {vip_out} to any {state} state
 """
 
+# `up --rdr` adds this to RULES_TEMPLATE: an address beyond the firewalls, which neither routes, is
+# redirected to the server before routing (a transparent rdr). The filter rules see the server's address.
+RDR_RULES = """\
+# --rdr: what the inside sends to {service} goes to the server.
+rdr on $in_if inet to {service} -> {server}
+"""
+
 # `up --scrub-tcp` adds this to RULES_TEMPLATE, where pf has scrub rules: after the options, before nat and
 # the filter rules. The TCP states its packets create raise each end's TTL to the highest it has sent with
 # and shift each end's timestamps by an offset of its own, which the states carry to the peer.
@@ -253,15 +260,17 @@ scrub on $in_if all reassemble tcp
 """
 
 
-def rules_text(nat=False, modulate=False, synproxy=False, scrub_tcp=False):
+def rules_text(nat=False, modulate=False, synproxy=False, scrub_tcp=False, rdr=False):
     """The rule file the lab gives both firewalls; with `modulate` (`synproxy`), its states are kept by
     `modulate state` (`synproxy state`); with `scrub_tcp`, the inside's TCP states are scrubbed by
-    `scrub ... reassemble tcp`."""
+    `scrub ... reassemble tcp`; with `rdr`, the service address is redirected to the server."""
     state = "modulate" if modulate else "synproxy" if synproxy else "keep"
-    fields = dict(inside=topology.INSIDE_NET, vip_out=topology.VIP_OUT, state=state)
+    fields = dict(inside=topology.INSIDE_NET, vip_out=topology.VIP_OUT, state=state, service=topology.SERVICE_ADDR,
+                  server=topology.SERVER_ADDR)
     return RULES_TEMPLATE.format(in_if=topology.IF_IN, out_if=topology.IF_OUT, inside=topology.INSIDE_NET,
                                  state=fields["state"], scrub=SCRUB_TCP_RULES if scrub_tcp else "",
                                  nat=NAT_RULES.format(**fields) if nat else "",
+                                 rdr=RDR_RULES.format(**fields) if rdr else "",
                                  nat_pass=NAT_PASS_RULES.format(**fields) if nat else "")
 
 CONFIG_TEMPLATE = """\
@@ -376,7 +385,7 @@ class PairwalldDriver(Driver):
             peer = topology.NODE_BY_NAME[topology.other(n.name)]
             rules = d / "pairwall.rules"
             rules.write_text(rules_text(nat=self.lab.nat, modulate=self.lab.modulate, synproxy=self.lab.synproxy,
-                                        scrub_tcp=self.lab.scrub_tcp))
+                                        scrub_tcp=self.lab.scrub_tcp, rdr=self.lab.rdr))
             fields = dict(
                 name=n.name, ns=self.lab.ns[n.name], node_id=n.node_id, queue_first=0, rules=rules,
                 socket=self.socket(n.name), metrics_port=9477 + i, if_sync=topology.IF_SYNC, own_sync=n.sync,
@@ -425,7 +434,7 @@ class PairwalldDriver(Driver):
                 raise LabError(f"{self.lab.bin(b)} not found: build it first (cmake --preset release && "
                                "cmake --build --preset release), or use --driver none")
         self.write_configs()
-        if self.lab.nat:
+        if self.lab.nat or self.lab.rdr:
             self.check_configs()
         for n in topology.NODES:
             self.start_daemon(n.name)

@@ -23,7 +23,7 @@ RUN_ROOT = Path("/run/pairwall-lab")
 
 class Lab:
     def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False,
-                 defer=False, modulate=False, synproxy=False, scrub_tcp=False):
+                 defer=False, modulate=False, synproxy=False, scrub_tcp=False, rdr=False):
         if not prefix or len(prefix) > 8 or not prefix.replace("-", "").isalnum():
             raise LabError(f"prefix {prefix!r}: use 1-8 letters, digits or '-'")
         self.prefix = prefix
@@ -50,6 +50,9 @@ class Lab:
         # scrub_tcp: the rules scrub the inside's TCP states with `reassemble tcp` (TTLs raised, timestamps
         # shifted); it combines with every way of keeping state.
         self.scrub_tcp = scrub_tcp
+        # rdr: the rules redirect topology.SERVICE_ADDR to the server before routing (drivers.RDR_RULES), and
+        # the drill's client dials that address.
+        self.rdr = rdr
         self.driver_name = driver
         self._driver = None
         saved = self.load_state()
@@ -62,6 +65,7 @@ class Lab:
             self.modulate = saved.get("modulate", modulate)
             self.synproxy = saved.get("synproxy", synproxy)
             self.scrub_tcp = saved.get("scrub_tcp", scrub_tcp)
+            self.rdr = saved.get("rdr", rdr)
 
     # -- persistent description of a lab that is up
 
@@ -81,7 +85,7 @@ class Lab:
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
                                                "nat": self.nat, "defer": self.defer, "modulate": self.modulate,
                                                "synproxy": self.synproxy, "scrub_tcp": self.scrub_tcp,
-                                               "namespaces": self.ns, "created": time.time()},
+                                               "rdr": self.rdr, "namespaces": self.ns, "created": time.time()},
                                               indent=1))
 
     @property
@@ -154,7 +158,7 @@ class Lab:
             raise LabError(f"--defer is pairwalld's sync option: it needs driver builtin, keepalived or "
                            f"scripted, not {self.driver.name}")
         for flag, on in (("--modulate", self.modulate), ("--synproxy", self.synproxy),
-                         ("--scrub-tcp", self.scrub_tcp)):
+                         ("--scrub-tcp", self.scrub_tcp), ("--rdr", self.rdr)):
             if on and not isinstance(self.driver, drivers.PairwalldDriver):
                 raise LabError(f"{flag} is pairwalld's rule option: it needs driver builtin, keepalived or "
                                f"scripted, not {self.driver.name}")
@@ -202,7 +206,7 @@ class Lab:
             return {"prefix": self.prefix, "up": False}
         st = {"prefix": self.prefix, "up": True, "driver": self.driver.name, "advbase_ms": self.advbase_ms,
               "nat": self.nat, "defer": self.defer, "modulate": self.modulate, "synproxy": self.synproxy,
-              "scrub_tcp": self.scrub_tcp,
+              "scrub_tcp": self.scrub_tcp, "rdr": self.rdr,
               "namespaces": self.ns, "vips": topology.vip_holders(self.prefix)}
         nodes = self.driver.node_status()
         states = self.driver.states()
@@ -210,6 +214,11 @@ class Lab:
             s["states"] = states.get(n)
         st["nodes"] = nodes
         return st
+
+    def dialled_address(self):
+        """Where the drill's client sends its traffic: the server, or with `rdr` the address the firewalls
+        redirect to it."""
+        return topology.SERVICE_ADDR if self.rdr else topology.SERVER_ADDR
 
     def master(self):
         roles = self.driver.roles()

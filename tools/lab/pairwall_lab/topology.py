@@ -36,6 +36,9 @@ VIP_IN = "10.10.1.1"
 VIP_OUT = "10.10.2.1"
 CLIENT_ADDR = "10.10.1.10"
 SERVER_ADDR = "10.10.2.10"
+# An address beyond the firewalls, routed by none of them: `up --rdr` redirects it to the server (a
+# transparent rdr, decided before routing), and the drill's client then dials it.
+SERVICE_ADDR = "10.10.3.10"
 PREFIXLEN = 24
 SYNC_PREFIXLEN = 30
 TCP_PORT = 5201
