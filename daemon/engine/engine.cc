@@ -1936,6 +1936,11 @@ std::size_t Engine::expire(Millis now) {
   return expired;
 }
 
+std::size_t Engine::zero_rule_counters() {
+  states_.mark_counted();
+  return rules()->zero_counters();
+}
+
 std::size_t Engine::flush_states() {
   const std::size_t n = states_.clear(nullptr);
   StateRecord clear;

@@ -322,6 +322,11 @@ class Engine {
   // Every state as an Insert record, for a bulk transfer to the peer; not those of (no-sync) rules.
   void snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const;
 
+  // pfctl -z: the running rules' matches, packets and bytes set to zero (RuleSet::zero_counters()),
+  // the states' packets so far taken as counted, so that none folds in from before. Returns how
+  // many rules.
+  std::size_t zero_rule_counters();
+
   // Removes every state and tells the peer to remove those this node created (a Clear record
   // naming this node), as pfctl -F states does through pfsync. Returns how many.
   std::size_t flush_states();

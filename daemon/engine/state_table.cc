@@ -849,6 +849,17 @@ std::size_t StateTable::refile(Millis now, const std::function<Millis(const Stat
   return moved;
 }
 
+void StateTable::mark_counted() {
+  for (const auto& shard : shards_) {
+    std::lock_guard guard(shard->lock);
+    shard->for_each_queue([&](uint16_t qi) {
+      for (StateEntry* e = shard->queue(qi).head; e != nullptr; e = e->queue_next) {
+        for (int side = 0; side < 2; ++side) (void)e->folded[side].advance(e->packets[side], e->bytes[side]);
+      }
+    });
+  }
+}
+
 void StateTable::for_each(const std::function<void(const StateEntry&)>& visit) const {
   for (const auto& shard : shards_) {
     std::lock_guard guard(shard->lock);

@@ -285,6 +285,11 @@ class StateTable {
   // Removes every entry; returns how many.
   std::size_t clear(const std::function<void(const StateEntry&)>& on_removed);
 
+  // Marks every entry's packets and bytes so far as counted, so that fold_counters() gives its
+  // rules only what comes after (pfctl -z: the rules' counters start again at zero). Control path,
+  // each shard locked in turn, O(entries).
+  void mark_counted();
+
   // Visits every entry under its shard lock, shard by shard (not a consistent snapshot of the
   // whole table; each entry is consistent).
   void for_each(const std::function<void(const StateEntry&)>& visit) const;

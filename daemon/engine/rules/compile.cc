@@ -1378,6 +1378,19 @@ void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {
 RuleSet::RuleSet() = default;
 RuleSet::~RuleSet() = default;
 
+std::size_t RuleSet::zero_counters() const noexcept {
+  const auto zero = [](RuleStats& stats) {
+    stats.evaluations.store(0, std::memory_order_relaxed);
+    stats.packets.store(0, std::memory_order_relaxed);
+    stats.bytes.store(0, std::memory_order_relaxed);
+  };
+  for (const CompiledRule& rule : rules_) zero(*rule.stats);
+  // A translation rule's entries (binat's two ways, an rdr split by its ports) share its counters.
+  for (const CompiledTranslation& entry : translations_) zero(*entry.stats);
+  for (const std::shared_ptr<RuleStats>& stats : scrub_stats_) zero(*stats);
+  return rules_.size() + translation_listing_.size() + scrub_listing_.size();
+}
+
 uint32_t RuleSet::evaluate(const MatchQuery& query, DecisionContext* context) const noexcept {
   if (segments_.size() == 1) {
     const uint32_t found = segments_[0].classifier->match(query);

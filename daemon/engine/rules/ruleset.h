@@ -304,6 +304,11 @@ class RuleSet {
   // without them.
   const TableCounters* table_counters(std::string_view name) const noexcept;
 
+  // pfctl -z: every rule's evaluations, packets and bytes (filter rules, the anchors' among them,
+  // translation and scrub rules) set to zero, as the workers go on counting; the states counted
+  // stay. Returns how many rules that is, as listed.
+  std::size_t zero_counters() const noexcept;
+
   // By evaluate()'s result: the rules of the main rule set and its anchors in file order.
   const CompiledRule& rule(uint32_t index) const { return rules_[index]; }
   // Whether `r` is one of these rules (a state's creator may be a rule of an earlier set).

@@ -571,6 +571,30 @@ TEST_CASE("a rule's counters take in its states' packets, within a second and at
   CHECK(stats.evaluations == 1);
 }
 
+// pfctl -z: a state's packets from before the rules' counters were zeroed do not fold in after it.
+TEST_CASE("zeroed rule counters take in only the state packets that come after", "[engine][counters]") {
+  Firewall fw("nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\npass out on wan0 proto udp\n");
+  const Bytes query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();
+  const auto& stats = *fw.engine.rules()->rule(0).stats;
+  const auto& nat_stats = *fw.engine.rules()->translation_rules()[0].stats;
+  REQUIRE(fw.out(query).reason == Reason::Match);
+  REQUIRE(fw.out(query).reason == Reason::State);
+  REQUIRE(fw.out(query).reason == Reason::State);
+  REQUIRE(nat_stats.packets >= 1);
+
+  CHECK(fw.engine.zero_rule_counters() == 2);
+  CHECK(stats.packets == 0);
+  CHECK(stats.evaluations == 0);
+  CHECK(nat_stats.packets == 0);
+  CHECK(fw.engine.rules()->rule(0).stats->states_current == 1);
+  // The two packets the state passed before the zero are not folded in at its end; the one after is.
+  REQUIRE(fw.out(query).reason == Reason::State);
+  CHECK(fw.engine.expire(fw.now + Millis{1'000'000}) == 1);
+  CHECK(stats.packets == 1);
+  CHECK(stats.bytes == query.size());
+  CHECK(nat_stats.packets == 1);
+}
+
 // One packet of a traffic mix, with where the kernel saw it.
 struct Sent {
   Bytes bytes;
