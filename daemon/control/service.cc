@@ -421,6 +421,9 @@ void ControlService::handle(const Request& request, Response& response) {
     case Request::kStats:
       stats(response.mutable_stats());
       break;
+    case Request::kRulesZero:
+      response.mutable_rules_zeroed()->set_rules(static_cast<uint32_t>(engine_.zero_rule_counters()));
+      break;
     case Request::kFlushStates:
       response.mutable_flushed()->set_states(engine_.flush_states());
       break;

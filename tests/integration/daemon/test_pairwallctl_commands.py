@@ -22,6 +22,12 @@ def test_pairwallctl_commands(lan, fw):
     assert rules.startswith("@0 block")
     assert "[ Evaluations:" in rules
     assert len(fw.json("rules", "show")["rules"]) == int(status["rule_count"])
+    assert any(int(r.get("packets", 0)) > 0 for r in fw.json("rules", "show")["rules"])
+    zeroed = fw.ctl("rules", "zero").stdout
+    assert zeroed.strip() == f"zeroed the counters of {status['rule_count']} rules", zeroed
+    after = fw.json("rules", "show")["rules"]
+    assert all(int(r.get("packets", 0)) == 0 and int(r.get("evaluations", 0)) == 0 for r in after), after
+    assert any(int(r.get("states_current", 0)) >= 1 for r in after), "zeroing dropped the states' count"
 
     states = fw.ctl("states").stdout
     assert "tcp 10.77.1.2:" in states and "-> 10.77.2.2:8080" in states, states

@@ -271,6 +271,16 @@ TEST_CASE("pairwallctl: label, from and to go with the other terms of a state fi
   CHECK(g.address().empty());
 }
 
+TEST_CASE("pairwallctl: rules zero sends RulesZero and takes no arguments", "[ctl]") {
+  Daemon d;
+  const Run zeroed = run_ctl({"-s", d.path, "rules", "zero"});
+  REQUIRE(zeroed.status == 0);
+  REQUIRE(d.requests().size() == 1);
+  CHECK(d.requests()[0].has_rules_zero());
+  CHECK(run_ctl({"-s", d.path, "rules", "zero", "@1"}).status == 2);
+  CHECK(d.requests().size() == 1);
+}
+
 TEST_CASE("pairwallctl: reload sends the Reload request and takes no arguments", "[ctl]") {
   Daemon d;
   REQUIRE(run_ctl({"-s", d.path, "reload"}).status == 0);

@@ -176,6 +176,27 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     CHECK(s.states() == 2);
   }
 
+  SECTION("rules zero sets the rules' counters to zero, and they count on from there (pfctl -z)") {
+    const Response z = d.call(make([](Request& q) { q.mutable_rules_zero(); }));
+    REQUIRE(z.ok());
+    CHECK(z.rules_zeroed().rules() == 3);
+    Response r = d.call(make([](Request& q) { q.mutable_rules_show(); }));
+    REQUIRE(r.rules().rules_size() == 3);
+    for (const auto& rule : r.rules().rules()) {
+      CHECK(rule.evaluations() == 0);
+      CHECK(rule.packets() == 0);
+      CHECK(rule.bytes() == 0);
+    }
+    // The states stay counted, as pf keeps states_cur and states_tot.
+    CHECK(r.rules().rules(1).states_current() == 1);
+    CHECK(r.rules().rules(2).states_created() == 1);
+    CHECK(d.send(syn("10.0.0.1", 40002, "10.9.0.1", 81)).action == engine::Verdict::Action::Drop);
+    r = d.call(make([](Request& q) { q.mutable_rules_show(); }));
+    CHECK(r.rules().rules(0).packets() == 1);
+    CHECK(r.rules().rules(0).bytes() > 0);
+    CHECK(r.rules().rules(1).packets() == 0);
+  }
+
   SECTION("rules show lists each rule with @N, its text, location and counters") {
     const Response r = d.call(make([](Request& q) { q.mutable_rules_show(); }));
     REQUIRE(r.ok());
