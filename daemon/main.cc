@@ -192,6 +192,13 @@ io::HooksConfig hooks_config(const control::Config& c, bool translations) {
   return h;
 }
 
+// What the hooks' pre-routing chain queues beyond this node, for `pairwallctl status`.
+void show_prerouting_matches(control::ControlService& service, const io::HooksConfig& hooks) {
+  std::vector<std::string> listed;
+  for (const io::PreroutingMatch& m : hooks.prerouting_matches) listed.push_back(io::to_string(m));
+  service.set_prerouting_matches(std::move(listed));
+}
+
 // The sections other components own: validated here so that --check and start-up refuse them
 // with the same one-line message.
 void validate_component_sections(const control::Config& c) {
@@ -705,6 +712,7 @@ int run(const control::Config& c) {
     hooks = std::make_unique<io::Hooks>(std::move(initial));
     hooks->install();
     hooks_installed = true;
+    show_prerouting_matches(service, hooks->config());
     // A later rule set with translation rules gets the pre-routing hook, and queued there the
     // packets not addressed to this node that its rules may rewrite: the hooks are replaced by a
     // set that has them, make-before-break (io::Hooks::install), on this loop, the one that
@@ -723,6 +731,7 @@ int run(const control::Config& c) {
       auto replacement = std::make_unique<io::Hooks>(std::move(wanted));
       replacement->install();
       hooks = std::move(replacement);
+      show_prerouting_matches(service, hooks->config());
       spdlog::info("hooks: pre-routing for translation {} (chain {}), {} matches beyond this node",
                    hook_added ? "added" : "changed", hooks->config().chain,
                    hooks->config().prerouting_matches.size());

@@ -524,6 +524,8 @@ void ControlService::status(Status* out) const {
   out->set_bytes(snap.bytes);
   out->set_drops(snap.drops());
   out->set_fail_open(config_.queue.fail_open);
+  out->set_prerouting_hook(prerouting_hook_.value_or(false));
+  for (const std::string& match : prerouting_matches_) out->add_prerouting_matches(match);
 }
 
 std::string ControlService::rules_show(const RulesShow& request, RuleList* out) const {

@@ -54,6 +54,8 @@ class ControlService {
     prerouting_hook_ = installed;
     fit_hooks_ = std::move(fit);
   }
+  // What the pre-routing chain queues beyond this node's own addresses, as status lists it.
+  void set_prerouting_matches(std::vector<std::string> matches) { prerouting_matches_ = std::move(matches); }
   // The running rules as parsed (table edits applied), for the hooks at start; null before a load.
   const engine::rules::RuleFile* running_rules() const { return loaded_ ? &*loaded_ : nullptr; }
 
@@ -162,6 +164,7 @@ class ControlService {
   std::function<LoadResult()> reload_;
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::function<void(const engine::rules::RuleFile&)> fit_hooks_;
+  std::vector<std::string> prerouting_matches_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string rules_file_;
   std::atomic<bool> rules_loaded_{false};          // rules_file_ set: read by health() on any thread

@@ -76,6 +76,18 @@ std::string family_name(engine::Family family) {
 
 }  // namespace
 
+std::string to_string(const PreroutingMatch& match) {
+  std::string out = match.family == engine::Family::V4 ? "inet" : "inet6";
+  if (!match.interface.empty()) out += " on " + match.interface;
+  if (match.protocol != 0) out += " proto " + std::to_string(match.protocol);
+  out += " to " + (match.destination.empty() ? std::string("any") : match.destination);
+  if (match.port_first != 0) {
+    out += " port " + std::to_string(match.port_first);
+    if (match.port_last != match.port_first) out += ":" + std::to_string(match.port_last);
+  }
+  return out;
+}
+
 std::string to_string(const Command& command) {
   std::string out;
   for (const auto& arg : command) {

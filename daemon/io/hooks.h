@@ -72,6 +72,9 @@ struct PreroutingMatch {
   bool operator==(const PreroutingMatch&) const = default;
 };
 
+// As pf would write the match: "inet on lan0 proto 6 to 192.0.2.0/24 port 5000:5100".
+std::string to_string(const PreroutingMatch& match);
+
 struct HooksConfig {
   std::string chain = "PAIRWALL";
   uint16_t queue_first = 0;

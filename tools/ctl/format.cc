@@ -129,6 +129,12 @@ std::string format_status(const control::Status& s) {
   o << "packets   " << s.packets() << " (" << human_bytes(s.bytes()) << "), " << s.drops() << " dropped\n";
   o << "queues    " << s.queues_size() << ", " << (s.fail_open() ? "fail-open" : "fail-closed") << "\n";
   for (const auto& q : s.queues()) queue_line(o, q);
+  if (s.prerouting_hook()) {
+    o << "hooks     pre-routing for translation";
+    if (s.prerouting_matches_size() > 0) o << ", also queued there:";
+    o << "\n";
+    for (const std::string& match : s.prerouting_matches()) o << "            " << match << "\n";
+  }
   return o.str();
 }
 

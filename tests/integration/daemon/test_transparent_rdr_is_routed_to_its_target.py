@@ -49,6 +49,10 @@ def test_transparent_rdr_is_routed_to_its_target(lan, daemon_factory, tmp_path, 
 
     lines = prerouting_lines(lan, family)
     assert any(f"-i f0 -p tcp -m tcp --dport {WEB} -j NFQUEUE" in line for line in lines), lines
+    status = fw.json("status")
+    assert status["prerouting_hook"] is True, status
+    assert status["prerouting_matches"] == [f"inet on f0 proto 6 to any port {WEB}",
+                                            f"inet6 on f0 proto 6 to any port {WEB}"], status
 
     r = lan.ask(DIALLED[family], WEB)
     assert r["result"] == "ok", f"the redirect did not reach the server: {r}; reasons {fw.reasons()}"

@@ -241,3 +241,18 @@ TEST_CASE("pairwallctl: tables zero says how many of the table's entries it zero
   zeroed.add_tables()->set_count(3);
   CHECK(pairwall::ctl::format_table_zero(zeroed) == "1/3 addresses zeroed\n");
 }
+
+TEST_CASE("pairwallctl: status lists what the pre-routing chain queues beyond the node", "[ctl]") {
+  pairwall::control::Status status;
+  status.set_node_name("fw");
+  CHECK(pairwall::ctl::format_status(status).find("pre-routing") == std::string::npos);
+  status.set_prerouting_hook(true);
+  const std::string local_only = pairwall::ctl::format_status(status);
+  CHECK(local_only.find("hooks     pre-routing for translation\n") != std::string::npos);
+  status.add_prerouting_matches("inet on lan0 proto 6 to any port 80");
+  status.add_prerouting_matches("inet6 on lan0 proto 6 to any port 80");
+  const std::string text = pairwall::ctl::format_status(status);
+  CHECK(text.find("hooks     pre-routing for translation, also queued there:\n"
+                  "            inet on lan0 proto 6 to any port 80\n"
+                  "            inet6 on lan0 proto 6 to any port 80\n") != std::string::npos);
+}

@@ -1317,6 +1317,17 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
     CHECK(d.engine.rules()->has_translations());
   }
 
+  SECTION("status says whether the hook is in and what it queues beyond the node") {
+    const auto status = [&] { return d.call(make([](Request& x) { x.mutable_status(); })).status(); };
+    CHECK_FALSE(status().prerouting_hook());
+    d.service.set_prerouting_hook(true);
+    d.service.set_prerouting_matches({"inet on wan0 proto 6 to any port 80"});
+    const Status s = status();
+    CHECK(s.prerouting_hook());
+    REQUIRE(s.prerouting_matches_size() == 1);
+    CHECK(s.prerouting_matches(0) == "inet on wan0 proto 6 to any port 80");
+  }
+
   SECTION("a set refused for another reason adds no hook") {
     int added = 0;
     d.service.set_prerouting_hook(false, [&](const engine::rules::RuleFile&) { ++added; });

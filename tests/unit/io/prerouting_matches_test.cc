@@ -94,3 +94,11 @@ TEST_CASE("pre-routing matches: a rule of many combinations widens its destinati
   // Within the bound, each is its own.
   CHECK(matches_of("rdr on lan0 proto tcp to {" + prefixes + " } port 80 -> 10.2.0.10\n").size() == 40);
 }
+
+TEST_CASE("pre-routing matches read as pf would write them", "[hooks]") {
+  using pairwall::io::to_string;
+  CHECK(to_string({Family::V4, "lan0", 6, "", 80, 80}) == "inet on lan0 proto 6 to any port 80");
+  CHECK(to_string({Family::V6, "", 17, "2001:db8::/48", 5000, 5100}) ==
+        "inet6 proto 17 to 2001:db8::/48 port 5000:5100");
+  CHECK(to_string({Family::V4, "wan0", 0, "198.51.100.5/32", 0, 0}) == "inet on wan0 to 198.51.100.5/32");
+}
