@@ -27,7 +27,6 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -720,12 +719,7 @@ int run(const control::Config& c) {
     // earlier set redirected still need their packets translated before routing.
     service.set_prerouting_hook(hooks->config().prerouting, [&](const engine::rules::RuleFile& file) {
       io::HooksConfig wanted = hooks_config(c, /*translations=*/true);
-      wanted.prerouting_matches = hooks->config().prerouting_matches;
-      for (const io::PreroutingMatch& m : io::prerouting_matches(file)) {
-        if (std::find(wanted.prerouting_matches.begin(), wanted.prerouting_matches.end(), m) ==
-            wanted.prerouting_matches.end())
-          wanted.prerouting_matches.push_back(m);
-      }
+      wanted.prerouting_matches = io::prerouting_matches(file, hooks->config().prerouting_matches);
       if (wanted == hooks->config()) return;
       const bool hook_added = !hooks->config().prerouting;
       auto replacement = std::make_unique<io::Hooks>(std::move(wanted));

@@ -94,10 +94,22 @@ bool translates(const TranslationRule& rule, Family family) {
                      [family](const engine::IpPrefix& p) { return p.family == family; });
 }
 
+// Widens `matches` one way (`widen` on each) and drops the duplicates that leaves, keeping the order.
+template <typename Widen>
+void widen_all(std::vector<PreroutingMatch>& matches, Widen widen) {
+  std::vector<PreroutingMatch> wide;
+  for (PreroutingMatch m : matches) {
+    widen(m);
+    if (std::find(wide.begin(), wide.end(), m) == wide.end()) wide.push_back(m);
+  }
+  matches = std::move(wide);
+}
+
 }  // namespace
 
-std::vector<PreroutingMatch> prerouting_matches(const engine::rules::RuleFile& file) {
-  std::vector<PreroutingMatch> out;
+std::vector<PreroutingMatch> prerouting_matches(const engine::rules::RuleFile& file,
+                                                std::vector<PreroutingMatch> kept) {
+  std::vector<PreroutingMatch> out = std::move(kept);
   const auto add = [&out](const PreroutingMatch& m) {
     if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
   };
@@ -150,6 +162,14 @@ std::vector<PreroutingMatch> prerouting_matches(const engine::rules::RuleFile& f
       }
     }
   }
+  if (out.size() > kMaxPreroutingMatches) {
+    widen_all(out, [](PreroutingMatch& m) {
+      m.destination.clear();
+      m.port_first = m.port_last = 0;
+    });
+  }
+  if (out.size() > kMaxPreroutingMatches) widen_all(out, [](PreroutingMatch& m) { m.interface.clear(); });
+  if (out.size() > kMaxPreroutingMatches) widen_all(out, [](PreroutingMatch& m) { m.protocol = 0; });
   return out;
 }
 

@@ -15,7 +15,13 @@ namespace pairwall::io {
 // destination prefix it lists, its destination ports where a single range says them; what iptables
 // cannot say (negations, tables, port lists) is left out, and so are destinations that are this
 // node's own (`to (em0)`), which the chain queues anyway. No nat rule appears: it rewrites the
-// source, after routing. Without duplicates, in rule order.
-std::vector<PreroutingMatch> prerouting_matches(const engine::rules::RuleFile& file);
+// source, after routing. After `kept` (what an earlier rule set needed), without duplicates, in
+// rule order.
+//
+// Every packet before routing walks the chain's rules in turn, so past kMaxPreroutingMatches the
+// matches widen (destinations and ports left out, then interfaces, then protocols) until they fit.
+inline constexpr std::size_t kMaxPreroutingMatches = 64;
+std::vector<PreroutingMatch> prerouting_matches(const engine::rules::RuleFile& file,
+                                                std::vector<PreroutingMatch> kept = {});
 
 }  // namespace pairwall::io

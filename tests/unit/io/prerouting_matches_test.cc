@@ -95,6 +95,29 @@ TEST_CASE("pre-routing matches: a rule of many combinations widens its destinati
   CHECK(matches_of("rdr on lan0 proto tcp to {" + prefixes + " } port 80 -> 10.2.0.10\n").size() == 40);
 }
 
+TEST_CASE("pre-routing matches: an earlier set's come first, and too many widen until they fit", "[hooks]") {
+  auto parsed = rules::parse_rules("rdr on lan0 proto tcp to any port 80 -> 10.2.0.10\n", "test.conf");
+  REQUIRE(std::holds_alternative<rules::RuleFile>(parsed));
+  const rules::RuleFile& file = std::get<rules::RuleFile>(parsed);
+  const PreroutingMatch kept{Family::V4, "lan1", 17, "", 53, 53};
+  CHECK(prerouting_matches(file, {kept}) ==
+        std::vector<PreroutingMatch>{kept, {Family::V4, "lan0", 6, "", 80, 80}});
+  CHECK(prerouting_matches(file, {{Family::V4, "lan0", 6, "", 80, 80}}).size() == 1);
+
+  // One rule per port, on two interfaces, 40 of each: 80 matches, past the bound. Without their
+  // ports they are two.
+  std::string many;
+  for (int port = 1000; port < 1040; ++port) {
+    for (const char* lan : {"lan0", "lan1"})
+      many +=
+          "rdr on " + std::string(lan) + " proto tcp to any port " + std::to_string(port) + " -> 10.2.0.10\n";
+  }
+  CHECK(matches_of(many) ==
+        std::vector<PreroutingMatch>{{Family::V4, "lan0", 6, "", 0, 0}, {Family::V4, "lan1", 6, "", 0, 0}});
+  // Within the bound, each is its own.
+  CHECK(matches_of(many.substr(0, many.size() / 2)).size() == 40);
+}
+
 TEST_CASE("pre-routing matches read as pf would write them", "[hooks]") {
   using pairwall::io::to_string;
   CHECK(to_string({Family::V4, "lan0", 6, "", 80, 80}) == "inet on lan0 proto 6 to any port 80");
