@@ -1286,6 +1286,7 @@ TEST_CASE("service: translation rules without the pre-routing hook are refused",
     REQUIRE(loaded.ok);
     CHECK(fitted == std::vector<std::size_t>{2});
     CHECK(d.engine.rules()->has_translations());
+    CHECK(d.call(make([](Request& x) { x.mutable_status(); })).status().prerouting_hook());
     // A set without them asks nothing of the hooks; the next with them is fitted again.
     REQUIRE(d.service.load_rules(plain).ok);
     CHECK(fitted.size() == 1);
