@@ -1,7 +1,8 @@
 // libFuzzer target for the rule parser: any byte string must yield a RuleFile or a RuleError,
 // never a crash, a hang or a sanitizer report; and every position it reports must point into
 // the text, since operators jump to it in their editor. An included file's text is its own name
-// (`include "pass all"` includes a file holding `pass all`), so that the input decides both.
+// (`include "pass all"` includes a file holding `pass all`), so that the input decides both. The
+// pre-routing matches its translation rules give must pass the hooks' checks.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "daemon/engine/rules/parser.h"
+#include "daemon/io/hooks.h"
+#include "daemon/io/prerouting_matches.h"
 
 namespace {
 
@@ -84,6 +87,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       }
     }
     if (r.flags && (r.flags->set & ~r.flags->mask) != 0) std::abort();
+  }
+  // What the pre-routing chain would queue for these rules installs: a rule file the parser takes
+  // must not be refused by the hooks at its load, and the chain stays short.
+  pairwall::io::HooksConfig hooks;
+  hooks.prerouting = true;
+  hooks.bypass_mark = 1;
+  hooks.prerouting_matches = pairwall::io::prerouting_matches(file);
+  if (hooks.prerouting_matches.size() > pairwall::io::kMaxPreroutingMatches) std::abort();
+  try {
+    pairwall::io::validate(hooks);
+  } catch (const pairwall::io::HooksError&) {
+    std::abort();
   }
   return 0;
 }
