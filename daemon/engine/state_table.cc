@@ -79,14 +79,16 @@ std::array<rules::RuleStats*, 2> translator_stats(const StateEntry& e) noexcept 
 // Adds the entry's packets and bytes since the last fold to its creator's and translators'
 // counters (see StateTable::attach_creator), and to the entries of the creator's tables that count
 // (TableCounters): as the creator's pass saw the connection, the initiator's packets coming in
-// and the replies going out (an `out` rule's the other way round).
-void fold_counters(StateEntry& e) noexcept {
+// and the replies going out (an `out` rule's the other way round). Without `into_rules`, to the
+// tables alone: the rules' counters have just been set to zero (StateTable::mark_counted()).
+void fold_counters(StateEntry& e, bool into_rules = true) noexcept {
   if (e.creator == nullptr && !e.translators.any()) return;
   uint64_t packets[2];
   uint64_t bytes[2];
   for (int side = 0; side < 2; ++side)
     std::tie(packets[side], bytes[side]) = e.folded[side].advance(e.packets[side], e.bytes[side]);
   const auto add = [&](rules::RuleStats& stats) {
+    if (!into_rules) return;
     stats.packets.fetch_add(packets[0] + packets[1], std::memory_order_relaxed);
     stats.bytes.fetch_add(bytes[0] + bytes[1], std::memory_order_relaxed);
   };
@@ -853,9 +855,8 @@ void StateTable::mark_counted() {
   for (const auto& shard : shards_) {
     std::lock_guard guard(shard->lock);
     shard->for_each_queue([&](uint16_t qi) {
-      for (StateEntry* e = shard->queue(qi).head; e != nullptr; e = e->queue_next) {
-        for (int side = 0; side < 2; ++side) (void)e->folded[side].advance(e->packets[side], e->bytes[side]);
-      }
+      for (StateEntry* e = shard->queue(qi).head; e != nullptr; e = e->queue_next)
+        fold_counters(*e, /*into_rules=*/false);
     });
   }
 }

@@ -286,8 +286,9 @@ class StateTable {
   std::size_t clear(const std::function<void(const StateEntry&)>& on_removed);
 
   // Marks every entry's packets and bytes so far as counted, so that fold_counters() gives its
-  // rules only what comes after (pfctl -z: the rules' counters start again at zero). Control path,
-  // each shard locked in turn, O(entries).
+  // rules only what comes after (pfctl -z: the rules' counters start again at zero); its creator's
+  // counting tables, which pfctl -z leaves alone, take them in now. Control path, each shard
+  // locked in turn, O(entries).
   void mark_counted();
 
   // Visits every entry under its shard lock, shard by shard (not a consistent snapshot of the

@@ -43,6 +43,31 @@ uint64_t bytes(const EntryCounters* c, CountedAs as) {
   return c->bytes[static_cast<std::size_t>(as)].load();
 }
 
+// 10.1.0.10:40000 to 192.0.2.80:80: the SYN, the SYN-ACK, and an ACK with 100 bytes.
+struct Handshake {
+  Bytes syn, synack, ack;
+};
+Handshake handshake() {
+  return {
+      PacketBuilder().ipv4("10.1.0.10", "192.0.2.80").tcp(40000, 80).flags(tcpflag::kSyn).seq(1000).build(),
+      PacketBuilder()
+          .ipv4("192.0.2.80", "10.1.0.10")
+          .tcp(80, 40000)
+          .flags(tcpflag::kSyn | tcpflag::kAck)
+          .seq(9000)
+          .ack(1001)
+          .build(),
+      PacketBuilder()
+          .ipv4("10.1.0.10", "192.0.2.80")
+          .tcp(40000, 80)
+          .flags(tcpflag::kAck)
+          .seq(1001)
+          .ack(9001)
+          .payload(100)
+          .build(),
+  };
+}
+
 }  // namespace
 
 TEST_CASE("a table entry counts the addresses it is the longest listed prefix of, a ! entry's included",
@@ -132,23 +157,7 @@ TEST_CASE("a state's packets count in its rule's table entries once folded: the 
   const EntryCounters* server = web->listed({false, prefix("192.0.2.0/24")});
   const EntryCounters* client = clients->listed({false, prefix("10.1.0.0/16")});
 
-  const Bytes syn =
-      PacketBuilder().ipv4("10.1.0.10", "192.0.2.80").tcp(40000, 80).flags(tcpflag::kSyn).seq(1000).build();
-  const Bytes synack = PacketBuilder()
-                           .ipv4("192.0.2.80", "10.1.0.10")
-                           .tcp(80, 40000)
-                           .flags(tcpflag::kSyn | tcpflag::kAck)
-                           .seq(9000)
-                           .ack(1001)
-                           .build();
-  const Bytes ack = PacketBuilder()
-                        .ipv4("10.1.0.10", "192.0.2.80")
-                        .tcp(40000, 80)
-                        .flags(tcpflag::kAck)
-                        .seq(1001)
-                        .ack(9001)
-                        .payload(100)
-                        .build();
+  const auto [syn, synack, ack] = handshake();
   REQUIRE(fw.out(syn).action == Verdict::Action::Accept);
   // The first packet counts as its rule decides it.
   CHECK(packets(server, CountedAs::InPass) == 1);
@@ -221,4 +230,33 @@ TEST_CASE("a reload keeps a table's entry counters, and a rule set without `coun
                 CountedAs::InBlock) == 1);
   CHECK(compile_again("table <bad> { 198.51.100.0/24 }\nblock in on wan0 from <bad>\n")
             ->table_counters("bad") == nullptr);
+}
+
+// pfctl -z clears the rules' counters, not the tables': a state's packets from before it still
+// count in its rule's table entries.
+TEST_CASE("zeroing the rules' counters leaves the table entries the state packets they are owed",
+          "[tables]") {
+  Firewall fw(
+      "table <web> counters { 192.0.2.0/24 }\n"
+      "block all\n"
+      "pass in on lan0 proto tcp to <web> port 80\n"
+      "pass out on wan0 proto tcp\n");
+  const TableCounters* web = fw.engine.rules()->table_counters("web");
+  REQUIRE(web != nullptr);
+  const EntryCounters* server = web->listed({false, prefix("192.0.2.0/24")});
+  const auto [syn, synack, ack] = handshake();
+  REQUIRE(fw.out(syn).action == Verdict::Action::Accept);
+  REQUIRE(fw.in(synack).reason == Reason::State);
+  REQUIRE(fw.out(ack).reason == Reason::State);
+  // Established, the state stays in its queue: its next packet waits for a fold.
+  REQUIRE(fw.out(ack).reason == Reason::State);
+  const uint64_t folded = packets(server, CountedAs::InPass);
+  REQUIRE(folded < 3);
+
+  fw.engine.zero_rule_counters();
+  CHECK(packets(server, CountedAs::InPass) == 3);
+  CHECK(fw.engine.expire(fw.now + Millis{100'000'000}) == 1);
+  CHECK(packets(server, CountedAs::InPass) == 3);
+  CHECK(packets(server, CountedAs::OutPass) == 1);
+  CHECK(fw.engine.rules()->rule(1).stats->packets == 0);
 }
