@@ -1936,9 +1936,13 @@ std::size_t Engine::expire(Millis now) {
   return expired;
 }
 
-std::size_t Engine::zero_rule_counters() {
-  states_.mark_counted();
-  return rules()->zero_counters();
+std::size_t Engine::zero_rule_counters(std::string_view anchor) {
+  states_.mark_counted(
+      [anchor](const StateEntry& e) {
+        return anchor.empty() || (e.creator != nullptr && rules::in_anchor(e.creator->anchor, anchor));
+      },
+      /*translators_zeroed=*/anchor.empty());
+  return rules()->zero_counters(anchor);
 }
 
 std::size_t Engine::flush_states() {

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "daemon/engine/interfaces.h"
 #include "daemon/engine/reason.h"
@@ -323,9 +324,10 @@ class Engine {
   void snapshot(Millis now, const std::function<void(const StateRecord&)>& sink) const;
 
   // pfctl -z: the running rules' matches, packets and bytes set to zero (RuleSet::zero_counters()),
-  // the states' packets so far taken as counted, so that none folds in from before. Returns how
+  // with `anchor` (pfctl -a NAME -z) those of that anchor's rules alone; the packets so far of the
+  // states they created taken as counted, so that none folds into them from before. Returns how
   // many rules.
-  std::size_t zero_rule_counters();
+  std::size_t zero_rule_counters(std::string_view anchor = {});
 
   // Removes every state and tells the peer to remove those this node created (a Clear record
   // naming this node), as pfctl -F states does through pfsync. Returns how many.

@@ -79,21 +79,20 @@ std::array<rules::RuleStats*, 2> translator_stats(const StateEntry& e) noexcept 
 // Adds the entry's packets and bytes since the last fold to its creator's and translators'
 // counters (see StateTable::attach_creator), and to the entries of the creator's tables that count
 // (TableCounters): as the creator's pass saw the connection, the initiator's packets coming in
-// and the replies going out (an `out` rule's the other way round). Without `into_rules`, to the
-// tables alone: the rules' counters have just been set to zero (StateTable::mark_counted()).
-void fold_counters(StateEntry& e, bool into_rules = true) noexcept {
+// and the replies going out (an `out` rule's the other way round). `into` leaves out the rules
+// whose counters have just been set to zero (StateTable::mark_counted()); the tables always count.
+void fold_counters(StateEntry& e, StateTable::FoldInto into = {}) noexcept {
   if (e.creator == nullptr && !e.translators.any()) return;
   uint64_t packets[2];
   uint64_t bytes[2];
   for (int side = 0; side < 2; ++side)
     std::tie(packets[side], bytes[side]) = e.folded[side].advance(e.packets[side], e.bytes[side]);
   const auto add = [&](rules::RuleStats& stats) {
-    if (!into_rules) return;
     stats.packets.fetch_add(packets[0] + packets[1], std::memory_order_relaxed);
     stats.bytes.fetch_add(bytes[0] + bytes[1], std::memory_order_relaxed);
   };
   if (e.creator != nullptr) {
-    add(*e.creator->stats);
+    if (into.creator) add(*e.creator->stats);
     if (!e.creator->counted_tables.empty()) {
       // The addresses its pass saw: an in pass's after rdr, an out pass's after nat as well.
       const bool out = e.creator->direction == rules::Direction::Out;
@@ -106,6 +105,7 @@ void fold_counters(StateEntry& e, bool into_rules = true) noexcept {
       }
     }
   }
+  if (!into.translators) return;
   for (rules::RuleStats* stats : translator_stats(e)) {
     if (stats != nullptr) add(*stats);
   }
@@ -851,12 +851,14 @@ std::size_t StateTable::refile(Millis now, const std::function<Millis(const Stat
   return moved;
 }
 
-void StateTable::mark_counted() {
+void StateTable::mark_counted(const std::function<bool(const StateEntry&)>& creator_zeroed,
+                              bool translators_zeroed) {
   for (const auto& shard : shards_) {
     std::lock_guard guard(shard->lock);
     shard->for_each_queue([&](uint16_t qi) {
-      for (StateEntry* e = shard->queue(qi).head; e != nullptr; e = e->queue_next)
-        fold_counters(*e, /*into_rules=*/false);
+      for (StateEntry* e = shard->queue(qi).head; e != nullptr; e = e->queue_next) {
+        if (creator_zeroed(*e)) fold_counters(*e, FoldInto{false, !translators_zeroed});
+      }
     });
   }
 }

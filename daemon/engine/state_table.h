@@ -285,11 +285,18 @@ class StateTable {
   // Removes every entry; returns how many.
   std::size_t clear(const std::function<void(const StateEntry&)>& on_removed);
 
-  // Marks every entry's packets and bytes so far as counted, so that fold_counters() gives its
-  // rules only what comes after (pfctl -z: the rules' counters start again at zero); its creator's
-  // counting tables, which pfctl -z leaves alone, take them in now. Control path, each shard
-  // locked in turn, O(entries).
-  void mark_counted();
+  // Where a state's packets go when they are folded into counters, besides its creator's counting
+  // tables, which always take them in.
+  struct FoldInto {
+    bool creator = true;
+    bool translators = true;
+  };
+  // pfctl -z: the packets and bytes so far of each entry whose creating rule's counters were set
+  // to zero (`creator_zeroed`) marked as counted, so that fold_counters() gives that rule only what
+  // comes after; its translation rules take them in now unless theirs were zeroed too, and so do
+  // its creator's counting tables, which pfctl -z leaves alone. Control path, each shard locked in
+  // turn, O(entries).
+  void mark_counted(const std::function<bool(const StateEntry&)>& creator_zeroed, bool translators_zeroed);
 
   // Visits every entry under its shard lock, shard by shard (not a consistent snapshot of the
   // whole table; each entry is consistent).

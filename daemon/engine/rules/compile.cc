@@ -1378,17 +1378,23 @@ void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {
 RuleSet::RuleSet() = default;
 RuleSet::~RuleSet() = default;
 
-std::size_t RuleSet::zero_counters() const noexcept {
+std::size_t RuleSet::zero_counters(std::string_view anchor) const noexcept {
   const auto zero = [](RuleStats& stats) {
     stats.evaluations.store(0, std::memory_order_relaxed);
     stats.packets.store(0, std::memory_order_relaxed);
     stats.bytes.store(0, std::memory_order_relaxed);
   };
-  for (const CompiledRule& rule : rules_) zero(*rule.stats);
+  std::size_t zeroed = 0;
+  for (const CompiledRule& rule : rules_) {
+    if (!in_anchor(rule.anchor, anchor)) continue;
+    zero(*rule.stats);
+    ++zeroed;
+  }
+  if (!anchor.empty()) return zeroed;
   // A translation rule's entries (binat's two ways, an rdr split by its ports) share its counters.
   for (const CompiledTranslation& entry : translations_) zero(*entry.stats);
   for (const std::shared_ptr<RuleStats>& stats : scrub_stats_) zero(*stats);
-  return rules_.size() + translation_listing_.size() + scrub_listing_.size();
+  return zeroed + translation_listing_.size() + scrub_listing_.size();
 }
 
 uint32_t RuleSet::evaluate(const MatchQuery& query, DecisionContext* context) const noexcept {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/engine/interfaces.h"
@@ -39,6 +40,13 @@ struct RuleStats {
 };
 
 inline constexpr uint32_t kNoRuleNumber = UINT32_MAX;
+
+// Whether a rule of the anchor at `path` ("" for the main rule set) stands in `anchor` or in an
+// anchor within it; every rule stands in "".
+inline bool in_anchor(std::string_view path, std::string_view anchor) noexcept {
+  return anchor.empty() || path == anchor ||
+         (path.size() > anchor.size() && path.starts_with(anchor) && path[anchor.size()] == '/');
+}
 
 // A rule's chance of matching a packet it describes, out of 2^32 (`probability`): a draw's top 32
 // bits below it win. kCertain is every draw's.
@@ -306,8 +314,9 @@ class RuleSet {
 
   // pfctl -z: every rule's evaluations, packets and bytes (filter rules, the anchors' among them,
   // translation and scrub rules) set to zero, as the workers go on counting; the states counted
-  // stay. Returns how many rules that is, as listed.
-  std::size_t zero_counters() const noexcept;
+  // stay. With `anchor` (pfctl -a NAME -z), only the rules of that anchor and of the anchors in
+  // it. Returns how many rules that is, as listed.
+  std::size_t zero_counters(std::string_view anchor = {}) const noexcept;
 
   // By evaluate()'s result: the rules of the main rule set and its anchors in file order.
   const CompiledRule& rule(uint32_t index) const { return rules_[index]; }

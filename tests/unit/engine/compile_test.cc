@@ -379,6 +379,37 @@ TEST_CASE("zero_counters() zeroes every rule's matches, packets and bytes, and k
     CHECK(set->translation_entry(static_cast<uint32_t>(i)).stats->packets == 0);
 }
 
+TEST_CASE("zero_counters(anchor) zeroes that anchor's rules and its anchors', and no other",
+          "[compile][counters]") {
+  InterfaceRegistry ifs;
+  const auto set = compile_ok(
+      "scrub in all\n"
+      "nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1\n"
+      "block all\n"
+      "anchor \"a\" {\n pass in proto tcp\n anchor \"b\" {\n  pass in proto udp\n }\n}\n"
+      "anchor \"ab\" {\n pass in proto icmp\n}\n"
+      "pass out all\n",
+      ifs);
+  REQUIRE(set->size() == 5);
+  std::vector<RuleStats*> every;
+  for (uint32_t i = 0; i < set->size(); ++i) every.push_back(set->rule(i).stats.get());
+  every.push_back(set->translation_entry(0).stats.get());
+  every.push_back(const_cast<RuleStats*>(set->scrub_listing()[0].stats.get()));
+  for (RuleStats* stats : every) stats->packets = 7;
+
+  CHECK(set->zero_counters("a") == 2);
+  std::vector<std::string> zeroed;
+  for (uint32_t i = 0; i < set->size(); ++i) {
+    if (set->rule(i).stats->packets == 0) zeroed.push_back(set->rule(i).anchor);
+  }
+  CHECK(zeroed == std::vector<std::string>{"a", "a/b"});
+  CHECK(every[5]->packets == 7);  // the nat rule
+  CHECK(every[6]->packets == 7);  // the scrub rule
+  CHECK(set->zero_counters("a/b") == 1);
+  CHECK(set->zero_counters("") == 7);
+  for (RuleStats* stats : every) CHECK(stats->packets == 0);
+}
+
 TEST_CASE("settings and per-rule state options reach the compiled rules", "[compile]") {
   InterfaceRegistry ifs;
   const IfaceId lan = ifs.intern("lan0");

@@ -595,6 +595,38 @@ TEST_CASE("zeroed rule counters take in only the state packets that come after",
   CHECK(nat_stats.packets == 1);
 }
 
+// pfctl -a NAME -z: the anchor's rules count afresh; the translation rules of their states, whose
+// counters stay, still take in those states' earlier packets, and other rules' states are left.
+TEST_CASE("zeroing one anchor's rule counters leaves its states' translations and other rules counting",
+          "[engine][counters]") {
+  Firewall fw(
+      "nat on wan0 from 10.1.0.0/16 to any -> 203.0.113.1\n"
+      "anchor \"a\" {\n pass out on wan0 proto udp to port 53\n}\n"
+      "pass out on wan0 proto udp to port 123\n");
+  const auto& dns = *fw.engine.rules()->rule(0).stats;
+  const auto& ntp = *fw.engine.rules()->rule(1).stats;
+  const auto& nat = *fw.engine.rules()->translation_rules()[0].stats;
+  const Bytes query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).payload(40).build();
+  const Bytes time = PacketBuilder().ipv4(kClient, kServer).udp(5353, 123).payload(40).build();
+  // Three packets a flow: the first counted as the rules decide it, the second folded in as its
+  // state moves to udp.single's queue, the third waiting for a fold.
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(fw.out(query).action == Verdict::Action::Accept);
+    REQUIRE(fw.out(time).action == Verdict::Action::Accept);
+  }
+  REQUIRE(dns.packets == 2);
+  REQUIRE(ntp.packets == 2);
+  REQUIRE(nat.packets == 4);
+
+  CHECK(fw.engine.zero_rule_counters("a") == 1);
+  CHECK(dns.packets == 0);
+  CHECK(nat.packets == 5);  // the dns state's third packet, owed to the nat rule still
+  CHECK(fw.engine.expire(fw.now + Millis{1'000'000}) == 2);
+  CHECK(dns.packets == 0);  // its state's third packet came before the zero
+  CHECK(ntp.packets == 3);
+  CHECK(nat.packets == 6);
+}
+
 // One packet of a traffic mix, with where the kernel saw it.
 struct Sent {
   Bytes bytes;
