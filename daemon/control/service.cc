@@ -422,7 +422,7 @@ void ControlService::handle(const Request& request, Response& response) {
       stats(response.mutable_stats());
       break;
     case Request::kRulesZero:
-      response.mutable_rules_zeroed()->set_rules(static_cast<uint32_t>(engine_.zero_rule_counters()));
+      error = zero_rules(request.rules_zero(), response.mutable_rules_zeroed());
       break;
     case Request::kFlushStates:
       response.mutable_flushed()->set_states(engine_.flush_states());
@@ -528,6 +528,17 @@ void ControlService::status(Status* out) const {
   for (const std::string& match : prerouting_matches_) out->add_prerouting_matches(match);
 }
 
+std::string ControlService::zero_rules(const RulesZero& request, RulesZeroed* out) {
+  const std::string& anchor = request.anchor();
+  if (!anchor.empty()) {
+    const auto& anchors = engine_.rules()->anchors();
+    if (std::none_of(anchors.begin(), anchors.end(), [&](const auto& a) { return a.path == anchor; }))
+      return "rules zero: no anchor \"" + anchor + "\" in " + rules_file_;
+  }
+  out->set_rules(static_cast<uint32_t>(engine_.zero_rule_counters(anchor)));
+  return {};
+}
+
 std::string ControlService::rules_show(const RulesShow& request, RuleList* out) const {
   out->set_rules_file(rules_file_);
   const auto current = engine_.rules();
@@ -540,9 +551,7 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
       std::none_of(anchors.begin(), anchors.end(), [&](const auto& a) { return a.path == only; })) {
     return "rules: no anchor \"" + only + "\" in " + rules_file_;
   }
-  auto shown = [&](const std::string& anchor) {
-    return only.empty() || anchor == only || anchor.starts_with(only + "/");
-  };
+  auto shown = [&](const std::string& anchor) { return engine::rules::in_anchor(anchor, only); };
   // Each anchor's line stands before the rule at its position, as pfctl -s rules lists them.
   std::size_t next_anchor = 0;
   auto anchors_before = [&](std::size_t rule) {

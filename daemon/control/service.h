@@ -121,6 +121,7 @@ class ControlService {
  private:
   void status(Status* out) const;
   std::string rules_show(const RulesShow& request, RuleList* out) const;
+  std::string zero_rules(const RulesZero& request, RulesZeroed* out);
   std::string states(const StatesRequest& request, StateList* out) const;
   std::string kill_states(const KillStates& request, Killed* out);
   std::string tables(const TablesRequest& request, TableList* out) const;

@@ -47,8 +47,9 @@ commands:
   rules load FILE                compile FILE aside and swap it in (states survive);
                                  a file that does not compile is refused, the running set stays
   rules show                     rules with @N and their counters
-  rules zero                     set the rules' counters to zero on this node, as pfctl -z
-                                 (states and the states they created still counted)
+  rules zero [ANCHOR]            set the rules' counters to zero on this node, as pfctl -z
+                                 (states and the states they created still counted); with
+                                 ANCHOR, its rules and its anchors' alone, as pfctl -a ANCHOR -z
   reload                         what SIGHUP does, answered once done: the config read again,
                                  its rule file loaded and its keys taken, or all refused
   rules labels                   the counters of the rules' labels, rules with one label added
@@ -276,8 +277,9 @@ Request build_request(const Invocation& inv) {
     }
     r.mutable_rules_load()->set_path(path);
   } else if (cmd == "rules" && w.size() >= 2 && w[1] == "zero") {
-    need(2);
-    r.mutable_rules_zero();
+    if (w.size() > 3) throw UsageError{"rules zero takes at most one ANCHOR"};
+    auto* zero = r.mutable_rules_zero();
+    if (w.size() == 3) zero->set_anchor(w[2]);
   } else if (cmd == "rules" && w.size() >= 2 && (w[1] == "show" || w[1] == "labels")) {
     need(2);
     r.mutable_rules_show();
@@ -490,8 +492,10 @@ std::string human(const Request& request, const Response& response, const Invoca
       return ctl::format_stats(response.stats());
     case Response::kFlushed:
       return "flushed " + std::to_string(response.flushed().states()) + " states\n";
-    case Response::kRulesZeroed:
-      return "zeroed the counters of " + std::to_string(response.rules_zeroed().rules()) + " rules\n";
+    case Response::kRulesZeroed: {
+      const uint32_t n = response.rules_zeroed().rules();
+      return "zeroed the counters of " + std::to_string(n) + (n == 1 ? " rule\n" : " rules\n");
+    }
     case Response::kTables:
       if (request.tables().test_size() > 0) return ctl::format_table_test(response.tables());
       if (request.table_edit().op() == control::TableEdit::ZERO)

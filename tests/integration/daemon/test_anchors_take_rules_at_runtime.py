@@ -41,6 +41,17 @@ def test_anchors_take_rules_at_runtime(lan, tmp_path, daemon_factory):
     metrics = lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout
     assert 'pairwall_rule_packets_total{rule="0",anchor="admin"} ' in metrics
 
+    # pfctl -a admin -z: the anchor's rule counts afresh, the main rules keep theirs.
+    counted = {(r.get("anchor", ""), r["number"]): int(r.get("packets", 0)) for r in rules
+               if not r.get("calls_anchor")}
+    assert counted[("admin", 0)] > 0 and counted[("", 0)] > 0, counted
+    assert fw.ctl("rules", "zero", "admin").stdout == "zeroed the counters of 1 rule\n"
+    after = {(r.get("anchor", ""), r["number"]): int(r.get("packets", 0)) for r in fw.json("rules", "show")["rules"]
+             if not r.get("calls_anchor")}
+    assert after[("admin", 0)] == 0 and after[("", 0)] >= counted[("", 0)], after
+    missing = fw.ctl("rules", "zero", "nowhere", check=False)
+    assert missing.returncode == 1 and 'no anchor "nowhere"' in missing.stderr, missing
+
     # A bad file is refused whole with its place; the loaded rule stays.
     bad = tmp_path / "bad.conf"
     bad.write_text("pass to port 22\npass out on f1 to port 8081\n")

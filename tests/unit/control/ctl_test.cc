@@ -271,14 +271,16 @@ TEST_CASE("pairwallctl: label, from and to go with the other terms of a state fi
   CHECK(g.address().empty());
 }
 
-TEST_CASE("pairwallctl: rules zero sends RulesZero and takes no arguments", "[ctl]") {
+TEST_CASE("pairwallctl: rules zero sends RulesZero, with at most one anchor", "[ctl]") {
   Daemon d;
-  const Run zeroed = run_ctl({"-s", d.path, "rules", "zero"});
-  REQUIRE(zeroed.status == 0);
-  REQUIRE(d.requests().size() == 1);
+  REQUIRE(run_ctl({"-s", d.path, "rules", "zero"}).status == 0);
+  REQUIRE(run_ctl({"-s", d.path, "rules", "zero", "ssh/guard"}).status == 0);
+  REQUIRE(d.requests().size() == 2);
   CHECK(d.requests()[0].has_rules_zero());
-  CHECK(run_ctl({"-s", d.path, "rules", "zero", "@1"}).status == 2);
-  CHECK(d.requests().size() == 1);
+  CHECK(d.requests()[0].rules_zero().anchor().empty());
+  CHECK(d.requests()[1].rules_zero().anchor() == "ssh/guard");
+  CHECK(run_ctl({"-s", d.path, "rules", "zero", "a", "b"}).status == 2);
+  CHECK(d.requests().size() == 2);
 }
 
 TEST_CASE("pairwallctl: reload sends the Reload request and takes no arguments", "[ctl]") {

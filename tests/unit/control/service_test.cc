@@ -197,6 +197,14 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     CHECK(r.rules().rules(1).packets() == 0);
   }
 
+  SECTION("rules zero of an anchor the rules lack is refused, and nothing is zeroed") {
+    const Response z = d.call(make([](Request& q) { q.mutable_rules_zero()->set_anchor("nowhere"); }));
+    CHECK_FALSE(z.ok());
+    CHECK(z.error() == "rules zero: no anchor \"nowhere\" in " + d.config.rules.file);
+    const Response r = d.call(make([](Request& q) { q.mutable_rules_show(); }));
+    CHECK(r.rules().rules(0).packets() == 1);
+  }
+
   SECTION("rules show lists each rule with @N, its text, location and counters") {
     const Response r = d.call(make([](Request& q) { q.mutable_rules_show(); }));
     REQUIRE(r.ok());
