@@ -528,14 +528,16 @@ void ControlService::status(Status* out) const {
   for (const std::string& match : prerouting_matches_) out->add_prerouting_matches(match);
 }
 
+std::string ControlService::unknown_anchor(const std::string& command, const std::string& anchor) const {
+  if (anchor.empty()) return {};
+  const auto& anchors = engine_.rules()->anchors();
+  if (std::any_of(anchors.begin(), anchors.end(), [&](const auto& a) { return a.path == anchor; })) return {};
+  return command + ": no anchor \"" + anchor + "\" in " + rules_file_;
+}
+
 std::string ControlService::zero_rules(const RulesZero& request, RulesZeroed* out) {
-  const std::string& anchor = request.anchor();
-  if (!anchor.empty()) {
-    const auto& anchors = engine_.rules()->anchors();
-    if (std::none_of(anchors.begin(), anchors.end(), [&](const auto& a) { return a.path == anchor; }))
-      return "rules zero: no anchor \"" + anchor + "\" in " + rules_file_;
-  }
-  out->set_rules(static_cast<uint32_t>(engine_.zero_rule_counters(anchor)));
+  if (std::string error = unknown_anchor("rules zero", request.anchor()); !error.empty()) return error;
+  out->set_rules(static_cast<uint32_t>(engine_.zero_rule_counters(request.anchor())));
   return {};
 }
 
@@ -547,10 +549,7 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
   const auto& anchors = current ? current->anchors() : kNoAnchors;
   // With an anchor named, what stands in it: its rules and the anchors within it, theirs too.
   const std::string& only = request.anchor();
-  if (!only.empty() &&
-      std::none_of(anchors.begin(), anchors.end(), [&](const auto& a) { return a.path == only; })) {
-    return "rules: no anchor \"" + only + "\" in " + rules_file_;
-  }
+  if (std::string error = unknown_anchor("rules", only); !error.empty()) return error;
   auto shown = [&](const std::string& anchor) { return engine::rules::in_anchor(anchor, only); };
   // Each anchor's line stands before the rule at its position, as pfctl -s rules lists them.
   std::size_t next_anchor = 0;

@@ -122,6 +122,8 @@ class ControlService {
   void status(Status* out) const;
   std::string rules_show(const RulesShow& request, RuleList* out) const;
   std::string zero_rules(const RulesZero& request, RulesZeroed* out);
+  // "COMMAND: no anchor ..." where the running rules lack a non-empty `anchor`, else "".
+  std::string unknown_anchor(const std::string& command, const std::string& anchor) const;
   std::string states(const StatesRequest& request, StateList* out) const;
   std::string kill_states(const KillStates& request, Killed* out);
   std::string tables(const TablesRequest& request, TableList* out) const;
