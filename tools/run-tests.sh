@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs: dependencies, a formatting check, a warnings-as-errors release build, the
-# unit tests, the same tests under address+undefined sanitizers, a short run of every fuzz target,
-# and the integration tests in network namespaces (root required for those).
+# unit tests, the same tests under address+undefined sanitizers and under the thread sanitizer, a
+# short run of every fuzz target, and the integration tests in network namespaces (root required for those).
 #
 #   tools/run-tests.sh              all of it
 #   PAIRWALL_SKIP_SANITIZERS=1 ...  skip the sanitizer build (faster local runs)
@@ -33,6 +33,13 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
   cmake --build --preset asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+  # The queue workers share the state table, and the sync and control threads reach the engine:
+  # the unit tests that run them on threads of their own are where a race shows.
+  step "unit tests under the thread sanitizer"
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan -j"$jobs"
+  TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j"$jobs"
 
   step "fuzz targets (short runs)"
   cmake --preset fuzz >/dev/null

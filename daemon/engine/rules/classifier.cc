@@ -1343,8 +1343,8 @@ template <typename OnWord>
 
 // Built twice, with and without POPCNT (the rank of a compressed word is a popcount); the loader
 // picks one version once for the CPU it runs on. GCC only: clang 14 emits the clones but no symbol
-// that callers in other files can link against.
-#if defined(__x86_64__) && !defined(__POPCNT__) && !defined(__clang__)
+// that callers in other files can link against. PAIRWALL_NO_CLONES: the thread sanitizer's build.
+#if defined(__x86_64__) && !defined(__POPCNT__) && !defined(__clang__) && !defined(PAIRWALL_NO_CLONES)
 #define PAIRWALL_POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
 #else
 #define PAIRWALL_POPCNT_CLONES
