@@ -66,10 +66,19 @@ def fully_exited(pid):
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
         with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
+            state = _stat_fields(f.read())[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return True
     return state in ("Z", "X") and len(tasks) <= 1
+
+
+# /proc/PID/stat's fields after the parenthesized name, which may hold spaces and parentheses:
+# fields[0] is the state (field 3), fields[36] the CPU it last ran on (field 39, `processor`).
+def _stat_fields(text):
+    return text.rsplit(")", 1)[-1].split()
+
+
+_LAST_CPU = 36
 
 
 def _thread_report(pid):
@@ -92,8 +101,8 @@ def _thread_report(pid):
                 text = f"({e.strerror})"
             if name == "stat":
                 # A thread that leaves while it is read gives an empty or cut-short line.
-                fields = text.rsplit(")", 1)[-1].split()
-                on_cpu = f" on cpu {fields[36]}" if len(fields) > 36 else ""  # field 39, `processor`
+                fields = _stat_fields(text)
+                on_cpu = f" on cpu {fields[_LAST_CPU]}" if len(fields) > _LAST_CPU else ""
                 text = fields[0] + on_cpu if fields else "(gone)"
             parts.append(text.replace("\n", " | "))
         lines.append(f"  thread {tid} {parts[0]}: state {parts[1]}, wchan {parts[2]}, stack {parts[3]}, "
@@ -112,8 +121,7 @@ def _move_threads(pid):
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            last_cpu = int(fields[36])  # stat's field 39, `processor`; fields[0] is field 3
+                last_cpu = int(_stat_fields(f.read())[_LAST_CPU])
             others = cpus - {last_cpu}
             if others:
                 os.sched_setaffinity(int(tid), others)
