@@ -1700,7 +1700,8 @@ class Parser {
     count.text = t.text.substr(0, slash);
     Token seconds = t;
     seconds.text = t.text.substr(slash + 1);
-    seconds.column = t.column + static_cast<uint32_t>(slash) + 1;
+    // Past the '/' where the text is where it appears to be; a macro's value is not in the line.
+    if (!t.from_macro) seconds.column = t.column + static_cast<uint32_t>(slash) + 1;
     const std::string option_text(option);
     return {static_cast<uint32_t>(number(count, 1, most, std::string(what) + " in " + option_text)),
             static_cast<uint32_t>(number(seconds, 1, 86'400, "seconds in " + option_text))};

@@ -849,6 +849,10 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:26: packets in max-pkt-rate must be between 1 and 4294966, got '4294967'"},
       {"pass in all max-pkt-rate 10/86401",
        "t.conf:1:29: seconds in max-pkt-rate must be between 1 and 86400, got '86401'"},
+      // From a macro, the error points at the '$': the value is not in the line.
+      {"r = \"10/\"\npass in all max-pkt-rate $r", "t.conf:2:26: expected seconds in max-pkt-rate, got ''"},
+      {"r = \"10/86401\"\npass in all keep state (max-src-conn-rate $r)",
+       "t.conf:2:43: seconds in max-src-conn-rate must be between 1 and 86400, got '86401'"},
       {"pass in all max-pkt-rate 10/5 max-pkt-rate 20/5",
        "t.conf:1:31: duplicate 'max-pkt-rate': already given at line 1, column 13"},
       {"pass in all tos bogus",
