@@ -333,12 +333,13 @@ class Pair:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+                raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
             time.sleep(step)
 
     def wait_roles(self, roles, timeout):
+        # The roles at the timeout, not at the start of the wait.
         return self.wait_for(lambda: all(self.role(n) == r for n, r in roles.items()), timeout,
-                             what=f"roles {roles} (now a={self.role('a')}, b={self.role('b')})")
+                             what=lambda: f"roles {roles} (now a={self.role('a')}, b={self.role('b')})")
 
     def last_transition(self, node, to):
         for t in reversed(self.status(node)["transitions"]):
