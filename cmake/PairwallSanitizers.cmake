@@ -10,8 +10,8 @@ endif()
 #     on the layout of every map field (a crash in the first map a reflection walk touches);
 #   - GCC's target_clones resolvers run while the loader relocates, before the sanitizer's runtime
 #     has started, and crash in its instrumentation: PAIRWALL_NO_CLONES keeps one version.
-# GCC warns that the sanitizer does not model Boost.Asio's atomic_thread_fence (-Wtsan); the handlers
-# those fences order also pass through mutexes, which it does model.
+# GCC warns that the sanitizer does not model the atomic_thread_fence of Boost.Asio's handler calls
+# (-Wtsan); a handler posted to another thread goes through its scheduler's mutex, which it models.
 if(PAIRWALL_SANITIZE_THREAD)
   if(PAIRWALL_SANITIZE)
     message(FATAL_ERROR "PAIRWALL_SANITIZE_THREAD and PAIRWALL_SANITIZE exclude each other")

@@ -4,7 +4,7 @@
 # short run of every fuzz target, and the integration tests in network namespaces (root required for those).
 #
 #   tools/run-tests.sh              all of it
-#   PAIRWALL_SKIP_SANITIZERS=1 ...  skip the sanitizer build (faster local runs)
+#   PAIRWALL_SKIP_SANITIZERS=1 ...  skip the sanitizer builds and the fuzz runs (faster local runs)
 #   PAIRWALL_FUZZ_SECONDS=N ...     seconds per fuzz target (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
