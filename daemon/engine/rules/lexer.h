@@ -67,6 +67,14 @@ struct Token {
   std::string describe() const;
   // The text as it would be written back into a macro value.
   std::string source_text() const;
+  // The part of `text` from `offset` on, placed where it stands in the line; a macro's value is not
+  // in the line, so a part of it stays at the `$`.
+  Token part(std::size_t offset) const {
+    Token out = *this;
+    out.text = text.substr(offset);
+    if (!from_macro) out.column += static_cast<uint32_t>(offset);
+    return out;
+  }
   // For `<name` with no closing '>', lexed as the operator '<' (pf's `port <ssh`): the error to
   // give where a table was expected instead; empty for every other token.
   std::string unterminated_table() const;

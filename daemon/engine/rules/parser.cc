@@ -1698,10 +1698,7 @@ class Parser {
     if (slash == std::string::npos) fail_expected(t, example);
     Token count = t;
     count.text = t.text.substr(0, slash);
-    Token seconds = t;
-    seconds.text = t.text.substr(slash + 1);
-    // Past the '/' where the text is where it appears to be; a macro's value is not in the line.
-    if (!t.from_macro) seconds.column = t.column + static_cast<uint32_t>(slash) + 1;
+    const Token seconds = t.part(slash + 1);
     const std::string option_text(option);
     return {static_cast<uint32_t>(number(count, 1, most, std::string(what) + " in " + option_text)),
             static_cast<uint32_t>(number(seconds, 1, 86'400, "seconds in " + option_text))};
@@ -2114,10 +2111,8 @@ class Parser {
       for (std::size_t i = begin; i < end; ++i) {
         const auto bit = kLetters.find(t.text[i]);
         if (bit == std::string_view::npos) {
-          // Point at the letter itself when the text is where it appears to be.
-          Token at_letter = t;
-          if (!t.from_macro) at_letter.column += static_cast<uint32_t>(i);
-          fail_at(at_letter, "unknown TCP flag '" + std::string(1, t.text[i]) + "' in " + t.describe() +
+          // Point at the letter itself.
+          fail_at(t.part(i), "unknown TCP flag '" + std::string(1, t.text[i]) + "' in " + t.describe() +
                                  ": flags are letters from FSRPAUEW");
         }
         v |= static_cast<uint8_t>(1u << bit);
