@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "daemon/component_config.h"
+#include "daemon/control/boot_epoch.h"
 #include "daemon/control/client.h"
 #include "daemon/control/config.h"
 #include "daemon/control/server.h"
@@ -30,6 +31,7 @@
 #include "daemon/io/hooks.h"
 #include "daemon/node.h"
 #include "failover/failover_config.h"
+#include "failover/leaving.h"
 #include "failover/vips.h"
 
 namespace {
@@ -169,12 +171,25 @@ int remove_hooks(const control::Config& c, std::string_view who) {
   return 0;
 }
 
+// Sends the leaving advertisement a killed daemon could not (failover/leaving.h), so that its
+// backup takes the group now instead of after the master-down interval. Under an epoch of its own,
+// taken as a start takes one: above the dead daemon's, and below the next start's. A failure only
+// costs that interval, and is warned about.
+void leave_group(const control::Config& c, const failover::FailoverConfig& group) {
+  const control::BootEpoch epoch = control::take_boot_epoch(c.node.epoch_file, control::wall_clock_us());
+  if (!epoch.warning.empty()) spdlog::warn("cleanup: {}", epoch.warning);
+  const failover::LeavingResult left = failover::send_leaving_adverts(group, c.node.id, epoch.epoch);
+  for (const std::string& e : left.errors) spdlog::warn("cleanup: {}", e);
+  spdlog::info("cleanup: leaving advertisement sent on {} of {} channels", left.sent, left.channels);
+}
+
 // Releases what a stopped daemon leaves behind, each part even when another fails: its hooks, and
-// the VIPs of a builtin failover group. Run by systemd after every stop (ExecStopPost, which sets
-// SERVICE_RESULT), a fail-closed node keeps its hooks however the daemon ended, as the daemon
-// itself does (Node::release_hooks in node.cc): their queues, with no daemon to read them, drop what they
-// are given until a daemon listens again, where removing them would let every packet through
-// uninspected until the restart. Run by hand, it removes them: the operator opens the node.
+// the VIPs of a builtin failover group, whose backup is then told the node left. Run by systemd
+// after every stop (ExecStopPost, which sets SERVICE_RESULT), a fail-closed node keeps its hooks
+// however the daemon ended, as the daemon itself does (Node::release_hooks in node.cc): their
+// queues, with no daemon to read them, drop what they are given until a daemon listens again, where
+// removing them would let every packet through uninspected until the restart. Run by hand, it
+// removes them: the operator opens the node.
 int cleanup(const control::Config& c) {
   if (refused_while_running(c, "cleanup")) return 1;
   int status = 0;
@@ -190,12 +205,13 @@ int cleanup(const control::Config& c) {
   // Failover (failover/): a killed master's VIPs stay in the kernel until their lease ends;
   // remove them now.
   if (c.failover) {
+    const failover::FailoverConfig group = failover::parse_failover_config(*c.failover, c.file);
     std::vector<std::string> errors;
-    const auto removed =
-        failover::release_vips_from_config(failover::parse_failover_config(*c.failover, c.file), &errors);
+    const auto removed = failover::release_vips_from_config(group, &errors);
     for (const auto& e : errors) spdlog::error("cleanup: {}", e);
     spdlog::info("cleanup: {} failover VIPs removed", removed);
     if (!errors.empty()) status = 1;
+    if (group.driver == failover::Driver::Builtin) leave_group(c, group);
   }
   return status;
 }

@@ -140,6 +140,24 @@ std::vector<std::string> FailoverConfig::interfaces() const {
   return out;
 }
 
+std::vector<AdvertChannel> FailoverConfig::advert_channels() const {
+  std::vector<AdvertChannel> out;
+  for (const std::string& ifname : interfaces()) {
+    for (const int family : {AF_INET, AF_INET6}) {
+      const bool has_vip = std::any_of(vips.begin(), vips.end(), [&](const Vip& v) {
+        return v.interface == ifname && v.family == family;
+      });
+      if (has_vip) out.push_back({ifname, family});
+    }
+  }
+  return out;
+}
+
+std::span<const uint8_t> FailoverConfig::group(int family) const {
+  if (family == AF_INET) return group4;
+  return group6;
+}
+
 uint32_t FailoverConfig::effective_announce_interval_ms() const {
   if (announce_interval_ms) return announce_interval_ms;
   // The repeats must come faster than the once-a-second tail that follows them: at advbase/2

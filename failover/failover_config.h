@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,13 @@ struct Vip {
     return interface == o.interface && family == o.family && address == o.address &&
            prefix_len == o.prefix_len;
   }
+};
+
+// Where a node's advertisements go out: one interface, in one family.
+struct AdvertChannel {
+  std::string interface;
+  int family = 0;  // AF_INET or AF_INET6
+  bool operator==(const AdvertChannel&) const = default;
 };
 
 struct FailoverConfig {
@@ -68,6 +76,10 @@ struct FailoverConfig {
 
   // The VIP interfaces, each once, in the order they first appear.
   std::vector<std::string> interfaces() const;
+  // Each VIP interface in each family it has a VIP of, in the order of interfaces(), IPv4 first.
+  std::vector<AdvertChannel> advert_channels() const;
+  // The advertisement group of `family` (AF_INET: group4, else group6).
+  std::span<const uint8_t> group(int family) const;
   uint32_t effective_announce_interval_ms() const;
   // 0 = permanent.
   uint32_t effective_vip_lease_s() const;

@@ -113,19 +113,9 @@ void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transp
       ++counters_.vip_errors;
       log_vip_error("removing VIPs left by an earlier run: " + leftover.error);
     }
-    for (const auto& ifname : config_.interfaces()) {
-      bool v4 = false, v6 = false;
-      for (const auto& v : config_.vips) {
-        if (v.interface != ifname) continue;
-        v4 |= v.family == AF_INET;
-        v6 |= v.family == AF_INET6;
-      }
-      if (v4)
-        sockets_.push_back(
-            std::make_unique<AdvertSocket>(io_, ifname, AF_INET, config_.group4, config_.port));
-      if (v6)
-        sockets_.push_back(
-            std::make_unique<AdvertSocket>(io_, ifname, AF_INET6, config_.group6, config_.port));
+    for (const AdvertChannel& channel : config_.advert_channels()) {
+      sockets_.push_back(std::make_unique<AdvertSocket>(io_, channel.interface, channel.family,
+                                                        config_.group(channel.family), config_.port));
     }
     socket_errors_.resize(sockets_.size());
     // An interface missing now is not fatal: carrier watch reopens its socket when it appears.

@@ -74,6 +74,13 @@ TEST_CASE("failover config: a full section", "[config]") {
   CHECK(c.vips[1].text() == "fd00:1::1/64");
   CHECK(c.vips[1].family == AF_INET6);
   CHECK(c.interfaces() == std::vector<std::string>{"lan0", "lan1"});
+  // One advertisement channel per interface and family with a VIP: lan1 has none of IPv6.
+  CHECK(c.advert_channels() ==
+        std::vector<pf::AdvertChannel>{{"lan0", AF_INET}, {"lan0", AF_INET6}, {"lan1", AF_INET}});
+  CHECK(c.group(AF_INET).size() == 4);
+  CHECK(c.group(AF_INET)[0] == 239);
+  CHECK(c.group(AF_INET6).size() == 16);
+  CHECK(c.group(AF_INET6)[15] == 2);
 }
 
 TEST_CASE("failover config: defaults", "[config]") {
