@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Everything CI runs: dependencies, a formatting check, a warnings-as-errors release build, the
 # unit tests, the same tests under address+undefined sanitizers and under the thread sanitizer, a
-# short run of every fuzz target, and the integration tests in network namespaces (root required for those).
+# short run of every fuzz target, the integration tests in network namespaces (root required for
+# those), and the daemon's and sync's integration tests again against the sanitized build.
 #
 #   tools/run-tests.sh              all of it
-#   PAIRWALL_SKIP_SANITIZERS=1 ...  skip the sanitizer builds and the fuzz runs (faster local runs)
+#   PAIRWALL_SKIP_SANITIZERS=1 ...  skip the sanitizer builds, the fuzz runs and the sanitized daemon
+#                                   (faster local runs)
 #   PAIRWALL_FUZZ_SECONDS=N ...     seconds per fuzz target (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,5 +77,23 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 python3 -m pytest -q -p no:cacheprovider tests/integration
+
+if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
+  # The real daemon under address+undefined sanitizers, with real NFQUEUE traffic, sync and the
+  # control socket: the paths the unit tests drive with fakes. Its reports go to files, so that one
+  # from a process a test stopped (a leak at exit, a finding after the test's last check) fails the
+  # step as well as one that fails a test. The failover suite is left out: its bounds are the
+  # timing the sanitizers' slowdown breaks.
+  step "daemon and sync integration tests against the address+undefined build"
+  reports=$(mktemp -d)
+  PAIRWALL_BIN_DIR="$PWD/build-asan/bin" ASAN_OPTIONS="detect_leaks=1:log_path=$reports/asan" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan" \
+    python3 -m pytest -q -p no:cacheprovider tests/integration/daemon tests/integration/sync
+  if compgen -G "$reports/*" >/dev/null; then
+    cat "$reports"/*
+    exit 1
+  fi
+  rm -rf "$reports"
+fi
 
 step "all tests passed"
