@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Failover side by side: the lab's kill-the-master drill, N times, for three pairs on the same namespaces.
 
-    pairwall-bench failover [--json] [--runs 5] [--connections 200] [--kill master|node] [--preload N]
+    pairwall-bench failover [--json] [--runs 5] [--connections 200] [--kill master|crash|node] [--preload N]
                             [--build DIR]
 
 Stacks (tools/lab drivers), one lab brought up afresh for every run, runs interleaved (run 1 of each
@@ -125,7 +125,7 @@ def main():
     parser.add_argument("--runs", type=int, default=5, help="drills per stack (default %(default)s)")
     parser.add_argument("--connections", type=int, default=200)
     parser.add_argument("--duration", type=float, default=12.0, help="traffic seconds per drill")
-    parser.add_argument("--kill", choices=["master", "node"], default="master")
+    parser.add_argument("--kill", choices=["master", "crash", "node"], default="master")
     parser.add_argument("--preload", type=int, default=0,
                         help="UDP flows (states) created through the master before each drill (default none)")
     parser.add_argument("--kill-after", type=float, default=3.0)

@@ -37,7 +37,9 @@ echo flow and a ping (each every 10 ms), fails the master, restores it, and prin
   states_a, states_b      state counts on fwA and fwB, read 1 s before the traffic stops
   role_changes            [{t_ms (from the kill), node, from, to}] as polled every 100 ms
 
-Kinds of kill: master = kill -9 of pairwalld (its VIPs stay in its kernel); node = kill -9 and every link
+Kinds of kill: master = kill -9 of pairwalld (its VIPs stay in its kernel); crash = the same, then what
+systemd runs after it (the unit's ExecStopPost, pairwalld --cleanup; the baseline has no such step and
+is killed as for master); node = kill -9 and every link
 of the namespace down (power loss); link = the master's outside LAN cable pulled (switch port down);
 sync = the sync link cut. With --driver none, master turns off the node's IP forwarding and a scripted
 takeover moves the VIPs to the other node after 3*advbase + skew: it exercises the lab, not pairwall.
@@ -86,7 +88,7 @@ def parser():
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         d.add_argument("--connections", type=int, default=200)
         d.add_argument("--duration", type=float, default=12.0, help="traffic time, seconds (default %(default)s)")
-        d.add_argument("--kill", choices=["master", "node", "link", "sync"], default="master")
+        d.add_argument("--kill", choices=["master", "crash", "node", "link", "sync"], default="master")
         d.add_argument("--kill-after", type=float, default=3.0)
         d.add_argument("--restore-after", type=float, default=3.0)
         d.add_argument("--churn", type=float, default=0.0, help="short connections per second besides the long ones")

@@ -2,7 +2,7 @@
 
 Timeline (seconds from the moment all connections are up):
   0 ........ kill_after: traffic steady; the master is the node the driver reports
-  kill_after: the master is failed (master|node|link|sync); the instant is taken just before
+  kill_after: the master is failed (master|crash|node|link|sync); the instant is taken just before
   + restore_after: the failed thing is restored (pairwalld restarted, links up)
   duration: traffic stops; late probe replies get 1 s more; the report is computed.
 """

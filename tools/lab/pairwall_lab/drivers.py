@@ -32,7 +32,7 @@ from .netns import FeatureMissing, LabError
 
 REPO_DIR = Path(__file__).resolve().parents[3]
 
-KILL_KINDS = ("master", "node", "link", "sync")
+KILL_KINDS = ("master", "crash", "node", "link", "sync")
 
 
 def takeover_delay_s(advbase_ms, advskew):
@@ -137,7 +137,7 @@ class Driver:
     def kill(self, node, kind):
         """Fails `node` as `kind` says. Returns nothing; the caller records the instant."""
         p = self.lab.prefix
-        if kind in ("master", "node"):
+        if kind in ("master", "crash", "node"):
             self.kill_software(node, kind)
             if kind == "node":
                 topology.set_node_links(p, node, False)  # a power loss: every cable out
@@ -156,11 +156,12 @@ class Driver:
             topology.set_lan_port(p, node, "out", True)
         elif kind == "sync":
             topology.set_sync_link(p, node, True)
-        if kind in ("master", "node"):
+        if kind in ("master", "crash", "node"):
             self.restart_software(node, kind)
 
     def kill_software(self, node, kind):
-        """The firewall software of `node` dies as kill -9 leaves it: addresses stay in its kernel."""
+        """The firewall software of `node` dies as kill -9 leaves it: addresses stay in its kernel. For
+        `crash`, what its supervisor runs after it too, where the stack has such a step."""
         raise NotImplementedError
 
     def restart_software(self, node, kind):
@@ -537,6 +538,10 @@ class PairwalldDriver(Driver):
         if kind == "node" and self.keepalived:
             kill_keepalived_abruptly(self.lab, node, self.node_dir(node))
         self.lab.kill9(node, "pairwalld")
+        if kind == "crash":
+            # What systemd runs once the daemon has died, however it died (the unit's ExecStopPost).
+            netns.nsexec(self.lab.ns[node], "env", "SERVICE_RESULT=signal", self.lab.bin("pairwalld"), "--cleanup",
+                         "-c", str(self.node_dir(node) / "pairwall.toml"))
 
     def restart_software(self, node, kind):
         self.start_daemon(node)
