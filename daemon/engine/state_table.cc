@@ -16,12 +16,14 @@ namespace {
 constexpr std::size_t kChunkEntries = 1024;
 constexpr std::size_t kMinBuckets = 64;  // per shard
 
-// Four to eight buckets per state at the limit (32 to 64 bytes of index per state, against 320 of
-// entry): about nine hits in ten then find their entry first on its chain, the one entry a batch
-// prefetches; the others pay a cache miss more (by the load: with two buckets a state, a fifth of
-// the hits). pairwall-bench engine --only state --seconds 0.5 --runs 3, three alternating
-// invocations, state_lookup_mpps at 1M: two buckets 4.00-4.19, four 4.32-4.41, eight 4.44-4.55
-// (67 MB of index at a million states).
+// Four to eight buckets per state at the limit (64 to 128 bytes of index per state, against 384 of
+// entry): about nine hits in ten then find their entry first on its chain, and nearly all of the
+// others second, the two entries a batch prefetches (Shard::Bucket); the few left pay a cache miss
+// more. pairwall-bench engine --only state --seconds 0.5 --runs 3, three alternating invocations,
+// state_lookup_mpps at 1M: with chains' heads alone (8-byte buckets) two buckets 4.00-4.19, four
+// 4.32-4.41, eight 4.44-4.55; on a later host four 6.48-7.10 against 7.33-7.56 once the second
+// entry is prefetched too, and 6.76-7.20 with that and half the buckets (the index's size then
+// unchanged, 33 MB at a million states; 67 MB now).
 std::size_t buckets_for(uint32_t limit, std::size_t shard_count) {
   return std::max<std::size_t>(kMinBuckets, std::bit_ceil(std::size_t{limit} * 4 / shard_count + 1));
 }
@@ -194,11 +196,19 @@ struct StateTable::Shard {
     StateEntry* tail = nullptr;
   };
 
+  // A chain's first link, and a hint of its second for prefetch_entry(): set as links come and
+  // go, and only ever prefetched, so that a stale hint costs a useless prefetch, never a wrong
+  // answer.
+  struct Bucket {
+    uintptr_t head = 0;
+    uintptr_t second = 0;
+  };
+
   alignas(64) SpinLock lock;
-  std::vector<uintptr_t> buckets;
+  std::vector<Bucket> buckets;
   // The bucket array's address and size for prefetch_bucket(), which reads them without the
   // lock and only ever computes an address from them.
-  std::atomic<const uintptr_t*> bucket_base{nullptr};
+  std::atomic<const Bucket*> bucket_base{nullptr};
   std::atomic<std::size_t> bucket_mask{0};
   std::size_t links = 0;      // key links filed in this shard
   std::vector<Queue> queues;  // one per timeout duration
@@ -208,7 +218,11 @@ struct StateTable::Shard {
   std::vector<Chunk> chunks;
   StateEntry* free_list = nullptr;
 
-  uintptr_t& bucket(uint64_t hash) { return buckets[hash & (buckets.size() - 1)]; }
+  Bucket& bucket(uint64_t hash) { return buckets[hash & (buckets.size() - 1)]; }
+
+  static uintptr_t next_of(uintptr_t link) {
+    return link == 0 ? 0 : untag_entry(link)->link(untag_key(link)).next;
+  }
 
   void publish_buckets() {
     bucket_base.store(buckets.data(), std::memory_order_relaxed);
@@ -223,15 +237,16 @@ struct StateTable::Shard {
 
   // Moves every link to a bucket array of `size` (a power of two). Under the shard lock.
   void rehash(std::size_t size) {
-    std::vector<uintptr_t> bigger(size, 0);
-    for (uintptr_t head : buckets) {
-      while (head != 0) {
+    std::vector<Bucket> bigger(size);
+    for (const Bucket& b : buckets) {
+      for (uintptr_t head = b.head; head != 0;) {
         StateEntry* e = untag_entry(head);
         const int k = untag_key(head);
         const uintptr_t next = e->link(k).next;
-        uintptr_t& slot = bigger[e->link(k).hash & (bigger.size() - 1)];
-        e->link(k).next = slot;
-        slot = tag(e, k);
+        Bucket& slot = bigger[e->link(k).hash & (bigger.size() - 1)];
+        e->link(k).next = slot.head;
+        slot.second = slot.head;
+        slot.head = tag(e, k);
         head = next;
       }
     }
@@ -317,7 +332,7 @@ struct StateTable::Shard {
 
   // Finds `key` among this shard's links. Caller holds the lock.
   StateEntry* lookup(const StateKey& key, uint64_t hash, int& key_index, bool& reversed) {
-    for (uintptr_t link = bucket(hash); link != 0;) {
+    for (uintptr_t link = bucket(hash).head; link != 0;) {
       StateEntry* e = untag_entry(link);
       const int k = untag_key(link);
       // A hit reads all of the hot part: ask for its lines together rather than one miss after
@@ -333,20 +348,23 @@ struct StateTable::Shard {
   }
 
   void link_key(StateEntry* e, int k) {
-    uintptr_t& slot = bucket(e->link(k).hash);
-    e->link(k).next = slot;
-    slot = tag(e, k);
+    Bucket& b = bucket(e->link(k).hash);
+    e->link(k).next = b.head;
+    b.second = b.head;
+    b.head = tag(e, k);
     ++links;
     maybe_grow();
   }
 
   void unlink_key(StateEntry* e, int k) {
-    uintptr_t* slot = &bucket(e->link(k).hash);
+    Bucket& b = bucket(e->link(k).hash);
+    uintptr_t* slot = &b.head;
     while (*slot != 0) {
       StateEntry* cur = untag_entry(*slot);
       const int ck = untag_key(*slot);
       if (cur == e && ck == k) {
         *slot = e->link(k).next;
+        b.second = next_of(b.head);
         --links;
         return;
       }
@@ -395,7 +413,7 @@ StateTable::StateTable(std::size_t shard_count, SipKey key, uint32_t limit, Sour
   const std::size_t buckets = buckets_for(limit, shard_count);
   for (std::size_t i = 0; i < shard_count; ++i) {
     auto shard = std::make_unique<Shard>();
-    shard->buckets.assign(buckets, 0);
+    shard->buckets.assign(buckets, Shard::Bucket{});
     shard->publish_buckets();
     shards_.push_back(std::move(shard));
     id_shards_.push_back(std::make_unique<IdShard>());
@@ -462,18 +480,19 @@ void StateTable::lock_pair(Handle& handle, uint16_t a, uint16_t b) noexcept {
 void StateTable::prefetch_bucket(uint64_t hash) const noexcept {
   Shard& shard = *shards_[shard_index(hash)];
   prefetch_write(&shard.lock);
-  const uintptr_t* base = shard.bucket_base.load(std::memory_order_relaxed);
+  const Shard::Bucket* base = shard.bucket_base.load(std::memory_order_relaxed);
   prefetch_read(base + (hash & shard.bucket_mask.load(std::memory_order_relaxed)));
 }
 
 void StateTable::prefetch_entry(uint64_t hash) noexcept {
   Shard& shard = *shards_[shard_index(hash)];
   shard.lock.lock();
-  const uintptr_t head = shard.bucket(hash);
+  const Shard::Bucket b = shard.bucket(hash);
   shard.lock.unlock();
   // Entries are never returned to the system while the table lives, so even one removed since
   // the lock was dropped is memory that may be prefetched.
-  if (head != 0) prefetch_hot(untag_entry(head), untag_key(head));
+  if (b.head != 0) prefetch_hot(untag_entry(b.head), untag_key(b.head));
+  if (b.second != 0) prefetch_hot(untag_entry(b.second), untag_key(b.second));
 }
 
 StateTable::Handle StateTable::find(const StateKey& key, uint64_t hash) noexcept {
