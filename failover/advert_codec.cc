@@ -5,9 +5,23 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace pairwall::failover {
+
+Advert advert_of(const OwnAdvert& own, uint32_t node_id, uint64_t boot_epoch, uint64_t counter) {
+  Advert a;
+  a.node_id = node_id;
+  a.advbase_ms =
+      static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(own.advbase).count());
+  a.advskew = own.advskew;
+  a.demotion = own.demotion;
+  a.boot_epoch = boot_epoch;
+  a.counter = counter;
+  a.leaving = own.leaving;
+  return a;
+}
 namespace {
 
 constexpr uint8_t kMagic[4] = {'P', 'W', 'F', 'A'};

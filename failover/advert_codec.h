@@ -45,6 +45,10 @@ struct Advert {
   bool leaving = false;
 };
 
+// The frame's fields for `own`, sent by node `node_id` as its `counter`th advertisement of the
+// start `boot_epoch`.
+Advert advert_of(const OwnAdvert& own, uint32_t node_id, uint64_t boot_epoch, uint64_t counter);
+
 class AdvertCodec {
  public:
   // `key` is the group's shared secret (raw bytes of the key file); frames are signed with it and

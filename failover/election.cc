@@ -59,7 +59,7 @@ Election::Election(const ElectionConfig& config) : config_(config) {
 }
 
 OwnAdvert Election::advert() const {
-  if (leaving_) return OwnAdvert{config_.advbase, kLeavingAdvskew, kLeavingDemotion, true};
+  if (leaving_) return leaving_advert(config_.advbase);
   return OwnAdvert{config_.advbase, config_.advskew, demotion_, false};
 }
 

@@ -140,6 +140,11 @@ struct OwnAdvert {
   bool leaving = false;
 };
 
+// What a node advertising every `advbase` says as it leaves the group.
+inline OwnAdvert leaving_advert(Time advbase) {
+  return OwnAdvert{advbase, kLeavingAdvskew, kLeavingDemotion, true};
+}
+
 struct PeerSeen {
   uint32_t node_id = 0;
   Time at{0};

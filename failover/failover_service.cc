@@ -273,15 +273,7 @@ void FailoverService::log_new_transitions() {
 }
 
 void FailoverService::send_advert(Time) {
-  const OwnAdvert own = election_.advert();
-  Advert a;
-  a.node_id = node_id_;
-  a.advbase_ms = static_cast<uint32_t>(duration_cast<milliseconds>(own.advbase).count());
-  a.advskew = own.advskew;
-  a.demotion = own.demotion;
-  a.boot_epoch = boot_epoch_;
-  a.counter = ++counter_;
-  a.leaving = own.leaving;
+  const Advert a = advert_of(election_.advert(), node_id_, boot_epoch_, ++counter_);
   uint8_t frame[kAdvertMaxFrame];
   const std::size_t n = codec_.encode(a, frame);
   bool left = false;

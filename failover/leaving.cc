@@ -1,8 +1,7 @@
 #include "failover/leaving.h"
 
-#include <sys/socket.h>
-
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstring>
 #include <span>
 #include <system_error>
@@ -17,15 +16,8 @@ LeavingResult send_leaving_adverts(const FailoverConfig& config, uint32_t node_i
   LeavingResult result;
   if (config.driver != Driver::Builtin) return result;
   AdvertCodec codec(config.key, config.vhid, node_id);
-  // What a leaving master advertises (Election::advert()): no implementation ranks it above anyone.
-  Advert advert;
-  advert.node_id = node_id;
-  advert.advbase_ms = config.advbase_ms;
-  advert.advskew = kLeavingAdvskew;
-  advert.demotion = kLeavingDemotion;
-  advert.boot_epoch = boot_epoch;
-  advert.counter = 1;
-  advert.leaving = true;
+  const Advert advert =
+      advert_of(leaving_advert(std::chrono::milliseconds(config.advbase_ms)), node_id, boot_epoch, 1);
   uint8_t frame[kAdvertMaxFrame];
   const std::size_t size = codec.encode(advert, frame);
   if (size == 0) {
