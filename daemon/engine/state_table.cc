@@ -198,11 +198,13 @@ struct StateTable::Shard {
 
   // A chain's first link, and a hint of its second for prefetch_entry(): set as links come and
   // go, and only ever prefetched, so that a stale hint costs a useless prefetch, never a wrong
-  // answer.
-  struct Bucket {
+  // answer. Aligned to its size, so that a bucket never straddles two cache lines: the vector's
+  // allocator honours the alignment (C++17's aligned new).
+  struct alignas(16) Bucket {
     uintptr_t head = 0;
     uintptr_t second = 0;
   };
+  static_assert(sizeof(Bucket) == 16 && alignof(Bucket) == 16);
 
   alignas(64) SpinLock lock;
   std::vector<Bucket> buckets;
