@@ -1872,17 +1872,50 @@ Reason Engine::admit_source(Worker& worker, StateTable::Handle& state, const rul
   return Reason::Memory;
 }
 
+// A state learned from the peer counts in its source's node as it does on its creator, so that
+// after a failover the max-src-* limits go on from what each source holds instead of starting
+// afresh (pfsync carries no source nodes). The creator decided: nothing learned is refused, and
+// short of a node (the node table full) the state goes on uncounted.
+void Engine::learn_source(StateTable::Handle& state, const rules::CompiledRule& creator) noexcept {
+  SourceLimits counted_only = creator.sources;
+  counted_only.max_src_states = 0;
+  counted_only.max_src_nodes = 0;
+  SourceOwner owner;
+  if (!counted_only.global)
+    owner = SourceOwner{creator.stats.get(), &creator.stats->source_nodes, creator.number, creator.stats};
+  SourceNode* node = nullptr;
+  const StateKey& key = state->key(0);
+  if (sources_.admit(counted_only, owner, key.family, key.addr[0], node) == SourceTable::Admission::Admitted)
+    states_.attach_source(state, node);
+}
+
+// A tracked connection whose handshake the peer saw complete counts in its source node, once, as
+// connection_counted() counts one seen here; but it is neither refused nor counted in the rate:
+// when it completed is the peer's to know, and counted now, a bulk's many connections of one
+// source would look like a flood.
+void Engine::learn_connection(StateEntry& entry) noexcept {
+  if (entry.source == nullptr || (entry.flags & stateflag::kSourceConnection) != 0 ||
+      entry.key(0).proto != ipproto::kTcp || !handshake_completed(entry))
+    return;
+  entry.flags |= stateflag::kSourceConnection;
+  sources_.established(entry.source, SourceLimits{}, Millis{0});
+}
+
 // A tracked TCP connection whose handshake just completed: does its source stay within the
 // creating rule's max-src-conn and max-src-conn-rate? Counted once per state. A reset that ends
 // the handshake (a closed port's RST|ACK to the SYN, a scanner's RST after the SYN-ACK) takes both
 // ends past Established at once, but completes nothing: pf_src_connlimit is not reached then.
 bool Engine::connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept {
+  if (!handshake_completed(*state)) return true;
+  return connection_counted(worker, *state, now);
+}
+
+bool Engine::handshake_completed(const StateEntry& entry) noexcept {
   const auto completed = [](const PeerTracking& end) {
     return end.state >= static_cast<uint8_t>(TcpState::Established) &&
            end.state < static_cast<uint8_t>(TcpState::TimeWait);
   };
-  if (!completed(state->peer[0]) || !completed(state->peer[1])) return true;
-  return connection_counted(worker, *state, now);
+  return completed(entry.peer[0]) && completed(entry.peer[1]);
 }
 
 // Counts the state's connection in its source node, once, and queues the overload of a source
@@ -2087,6 +2120,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
           refs.set(pass, record.translation_index[pass]);
       }
       if (refs.any()) states_.attach_translators(state, refs, current);
+      if (creator->sources.tracks()) learn_source(state, *creator);
     }
   } else {
     // Merge: sequence numbers and protocol states only move forward.
@@ -2134,6 +2168,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     if (moved) state->adopted = false;
   }
   state->named_at = peer_sequence_;
+  learn_connection(*state);
   // An update names no key: the entry's own says whether the class follows the TCP states, which
   // only move forward, rather than the record's, which a late update may have taken earlier. The
   // states do not tell tcp.first from tcp.opening: a state nothing came after its first packet of,

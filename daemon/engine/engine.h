@@ -428,6 +428,9 @@ class Engine {
                          const std::shared_ptr<const rules::RuleSet>& rules, std::size_t bytes) noexcept;
   bool connection_admitted(Worker& worker, StateTable::Handle& state, Millis now) noexcept;
   bool connection_counted(Worker& worker, StateEntry& entry, Millis now) noexcept;
+  static bool handshake_completed(const StateEntry& entry) noexcept;  // both ends past the handshake
+  void learn_source(StateTable::Handle& state, const rules::CompiledRule& creator) noexcept;
+  void learn_connection(StateEntry& entry) noexcept;
   // `modulate state`, around the tracking of a TCP segment that end `side` of a modulated state
   // sent: the segment as that end's own numbers count it (the acknowledgment back in the
   // receiver's numbers) tracked, then the segment shifted for the far side.

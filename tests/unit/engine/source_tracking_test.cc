@@ -379,6 +379,91 @@ TEST_CASE("a source node's count never goes to the sync peer", "[engine][limits]
   for (const StateRecord& r : records) CHECK((r.flags & stateflag::kSourceConnection) == 0);
 }
 
+namespace {
+
+// The peer's records, applied as its sync service would; every one taken.
+void learn(Firewall& from, Firewall& to) {
+  for (const StateRecord& r : from.drain()) REQUIRE(to.engine.apply(r, to.now));
+}
+
+// The node of `address` as `fw` lists it: {states, connections}; {0, 0} for none.
+std::pair<uint32_t, uint32_t> node_of(const Firewall& fw, const std::string& address) {
+  std::pair<uint32_t, uint32_t> found{0, 0};
+  fw.engine.sources().for_each(fw.now, [&](const SourceView& v) {
+    if (v.address == parse_address(address, nullptr).value()) found = {v.states, v.connections};
+  });
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("states learned from the peer count in their sources' nodes: the limits hold across a failover",
+          "[engine][limits][source][sync]") {
+  const std::string rules = "pass out proto tcp keep state (max-src-states 3, max-src-conn 1)";
+  Firewall master(rules, 1);
+  Firewall backup(rules, 2);
+  const Connection open{"10.1.0.1", 1001};
+  const Connection half_open{"10.1.0.1", 1002};
+  CHECK(handshake(master, open).reason == Reason::State);
+  CHECK(master.out(half_open.syn()).reason == Reason::Match);
+  learn(master, backup);
+  CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{2, 1});
+  CHECK(source_nodes_of(backup, 0) == 1);
+
+  // The backup carries the connections now: the learned one goes on, and the source's next
+  // connection meets max-src-conn where its first left it.
+  CHECK(backup.out(open.data()).reason == Reason::State);
+  const Connection next{"10.1.0.1", 1003};
+  CHECK(handshake(backup, next).reason == Reason::SourceLimit);
+  // And max-src-states: two learned states and one of its own fill the address's three.
+  CHECK(backup.out(Connection{"10.1.0.1", 1004}.syn()).reason == Reason::Match);
+  CHECK(backup.out(Connection{"10.1.0.1", 1005}.syn()).reason == Reason::SourceLimit);
+  CHECK(backup.out(Connection{"10.1.0.2", 1001}.syn()).reason == Reason::Match);
+}
+
+TEST_CASE("a learned state is never refused by a source limit, and its delete gives its share back",
+          "[engine][limits][source][sync]") {
+  const std::string rules = "pass out proto tcp keep state (max-src-states 1)";
+  Firewall master(rules, 1);
+  Firewall backup(rules, 2);
+  // Both nodes saw a connection of the address (an asymmetric path): the creator decided each.
+  CHECK(backup.out(Connection{"10.1.0.1", 1001}.syn()).reason == Reason::Match);
+  backup.drain();
+  CHECK(master.out(Connection{"10.1.0.1", 1002}.syn()).reason == Reason::Match);
+  const std::vector<StateRecord> inserts = master.drain();
+  REQUIRE(inserts.size() == 1);
+  CHECK(backup.engine.apply(inserts[0], backup.now));
+  CHECK(backup.engine.states().size() == 2);
+  CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{2, 0});
+
+  StateRecord gone;
+  gone.kind = StateRecord::Kind::Delete;
+  gone.id = inserts[0].id;
+  CHECK(backup.engine.apply(gone, backup.now));
+  CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{1, 0});
+  backup.engine.flush_states();
+  CHECK(backup.engine.sources().size() == 0);
+}
+
+TEST_CASE("a learned connection counts once, when the peer's update says its handshake completed",
+          "[engine][limits][source][sync]") {
+  const std::string rules = "pass out proto tcp keep state (max-src-conn 5)";
+  Firewall master(rules, 1);
+  Firewall backup(rules, 2);
+  const Connection c{"10.1.0.1", 1001};
+  CHECK(master.out(c.syn()).reason == Reason::Match);
+  learn(master, backup);
+  CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{1, 0});
+  CHECK(master.in(c.synack()).reason == Reason::State);
+  CHECK(master.out(c.ack()).reason == Reason::State);
+  CHECK(master.out(c.data()).reason == Reason::State);
+  learn(master, backup);
+  CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{1, 1});
+  // The whole table again (a bulk after a restart of the peer's sync): counted once still.
+  master.engine.snapshot(master.now, [&](const StateRecord& r) { backup.engine.apply(r, backup.now); });
+  CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{1, 1});
+}
+
 TEST_CASE("killing source nodes frees their addresses from the limits, their states going on (pfctl -K)",
           "[engine][limits][source]") {
   Firewall fw("pass out proto tcp keep state (max-src-states 2, max-src-conn 2)");
