@@ -89,6 +89,7 @@ constexpr UnsupportedOption kUnsupportedRuleOptions[] = {
     {"prio", "there are no priorities or queues"},
     {"queue", "there are no priorities or queues"},
     {"set", "there is no 'set prio' or 'set queue'; a scrub rule sets the TOS: scrub out all set-tos T"},
+    {"scrub", "write a scrub rule with the same options: scrub in|out [on IF] ... (no-df, max-mss N, ...)"},
 };
 
 // Statements of the main rule file only: an anchor holds filter rules and anchors.
