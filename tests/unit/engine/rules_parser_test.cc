@@ -905,8 +905,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "TOS: "
        "scrub out all set-tos T"},
       {"match in all scrub (no-df random-id max-mss 1440)",
-       "t.conf:1:14: 'scrub' is not supported: write a scrub rule with the same options: scrub in|out [on IF] "
-       "... (no-df, max-mss N, ...)"},
+       "t.conf:1:14: 'scrub' is not supported: write a scrub rule with the same options: "
+       "scrub in|out [on IF] ... (no-df, max-mss N, ...)"},
       {"pass in on lan0 proto tcp to port 80 rdr-to 10.0.0.2",
        "t.conf:1:38: 'rdr-to' is not supported: write an rdr rule: rdr on IF ... -> ADDRESS"},
       {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set', 'include' or a macro definition, got '{'"},
