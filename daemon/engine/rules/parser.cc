@@ -1764,6 +1764,13 @@ class Parser {
     if (!ok) {
       fail_at(t, t.describe() + " is not a valid interface name (1 to 15 characters, no '/', ':' or spaces)");
     }
+    // Taken as a name, an OpenBSD rule set's `block in quick on egress ...` would match no packet.
+    if (t.text == "egress") {
+      fail_at(
+          t,
+          "'egress' is OpenBSD's group of the interfaces that hold a default route; there are no "
+          "interface groups here: name the interface (a macro, ext_if = \"eth0\", keeps it in one place)");
+    }
   }
 
   // After `proto`: P or { P, P }.

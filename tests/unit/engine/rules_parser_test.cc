@@ -907,6 +907,12 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"match in all scrub (no-df random-id max-mss 1440)",
        "t.conf:1:14: 'scrub' is not supported: write a scrub rule with the same options: "
        "scrub in|out [on IF] ... (no-df, max-mss N, ...)"},
+      {"block in quick on egress from 192.0.2.0/24",
+       "t.conf:1:19: 'egress' is OpenBSD's group of the interfaces that hold a default route; there are no "
+       "interface groups here: name the interface (a macro, ext_if = \"eth0\", keeps it in one place)"},
+      {"pass out on lan0 from (egress)",
+       "t.conf:1:24: 'egress' is OpenBSD's group of the interfaces that hold a default route; there are no "
+       "interface groups here: name the interface (a macro, ext_if = \"eth0\", keeps it in one place)"},
       {"pass in on lan0 proto tcp to port 80 rdr-to 10.0.0.2",
        "t.conf:1:38: 'rdr-to' is not supported: write an rdr rule: rdr on IF ... -> ADDRESS"},
       {"{ pass }", "t.conf:1:1: expected a rule, 'table', 'set', 'include' or a macro definition, got '{'"},
