@@ -130,6 +130,7 @@ class Resolver {
     for (ScrubRule& r : file_.scrub_rules) {
       if (auto e = endpoints(r.from, r.to)) return e;
     }
+    note_absent_interfaces();
     return std::nullopt;
   }
 
@@ -162,7 +163,7 @@ class Resolver {
   // follows the addresses (refresh_interface_tables()). A table's list (`in_table`) has no
   // `(em0)`: its entries are the addresses the interface has as the rules load.
   std::optional<RuleError> addresses_of(const AddressElement& e, std::vector<IpPrefix>& out,
-                                        bool in_table = false) const {
+                                        bool in_table = false) {
     if (!collect(e.table, e.networks, addresses_, out)) {
       const std::string written = e.table + (e.networks ? ":network" : "");
       if (e.dynamic && !in_table) {
@@ -187,10 +188,37 @@ class Resolver {
     return std::nullopt;
   }
 
+  // `on eht0`: pf loads rules on interfaces that do not exist yet (a tunnel, a VLAN made later), and
+  // so does this; but a misspelt name makes a rule that matches nothing, unseen, and `block in on
+  // eht0` a hole. Said once a name, at its first rule, unless note_absent() said it already.
+  void note_absent_interfaces() {
+    if (notices_ == nullptr) return;
+    const auto note = [this](const SourceLocation& where, const std::vector<InterfaceMatch>& list) {
+      for (const InterfaceMatch& m : list) {
+        if (addresses_.count(m.name) != 0 || !noted_.insert(m.name).second) continue;
+        notices_->push_back(
+            RuleError{where, "warning: no interface named '" + m.name +
+                                 "' on this host yet: rules on it match nothing until it exists"});
+      }
+    };
+    // In the file's order: scrub, translation, then filter rules with the anchors where they stand.
+    for (const ScrubRule& r : file_.scrub_rules) note(r.location, r.interfaces);
+    for (const TranslationRule& r : file_.translation_rules) note(r.location, r.interfaces);
+    auto anchor = file_.anchors.begin();
+    for (std::size_t i = 0; i <= file_.filter_rules.size(); ++i) {
+      for (; anchor != file_.anchors.end() && anchor->position <= i; ++anchor)
+        note(anchor->location, anchor->interfaces);
+      if (i == file_.filter_rules.size()) break;
+      note(file_.filter_rules[i].location, file_.filter_rules[i].interfaces);
+      note(file_.filter_rules[i].location, file_.filter_rules[i].received_on);
+    }
+  }
+
   // `(em0)` of an interface the host does not have: loaded as pf loads it, and said.
   void note_absent(const SourceLocation& where, const std::string& interface, const std::string& written,
-                   const char* meanwhile) const {
+                   const char* meanwhile) {
     if (notices_ == nullptr) return;
+    noted_.insert(interface);
     notices_->push_back(RuleError{where, "warning: no interface named '" + interface +
                                              "' on this host yet: (" + written + ") " + meanwhile +
                                              " until it has an address"});
@@ -199,6 +227,7 @@ class Resolver {
   RuleFile& file_;
   const InterfaceAddresses& addresses_;
   std::vector<RuleError>* notices_;
+  std::set<std::string> noted_;  // the interfaces a notice has named
   std::set<std::string> made_;
 };
 

@@ -1839,6 +1839,9 @@ TEST_CASE("service: sources kill and flush sources remove source nodes, their st
 
 TEST_CASE("service: a tagged that no rule tags loads with a warning", "[service][tag]") {
   Daemon d;
+  d.service.set_interface_addresses([] {
+    return engine::rules::InterfaceAddresses{{"lan0", {}}, {"wan0", {}}};
+  });
   const std::string path = d.write("tags.conf",
                                    "block all\n"
                                    "pass in on lan0 tag WEB\n"

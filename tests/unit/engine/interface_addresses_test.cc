@@ -323,6 +323,39 @@ TEST_CASE("(tun0) of an interface the host does not have yet loads, said, and ma
   CHECK(none.empty());
 }
 
+TEST_CASE("a rule on an interface the host does not have loads, said once a name at its first rule",
+          "[interfaces]") {
+  // A misspelt `on eht0` would make a block rule a hole, unseen; pf loads rules on interfaces made
+  // later (a VLAN, a tunnel) and so does this, with a word.
+  RuleFile f = parse(
+      "scrub in on vlan7 all max-mss 1400\n"
+      "nat on ppp0 from 10.1.0.0/16 to any -> 192.0.2.1\n"
+      "block in on eht0 from 198.51.100.0/24\n"
+      "pass in on em0\n"
+      "pass out on { em0, eht0 } received-on wg0\n"
+      "anchor \"vpn\" on tun0 {\n"
+      "  pass in on tun0 to (tun0)\n"
+      "}\n"
+      "pass in on ppp0\n");
+  std::vector<RuleError> notices;
+  REQUIRE_FALSE(resolve_interfaces(f, host(), &notices));
+  std::vector<std::string> said;
+  for (const RuleError& n : notices) said.push_back(n.to_string());
+  const std::string absent = "' on this host yet: rules on it match nothing until it exists";
+  CHECK(said ==
+        std::vector<std::string>{
+            "t.conf:7:22: warning: no interface named 'tun0' on this host yet: (tun0) matches no address "
+            "until it has an address",
+            "t.conf:1:1: warning: no interface named 'vlan7" + absent,
+            "t.conf:2:1: warning: no interface named 'ppp0" + absent,
+            "t.conf:3:1: warning: no interface named 'eht0" + absent,
+            "t.conf:5:1: warning: no interface named 'wg0" + absent,
+        });
+  // Given no list of notices, nothing is said, and the rules load alike.
+  RuleFile quiet = parse("block in on eht0\n");
+  REQUIRE_FALSE(resolve_interfaces(quiet, host()));
+}
+
 TEST_CASE("antispoof expands as pfctl does and drops what arrives where it cannot come from",
           "[interfaces]") {
   InterfaceRegistry ifs;
