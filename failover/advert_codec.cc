@@ -22,6 +22,7 @@ Advert advert_of(const OwnAdvert& own, uint32_t node_id, uint64_t boot_epoch, ui
   a.leaving = own.leaving;
   return a;
 }
+
 namespace {
 
 constexpr uint8_t kMagic[4] = {'P', 'W', 'F', 'A'};

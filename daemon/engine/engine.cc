@@ -1845,16 +1845,20 @@ void Engine::count_translators(StateTable::Handle& state, const Translation& tra
   }
 }
 
+// Whose node a state of `creator` counts in: the rule's own, or with `source-track global` the one
+// every such rule shares.
+SourceOwner Engine::source_owner(const rules::CompiledRule& creator) noexcept {
+  if (creator.sources.global) return SourceOwner{};
+  return SourceOwner{creator.stats.get(), &creator.stats->source_nodes, creator.number, creator.stats};
+}
+
 // Counts a new state in its source node (pf's pf_insert_src_node and max-src-states); State when
 // admitted, else the reason to refuse it.
 Reason Engine::admit_source(Worker& worker, StateTable::Handle& state, const rules::CompiledRule& creator,
                             const PacketView& packet) noexcept {
   const SourceLimits& limits = creator.sources;
   SourceNode* node = nullptr;
-  SourceOwner owner;
-  if (!limits.global)
-    owner = SourceOwner{creator.stats.get(), &creator.stats->source_nodes, creator.number, creator.stats};
-  switch (sources_.admit(limits, owner, packet.family, packet.src, node)) {
+  switch (sources_.admit(limits, source_owner(creator), packet.family, packet.src, node)) {
     case SourceTable::Admission::Admitted:
       states_.attach_source(state, node);
       return Reason::State;
@@ -1880,12 +1884,10 @@ void Engine::learn_source(StateTable::Handle& state, const rules::CompiledRule& 
   SourceLimits counted_only = creator.sources;
   counted_only.max_src_states = 0;
   counted_only.max_src_nodes = 0;
-  SourceOwner owner;
-  if (!counted_only.global)
-    owner = SourceOwner{creator.stats.get(), &creator.stats->source_nodes, creator.number, creator.stats};
   SourceNode* node = nullptr;
   const StateKey& key = state->key(0);
-  if (sources_.admit(counted_only, owner, key.family, key.addr[0], node) == SourceTable::Admission::Admitted)
+  if (sources_.admit(counted_only, source_owner(creator), key.family, key.addr[0], node) ==
+      SourceTable::Admission::Admitted)
     states_.attach_source(state, node);
 }
 

@@ -422,6 +422,7 @@ class Engine {
                    Translation& translation, std::array<uint32_t, 2> deciding, Millis now) noexcept;
   void finish(Worker& worker, std::span<uint8_t> bytes, const Parsed& parsed, const PacketMeta& meta,
               Verdict& verdict) noexcept;
+  static SourceOwner source_owner(const rules::CompiledRule& creator) noexcept;
   Reason admit_source(Worker& worker, StateTable::Handle& state, const rules::CompiledRule& creator,
                       const PacketView& packet) noexcept;
   void count_translators(StateTable::Handle& state, const Translation& translation,
