@@ -2303,7 +2303,7 @@ TEST_CASE("a peer's state lives by its rule's own timeouts, on the node that tak
   REQUIRE(a.out(query).reason == Reason::Match);
   REQUIRE(a.in(answer).reason == Reason::State);
   REQUIRE(a.out(query).reason == Reason::State);  // the asker again after the answer: udp.multiple
-  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+  b.learn_from(a);
 
   // Two minutes of silence: the flow is alive on a, and on b, which takes it over.
   a.now += Millis{120'000};
@@ -2333,7 +2333,7 @@ TEST_CASE("a state this node removed is not brought back by the peer's copy that
   b.out(syn(80));
   b.in(synack(80));
   b.out(ack_from_client(80, 1001, 9001));
-  for (const auto& r : b.drain()) REQUIRE(a.engine.apply(r, a.now));
+  a.learn_from(b);
   REQUIRE(a.engine.states().size() == 1);
 
   // a sends its table (a bulk, a full or an incremental resync) as b kills the connection: a's copy
@@ -2365,7 +2365,7 @@ TEST_CASE("the peer's newer state on a key takes the place of its older one whos
   const Bytes query = PacketBuilder().ipv4(kClient, kServer).udp(5353, 53).build();
   const Bytes answer = PacketBuilder().ipv4(kServer, kClient).udp(53, 5353).build();
   REQUIRE(a.out(query).reason == Reason::Match);
-  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+  b.learn_from(a);
   // a ends the flow, and the same ports start another at once; its insert overtakes the delete.
   REQUIRE(a.engine.kill_states([](const StateEntry&) { return true; }) == 1);
   StateRecord gone;
@@ -2404,7 +2404,7 @@ TEST_CASE("a late update from the peer does not take an established state back t
   REQUIRE(b.engine.apply(records.front(), b.now));
   a.in(synack(80));
   a.out(ack_from_client(80, 1001, 9001));
-  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+  b.learn_from(a);
   // Resent after the handshake's end, or overtaken by it: stale, and it changes nothing.
   CHECK_FALSE(b.engine.apply(late, b.now));
   CHECK(b.engine.expire(b.now + Millis{120'000}) == 0);
@@ -2522,7 +2522,7 @@ TEST_CASE("a node that takes a connection back follows it from where the peer's 
   REQUIRE(a.out(syn(80)).reason == Reason::Match);
   REQUIRE(a.in(synack(80)).reason == Reason::State);
   REQUIRE(a.out(ack_from_client(80, 1001, 9001)).reason == Reason::State);
-  for (const auto& r : a.drain()) REQUIRE(b.engine.apply(r, b.now));
+  b.learn_from(a);
   uint32_t seq = 1001;
   for (int i = 0; i < 2'000; ++i) {
     REQUIRE(b.out(ack_from_client(80, seq, 9001, 1000)).reason == Reason::State);

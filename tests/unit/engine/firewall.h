@@ -67,6 +67,11 @@ struct Firewall {
     return out;
   }
 
+  // The records `peer` emitted, applied here as the sync service applies them; every one taken.
+  void learn_from(Firewall& peer) {
+    for (const engine::StateRecord& r : peer.drain()) REQUIRE(engine.apply(r, now));
+  }
+
   engine::Engine engine;
   engine::Worker worker;
   engine::IfaceId lan = 0;

@@ -381,11 +381,6 @@ TEST_CASE("a source node's count never goes to the sync peer", "[engine][limits]
 
 namespace {
 
-// The peer's records, applied as its sync service would; every one taken.
-void learn(Firewall& from, Firewall& to) {
-  for (const StateRecord& r : from.drain()) REQUIRE(to.engine.apply(r, to.now));
-}
-
 // The node of `address` as `fw` lists it: {states, connections}; {0, 0} for none.
 std::pair<uint32_t, uint32_t> node_of(const Firewall& fw, const std::string& address) {
   std::pair<uint32_t, uint32_t> found{0, 0};
@@ -406,7 +401,7 @@ TEST_CASE("states learned from the peer count in their sources' nodes: the limit
   const Connection half_open{"10.1.0.1", 1002};
   CHECK(handshake(master, open).reason == Reason::State);
   CHECK(master.out(half_open.syn()).reason == Reason::Match);
-  learn(master, backup);
+  backup.learn_from(master);
   CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{2, 1});
   CHECK(source_nodes_of(backup, 0) == 1);
 
@@ -452,12 +447,12 @@ TEST_CASE("a learned connection counts once, when the peer's update says its han
   Firewall backup(rules, 2);
   const Connection c{"10.1.0.1", 1001};
   CHECK(master.out(c.syn()).reason == Reason::Match);
-  learn(master, backup);
+  backup.learn_from(master);
   CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{1, 0});
   CHECK(master.in(c.synack()).reason == Reason::State);
   CHECK(master.out(c.ack()).reason == Reason::State);
   CHECK(master.out(c.data()).reason == Reason::State);
-  learn(master, backup);
+  backup.learn_from(master);
   CHECK(node_of(backup, "10.1.0.1") == std::pair<uint32_t, uint32_t>{1, 1});
   // The whole table again (a bulk after a restart of the peer's sync): counted once still.
   master.engine.snapshot(master.now, [&](const StateRecord& r) { backup.engine.apply(r, backup.now); });
