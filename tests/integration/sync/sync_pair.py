@@ -10,6 +10,7 @@ nothing expires during a test) and the same sync key. Namespaces are pe-<pid>x<n
 processes are stopped by PID and namespaces deleted when the test ends, pass or fail.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -228,6 +229,23 @@ class Pair:
     def spawn_flows(self, ns_role, *args):
         return self.topo.spawn(self.ns[ns_role], [self.python, str(FLOWS), *[str(a) for a in args]],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    @contextlib.contextmanager
+    def held_connections(self, count, sport, hold=120, interval=0.01):
+        """flows.py holding `count` TCP connections client -> server from port `sport` up: yields it
+        (it answers `data` and `close` on its stdin); told to close and stopped on the way out, pass
+        or fail."""
+        opener = self.spawn_flows("client", "open", SERVER, TCP_PORT, count, "--sport", sport, "--interval",
+                                  interval, "--hold", hold)
+        try:
+            yield opener
+        finally:
+            try:
+                opener.stdin.write(b"close\n")
+                opener.stdin.flush()
+            except BrokenPipeError:
+                pass  # it had ended already
+            self.topo.kill(opener)
 
     def preload_udp(self, count, sport=20000, rate=20000):
         """`count` UDP flows client -> server through A; returns datagrams sent."""

@@ -4,7 +4,7 @@ replicated to B: B lists the client's node with four states and four connections
 no packet of them crossed B; killed on A, they leave B and take the node with them."""
 
 from netns import wait_until
-from sync_pair import CLIENT, RULES, SERVER, TCP_PORT
+from sync_pair import CLIENT, RULES
 
 COUNT = 4
 SPORT = 44000
@@ -29,9 +29,7 @@ def test_learned_states_count_in_source_nodes(make_pair):
         (node.dir / "pairwall.rules").write_text(LIMITED)
     pair.start()
 
-    opener = pair.spawn_flows("client", "open", SERVER, TCP_PORT, COUNT, "--sport", SPORT, "--interval", 0.01,
-                              "--hold", 60)
-    try:
+    with pair.held_connections(COUNT, SPORT, hold=60):
         wait_until(lambda: client_node(pair.a) == (COUNT, COUNT), 10, what="fwA counting the client's connections")
         wait_until(lambda: client_node(pair.b) == (COUNT, COUNT), 10,
                    what="fwB counting the connections it learned")
@@ -40,7 +38,3 @@ def test_learned_states_count_in_source_nodes(make_pair):
         # Killed on A, the states leave B through sync deletes, and B's node goes with its last one.
         assert pair.a.ctl("states", "kill", CLIENT).stdout == f"killed {COUNT} states\n"
         wait_until(lambda: client_node(pair.b) is None, 10, what="fwB's node gone with the learned states")
-    finally:
-        opener.stdin.write(b"close\n")
-        opener.stdin.flush()
-        pair.topo.kill(opener)

@@ -7,7 +7,7 @@ nothing, or a bad one, is refused."""
 import json
 
 from netns import wait_until
-from sync_pair import CLIENT, RULES, SERVER, TCP_PORT
+from sync_pair import CLIENT, RULES, TCP_PORT
 
 COUNT = 8
 SPORT = 43000
@@ -39,9 +39,7 @@ def test_states_kill_cuts_connections_on_both_nodes(make_pair):
         (node.dir / "pairwall.rules").write_text(SYN_ONLY)
     pair.start()
 
-    opener = pair.spawn_flows("client", "open", SERVER, TCP_PORT, COUNT, "--sport", SPORT, "--interval", 0.01,
-                              "--hold", 120)
-    try:
+    with pair.held_connections(COUNT, SPORT) as opener:
         assert ask(opener, None, "opened") == COUNT
         everyone = set(range(SPORT, SPORT + COUNT))
         wait_until(lambda: client_ports(pair.b) == everyone, 10, what=f"{COUNT} connections replicated to fwB")
@@ -66,7 +64,3 @@ def test_states_kill_cuts_connections_on_both_nodes(make_pair):
         assert bad.returncode == 1 and "not an address or prefix" in bad.stderr
         assert pair.a.json("states", "kill", "192.0.2.0/24") == {"states": "0"}
         assert client_ports(pair.a) == kept
-    finally:
-        opener.stdin.write(b"close\n")
-        opener.stdin.flush()
-        pair.topo.kill(opener)
