@@ -545,32 +545,25 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
   out->set_rules_file(rules_file_);
   const auto current = engine_.rules();
   const auto snap = snapshot();
-  static const std::vector<engine::rules::AnchorListing> kNoAnchors;
-  const auto& anchors = current ? current->anchors() : kNoAnchors;
   // With an anchor named, what stands in it: its rules and the anchors within it, theirs too.
   const std::string& only = request.anchor();
   if (std::string error = unknown_anchor("rules", only); !error.empty()) return error;
   auto shown = [&](const std::string& anchor) { return engine::rules::in_anchor(anchor, only); };
-  // Each anchor's line stands before the rule at its position, as pfctl -s rules lists them.
-  std::size_t next_anchor = 0;
-  auto anchors_before = [&](std::size_t rule) {
-    for (; next_anchor < anchors.size() && anchors[next_anchor].position <= rule; ++next_anchor) {
-      const auto& a = anchors[next_anchor];
-      if (!shown(a.parent)) continue;
-      auto* info = out->add_rules();
-      info->set_number(a.number);
-      info->set_anchor(a.parent);
-      info->set_calls_anchor(a.path);
-      info->set_text(a.text);
-      info->set_location(a.location.file_and_line());
-    }
-  };
-  for (std::size_t i = 0; i < snap.rules.size(); ++i) {
-    anchors_before(i);
-    if (shown(snap.rules[i].anchor)) fill_rule(snap.rules[i], out->add_rules());
-  }
-  anchors_before(SIZE_MAX);
-  if (current && only.empty()) {
+  engine::rules::list_in_file_order(
+      current->anchors(), snap.rules.size(),
+      [&](const engine::rules::AnchorListing& a) {
+        if (!shown(a.parent)) return;
+        auto* info = out->add_rules();
+        info->set_number(a.number);
+        info->set_anchor(a.parent);
+        info->set_calls_anchor(a.path);
+        info->set_text(a.text);
+        info->set_location(a.location.file_and_line());
+      },
+      [&](std::size_t i) {
+        if (shown(snap.rules[i].anchor)) fill_rule(snap.rules[i], out->add_rules());
+      });
+  if (only.empty()) {
     for (const auto& t : snap.translations) fill_counted(t, out->add_translations());
     for (const auto& s : snap.scrubs) fill_counted(s, out->add_scrubs());
   }

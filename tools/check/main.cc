@@ -1,9 +1,11 @@
 // pairwall-check: the operator's dry run.
 //
-//   pairwall-check -f RULES [--iface-address NAME=ADDR/LEN[,ADDR/LEN...]]...
+//   pairwall-check [-v] -f RULES [--iface-address NAME=ADDR/LEN[,ADDR/LEN...]]...
 //       parse and compile RULES; print errors as file:line:column (exit 1), like `pfctl -nf`.
 //       Interfaces named in address positions (`em0`, `em0:network`, `antispoof for em0`) have
-//       this host's addresses, as pfctl reads them, but those --iface-address gives.
+//       this host's addresses, as pfctl reads them, but those --iface-address gives. -v: and the
+//       rule set as it was read, like `pfctl -nvf`: macros expanded, interfaces' addresses and
+//       table files filled in, each rule with the @N that `pairwallctl rules show` gives it.
 //   pairwall-check -f RULES --pcap FILE --inside CIDR[,CIDR...] [--inside-if NAME] [--outside-if NAME]
 //       replay a capture through the engine as a forwarding firewall would see it and print one
 //       JSON line per packet: index, verdict, reason, deciding rule (@N, and its anchor's path
@@ -17,6 +19,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -38,11 +41,12 @@ struct Options {
   std::string inside_if = "in0";
   std::string outside_if = "out0";
   rules::InterfaceAddresses addresses;  // --iface-address: instead of the host's, per interface
+  bool verbose = false;                 // -v: list the rule set as read
 };
 
 [[noreturn]] void usage(const std::string& error) {
   if (!error.empty()) std::cerr << "pairwall-check: " << error << "\n";
-  std::cerr << "usage: pairwall-check -f RULES [--iface-address NAME=ADDR/LEN[,ADDR/LEN...]]...\n"
+  std::cerr << "usage: pairwall-check [-v] -f RULES [--iface-address NAME=ADDR/LEN[,ADDR/LEN...]]...\n"
                "                      [--pcap FILE --inside CIDR[,CIDR...] [--inside-if NAME]"
                " [--outside-if NAME]]\n";
   std::exit(2);
@@ -58,6 +62,8 @@ Options parse_args(int argc, char** argv) {
     };
     if (arg == "-f") {
       o.rules_file = value();
+    } else if (arg == "-v") {
+      o.verbose = true;
     } else if (arg == "--iface-address") {
       const std::string spec = value();
       const auto eq = spec.find('=');
@@ -114,7 +120,39 @@ Options parse_args(int argc, char** argv) {
   }
   if (o.rules_file.empty()) usage("-f RULES is required");
   if (!o.pcap_file.empty() && o.inside.empty()) usage("--pcap needs --inside to tell the two sides apart");
+  if (!o.pcap_file.empty() && o.verbose)
+    usage("-v lists the rules of a check; a replay prints JSON lines alone");
   return o;
+}
+
+// The rule set as read, in the order and with the numbers of `pairwallctl rules show`: tables,
+// then scrub and translation rules (each list numbered apart, as pfctl lists them), then the filter
+// rules with each anchor's line before its rules.
+void list_rule_set(const rules::RuleFile& file, const rules::RuleSet& rules) {
+  for (const rules::Table& t : file.tables) {
+    std::cout << "table <" << t.name << ">" << (t.is_const ? " const" : "") << (t.counters ? " counters" : "")
+              << " {";
+    for (const IpPrefix& p : t.entries) std::cout << " " << address_text(p);
+    for (const IpPrefix& p : t.negated_entries) std::cout << " !" << address_text(p);
+    std::cout << " }\n";
+  }
+  const auto listed = [](const char* heading, const std::vector<rules::ListedRule>& list) {
+    if (list.empty()) return;
+    std::cout << heading << "\n";
+    for (const rules::ListedRule& r : list) std::cout << "@" << r.number << " " << r.text << "\n";
+  };
+  listed("# scrub rules, first match", rules.scrub_listing());
+  listed("# translation rules, first match", rules.translation_rules());
+  std::cout << "# filter rules, last match\n";
+  const auto line = [](std::string_view anchor, uint32_t number, const std::string& text) {
+    std::cout << std::string(2 * rules::anchor_depth(anchor), ' ') << "@" << number << " " << text << "\n";
+  };
+  rules::list_in_file_order(
+      rules.anchors(), rules.size(), [&](const rules::AnchorListing& a) { line(a.parent, a.number, a.text); },
+      [&](std::size_t i) {
+        const rules::CompiledRule& r = rules.rule(static_cast<uint32_t>(i));
+        line(r.anchor, r.number, r.text);
+      });
 }
 
 const char* verdict_name(Verdict::Action a) {
@@ -218,16 +256,23 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, given] : options.addresses) addresses[name] = given;
   std::vector<rules::RuleError> notices;
-  auto loaded = rules::load_rules_file(options.rules_file, engine.interfaces(), addresses, &notices);
-  if (auto* error = std::get_if<rules::RuleError>(&loaded)) {
+  auto read = rules::read_rules_file(options.rules_file, addresses, &notices);
+  if (auto* error = std::get_if<rules::RuleError>(&read)) {
+    std::cerr << error->to_string() << "\n";
+    return 1;
+  }
+  const rules::RuleFile& file = std::get<rules::RuleFile>(read);
+  auto compiled = rules::compile(file, engine.interfaces());
+  if (auto* error = std::get_if<rules::RuleError>(&compiled)) {
     std::cerr << error->to_string() << "\n";
     return 1;
   }
   for (const rules::RuleError& notice : notices) std::cerr << notice.to_string() << "\n";
-  auto rules = std::get<std::shared_ptr<const rules::RuleSet>>(std::move(loaded));
+  auto rules = std::get<std::shared_ptr<const rules::RuleSet>>(std::move(compiled));
   if (options.pcap_file.empty()) {
     std::cout << options.rules_file << ": " << rules->size() << " filter rules, state limit "
               << rules->state_limit() << ": OK\n";
+    if (options.verbose) list_rule_set(file, *rules);
     return 0;
   }
   engine.load_rules(std::move(rules));

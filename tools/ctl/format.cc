@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/engine/address.h"
+#include "daemon/engine/rules/ruleset.h"
 
 namespace pairwall::ctl {
 namespace {
@@ -160,8 +161,7 @@ std::string format_rules(const control::RuleList& rules) {
   if (rules.scrubs_size() > 0 || rules.translations_size() > 0) o << "# filter rules, last match\n";
   // An anchor's rules follow its line, indented by its depth.
   for (const auto& r : rules.rules()) {
-    const auto depth = r.anchor().empty() ? 0 : 1 + std::count(r.anchor().begin(), r.anchor().end(), '/');
-    const std::string indent(static_cast<std::size_t>(2 * depth), ' ');
+    const std::string indent(2 * engine::rules::anchor_depth(r.anchor()), ' ');
     o << indent << "@" << r.number() << " " << r.text() << "\n";
     if (!r.calls_anchor().empty()) continue;
     std::ostringstream counters;

@@ -1346,16 +1346,24 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
   }
 }
 
-std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
-                                                                        InterfaceRegistry& interfaces,
-                                                                        const InterfaceAddresses& addresses,
-                                                                        std::vector<RuleError>* notices) {
+std::variant<RuleFile, RuleError> read_rules_file(const std::string& path,
+                                                  const InterfaceAddresses& addresses,
+                                                  std::vector<RuleError>* notices) {
   auto parsed = parse_rules_file(path);
   if (auto* error = std::get_if<RuleError>(&parsed)) return std::move(*error);
   RuleFile& file = std::get<RuleFile>(parsed);
   if (auto error = resolve_interfaces(file, addresses, notices)) return std::move(*error);
   if (notices != nullptr) tag_notices(file, *notices);
-  return compile(file, interfaces);
+  return parsed;
+}
+
+std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const std::string& path,
+                                                                        InterfaceRegistry& interfaces,
+                                                                        const InterfaceAddresses& addresses,
+                                                                        std::vector<RuleError>* notices) {
+  auto read = read_rules_file(path, addresses, notices);
+  if (auto* error = std::get_if<RuleError>(&read)) return std::move(*error);
+  return compile(std::get<RuleFile>(read), interfaces);
 }
 
 void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {

@@ -34,7 +34,12 @@ std::string anchor_terms_text(const Anchor& anchor);
 void tag_notices(const RuleFile& file, std::vector<RuleError>& notices);
 
 // parse_rules_file + resolve_interfaces and tag_notices (their notices into `notices`, where
-// given) + compile.
+// given): the file as compile() takes it.
+std::variant<RuleFile, RuleError> read_rules_file(const std::string& path,
+                                                  const InterfaceAddresses& addresses = {},
+                                                  std::vector<RuleError>* notices = nullptr);
+
+// read_rules_file + compile.
 std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(
     const std::string& path, InterfaceRegistry& interfaces, const InterfaceAddresses& addresses = {},
     std::vector<RuleError>* notices = nullptr);

@@ -2,8 +2,10 @@
 // swap (Engine::load_rules); packet workers only ever read it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -210,6 +212,27 @@ struct AnchorListing {
   std::string text;       // `anchor "name" in on lan0 proto tcp`
   SourceLocation location;
 };
+
+// The filter rules 0 to count - 1 in file order, each of `anchors` (ordered by position, as
+// RuleSet::anchors()) before the first rule after it, as pfctl -s rules lists them:
+// on_anchor(const AnchorListing&) and on_rule(index).
+template <typename OnAnchor, typename OnRule>
+void list_in_file_order(const std::vector<AnchorListing>& anchors, std::size_t count, OnAnchor&& on_anchor,
+                        OnRule&& on_rule) {
+  std::size_t next_anchor = 0;
+  for (std::size_t rule = 0; rule <= count; ++rule) {
+    for (; next_anchor < anchors.size() && (rule == count || anchors[next_anchor].position <= rule);
+         ++next_anchor)
+      on_anchor(anchors[next_anchor]);
+    if (rule < count) on_rule(rule);
+  }
+}
+
+// How deep a rule of the anchor at `path` stands: 0 in the main rule set, 1 in "outer", 2 in
+// "outer/inner", for listings that indent it.
+inline std::size_t anchor_depth(std::string_view path) noexcept {
+  return path.empty() ? 0 : 1 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
+}
 
 class RuleSet {
  public:
