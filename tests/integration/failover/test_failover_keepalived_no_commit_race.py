@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from failover_keepalived import kill_keepalived, start_keepalived, wait_settled
-from failover_tcp import CLIENT, RULES, SERVER, states
+from failover_tcp import CLIENT, RULES, SERVER, SERVER_ADDRESS, states
 
 
 def routed_pair(pair_factory, sync):
@@ -41,10 +41,12 @@ def node_death(p, node):
 
 
 def drill(p, master, backup, expect_state_on_backup):
-    server = subprocess.Popen(["ip", "netns", "exec", p.ns["c1"], "/usr/bin/python3", "-c", SERVER])
+    server = subprocess.Popen(["ip", "netns", "exec", p.ns["c1"], "/usr/bin/python3", "-c", SERVER,
+                               SERVER_ADDRESS["inet"]])
     p.procs[("c1", "server")] = server
     time.sleep(0.3)
-    client = subprocess.Popen(["ip", "netns", "exec", p.ns["c0"], "/usr/bin/python3", "-c", CLIENT, "8"],
+    client = subprocess.Popen(["ip", "netns", "exec", p.ns["c0"], "/usr/bin/python3", "-c", CLIENT, "8",
+                               SERVER_ADDRESS["inet"]],
                               stdout=subprocess.PIPE, text=True)
     p.procs[("c0", "client")] = client
     time.sleep(2)
