@@ -141,6 +141,8 @@ int request_reload(const control::Config& c) {
     const auto& loaded = response.rules_loaded();
     std::printf("pairwalld: rules reloaded from %s: %u rules, %llu states kept\n", loaded.path().c_str(),
                 loaded.rule_count(), static_cast<unsigned long long>(loaded.states_kept()));
+    for (const std::string& warning : loaded.warnings())
+      std::fprintf(stderr, "pairwalld: %s\n", warning.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pairwalld: reload: %s\n", e.what());

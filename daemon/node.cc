@@ -598,8 +598,9 @@ class Node {
   // accept_key_file), so that a pair changes its keys without a restart, which would hand the
   // group over with the peer's states unsynced (README "Changing the keys"). All or nothing: the
   // keys are read before the rules are compiled and taken after they are published. The other
-  // settings need a restart. Nothing thrown on the way (a compile out of memory) may end the
-  // daemon: the running set stays.
+  // settings need a restart: those that differ from the running ones are warned about with the
+  // rules' warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the
+  // running set stays.
   // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
@@ -617,6 +618,8 @@ class Node {
       queues_->refresh_interfaces();
       result = service_.load_rules(now.rules.file);
       if (result.ok) {
+        for (std::string& untaken : control::settings_awaiting_restart(c_, now))
+          result.warnings.push_back(std::move(untaken));
         if (sync_keys) sync_service_->set_keys(std::move(sync_keys->key), std::move(sync_keys->accept_key));
         if (failover_keys) {
           failover_->service().set_keys(std::move(failover_keys->key), std::move(failover_keys->accept_key));

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <boost/asio/ip/address.hpp>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "daemon/control/config_section.h"
 
@@ -246,7 +248,61 @@ Config parse_config(std::string_view text, const std::string& file_name) {
   parse_engine(cfg, root["engine"].as_table());
   if (auto* t = root["sync"].as_table()) cfg.sync = *t;
   if (auto* t = root["failover"].as_table()) cfg.failover = *t;
+  cfg.document = std::move(root);
   return cfg;
+}
+
+namespace {
+
+// A setting as TOML writes it, types told apart (1 and 1.0, "1" and 1): what two files compare by,
+// whatever their spacing or their arrays' layout.
+std::string setting_text(const toml::node& node) {
+  std::ostringstream out;
+  node.visit([&out](const auto& value) { out << value; });
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::string> settings_awaiting_restart(const Config& running, const Config& next) {
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kTakenByReload = {{
+      {"rules", "file"},
+      {"sync", "key_file"},
+      {"sync", "accept_key_file"},
+      {"failover", "key_file"},
+      {"failover", "accept_key_file"},
+  }};
+  // Every (section, key) either file sets, in the order of the sections and keys' names.
+  std::set<std::pair<std::string, std::string>> settings;
+  for (const toml::table* document : {&running.document, &next.document}) {
+    for (auto&& [section, table] : *document) {
+      if (const toml::table* keys = table.as_table()) {
+        for (auto&& [key, value] : *keys) settings.emplace(section.str(), key.str());
+      }
+    }
+  }
+  const auto find = [](const toml::table& document, const std::string& section,
+                       const std::string& key) -> const toml::node* {
+    const toml::table* keys = document[section].as_table();
+    return keys != nullptr ? keys->get(key) : nullptr;
+  };
+  std::vector<std::string> out;
+  for (const auto& [section, key] : settings) {
+    if (std::find(kTakenByReload.begin(), kTakenByReload.end(),
+                  std::pair<std::string_view, std::string_view>(section, key)) != kTakenByReload.end())
+      continue;
+    const toml::node* before = find(running.document, section, key);
+    const toml::node* after = find(next.document, section, key);
+    if (before != nullptr && after != nullptr && setting_text(*before) == setting_text(*after)) continue;
+    std::string change = "changed";
+    if (before == nullptr) change = "added (" + describe(*after) + ")";
+    if (after == nullptr) change = "removed";
+    const auto scalar = [](const toml::node* n) { return n != nullptr && !n->is_table() && !n->is_array(); };
+    if (scalar(before) && scalar(after)) change += " (" + describe(*before) + " -> " + describe(*after) + ")";
+    out.push_back(next.file + ": [" + section + "] " + key + ": warning: " + change +
+                  ", which a reload does not take: the daemon keeps what it started with until it restarts");
+  }
+  return out;
 }
 
 Config load_config(const std::string& path) {

@@ -95,6 +95,7 @@ struct Config {
   // Validated by pairwall::sync::parse_sync_config / pairwall::failover::parse_failover_config.
   std::optional<toml::table> sync;
   std::optional<toml::table> failover;
+  toml::table document;  // the whole file as read, for settings_awaiting_restart()
 };
 
 // Parses and validates `text`; `file_name` appears in messages and anchors a relative rules path.
@@ -103,6 +104,12 @@ Config parse_config(std::string_view text, const std::string& file_name);
 
 // Reads `path` and parses it. Throws ConfigError (also when the file cannot be read).
 Config load_config(const std::string& path);
+
+// What a reload to `next` leaves as `running` has it: the settings that differ but for those a
+// reload takes (the [rules] file, the [sync] and [failover] key files), one line each, naming the
+// file, section and key ("pairwall.toml: [failover] advskew: warning: changed (0 -> 100), ..."). A reload
+// that said nothing of them would pass for having taken them.
+std::vector<std::string> settings_awaiting_restart(const Config& running, const Config& next);
 
 // "host:port" or "[v6]:port" -> host, port. Returns false when malformed.
 bool split_host_port(std::string_view text, std::string& host, uint16_t& port);

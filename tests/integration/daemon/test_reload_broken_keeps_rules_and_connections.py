@@ -1,7 +1,8 @@
 """A rule file that does not compile is refused, by `pairwallctl rules load`, by SIGHUP and by
 `pairwalld --reload` (the unit's ExecReload) alike: the error names file:line:column, the running
 rules keep deciding as before, and a connection opened before the attempt keeps carrying data.
-`pairwalld --reload` waits for the daemon's answer and says it in its exit status."""
+`pairwalld --reload` waits for the daemon's answer and says it in its exit status, and names the
+settings a reload leaves as they ran."""
 
 import signal
 
@@ -64,6 +65,16 @@ def test_reload_broken_keeps_rules_and_connections(lan, fw, tmp_path):
     cp = reload()
     assert cp.returncode == 0, (cp.stdout, cp.stderr)
     assert f"rules reloaded from {fw.rules}: {len(rules_before)} rules" in cp.stdout, cp.stdout
+    assert "warning" not in cp.stderr, cp.stderr
     assert int(fw.json("status")["rule_reloads"]) >= 2
     assert held.echo()["echo"]
     assert lan.connect(4, ALLOWED)["result"] == "ok"
+
+    # A setting that only a restart takes is named, in the answer and in the log, and the rules are
+    # still taken: the reload does not pass for having changed it.
+    fw.config.write_text(good.replace('listen = "127.0.0.1:9477"', 'listen = "127.0.0.1:9478"'))
+    cp = reload()
+    untaken = (f'{fw.config}: [metrics] listen: warning: changed ("127.0.0.1:9477" -> "127.0.0.1:9478"), which '
+               "a reload does not take: the daemon keeps what it started with until it restarts")
+    assert cp.returncode == 0 and untaken in cp.stderr, (cp.stdout, cp.stderr)
+    wait_until(lambda: untaken in fw.log_text(), 5, what="the untaken setting in the log")

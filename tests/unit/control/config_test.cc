@@ -439,3 +439,45 @@ TEST_CASE("config: the shipped sample configuration is valid", "[config]") {
   CHECK(c.queue.exclude_interfaces == std::vector<std::string>{"sync0"});
   CHECK_FALSE(c.sync.has_value());  // commented out in the sample
 }
+
+TEST_CASE("config: a reload names the settings it leaves as they ran", "[config][reload]") {
+  using pairwall::control::settings_awaiting_restart;
+  const std::string failover =
+      "[failover]\ndriver = \"builtin\"\nadvskew = 0\nkey_file = \"a.key\"\n"
+      "vips = [ { interface = \"lan0\", address = \"10.0.0.1/24\" } ]\n";
+  const Config running = parse("[queue]\ncount = 2\n" + failover);
+  const auto after = [&](const std::string& text) { return settings_awaiting_restart(running, parse(text)); };
+  const std::string tail =
+      ", which a reload does not take: the daemon keeps what it started with until it restarts";
+
+  // The same settings, however written, and those a reload takes: nothing to say.
+  CHECK(after("[queue]\ncount = 2\n" + failover).empty());
+  CHECK(after("[failover]\nvips = [{interface=\"lan0\",address=\"10.0.0.1/24\"}]\nkey_file = \"b.key\"\n"
+              "accept_key_file = \"a.key\"\nadvskew = 0\ndriver = \"builtin\"\n[queue]\ncount = 2\n")
+            .empty());
+  const Config other_rules = parse_config(
+      "[node]\nid = 7\n[rules]\nfile = \"/etc/pairwall/other.conf\"\n[queue]\n"
+      "count = 2\n" +
+          failover,
+      "pairwall.toml");
+  CHECK(settings_awaiting_restart(running, other_rules).empty());
+
+  // A value changed, added, removed; a list changed; a section added.
+  CHECK(after("[queue]\ncount = 2\n" + failover + "preempt = true\n") ==
+        std::vector<std::string>{"pairwall.toml: [failover] preempt: warning: added (true)" + tail});
+  CHECK(after("[queue]\ncount = 4\n" + failover) ==
+        std::vector<std::string>{"pairwall.toml: [queue] count: warning: changed (2 -> 4)" + tail});
+  CHECK(after(failover) == std::vector<std::string>{"pairwall.toml: [queue] count: warning: removed" + tail});
+  std::string moved = "[queue]\ncount = 2\n" + failover;
+  moved.replace(moved.find("10.0.0.1/24"), 11, "10.0.0.2/24");
+  CHECK(after(moved) == std::vector<std::string>{"pairwall.toml: [failover] vips: warning: changed" + tail});
+  CHECK(after("[queue]\ncount = 2\n" + failover + "[metrics]\nlisten = \"127.0.0.1:9100\"\n") ==
+        std::vector<std::string>{"pairwall.toml: [metrics] listen: warning: added (\"127.0.0.1:9100\")" +
+                                 tail});
+  // Each setting once, in the order of the sections' and keys' names.
+  std::string two = "[queue]\ncount = 3\n" + failover;
+  two.replace(two.find("advskew = 0"), 11, "advskew = 100");
+  CHECK(after(two) ==
+        std::vector<std::string>{"pairwall.toml: [failover] advskew: warning: changed (0 -> 100)" + tail,
+                                 "pairwall.toml: [queue] count: warning: changed (2 -> 3)" + tail});
+}
