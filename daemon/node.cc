@@ -52,6 +52,17 @@ using std::chrono::steady_clock;
 // watchdog stops and `health` says so.
 constexpr auto kStuckAfter = std::chrono::seconds(3);
 
+// The settings a reload takes (Node::reload()); it warns of the others that changed.
+constexpr control::Setting kTakenByReload[] = {
+    {"rules", "file"},
+    {"sync", "key_file"},
+    {"sync", "accept_key_file"},
+    {"failover", "key_file"},
+    {"failover", "accept_key_file"},
+    {"failover", "advskew"},
+    {"failover", "preempt"},
+};
+
 engine::Millis monotonic_now() {
   // The clock the queue workers pass to Engine::process_batch() (nfqueue.h).
   return std::chrono::duration_cast<engine::Millis>(steady_clock::now().time_since_epoch());
@@ -593,14 +604,15 @@ class Node {
   }
 
   // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
-  // the config again, as a restart would, and takes what it names now: the [rules] file (even after
-  // `pairwallctl rules load` of another) and the sync and failover keys (key_file,
+  // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
+  // file (even after `pairwallctl rules load` of another), the sync and failover keys (key_file,
   // accept_key_file), so that a pair changes its keys without a restart, which would hand the
-  // group over with the peer's states unsynced (README "Changing the keys"). All or nothing: the
-  // keys are read before the rules are compiled and taken after they are published. The other
-  // settings need a restart: those that differ from the running ones are warned about with the
-  // rules' warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the
-  // running set stays.
+  // group over with the peer's states unsynced (README "Changing the keys"), and the builtin
+  // election's advskew and preempt, as carp(4) takes them from ifconfig. All or nothing: the keys
+  // are read before the rules are compiled and taken after they are published. The other settings
+  // need a restart: those that differ from the running ones are warned about with the rules'
+  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running
+  // set stays.
   // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
@@ -618,11 +630,12 @@ class Node {
       queues_->refresh_interfaces();
       result = service_.load_rules(now.rules.file);
       if (result.ok) {
-        for (std::string& untaken : control::settings_awaiting_restart(c_, now))
+        for (std::string& untaken : control::settings_awaiting_restart(c_, now, kTakenByReload))
           result.warnings.push_back(std::move(untaken));
         if (sync_keys) sync_service_->set_keys(std::move(sync_keys->key), std::move(sync_keys->accept_key));
         if (failover_keys) {
           failover_->service().set_keys(std::move(failover_keys->key), std::move(failover_keys->accept_key));
+          failover_->service().set_preference(failover_keys->advskew, failover_keys->preempt);
         }
         spdlog::info("{}: rules reloaded from {}: {} rules, {} states kept", who, now.rules.file,
                      result.rule_count, engine_.states().size());

@@ -1,5 +1,6 @@
 #include "failover/election.h"
 
+#include <algorithm>
 #include <tuple>
 
 namespace pairwall::failover {
@@ -201,6 +202,16 @@ Actions Election::set_demotion(Time now, uint32_t demotion) {
       break;
   }
   return {};
+}
+
+Actions Election::set_preference(Time now, uint8_t advskew, bool preempt) {
+  advskew = std::min(advskew, kMaxAdvskew);  // 255 is a leaving master's
+  const bool skew_changed = advskew != config_.advskew;
+  config_.advskew = advskew;
+  config_.preempt = preempt;
+  if (role_ != Role::Master || !skew_changed) return {};
+  next_advert_ = now + interval();
+  return Actions{.send_advert = true};
 }
 
 Actions Election::set_fault(Time now, bool fault) {

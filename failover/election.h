@@ -163,6 +163,11 @@ class Election {
   // Call when now >= deadline(); calling it early is harmless.
   Actions on_timer(Time now);
   Actions set_demotion(Time now, uint32_t demotion);
+  // carp(4)'s `ifconfig carpN advskew N [-]preempt` on a running group (a reload): a master
+  // advertises its new skew at once, so that a backup it now ranks below preempts it on this
+  // advertisement (with preempt); a backup ranks itself anew on the master's next advertisement,
+  // as after set_demotion(), and waits out the master-down interval of its new skew from then on.
+  Actions set_preference(Time now, uint8_t advskew, bool preempt);
   // Fault: no VIP interface of the group has carrier; we can serve nothing, so we step out.
   Actions set_fault(Time now, bool fault);
   // Clean shutdown: a master sends one leaving advertisement and releases. Ends in INIT.

@@ -501,8 +501,8 @@ FailoverSnapshot FailoverService::snapshot() const {
   s.role = election_.role();
   s.vhid = config_.vhid;
   s.advbase_ms = config_.advbase_ms;
-  s.advskew = config_.advskew;
-  s.preempt = config_.preempt;
+  s.advskew = election_.config().advskew;  // a reload may have changed them (set_preference)
+  s.preempt = election_.config().preempt;
   s.demotion = demotion_.total();
   s.demotion_reasons = demotion_.reasons();
   for (std::size_t i = 0; i < kDemoteReasonCount; ++i) {
@@ -571,6 +571,17 @@ void FailoverService::fill_status(control::FailoverStatus* status) {
 void FailoverService::set_keys(std::string key, std::string accept_key) {
   std::lock_guard lock(mutex_);
   codec_.set_keys(std::move(key), std::move(accept_key));
+}
+
+void FailoverService::set_preference(uint8_t advskew, bool preempt) {
+  std::lock_guard lock(mutex_);
+  if (config_.driver != Driver::Builtin) return;
+  const ElectionConfig& running = election_.config();
+  if (advskew == running.advskew && preempt == running.preempt) return;
+  spdlog::info("failover: vhid {} advskew {} -> {}, preempt {} -> {}", config_.vhid, running.advskew, advskew,
+               running.preempt ? "on" : "off", preempt ? "on" : "off");
+  apply(now(), election_.set_preference(now(), advskew, preempt));
+  rearm();
 }
 
 std::string FailoverService::demote(uint32_t amount) {

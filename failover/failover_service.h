@@ -137,6 +137,9 @@ class FailoverService final : public control::FailoverControl {
   // The keys a SIGHUP re-read (key_file, accept_key_file): advertisements are signed with `key`
   // from the next one on, and accepted under either. Any thread.
   void set_keys(std::string key, std::string accept_key);
+  // The advskew and preempt a SIGHUP re-read, taken at once as carp(4) takes `ifconfig carpN
+  // advskew N [-]preempt` (Election::set_preference); the builtin election only. Any thread.
+  void set_preference(uint8_t advskew, bool preempt);
   // keepalived mode: the role keepalived decided. "" on success, otherwise why not.
   std::string set_external_role(Role role);
 

@@ -264,14 +264,8 @@ std::string setting_text(const toml::node& node) {
 
 }  // namespace
 
-std::vector<std::string> settings_awaiting_restart(const Config& running, const Config& next) {
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kTakenByReload = {{
-      {"rules", "file"},
-      {"sync", "key_file"},
-      {"sync", "accept_key_file"},
-      {"failover", "key_file"},
-      {"failover", "accept_key_file"},
-  }};
+std::vector<std::string> settings_awaiting_restart(const Config& running, const Config& next,
+                                                   std::span<const Setting> taken) {
   // Every (section, key) either file sets, in the order of the sections and keys' names.
   std::set<std::pair<std::string, std::string>> settings;
   for (const toml::table* document : {&running.document, &next.document}) {
@@ -288,9 +282,7 @@ std::vector<std::string> settings_awaiting_restart(const Config& running, const 
   };
   std::vector<std::string> out;
   for (const auto& [section, key] : settings) {
-    if (std::find(kTakenByReload.begin(), kTakenByReload.end(),
-                  std::pair<std::string_view, std::string_view>(section, key)) != kTakenByReload.end())
-      continue;
+    if (std::find(taken.begin(), taken.end(), Setting{section, key}) != taken.end()) continue;
     const toml::node* before = find(running.document, section, key);
     const toml::node* after = find(next.document, section, key);
     if (before != nullptr && after != nullptr && setting_text(*before) == setting_text(*after)) continue;

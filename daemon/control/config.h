@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,11 +106,19 @@ Config parse_config(std::string_view text, const std::string& file_name);
 // Reads `path` and parses it. Throws ConfigError (also when the file cannot be read).
 Config load_config(const std::string& path);
 
-// What a reload to `next` leaves as `running` has it: the settings that differ but for those a
-// reload takes (the [rules] file, the [sync] and [failover] key files), one line each, naming the
-// file, section and key ("pairwall.toml: [failover] advskew: warning: changed (0 -> 100), ..."). A reload
-// that said nothing of them would pass for having taken them.
-std::vector<std::string> settings_awaiting_restart(const Config& running, const Config& next);
+// A key of a section: [section] key.
+struct Setting {
+  std::string_view section;
+  std::string_view key;
+  friend bool operator==(const Setting&, const Setting&) = default;
+};
+
+// What a reload to `next` leaves as `running` has it: the settings that differ but for those the
+// reload takes (`taken`), one line each, naming the file, section and key ("pairwall.toml:
+// [failover] vhid: warning: changed (1 -> 2), ..."). A reload that said nothing of them would pass
+// for having taken them.
+std::vector<std::string> settings_awaiting_restart(const Config& running, const Config& next,
+                                                   std::span<const Setting> taken);
 
 // "host:port" or "[v6]:port" -> host, port. Returns false when malformed.
 bool split_host_port(std::string_view text, std::string& host, uint16_t& port);

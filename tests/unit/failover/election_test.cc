@@ -66,6 +66,9 @@ class Sim {
     apply(i, nodes_.at(i).election->set_demotion(now_, demotion));
   }
   void fault(std::size_t i, bool f) { apply(i, nodes_.at(i).election->set_fault(now_, f)); }
+  void set_preference(std::size_t i, uint8_t advskew, bool preempt) {
+    apply(i, nodes_.at(i).election->set_preference(now_, advskew, preempt));
+  }
   void cut(std::size_t from, std::size_t to) { cut_.insert({from, to}); }
   void heal() { cut_.clear(); }
 
@@ -584,4 +587,56 @@ TEST_CASE("a master whose advertisements do not leave hands over once it is demo
     CHECK(sim.masters() == (demoted ? 1u : 2u));
     CHECK(sim.node(0).holds_vips == !demoted);
   }
+}
+
+TEST_CASE("advskew changed on a running master: a backup with preempt takes the group at once",
+          "[election]") {
+  for (const bool preempt : {true, false}) {
+    Sim sim = steady_pair(1s, true, preempt);
+    REQUIRE(sim.role(0) == Role::Master);
+    const pf::Time changed = sim.now();
+    const uint64_t adverts = sim.node(0).adverts_sent;
+    sim.set_preference(0, 200, true);  // maintenance: A now ranks below B's 100
+    CHECK(sim.node(0).adverts_sent == adverts + 1);
+    CHECK(sim.election(0).advert().advskew == 200);
+    CHECK(sim.election(0).interval() == 1s + skew_time(1s, 200));
+    sim.run_for(2ms);
+    if (preempt) {
+      CHECK(sim.role(1) == Role::Master);
+      CHECK(sim.became(1, Role::Master) == changed + kLatency);
+      CHECK(sim.election(1).transitions().last()->cause == pf::Cause::Preempt);
+      CHECK(sim.role(0) == Role::Backup);
+    } else {
+      // preempt governs advskew: without it B waits for A to fail or to be demoted.
+      sim.run_for(20s);
+      CHECK(sim.role(0) == Role::Master);
+      CHECK(sim.role(1) == Role::Backup);
+    }
+    CHECK(sim.masters() == 1);
+  }
+}
+
+TEST_CASE("advskew and preempt changed on a backup: it takes the group on the master's next advertisement",
+          "[election]") {
+  Sim sim = steady_pair(1s, true, false);
+  REQUIRE(sim.role(1) == Role::Backup);
+  const pf::Time changed = sim.now();
+  sim.set_preference(1, 0, false);  // equal skew: the lower node id keeps the group, no preempt anyway
+  sim.run_for(5s);
+  CHECK(sim.role(0) == Role::Master);
+  CHECK(sim.node(1).adverts_sent == 0);  // a backup says nothing of it
+  sim.set_preference(0, 50, true);
+  sim.run_for(5s);
+  CHECK(sim.role(0) == Role::Master);  // B ranks above A now, but has no preempt
+  sim.set_preference(1, 0, true);
+  sim.run_for(1s + skew_time(1s, 50) + kLatency);
+  CHECK(sim.role(1) == Role::Master);
+  CHECK(sim.became(1, Role::Master) > changed);
+  CHECK(sim.election(1).transitions().last()->cause == pf::Cause::Preempt);
+  sim.run_for(1ms);
+  CHECK(sim.role(0) == Role::Backup);
+  CHECK(sim.masters() == 1);
+  // Out of range: 255 is a leaving master's skew, never a running one's.
+  sim.set_preference(1, 255, true);
+  CHECK(sim.election(1).advert().advskew == pf::kMaxAdvskew);
 }
