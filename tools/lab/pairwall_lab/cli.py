@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from . import drill, report, topology
+from .drivers import KILL_KINDS
 from .lab import DEFAULT_PREFIX, PKG_DIR, REPO, RUN_ROOT, Lab
 from .netns import FeatureMissing, LabError
 
@@ -41,7 +42,9 @@ Kinds of kill: master = kill -9 of pairwalld (its VIPs stay in its kernel); cras
 systemd runs after it (the unit's ExecStopPost, pairwalld --cleanup; the baseline has no such step and
 is killed as for master); node = kill -9 and every link
 of the namespace down (power loss); link = the master's outside LAN cable pulled (switch port down);
-sync = the sync link cut. With --driver none, master turns off the node's IP forwarding and a scripted
+sync = the sync link cut; handover = nothing fails: a planned handover, the master's administrative
+demotion raised by 100 (`pairwallctl failover demote 100`, as CARP's carpdemote before maintenance) and
+lowered again at the restore (builtin and keepalived drivers). With --driver none, master turns off the node's IP forwarding and a scripted
 takeover moves the VIPs to the other node after 3*advbase + skew: it exercises the lab, not pairwall.
 """
 
@@ -88,7 +91,7 @@ def parser():
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         d.add_argument("--connections", type=int, default=200)
         d.add_argument("--duration", type=float, default=12.0, help="traffic time, seconds (default %(default)s)")
-        d.add_argument("--kill", choices=["master", "crash", "node", "link", "sync"], default="master")
+        d.add_argument("--kill", choices=list(KILL_KINDS), default="master")
         d.add_argument("--kill-after", type=float, default=3.0)
         d.add_argument("--restore-after", type=float, default=3.0)
         d.add_argument("--churn", type=float, default=0.0, help="short connections per second besides the long ones")

@@ -2,7 +2,8 @@
 
 Timeline (seconds from the moment all connections are up):
   0 ........ kill_after: traffic steady; the master is the node the driver reports
-  kill_after: the master is failed (master|crash|node|link|sync); the instant is taken just before
+  kill_after: the master is failed (master|crash|node|link|sync) or hands over (handover); the instant is
+             taken just before
   + restore_after: the failed thing is restored (pairwalld restarted, links up)
   duration: traffic stops; late probe replies get 1 s more; the report is computed.
 """
@@ -115,6 +116,9 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     out = Path(out_dir) if out_dir else default_out_dir()
     out.mkdir(parents=True, exist_ok=True)
     driver = lab.driver
+    if kill == "handover" and not driver.can_hand_over:
+        raise LabError(f"--kill handover: the {driver.name} driver has no demotion to raise (builtin and "
+                       "keepalived drivers only)")
     roles_before = driver.roles()
     first_master = lab.master()
     traffic = str(lab.pkg_dir / "traffic.py")

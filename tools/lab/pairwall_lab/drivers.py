@@ -32,7 +32,10 @@ from .netns import FeatureMissing, LabError
 
 REPO_DIR = Path(__file__).resolve().parents[3]
 
-KILL_KINDS = ("master", "crash", "node", "link", "sync")
+KILL_KINDS = ("master", "crash", "node", "link", "sync", "handover")
+# `handover`'s administrative demotion, as an operator raises it for maintenance (CARP's carpdemote):
+# above any automatic one, so that the healthy backup outranks the master however it was demoted.
+HANDOVER_DEMOTION = 100
 
 
 def takeover_delay_s(advbase_ms, advskew):
@@ -145,6 +148,8 @@ class Driver:
             topology.set_lan_port(p, node, "out", False)
         elif kind == "sync":
             topology.set_sync_link(p, node, False)
+        elif kind == "handover":
+            self.hand_over(node)
         else:
             raise LabError(f"unknown kill kind {kind!r}; expected one of {', '.join(KILL_KINDS)}")
 
@@ -156,8 +161,21 @@ class Driver:
             topology.set_lan_port(p, node, "out", True)
         elif kind == "sync":
             topology.set_sync_link(p, node, True)
+        elif kind == "handover":
+            self.hand_back(node)
         if kind in ("master", "crash", "node"):
             self.restart_software(node, kind)
+
+    # Whether hand_over() can: the drill refuses --kill handover before any traffic where it cannot.
+    can_hand_over = False
+
+    def hand_over(self, node):
+        """A planned handover: `node`, the master, gives the group up with nothing failed."""
+        raise NotImplementedError
+
+    def hand_back(self, node):
+        """Ends hand_over(): `node` is healthy again and stays backup (no preempt in the lab)."""
+        raise NotImplementedError
 
     def kill_software(self, node, kind):
         """The firewall software of `node` dies as kill -9 leaves it: addresses stay in its kernel. For
@@ -494,6 +512,25 @@ class PairwalldDriver(Driver):
             return json.loads(cp.stdout)
         except json.JSONDecodeError:
             return None
+
+    @property
+    def can_hand_over(self):
+        return self.elects
+
+    def hand_over(self, node):
+        # What an operator does before maintenance: the master's demotion rises, it advertises it at once,
+        # and the healthy backup takes the group on that advertisement (in keepalived mode, through the
+        # track file's weight: keepalived's priority falls below the backup's).
+        self._demotion(node, "demote")
+
+    def hand_back(self, node):
+        self._demotion(node, "promote")
+
+    def _demotion(self, node, verb):
+        cp = netns.nsexec(self.lab.ns[node], self.lab.bin("pairwallctl"), "-s", str(self.socket(node)), "failover",
+                          verb, str(HANDOVER_DEMOTION), check=False, timeout=5)
+        if cp.returncode != 0:
+            raise LabError(f"pairwallctl failover {verb} {HANDOVER_DEMOTION} on {node}: {cp.stderr.strip()}")
 
     def node_status(self):
         out = {}
