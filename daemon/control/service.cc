@@ -271,7 +271,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
              return within_anchor(anchor, loaded);
            });
   };
-  if (std::string error = publish(file, loaded_ ? engine_.rules().get() : nullptr, keeps_counters);
+  if (std::string error = publish(file, loaded_ ? engine_.rules().get() : nullptr, keeps_counters, &notices);
       !error.empty()) {
     ++reload_failures_;
     result.error = std::move(error);
@@ -324,8 +324,9 @@ std::string ControlService::read_interface_addresses(engine::rules::InterfaceAdd
 
 std::string ControlService::publish(const engine::rules::RuleFile& file,
                                     const engine::rules::RuleSet* counters_from,
-                                    const std::function<bool(std::string_view anchor)>& keeps_counters) {
-  auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from, keeps_counters);
+                                    const std::function<bool(std::string_view anchor)>& keeps_counters,
+                                    std::vector<engine::rules::RuleError>* notices) {
+  auto compiled = engine::rules::compile(file, engine_.interfaces(), counters_from, keeps_counters, notices);
   if (auto* error = std::get_if<engine::rules::RuleError>(&compiled)) return error->to_string();
   auto rules = std::get<std::shared_ptr<const engine::rules::RuleSet>>(std::move(compiled));
   const bool translating = rules->has_translations() && prerouting_hook_.has_value();

@@ -150,8 +150,10 @@ class ControlService {
   std::string read_interface_addresses(engine::rules::InterfaceAddresses& out) const;
   // Compiles `file` and publishes it; empty, or why it was refused. The rules keep the counters of
   // those of `counters_from` written alike, in the anchors `keeps_counters` names (all without it).
+  // `notices`, where given, gets the compiler's warnings (rules that never decide).
   std::string publish(const engine::rules::RuleFile& file, const engine::rules::RuleSet* counters_from,
-                      const std::function<bool(std::string_view anchor)>& keeps_counters = {});
+                      const std::function<bool(std::string_view anchor)>& keeps_counters = {},
+                      std::vector<engine::rules::RuleError>* notices = nullptr);
   void stats(Stats* out) const;
   void settings(Settings* out) const;
   void health(Health* out) const;

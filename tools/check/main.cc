@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const rules::RuleFile& file = std::get<rules::RuleFile>(read);
-  auto compiled = rules::compile(file, engine.interfaces());
+  auto compiled = rules::compile(file, engine.interfaces(), nullptr, {}, &notices);
   if (auto* error = std::get_if<rules::RuleError>(&compiled)) {
     std::cerr << error->to_string() << "\n";
     return 1;

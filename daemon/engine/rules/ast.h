@@ -48,6 +48,7 @@ struct PortMatch {
   Op op = Op::Eq;
   uint16_t low = 0;
   uint16_t high = 0;  // only for the two-operand operators
+  friend bool operator==(const PortMatch&, const PortMatch&) = default;
 };
 
 // pf's `no-route` in place of an endpoint's addresses (filter rules only): an address the routing
@@ -68,12 +69,14 @@ struct Endpoint {
 struct FlagsMatch {
   uint8_t set = 0;
   uint8_t mask = 0;
+  friend bool operator==(const FlagsMatch&, const FlagsMatch&) = default;
 };
 
 // `icmp-type echoreq`, `icmp-type unreach code 3`, `icmp6-type 128`.
 struct IcmpTypeMatch {
   uint8_t type = 0;
   int16_t code = -1;  // -1: any code
+  friend bool operator==(const IcmpTypeMatch&, const IcmpTypeMatch&) = default;
 };
 
 // Match: pf's match rule, which never decides; the tag it carries goes with the packets it matches.

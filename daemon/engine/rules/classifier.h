@@ -156,11 +156,13 @@ struct AddressTerm {
   IpPrefix prefix;
   const AddressTable* table = nullptr;  // Kind::Table; only read while the classifier is built
   IpAddress last;                       // Kind::Range: from prefix's address to this one
+  friend bool operator==(const AddressTerm&, const AddressTerm&) = default;
 };
 
 struct InterfaceTerm {
   IfaceId id = kNoIface;
   bool negated = false;
+  friend bool operator==(const InterfaceTerm&, const InterfaceTerm&) = default;
 };
 
 // What one rule requires of a packet. Empty lists mean "any"; a list matches if any element does.

@@ -28,6 +28,7 @@
 #include "daemon/engine/rules/anchors.h"
 #include "daemon/engine/rules/classifier.h"
 #include "daemon/engine/rules/interface_addresses.h"
+#include "daemon/engine/rules/shadowed.h"
 
 namespace pairwall::engine::rules {
 
@@ -500,7 +501,8 @@ void check_icmp_family(const SourceLocation& at, const std::vector<uint8_t>& pro
 
 class Compiler {
  public:
-  Compiler(const RuleFile& file, InterfaceRegistry& interfaces) : file_(file), interfaces_(interfaces) {}
+  Compiler(const RuleFile& file, InterfaceRegistry& interfaces, std::vector<RuleError>* notices)
+      : file_(file), interfaces_(interfaces), notices_(notices) {}
 
   std::shared_ptr<const RuleSet> run(const RuleSet* counters_from,
                                      const std::function<bool(std::string_view)>& keeps_counters) {
@@ -1005,6 +1007,7 @@ class Compiler {
       specs.push_back(std::move(s));
     }
     evaluation_stops(set);
+    if (notices_ != nullptr) shadowed_rule_notices(specs, set.rules_, *notices_);
     const std::vector<uint32_t> starts = segment_starts(reach);
     for (std::size_t k = 0; k < starts.size(); ++k) {
       const uint32_t first = starts[k];
@@ -1331,6 +1334,7 @@ class Compiler {
 
   const RuleFile& file_;
   InterfaceRegistry& interfaces_;
+  std::vector<RuleError>* notices_;  // where given: rules that never decide (shadowed.h)
   std::map<std::string, std::pair<const Table*, AddressTable>> tables_;
   std::map<std::string, const TableCounters*> counted_tables_;
   std::map<std::string, uint16_t> tag_numbers_;  // number_tags()
@@ -1338,9 +1342,9 @@ class Compiler {
 
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
     const RuleFile& file, InterfaceRegistry& interfaces, const RuleSet* counters_from,
-    const std::function<bool(std::string_view anchor)>& keeps_counters) {
+    const std::function<bool(std::string_view anchor)>& keeps_counters, std::vector<RuleError>* notices) {
   try {
-    return Compiler(file, interfaces).run(counters_from, keeps_counters);
+    return Compiler(file, interfaces, notices).run(counters_from, keeps_counters);
   } catch (const CompileFailure& f) {
     return f.error;
   }
@@ -1363,7 +1367,7 @@ std::variant<std::shared_ptr<const RuleSet>, RuleError> load_rules_file(const st
                                                                         std::vector<RuleError>* notices) {
   auto read = read_rules_file(path, addresses, notices);
   if (auto* error = std::get_if<RuleError>(&read)) return std::move(*error);
-  return compile(std::get<RuleFile>(read), interfaces);
+  return compile(std::get<RuleFile>(read), interfaces, nullptr, {}, notices);
 }
 
 void tag_notices(const RuleFile& file, std::vector<RuleError>& notices) {

@@ -21,10 +21,12 @@ namespace pairwall::engine::rules {
 // the same anchor, and to the scrub and translation rules written alike, which the main rules'
 // counters follow (a table edit or an anchor's load recompiles the others unchanged).
 // `keeps_counters`, when given, names the anchors ("" the main rules) whose rules take them; the
-// others' start at zero, as rules loaded anew.
+// others' start at zero, as rules loaded anew. `notices`, when given, gets a warning for each
+// filter rule that never decides (shadowed.h).
 std::variant<std::shared_ptr<const RuleSet>, RuleError> compile(
     const RuleFile& file, InterfaceRegistry& interfaces, const RuleSet* counters_from = nullptr,
-    const std::function<bool(std::string_view anchor)>& keeps_counters = {});
+    const std::function<bool(std::string_view anchor)>& keeps_counters = {},
+    std::vector<RuleError>* notices = nullptr);
 
 // What an anchor matches, as written after its name ("in quick on lan0 proto tcp", or "all").
 std::string anchor_terms_text(const Anchor& anchor);
