@@ -44,8 +44,9 @@ is killed as for master); node = kill -9 and every link
 of the namespace down (power loss); link = the master's outside LAN cable pulled (switch port down);
 sync = the sync link cut; handover = nothing fails: a planned handover, the master's administrative
 demotion raised by 100 (`pairwallctl failover demote 100`, as CARP's carpdemote before maintenance) and
-lowered again at the restore (builtin and keepalived drivers). With --driver none, master turns off the node's IP forwarding and a scripted
-takeover moves the VIPs to the other node after 3*advbase + skew: it exercises the lab, not pairwall.
+lowered again at the restore (builtin and keepalived drivers). With --driver none, master turns off the
+node's IP forwarding and a scripted takeover moves the VIPs to the other node after 3*advbase + skew: it
+exercises the lab, not pairwall.
 """
 
 

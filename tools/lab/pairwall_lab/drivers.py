@@ -34,7 +34,7 @@ REPO_DIR = Path(__file__).resolve().parents[3]
 
 KILL_KINDS = ("master", "crash", "node", "link", "sync", "handover")
 # `handover`'s administrative demotion, as an operator raises it for maintenance (CARP's carpdemote):
-# above any automatic one, so that the healthy backup outranks the master however it was demoted.
+# any amount puts a healthy backup above the master, whose demotion is then this plus its own.
 HANDOVER_DEMOTION = 100
 
 
