@@ -45,7 +45,7 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
 
   step "fuzz targets (short runs)"
   cmake --preset fuzz >/dev/null
-  cmake --build --preset fuzz -j"$jobs" --target fuzz_packet fuzz_rules fuzz_advert fuzz_sync fuzz_engine fuzz_config
+  cmake --build --preset fuzz -j"$jobs" --target fuzz_packet fuzz_rules fuzz_compile fuzz_advert fuzz_sync fuzz_engine fuzz_config
   seconds="${PAIRWALL_FUZZ_SECONDS:-20}"
   for target in build-fuzz/bin/fuzz_*; do
     [[ -x "$target" ]] || continue

@@ -13,72 +13,48 @@
 #include "daemon/engine/rules/parser.h"
 #include "daemon/io/hooks.h"
 #include "daemon/io/prerouting_matches.h"
+#include "tests/fuzz/positions.h"
 
 namespace {
 
 using pairwall::engine::rules::RuleError;
 using pairwall::engine::rules::RuleFile;
-using pairwall::engine::rules::SourceLocation;
-
-// Length of each line, 1-based index; a position may sit one past the end (end of line/file).
-std::vector<std::size_t> line_lengths(std::string_view text) {
-  std::vector<std::size_t> lengths{0, 0};
-  for (char c : text) {
-    if (c == '\n') {
-      lengths.push_back(0);
-    } else {
-      ++lengths.back();
-    }
-  }
-  return lengths;
-}
-
-int read_name(const std::string& path, std::string& text) {
-  text = path;
-  return 0;
-}
-
-// A position must lie in the text of the file it names: the input, or an included file's name.
-void check(const SourceLocation& loc, const std::vector<std::size_t>& input_lines) {
-  const std::vector<std::size_t> lines = loc.file == "fuzz.conf" ? input_lines : line_lengths(loc.file);
-  if (loc.line < 1 || loc.line >= lines.size()) std::abort();
-  if (loc.column < 1 || loc.column > lines[loc.line] + 1) std::abort();
-}
+using pairwall::fuzz::check_position;
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const auto lines = line_lengths(text);
-  auto result = pairwall::engine::rules::parse_rules(text, "fuzz.conf", read_name);
+  const auto lines = pairwall::fuzz::line_lengths(text);
+  auto result = pairwall::engine::rules::parse_rules(text, "fuzz.conf", pairwall::fuzz::text_is_name);
   if (const auto* error = std::get_if<RuleError>(&result)) {
-    check(error->location, lines);
+    check_position(error->location, lines);
     if (error->message.empty()) std::abort();
     // The same input gives the same message: nothing depends on the host or on earlier runs.
-    auto again = pairwall::engine::rules::parse_rules(text, "fuzz.conf", read_name);
+    auto again = pairwall::engine::rules::parse_rules(text, "fuzz.conf", pairwall::fuzz::text_is_name);
     const auto* second = std::get_if<RuleError>(&again);
     if (!second || second->to_string() != error->to_string()) std::abort();
     return 0;
   }
   const auto& file = std::get<RuleFile>(result);
   for (const auto& t : file.tables) {
-    check(t.location, lines);
+    check_position(t.location, lines);
     if (t.name.empty()) std::abort();
   }
-  for (const auto& r : file.scrub_rules) check(r.location, lines);
+  for (const auto& r : file.scrub_rules) check_position(r.location, lines);
   for (const auto& r : file.translation_rules) {
-    check(r.location, lines);
+    check_position(r.location, lines);
     // A target is an address or a list of them, or an interface whose address
     // resolve_interfaces() sets later; a list's addresses are of one family.
     if (!r.negate_translation && r.targets.empty() && r.target_interface.empty()) std::abort();
     for (const auto& t : r.targets)
       if (t.family != r.targets[0].family) std::abort();
-    if (!r.target_interface.empty()) check(r.target_location, lines);
+    if (!r.target_interface.empty()) check_position(r.target_location, lines);
   }
   for (const auto& r : file.filter_rules) {
-    check(r.location, lines);
+    check_position(r.location, lines);
     for (const auto* ep : {&r.from, &r.to}) {
-      for (const auto& a : ep->addresses) check(a.location, lines);
+      for (const auto& a : ep->addresses) check_position(a.location, lines);
       for (const auto& p : ep->ports) {
         const bool range = p.op == pairwall::engine::rules::PortMatch::Op::RangeInclusive ||
                            p.op == pairwall::engine::rules::PortMatch::Op::RangeExclusive ||
