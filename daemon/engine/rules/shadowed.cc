@@ -76,10 +76,13 @@ bool covers(const MatchSpec& b, const MatchSpec& a) {
       !any_or_same(b.dst_ports, a.dst_ports))
     return false;
   if (b.flags) {
-    // Flags that test TCP alone leave a rule of other protocols whole (`pass in all` and UDP).
+    // Flags that test TCP alone leave a rule of other protocols whole (`pass in all` and UDP), and
+    // test a rule of TCP alone as its own flags do.
     const bool a_not_tcp = !a.protocols.empty() && std::find(a.protocols.begin(), a.protocols.end(),
                                                              ipproto::kTcp) == a.protocols.end();
-    const bool same = a.flags && *a.flags == *b.flags && a.flags_tcp_only == b.flags_tcp_only;
+    const bool a_tcp_only = a.protocols == std::vector<uint8_t>{ipproto::kTcp};
+    const bool same = a.flags && *a.flags == *b.flags &&
+                      (a.flags_tcp_only == b.flags_tcp_only || (b.flags_tcp_only && a_tcp_only));
     if (!same && !(b.flags_tcp_only && a_not_tcp)) return false;
   }
   if (!b.icmp_types.empty() && (b.icmp_types != a.icmp_types || b.icmp6 != a.icmp6)) return false;
