@@ -580,7 +580,8 @@ void FailoverService::set_preference(uint8_t advskew, bool preempt) {
   if (advskew == running.advskew && preempt == running.preempt) return;
   spdlog::info("failover: vhid {} advskew {} -> {}, preempt {} -> {}", config_.vhid, running.advskew, advskew,
                running.preempt ? "on" : "off", preempt ? "on" : "off");
-  apply(now(), election_.set_preference(now(), advskew, preempt));
+  const Time t = now();
+  apply(t, election_.set_preference(t, advskew, preempt));
   rearm();
 }
 

@@ -80,7 +80,7 @@ bool covers(const MatchSpec& b, const MatchSpec& a) {
     // test a rule of TCP alone as its own flags do.
     const bool a_not_tcp = !a.protocols.empty() && std::find(a.protocols.begin(), a.protocols.end(),
                                                              ipproto::kTcp) == a.protocols.end();
-    const bool a_tcp_only = a.protocols == std::vector<uint8_t>{ipproto::kTcp};
+    const bool a_tcp_only = a.protocols.size() == 1 && a.protocols[0] == ipproto::kTcp;
     const bool same = a.flags && *a.flags == *b.flags &&
                       (a.flags_tcp_only == b.flags_tcp_only || (b.flags_tcp_only && a_tcp_only));
     if (!same && !(b.flags_tcp_only && a_not_tcp)) return false;

@@ -503,9 +503,13 @@ class PairwalldDriver(Driver):
         raise LabError(f"the pair did not settle within {timeout:.0f} s (want one master, one backup, bulk "
                        f"sync done); last status: {json.dumps(last)}; see logs in {self.lab.run_dir}")
 
+    def pairwallctl(self, node, *args, timeout=5):
+        """One pairwallctl command on `node`'s control socket; the completed process."""
+        return netns.nsexec(self.lab.ns[node], self.lab.bin("pairwallctl"), "-s", str(self.socket(node)), *args,
+                            check=False, timeout=timeout)
+
     def ctl(self, node, *args, timeout=5):
-        cp = netns.nsexec(self.lab.ns[node], self.lab.bin("pairwallctl"), "-s", str(self.socket(node)), *args,
-                          check=False, timeout=timeout)
+        cp = self.pairwallctl(node, *args, timeout=timeout)
         if cp.returncode != 0:
             return None
         try:
@@ -527,8 +531,7 @@ class PairwalldDriver(Driver):
         self._demotion(node, "promote")
 
     def _demotion(self, node, verb):
-        cp = netns.nsexec(self.lab.ns[node], self.lab.bin("pairwallctl"), "-s", str(self.socket(node)), "failover",
-                          verb, str(HANDOVER_DEMOTION), check=False, timeout=5)
+        cp = self.pairwallctl(node, "failover", verb, str(HANDOVER_DEMOTION))
         if cp.returncode != 0:
             raise LabError(f"pairwallctl failover {verb} {HANDOVER_DEMOTION} on {node}: {cp.stderr.strip()}")
 
