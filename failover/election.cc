@@ -214,6 +214,23 @@ Actions Election::set_preference(Time now, uint8_t advskew, bool preempt) {
   return Actions{.send_advert = true};
 }
 
+Actions Election::set_advbase(Time now, Time advbase) {
+  if (advbase == config_.advbase) return {};
+  config_.advbase = advbase;
+  switch (role_) {
+    case Role::Master:
+      next_advert_ = now + interval();
+      return Actions{.send_advert = true};
+    case Role::Backup:
+      master_down_at_ = std::min(master_down_at_, now + master_down_interval());
+      return {};
+    case Role::Init:
+    case Role::Fault:
+      break;
+  }
+  return {};
+}
+
 Actions Election::set_fault(Time now, bool fault) {
   if (fault == fault_) return {};
   fault_ = fault;

@@ -168,6 +168,13 @@ class Election {
   // advertisement (with preempt); a backup ranks itself anew on the master's next advertisement,
   // as after set_demotion(), and waits out the master-down interval of its new skew from then on.
   Actions set_preference(Time now, uint8_t advskew, bool preempt);
+  // carp(4)'s `ifconfig carpN advbase N` on a running group (a reload). A master advertises the
+  // new interval at once: a backup waits out three of the intervals it last heard, and a master
+  // that went from 100 ms to 1 s and stayed silent until its next advertisement would be declared
+  // down. A backup's own advbase counts in its master-down interval through its skew, and alone
+  // before it has heard a master: its timer is shortened to the new interval where that ends
+  // sooner, never lengthened (a master it hears re-arms it anyway).
+  Actions set_advbase(Time now, Time advbase);
   // Fault: no VIP interface of the group has carrier; we can serve nothing, so we step out.
   Actions set_fault(Time now, bool fault);
   // Clean shutdown: a master sends one leaving advertisement and releases. Ends in INIT.

@@ -69,6 +69,9 @@ class Sim {
   void set_preference(std::size_t i, uint8_t advskew, bool preempt) {
     apply(i, nodes_.at(i).election->set_preference(now_, advskew, preempt));
   }
+  void set_advbase(std::size_t i, pf::Time advbase) {
+    apply(i, nodes_.at(i).election->set_advbase(now_, advbase));
+  }
   void cut(std::size_t from, std::size_t to) { cut_.insert({from, to}); }
   void heal() { cut_.clear(); }
 
@@ -639,4 +642,65 @@ TEST_CASE("advskew and preempt changed on a backup: it takes the group on the ma
   // Out of range: 255 is a leaving master's skew, never a running one's.
   sim.set_preference(1, 255, true);
   CHECK(sim.election(1).advert().advskew == pf::kMaxAdvskew);
+}
+
+TEST_CASE("advbase raised on a running master: it says so at once, and the backup waits for the new interval",
+          "[election]") {
+  Sim sim = steady_pair(100ms);
+  REQUIRE(sim.role(0) == Role::Master);
+  const pf::Time changed = sim.now();
+  const uint64_t adverts = sim.node(0).adverts_sent;
+  sim.set_advbase(0, 1s);
+  CHECK(sim.node(0).adverts_sent == adverts + 1);
+  CHECK(sim.election(0).advert().advbase == 1s);
+  sim.run_for(kLatency);
+  // B now waits three of A's new intervals: A's next advertisement comes 1 s on, well within them.
+  CHECK(sim.election(1).master_down_interval() == 3s + skew_time(100ms, 100));
+  sim.run_for(10s);
+  CHECK(sim.role(0) == Role::Master);
+  CHECK(sim.role(1) == Role::Backup);
+  CHECK(sim.node(0).adverts_sent == adverts + 1 + 10);
+  // Killed, A is declared down after three of its new intervals and B's skew.
+  const pf::Time last_advert = changed + 10s;
+  sim.kill(0);
+  sim.run_for(5s);
+  CHECK(sim.became(1, Role::Master) == last_advert + kLatency + 3s + skew_time(100ms, 100));
+}
+
+TEST_CASE("advbase lowered on a running master: adverts come faster, and a kill is seen sooner",
+          "[election]") {
+  Sim sim = steady_pair(1s);
+  REQUIRE(sim.role(0) == Role::Master);
+  const pf::Time changed = sim.now();
+  const uint64_t adverts = sim.node(0).adverts_sent;
+  sim.set_advbase(0, 100ms);
+  sim.run_for(1s);
+  CHECK(sim.node(0).adverts_sent == adverts + 1 + 10);
+  CHECK(sim.election(1).master_down_interval() == 300ms + skew_time(1s, 100));
+  sim.kill(0);
+  sim.run_for(2s);
+  CHECK(sim.role(1) == Role::Master);
+  CHECK(sim.became(1, Role::Master) == changed + 1s + kLatency + 300ms + skew_time(1s, 100));
+}
+
+TEST_CASE(
+    "advbase changed on a backup: its skew's share follows, and a backup alone no longer waits the old one",
+    "[election]") {
+  Sim sim(255s, {{1, 0, true}, {2, 128, true}});
+  sim.start(1);  // B alone: no master heard, it would wait 3 * 255 s and half of 255 s
+  sim.run_for(1s);
+  REQUIRE(sim.role(1) == Role::Backup);
+  const pf::Time changed = sim.now();
+  sim.set_advbase(1, 1s);
+  CHECK(sim.node(1).adverts_sent == 0);  // a backup says nothing of it
+  CHECK(sim.election(1).master_down_interval() == 3s + 500ms);
+  sim.run_for(10s);
+  CHECK(sim.role(1) == Role::Master);
+  CHECK(sim.became(1, Role::Master) == changed + 3s + 500ms);
+  // Raised again, it keeps the deadline it has: a master it hears re-arms the timer anyway.
+  Sim pair = steady_pair(1s);
+  const pf::Time deadline = pair.election(1).deadline();
+  pair.set_advbase(1, 10s);
+  CHECK(pair.election(1).deadline() == deadline);
+  CHECK(pair.election(1).master_down_interval() == 3s + skew_time(10s, 100));
 }
