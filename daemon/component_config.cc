@@ -66,7 +66,11 @@ void validate_component_sections(const control::Config& c) {
 std::function<engine::rules::InterfaceAddresses()> interface_addresses(const control::Config& c) {
   std::vector<failover::Vip> vips;
   if (c.failover) vips = failover::parse_failover_config(*c.failover, c.file).vips;
-  return [vips] {
+  return interface_addresses(std::move(vips));
+}
+
+std::function<engine::rules::InterfaceAddresses()> interface_addresses(std::vector<failover::Vip> vips) {
+  return [vips = std::move(vips)] {
     engine::rules::InterfaceAddresses addresses = io::host_interface_addresses();
     for (const failover::Vip& v : vips) {
       engine::rules::InterfaceAddress a;

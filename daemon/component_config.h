@@ -3,10 +3,12 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "daemon/control/config.h"
 #include "daemon/engine/rules/interface_addresses.h"
 #include "daemon/io/hooks.h"
+#include "failover/failover_config.h"
 
 namespace pairwall::node {
 
@@ -22,5 +24,7 @@ void validate_component_sections(const control::Config& config);
 // Where rules that name interfaces as addresses get the host's addresses. The failover's virtual
 // addresses count as their interfaces' on both nodes, held or not, so that both load the same rules.
 std::function<engine::rules::InterfaceAddresses()> interface_addresses(const control::Config& config);
+// The same with the VIPs a reload gave the group.
+std::function<engine::rules::InterfaceAddresses()> interface_addresses(std::vector<failover::Vip> vips);
 
 }  // namespace pairwall::node

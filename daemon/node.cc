@@ -59,9 +59,18 @@ constexpr control::Setting kTakenByReload[] = {
     {"sync", "accept_key_file"},
     {"failover", "key_file"},
     {"failover", "accept_key_file"},
+};
+// And those the builtin election takes on a running group (FailoverService::reconfigure), the
+// VIPs when their interfaces and families stay.
+constexpr control::Setting kTakenByElection[] = {
     {"failover", "advskew"},
     {"failover", "preempt"},
+    {"failover", "advbase_ms"},
+    {"failover", "announce_count"},
+    {"failover", "announce_interval_ms"},
+    {"failover", "vip_lease_s"},
 };
+constexpr control::Setting kVips{"failover", "vips"};
 
 engine::Millis monotonic_now() {
   // The clock the queue workers pass to Engine::process_batch() (nfqueue.h).
@@ -607,44 +616,66 @@ class Node {
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
   // file (even after `pairwallctl rules load` of another), the sync and failover keys (key_file,
   // accept_key_file), so that a pair changes its keys without a restart, which would hand the
-  // group over with the peer's states unsynced (README "Changing the keys"), and the builtin
-  // election's advskew and preempt, as carp(4) takes them from ifconfig. All or nothing: the keys
-  // are read before the rules are compiled and taken after they are published. The other settings
-  // need a restart: those that differ from the running ones are warned about with the rules'
-  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running
-  // set stays.
+  // group over with the peer's states unsynced (README "Changing the keys"), and what the builtin
+  // election changes on a running group as carp(4) takes it from ifconfig (kTakenByElection, the
+  // VIPs on the interfaces and families it has). All or nothing: the keys are read and the VIPs
+  // given to the rules' interface addresses before the rules are compiled, and the keys and the
+  // election's settings taken after they are published. The other settings need a restart: those
+  // that differ from the running ones are warned about with the rules' warnings. Nothing thrown
+  // on the way (a compile out of memory) may end the daemon: the running set stays.
   // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;
+    bool addresses_changed = false;
     try {
       const control::Config now = control::load_config(c_.file);
       validate_component_sections(now);  // a config that would not start is not half taken
       std::optional<sync::SyncConfig> sync_keys;
-      std::optional<failover::FailoverConfig> failover_keys;
+      std::optional<failover::FailoverConfig> election;
       if (sync_service_ && now.sync) sync_keys = sync::parse_sync_config(*now.sync, now.file);
       if (failover_ && now.failover) {
-        failover_keys = failover::parse_failover_config(*now.failover, now.file);
-        if (failover_keys->driver != failover::Driver::Builtin) failover_keys.reset();
+        election = failover::parse_failover_config(*now.failover, now.file);
+        if (election->driver != failover::Driver::Builtin) election.reset();
+      }
+      std::vector<control::Setting> taken(std::begin(kTakenByReload), std::end(kTakenByReload));
+      std::string vips_kept;
+      if (election) {
+        taken.insert(taken.end(), std::begin(kTakenByElection), std::end(kTakenByElection));
+        vips_kept = failover_->service().vips_need_restart(*election);
+        taken.push_back(kVips);  // taken, or warned about below with the reason
+        if (vips_kept.empty() && election->vips != failover_->service().vips()) {
+          service_.set_interface_addresses(interface_addresses(election->vips));
+          addresses_changed = true;
+        }
       }
       queues_->refresh_interfaces();
       result = service_.load_rules(now.rules.file);
       if (result.ok) {
-        for (std::string& untaken : control::settings_awaiting_restart(c_, now, kTakenByReload))
+        addresses_changed = false;
+        for (std::string& untaken : control::settings_awaiting_restart(c_, now, taken))
           result.warnings.push_back(std::move(untaken));
+        if (!vips_kept.empty()) {
+          result.warnings.push_back(
+              now.file + ": [failover] vips: warning: changed, which a reload does not take: " + vips_kept +
+              ": the advertisements go out on the VIPs' interfaces and families, "
+              "whose sockets open at start; the daemon keeps the VIPs it runs with until "
+              "it restarts");
+        }
         if (sync_keys) sync_service_->set_keys(std::move(sync_keys->key), std::move(sync_keys->accept_key));
-        if (failover_keys) {
-          failover_->service().set_keys(std::move(failover_keys->key), std::move(failover_keys->accept_key));
-          failover_->service().set_preference(failover_keys->advskew, failover_keys->preempt);
+        if (election) {
+          failover_->service().set_keys(election->key, election->accept_key);
+          failover_->service().reconfigure(*election);
         }
         spdlog::info("{}: rules reloaded from {}: {} rules, {} states kept", who, now.rules.file,
                      result.rule_count, engine_.states().size());
         for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
-        if (sync_keys || failover_keys) spdlog::info("{}: keys re-read from {}", who, now.file);
+        if (sync_keys || election) spdlog::info("{}: keys re-read from {}", who, now.file);
       }
     } catch (const std::exception& e) {
       result = {false, e.what(), 0, {}};
     }
+    if (addresses_changed) service_.set_interface_addresses(interface_addresses(failover_->service().vips()));
     if (!result.ok)
       spdlog::warn("{}: rules reload refused, running rules and keys kept: {}", who, result.error);
     notify("READY=1\n" + status_line());

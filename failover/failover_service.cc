@@ -501,8 +501,8 @@ FailoverSnapshot FailoverService::snapshot() const {
   s.role = election_.role();
   s.vhid = config_.vhid;
   s.advbase_ms = config_.advbase_ms;
-  s.advskew = election_.config().advskew;  // a reload may have changed them (set_preference)
-  s.preempt = election_.config().preempt;
+  s.advskew = config_.advskew;
+  s.preempt = config_.preempt;
   s.demotion = demotion_.total();
   s.demotion_reasons = demotion_.reasons();
   for (std::size_t i = 0; i < kDemoteReasonCount; ++i) {
@@ -573,16 +573,65 @@ void FailoverService::set_keys(std::string key, std::string accept_key) {
   codec_.set_keys(std::move(key), std::move(accept_key));
 }
 
-void FailoverService::set_preference(uint8_t advskew, bool preempt) {
+std::string FailoverService::reconfigure(const FailoverConfig& next) {
   std::lock_guard lock(mutex_);
-  if (config_.driver != Driver::Builtin) return;
-  const ElectionConfig& running = election_.config();
-  if (advskew == running.advskew && preempt == running.preempt) return;
-  spdlog::info("failover: vhid {} advskew {} -> {}, preempt {} -> {}", config_.vhid, running.advskew, advskew,
-               running.preempt ? "on" : "off", preempt ? "on" : "off");
+  if (config_.driver != Driver::Builtin) return "";
   const Time t = now();
-  apply(t, election_.set_preference(t, advskew, preempt));
+  Actions actions;
+  const ElectionConfig& running = election_.config();
+  if (next.advskew != running.advskew || next.preempt != running.preempt) {
+    spdlog::info("failover: vhid {} advskew {} -> {}, preempt {} -> {}", config_.vhid, running.advskew,
+                 next.advskew, running.preempt ? "on" : "off", next.preempt ? "on" : "off");
+    actions |= election_.set_preference(t, next.advskew, next.preempt);
+  }
+  if (next.advbase_ms != config_.advbase_ms) {
+    spdlog::info("failover: vhid {} advbase {} -> {} ms", config_.vhid, config_.advbase_ms, next.advbase_ms);
+    actions |= election_.set_advbase(t, milliseconds(next.advbase_ms));
+  }
+  const uint32_t lease_before = config_.effective_vip_lease_s();
+  std::string vips_kept = failover::vips_need_restart(config_, next);
+  const bool vips_changed = vips_kept.empty() && next.vips != config_.vips;
+  config_.advskew = next.advskew;
+  config_.preempt = next.preempt;
+  config_.advbase_ms = next.advbase_ms;
+  config_.announce_count = next.announce_count;
+  config_.announce_interval_ms = next.announce_interval_ms;
+  config_.vip_lease_s = next.vip_lease_s;
+  if (vips_changed) config_.vips = next.vips;
+  const uint32_t lease = config_.effective_vip_lease_s();
+  if (vips_ && (vips_changed || lease != lease_before)) {
+    if (vips_changed) {
+      std::vector<std::string> listed;
+      for (const Vip& v : config_.vips) listed.push_back(v.interface + " " + v.text());
+      spdlog::info("failover: vhid {} VIPs now {}", config_.vhid, join(listed, ", "));
+    }
+    const VipResult dropped = vips_->replace(config_.vips, lease);
+    vip_upkeep_.set_lease(lease);
+    if (dropped.failed) {
+      ++counters_.vip_errors;
+      spdlog::error("failover: removing the VIPs the reload dropped: {} (not tried again: remove it by hand)",
+                    dropped.error);
+    }
+    // A master adds the new VIPs now, and gives the others the new lease: a lease made longer would
+    // otherwise run out before the renewal its new cadence plans.
+    if (vips_held_) {
+      actions.acquire_vips = true;
+      actions.announce |= vips_changed;
+    }
+  }
+  apply(t, actions);
   rearm();
+  return vips_kept;
+}
+
+std::vector<Vip> FailoverService::vips() const {
+  std::lock_guard lock(mutex_);
+  return config_.vips;
+}
+
+std::string FailoverService::vips_need_restart(const FailoverConfig& next) const {
+  std::lock_guard lock(mutex_);
+  return failover::vips_need_restart(config_, next);
 }
 
 std::string FailoverService::demote(uint32_t amount) {

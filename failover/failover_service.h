@@ -137,9 +137,19 @@ class FailoverService final : public control::FailoverControl {
   // The keys a SIGHUP re-read (key_file, accept_key_file): advertisements are signed with `key`
   // from the next one on, and accepted under either. Any thread.
   void set_keys(std::string key, std::string accept_key);
-  // The advskew and preempt a SIGHUP re-read, taken at once as carp(4) takes `ifconfig carpN
-  // advskew N [-]preempt` (Election::set_preference); the builtin election only. Any thread.
-  void set_preference(uint8_t advskew, bool preempt);
+  // What a reload (SIGHUP, `pairwalld --reload`) may change on a running group, taken at once as
+  // carp(4) takes `ifconfig carpN advskew N advbase N [-]preempt` and its addresses: advskew and
+  // preempt (Election::set_preference), advbase_ms (Election::set_advbase; the automatic
+  // announcement interval and VIP lease follow it), announce_count, announce_interval_ms,
+  // vip_lease_s, and the VIPs on the interfaces and families the group has (vips_need_restart).
+  // The VIPs a reload drops are removed, whatever the role; a master adds the new ones and
+  // announces them. The builtin election only; the other settings need a restart. Returns why the
+  // VIPs were kept as they run, "" when they were taken. Any thread.
+  std::string reconfigure(const FailoverConfig& next);
+  // The VIPs the group runs with, and why it would keep them at a reconfigure() to `next` (""
+  // when it would take them). Any thread.
+  std::vector<Vip> vips() const;
+  std::string vips_need_restart(const FailoverConfig& next) const;
   // keepalived mode: the role keepalived decided. "" on success, otherwise why not.
   std::string set_external_role(Role role);
 
@@ -180,7 +190,7 @@ class FailoverService final : public control::FailoverControl {
   void retry_sockets(Time t);
 
   boost::asio::io_context& io_;
-  const FailoverConfig config_;
+  FailoverConfig config_;  // a reload changes some of it (reconfigure)
   const uint32_t node_id_;
   FailoverHooks hooks_;
 

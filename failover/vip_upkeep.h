@@ -37,6 +37,8 @@ class VipUpkeep {
   // What is due at `t`: renewing or retrying the add while the VIPs are to be held, retrying the
   // removal while they are not.
   VipWork due(Time t) const;
+  // A reload's lease: the renewal cadence follows it from the next add on.
+  void set_lease(uint32_t lease_s) { lease_s_ = lease_s; }
   Time next() const { return next_; }  // kNever: nothing until the election decides again
   bool retrying() const { return failed_; }
 

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -157,6 +158,18 @@ VipResult VipSet::release() {
       note_failure(r, vip, err);
     }
   }
+  return r;
+}
+
+VipResult VipSet::replace(std::vector<Vip> vips, uint32_t lease_s) {
+  std::vector<Vip> dropped;
+  for (const Vip& vip : vips_) {
+    if (std::find(vips.begin(), vips.end(), vip) == vips.end()) dropped.push_back(vip);
+  }
+  vips_ = std::move(dropped);
+  const VipResult r = release();
+  vips_ = std::move(vips);
+  lease_s_ = lease_s;
   return r;
 }
 

@@ -68,6 +68,9 @@ class VipSet {
 
   VipResult acquire();  // add every VIP, or renew its lease
   VipResult release();  // remove every VIP; one already gone is not a failure
+  // A reload's VIPs and lease: the VIPs no longer listed are removed (the result says how that
+  // went), and acquire() adds the others from then on, with the new lease.
+  VipResult replace(std::vector<Vip> vips, uint32_t lease_s);
   const std::vector<Vip>& vips() const { return vips_; }
   uint32_t lease_s() const { return lease_s_; }
 

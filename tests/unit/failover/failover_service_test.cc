@@ -279,5 +279,99 @@ TEST_CASE("FailoverService: set-role takes master, backup or fault, and nothing 
   service.stop();
 }
 
+// A reload's [failover] (FailoverService::reconfigure): the election's settings and the VIPs on the
+// group's channels are taken at once; a VIP on a new channel is not, the rest of the reload is.
+TEST_CASE("FailoverService: a reload takes advbase, advskew and the VIPs on the channels it has",
+          "[failover_service]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+    return;
+  }
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  boost::asio::io_context io;
+  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  const FailoverConfig config = config_on_absent_link();
+  FailoverService service(io, config, 1);
+  service.start(kernel.transport());
+  REQUIRE(service.snapshot().role == Role::Backup);
+
+  FailoverConfig next = config;
+  next.advbase_ms = 200'000;
+  next.advskew = 50;
+  next.preempt = true;
+  Vip second = next.vips.at(0);
+  second.address = {192, 0, 2, 2};
+  next.vips.push_back(second);
+  CHECK(service.vips_need_restart(next).empty());
+  CHECK(service.reconfigure(next).empty());
+  FailoverSnapshot s = service.snapshot();
+  CHECK(s.advbase_ms == 200'000);
+  CHECK(s.advskew == 50);
+  CHECK(s.preempt);
+  CHECK(s.vips == std::vector<std::string>{std::string(kAbsentLink) + " 192.0.2.1/32",
+                                           std::string(kAbsentLink) + " 192.0.2.2/32"});
+  CHECK(s.role == Role::Backup);
+  CHECK(s.counters.adverts_sent + s.counters.advert_send_errors == 0);  // a backup says nothing of it
+
+  FailoverConfig v6 = next;
+  v6.advbase_ms = 100'000;
+  Vip six;
+  six.interface = kAbsentLink;
+  six.family = AF_INET6;
+  six.address = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  six.prefix_len = 64;
+  v6.vips = {six};
+  const std::string kept = std::string(kAbsentLink) + " (IPv6) added, " + kAbsentLink + " (IPv4) removed";
+  CHECK(service.vips_need_restart(v6) == kept);
+  CHECK(service.reconfigure(v6) == kept);
+  s = service.snapshot();
+  CHECK(s.advbase_ms == 100'000);
+  CHECK(s.vips.size() == 2);
+  CHECK(service.vips() == next.vips);
+  service.stop();
+}
+
+TEST_CASE("FailoverService: a master adds and announces the VIPs a reload brings, and no others",
+          "[failover_service]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+    return;
+  }
+  REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  boost::asio::io_context io;
+  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  FailoverConfig config = config_on_absent_link();
+  config.advbase_ms = 20;   // master 60 ms on
+  config.vip_lease_s = -1;  // no once-a-second tail: announcements come from the burst alone
+  FailoverService service(io, config, 1);
+  service.start(kernel.transport());
+  const uint64_t after_takeover = master_after_takeover_burst(io, service, config);
+  const uint64_t vip_errors = service.snapshot().counters.vip_errors;
+
+  // advbase and advskew alone: no address work, no announcement.
+  FailoverConfig slower = config;
+  slower.advbase_ms = 40;
+  slower.advskew = 10;
+  CHECK(service.reconfigure(slower).empty());
+  run_until(io, milliseconds(200), [] { return false; });
+  CHECK(announce_attempts(service) == after_takeover);
+  CHECK(service.snapshot().counters.vip_errors == vip_errors);
+  CHECK(service.snapshot().role == Role::Master);
+
+  // A VIP more: added (its interface is absent, so the add fails and is counted) and announced.
+  FailoverConfig more = slower;
+  Vip second = more.vips.at(0);
+  second.address = {192, 0, 2, 2};
+  more.vips.push_back(second);
+  CHECK(service.reconfigure(more).empty());
+  CHECK(service.snapshot().counters.vip_errors == vip_errors + 1);
+  run_until(io, milliseconds(3000),
+            [&] { return announce_attempts(service) >= after_takeover + 2 * (1 + config.announce_count); });
+  run_until(io, milliseconds(200), [] { return false; });
+  // Both VIPs, announced once and announce_count times again.
+  CHECK(announce_attempts(service) == after_takeover + 2 * (1 + config.announce_count));
+  service.stop();
+}
+
 }  // namespace
 }  // namespace pairwall::failover
