@@ -402,6 +402,8 @@ class Node {
             } else {
               spdlog::warn("rules load refused, running set kept: {}", resp.error());
             }
+          } else if (req.has_anchor_load() && resp.ok()) {
+            for (const std::string& warning : resp.anchors().warnings()) spdlog::warn("{}", warning);
           } else if (req.has_flush_states() && resp.ok()) {
             spdlog::info("flushed {} states", resp.flushed().states());
           }

@@ -279,6 +279,7 @@ ControlService::LoadResult ControlService::load_rules(const std::string& path_in
   }
   result.rule_count = static_cast<uint32_t>(file.filter_rules.size());
   for (const auto& notice : notices) result.warnings.push_back(notice.to_string());
+  notices_ = result.warnings;
   loaded_ = std::move(file);
   stamp_tables();
   rules_file_ = path;
@@ -806,12 +807,20 @@ std::string ControlService::load_anchor(const AnchorLoad& request, AnchorList* o
   engine::rules::set_anchor_rules(edited, name, content);
   engine::rules::InterfaceAddresses addresses;
   if (std::string error = read_interface_addresses(addresses); !error.empty()) return "anchors: " + error;
-  if (auto error = engine::rules::resolve_interfaces(edited, addresses))
+  std::vector<engine::rules::RuleError> notices;
+  if (auto error = engine::rules::resolve_interfaces(edited, addresses, &notices))
     return "anchors: " + error->to_string();
+  engine::rules::tag_notices(edited, notices);
   // As pfctl -a NAME -f: the anchor's rules (and those within it) start at zero, the others go on.
   const auto outside = [&name](std::string_view anchor) { return !within_anchor(anchor, name); };
-  if (std::string error = publish(edited, engine_.rules().get(), outside); !error.empty())
+  if (std::string error = publish(edited, engine_.rules().get(), outside, &notices); !error.empty())
     return "anchors: " + error;
+  std::vector<std::string> now;
+  for (const auto& notice : notices) now.push_back(notice.to_string());
+  for (const std::string& warning : now) {
+    if (std::find(notices_.begin(), notices_.end(), warning) == notices_.end()) out->add_warnings(warning);
+  }
+  notices_ = std::move(now);
   // The anchors within it are those the new rules declare: what was loaded into the old ones goes.
   std::erase_if(anchor_rules_, [&](const auto& entry) { return entry.first.starts_with(name + "/"); });
   anchor_rules_[name] = std::move(content);

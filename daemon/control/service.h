@@ -174,6 +174,9 @@ class ControlService {
   std::string rules_file_;
   std::atomic<bool> rules_loaded_{false};          // rules_file_ set: read by health() on any thread
   std::optional<engine::rules::RuleFile> loaded_;  // the running rules as parsed, table edits applied
+  // The warnings of the running rules, as their last load (of the file or an anchor) found them: an
+  // anchor load reports those it brought.
+  std::vector<std::string> notices_;
   // The rules loaded into anchors, by path, as parsed (parse_anchor_rules): a reload places them again.
   std::map<std::string, engine::rules::RuleFile> anchor_rules_;
   // When each table entry came (loaded, added, or an overload's), by table: what `tables expire`

@@ -508,7 +508,9 @@ std::string human(const Request& request, const Response& response, const Invoca
     case Response::kAnchors:
       if (request.has_anchor_load()) {
         const auto& a = response.anchors().anchors(0);
-        return "anchor \"" + a.name() + "\": " + std::to_string(a.rules()) +
+        std::string out;
+        for (const std::string& warning : response.anchors().warnings()) out += warning + "\n";
+        return out + "anchor \"" + a.name() + "\": " + std::to_string(a.rules()) +
                (a.rules() == 1 ? " rule" : " rules") + "\n";
       }
       return ctl::format_anchors(response.anchors());

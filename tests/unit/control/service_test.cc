@@ -1415,6 +1415,37 @@ TEST_CASE("service: interfaces named as addresses take the host's addresses at e
   CHECK(d.send(syn("10.3.2.4", 40001, "10.9.0.1", 80)).reason == engine::Reason::RuleBlock);
 }
 
+TEST_CASE("service: an anchor load warns of the rules it brings that never decide, not of the file's",
+          "[service][anchors]") {
+  Daemon d;
+  const std::string path = d.write("anchors.conf",
+                                   "pass proto udp to port 53 keep state (max 10)\n"
+                                   "pass all\n"
+                                   "anchor \"ssh\" in proto tcp\n");
+  const auto loaded = d.service.load_rules(path);
+  REQUIRE(loaded.ok);
+  REQUIRE(loaded.warnings.size() == 1);
+  INFO(loaded.warnings[0]);
+  CHECK(loaded.warnings[0].starts_with(
+      path + ":1:1: warning: this rule never decides: 'pass all keep state' (" + path + ":2)"));
+  const auto load = [&d](const std::string& text) {
+    Request q = make([](Request& r) { r.mutable_anchor_load(); });
+    q.mutable_anchor_load()->set_name("ssh");
+    q.mutable_anchor_load()->set_path("ssh-anchor.conf");
+    q.mutable_anchor_load()->set_text(text);
+    return d.call(q);
+  };
+  const Response shadowed = load("pass from 192.0.2.7 to port 22\nblock all\n");
+  REQUIRE(shadowed.ok());
+  REQUIRE(shadowed.anchors().warnings_size() == 1);
+  CHECK(shadowed.anchors().warnings(0).starts_with(
+      "ssh-anchor.conf:1:1: warning: this rule never decides: 'block all' (ssh-anchor.conf:2)"));
+  // Loaded again, the same rules bring nothing new; fixed, nothing either.
+  CHECK(load("pass from 192.0.2.7 to port 22\nblock all\n").anchors().warnings_size() == 0);
+  CHECK(load("block all\npass from 192.0.2.7 to port 22\n").anchors().warnings_size() == 0);
+  CHECK(load("pass from 192.0.2.7 to port 22\nblock all\n").anchors().warnings_size() == 1);
+}
+
 TEST_CASE("service: anchors take rules at run time, keep them across reloads, and refuse bad ones whole",
           "[service][anchors]") {
   Daemon d;
