@@ -39,17 +39,18 @@ def make_lab(tmp_path):
     labs = []
 
     def make(driver="builtin", advbase_ms=ADVBASE_MS, sync=True, nat=False, defer=False, modulate=False,
-             synproxy=False, scrub_tcp=False, rdr=False):
+             synproxy=False, scrub_tcp=False, rdr=False, ipv6=False):
         """sync: the scenario needs state sync (fails, saying why, when pairwalld runs none); nat: the
         firewalls translate the inside to the outside VIP (`pairwall-lab up --nat`); defer: both run
         `[sync] defer` (`pairwall-lab up --defer`); modulate, synproxy: their rules keep state with
         `modulate state`, `synproxy state` (`pairwall-lab up --modulate`, `--synproxy`); scrub_tcp: their
         rules scrub the inside's TCP with `reassemble tcp` (`pairwall-lab up --scrub-tcp`); rdr: their
-        rules redirect an address beyond them to the server, which the drill dials (`pairwall-lab up --rdr`)."""
+        rules redirect an address beyond them to the server, which the drill dials (`pairwall-lab up --rdr`);
+        ipv6: the lab is dual stack, and so is the drill's traffic (`pairwall-lab up --ipv6`)."""
         if driver != "none":
             need_pairwalld()
         lab = Lab(PREFIX, bin_dir=BIN_DIR, driver=driver, advbase_ms=advbase_ms, nat=nat, defer=defer,
-                  modulate=modulate, synproxy=synproxy, scrub_tcp=scrub_tcp, rdr=rdr)
+                  modulate=modulate, synproxy=synproxy, scrub_tcp=scrub_tcp, rdr=rdr, ipv6=ipv6)
         labs.append(lab)
         # Every feature a scenario asks for is pairwalld's: one it reports missing fails the scenario.
         try:

@@ -92,3 +92,28 @@ def test_short_connections_counted_by_when_they_opened():
     assert r["churn"] == {"opened": 6, "ok": 3, "failed_after_failover": 1, "opened_last_second": 2,
                           "failed_opened_last_second": 1}
     assert "1/2 opened in the second before the kill failed" in report.human(r)
+
+
+def test_dual_stack_reports_the_worse_family():
+    # IPv4 moves in 0.2 s, IPv6 in 0.8 s: the report's failover and outage are IPv6's, and a connection of
+    # each family counts for its own.
+    s = summary([conn(0), dict(conn(1), family="inet6")], probes(T_KILL, T_KILL + 0.2))
+    s["conns"][0]["family"] = "inet"
+    s.update({"ping6": probes(T_KILL, T_KILL + 0.8), "udp6": []})
+    r = report.analyse(s, T_KILL, TAGS, "fwA", "fwB")
+    assert 800 <= r["failover_ms"] <= 811
+    assert 800 <= r["outage_ms"] <= 811
+    assert 200 <= r["failover_ms_by_family"]["inet"] <= 211
+    assert 800 <= r["failover_ms_by_family"]["inet6"] <= 811
+    assert r["survived_by_family"] == {"inet": 1, "inet6": 1}
+    assert r["connections_by_family"] == {"inet": 1, "inet6": 1}
+    assert r["ping_lost"] == 20 and r["ping6_lost"] == 80
+    assert "IPv6:" in report.human(dict(r, roles_before={}, roles_after={}))
+    # An IPv6 family that never reached the new master leaves no failover figure, whatever IPv4 did.
+    s["ping6"] = probes(T_KILL, T_KILL + 0.8, after="fwA")
+    assert report.analyse(s, T_KILL, TAGS, "fwA", "fwB")["failover_ms"] is None
+
+
+def test_single_stack_report_has_no_family_fields():
+    r = report.analyse(summary([conn(0)], probes(T_KILL, T_KILL + 0.5)), T_KILL, TAGS, "fwA", "fwB")
+    assert "ping6_sent" not in r and "survived_by_family" not in r

@@ -124,7 +124,7 @@ def stray_check(lab):
     holders = [n for n, v in held.items() if v]
     if len(holders) != 1:
         problems.append(f"VIPs held by {holders or 'nobody'}: {json.dumps(held)}")
-    elif len(held[holders[0]]) != 2:
+    elif len(held[holders[0]]) != (4 if lab.ipv6 else 2):
         problems.append(f"{holders[0]} holds only {held[holders[0]]}: the group is split")
     for n in topology.NODES:
         pids = netns.netns_pids(lab.ns[n.name])

@@ -72,6 +72,10 @@ def parser():
                     help=f"the firewalls redirect {topology.SERVICE_ADDR}, routed by neither, to the server before "
                          f"routing (rdr on {topology.IF_IN} inet to {topology.SERVICE_ADDR} -> "
                          f"{topology.SERVER_ADDR}), and the drill dials it (pairwalld drivers)")
+    up.add_argument("--ipv6", action="store_true",
+                    help=f"dual stack: the LANs also in IPv6 ({topology.INSIDE_NET6}, {topology.OUTSIDE_NET6}), "
+                         f"IPv6 VIPs, and the drill's connections and probes in both families (builtin and "
+                         f"keepalived drivers)")
     up.add_argument("--defer", action="store_true",
                     help="[sync] defer: a new state's first packet waits for the peer's copy (pairwalld drivers)")
     up.add_argument("--modulate", action="store_true",
@@ -111,6 +115,7 @@ def parser():
             d.add_argument("--modulate", action="store_true", help="as `up --modulate`")
             d.add_argument("--synproxy", action="store_true", help="as `up --synproxy`")
             d.add_argument("--scrub-tcp", action="store_true", help="as `up --scrub-tcp`")
+            d.add_argument("--ipv6", action="store_true", help="as `up --ipv6`")
             d.add_argument("--no-build", action="store_true", help="do not install packages or build")
 
     st = sub.add_parser("status", help="roles, states per node, sync health")
@@ -155,7 +160,8 @@ def make_plot(rep, say):
 
 def demo(args, say):
     lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
-              defer=args.defer, modulate=args.modulate, synproxy=args.synproxy, scrub_tcp=args.scrub_tcp)
+              defer=args.defer, modulate=args.modulate, synproxy=args.synproxy, scrub_tcp=args.scrub_tcp,
+              ipv6=args.ipv6)
     if args.driver != "none" and not args.no_build:
         build_if_needed(str(lab.bin_dir), say)
     if args.driver == "auto":
@@ -201,7 +207,7 @@ def main(argv=None):
         elif args.cmd == "up":
             lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
                       nat=args.nat, defer=args.defer, modulate=args.modulate, synproxy=args.synproxy,
-                      scrub_tcp=args.scrub_tcp, rdr=args.rdr)
+                      scrub_tcp=args.scrub_tcp, rdr=args.rdr, ipv6=args.ipv6)
             st = lab.up(replace=args.replace)
             print(json.dumps(st, indent=1) if args.json else format_status(st))
         elif args.cmd == "status":
@@ -245,6 +251,7 @@ def format_status(st):
     synproxy = ", synproxy state" if st.get("synproxy") else ""
     scrub_tcp = ", scrub reassemble tcp" if st.get("scrub_tcp") else ""
     rdr = f", {topology.SERVICE_ADDR} redirected to the server" if st.get("rdr") else ""
+    rdr += ", dual stack" if st.get("ipv6") else ""
     lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}{defer}{modulate}"
              f"{synproxy}{scrub_tcp}{rdr}"]
     for node, s in st["nodes"].items():

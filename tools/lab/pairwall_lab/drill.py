@@ -133,15 +133,18 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     settled = None
     states_before = None
     try:
+        dual_stack = lab.dialled_address6()
         server = lab.spawn("server", "traffic-server", [lab.python, traffic, "server", *common, "--duration",
-                                                         str(duration + 60), "--summary", str(out / "server.json")],
+                                                         str(duration + 60), "--summary", str(out / "server.json"),
+                                                         *(["--bind6", topology.SERVER_ADDR6] if dual_stack else [])],
                            stdout=subprocess.PIPE)
         procs.append(server)
         _read_line(server, 10, "traffic server")
         client = lab.spawn("client", "traffic-client", [
             lab.python, traffic, "client", *common, "--server", lab.dialled_address(), "--connections",
             str(connections), "--duration", str(duration), "--samples", str(out / "samples.jsonl"), "--summary",
-            str(out / "client.json"), "--churn-per-s", str(churn_per_s)], stdout=subprocess.PIPE)
+            str(out / "client.json"), "--churn-per-s", str(churn_per_s),
+            *(["--server6", dual_stack] if dual_stack else [])], stdout=subprocess.PIPE)
         procs.append(client)
         ready = json.loads(_read_line(client, 60, "traffic client"))
         say(f"{ready['established']}/{connections} connections up through {first_master}; "
@@ -229,7 +232,7 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
     t_last, old_last, new_last = kills[-1]
     rep = report.analyse(summary, t_last, tags, old_last, new_last, watcher.relative(t_first), states, extra={
         "driver": driver.name, "defer": lab.defer, "modulate": lab.modulate,
-        "synproxy": lab.synproxy, "scrub_tcp": lab.scrub_tcp, "rdr": lab.rdr, "kill": kill,
+        "synproxy": lab.synproxy, "scrub_tcp": lab.scrub_tcp, "rdr": lab.rdr, "ipv6": lab.ipv6, "kill": kill,
         "advbase_ms": lab.advbase_ms, "roles_before": roles_before,
         "roles_after": driver.roles(), "pair_settled": settled,
         "server_sequence_violations": server_summary.get("violations"), "samples": str(out / "samples.jsonl"),

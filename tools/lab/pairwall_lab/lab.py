@@ -23,7 +23,7 @@ RUN_ROOT = Path("/run/pairwall-lab")
 
 class Lab:
     def __init__(self, prefix=DEFAULT_PREFIX, bin_dir=None, run_dir=None, driver=None, advbase_ms=200, nat=False,
-                 defer=False, modulate=False, synproxy=False, scrub_tcp=False, rdr=False):
+                 defer=False, modulate=False, synproxy=False, scrub_tcp=False, rdr=False, ipv6=False):
         if not prefix or len(prefix) > 8 or not prefix.replace("-", "").isalnum():
             raise LabError(f"prefix {prefix!r}: use 1-8 letters, digits or '-'")
         self.prefix = prefix
@@ -53,6 +53,8 @@ class Lab:
         # rdr: the rules redirect topology.SERVICE_ADDR to the server before routing (drivers.RDR_RULES), and
         # the drill's client dials that address.
         self.rdr = rdr
+        # ipv6: the LANs, the VIPs and the drill's traffic are dual stack (topology.build).
+        self.ipv6 = ipv6
         self.driver_name = driver
         self._driver = None
         saved = self.load_state()
@@ -66,6 +68,7 @@ class Lab:
             self.synproxy = saved.get("synproxy", synproxy)
             self.scrub_tcp = saved.get("scrub_tcp", scrub_tcp)
             self.rdr = saved.get("rdr", rdr)
+            self.ipv6 = saved.get("ipv6", ipv6)
 
     # -- persistent description of a lab that is up
 
@@ -85,7 +88,8 @@ class Lab:
                                                "advbase_ms": self.advbase_ms, "bin_dir": str(self.bin_dir),
                                                "nat": self.nat, "defer": self.defer, "modulate": self.modulate,
                                                "synproxy": self.synproxy, "scrub_tcp": self.scrub_tcp,
-                                               "rdr": self.rdr, "namespaces": self.ns, "created": time.time()},
+                                               "rdr": self.rdr, "ipv6": self.ipv6, "namespaces": self.ns,
+                                               "created": time.time()},
                                               indent=1))
 
     @property
@@ -162,10 +166,13 @@ class Lab:
             if on and not isinstance(self.driver, drivers.PairwalldDriver):
                 raise LabError(f"{flag} is pairwalld's rule option: it needs driver builtin, keepalived or "
                                f"scripted, not {self.driver.name}")
+        if self.ipv6 and not (isinstance(self.driver, drivers.PairwalldDriver) and self.driver.elects):
+            raise LabError(f"--ipv6 needs a pair that moves its IPv6 VIPs itself: driver builtin or keepalived, "
+                           f"not {self.driver.name}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.save_state()
         try:
-            topology.build(self.prefix)
+            topology.build(self.prefix, ipv6=self.ipv6)
             self.driver.start()
         except BaseException:
             self.down()
@@ -206,7 +213,7 @@ class Lab:
             return {"prefix": self.prefix, "up": False}
         st = {"prefix": self.prefix, "up": True, "driver": self.driver.name, "advbase_ms": self.advbase_ms,
               "nat": self.nat, "defer": self.defer, "modulate": self.modulate, "synproxy": self.synproxy,
-              "scrub_tcp": self.scrub_tcp, "rdr": self.rdr,
+              "scrub_tcp": self.scrub_tcp, "rdr": self.rdr, "ipv6": self.ipv6,
               "namespaces": self.ns, "vips": topology.vip_holders(self.prefix)}
         nodes = self.driver.node_status()
         states = self.driver.states()
@@ -219,6 +226,10 @@ class Lab:
         """Where the drill's client sends its traffic: the server, or with `rdr` the address the firewalls
         redirect to it."""
         return topology.SERVICE_ADDR if self.rdr else topology.SERVER_ADDR
+
+    def dialled_address6(self):
+        """Where the drill's client sends its IPv6 traffic (`ipv6`), else None: the server (rdr is IPv4's)."""
+        return topology.SERVER_ADDR6 if self.ipv6 else None
 
     def master(self):
         roles = self.driver.roles()

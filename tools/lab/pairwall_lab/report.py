@@ -13,6 +13,10 @@ Definitions (also in `pairwall-lab drill --help`):
 - tcp_stall_ms_max: the longest time any connection went without a record arriving from the server or
   without the server's acknowledgement advancing (normal value: about one record period).
 - ping_lost / udp_lost: probes sent that got no reply within 1 s after the last probe was sent.
+- dual stack (`up --ipv6`): every other connection and a copy of each probe are IPv6's. failover_ms and
+  outage_ms are then the worse of the two families', each measured on its own probes (a family whose
+  traffic did not move would otherwise hide behind the other's); survived_by_family, ping6_lost and
+  udp6_lost say which family lost what.
 - churn (when short connections run): opened, ok, and failed_after_failover, those opened after the
   failover instant that did not complete (connect, one record each way); opened_last_second and
   failed_opened_last_second, those opened in the second before the kill and how many of them failed.
@@ -32,23 +36,31 @@ def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(),
     """summary: the client's summary; node_tags: {node: TTL tag}; new_master: node expected to take over
     or None; until: where this kill's outage window ends (the next kill), default the end of the run.
     Returns the report dictionary."""
-    probes = [(s, r, ttl) for s, r, ttl in summary["ping"]] + [(s, r, ttl) for s, r, ttl in summary["udp"]]
+    families = {"inet": summary["ping"] + summary["udp"]}
+    if "ping6" in summary:
+        families["inet6"] = summary["ping6"] + summary["udp6"]
+    probes = [p for family in families.values() for p in family]
     end = summary["end"]
     tag_node = tag_to_node(node_tags)
-
-    recover = None
-    if new_master is not None:
-        tag = node_tags[new_master]
-        arrivals = [r for s, r, ttl in probes if s >= t_kill and r is not None and ttl == tag]
-        recover = min(arrivals) if arrivals else None
-
     window_end = until if until is not None else end
-    after = sorted(r for _s, r, _ttl in probes if r is not None and t_kill <= r < window_end)
-    if after:
-        gaps = [after[0] - t_kill] + [b - a for a, b in zip(after, after[1:])]
-        outage = max(gaps)
-    else:
-        outage = window_end - t_kill
+
+    def recovered(family_probes):
+        if new_master is None:
+            return None
+        tag = node_tags[new_master]
+        arrivals = [r for s, r, ttl in family_probes if s >= t_kill and r is not None and ttl == tag]
+        return min(arrivals) if arrivals else None
+
+    def longest_outage(family_probes):
+        after = sorted(r for _s, r, _ttl in family_probes if r is not None and t_kill <= r < window_end)
+        if not after:
+            return window_end - t_kill
+        return max([after[0] - t_kill] + [b - a for a, b in zip(after, after[1:])])
+
+    recover_by_family = {f: recovered(p) for f, p in families.items()}
+    outage_by_family = {f: longest_outage(p) for f, p in families.items()}
+    recover = None if None in recover_by_family.values() else max(recover_by_family.values())
+    outage = max(outage_by_family.values())
 
     # Which node forwarded the replies of the last second before the kill and of the last second of the run.
     def path(t0, t1):
@@ -61,6 +73,7 @@ def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(),
 
     t_ref = recover if recover is not None else t_kill
     survived = 0
+    survived_by_family = {f: 0 for f in families}
     failed = []
     stall = 0.0
     reconnects = 0
@@ -77,6 +90,7 @@ def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(),
               and c["last_ack"] is not None and c["last_ack"] > t_ref)
         if ok:
             survived += 1
+            survived_by_family[c.get("family", "inet")] += 1
         else:
             failed.append({"id": c["id"], "failures": [[_ms(t - t_kill), k] for t, k in c["failures"][:3]],
                            "last_rx_ms": _ms(c["last_rx"] - t_kill) if c["last_rx"] else None,
@@ -105,6 +119,20 @@ def analyse(summary, t_kill, node_tags, old_master, new_master, role_changes=(),
         "reconnects": reconnects,
         "failed_connections": failed[:10],
     }
+    if "inet6" in families:
+        report.update({
+            "survived_by_family": survived_by_family,
+            "connections_by_family": {f: sum(1 for c in summary["conns"] if c.get("family", "inet") == f)
+                                      for f in families},
+            "failover_ms_by_family": {f: _ms(r - t_kill) if r is not None else None
+                                      for f, r in recover_by_family.items()},
+            "outage_ms_by_family": {f: _ms(o) for f, o in outage_by_family.items()},
+            "ping6_lost": sum(1 for _s, r, _t in summary["ping6"] if r is None) if summary.get("ping_enabled")
+            else None,
+            "ping6_sent": len(summary["ping6"]),
+            "udp6_lost": sum(1 for _s, r, _t in summary["udp6"] if r is None),
+            "udp6_sent": len(summary["udp6"]),
+        })
     if churn:
         # Short connections: all of them, and those opened after the failover (which must all work).
         # And those opened in the second before the kill: a state the peer had not yet received when
@@ -136,6 +164,14 @@ def human(report):
                  f"longest stall {report['tcp_stall_ms_max']:.0f} ms, {report['reconnects']} reconnects")
     lines.append(f"probes:        ping lost {report['ping_lost']}/{report['ping_sent']}, "
                  f"UDP lost {report['udp_lost']}/{report['udp_sent']}")
+    if "ping6_sent" in report:
+        by = report["survived_by_family"]
+        of = report["connections_by_family"]
+        fo6 = report["failover_ms_by_family"]
+        lines.append(f"IPv6:          ping lost {report['ping6_lost']}/{report['ping6_sent']}, UDP lost "
+                     f"{report['udp6_lost']}/{report['udp6_sent']}; connections survived IPv4 "
+                     f"{by['inet']}/{of['inet']}, IPv6 {by['inet6']}/{of['inet6']}; failover IPv4 "
+                     f"{fo6['inet']} ms, IPv6 {fo6['inet6']} ms")
     lines.append(f"states:        fwA {report['states_a']}, fwB {report['states_b']}")
     if report.get("cpu_steal_pct") is not None:
         lines.append(f"cpu steal:     {report['cpu_steal_pct']}% during the drill")

@@ -3,6 +3,8 @@
     client (eth0 10.10.1.10) ── br-in ──┬── fwA in0 10.10.1.2  ┐          ┌ fwA out0 10.10.2.2 ─┬── br-out ── server
                                         └── fwB in0 10.10.1.3  ┘ sync0 ══ └ fwB out0 10.10.2.3 ─┘   (eth0 10.10.2.10)
     VIPs: 10.10.1.1 (inside), 10.10.2.1 (outside); sync link fwA 10.10.9.1 ═ fwB 10.10.9.2
+    with `up --ipv6` also fd10:1::/64 inside (client ::10, fwA ::2, fwB ::3, VIP ::1) and fd10:2::/64
+    outside (server ::10, fwA ::2, fwB ::3, VIP ::1): dual stack, the sync link IPv4 alone
 
 Both bridges live in their own namespace (PREFIX + "sw"), so that a firewall's namespace can lose all its
 links (a node death) while the LANs stay up, and so that the root namespace is never touched. The client
@@ -11,7 +13,9 @@ routes everything through the inside VIP, the server through the outside VIP.
 Each firewall stamps the IP TTL of probe replies it forwards to the client (ICMP echo reply, UDP from the
 probe port) with its own tag, 101 for fwA and 102 for fwB, in mangle POSTROUTING, after the filter: the
 client then knows which node forwarded each reply, which is how the drill sees traffic "through the new
-master". TCP is left untouched.
+master"; IPv6 replies get the same stamp in their hop limit. TCP is left untouched. The IPv6 addresses skip
+duplicate address detection (link-local ones included): an address under DAD cannot send, and the pair's
+IPv6 advertisements go out from the link-local one.
 """
 
 from dataclasses import dataclass
@@ -28,6 +32,8 @@ class Node:
     sync: str
     advskew: int
     ttl_tag: int
+    inside6: str
+    outside6: str
 
 
 INSIDE_NET = "10.10.1.0/24"
@@ -40,14 +46,22 @@ SERVER_ADDR = "10.10.2.10"
 # transparent rdr, decided before routing), and the drill's client then dials it.
 SERVICE_ADDR = "10.10.3.10"
 PREFIXLEN = 24
+# `up --ipv6`: the LANs in IPv6 too.
+INSIDE_NET6 = "fd10:1::/64"
+OUTSIDE_NET6 = "fd10:2::/64"
+VIP_IN6 = "fd10:1::1"
+VIP_OUT6 = "fd10:2::1"
+CLIENT_ADDR6 = "fd10:1::10"
+SERVER_ADDR6 = "fd10:2::10"
+PREFIXLEN6 = 64
 SYNC_PREFIXLEN = 30
 TCP_PORT = 5201
 UDP_PORT = 5202
 SYNC_PORT = 8370
 
 NODES = (
-    Node("fwA", 1, "10.10.1.2", "10.10.2.2", "10.10.9.1", 0, 101),
-    Node("fwB", 2, "10.10.1.3", "10.10.2.3", "10.10.9.2", 100, 102),
+    Node("fwA", 1, "10.10.1.2", "10.10.2.2", "10.10.9.1", 0, 101, "fd10:1::2", "fd10:2::2"),
+    Node("fwB", 2, "10.10.1.3", "10.10.2.3", "10.10.9.2", 100, 102, "fd10:1::3", "fd10:2::3"),
 )
 NODE_BY_NAME = {n.name: n for n in NODES}
 IF_IN, IF_OUT, IF_SYNC = "in0", "out0", "sync0"
@@ -67,8 +81,9 @@ def other(node_name):
     return "fwB" if node_name == "fwA" else "fwA"
 
 
-def build(prefix):
-    """Creates the namespaces and links. Precondition: none of the lab's namespaces exists."""
+def build(prefix, ipv6=False):
+    """Creates the namespaces and links, with `ipv6` dual stack. Precondition: none of the lab's namespaces
+    exists."""
     ns = ns_names(prefix)
     for name in ns.values():
         netns.run(["ip", "netns", "add", name])
@@ -87,17 +102,21 @@ def build(prefix):
     except netns.LabError:
         pass  # br_netfilter not loaded: nothing to turn off
 
-    def attach(port, br, peer_ns, peer_if, addr):
+    def attach(port, br, peer_ns, peer_if, addr, addr6):
         netns.ip(sw, "link", "add", port, "type", "veth", "peer", "name", peer_if, "netns", peer_ns)
         netns.ip(sw, "link", "set", port, "master", br, "up")
         netns.ip(peer_ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", peer_if)
+        if ipv6:
+            # Before the link comes up, which gives it its link-local address.
+            netns.sysctl(peer_ns, f"net.ipv6.conf.{peer_if}.accept_dad", 0)
+            netns.ip(peer_ns, "addr", "add", f"{addr6}/{PREFIXLEN6}", "dev", peer_if, "nodad")
         netns.ip(peer_ns, "link", "set", peer_if, "up")
 
-    attach("cli-in", "br-in", ns["client"], "eth0", CLIENT_ADDR)
-    attach("srv-out", "br-out", ns["server"], "eth0", SERVER_ADDR)
+    attach("cli-in", "br-in", ns["client"], "eth0", CLIENT_ADDR, CLIENT_ADDR6)
+    attach("srv-out", "br-out", ns["server"], "eth0", SERVER_ADDR, SERVER_ADDR6)
     for n in NODES:
-        attach(sw_port(n.name, "in"), "br-in", ns[n.name], IF_IN, n.inside)
-        attach(sw_port(n.name, "out"), "br-out", ns[n.name], IF_OUT, n.outside)
+        attach(sw_port(n.name, "in"), "br-in", ns[n.name], IF_IN, n.inside, n.inside6)
+        attach(sw_port(n.name, "out"), "br-out", ns[n.name], IF_OUT, n.outside, n.outside6)
 
     a, b = NODES
     netns.ip(ns[a.name], "link", "add", IF_SYNC, "type", "veth", "peer", "name", IF_SYNC, "netns", ns[b.name])
@@ -109,19 +128,28 @@ def build(prefix):
         for proto_match in (["-p", "icmp", "--icmp-type", "echo-reply"], ["-p", "udp", "--sport", str(UDP_PORT)]):
             netns.nsexec(ns[n.name], "iptables", "-t", "mangle", "-A", "POSTROUTING", "-o", IF_IN,
                          *proto_match, "-j", "TTL", "--ttl-set", str(n.ttl_tag))
+        if ipv6:
+            netns.sysctl(ns[n.name], "net.ipv6.conf.all.forwarding", 1)
+            for proto_match in (["-p", "ipv6-icmp", "--icmpv6-type", "echo-reply"],
+                                ["-p", "udp", "--sport", str(UDP_PORT)]):
+                netns.nsexec(ns[n.name], "ip6tables", "-t", "mangle", "-A", "POSTROUTING", "-o", IF_IN,
+                             *proto_match, "-j", "HL", "--hl-set", str(n.ttl_tag))
 
     netns.ip(ns["client"], "route", "add", "default", "via", VIP_IN)
     netns.ip(ns["server"], "route", "add", "default", "via", VIP_OUT)
+    if ipv6:
+        netns.ip(ns["client"], "-6", "route", "add", "default", "via", VIP_IN6)
+        netns.ip(ns["server"], "-6", "route", "add", "default", "via", VIP_OUT6)
 
 
 def vip_holders(prefix):
-    """{node: [VIPs it holds in its kernel]}."""
+    """{node: [VIPs it holds in its kernel]}, those of `up --ipv6` included."""
     ns = ns_names(prefix)
     out = {}
     for n in NODES:
         addrs = netns.addresses(ns[n.name])
         held = []
-        for ifname, vip in ((IF_IN, VIP_IN), (IF_OUT, VIP_OUT)):
+        for ifname, vip in ((IF_IN, VIP_IN), (IF_OUT, VIP_OUT), (IF_IN, VIP_IN6), (IF_OUT, VIP_OUT6)):
             if any(a.split("/")[0] == vip for a in addrs.get(ifname, {}).get("addrs", [])):
                 held.append(vip)
         out[n.name] = held

@@ -7,6 +7,9 @@ plain script by `ip netns exec`:
   traffic.py server --port 5201 --udp-port 5202 --duration 60
   traffic.py client --server 10.10.2.10 --connections 200 --duration 12 --samples s.jsonl --summary r.json
 
+Dual stack: the server with --bind6 ADDR listens there too, and the client with --server6 ADDR opens every
+other connection to it and sends each probe in both families (the summary's ping6 and udp6).
+
 TCP: each connection carries fixed-size records both ways every --interval-ms. A record holds the sender's
 sequence number and the highest sequence it has received in order from the other side, so the client sees
 both directions of every connection (server-to-client by arrival, client-to-server by the echoed ack). A
@@ -40,6 +43,8 @@ RECORD_HEAD = struct.Struct("!IIQQd")
 UDP_HEAD = struct.Struct("!IQd")
 ICMP_ECHO_REQUEST = 8
 ICMP_ECHO_REPLY = 0
+ICMP6_ECHO_REQUEST = 128
+ICMP6_ECHO_REPLY = 129
 # Linux values (in.h); Python's socket module does not export IP_RECVTTL.
 IP_RECVTTL = getattr(socket, "IP_RECVTTL", 12)
 IP_TTL = socket.IP_TTL
@@ -139,18 +144,20 @@ class ServerConn(asyncio.Protocol):
 
 
 class UdpEcho(asyncio.DatagramProtocol):
-    def __init__(self):
+    """Echoes on one socket; the counters are the server's, shared by its sockets of both families."""
+
+    def __init__(self, server):
+        self.server = server
         self.transport = None
-        self.echoed = 0
-        self.peers = {}  # (address, port) -> {"first", "last", "datagrams"}
 
     def connection_made(self, transport):
         self.transport = transport
 
     def datagram_received(self, data, addr):
-        self.echoed += 1
+        self.server.udp_echoed += 1
         t = now()
-        seen = self.peers.setdefault(addr[:2], {"peer": list(addr[:2]), "first": t, "last": t, "datagrams": 0})
+        seen = self.server.udp_peers.setdefault(addr[:2], {"peer": list(addr[:2]), "first": t, "last": t,
+                                                           "datagrams": 0})
         seen["last"] = t
         seen["datagrams"] += 1
         self.transport.sendto(data, addr)
@@ -162,6 +169,8 @@ class Server:
         self.conns = set()
         self.accepted = []  # ServerConn.seen of every connection accepted, in order
         self.violations = 0
+        self.udp_echoed = 0
+        self.udp_peers = {}  # (address, port) -> {"first", "last", "datagrams"}
 
     async def ticker(self):
         period = self.args.interval_ms / 1000.0
@@ -174,10 +183,12 @@ class Server:
 
     async def run(self):
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(lambda: ServerConn(self), host=self.args.bind, port=self.args.port,
+        hosts = [self.args.bind] + ([self.args.bind6] if self.args.bind6 else [])
+        srv = await loop.create_server(lambda: ServerConn(self), host=hosts, port=self.args.port,
                                        backlog=4096, reuse_address=True)
-        udp_tr, udp = await loop.create_datagram_endpoint(UdpEcho, local_addr=(self.args.bind,
-                                                                                self.args.udp_port))
+        udp_transports = [(await loop.create_datagram_endpoint(lambda: UdpEcho(self),
+                                                               local_addr=(host, self.args.udp_port)))[0]
+                          for host in hosts]
         tick = asyncio.ensure_future(self.ticker())
         stop = loop.create_future()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -191,10 +202,11 @@ class Server:
         srv.close()
         for c in list(self.conns):
             c.transport.close()
-        udp_tr.close()
+        for udp_tr in udp_transports:
+            udp_tr.close()
         if self.args.summary:
-            write_json(self.args.summary, {"violations": self.violations, "udp_echoed": udp.echoed,
-                                           "conns": self.accepted, "udp_peers": list(udp.peers.values())})
+            write_json(self.args.summary, {"violations": self.violations, "udp_echoed": self.udp_echoed,
+                                           "conns": self.accepted, "udp_peers": list(self.udp_peers.values())})
 
 
 # ---------------------------------------------------------------------------------------------- client
@@ -267,7 +279,9 @@ class Client:
     def __init__(self, args):
         self.args = args
         self.stopping = False
-        self.conns = [self.new_conn_record(i) for i in range(args.connections)]
+        # With --server6, every other connection is IPv6's.
+        self.conns = [self.new_conn_record(i, "inet6" if args.server6 and i % 2 else "inet")
+                      for i in range(args.connections)]
         self.protos = {}
         self.failures = 0
         self.tick_rx_bytes = 0
@@ -276,13 +290,15 @@ class Client:
         self.tick_progress = set()
         self.ping = []  # [send_t, reply_t | None, ttl | None]
         self.udp = []
+        self.ping6 = []  # the same in IPv6 (--server6), the hop limit for the TTL
+        self.udp6 = []
         self.churn = []  # [start, end | None, "ok" | failure kind | None]
         self.ident = os.getpid() & 0xFFFF
         self.samples_out = None
 
     @staticmethod
-    def new_conn_record(i):
-        return {"id": i, "established": None, "failures": [], "reconnects": 0, "rx_bytes": 0,
+    def new_conn_record(i, family):
+        return {"id": i, "family": family, "established": None, "failures": [], "reconnects": 0, "rx_bytes": 0,
                 "rx_records": 0, "tx_records": 0, "acked": 0, "last_rx": None, "last_ack": None,
                 "max_rx_gap": 0.0, "max_rx_gap_end": None, "max_ack_gap": 0.0, "max_ack_gap_end": None}
 
@@ -304,7 +320,9 @@ class Client:
             c["reconnects"] += 1
         try:
             _tr, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: ClientConn(self, c), self.args.server, self.args.port),
+                loop.create_connection(lambda: ClientConn(self, c),
+                                       self.args.server6 if c["family"] == "inet6" else self.args.server,
+                                       self.args.port),
                 timeout=3.0)
         except (OSError, asyncio.TimeoutError) as e:
             c["failures"].append([now(), "connect:" + type(e).__name__])
@@ -355,26 +373,28 @@ class Client:
                 p.tick()
             await asyncio.sleep(max(0.0, next_t - now()))
 
-    async def probe_ticker(self, ping_sock, udp_sock):
+    async def probe_ticker(self, families):
+        """families: (ping socket or None, its probes, echo request type, server, UDP socket, its probes) for
+        IPv4, and for IPv6 with --server6."""
         period = self.args.probe_ms / 1000.0
         next_t = now()
         seq = 0
-        dest = (self.args.server, 0)
         while True:
             next_t += period
             seq += 1
             t = now()
-            if ping_sock is not None:
-                self.ping.append([t, None, None])
+            for ping_sock, pings, request, server, udp_sock, udps in families:
+                if ping_sock is not None:
+                    pings.append([t, None, None])
+                    try:
+                        ping_sock.sendto(icmp_echo(self.ident, seq & 0xFFFF, len(pings) - 1, request), (server, 0))
+                    except OSError:
+                        pass  # no route while the VIP moves: counts as lost
+                udps.append([t, None, None])
                 try:
-                    ping_sock.sendto(icmp_echo(self.ident, seq & 0xFFFF, len(self.ping) - 1), dest)
+                    udp_sock.send(UDP_HEAD.pack(MAGIC, len(udps) - 1, t))
                 except OSError:
-                    pass  # no route while the VIP moves: counts as lost
-            self.udp.append([t, None, None])
-            try:
-                udp_sock.send(UDP_HEAD.pack(MAGIC, len(self.udp) - 1, t))
-            except OSError:
-                pass
+                    pass
             await asyncio.sleep(max(0.0, next_t - now()))
 
     def on_ping_reply(self, sock):
@@ -396,7 +416,29 @@ class Client:
                 self.ping[index][1] = t
                 self.ping[index][2] = ttl
 
-    def on_udp_reply(self, sock):
+    def on_ping6_reply(self, sock):
+        # A raw ICMPv6 socket reads the message without the IPv6 header: the hop limit comes as ancillary data.
+        while True:
+            try:
+                pkt, anc, _flags, _addr = sock.recvmsg(2048, socket.CMSG_SPACE(4))
+            except (BlockingIOError, InterruptedError):
+                return
+            t = now()
+            if len(pkt) < 8 + 4:
+                continue
+            icmp_type, _code, _ck, ident, _seq = struct.unpack_from("!BBHHH", pkt, 0)
+            if icmp_type != ICMP6_ECHO_REPLY or ident != self.ident:
+                continue
+            (index,) = struct.unpack_from("!I", pkt, 8)
+            if index < len(self.ping6) and self.ping6[index][1] is None:
+                self.ping6[index][1] = t
+                self.ping6[index][2] = hop_limit(anc)
+
+    def on_udp6_reply(self, sock):
+        self.on_udp_reply(sock, self.udp6, hop_limit)
+
+    def on_udp_reply(self, sock, probes=None, reply_ttl=None):
+        probes = self.udp if probes is None else probes
         while True:
             try:
                 data, anc, _flags, _addr = sock.recvmsg(256, socket.CMSG_SPACE(4))
@@ -408,18 +450,14 @@ class Client:
             if len(data) < UDP_HEAD.size:
                 continue
             magic, index, _ts = UDP_HEAD.unpack_from(data)
-            if magic != MAGIC or index >= len(self.udp) or self.udp[index][1] is not None:
+            if magic != MAGIC or index >= len(probes) or probes[index][1] is not None:
                 continue
-            ttl = None
-            for level, ctype, cdata in anc:
-                if level == socket.IPPROTO_IP and ctype == IP_TTL:
-                    ttl = struct.unpack("i", cdata[:4])[0]
-            self.udp[index][1] = t
-            self.udp[index][2] = ttl
+            probes[index][1] = t
+            probes[index][2] = (reply_ttl or ip_ttl)(anc)
 
     async def sampler(self):
         next_t = now()
-        ping_i = udp_i = 0
+        ping_i = udp_i = ping6_i = udp6_i = 0
         while True:
             next_t += SAMPLE_PERIOD_S
             await asyncio.sleep(max(0.0, next_t - now()))
@@ -429,9 +467,12 @@ class Client:
             ping_new = self.ping[ping_i:]
             udp_new = self.udp[udp_i:]
             ping_i, udp_i = len(self.ping), len(self.udp)
+            ping6_new = self.ping6[ping6_i:]
+            udp6_new = self.udp6[udp6_i:]
+            ping6_i, udp6_i = len(self.ping6), len(self.udp6)
             rtts = [(r - s) * 1000 for s, r, _ in ping_new if r is not None]
             ttls = {}
-            for _s, r, ttl in ping_new + udp_new:
+            for _s, r, ttl in ping_new + udp_new + ping6_new + udp6_new:
                 if r is not None:
                     ttls[str(ttl)] = ttls.get(str(ttl), 0) + 1
             line = {"t": round(t, 4), "tcp_rx_bytes": self.tick_rx_bytes, "tcp_tx_bytes": self.tick_tx_bytes,
@@ -441,6 +482,9 @@ class Client:
                     "ping_rtt_ms": round(sum(rtts) / len(rtts), 3) if rtts else None,
                     "udp_sent": len(udp_new), "udp_rcvd": sum(1 for _s, r, _ in udp_new if r is not None),
                     "reply_ttl": ttls}
+            if self.args.server6:
+                line.update({"ping6_sent": len(ping6_new), "ping6_rcvd": sum(1 for _s, r, _ in ping6_new if r is not None),
+                             "udp6_sent": len(udp6_new), "udp6_rcvd": sum(1 for _s, r, _ in udp6_new if r is not None)})
             self.tick_rx_bytes = self.tick_tx_bytes = self.tick_acked_bytes = 0
             self.tick_progress = set()
             if self.samples_out:
@@ -473,9 +517,23 @@ class Client:
         udp_sock.setblocking(False)
         udp_sock.connect((args.server, args.udp_port))
         loop.add_reader(udp_sock.fileno(), self.on_udp_reply, udp_sock)
+        families = [(ping_sock, self.ping, ICMP_ECHO_REQUEST, args.server, udp_sock, self.udp)]
+        ping6_sock = None
+        if args.server6:
+            if ping_sock is not None:
+                ping6_sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+                ping6_sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
+                ping6_sock.setblocking(False)
+                loop.add_reader(ping6_sock.fileno(), self.on_ping6_reply, ping6_sock)
+            udp6_sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            udp6_sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
+            udp6_sock.setblocking(False)
+            udp6_sock.connect((args.server6, args.udp_port))
+            loop.add_reader(udp6_sock.fileno(), self.on_udp6_reply, udp6_sock)
+            families.append((ping6_sock, self.ping6, ICMP6_ECHO_REQUEST, args.server6, udp6_sock, self.udp6))
 
         start = now()
-        senders = [asyncio.ensure_future(self.probe_ticker(ping_sock, udp_sock))]
+        senders = [asyncio.ensure_future(self.probe_ticker(families))]
         if args.churn_per_s > 0:
             senders.append(asyncio.ensure_future(self.churn_ticker()))
         tasks = senders + [asyncio.ensure_future(x) for x in (self.tcp_ticker(), self.sampler())]
@@ -499,9 +557,27 @@ class Client:
                    "interval_ms": args.interval_ms, "probe_ms": args.probe_ms, "conns": self.conns,
                    "ping": self.ping, "udp": self.udp, "ping_enabled": ping_sock is not None,
                    "churn": self.churn}
+        if args.server6:
+            summary.update({"server6": args.server6, "ping6": self.ping6, "udp6": self.udp6})
         if args.summary:
             write_json(args.summary, summary)
         print(json.dumps({"done": True, "failures": self.failures}), flush=True)
+
+
+def ip_ttl(ancillary):
+    """The IPv4 TTL of a datagram read with IP_RECVTTL, or None."""
+    for level, ctype, cdata in ancillary:
+        if level == socket.IPPROTO_IP and ctype == IP_TTL:
+            return struct.unpack("i", cdata[:4])[0]
+    return None
+
+
+def hop_limit(ancillary):
+    """The IPv6 hop limit of a datagram read with IPV6_RECVHOPLIMIT, or None."""
+    for level, ctype, cdata in ancillary:
+        if level == socket.IPPROTO_IPV6 and ctype == socket.IPV6_HOPLIMIT:
+            return struct.unpack("i", cdata[:4])[0]
+    return None
 
 
 def icmp_checksum(data):
@@ -513,12 +589,13 @@ def icmp_checksum(data):
     return ~s & 0xFFFF
 
 
-def icmp_echo(ident, seq, index):
-    # The probe index rides in the payload: the 16-bit ICMP sequence wraps, the index does not.
+def icmp_echo(ident, seq, index, request=ICMP_ECHO_REQUEST):
+    # The probe index rides in the payload: the 16-bit ICMP sequence wraps, the index does not. An ICMPv6
+    # checksum covers the IPv6 pseudo-header, which the kernel fills in on a raw ICMPv6 socket.
     payload = struct.pack("!I", index) + b"pairwall-lab"
-    head = struct.pack("!BBHHH", ICMP_ECHO_REQUEST, 0, 0, ident, seq)
-    ck = icmp_checksum(head + payload)
-    return struct.pack("!BBHHH", ICMP_ECHO_REQUEST, 0, ck, ident, seq) + payload
+    head = struct.pack("!BBHHH", request, 0, 0, ident, seq)
+    ck = icmp_checksum(head + payload) if request == ICMP_ECHO_REQUEST else 0
+    return struct.pack("!BBHHH", request, 0, ck, ident, seq) + payload
 
 
 def write_json(path, obj):
@@ -541,8 +618,11 @@ def parse_args(argv):
         s.add_argument("--summary", help="JSON file written at the end")
     srv = sub.choices["server"]
     srv.add_argument("--bind", default="0.0.0.0")
+    srv.add_argument("--bind6", help="an IPv6 address to listen on as well (dual stack)")
     cli = sub.choices["client"]
     cli.add_argument("--server", required=True)
+    cli.add_argument("--server6", help="the server's IPv6 address: every other connection and a copy of each "
+                                       "probe go there")
     cli.add_argument("--connections", type=int, default=10)
     cli.add_argument("--probe-ms", type=float, default=10.0, help="ping and UDP probe period")
     cli.add_argument("--samples", help="JSON lines, one per 100 ms")
