@@ -115,7 +115,8 @@ def parser():
             d.add_argument("--modulate", action="store_true", help="as `up --modulate`")
             d.add_argument("--synproxy", action="store_true", help="as `up --synproxy`")
             d.add_argument("--scrub-tcp", action="store_true", help="as `up --scrub-tcp`")
-            d.add_argument("--ipv6", action="store_true", help="as `up --ipv6`")
+            d.add_argument("--ipv4-only", action="store_true",
+                           help="not dual stack (the demo is, as `up --ipv6`, with driver builtin or keepalived)")
             d.add_argument("--no-build", action="store_true", help="do not install packages or build")
 
     st = sub.add_parser("status", help="roles, states per node, sync health")
@@ -160,8 +161,7 @@ def make_plot(rep, say):
 
 def demo(args, say):
     lab = Lab(args.prefix, bin_dir=args.bin_dir, driver=args.driver, advbase_ms=args.advbase_ms,
-              defer=args.defer, modulate=args.modulate, synproxy=args.synproxy, scrub_tcp=args.scrub_tcp,
-              ipv6=args.ipv6)
+              defer=args.defer, modulate=args.modulate, synproxy=args.synproxy, scrub_tcp=args.scrub_tcp)
     if args.driver != "none" and not args.no_build:
         build_if_needed(str(lab.bin_dir), say)
     if args.driver == "auto":
@@ -170,7 +170,10 @@ def demo(args, say):
         if not built:
             say(f"WARNING: {lab.bin('pairwalld')} is not built: this demo runs WITHOUT pairwall (kernel "
                 "forwarding, scripted takeover); it shows the lab and its measurements, not the firewall")
-    say(f"bringing the lab up (driver {lab.driver_name}, advbase {args.advbase_ms} ms)")
+    # Dual stack where the pair moves its IPv6 VIPs itself.
+    lab.ipv6 = not args.ipv4_only and lab.driver_name in ("builtin", "keepalived")
+    say(f"bringing the lab up (driver {lab.driver_name}, advbase {args.advbase_ms} ms"
+        f"{', dual stack' if lab.ipv6 else ''})")
     try:
         lab.up(replace=True)
     except FeatureMissing as e:
