@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The drill's picture: TCP throughput and ping over time, which node forwarded, the kill marked.
+"""The drill's picture: TCP throughput and ping over time (IPv6's too in a dual-stack drill), which node
+forwarded, the kill marked.
 
   plot.py SAMPLES.jsonl REPORT.json OUT.png [CLIENT.json]
 
@@ -31,14 +32,22 @@ def plot(samples_path, report, out_png, client=None):
     # written into a socket during an outage are not throughput).
     mbps = [(s["tcp_rx_bytes"] + s.get("tcp_acked_bytes", 0)) * 8 / 0.1 / 1e6 for s in samples]
     rtt = [s["ping_rtt_ms"] for s in samples]
+    dual_stack = "ping6_sent" in samples[0]
+    rtt6 = [s.get("ping6_rtt_ms") for s in samples]
     lost = [s["ping_sent"] - s["ping_rcvd"] for s in samples]
+    lost6 = [s.get("ping6_sent", 0) - s.get("ping6_rcvd", 0) for s in samples]
     if client is not None:
         # The final verdict on each ping (late replies included), binned by send time.
-        lost = [0] * len(samples)
-        for sent, reply, _ttl in client["ping"]:
-            i = int((sent - t0) // 0.1) + 1
-            if reply is None and 0 <= i < len(lost):
-                lost[i] += 1
+        def binned(pings):
+            out = [0] * len(samples)
+            for sent, reply, _ttl in pings:
+                i = int((sent - t0) // 0.1) + 1
+                if reply is None and 0 <= i < len(out):
+                    out[i] += 1
+            return out
+
+        lost = binned(client["ping"])
+        lost6 = binned(client.get("ping6", []))
     tag_node = {"101": "fwA", "102": "fwB"}
 
     fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
@@ -51,10 +60,17 @@ def plot(samples_path, report, out_png, client=None):
             node = tag_node.get(max(ttls, key=ttls.get))
             if node:
                 ax1.axvspan(x - 0.1, x, color=NODE_COLOURS[node], alpha=0.15, lw=0)
-    ax2.plot(xs, [r if r is not None else float("nan") for r in rtt], color="tab:green", lw=1, label="ping RTT")
-    ax2.set_ylabel("ping RTT ms")
+    ax2.plot(xs, [r if r is not None else float("nan") for r in rtt], color="tab:green", lw=1,
+             label="IPv4 ping RTT" if dual_stack else "ping RTT")
     ax3 = ax2.twinx()
-    ax3.bar(xs, lost, width=0.08, color="tab:red", alpha=0.6, label="pings lost")
+    ax3.bar(xs, lost, width=0.08, color="tab:red", alpha=0.6, label="IPv4 pings lost" if dual_stack else "pings lost")
+    if dual_stack:
+        ax2.plot(xs, [r if r is not None else float("nan") for r in rtt6], color="tab:purple", lw=1, ls="--",
+                 label="IPv6 ping RTT")
+        ax3.bar(xs, lost6, width=0.08, bottom=lost, color="tab:purple", alpha=0.6, label="IPv6 pings lost")
+        ax2.legend(loc="upper left", fontsize=8)
+        ax3.legend(loc="upper right", fontsize=8)
+    ax2.set_ylabel("ping RTT ms")
     ax3.set_ylabel("pings lost / 100 ms")
     ax2.set_xlabel("seconds")
     for ax in (ax1, ax2):

@@ -483,7 +483,9 @@ class Client:
                     "udp_sent": len(udp_new), "udp_rcvd": sum(1 for _s, r, _ in udp_new if r is not None),
                     "reply_ttl": ttls}
             if self.args.server6:
-                line.update({"ping6_sent": len(ping6_new), "ping6_rcvd": sum(1 for _s, r, _ in ping6_new if r is not None),
+                rtts6 = [(r - s) * 1000 for s, r, _ in ping6_new if r is not None]
+                line.update({"ping6_sent": len(ping6_new), "ping6_rcvd": len(rtts6),
+                             "ping6_rtt_ms": round(sum(rtts6) / len(rtts6), 3) if rtts6 else None,
                              "udp6_sent": len(udp6_new), "udp6_rcvd": sum(1 for _s, r, _ in udp6_new if r is not None)})
             self.tick_rx_bytes = self.tick_tx_bytes = self.tick_acked_bytes = 0
             self.tick_progress = set()
