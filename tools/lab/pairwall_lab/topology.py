@@ -107,8 +107,11 @@ def build(prefix, ipv6=False):
         netns.ip(sw, "link", "set", port, "master", br, "up")
         netns.ip(peer_ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", peer_if)
         if ipv6:
-            # Before the link comes up, which gives it its link-local address.
+            # Before the link comes up, which gives it its link-local address. A link taken down (a node's
+            # power loss, `drill --kill node`) keeps its addresses, as IPv4's do: the node's network
+            # configuration would give them back when it came up again.
             netns.sysctl(peer_ns, f"net.ipv6.conf.{peer_if}.accept_dad", 0)
+            netns.sysctl(peer_ns, f"net.ipv6.conf.{peer_if}.keep_addr_on_down", 1)
             netns.ip(peer_ns, "addr", "add", f"{addr6}/{PREFIXLEN6}", "dev", peer_if, "nodad")
         netns.ip(peer_ns, "link", "set", peer_if, "up")
 
