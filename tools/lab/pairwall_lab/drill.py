@@ -227,7 +227,8 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         until = kills[i + 1][0] if i + 1 < len(kills) else None
         r = report.analyse(summary, t_kill, tags, old, new, until=until)
         per_kill.append({"t_kill_s": round(t_kill - t_start, 3), "old_master": old, "new_master": new,
-                         "failover_ms": r["failover_ms"], "outage_ms": r["outage_ms"]})
+                         "failover_ms": r["failover_ms"], "outage_ms": r["outage_ms"],
+                         **{k: r[k] for k in ("failover_ms_by_family", "outage_ms_by_family") if k in r}})
     # Survival is judged after the last failover; losses, stalls and role changes over the whole run.
     t_last, old_last, new_last = kills[-1]
     rep = report.analyse(summary, t_last, tags, old_last, new_last, watcher.relative(t_first), states, extra={
@@ -242,6 +243,10 @@ def run(lab, connections=200, duration=12.0, kill="master", kill_after=3.0, rest
         fos = [k["failover_ms"] for k in per_kill]
         rep["failover_ms"] = None if None in fos else max(fos)
         rep["outage_ms"] = max(k["outage_ms"] for k in per_kill)
+        for key in ("failover_ms_by_family", "outage_ms_by_family"):
+            if key in rep:  # dual stack: each family's worst kill
+                rep[key] = {f: None if any(k[key][f] is None for k in per_kill) else max(k[key][f] for k in per_kill)
+                            for f in rep[key]}
         rep["kills"] = per_kill
     else:
         rep["path_before_kill"] = report.analyse(summary, t_first, tags, old_last, new_last)["path_before_kill"]
