@@ -434,11 +434,8 @@ class Client:
                 self.ping6[index][1] = t
                 self.ping6[index][2] = hop_limit(anc)
 
-    def on_udp6_reply(self, sock):
-        self.on_udp_reply(sock, self.udp6, hop_limit)
-
-    def on_udp_reply(self, sock, probes=None, reply_ttl=None):
-        probes = self.udp if probes is None else probes
+    def on_udp_reply(self, sock, probes, reply_ttl):
+        """reply_ttl: how the reply's TTL (IPv4) or hop limit (IPv6) is read from its ancillary data."""
         while True:
             try:
                 data, anc, _flags, _addr = sock.recvmsg(256, socket.CMSG_SPACE(4))
@@ -453,7 +450,7 @@ class Client:
             if magic != MAGIC or index >= len(probes) or probes[index][1] is not None:
                 continue
             probes[index][1] = t
-            probes[index][2] = (reply_ttl or ip_ttl)(anc)
+            probes[index][2] = reply_ttl(anc)
 
     async def sampler(self):
         next_t = now()
@@ -486,7 +483,8 @@ class Client:
                 rtts6 = [(r - s) * 1000 for s, r, _ in ping6_new if r is not None]
                 line.update({"ping6_sent": len(ping6_new), "ping6_rcvd": len(rtts6),
                              "ping6_rtt_ms": round(sum(rtts6) / len(rtts6), 3) if rtts6 else None,
-                             "udp6_sent": len(udp6_new), "udp6_rcvd": sum(1 for _s, r, _ in udp6_new if r is not None)})
+                             "udp6_sent": len(udp6_new),
+                             "udp6_rcvd": sum(1 for _s, r, _ in udp6_new if r is not None)})
             self.tick_rx_bytes = self.tick_tx_bytes = self.tick_acked_bytes = 0
             self.tick_progress = set()
             if self.samples_out:
@@ -518,7 +516,7 @@ class Client:
         udp_sock.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
         udp_sock.setblocking(False)
         udp_sock.connect((args.server, args.udp_port))
-        loop.add_reader(udp_sock.fileno(), self.on_udp_reply, udp_sock)
+        loop.add_reader(udp_sock.fileno(), self.on_udp_reply, udp_sock, self.udp, ip_ttl)
         families = [(ping_sock, self.ping, ICMP_ECHO_REQUEST, args.server, udp_sock, self.udp)]
         ping6_sock = None
         if args.server6:
@@ -531,7 +529,7 @@ class Client:
             udp6_sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
             udp6_sock.setblocking(False)
             udp6_sock.connect((args.server6, args.udp_port))
-            loop.add_reader(udp6_sock.fileno(), self.on_udp6_reply, udp6_sock)
+            loop.add_reader(udp6_sock.fileno(), self.on_udp_reply, udp6_sock, self.udp6, hop_limit)
             families.append((ping6_sock, self.ping6, ICMP6_ECHO_REQUEST, args.server6, udp6_sock, self.udp6))
 
         start = now()
