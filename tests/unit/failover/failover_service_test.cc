@@ -41,17 +41,29 @@ FailoverConfig config_on_absent_link() {
   return c;
 }
 
+// The announcer's AF_PACKET socket, made at start, needs CAP_NET_RAW.
+bool skipped_without_root() {
+  if (::geteuid() == 0) return false;
+  WARN("skipped: the announcer needs root (CAP_NET_RAW)");
+  return true;
+}
+
+// Master 60 ms after its start. Its VIP and announcements name an interface the host does not have:
+// they fail before reaching the kernel. No once-a-second tail: announcements come from the burst alone.
+FailoverConfig fast_master_config() {
+  FailoverConfig c = config_on_absent_link();
+  c.advbase_ms = 20;
+  c.vip_lease_s = -1;
+  return c;
+}
+
 uint64_t socket_retries(const FailoverService& s) {
   return s.snapshot().counters.advert_socket_retries;
 }
 
 TEST_CASE("FailoverService: an advertisement socket that failed to open is tried again while it has carrier",
           "[failover_service]") {
-  // The announcer's AF_PACKET socket, made at start, needs CAP_NET_RAW.
-  if (::geteuid() != 0) {
-    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
   boost::asio::io_context io;
   FakeKernel kernel({{kAbsentLink, 4242, true}});
@@ -81,10 +93,7 @@ TEST_CASE("FailoverService: an advertisement socket that failed to open is tried
 // first advertisement, or both would hold the VIPs for ever.
 TEST_CASE("FailoverService: a master whose advertisements leave on no interface demotes itself",
           "[failover_service]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
   boost::asio::io_context io;
   FakeKernel kernel({{kAbsentLink, 4242, true}});
@@ -129,16 +138,11 @@ uint64_t master_after_takeover_burst(boost::asio::io_context& io, FailoverServic
 // must still be seen.
 TEST_CASE("FailoverService: a master re-adds and announces its VIPs after a link bounce read in one batch",
           "[failover_service]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
   boost::asio::io_context io;
   FakeKernel kernel({{kAbsentLink, 4242, true}});
-  FailoverConfig config = config_on_absent_link();
-  config.advbase_ms = 20;   // master 60 ms on
-  config.vip_lease_s = -1;  // no once-a-second tail: announcements come from the burst alone
+  const FailoverConfig config = fast_master_config();
   FailoverService service(io, config, 1);
   service.start(kernel.transport());
   const uint64_t after_takeover = master_after_takeover_burst(io, service, config);
@@ -155,10 +159,7 @@ TEST_CASE("FailoverService: a master re-adds and announces its VIPs after a link
 // dump read again shows only how the links are now, so the master puts its VIPs back all the same.
 TEST_CASE("FailoverService: a master re-adds and announces its VIPs after link events were lost",
           "[failover_service]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
   boost::asio::io_context io;
   FakeKernel kernel({{kAbsentLink, 4242, true}});
@@ -172,9 +173,7 @@ TEST_CASE("FailoverService: a master re-adds and announces its VIPs after link e
     }
     return receive(buf, len);
   };
-  FailoverConfig config = config_on_absent_link();
-  config.advbase_ms = 20;
-  config.vip_lease_s = -1;
+  const FailoverConfig config = fast_master_config();
   FailoverService service(io, config, 1);
   service.start(std::move(transport));
   const uint64_t after_takeover = master_after_takeover_burst(io, service, config);
@@ -192,10 +191,7 @@ TEST_CASE("FailoverService: a master re-adds and announces its VIPs after link e
 // were released meanwhile is news, and is logged again.
 TEST_CASE("FailoverService: a VIP error is logged again when it comes back after a release",
           "[failover_service]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
   std::ostringstream log;
   LogCapture capture(log);
@@ -283,10 +279,7 @@ TEST_CASE("FailoverService: set-role takes master, backup or fault, and nothing 
 // group's channels are taken at once; a VIP on a new channel is not, the rest of the reload is.
 TEST_CASE("FailoverService: a reload takes advbase, advskew and the VIPs on the channels it has",
           "[failover_service]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
   boost::asio::io_context io;
   FakeKernel kernel({{kAbsentLink, 4242, true}});
@@ -333,16 +326,11 @@ TEST_CASE("FailoverService: a reload takes advbase, advskew and the VIPs on the 
 
 TEST_CASE("FailoverService: a master adds and announces the VIPs a reload brings, and no others",
           "[failover_service]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: the announcer needs root (CAP_NET_RAW)");
-    return;
-  }
+  if (skipped_without_root()) return;
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
   boost::asio::io_context io;
   FakeKernel kernel({{kAbsentLink, 4242, true}});
-  FailoverConfig config = config_on_absent_link();
-  config.advbase_ms = 20;   // master 60 ms on
-  config.vip_lease_s = -1;  // no once-a-second tail: announcements come from the burst alone
+  const FailoverConfig config = fast_master_config();
   FailoverService service(io, config, 1);
   service.start(kernel.transport());
   const uint64_t after_takeover = master_after_takeover_burst(io, service, config);
