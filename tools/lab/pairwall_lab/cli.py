@@ -254,9 +254,9 @@ def format_status(st):
     synproxy = ", synproxy state" if st.get("synproxy") else ""
     scrub_tcp = ", scrub reassemble tcp" if st.get("scrub_tcp") else ""
     rdr = f", {topology.SERVICE_ADDR} redirected to the server" if st.get("rdr") else ""
-    rdr += ", dual stack" if st.get("ipv6") else ""
+    stack = ", dual stack" if st.get("ipv6") else ""
     lines = [f"lab {st['prefix']!r} up, driver {st['driver']}, advbase {st['advbase_ms']} ms{nat}{defer}{modulate}"
-             f"{synproxy}{scrub_tcp}{rdr}"]
+             f"{synproxy}{scrub_tcp}{rdr}{stack}"]
     for node, s in st["nodes"].items():
         extra = "".join(f", {k} {s[k]}" for k in ("bulk_done", "demotion", "sync_peer") if k in s)
         lines.append(f"  {node}: {s.get('role')}, states {s.get('states')}, VIPs {st['vips'].get(node) or '-'}"

@@ -167,11 +167,12 @@ def human(report):
     if "ping6_sent" in report:
         by = report["survived_by_family"]
         of = report["connections_by_family"]
-        fo6 = report["failover_ms_by_family"]
+        fo = {f: "no takeover measured" if ms is None else f"{ms:.0f} ms"
+              for f, ms in report["failover_ms_by_family"].items()}
         lines.append(f"IPv6:          ping lost {report['ping6_lost']}/{report['ping6_sent']}, UDP lost "
                      f"{report['udp6_lost']}/{report['udp6_sent']}; connections survived IPv4 "
                      f"{by['inet']}/{of['inet']}, IPv6 {by['inet6']}/{of['inet6']}; failover IPv4 "
-                     f"{fo6['inet']} ms, IPv6 {fo6['inet6']} ms")
+                     f"{fo['inet']}, IPv6 {fo['inet6']}")
     lines.append(f"states:        fwA {report['states_a']}, fwB {report['states_b']}")
     if report.get("cpu_steal_pct") is not None:
         lines.append(f"cpu steal:     {report['cpu_steal_pct']}% during the drill")
