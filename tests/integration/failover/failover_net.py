@@ -247,6 +247,19 @@ class Pair:
                 p.wait()
         return t
 
+    def reload_with(self, node, replacements):
+        """Edits pairwalld's config of `node` ((old, new) pairs, each old present) and reloads it by SIGHUP;
+        returns once its log says the reload was taken."""
+        path = self.dir / f"{node}-pairwalld.toml"
+        text = path.read_text()
+        for old, new in replacements:
+            assert old in text, text
+            text = text.replace(old, new)
+        path.write_text(text)
+        reloads = self.log(node).count("SIGHUP: rules reloaded")
+        self.procs[(node, "failoverd")].send_signal(signal.SIGHUP)
+        self.wait_for(lambda: self.log(node).count("SIGHUP: rules reloaded") > reloads, 5, what=f"{node} reloaded")
+
     def log(self, node):
         path = self.dir / f"{node}.log"
         return path.read_text() if path.exists() else ""

@@ -5,19 +5,9 @@ advertisement. Lowering it again takes the group back on the new master's next a
 reload names no advskew among the settings it does not take."""
 
 import json
-import signal
 
 ADVBASE_MS = 200
 
-
-def reload_with(p, node, old, new):
-    path = p.dir / f"{node}-pairwalld.toml"
-    text = path.read_text()
-    assert old in text, text
-    path.write_text(text.replace(old, new))
-    reloads = p.log(node).count("SIGHUP: rules reloaded")
-    p.procs[(node, "failoverd")].send_signal(signal.SIGHUP)
-    p.wait_for(lambda: p.log(node).count("SIGHUP: rules reloaded") > reloads, 5, what=f"{node} reloaded")
 
 
 def advskew(p, node):
@@ -33,7 +23,7 @@ def test_advskew_reload_moves_the_group(pair_factory):
     p.start("b")
     p.wait_roles({"a": "master", "b": "backup"}, timeout=10)
 
-    reload_with(p, "a", "advskew = 0\n", "advskew = 200\n")
+    p.reload_with("a", [("advskew = 0\n", "advskew = 200\n")])
     # B's skew is 100: it preempts on A's next advertisement, which A sends as it takes the skew.
     p.wait_roles({"a": "backup", "b": "master"}, timeout=1)
     assert p.last_transition("b", "master")["cause"].startswith("preempt")
@@ -42,7 +32,7 @@ def test_advskew_reload_moves_the_group(pair_factory):
     # The reload took advskew: it is not among the settings the reload warns it left as they ran.
     assert "which a reload does not take" not in p.log("a"), p.log("a")
 
-    reload_with(p, "a", "advskew = 200\n", "advskew = 0\n")
+    p.reload_with("a", [("advskew = 200\n", "advskew = 0\n")])
     p.wait_roles({"a": "master", "b": "backup"}, timeout=1 + 2 * ADVBASE_MS / 1000)
     assert p.last_transition("a", "master")["cause"].startswith("preempt")
     assert advskew(p, "a") == 0

@@ -8,22 +8,10 @@ addresses follow (`lan0` as an address counts the VIPs on both nodes). A VIP on 
 advertise on is kept out with a warning that says why, and the rest of that reload is taken."""
 
 import json
-import signal
 import time
 
 ADVBASE_MS = 200
 
-
-def reload_with(p, node, replacements):
-    path = p.dir / f"{node}-pairwalld.toml"
-    text = path.read_text()
-    for old, new in replacements:
-        assert old in text, text
-        text = text.replace(old, new)
-    path.write_text(text)
-    reloads = p.log(node).count("SIGHUP: rules reloaded")
-    p.procs[(node, "failoverd")].send_signal(signal.SIGHUP)
-    p.wait_for(lambda: p.log(node).count("SIGHUP: rules reloaded") > reloads, 5, what=f"{node} reloaded")
 
 
 def status(p, node):
@@ -46,7 +34,7 @@ def test_reload_takes_advbase_and_vips(pair_factory):
         ("advbase_ms = 200\n", "advbase_ms = 1000\n"),
         ('address = "fd31::1/64" }', 'address = "fd31::5/64" }, { interface = "lan0", address = "10.31.0.5/24" }'),
     ]
-    reload_with(p, "a", changes)
+    p.reload_with("a", changes)
     assert status(p, "a")["advbase_ms"] == 1000
     assert "advbase 200 -> 1000 ms" in p.log("a")
     assert "which a reload does not take" not in p.log("a"), p.log("a")
@@ -54,7 +42,7 @@ def test_reload_takes_advbase_and_vips(pair_factory):
     assert "fd31::1" not in p.addresses("a", "lan0")
     assert not {"10.31.0.5", "fd31::5", "fd31::1"} & p.addresses("b", "lan0")
     # The backup, reloaded alike, holds none of them, yet its rules count them as lan0's.
-    reload_with(p, "b", changes)
+    p.reload_with("b", changes)
     assert not {"10.31.0.5", "fd31::5", "fd31::1"} & p.addresses("b", "lan0")
     assert p.ctl("b", "tables test lan0:addresses 10.31.0.5 fd31::5")[0]
     assert not p.ctl("b", "tables test lan0:addresses fd31::1")[0]
@@ -75,7 +63,7 @@ def test_reload_takes_advbase_and_vips(pair_factory):
     assert p.neighbour_mac("c0", "10.31.0.5") == p.mac("a", "lan0")
 
     # A VIP on a new channel is not taken; the advbase of the same reload is.
-    reload_with(p, "a", [
+    p.reload_with("a", [
         ("advbase_ms = 1000\n", "advbase_ms = 500\n"),
         ('vips = [ ', 'vips = [ { interface = "lo", address = "10.99.0.1/32" }, '),
     ])
