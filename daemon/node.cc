@@ -60,8 +60,7 @@ constexpr control::Setting kTakenByReload[] = {
     {"failover", "key_file"},
     {"failover", "accept_key_file"},
 };
-// And those the builtin election takes on a running group (FailoverService::reconfigure), the
-// VIPs when their interfaces and families stay.
+// And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
     {"failover", "advskew"},
     {"failover", "preempt"},
@@ -69,8 +68,8 @@ constexpr control::Setting kTakenByElection[] = {
     {"failover", "announce_count"},
     {"failover", "announce_interval_ms"},
     {"failover", "vip_lease_s"},
+    {"failover", "vips"},
 };
-constexpr control::Setting kVips{"failover", "vips"};
 
 engine::Millis monotonic_now() {
   // The clock the queue workers pass to Engine::process_batch() (nfqueue.h).
@@ -616,13 +615,13 @@ class Node {
 
   // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
-  // file (even after `pairwallctl rules load` of another), the sync and failover keys (key_file,
-  // accept_key_file), so that a pair changes its keys without a restart, which would hand the
-  // group over with the peer's states unsynced (README "Changing the keys"), and what the builtin
-  // election changes on a running group as carp(4) takes it from ifconfig (kTakenByElection, the
-  // VIPs on the interfaces and families it has). All or nothing: the keys are read and the VIPs
-  // given to the rules' interface addresses before the rules are compiled, and the keys and the
-  // election's settings taken after they are published. The other settings need a restart: those
+  // file (even after `pairwallctl rules load` of another), the sync and failover
+  // keys (key_file, accept_key_file), so that a pair changes its keys without a restart, which
+  // would hand the group over with the peer's states unsynced (README "Changing the keys"), and
+  // what the builtin election changes on a running group as carp(4) takes it from ifconfig
+  // (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the VIPs given
+  // to the rules' interface addresses before the rules are compiled, and the keys and
+  // the election's settings taken after they are published. The other settings need a restart: those
   // that differ from the running ones are warned about with the rules' warnings. Nothing thrown
   // on the way (a compile out of memory) may end the daemon: the running set stays.
   // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
@@ -641,12 +640,9 @@ class Node {
         if (election->driver != failover::Driver::Builtin) election.reset();
       }
       std::vector<control::Setting> taken(std::begin(kTakenByReload), std::end(kTakenByReload));
-      std::string vips_kept;
       if (election) {
         taken.insert(taken.end(), std::begin(kTakenByElection), std::end(kTakenByElection));
-        vips_kept = failover_->service().vips_need_restart(*election);
-        taken.push_back(kVips);  // taken, or warned about below with the reason
-        if (vips_kept.empty() && election->vips != failover_->service().vips()) {
+        if (election->vips != failover_->service().vips()) {
           service_.set_interface_addresses(interface_addresses(election->vips));
           addresses_changed = true;
         }
@@ -657,13 +653,6 @@ class Node {
         addresses_changed = false;
         for (std::string& untaken : control::settings_awaiting_restart(c_, now, taken))
           result.warnings.push_back(std::move(untaken));
-        if (!vips_kept.empty()) {
-          result.warnings.push_back(
-              now.file + ": [failover] vips: warning: changed, which a reload does not take: " + vips_kept +
-              ": the advertisements go out on the VIPs' interfaces and families, "
-              "whose sockets open at start; the daemon keeps the VIPs it runs with until "
-              "it restarts");
-        }
         if (sync_keys) sync_service_->set_keys(std::move(sync_keys->key), std::move(sync_keys->accept_key));
         if (election) {
           failover_->service().set_keys(election->key, election->accept_key);

@@ -153,23 +153,6 @@ std::vector<AdvertChannel> FailoverConfig::advert_channels() const {
   return out;
 }
 
-std::string vips_need_restart(const FailoverConfig& running, const FailoverConfig& next) {
-  const std::vector<AdvertChannel> before = running.advert_channels();
-  const std::vector<AdvertChannel> after = next.advert_channels();
-  std::string out;
-  const auto list = [&out](const std::vector<AdvertChannel>& from, const std::vector<AdvertChannel>& in,
-                           std::string_view what) {
-    for (const AdvertChannel& c : from) {
-      if (std::find(in.begin(), in.end(), c) != in.end()) continue;
-      out += (out.empty() ? "" : ", ") + c.interface + (c.family == AF_INET ? " (IPv4) " : " (IPv6) ");
-      out += what;
-    }
-  };
-  list(after, before, "added");
-  list(before, after, "removed");
-  return out;
-}
-
 std::span<const uint8_t> FailoverConfig::group(int family) const {
   if (family == AF_INET) return group4;
   return group6;

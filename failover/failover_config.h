@@ -85,12 +85,6 @@ struct FailoverConfig {
   uint32_t effective_vip_lease_s() const;
 };
 
-// Why a running group cannot take `next`'s VIPs, "" when it can: every VIP interface in every family
-// is a channel its advertisements go out and come in on, with a socket and a carrier watch opened
-// at start, so the VIPs may change on the channels `running` has, and the channels only with a
-// restart. Names the channels added and removed: "lo (IPv4) added".
-std::string vips_need_restart(const FailoverConfig& running, const FailoverConfig& next);
-
 inline constexpr std::size_t kMinKeyBytes = 16;
 inline constexpr std::size_t kMaxKeyFileBytes = 4096;
 

@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 
 #include "failover/advert_socket.h"
 #include "failover/announce.h"
@@ -113,13 +115,7 @@ void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transp
       ++counters_.vip_errors;
       log_vip_error("removing VIPs left by an earlier run: " + leftover.error);
     }
-    for (const AdvertChannel& channel : config_.advert_channels()) {
-      sockets_.push_back(std::make_unique<AdvertSocket>(io_, channel.interface, channel.family,
-                                                        config_.group(channel.family), config_.port));
-    }
-    socket_errors_.resize(sockets_.size());
-    // An interface missing now is not fatal: carrier watch reopens its socket when it appears.
-    for (std::size_t i = 0; i < sockets_.size(); ++i) open_socket(i);
+    take_channels();
   }
   running_ = true;
   const Time t = now();
@@ -295,7 +291,7 @@ void FailoverService::send_advert(Time) {
 }
 
 void FailoverService::announce_all() {
-  for (const auto& vip : config_.vips) {
+  for (const auto& vip : vips_->vips()) {
     const unsigned ifindex = if_nametoindex(vip.interface.c_str());
     if (ifindex && announcer_->announce(vip, ifindex) == 0) {
       ++counters_.announcements;
@@ -392,6 +388,11 @@ void FailoverService::retry_sockets(Time t) {
 void FailoverService::on_links_changed() {
   std::lock_guard lock(mutex_);
   if (!running_) return;
+  take_links(now());
+  rearm();
+}
+
+void FailoverService::take_links(Time t) {
   const auto& links = links_->links();
   last_links_.resize(links.size());
   bool came_up = false;
@@ -422,7 +423,6 @@ void FailoverService::on_links_changed() {
   // Link events lost to an overflow may have told of a bounce that the links read again cannot show.
   const bool events_lost = links_->resyncs() != link_resyncs_seen_;
   link_resyncs_seen_ = links_->resyncs();
-  const Time t = now();
   plan_socket_retry(t);
   update_demotion(t);
   if (config_.driver == Driver::Builtin) {
@@ -432,7 +432,77 @@ void FailoverService::on_links_changed() {
       apply(t, Actions{.acquire_vips = true, .announce = true});
     }
   }
-  rearm();
+}
+
+void FailoverService::take_channels() {
+  std::vector<std::unique_ptr<AdvertSocket>> sockets;
+  std::vector<std::string> errors;
+  std::vector<std::size_t> opening;
+  for (const AdvertChannel& channel : config_.advert_channels()) {
+    const auto kept = std::find_if(sockets_.begin(), sockets_.end(), [&](const auto& s) {
+      return s && s->ifname() == channel.interface && s->family() == channel.family;
+    });
+    if (kept != sockets_.end()) {
+      errors.push_back(std::move(socket_errors_[static_cast<std::size_t>(kept - sockets_.begin())]));
+      sockets.push_back(std::move(*kept));
+      continue;
+    }
+    sockets.push_back(std::make_unique<AdvertSocket>(io_, channel.interface, channel.family,
+                                                     config_.group(channel.family), config_.port));
+    errors.emplace_back();
+    opening.push_back(sockets.size() - 1);
+  }
+  sockets_ = std::move(sockets);  // a channel left without VIPs closes here
+  socket_errors_ = std::move(errors);
+  // An interface missing now is not fatal: carrier watch reopens its socket when it appears.
+  for (const std::size_t i : opening) open_socket(i);
+}
+
+void FailoverService::take_vips(Time t) {
+  const uint32_t lease = config_.effective_vip_lease_s();
+  const bool vips_changed = vips_->vips() != config_.vips;
+  if (vips_changed) {
+    std::vector<std::string> listed;
+    for (const Vip& v : config_.vips) listed.push_back(v.interface + " " + v.text());
+    spdlog::info("failover: vhid {} VIPs now {}", config_.vhid, join(listed, ", "));
+  }
+  const VipResult dropped = vips_->replace(config_.vips, lease);
+  vip_upkeep_.set_lease(lease);
+  if (dropped.failed) {
+    ++counters_.vip_errors;
+    spdlog::error("failover: removing the VIPs the reload dropped: {} (not tried again: remove it by hand)",
+                  dropped.error);
+  }
+
+  std::vector<AdvertChannel> running;
+  for (const auto& socket : sockets_) running.push_back({socket->ifname(), socket->family()});
+  const std::vector<AdvertChannel> wanted = config_.advert_channels();
+  if (wanted != running) {
+    const auto log_missing = [](const std::vector<AdvertChannel>& from, const std::vector<AdvertChannel>& in,
+                                std::string_view what) {
+      for (const AdvertChannel& c : from) {
+        if (std::find(in.begin(), in.end(), c) != in.end()) continue;
+        spdlog::info("failover: advertisements {} {} ({})", what, c.interface,
+                     c.family == AF_INET ? "IPv4" : "IPv6");
+      }
+    };
+    log_missing(wanted, running, "now on");
+    log_missing(running, wanted, "no longer on");
+    links_->watch(config_.interfaces());
+    // What the links did before this is still news to take_links(); a new link starts as read.
+    std::vector<LinkWatch::Link> seen;
+    for (const LinkWatch::Link& link : links_->links()) {
+      const auto before = std::find_if(last_links_.begin(), last_links_.end(),
+                                       [&](const LinkWatch::Link& l) { return l.name == link.name; });
+      seen.push_back(before != last_links_.end() ? *before : link);
+    }
+    last_links_ = std::move(seen);
+    take_channels();
+    take_links(t);
+  }
+  // A master adds the new VIPs now and announces them, and gives the others the new lease: a lease
+  // made longer would otherwise run out before the renewal its new cadence plans.
+  if (vips_held_) apply(t, Actions{.acquire_vips = true, .announce = vips_changed});
 }
 
 void FailoverService::update_demotion(Time t) {
@@ -573,9 +643,9 @@ void FailoverService::set_keys(std::string key, std::string accept_key) {
   codec_.set_keys(std::move(key), std::move(accept_key));
 }
 
-std::string FailoverService::reconfigure(const FailoverConfig& next) {
+void FailoverService::reconfigure(const FailoverConfig& next) {
   std::lock_guard lock(mutex_);
-  if (config_.driver != Driver::Builtin) return "";
+  if (config_.driver != Driver::Builtin) return;
   const Time t = now();
   Actions actions;
   const ElectionConfig& running = election_.config();
@@ -589,49 +659,28 @@ std::string FailoverService::reconfigure(const FailoverConfig& next) {
     actions |= election_.set_advbase(t, milliseconds(next.advbase_ms));
   }
   const uint32_t lease_before = config_.effective_vip_lease_s();
-  std::string vips_kept = failover::vips_need_restart(config_, next);
-  const bool vips_changed = vips_kept.empty() && next.vips != config_.vips;
+  const bool vips_changed = next.vips != config_.vips;
   config_.advskew = next.advskew;
   config_.preempt = next.preempt;
   config_.advbase_ms = next.advbase_ms;
   config_.announce_count = next.announce_count;
   config_.announce_interval_ms = next.announce_interval_ms;
   config_.vip_lease_s = next.vip_lease_s;
-  if (vips_changed) config_.vips = next.vips;
-  const uint32_t lease = config_.effective_vip_lease_s();
-  if (vips_ && (vips_changed || lease != lease_before)) {
-    if (vips_changed) {
-      std::vector<std::string> listed;
-      for (const Vip& v : config_.vips) listed.push_back(v.interface + " " + v.text());
-      spdlog::info("failover: vhid {} VIPs now {}", config_.vhid, join(listed, ", "));
-    }
-    const VipResult dropped = vips_->replace(config_.vips, lease);
-    vip_upkeep_.set_lease(lease);
-    if (dropped.failed) {
-      ++counters_.vip_errors;
-      spdlog::error("failover: removing the VIPs the reload dropped: {} (not tried again: remove it by hand)",
-                    dropped.error);
-    }
-    // A master adds the new VIPs now, and gives the others the new lease: a lease made longer would
-    // otherwise run out before the renewal its new cadence plans.
-    if (vips_held_) {
-      actions.acquire_vips = true;
-      actions.announce |= vips_changed;
-    }
-  }
+  config_.vips = next.vips;
   apply(t, actions);
   rearm();
-  return vips_kept;
+  if (!vips_changed && config_.effective_vip_lease_s() == lease_before) return;
+  boost::asio::post(io_, [this] {
+    std::lock_guard on_io_thread(mutex_);
+    if (!running_ || !vips_) return;
+    take_vips(now());
+    rearm();
+  });
 }
 
 std::vector<Vip> FailoverService::vips() const {
   std::lock_guard lock(mutex_);
   return config_.vips;
-}
-
-std::string FailoverService::vips_need_restart(const FailoverConfig& next) const {
-  std::lock_guard lock(mutex_);
-  return failover::vips_need_restart(config_, next);
 }
 
 std::string FailoverService::demote(uint32_t amount) {

@@ -137,19 +137,19 @@ class FailoverService final : public control::FailoverControl {
   // The keys a SIGHUP re-read (key_file, accept_key_file): advertisements are signed with `key`
   // from the next one on, and accepted under either. Any thread.
   void set_keys(std::string key, std::string accept_key);
-  // What a reload (SIGHUP, `pairwalld --reload`) may change on a running group, taken at once as
-  // carp(4) takes `ifconfig carpN advskew N advbase N [-]preempt` and its addresses: advskew and
-  // preempt (Election::set_preference), advbase_ms (Election::set_advbase; the automatic
-  // announcement interval and VIP lease follow it), announce_count, announce_interval_ms,
-  // vip_lease_s, and the VIPs on the interfaces and families the group has (vips_need_restart).
-  // The VIPs a reload drops are removed, whatever the role; a master adds the new ones and
-  // announces them. The builtin election only; the other settings need a restart. Returns why the
-  // VIPs were kept as they run, "" when they were taken. Any thread.
-  std::string reconfigure(const FailoverConfig& next);
-  // The VIPs the group runs with, and why it would keep them at a reconfigure() to `next` (""
-  // when it would take them). Any thread.
+  // What a reload (SIGHUP, `pairwalld --reload`) changes on a running group, taken as carp(4)
+  // takes `ifconfig carpN advskew N advbase N [-]preempt` and its addresses: advskew and preempt
+  // (Election::set_preference), advbase_ms (Election::set_advbase; the automatic announcement
+  // interval and VIP lease follow it), announce_count, announce_interval_ms, vip_lease_s, and the
+  // VIPs: those it drops are removed, whatever the role; a master adds the new ones and announces
+  // them. A VIP on an interface or in a family the group had none on opens that advertisement
+  // channel and watches the interface's carrier; a channel left without VIPs is closed. The
+  // election's settings are taken at once, the VIPs and channels on the io_context's thread, where
+  // the sockets and the carrier watch live. The builtin election only; the other settings need a
+  // restart. Any thread.
+  void reconfigure(const FailoverConfig& next);
+  // The VIPs the group runs with (those of the last reconfigure()). Any thread.
   std::vector<Vip> vips() const;
-  std::string vips_need_restart(const FailoverConfig& next) const;
   // keepalived mode: the role keepalived decided. "" on success, otherwise why not.
   std::string set_external_role(Role role);
 
@@ -175,6 +175,12 @@ class FailoverService final : public control::FailoverControl {
   void announce_all();
   void on_advert(std::span<const uint8_t> frame, int ttl);
   void on_links_changed();
+  // What the links did since last_links_: sockets reopened on carrier, demotion, fault.
+  void take_links(Time t);
+  // The VIPs and lease of config_ into the kernel's set, with the channels and links they need.
+  void take_vips(Time t);
+  // An advertisement socket for each of config_'s channels, those that stay kept as they are.
+  void take_channels();
   void update_demotion(Time now);
   void poll();
   void on_tick();

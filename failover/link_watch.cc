@@ -53,16 +53,43 @@ void LinkWatch::start() {
 void LinkWatch::start(Transport transport) {
   transport_ = std::move(transport);
   started_ = true;
-  request_dump();
   // The first read is synchronous: the service decides its first role from it.
+  read_links_now();
+  changed_ = false;
+  fd_.assign(transport_.fd);
+  arm();
+}
+
+void LinkWatch::read_links_now() {
+  request_dump();
   const int fd = transport_.fd;
   const int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   if (dump_seq_ != 0) read_pending(true);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);  // later reads end at EAGAIN
-  changed_ = false;
-  fd_.assign(fd);
-  arm();
+}
+
+void LinkWatch::watch(std::vector<std::string> names) {
+  std::vector<Link> links;
+  std::vector<bool> in_dump;
+  bool added = false;
+  for (std::string& name : names) {
+    const auto known =
+        std::find_if(links_.begin(), links_.end(), [&](const Link& l) { return l.name == name; });
+    if (known == links_.end()) {
+      added = true;
+      links.push_back(Link{std::move(name), 0, false});
+      in_dump.push_back(false);
+    } else {
+      links.push_back(*known);
+      const auto i = static_cast<std::size_t>(known - links_.begin());
+      in_dump.push_back(i < in_dump_.size() && in_dump_[i]);
+    }
+  }
+  links_ = std::move(links);
+  in_dump_ = std::move(in_dump);
+  // A dump in flight ends before the one asked here, which reads every link again.
+  if (started_ && added) read_links_now();
 }
 
 void LinkWatch::stop() {

@@ -56,6 +56,11 @@ class LinkWatch {
   // The same over `transport` instead of a socket of its own.
   void start(Transport transport);
   void stop();
+  // Watches `names` from now on, in that order: a link watched before keeps what is known of it,
+  // and the others are read as start() reads them, so that links() tells their carrier on return
+  // (a link read as absent for a moment would demote the node); on_change is not called for what
+  // that read finds. On the io_context's thread.
+  void watch(std::vector<std::string> names);
 
   const std::vector<Link>& links() const { return links_; }
   std::size_t with_carrier() const;
@@ -73,6 +78,8 @@ class LinkWatch {
   void end_dump(bool complete);
   // Reads what is queued (or, blocking, until the dump ends); true when a watched link changed.
   bool read_pending(bool until_dump_done);
+  // Asks for a dump and reads until it has ended, blocking.
+  void read_links_now();
   int on_message(const nlmsghdr* nlh);
   void arm();
 

@@ -275,14 +275,16 @@ TEST_CASE("FailoverService: set-role takes master, backup or fault, and nothing 
   service.stop();
 }
 
-// A reload's [failover] (FailoverService::reconfigure): the election's settings and the VIPs on the
-// group's channels are taken at once; a VIP on a new channel is not, the rest of the reload is.
-TEST_CASE("FailoverService: a reload takes advbase, advskew and the VIPs on the channels it has",
+// A reload's [failover] (FailoverService::reconfigure): the election's settings are taken at once,
+// the VIPs on the service's thread, with the channels and links they bring or leave.
+TEST_CASE("FailoverService: a reload takes advbase, advskew, the VIPs and their channels",
           "[failover_service]") {
   if (skipped_without_root()) return;
+  constexpr const char* kSecondLink = "pwnosuchlink1";
   REQUIRE(::if_nametoindex(kAbsentLink) == 0);
+  REQUIRE(::if_nametoindex(kSecondLink) == 0);
   boost::asio::io_context io;
-  FakeKernel kernel({{kAbsentLink, 4242, true}});
+  FakeKernel kernel({{kAbsentLink, 4242, true}, {kSecondLink, 4243, false}});
   const FailoverConfig config = config_on_absent_link();
   FailoverService service(io, config, 1);
   service.start(kernel.transport());
@@ -295,8 +297,7 @@ TEST_CASE("FailoverService: a reload takes advbase, advskew and the VIPs on the 
   Vip second = next.vips.at(0);
   second.address = {192, 0, 2, 2};
   next.vips.push_back(second);
-  CHECK(service.vips_need_restart(next).empty());
-  CHECK(service.reconfigure(next).empty());
+  service.reconfigure(next);
   FailoverSnapshot s = service.snapshot();
   CHECK(s.advbase_ms == 200'000);
   CHECK(s.advskew == 50);
@@ -305,22 +306,33 @@ TEST_CASE("FailoverService: a reload takes advbase, advskew and the VIPs on the 
                                            std::string(kAbsentLink) + " 192.0.2.2/32"});
   CHECK(s.role == Role::Backup);
   CHECK(s.counters.adverts_sent + s.counters.advert_send_errors == 0);  // a backup says nothing of it
-
-  FailoverConfig v6 = next;
-  v6.advbase_ms = 100'000;
-  Vip six;
-  six.interface = kAbsentLink;
-  six.family = AF_INET6;
-  six.address = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  six.prefix_len = 64;
-  v6.vips = {six};
-  const std::string kept = std::string(kAbsentLink) + " (IPv6) added, " + kAbsentLink + " (IPv4) removed";
-  CHECK(service.vips_need_restart(v6) == kept);
-  CHECK(service.reconfigure(v6) == kept);
-  s = service.snapshot();
-  CHECK(s.advbase_ms == 100'000);
-  CHECK(s.vips.size() == 2);
   CHECK(service.vips() == next.vips);
+
+  // A VIP on a link the group had none on: its carrier is watched from then on, and the link
+  // without carrier demotes the node.
+  const int requests = kernel.requests;
+  FailoverConfig wider = next;
+  Vip on_second_link = second;
+  on_second_link.interface = kSecondLink;
+  wider.vips.push_back(on_second_link);
+  service.reconfigure(wider);
+  const auto links = [&] { return service.snapshot().links.size(); };
+  run_until(io, milliseconds(1000), [&] { return links() == 2; });
+  s = service.snapshot();
+  REQUIRE(s.links.size() == 2);
+  CHECK(s.links[1].name == kSecondLink);
+  CHECK_FALSE(s.links[1].carrier);
+  CHECK(s.demotion_reasons ==
+        std::vector<std::string>{"VIP interface without carrier (+" + std::to_string(s.demotion) + ")"});
+  CHECK(kernel.requests == requests + 1);
+
+  // Back to the first link alone: the second is no longer watched, nor does it demote.
+  service.reconfigure(next);
+  run_until(io, milliseconds(1000), [&] { return links() == 1; });
+  s = service.snapshot();
+  CHECK(s.links.size() == 1);
+  CHECK(s.demotion == 0);
+  CHECK(s.role == Role::Backup);
   service.stop();
 }
 
@@ -340,7 +352,7 @@ TEST_CASE("FailoverService: a master adds and announces the VIPs a reload brings
   FailoverConfig slower = config;
   slower.advbase_ms = 40;
   slower.advskew = 10;
-  CHECK(service.reconfigure(slower).empty());
+  service.reconfigure(slower);
   run_until(io, milliseconds(200), [] { return false; });
   CHECK(announce_attempts(service) == after_takeover);
   CHECK(service.snapshot().counters.vip_errors == vip_errors);
@@ -351,7 +363,8 @@ TEST_CASE("FailoverService: a master adds and announces the VIPs a reload brings
   Vip second = more.vips.at(0);
   second.address = {192, 0, 2, 2};
   more.vips.push_back(second);
-  CHECK(service.reconfigure(more).empty());
+  service.reconfigure(more);
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().counters.vip_errors > vip_errors; });
   CHECK(service.snapshot().counters.vip_errors == vip_errors + 1);
   run_until(io, milliseconds(3000),
             [&] { return announce_attempts(service) >= after_takeover + 2 * (1 + config.announce_count); });

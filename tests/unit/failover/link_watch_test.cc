@@ -28,6 +28,43 @@ TEST_CASE("LinkWatch: the first dump reads every link's carrier", "[link_watch]"
   watch.stop();
 }
 
+// A reload that brings a VIP on another interface: the new link's carrier is known on return, and a
+// link no longer named is no longer watched.
+TEST_CASE("LinkWatch: links watched from a reload on are read at once", "[link_watch]") {
+  boost::asio::io_context io;
+  FakeKernel kernel({{"lan0", 3, true}, {"lan1", 4, true}, {"lan2", 5, false}});
+  int changes = 0;
+  LinkWatch watch(io, {"lan0"}, [&] { ++changes; });
+  watch.start(kernel.transport());
+  REQUIRE(watch.links().size() == 1);
+
+  watch.watch({"lan1", "lan0", "lan2"});
+  REQUIRE(watch.links().size() == 3);
+  CHECK(watch.links()[0].name == "lan1");
+  CHECK(watch.links()[0].ifindex == 4);
+  CHECK(watch.links()[0].carrier);
+  CHECK(watch.links()[1].name == "lan0");
+  CHECK(watch.links()[1].ifindex == 3);
+  CHECK(watch.links()[2].ifindex == 5);
+  CHECK_FALSE(watch.links()[2].carrier);
+  CHECK(watch.with_carrier() == 2);
+  CHECK(kernel.requests == 2);
+  CHECK(changes == 0);
+
+  // The same names again: nothing to read.
+  watch.watch({"lan1", "lan0", "lan2"});
+  CHECK(kernel.requests == 2);
+
+  watch.watch({"lan2"});
+  REQUIRE(watch.links().size() == 1);
+  kernel.event(RTM_NEWLINK, {"lan1", 4, false});
+  kernel.event(RTM_NEWLINK, {"lan2", 5, true});
+  run_until(io, std::chrono::seconds(3), [&] { return watch.links()[0].carrier; });
+  CHECK(watch.links()[0].carrier);
+  CHECK(watch.links().size() == 1);
+  watch.stop();
+}
+
 TEST_CASE("LinkWatch: a dump refused at start is asked for again, at growing intervals", "[link_watch]") {
   boost::asio::io_context io;
   FakeKernel kernel({{"lan0", 3, true}});
