@@ -59,6 +59,7 @@ constexpr control::Setting kTakenByReload[] = {
     {"sync", "accept_key_file"},
     {"failover", "key_file"},
     {"failover", "accept_key_file"},
+    {"log", "level"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
@@ -615,12 +616,12 @@ class Node {
 
   // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
-  // file (even after `pairwallctl rules load` of another), the sync and failover
+  // file (even after `pairwallctl rules load` of another), the log level, the sync and failover
   // keys (key_file, accept_key_file), so that a pair changes its keys without a restart, which
   // would hand the group over with the peer's states unsynced (README "Changing the keys"), and
   // what the builtin election changes on a running group as carp(4) takes it from ifconfig
   // (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the VIPs given
-  // to the rules' interface addresses before the rules are compiled, and the keys and
+  // to the rules' interface addresses before the rules are compiled, and the keys, the level and
   // the election's settings taken after they are published. The other settings need a restart: those
   // that differ from the running ones are warned about with the rules' warnings. Nothing thrown
   // on the way (a compile out of memory) may end the daemon: the running set stays.
@@ -662,6 +663,7 @@ class Node {
                      result.rule_count, engine_.states().size());
         for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
         if (sync_keys || election) spdlog::info("{}: keys re-read from {}", who, now.file);
+        take_log_level(who, now.log.level);
       }
     } catch (const std::exception& e) {
       result = {false, e.what(), 0, {}};
@@ -671,6 +673,19 @@ class Node {
       spdlog::warn("{}: rules reload refused, running rules and keys kept: {}", who, result.error);
     notify("READY=1\n" + status_line());
     return result;
+  }
+
+  // A level more verbose than the running one is set before the line that tells of it, a less
+  // verbose one after: either way the journal says what changed.
+  static void take_log_level(std::string_view who, const std::string& level) {
+    const std::shared_ptr<spdlog::logger> logger = spdlog::default_logger();
+    const spdlog::level::level_enum next = spdlog::level::from_str(level);
+    const spdlog::level::level_enum running = logger->level();
+    if (next == running) return;
+    if (next < running) logger->set_level(next);
+    spdlog::info("{}: log level {} -> {}", who, spdlog::level::to_string_view(running),
+                 spdlog::level::to_string_view(next));
+    logger->set_level(next);
   }
 
   void wait_for_signal() {

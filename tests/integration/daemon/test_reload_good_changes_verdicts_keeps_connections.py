@@ -45,3 +45,17 @@ def test_reload_good_changes_verdicts_keeps_connections(lan, fw, tmp_path):
     wait_until(lambda: fw.json("status")["rules_file"] == str(new_rules), 5, what="the config's new rule file loaded")
     assert lan.connect(4, BLOCKED)["result"] == "ok"
     assert held.echo()["echo"]
+
+    # The config's [log] level is taken too: at "warn" a reload's own info lines are left out.
+    config = fw.config.read_text()
+    fw.config.write_text(config.replace('level = "debug"', 'level = "warn"'))
+    fw.send_signal(signal.SIGHUP)
+    wait_until(lambda: "SIGHUP: log level debug -> warning" in fw.log_text(), 5, what="the level taken")
+    reloads = fw.log_text().count("SIGHUP: rules reloaded")
+    rule_reloads = int(fw.json("status")["rule_reloads"])
+    fw.send_signal(signal.SIGHUP)
+    wait_until(lambda: int(fw.json("status")["rule_reloads"]) > rule_reloads, 5, what="a reload at warn")
+    assert fw.log_text().count("SIGHUP: rules reloaded") == reloads
+    fw.config.write_text(config)
+    fw.send_signal(signal.SIGHUP)
+    wait_until(lambda: "SIGHUP: log level warning -> debug" in fw.log_text(), 5, what="the level back")
