@@ -60,6 +60,7 @@ constexpr control::Setting kTakenByReload[] = {
     {"failover", "key_file"},
     {"failover", "accept_key_file"},
     {"log", "level"},
+    {"engine", "state_limit"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
@@ -616,20 +617,21 @@ class Node {
 
   // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
-  // file (even after `pairwallctl rules load` of another), the log level, the sync and failover
-  // keys (key_file, accept_key_file), so that a pair changes its keys without a restart, which
-  // would hand the group over with the peer's states unsynced (README "Changing the keys"), and
-  // what the builtin election changes on a running group as carp(4) takes it from ifconfig
-  // (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the VIPs given
-  // to the rules' interface addresses before the rules are compiled, and the keys, the level and
-  // the election's settings taken after they are published. The other settings need a restart: those
-  // that differ from the running ones are warned about with the rules' warnings. Nothing thrown
-  // on the way (a compile out of memory) may end the daemon: the running set stays.
+  // file (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level,
+  // the sync and failover keys (key_file, accept_key_file), so that a pair changes its keys without
+  // a restart, which would hand the group over with the peer's states unsynced (README "Changing
+  // the keys"), and what the builtin election changes on a running group as carp(4) takes it from
+  // ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the
+  // VIPs and the state limit given to the rules before they are compiled, and the keys, the level
+  // and the election's settings taken after they are published. The other settings need a
+  // restart: those that differ from the running ones are warned about with the rules' warnings.
+  // Nothing thrown on the way (a compile out of memory) may end the daemon: the running set stays.
   // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;
     bool addresses_changed = false;
+    const std::optional<uint32_t> state_limit = service_.state_limit();
     try {
       const control::Config now = control::load_config(c_.file);
       validate_component_sections(now);  // a config that would not start is not half taken
@@ -649,6 +651,7 @@ class Node {
         }
       }
       queues_->refresh_interfaces();
+      service_.set_state_limit(now.engine.state_limit);
       result = service_.load_rules(now.rules.file);
       if (result.ok) {
         addresses_changed = false;
@@ -669,8 +672,10 @@ class Node {
       result = {false, e.what(), 0, {}};
     }
     if (addresses_changed) service_.set_interface_addresses(interface_addresses(failover_->service().vips()));
-    if (!result.ok)
+    if (!result.ok) {
+      service_.set_state_limit(state_limit);
       spdlog::warn("{}: rules reload refused, running rules and keys kept: {}", who, result.error);
+    }
     notify("READY=1\n" + status_line());
     return result;
   }

@@ -204,7 +204,7 @@ void fill_rule(const RuleCounters& r, RuleInfo* out) {
 }  // namespace
 
 ControlService::ControlService(const Config& config, engine::Engine& engine, Clock now)
-    : config_(config), engine_(engine), now_(std::move(now)) {}
+    : config_(config), engine_(engine), now_(std::move(now)), state_limit_(config.engine.state_limit) {}
 
 namespace {
 
@@ -341,11 +341,13 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
   // five sixths of the states would put the adaptive timeouts' end (120 % of it unless set) below
   // the table's size: every state would go at the next expiry pass. Only a lowered limit is
   // refused: a full table's count runs past its limit for as long as a refused insert takes.
-  const uint32_t state_limit = config_.engine.state_limit.value_or(rules->state_limit());
+  const uint32_t state_limit = state_limit_.value_or(rules->state_limit());
   if (const std::size_t held = engine_.states().size();
       held > state_limit && state_limit < engine_.states().limit()) {
-    return file.file + ": 'set limit states " + std::to_string(state_limit) + "' is below the " +
-           std::to_string(held) + " states the table holds: raise it, or kill states first";
+    const std::string limit = state_limit_ ? "[engine] state_limit " + std::to_string(state_limit)
+                                           : "'set limit states " + std::to_string(state_limit) + "'";
+    return file.file + ": " + limit + " is below the " + std::to_string(held) +
+           " states the table holds: raise it, or kill states first";
   }
   // The same for source nodes: below those held, every new connection from a new source that a
   // source-tracking rule would pass was refused until enough of them had gone.
@@ -364,7 +366,7 @@ std::string ControlService::publish(const engine::rules::RuleFile& file,
     }
     prerouting_hook_ = true;
   }
-  engine_.load_rules(std::move(rules), config_.engine.state_limit);
+  engine_.load_rules(std::move(rules), state_limit_);
   return {};
 }
 

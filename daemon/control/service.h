@@ -66,6 +66,11 @@ class ControlService {
     interface_addresses_ = std::move(source);
   }
 
+  // [engine] state_limit, which overrides the rule file's `set limit states` from the next load on
+  // (nullopt: the file's). Starts as the config's; a reload sets what the config says now.
+  void set_state_limit(std::optional<uint32_t> limit) { state_limit_ = limit; }
+  std::optional<uint32_t> state_limit() const { return state_limit_; }
+
   struct LoadResult {
     bool ok = false;
     std::string error;  // file:line:column: message
@@ -167,6 +172,7 @@ class ControlService {
   std::function<std::optional<std::string>()> health_probe_;
   std::function<engine::rules::InterfaceAddresses()> interface_addresses_;
   std::function<LoadResult()> reload_;
+  std::optional<uint32_t> state_limit_;
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::function<void(const engine::rules::RuleFile&)> fit_hooks_;
   std::vector<std::string> prerouting_matches_;

@@ -1,6 +1,7 @@
 """A good reload swaps the rules atomically: new connections get the new verdicts at once, states
 survive, and a connection opened before the reload keeps carrying data even though the new rules
-would no longer let it start. SIGHUP loads the rule file the config names when it comes."""
+would no longer let it start. SIGHUP loads the rule file the config names when it comes, with its
+[engine] state_limit, and takes its [log] level."""
 
 import signal
 
@@ -59,3 +60,20 @@ def test_reload_good_changes_verdicts_keeps_connections(lan, fw, tmp_path):
     fw.config.write_text(config)
     fw.send_signal(signal.SIGHUP)
     wait_until(lambda: "SIGHUP: log level warning -> debug" in fw.log_text(), 5, what="the level back")
+
+    # [engine] state_limit, which overrides the file's `set limit states`, is taken with the rules;
+    # one below the states held is refused with them, and the running limit stays.
+    fw.config.write_text(config + "\n[engine]\nstate_limit = 777\n")
+    cp = lan.fw.exec(str(fw.bin / "pairwalld"), "--reload", "-c", str(fw.config), check=False, timeout=30)
+    assert cp.returncode == 0 and "warning" not in cp.stderr, (cp.stdout, cp.stderr)
+    assert int(fw.json("settings")["state_limit"]) == 777
+    assert int(fw.json("status")["states"]) >= 2
+    fw.config.write_text(config + "\n[engine]\nstate_limit = 1\n")
+    cp = lan.fw.exec(str(fw.bin / "pairwalld"), "--reload", "-c", str(fw.config), check=False, timeout=30)
+    assert cp.returncode == 1, (cp.stdout, cp.stderr)
+    assert "[engine] state_limit 1 is below the " in cp.stderr, cp.stderr
+    assert int(fw.json("settings")["state_limit"]) == 777
+    # The refused limit is not kept for the next load either.
+    fw.ctl("rules", "load", fw.json("status")["rules_file"])
+    assert int(fw.json("settings")["state_limit"]) == 777
+    assert held.echo()["echo"]

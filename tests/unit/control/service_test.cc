@@ -335,7 +335,7 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
   }
 
   SECTION("the config's state limit overrides the rule file's") {
-    d.config.engine.state_limit = 5;
+    d.service.set_state_limit(5);
     REQUIRE(d.service.load_rules("").ok);
     CHECK(d.engine.states().limit() == 5);
   }
@@ -1739,7 +1739,7 @@ TEST_CASE(
   // As pfctl -s memory shows the hard limit the table holds to: the adaptive timeouts beside it
   // are reckoned from that one too.
   Daemon d;
-  d.config.engine.state_limit = 50;
+  d.service.set_state_limit(50);
   REQUIRE(d.service.load_rules(d.write("limits.conf", "set limit states 1000\npass all\n")).ok);
   const Response r = d.call(make([](Request& q) { q.mutable_settings(); }));
   REQUIRE(r.ok());
