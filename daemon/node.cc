@@ -71,6 +71,7 @@ constexpr control::Setting kTakenByElection[] = {
     {"failover", "announce_interval_ms"},
     {"failover", "vip_lease_s"},
     {"failover", "vips"},
+    {"failover", "notify"},
 };
 
 engine::Millis monotonic_now() {

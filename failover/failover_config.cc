@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -251,6 +252,19 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
     c.accept_key_file = key_path("accept_key_file", *v);
     c.accept_key = read_key(r, "accept_key_file", c.accept_key_file);
     if (c.accept_key == c.key) r.fail("accept_key_file", "holds the key of key_file: name the other key");
+  }
+
+  if (auto v = r.string("notify")) {
+    if (!builtin) {
+      r.fail("notify",
+             "keepalived runs its own notify scripts (notify_master, notify_backup, notify_fault in "
+             "keepalived.conf): remove it");
+    }
+    c.notify = key_path("notify", *v);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(c.notify, ec) || ::access(c.notify.c_str(), X_OK) != 0) {
+      r.fail("notify", c.notify + ": not an executable file");
+    }
   }
 
   if (const toml::node* node = r.get("vips")) {

@@ -21,6 +21,8 @@
 //   announce_interval_ms = 0    # between them; 0 = advbase / 2, at most 1000
 //   vip_lease_s = 0             # kernel lifetime of a VIP, renewed while master; 0 = automatic
 //                               # (max(3 s, 4 * advbase)); -1 = permanent
+//   notify = "notify.sh"        # run at each role change: notify.sh MASTER|BACKUP|FAULT|STOP VHID
+//                               # CAUSE (failover/role_script.h); relative to this file's directory
 #pragma once
 
 #include <toml++/toml.h>
@@ -73,6 +75,7 @@ struct FailoverConfig {
   uint32_t announce_count = 5;
   uint32_t announce_interval_ms = 0;
   int64_t vip_lease_s = 0;
+  std::string notify;  // resolved path; empty: none
 
   // The VIP interfaces, each once, in the order they first appear.
   std::vector<std::string> interfaces() const;

@@ -72,6 +72,8 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
       {"node_id_conflicts", c.node_id_conflicts},
       {"link_resyncs", c.link_resyncs},
       {"advert_socket_retries", c.advert_socket_retries},
+      {"notify_runs", c.notify_runs},
+      {"notify_failures", c.notify_failures},
   };
   for (const auto& [name, value] : counters) {
     const std::string family = std::string("pairwall_failover_") + name + "_total";

@@ -70,6 +70,7 @@ FailoverService::FailoverService(boost::asio::io_context& io, FailoverConfig con
       election_(ElectionConfig{node_id, milliseconds(config_.advbase_ms), config_.advskew, config_.preempt}),
       codec_(config_.key, config_.vhid, node_id, config_.accept_key),
       vip_upkeep_(config_.effective_vip_lease_s()),
+      role_script_(config_.notify, config_.vhid),
       timer_(io),
       poll_timer_(io),
       boot_epoch_(boot_epoch ? boot_epoch : wall_clock_us()) {}
@@ -264,6 +265,7 @@ void FailoverService::log_new_transitions() {
       spdlog::info("failover: vhid {} {} -> {} ({}), demotion {}", config_.vhid, role_name(tr.from),
                    role_name(tr.to), cause_name(tr.cause), demotion_.total());
     }
+    role_script_.role_changed(tr.to, cause_name(tr.cause));
   }
   logged_transitions_ = total;
 }
@@ -523,6 +525,7 @@ void FailoverService::poll() {
     demotion_.set(DemoteReason::BulkSync, !bulk_done);
     demotion_.set(DemoteReason::Engine, !engine_ok);
     update_demotion(now());
+    role_script_.poll();
     rearm();
   }
   poll_timer_.expires_after(kPollInterval);
@@ -605,6 +608,8 @@ FailoverSnapshot FailoverService::snapshot() const {
   s.rejects = codec_.rejects();
   s.counters = counters_;
   s.counters.adverts_on_accept_key = codec_.accepted_on_accept_key();
+  s.counters.notify_runs = role_script_.counters().runs;
+  s.counters.notify_failures = role_script_.counters().failures;
   s.counters.worse_masters = election_.worse_masters();
   // The codec turns away adverts with this node's id before the election sees them (Reject::Own).
   s.counters.node_id_conflicts =
@@ -667,6 +672,11 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   config_.announce_interval_ms = next.announce_interval_ms;
   config_.vip_lease_s = next.vip_lease_s;
   config_.vips = next.vips;
+  if (next.notify != config_.notify) {
+    spdlog::info("failover: vhid {} notify now {}", config_.vhid, next.notify.empty() ? "none" : next.notify);
+    config_.notify = next.notify;
+    role_script_.set_path(next.notify);
+  }
   apply(t, actions);
   rearm();
   if (!vips_changed && config_.effective_vip_lease_s() == lease_before) return;

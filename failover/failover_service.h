@@ -31,6 +31,7 @@
 #include "failover/election.h"
 #include "failover/failover_config.h"
 #include "failover/link_watch.h"
+#include "failover/role_script.h"
 #include "failover/vip_upkeep.h"
 
 namespace pairwall::failover {
@@ -59,6 +60,8 @@ struct FailoverCounters {
   uint64_t node_id_conflicts = 0;
   uint64_t link_resyncs = 0;
   uint64_t advert_socket_retries = 0;  // opens tried again after one failed, while the link has carrier
+  uint64_t notify_runs = 0;            // [failover] notify scripts started (RoleScript)
+  uint64_t notify_failures = 0;        // not started, or ended other than with exit status 0
 };
 
 struct FailoverSnapshot {
@@ -140,7 +143,7 @@ class FailoverService final : public control::FailoverControl {
   // What a reload (SIGHUP, `pairwalld --reload`) changes on a running group, taken as carp(4)
   // takes `ifconfig carpN advskew N advbase N [-]preempt` and its addresses: advskew and preempt
   // (Election::set_preference), advbase_ms (Election::set_advbase; the automatic announcement
-  // interval and VIP lease follow it), announce_count, announce_interval_ms, vip_lease_s, and the
+  // interval and VIP lease follow it), announce_count, announce_interval_ms, vip_lease_s, notify, and the
   // VIPs: those it drops are removed, whatever the role; a master adds the new ones and announces
   // them. A VIP on an interface or in a family the group had none on opens that advertisement
   // channel and watches the interface's carrier; a channel left without VIPs is closed. The
@@ -209,6 +212,7 @@ class FailoverService final : public control::FailoverControl {
   std::unique_ptr<VipSet> vips_;
   VipUpkeep vip_upkeep_;
   std::unique_ptr<Announcer> announcer_;
+  RoleScript role_script_;
   std::unique_ptr<LinkWatch> links_;
   std::vector<std::unique_ptr<AdvertSocket>> sockets_;
   std::vector<std::string> socket_errors_;  // per socket: why its last open failed, "" if it did not

@@ -83,6 +83,15 @@ TEST_CASE("failover config: a full section", "[config]") {
   CHECK(c.group(AF_INET6)[15] == 2);
 }
 
+TEST_CASE("failover config: the notify script, relative to the config's directory", "[config]") {
+  Dir d;
+  std::ofstream(d.root / "notify.sh") << "#!/bin/sh\n";
+  fs::permissions(d.root / "notify.sh", fs::perms::owner_all);
+  CHECK(parse(d, "[failover]\nkey_file = \"failover.key\"\n" + kVips).notify.empty());
+  CHECK(parse(d, "[failover]\nkey_file = \"failover.key\"\nnotify = \"notify.sh\"\n" + kVips).notify ==
+        (d.root / "notify.sh").string());
+}
+
 TEST_CASE("failover config: defaults", "[config]") {
   Dir d;
   const auto c = parse(d, "[failover]\nkey_file = \"failover.key\"\n" + kVips);
@@ -249,6 +258,14 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
              "= \"10.0.0.1/16\" } ]\n",
        "[failover] vips[1].address: \"10.0.0.1/16\" is listed twice"},
       {key + kVips + "advsekw = 10\n", "[failover] advsekw: unknown key"},
+      {key + kVips + "notify = \"absent.sh\"\n", "[failover] notify: DIR/absent.sh: not an executable file"},
+      {key + kVips + "notify = \"failover.key\"\n",
+       "[failover] notify: DIR/failover.key: not an executable file"},
+      {key + kVips + "notify = \"dir.key\"\n", "[failover] notify: DIR/dir.key: not an executable file"},
+      {"driver = \"keepalived\"\nnotify = \"notify.sh\"\n" + kVips,
+       "[failover] notify: keepalived runs its own notify scripts (notify_master, notify_backup, "
+       "notify_fault "
+       "in keepalived.conf): remove it"},
   };
   Dir d;
   for (const auto& row : rows) {

@@ -1,0 +1,100 @@
+#include "failover/role_script.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+extern char** environ;
+
+namespace pairwall::failover {
+
+std::string_view script_role_word(Role role) {
+  switch (role) {
+    case Role::Master:
+      return "MASTER";
+    case Role::Backup:
+      return "BACKUP";
+    case Role::Fault:
+      return "FAULT";
+    case Role::Init:
+      return "STOP";
+  }
+  return "STOP";
+}
+
+RoleScript::RoleScript(std::string path, uint8_t vhid) : path_(std::move(path)), vhid_(vhid) {}
+
+void RoleScript::role_changed(Role role, std::string_view cause) {
+  if (path_.empty()) return;
+  Change change{role, std::string(cause)};
+  if (running() && role != Role::Init) {
+    waiting_ = std::move(change);
+    return;
+  }
+  start(change);
+}
+
+void RoleScript::poll() {
+  if (!running()) return;
+  int status = 0;
+  const pid_t done = waitpid(pid_, &status, WNOHANG);
+  if (done == 0 || (done < 0 && errno == EINTR)) return;
+  if (done < 0) {
+    // ECHILD: SIGCHLD ignored has the kernel reap the script unasked; how it ended is unknown.
+    spdlog::warn("failover: notify {}: its exit status is unknown (waitpid: {})", running_for_,
+                 std::strerror(errno));
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+    ++counters_.failures;
+    spdlog::warn("failover: notify {} exited with status {}", running_for_, WEXITSTATUS(status));
+  } else if (WIFSIGNALED(status)) {
+    ++counters_.failures;
+    spdlog::warn("failover: notify {} was killed by signal {}", running_for_, WTERMSIG(status));
+  }
+  pid_ = -1;
+  if (waiting_ && waiting_->role != last_run_) start(*waiting_);
+  waiting_.reset();
+}
+
+void RoleScript::start(const Change& change) {
+  const std::string role(script_role_word(change.role));
+  const std::string vhid = std::to_string(vhid_);
+  std::vector<char*> argv{const_cast<char*>(path_.c_str()), const_cast<char*>(role.c_str()),
+                          const_cast<char*>(vhid.c_str()), const_cast<char*>(change.cause.c_str()), nullptr};
+  // As daemon/io/hooks.cc runs iptables: no shell, safe in a process that runs threads; stdin from
+  // /dev/null, none of the daemon's sockets, and none of the signals its threads block (the mask
+  // survives exec, and a script would not stop at SIGTERM).
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  const int error = posix_spawn(&pid, path_.c_str(), &actions, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
+  posix_spawn_file_actions_destroy(&actions);
+  ++counters_.runs;
+  last_run_ = change.role;
+  running_for_ = path_ + " " + role;
+  if (error != 0) {
+    ++counters_.failures;
+    spdlog::error("failover: notify {}: cannot run it: {}", running_for_, std::strerror(error));
+    return;
+  }
+  spdlog::info("failover: notify {} {} \"{}\" started (pid {})", running_for_, vhid, change.cause, pid);
+  // STOP is not waited for: a script still running before it is left to its own exit.
+  if (change.role != Role::Init) pid_ = pid;
+}
+
+}  // namespace pairwall::failover
