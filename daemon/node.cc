@@ -72,6 +72,7 @@ constexpr control::Setting kTakenByElection[] = {
     {"failover", "vip_lease_s"},
     {"failover", "vips"},
     {"failover", "notify"},
+    {"failover", "track_interfaces"},
 };
 
 engine::Millis monotonic_now() {

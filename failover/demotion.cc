@@ -15,6 +15,8 @@ uint32_t weight(DemoteReason reason) {
       return kEngineDemotion;
     case DemoteReason::AdvertSend:
       return kAdvertSendDemotion;
+    case DemoteReason::TrackedLink:
+      return kTrackedLinkDemotion;
     case DemoteReason::Admin:
       break;
   }
@@ -35,6 +37,8 @@ const char* demote_reason_name(DemoteReason reason) {
       return "advertisements not leaving";
     case DemoteReason::Admin:
       return "admin";
+    case DemoteReason::TrackedLink:
+      return "tracked interface without carrier";
   }
   return "unknown";
 }
@@ -51,6 +55,8 @@ const char* demote_reason_key(DemoteReason reason) {
       return "advert_send";
     case DemoteReason::Admin:
       return "admin";
+    case DemoteReason::TrackedLink:
+      return "tracked_link";
   }
   return "unknown";
 }

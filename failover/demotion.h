@@ -12,19 +12,21 @@
 namespace pairwall::failover {
 
 enum class DemoteReason : uint8_t {
-  BulkSync,    // the bulk resync from the peer has not ended: our state table is incomplete
-  Carrier,     // a VIP interface has no carrier: as master we would black-hole that side
-  Engine,      // the packet engine is not serving its queues
-  AdvertSend,  // our advertisements left on no interface, three in a row (AdvertSendRecord)
-  Admin,       // raised by hand (`pairwallctl failover demote N`), e.g. for maintenance
+  BulkSync,     // the bulk resync from the peer has not ended: our state table is incomplete
+  Carrier,      // a VIP interface has no carrier: as master we would black-hole that side
+  Engine,       // the packet engine is not serving its queues
+  AdvertSend,   // our advertisements left on no interface, three in a row (AdvertSendRecord)
+  Admin,        // raised by hand (`pairwallctl failover demote N`), e.g. for maintenance
+  TrackedLink,  // a tracked interface ([failover] track_interfaces) has no carrier: an uplink is gone
 };
-inline constexpr std::size_t kDemoteReasonCount = 5;
+inline constexpr std::size_t kDemoteReasonCount = 6;
 const char* demote_reason_name(DemoteReason reason);
 const char* demote_reason_key(DemoteReason reason);  // snake_case, for metrics labels
 
 // Weights of the automatic reasons. A node that cannot pass traffic on one side (carrier, engine)
 // ranks below one that passes everything but would reset connections it has not synced yet.
 inline constexpr uint32_t kCarrierDemotion = 64;
+inline constexpr uint32_t kTrackedLinkDemotion = 64;
 inline constexpr uint32_t kEngineDemotion = 64;
 inline constexpr uint32_t kBulkSyncDemotion = 16;
 // A master that cannot advertise passes traffic, but the backup, hearing nothing, takes the group:

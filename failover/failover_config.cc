@@ -141,6 +141,14 @@ std::vector<std::string> FailoverConfig::interfaces() const {
   return out;
 }
 
+std::vector<std::string> FailoverConfig::watched_interfaces() const {
+  std::vector<std::string> out = interfaces();
+  for (const std::string& name : track_interfaces) {
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
 std::vector<AdvertChannel> FailoverConfig::advert_channels() const {
   std::vector<AdvertChannel> out;
   for (const std::string& ifname : interfaces()) {
@@ -254,6 +262,22 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
     if (c.accept_key == c.key) r.fail("accept_key_file", "holds the key of key_file: name the other key");
   }
 
+  if (auto v = r.strings("track_interfaces")) {
+    if (!builtin) {
+      r.fail("track_interfaces",
+             "keepalived tracks interfaces itself (track_interface in keepalived.conf): remove it");
+    }
+    for (const std::string& name : *v) {
+      if (!valid_interface_name(name)) {
+        r.fail("track_interfaces",
+               "\"" + name + "\" is not an interface name (1..15 characters, no '/', ':' or spaces)");
+      }
+      if (std::find(c.track_interfaces.begin(), c.track_interfaces.end(), name) != c.track_interfaces.end()) {
+        r.fail("track_interfaces", "\"" + name + "\" is listed twice");
+      }
+      c.track_interfaces.push_back(name);
+    }
+  }
   if (auto v = r.string("notify")) {
     if (!builtin) {
       r.fail("notify",

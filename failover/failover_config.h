@@ -21,6 +21,9 @@
 //   announce_interval_ms = 0    # between them; 0 = advbase / 2, at most 1000
 //   vip_lease_s = 0             # kernel lifetime of a VIP, renewed while master; 0 = automatic
 //                               # (max(3 s, 4 * advbase)); -1 = permanent
+//   track_interfaces = ["wan0"] # links without VIPs whose carrier counts too: one without it
+//                               # demotes the node (DemoteReason::TrackedLink), as keepalived's
+//                               # track_interface with a weight
 //   notify = "notify.sh"        # run at each role change: notify.sh MASTER|BACKUP|FAULT|STOP VHID
 //                               # CAUSE (failover/role_script.h); relative to this file's directory
 #pragma once
@@ -75,10 +78,13 @@ struct FailoverConfig {
   uint32_t announce_count = 5;
   uint32_t announce_interval_ms = 0;
   int64_t vip_lease_s = 0;
+  std::vector<std::string> track_interfaces;
   std::string notify;  // resolved path; empty: none
 
   // The VIP interfaces, each once, in the order they first appear.
   std::vector<std::string> interfaces() const;
+  // Those, then the tracked interfaces that hold no VIP: the links whose carrier is watched.
+  std::vector<std::string> watched_interfaces() const;
   // Each VIP interface in each family it has a VIP of, in the order of interfaces(), IPv4 first.
   std::vector<AdvertChannel> advert_channels() const;
   // The advertisement group of `family` (AF_INET: group4, else group6).

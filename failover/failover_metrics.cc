@@ -48,7 +48,8 @@ void write_failover_metrics(control::MetricWriter& out, const FailoverSnapshot& 
     out.family("pairwall_failover_vips_held", Type::Gauge, "1 while this node holds the group's VIPs");
     out.sample({{"vhid", vhid}}, uint64_t{s.vips_held});
   }
-  out.family("pairwall_failover_carrier", Type::Gauge, "1 while a VIP interface has carrier");
+  out.family("pairwall_failover_carrier", Type::Gauge,
+             "1 while a watched interface (one with VIPs, or tracked) has carrier");
   for (const auto& l : s.links) out.sample({{"vhid", vhid}, {"interface", l.name}}, uint64_t{l.carrier});
 
   out.family("pairwall_failover_transitions_total", Type::Counter, "Role changes since start");

@@ -97,7 +97,8 @@ void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transp
   demotion_.set(DemoteReason::BulkSync, !bulk_done);
   demotion_.set(DemoteReason::Engine, !engine_ok);
   const bool builtin = config_.driver == Driver::Builtin;
-  links_ = std::make_unique<LinkWatch>(io_, config_.interfaces(), [this] { on_links_changed(); });
+  vip_links_ = config_.interfaces();
+  links_ = std::make_unique<LinkWatch>(io_, config_.watched_interfaces(), [this] { on_links_changed(); });
   if (link_transport) {
     links_->start(std::move(*link_transport));
   } else {
@@ -123,7 +124,7 @@ void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transp
   plan_socket_retry(t);
   update_demotion(t);
   if (builtin) {
-    const bool fault = links_->with_carrier() == 0;
+    const bool fault = vip_links_with_carrier() == 0;
     apply(t, election_.start(t, fault));
   } else if (!config_.vips.empty()) {
     // keepalived tells a role only as it changes: restarted, this daemon would show INIT until the
@@ -417,7 +418,7 @@ void FailoverService::take_links(Time t) {
       spdlog::info("failover: {} carrier {}", links[i].name, links[i].carrier ? "up" : "down");
     }
     if (!links[i].carrier) continue;
-    came_up = true;
+    came_up |= is_vip_link(links[i].name);
     // Memberships do not survive an interface deleted and created again; reopening on carrier
     // covers that and every other way a link comes back.
     open_sockets_for(links[i].name);
@@ -428,7 +429,7 @@ void FailoverService::take_links(Time t) {
   plan_socket_retry(t);
   update_demotion(t);
   if (config_.driver == Driver::Builtin) {
-    apply(t, election_.set_fault(t, links_->with_carrier() == 0));
+    apply(t, election_.set_fault(t, vip_links_with_carrier() == 0));
     if ((came_up || events_lost) && election_.role() == Role::Master) {
       // IPv6 addresses leave an interface that goes down; put them back and tell the segment.
       apply(t, Actions{.acquire_vips = true, .announce = true});
@@ -463,54 +464,80 @@ void FailoverService::take_channels() {
 void FailoverService::take_vips(Time t) {
   const uint32_t lease = config_.effective_vip_lease_s();
   const bool vips_changed = vips_->vips() != config_.vips;
+  const bool lease_changed = lease != vips_->lease_s();
   if (vips_changed) {
     std::vector<std::string> listed;
     for (const Vip& v : config_.vips) listed.push_back(v.interface + " " + v.text());
     spdlog::info("failover: vhid {} VIPs now {}", config_.vhid, join(listed, ", "));
   }
-  const VipResult dropped = vips_->replace(config_.vips, lease);
-  vip_upkeep_.set_lease(lease);
-  if (dropped.failed) {
-    ++counters_.vip_errors;
-    spdlog::error("failover: removing the VIPs the reload dropped: {} (not tried again: remove it by hand)",
-                  dropped.error);
+  if (vips_changed || lease_changed) {
+    const VipResult dropped = vips_->replace(config_.vips, lease);
+    vip_upkeep_.set_lease(lease);
+    if (dropped.failed) {
+      ++counters_.vip_errors;
+      spdlog::error("failover: removing the VIPs the reload dropped: {} (not tried again: remove it by hand)",
+                    dropped.error);
+    }
   }
+  take_watched_links(t);
+  // A master adds the new VIPs now and announces them, and gives the others the new lease: a lease
+  // made longer would otherwise run out before the renewal its new cadence plans.
+  if (vips_held_ && (vips_changed || lease_changed))
+    apply(t, Actions{.acquire_vips = true, .announce = vips_changed});
+}
 
+void FailoverService::take_watched_links(Time t) {
   std::vector<AdvertChannel> running;
   for (const auto& socket : sockets_) running.push_back({socket->ifname(), socket->family()});
   const std::vector<AdvertChannel> wanted = config_.advert_channels();
-  if (wanted != running) {
-    const auto log_missing = [](const std::vector<AdvertChannel>& from, const std::vector<AdvertChannel>& in,
-                                std::string_view what) {
-      for (const AdvertChannel& c : from) {
-        if (std::find(in.begin(), in.end(), c) != in.end()) continue;
-        spdlog::info("failover: advertisements {} {} ({})", what, c.interface,
-                     c.family == AF_INET ? "IPv4" : "IPv6");
-      }
-    };
-    log_missing(wanted, running, "now on");
-    log_missing(running, wanted, "no longer on");
-    links_->watch(config_.interfaces());
-    // What the links did before this is still news to take_links(); a new link starts as read.
-    std::vector<LinkWatch::Link> seen;
-    for (const LinkWatch::Link& link : links_->links()) {
-      const auto before = std::find_if(last_links_.begin(), last_links_.end(),
-                                       [&](const LinkWatch::Link& l) { return l.name == link.name; });
-      seen.push_back(before != last_links_.end() ? *before : link);
+  std::vector<std::string> watching;
+  for (const LinkWatch::Link& link : links_->links()) watching.push_back(link.name);
+  const std::vector<std::string> watched = config_.watched_interfaces();
+  if (wanted == running && watched == watching) return;
+  const auto log_missing = [](const std::vector<AdvertChannel>& from, const std::vector<AdvertChannel>& in,
+                              std::string_view what) {
+    for (const AdvertChannel& c : from) {
+      if (std::find(in.begin(), in.end(), c) != in.end()) continue;
+      spdlog::info("failover: advertisements {} {} ({})", what, c.interface,
+                   c.family == AF_INET ? "IPv4" : "IPv6");
     }
-    last_links_ = std::move(seen);
-    take_channels();
-    take_links(t);
+  };
+  log_missing(wanted, running, "now on");
+  log_missing(running, wanted, "no longer on");
+  if (watched != watching) spdlog::info("failover: carrier watched on {}", join(watched, ", "));
+  links_->watch(watched);
+  vip_links_ = config_.interfaces();
+  // What the links did before this is still news to take_links(); a new link starts as read.
+  std::vector<LinkWatch::Link> seen;
+  for (const LinkWatch::Link& link : links_->links()) {
+    const auto before = std::find_if(last_links_.begin(), last_links_.end(),
+                                     [&](const LinkWatch::Link& l) { return l.name == link.name; });
+    seen.push_back(before != last_links_.end() ? *before : link);
   }
-  // A master adds the new VIPs now and announces them, and gives the others the new lease: a lease
-  // made longer would otherwise run out before the renewal its new cadence plans.
-  if (vips_held_) apply(t, Actions{.acquire_vips = true, .announce = vips_changed});
+  last_links_ = std::move(seen);
+  take_channels();
+  take_links(t);
+}
+
+bool FailoverService::is_vip_link(const std::string& name) const {
+  return std::find(vip_links_.begin(), vip_links_.end(), name) != vip_links_.end();
+}
+
+std::size_t FailoverService::vip_links_with_carrier() const {
+  std::size_t up = 0;
+  for (const LinkWatch::Link& link : links_->links()) up += link.carrier && is_vip_link(link.name);
+  return up;
 }
 
 void FailoverService::update_demotion(Time t) {
   if (links_) {
-    const std::size_t up = links_->with_carrier();
-    demotion_.set(DemoteReason::Carrier, up < links_->links().size());
+    bool vip_link_down = false;
+    bool tracked_link_down = false;
+    for (const LinkWatch::Link& link : links_->links()) {
+      if (!link.carrier) (is_vip_link(link.name) ? vip_link_down : tracked_link_down) = true;
+    }
+    demotion_.set(DemoteReason::Carrier, vip_link_down);
+    demotion_.set(DemoteReason::TrackedLink, tracked_link_down);
   }
   if (config_.driver == Driver::Builtin) apply(t, election_.set_demotion(t, demotion_.total()));
 }
@@ -672,6 +699,8 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   config_.announce_interval_ms = next.announce_interval_ms;
   config_.vip_lease_s = next.vip_lease_s;
   config_.vips = next.vips;
+  const bool tracking_changed = next.track_interfaces != config_.track_interfaces;
+  config_.track_interfaces = next.track_interfaces;
   if (next.notify != config_.notify) {
     spdlog::info("failover: vhid {} notify now {}", config_.vhid, next.notify.empty() ? "none" : next.notify);
     config_.notify = next.notify;
@@ -679,7 +708,7 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   }
   apply(t, actions);
   rearm();
-  if (!vips_changed && config_.effective_vip_lease_s() == lease_before) return;
+  if (!vips_changed && !tracking_changed && config_.effective_vip_lease_s() == lease_before) return;
   boost::asio::post(io_, [this] {
     std::lock_guard on_io_thread(mutex_);
     if (!running_ || !vips_) return;

@@ -144,8 +144,8 @@ class FailoverService final : public control::FailoverControl {
   // takes `ifconfig carpN advskew N advbase N [-]preempt` and its addresses: advskew and preempt
   // (Election::set_preference), advbase_ms (Election::set_advbase; the automatic announcement
   // interval and VIP lease follow it), announce_count, announce_interval_ms, vip_lease_s, notify,
-  // and the VIPs: those it drops are removed, whatever the role; a master adds the new ones and
-  // announces them. A VIP on an interface or in a family the group had none on opens that advertisement
+  // track_interfaces, and the VIPs: those it drops are removed, whatever the role; a master adds the new ones
+  // and announces them. A VIP on an interface or in a family the group had none on opens that advertisement
   // channel and watches the interface's carrier; a channel left without VIPs is closed. The
   // election's settings are taken at once, the VIPs and channels on the io_context's thread, where
   // the sockets and the carrier watch live. The builtin election only; the other settings need a
@@ -182,6 +182,12 @@ class FailoverService final : public control::FailoverControl {
   void take_links(Time t);
   // The VIPs and lease of config_ into the kernel's set, with the channels and links they need.
   void take_vips(Time t);
+  // The links and channels of config_: new links read at once, new channels opened, the others
+  // closed.
+  void take_watched_links(Time t);
+  // Whether `name` holds VIPs (vip_links_): a tracked link's loss demotes, a VIP link's may fault.
+  bool is_vip_link(const std::string& name) const;
+  std::size_t vip_links_with_carrier() const;
   // An advertisement socket for each of config_'s channels, those that stay kept as they are.
   void take_channels();
   void update_demotion(Time now);
@@ -220,6 +226,7 @@ class FailoverService final : public control::FailoverControl {
   std::array<bool, kRejectCount> reject_logged_{};
   bool own_id_logged_ = false;
   std::vector<LinkWatch::Link> last_links_;  // as on_links_changed() last saw them
+  std::vector<std::string> vip_links_;       // the watched links that hold VIPs
   uint64_t link_resyncs_seen_ = 0;           // links_->resyncs() as on_links_changed() last saw it
   std::string last_vip_error_;
   boost::asio::steady_timer timer_;

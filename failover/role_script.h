@@ -2,7 +2,7 @@
 // keepalived runs its notify script and FreeBSD's devd or OpenBSD's ifstated run theirs when a
 // carp interface changes state: `SCRIPT ROLE VHID CAUSE`, ROLE one of MASTER, BACKUP and FAULT
 // (keepalived's words), or STOP when the service stops; CAUSE as the transition log says it
-// ("master down", "preempt", ...). Its output goes where the daemon's does.
+// ("master down", "better master heard", ...). Its output goes where the daemon's does.
 //
 // Nothing here waits for a script: an advertisement must not wait for one. One runs at a time, so
 // that a script sees the roles in the order the node took them, and the changes that come while it

@@ -83,6 +83,17 @@ TEST_CASE("failover config: a full section", "[config]") {
   CHECK(c.group(AF_INET6)[15] == 2);
 }
 
+TEST_CASE("failover config: tracked interfaces are watched after the VIP interfaces, each once", "[config]") {
+  Dir d;
+  const auto c = parse(d,
+                       "[failover]\nkey_file = \"failover.key\"\ntrack_interfaces = [\"wan0\", \"lan1\", "
+                       "\"wan1\"]\n" +
+                           kVips);
+  CHECK(c.track_interfaces == std::vector<std::string>{"wan0", "lan1", "wan1"});
+  CHECK(c.watched_interfaces() == std::vector<std::string>{"lan0", "lan1", "wan0", "wan1"});
+  CHECK(c.advert_channels().size() == 3);  // no advertisements on a tracked link
+}
+
 TEST_CASE("failover config: the notify script, relative to the config's directory", "[config]") {
   Dir d;
   std::ofstream(d.root / "notify.sh") << "#!/bin/sh\n";
@@ -258,6 +269,15 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
              "= \"10.0.0.1/16\" } ]\n",
        "[failover] vips[1].address: \"10.0.0.1/16\" is listed twice"},
       {key + kVips + "advsekw = 10\n", "[failover] advsekw: unknown key"},
+      {key + kVips + "track_interfaces = [\"wan/0\"]\n",
+       "[failover] track_interfaces: \"wan/0\" is not an interface name (1..15 characters, no '/', ':' or "
+       "spaces)"},
+      {key + kVips + "track_interfaces = [\"wan0\", \"wan0\"]\n",
+       "[failover] track_interfaces: \"wan0\" is listed twice"},
+      {"driver = \"keepalived\"\ntrack_interfaces = [\"wan0\"]\n" + kVips,
+       "[failover] track_interfaces: keepalived tracks interfaces itself (track_interface in "
+       "keepalived.conf): "
+       "remove it"},
       {key + kVips + "notify = \"absent.sh\"\n", "[failover] notify: DIR/absent.sh: not an executable file"},
       {key + kVips + "notify = \"failover.key\"\n",
        "[failover] notify: DIR/failover.key: not an executable file"},

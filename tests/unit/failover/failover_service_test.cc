@@ -336,6 +336,57 @@ TEST_CASE("FailoverService: a reload takes advbase, advskew, the VIPs and their 
   service.stop();
 }
 
+// keepalived's track_interface with a weight: an uplink without VIPs whose loss demotes the node,
+// where a VIP interface's would fault it once none has carrier.
+TEST_CASE(
+    "FailoverService: a tracked interface without carrier demotes the node, and a reload sets the tracking",
+    "[failover_service]") {
+  if (skipped_without_root()) return;
+  constexpr const char* kUplink = "pwnosuchlink2";
+  REQUIRE(::if_nametoindex(kUplink) == 0);
+  boost::asio::io_context io;
+  // The uplink is down when the service starts (the fake kernel's dumps say so).
+  FakeKernel kernel({{kAbsentLink, 4242, true}, {kUplink, 4244, false}});
+  FailoverConfig config = config_on_absent_link();
+  config.track_interfaces = {kUplink};
+  FailoverService service(io, config, 1);
+  service.start(kernel.transport());
+  FailoverSnapshot s = service.snapshot();
+  REQUIRE(s.links.size() == 2);
+  CHECK(s.links[1].name == kUplink);
+  CHECK(s.demotion_reasons == std::vector<std::string>{"tracked interface without carrier (+64)"});
+  CHECK(s.role == Role::Backup);  // its VIP interface has carrier: no fault
+
+  kernel.event(RTM_NEWLINK, {kUplink, 4244, true});
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().demotion == 0; });
+  CHECK(service.snapshot().demotion == 0);
+  kernel.event(RTM_NEWLINK, {kUplink, 4244, false});
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().demotion > 0; });
+  CHECK(service.snapshot().demotion == kTrackedLinkDemotion);
+
+  // Tracked no longer: the demotion goes with the link.
+  FailoverConfig untracked = config;
+  untracked.track_interfaces.clear();
+  service.reconfigure(untracked);
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().links.size() == 1; });
+  s = service.snapshot();
+  CHECK(s.links.size() == 1);
+  CHECK(s.demotion == 0);
+
+  // Tracked again, the link still down: demoted at once.
+  service.reconfigure(config);
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().links.size() == 2; });
+  CHECK(service.snapshot().demotion == kTrackedLinkDemotion);
+
+  // The uplink back, the VIP interface without carrier: no VIP interface has it, a fault, whatever
+  // the tracked link has.
+  kernel.event(RTM_NEWLINK, {kUplink, 4244, true});
+  kernel.event(RTM_NEWLINK, {kAbsentLink, 4242, false});
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().role == Role::Fault; });
+  CHECK(service.snapshot().role == Role::Fault);
+  service.stop();
+}
+
 TEST_CASE("FailoverService: a master adds and announces the VIPs a reload brings, and no others",
           "[failover_service]") {
   if (skipped_without_root()) return;
