@@ -98,7 +98,8 @@ std::string status_json(const pf::FailoverSnapshot& s) {
     << ",\"vip_renewals\":" << c.vip_renewals << ",\"vip_retries\":" << c.vip_retries
     << ",\"vip_errors\":" << c.vip_errors << ",\"worse_masters\":" << c.worse_masters
     << ",\"node_id_conflicts\":" << c.node_id_conflicts
-    << ",\"advert_socket_retries\":" << c.advert_socket_retries << "}}";
+    << ",\"advert_socket_retries\":" << c.advert_socket_retries << ",\"notify_runs\":" << c.notify_runs
+    << ",\"notify_failures\":" << c.notify_failures << "}}";
   return o.str();
 }
 
