@@ -620,9 +620,10 @@ FailoverSnapshot FailoverService::snapshot() const {
     s.master_node_id = s.peer->node_id;
   }
   s.vips_held = vips_held_;
+  s.notify = config_.notify;
   for (const auto& v : config_.vips) s.vips.push_back(v.interface + " " + v.text());
   if (links_) {
-    for (const auto& l : links_->links()) s.links.push_back({l.name, l.carrier});
+    for (const auto& l : links_->links()) s.links.push_back({l.name, l.carrier, !is_vip_link(l.name)});
   }
   const int64_t unix_now_ms = static_cast<int64_t>(wall_clock_us() / 1000);
   const TransitionLog& log = election_.transitions();
@@ -666,6 +667,15 @@ void FailoverService::fill_status(control::FailoverStatus* status) {
     tr->set_to(to_proto(t.to));
     tr->set_cause(t.peer ? t.cause + " (node " + std::to_string(t.peer) + ")" : t.cause);
   }
+  for (const std::string& vip : s.vips) status->add_vips(vip);
+  status->set_vips_held(s.vips_held);
+  for (const FailoverSnapshot::LinkView& l : s.links) {
+    auto* link = status->add_links();
+    link->set_interface(l.name);
+    link->set_carrier(l.carrier);
+    link->set_tracked(l.tracked);
+  }
+  status->set_notify(s.notify);
   auto& rejects = *status->mutable_rejects();
   for (std::size_t i = 0; i < kRejectCount; ++i) rejects[reject_name(static_cast<Reject>(i))] = s.rejects[i];
 }

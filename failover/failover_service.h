@@ -76,6 +76,7 @@ struct FailoverSnapshot {
   struct LinkView {
     std::string name;
     bool carrier = false;
+    bool tracked = false;  // in track_interfaces, holding no VIP
   };
 
   Driver driver = Driver::Builtin;
@@ -98,6 +99,7 @@ struct FailoverSnapshot {
   bool vips_held = false;
   std::vector<std::string> vips;
   std::vector<LinkView> links;
+  std::string notify;
   std::vector<TransitionView> transitions;  // oldest first, the last TransitionLog::kCapacity
   uint64_t transitions_total = 0;
   std::array<uint64_t, kRejectCount> rejects{};

@@ -444,6 +444,22 @@ std::string format_failover(const control::FailoverStatus& s) {
   for (int i = 0; i < s.demotion_reasons_size(); ++i) o << (i == 0 ? " (" : ", ") << s.demotion_reasons(i);
   if (s.demotion_reasons_size() > 0) o << ")";
   o << "\n";
+  if (s.vips_size() > 0) {
+    o << "vips          ";
+    if (s.driver() == "builtin") o << (s.vips_held() ? "held: " : "not held: ");
+    for (int i = 0; i < s.vips_size(); ++i) o << (i == 0 ? "" : ", ") << s.vips(i);
+    o << "\n";
+  }
+  if (s.links_size() > 0) {
+    o << "links         ";
+    for (int i = 0; i < s.links_size(); ++i) {
+      const auto& link = s.links(i);
+      o << (i == 0 ? "" : ", ") << link.interface() << (link.carrier() ? " carrier" : " no carrier")
+        << (link.tracked() ? " (tracked)" : "");
+    }
+    o << "\n";
+  }
+  if (!s.notify().empty()) o << "notify        " << s.notify() << "\n";
   if (s.driver() == "builtin") {
     o << "master        node " << s.master_node_id() << ", heard " << ago_ms(s.last_heard_ms_ago()) << "\n";
   } else {

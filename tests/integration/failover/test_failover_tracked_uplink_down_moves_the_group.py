@@ -4,6 +4,7 @@ uplink goes down: it is demoted, advertises that at once, and the backup takes t
 an advertisement's trip, though the master's VIP interfaces all have carrier. Its uplink back, the
 old master is a backup again without the demotion, and with preempt off the group stays put."""
 
+import json
 import time
 
 ADVBASE_MS = 200
@@ -30,6 +31,8 @@ def test_tracked_uplink_down_moves_the_group(pair_factory):
     status = p.status("a")
     assert status["demotion_reasons"] == ["tracked interface without carrier (+64)"], status
     assert status["links"]["up0"] is False
+    ok, text = p.ctl("a", "status")
+    assert ok and {"interface": "up0", "carrier": False, "tracked": True} in json.loads(text)["links"], text
     assert p.last_transition("b", "master")["cause"].startswith("master more demoted"), p.status("b")["transitions"]
     p.wait_for(lambda: p.holds_vips("b") and not p.holds_any_vip("a"), 3, what="the VIPs on b alone")
 

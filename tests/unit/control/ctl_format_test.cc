@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "tools/ctl/format.h"
@@ -255,4 +256,37 @@ TEST_CASE("pairwallctl: status lists what the pre-routing chain queues beyond th
   CHECK(text.find("hooks     pre-routing for translation, also queued there:\n"
                   "            inet on lan0 proto 6 to any port 80\n"
                   "            inet6 on lan0 proto 6 to any port 80\n") != std::string::npos);
+}
+
+TEST_CASE("pairwallctl: failover status names the VIPs, the watched links and the notify script", "[ctl]") {
+  pairwall::control::FailoverStatus s;
+  s.set_enabled(true);
+  s.set_driver("builtin");
+  s.set_role(pairwall::control::FailoverStatus::BACKUP);
+  s.set_vhid(3);
+  s.set_advbase_ms(200);
+  s.set_advskew(100);
+  s.set_demotion(64);
+  s.add_demotion_reasons("tracked interface without carrier (+64)");
+  s.set_master_node_id(1);
+  s.set_last_heard_ms_ago(120);
+  s.add_vips("lan0 10.1.0.1/24");
+  s.add_vips("lan0 fd00:1::1/64");
+  for (const auto& [name, carrier, tracked] :
+       {std::tuple{"lan0", true, false}, std::tuple{"wan0", false, true}}) {
+    auto* link = s.add_links();
+    link->set_interface(name);
+    link->set_carrier(carrier);
+    link->set_tracked(tracked);
+  }
+  s.set_notify("/etc/pairwall/notify.sh");
+  const std::string text = pairwall::ctl::format_failover(s);
+  CHECK(text.find("vips          not held: lan0 10.1.0.1/24, lan0 fd00:1::1/64\n") != std::string::npos);
+  CHECK(text.find("links         lan0 carrier, wan0 no carrier (tracked)\n") != std::string::npos);
+  CHECK(text.find("notify        /etc/pairwall/notify.sh\n") != std::string::npos);
+  s.set_vips_held(true);
+  s.clear_notify();
+  const std::string held = pairwall::ctl::format_failover(s);
+  CHECK(held.find("vips          held: lan0") != std::string::npos);
+  CHECK(held.find("notify") == std::string::npos);
 }
