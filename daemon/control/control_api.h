@@ -18,6 +18,8 @@ class SyncControl {
   virtual ~SyncControl() = default;
   // Fills every field of `status` it knows; `enabled` is set by the caller.
   virtual void fill_status(SyncStatus* status) = 0;
+  // Asks the peer for its whole table (pairwallctl sync resync). "" once asked, otherwise why not.
+  virtual std::string request_resync() = 0;
 };
 
 class FailoverControl {

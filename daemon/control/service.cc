@@ -462,6 +462,17 @@ void ControlService::handle(const Request& request, Response& response) {
       }
       break;
     }
+    case Request::kSyncResync:
+      if (!sync_) {
+        error = "sync is not configured (no [sync] section in " + config_.file + ")";
+        break;
+      }
+      error = sync_->request_resync();
+      if (error.empty()) {
+        sync_->fill_status(response.mutable_sync_status());
+        response.mutable_sync_status()->set_enabled(true);
+      }
+      break;
     case Request::kFailoverStatus:
     case Request::kFailoverDemote:
     case Request::kFailoverPromote:

@@ -345,6 +345,16 @@ void SyncService::set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept
   });
 }
 
+std::string SyncService::request_resync() {
+  if (!running_) return "sync is not running";
+  asio::post(io_, [this] {
+    protocol_->request_bulk(steady_now());
+    spdlog::info("sync: the peer's whole table asked for (pairwallctl sync resync)");
+    pump();
+  });
+  return {};
+}
+
 void SyncService::stop() {
   if (!running_) return;
   running_ = false;

@@ -80,6 +80,8 @@ class SyncService final : public control::SyncControl {
 
   // For pairwallctl (control thread).
   void fill_status(control::SyncStatus* status) override;
+  // The request goes out from the sync thread, within a millisecond; the bulk follows as at start.
+  std::string request_resync() override;
   // Prometheus families pairwall_sync_* (control thread).
   void render_metrics(control::MetricWriter& w) const;
   ProtocolStatus status() const;

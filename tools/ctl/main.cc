@@ -97,6 +97,9 @@ commands:
                                  the rule file keeps them
   anchors flush NAME             remove anchor NAME's rules, as pfctl -a NAME -F rules
   sync status
+  sync resync                    ask the peer for its whole table now, as at start (conntrackd -n):
+                                 the peer's states made as it holds them, those it no longer has
+                                 removed; sync status shows the bulk arrive
   failover status
   failover demote N | promote N  raise / lower the administrative demotion
   failover set-role master|backup|fault
@@ -404,6 +407,8 @@ Request build_request(const Invocation& inv) {
     r.mutable_kill_sources();
   } else if (cmd == "sync" && w.size() == 2 && w[1] == "status") {
     r.mutable_sync_status();
+  } else if (cmd == "sync" && w.size() == 2 && w[1] == "resync") {
+    r.mutable_sync_resync();
   } else if (cmd == "failover" && w.size() >= 2) {
     const std::string& sub = w[1];
     if (sub == "status") {
@@ -523,6 +528,9 @@ std::string human(const Request& request, const Response& response, const Invoca
     case Response::kKilled:
       return "killed " + std::to_string(response.killed().states()) + " states\n";
     case Response::kSyncStatus:
+      if (request.has_sync_resync()) {
+        return "asked the peer for its whole table: `pairwallctl sync status` shows the bulk arrive\n";
+      }
       return ctl::format_sync(response.sync_status());
     case Response::kFailoverStatus:
       return ctl::format_failover(response.failover_status());

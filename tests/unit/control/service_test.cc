@@ -29,6 +29,17 @@ struct FakeDataPlane : DataPlane {
   engine::Worker worker;
 };
 
+struct FakeSync : SyncControl {
+  void fill_status(SyncStatus* s) override { s->set_bulk_expected(resyncs); }
+  std::string request_resync() override {
+    if (!refusal.empty()) return refusal;
+    ++resyncs;
+    return {};
+  }
+  int resyncs = 0;
+  std::string refusal;
+};
+
 struct FakeFailover : FailoverControl {
   void fill_status(FailoverStatus* s) override {
     s->set_role(role);
@@ -1147,6 +1158,24 @@ TEST_CASE("service: health, versions, sync and failover routing", "[service]") {
   r = d.call(make([](Request& q) { q.mutable_sync_status(); }));
   CHECK(r.ok());
   CHECK_FALSE(r.sync_status().enabled());
+  const Request resync = make([](Request& q) { q.mutable_sync_resync(); });
+  r = d.call(resync);
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "sync is not configured (no [sync] section in " + d.config.file + ")");
+
+  // A resync goes to the sync service, which answers with its status; its refusal is the error.
+  FakeSync sync;
+  d.service.set_sync(&sync);
+  r = d.call(resync);
+  REQUIRE(r.ok());
+  CHECK(sync.resyncs == 1);
+  CHECK(r.sync_status().enabled());
+  CHECK(r.sync_status().bulk_expected() == 1);
+  sync.refusal = "sync is not running";
+  r = d.call(resync);
+  CHECK_FALSE(r.ok());
+  CHECK(r.error() == "sync is not running");
+  CHECK_FALSE(r.has_sync_status());
 
   FakeFailover failover;
   d.service.set_failover(&failover);
