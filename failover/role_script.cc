@@ -29,7 +29,8 @@ std::string_view script_role_word(Role role) {
   return "STOP";
 }
 
-RoleScript::RoleScript(std::string path, uint8_t vhid) : path_(std::move(path)), vhid_(vhid) {}
+RoleScript::RoleScript(std::string path, uint8_t vhid, std::chrono::milliseconds time_limit)
+    : path_(std::move(path)), vhid_(vhid), time_limit_(time_limit) {}
 
 void RoleScript::role_changed(Role role, std::string_view cause) {
   if (path_.empty()) return;
@@ -45,7 +46,15 @@ void RoleScript::poll() {
   if (!running()) return;
   int status = 0;
   const pid_t done = waitpid(pid_, &status, WNOHANG);
-  if (done == 0 || (done < 0 && errno == EINTR)) return;
+  if (done == 0 || (done < 0 && errno == EINTR)) {
+    if (!killed_ && std::chrono::steady_clock::now() - started_ >= time_limit_) {
+      killed_ = true;
+      ::kill(-pid_, SIGKILL);
+      spdlog::warn("failover: notify {} still ran after {} s: killed, with what it started", running_for_,
+                   std::chrono::duration_cast<std::chrono::seconds>(time_limit_).count());
+    }
+    return;
+  }
   if (done < 0) {
     // ECHILD: SIGCHLD ignored has the kernel reap the script unasked; how it ended is unknown.
     spdlog::warn("failover: notify {}: its exit status is unknown (waitpid: {})", running_for_,
@@ -55,7 +64,7 @@ void RoleScript::poll() {
     spdlog::warn("failover: notify {} exited with status {}", running_for_, WEXITSTATUS(status));
   } else if (WIFSIGNALED(status)) {
     ++counters_.failures;
-    spdlog::warn("failover: notify {} was killed by signal {}", running_for_, WTERMSIG(status));
+    if (!killed_) spdlog::warn("failover: notify {} was killed by signal {}", running_for_, WTERMSIG(status));
   }
   pid_ = -1;
   if (waiting_ && waiting_->role != last_run_) start(*waiting_);
@@ -79,7 +88,9 @@ void RoleScript::start(const Change& change) {
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attributes, &none);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  // A group of its own, so that a script past its time limit is killed with what it started.
+  posix_spawnattr_setpgroup(&attributes, 0);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   pid_t pid = -1;
   const int error = posix_spawn(&pid, path_.c_str(), &actions, &attributes, argv.data(), environ);
   posix_spawnattr_destroy(&attributes);
@@ -94,7 +105,11 @@ void RoleScript::start(const Change& change) {
   }
   spdlog::info("failover: notify {} {} \"{}\" started (pid {})", running_for_, vhid, change.cause, pid);
   // STOP is not waited for: a script still running before it is left to its own exit.
-  if (change.role != Role::Init) pid_ = pid;
+  if (change.role != Role::Init) {
+    pid_ = pid;
+    started_ = std::chrono::steady_clock::now();
+    killed_ = false;
+  }
 }
 
 }  // namespace pairwall::failover

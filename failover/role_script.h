@@ -7,11 +7,14 @@
 // Nothing here waits for a script: an advertisement must not wait for one. One runs at a time, so
 // that a script sees the roles in the order the node took them, and the changes that come while it
 // runs are folded into one: when it exits, the script runs again for the role the node has then,
-// unless that is the role it last ran for. STOP is not held back: the daemon is about to exit.
+// unless that is the role it last ran for. STOP is not held back: the daemon is about to exit. A
+// script still running after its time limit is killed, with what it started (its process group):
+// one that hangs must not keep the next roles from being told.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,11 +28,13 @@ class RoleScript {
  public:
   struct Counters {
     uint64_t runs = 0;      // scripts started
-    uint64_t failures = 0;  // not started, or ended other than with exit status 0
+    uint64_t failures = 0;  // not started, ended other than with exit status 0, or killed for its time
   };
 
+  static constexpr std::chrono::milliseconds kTimeLimit{60'000};
+
   // `path` empty: no script.
-  RoleScript(std::string path, uint8_t vhid);
+  RoleScript(std::string path, uint8_t vhid, std::chrono::milliseconds time_limit = kTimeLimit);
   // A script still running is left to finish on its own.
   ~RoleScript() = default;
   RoleScript(const RoleScript&) = delete;
@@ -55,7 +60,10 @@ class RoleScript {
 
   std::string path_;
   const uint8_t vhid_;
+  const std::chrono::milliseconds time_limit_;
   pid_t pid_ = -1;
+  std::chrono::steady_clock::time_point started_;
+  bool killed_ = false;      // for running past the time limit
   std::string running_for_;  // "SCRIPT ROLE", for the log
   std::optional<Change> waiting_;
   std::optional<Role> last_run_;

@@ -2,6 +2,8 @@
 // exists, and exits with the status a "status" file holds.
 #include "failover/role_script.h"
 
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -26,6 +28,7 @@ struct Script {
                            "here=$(dirname \"$0\")\n"
                            "echo \"$1 $2 $3\" >> \"$here/calls\"\n"
                            "[ -e \"$here/slow\" ] && sleep 0.3\n"
+                           "if [ -e \"$here/hang\" ]; then sleep 30 & echo $! > \"$here/child\"; wait; fi\n"
                            "exit $(cat \"$here/status\" 2>/dev/null || echo 0)\n";
     std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   }
@@ -118,6 +121,35 @@ TEST_CASE("RoleScript: a script that fails, or cannot run, is counted and does n
   script.set_path("");
   script.role_changed(Role::Master, "preempt");
   CHECK(script.counters().runs == 3);
+}
+
+// Whether process `pid` has ended (gone, or a zombie its new parent has yet to reap).
+bool ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto state = text.rfind(") ");
+  return text.empty() || (state != std::string::npos && text[state + 2] == 'Z');
+}
+
+TEST_CASE("RoleScript: a script past its time limit is killed with what it started, and the next runs",
+          "[role_script]") {
+  Script s;
+  s.set("hang", "");
+  RoleScript script(s.path.string(), 1, 200ms);
+  script.role_changed(Role::Master, "master down");
+  script.role_changed(Role::Backup, "better master heard");
+  poll_until(script, [&] { return std::filesystem::exists(s.dir.path / "child"); });
+  std::ifstream child_file(s.dir.path / "child");
+  pid_t child = 0;
+  child_file >> child;
+  REQUIRE(child > 0);
+  s.clear("hang");
+  poll_until(script, [&] { return s.calls().find("BACKUP") != std::string::npos && !script.running(); });
+  CHECK(s.calls() == "MASTER 1 master down\nBACKUP 1 better master heard\n");
+  CHECK(script.counters().failures == 1);
+  poll_until(script, [&] { return ended(child); });
+  CHECK(ended(child));
 }
 
 }  // namespace
