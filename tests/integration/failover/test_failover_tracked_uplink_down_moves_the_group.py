@@ -26,6 +26,7 @@ def test_tracked_uplink_down_moves_the_group(pair_factory):
     p.ip(p.ns["sw"], "link", "set", "a-up0", "down")
     p.wait_roles({"a": "backup", "b": "master"}, timeout=3)
     moved = time.monotonic() - pulled
+    print(f"\nuplink pulled on the master: the backup master {1000 * moved:.0f} ms later (polling pairwallctl)")
     # One advertisement's trip, well inside the master-down interval the backup would otherwise wait.
     assert moved < 3 * ADVBASE_MS / 1000, moved
     status = p.status("a")
