@@ -1,6 +1,7 @@
-// Carrier of the VIP interfaces, from rtnetlink link events (RTMGRP_LINK) on the service's
-// io_context. An interface has carrier when it is administratively up, its lower layer is up
-// (IFF_LOWER_UP) and its operstate is up (or unknown, for drivers that do not report one).
+// Carrier of the watched links (the VIP interfaces and the tracked ones), from rtnetlink link
+// events (RTMGRP_LINK) on the service's io_context. An interface has carrier when it is
+// administratively up, its lower layer is up (IFF_LOWER_UP) and its operstate is up (or unknown,
+// for drivers that do not report one).
 #pragma once
 
 #include <sys/types.h>
