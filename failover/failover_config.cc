@@ -11,7 +11,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <string_view>
 
 #include "daemon/control/config_section.h"
 #include "daemon/control/key_file_check.h"

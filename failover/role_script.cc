@@ -1,17 +1,14 @@
 #include "failover/role_script.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <vector>
 
-extern char** environ;
+#include "daemon/io/spawn.h"
 
 namespace pairwall::failover {
 
@@ -74,27 +71,10 @@ void RoleScript::poll() {
 void RoleScript::start(const Change& change) {
   const std::string role(script_role_word(change.role));
   const std::string vhid = std::to_string(vhid_);
-  std::vector<char*> argv{const_cast<char*>(path_.c_str()), const_cast<char*>(role.c_str()),
-                          const_cast<char*>(vhid.c_str()), const_cast<char*>(change.cause.c_str()), nullptr};
-  // As daemon/io/hooks.cc runs iptables: no shell, safe in a process that runs threads; stdin from
-  // /dev/null, none of the daemon's sockets, and none of the signals its threads block (the mask
-  // survives exec, and a script would not stop at SIGTERM).
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attributes, &none);
-  // A group of its own, so that a script past its time limit is killed with what it started.
-  posix_spawnattr_setpgroup(&attributes, 0);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  // In a group of its own, so that a script past its time limit is killed with what it started.
   pid_t pid = -1;
-  const int error = posix_spawn(&pid, path_.c_str(), &actions, &attributes, argv.data(), environ);
-  posix_spawnattr_destroy(&attributes);
-  posix_spawn_file_actions_destroy(&actions);
+  const int error =
+      io::spawn({path_, role, vhid, change.cause}, io::SpawnOptions{.own_process_group = true}, &pid);
   ++counters_.runs;
   last_run_ = change.role;
   running_for_ = path_ + " " + role;

@@ -2,20 +2,17 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cctype>
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <string_view>
 
 #include "daemon/engine/interfaces.h"
-
-extern char** environ;
+#include "daemon/io/spawn.h"
 
 namespace pairwall::io {
 namespace {
@@ -100,37 +97,13 @@ std::string to_string(const Command& command) {
 CommandResult run_command(const Command& argv) {
   CommandResult result;
   if (argv.empty()) return result;
-  std::vector<char*> args;
-  args.reserve(argv.size() + 1);
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     result.output = std::string("cannot create a pipe: ") + std::strerror(errno);
     return result;
   }
-  // posix_spawnp is fork + exec without a shell, and safe in a process that runs threads.
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  // iptables must not inherit the daemon's sockets: an iptables still waiting for the xtables lock
-  // when the daemon is killed would keep its control and metrics listeners bound.
-  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-  // Nor the signals the daemon's threads block (a child would inherit the mask through exec, and
-  // not stop at a SIGTERM).
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attributes, &none);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int spawn_error = posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), environ);
-  posix_spawnattr_destroy(&attributes);
-  posix_spawn_file_actions_destroy(&actions);
+  const int spawn_error = spawn(argv, SpawnOptions{.output_fd = pipe_fds[1]}, &pid);
   close(pipe_fds[1]);
   if (spawn_error != 0) {
     close(pipe_fds[0]);
