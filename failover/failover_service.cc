@@ -700,8 +700,6 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
     spdlog::info("failover: vhid {} advbase {} -> {} ms", config_.vhid, config_.advbase_ms, next.advbase_ms);
     actions |= election_.set_advbase(t, milliseconds(next.advbase_ms));
   }
-  const uint32_t lease_before = config_.effective_vip_lease_s();
-  const bool vips_changed = next.vips != config_.vips;
   config_.advskew = next.advskew;
   config_.preempt = next.preempt;
   config_.advbase_ms = next.advbase_ms;
@@ -709,7 +707,6 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   config_.announce_interval_ms = next.announce_interval_ms;
   config_.vip_lease_s = next.vip_lease_s;
   config_.vips = next.vips;
-  const bool tracking_changed = next.track_interfaces != config_.track_interfaces;
   config_.track_interfaces = next.track_interfaces;
   if (next.notify != config_.notify) {
     spdlog::info("failover: vhid {} notify now {}", config_.vhid, next.notify.empty() ? "none" : next.notify);
@@ -718,7 +715,7 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   }
   apply(t, actions);
   rearm();
-  if (!vips_changed && !tracking_changed && config_.effective_vip_lease_s() == lease_before) return;
+  // take_vips() compares config_ with what runs, and does nothing when they agree.
   boost::asio::post(io_, [this] {
     std::lock_guard on_io_thread(mutex_);
     if (!running_ || !vips_) return;
