@@ -452,6 +452,14 @@ void ControlService::handle(const Request& request, Response& response) {
     case Request::kAnchorLoad:
       error = load_anchor(request.anchor_load(), response.mutable_anchors());
       break;
+    case Request::kSyncResync:
+      if (!sync_) {
+        error = "sync is not configured (no [sync] section in " + config_.file + ")";
+        break;
+      }
+      error = sync_->request_resync();
+      if (!error.empty()) break;
+      [[fallthrough]];  // answered with the status
     case Request::kSyncStatus: {
       auto* s = response.mutable_sync_status();
       if (sync_) {
@@ -462,17 +470,6 @@ void ControlService::handle(const Request& request, Response& response) {
       }
       break;
     }
-    case Request::kSyncResync:
-      if (!sync_) {
-        error = "sync is not configured (no [sync] section in " + config_.file + ")";
-        break;
-      }
-      error = sync_->request_resync();
-      if (error.empty()) {
-        sync_->fill_status(response.mutable_sync_status());
-        response.mutable_sync_status()->set_enabled(true);
-      }
-      break;
     case Request::kFailoverStatus:
     case Request::kFailoverDemote:
     case Request::kFailoverPromote:
