@@ -59,6 +59,8 @@ constexpr control::Setting kTakenByReload[] = {
     {"sync", "accept_key_file"},
     {"failover", "key_file"},
     {"failover", "accept_key_file"},
+    {"sync", "defer"},
+    {"sync", "defer_timeout_ms"},
     {"log", "level"},
     {"engine", "state_limit"},
 };
@@ -287,8 +289,9 @@ io::NfQueueConfig queue_config(const control::Config& c, const std::optional<syn
   qc.queue.gso = c.queue.gso;
   qc.reject_config.mark = c.queue.mark;
   qc.queue.claim_mark = c.queue.mark;
-  if (sync_config && sync_config->defer) {
-    qc.defer.enabled = true;
+  if (sync_config) {
+    qc.defer.available = true;
+    qc.defer.enabled = sync_config->defer;
     qc.defer.timeout = sync_config->defer_timeout;
   }
   return qc;
@@ -357,7 +360,6 @@ class Node {
       std::optional<sync::SyncConfig> sync_config;
       if (c_.sync) sync_config = sync::parse_sync_config(*c_.sync, c_.file);
       const io::NfQueueConfig qc = queue_config(c_, sync_config);
-      defer_enabled_ = qc.defer.enabled;
       queues_ = std::make_unique<io::NfQueue>(engine_, qc, pcap_.get());
       // Started before the hooks so that the bulk request goes out as early as possible.
       if (sync_config) make_sync_service(std::move(*sync_config));
@@ -415,15 +417,13 @@ class Node {
   }
 
   // Sync (daemon/sync/): drains the workers' state change rings and applies the peer's records.
-  // With defer, each worker learns from its ring how much of it the peer has.
+  // Each worker learns from its ring how much of it the peer has, for defer (on now or after a reload).
   void make_sync_service(sync::SyncConfig config) {
     sync_service_ = std::make_unique<sync::SyncService>(engine_, std::move(config), c_.node.id, boot_epoch_);
     for (std::size_t i = 0; i < queues_->workers(); ++i) {
-      sync::SyncService::SyncedFn on_synced;
-      if (defer_enabled_) {
-        on_synced = [this, i](uint64_t synced, bool peer_up) { queues_->on_synced(i, synced, peer_up); };
-      }
-      sync_service_->add_ring(queues_->engine_worker(i).events(), std::move(on_synced));
+      sync_service_->add_ring(queues_->engine_worker(i).events(), [this, i](uint64_t synced, bool peer_up) {
+        queues_->on_synced(i, synced, peer_up);
+      });
     }
     sync_service_->add_ring(engine_.control_events());
     sync_service_->set_events_lost([this] {
@@ -431,7 +431,6 @@ class Node {
       for (std::size_t i = 0; i < queues_->workers(); ++i) lost += queues_->engine_worker(i).events_lost();
       return lost;
     });
-    if (!defer_enabled_) return;
     queues_->set_sync_kick([service = sync_service_.get()] { service->kick(); });
     sync_service_->set_defer_status([this](control::SyncStatus::Defer* out) {
       const DeferTotals d = defer_totals(*queues_);
@@ -557,7 +556,7 @@ class Node {
       w.family("pairwall_pcap_rotations_total", T::Counter, "Pcap log files rotated (pcap_rotate_bytes).");
       w.sample(s.rotations);
     }
-    if (defer_enabled_) {
+    if (sync_service_) {
       const DeferTotals d = defer_totals(*queues_);
       w.family("pairwall_defer_held_total", T::Counter,
                "Packets held until the sync peer acknowledged their states (defer).");
@@ -620,15 +619,16 @@ class Node {
   // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
   // file (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level,
-  // the sync and failover keys (key_file, accept_key_file), so that a pair changes its keys without
-  // a restart, which would hand the group over with the peer's states unsynced (README "Changing
-  // the keys"), and what the builtin election changes on a running group as carp(4) takes it from
-  // ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the
-  // VIPs and the state limit given to the rules before they are compiled, and the keys, the level
-  // and the election's settings taken after they are published. The other settings need a
-  // restart: those that differ from the running ones are warned about with the rules' warnings.
-  // Nothing thrown on the way (a compile out of memory) may end the daemon: the running set stays.
-  // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
+  // [sync] defer and defer_timeout_ms, the sync and failover keys (key_file, accept_key_file), so
+  // that a pair changes its keys without a restart, which would hand the group over with the peer's
+  // states unsynced (README "Changing the keys"), and what the builtin election changes on a running
+  // group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or
+  // nothing: the keys are read and the VIPs and the state limit given to the rules before they are
+  // compiled, and the keys, defer, the level and the election's settings taken after they are
+  // published. The other settings need a restart: those that differ from the running ones are
+  // warned about with the rules' warnings. Nothing thrown on the way (a compile out of memory) may
+  // end the daemon: the running set stays. `who` names the reload's cause in the log: "SIGHUP", or
+  // "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;
@@ -637,9 +637,9 @@ class Node {
     try {
       const control::Config now = control::load_config(c_.file);
       validate_component_sections(now);  // a config that would not start is not half taken
-      std::optional<sync::SyncConfig> sync_keys;
+      std::optional<sync::SyncConfig> sync_now;
       std::optional<failover::FailoverConfig> election;
-      if (sync_service_ && now.sync) sync_keys = sync::parse_sync_config(*now.sync, now.file);
+      if (sync_service_ && now.sync) sync_now = sync::parse_sync_config(*now.sync, now.file);
       if (failover_ && now.failover) {
         election = failover::parse_failover_config(*now.failover, now.file);
         if (election->driver != failover::Driver::Builtin) election.reset();
@@ -659,7 +659,7 @@ class Node {
         addresses_changed = false;
         for (std::string& untaken : control::settings_awaiting_restart(c_, now, taken))
           result.warnings.push_back(std::move(untaken));
-        if (sync_keys) sync_service_->set_keys(std::move(sync_keys->key), std::move(sync_keys->accept_key));
+        if (sync_now) sync_service_->set_keys(std::move(sync_now->key), std::move(sync_now->accept_key));
         if (election) {
           failover_->service().set_keys(election->key, election->accept_key);
           failover_->service().reconfigure(*election);
@@ -667,7 +667,8 @@ class Node {
         spdlog::info("{}: rules reloaded from {}: {} rules, {} states kept", who, now.rules.file,
                      result.rule_count, engine_.states().size());
         for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
-        if (sync_keys || election) spdlog::info("{}: keys re-read from {}", who, now.file);
+        if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
+        if (sync_now) take_defer(who, *sync_now);
         take_log_level(who, now.log.level);
       }
     } catch (const std::exception& e) {
@@ -680,6 +681,17 @@ class Node {
     }
     notify("READY=1\n" + status_line());
     return result;
+  }
+
+  // pfsync's `ifconfig pfsync0 [-]defer`: packets held when it goes off still wait for their acks.
+  void take_defer(std::string_view who, const sync::SyncConfig& next) {
+    const bool was = queues_->defer_enabled();
+    queues_->set_defer(next.defer, next.defer_timeout);
+    sync_service_->set_defer(next.defer, next.defer_timeout);
+    if (was != next.defer) {
+      spdlog::info("{}: defer {} -> {}", who, was ? "on" : "off",
+                   next.defer ? "on (" + std::to_string(next.defer_timeout.count()) + " ms)" : "off");
+    }
   }
 
   // A level more verbose than the running one is set before the line that tells of it, a less
@@ -879,7 +891,6 @@ class Node {
   std::unique_ptr<io::Hooks> hooks_;
   bool hooks_installed_ = false;
   std::unique_ptr<sync::SyncService> sync_service_;
-  bool defer_enabled_ = false;
   std::unique_ptr<FailoverRunner> failover_;
   // The loop's own work (serve()).
   asio::steady_timer expiry_timer_{loop_};

@@ -64,6 +64,7 @@ NfQueue::NfQueue(engine::Engine& engine, NfQueueConfig config, PcapLog* log)
     throw std::runtime_error("nfqueue: the pcap log has " + std::to_string(log_->config().workers) +
                              " worker rings for " + std::to_string(config_.queues) + " queues");
   }
+  set_defer(config_.defer.enabled, config_.defer.timeout);
   for (std::size_t i = 0; i < config_.queues; ++i) workers_.push_back(std::make_unique<Worker>(engine_, i));
 }
 
@@ -84,7 +85,7 @@ void NfQueue::start() {
     w->socket = std::make_unique<NfqSocket>(qc);
     w->batch.resize(w->socket->config().recv_batch);
     if (config_.reject) w->rejector = std::make_unique<Rejector>(config_.reject_config);
-    if (config_.defer.enabled) {
+    if (config_.defer.available) {
       w->deferred = std::make_unique<DeferQueue>(config_.defer.max_packets, config_.defer.max_bytes,
                                                  [&engine = engine_](const engine::StateId& id) {
                                                    return static_cast<bool>(engine.states().find_by_id(id));
@@ -172,6 +173,12 @@ void NfQueue::on_synced(std::size_t worker, uint64_t synced, bool peer_up) noexc
   }
 }
 
+void NfQueue::set_defer(bool enabled, std::chrono::milliseconds timeout) {
+  if (enabled && !config_.defer.available) throw std::logic_error("nfqueue: defer without its hold queues");
+  defer_timeout_ms_.store(timeout.count(), std::memory_order_relaxed);
+  defer_enabled_.store(enabled, std::memory_order_relaxed);
+}
+
 const DeferCounters* NfQueue::defer_counters(std::size_t worker) const {
   const auto& d = workers_[worker]->deferred;
   return d ? &d->counters() : nullptr;
@@ -233,14 +240,15 @@ Decision NfQueue::hold_if_deferred(Worker& w, const QueuedPacket& packet, const 
   if (decision == Decision::Drop) return decision;
   // The first packet of a synced state while the peer answers; or a later packet of a state whose
   // first is still held, which must not overtake it.
-  const bool first =
-      verdict.synced_insert && w.peer_up.load(std::memory_order_relaxed) && worth_deferring(packet.payload);
+  const bool first = verdict.synced_insert && defer_enabled_.load(std::memory_order_relaxed) &&
+                     w.peer_up.load(std::memory_order_relaxed) && worth_deferring(packet.payload);
   if (!first &&
       (w.deferred->empty() || verdict.state.counter == 0 || !w.deferred->holds_state(verdict.state))) {
     return decision;
   }
   if (!w.deferred->hold(packet.id, decision, packet.payload, verdict.state, w.ticket,
-                        now + config_.defer.timeout, settler(w), packet.mark)) {
+                        now + std::chrono::milliseconds(defer_timeout_ms_.load(std::memory_order_relaxed)),
+                        settler(w), packet.mark)) {
     return decision;
   }
   w.held_in_batch = true;

@@ -31,7 +31,9 @@
 // acknowledged the worker's state records up to that packet's batch, or for the timeout. While it
 // holds packets a worker waits in poll() on its socket and an eventfd that on_synced() writes, not
 // in the blocking receive; after a batch that held packets it calls the sync kick, so that the
-// insert leaves at once rather than at the next drain of the rings.
+// insert leaves at once rather than at the next drain of the rings. Where sync runs the hold
+// queues exist from the start, so that set_defer() turns holding on and off at a reload, as
+// `ifconfig pfsync0 -defer` does: a worker without them takes the plain receive loop.
 //
 // Logging (Verdict::log): the pflog record names the arrival interface with direction in
 // (Forward, Input), or the departure interface with direction out (Output); the engine does not
@@ -59,7 +61,9 @@
 namespace pairwall::io {
 
 struct DeferConfig {
-  bool enabled = false;
+  // The hold queues exist (sync runs), so that set_defer() may turn holding on later.
+  bool available = false;
+  bool enabled = false;                   // holding from the start; needs `available`
   std::chrono::milliseconds timeout{10};  // pfsync's: 10 ticks at hz 1000
   // Per queue. pfsync holds 128 per bucket (two buckets a CPU); at 124,000 new flows/s each
   // waiting ~1.5 ms, 128 overflowed for 42 % of them (pairwall-bench states, sync_defer).
@@ -145,7 +149,13 @@ class NfQueue {
   // of `worker`'s state change ring; `peer_up` false releases everything held and holds nothing
   // new (a peer that does not answer is not worth a timeout per connection).
   void on_synced(std::size_t worker, uint64_t synced, bool peer_up) noexcept;
-  // Defer counters of `worker`, or null when defer is off. Valid after start().
+  // Turns holding new states' first packets on or off and sets how long one waits, from any thread;
+  // packets held when it goes off still wait for their acknowledgement or timeout. Throws
+  // std::logic_error when the queues were made without `defer.available`.
+  void set_defer(bool enabled, std::chrono::milliseconds timeout);
+  bool defer_enabled() const noexcept { return defer_enabled_.load(std::memory_order_relaxed); }
+  // Defer counters of `worker`, or null when the queues were made without `defer.available`.
+  // Valid after start().
   const DeferCounters* defer_counters(std::size_t worker) const;
   std::size_t held(std::size_t worker) const {
     return workers_[worker]->held_now.load(std::memory_order_relaxed);
@@ -170,7 +180,7 @@ class NfQueue {
     std::unique_ptr<Rejector> rejector;
     Counter log_dropped;
     std::thread thread;
-    // Defer (null / unused when off).
+    // Defer (null / unused without defer.available).
     std::unique_ptr<DeferQueue> deferred;
     int wake_fd = -1;                 // eventfd written by on_synced()
     std::atomic<uint64_t> synced{0};  // records of this worker's ring the peer acknowledged
@@ -205,6 +215,9 @@ class NfQueue {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> iface_generation_{0};
+  // Defer's switch and timeout (set_defer()), read by the workers at each packet they might hold.
+  std::atomic<bool> defer_enabled_{false};
+  std::atomic<std::chrono::milliseconds::rep> defer_timeout_ms_{0};
   bool started_ = false;
 };
 

@@ -183,6 +183,8 @@ class SyncProtocol {
 
   // Changes the keys (a SIGHUP that re-read the key files). Throws as the constructor does.
   void set_keys(std::span<const uint8_t> key, std::span<const uint8_t> accept_key);
+  // ProtocolConfig::ack_inserts_at_once, for defer turned on or off by a reload.
+  void set_ack_inserts_at_once(bool at_once) noexcept { config_.ack_inserts_at_once = at_once; }
 
   // This node's initial bulk ended (or timed out): until then it must not become master.
   bool bulk_done() const noexcept { return initial_bulk_done_; }

@@ -345,6 +345,12 @@ void SyncService::set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept
   });
 }
 
+void SyncService::set_defer(bool enabled, std::chrono::milliseconds timeout) {
+  config_.defer = enabled;
+  config_.defer_timeout = timeout;
+  if (running_) asio::post(io_, [this, enabled] { protocol_->set_ack_inserts_at_once(enabled); });
+}
+
 std::string SyncService::request_resync() {
   if (!running_) return "sync is not running";
   asio::post(io_, [this] {

@@ -75,6 +75,11 @@ class SyncService final : public control::SyncControl {
   // files: taken on the sync thread before its next datagram. Control thread.
   void set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept_key);
 
+  // [sync] defer and defer_timeout_ms from a reload: the status shows them at once, and datagrams
+  // that carry inserts ask the peer for an ack at once (or no longer) from the sync thread's next
+  // one. The packet path's switch is the queues' (NfQueue::set_defer). Control thread.
+  void set_defer(bool enabled, std::chrono::milliseconds timeout);
+
   // This node's initial bulk ended (or timed out): until then failover keeps it demoted. Any thread.
   bool bulk_done() const noexcept { return bulk_done_.load(std::memory_order_acquire); }
 

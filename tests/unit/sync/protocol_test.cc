@@ -3,6 +3,7 @@
 // every datagram a node must refuse.
 #include <catch2/catch.hpp>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -1478,13 +1479,20 @@ TEST_CASE("synced() counts the local changes the peer has acknowledged, and no m
 
 TEST_CASE("inserts a node holds packets for are acked at once, others after the ack delay",
           "[sync][protocol][defer]") {
-  for (const bool at_once : {true, false}) {
-    CAPTURE(at_once);
+  // As configured at start, or as a reload that turns defer on or off sets it later.
+  struct Case {
+    bool configured;
+    std::optional<bool> set_later;
+  };
+  for (const Case c : {Case{true, {}}, Case{false, {}}, Case{false, true}, Case{true, false}}) {
+    const bool at_once = c.set_later.value_or(c.configured);
+    CAPTURE(c.configured, c.set_later.has_value(), at_once);
     Pair p;
-    p.config_a.ack_inserts_at_once = at_once;
+    p.config_a.ack_inserts_at_once = c.configured;
     p.config_b.ack_delay = ms(5);  // below the sender's shortest resend timeout (10 ms)
     p.config_b.ack_every = 100;
     settle(p);
+    if (c.set_later) p.a->set_ack_inserts_at_once(*c.set_later);
     const Micros t0 = p.now;
     p.change(true, make_insert(1, 7));
     const uint64_t want = p.a->enqueued();

@@ -257,6 +257,29 @@ TEST_CASE("a ring's records count as synced once the peer has them, or let go on
   a.stop();
 }
 
+TEST_CASE("defer set by a reload shows in the status with its timeout, and goes from it when off",
+          "[sync][service][defer]") {
+  engine::Engine engine(node_config(1));
+  SyncService a(engine, config_for("127.0.0.1", "127.0.0.2", 8370), 1);
+  a.set_defer_status([](control::SyncStatus::Defer* d) { d->set_held(7); });
+  control::SyncStatus off;
+  a.fill_status(&off);
+  CHECK_FALSE(off.has_defer());
+
+  a.set_defer(true, std::chrono::milliseconds(25));
+  control::SyncStatus on;
+  a.fill_status(&on);
+  REQUIRE(on.has_defer());
+  CHECK(on.defer().enabled());
+  CHECK(on.defer().timeout_ms() == 25);
+  CHECK(on.defer().held() == 7);
+
+  a.set_defer(false, std::chrono::milliseconds(25));
+  control::SyncStatus off_again;
+  a.fill_status(&off_again);
+  CHECK_FALSE(off_again.has_defer());
+}
+
 TEST_CASE("a stopping service sends the records it still holds before it closes", "[sync][service]") {
   if (skipped_without_root()) return;
   const uint16_t port = free_port();
