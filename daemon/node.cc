@@ -62,6 +62,9 @@ constexpr control::Setting kTakenByReload[] = {
     {"sync", "defer"},
     {"sync", "defer_timeout_ms"},
     {"log", "level"},
+    {"log", "pcap_file"},
+    {"log", "pcap_rotate_bytes"},
+    {"log", "pcap_keep"},
     {"engine", "state_limit"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
@@ -349,14 +352,13 @@ class Node {
         metrics_server_ = std::make_unique<control::MetricsServer>(loop_, c_.metrics.host, c_.metrics.port,
                                                                    [this] { return registry_.render(); });
       }
-      if (!c_.log.pcap_file.empty()) {
-        io::PcapLogConfig pc;
-        pc.path = c_.log.pcap_file;
-        pc.max_file_bytes = c_.log.pcap_rotate_bytes;
-        pc.files = c_.log.pcap_keep;
-        pc.workers = c_.queue.count;
-        pcap_ = std::make_unique<io::PcapLog>(pc);
-      }
+      // Made without a file too, so that a reload may name one.
+      io::PcapLogConfig pc;
+      pc.path = c_.log.pcap_file;
+      pc.max_file_bytes = c_.log.pcap_rotate_bytes;
+      pc.files = c_.log.pcap_keep;
+      pc.workers = c_.queue.count;
+      pcap_ = std::make_unique<io::PcapLog>(pc);
       std::optional<sync::SyncConfig> sync_config;
       if (c_.sync) sync_config = sync::parse_sync_config(*c_.sync, c_.file);
       const io::NfQueueConfig qc = queue_config(c_, sync_config);
@@ -618,17 +620,16 @@ class Node {
 
   // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
-  // file (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level,
-  // [sync] defer and defer_timeout_ms, the sync and failover keys (key_file, accept_key_file), so
-  // that a pair changes its keys without a restart, which would hand the group over with the peer's
-  // states unsynced (README "Changing the keys"), and what the builtin election changes on a running
-  // group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or
-  // nothing: the keys are read and the VIPs and the state limit given to the rules before they are
-  // compiled, and the keys, defer, the level and the election's settings taken after they are
-  // published. The other settings need a restart: those that differ from the running ones are
-  // warned about with the rules' warnings. Nothing thrown on the way (a compile out of memory) may
-  // end the daemon: the running set stays. `who` names the reload's cause in the log: "SIGHUP", or
-  // "reload" for the request.
+  // file (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level
+  // and pcap log, [sync] defer and defer_timeout_ms, the sync and failover keys (key_file, accept_key_file),
+  // so that a pair changes its keys without a restart, which would hand the group over with the peer's states
+  // unsynced (README "Changing the keys"), and what the builtin election changes on a running group as
+  // carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read
+  // and the VIPs and the state limit given to the rules before they are compiled (and a pcap log's directory
+  // checked), and the keys, defer, the logs and the election's settings taken after they are published. The
+  // other settings need a restart: those that differ from the running ones are warned about with the rules'
+  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running set stays.
+  // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;
@@ -637,6 +638,10 @@ class Node {
     try {
       const control::Config now = control::load_config(c_.file);
       validate_component_sections(now);  // a config that would not start is not half taken
+      if (now.log.pcap_file != pcap_->config().path && !now.log.pcap_file.empty()) {
+        if (std::string problem = io::PcapLog::path_problem(now.log.pcap_file); !problem.empty())
+          throw std::runtime_error(now.file + ": [log] pcap_file: " + problem);
+      }
       std::optional<sync::SyncConfig> sync_now;
       std::optional<failover::FailoverConfig> election;
       if (sync_service_ && now.sync) sync_now = sync::parse_sync_config(*now.sync, now.file);
@@ -669,6 +674,7 @@ class Node {
         for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
         if (sync_now) take_defer(who, *sync_now);
+        take_pcap_log(who, now.log);
         take_log_level(who, now.log.level);
       }
     } catch (const std::exception& e) {
@@ -692,6 +698,18 @@ class Node {
       spdlog::info("{}: defer {} -> {}", who, was ? "on" : "off",
                    next.defer ? "on (" + std::to_string(next.defer_timeout.count()) + " ms)" : "off");
     }
+  }
+
+  // pflogd's log file, moved, turned on or off: the records logged before go to the file they were
+  // logged for. A file that cannot be created now is retried and reported as a failed write is.
+  void take_pcap_log(std::string_view who, const control::LogConfig& next) {
+    const std::string before = pcap_->config().path;
+    const std::string error = pcap_->reconfigure(next.pcap_file, next.pcap_rotate_bytes, next.pcap_keep);
+    if (before != next.pcap_file) {
+      spdlog::info("{}: pcap log {} -> {}", who, before.empty() ? "off" : before,
+                   next.pcap_file.empty() ? "off" : next.pcap_file);
+    }
+    if (!error.empty()) spdlog::error("{}: {}", who, error);
   }
 
   // A level more verbose than the running one is set before the line that tells of it, a less

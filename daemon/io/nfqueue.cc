@@ -259,7 +259,7 @@ Decision NfQueue::hold_if_deferred(Worker& w, const QueuedPacket& packet, const 
 Decision NfQueue::act(Worker& w, const QueuedPacket& packet, const engine::BatchPacket& decided,
                       std::chrono::steady_clock::time_point now) noexcept {
   const engine::Verdict& verdict = decided.verdict;
-  if (verdict.log != 0 && log_ != nullptr) {
+  if (verdict.log != 0 && log_ != nullptr && log_->enabled()) {
     // A record per pass that asked, each on its interface and in its direction, as pf's.
     for (int pass = 0; pass < 2; ++pass) {
       if ((verdict.log & engine::logpass::of(pass)) == 0) continue;

@@ -229,24 +229,31 @@ class PcapLog::Ring {
   alignas(64) std::atomic<std::size_t> tail_{0};
 };
 
+namespace {
+
+void check_file_size(uint64_t max_file_bytes, uint32_t snaplen) {
+  const uint64_t smallest = kPcapFileHeaderSize + kPcapRecordHeaderSize + kPflogHeaderSize + snaplen;
+  if (max_file_bytes < smallest) {
+    throw std::runtime_error("pcap log: max file size " + std::to_string(max_file_bytes) +
+                             " bytes cannot hold one record of snaplen " + std::to_string(snaplen) +
+                             "; use at least " + std::to_string(smallest));
+  }
+}
+
+}  // namespace
+
 PcapLog::PcapLog(PcapLogConfig config) : config_(std::move(config)) {
-  if (config_.path.empty()) throw std::runtime_error("pcap log: no file path configured");
   if (config_.files == 0) config_.files = 1;
   if (config_.snaplen == 0) config_.snaplen = 96;
   if (config_.workers == 0) config_.workers = 1;
-  const uint64_t smallest = kPcapFileHeaderSize + kPcapRecordHeaderSize + kPflogHeaderSize + config_.snaplen;
-  if (config_.max_file_bytes < smallest) {
-    throw std::runtime_error("pcap log: max file size " + std::to_string(config_.max_file_bytes) +
-                             " bytes cannot hold one record of snaplen " + std::to_string(config_.snaplen) +
-                             "; use at least " + std::to_string(smallest));
-  }
-  for (std::size_t i = 0; i < config_.workers; ++i) {
-    rings_.push_back(std::make_unique<Ring>(config_.ring_slots, config_.snaplen));
-  }
-  {
+  check_file_size(config_.max_file_bytes, config_.snaplen);
+  rings_.resize(config_.workers);
+  if (!config_.path.empty()) {
     std::lock_guard lock(file_mutex_);
     // An existing file from an earlier run becomes PATH.1.
     if (const std::string error = rotate(); !error.empty()) throw std::runtime_error(error);
+    make_rings();
+    enabled_.store(true, std::memory_order_release);
   }
   writer_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "pw-pcaplog");
@@ -266,8 +273,54 @@ PcapLog::~PcapLog() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
+void PcapLog::make_rings() {
+  if (rings_made_.load(std::memory_order_relaxed)) return;
+  for (auto& ring : rings_) ring = std::make_unique<Ring>(config_.ring_slots, config_.snaplen);
+  rings_made_.store(true, std::memory_order_release);
+}
+
+std::string PcapLog::reconfigure(const std::string& path, uint64_t max_file_bytes, unsigned files) {
+  check_file_size(max_file_bytes, config_.snaplen);
+  std::lock_guard lock(file_mutex_);
+  drain_locked();  // what was logged so far, to the file it was logged for
+  config_.max_file_bytes = max_file_bytes;
+  config_.files = std::max(files, 1u);
+  if (path == config_.path) return {};
+  enabled_.store(false, std::memory_order_release);
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    file_ = nullptr;
+  }
+  rotation_unfinished_ = false;
+  {
+    std::lock_guard events(events_mutex_);
+    failing_ = false;  // the old file's trouble is not the new one's
+  }
+  config_.path = path;
+  if (path.empty()) return {};
+  make_rings();
+  std::string error = rotate();
+  if (!error.empty()) failing(error);
+  enabled_.store(true, std::memory_order_release);
+  return error;
+}
+
+std::string PcapLog::path_problem(const std::string& path) {
+  const std::filesystem::path file(path);
+  const std::filesystem::path directory = file.has_parent_path() ? file.parent_path() : ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(directory, ec)) {
+    return "pcap log: cannot create " + path + ": " + directory.string() + " is not a directory";
+  }
+  if (::access(directory.c_str(), W_OK) != 0) {
+    return "pcap log: cannot create " + path + ": " + directory.string() + ": " + std::strerror(errno);
+  }
+  return {};
+}
+
 bool PcapLog::log(std::size_t worker, const LogMeta& meta, std::span<const uint8_t> packet,
                   std::chrono::steady_clock::time_point when) noexcept {
+  if (!enabled()) return true;
   if (worker >= rings_.size()) return false;
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
   return rings_[worker]->push(meta, packet, ns);
@@ -280,6 +333,7 @@ void PcapLog::flush() {
 
 PcapLogStats PcapLog::stats() const {
   PcapLogStats s;
+  if (!rings_made_.load(std::memory_order_acquire)) return s;
   for (const auto& ring : rings_) {
     s.logged += ring->logged.get();
     s.dropped += ring->dropped.get();
@@ -308,7 +362,8 @@ void PcapLog::drain_locked() {
   const auto wall_offset = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::system_clock::now().time_since_epoch() -
       std::chrono::steady_clock::now().time_since_epoch());
-  if (file_ == nullptr) {  // retry after a failed rotation
+  if (!rings_made_.load(std::memory_order_relaxed)) return;
+  if (file_ == nullptr && !config_.path.empty()) {  // retry after a failed rotation
     const std::string error = rotation_unfinished_ ? rotate() : open_file();
     if (!error.empty()) failing(error);
   }

@@ -28,6 +28,10 @@
 // Workers never block, allocate or write files: log() copies the record into the worker's bounded
 // ring (full: dropped and counted), and a writer thread drains the rings every flush interval,
 // writes, flushes and rotates by size: PATH, PATH.1, ..., PATH.(files-1), the oldest removed.
+//
+// A log made without a path is off (enabled() false) until reconfigure() names one, so that a
+// reload turns logging on, moves it or turns it off without a restart; its rings are allocated
+// when it is first turned on.
 #pragma once
 
 #include <net/if.h>
@@ -59,7 +63,7 @@ inline constexpr std::size_t kPcapFileHeaderSize = 24;
 inline constexpr std::size_t kPcapRecordHeaderSize = 16;
 
 struct PcapLogConfig {
-  std::string path;
+  std::string path;                       // empty: off
   uint64_t max_file_bytes = 64ull << 20;  // rotate before a file grows past this
   unsigned files = 4;                     // kept, the current one included
   uint32_t snaplen = 256;                 // packet bytes kept per record
@@ -118,10 +122,24 @@ class PcapLog {
   PcapLog(const PcapLog&) = delete;
   PcapLog& operator=(const PcapLog&) = delete;
 
+  // Whether packets are logged: a path is configured. Data plane, any thread.
+  bool enabled() const noexcept { return enabled_.load(std::memory_order_acquire); }
   // Data plane, called only by worker `worker` (< config.workers). Never blocks or allocates.
   // `when` is the batch time the worker already read; the writer converts it to wall time.
+  // While the log is off it does nothing and returns true.
   bool log(std::size_t worker, const LogMeta& meta, std::span<const uint8_t> packet,
            std::chrono::steady_clock::time_point when) noexcept;
+
+  // A reload's [log] pcap_file, pcap_rotate_bytes and pcap_keep (any thread). The records logged
+  // so far go to the file they were logged for. Another path closes that file and opens the new
+  // one, rotating away a file already there as at start; an empty one turns logging off; the same
+  // path keeps its file and takes the new limits from its next record. Returns an error message
+  // (the new file cannot be created), empty on success; the log then retries it as after a failed
+  // write, and counts the records it loses.
+  std::string reconfigure(const std::string& path, uint64_t max_file_bytes, unsigned files);
+  // Why a file at `path` could not be created (its directory is missing or not writable), empty
+  // when it looks like it can: for refusing a reload before anything of it is taken.
+  static std::string path_problem(const std::string& path);
 
   // Drains every ring and flushes the file now (tests, shutdown, `rotate` from the control socket).
   void flush();
@@ -135,6 +153,7 @@ class PcapLog {
   struct Slot;
   class Ring;
 
+  void make_rings();
   void writer_loop();
   void drain_locked();
   void write_record(const Slot& slot, std::chrono::nanoseconds wall_offset);
@@ -151,7 +170,10 @@ class PcapLog {
   void working();
 
   PcapLogConfig config_;
+  // Sized at construction; the rings in it made when the log is first turned on, before enabled_.
   std::vector<std::unique_ptr<Ring>> rings_;
+  std::atomic<bool> enabled_{false};
+  std::atomic<bool> rings_made_{false};
   std::mutex file_mutex_;  // writer thread vs flush(); never taken by workers
   std::FILE* file_ = nullptr;
   uint64_t file_bytes_ = 0;     // what the file holds once its records are flushed

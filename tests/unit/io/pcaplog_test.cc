@@ -547,5 +547,91 @@ TEST_CASE("an unwritable path is an error naming it", "[pcaplog]") {
                     Catch::Contains("/nonexistent-dir/pflog.pcap") && Catch::Contains("directory"));
 }
 
+TEST_CASE("a reload turns the log on, moves it, keeps it, and turns it off", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;  // no path: off
+  c.flush_interval = std::chrono::hours(1);
+  const std::string first = (dir.path / "first.pcap").string();
+  const std::string second = (dir.path / "second.pcap").string();
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).build();
+  auto log_rule = [&](PcapLog& log, uint32_t rule) {
+    return log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, rule, false, "x"), p,
+                   std::chrono::steady_clock::now());
+  };
+  auto rules_in = [](const std::string& path) {
+    std::vector<uint32_t> rules;
+    for (const Record& r : read_pcap(path).records) rules.push_back(be32(r.data, 36));
+    return rules;
+  };
+  PcapLog log(c);
+  CHECK_FALSE(log.enabled());
+  CHECK(log_rule(log, 1));  // nothing to log, nothing lost
+  log.flush();
+  CHECK(log.stats().logged == 0);
+  CHECK(log.stats().write_errors == 0);
+
+  CHECK(log.reconfigure(first, c.max_file_bytes, c.files).empty());
+  CHECK(log.enabled());
+  CHECK(log_rule(log, 2));
+  // Moved: the record logged before goes to the first file, the later ones to the second.
+  CHECK(log.reconfigure(second, c.max_file_bytes, c.files).empty());
+  CHECK(log_rule(log, 3));
+  log.flush();
+  CHECK(rules_in(first) == std::vector<uint32_t>{2});
+  CHECK(rules_in(second) == std::vector<uint32_t>{3});
+
+  // The same path with other limits keeps its file and its records.
+  CHECK(log.reconfigure(second, c.max_file_bytes / 2, 2).empty());
+  CHECK(log_rule(log, 4));
+  log.flush();
+  CHECK(rules_in(second) == std::vector<uint32_t>{3, 4});
+  CHECK_FALSE(fs::exists(second + ".1"));
+
+  // Off: nothing more is written, and what was logged before reached the file.
+  CHECK(log_rule(log, 5));
+  CHECK(log.reconfigure("", c.max_file_bytes, c.files).empty());
+  CHECK_FALSE(log.enabled());
+  CHECK(log_rule(log, 6));
+  log.flush();
+  CHECK(rules_in(second) == std::vector<uint32_t>{3, 4, 5});
+  CHECK(log.stats().written == 4);
+  CHECK(log.stats().write_errors == 0);
+
+  // Back on at a path where a file already is: rotated away, as at start.
+  CHECK(log.reconfigure(first, c.max_file_bytes, c.files).empty());
+  CHECK(log_rule(log, 7));
+  log.flush();
+  CHECK(rules_in(first) == std::vector<uint32_t>{7});
+  CHECK(rules_in(first + ".1") == std::vector<uint32_t>{2});
+}
+
+TEST_CASE("a reload to a path that cannot be created says why, and logging resumes once it can be",
+          "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "a.pcap").string();
+  c.flush_interval = std::chrono::hours(1);
+  const fs::path later = dir.path / "later";
+  const std::string moved = (later / "b.pcap").string();
+  CHECK_THAT(PcapLog::path_problem(moved),
+             Catch::Contains(later.string()) && Catch::Contains("not a directory"));
+  CHECK(PcapLog::path_problem(c.path).empty());
+  PcapLog log(c);
+  const std::string error = log.reconfigure(moved, c.max_file_bytes, c.files);
+  CHECK_THAT(error, Catch::Contains(moved));
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).build();
+  REQUIRE(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, 1, false, "x"), p,
+                  std::chrono::steady_clock::now()));
+  log.flush();
+  CHECK(log.stats().write_errors == 1);
+  fs::create_directory(later);
+  REQUIRE(log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, 2, false, "x"), p,
+                  std::chrono::steady_clock::now()));
+  log.flush();
+  CHECK(log.stats().written == 1);
+  REQUIRE(read_pcap(moved).records.size() == 1);
+  CHECK(be32(read_pcap(moved).records[0].data, 36) == 2);
+}
+
 }  // namespace
 }  // namespace pairwall::io
