@@ -65,6 +65,8 @@ constexpr control::Setting kTakenByReload[] = {
     {"log", "pcap_file"},
     {"log", "pcap_rotate_bytes"},
     {"log", "pcap_keep"},
+    {"queue", "maxlen"},
+    {"queue", "rcvbuf_bytes"},
     {"engine", "state_limit"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
@@ -153,6 +155,8 @@ class QueueDataPlane final : public control::DataPlane {
       if (q.overruns == 0) q.overruns = c.enobufs.get();
       q.verdict_errors = c.send_errors.get() + c.netlink_errors.get();
       q.uninspected = c.uninspected.get();
+      q.max_len = queues_.socket(i).max_len();
+      q.rcvbuf_bytes = static_cast<uint64_t>(queues_.socket(i).rcvbuf_bytes());
       out.push_back(q);
     }
     return out;
@@ -674,7 +678,10 @@ class Node {
         for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
         if (sync_now) take_defer(who, *sync_now);
-        take_pcap_log(who, now.log);
+        // What the kernel or the file system refuses now is told in the answer too.
+        for (std::string error : {take_pcap_log(who, now.log), take_queue_limits(who, now.queue)}) {
+          if (!error.empty()) result.warnings.push_back(std::move(error));
+        }
         take_log_level(who, now.log.level);
       }
     } catch (const std::exception& e) {
@@ -702,7 +709,7 @@ class Node {
 
   // pflogd's log file, moved, turned on or off: the records logged before go to the file they were
   // logged for. A file that cannot be created now is retried and reported as a failed write is.
-  void take_pcap_log(std::string_view who, const control::LogConfig& next) {
+  std::string take_pcap_log(std::string_view who, const control::LogConfig& next) {
     const std::string before = pcap_->config().path;
     const std::string error = pcap_->reconfigure(next.pcap_file, next.pcap_rotate_bytes, next.pcap_keep);
     if (before != next.pcap_file) {
@@ -710,6 +717,26 @@ class Node {
                    next.pcap_file.empty() ? "off" : next.pcap_file);
     }
     if (!error.empty()) spdlog::error("{}: {}", who, error);
+    return error;
+  }
+
+  // The kernel's queue length and the sockets' receive buffers, raised where the queues overflow
+  // under load without the restart that would hand the group over.
+  std::string take_queue_limits(std::string_view who, const control::QueueConfig& next) {
+    const io::NfqSocket& first = queues_->socket(0);
+    const uint32_t max_len = first.max_len();
+    const int rcvbuf = first.rcvbuf_bytes();
+    try {
+      queues_->set_limits(next.maxlen, static_cast<int>(next.rcvbuf_bytes));
+    } catch (const std::exception& e) {
+      spdlog::error("{}: {}", who, e.what());
+      return e.what();
+    }
+    if (max_len != first.max_len() || rcvbuf != first.rcvbuf_bytes()) {
+      spdlog::info("{}: queues hold {} -> {} packets, receive buffer {} -> {} bytes", who, max_len,
+                   first.max_len(), rcvbuf, first.rcvbuf_bytes());
+    }
+    return {};
   }
 
   // A level more verbose than the running one is set before the line that tells of it, a less

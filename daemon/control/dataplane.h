@@ -20,6 +20,8 @@ struct QueueCounters {
   uint64_t overruns = 0;     // netlink socket buffer overflow
   uint64_t uninspected = 0;  // settled unseen by the fail-open policy (longer than the copy range, ...)
   uint64_t verdict_errors = 0;
+  uint32_t max_len = 0;       // the kernel's queue length
+  uint64_t rcvbuf_bytes = 0;  // the socket's receive buffer, as the kernel reports it
 };
 
 class DataPlane {

@@ -180,6 +180,8 @@ void fill_queue(const QueueCounters& q, QueueStats* out) {
   out->set_overruns(q.overruns);
   out->set_uninspected(q.uninspected);
   out->set_verdict_errors(q.verdict_errors);
+  out->set_max_len(q.max_len);
+  out->set_rcvbuf_bytes(q.rcvbuf_bytes);
 }
 
 // A counted rule's place and counters: a filter rule (RuleInfo), a translation or a scrub rule.

@@ -153,22 +153,14 @@ NfqSocket::NfqSocket(const QueueConfig& config) : config_(config), planner_(conf
     mnl_socket_setsockopt(nl_, NETLINK_CAP_ACK, &one, sizeof(one));
     mnl_socket_setsockopt(nl_, NETLINK_EXT_ACK, &one, sizeof(one));
 
-    int rcvbuf = config_.rcvbuf_bytes;
-    if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) == 0) {
-      rcvbuf_forced_ = true;
-    } else if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) != 0) {
-      throw std::runtime_error("cannot size the receive buffer of NFQUEUE " + std::to_string(config_.queue) +
-                               ": " + errno_text(errno));
-    }
-    socklen_t len = sizeof(rcvbuf_);
-    getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf_, &len);
+    size_receive_buffer(config_.rcvbuf_bytes);
 
     int sndbuf = kSndbufRequest;
     if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) != 0) {
       setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     }
     int sndbuf_effective = 0;
-    len = sizeof(sndbuf_effective);
+    socklen_t len = sizeof(sndbuf_effective);
     getsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sndbuf_effective, &len);
     // netlink_sendmsg refuses a message longer than sk_sndbuf - 32.
     const std::size_t send_capacity =
@@ -197,6 +189,7 @@ NfqSocket::NfqSocket(const QueueConfig& config) : config_(config), planner_(conf
     order_.reserve(config_.recv_batch);
 
     configure();
+    max_len_.store(config_.max_len, std::memory_order_relaxed);
     const timeval tv{0, kStopCheckMs * 1000};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   } catch (...) {
@@ -214,6 +207,33 @@ NfqSocket::~NfqSocket() {
 
 uint32_t NfqSocket::portid() const {
   return mnl_socket_get_portid(nl_);
+}
+
+void NfqSocket::size_receive_buffer(int bytes) {
+  if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) == 0) {
+    rcvbuf_forced_.store(true, std::memory_order_relaxed);
+  } else if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) == 0) {
+    rcvbuf_forced_.store(false, std::memory_order_relaxed);
+  } else {
+    throw std::runtime_error("cannot size the receive buffer of NFQUEUE " + std::to_string(config_.queue) +
+                             ": " + errno_text(errno));
+  }
+  int effective = 0;
+  socklen_t len = sizeof(effective);
+  getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &effective, &len);
+  rcvbuf_.store(effective, std::memory_order_relaxed);
+}
+
+void NfqSocket::set_limits(uint32_t max_len, int rcvbuf_bytes) {
+  alignas(nlmsghdr) char buf[256];  // a header and one attribute
+  nlmsghdr* nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, config_.queue);
+  nfq_nlmsg_cfg_put_qmaxlen(nlh, max_len);
+  if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) {
+    throw std::runtime_error("cannot send the queue length of NFQUEUE " + std::to_string(config_.queue) +
+                             ": " + errno_text(errno));
+  }
+  max_len_.store(max_len, std::memory_order_relaxed);
+  size_receive_buffer(rcvbuf_bytes);
 }
 
 void NfqSocket::configure() {

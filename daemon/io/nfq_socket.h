@@ -128,8 +128,17 @@ class NfqSocket {
   const QueueConfig& config() const { return config_; }
   int fd() const { return fd_; }
   uint32_t portid() const;
-  int rcvbuf_bytes() const { return rcvbuf_; }  // as the kernel reports it (twice the request)
-  bool rcvbuf_forced() const { return rcvbuf_forced_; }
+  // The receive buffer as the kernel reports it (twice the request).
+  int rcvbuf_bytes() const { return rcvbuf_.load(std::memory_order_relaxed); }
+  bool rcvbuf_forced() const { return rcvbuf_forced_.load(std::memory_order_relaxed); }
+  uint32_t max_len() const { return max_len_.load(std::memory_order_relaxed); }
+
+  // A reload's [queue] maxlen and rcvbuf_bytes for the running queue, from any thread: the kernel
+  // takes a configuration message and a setsockopt whole, whoever else sends on the socket, and
+  // the worker need not stop. No acknowledgement is asked for (it would arrive among the packets);
+  // a refusal comes back as an error reply, counted as netlink_errors. Throws std::runtime_error
+  // naming the queue when the message cannot be sent or the buffer not sized.
+  void set_limits(uint32_t max_len, int rcvbuf_bytes);
   const QueueCounters& counters() const { return counters_; }
 
   // How long a receive blocks before it returns empty-handed, so that run() sees `stop`. A
@@ -160,6 +169,7 @@ class NfqSocket {
 
  private:
   void configure();
+  void size_receive_buffer(int bytes);
   int receive() noexcept;
   // Parses the datagram in `slot` into the batch: a packet to decide, or a verdict already known
   // (truncated, oversize). Returns false, having added nothing, when the batch is full.
@@ -182,8 +192,9 @@ class NfqSocket {
   QueueConfig config_;
   mnl_socket* nl_ = nullptr;
   int fd_ = -1;
-  int rcvbuf_ = 0;
-  bool rcvbuf_forced_ = false;
+  std::atomic<int> rcvbuf_{0};
+  std::atomic<bool> rcvbuf_forced_{false};
+  std::atomic<uint32_t> max_len_{0};
   std::size_t slot_size_ = 0;
   std::vector<uint8_t> recv_buffer_;  // recv_batch slots of slot_size_
   std::vector<mmsghdr> msgs_;

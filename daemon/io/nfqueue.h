@@ -161,6 +161,12 @@ class NfQueue {
     return workers_[worker]->held_now.load(std::memory_order_relaxed);
   }
 
+  // [queue] maxlen and rcvbuf_bytes for every running queue (NfqSocket::set_limits). Throws
+  // std::runtime_error naming the queue that refused; the queues before it have taken them.
+  void set_limits(uint32_t max_len, int rcvbuf_bytes) {
+    for (auto& w : workers_) w->socket->set_limits(max_len, rcvbuf_bytes);
+  }
+
   // Makes every worker forget its ifindex mappings at its next packet.
   void refresh_interfaces() { iface_generation_.fetch_add(1, std::memory_order_relaxed); }
 

@@ -56,12 +56,6 @@ void rule_counters(std::ostringstream& o, const Info& r) {
     << "  States: " << r.states_current() << " (" << r.states_created() << " created) ]\n";
 }
 
-void queue_line(std::ostringstream& o, const control::QueueStats& q) {
-  o << "  queue " << q.queue() << ": " << q.packets() << " packets, " << q.drops()
-    << " dropped (queue full), " << q.overruns() << " overruns, " << q.uninspected()
-    << " uninspected (fail-open policy), " << q.verdict_errors() << " verdict errors\n";
-}
-
 bool same_endpoint(const control::StateEndpoint& a, const control::StateEndpoint& b) {
   return a.address() == b.address() && a.port() == b.port();
 }
@@ -92,6 +86,19 @@ std::string human_bytes(uint64_t bytes) {
   }
   return buf;
 }
+
+namespace {
+
+void queue_line(std::ostringstream& o, const control::QueueStats& q) {
+  o << "  queue " << q.queue() << ": " << q.packets() << " packets, " << q.drops()
+    << " dropped (queue full), " << q.overruns() << " overruns, " << q.uninspected()
+    << " uninspected (fail-open policy), " << q.verdict_errors() << " verdict errors\n";
+  if (q.max_len() != 0) {
+    o << "    holds " << q.max_len() << " packets, receive buffer " << human_bytes(q.rcvbuf_bytes()) << "\n";
+  }
+}
+
+}  // namespace
 
 std::string human_duration_ms(uint64_t ms) {
   const uint64_t s = ms / 1000;

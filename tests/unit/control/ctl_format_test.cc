@@ -258,6 +258,21 @@ TEST_CASE("pairwallctl: status lists what the pre-routing chain queues beyond th
                   "            inet6 on lan0 proto 6 to any port 80\n") != std::string::npos);
 }
 
+TEST_CASE("pairwallctl: status gives each queue's length and receive buffer", "[ctl]") {
+  pairwall::control::Status status;
+  auto* q = status.add_queues();
+  q->set_queue(3);
+  q->set_packets(10);
+  q->set_drops(2);
+  q->set_max_len(1024);
+  q->set_rcvbuf_bytes(2'097'152);
+  const std::string text = pairwall::ctl::format_status(status);
+  CHECK(text.find(
+            "  queue 3: 10 packets, 2 dropped (queue full), 0 overruns, 0 uninspected (fail-open policy), "
+            "0 verdict errors\n"
+            "    holds 1024 packets, receive buffer 2.1 MB\n") != std::string::npos);
+}
+
 TEST_CASE("pairwallctl: failover status names the VIPs, the watched links and the notify script", "[ctl]") {
   pairwall::control::FailoverStatus s;
   s.set_enabled(true);

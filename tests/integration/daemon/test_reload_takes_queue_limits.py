@@ -1,0 +1,61 @@
+"""A reload takes [queue] maxlen and rcvbuf_bytes on the running queues: an operator whose queues
+overflow under load raises them without the restart that would hand a pair's group over. The kernel
+holds what the reload says: a burst that the default length of 65,536 packets takes whole overflows
+a queue cut to one packet, and the kernel counts the packets it dropped for want of room."""
+
+from daemon_net import SERVER4, UDP_PORT
+
+BURST = 3000
+SEND = f"""
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range({BURST}):
+    s.sendto(b"x" * 32, ("{SERVER4}", {UDP_PORT}))
+"""
+
+
+def queue(fw):
+    """The first queue's part of `pairwallctl status --json`."""
+    return fw.json("status")["queues"][0]
+
+
+def burst(lan):
+    lan.client.exec(lan.python, "-c", SEND, timeout=30)
+
+
+def reload_with(fw, settings):
+    """Rewrites the daemon's [queue] section with `settings` added and reloads."""
+    text = fw.config.read_text()
+    head, rest = text.split("[queue]\n", 1)
+    rest = "".join(l + "\n" for l in rest.splitlines() if not l.startswith(("maxlen", "rcvbuf_bytes")))
+    fw.config.write_text(head + "[queue]\n" + settings + rest)
+    out = fw.ctl("reload")
+    assert "which a reload does not take" not in out.stdout + out.stderr, out
+
+
+def test_reload_takes_queue_limits(lan, daemon_factory):
+    fw = daemon_factory()
+    q = queue(fw)
+    assert q["max_len"] == 65536, q
+    start_rcvbuf = int(q["rcvbuf_bytes"])
+
+    # The default length takes the whole burst.
+    burst(lan)
+    assert int(queue(fw).get("drops", 0)) == 0
+
+    # One packet and a 1 MiB buffer: the kernel says so, and drops what finds the queue full.
+    reload_with(fw, "maxlen = 1\nrcvbuf_bytes = 1048576\n")
+    q = queue(fw)
+    assert q["max_len"] == 1, q
+    assert int(q["rcvbuf_bytes"]) == 2 * 1048576 != start_rcvbuf, q  # the kernel doubles the request
+    assert "reload: queues hold 65536 -> 1 packets" in fw.log_text()
+    burst(lan)
+    dropped = int(queue(fw).get("drops", 0))
+    assert dropped > 0
+
+    # Raised again: the same burst passes whole.
+    reload_with(fw, "maxlen = 65536\n")
+    assert queue(fw)["max_len"] == 65536
+    burst(lan)
+    assert int(queue(fw).get("drops", 0)) == dropped
+    assert fw.proc.poll() is None
