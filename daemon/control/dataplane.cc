@@ -173,6 +173,11 @@ void render_core_metrics(const CountersSnapshot& s, MetricWriter& out) {
   for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.uninspected);
   out.family("pairwall_queue_verdict_errors_total", T::Counter, "Verdicts the kernel refused.");
   for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.verdict_errors);
+  out.family("pairwall_queue_max_len", T::Gauge, "Packets the kernel holds for each queue ([queue] maxlen).");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, uint64_t{q.max_len});
+  out.family("pairwall_queue_rcvbuf_bytes", T::Gauge,
+             "Each queue's netlink receive buffer, as the kernel reports it (twice [queue] rcvbuf_bytes).");
+  for (const auto& q : s.queues) out.sample({{"queue", std::to_string(q.queue)}}, q.rcvbuf_bytes);
 }
 
 }  // namespace pairwall::control

@@ -282,11 +282,13 @@ void PcapLog::make_rings() {
 std::string PcapLog::reconfigure(const std::string& path, uint64_t max_file_bytes, unsigned files) {
   check_file_size(max_file_bytes, config_.snaplen);
   std::lock_guard lock(file_mutex_);
-  drain_locked();  // what was logged so far, to the file it was logged for
   config_.max_file_bytes = max_file_bytes;
   config_.files = std::max(files, 1u);
   if (path == config_.path) return {};
-  enabled_.store(false, std::memory_order_release);
+  // Turned off, nothing logged after this reaches a ring; moved, the log stays on throughout, and
+  // what the workers log after this drain goes to the new file.
+  if (path.empty()) enabled_.store(false, std::memory_order_release);
+  drain_locked();  // what was logged so far, to the file it was logged for
   if (file_ != nullptr) {
     std::fclose(file_);
     file_ = nullptr;

@@ -3,7 +3,7 @@ overflow under load raises them without the restart that would hand a pair's gro
 holds what the reload says: a burst that the default length of 65,536 packets takes whole overflows
 a queue cut to one packet, and the kernel counts the packets it dropped for want of room."""
 
-from daemon_net import SERVER4, UDP_PORT
+from daemon_net import SERVER4, UDP_PORT, metric
 
 BURST = 3000
 SEND = f"""
@@ -49,6 +49,8 @@ def test_reload_takes_queue_limits(lan, daemon_factory):
     assert q["max_len"] == 1, q
     assert int(q["rcvbuf_bytes"]) == 2 * 1048576 != start_rcvbuf, q  # the kernel doubles the request
     assert "reload: queues hold 65536 -> 1 packets" in fw.log_text()
+    assert metric(lan, 'pairwall_queue_max_len{queue="0"}') == 1
+    assert metric(lan, 'pairwall_queue_rcvbuf_bytes{queue="0"}') == 2 * 1048576
     burst(lan)
     dropped = int(queue(fw).get("drops", 0))
     assert dropped > 0

@@ -145,7 +145,7 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
       {0, "", "nat on wan0 from 10.0.0.0/8 to any -> 192.0.2.1", "", "pf.conf:3", 5, 40, 2400, 2, 5});
   s.scrubs.push_back({0, "", "scrub in all", "", "pf.conf:1", 70, 70, 9100, 0, 0});
   s.scrubs.push_back({1, "", "no scrub in from 10.0.0.9 to any", "", "pf.conf:2", 3, 3, 180, 0, 0});
-  s.queues.push_back({3, 100, 6400, 7, 8, 9, 1});
+  s.queues.push_back({3, 100, 6400, 7, 8, 9, 1, 4096, 2'097'152});
   CHECK(s.drops() == 10);
 
   MetricWriter w;
@@ -204,6 +204,9 @@ TEST_CASE("metrics: core daemon metrics from a snapshot", "[metrics]") {
   has("pairwall_queue_overruns_total{queue=\"3\"} 8");
   has("pairwall_queue_uninspected_total{queue=\"3\"} 9");
   has("pairwall_queue_verdict_errors_total{queue=\"3\"} 1");
+  has("# TYPE pairwall_queue_max_len gauge");
+  has("pairwall_queue_max_len{queue=\"3\"} 4096");
+  has("pairwall_queue_rcvbuf_bytes{queue=\"3\"} 2097152");
   // Every reason is exported, zero or not, so dashboards see the whole set from the start.
   std::size_t verdict_lines = 0;
   for (std::size_t pos = 0; (pos = text.find("pairwall_verdicts_total{", pos)) != std::string::npos; ++pos) {
