@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/io/hooks.h"
@@ -603,6 +605,38 @@ TEST_CASE("a reload turns the log on, moves it, keeps it, and turns it off", "[p
   log.flush();
   CHECK(rules_in(first) == std::vector<uint32_t>{7});
   CHECK(rules_in(first + ".1") == std::vector<uint32_t>{2});
+}
+
+TEST_CASE("a log moved and turned off and on while a worker logs loses no record unaccounted", "[pcaplog]") {
+  TempDir dir;
+  PcapLogConfig c;
+  c.path = (dir.path / "a.pcap").string();
+  c.files = 1000;  // every file kept, to count their records
+  c.flush_interval = std::chrono::milliseconds(1);
+  const Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.0.0.2").udp(1, 2).build();
+  PcapLog log(c);
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    for (uint32_t i = 0; !done.load(); ++i) {
+      log.log(0, meta(engine::Family::V4, true, engine::Reason::Match, i, false, "x"), p,
+              std::chrono::steady_clock::now());
+    }
+  });
+  const std::string paths[] = {(dir.path / "b.pcap").string(), "", c.path, (dir.path / "c.pcap").string()};
+  for (int round = 0; round < 40; ++round) {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    log.reconfigure(paths[round % 4], c.max_file_bytes, c.files);
+  }
+  done = true;
+  worker.join();
+  log.flush();
+  const PcapLogStats s = log.stats();
+  CHECK(s.logged > 0);
+  CHECK(s.logged == s.written + s.write_errors);
+  uint64_t in_files = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path))
+    in_files += read_pcap(entry.path()).records.size();
+  CHECK(in_files == s.written);
 }
 
 TEST_CASE("a reload to a path that cannot be created says why, and logging resumes once it can be",
