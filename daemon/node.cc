@@ -65,6 +65,7 @@ constexpr control::Setting kTakenByReload[] = {
     {"log", "pcap_file"},
     {"log", "pcap_rotate_bytes"},
     {"log", "pcap_keep"},
+    {"queue", "fail_open"},
     {"queue", "maxlen"},
     {"queue", "rcvbuf_bytes"},
     {"engine", "state_limit"},
@@ -452,6 +453,7 @@ class Node {
 
   void install_hooks() {
     io::HooksConfig initial = hooks_config(c_, engine_.rules()->has_translations());
+    initial.bypass = fail_open_;
     if (initial.prerouting && service_.running_rules() != nullptr)
       initial.prerouting_matches = io::prerouting_matches(*service_.running_rules());
     hooks_ = std::make_unique<io::Hooks>(std::move(initial));
@@ -465,6 +467,7 @@ class Node {
     // earlier set redirected still need their packets translated before routing.
     service_.set_prerouting_hook(hooks_->config().prerouting, [this](const engine::rules::RuleFile& file) {
       io::HooksConfig wanted = hooks_config(c_, /*translations=*/true);
+      wanted.bypass = fail_open_;
       wanted.prerouting_matches = io::prerouting_matches(file, hooks_->config().prerouting_matches);
       if (wanted == hooks_->config()) return;
       const bool hook_added = !hooks_->config().prerouting;
@@ -679,7 +682,8 @@ class Node {
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
         if (sync_now) take_defer(who, *sync_now);
         // What the kernel or the file system refuses now is told in the answer too.
-        for (std::string error : {take_pcap_log(who, now.log), take_queue_limits(who, now.queue)}) {
+        for (std::string error : {take_pcap_log(who, now.log), take_queue_limits(who, now.queue),
+                                  take_fail_open(who, now.queue)}) {
           if (!error.empty()) result.warnings.push_back(std::move(error));
         }
         take_log_level(who, now.log.level);
@@ -736,6 +740,28 @@ class Node {
       spdlog::info("{}: queues hold {} -> {} packets, receive buffer {} -> {} bytes", who, max_len,
                    first.max_len(), rcvbuf, first.rcvbuf_bytes());
     }
+    return {};
+  }
+
+  // The policy for packets no worker inspects: the hooks' --queue-bypass (replaced make-before-break)
+  // while no pairwalld listens, the kernel's while a queue is full, and the workers' for packets they
+  // cannot parse; and whether the hooks stay when the daemon stops.
+  std::string take_fail_open(std::string_view who, const control::QueueConfig& next) {
+    if (next.fail_open == fail_open_) return {};
+    try {
+      io::HooksConfig wanted = hooks_->config();
+      wanted.bypass = next.fail_open;
+      auto replacement = std::make_unique<io::Hooks>(std::move(wanted));
+      replacement->install();
+      hooks_ = std::move(replacement);
+      queues_->set_fail_open(next.fail_open);
+    } catch (const std::exception& e) {
+      spdlog::error("{}: [queue] fail_open not taken: {}", who, e.what());
+      return std::string("[queue] fail_open not taken: ") + e.what();
+    }
+    fail_open_ = next.fail_open;
+    service_.set_fail_open(fail_open_);
+    spdlog::info("{}: {}", who, fail_open_ ? "fail-closed -> fail-open" : "fail-open -> fail-closed");
     return {};
   }
 
@@ -888,7 +914,7 @@ class Node {
   // passes nothing unfiltered. A fail-open node's would pass everything uninspected anyway.
   void release_hooks() {
     if (!hooks_installed_) return;
-    if (!c_.queue.fail_open) {
+    if (!fail_open_) {
       spdlog::info(
           "hooks kept (fail_open = false): nothing passes until a pairwalld listens again; "
           "pairwalld --remove-hooks opens the node");
@@ -935,6 +961,7 @@ class Node {
   control::ProgressWatch watch_{kStuckAfter};
   std::unique_ptr<io::Hooks> hooks_;
   bool hooks_installed_ = false;
+  bool fail_open_ = c_.queue.fail_open;  // [queue] fail_open as it runs: the config's, then a reload's
   std::unique_ptr<sync::SyncService> sync_service_;
   std::unique_ptr<FailoverRunner> failover_;
   // The loop's own work (serve()).

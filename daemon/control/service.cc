@@ -206,7 +206,11 @@ void fill_rule(const RuleCounters& r, RuleInfo* out) {
 }  // namespace
 
 ControlService::ControlService(const Config& config, engine::Engine& engine, Clock now)
-    : config_(config), engine_(engine), now_(std::move(now)), state_limit_(config.engine.state_limit) {}
+    : config_(config),
+      engine_(engine),
+      now_(std::move(now)),
+      state_limit_(config.engine.state_limit),
+      fail_open_(config.queue.fail_open) {}
 
 namespace {
 
@@ -537,7 +541,7 @@ void ControlService::status(Status* out) const {
   out->set_packets(snap.packets);
   out->set_bytes(snap.bytes);
   out->set_drops(snap.drops());
-  out->set_fail_open(config_.queue.fail_open);
+  out->set_fail_open(fail_open_);
   out->set_prerouting_hook(prerouting_hook_.value_or(false));
   for (const std::string& match : prerouting_matches_) out->add_prerouting_matches(match);
 }

@@ -70,6 +70,8 @@ class ControlService {
   // (nullopt: the file's). Starts as the config's; a reload sets what the config says now.
   void set_state_limit(std::optional<uint32_t> limit) { state_limit_ = limit; }
   std::optional<uint32_t> state_limit() const { return state_limit_; }
+  // [queue] fail_open as it runs, for status: the config's, then a reload's.
+  void set_fail_open(bool fail_open) { fail_open_ = fail_open; }
 
   struct LoadResult {
     bool ok = false;
@@ -173,6 +175,7 @@ class ControlService {
   std::function<engine::rules::InterfaceAddresses()> interface_addresses_;
   std::function<LoadResult()> reload_;
   std::optional<uint32_t> state_limit_;
+  bool fail_open_;
   std::optional<bool> prerouting_hook_;  // unknown until the hooks are installed
   std::function<void(const engine::rules::RuleFile&)> fit_hooks_;
   std::vector<std::string> prerouting_matches_;

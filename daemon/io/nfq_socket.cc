@@ -190,6 +190,7 @@ NfqSocket::NfqSocket(const QueueConfig& config) : config_(config), planner_(conf
 
     configure();
     max_len_.store(config_.max_len, std::memory_order_relaxed);
+    fail_open_.store(config_.fail_open, std::memory_order_relaxed);
     const timeval tv{0, kStopCheckMs * 1000};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   } catch (...) {
@@ -234,6 +235,18 @@ void NfqSocket::set_limits(uint32_t max_len, int rcvbuf_bytes) {
   }
   max_len_.store(max_len, std::memory_order_relaxed);
   size_receive_buffer(rcvbuf_bytes);
+}
+
+void NfqSocket::set_fail_open(bool fail_open) {
+  alignas(nlmsghdr) char buf[256];  // a header and two attributes
+  nlmsghdr* nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, config_.queue);
+  mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(fail_open ? NFQA_CFG_F_FAIL_OPEN : 0));
+  mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(NFQA_CFG_F_FAIL_OPEN));  // the other flags stay
+  if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) {
+    throw std::runtime_error("cannot send the fail-open policy of NFQUEUE " + std::to_string(config_.queue) +
+                             ": " + errno_text(errno));
+  }
+  fail_open_.store(fail_open, std::memory_order_relaxed);
 }
 
 void NfqSocket::configure() {
@@ -414,7 +427,7 @@ bool NfqSocket::collect(int slot, std::size_t& offset) noexcept {
 
 void NfqSocket::settle_uninspected(uint32_t id) noexcept {
   counters_.uninspected.add();
-  settle_later(id, config_.fail_open ? Decision::Accept : Decision::Drop);
+  settle_later(id, fail_open_.load(std::memory_order_relaxed) ? Decision::Accept : Decision::Drop);
 }
 
 void NfqSocket::settle_later(uint32_t id, Decision decision) noexcept {

@@ -139,6 +139,10 @@ class NfqSocket {
   // a refusal comes back as an error reply, counted as netlink_errors. Throws std::runtime_error
   // naming the queue when the message cannot be sent or the buffer not sized.
   void set_limits(uint32_t max_len, int rcvbuf_bytes);
+  // A reload's [queue] fail_open, likewise: the kernel's policy for a full queue, and the worker's
+  // for a packet it cannot inspect, from the next one on.
+  void set_fail_open(bool fail_open);
+  bool fail_open() const { return fail_open_.load(std::memory_order_relaxed); }
   const QueueCounters& counters() const { return counters_; }
 
   // How long a receive blocks before it returns empty-handed, so that run() sees `stop`. A
@@ -195,6 +199,7 @@ class NfqSocket {
   std::atomic<int> rcvbuf_{0};
   std::atomic<bool> rcvbuf_forced_{false};
   std::atomic<uint32_t> max_len_{0};
+  std::atomic<bool> fail_open_{false};  // the worker reads it where config_.fail_open was at start
   std::size_t slot_size_ = 0;
   std::vector<uint8_t> recv_buffer_;  // recv_batch slots of slot_size_
   std::vector<mmsghdr> msgs_;

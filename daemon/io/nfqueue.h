@@ -167,6 +167,11 @@ class NfQueue {
     for (auto& w : workers_) w->socket->set_limits(max_len, rcvbuf_bytes);
   }
 
+  // [queue] fail_open for every running queue (NfqSocket::set_fail_open); throws likewise.
+  void set_fail_open(bool fail_open) {
+    for (auto& w : workers_) w->socket->set_fail_open(fail_open);
+  }
+
   // Makes every worker forget its ifindex mappings at its next packet.
   void refresh_interfaces() { iface_generation_.fetch_add(1, std::memory_order_relaxed); }
 
