@@ -66,6 +66,8 @@ constexpr control::Setting kTakenByReload[] = {
     {"log", "pcap_rotate_bytes"},
     {"log", "pcap_keep"},
     {"queue", "fail_open"},
+    {"queue", "hooks"},
+    {"queue", "exclude_interfaces"},
     {"queue", "maxlen"},
     {"queue", "rcvbuf_bytes"},
     {"engine", "state_limit"},
@@ -452,8 +454,7 @@ class Node {
   }
 
   void install_hooks() {
-    io::HooksConfig initial = hooks_config(c_, engine_.rules()->has_translations());
-    initial.bypass = fail_open_;
+    io::HooksConfig initial = running_hooks_config(queue_, engine_.rules()->has_translations());
     if (initial.prerouting && service_.running_rules() != nullptr)
       initial.prerouting_matches = io::prerouting_matches(*service_.running_rules());
     hooks_ = std::make_unique<io::Hooks>(std::move(initial));
@@ -466,8 +467,7 @@ class Node {
     // removes them at the end. Matches are only added while the daemon runs: the connections an
     // earlier set redirected still need their packets translated before routing.
     service_.set_prerouting_hook(hooks_->config().prerouting, [this](const engine::rules::RuleFile& file) {
-      io::HooksConfig wanted = hooks_config(c_, /*translations=*/true);
-      wanted.bypass = fail_open_;
+      io::HooksConfig wanted = running_hooks_config(queue_, /*translations=*/true);
       wanted.prerouting_matches = io::prerouting_matches(file, hooks_->config().prerouting_matches);
       if (wanted == hooks_->config()) return;
       const bool hook_added = !hooks_->config().prerouting;
@@ -682,8 +682,8 @@ class Node {
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
         if (sync_now) take_defer(who, *sync_now);
         // What the kernel or the file system refuses now is told in the answer too.
-        for (std::string error : {take_pcap_log(who, now.log), take_queue_limits(who, now.queue),
-                                  take_fail_open(who, now.queue)}) {
+        for (std::string error :
+             {take_pcap_log(who, now.log), take_queue_limits(who, now.queue), take_hooks(who, now.queue)}) {
           if (!error.empty()) result.warnings.push_back(std::move(error));
         }
         take_log_level(who, now.log.level);
@@ -736,6 +736,8 @@ class Node {
       spdlog::error("{}: {}", who, e.what());
       return e.what();
     }
+    queue_.maxlen = next.maxlen;
+    queue_.rcvbuf_bytes = next.rcvbuf_bytes;
     if (max_len != first.max_len() || rcvbuf != first.rcvbuf_bytes()) {
       spdlog::info("{}: queues hold {} -> {} packets, receive buffer {} -> {} bytes", who, max_len,
                    first.max_len(), rcvbuf, first.rcvbuf_bytes());
@@ -743,26 +745,44 @@ class Node {
     return {};
   }
 
-  // The policy for packets no worker inspects: the hooks' --queue-bypass (replaced make-before-break)
-  // while no pairwalld listens, the kernel's while a queue is full, and the workers' for packets they
-  // cannot parse; and whether the hooks stay when the daemon stops.
-  std::string take_fail_open(std::string_view who, const control::QueueConfig& next) {
-    if (next.fail_open == fail_open_) return {};
+  // [queue] hooks, exclude_interfaces and fail_open: the hooks replaced make-before-break
+  // (io::Hooks::install) with the pre-routing chain and its matches as they run; then the kernel's
+  // and the workers' policy for packets no worker inspects (a full queue, one that does not parse),
+  // which also decides whether the hooks stay when the daemon stops.
+  std::string take_hooks(std::string_view who, const control::QueueConfig& next) {
+    control::QueueConfig wanted_queue = queue_;
+    wanted_queue.hooks = next.hooks;
+    wanted_queue.exclude_interfaces = next.exclude_interfaces;
+    wanted_queue.fail_open = next.fail_open;
+    io::HooksConfig wanted = running_hooks_config(wanted_queue, hooks_->config().prerouting);
+    wanted.prerouting_matches = hooks_->config().prerouting_matches;
+    if (wanted == hooks_->config()) return {};
     try {
-      io::HooksConfig wanted = hooks_->config();
-      wanted.bypass = next.fail_open;
       auto replacement = std::make_unique<io::Hooks>(std::move(wanted));
       replacement->install();
       hooks_ = std::move(replacement);
-      queues_->set_fail_open(next.fail_open);
+      queue_ = std::move(wanted_queue);
+      if (next.fail_open != queues_->socket(0).fail_open()) queues_->set_fail_open(next.fail_open);
     } catch (const std::exception& e) {
-      spdlog::error("{}: [queue] fail_open not taken: {}", who, e.what());
-      return std::string("[queue] fail_open not taken: ") + e.what();
+      spdlog::error("{}: the hooks' settings not taken: {}", who, e.what());
+      return std::string("[queue] hooks, exclude_interfaces and fail_open not taken: ") + e.what();
     }
-    fail_open_ = next.fail_open;
-    service_.set_fail_open(fail_open_);
-    spdlog::info("{}: {}", who, fail_open_ ? "fail-closed -> fail-open" : "fail-open -> fail-closed");
+    service_.set_fail_open(queue_.fail_open);
+    show_prerouting_matches(service_, hooks_->config());
+    const auto& excluded = hooks_->config().excluded_interfaces;
+    spdlog::info("{}: hooks replaced (chain {}): {}, {}, {}{}", who, hooks_->config().chain,
+                 queue_.hooks == control::HookSet::Forward ? "forward" : "forward+local",
+                 queue_.fail_open ? "fail-open" : "fail-closed",
+                 excluded.empty() ? "every interface queued" : "not queued on ", fmt::join(excluded, ", "));
     return {};
+  }
+
+  // The hooks for the [queue] settings as they run, the other sections as the running services
+  // use them (the sync link, the failover group's advertisements).
+  io::HooksConfig running_hooks_config(const control::QueueConfig& queue, bool translations) const {
+    control::Config running = c_;
+    running.queue = queue;
+    return hooks_config(running, translations);
   }
 
   // A level more verbose than the running one is set before the line that tells of it, a less
@@ -914,7 +934,7 @@ class Node {
   // passes nothing unfiltered. A fail-open node's would pass everything uninspected anyway.
   void release_hooks() {
     if (!hooks_installed_) return;
-    if (!fail_open_) {
+    if (!queue_.fail_open) {
       spdlog::info(
           "hooks kept (fail_open = false): nothing passes until a pairwalld listens again; "
           "pairwalld --remove-hooks opens the node");
@@ -961,7 +981,7 @@ class Node {
   control::ProgressWatch watch_{kStuckAfter};
   std::unique_ptr<io::Hooks> hooks_;
   bool hooks_installed_ = false;
-  bool fail_open_ = c_.queue.fail_open;  // [queue] fail_open as it runs: the config's, then a reload's
+  control::QueueConfig queue_ = c_.queue;  // [queue] as it runs: the config's, then what reloads took
   std::unique_ptr<sync::SyncService> sync_service_;
   std::unique_ptr<FailoverRunner> failover_;
   // The loop's own work (serve()).
