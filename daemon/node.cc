@@ -68,6 +68,7 @@ constexpr control::Setting kTakenByReload[] = {
     {"queue", "fail_open"},
     {"queue", "hooks"},
     {"queue", "exclude_interfaces"},
+    {"queue", "gso"},
     {"queue", "maxlen"},
     {"queue", "rcvbuf_bytes"},
     {"engine", "state_limit"},
@@ -682,8 +683,8 @@ class Node {
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
         if (sync_now) take_defer(who, *sync_now);
         // What the kernel or the file system refuses now is told in the answer too.
-        for (std::string error :
-             {take_pcap_log(who, now.log), take_queue_limits(who, now.queue), take_hooks(who, now.queue)}) {
+        for (std::string error : {take_pcap_log(who, now.log), take_queue_limits(who, now.queue),
+                                  take_hooks(who, now.queue), take_queue_flags(who, now.queue)}) {
           if (!error.empty()) result.warnings.push_back(std::move(error));
         }
         take_log_level(who, now.log.level);
@@ -746,9 +747,8 @@ class Node {
   }
 
   // [queue] hooks, exclude_interfaces and fail_open: the hooks replaced make-before-break
-  // (io::Hooks::install) with the pre-routing chain and its matches as they run; then the kernel's
-  // and the workers' policy for packets no worker inspects (a full queue, one that does not parse),
-  // which also decides whether the hooks stay when the daemon stops.
+  // (io::Hooks::install) with the pre-routing chain and its matches as they run, and with them the
+  // policy that decides whether the hooks stay when the daemon stops.
   std::string take_hooks(std::string_view who, const control::QueueConfig& next) {
     control::QueueConfig wanted_queue = queue_;
     wanted_queue.hooks = next.hooks;
@@ -761,12 +761,11 @@ class Node {
       auto replacement = std::make_unique<io::Hooks>(std::move(wanted));
       replacement->install();
       hooks_ = std::move(replacement);
-      queue_ = std::move(wanted_queue);
-      if (next.fail_open != queues_->socket(0).fail_open()) queues_->set_fail_open(next.fail_open);
     } catch (const std::exception& e) {
       spdlog::error("{}: the hooks' settings not taken: {}", who, e.what());
       return std::string("[queue] hooks, exclude_interfaces and fail_open not taken: ") + e.what();
     }
+    queue_ = std::move(wanted_queue);
     service_.set_fail_open(queue_.fail_open);
     show_prerouting_matches(service_, hooks_->config());
     const auto& excluded = hooks_->config().excluded_interfaces;
@@ -774,6 +773,22 @@ class Node {
                  queue_.hooks == control::HookSet::Forward ? "forward" : "forward+local",
                  queue_.fail_open ? "fail-open" : "fail-closed",
                  excluded.empty() ? "every interface queued" : "not queued on ", fmt::join(excluded, ", "));
+    return {};
+  }
+
+  // The queues' flags: fail_open as the hooks now run with it (the kernel's policy for a full queue,
+  // the workers' for a packet they cannot inspect), and gso.
+  std::string take_queue_flags(std::string_view who, const control::QueueConfig& next) {
+    if (queues_->socket(0).fail_open() == queue_.fail_open && next.gso == queue_.gso) return {};
+    try {
+      queues_->set_flags(queue_.fail_open, next.gso);
+    } catch (const std::exception& e) {
+      spdlog::error("{}: {}", who, e.what());
+      return e.what();
+    }
+    if (next.gso != queue_.gso)
+      spdlog::info("{}: gso {} -> {}", who, queue_.gso ? "on" : "off", next.gso ? "on" : "off");
+    queue_.gso = next.gso;
     return {};
   }
 

@@ -237,14 +237,15 @@ void NfqSocket::set_limits(uint32_t max_len, int rcvbuf_bytes) {
   size_receive_buffer(rcvbuf_bytes);
 }
 
-void NfqSocket::set_fail_open(bool fail_open) {
+void NfqSocket::set_flags(bool fail_open, bool gso) {
   alignas(nlmsghdr) char buf[256];  // a header and two attributes
   nlmsghdr* nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, config_.queue);
-  mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(fail_open ? NFQA_CFG_F_FAIL_OPEN : 0));
-  mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(NFQA_CFG_F_FAIL_OPEN));  // the other flags stay
+  const uint32_t flags = (fail_open ? NFQA_CFG_F_FAIL_OPEN : 0) | (gso ? NFQA_CFG_F_GSO : 0);
+  mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(flags));
+  mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO));  // the others stay
   if (mnl_socket_sendto(nl_, nlh, nlh->nlmsg_len) < 0) {
-    throw std::runtime_error("cannot send the fail-open policy of NFQUEUE " + std::to_string(config_.queue) +
-                             ": " + errno_text(errno));
+    throw std::runtime_error("cannot send the flags of NFQUEUE " + std::to_string(config_.queue) + ": " +
+                             errno_text(errno));
   }
   fail_open_.store(fail_open, std::memory_order_relaxed);
 }

@@ -139,9 +139,10 @@ class NfqSocket {
   // a refusal comes back as an error reply, counted as netlink_errors. Throws std::runtime_error
   // naming the queue when the message cannot be sent or the buffer not sized.
   void set_limits(uint32_t max_len, int rcvbuf_bytes);
-  // A reload's [queue] fail_open, likewise: the kernel's policy for a full queue, and the worker's
-  // for a packet it cannot inspect, from the next one on.
-  void set_fail_open(bool fail_open);
+  // A reload's [queue] fail_open and gso, likewise: the kernel's policy for a full queue and the
+  // worker's for a packet it cannot inspect, from the next one on; whether the kernel queues GSO
+  // packets whole.
+  void set_flags(bool fail_open, bool gso);
   bool fail_open() const { return fail_open_.load(std::memory_order_relaxed); }
   const QueueCounters& counters() const { return counters_; }
 

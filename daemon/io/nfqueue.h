@@ -167,9 +167,9 @@ class NfQueue {
     for (auto& w : workers_) w->socket->set_limits(max_len, rcvbuf_bytes);
   }
 
-  // [queue] fail_open for every running queue (NfqSocket::set_fail_open); throws likewise.
-  void set_fail_open(bool fail_open) {
-    for (auto& w : workers_) w->socket->set_fail_open(fail_open);
+  // [queue] fail_open and gso for every running queue (NfqSocket::set_flags); throws likewise.
+  void set_flags(bool fail_open, bool gso) {
+    for (auto& w : workers_) w->socket->set_flags(fail_open, gso);
   }
 
   // Makes every worker forget its ifindex mappings at its next packet.

@@ -3,7 +3,7 @@ overflow under load raises them without the restart that would hand a pair's gro
 holds what the reload says: a burst that the default length of 65,536 packets takes whole overflows
 a queue cut to one packet, and the kernel counts the packets it dropped for want of room."""
 
-from daemon_net import SERVER4, UDP_PORT, metric
+from daemon_net import ALLOWED, SERVER4, UDP_PORT, metric
 
 BURST = 3000
 SEND = f"""
@@ -27,7 +27,7 @@ def reload_with(fw, settings):
     """Rewrites the daemon's [queue] section with `settings` added and reloads."""
     text = fw.config.read_text()
     head, rest = text.split("[queue]\n", 1)
-    rest = "".join(l + "\n" for l in rest.splitlines() if not l.startswith(("maxlen", "rcvbuf_bytes")))
+    rest = "".join(l + "\n" for l in rest.splitlines() if not l.startswith(("maxlen", "rcvbuf_bytes", "gso")))
     fw.config.write_text(head + "[queue]\n" + settings + rest)
     out = fw.ctl("reload")
     assert "which a reload does not take" not in out.stdout + out.stderr, out
@@ -61,3 +61,45 @@ def test_reload_takes_queue_limits(lan, daemon_factory):
     burst(lan)
     assert int(queue(fw).get("drops", 0)) == dropped
     assert fw.proc.poll() is None
+
+
+BULK = f"""
+import socket
+s = socket.create_connection(("{SERVER4}", {ALLOWED}), timeout=10)
+data = b"x" * (1 << 21)
+s.sendall(data)
+got = 0
+while got < len(data):
+    chunk = s.recv(1 << 16)
+    if not chunk:
+        break
+    got += len(chunk)
+print(got)
+"""
+
+
+def mean_packet_bytes(fw, transfer):
+    """The mean size of the packets the queue saw while `transfer` ran."""
+    before = queue(fw)
+    transfer()
+    after = queue(fw)
+    packets = int(after["packets"]) - int(before.get("packets", 0))
+    return (int(after["bytes"]) - int(before.get("bytes", 0))) / packets
+
+
+def test_reload_takes_gso(lan, daemon_factory):
+    """[queue] gso: on, the kernel queues TCP's GSO packets whole (tens of KB each); a reload that
+    turns it off has the kernel cut them to the MTU before queueing, and one that turns it on again
+    restores it."""
+    fw = daemon_factory()
+
+    def bulk():
+        out = lan.client.exec(lan.python, "-c", BULK, timeout=60).stdout
+        assert int(out) == 1 << 21, out
+
+    assert mean_packet_bytes(fw, bulk) > 3000
+    reload_with(fw, "gso = false\n")
+    assert "reload: gso on -> off" in fw.log_text()
+    assert mean_packet_bytes(fw, bulk) <= 1500
+    reload_with(fw, "gso = true\n")
+    assert mean_packet_bytes(fw, bulk) > 3000
