@@ -210,7 +210,7 @@ class NfQueue {
   // Waits, while packets are held, for packets, a wake-up or the next hold's deadline. Returns
   // whether packets are waiting on the socket.
   bool wait_holding(Worker& worker) noexcept;
-  void release_held(Worker& worker, std::chrono::steady_clock::time_point now) noexcept;
+  void release_held(Worker& worker) noexcept;
   Decision hold_if_deferred(Worker& worker, const QueuedPacket& packet, const engine::Verdict& verdict,
                             Decision decision, std::chrono::steady_clock::time_point now) noexcept;
 
