@@ -629,15 +629,17 @@ class Node {
   // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
   // file (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level
-  // and pcap log, [sync] defer and defer_timeout_ms, the sync and failover keys (key_file, accept_key_file),
-  // so that a pair changes its keys without a restart, which would hand the group over with the peer's states
-  // unsynced (README "Changing the keys"), and what the builtin election changes on a running group as
-  // carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read
-  // and the VIPs and the state limit given to the rules before they are compiled (and a pcap log's directory
-  // checked), and the keys, defer, the logs and the election's settings taken after they are published. The
-  // other settings need a restart: those that differ from the running ones are warned about with the rules'
-  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running set stays.
-  // `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
+  // and pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy,
+  // length, buffer and GSO), [sync] defer, the sync and failover keys (key_file, accept_key_file),
+  // so that a pair changes its keys without a restart, which would hand the group over with the
+  // peer's states unsynced (README "Changing the keys"), and what the builtin election changes on a
+  // running group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or
+  // nothing: the keys are read and the VIPs and the state limit given to the rules before they are
+  // compiled (and a pcap log's directory checked), and the rest taken after they are published;
+  // what the kernel or the file system refuses then is told with the answer. The other settings
+  // need a restart: those that differ from the running ones are warned about with the rules'
+  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running
+  // set stays. `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;
@@ -728,6 +730,7 @@ class Node {
   // The kernel's queue length and the sockets' receive buffers, raised where the queues overflow
   // under load without the restart that would hand the group over.
   std::string take_queue_limits(std::string_view who, const control::QueueConfig& next) {
+    if (next.maxlen == queue_.maxlen && next.rcvbuf_bytes == queue_.rcvbuf_bytes) return {};
     const io::NfqSocket& first = queues_->socket(0);
     const uint32_t max_len = first.max_len();
     const int rcvbuf = first.rcvbuf_bytes();
