@@ -279,6 +279,17 @@ class Pair:
             time.sleep(0.5)
 
 
+def ask(opener, line, key):
+    """Sends `line` to a held_connections() opener (flows.py open) (None: nothing) and returns the `key` of its next answer that has one."""
+    if line is not None:
+        opener.stdin.write(f"{line}\n".encode())
+        opener.stdin.flush()
+    while True:
+        answer = json.loads(opener.stdout.readline())
+        if key in answer:
+            return answer[key]
+
+
 def describe_difference(a, b, compare=lambda s: (s.get("src_state"), s.get("dst_state")), limit=5):
     only_a = sorted(a.keys() - b.keys())[:limit]
     only_b = sorted(b.keys() - a.keys())[:limit]

@@ -8,21 +8,10 @@ import json
 import time
 
 from netns import wait_until
-from sync_pair import SERVER, TCP_PORT
+from sync_pair import SERVER, TCP_PORT, ask
 
 HELD, SPORT = 30, 44000
 RELOADS = 12
-
-
-def ask(opener, line, key):
-    """Sends `line` to flows.py (None: nothing) and returns the `key` of its next answer that has one."""
-    if line is not None:
-        opener.stdin.write(f"{line}\n".encode())
-        opener.stdin.flush()
-    while True:
-        answer = json.loads(opener.stdout.readline())
-        if key in answer:
-            return answer[key]
 
 
 def settings(i, work):

@@ -4,10 +4,8 @@ state id) removes them from A and, through sync Deletes, from B, and their next 
 rules (no state, no SYN: blocked) while the other six keep carrying data. A filter that names
 nothing, or a bad one, is refused."""
 
-import json
-
 from netns import wait_until
-from sync_pair import CLIENT, RULES, TCP_PORT
+from sync_pair import CLIENT, RULES, TCP_PORT, ask
 
 COUNT = 8
 SPORT = 43000
@@ -19,17 +17,6 @@ SYN_ONLY = RULES.replace("pass in on $in_if inet proto { tcp udp } from 10.88.1.
 
 def client_ports(node):
     return {k[2] for k in node.states() if k[0] == 6 and k[4] == TCP_PORT}
-
-
-def ask(opener, line, key):
-    """Sends `line` to flows.py (None: nothing) and returns the `key` of its next answer that has one."""
-    if line is not None:
-        opener.stdin.write(f"{line}\n".encode())
-        opener.stdin.flush()
-    while True:
-        answer = json.loads(opener.stdout.readline())
-        if key in answer:
-            return answer[key]
 
 
 def test_states_kill_cuts_connections_on_both_nodes(make_pair):
