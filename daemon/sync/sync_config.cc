@@ -208,8 +208,10 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
   c.pending_limit = static_cast<uint32_t>(r.integer("pending_limit", 1 << 20, 16, 1 << 26));
   c.defer = r.boolean("defer", false);
   c.defer_timeout = std::chrono::milliseconds(r.integer("defer_timeout_ms", 10, 1, 1000));
-  if (!c.defer && section.get("defer_timeout_ms") != nullptr) {
-    r.fail("defer_timeout_ms", "set without defer = true");
+  // A timeout with no word of defer is a mistake; with `defer = false` it waits for a reload that
+  // turns defer on again.
+  if (section.get("defer") == nullptr && section.get("defer_timeout_ms") != nullptr) {
+    r.fail("defer_timeout_ms", "set without defer (defer = true, or defer = false to keep it for later)");
   }
 
   const auto beside_config = [&file](const std::string& path) {

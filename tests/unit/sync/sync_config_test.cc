@@ -151,6 +151,17 @@ TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
 }
 
 // As `ip address` prints a link-local address: with its zone, the sync interface.
+TEST_CASE("[sync] defer = false keeps a defer_timeout_ms for a reload that turns defer on",
+          "[sync][config]") {
+  TempDir dir;
+  const auto key = dir.write("k", kHexKey);
+  const auto c = parse_sync_config(parse("interface = \"sync0\"\npeer = \"10.0.0.2\"\nkey_file = \"" +
+                                         key.string() + "\"\ndefer = false\ndefer_timeout_ms = 40\n"),
+                                   (dir.path / "pairwall.toml").string());
+  CHECK_FALSE(c.defer);
+  CHECK(c.defer_timeout == std::chrono::milliseconds(40));
+}
+
 TEST_CASE("[sync] a link-local peer and address may carry the sync interface as their zone",
           "[sync][config]") {
   TempDir dir;
@@ -262,7 +273,7 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
       {base + "peer = \"10.0.0.2\"\ndefer = true\ndefer_timeout_ms = 0\n",
        "[sync] defer_timeout_ms: expected 1..1000, got 0"},
       {base + "peer = \"10.0.0.2\"\ndefer_timeout_ms = 20\n",
-       "[sync] defer_timeout_ms: set without defer = true"},
+       "[sync] defer_timeout_ms: set without defer (defer = true, or defer = false to keep it for later)"},
       {"key_file = \"" + key + "\"\npeer = \"10.0.0.2\"\n", "[sync] interface: missing (required)"},
       {"interface = \"sync0\"\npeer = \"10.0.0.2\"\n", "[sync] key_file: missing (required)"},
       {"interface = \"a-very-long-interface-name\"\npeer = \"10.0.0.2\"\nkey_file = \"" + key + "\"\n",
