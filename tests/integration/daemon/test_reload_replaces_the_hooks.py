@@ -1,28 +1,23 @@
-"""A reload takes [queue] fail_open, hooks and exclude_interfaces. fail_open: the hooks' --queue-bypass (replaced make-before-break), the
-kernel's policy for a full queue, and whether the hooks stay when the daemon stops. With the queue
-cut to one packet, a burst loses packets fail-closed (the kernel counts them dropped) and none
-fail-open (the kernel passes what finds the queue full); a daemon made fail-open by a reload
-removes its hooks when it stops. hooks = "forward+local" filters the node's own traffic from the
-reload on, and an interface added to exclude_interfaces is no longer queued."""
+"""A reload takes [queue] fail_open, hooks and exclude_interfaces. fail_open: the hooks'
+--queue-bypass (replaced make-before-break), the kernel's policy for a full queue, and whether the
+hooks stay when the daemon stops. With the queue cut to one packet, a burst loses packets
+fail-closed (the kernel counts them dropped) and none fail-open (the kernel passes what finds the
+queue full); a daemon made fail-open by a reload removes its hooks when it stops. hooks =
+"forward+local" filters the node's own traffic from the reload on, and an interface added to
+exclude_interfaces is no longer queued."""
 
-from daemon_net import BLOCKED, SERVER4, UDP_PORT
+from daemon_net import BLOCKED
 from test_local_hooks_filter_the_node_itself import LOCAL_RULES, serve_on_fw
+from test_reload_takes_queue_limits import burst, queue
 
-SEND = f"""
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for _ in range(3000):
-    s.sendto(b"x" * 32, ("{SERVER4}", {UDP_PORT}))
-"""
 
 def drops(fw):
-    return int(fw.json("status")["queues"][0].get("drops", 0))
+    return int(queue(fw).get("drops", 0))
 
-def burst(lan):
-    lan.client.exec(lan.python, "-c", SEND, timeout=30)
 
 def hooks(lan):
     return lan.fw.exec("iptables", "-w", "-S", "PAIRWALL", check=False).stdout
+
 
 def reload_with(fw, fail_open):
     text = fw.config.read_text()
@@ -33,6 +28,7 @@ def reload_with(fw, fail_open):
     fw.config.write_text(text)
     out = fw.ctl("reload")
     assert "which a reload does not take" not in out.stdout + out.stderr, out
+
 
 def test_reload_switches_fail_open(lan, daemon_factory):
     fw = daemon_factory(fail_open=False)
