@@ -81,6 +81,7 @@ struct StateCopy {
   uint8_t flags = 0;
   engine::Proxy proxy = engine::Proxy::None;
   bool scrub_tcp = false;
+  engine::IfaceId bound[2] = {engine::kNoIface, engine::kNoIface};
   uint32_t rule = 0;
   engine::Millis created{0};
   engine::Millis expires_at{0};
@@ -127,12 +128,13 @@ struct StateMatch {
 std::optional<engine::StateId> parse_state_id(const std::string& text) {
   const auto colon = text.find(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return std::nullopt;
-  engine::StateId id;
+  uint32_t creator = 0;
+  uint64_t counter = 0;
   const char* end = text.data() + text.size();
-  auto [p1, e1] = std::from_chars(text.data(), text.data() + colon, id.creator);
-  auto [p2, e2] = std::from_chars(text.data() + colon + 1, end, id.counter);
+  auto [p1, e1] = std::from_chars(text.data(), text.data() + colon, creator);
+  auto [p2, e2] = std::from_chars(text.data() + colon + 1, end, counter);
   if (e1 != std::errc{} || p1 != text.data() + colon || e2 != std::errc{} || p2 != end) return std::nullopt;
-  return id;
+  return engine::StateId{creator, counter};
 }
 
 // Empty on success, else the reason, starting with `command`.
@@ -1051,6 +1053,10 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     c.flags = e.flags;
     c.proxy = e.proxy;
     c.scrub_tcp = e.scrub_tcp;
+    if (e.if_bound) {
+      c.bound[0] = e.bound[0];
+      c.bound[1] = e.bound[1];
+    }
     c.rule = e.rule;
     c.created = e.created;
     const engine::Millis timeout = engine::Engine::timeout_of(e, e.timeout, *current);
@@ -1094,6 +1100,8 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     s->set_modulated((c.flags & engine::stateflag::kModulated) != 0);
     s->set_synproxy(std::string(engine::proxy_name(c.proxy)));
     s->set_scrub_tcp(c.scrub_tcp);
+    if (c.bound[0] != engine::kNoIface) s->set_bound_in(engine_.interfaces().name(c.bound[0]));
+    if (c.bound[1] != engine::kNoIface) s->set_bound_out(engine_.interfaces().name(c.bound[1]));
     s->set_timeout(std::string(engine::timeout_class_name(c.timeout)));
     if (tcp) {
       for (int i = 0; i < 2; ++i) {

@@ -314,6 +314,18 @@ IfaceId pass_iface(const PacketMeta& meta, int pass) {
   return pass == 0 ? meta.in_iface : meta.out_iface;
 }
 
+// Whether a packet of a bound state's connection crosses the interfaces its state is bound to
+// (StateEntry::bound): pf keeps an `if-bound` state per interface, and a packet on any other finds
+// none there. `from_initiator`: the packet travels the way the connection's first packet did.
+bool crosses_bound_interfaces(const StateEntry& state, bool from_initiator, const PacketMeta& meta) {
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!has_pass(meta, pass)) continue;
+    const IfaceId bound = state.bound[from_initiator ? pass : 1 - pass];
+    if (bound != kNoIface && pass_iface(meta, pass) != bound) return false;
+  }
+  return true;
+}
+
 // What a packet (or a quote) that found a translated state by one of its keys becomes: the other
 // key, turned the way the found one was.
 StateKey counterpart(const StateTable::Handle& state) {
@@ -505,6 +517,7 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
     r.scrub_tcp = true;
     r.scrub = {entry.scrub[0], entry.scrub[1]};
   }
+  if (entry.if_bound) r.bound = {entry.bound[0], entry.bound[1]};
   if (entry.creator_rules != nullptr && entry.creator_rules->holds(entry.creator)) {
     r.rules_digest = entry.creator_rules->digest();
     r.rule_index = entry.creator_rules->index_of(entry.creator);
@@ -1161,6 +1174,9 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         // come from that packet's path.
         if (packet.dst != quoted.src) return decided(verdict, drop(Reason::StateMismatch, state->rule));
         const bool from_initiator = !state.reversed();
+        // The error travels against the packet it quotes.
+        if (state->if_bound && !crosses_bound_interfaces(*state, !from_initiator, meta))
+          return decided(verdict, drop(Reason::StateInterface, state->rule));
         PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
         // A modulated segment is quoted as it left this node, shifted: in the sender's own
@@ -1248,6 +1264,8 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       if (options_refused(packet, *state))
         return decided(verdict, logged_drop(Reason::IpOptions, pass, state->rule, creator_in(*state, rules)));
       const bool from_initiator = !state.reversed();
+      if (state->if_bound && !crosses_bound_interfaces(*state, from_initiator, meta))
+        return decided(verdict, drop(Reason::StateInterface, state->rule));
       // An ICMP identifier equal to its request's type (echo id 8) reads the same as ports either
       // way: the far end's own request would match the state in reverse as the reply does, and
       // pass unfiltered. Such a state is taken for a request's, as nearly every one is: requests
@@ -1747,6 +1765,14 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
   state->peer[0] = src;
   state->peer[1] = dst;
   state->rule = creating_rule;
+  // `if-bound`: each pass whose rule keeps state bound binds it to that pass's interface (pf's
+  // state for that pass, on that interface).
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint32_t r = parsed.filtered[pass] ? deciding[pass] : rules::kNoRule;
+    if (r == rules::kNoRule || !rules.rule(r).if_bound || translation.iface[pass] == kNoIface) continue;
+    state->bound[pass] = translation.iface[pass];
+    state->if_bound = true;
+  }
   if (meta.hook == Hook::Prerouting) {
     if (parsed.filtered[1]) state->leaves_by = translation.iface[1];  // rdr'd: the Router's
   } else if (translation.translated) {
@@ -2112,6 +2138,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->scrub_tcp = record.scrub_tcp && state->key(0).proto == ipproto::kTcp;
     state->scrub[0] = record.scrub[0];
     state->scrub[1] = record.scrub[1];
+    state->bound[0] = record.bound[0];
+    state->bound[1] = record.bound[1];
+    state->if_bound = record.bound[0] != kNoIface || record.bound[1] != kNoIface;
     if (creator != nullptr) {
       states_.attach_creator(state, creator, current);
       // Its translation rules, by the same rule set's numbers: the connection's packets count to

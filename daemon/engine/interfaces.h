@@ -44,6 +44,18 @@ class InterfaceRegistry {
     return id;
   }
 
+  // As intern(), but a name not known yet is only taken while fewer than `limit` are: for names
+  // that come from outside (a sync peer's), which must not use the id space up.
+  std::optional<IfaceId> intern_within(std::string_view name, std::size_t limit) {
+    std::lock_guard lock(mutex_);
+    if (auto it = ids_.find(std::string(name)); it != ids_.end()) return it->second;
+    if (names_.size() >= limit) return std::nullopt;
+    const auto id = static_cast<IfaceId>(names_.size());
+    names_.emplace_back(name);
+    ids_.emplace(std::string(name), id);
+    return id;
+  }
+
   std::optional<IfaceId> find(std::string_view name) const {
     std::lock_guard lock(mutex_);
     if (auto it = ids_.find(std::string(name)); it != ids_.end()) return it->second;

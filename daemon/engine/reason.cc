@@ -42,6 +42,8 @@ std::string_view reason_name(Reason r) {
       return "rule_block";
     case Reason::StateMismatch:
       return "state_mismatch";
+    case Reason::StateInterface:
+      return "state_interface";
     case Reason::BadSeq:
       return "bad_seq";
     case Reason::BadTimestamp:

@@ -39,6 +39,8 @@ enum class Reason : uint8_t {
                       // established state, an ICMP error travelling the same way as the packet it
                       // quotes instead of back to that packet's sender, a translated
                       // connection's packet in the form it only has past the translation)
+  StateInterface,     // a packet of an `if-bound` state's connection on an interface the state is not
+                      // bound to
   BadSeq,             // TCP sequence/ack outside the windows both ends advertised
   BadTimestamp,       // scrub reassemble tcp: two timestamp options, or timestamps RFC 7323 rules out
   Synproxy,           // a handshake packet of `synproxy state`: answered by this node or held back

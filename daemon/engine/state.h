@@ -38,12 +38,14 @@ struct StateKey {
 };
 
 // Globally unique: the node that created the state and that node's counter. Lets both nodes
-// create states concurrently without coordination (pfsync's creatorid + id).
-struct StateId {
+// create states concurrently without coordination (pfsync's creatorid + id). Packed to 12 bytes,
+// so that the state entry's line that holds it has room for the four that would pad it.
+struct [[gnu::packed, gnu::aligned(4)]] StateId {
   uint32_t creator = 0;
   uint64_t counter = 0;
   friend auto operator<=>(const StateId&, const StateId&) = default;
 };
+static_assert(sizeof(StateId) == 12);
 
 // Per-side TCP connection state, pf's TCPS_* progression.
 enum class TcpState : uint8_t {
@@ -137,6 +139,9 @@ struct StateRecord {
   // Inserts only.
   static constexpr uint32_t kNoTranslation = UINT32_MAX;
   std::array<uint32_t, 2> translation_index{kNoTranslation, kNoTranslation};
+  // `if-bound`: the interfaces the state is bound to (StateEntry::bound), this node's numbers;
+  // the sync link carries their names. Inserts only.
+  std::array<IfaceId, 2> bound{kNoIface, kNoIface};
 };
 
 namespace stateflag {

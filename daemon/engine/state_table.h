@@ -124,6 +124,11 @@ struct alignas(64) StateEntry {
   uint64_t bytes[2] = {0, 0};
   // Line 2: identity, expiry and sync.
   StateId id;
+  // `if-bound` (if_bound): the interface of each pass whose rule bound the state to it, [0] the in
+  // pass's, by which the initiator's packets arrive and its replies leave, [1] the out pass's, the
+  // other way round; kNoIface for a pass that floats. As pf's per-interface states, the state knows
+  // only the packets of its connection that cross those interfaces.
+  IfaceId bound[2] = {kNoIface, kNoIface};
   Millis queued_at{0};  // when the entry took its place in its expiry queue
   Millis last_synced{0};
   // The rule that created the state, kept alive across reloads by creator_rules.
@@ -133,9 +138,10 @@ struct alignas(64) StateEntry {
   uint16_t home = 0;
   uint16_t wire_shard = 0;
   TimeoutClass timeout = TimeoutClass::TcpFirst;
-  uint8_t flags = 0;       // stateflag::*
-  bool adopted = true;     // false while the peer's records moved the tracking last (not seen here since)
-  bool scrub_tcp = false;  // `scrub reassemble tcp`: its segments are normalized by `scrub` below
+  uint8_t flags = 0;           // stateflag::*
+  bool adopted = true;         // false while the peer's records moved the tracking last (not seen here since)
+  bool scrub_tcp : 1 = false;  // `scrub reassemble tcp`: its segments are normalized by `scrub` below
+  bool if_bound : 1 = false;   // bound to the interfaces `bound` names above
   // The interface the packets this node decides before routing leave by (their scrub out): an rdr'd
   // connection's from its initiator, a nat'd one's replies. kNoIface where unknown (learned from
   // the peer: asked of the Router then) or delivered to this node.

@@ -102,6 +102,7 @@ uint8_t pf_reason(engine::Reason reason) {
     case Reason::BadUdpHeader:
       return kPfresShort;
     case Reason::StateMismatch:
+    case Reason::StateInterface:
     case Reason::BadSeq:
       return kPfresStateMismatch;
     // `set limit states` bounds pf's state pool: pf_create_state() finds pool_get() empty.

@@ -24,6 +24,7 @@ class EngineStore final : public StateStore {
     return engine_.remove_peer_states_unnamed_since(peer, sequence);
   }
   uint64_t rules_digest() const override { return engine_.rules()->digest(); }
+  engine::InterfaceRegistry* interfaces() override { return &engine_.interfaces(); }
 
  private:
   engine::Engine& engine_;

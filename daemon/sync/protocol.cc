@@ -434,7 +434,7 @@ void SyncProtocol::apply_batch(const wire::Batch& batch, bool sequenced, Micros 
     }
     switch (m.body_case()) {
       case wire::Message::kInsert:
-        if (!decode_insert(m.insert(), record)) {
+        if (!decode_insert(m.insert(), record, store_.interfaces())) {
           ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
           break;
         }
@@ -799,7 +799,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
       const bool ok = add_message([&](wire::Message* m) {
         switch (r.kind) {
           case Kind::Insert:
-            encode_insert(r, 0, m->mutable_insert());
+            encode_insert(r, 0, m->mutable_insert(), store_.interfaces());
             break;
           case Kind::Update:
             encode_update(r, m->mutable_update());
@@ -828,7 +828,7 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
       const bool exists = store_.current(id, now, r);
       const bool ok = add_message([&](wire::Message* m) {
         if (exists) {
-          encode_insert(r, 0, m->mutable_insert());
+          encode_insert(r, 0, m->mutable_insert(), store_.interfaces());
         } else {
           encode_delete(id, m->mutable_remove());
         }
@@ -861,8 +861,9 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
           ++bulk_pos_;  // gone since the snapshot
           continue;
         }
-        if (!add_message(
-                [&](wire::Message* m) { encode_insert(r, bulk_send_request_, m->mutable_insert()); })) {
+        if (!add_message([&](wire::Message* m) {
+              encode_insert(r, bulk_send_request_, m->mutable_insert(), store_.interfaces());
+            })) {
           full = true;
           break;
         }

@@ -165,7 +165,8 @@ bool fits_protocol(uint8_t proto, const engine::StateRecord& r) {
          (proto == kTcp || r.proxy == engine::Proxy::None);
 }
 
-void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* out) {
+void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* out,
+                   const engine::InterfaceRegistry* interfaces) {
   out->set_creator(r.id.creator);
   out->set_counter(r.id.counter);
   put_key(r.stack_key, out->mutable_stack_key());
@@ -188,6 +189,10 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
     out->set_translation_in(wire_index(r.translation_index[0]));
     out->set_translation_out(wire_index(r.translation_index[1]));
   }
+  if (interfaces != nullptr) {
+    if (r.bound[0] != engine::kNoIface) out->set_bound_in(interfaces->name(r.bound[0]));
+    if (r.bound[1] != engine::kNoIface) out->set_bound_out(interfaces->name(r.bound[1]));
+  }
 }
 
 void encode_update(const engine::StateRecord& r, wire::Update* out) {
@@ -205,7 +210,7 @@ void encode_delete(const engine::StateId& id, wire::Delete* out) {
   out->set_counter(id.counter);
 }
 
-bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
+bool decode_insert(const wire::Insert& in, engine::StateRecord& out, engine::InterfaceRegistry* interfaces) {
   out = engine::StateRecord{};
   out.kind = engine::StateRecord::Kind::Insert;
   out.id = {in.creator(), in.counter()};
@@ -238,6 +243,14 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out) {
     return on_wire == 0 ? engine::StateRecord::kNoTranslation : on_wire - 1;
   };
   out.translation_index = {record_index(in.translation_in()), record_index(in.translation_out())};
+  const std::string* bound[2] = {&in.bound_in(), &in.bound_out()};
+  for (int pass = 0; pass < 2; ++pass) {
+    if (bound[pass]->empty()) continue;
+    if (interfaces == nullptr || !engine::valid_interface_name(*bound[pass])) return false;
+    const auto id = interfaces->intern_within(*bound[pass], kMaxInterfaceNames);
+    if (!id) return false;
+    out.bound[pass] = *id;
+  }
   return fits_protocol(out.stack_key.proto, out);
 }
 

@@ -3,6 +3,7 @@
 // the state table).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "daemon/engine/state.h"
@@ -10,12 +11,20 @@
 
 namespace pairwall::sync {
 
-void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* out);
+// An if-bound state's interfaces travel by name (pfsync's ifname): `interfaces` names this
+// node's numbers on the way out and numbers the peer's names on the way in. Without it, a record
+// of a bound state is not encoded bound, and one decoded is refused.
+void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* out,
+                   const engine::InterfaceRegistry* interfaces = nullptr);
 void encode_update(const engine::StateRecord& r, wire::Update* out);
 void encode_delete(const engine::StateId& id, wire::Delete* out);
 
 // False when a field is out of range; `out` is then unspecified.
-bool decode_insert(const wire::Insert& in, engine::StateRecord& out);
+bool decode_insert(const wire::Insert& in, engine::StateRecord& out,
+                   engine::InterfaceRegistry* interfaces = nullptr);
+
+// The interfaces a node's registry takes from its peer's records at most, its own included.
+inline constexpr std::size_t kMaxInterfaceNames = 16384;
 bool decode_update(const wire::Update& in, engine::StateRecord& out);
 bool decode_delete(const wire::Delete& in, engine::StateRecord& out);
 

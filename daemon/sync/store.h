@@ -43,6 +43,10 @@ class StateStore {
 
   // The digest of the rules this node runs (engine::rules::RuleSet::digest), 0 if unknown.
   virtual uint64_t rules_digest() const { return 0; }
+
+  // The interface numbers of the records' `bound` (if-bound states), which travel by name; nullptr:
+  // the store keeps no bound states, and a record of one is refused.
+  virtual engine::InterfaceRegistry* interfaces() { return nullptr; }
 };
 
 }  // namespace pairwall::sync

@@ -363,6 +363,11 @@ std::string format_states(const control::StateList& list, bool count_only) {
       o << ", modulated";
     }
     if (s.scrub_tcp()) o << ", scrubbed";
+    if (!s.bound_in().empty() || !s.bound_out().empty()) {
+      o << ", bound";
+      if (!s.bound_in().empty()) o << " in on " << s.bound_in();
+      if (!s.bound_out().empty()) o << " out on " << s.bound_out();
+    }
     o << ", id " << s.creator() << ":" << s.id() << (s.from_peer() ? " (from peer)" : "") << "\n";
   }
   o << list.matched() << " of " << list.total() << " states";

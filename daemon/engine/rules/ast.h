@@ -108,6 +108,8 @@ struct StateOptions {
   bool sloppy = false;      // (sloppy): TCP states track flags only, no sequence windows
   bool modulate = false;    // `modulate state`: TCP states shift each end's sequence numbers
   bool synproxy = false;    // `synproxy state`: this node completes a TCP handshake before the server sees it
+  // (if-bound) true, (floating) false; unsaid: `set state-policy` decides.
+  std::optional<bool> if_bound;
   // Source tracking; 0 = no limit.
   uint32_t max_src_states = 0;     // (max-src-states N): states per source address
   uint32_t max_src_nodes = 0;      // (max-src-nodes N): source addresses with states
@@ -325,6 +327,9 @@ struct Settings {
   // `set fail-policy return`: a connection a pass rule lets by and this node cannot take (no
   // state, source node or translation for it) is answered as `block return` answers.
   bool fail_policy_return = false;
+  // `set state-policy if-bound`: the states of pass rules that say neither (if-bound) nor
+  // (floating) are bound to the interfaces their connection crosses.
+  bool states_if_bound = false;
   // `set state-defaults ...`: the state options of the pass rules that write no state of their own.
   std::optional<StateOptions> state_defaults;
   SourceLocation state_defaults_location;

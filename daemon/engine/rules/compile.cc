@@ -394,6 +394,7 @@ std::string filter_text(const FilterRule& r) {
     if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
     if (r.state.no_sync) options.push_back("no-sync");
     if (r.state.sloppy) options.push_back("sloppy");
+    if (r.state.if_bound) options.push_back(*r.state.if_bound ? "if-bound" : "floating");
     if (r.state.max_src_nodes != 0)
       options.push_back("max-src-nodes " + std::to_string(r.state.max_src_nodes));
     if (r.state.max_src_states != 0)
@@ -946,6 +947,7 @@ class Compiler {
       c.max_states = r.state.max_states;
       c.no_sync = r.state.no_sync;
       c.sloppy = r.state.sloppy;
+      c.if_bound = c.keep_state && r.state.if_bound.value_or(file_.settings.states_if_bound);
       c.modulate = r.state.modulate;
       c.synproxy = r.state.synproxy;
       c.allow_opts = r.allow_opts;

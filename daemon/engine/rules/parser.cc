@@ -215,11 +215,6 @@ IpAddress host_bits(Family f, uint8_t length) {
   return {length == 0 ? ~uint64_t{0} : (~uint64_t{0} >> length), ~uint64_t{0}};
 }
 
-// `set state-policy if-bound` and `keep state (if-bound)`: one state here covers both passes of a
-// connection, in on one interface and out on another, so it is bound to neither.
-constexpr const char* kIfBoundRefused =
-    "states here float across interfaces, as pf's do by default: 'if-bound' is not supported";
-
 constexpr const char* kFilterOrder =
     "filter rules read: pass|block [drop|return|return-rst|return-icmp|return-icmp6] [in|out] [log [(all)]] "
     "[quick] (either order) [on IF] [inet|inet6] [proto P] from SRC [port P] to DST [port P] | all, then "
@@ -767,8 +762,9 @@ class Parser {
       optimization();
     } else if (accept_word("state-policy")) {
       const Token policy = take_value("'floating' or 'if-bound'");
-      if (policy.text == "if-bound") fail_at(policy, kIfBoundRefused);
-      if (policy.text != "floating") fail_expected(policy, "'floating' or 'if-bound'");
+      if (policy.text != "floating" && policy.text != "if-bound")
+        fail_expected(policy, "'floating' or 'if-bound'");
+      out_.settings.states_if_bound = policy.text == "if-bound";
     } else if (at_word("hostid")) {
       fail_at(peek(), "the id this node's states carry to its sync peer is [node] id in pairwall.toml");
     } else if (at_word("fingerprints")) {
@@ -1632,10 +1628,11 @@ class Parser {
             number(take_value("maximum number of states"), 1, std::numeric_limits<uint32_t>::max(), "max"));
       } else if (name.text == "no-sync") {
         state.no_sync = true;
-      } else if (name.text == "floating") {
-        // pf's per-rule state policy: what every state here does already.
-      } else if (name.text == "if-bound") {
-        fail_at(name, kIfBoundRefused);
+      } else if (name.text == "floating" || name.text == "if-bound") {
+        const char* other = name.text == "floating" ? "if-bound" : "floating";
+        if (const auto said = given.find(other); said != given.end())
+          fail_at(name, "'" + name.text + "' contradicts '" + other + "' given at " + where(said->second));
+        state.if_bound = name.text == "if-bound";
       } else if (name.text == "pflow") {
         fail_at(name, "'pflow' is not supported: there is no flow export here");
       } else if (name.text == "sloppy") {

@@ -99,6 +99,7 @@ struct CompiledRule {
   uint32_t max_states = 0;
   bool no_sync = false;        // (no-sync): its states stay on this node (pfsync's no-sync)
   bool sloppy = false;         // (sloppy): its TCP states are tracked without sequence windows
+  bool if_bound = false;       // (if-bound), or `set state-policy if-bound`: see StateEntry::bound
   bool modulate = false;       // `modulate state`: its TCP states shift each end's sequence numbers
   bool synproxy = false;       // `synproxy state`: its TCP connections are proxied until established
   bool allow_opts = false;     // `allow-opts`: it, and its states, pass packets with IP options

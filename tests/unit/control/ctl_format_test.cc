@@ -130,6 +130,30 @@ TEST_CASE("pairwallctl: states say which shift their numbers and which are scrub
   CHECK(text.find("rule @0, modulated, scrubbed, id 1:3\n") != std::string::npos);
 }
 
+TEST_CASE("pairwallctl: states say which interfaces an if-bound state is bound to", "[ctl]") {
+  pairwall::control::StateList list;
+  list.set_total(4);
+  list.set_matched(4);
+  const std::pair<const char*, const char*> bound[] = {
+      {"", ""}, {"lan0", "wan0"}, {"lan0", ""}, {"", "wan0"}};
+  for (int i = 0; i < 4; ++i) {
+    auto* s = list.add_states();
+    s->set_proto(17);
+    s->set_family(4);
+    s->set_id(static_cast<uint64_t>(i + 1));
+    s->set_creator(1);
+    s->mutable_src()->set_address("10.0.0.1");
+    s->mutable_dst()->set_address("192.0.2.1");
+    s->set_bound_in(bound[i].first);
+    s->set_bound_out(bound[i].second);
+  }
+  const std::string text = pairwall::ctl::format_states(list, false);
+  CHECK(text.find("rule @0, id 1:1\n") != std::string::npos);
+  CHECK(text.find("rule @0, bound in on lan0 out on wan0, id 1:2\n") != std::string::npos);
+  CHECK(text.find("rule @0, bound in on lan0, id 1:3\n") != std::string::npos);
+  CHECK(text.find("rule @0, bound out on wan0, id 1:4\n") != std::string::npos);
+}
+
 // A translated state shows its wire side where it differs, also where the address and port written
 // one after the other read alike (10.0.0.1 port 51234, 10.0.0.15 port 1234).
 TEST_CASE("pairwallctl: states show a translation whose address and port run together alike", "[ctl]") {

@@ -1944,3 +1944,32 @@ TEST_CASE("service: (tun0) of an interface not there yet loads with a warning an
   // Once there, a reload has nothing to warn of.
   CHECK(d.call(load).rules_loaded().warnings_size() == 0);
 }
+
+TEST_CASE("service: states name the interfaces an if-bound state is bound to, as pfctl -s states does",
+          "[service]") {
+  Daemon d;
+  const std::string path = d.write("bound.conf",
+                                   "set state-policy if-bound\n"
+                                   "pass in all\n"
+                                   "pass out proto udp to port 53 keep state (floating)\n"
+                                   "pass out proto udp to port 123\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  engine::PacketMeta meta;
+  meta.hook = engine::Hook::Forward;
+  meta.in_iface = d.engine.interfaces().intern("lan0");
+  meta.out_iface = d.engine.interfaces().intern("wan0");
+  for (const uint16_t port : {53, 123}) {
+    Bytes p = PacketBuilder().ipv4("10.0.0.1", "10.9.0.1").udp(40000, port).payload(8).build();
+    REQUIRE(d.engine.process(d.data_plane.worker, p, meta, d.now).action == engine::Verdict::Action::Accept);
+  }
+  Request q;
+  q.mutable_states();
+  const Response r = d.call(q);
+  REQUIRE(r.ok());
+  REQUIRE(r.states().states_size() == 2);
+  for (const auto& s : r.states().states()) {
+    INFO("port " << s.dst().port());
+    CHECK(s.bound_in() == "lan0");
+    CHECK(s.bound_out() == (s.dst().port() == 123 ? "wan0" : ""));
+  }
+}

@@ -148,6 +148,7 @@ std::string render(const FilterRule& r) {
   if (r.state.max_src_conn_rate)
     o << " max-src-conn-rate=" << r.state.max_src_conn_rate << "/" << r.state.max_src_conn_rate_seconds;
   if (r.state.source_track_global) o << " source-track=global";
+  if (r.state.if_bound) o << (*r.state.if_bound ? " if-bound" : " floating");
   for (const auto& [name, seconds] : r.state.timeouts) o << " " << name << "=" << seconds;
   return o.str();
 }
@@ -520,9 +521,12 @@ TEST_CASE("filter rules: every construct into the AST") {
       {"pass proto tcp all keep state (max 100, tcp.established 3600 tcp.closing 60)",
        "pass proto 6 from * to * keep max=100 tcp.closing=60 tcp.established=3600"},
       {"pass all modulate state (udp.first 5)", "pass from * to * modulate udp.first=5"},
-      // States float across interfaces here, as pf's do by default: `floating` asks for what is.
-      {"pass all keep state (floating)", "pass from * to * keep"},
-      {"pass proto tcp all modulate state (max 5, floating)", "pass proto 6 from * to * modulate max=5"},
+      // Said or not, as written: `set state-policy` decides for the rules that say neither.
+      {"pass all keep state (floating)", "pass from * to * keep floating"},
+      {"pass proto tcp all modulate state (max 5, floating)",
+       "pass proto 6 from * to * modulate max=5 floating"},
+      {"pass in on em0 all keep state (if-bound)", "pass in on em0 from * to * keep if-bound"},
+      {"pass all keep state (max 10, if-bound)", "pass from * to * keep max=10 if-bound"},
       {"pass proto tcp all keep state flags S/SA", "pass proto 6 from * to * flags 2/18 keep"},
       {"block return-rst in log quick on em0 inet proto tcp from <bad> port > 1023 to 10.0.0.1 port 22",
        "block rst in log quick on em0 inet proto 6 from <bad> port >1023 to 10.0.0.1/32 port =22 nostate"},
@@ -747,13 +751,16 @@ TEST_CASE("settings: pf's optimization hints are timeouts in file order; pf.conf
       "set debug urgent\n"
       "set ruleset-optimization basic\n"
       "set require-order yes\n"
-      "set state-policy floating\n"
       "set reassemble yes\n"
       "set syncookies never\n"
       "set timeout { interval 10, frag 30 }\n"
       "pass all\n");
   CHECK(others.settings.timeouts.empty());
   CHECK(others.filter_rules.size() == 1);
+
+  CHECK(parse_ok("set state-policy if-bound").settings.states_if_bound);
+  CHECK_FALSE(parse_ok("set state-policy floating").settings.states_if_bound);
+  CHECK_FALSE(parse_ok("pass all").settings.states_if_bound);
 }
 
 TEST_CASE("macros: quoted and bare values, lists, concatenation, nesting") {
@@ -1186,12 +1193,12 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:26: max must be between 1 and 4294967295, got '4294967296'"},
       {"pass all modulate state (no-sync, sloppy)",
        "t.conf:1:35: 'sloppy' cannot be used with 'modulate state': use 'keep state'"},
-      {"pass all keep state (max 10, if-bound)",
-       "t.conf:1:30: states here float across interfaces, as pf's do by default: 'if-bound' is not "
-       "supported"},
-      {"pass in on em0 all keep state (if-bound)",
-       "t.conf:1:32: states here float across interfaces, as pf's do by default: 'if-bound' is not "
-       "supported"},
+      {"pass all keep state (if-bound, floating)",
+       "t.conf:1:32: 'floating' contradicts 'if-bound' given at line 1, column 22"},
+      {"pass all keep state (floating, max 3, if-bound)",
+       "t.conf:1:39: 'if-bound' contradicts 'floating' given at line 1, column 22"},
+      {"pass all keep state (if-bound, if-bound)",
+       "t.conf:1:32: duplicate state option 'if-bound': already given at line 1, column 22"},
       {"pass all keep state (floating, floating)",
        "t.conf:1:32: duplicate state option 'floating': already given at line 1, column 22"},
       {"pass all keep state (max 10, sticky)",
@@ -1248,9 +1255,6 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       {"set limit states 0", "t.conf:1:18: limit must be between 1 and 4294967295, got '0'"},
       {"set limit tables 10",
        "t.conf:1:11: expected 'states', 'frags', 'src-nodes' or 'table-entries', got 'tables'"},
-      {"set state-policy if-bound",
-       "t.conf:1:18: states here float across interfaces, as pf's do by default: 'if-bound' is not "
-       "supported"},
       {"set state-policy sticky", "t.conf:1:18: expected 'floating' or 'if-bound', got 'sticky'"},
       {"set optimization fast",
        "t.conf:1:18: expected 'normal', 'high-latency', 'satellite', 'aggressive' or 'conservative', got "

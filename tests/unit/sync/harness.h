@@ -43,6 +43,10 @@ class FakeStore : public StateStore {
 
   uint64_t rules_digest() const override { return digest; }
 
+  // Where set, the store keeps if-bound states, its interfaces numbered by it.
+  pairwall::engine::InterfaceRegistry* registry = nullptr;
+  pairwall::engine::InterfaceRegistry* interfaces() override { return registry; }
+
   ApplyResult apply(const StateRecord& r, Micros) override {
     using Kind = StateRecord::Kind;
     switch (r.kind) {

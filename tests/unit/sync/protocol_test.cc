@@ -1548,3 +1548,38 @@ TEST_CASE("the key changes without a gap while each node accepts both keys", "[s
     CHECK(p.store_b.states.empty());
   }
 }
+
+TEST_CASE("an if-bound state reaches the peer bound to its interfaces of the same names, live and in a bulk",
+          "[sync][protocol]") {
+  pairwall::engine::InterfaceRegistry names_a;
+  pairwall::engine::InterfaceRegistry names_b;
+  const auto a_lan = names_a.intern("lan0");
+  const auto a_wan = names_a.intern("wan0");
+  names_b.intern("sync0");  // B numbers its interfaces otherwise
+  Pair p;
+  p.store_a.registry = &names_a;
+  p.store_b.registry = &names_b;
+  p.start();
+  p.run(ms(500));
+  auto r = make_insert(1, 1);
+  r.bound = {a_lan, a_wan};
+  p.change(true, r);
+  p.run(ms(200));
+  REQUIRE(p.store_b.states.count(r.id) == 1);
+  CHECK(p.store_b.states[r.id].bound[0] == names_b.find("lan0"));
+  CHECK(p.store_b.states[r.id].bound[1] == names_b.find("wan0"));
+  CHECK(p.store_b.states[r.id].bound[0] != a_lan);
+
+  // B starts again, numbering its interfaces anew, and takes A's table by a bulk.
+  pairwall::engine::InterfaceRegistry names_b_again;
+  names_b_again.intern("mgmt0");
+  names_b_again.intern("sync0");
+  p.store_b.registry = &names_b_again;
+  p.restart_b(5000);
+  p.run(ms(2000));
+  REQUIRE(p.b->bulk_done());
+  REQUIRE(p.store_b.states.count(r.id) == 1);
+  CHECK(p.store_b.states[r.id].bound[0] == names_b_again.find("lan0"));
+  CHECK(p.store_b.states[r.id].bound[1] == names_b_again.find("wan0"));
+  CHECK(p.store_b.states[r.id].bound[1] != names_b.find("wan0"));
+}

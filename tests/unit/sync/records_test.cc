@@ -276,3 +276,55 @@ TEST_CASE("an update fits a state of its protocol or not", "[sync][records]") {
   r.timeout = pairwall::engine::TimeoutClass::OtherMultiple;
   CHECK(fits_protocol(47, r));
 }
+
+TEST_CASE("an if-bound state's interfaces travel by name, and are numbered by the receiver's own",
+          "[sync][records]") {
+  pairwall::engine::InterfaceRegistry sender;
+  pairwall::engine::InterfaceRegistry receiver;
+  const auto sent_in = sender.intern("lan0");
+  const auto sent_out = sender.intern("wan0");
+  // The receiver numbers its interfaces otherwise, and has not met lan0 yet.
+  receiver.intern("sync0");
+  receiver.intern("mgmt0");
+  const auto receiver_wan = receiver.intern("wan0");
+  REQUIRE(receiver_wan != sent_out);
+
+  auto r = test::make_insert(2, 9);
+  r.bound = {sent_in, sent_out};
+  wire::Insert m;
+  encode_insert(r, 0, &m, &sender);
+  CHECK(m.bound_in() == "lan0");
+  CHECK(m.bound_out() == "wan0");
+  StateRecord out;
+  REQUIRE(decode_insert(m, out, &receiver));
+  CHECK(out.bound[0] == receiver.find("lan0"));
+  CHECK(out.bound[1] == receiver_wan);
+  CHECK(out.bound[0] != sent_in);
+
+  SECTION("a pass that floats names nothing") {
+    r.bound = {pairwall::engine::kNoIface, sent_out};
+    m.Clear();
+    encode_insert(r, 0, &m, &sender);
+    CHECK(m.bound_in().empty());
+    REQUIRE(decode_insert(m, out, &receiver));
+    CHECK(out.bound[0] == pairwall::engine::kNoIface);
+    CHECK(out.bound[1] == receiver_wan);
+  }
+  SECTION("refused: a name no interface can have, a store that keeps no bound states, no room for the name") {
+    wire::Insert bad = m;
+    bad.set_bound_in("no/such");
+    CHECK_FALSE(decode_insert(bad, out, &receiver));
+    bad.set_bound_in(std::string(16, 'x'));
+    CHECK_FALSE(decode_insert(bad, out, &receiver));
+    CHECK_FALSE(decode_insert(m, out, nullptr));
+    pairwall::engine::InterfaceRegistry full;
+    for (std::size_t i = 1; i < kMaxInterfaceNames; ++i) full.intern("if" + std::to_string(i));
+    CHECK_FALSE(decode_insert(m, out, &full));
+    full.intern("lan0");  // beyond the limit by hand: a name the node knows is taken still
+    CHECK(full.find("wan0") == std::nullopt);
+    bad = m;
+    bad.clear_bound_out();
+    REQUIRE(decode_insert(bad, out, &full));
+    CHECK(out.bound[0] == full.find("lan0"));
+  }
+}
