@@ -101,8 +101,13 @@ struct StateMatch {
   std::optional<std::string> label;
   std::optional<engine::IpPrefix> from;  // endpoint 0: the side that sent the first packet
   std::optional<engine::IpPrefix> to;
+  // Bound to this interface on a pass; kNoIface for a name no interface of this node has had, which
+  // no state is bound to.
+  std::optional<engine::IfaceId> bound_to;
 
-  bool names_something() const { return prefix || port != 0 || proto != 0 || id || label || from || to; }
+  bool names_something() const {
+    return prefix || port != 0 || proto != 0 || id || label || from || to || bound_to;
+  }
 
   bool key_matches(const engine::StateKey& k) const {
     if (proto != 0 && k.proto != proto) return false;
@@ -120,6 +125,9 @@ struct StateMatch {
     if (id && !(e.id == *id)) return false;
     // A state whose rule the peer's rule set had and this one lacks has no creator here.
     if (label && (e.creator == nullptr || e.creator->label != *label)) return false;
+    if (bound_to && (*bound_to == engine::kNoIface || !e.if_bound ||
+                     (e.bound[0] != *bound_to && e.bound[1] != *bound_to)))
+      return false;
     return key_matches(e.key(0)) || (e.translated() && key_matches(e.key(1)));
   }
 };
@@ -138,7 +146,8 @@ std::optional<engine::StateId> parse_state_id(const std::string& text) {
 }
 
 // Empty on success, else the reason, starting with `command`.
-std::string parse_state_filter(const StateFilter& f, const char* command, StateMatch& out) {
+std::string parse_state_filter(const StateFilter& f, const engine::InterfaceRegistry& interfaces,
+                               const char* command, StateMatch& out) {
   if (!f.address().empty()) {
     out.prefix = engine::parse_prefix(f.address());
     if (!out.prefix) {
@@ -163,6 +172,11 @@ std::string parse_state_filter(const StateFilter& f, const char* command, StateM
       return std::string(command) + ": " + word + " '" + *text +
              "' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)";
     }
+  }
+  if (!f.interface().empty()) {
+    if (!engine::valid_interface_name(f.interface()))
+      return std::string(command) + ": on '" + f.interface() + "' is not an interface name";
+    out.bound_to = interfaces.find(f.interface()).value_or(engine::kNoIface);
   }
   out.port = f.port();
   out.proto = f.proto();
@@ -592,10 +606,12 @@ std::string ControlService::rules_show(const RulesShow& request, RuleList* out) 
 
 std::string ControlService::kill_states(const KillStates& request, Killed* out) {
   StateMatch match;
-  if (std::string error = parse_state_filter(request.filter(), "states kill", match); !error.empty())
+  if (std::string error = parse_state_filter(request.filter(), engine_.interfaces(), "states kill", match);
+      !error.empty())
     return error;
   if (!match.names_something())
-    return "states kill: name an address, prefix, port, protocol, id, label, from or to (every state: flush "
+    return "states kill: name an address, prefix, port, protocol, id, label, from, to or on (every state: "
+           "flush "
            "states)";
   out->set_states(engine_.kill_states(match));
   return {};
@@ -1020,7 +1036,9 @@ ControlService::OverloadResult ControlService::apply_overloads(
 
 std::string ControlService::states(const StatesRequest& request, StateList* out) const {
   StateMatch match;
-  if (std::string error = parse_state_filter(request.filter(), "states", match); !error.empty()) return error;
+  if (std::string error = parse_state_filter(request.filter(), engine_.interfaces(), "states", match);
+      !error.empty())
+    return error;
   const std::size_t total = engine_.states().size();
   out->set_total(total);
   if (request.count_only() && !match.names_something()) {

@@ -59,7 +59,8 @@ commands:
                                  proto tcp|udp|icmp|icmp6|N, id CREATOR:COUNTER (as listed),
                                  label NAME (the states of the rules labelled NAME),
                                  from ADDRESS|PREFIX (the side that opened the connection),
-                                 to ADDRESS|PREFIX (the other side), as pfctl -k SRC -k DST
+                                 to ADDRESS|PREFIX (the other side), as pfctl -k SRC -k DST,
+                                 on IF (the states bound to IF, if-bound), as pfctl -i IF
   states kill FILTER...          remove the states FILTER matches (and tell the sync peer), as
                                  pfctl -k: cuts off the connections the rules now block
   stats                          verdicts by reason, rule and queue counters
@@ -183,10 +184,10 @@ Invocation parse_args(int argc, char** argv) {
 }
 
 // A state filter from words[first...]: ADDRESS or PREFIX, port N, proto P, id C:N, label NAME,
-// from ADDRESS, to ADDRESS, in any order.
+// from ADDRESS, to ADDRESS, on IF, in any order.
 void parse_state_filter(const std::vector<std::string>& w, std::size_t first, const char* command,
                         control::StateFilter& filter) {
-  static const std::set<std::string> kTerms = {"port", "proto", "id", "label", "from", "to"};
+  static const std::set<std::string> kTerms = {"port", "proto", "id", "label", "from", "to", "on"};
   std::set<std::string> given;
   for (std::size_t i = first; i < w.size(); ++i) {
     const bool term = kTerms.contains(w[i]);
@@ -203,6 +204,7 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
       if (word == "id") filter.set_id(value);
       if (word == "from") filter.set_from(value);
       if (word == "to") filter.set_to(value);
+      if (word == "on") filter.set_interface(value);
       if (word == "label") {
         if (value.empty()) throw UsageError{std::string(command) + ": label: name one"};
         filter.set_label(value);
@@ -210,8 +212,9 @@ void parse_state_filter(const std::vector<std::string>& w, std::size_t first, co
     } else if (!term && filter.address().empty()) {
       filter.set_address(w[i]);
     } else {
-      throw UsageError{std::string(command) + ": unexpected '" + w[i] +
-                       "' (filter: ADDRESS, port N, proto P, id C:N, label NAME, from ADDRESS, to ADDRESS)"};
+      throw UsageError{
+          std::string(command) + ": unexpected '" + w[i] +
+          "' (filter: ADDRESS, port N, proto P, id C:N, label NAME, from ADDRESS, to ADDRESS, on IF)"};
     }
   }
 }
@@ -290,7 +293,7 @@ Request build_request(const Invocation& inv) {
     if (inv.count || inv.limit) throw UsageError{"--count and --limit go with 'states', not 'states kill'"};
     if (w.size() == 2)
       throw UsageError{
-          "states kill: name an ADDRESS or PREFIX, port N, proto P, id C:N, label NAME, from or to"};
+          "states kill: name an ADDRESS or PREFIX, port N, proto P, id C:N, label NAME, from, to or on"};
     parse_state_filter(w, 2, "states kill", *r.mutable_kill_states()->mutable_filter());
   } else if (cmd == "states") {
     auto* s = r.mutable_states();

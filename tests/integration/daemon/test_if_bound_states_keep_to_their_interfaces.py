@@ -2,7 +2,8 @@
 f1, knows the flow's datagrams there alone. The client gets a second link to the firewall (c1 — f2)
 and sends the same flow's datagrams (one source address and port) by it: with the states bound,
 they are dropped as `state_interface`, although a rule would let a new flow in on f2; floating, as
-pf's states are by default, they pass as the state's. Back on f0, the bound flow goes on."""
+pf's states are by default, they pass as the state's. Back on f0, the bound flow goes on.
+`pairwallctl states on IF` lists the states bound to IF."""
 
 import pytest
 
@@ -83,3 +84,7 @@ def test_if_bound_states_keep_to_their_interfaces(lan, daemon_factory, policy):
         assert (s.get("bound_in", ""), s.get("bound_out", "")) == (("f0", "f1") if bound else ("", "")), s
     listed = fw.ctl("states").stdout
     assert listed.count("bound in on f0 out on f1") == (2 if bound else 0), listed
+    # As pfctl -i IF -s states: the states bound to an interface.
+    for iface in ("f0", "f1"):
+        assert len(fw.json("states", "on", iface)["states"]) == (2 if bound else 0), iface
+    assert fw.json("states", "on", "f2")["states"] == []

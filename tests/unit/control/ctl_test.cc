@@ -269,6 +269,9 @@ TEST_CASE("pairwallctl: label, from and to go with the other terms of a state fi
   CHECK(g.to() == "10.9.0.0/16");
   CHECK(g.port() == 80);
   CHECK(g.address().empty());
+  REQUIRE(run_ctl({"-s", d.path, "states", "kill", "on", "wan0"}).status == 0);
+  REQUIRE(d.requests().size() == 3);
+  CHECK(d.requests()[2].kill_states().filter().interface() == "wan0");
 }
 
 TEST_CASE("pairwallctl: rules zero sends RulesZero, with at most one anchor", "[ctl]") {
@@ -333,8 +336,9 @@ TEST_CASE("pairwallctl: a state filter's term given twice is refused, nothing se
        "pairwallctl: states: 'from' given twice (a filter takes one of each)"},
       {{"states", "kill", "to"},
        "pairwallctl: states kill: unexpected 'to' (filter: ADDRESS, port N, proto P, id C:N, label NAME, "
-       "from "
-       "ADDRESS, to ADDRESS)"},
+       "from ADDRESS, to ADDRESS, on IF)"},
+      {{"states", "on", "lan0", "on", "wan0"},
+       "pairwallctl: states: 'on' given twice (a filter takes one of each)"},
       {{"states", "port", "0"}, "pairwallctl: port: expected a number 1..65535, got '0'"},
       {{"states", "port", "http"}, "pairwallctl: port: expected a number 1..65535, got 'http'"},
   };

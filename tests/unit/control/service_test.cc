@@ -4,11 +4,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "daemon/control/framing.h"
 #include "tests/unit/support/packet_builder.h"
@@ -362,9 +364,10 @@ TEST_CASE("service: rules load, stats, states, reload and flush", "[service]") {
     };
     Response r = kill("", 0, 0);
     CHECK_FALSE(r.ok());
-    CHECK(r.error() ==
-          "states kill: name an address, prefix, port, protocol, id, label, from or to (every state: flush "
-          "states)");
+    CHECK(
+        r.error() ==
+        "states kill: name an address, prefix, port, protocol, id, label, from, to or on (every state: flush "
+        "states)");
     r = kill("10.0.0.0/33", 0, 0);
     CHECK_FALSE(r.ok());
     CHECK(r.error() == "states kill: '10.0.0.0/33' is not an address or prefix (e.g. 10.0.0.1, 10.0.0.0/8)");
@@ -1972,4 +1975,29 @@ TEST_CASE("service: states name the interfaces an if-bound state is bound to, as
     CHECK(s.bound_in() == "lan0");
     CHECK(s.bound_out() == (s.dst().port() == 123 ? "wan0" : ""));
   }
+
+  // `on IF` (pfctl -i IF -s states): the states bound to IF on either pass.
+  d.engine.interfaces().intern("lan1");
+  const auto listed_on = [&d](const std::string& name) {
+    Request on;
+    on.mutable_states()->mutable_filter()->set_interface(name);
+    const Response listed = d.call(on);
+    REQUIRE(listed.ok());
+    std::vector<uint32_t> ports;
+    for (const auto& s : listed.states().states()) ports.push_back(s.dst().port());
+    std::sort(ports.begin(), ports.end());
+    return ports;
+  };
+  CHECK(listed_on("lan0") == std::vector<uint32_t>{53, 123});
+  CHECK(listed_on("wan0") == std::vector<uint32_t>{123});
+  CHECK(listed_on("lan1").empty());  // an interface of this node no state is bound to
+  CHECK(listed_on("nosuch0").empty());
+  Request bad;
+  bad.mutable_states()->mutable_filter()->set_interface("a/b");
+  CHECK(d.call(bad).error() == "states: on 'a/b' is not an interface name");
+
+  Request kill;
+  kill.mutable_kill_states()->mutable_filter()->set_interface("wan0");
+  REQUIRE(d.call(kill).ok());
+  CHECK(listed_on("lan0") == std::vector<uint32_t>{53});
 }
