@@ -72,6 +72,7 @@ constexpr control::Setting kTakenByReload[] = {
     {"queue", "maxlen"},
     {"queue", "rcvbuf_bytes"},
     {"engine", "state_limit"},
+    {"metrics", "listen"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
@@ -356,8 +357,9 @@ class Node {
   bool start() {
     try {
       start_control_server();
-      if (c_.metrics.enabled()) {
-        metrics_server_ = std::make_unique<control::MetricsServer>(loop_, c_.metrics.host, c_.metrics.port,
+      metrics_ = c_.metrics;
+      if (metrics_.enabled()) {
+        metrics_server_ = std::make_unique<control::MetricsServer>(loop_, metrics_.host, metrics_.port,
                                                                    [this] { return registry_.render(); });
       }
       // Made without a file too, so that a reload may name one.
@@ -603,7 +605,7 @@ class Node {
     control_socket_.start(*control_server_);
     if (metrics_server_) {
       metrics_server_->start();
-      spdlog::info("metrics on http://{}:{}/metrics", c_.metrics.host, c_.metrics.port);
+      spdlog::info("metrics on http://{}:{}/metrics", metrics_.host, metrics_.port);
     }
     spdlog::info("filtering on queues {}..{} ({}, hooks {}{}), control socket {}", c_.queue.first,
                  c_.queue.first + c_.queue.count - 1, c_.queue.fail_open ? "fail-open" : "fail-closed",
@@ -630,9 +632,9 @@ class Node {
   // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
   // file (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level
   // and pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy,
-  // length, buffer and GSO), [sync] defer, the sync and failover keys (key_file, accept_key_file),
-  // so that a pair changes its keys without a restart, which would hand the group over with the
-  // peer's states unsynced (README "Changing the keys"), and what the builtin election changes on a
+  // length, buffer and GSO), [sync] defer, [metrics] listen, the sync and failover keys (key_file,
+  // accept_key_file), so that a pair changes its keys without a restart, which would hand the group over with
+  // the peer's states unsynced (README "Changing the keys"), and what the builtin election changes on a
   // running group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or
   // nothing: the keys are read and the VIPs and the state limit given to the rules before they are
   // compiled (and a pcap log's directory checked), and the rest taken after they are published;
@@ -685,8 +687,9 @@ class Node {
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
         if (sync_now) take_defer(who, *sync_now);
         // What the kernel or the file system refuses now is told in the answer too.
-        for (std::string error : {take_pcap_log(who, now.log), take_queue_limits(who, now.queue),
-                                  take_hooks(who, now.queue), take_queue_flags(who, now.queue)}) {
+        for (std::string error :
+             {take_pcap_log(who, now.log), take_queue_limits(who, now.queue), take_hooks(who, now.queue),
+              take_queue_flags(who, now.queue), take_metrics_listen(who, now.metrics)}) {
           if (!error.empty()) result.warnings.push_back(std::move(error));
         }
         take_log_level(who, now.log.level);
@@ -725,6 +728,31 @@ class Node {
     }
     if (!error.empty()) spdlog::error("{}: {}", who, error);
     return error;
+  }
+
+  // [metrics] listen, moved, turned on or off: a scraper's address changed without the restart that
+  // would hand the group over. Scrapes under way finish; a server turned off stays, stopped, for
+  // them (and for a later reload that turns it on again).
+  std::string take_metrics_listen(std::string_view who, const control::MetricsConfig& next) {
+    if (next.listen == metrics_.listen) return {};
+    try {
+      if (!next.enabled()) {
+        if (metrics_server_) metrics_server_->stop();
+      } else if (metrics_server_) {
+        metrics_server_->listen_on(next.host, next.port);
+      } else {
+        metrics_server_ = std::make_unique<control::MetricsServer>(loop_, next.host, next.port,
+                                                                   [this] { return registry_.render(); });
+        metrics_server_->start();
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("{}: {}", who, e.what());
+      return e.what();
+    }
+    spdlog::info("{}: metrics {} -> {}", who, metrics_.enabled() ? metrics_.listen : "off",
+                 next.enabled() ? "http://" + next.listen + "/metrics" : "off");
+    metrics_ = next;
+    return {};
   }
 
   // The kernel's queue length and the sockets' receive buffers, raised where the queues overflow
@@ -991,6 +1019,9 @@ class Node {
   // instead of killing the process with its hooks in place.
   asio::signal_set signals_{loop_, SIGTERM, SIGINT, SIGHUP};
   std::unique_ptr<control::ControlServer> control_server_;
+  // The [metrics] settings the server runs with (a reload's, since one took them), and the server:
+  // made at start or by the reload that first turns it on, kept, stopped, once turned off.
+  control::MetricsConfig metrics_;
   std::unique_ptr<control::MetricsServer> metrics_server_;
   control::MetricsRegistry registry_;
   std::unique_ptr<io::PcapLog> pcap_;

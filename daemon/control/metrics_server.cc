@@ -130,24 +130,63 @@ class MetricsServer::Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<std::size_t> open_sessions_;
 };
 
-MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port,
-                             std::function<std::string()> render)
-    : acceptor_(io), retry_(io), render_(std::move(render)) {
+tcp::endpoint MetricsServer::endpoint_of(const std::string& host, uint16_t port) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(host, ec);
   if (ec) throw std::runtime_error("metrics: '" + host + "' is not an IP address");
-  const tcp::endpoint endpoint(address, port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    throw std::runtime_error("metrics: cannot listen on " + host + ":" + std::to_string(port) + ": " +
-                             ec.message() + " (set [metrics] listen, or \"\" to disable)");
+  return {address, port};
+}
+
+tcp::acceptor MetricsServer::listening(asio::io_context& io, const tcp::endpoint& endpoint,
+                                       boost::system::error_code& ec) {
+  tcp::acceptor acceptor(io);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  return acceptor;
+}
+
+std::runtime_error MetricsServer::cannot_listen(const std::string& host, uint16_t port,
+                                                const boost::system::error_code& ec) {
+  return std::runtime_error("metrics: cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                            ec.message() + " (set [metrics] listen, or \"\" to disable)");
+}
+
+MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port,
+                             std::function<std::string()> render)
+    : acceptor_(io), retry_(io), io_(io), render_(std::move(render)) {
+  boost::system::error_code ec;
+  acceptor_ = listening(io, endpoint_of(host, port), ec);
+  if (ec) throw cannot_listen(host, port, ec);
+}
+
+void MetricsServer::listen_on(const std::string& host, uint16_t port) {
+  const tcp::endpoint wanted = endpoint_of(host, port);
+  boost::system::error_code ec;
+  tcp::acceptor fresh = listening(io_, wanted, ec);
+  if (ec == asio::error::address_in_use && acceptor_.is_open()) {
+    // The running listener holds the port (the same one on another address, or a wildcard's): it
+    // closes first, and comes back when the new address cannot be had either.
+    const tcp::endpoint before = acceptor_.local_endpoint();
+    stop();
+    fresh = listening(io_, wanted, ec);
+    if (ec) {
+      boost::system::error_code again;
+      acceptor_ = listening(io_, before, again);
+      if (!again) start();
+      throw cannot_listen(host, port, ec);
+    }
+  } else if (ec) {
+    throw cannot_listen(host, port, ec);
   }
+  stop();  // the old accept's handler sees operation_aborted, and touches nothing
+  acceptor_ = std::move(fresh);
+  start();
 }
 
 void MetricsServer::start() {
+  stopped_ = false;
   accept_connections(acceptor_, retry_, stopped_, [this](tcp::socket socket) {
     // Idle connections hold a descriptor each for up to 5 s: without a bound, anyone who can reach
     // the port could take all of the daemon's.

@@ -6,9 +6,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/system/error_code.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,11 @@ class MetricsServer {
 
   void start();
   void stop();
+  // Listens on host:port from now on (a reload's [metrics] listen), a stopped server again: the
+  // new address bound before the old one closes where both can be bound at once, else after it,
+  // the old one bound again when the new one cannot be. Open sessions finish either way. Throws as
+  // the constructor does; the server then listens where it did.
+  void listen_on(const std::string& host, uint16_t port);
   uint16_t port() const;  // the bound port (useful with port 0)
   uint64_t scrapes() const { return scrapes_; }
   uint64_t refused() const { return refused_; }  // connections closed at once: kMaxSessions open
@@ -38,8 +45,17 @@ class MetricsServer {
  private:
   class Session;
 
+  static boost::asio::ip::tcp::endpoint endpoint_of(const std::string& host, uint16_t port);
+  // An acceptor listening on `endpoint`; `ec` says why not.
+  static boost::asio::ip::tcp::acceptor listening(boost::asio::io_context& io,
+                                                  const boost::asio::ip::tcp::endpoint& endpoint,
+                                                  boost::system::error_code& ec);
+  static std::runtime_error cannot_listen(const std::string& host, uint16_t port,
+                                          const boost::system::error_code& ec);
+
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_;
+  boost::asio::io_context& io_;
   std::function<std::string()> render_;
   uint64_t scrapes_ = 0;
   // Shared with the sessions, which may outlive the server: at shutdown the loop, destroyed after

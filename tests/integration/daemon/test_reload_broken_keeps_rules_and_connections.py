@@ -72,9 +72,10 @@ def test_reload_broken_keeps_rules_and_connections(lan, fw, tmp_path):
 
     # A setting that only a restart takes is named, in the answer and in the log, and the rules are
     # still taken: the reload does not pass for having changed it.
-    fw.config.write_text(good.replace('listen = "127.0.0.1:9477"', 'listen = "127.0.0.1:9478"'))
+    assert 'name = "pd2-fw"' in good
+    fw.config.write_text(good.replace('name = "pd2-fw"', 'name = "pd2-fw-renamed"'))
     cp = reload()
-    untaken = (f'{fw.config}: [metrics] listen: warning: changed ("127.0.0.1:9477" -> "127.0.0.1:9478"), which '
+    untaken = (f'{fw.config}: [node] name: warning: changed ("pd2-fw" -> "pd2-fw-renamed"), which '
                "a reload does not take: the daemon keeps what it started with until it restarts")
     assert cp.returncode == 0 and untaken in cp.stderr, (cp.stdout, cp.stderr)
     wait_until(lambda: untaken in fw.log_text(), 5, what="the untaken setting in the log")

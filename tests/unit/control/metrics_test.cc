@@ -290,3 +290,86 @@ TEST_CASE("metrics: the HTTP server bounds its open connections", "[metrics]") {
   CHECK(reply.rfind("HTTP/1.0 200 OK", 0) == 0);
   CHECK(server.scrapes() == 1);
 }
+
+namespace {
+
+// GET /metrics at `at` while `io` runs the server: the whole reply, "" when the connection is refused.
+std::string scrape(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& at,
+                   const std::string& request = "GET /metrics HTTP/1.0\r\n\r\n",
+                   boost::asio::ip::tcp::socket* opened = nullptr) {
+  namespace asio = boost::asio;
+  asio::ip::tcp::socket own(io);
+  asio::ip::tcp::socket& s = opened != nullptr ? *opened : own;
+  boost::system::error_code ec;
+  if (opened == nullptr) {
+    s.connect(at, ec);
+    if (ec) return {};
+    const timeval give_up{5, 0};
+    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &give_up, sizeof give_up);
+  }
+  asio::write(s, asio::buffer(request));
+  std::string reply;
+  // recv() itself, whose SO_RCVTIMEO ends the wait: asio's read would poll on past it.
+  std::thread reader([&] {
+    std::array<char, 512> buf{};
+    for (;;) {
+      const ssize_t n = ::recv(s.native_handle(), buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      reply.append(buf.data(), static_cast<std::size_t>(n));
+    }
+  });
+  io.restart();  // run_for() stops the context once it has no work: a stopped server left it none
+  io.run_for(std::chrono::milliseconds(300));
+  reader.join();
+  return reply;
+}
+
+}  // namespace
+
+// A reload's [metrics] listen: the server moves to the new address, and a scrape under way on the
+// old one still gets its answer.
+TEST_CASE("metrics: the HTTP server moves to another address, scrapes under way answered", "[metrics]") {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  asio::io_context io;
+  MetricsServer server(io, "127.0.0.1", 0, [] { return std::string("m 1\n"); });
+  server.start();
+  const uint16_t port = server.port();
+  const auto at = [](const char* host, uint16_t p) { return tcp::endpoint(asio::ip::make_address(host), p); };
+  REQUIRE(scrape(io, at("127.0.0.1", port)).rfind("HTTP/1.0 200 OK", 0) == 0);
+
+  // A scraper half through its request when the server moves.
+  tcp::socket slow(io);
+  slow.connect(at("127.0.0.1", port));
+  const timeval give_up{5, 0};
+  ::setsockopt(slow.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &give_up, sizeof give_up);
+  asio::write(slow, asio::buffer(std::string("GET /metrics HTTP/1.0\r\n")));
+  io.run_for(std::chrono::milliseconds(100));
+
+  // Another address, the same port: both can be bound at once.
+  server.listen_on("127.0.0.2", port);
+  CHECK(scrape(io, at("127.0.0.1", port)).empty());
+  CHECK(scrape(io, at("127.0.0.2", port)).rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(scrape(io, at("127.0.0.1", port), "\r\n", &slow).rfind("HTTP/1.0 200 OK", 0) == 0);
+
+  // Every address on the same port: the running listener holds it, and closes first.
+  server.listen_on("0.0.0.0", port);
+  CHECK(scrape(io, at("127.0.0.1", port)).rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(server.port() == port);
+
+  // A port another socket holds: refused, and the server listens where it did.
+  tcp::acceptor other(io, at("127.0.0.1", 0));
+  const uint16_t taken = other.local_endpoint().port();
+  CHECK_THROWS_WITH(server.listen_on("127.0.0.1", taken),
+                    Catch::Contains("metrics: cannot listen on 127.0.0.1:" + std::to_string(taken)));
+  CHECK(scrape(io, at("127.0.0.1", port)).rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK_THROWS_WITH(server.listen_on("no-address", port), "metrics: 'no-address' is not an IP address");
+
+  // Stopped (a reload that turns metrics off), and listening again (one that turns them on).
+  server.stop();
+  io.run_for(std::chrono::milliseconds(50));
+  CHECK(scrape(io, at("127.0.0.1", port)).empty());
+  server.listen_on("127.0.0.1", port);
+  CHECK(scrape(io, at("127.0.0.1", port)).rfind("HTTP/1.0 200 OK", 0) == 0);
+  CHECK(server.scrapes() == 6);
+}
