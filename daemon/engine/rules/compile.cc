@@ -771,14 +771,17 @@ class Compiler {
     return s;
   }
 
-  // The rule with `set state-defaults` applied where it writes no state of its own, as pfctl
-  // gives them to it (and shows them in its text).
+  // The rule with `set state-defaults` applied where it writes no state of its own, and `set
+  // state-policy if-bound` where it says neither (if-bound) nor (floating), as pfctl gives them to
+  // it (and shows them in its text, which the rule set's digest reads).
   FilterRule with_state_defaults(const FilterRule& written) const {
     FilterRule r = written;
     if (r.action == Action::Pass && !r.state_given && file_.settings.state_defaults) {
       r.state = *file_.settings.state_defaults;
       r.state.keep_state = true;
     }
+    if (r.action == Action::Pass && r.state.keep_state && !r.state.if_bound && file_.settings.states_if_bound)
+      r.state.if_bound = true;
     return r;
   }
 
@@ -947,7 +950,7 @@ class Compiler {
       c.max_states = r.state.max_states;
       c.no_sync = r.state.no_sync;
       c.sloppy = r.state.sloppy;
-      c.if_bound = c.keep_state && r.state.if_bound.value_or(file_.settings.states_if_bound);
+      c.if_bound = c.keep_state && r.state.if_bound.value_or(false);
       c.modulate = r.state.modulate;
       c.synproxy = r.state.synproxy;
       c.allow_opts = r.allow_opts;

@@ -1217,6 +1217,8 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
       {"set timeout tcp.established 3600", "set timeout { tcp.established 3600, src.track 30 }"},
       {"port 443\n", "port 443 keep state (max-src-conn-rate 5/10, src.track 30)\n"},
       {"port 443\n", "port 443 probability 50%\n"},
+      {"table <t> persist", "set state-policy if-bound\ntable <t> persist"},
+      {"port 443\n", "port 443 keep state (if-bound)\n"},
   };
   for (const auto& [from, to] : changes) {
     INFO(from << " -> " << to);
@@ -1224,6 +1226,35 @@ TEST_CASE("the rule set digest: equal for the same rules, not for others, blind 
     changed.replace(changed.find(from), std::string_view(from).size(), to);
     CHECK(digest(changed) != d);
   }
+}
+
+TEST_CASE(
+    "set state-policy if-bound: the pass rules that keep state and say neither are bound, as their text says",
+    "[compile]") {
+  InterfaceRegistry ifs;
+  auto set = compile_ok(
+      "set state-policy if-bound\n"
+      "pass in all\n"
+      "pass in all keep state (floating)\n"
+      "pass in all no state\n"
+      "block in all\n"
+      "pass out all keep state (max 3, if-bound)\n",
+      ifs);
+  REQUIRE(set->size() == 5);
+  CHECK(set->rule(0).text == "pass in all keep state (if-bound)");
+  CHECK(set->rule(0).if_bound);
+  CHECK(set->rule(1).text == "pass in all keep state (floating)");
+  CHECK_FALSE(set->rule(1).if_bound);
+  CHECK_FALSE(set->rule(2).if_bound);
+  CHECK(set->rule(2).text == "pass in all no state");
+  CHECK_FALSE(set->rule(3).if_bound);
+  CHECK(set->rule(4).if_bound);
+  CHECK(set->rule(4).text == "pass out all keep state (max 3, if-bound)");
+  // Floating, pf's default, as written.
+  auto floating = compile_ok("pass in all\npass in all keep state (if-bound)\n", ifs);
+  CHECK_FALSE(floating->rule(0).if_bound);
+  CHECK(floating->rule(0).text == "pass in all keep state");
+  CHECK(floating->rule(1).if_bound);
 }
 
 TEST_CASE("set state-defaults: the state options of pass rules that write no state of their own",
