@@ -628,20 +628,20 @@ class Node {
            std::to_string(s.packets) + " packets, " + std::to_string(s.drops()) + " dropped";
   }
 
-  // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads
-  // the config again, as a restart would, and takes what it names now (kTakenByReload): the [rules]
-  // file (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level
-  // and pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy,
-  // length, buffer and GSO), [sync] defer, [metrics] listen, the sync and failover keys (key_file,
-  // accept_key_file), so that a pair changes its keys without a restart, which would hand the group over with
-  // the peer's states unsynced (README "Changing the keys"), and what the builtin election changes on a
-  // running group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or
-  // nothing: the keys are read and the VIPs and the state limit given to the rules before they are
-  // compiled (and a pcap log's directory checked), and the rest taken after they are published;
-  // what the kernel or the file system refuses then is told with the answer. The other settings
-  // need a restart: those that differ from the running ones are warned about with the rules'
-  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running
-  // set stays. `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
+  // A reload (SIGHUP, or the Reload request of `pairwalld --reload`, the unit's ExecReload) reads the
+  // config again, as a restart would, and takes what it names now (kTakenByReload): the [rules] file
+  // (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level and
+  // pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy, length,
+  // buffer and GSO), [sync] defer, [metrics] listen, the sync and failover keys (key_file,
+  // accept_key_file), so that a pair changes its keys without a restart, which would hand the group
+  // over with the peer's states unsynced (README "Changing the keys"), and what the builtin election
+  // changes on a running group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among
+  // them). All or nothing: the keys are read and the VIPs and the state limit given to the rules
+  // before they are compiled (and a pcap log's directory checked), and the rest taken after they are
+  // published; what the kernel or the file system refuses then is told with the answer. The other
+  // settings need a restart: those that differ from the running ones are warned about with the rules'
+  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running set
+  // stays. `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;

@@ -611,8 +611,7 @@ std::string ControlService::kill_states(const KillStates& request, Killed* out) 
     return error;
   if (!match.names_something())
     return "states kill: name an address, prefix, port, protocol, id, label, from, to or on (every state: "
-           "flush "
-           "states)";
+           "flush states)";
   out->set_states(engine_.kill_states(match));
   return {};
 }
