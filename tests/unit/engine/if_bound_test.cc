@@ -168,3 +168,21 @@ TEST_CASE("if-bound: the binding travels in the state's records and holds on the
   CHECK(snapshot[0].bound[0] == b.lan);
   CHECK(snapshot[0].bound[1] == kNoIface);
 }
+
+TEST_CASE("if-bound: a nat'd connection's replies, met before routing, arrive by the out pass's interface",
+          "[engine][if-bound][nat]") {
+  FourPorts fw(
+      "set state-policy if-bound\n"
+      "nat on wan0 inet from 10.1.0.0/16 to any -> 203.0.113.1\n"
+      "pass all\n");
+  REQUIRE(fw.forward(client_udp(), fw.lan, fw.wan).rewritten);
+  const uint16_t port = pairwall::test::get16(fw.last_packet, 20);  // the nat source port
+  const auto reply = [&] {
+    return PacketBuilder().ipv4(kServer, "203.0.113.1").udp(53, port).payload(20).build();
+  };
+  CHECK(fw.run(reply(), PacketMeta{Hook::Prerouting, fw.wan, kNoIface}).reason == Reason::State);
+  CHECK(fw.run(reply(), PacketMeta{Hook::Prerouting, fw.wan1, kNoIface}).reason == Reason::StateInterface);
+  // The client's next datagram: in on lan0 still.
+  CHECK(fw.forward(client_udp(), fw.lan, fw.wan).reason == Reason::State);
+  CHECK(fw.forward(client_udp(), fw.lan1, fw.wan).reason == Reason::StateInterface);
+}
