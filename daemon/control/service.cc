@@ -125,8 +125,7 @@ struct StateMatch {
     if (id && !(e.id == *id)) return false;
     // A state whose rule the peer's rule set had and this one lacks has no creator here.
     if (label && (e.creator == nullptr || e.creator->label != *label)) return false;
-    if (bound_to && (*bound_to == engine::kNoIface || !e.if_bound ||
-                     (e.bound[0] != *bound_to && e.bound[1] != *bound_to)))
+    if (bound_to && (*bound_to == engine::kNoIface || (e.bound[0] != *bound_to && e.bound[1] != *bound_to)))
       return false;
     return key_matches(e.key(0)) || (e.translated() && key_matches(e.key(1)));
   }
@@ -1070,10 +1069,8 @@ std::string ControlService::states(const StatesRequest& request, StateList* out)
     c.flags = e.flags;
     c.proxy = e.proxy;
     c.scrub_tcp = e.scrub_tcp;
-    if (e.if_bound) {
-      c.bound[0] = e.bound[0];
-      c.bound[1] = e.bound[1];
-    }
+    c.bound[0] = e.bound[0];
+    c.bound[1] = e.bound[1];
     c.rule = e.rule;
     c.created = e.created;
     const engine::Millis timeout = engine::Engine::timeout_of(e, e.timeout, *current);

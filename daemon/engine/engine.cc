@@ -517,7 +517,7 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
     r.scrub_tcp = true;
     r.scrub = {entry.scrub[0], entry.scrub[1]};
   }
-  if (entry.if_bound) r.bound = {entry.bound[0], entry.bound[1]};
+  r.bound = {entry.bound[0], entry.bound[1]};
   if (entry.creator_rules != nullptr && entry.creator_rules->holds(entry.creator)) {
     r.rules_digest = entry.creator_rules->digest();
     r.rule_index = entry.creator_rules->index_of(entry.creator);
@@ -1175,7 +1175,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         if (packet.dst != quoted.src) return decided(verdict, drop(Reason::StateMismatch, state->rule));
         const bool from_initiator = !state.reversed();
         // The error travels against the packet it quotes.
-        if (state->if_bound && !crosses_bound_interfaces(*state, !from_initiator, meta))
+        if (state->if_bound() && !crosses_bound_interfaces(*state, !from_initiator, meta))
           return decided(verdict, drop(Reason::StateInterface, state->rule));
         PeerTracking& sender = state->peer[from_initiator ? 0 : 1];
         PeerTracking& receiver = state->peer[from_initiator ? 1 : 0];
@@ -1264,7 +1264,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
       if (options_refused(packet, *state))
         return decided(verdict, logged_drop(Reason::IpOptions, pass, state->rule, creator_in(*state, rules)));
       const bool from_initiator = !state.reversed();
-      if (state->if_bound && !crosses_bound_interfaces(*state, from_initiator, meta))
+      if (state->if_bound() && !crosses_bound_interfaces(*state, from_initiator, meta))
         return decided(verdict, drop(Reason::StateInterface, state->rule));
       // An ICMP identifier equal to its request's type (echo id 8) reads the same as ports either
       // way: the far end's own request would match the state in reverse as the reply does, and
@@ -1771,7 +1771,6 @@ Verdict Engine::by_rules(Worker& worker, std::span<uint8_t> bytes, const Parsed&
     const uint32_t r = parsed.filtered[pass] ? deciding[pass] : rules::kNoRule;
     if (r == rules::kNoRule || !rules.rule(r).if_bound || translation.iface[pass] == kNoIface) continue;
     state->bound[pass] = translation.iface[pass];
-    state->if_bound = true;
   }
   if (meta.hook == Hook::Prerouting) {
     if (parsed.filtered[1]) state->leaves_by = translation.iface[1];  // rdr'd: the Router's
@@ -2140,7 +2139,6 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     state->scrub[1] = record.scrub[1];
     state->bound[0] = record.bound[0];
     state->bound[1] = record.bound[1];
-    state->if_bound = record.bound[0] != kNoIface || record.bound[1] != kNoIface;
     if (creator != nullptr) {
       states_.attach_creator(state, creator, current);
       // Its translation rules, by the same rule set's numbers: the connection's packets count to

@@ -124,7 +124,7 @@ struct alignas(64) StateEntry {
   uint64_t bytes[2] = {0, 0};
   // Line 2: identity, expiry and sync.
   StateId id;
-  // `if-bound` (if_bound): the interface of each pass whose rule bound the state to it, [0] the in
+  // `if-bound` (if_bound()): the interface of each pass whose rule bound the state to it, [0] the in
   // pass's, by which the initiator's packets arrive and its replies leave, [1] the out pass's, the
   // other way round; kNoIface for a pass that floats. As pf's per-interface states, the state knows
   // only the packets of its connection that cross those interfaces.
@@ -138,10 +138,9 @@ struct alignas(64) StateEntry {
   uint16_t home = 0;
   uint16_t wire_shard = 0;
   TimeoutClass timeout = TimeoutClass::TcpFirst;
-  uint8_t flags = 0;           // stateflag::*
-  bool adopted = true;         // false while the peer's records moved the tracking last (not seen here since)
-  bool scrub_tcp : 1 = false;  // `scrub reassemble tcp`: its segments are normalized by `scrub` below
-  bool if_bound : 1 = false;   // bound to the interfaces `bound` names above
+  uint8_t flags = 0;       // stateflag::*
+  bool adopted = true;     // false while the peer's records moved the tracking last (not seen here since)
+  bool scrub_tcp = false;  // `scrub reassemble tcp`: its segments are normalized by `scrub` below
   // The interface the packets this node decides before routing leave by (their scrub out): an rdr'd
   // connection's from its initiator, a nat'd one's replies. kNoIface where unknown (learned from
   // the peer: asked of the Router then) or delivered to this node.
@@ -179,6 +178,7 @@ struct alignas(64) StateEntry {
   const KeyLink& link(int k) const { return k == 0 ? stack_link : wire_link; }
   const StateKey& key(int k) const { return link(k).key; }
   bool translated() const { return (flags & stateflag::kTranslated) != 0; }
+  bool if_bound() const { return bound[0] != kNoIface || bound[1] != kNoIface; }
 };
 
 class StateTable {
