@@ -243,6 +243,8 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out, engine::Int
     return on_wire == 0 ? engine::StateRecord::kNoTranslation : on_wire - 1;
   };
   out.translation_index = {record_index(in.translation_in()), record_index(in.translation_out())};
+  if (!fits_protocol(out.stack_key.proto, out)) return false;
+  // Last: a record refused takes no name into the registry.
   const std::string* bound[2] = {&in.bound_in(), &in.bound_out()};
   for (int pass = 0; pass < 2; ++pass) {
     if (bound[pass]->empty()) continue;
@@ -251,7 +253,7 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out, engine::Int
     if (!id) return false;
     out.bound[pass] = *id;
   }
-  return fits_protocol(out.stack_key.proto, out);
+  return true;
 }
 
 bool decode_update(const wire::Update& in, engine::StateRecord& out) {
