@@ -137,9 +137,9 @@ tcp::endpoint MetricsServer::endpoint_of(const std::string& host, uint16_t port)
   return {address, port};
 }
 
-tcp::acceptor MetricsServer::listening(asio::io_context& io, const tcp::endpoint& endpoint,
+tcp::acceptor MetricsServer::listening(const asio::any_io_executor& executor, const tcp::endpoint& endpoint,
                                        boost::system::error_code& ec) {
-  tcp::acceptor acceptor(io);
+  tcp::acceptor acceptor(executor);
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
@@ -155,25 +155,25 @@ std::runtime_error MetricsServer::cannot_listen(const std::string& host, uint16_
 
 MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port,
                              std::function<std::string()> render)
-    : acceptor_(io), retry_(io), io_(io), render_(std::move(render)) {
+    : acceptor_(io), retry_(io), render_(std::move(render)) {
   boost::system::error_code ec;
-  acceptor_ = listening(io, endpoint_of(host, port), ec);
+  acceptor_ = listening(io.get_executor(), endpoint_of(host, port), ec);
   if (ec) throw cannot_listen(host, port, ec);
 }
 
 void MetricsServer::listen_on(const std::string& host, uint16_t port) {
   const tcp::endpoint wanted = endpoint_of(host, port);
   boost::system::error_code ec;
-  tcp::acceptor fresh = listening(io_, wanted, ec);
+  tcp::acceptor fresh = listening(acceptor_.get_executor(), wanted, ec);
   if (ec == asio::error::address_in_use && acceptor_.is_open()) {
     // The running listener holds the port (the same one on another address, or a wildcard's): it
     // closes first, and comes back when the new address cannot be had either.
     const tcp::endpoint before = acceptor_.local_endpoint();
     stop();
-    fresh = listening(io_, wanted, ec);
+    fresh = listening(acceptor_.get_executor(), wanted, ec);
     if (ec) {
       boost::system::error_code again;
-      acceptor_ = listening(io_, before, again);
+      acceptor_ = listening(acceptor_.get_executor(), before, again);
       if (!again) start();
       throw cannot_listen(host, port, ec);
     }

@@ -47,7 +47,7 @@ class MetricsServer {
 
   static boost::asio::ip::tcp::endpoint endpoint_of(const std::string& host, uint16_t port);
   // An acceptor listening on `endpoint`; `ec` says why not.
-  static boost::asio::ip::tcp::acceptor listening(boost::asio::io_context& io,
+  static boost::asio::ip::tcp::acceptor listening(const boost::asio::any_io_executor& executor,
                                                   const boost::asio::ip::tcp::endpoint& endpoint,
                                                   boost::system::error_code& ec);
   static std::runtime_error cannot_listen(const std::string& host, uint16_t port,
@@ -55,7 +55,6 @@ class MetricsServer {
 
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_;
-  boost::asio::io_context& io_;
   std::function<std::string()> render_;
   uint64_t scrapes_ = 0;
   // Shared with the sessions, which may outlive the server: at shutdown the loop, destroyed after
