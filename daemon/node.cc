@@ -74,6 +74,12 @@ constexpr control::Setting kTakenByReload[] = {
     {"engine", "state_limit"},
     {"metrics", "listen"},
 };
+// And the sync link's, where sync runs (SyncService::move_link), as pfsync takes a new syncdev or
+// syncpeer on a running interface.
+constexpr control::Setting kTakenBySyncLink[] = {
+    {"sync", "interface"}, {"sync", "address"}, {"sync", "peer"},
+    {"sync", "group"},     {"sync", "port"},    {"sync", "ttl_security"},
+};
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
     {"failover", "advskew"},
@@ -632,9 +638,10 @@ class Node {
   // config again, as a restart would, and takes what it names now (kTakenByReload): the [rules] file
   // (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level and
   // pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy, length,
-  // buffer and GSO), [sync] defer, [metrics] listen, the sync and failover keys (key_file,
-  // accept_key_file), so that a pair changes its keys without a restart, which would hand the group
-  // over with the peer's states unsynced (README "Changing the keys"), and what the builtin election
+  // buffer and GSO), [sync] defer and the sync link (kTakenBySyncLink), [metrics] listen, the sync
+  // and failover keys (key_file, accept_key_file), so that a pair changes its keys without a
+  // restart, which would hand the group over with the peer's states unsynced (README "Changing the
+  // keys"), and what the builtin election
   // changes on a running group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among
   // them). All or nothing: the keys are read and the VIPs and the state limit given to the rules
   // before they are compiled (and a pcap log's directory checked), and the rest taken after they are
@@ -662,6 +669,7 @@ class Node {
         if (election->driver != failover::Driver::Builtin) election.reset();
       }
       std::vector<control::Setting> taken(std::begin(kTakenByReload), std::end(kTakenByReload));
+      if (sync_now) taken.insert(taken.end(), std::begin(kTakenBySyncLink), std::end(kTakenBySyncLink));
       if (election) {
         taken.insert(taken.end(), std::begin(kTakenByElection), std::end(kTakenByElection));
         if (election->vips != failover_->service().vips()) {
@@ -686,10 +694,12 @@ class Node {
         for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
         if (sync_now) take_defer(who, *sync_now);
-        // What the kernel or the file system refuses now is told in the answer too.
-        for (std::string error :
-             {take_pcap_log(who, now.log), take_queue_limits(who, now.queue), take_hooks(who, now.queue),
-              take_queue_flags(who, now.queue), take_metrics_listen(who, now.metrics)}) {
+        // What the kernel or the file system refuses now is told in the answer too. The sync link
+        // moves before the hooks, which leave its interface unqueued.
+        const std::string sync_link = sync_now ? take_sync_link(*sync_now, *now.sync) : std::string();
+        for (std::string error : {sync_link, take_pcap_log(who, now.log), take_queue_limits(who, now.queue),
+                                  take_hooks(who, now.queue), take_queue_flags(who, now.queue),
+                                  take_metrics_listen(who, now.metrics)}) {
           if (!error.empty()) result.warnings.push_back(std::move(error));
         }
         take_log_level(who, now.log.level);
@@ -715,6 +725,22 @@ class Node {
       spdlog::info("{}: defer {} -> {}", who, was ? "on" : "off",
                    next.defer ? "on (" + std::to_string(next.defer_timeout.count()) + " ms)" : "off");
     }
+  }
+
+  // [sync] interface, address, peer or group, port and ttl_security (the sync service logs the
+  // move, or what refused it). Taken, they are the running [sync] section's, whose interface the
+  // hooks leave unqueued.
+  std::string take_sync_link(const sync::SyncConfig& next, const toml::table& section) {
+    std::string error = sync_service_->move_link(next);
+    if (!error.empty()) return error;
+    for (const control::Setting& setting : kTakenBySyncLink) {
+      if (const toml::node* value = section.get(setting.key)) {
+        sync_section_->insert_or_assign(setting.key, *value);
+      } else {
+        sync_section_->erase(setting.key);
+      }
+    }
+    return {};
   }
 
   // pflogd's log file, moved, turned on or off: the records logged before go to the file they were
@@ -828,6 +854,7 @@ class Node {
   io::HooksConfig running_hooks_config(const control::QueueConfig& queue, bool translations) const {
     control::Config running = c_;
     running.queue = queue;
+    running.sync = sync_section_;
     return hooks_config(running, translations);
   }
 
@@ -1031,6 +1058,7 @@ class Node {
   std::unique_ptr<io::Hooks> hooks_;
   bool hooks_installed_ = false;
   control::QueueConfig queue_ = c_.queue;  // [queue] as it runs: the config's, then what reloads took
+  std::optional<toml::table> sync_section_ = c_.sync;  // [sync] as it runs, the same way
   std::unique_ptr<sync::SyncService> sync_service_;
   std::unique_ptr<FailoverRunner> failover_;
   // The loop's own work (serve()).

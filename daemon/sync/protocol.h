@@ -185,6 +185,8 @@ class SyncProtocol {
   void set_keys(std::span<const uint8_t> key, std::span<const uint8_t> accept_key);
   // ProtocolConfig::ack_inserts_at_once, for defer turned on or off by a reload.
   void set_ack_inserts_at_once(bool at_once) noexcept { config_.ack_inserts_at_once = at_once; }
+  // ProtocolConfig::ttl_security, for a sync link moved by a reload.
+  void set_ttl_security(bool on) noexcept { config_.ttl_security = on; }
 
   // This node's initial bulk ended (or timed out): until then it must not become master.
   bool bulk_done() const noexcept { return initial_bulk_done_; }

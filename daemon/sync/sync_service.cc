@@ -35,6 +35,41 @@ constexpr std::size_t kReceiveBatch = 256;
 constexpr std::chrono::milliseconds kStopFlushWait{200};  // the most a stop waits for its last flush
 constexpr Micros kInterfaceCheckPeriod{1'000'000};        // how often the sync interface's index is read
 
+constexpr std::chrono::seconds kMoveWait{2};  // the most a reload waits for the sync thread to move the link
+
+// [sync]'s settings of the link itself, which a reload may change (SyncService::move_link).
+bool same_link(const SyncConfig& a, const SyncConfig& b) {
+  return a.interface == b.interface && a.address == b.address && a.peer == b.peer && a.group == b.group &&
+         a.port == b.port && a.ttl_security == b.ttl_security;
+}
+
+// Field by field: the control thread writes [sync] defer's fields of the same struct meanwhile.
+void copy_link(const SyncConfig& from, SyncConfig& to) {
+  to.interface = from.interface;
+  to.address = from.address;
+  to.peer = from.peer;
+  to.group = from.group;
+  to.port = from.port;
+  to.ttl_security = from.ttl_security;
+}
+
+std::string peer_text(const SyncConfig& c) {
+  return c.peer.empty() ? c.group : c.peer;
+}
+
+// "sync0 -> 192.168.255.2 port 8370", for the log and the reload's answer.
+std::string link_text(const SyncConfig& c) {
+  return c.interface + " -> " + peer_text(c) + " port " + std::to_string(c.port) +
+         (c.ttl_security ? "" : " (ttl_security off)");
+}
+
+// The protocol sizes its datagrams for the family's headers when it starts.
+std::string family_refused(const SyncConfig& running, const SyncConfig& next) {
+  if (next.ipv6 == running.ipv6) return {};
+  return "[sync] link not moved to " + link_text(next) +
+         ": a change of address family takes a restart; it stays " + link_text(running);
+}
+
 Micros steady_now() {
   return std::chrono::duration_cast<Micros>(std::chrono::steady_clock::now().time_since_epoch());
 }
@@ -291,6 +326,10 @@ void SyncService::follow_interface(Micros now) {
 void SyncService::start() {
   if (running_) return;
   open_socket();
+  {
+    std::lock_guard lock(status_mutex_);
+    peer_text_ = peer_text(config_);
+  }
 
   ProtocolConfig pc;
   pc.node_id = node_id_;
@@ -343,6 +382,66 @@ void SyncService::set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept
       spdlog::error("sync: the running keys kept: {}", e.what());
     }
   });
+}
+
+std::string SyncService::move_link(const SyncConfig& next) {
+  if (!running_) {
+    if (std::string refused = family_refused(config_, next); !refused.empty()) return refused;
+    copy_link(next, config_);
+    return {};
+  }
+  auto answer = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> moved = answer->get_future();
+  asio::post(io_, [this, next, answer] { answer->set_value(take_link(next)); });
+  if (moved.wait_for(kMoveWait) != std::future_status::ready) {
+    return "[sync] link: the sync thread did not answer within " + std::to_string(kMoveWait.count()) +
+           " s; it takes the new settings when it does (see the log)";
+  }
+  return moved.get();
+}
+
+std::string SyncService::take_link(const SyncConfig& next) {
+  if (same_link(config_, next)) return {};
+  if (std::string refused = family_refused(config_, next); !refused.empty()) return refused;
+  const std::string from = link_text(config_);
+  SyncConfig before;
+  copy_link(config_, before);
+  // Closing cancels the wait for a datagram (on_readable() sees operation_aborted and stops). The
+  // old socket goes first: the new one may want its address and port.
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  ifindex_ = 0;
+  copy_link(next, config_);
+  std::string refused;
+  try {
+    open_socket();
+  } catch (const std::exception& e) {
+    refused = "[sync] link not moved to " + link_text(next) + ": " + e.what() + "; it stays " + from;
+    socket_.close(ignored);
+    copy_link(before, config_);
+    try {
+      open_socket();
+    } catch (const std::exception& again) {
+      // follow_interface() opens it again once it can, as for an interface made anew.
+      spdlog::error("sync: the link {} cannot be opened again either, tried again every {} s: {}", from,
+                    kInterfaceCheckPeriod.count() / 1'000'000, again.what());
+      socket_.close(ignored);
+    }
+  }
+  if (socket_.is_open()) arm_receive();
+  if (refused.empty()) {
+    protocol_->set_ttl_security(config_.ttl_security);
+    {
+      std::lock_guard lock(status_mutex_);
+      peer_text_ = peer_text(config_);
+    }
+    spdlog::info("sync: link {} moved to {} (local {})", from, link_text(config_),
+                 socket_.local_endpoint(ignored).address().to_string());
+  } else {
+    spdlog::error("sync: {}", refused);
+  }
+  pump();
+  return refused;
 }
 
 void SyncService::set_defer(bool enabled, std::chrono::milliseconds timeout) {
@@ -668,14 +767,16 @@ void SyncService::fill_status(control::SyncStatus* out) {
   const Micros now = steady_now();
   ProtocolStatus s;
   Micros taken{0};
+  std::string peer;
   {
     std::lock_guard lock(status_mutex_);
     s = status_;
     taken = status_time_;
+    peer = peer_text_;
   }
   const auto& c = s.counters;
   out->set_enabled(true);
-  out->set_peer_address(config_.peer.empty() ? config_.group : config_.peer);
+  out->set_peer_address(peer);
   out->set_peer_node_id(s.peer_node_id);
   out->set_peer_state(peer_state_value(s));
   const Micros age = s.last_heard_age + (taken.count() > 0 ? now - taken : Micros{0});

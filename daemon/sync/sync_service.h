@@ -80,6 +80,15 @@ class SyncService final : public control::SyncControl {
   // one. The packet path's switch is the queues' (NfQueue::set_defer). Control thread.
   void set_defer(bool enabled, std::chrono::milliseconds timeout);
 
+  // The link a reload names ([sync] interface, address, peer or group, port, ttl_security), taken
+  // as pfsync takes a new syncdev or syncpeer on a running interface: the socket is opened anew
+  // with them on the sync thread, and what the peer missed while the two nodes' links differed is
+  // resent, or resynced, as after any outage. Returns what refused the move (the interface absent,
+  // the address and port taken), the running link kept then; empty when moved or unchanged. A
+  // change of address family waits for a restart (the protocol sizes its datagrams for the
+  // family's headers) and is refused so. Control thread; waits for the sync thread.
+  std::string move_link(const SyncConfig& next);
+
   // This node's initial bulk ended (or timed out): until then failover keeps it demoted. Any thread.
   bool bulk_done() const noexcept { return bulk_done_.load(std::memory_order_acquire); }
 
@@ -93,6 +102,8 @@ class SyncService final : public control::SyncControl {
 
  private:
   void open_socket();
+  // move_link() on the sync thread.
+  std::string take_link(const SyncConfig& next);
   void arm_receive();
   void arm_kick();
   void on_readable(const boost::system::error_code& ec);
@@ -143,6 +154,7 @@ class SyncService final : public control::SyncControl {
   // The status the control thread reads: refreshed by the sync thread every few milliseconds.
   mutable std::mutex status_mutex_;
   ProtocolStatus status_;
+  std::string peer_text_;  // [sync] peer or group, as the link runs
   Micros status_time_{0};
   Micros last_status_{0};
 

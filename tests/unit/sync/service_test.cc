@@ -388,6 +388,104 @@ TEST_CASE("a service refuses an address and port another socket holds", "[sync][
   running.stop();
 }
 
+// pfsync's syncdev and syncpeer change on a running interface; here a reload moves the link.
+TEST_CASE("a reload moves the link: changes made while the two nodes' links differ reach the peer after",
+          "[sync][service][reload]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  const uint16_t moved_port = free_port();
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
+  engine::SpscRing<StateRecord> ring_a(1024);
+  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
+  a.add_ring(ring_a);
+  a.start();
+  b.start();
+  REQUIRE(wait_for([&] { return a.bulk_done() && b.bulk_done(); }, std::chrono::milliseconds(5000)));
+  REQUIRE(ring_a.push(state(1, 1)));
+  REQUIRE(wait_for([&] { return has(engine_b, {1, 1}); }, std::chrono::milliseconds(2000)));
+
+  // A moves first: what it sends meanwhile goes to B's next address, where nothing listens yet.
+  SyncConfig a_moved = config_for("127.0.0.3", "127.0.0.4", moved_port);
+  a_moved.ttl_security = false;
+  CHECK(a.move_link(a_moved).empty());
+  REQUIRE(ring_a.push(state(1, 2)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(has(engine_b, {1, 2}));
+  SyncConfig b_moved = config_for("127.0.0.4", "127.0.0.3", moved_port);
+  b_moved.ttl_security = false;
+  CHECK(b.move_link(b_moved).empty());
+  REQUIRE(wait_for([&] { return has(engine_b, {1, 2}); }, std::chrono::milliseconds(5000)));
+  REQUIRE(ring_a.push(state(1, 3)));
+  REQUIRE(wait_for([&] { return has(engine_b, {1, 3}); }, std::chrono::milliseconds(2000)));
+
+  control::SyncStatus status_a;
+  a.fill_status(&status_a);
+  CHECK(status_a.peer_address() == "127.0.0.4");
+  // The old socket is closed: its address and port are free.
+  {
+    boost::asio::io_context io;
+    boost::asio::ip::udp::socket old(io, boost::asio::ip::udp::v4());
+    boost::system::error_code ec;
+    old.bind(boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port), ec);
+    CHECK_FALSE(ec);
+  }
+  // ttl_security went off with the move: a datagram with the system's TTL gets as far as its tag.
+  const uint64_t junk_before = junk_dropped(a);
+  {
+    boost::asio::io_context io;
+    sender_with_ttl(io, "127.0.0.1", 64)
+        .send_to(boost::asio::buffer(junk_datagram()),
+                 boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.3"), moved_port));
+  }
+  REQUIRE(wait_for([&] { return junk_dropped(a) == junk_before + 1; }, std::chrono::milliseconds(2000)));
+  CHECK(dropped(a, DropReason::BadTtl) == 0);
+  a.stop();
+  b.stop();
+}
+
+TEST_CASE("a move the kernel refuses, or one to another address family, keeps the running link",
+          "[sync][service][reload]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
+  engine::SpscRing<StateRecord> ring_a(1024);
+  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
+  a.add_ring(ring_a);
+  a.start();
+  b.start();
+  REQUIRE(wait_for([&] { return a.bulk_done() && b.bulk_done(); }, std::chrono::milliseconds(5000)));
+
+  boost::asio::io_context io;
+  const uint16_t taken_port = free_port();
+  boost::asio::ip::udp::socket holder(
+      io, boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.5"), taken_port));
+  const std::string taken = a.move_link(config_for("127.0.0.5", "127.0.0.2", taken_port));
+  CHECK(taken.find("[sync] link not moved to lo -> 127.0.0.2 port " + std::to_string(taken_port)) == 0);
+  CHECK(taken.find("cannot bind") != std::string::npos);
+  CHECK(taken.find("it stays lo -> 127.0.0.2 port " + std::to_string(port)) != std::string::npos);
+
+  SyncConfig nowhere = config_for("127.0.0.1", "127.0.0.2", port);
+  nowhere.interface = "nosuchif0";
+  CHECK(a.move_link(nowhere).find("no such interface") != std::string::npos);
+
+  SyncConfig v6 = config_for("::1", "::1", port);
+  v6.ipv6 = true;
+  CHECK(a.move_link(v6).find("a change of address family takes a restart") != std::string::npos);
+
+  REQUIRE(ring_a.push(state(1, 1)));
+  REQUIRE(wait_for([&] { return has(engine_b, {1, 1}); }, std::chrono::milliseconds(2000)));
+  control::SyncStatus status_a;
+  a.fill_status(&status_a);
+  CHECK(status_a.peer_address() == "127.0.0.2");
+  CHECK(dropped(b, DropReason::BadTtl) == 0);  // still sent with ttl_security's 255
+  a.stop();
+  b.stop();
+}
+
 TEST_CASE("datagrams the socket refuses are counted for the metrics", "[sync][service]") {
   if (skipped_without_root()) return;
   // The limited broadcast address without SO_BROADCAST: the kernel refuses every datagram (EACCES),
