@@ -31,6 +31,7 @@
 #include "daemon/control/service.h"
 #include "daemon/engine/engine.h"
 #include "daemon/io/address_watch.h"
+#include "daemon/io/flow_export.h"
 #include "daemon/io/hooks.h"
 #include "daemon/io/kernel_queue_stats.h"
 #include "daemon/io/nfqueue.h"
@@ -293,7 +294,18 @@ engine::EngineConfig engine_config(const control::Config& c, uint64_t boot_epoch
   config.node_id = c.node.id;
   config.shards = c.engine.shards;
   config.first_state_counter = control::first_state_counter(boot_epoch);
+  // A second's flows of a heavy churn of (pflow) states: 152 bytes each, reserved twice.
+  if (c.pflow.enabled()) config.flow_log_capacity = 1 << 17;
   return config;
+}
+
+io::FlowExportConfig flow_export_config(const control::Config& c) {
+  io::FlowExportConfig fc;
+  fc.collector_host = c.pflow.host;
+  fc.collector_port = c.pflow.port;
+  fc.source = c.pflow.source;
+  fc.observation_domain = c.pflow.observation_domain.value_or(c.node.id);
+  return fc;
 }
 
 io::NfQueueConfig queue_config(const control::Config& c, const std::optional<sync::SyncConfig>& sync_config) {
@@ -375,6 +387,9 @@ class Node {
       pc.files = c_.log.pcap_keep;
       pc.workers = c_.queue.count;
       pcap_ = std::make_unique<io::PcapLog>(pc);
+      // pflow: the flows of (pflow) states, taken every second (on_expiry_tick()).
+      if (c_.pflow.enabled())
+        flow_exporter_ = std::make_unique<io::FlowExporter>(engine_.flows(), flow_export_config(c_));
       std::optional<sync::SyncConfig> sync_config;
       if (c_.sync) sync_config = sync::parse_sync_config(*c_.sync, c_.file);
       const io::NfQueueConfig qc = queue_config(c_, sync_config);
@@ -596,6 +611,14 @@ class Node {
       w.family("pairwall_defer_holding", T::Gauge, "Packets held now.");
       w.sample(d.holding);
     }
+    w.family("pairwall_pflow_flows_total", T::Counter,
+             "Flows of (pflow) states, by what became of them: sent to the [pflow] collector, lost in "
+             "messages the socket refused, or dropped for want of room (no [pflow] collector takes them).");
+    w.sample({{"result", "sent"}}, flow_exporter_ ? flow_exporter_->flows_sent() : uint64_t{0});
+    w.sample({{"result", "send_failed"}}, flow_exporter_ ? flow_exporter_->flows_lost() : uint64_t{0});
+    w.sample({{"result", "dropped"}}, engine_.flows().dropped());
+    w.family("pairwall_pflow_messages_total", T::Counter, "IPFIX messages sent to the [pflow] collector.");
+    w.sample(flow_exporter_ ? flow_exporter_->messages_sent() : uint64_t{0});
     w.family("pairwall_connections_refused_total", T::Counter,
              "Connections closed at once because their server had its most sessions open, by server: "
              "control (the socket pairwallctl and health checks use) or metrics.");
@@ -892,6 +915,7 @@ class Node {
   void on_expiry_tick(const boost::system::error_code& ec) {
     if (ec) return;
     engine_.expire(monotonic_now());
+    if (flow_exporter_) flow_exporter_->export_flows(monotonic_now(), std::chrono::system_clock::now());
     if (const std::string error = epoch_floor_.update(engine_.next_state_counter()); !error.empty())
       spdlog::warn("{}", error);
     if (!sync_service_) {
@@ -1052,6 +1076,7 @@ class Node {
   std::unique_ptr<control::MetricsServer> metrics_server_;
   control::MetricsRegistry registry_;
   std::unique_ptr<io::PcapLog> pcap_;
+  std::unique_ptr<io::FlowExporter> flow_exporter_;
   std::unique_ptr<io::NfQueue> queues_;
   std::unique_ptr<QueueDataPlane> data_plane_;
   control::ProgressWatch watch_{kStuckAfter};

@@ -166,6 +166,35 @@ void parse_metrics(Config& cfg, const toml::table* t) {
   s.finish();
 }
 
+void parse_pflow(Config& cfg, const toml::table* t) {
+  if (t == nullptr) return;
+  ConfigSection s(t, "pflow", cfg.file);
+  const std::optional<std::string> collector = s.string("collector");
+  if (!collector)
+    s.fail("collector", "required in [pflow]: the collector's \"address:port\" (e.g. \"192.0.2.10:4739\")");
+  if (!split_host_port(*collector, cfg.pflow.host, cfg.pflow.port)) {
+    s.fail("collector",
+           "expected \"address:port\" (e.g. \"192.0.2.10:4739\", \"[2001:db8::10]:4739\"), got \"" +
+               *collector + "\"");
+  }
+  cfg.pflow.collector = *collector;
+  if (auto v = s.string("source")) {
+    boost::system::error_code ec;
+    const auto source = boost::asio::ip::make_address(*v, ec);
+    if (ec) s.fail("source", "expected an IPv4 or IPv6 address, got \"" + *v + "\"");
+    const bool v6 = boost::asio::ip::make_address(cfg.pflow.host).is_v6();
+    if (source.is_v6() != v6) {
+      s.fail("source", std::string("expected an address of the collector's family (") +
+                           (v6 ? "IPv6" : "IPv4") + "), got \"" + *v + "\"");
+    }
+    cfg.pflow.source = *v;
+  }
+  if (auto v = s.integer("observation_domain", 0, std::numeric_limits<uint32_t>::max())) {
+    cfg.pflow.observation_domain = static_cast<uint32_t>(*v);
+  }
+  s.finish();
+}
+
 void parse_engine(Config& cfg, const toml::table* t) {
   ConfigSection s(t, "engine", cfg.file);
   if (auto v = s.integer("shards", 1, 4096)) {
@@ -223,8 +252,8 @@ Config parse_config(std::string_view text, const std::string& file_name) {
     throw ConfigError(line);
   }
 
-  static constexpr std::array<std::string_view, 9> kSections = {
-      "node", "queue", "rules", "log", "control", "metrics", "engine", "sync", "failover"};
+  static constexpr std::array<std::string_view, 10> kSections = {
+      "node", "queue", "rules", "log", "control", "metrics", "engine", "pflow", "sync", "failover"};
   for (auto&& [key, value] : root) {
     bool known = false;
     for (auto name : kSections) known = known || key.str() == name;
@@ -246,6 +275,7 @@ Config parse_config(std::string_view text, const std::string& file_name) {
   parse_control(cfg, root["control"].as_table());
   parse_metrics(cfg, root["metrics"].as_table());
   parse_engine(cfg, root["engine"].as_table());
+  parse_pflow(cfg, root["pflow"].as_table());
   if (auto* t = root["sync"].as_table()) cfg.sync = *t;
   if (auto* t = root["failover"].as_table()) cfg.failover = *t;
   cfg.document = std::move(root);

@@ -79,6 +79,17 @@ struct MetricsConfig {
   bool enabled() const { return !listen.empty(); }
 };
 
+// [pflow]: where the flows of the states whose rule says (pflow) go, as IPFIX over UDP (pflow(4)'s
+// flowdst, flowsrc and pflowproto 10).
+struct PflowConfig {
+  std::string collector;  // "address:port"; "" (no [pflow]): the flows are counted, not sent
+  std::string host;       // parsed from collector
+  uint16_t port = 0;
+  std::string source;                          // the address to send from; "": the kernel's choice
+  std::optional<uint32_t> observation_domain;  // default: [node] id
+  bool enabled() const { return !collector.empty(); }
+};
+
 struct EngineSection {
   uint32_t shards = 64;                 // power of two
   std::optional<uint32_t> state_limit;  // overrides the rule file's `set limit states`
@@ -93,6 +104,7 @@ struct Config {
   ControlConfig control;
   MetricsConfig metrics;
   EngineSection engine;
+  PflowConfig pflow;
   // Validated by pairwall::sync::parse_sync_config / pairwall::failover::parse_failover_config.
   std::optional<toml::table> sync;
   std::optional<toml::table> failover;

@@ -437,12 +437,15 @@ void Worker::emit(const StateRecord& record) noexcept {
 Engine::Engine(EngineConfig config)
     : config_(config),
       sources_(config.shards, hash_key_from(config), rules::RuleSet().source_node_limit()),
+      flows_(config.flow_log_capacity),
       states_(config.shards, hash_key_from(config),
               config.initial_state_limit != 0 ? config.initial_state_limit : rules::RuleSet().state_limit(),
               &sources_),
       rules_(empty_rules()),
       next_state_counter_(std::max<uint64_t>(config.first_state_counter, 1)),
-      control_events_(config.control_ring_capacity) {}
+      control_events_(config.control_ring_capacity) {
+  states_.set_flow_log(&flows_);
+}
 
 void Engine::load_rules(std::shared_ptr<const rules::RuleSet> rules, std::optional<uint32_t> state_limit) {
   // Outside rules_mutex_: set_limit() takes the shard locks, and apply() reads the rules while
@@ -1281,7 +1284,7 @@ bool Engine::by_state(Worker& worker, std::span<uint8_t> bytes, const Parsed& pa
         // opens it, as pf_test_state_tcp lets it. Tracked by the old state, the other end's SYN
         // was refused until the state expired, or within its windows passed past the rules.
         emit_delete(worker, *state);
-        states_.erase(state);
+        states_.erase(state, FlowEnd::EndOfFlow);
       } else if (syn_only && tcp_state_established(sender, receiver)) {
         // A SYN on an established connection, most often from an end that rebooted and connects
         // again from the same port (an NFS client's): pf_test_state answers it with the ACK its
@@ -2115,7 +2118,7 @@ bool Engine::apply(const StateRecord& record, Millis now) {
       // The creator's newer state on a key its older one held (the port used again): the creator
       // holds one state a key, so the older one is gone there, its delete still on the way behind
       // this insert. Kept, the older would turn the newer away until a resync.
-      states_.erase(state);
+      states_.erase(state, FlowEnd::EndOfFlow);
       state = create();
     }
     if (status != StateTable::CreateStatus::Created) {

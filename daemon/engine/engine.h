@@ -112,6 +112,7 @@ struct EngineConfig {
   std::size_t shards = 64;                      // power of two; one lock each
   std::size_t event_ring_capacity = 1 << 16;    // per worker
   std::size_t control_ring_capacity = 1 << 16;  // changes made off the packet path (expiry, kill)
+  std::size_t flow_log_capacity = 1 << 12;      // flows of (pflow) states awaiting their exporter
   // The state limit the table's index is sized for until a rule set names its own (`set limit
   // states`); 0 for pf's default. A table sized for far more states than it will hold costs
   // nothing but memory; one that must grow its index rehashes under its shard locks.
@@ -354,6 +355,9 @@ class Engine {
   // State changes made outside the packet path (expiry of this node's states, flush, kill), for
   // sync. Produced by the one control thread that calls expire(), flush_states() and kill_states().
   SpscRing<StateRecord>& control_events() { return control_events_; }
+  // The flows of the states whose rule says (pflow), left as the states go (flow_log.h).
+  FlowLog& flows() noexcept { return flows_; }
+  const FlowLog& flows() const noexcept { return flows_; }
   uint64_t control_events_lost() const { return control_events_lost_.load(std::memory_order_relaxed); }
 
   // The record sync sends for an entry (kind Insert), with the remaining lifetime at `now`.
@@ -454,6 +458,7 @@ class Engine {
   EngineConfig config_;
   InterfaceRegistry interfaces_;
   SourceTable sources_;  // before states_: the states' nodes go back to it when they are freed
+  FlowLog flows_;        // the same: the states' flows go to it
   StateTable states_;
   mutable std::mutex rules_mutex_;
   std::shared_ptr<const rules::RuleSet> rules_;

@@ -699,7 +699,23 @@ void StateTable::attach_translators(Handle& handle, TranslatorRefs refs,
 }
 
 // The one place an entry leaves the table.
-void StateTable::unlink_and_free(StateEntry* e) noexcept {
+void StateTable::unlink_and_free(StateEntry* e, FlowEnd end) noexcept {
+  // Only the flows this node forwarded: a state learned from the peer and never taken over passed
+  // no packet here.
+  if (flows_ != nullptr && e->creator != nullptr && e->creator->pflow &&
+      (e->packets[0] | e->packets[1]) != 0) {
+    FlowRecord flow;
+    flow.stack = e->key(0);
+    flow.wire = e->key(1);
+    for (int side = 0; side < 2; ++side) {
+      flow.packets[side] = e->packets[side];
+      flow.bytes[side] = e->bytes[side];
+    }
+    flow.created = e->created;
+    flow.last_seen = e->last_seen;
+    flow.end = end;
+    flows_->push(flow);
+  }
   fold_counters(*e);
   if (e->creator != nullptr) e->creator->stats->states_current.fetch_sub(1, std::memory_order_relaxed);
   for (rules::RuleStats* stats : translator_stats(*e)) {
@@ -732,9 +748,9 @@ void StateTable::unlink_and_free(StateEntry* e) noexcept {
   count_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void StateTable::erase(Handle& handle) noexcept {
+void StateTable::erase(Handle& handle, FlowEnd end) noexcept {
   if (!handle) return;
-  unlink_and_free(handle.get());
+  unlink_and_free(handle.get(), end);
   handle.release();
 }
 
@@ -756,6 +772,19 @@ Millis unscaled(Millis left, double scale) {
 
 std::size_t StateTable::expire(Millis now, const std::function<void(const StateEntry&)>& on_expired,
                                double timeout_scale) {
+  return remove_expired(now, on_expired, timeout_scale, false);
+}
+
+std::size_t StateTable::remove_expired(Millis now, const std::function<void(const StateEntry&)>& on_expired,
+                                       double timeout_scale, bool forced) {
+  // A TCP state that expires closing or closed ends a connection that closed; any other, one that
+  // fell idle.
+  const auto flow_end = [forced](const StateEntry& e) {
+    if (forced) return FlowEnd::ForcedEnd;
+    const bool closed = e.timeout == TimeoutClass::TcpClosing || e.timeout == TimeoutClass::TcpFinWait ||
+                        e.timeout == TimeoutClass::TcpClosed;
+    return closed ? FlowEnd::EndOfFlow : FlowEnd::IdleTimeout;
+  };
   std::size_t removed = 0;
   for (uint16_t s = 0; s < shards_.size(); ++s) {
     Shard& shard = *shards_[s];
@@ -798,7 +827,7 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
             break;
           }
           if (on_expired) on_expired(*e);
-          unlink_and_free(e);
+          unlink_and_free(e, flow_end(*e));
           ++removed;
         }
       });
@@ -816,7 +845,7 @@ std::size_t StateTable::expire(Millis now, const std::function<void(const StateE
       if (q.head == cross && cross->home == s && cross->wire_shard == other &&
           cross->last_seen + scaled(q.duration, timeout_scale) <= now) {
         if (on_expired) on_expired(*cross);
-        unlink_and_free(cross);
+        unlink_and_free(cross, flow_end(*cross));
         ++removed;
       }
     }
@@ -829,7 +858,7 @@ std::size_t StateTable::clear(const std::function<void(const StateEntry&)>& on_r
   for (;;) {
     // Expiring everything at "the end of time" removes each entry exactly once, with the same
     // cross-shard locking discipline as expire().
-    const std::size_t n = expire(Millis::max() / 2, on_removed);
+    const std::size_t n = remove_expired(Millis::max() / 2, on_removed, 1.0, true);
     removed += n;
     if (n == 0) break;
   }

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/engine/flow_log.h"
 #include "daemon/engine/rules/ruleset.h"
 #include "daemon/engine/siphash.h"
 #include "daemon/engine/source_table.h"
@@ -272,8 +273,13 @@ class StateTable {
   void prefetch_bucket(uint64_t hash) const noexcept;
   void prefetch_entry(uint64_t hash) noexcept;
 
-  // Removes the entry the handle holds; the handle becomes empty.
-  void erase(Handle& handle) noexcept;
+  // Removes the entry the handle holds; the handle becomes empty. `end`: why its flow ended, for
+  // a flow log.
+  void erase(Handle& handle, FlowEnd end = FlowEnd::ForcedEnd) noexcept;
+
+  // Where the entries whose creating rule says (pflow) leave their flow as they are removed
+  // (nullptr: nowhere). Set before the table is used; must outlive it.
+  void set_flow_log(FlowLog* log) noexcept { flows_ = log; }
 
   // Removes every entry whose last_seen + queue duration * timeout_scale <= now (the scale of
   // adaptive timeouts, 1 without). `on_expired` sees each entry (under its lock) before it is
@@ -329,7 +335,10 @@ class StateTable {
   uint16_t shard_index(uint64_t hash) const noexcept;
   uint64_t id_hash(const StateId& id) const noexcept;
   void lock_pair(Handle& handle, uint16_t a, uint16_t b) noexcept;
-  void unlink_and_free(StateEntry* entry) noexcept;
+  void unlink_and_free(StateEntry* entry, FlowEnd end) noexcept;
+  // expire(); `forced`: every entry removed is a forced end (clear()), not an expiry.
+  std::size_t remove_expired(Millis now, const std::function<void(const StateEntry&)>& on_expired,
+                             double timeout_scale, bool forced);
 
   SipKey key_;
   std::vector<std::unique_ptr<Shard>> shards_;
@@ -338,6 +347,7 @@ class StateTable {
   std::atomic<std::size_t> count_{0};
   std::atomic<uint32_t> limit_;
   SourceTable* sources_;  // may be null: then no entry has a source
+  FlowLog* flows_ = nullptr;
 };
 
 }  // namespace pairwall::engine

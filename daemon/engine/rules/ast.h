@@ -105,6 +105,7 @@ struct StateOptions {
   bool keep_state = true;   // pf: pass keeps state unless `no state`
   uint32_t max_states = 0;  // (max N); 0 = no per-rule limit
   bool no_sync = false;     // (no-sync): the states are not sent to the sync peer
+  bool pflow = false;       // (pflow): each state's flow is exported when the state goes (pflow(4))
   bool sloppy = false;      // (sloppy): TCP states track flags only, no sequence windows
   bool modulate = false;    // `modulate state`: TCP states shift each end's sequence numbers
   bool synproxy = false;    // `synproxy state`: this node completes a TCP handshake before the server sees it

@@ -393,6 +393,7 @@ std::string filter_text(const FilterRule& r) {
     std::vector<std::string> options;
     if (r.state.max_states != 0) options.push_back("max " + std::to_string(r.state.max_states));
     if (r.state.no_sync) options.push_back("no-sync");
+    if (r.state.pflow) options.push_back("pflow");
     if (r.state.sloppy) options.push_back("sloppy");
     if (r.state.if_bound) options.push_back(*r.state.if_bound ? "if-bound" : "floating");
     if (r.state.max_src_nodes != 0)
@@ -949,6 +950,7 @@ class Compiler {
       c.keep_state = r.action == Action::Pass && r.state.keep_state;
       c.max_states = r.state.max_states;
       c.no_sync = r.state.no_sync;
+      c.pflow = r.state.pflow;
       c.sloppy = r.state.sloppy;
       c.if_bound = c.keep_state && r.state.if_bound.value_or(false);
       c.modulate = r.state.modulate;

@@ -1634,7 +1634,7 @@ class Parser {
           fail_at(name, "'" + name.text + "' contradicts '" + other + "' given at " + where(said->second));
         state.if_bound = name.text == "if-bound";
       } else if (name.text == "pflow") {
-        fail_at(name, "'pflow' is not supported: there is no flow export here");
+        state.pflow = true;
       } else if (name.text == "sloppy") {
         // A node that sees one direction of a connection cannot turn back what it shifted in it.
         if (state.modulate || state.synproxy)

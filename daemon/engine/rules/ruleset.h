@@ -98,6 +98,7 @@ struct CompiledRule {
   bool keep_state = true;
   uint32_t max_states = 0;
   bool no_sync = false;        // (no-sync): its states stay on this node (pfsync's no-sync)
+  bool pflow = false;          // (pflow): its states' flows are exported when they go (FlowLog)
   bool sloppy = false;         // (sloppy): its TCP states are tracked without sequence windows
   bool if_bound = false;       // (if-bound), or `set state-policy if-bound`: see StateEntry::bound
   bool modulate = false;       // `modulate state`: its TCP states shift each end's sequence numbers

@@ -20,8 +20,8 @@ def lan(require_root):
 
 @pytest.fixture
 def daemon_factory(lan, tmp_path):
-    """daemon_factory(fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None, mark=None) -> a started
-    Daemon."""
+    """daemon_factory(fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None, mark=None, sections="")
+    -> a started Daemon; `sections`: more of pairwall.toml."""
     started = []
 
     def make(**kwargs):

@@ -242,7 +242,7 @@ class Daemon:
     """pairwalld in the fw namespace, with pairwallctl to talk to it."""
 
     def __init__(self, lan, work: Path, fail_open=False, queues=1, rules=RULES, hooks="forward", pcap=None,
-                 mark=None):
+                 mark=None, sections=""):
         self.lan = lan
         self.work = work
         self.bin = bin_dir()
@@ -257,7 +257,7 @@ class Daemon:
         self.config.write_text(CONFIG.format(queues=queues, fail_open=str(fail_open).lower(), rules=self.rules,
                                              socket=self.socket, hooks=hooks,
                                              pcap=f'pcap_file = "{pcap}"' if pcap else "",
-                                             mark=f"mark = {mark:#x}" if mark else ""))
+                                             mark=f"mark = {mark:#x}" if mark else "") + sections)
         self.log = work / "pairwalld.log"
         self.proc = None
 

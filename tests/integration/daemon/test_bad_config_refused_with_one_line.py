@@ -11,6 +11,8 @@ from daemon_net import Daemon
     ("[queue]\nfail_open = \"yes\"\n", "[queue] fail_open: expected true or false, got \"yes\""),
     ("[metrics]\nlisten = \"nowhere\"\n", "[metrics] listen: expected \"address:port\""),
     ("[bogus]\nx = 1\n", "[bogus]: unknown section"),
+    ("[pflow]\ncollector = \"10.77.2.2:4739\"\nsource = \"fd77:2::1\"\n",
+     "[pflow] source: expected an address of the collector's family (IPv4), got \"fd77:2::1\""),
 ])
 def test_bad_config_refused_with_one_line(lan, tmp_path, extra, message):
     fw = Daemon(lan, tmp_path)

@@ -64,6 +64,7 @@ TEST_CASE("config: a minimal file gets the documented defaults", "[config]") {
   CHECK(c.engine.shards == 64);
   CHECK_FALSE(c.engine.state_limit.has_value());
   CHECK_FALSE(c.sync.has_value());
+  CHECK_FALSE(c.pflow.enabled());
   CHECK_FALSE(c.failover.has_value());
 }
 
@@ -167,6 +168,16 @@ TEST_CASE("config: small variations that are valid", "[config]") {
   CHECK(parse("[engine]\nstate_limit = 1\n").engine.state_limit == 1u);
   CHECK(parse("[log]\nlevel = \"off\"\n").log.level == "off");
   CHECK(parse("[queue]\nexclude_interfaces = []\n").queue.exclude_interfaces.empty());
+  {
+    const Config c = parse("[pflow]\ncollector = \"[2001:db8::10]:4739\"\nsource = \"2001:db8::1\"\n");
+    CHECK(c.pflow.enabled());
+    CHECK(c.pflow.host == "2001:db8::10");
+    CHECK(c.pflow.port == 4739);
+    CHECK(c.pflow.source == "2001:db8::1");
+    CHECK_FALSE(c.pflow.observation_domain.has_value());
+    CHECK(parse("[pflow]\ncollector = \"192.0.2.10:2055\"\nobservation_domain = 0\n")
+              .pflow.observation_domain == 0u);
+  }
   CHECK(parse_config("[node]\nid = 1\n[rules]\nfile = \"/abs/pf.conf\"\n", "/etc/pairwall/pairwall.toml")
             .rules.file == "/abs/pf.conf");
 }
@@ -259,6 +270,17 @@ TEST_CASE("config: bad values are refused with one line naming file, section and
       {"[engine]\nshards = 8192\n", "pairwall.toml: [engine] shards: expected 1..4096, got 8192"},
       {"[engine]\nstate_limit = 0\n", "pairwall.toml: [engine] state_limit: expected 1..4294967295, got 0"},
       {"[queue]\ncout = 2\n", "pairwall.toml: [queue] cout: unknown key"},
+      {"[pflow]\nsource = \"192.0.2.1\"\n",
+       "pairwall.toml: [pflow] collector: required in [pflow]: the collector's \"address:port\" (e.g. "
+       "\"192.0.2.10:4739\")"},
+      {"[pflow]\ncollector = \"collector:4739\"\n",
+       "pairwall.toml: [pflow] collector: expected \"address:port\" (e.g. \"192.0.2.10:4739\", "
+       "\"[2001:db8::10]:4739\"), got \"collector:4739\""},
+      {"[pflow]\ncollector = \"192.0.2.10:4739\"\nsource = \"2001:db8::1\"\n",
+       "pairwall.toml: [pflow] source: expected an address of the collector's family (IPv4), got "
+       "\"2001:db8::1\""},
+      {"[pflow]\ncollector = \"192.0.2.10:4739\"\nflowdst = 1\n",
+       "pairwall.toml: [pflow] flowdst: unknown key"},
       {"[log]\nfile = \"x\"\n", "pairwall.toml: [log] file: unknown key"},
       {"[engine]\n[engine.sub]\nx = 1\n", "pairwall.toml: [engine] sub: unknown key"},
       {"[bogus]\nx = 1\n", "pairwall.toml: [bogus]: unknown section"},

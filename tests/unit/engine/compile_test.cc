@@ -1261,15 +1261,17 @@ TEST_CASE("set state-defaults: the state options of pass rules that write no sta
           "[compile]") {
   InterfaceRegistry ifs;
   auto set = compile_ok(
-      "set state-defaults no-sync, max 5, udp.first 10\n"
+      "set state-defaults no-sync, max 5, udp.first 10, pflow\n"
       "pass in all\n"
       "pass in all keep state\n"
       "pass in all no state\n"
       "block in all\n",
       ifs);
   REQUIRE(set->size() == 4);
-  CHECK(set->rule(0).text == "pass in all keep state (max 5, no-sync, udp.first 10)");
+  CHECK(set->rule(0).text == "pass in all keep state (max 5, no-sync, pflow, udp.first 10)");
   CHECK(set->rule(0).no_sync);
+  CHECK(set->rule(0).pflow);
+  CHECK_FALSE(set->rule(1).pflow);
   CHECK(set->rule(0).max_states == 5);
   CHECK(set->rule(0).timeout(TimeoutClass::UdpFirst, set->timeouts()) == std::chrono::seconds(10));
   CHECK(set->rule(1).text == "pass in all keep state");

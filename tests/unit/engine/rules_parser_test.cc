@@ -1273,8 +1273,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
        "t.conf:1:16: there are no SYN cookies: answer SYN floods with 'synproxy state' on the rules that "
        "pass "
        "them"},
-      {"set state-defaults no-sync, pflow",
-       "t.conf:1:29: 'pflow' is not supported: there is no flow export here"},
+      {"set state-defaults no-sync, pflow, pflow",
+       "t.conf:1:36: duplicate state option 'pflow': already given at line 1, column 29"},
       {"set fail-policy reject", "t.conf:1:17: expected 'drop' or 'return', got 'reject'"},
       {"set keepcounters yes", "t.conf:1:18: expected end of line, got 'yes'"},
       {"scrub in all fragment crop",
