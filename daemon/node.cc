@@ -74,6 +74,9 @@ constexpr control::Setting kTakenByReload[] = {
     {"queue", "rcvbuf_bytes"},
     {"engine", "state_limit"},
     {"metrics", "listen"},
+    {"pflow", "collector"},
+    {"pflow", "source"},
+    {"pflow", "observation_domain"},
 };
 // And the sync link's, where sync runs (SyncService::move_link), as pfsync takes a new syncdev or
 // syncpeer on a running interface.
@@ -294,8 +297,9 @@ engine::EngineConfig engine_config(const control::Config& c, uint64_t boot_epoch
   config.node_id = c.node.id;
   config.shards = c.engine.shards;
   config.first_state_counter = control::first_state_counter(boot_epoch);
-  // A second's flows of a heavy churn of (pflow) states: 152 bytes each, reserved twice.
-  if (c.pflow.enabled()) config.flow_log_capacity = 1 << 17;
+  // A second's flows of a heavy churn of (pflow) states, 152 bytes each, reserved twice: address
+  // space until (pflow) states go, and with or without [pflow] now, since a reload may add it.
+  config.flow_log_capacity = 1 << 17;
   return config;
 }
 
@@ -613,9 +617,10 @@ class Node {
     }
     w.family("pairwall_pflow_flows_total", T::Counter,
              "Flows of (pflow) states, by what became of them: sent to the [pflow] collector, lost in "
-             "messages the socket refused, or dropped for want of room (no [pflow] collector takes them).");
+             "messages the socket refused, unsent (no [pflow] collector), or dropped for want of room.");
     w.sample({{"result", "sent"}}, flow_exporter_ ? flow_exporter_->flows_sent() : uint64_t{0});
     w.sample({{"result", "send_failed"}}, flow_exporter_ ? flow_exporter_->flows_lost() : uint64_t{0});
+    w.sample({{"result", "unsent"}}, flows_unsent_);
     w.sample({{"result", "dropped"}}, engine_.flows().dropped());
     w.family("pairwall_pflow_messages_total", T::Counter, "IPFIX messages sent to the [pflow] collector.");
     w.sample(flow_exporter_ ? flow_exporter_->messages_sent() : uint64_t{0});
@@ -661,17 +666,16 @@ class Node {
   // config again, as a restart would, and takes what it names now (kTakenByReload): the [rules] file
   // (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level and
   // pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy, length,
-  // buffer and GSO), [sync] defer and the sync link (kTakenBySyncLink), [metrics] listen, the sync
-  // and failover keys (key_file, accept_key_file), so that a pair changes its keys without a
-  // restart, which would hand the group over with the peer's states unsynced (README "Changing the
-  // keys"), and what the builtin election
-  // changes on a running group as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among
-  // them). All or nothing: the keys are read and the VIPs and the state limit given to the rules
-  // before they are compiled (and a pcap log's directory checked), and the rest taken after they are
-  // published; what the kernel or the file system refuses then is told with the answer. The other
-  // settings need a restart: those that differ from the running ones are warned about with the rules'
-  // warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running set
-  // stays. `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
+  // buffer and GSO), [sync] defer and the sync link (kTakenBySyncLink), [metrics] listen, [pflow],
+  // the sync and failover keys (key_file, accept_key_file), so that a pair changes its keys without
+  // a restart, which would hand the group over with the peer's states unsynced (README "Changing
+  // the keys"), and what the builtin election changes on a running group as carp(4) takes it from
+  // ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the VIPs and the
+  // state limit given to the rules before they are compiled (and a pcap log's directory checked), and the
+  // rest taken after they are published; what the kernel or the file system refuses then is told with the
+  // answer. The other settings need a restart: those that differ from the running ones are warned about with
+  // the rules' warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running
+  // set stays. `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;
@@ -722,7 +726,7 @@ class Node {
         const std::string sync_link = sync_now ? take_sync_link(*sync_now, *now.sync) : std::string();
         for (std::string error : {sync_link, take_pcap_log(who, now.log), take_queue_limits(who, now.queue),
                                   take_hooks(who, now.queue), take_queue_flags(who, now.queue),
-                                  take_metrics_listen(who, now.metrics)}) {
+                                  take_metrics_listen(who, now.metrics), take_pflow(who, now)}) {
           if (!error.empty()) result.warnings.push_back(std::move(error));
         }
         take_log_level(who, now.log.level);
@@ -801,6 +805,25 @@ class Node {
     spdlog::info("{}: metrics {} -> {}", who, metrics_.enabled() ? metrics_.listen : "off",
                  next.enabled() ? "http://" + next.listen + "/metrics" : "off");
     metrics_ = next;
+    return {};
+  }
+
+  // [pflow]: the collector moved, turned on or off. A new exporter sends the templates again; one
+  // that cannot open its socket leaves the running one.
+  std::string take_pflow(std::string_view who, const control::Config& next) {
+    const io::FlowExportConfig wanted = flow_export_config(next);
+    if (next.pflow.enabled() == (flow_exporter_ != nullptr) &&
+        (!flow_exporter_ || wanted == flow_exporter_->config()))
+      return {};
+    const std::string before = flow_exporter_ ? flow_exporter_->config().collector() : "off";
+    try {
+      flow_exporter_ =
+          next.pflow.enabled() ? std::make_unique<io::FlowExporter>(engine_.flows(), wanted) : nullptr;
+    } catch (const std::exception& e) {
+      spdlog::error("{}: {}", who, e.what());
+      return e.what();
+    }
+    spdlog::info("{}: pflow {} -> {}", who, before, flow_exporter_ ? wanted.collector() : "off");
     return {};
   }
 
@@ -915,7 +938,14 @@ class Node {
   void on_expiry_tick(const boost::system::error_code& ec) {
     if (ec) return;
     engine_.expire(monotonic_now());
-    if (flow_exporter_) flow_exporter_->export_flows(monotonic_now(), std::chrono::system_clock::now());
+    if (flow_exporter_) {
+      flow_exporter_->export_flows(monotonic_now(), std::chrono::system_clock::now());
+    } else {
+      // Without a collector (none named, or a reload took it out) they go, counted, rather than
+      // wait to reach the next one late.
+      engine_.flows().take(unsent_flows_);
+      flows_unsent_ += unsent_flows_.size();
+    }
     if (const std::string error = epoch_floor_.update(engine_.next_state_counter()); !error.empty())
       spdlog::warn("{}", error);
     if (!sync_service_) {
@@ -1077,6 +1107,8 @@ class Node {
   control::MetricsRegistry registry_;
   std::unique_ptr<io::PcapLog> pcap_;
   std::unique_ptr<io::FlowExporter> flow_exporter_;
+  std::vector<engine::FlowRecord> unsent_flows_;
+  uint64_t flows_unsent_ = 0;
   std::unique_ptr<io::NfQueue> queues_;
   std::unique_ptr<QueueDataPlane> data_plane_;
   control::ProgressWatch watch_{kStuckAfter};

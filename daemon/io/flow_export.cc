@@ -102,6 +102,11 @@ void put_templates(std::vector<uint8_t>& out) {
 
 }  // namespace
 
+std::string FlowExportConfig::collector() const {
+  const bool v6 = collector_host.find(':') != std::string::npos;
+  return (v6 ? "[" + collector_host + "]" : collector_host) + ":" + std::to_string(collector_port);
+}
+
 IpfixWriter::IpfixWriter(uint32_t observation_domain, std::size_t max_message)
     : domain_(observation_domain), max_message_(max_message) {
   // Room for the header, the templates and one flow of the larger family.

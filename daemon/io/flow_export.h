@@ -74,6 +74,9 @@ struct FlowExportConfig {
   uint16_t collector_port = 0;
   std::string source;  // "": the kernel's choice
   uint32_t observation_domain = 0;
+
+  std::string collector() const;  // "host:port", "[v6]:port"
+  friend bool operator==(const FlowExportConfig&, const FlowExportConfig&) = default;
 };
 
 // The socket and the writer: takes the engine's flows and sends them, from the node's loop.

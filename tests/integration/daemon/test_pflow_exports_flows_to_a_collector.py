@@ -68,11 +68,21 @@ def number(record, ie):
     return int.from_bytes(record[ie], "big")
 
 
-def test_pflow_exports_flows_to_a_collector(lan, daemon_factory, tmp_path):
-    received = tmp_path / "collector.hex"
-    collector = lan.topo.spawn(lan.server, [lan.python, "-c", COLLECTOR, SERVER4, str(COLLECTOR_PORT), str(received)],
+def start_collector(lan, path, port):
+    collector = lan.topo.spawn(lan.server, [lan.python, "-c", COLLECTOR, SERVER4, str(port), str(path)],
                                stdout=subprocess.PIPE)
     assert "listening" in read_line(collector, 10)
+    return collector
+
+
+def collected(path):
+    lines = path.read_text().split() if path.exists() else []
+    return read_ipfix([bytes.fromhex(l) for l in lines])
+
+
+def test_pflow_exports_flows_to_a_collector(lan, daemon_factory, tmp_path):
+    received = tmp_path / "collector.hex"
+    collector = start_collector(lan, received, COLLECTOR_PORT)
     fw = daemon_factory(rules=RULES_PFLOW,
                         sections=f'\n[pflow]\ncollector = "{SERVER4}:{COLLECTOR_PORT}"\nobservation_domain = 77\n')
     for family in (4, 6):
@@ -83,13 +93,9 @@ def test_pflow_exports_flows_to_a_collector(lan, daemon_factory, tmp_path):
     for proto in ("udp", "tcp", "icmp"):
         fw.ctl("states", "kill", "proto", proto)
 
-    def records():
-        lines = received.read_text().split() if received.exists() else []
-        return read_ipfix([bytes.fromhex(l) for l in lines])
-
-    wait_until(lambda: len(records()[0]) >= 8, 10, what="8 records (4 flows) at the collector")
+    wait_until(lambda: len(collected(received)[0]) >= 8, 10, what="8 records (4 flows) at the collector")
     settle()
-    found, headers = records()
+    found, headers = collected(received)
     assert len(found) == 8, found
     assert all(domain == 77 for _, domain in headers)
     by_flow = {}
@@ -118,3 +124,41 @@ def test_pflow_exports_flows_to_a_collector(lan, daemon_factory, tmp_path):
     assert 'pairwall_pflow_flows_total{result="sent"} 4' in text, text
     assert 'pairwall_pflow_flows_total{result="dropped"} 0' in text
     lan.topo.stop(collector)
+
+
+def test_reload_moves_the_pflow_collector(lan, daemon_factory, tmp_path):
+    """[pflow] collector moved by a reload, then taken out: the next flows go to the new collector,
+    the templates first, then nowhere (dropped and counted)."""
+    first, second = tmp_path / "first.hex", tmp_path / "second.hex"
+    collectors = [start_collector(lan, first, COLLECTOR_PORT), start_collector(lan, second, COLLECTOR_PORT + 1)]
+    fw = daemon_factory(rules=RULES_PFLOW, sections=f'\n[pflow]\ncollector = "{SERVER4}:{COLLECTOR_PORT}"\n')
+
+    def one_flow():
+        assert lan.udp(4)["result"] == "ok"
+        fw.ctl("states", "kill", "proto", "udp")
+
+    one_flow()
+    wait_until(lambda: len(collected(first)[0]) == 2, 10, what="the first flow at the first collector")
+
+    text = fw.config.read_text()
+    fw.config.write_text(text.replace(f":{COLLECTOR_PORT}", f":{COLLECTOR_PORT + 1}"))
+    answer = fw.ctl("reload")
+    assert "which a reload does not take" not in answer.stdout + answer.stderr
+    wait_until(lambda: f"pflow {SERVER4}:{COLLECTOR_PORT} -> {SERVER4}:{COLLECTOR_PORT + 1}" in fw.log_text(), 5,
+               what="the move in the log")
+    one_flow()
+    wait_until(lambda: len(collected(second)[0]) == 2, 10, what="the second flow at the second collector")
+    found, headers = collected(second)
+    assert headers[0][0] == 0  # a new transport session: its sequence starts again
+    assert len(collected(first)[0]) == 2
+
+    fw.config.write_text(text.split("\n[pflow]")[0] + "\n")
+    fw.ctl("reload")
+    wait_until(lambda: "-> off" in fw.log_text(), 5, what="pflow off in the log")
+    one_flow()
+    wait_until(lambda: 'pairwall_pflow_flows_total{result="unsent"} 1' in
+               lan.fw.exec("curl", "-s", "http://127.0.0.1:9477/metrics").stdout, 10, what="the flow unsent")
+    settle()
+    assert len(collected(first)[0]) == 2 and len(collected(second)[0]) == 2
+    for c in collectors:
+        lan.topo.stop(c)
