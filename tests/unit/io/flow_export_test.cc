@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "daemon/engine/address.h"
@@ -276,13 +277,15 @@ TEST_CASE("IPFIX: flows split across messages within the size, sequence numbers 
 }
 
 TEST_CASE("the exporter sends the log's flows to the collector, templates first", "[io][pflow]") {
+  const std::string loopback = GENERATE(std::string("127.0.0.1"), std::string("::1"));
+  INFO(loopback);
   boost::asio::io_context io;
   boost::asio::ip::udp::socket collector(
-      io, boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+      io, boost::asio::ip::udp::endpoint(boost::asio::ip::make_address(loopback), 0));
   const timeval wait{2, 0};
   REQUIRE(::setsockopt(collector.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait) == 0);
   engine::FlowLog log(16);
-  io::FlowExporter exporter(log, {"127.0.0.1", collector.local_endpoint().port(), "127.0.0.1", 9});
+  io::FlowExporter exporter(log, {loopback, collector.local_endpoint().port(), loopback, 9});
   REQUIRE(log.push(nat_flow()));
   exporter.export_flows(engine::Millis{10'000},
                         std::chrono::system_clock::time_point(std::chrono::seconds(100)));
