@@ -667,15 +667,16 @@ class Node {
   // (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level and
   // pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy, length,
   // buffer and GSO), [sync] defer and the sync link (kTakenBySyncLink), [metrics] listen, [pflow],
-  // the sync and failover keys (key_file, accept_key_file), so that a pair changes its keys without
-  // a restart, which would hand the group over with the peer's states unsynced (README "Changing
-  // the keys"), and what the builtin election changes on a running group as carp(4) takes it from
-  // ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the VIPs and the
-  // state limit given to the rules before they are compiled (and a pcap log's directory checked), and the
-  // rest taken after they are published; what the kernel or the file system refuses then is told with the
-  // answer. The other settings need a restart: those that differ from the running ones are warned about with
-  // the rules' warnings. Nothing thrown on the way (a compile out of memory) may end the daemon: the running
-  // set stays. `who` names the reload's cause in the log: "SIGHUP", or "reload" for the request.
+  // the sync and failover keys (key_file, accept_key_file), so that a pair changes its keys without a
+  // restart, which would hand the group over with the peer's states unsynced (README "Changing the
+  // keys"), and what the builtin election changes on a running group as carp(4) takes it from
+  // ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the VIPs
+  // and the state limit given to the rules before they are compiled (and a pcap log's directory
+  // checked), and the rest taken after they are published; what the kernel or the file system refuses
+  // then is told with the answer. The other settings need a restart: those that differ from the
+  // running ones are warned about with the rules' warnings. Nothing thrown on the way (a compile out
+  // of memory) may end the daemon: the running set stays. `who` names the reload's cause in the log:
+  // "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;

@@ -5,7 +5,7 @@
 //
 // A node records the flows it forwarded: a state learned from the sync peer whose packets this
 // node never saw leaves nothing, so that a pair's collector counts each connection once (in two
-// records, each node's part, when it failed over in between).
+// parts, each node's own, when it failed over in between).
 #pragma once
 
 #include <atomic>
@@ -19,7 +19,7 @@
 
 namespace pairwall::engine {
 
-// Why a flow ended: IPFIX's flowEndReason values (RFC 7012 5.11.9).
+// Why a flow ended: the values of IPFIX's flowEndReason (information element 136).
 enum class FlowEnd : uint8_t {
   IdleTimeout = 1,  // its state expired idle
   EndOfFlow = 3,    // the connection closed (a TCP state expired closing or closed, or gave way to a new one)
