@@ -197,7 +197,6 @@ FlowExporter::FlowExporter(engine::FlowLog& log, FlowExportConfig config)
     throw std::runtime_error(where + ": " + what + ": " + reason);
   };
   sockaddr_storage local{};
-  sockaddr_storage remote{};
   socklen_t length = 0;
   const auto fill = [&](sockaddr_storage& out, const boost::asio::ip::address& a, uint16_t port) {
     if (a.is_v6()) {
@@ -217,13 +216,20 @@ FlowExporter::FlowExporter(engine::FlowLog& log, FlowExportConfig config)
     }
   };
   if (!config_.source.empty()) {
+    // The source may be a VIP the peer holds now: bound all the same (freebind), this node's
+    // messages fail until it holds the address, counted, rather than keep the node from starting.
+    const int on = 1;
+    if (::setsockopt(fd_, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_FREEBIND : IP_FREEBIND, &on, sizeof on) !=
+        0)
+      fail("cannot bind to an address the node may not hold yet (freebind)");
     fill(local, boost::asio::ip::make_address(config_.source), 0);
     if (::bind(fd_, reinterpret_cast<const sockaddr*>(&local), length) != 0)
       fail("cannot send from " + config_.source);
   }
-  fill(remote, collector, config_.collector_port);
-  // Connected: the kernel picks the route and the source once, and send() needs no address.
-  if (::connect(fd_, reinterpret_cast<const sockaddr*>(&remote), length) != 0) fail("cannot reach it");
+  // Unconnected: a collector the node has no route to yet (at boot) costs the messages sent
+  // meanwhile, counted, and not the start.
+  fill(collector_, collector, config_.collector_port);
+  collector_length_ = length;
 }
 
 FlowExporter::~FlowExporter() {
@@ -241,8 +247,9 @@ void FlowExporter::export_flows(engine::Millis engine_now, std::chrono::system_c
   const bool templates = templates_due_;
   for (const IpfixMessage& message :
        writer_.write(taken_, wall_ms - engine_now.count(), export_time, templates)) {
-    if (::send(fd_, message.bytes.data(), message.bytes.size(), 0) ==
-        static_cast<ssize_t>(message.bytes.size())) {
+    if (::sendto(fd_, message.bytes.data(), message.bytes.size(), 0,
+                 reinterpret_cast<const sockaddr*>(&collector_),
+                 collector_length_) == static_cast<ssize_t>(message.bytes.size())) {
       ++messages_sent_;
       flows_sent_ += message.flows;
     } else {

@@ -28,6 +28,8 @@
 // that starts later learns them then (RFC 7011 8.4).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -83,7 +85,8 @@ struct FlowExportConfig {
 class FlowExporter {
  public:
   // Opens the socket toward the collector. Throws std::runtime_error naming the collector and what
-  // failed (the source address not this node's, a collector the node has no route to).
+  // failed (a source address of the wrong family). A collector without a route, or a source the
+  // node does not hold (yet), costs the messages sent meanwhile, counted as send errors.
   FlowExporter(engine::FlowLog& log, FlowExportConfig config);
   ~FlowExporter();
   FlowExporter(const FlowExporter&) = delete;
@@ -104,6 +107,8 @@ class FlowExporter {
   FlowExportConfig config_;
   IpfixWriter writer_;
   int fd_ = -1;
+  sockaddr_storage collector_{};
+  socklen_t collector_length_ = 0;
   std::vector<engine::FlowRecord> taken_;
   std::chrono::steady_clock::time_point templates_sent_{};
   bool templates_due_ = true;
