@@ -593,6 +593,37 @@ TEST_CASE("a multicast service reads its own group's datagrams, not those of ano
   s.stop();
 }
 
+TEST_CASE("a multicast link moved to another group reads that group's datagrams, no longer the old one's",
+          "[sync][service][reload]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine e(node_config(1));
+  SyncConfig c = config_for("", "", port);
+  c.group = "224.0.0.240";
+  SyncService s(e, c, 1);
+  s.start();
+  c.group = "224.0.0.242";
+  REQUIRE(s.move_link(c).empty());
+  control::SyncStatus status;
+  s.fill_status(&status);
+  CHECK(status.peer_address() == "224.0.0.242");
+
+  boost::asio::io_context io;
+  auto sender = sender_with_ttl(io, "127.0.0.1", kLinkTtl);
+  ip_mreqn out{};
+  out.imr_ifindex = static_cast<int>(::if_nametoindex("lo"));
+  REQUIRE(::setsockopt(sender.native_handle(), IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) == 0);
+  // The old group's first: had the service kept it, it would be counted before the new group's.
+  for (const char* group : {"224.0.0.240", "224.0.0.242"}) {
+    sender.send_to(boost::asio::buffer(junk_datagram()),
+                   boost::asio::ip::udp::endpoint(boost::asio::ip::make_address(group), port));
+  }
+  REQUIRE(wait_for([&] { return junk_dropped(s) >= 1; }, std::chrono::milliseconds(2000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(junk_dropped(s) == 1);
+  s.stop();
+}
+
 // A service whose peer is its own address hears its own datagrams back, with the TTL it sent them
 // with (loopback takes none off): they get as far as the sender check, which refuses our own id.
 TEST_CASE("over loopback, datagrams leave with TTL 255 and any other TTL is dropped as bad_ttl",
