@@ -388,21 +388,36 @@ TEST_CASE("a service refuses an address and port another socket holds", "[sync][
   running.stop();
 }
 
+// Two services over loopback, A (node 1, 127.0.0.1) and B (node 2, 127.0.0.2), started, each with
+// the other's table; A's ring stands in for a worker's.
+struct LoopbackPair {
+  explicit LoopbackPair(uint16_t port)
+      : a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1),
+        b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2) {
+    a.add_ring(ring_a);
+    a.start();
+    b.start();
+    REQUIRE(wait_for([&] { return a.bulk_done() && b.bulk_done(); }, std::chrono::milliseconds(5000)));
+  }
+  ~LoopbackPair() {
+    a.stop();
+    b.stop();
+  }
+  engine::Engine engine_a{node_config(1)};
+  engine::Engine engine_b{node_config(2)};
+  engine::SpscRing<StateRecord> ring_a{1024};
+  SyncService a;
+  SyncService b;
+};
+
 // pfsync's syncdev and syncpeer change on a running interface; here a reload moves the link.
 TEST_CASE("a reload moves the link: changes made while the two nodes' links differ reach the peer after",
           "[sync][service][reload]") {
   if (skipped_without_root()) return;
   const uint16_t port = free_port();
   const uint16_t moved_port = free_port();
-  engine::Engine engine_a(node_config(1));
-  engine::Engine engine_b(node_config(2));
-  engine::SpscRing<StateRecord> ring_a(1024);
-  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
-  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
-  a.add_ring(ring_a);
-  a.start();
-  b.start();
-  REQUIRE(wait_for([&] { return a.bulk_done() && b.bulk_done(); }, std::chrono::milliseconds(5000)));
+  LoopbackPair pair(port);
+  auto& [engine_a, engine_b, ring_a, a, b] = pair;
   REQUIRE(ring_a.push(state(1, 1)));
   REQUIRE(wait_for([&] { return has(engine_b, {1, 1}); }, std::chrono::milliseconds(2000)));
 
@@ -441,23 +456,14 @@ TEST_CASE("a reload moves the link: changes made while the two nodes' links diff
   }
   REQUIRE(wait_for([&] { return junk_dropped(a) == junk_before + 1; }, std::chrono::milliseconds(2000)));
   CHECK(dropped(a, DropReason::BadTtl) == 0);
-  a.stop();
-  b.stop();
 }
 
 TEST_CASE("a move the kernel refuses, or one to another address family, keeps the running link",
           "[sync][service][reload]") {
   if (skipped_without_root()) return;
   const uint16_t port = free_port();
-  engine::Engine engine_a(node_config(1));
-  engine::Engine engine_b(node_config(2));
-  engine::SpscRing<StateRecord> ring_a(1024);
-  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
-  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
-  a.add_ring(ring_a);
-  a.start();
-  b.start();
-  REQUIRE(wait_for([&] { return a.bulk_done() && b.bulk_done(); }, std::chrono::milliseconds(5000)));
+  LoopbackPair pair(port);
+  auto& [engine_a, engine_b, ring_a, a, b] = pair;
 
   boost::asio::io_context io;
   const uint16_t taken_port = free_port();
@@ -482,8 +488,6 @@ TEST_CASE("a move the kernel refuses, or one to another address family, keeps th
   a.fill_status(&status_a);
   CHECK(status_a.peer_address() == "127.0.0.2");
   CHECK(dropped(b, DropReason::BadTtl) == 0);  // still sent with ttl_security's 255
-  a.stop();
-  b.stop();
 }
 
 TEST_CASE("datagrams the socket refuses are counted for the metrics", "[sync][service]") {
