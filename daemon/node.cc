@@ -84,6 +84,13 @@ constexpr control::Setting kTakenBySyncLink[] = {
     {"sync", "interface"}, {"sync", "address"}, {"sync", "peer"},
     {"sync", "group"},     {"sync", "port"},    {"sync", "ttl_security"},
 };
+// And the sync protocol's timing and limits there (SyncService::retune).
+constexpr control::Setting kTakenBySyncTuning[] = {
+    {"sync", "flush_interval_ms"},
+    {"sync", "bulk_timeout_min_s"},
+    {"sync", "pending_limit"},
+    {"sync", "peer_node_id"},
+};
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
     {"failover", "advskew"},
@@ -666,17 +673,17 @@ class Node {
   // config again, as a restart would, and takes what it names now (kTakenByReload): the [rules] file
   // (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level and
   // pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy, length,
-  // buffer and GSO), [sync] defer and the sync link (kTakenBySyncLink), [metrics] listen, [pflow],
-  // the sync and failover keys (key_file, accept_key_file), so that a pair changes its keys without a
-  // restart, which would hand the group over with the peer's states unsynced (README "Changing the
-  // keys"), and what the builtin election changes on a running group as carp(4) takes it from
-  // ifconfig (kTakenByElection, the VIPs among them). All or nothing: the keys are read and the VIPs
-  // and the state limit given to the rules before they are compiled (and a pcap log's directory
-  // checked), and the rest taken after they are published; what the kernel or the file system refuses
-  // then is told with the answer. The other settings need a restart: those that differ from the
-  // running ones are warned about with the rules' warnings. Nothing thrown on the way (a compile out
-  // of memory) may end the daemon: the running set stays. `who` names the reload's cause in the log:
-  // "SIGHUP", or "reload" for the request.
+  // buffer and GSO), [sync] defer, the sync link and timing (kTakenBySyncLink, kTakenBySyncTuning),
+  // [metrics] listen, [pflow], the sync and failover keys (key_file, accept_key_file), so that a pair
+  // changes its keys without a restart, which would hand the group over with the peer's states
+  // unsynced (README "Changing the keys"), and what the builtin election changes on a running group
+  // as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or nothing: the
+  // keys are read and the VIPs and the state limit given to the rules before they are compiled (and a
+  // pcap log's directory checked), and the rest taken after they are published; what the kernel or
+  // the file system refuses then is told with the answer. The other settings need a restart: those
+  // that differ from the running ones are warned about with the rules' warnings. Nothing thrown on
+  // the way (a compile out of memory) may end the daemon: the running set stays. `who` names the
+  // reload's cause in the log: "SIGHUP", or "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;
@@ -697,7 +704,10 @@ class Node {
         if (election->driver != failover::Driver::Builtin) election.reset();
       }
       std::vector<control::Setting> taken(std::begin(kTakenByReload), std::end(kTakenByReload));
-      if (sync_now) taken.insert(taken.end(), std::begin(kTakenBySyncLink), std::end(kTakenBySyncLink));
+      if (sync_now) {
+        taken.insert(taken.end(), std::begin(kTakenBySyncLink), std::end(kTakenBySyncLink));
+        taken.insert(taken.end(), std::begin(kTakenBySyncTuning), std::end(kTakenBySyncTuning));
+      }
       if (election) {
         taken.insert(taken.end(), std::begin(kTakenByElection), std::end(kTakenByElection));
         if (election->vips != failover_->service().vips()) {
@@ -721,7 +731,10 @@ class Node {
                      result.rule_count, engine_.states().size());
         for (const std::string& warning : result.warnings) spdlog::warn("{}: {}", who, warning);
         if (sync_now || election) spdlog::info("{}: keys re-read from {}", who, now.file);
-        if (sync_now) take_defer(who, *sync_now);
+        if (sync_now) {
+          take_defer(who, *sync_now);
+          sync_service_->retune(*sync_now);
+        }
         // What the kernel or the file system refuses now is told in the answer too. The sync link
         // moves before the hooks, which leave its interface unqueued.
         const std::string sync_link = sync_now ? take_sync_link(*sync_now, *now.sync) : std::string();

@@ -187,6 +187,20 @@ class SyncProtocol {
   void set_ack_inserts_at_once(bool at_once) noexcept { config_.ack_inserts_at_once = at_once; }
   // ProtocolConfig::ttl_security, for a sync link moved by a reload.
   void set_ttl_security(bool on) noexcept { config_.ttl_security = on; }
+  // What a reload may change of the rest: each read where it is used, so it holds from the next
+  // flush, the next bulk, the next change queued, the next datagram heard.
+  struct Tuning {
+    Micros flush_interval;
+    Micros bulk_timeout_min;
+    std::size_t pending_limit;
+    uint32_t peer_node_id;
+  };
+  void retune(const Tuning& t) noexcept {
+    config_.flush_interval = t.flush_interval;
+    config_.bulk_timeout_min = t.bulk_timeout_min;
+    config_.pending_limit = t.pending_limit;
+    config_.peer_node_id = t.peer_node_id;
+  }
 
   // This node's initial bulk ended (or timed out): until then it must not become master.
   bool bulk_done() const noexcept { return initial_bulk_done_; }

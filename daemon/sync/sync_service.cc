@@ -444,6 +444,20 @@ std::string SyncService::take_link(const SyncConfig& next) {
   return refused;
 }
 
+void SyncService::retune(const SyncConfig& next) {
+  const SyncProtocol::Tuning tuning{std::chrono::duration_cast<Micros>(next.flush_interval),
+                                    std::chrono::duration_cast<Micros>(next.bulk_timeout_min),
+                                    next.pending_limit, next.peer_node_id};
+  if (!running_) {
+    config_.flush_interval = next.flush_interval;
+    config_.bulk_timeout_min = next.bulk_timeout_min;
+    config_.pending_limit = next.pending_limit;
+    config_.peer_node_id = next.peer_node_id;
+    return;
+  }
+  asio::post(io_, [this, tuning] { protocol_->retune(tuning); });
+}
+
 void SyncService::set_defer(bool enabled, std::chrono::milliseconds timeout) {
   config_.defer = enabled;
   config_.defer_timeout = timeout;

@@ -89,6 +89,10 @@ class SyncService final : public control::SyncControl {
   // family's headers) and is refused so. Control thread; waits for the sync thread.
   std::string move_link(const SyncConfig& next);
 
+  // [sync] flush_interval_ms, bulk_timeout_min_s, pending_limit and peer_node_id from a reload,
+  // taken on the sync thread before its next datagram (SyncProtocol::retune). Control thread.
+  void retune(const SyncConfig& next);
+
   // This node's initial bulk ended (or timed out): until then failover keeps it demoted. Any thread.
   bool bulk_done() const noexcept { return bulk_done_.load(std::memory_order_acquire); }
 

@@ -1,7 +1,8 @@
 """The sync link moved by a reload, as `ifconfig pfsync0 syncpeer Y` moves a running pfsync: no
 restart, which would hand the group over and drop the hooks for a moment.
 
-The pair's sync link gets new addresses and another port. Node A takes them first, so that for a
+The pair's sync link gets new addresses and another port (and its flush interval, bulk timeout and
+pending limit others, which the reload takes as well). Node A takes them first, so that for a
 while the nodes' links differ and what A sends meanwhile is lost; once B takes them too, those
 connections' states reach B with the ones opened after. A move to an address the node does not
 have is refused in the reload's answer, and the running link keeps syncing."""
@@ -16,11 +17,12 @@ UNTAKEN = "which a reload does not take"
 REFUSED = "[sync] link not moved"
 
 
-def move(node, own, peer, port):
-    """Rewrites node's [sync] address, peer and port and reloads it: the reload's answer."""
+def move(node, own, peer, port, extra=""):
+    """Rewrites node's [sync] address, peer and port (and appends `extra` to the section) and reloads
+    it: the reload's answer."""
     text = node.config.read_text()
     lines = [l for l in text.splitlines() if not l.startswith(("address = ", "peer = ", "port = "))]
-    lines.append(f'address = "{own}"\npeer = "{peer}"\nport = {port}')
+    lines.append(f'address = "{own}"\npeer = "{peer}"\nport = {port}\n{extra}')
     node.config.write_text("\n".join(lines) + "\n")
     out = node.ctl("reload")
     answer = out.stdout + out.stderr
@@ -48,8 +50,10 @@ def test_reload_moves_the_sync_link(make_pair):
     for name, node in (("fwA", a), ("fwB", b)):
         node.ns.exec("ip", "address", "add", f"{MOVED[name]}/30", "dev", "sync0")
 
-    # A moves alone: B hears nothing from it until B moves too.
-    assert REFUSED not in move(a, MOVED["fwA"], MOVED["fwB"], MOVED_PORT)
+    # A moves alone: B hears nothing from it until B moves too. The protocol's timing and limits
+    # change with it, taken as well.
+    assert REFUSED not in move(a, MOVED["fwA"], MOVED["fwB"], MOVED_PORT,
+                               "flush_interval_ms = 5\nbulk_timeout_min_s = 10\npending_limit = 500000\n")
     wait_until(lambda: f"{MOVED['fwB']} port {MOVED_PORT}" in a.log_text(), 5, what="fwA's move in its log")
     assert listening(a) == {f"{MOVED['fwA']}%sync0:{MOVED_PORT}"}, listening(a)
     connect(pair, 5)

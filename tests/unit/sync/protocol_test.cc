@@ -227,6 +227,48 @@ TEST_CASE("window moves wait for the flush interval, then go out together", "[sy
   CHECK(data == 1);  // five updates, one datagram
 }
 
+// A reload's [sync] flush_interval_ms, pending_limit and peer_node_id, taken by a running protocol.
+TEST_CASE("a retune holds from the next flush, the next change queued and the next datagram heard",
+          "[sync][protocol][reload]") {
+  Pair p;
+  p.config_a.flush_interval = ms(1000);
+  settle(p);
+  auto r = make_insert(1, 1);
+  r.src.state = r.dst.state = static_cast<uint8_t>(TcpState::Established);
+  p.change(true, r);
+  p.run(ms(50));
+  REQUIRE(p.store_b.states.count(r.id) == 1);
+  const auto tuned = [&](Micros flush, std::size_t pending, uint32_t peer) {
+    return SyncProtocol::Tuning{flush, p.config_a.bulk_timeout_min, pending, peer};
+  };
+
+  p.change(true, update_of(r, 500));
+  p.run(ms(100));
+  CHECK(p.store_b.states.at(r.id).src.seqlo == r.src.seqlo);  // waits for its second
+  p.a->retune(tuned(ms(10), p.config_a.pending_limit, 0));
+  p.run(ms(15));
+  CHECK(p.store_b.states.at(r.id).src.seqlo == r.src.seqlo + 500);
+
+  // A pending limit lowered: past it, changes for a peer that does not answer are let go.
+  p.a_to_b.up = false;
+  p.b_to_a.up = false;
+  p.run(ms(1000));
+  p.a->retune(tuned(ms(10), 5, 0));
+  for (uint64_t i = 2; i <= 20; ++i) p.change(true, make_insert(1, i));
+  CHECK(p.a->counters().pending_overflows > 0);
+  p.a_to_b.up = true;
+  p.b_to_a.up = true;
+  p.run(ms(5000));
+  CHECK(p.tables_agree());
+
+  // B told to hear node 9 alone: node 1's datagrams are refused.
+  const uint64_t refused = drops(*p.b, DropReason::UnknownSender);
+  p.b->retune(SyncProtocol::Tuning{p.config_b.flush_interval, p.config_b.bulk_timeout_min,
+                                   p.config_b.pending_limit, 9});
+  p.run(ms(500));
+  CHECK(drops(*p.b, DropReason::UnknownSender) > refused);
+}
+
 TEST_CASE("a datagram's worth of records goes out without waiting, filled to the MTU", "[sync][protocol]") {
   Pair p;
   p.config_a.flush_interval = ms(1000);

@@ -458,6 +458,25 @@ TEST_CASE("a reload moves the link: changes made while the two nodes' links diff
   CHECK(dropped(a, DropReason::BadTtl) == 0);
 }
 
+TEST_CASE("a reload's peer_node_id and flush interval reach the running protocol",
+          "[sync][service][reload]") {
+  if (skipped_without_root()) return;
+  LoopbackPair pair(free_port());
+  auto& [engine_a, engine_b, ring_a, a, b] = pair;
+  SyncConfig tuned = config_for("127.0.0.2", "127.0.0.1", 0);
+  tuned.peer_node_id = 9;  // B hears node 9 alone from now on
+  const uint64_t refused = dropped(b, DropReason::UnknownSender);
+  b.retune(tuned);
+  REQUIRE(wait_for([&] { return dropped(b, DropReason::UnknownSender) > refused; },
+                   std::chrono::milliseconds(3000)));
+  REQUIRE(ring_a.push(state(1, 1)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(has(engine_b, {1, 1}));
+  tuned.peer_node_id = 0;
+  b.retune(tuned);
+  REQUIRE(wait_for([&] { return has(engine_b, {1, 1}); }, std::chrono::milliseconds(5000)));
+}
+
 TEST_CASE("a move the kernel refuses, or one to another address family, keeps the running link",
           "[sync][service][reload]") {
   if (skipped_without_root()) return;
