@@ -1,17 +1,19 @@
 #include "daemon/io/flow_export.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/asio/ip/address.hpp>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
+#include "daemon/engine/checksum.h"
+
 namespace pairwall::io {
 namespace {
+
+using udp = boost::asio::ip::udp;
 
 constexpr std::size_t kMessageHeader = 16;
 constexpr std::size_t kSetHeader = 4;
@@ -38,28 +40,26 @@ constexpr std::size_t record_bytes(bool v6) {
 }
 constexpr std::size_t kTemplateSetBytes = kSetHeader + 2 * (4 + 4 * kFieldCount);
 
+// `n` more bytes at the end of `out`, to write with the engine's big-endian stores.
+uint8_t* grow(std::vector<uint8_t>& out, std::size_t n) {
+  out.resize(out.size() + n);
+  return out.data() + out.size() - n;
+}
 void put16(std::vector<uint8_t>& out, uint16_t v) {
-  out.push_back(static_cast<uint8_t>(v >> 8));
-  out.push_back(static_cast<uint8_t>(v));
+  engine::store_be16(grow(out, 2), v);
 }
 void put32(std::vector<uint8_t>& out, uint32_t v) {
-  put16(out, static_cast<uint16_t>(v >> 16));
-  put16(out, static_cast<uint16_t>(v));
+  engine::store_be32(grow(out, 4), v);
 }
 void put64(std::vector<uint8_t>& out, uint64_t v) {
   put32(out, static_cast<uint32_t>(v >> 32));
   put32(out, static_cast<uint32_t>(v));
 }
-void set16(std::vector<uint8_t>& out, std::size_t at, uint16_t v) {
-  out[at] = static_cast<uint8_t>(v >> 8);
-  out[at + 1] = static_cast<uint8_t>(v);
-}
 void put_address(std::vector<uint8_t>& out, engine::Family family, const engine::IpAddress& a) {
   if (family == engine::Family::V4) {
-    put32(out, a.v4_value());
+    a.to_v4_bytes(grow(out, 4));
   } else {
-    put64(out, a.hi);
-    put64(out, a.lo);
+    a.to_v6_bytes(grow(out, 16));
   }
 }
 
@@ -122,12 +122,13 @@ std::vector<IpfixMessage> IpfixWriter::write(std::span<const engine::FlowRecord>
   uint16_t set_id = 0;
   uint32_t records = 0;  // in the open message
   const auto close_set = [&] {
-    if (set_start != 0) set16(message, set_start + 2, static_cast<uint16_t>(message.size() - set_start));
+    if (set_start != 0)
+      engine::store_be16(&message[set_start + 2], static_cast<uint16_t>(message.size() - set_start));
     set_start = 0;
   };
   const auto close_message = [&] {
     close_set();
-    set16(message, 2, static_cast<uint16_t>(message.size()));
+    engine::store_be16(&message[2], static_cast<uint16_t>(message.size()));
     messages.push_back({std::move(message), records / 2});
     message.clear();
     sequence_ += records;
@@ -196,25 +197,6 @@ FlowExporter::FlowExporter(engine::FlowLog& log, FlowExportConfig config)
     fd_ = -1;
     throw std::runtime_error(where + ": " + what + ": " + reason);
   };
-  sockaddr_storage local{};
-  socklen_t length = 0;
-  const auto fill = [&](sockaddr_storage& out, const boost::asio::ip::address& a, uint16_t port) {
-    if (a.is_v6()) {
-      auto* s = reinterpret_cast<sockaddr_in6*>(&out);
-      s->sin6_family = AF_INET6;
-      s->sin6_port = htons(port);
-      const auto bytes = a.to_v6().to_bytes();
-      std::memcpy(&s->sin6_addr, bytes.data(), bytes.size());
-      s->sin6_scope_id = a.to_v6().scope_id();
-      length = sizeof(sockaddr_in6);
-    } else {
-      auto* s = reinterpret_cast<sockaddr_in*>(&out);
-      s->sin_family = AF_INET;
-      s->sin_port = htons(port);
-      s->sin_addr.s_addr = htonl(a.to_v4().to_uint());
-      length = sizeof(sockaddr_in);
-    }
-  };
   if (!config_.source.empty()) {
     // The source may be a VIP the peer holds now: bound all the same (freebind), this node's
     // messages fail until it holds the address, counted, rather than keep the node from starting.
@@ -222,14 +204,13 @@ FlowExporter::FlowExporter(engine::FlowLog& log, FlowExportConfig config)
     if (::setsockopt(fd_, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_FREEBIND : IP_FREEBIND, &on, sizeof on) !=
         0)
       fail("cannot bind to an address the node may not hold yet (freebind)");
-    fill(local, boost::asio::ip::make_address(config_.source), 0);
-    if (::bind(fd_, reinterpret_cast<const sockaddr*>(&local), length) != 0)
+    const udp::endpoint local(boost::asio::ip::make_address(config_.source), 0);
+    if (::bind(fd_, local.data(), static_cast<socklen_t>(local.size())) != 0)
       fail("cannot send from " + config_.source);
   }
   // Unconnected: a collector the node has no route to yet (at boot) costs the messages sent
   // meanwhile, counted, and not the start.
-  fill(collector_, collector, config_.collector_port);
-  collector_length_ = length;
+  collector_ = udp::endpoint(collector, config_.collector_port);
 }
 
 FlowExporter::~FlowExporter() {
@@ -238,18 +219,15 @@ FlowExporter::~FlowExporter() {
 
 void FlowExporter::export_flows(engine::Millis engine_now, std::chrono::system_clock::time_point wall_now) {
   log_.take(taken_);
-  const auto steady = std::chrono::steady_clock::now();
-  if (steady - templates_sent_ >= kTemplateInterval) templates_due_ = true;
-  if (taken_.empty() && !templates_due_) return;
+  const bool templates = !templates_sent_ || engine_now - *templates_sent_ >= kTemplateInterval;
+  if (taken_.empty() && !templates) return;
   const int64_t wall_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(wall_now.time_since_epoch()).count();
   const auto export_time = static_cast<uint32_t>(wall_ms / 1000);
-  const bool templates = templates_due_;
   for (const IpfixMessage& message :
        writer_.write(taken_, wall_ms - engine_now.count(), export_time, templates)) {
-    if (::sendto(fd_, message.bytes.data(), message.bytes.size(), 0,
-                 reinterpret_cast<const sockaddr*>(&collector_),
-                 collector_length_) == static_cast<ssize_t>(message.bytes.size())) {
+    if (::sendto(fd_, message.bytes.data(), message.bytes.size(), 0, collector_.data(),
+                 static_cast<socklen_t>(collector_.size())) == static_cast<ssize_t>(message.bytes.size())) {
       ++messages_sent_;
       flows_sent_ += message.flows;
     } else {
@@ -257,10 +235,7 @@ void FlowExporter::export_flows(engine::Millis engine_now, std::chrono::system_c
       flows_lost_ += message.flows;
     }
   }
-  if (templates) {
-    templates_due_ = false;
-    templates_sent_ = steady;
-  }
+  if (templates) templates_sent_ = engine_now;
 }
 
 }  // namespace pairwall::io

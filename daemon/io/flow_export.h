@@ -28,10 +28,10 @@
 // that starts later learns them then (RFC 7011 8.4).
 #pragma once
 
-#include <sys/socket.h>
-
+#include <boost/asio/ip/udp.hpp>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -107,11 +107,9 @@ class FlowExporter {
   FlowExportConfig config_;
   IpfixWriter writer_;
   int fd_ = -1;
-  sockaddr_storage collector_{};
-  socklen_t collector_length_ = 0;
+  boost::asio::ip::udp::endpoint collector_;
   std::vector<engine::FlowRecord> taken_;
-  std::chrono::steady_clock::time_point templates_sent_{};
-  bool templates_due_ = true;
+  std::optional<engine::Millis> templates_sent_;  // the engine's clock, as export_flows() is given it
   uint64_t flows_sent_ = 0;
   uint64_t messages_sent_ = 0;
   uint64_t send_errors_ = 0;

@@ -120,11 +120,8 @@ std::vector<uint8_t> bytes_of(const Record& r, uint16_t id) {
 }
 
 std::vector<uint8_t> v6_bytes(const char* text) {
-  const engine::IpAddress a = address(text);
-  std::vector<uint8_t> out;
-  for (const uint64_t half : {a.hi, a.lo}) {
-    for (int i = 7; i >= 0; --i) out.push_back(static_cast<uint8_t>(half >> (8 * i)));
-  }
+  std::vector<uint8_t> out(16);
+  address(text).to_v6_bytes(out.data());
   return out;
 }
 
@@ -307,6 +304,18 @@ TEST_CASE("the exporter sends the log's flows to the collector, templates first"
   exporter.export_flows(engine::Millis{11'000},
                         std::chrono::system_clock::time_point(std::chrono::seconds(101)));
   CHECK(exporter.messages_sent() == 1);
+  // Nothing new, the templates sent 30 s ago by the engine's clock: they go again, alone.
+  exporter.export_flows(engine::Millis{40'000},
+                        std::chrono::system_clock::time_point(std::chrono::seconds(130)));
+  REQUIRE(exporter.messages_sent() == 2);
+  buffer.assign(2048, 0);
+  const ssize_t again = ::recv(collector.native_handle(), buffer.data(), buffer.size(), 0);
+  REQUIRE(again > 0);
+  buffer.resize(static_cast<std::size_t>(again));
+  Templates fresh;
+  const Message repeat = read(buffer, fresh);
+  CHECK(repeat.had_templates);
+  CHECK(repeat.records.empty());
 }
 
 // A VIP as the source: the backup does not hold it, and must start all the same.
