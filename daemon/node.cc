@@ -310,7 +310,9 @@ engine::EngineConfig engine_config(const control::Config& c, uint64_t boot_epoch
   return config;
 }
 
-io::FlowExportConfig flow_export_config(const control::Config& c) {
+// [pflow], or nothing without a collector.
+std::optional<io::FlowExportConfig> flow_export_config(const control::Config& c) {
+  if (!c.pflow.enabled()) return std::nullopt;
   io::FlowExportConfig fc;
   fc.collector_host = c.pflow.host;
   fc.collector_port = c.pflow.port;
@@ -399,8 +401,8 @@ class Node {
       pc.workers = c_.queue.count;
       pcap_ = std::make_unique<io::PcapLog>(pc);
       // pflow: the flows of (pflow) states, taken every second (on_expiry_tick()).
-      if (c_.pflow.enabled())
-        flow_exporter_ = std::make_unique<io::FlowExporter>(engine_.flows(), flow_export_config(c_));
+      if (const auto pflow = flow_export_config(c_))
+        flow_exporter_ = std::make_unique<io::FlowExporter>(engine_.flows(), *pflow);
       std::optional<sync::SyncConfig> sync_config;
       if (c_.sync) sync_config = sync::parse_sync_config(*c_.sync, c_.file);
       const io::NfQueueConfig qc = queue_config(c_, sync_config);
@@ -825,19 +827,18 @@ class Node {
   // [pflow]: the collector moved, turned on or off. A new exporter sends the templates again; one
   // that cannot open its socket leaves the running one.
   std::string take_pflow(std::string_view who, const control::Config& next) {
-    const io::FlowExportConfig wanted = flow_export_config(next);
-    if (next.pflow.enabled() == (flow_exporter_ != nullptr) &&
-        (!flow_exporter_ || wanted == flow_exporter_->config()))
-      return {};
-    const std::string before = flow_exporter_ ? flow_exporter_->config().collector() : "off";
+    const std::optional<io::FlowExportConfig> wanted = flow_export_config(next);
+    const std::optional<io::FlowExportConfig> running =
+        flow_exporter_ ? std::optional(flow_exporter_->config()) : std::nullopt;
+    if (wanted == running) return {};
     try {
-      flow_exporter_ =
-          next.pflow.enabled() ? std::make_unique<io::FlowExporter>(engine_.flows(), wanted) : nullptr;
+      flow_exporter_ = wanted ? std::make_unique<io::FlowExporter>(engine_.flows(), *wanted) : nullptr;
     } catch (const std::exception& e) {
       spdlog::error("{}: {}", who, e.what());
       return e.what();
     }
-    spdlog::info("{}: pflow {} -> {}", who, before, flow_exporter_ ? wanted.collector() : "off");
+    spdlog::info("{}: pflow {} -> {}", who, running ? running->collector() : "off",
+                 wanted ? wanted->collector() : "off");
     return {};
   }
 
