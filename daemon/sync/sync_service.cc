@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <stdexcept>
+#include <tuple>
 
 #include "daemon/control/boot_epoch.h"
 
@@ -37,20 +38,19 @@ constexpr Micros kInterfaceCheckPeriod{1'000'000};        // how often the sync 
 
 constexpr std::chrono::seconds kMoveWait{2};  // the most a reload waits for the sync thread to move the link
 
-// [sync]'s settings of the link itself, which a reload may change (SyncService::move_link).
-bool same_link(const SyncConfig& a, const SyncConfig& b) {
-  return a.interface == b.interface && a.address == b.address && a.peer == b.peer && a.group == b.group &&
-         a.port == b.port && a.ttl_security == b.ttl_security;
+// [sync]'s settings of the link itself, which a reload may change (SyncService::move_link). Field
+// by field, never the whole struct: the control thread writes [sync] defer's fields meanwhile.
+template <typename Config>
+auto link_of(Config& c) {
+  return std::tie(c.interface, c.address, c.peer, c.group, c.port, c.ttl_security);
 }
 
-// Field by field: the control thread writes [sync] defer's fields of the same struct meanwhile.
+bool same_link(const SyncConfig& a, const SyncConfig& b) {
+  return link_of(a) == link_of(b);
+}
+
 void copy_link(const SyncConfig& from, SyncConfig& to) {
-  to.interface = from.interface;
-  to.address = from.address;
-  to.peer = from.peer;
-  to.group = from.group;
-  to.port = from.port;
-  to.ttl_security = from.ttl_security;
+  link_of(to) = link_of(from);
 }
 
 std::string peer_text(const SyncConfig& c) {
