@@ -128,6 +128,20 @@ uint64_t dropped(const SyncService& s, DropReason why) {
   return s.status().counters.drops[static_cast<std::size_t>(why)];
 }
 
+// A forged datagram to each of `groups` on `port`, in turn, from the link (TTL 255) by lo: a
+// service that reads only the last group's counts one.
+void junk_to_groups(std::initializer_list<const char*> groups, uint16_t port) {
+  boost::asio::io_context io;
+  auto sender = sender_with_ttl(io, "127.0.0.1", kLinkTtl);
+  ip_mreqn out{};
+  out.imr_ifindex = static_cast<int>(::if_nametoindex("lo"));
+  REQUIRE(::setsockopt(sender.native_handle(), IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) == 0);
+  for (const char* group : groups) {
+    sender.send_to(boost::asio::buffer(junk_datagram()),
+                   boost::asio::ip::udp::endpoint(boost::asio::ip::make_address(group), port));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("two services over loopback: bulk, live inserts, updates, deletes, status", "[sync][service]") {
@@ -600,16 +614,9 @@ TEST_CASE("a multicast service reads its own group's datagrams, not those of ano
   join.imr_multiaddr.s_addr = htonl(boost::asio::ip::make_address_v4("224.0.0.241").to_uint());
   join.imr_ifindex = static_cast<int>(lo);
   REQUIRE(::setsockopt(other.native_handle(), IPPROTO_IP, IP_ADD_MEMBERSHIP, &join, sizeof join) == 0);
-  auto sender = sender_with_ttl(io, "127.0.0.1", kLinkTtl);
-  ip_mreqn out{};
-  out.imr_ifindex = static_cast<int>(lo);
-  REQUIRE(::setsockopt(sender.native_handle(), IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) == 0);
 
   // The other group's first: had the service read it, it would be counted before its own group's.
-  for (const char* group : {"224.0.0.241", "224.0.0.240"}) {
-    sender.send_to(boost::asio::buffer(junk_datagram()),
-                   boost::asio::ip::udp::endpoint(boost::asio::ip::make_address(group), port));
-  }
+  junk_to_groups({"224.0.0.241", "224.0.0.240"}, port);
   REQUIRE(wait_for([&] { return junk_dropped(s) >= 1; }, std::chrono::milliseconds(2000)));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(junk_dropped(s) == 1);
@@ -631,16 +638,8 @@ TEST_CASE("a multicast link moved to another group reads that group's datagrams,
   s.fill_status(&status);
   CHECK(status.peer_address() == "224.0.0.242");
 
-  boost::asio::io_context io;
-  auto sender = sender_with_ttl(io, "127.0.0.1", kLinkTtl);
-  ip_mreqn out{};
-  out.imr_ifindex = static_cast<int>(::if_nametoindex("lo"));
-  REQUIRE(::setsockopt(sender.native_handle(), IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) == 0);
   // The old group's first: had the service kept it, it would be counted before the new group's.
-  for (const char* group : {"224.0.0.240", "224.0.0.242"}) {
-    sender.send_to(boost::asio::buffer(junk_datagram()),
-                   boost::asio::ip::udp::endpoint(boost::asio::ip::make_address(group), port));
-  }
+  junk_to_groups({"224.0.0.240", "224.0.0.242"}, port);
   REQUIRE(wait_for([&] { return junk_dropped(s) >= 1; }, std::chrono::milliseconds(2000)));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(junk_dropped(s) == 1);
