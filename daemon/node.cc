@@ -84,12 +84,13 @@ constexpr control::Setting kTakenBySyncLink[] = {
     {"sync", "interface"}, {"sync", "address"}, {"sync", "peer"},
     {"sync", "group"},     {"sync", "port"},    {"sync", "ttl_security"},
 };
-// And the sync protocol's timing and limits there (SyncService::retune).
+// And the sync protocol's timing, limits and datagram size there (SyncService::retune).
 constexpr control::Setting kTakenBySyncTuning[] = {
     {"sync", "flush_interval_ms"},
     {"sync", "bulk_timeout_min_s"},
     {"sync", "pending_limit"},
     {"sync", "peer_node_id"},
+    {"sync", "mtu"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
@@ -675,7 +676,7 @@ class Node {
   // config again, as a restart would, and takes what it names now (kTakenByReload): the [rules] file
   // (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level and
   // pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy, length,
-  // buffer and GSO), [sync] defer, the sync link and timing (kTakenBySyncLink, kTakenBySyncTuning),
+  // buffer and GSO), [sync] defer, the sync link, timing and MTU (kTakenBySyncLink, kTakenBySyncTuning),
   // [metrics] listen, [pflow], the sync and failover keys (key_file, accept_key_file), so that a pair
   // changes its keys without a restart, which would hand the group over with the peer's states
   // unsynced (README "Changing the keys"), and what the builtin election changes on a running group

@@ -95,9 +95,10 @@ SyncProtocol::SyncProtocol(const ProtocolConfig& config, std::span<const uint8_t
       store_(store),
       window_(config.send),
       rwin_(config.receive_window) {
-  config_.max_datagram = std::clamp(config_.max_datagram, kMinDatagram, kMaxPayload + kOverhead);
-  out_.resize(config_.max_datagram);
-  tx_budget_ = config_.max_datagram - kOverhead;
+  // Room for the largest datagram whatever the MTU: one kept for resending goes again as it was
+  // sent, after a reload that lowered the MTU too.
+  out_.resize(kMaxPayload + kOverhead);
+  set_max_datagram(config.max_datagram);
   last_keepalive_ = now - config_.keepalive_interval;
   // Bulk ids differ from one boot to the next, so that a transfer meant for an earlier boot (still
   // in the peer's resend window when this node restarted) is not taken for this one's.
@@ -1036,6 +1037,12 @@ PeerState SyncProtocol::peer_state(Micros now) const noexcept {
   return heard_by_peer ? PeerState::Up : PeerState::OneWay;
 }
 
+void SyncProtocol::set_max_datagram(std::size_t bytes) {
+  // A datagram is built and sent within one send_data(): none is half filled between two calls.
+  config_.max_datagram = std::clamp(bytes, kMinDatagram, kMaxPayload + kOverhead);
+  tx_budget_ = config_.max_datagram - kOverhead;
+}
+
 ProtocolStatus SyncProtocol::status(Micros now) const {
   ProtocolStatus s;
   s.peer_state = peer_state(now);
@@ -1052,6 +1059,7 @@ ProtocolStatus SyncProtocol::status(Micros now) const {
   s.bulk_done = initial_bulk_done_;
   s.bulk_request = bulk_transfer_ != 0 ? bulk_transfer_ : bulk_request_;
   s.bulk_end_count = bulk_end_count_;
+  s.max_datagram = config_.max_datagram;
   s.bulk_expected = bulk_expected_;
   s.bulk_received = bulk_received_;
   s.bulk_sending = bulk_sending_;

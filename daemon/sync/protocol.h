@@ -107,7 +107,8 @@ struct ProtocolStatus {
   uint32_t bulk_request = 0;
   uint64_t bulk_expected = 0;
   uint64_t bulk_received = 0;
-  uint64_t bulk_end_count = 0;  // what the last BulkEnd said was sent
+  uint64_t bulk_end_count = 0;   // what the last BulkEnd said was sent
+  std::size_t max_datagram = 0;  // UDP payload bytes a datagram fills up to
   bool bulk_sending = false;
   uint64_t bulk_send_total = 0;
   uint64_t bulk_send_done = 0;
@@ -187,6 +188,11 @@ class SyncProtocol {
   void set_ack_inserts_at_once(bool at_once) noexcept { config_.ack_inserts_at_once = at_once; }
   // ProtocolConfig::ttl_security, for a sync link moved by a reload.
   void set_ttl_security(bool on) noexcept { config_.ttl_security = on; }
+  // ProtocolConfig::max_datagram, for a reload that changed the link's MTU or address family: the
+  // datagrams sent from now on fill up to it (clamped as the constructor clamps it); those kept for
+  // resending go again as they were sent.
+  void set_max_datagram(std::size_t bytes);
+  std::size_t max_datagram() const noexcept { return config_.max_datagram; }
   // What a reload may change of the rest: each read where it is used, so it holds from the next
   // flush, the next bulk, the next change queued, the next datagram heard.
   struct Tuning {

@@ -42,7 +42,7 @@ constexpr std::chrono::seconds kMoveWait{2};  // the most a reload waits for the
 // by field, never the whole struct: the control thread writes [sync] defer's fields meanwhile.
 template <typename Config>
 auto link_of(Config& c) {
-  return std::tie(c.interface, c.address, c.peer, c.group, c.port, c.ttl_security);
+  return std::tie(c.interface, c.address, c.peer, c.group, c.ipv6, c.port, c.ttl_security);
 }
 
 bool same_link(const SyncConfig& a, const SyncConfig& b) {
@@ -63,11 +63,9 @@ std::string link_text(const SyncConfig& c) {
          (c.ttl_security ? "" : " (ttl_security off)");
 }
 
-// The protocol sizes its datagrams for the family's headers when it starts.
-std::string family_refused(const SyncConfig& running, const SyncConfig& next) {
-  if (next.ipv6 == running.ipv6) return {};
-  return "[sync] link not moved to " + link_text(next) +
-         ": a change of address family takes a restart; it stays " + link_text(running);
+// The UDP payload a datagram may fill: the link's MTU less the family's IP header and UDP's.
+std::size_t datagram_bytes(const SyncConfig& c) {
+  return c.mtu - (c.ipv6 ? 40 : 20) - 8;
 }
 
 Micros steady_now() {
@@ -336,8 +334,7 @@ void SyncService::start() {
   pc.peer_node_id = config_.peer_node_id;
   // Larger at every restart, which is what the peer's stale-epoch check needs.
   pc.epoch = epoch_ ? epoch_ : control::wall_clock_us();
-  const std::size_t ip_udp = (destination_.address().is_v6() ? 40 : 20) + 8;
-  pc.max_datagram = config_.mtu - ip_udp;
+  pc.max_datagram = datagram_bytes(config_);
   pc.flush_interval = std::chrono::duration_cast<Micros>(config_.flush_interval);
   pc.bulk_timeout_min = std::chrono::duration_cast<Micros>(config_.bulk_timeout_min);
   pc.send.capacity = config_.resend_window;
@@ -386,7 +383,6 @@ void SyncService::set_keys(std::vector<uint8_t> key, std::vector<uint8_t> accept
 
 std::string SyncService::move_link(const SyncConfig& next) {
   if (!running_) {
-    if (std::string refused = family_refused(config_, next); !refused.empty()) return refused;
     copy_link(next, config_);
     return {};
   }
@@ -402,7 +398,6 @@ std::string SyncService::move_link(const SyncConfig& next) {
 
 std::string SyncService::take_link(const SyncConfig& next) {
   if (same_link(config_, next)) return {};
-  if (std::string refused = family_refused(config_, next); !refused.empty()) return refused;
   const std::string from = link_text(config_);
   SyncConfig before;
   copy_link(config_, before);
@@ -431,6 +426,7 @@ std::string SyncService::take_link(const SyncConfig& next) {
   if (socket_.is_open()) arm_receive();
   if (refused.empty()) {
     protocol_->set_ttl_security(config_.ttl_security);
+    protocol_->set_max_datagram(datagram_bytes(config_));  // another family's headers
     {
       std::lock_guard lock(status_mutex_);
       peer_text_ = peer_text(config_);
@@ -453,9 +449,16 @@ void SyncService::retune(const SyncConfig& next) {
     config_.bulk_timeout_min = next.bulk_timeout_min;
     config_.pending_limit = next.pending_limit;
     config_.peer_node_id = next.peer_node_id;
+    config_.mtu = next.mtu;
     return;
   }
-  asio::post(io_, [this, tuning] { protocol_->retune(tuning); });
+  asio::post(io_, [this, tuning, mtu = next.mtu] {
+    protocol_->retune(tuning);
+    if (mtu == config_.mtu) return;
+    config_.mtu = mtu;
+    protocol_->set_max_datagram(datagram_bytes(config_));
+    spdlog::info("sync: mtu {}: datagrams up to {} bytes", mtu, protocol_->max_datagram());
+  });
 }
 
 void SyncService::set_defer(bool enabled, std::chrono::milliseconds timeout) {
@@ -813,6 +816,7 @@ void SyncService::fill_status(control::SyncStatus* out) {
       (*out->mutable_drops())[std::string(drop_reason_name(static_cast<DropReason>(i)))] = c.drops[i];
   }
   out->set_resend_window_depth(s.outstanding);
+  out->set_datagram_bytes(static_cast<uint32_t>(s.max_datagram));
   out->set_events_lost(events_lost_ ? events_lost_() : 0);
   out->set_peer_states_removed(c.peer_states_removed);
   out->set_rules_digest(s.rules_digest);

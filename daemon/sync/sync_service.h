@@ -85,12 +85,13 @@ class SyncService final : public control::SyncControl {
   // with them on the sync thread, and what the peer missed while the two nodes' links differed is
   // resent, or resynced, as after any outage. Returns what refused the move (the interface absent,
   // the address and port taken), the running link kept then; empty when moved or unchanged. A
-  // change of address family waits for a restart (the protocol sizes its datagrams for the
-  // family's headers) and is refused so. Control thread; waits for the sync thread.
+  // move to the other address family sizes the datagrams for its headers. Control thread; waits
+  // for the sync thread.
   std::string move_link(const SyncConfig& next);
 
-  // [sync] flush_interval_ms, bulk_timeout_min_s, pending_limit and peer_node_id from a reload,
-  // taken on the sync thread before its next datagram (SyncProtocol::retune). Control thread.
+  // [sync] flush_interval_ms, bulk_timeout_min_s, pending_limit, peer_node_id and mtu from a
+  // reload, taken on the sync thread before its next datagram (SyncProtocol::retune,
+  // set_max_datagram). Control thread.
   void retune(const SyncConfig& next);
 
   // This node's initial bulk ended (or timed out): until then failover keeps it demoted. Any thread.

@@ -409,7 +409,8 @@ std::string format_sync(const control::SyncStatus& s) {
     << "\n";
   o << "bulk          " << control::SyncStatus::BulkState_Name(s.bulk_state()) << ", " << s.bulk_received()
     << " of " << s.bulk_expected() << " states\n";
-  o << "datagrams     " << s.datagrams_sent() << " sent, " << s.datagrams_received() << " received\n";
+  o << "datagrams     " << s.datagrams_sent() << " sent, " << s.datagrams_received() << " received, up to "
+    << s.datagram_bytes() << " bytes\n";
   o << "messages      " << s.messages_sent() << " sent, " << s.messages_received() << " received\n";
   o << "reliability   " << s.resends() << " resends, " << s.gaps() << " gaps, " << s.resyncs()
     << " resyncs, resend window " << s.resend_window_depth() << ", events lost " << s.events_lost() << "\n";

@@ -101,3 +101,27 @@ def test_reload_moves_the_sync_link_to_another_interface(make_pair):
     wait_until(lambda: tcp_states(b) >= 10, 10, what="fwB has the connections opened after the move")
     pair.wait_peers_up()
     assert a.alive() and b.alive()
+
+
+def test_reload_moves_the_sync_link_to_ipv6_with_a_new_mtu(make_pair):
+    """As `ifconfig pfsync0 syncpeer Y mtu N`: the link moved to the other address family, its
+    datagrams sized for that family's headers and the new MTU (1280 less IPv6's 40 and UDP's 8)."""
+    pair = make_pair().start()
+    a, b = pair.a, pair.b
+    connect(pair, 5)
+    wait_until(lambda: tcp_states(b) >= 5, 5, what="fwB has the first connections")
+    assert a.sync_status()["datagram_bytes"] == 1500 - 20 - 8
+
+    moved = {"fwA": "fd88:9::5", "fwB": "fd88:9::6"}
+    for name, node in (("fwA", a), ("fwB", b)):
+        node.ns.exec("ip", "address", "add", f"{moved[name]}/64", "dev", "sync0", "nodad")
+    for name, other, node in (("fwA", "fwB", a), ("fwB", "fwA", b)):
+        assert REFUSED not in move(node, moved[name], moved[other], SYNC_PORT, "mtu = 1280\n")
+    wait_until(lambda: f"[{moved['fwA']}]%sync0:{SYNC_PORT}" in listening(a), 5, what="fwA's IPv6 socket")
+    assert listening(a) == {f"[{moved['fwA']}]%sync0:{SYNC_PORT}"}, listening(a)
+    pair.wait_peers_up()
+    assert a.sync_status()["peer_address"] == moved["fwB"]
+    assert a.sync_status()["datagram_bytes"] == 1280 - 40 - 8
+    connect(pair, 20)
+    wait_until(lambda: tcp_states(b) >= 25, 10, what="fwB has the connections opened after the move")
+    assert a.alive() and b.alive()

@@ -303,6 +303,55 @@ TEST_CASE("a datagram's worth of records goes out without waiting, filled to the
   CHECK(p.store_b.states.at(states[1999].id).src.seqlo == states[1999].src.seqlo + 100);
 }
 
+// A reload's [sync] mtu, or a move to the other address family: the size a running protocol fills
+// its datagrams to.
+TEST_CASE("a new datagram size holds from the next datagram; one kept for resending goes again whole",
+          "[sync][protocol][reload]") {
+  Pair p;
+  settle(p);
+  CHECK(p.a->status(p.now).max_datagram == 1452);
+  // Full datagrams that B never gets: A keeps them for resending.
+  p.a_to_b.up = false;
+  p.a_to_b.capture = true;
+  for (uint64_t i = 1; i <= 60; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(20));
+  uint64_t last_before = 0;
+  std::size_t largest_before = 0;
+  for (const auto& d : p.a_to_b.captured) {
+    const Header h = read_header(d.data());
+    last_before = std::max(last_before, h.seq);
+    largest_before = std::max(largest_before, d.size());
+  }
+  REQUIRE(last_before > 0);
+  REQUIRE(largest_before > 600);
+
+  p.a->set_max_datagram(600);
+  CHECK(p.a->max_datagram() == 600);
+  CHECK(p.a->status(p.now).max_datagram == 600);
+  p.a_to_b.captured.clear();
+  p.a_to_b.up = true;
+  for (uint64_t i = 61; i <= 120; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(3000));
+  std::size_t resent_whole = 0;
+  std::size_t largest_new = 0;
+  for (const auto& d : p.a_to_b.captured) {
+    const Header h = read_header(d.data());
+    if (h.seq != 0 && h.seq <= last_before) {
+      resent_whole += d.size() > 600;
+    } else {
+      CHECK(d.size() <= 600);
+      largest_new = std::max(largest_new, d.size());
+    }
+  }
+  CHECK(resent_whole > 0);
+  CHECK(largest_new > 600 - 150);  // filled up to the new size, within a record or so
+  CHECK(p.store_b.states.size() == 120);
+  CHECK(p.tables_agree());
+  // Clamped as at the start: never below what one record and the headers need.
+  p.a->set_max_datagram(10);
+  CHECK(p.a->max_datagram() == 256);
+}
+
 TEST_CASE("pending updates of one state coalesce into one message", "[sync][protocol]") {
   Pair p;
   settle(p);
