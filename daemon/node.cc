@@ -84,13 +84,10 @@ constexpr control::Setting kTakenBySyncLink[] = {
     {"sync", "interface"}, {"sync", "address"}, {"sync", "peer"},
     {"sync", "group"},     {"sync", "port"},    {"sync", "ttl_security"},
 };
-// And the sync protocol's timing, limits and datagram size there (SyncService::retune).
+// And the sync protocol's timing, limits, windows and datagram size there (SyncService::retune).
 constexpr control::Setting kTakenBySyncTuning[] = {
-    {"sync", "flush_interval_ms"},
-    {"sync", "bulk_timeout_min_s"},
-    {"sync", "pending_limit"},
-    {"sync", "peer_node_id"},
-    {"sync", "mtu"},
+    {"sync", "flush_interval_ms"}, {"sync", "bulk_timeout_min_s"}, {"sync", "pending_limit"},
+    {"sync", "peer_node_id"},      {"sync", "resend_window"},      {"sync", "mtu"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
@@ -676,14 +673,15 @@ class Node {
   // config again, as a restart would, and takes what it names now (kTakenByReload): the [rules] file
   // (even after `pairwallctl rules load` of another) with [engine] state_limit, the log level and
   // pcap log, the [queue] settings a running queue can change (its hooks, fail-open policy, length,
-  // buffer and GSO), [sync] defer, the sync link, timing and MTU (kTakenBySyncLink, kTakenBySyncTuning),
-  // [metrics] listen, [pflow], the sync and failover keys (key_file, accept_key_file), so that a pair
-  // changes its keys without a restart, which would hand the group over with the peer's states
-  // unsynced (README "Changing the keys"), and what the builtin election changes on a running group
-  // as carp(4) takes it from ifconfig (kTakenByElection, the VIPs among them). All or nothing: the
-  // keys are read and the VIPs and the state limit given to the rules before they are compiled (and a
-  // pcap log's directory checked), and the rest taken after they are published; what the kernel or
-  // the file system refuses then is told with the answer. The other settings need a restart: those
+  // buffer and GSO), [sync] defer, the sync link and the rest of [sync] (kTakenBySyncLink,
+  // kTakenBySyncTuning), [metrics] listen, [pflow], the sync and failover keys (key_file,
+  // accept_key_file), so that a pair changes its keys without a restart, which would hand the group
+  // over with the peer's states unsynced (README "Changing the keys"), and what the builtin
+  // election changes on a running group as carp(4) takes it from ifconfig (kTakenByElection, the
+  // VIPs among them). All or nothing: the keys are read and the VIPs and the state limit given to
+  // the rules before they are compiled (and a pcap log's directory checked), and the rest taken
+  // after they are published; what the kernel or the file system refuses then is told with the
+  // answer. The other settings need a restart: those
   // that differ from the running ones are warned about with the rules' warnings. Nothing thrown on
   // the way (a compile out of memory) may end the daemon: the running set stays. `who` names the
   // reload's cause in the log: "SIGHUP", or "reload" for the request.

@@ -1037,6 +1037,15 @@ PeerState SyncProtocol::peer_state(Micros now) const noexcept {
   return heard_by_peer ? PeerState::Up : PeerState::OneWay;
 }
 
+void SyncProtocol::retune(const Tuning& t) {
+  config_.flush_interval = t.flush_interval;
+  config_.bulk_timeout_min = t.bulk_timeout_min;
+  config_.pending_limit = t.pending_limit;
+  config_.peer_node_id = t.peer_node_id;
+  window_.set_capacity(t.resend_window);
+  rwin_.grow(t.receive_window);
+}
+
 void SyncProtocol::set_max_datagram(std::size_t bytes) {
   // A datagram is built and sent within one send_data(): none is half filled between two calls.
   config_.max_datagram = std::clamp(bytes, kMinDatagram, kMaxPayload + kOverhead);

@@ -194,19 +194,18 @@ class SyncProtocol {
   void set_max_datagram(std::size_t bytes);
   std::size_t max_datagram() const noexcept { return config_.max_datagram; }
   // What a reload may change of the rest: each read where it is used, so it holds from the next
-  // flush, the next bulk, the next change queued, the next datagram heard.
+  // flush, the next bulk, the next change queued, the next datagram heard. The resend window
+  // evicts its oldest datagrams at once if it holds more than its new capacity; the receive window
+  // only grows (what it holds was acked).
   struct Tuning {
     Micros flush_interval;
     Micros bulk_timeout_min;
     std::size_t pending_limit;
     uint32_t peer_node_id;
+    std::size_t resend_window;   // SendWindowConfig::capacity
+    std::size_t receive_window;  // ProtocolConfig::receive_window
   };
-  void retune(const Tuning& t) noexcept {
-    config_.flush_interval = t.flush_interval;
-    config_.bulk_timeout_min = t.bulk_timeout_min;
-    config_.pending_limit = t.pending_limit;
-    config_.peer_node_id = t.peer_node_id;
-  }
+  void retune(const Tuning& t);
 
   // This node's initial bulk ended (or timed out): until then it must not become master.
   bool bulk_done() const noexcept { return initial_bulk_done_; }

@@ -29,6 +29,17 @@ class ReceiveWindow {
     highest_ = base_;
   }
 
+  // Room for `capacity` past the last delivered sequence, if that is more than it has (a reload's
+  // larger resend_window): what it holds stays held. Never less: a datagram it holds was acked.
+  void grow(std::size_t capacity) {
+    if (capacity <= slots_.size()) return;
+    std::vector<Slot> wider(capacity);
+    for (uint64_t seq = base_ + 1; held_ > 0 && seq <= highest_; ++seq) {
+      if (has(seq)) wider[seq % capacity] = std::move(slot(seq));
+    }
+    slots_.swap(wider);
+  }
+
   // Every sequence <= base() was delivered or given up.
   uint64_t base() const noexcept { return base_; }
   uint64_t highest() const noexcept { return highest_; }

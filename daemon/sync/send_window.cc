@@ -15,6 +15,11 @@ Micros SendWindow::rto() const noexcept {
   return std::min(base, config_.rto_max);
 }
 
+void SendWindow::set_capacity(std::size_t capacity) {
+  config_.capacity = std::max<std::size_t>(capacity, 1);
+  while (slots_.size() > config_.capacity) evict_front();
+}
+
 uint64_t SendWindow::push(std::vector<uint8_t> payload, std::vector<engine::StateId> ids,
                           std::string controls, Micros now) {
   if (slots_.size() >= config_.capacity) evict_front();

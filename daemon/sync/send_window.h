@@ -75,6 +75,11 @@ class SendWindow {
   uint64_t evicted_ids_dropped() const noexcept { return evicted_ids_dropped_; }
   uint64_t rto_expirations() const noexcept { return rto_expirations_; }
 
+  // A new capacity ([sync] resend_window from a reload): past it the oldest datagrams are evicted
+  // now, as a full window evicts them.
+  void set_capacity(std::size_t capacity);
+  std::size_t capacity() const noexcept { return config_.capacity; }
+
   // Records a new datagram as sent at `now`; returns its sequence. Evicts the oldest when full.
   uint64_t push(std::vector<uint8_t> payload, std::vector<engine::StateId> ids, std::string controls,
                 Micros now);

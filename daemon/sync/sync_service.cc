@@ -63,6 +63,12 @@ std::string link_text(const SyncConfig& c) {
          (c.ttl_security ? "" : " (ttl_security off)");
 }
 
+// Room for everything a peer whose resend_window is at most twice this node's may have in flight;
+// one with a larger window sees what it sends past this one dropped and resent (beyond_window).
+std::size_t receive_window(const SyncConfig& c) {
+  return std::max<std::size_t>(8192, 2 * std::size_t{c.resend_window});
+}
+
 // The UDP payload a datagram may fill: the link's MTU less the family's IP header and UDP's.
 std::size_t datagram_bytes(const SyncConfig& c) {
   return c.mtu - (c.ipv6 ? 40 : 20) - 8;
@@ -341,9 +347,7 @@ void SyncService::start() {
   pc.pending_limit = config_.pending_limit;
   pc.ack_inserts_at_once = config_.defer;
   pc.ttl_security = config_.ttl_security;
-  // Room for everything a peer whose resend_window is at most twice this node's may have in flight;
-  // one with a larger window sees what it sends past this one dropped and resent (beyond_window).
-  pc.receive_window = std::max<std::size_t>(8192, 2 * std::size_t{config_.resend_window});
+  pc.receive_window = receive_window(config_);
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now(), config_.accept_key);
   {
     std::lock_guard lock(status_mutex_);
@@ -443,12 +447,16 @@ std::string SyncService::take_link(const SyncConfig& next) {
 void SyncService::retune(const SyncConfig& next) {
   const SyncProtocol::Tuning tuning{std::chrono::duration_cast<Micros>(next.flush_interval),
                                     std::chrono::duration_cast<Micros>(next.bulk_timeout_min),
-                                    next.pending_limit, next.peer_node_id};
+                                    next.pending_limit,
+                                    next.peer_node_id,
+                                    next.resend_window,
+                                    receive_window(next)};
   if (!running_) {
     config_.flush_interval = next.flush_interval;
     config_.bulk_timeout_min = next.bulk_timeout_min;
     config_.pending_limit = next.pending_limit;
     config_.peer_node_id = next.peer_node_id;
+    config_.resend_window = next.resend_window;
     config_.mtu = next.mtu;
     return;
   }

@@ -89,8 +89,8 @@ class SyncService final : public control::SyncControl {
   // for the sync thread.
   std::string move_link(const SyncConfig& next);
 
-  // [sync] flush_interval_ms, bulk_timeout_min_s, pending_limit, peer_node_id and mtu from a
-  // reload, taken on the sync thread before its next datagram (SyncProtocol::retune,
+  // [sync] flush_interval_ms, bulk_timeout_min_s, pending_limit, peer_node_id, resend_window and
+  // mtu from a reload, taken on the sync thread before its next datagram (SyncProtocol::retune,
   // set_max_datagram). Control thread.
   void retune(const SyncConfig& next);
 

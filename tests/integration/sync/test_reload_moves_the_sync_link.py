@@ -1,8 +1,8 @@
 """The sync link moved by a reload, as `ifconfig pfsync0 syncpeer Y` moves a running pfsync: no
 restart, which would hand the group over and drop the hooks for a moment.
 
-The pair's sync link gets new addresses and another port (and its flush interval, bulk timeout and
-pending limit others, which the reload takes as well). Node A takes them first, so that for a
+The pair's sync link gets new addresses and another port (and its flush interval, bulk timeout,
+pending limit and resend window others, which the reload takes as well). Node A takes them first, so that for a
 while the nodes' links differ and what A sends meanwhile is lost; once B takes them too, those
 connections' states reach B with the ones opened after. A move to an address the node does not
 have is refused in the reload's answer, and the running link keeps syncing."""
@@ -53,7 +53,8 @@ def test_reload_moves_the_sync_link(make_pair):
     # A moves alone: B hears nothing from it until B moves too. The protocol's timing and limits
     # change with it, taken as well.
     assert REFUSED not in move(a, MOVED["fwA"], MOVED["fwB"], MOVED_PORT,
-                               "flush_interval_ms = 5\nbulk_timeout_min_s = 10\npending_limit = 500000\n")
+                               "flush_interval_ms = 5\nbulk_timeout_min_s = 10\npending_limit = 500000\n"
+                               "resend_window = 2048\n")
     wait_until(lambda: f"{MOVED['fwB']} port {MOVED_PORT}" in a.log_text(), 5, what="fwA's move in its log")
     assert listening(a) == {f"{MOVED['fwA']}%sync0:{MOVED_PORT}"}, listening(a)
     connect(pair, 5)

@@ -239,7 +239,8 @@ TEST_CASE("a retune holds from the next flush, the next change queued and the ne
   p.run(ms(50));
   REQUIRE(p.store_b.states.count(r.id) == 1);
   const auto tuned = [&](Micros flush, std::size_t pending, uint32_t peer) {
-    return SyncProtocol::Tuning{flush, p.config_a.bulk_timeout_min, pending, peer};
+    return SyncProtocol::Tuning{flush, p.config_a.bulk_timeout_min, pending,
+                                peer,  p.config_a.send.capacity,    p.config_a.receive_window};
   };
 
   p.change(true, update_of(r, 500));
@@ -264,9 +265,33 @@ TEST_CASE("a retune holds from the next flush, the next change queued and the ne
   // B told to hear node 9 alone: node 1's datagrams are refused.
   const uint64_t refused = drops(*p.b, DropReason::UnknownSender);
   p.b->retune(SyncProtocol::Tuning{p.config_b.flush_interval, p.config_b.bulk_timeout_min,
-                                   p.config_b.pending_limit, 9});
+                                   p.config_b.pending_limit, 9, p.config_b.send.capacity,
+                                   p.config_b.receive_window});
   p.run(ms(500));
   CHECK(drops(*p.b, DropReason::UnknownSender) > refused);
+}
+
+// A reload's [sync] resend_window: what the smaller window cannot hold is evicted at once, and
+// what the peer then misses comes by a resync, as after any eviction.
+TEST_CASE("a retuned resend window evicts past its new size, and the peer still gets every state",
+          "[sync][protocol][reload]") {
+  Pair p;
+  settle(p);
+  p.a_to_b.up = false;
+  for (uint64_t i = 1; i <= 400; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(50));
+  const std::size_t outstanding = p.a->status(p.now).outstanding;
+  REQUIRE(outstanding > 8);
+  p.a->retune(SyncProtocol::Tuning{p.config_a.flush_interval, p.config_a.bulk_timeout_min,
+                                   p.config_a.pending_limit, 0, 8, p.config_a.receive_window});
+  CHECK(p.a->status(p.now).outstanding == 8);
+  p.run(ms(1));  // the counters are read from the window as the protocol polls
+  CHECK(p.a->status(p.now).outstanding <= 8);
+  CHECK(p.a->status(p.now).counters.window_evictions >= outstanding - 8);
+  p.a_to_b.up = true;
+  p.run(ms(5000));
+  CHECK(p.store_b.states.size() == 400);
+  CHECK(p.tables_agree());
 }
 
 TEST_CASE("a datagram's worth of records goes out without waiting, filled to the MTU", "[sync][protocol]") {

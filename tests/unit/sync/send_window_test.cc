@@ -145,6 +145,28 @@ TEST_CASE("a full window evicts the oldest and keeps its ids for a resync", "[sy
   CHECK(w.send_base() == 4);
 }
 
+// [sync] resend_window from a reload.
+TEST_CASE("a smaller capacity evicts the oldest at once; a larger one holds more", "[sync][swin]") {
+  SendWindow w(small_config());
+  for (uint64_t i = 1; i <= 8; ++i) push(w, i, Micros{1000});
+  w.set_capacity(3);
+  CHECK(w.capacity() == 3);
+  CHECK(w.evictions() == 5);
+  CHECK(w.outstanding() == 3);
+  CHECK(w.in_flight() == 3);
+  CHECK(w.send_base() == 6);
+  std::vector<StateId> ids;
+  std::string controls;
+  CHECK(w.take_for_resync(2, ids, controls) == SendWindow::Lookup::Found);  // kept for a resync
+  CHECK(ids == std::vector<StateId>{{1, 2}});
+
+  w.set_capacity(20);
+  for (uint64_t i = 9; i <= 20; ++i) push(w, i, Micros{2000});
+  CHECK(w.evictions() == 5);
+  CHECK(w.outstanding() == 15);
+  CHECK(w.send_base() == 6);
+}
+
 TEST_CASE("the evicted store drops the oldest over budget, counted", "[sync][swin]") {
   SendWindow w(small_config());  // capacity 8, budget 6 ids
   for (uint64_t i = 1; i <= 16; ++i) push(w, i, Micros{1000});

@@ -135,6 +135,34 @@ TEST_CASE("receive window drops a datagram beyond it and gives nothing up", "[sy
   CHECK(w.accept(66, body(66), s.deliver()) == ReceiveWindow::Accept::Held);
 }
 
+// [sync] resend_window raised by a reload: room for the peer's larger window.
+TEST_CASE("receive window grown keeps what it holds, and holds further; it never shrinks", "[sync][rwin]") {
+  ReceiveWindow w(64);
+  w.reset(1);
+  Sink s;
+  w.accept(1, body(1), s.deliver());
+  w.accept(3, body(3), s.deliver());
+  w.accept(60, body(60), s.deliver());
+  CHECK(w.accept(100, body(100), s.deliver()) == ReceiveWindow::Accept::Beyond);
+  w.grow(200);
+  CHECK(w.capacity() == 200);
+  CHECK(w.held() == 2);
+  CHECK(w.has(3));
+  CHECK(w.has(60));
+  CHECK_FALSE(w.has(59));
+  CHECK(w.accept(100, body(100), s.deliver()) == ReceiveWindow::Accept::Held);
+  w.grow(10);
+  CHECK(w.capacity() == 200);
+  // 2 arrives: everything held in order behind it goes, each once.
+  w.accept(2, body(2), s.deliver());
+  CHECK(s.delivered == std::vector<uint64_t>{1, 2, 3});
+  CHECK(w.base() == 3);
+  for (uint64_t seq = 4; seq <= 100; ++seq) w.accept(seq, body(seq), s.deliver());
+  CHECK(s.delivered.size() == 100);
+  CHECK(s.delivered.back() == 100);
+  CHECK(w.held() == 0);
+}
+
 TEST_CASE("receive window: a huge jump of the send base is one gap", "[sync][rwin]") {
   ReceiveWindow w(64);
   w.reset(1);
