@@ -2,7 +2,11 @@
 // the running node (node.h) and the one-shot commands (main.cc), so that both read it alike.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "daemon/control/config.h"
@@ -12,9 +16,31 @@
 
 namespace pairwall::node {
 
-// The packet hooks for `config`. `translations`: the rule set has nat/rdr/binat rules, which need
-// the pre-routing hook (hooks.h): the one loaded at start, or a later one that brings the first
-// (ControlService::publish).
+// What the hooks leave to the kernel beside [queue] exclude_interfaces: the sync link, and the
+// failover group's advertisements. A running node keeps its own, as its services run them (a
+// reload may move either), so that it never reads the config's sections, nor their key files,
+// again for its hooks.
+struct HookExemptions {
+  std::string sync_interface;  // empty: no [sync]
+  // Without a value: no [failover]. Builtin: its UDP to group4 / group6 on advert_port;
+  // keepalived: VRRP to any address.
+  std::optional<failover::Driver> failover;
+  uint16_t advert_port = 0;
+  std::array<uint8_t, 4> group4{};
+  std::array<uint8_t, 16> group6{};
+
+  // The failover group's, from its config.
+  void take_adverts(const failover::FailoverConfig& group);
+};
+// The exemptions `config` names (its [sync] and [failover] sections parsed, key files read).
+HookExemptions hook_exemptions(const control::Config& config);
+
+// The packet hooks for `queue` and `exempt`. `translations`: the rule set has nat/rdr/binat rules,
+// which need the pre-routing hook (hooks.h): the one loaded at start, or a later one that brings
+// the first (ControlService::publish).
+io::HooksConfig hooks_config(const control::QueueConfig& queue, const HookExemptions& exempt,
+                             bool translations);
+// The same for `config`'s [queue] and exemptions, for the one-shot commands.
 io::HooksConfig hooks_config(const control::Config& config, bool translations);
 
 // The sections other components own: validated here so that --check, start-up and a reload refuse

@@ -738,7 +738,7 @@ class Node {
         }
         // What the kernel or the file system refuses now is told in the answer too. The sync link
         // moves before the hooks, which leave its interface unqueued.
-        const std::string sync_link = sync_now ? take_sync_link(*sync_now, *now.sync) : std::string();
+        const std::string sync_link = sync_now ? take_sync_link(*sync_now) : std::string();
         for (std::string error : {sync_link, take_pcap_log(who, now.log), take_queue_limits(who, now.queue),
                                   take_hooks(who, now.queue), take_queue_flags(who, now.queue),
                                   take_metrics_listen(who, now.metrics), take_pflow(who, now)}) {
@@ -770,19 +770,11 @@ class Node {
   }
 
   // [sync] interface, address, peer or group, port and ttl_security (the sync service logs the
-  // move, or what refused it). Taken, they are the running [sync] section's, whose interface the
-  // hooks leave unqueued.
-  std::string take_sync_link(const sync::SyncConfig& next, const toml::table& section) {
+  // move, or what refused it). Taken, the interface is the one the hooks leave unqueued.
+  std::string take_sync_link(const sync::SyncConfig& next) {
     std::string error = sync_service_->move_link(next);
-    if (!error.empty()) return error;
-    for (const control::Setting& setting : kTakenBySyncLink) {
-      if (const toml::node* value = section.get(setting.key)) {
-        sync_section_->insert_or_assign(setting.key, *value);
-      } else {
-        sync_section_->erase(setting.key);
-      }
-    }
-    return {};
+    if (error.empty()) exemptions_.sync_interface = next.interface;
+    return error;
   }
 
   // pflogd's log file, moved, turned on or off: the records logged before go to the file they were
@@ -909,13 +901,10 @@ class Node {
     return {};
   }
 
-  // The hooks for the [queue] settings as they run, the other sections as the running services
-  // use them (the sync link, the failover group's advertisements).
+  // The hooks for the [queue] settings as they run, and the sync link and the failover group's
+  // advertisements as the running services use them.
   io::HooksConfig running_hooks_config(const control::QueueConfig& queue, bool translations) const {
-    control::Config running = c_;
-    running.queue = queue;
-    running.sync = sync_section_;
-    return hooks_config(running, translations);
+    return hooks_config(queue, exemptions_, translations);
   }
 
   // A level more verbose than the running one is set before the line that tells of it, a less
@@ -1129,7 +1118,7 @@ class Node {
   std::unique_ptr<io::Hooks> hooks_;
   bool hooks_installed_ = false;
   control::QueueConfig queue_ = c_.queue;  // [queue] as it runs: the config's, then what reloads took
-  std::optional<toml::table> sync_section_ = c_.sync;  // [sync] as it runs, the same way
+  HookExemptions exemptions_ = hook_exemptions(c_);  // the sync link and advertisements as they run
   std::unique_ptr<sync::SyncService> sync_service_;
   std::unique_ptr<FailoverRunner> failover_;
   // The loop's own work (serve()).
