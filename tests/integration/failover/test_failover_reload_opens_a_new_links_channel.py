@@ -45,9 +45,9 @@ def test_reload_opens_and_closes_a_new_links_channel(pair_factory):
     adding = [("vips = [ ", f"vips = [ {NEW_VIP}, ")]
     for node in ("a", "b"):
         p.reload_with(node, adding)
-        log = p.log(node)
-        assert "advertisements now on lan2 (IPv4)" in log, log
-        assert "which a reload does not take" not in log, log
+        # The channel opens on the failover thread, after the reload's log line.
+        p.wait_for(lambda: "advertisements now on lan2 (IPv4)" in p.log(node), 2, what=f"{node}'s channel on lan2")
+        assert "which a reload does not take" not in p.log(node), p.log(node)
     p.wait_for(lambda: f"{LAN2}.1" in p.addresses("a", "lan2"), 2, what="the new VIP on a")
     assert f"{LAN2}.1" not in p.addresses("b", "lan2")
     for node in ("a", "b"):
@@ -73,10 +73,12 @@ def test_reload_opens_and_closes_a_new_links_channel(pair_factory):
     # Dropped again: the VIP leaves the master, the link leaves both nodes' watch.
     for node in ("a", "b"):
         p.reload_with(node, [(f"{NEW_VIP}, ", "")])
-        assert "advertisements no longer on lan2 (IPv4)" in p.log(node), p.log(node)
+        p.wait_for(lambda: "advertisements no longer on lan2 (IPv4)" in p.log(node), 2,
+                   what=f"{node}'s channel on lan2 closed")
     p.wait_for(lambda: f"{LAN2}.1" not in p.addresses("a", "lan2"), 2, what="the VIP gone from a")
     for node in ("a", "b"):
-        assert carrier(p, node) == {"lan0": True, "lan1": True}, p.log(node)
+        p.wait_for(lambda: carrier(p, node) == {"lan0": True, "lan1": True}, 2,
+                   what=lambda: f"{node} watching lan0 and lan1 alone: {carrier(p, node)}")
     ok, text = p.ctl("a", "status")
     assert ok and json.loads(text)["demotion"] == 0, text
     assert p.role("a") == "master" and p.role("b") == "backup"
