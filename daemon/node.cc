@@ -91,6 +91,10 @@ constexpr control::Setting kTakenBySyncTuning[] = {
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
+    {"failover", "vhid"},
+    {"failover", "port"},
+    {"failover", "group4"},
+    {"failover", "group6"},
     {"failover", "advskew"},
     {"failover", "preempt"},
     {"failover", "advbase_ms"},
@@ -727,6 +731,7 @@ class Node {
         if (election) {
           failover_->service().set_keys(election->key, election->accept_key);
           failover_->service().reconfigure(*election);
+          exemptions_.take_adverts(*election);  // its port and groups, which the hooks leave unqueued
         }
         spdlog::info("{}: rules reloaded from {}: {} rules, {} states kept", who, now.rules.file,
                      result.rule_count, engine_.states().size());

@@ -56,6 +56,9 @@ class AdvertCodec {
   // from, so that its nodes need not change keys at the same moment.
   AdvertCodec(std::string key, uint8_t vhid, uint32_t own_node_id, std::string accept_key = {});
   void set_keys(std::string key, std::string accept_key);
+  // A reload's vhid: frames are sent with it, and others refused (WrongVhid), from now on. The
+  // peers' replay marks stay: a frame is signed with its vhid, so none sent for the old one passes.
+  void set_vhid(uint8_t vhid) { vhid_ = vhid; }
 
   // Writes one frame into `out`; returns its size, or 0 when `out` is too small.
   std::size_t encode(const Advert& advert, std::span<uint8_t> out) noexcept;

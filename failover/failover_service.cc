@@ -700,6 +700,22 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
     spdlog::info("failover: vhid {} advbase {} -> {} ms", config_.vhid, config_.advbase_ms, next.advbase_ms);
     actions |= election_.set_advbase(t, milliseconds(next.advbase_ms));
   }
+  if (next.vhid != config_.vhid) {
+    // As `ifconfig carpN vhid N`: the peer, until it takes the same vhid, is not heard (its
+    // advertisements are refused as wrong_vhid) and does not hear this node.
+    spdlog::info("failover: vhid {} -> {}", config_.vhid, next.vhid);
+    config_.vhid = next.vhid;
+    codec_.set_vhid(next.vhid);
+    role_script_.set_vhid(next.vhid);
+  }
+  const bool channels_moved =
+      next.port != config_.port || next.group4 != config_.group4 || next.group6 != config_.group6;
+  if (channels_moved) {
+    spdlog::info("failover: vhid {} advertisements to port {} -> {}", config_.vhid, config_.port, next.port);
+    config_.port = next.port;
+    config_.group4 = next.group4;
+    config_.group6 = next.group6;
+  }
   config_.advskew = next.advskew;
   config_.preempt = next.preempt;
   config_.advbase_ms = next.advbase_ms;
@@ -715,10 +731,15 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   }
   apply(t, actions);
   rearm();
-  // take_vips() compares config_ with what runs, and does nothing when they agree.
-  boost::asio::post(io_, [this] {
+  // take_vips() compares config_ with what runs, and does nothing when they agree; the channels
+  // closed here are opened again on the new port and groups.
+  boost::asio::post(io_, [this, channels_moved] {
     std::lock_guard on_io_thread(mutex_);
     if (!running_ || !vips_) return;
+    if (channels_moved) {
+      sockets_.clear();
+      socket_errors_.clear();
+    }
     take_vips(now());
     rearm();
   });

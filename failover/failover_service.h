@@ -143,15 +143,16 @@ class FailoverService final : public control::FailoverControl {
   // from the next one on, and accepted under either. Any thread.
   void set_keys(std::string key, std::string accept_key);
   // What a reload (SIGHUP, `pairwalld --reload`) changes on a running group, taken as carp(4)
-  // takes `ifconfig carpN advskew N advbase N [-]preempt` and its addresses: advskew and preempt
+  // takes `ifconfig carpN vhid N advskew N advbase N [-]preempt` and its addresses: vhid (the
+  // advertisements sent and accepted from then on), advskew and preempt
   // (Election::set_preference), advbase_ms (Election::set_advbase; the automatic announcement
   // interval and VIP lease follow it), announce_count, announce_interval_ms, vip_lease_s, notify,
-  // track_interfaces, and the VIPs: those it drops are removed, whatever the role; a master adds the new ones
-  // and announces them. A VIP on an interface or in a family the group had none on opens that advertisement
-  // channel and watches the interface's carrier; a channel left without VIPs is closed. The
-  // election's settings are taken at once, the VIPs and channels on the io_context's thread, where
-  // the sockets and the carrier watch live. The builtin election only; the other settings need a
-  // restart. Any thread.
+  // track_interfaces, and the VIPs: those it drops are removed, whatever the role; a master adds
+  // the new ones and announces them. A VIP on an interface or in a family the group had none on
+  // opens that advertisement channel and watches the interface's carrier; a channel left without
+  // VIPs is closed; a new port or group opens every channel anew. The election's settings are taken
+  // at once, the VIPs and channels on the io_context's thread, where the sockets and the carrier
+  // watch live. The builtin election only; the driver needs a restart. Any thread.
   void reconfigure(const FailoverConfig& next);
   // The VIPs the group runs with (those of the last reconfigure()). Any thread.
   std::vector<Vip> vips() const;

@@ -42,6 +42,8 @@ class RoleScript {
 
   // A reload's script, from the next change on.
   void set_path(std::string path) { path_ = std::move(path); }
+  // A reload's vhid, told to the scripts from the next change on.
+  void set_vhid(uint8_t vhid) { vhid_ = vhid; }
   // The node took `role` (Init: the service stops) for `cause`.
   void role_changed(Role role, std::string_view cause);
   // Learns whether the running script has exited, and starts the one waiting if so. Call it every
@@ -59,7 +61,7 @@ class RoleScript {
   void start(const Change& change);
 
   std::string path_;
-  const uint8_t vhid_;
+  uint8_t vhid_;
   const std::chrono::milliseconds time_limit_;
   pid_t pid_ = -1;
   std::chrono::steady_clock::time_point started_;

@@ -62,6 +62,27 @@ TEST_CASE("advertisement round trip keeps every field", "[codec]") {
   }
 }
 
+// A reload's vhid, as `ifconfig carpN vhid N`: frames go out with it, and only its own are taken.
+TEST_CASE("a new vhid holds for the frames sent and taken from then on; the replay marks stay", "[codec]") {
+  pf::AdvertCodec rx(kKey, 9, 1);
+  REQUIRE(rx.decode(encode(sample(7)), 255).ok);
+  rx.set_vhid(10);
+  auto r = rx.decode(encode(sample(8)), 255);
+  CHECK_FALSE(r.ok);
+  CHECK(r.reason == pf::Reject::WrongVhid);
+  CHECK(rx.decode(encode(sample(8), kKey, 10), 255).ok);
+  r = rx.decode(encode(sample(7), kKey, 10), 255);  // node 2's counter 7 was heard before the change
+  CHECK_FALSE(r.ok);
+  CHECK(r.reason == pf::Reject::Replay);
+
+  Frame sent(pf::kAdvertMaxFrame);
+  pf::Advert own = sample(1);
+  own.node_id = 1;
+  sent.resize(rx.encode(own, sent));
+  REQUIRE(!sent.empty());
+  CHECK(sent[5] == 10);
+}
+
 TEST_CASE("leaving with an ordinary rank is accepted: only the leaving values need the flag", "[codec]") {
   struct Row {
     uint8_t advskew;
