@@ -685,10 +685,10 @@ class Node {
   // VIPs among them). All or nothing: the keys are read and the VIPs and the state limit given to
   // the rules before they are compiled (and a pcap log's directory checked), and the rest taken
   // after they are published; what the kernel or the file system refuses then is told with the
-  // answer. The other settings need a restart: those
-  // that differ from the running ones are warned about with the rules' warnings. Nothing thrown on
-  // the way (a compile out of memory) may end the daemon: the running set stays. `who` names the
-  // reload's cause in the log: "SIGHUP", or "reload" for the request.
+  // answer. The other settings need a restart: those that differ from the running ones are warned
+  // about with the rules' warnings. Nothing thrown on the way (a compile out of memory) may end the
+  // daemon: the running set stays. `who` names the reload's cause in the log: "SIGHUP", or
+  // "reload" for the request.
   control::ControlService::LoadResult reload(std::string_view who) {
     notify("RELOADING=1");
     control::ControlService::LoadResult result;

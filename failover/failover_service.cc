@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
@@ -44,6 +45,12 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
   return out;
+}
+
+// "224.0.0.18, ff02::12 port 8112", for the log.
+std::string advert_destinations(const FailoverConfig& c) {
+  return boost::asio::ip::address_v4(c.group4).to_string() + ", " +
+         boost::asio::ip::address_v6(c.group6).to_string() + " port " + std::to_string(c.port);
 }
 
 }  // namespace
@@ -711,7 +718,8 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   const bool channels_moved =
       next.port != config_.port || next.group4 != config_.group4 || next.group6 != config_.group6;
   if (channels_moved) {
-    spdlog::info("failover: vhid {} advertisements to port {} -> {}", config_.vhid, config_.port, next.port);
+    spdlog::info("failover: vhid {} advertisements to {} -> {}", config_.vhid, advert_destinations(config_),
+                 advert_destinations(next));
     config_.port = next.port;
     config_.group4 = next.group4;
     config_.group6 = next.group6;
