@@ -775,11 +775,22 @@ class Node {
   }
 
   // [sync] interface, address, peer or group, port and ttl_security (the sync service logs the
-  // move, or what refused it). Taken, the interface is the one the hooks leave unqueued.
+  // move, or what refused it). The interface the link runs on is the one the hooks leave unqueued.
   std::string take_sync_link(const sync::SyncConfig& next) {
     std::string error = sync_service_->move_link(next);
-    if (error.empty()) exemptions_.sync_interface = next.interface;
+    exemptions_.sync_interface = sync_service_->link_interface();
     return error;
+  }
+
+  // A move the sync thread made after the reload stopped waiting for it: the hooks follow it
+  // within a second.
+  void follow_sync_link() {
+    if (!sync_service_ || !hooks_) return;
+    std::string running = sync_service_->link_interface();
+    if (running == exemptions_.sync_interface) return;
+    spdlog::info("sync: link now on {}, the hooks follow", running);
+    exemptions_.sync_interface = std::move(running);
+    (void)take_hooks("sync", queue_);  // which logs what the kernel refused
   }
 
   // pflogd's log file, moved, turned on or off: the records logged before go to the file they were
@@ -956,6 +967,7 @@ class Node {
     }
     if (const std::string error = epoch_floor_.update(engine_.next_state_counter()); !error.empty())
       spdlog::warn("{}", error);
+    follow_sync_link();
     if (!sync_service_) {
       engine::StateRecord record;
       for (std::size_t i = 0; i < queues_->workers(); ++i) {

@@ -333,6 +333,7 @@ void SyncService::start() {
   {
     std::lock_guard lock(status_mutex_);
     peer_text_ = peer_text(config_);
+    link_interface_ = config_.interface;
   }
 
   ProtocolConfig pc;
@@ -395,7 +396,7 @@ std::string SyncService::move_link(const SyncConfig& next) {
   asio::post(io_, [this, next, answer] { answer->set_value(take_link(next)); });
   if (moved.wait_for(kMoveWait) != std::future_status::ready) {
     return "[sync] link: the sync thread did not answer within " + std::to_string(kMoveWait.count()) +
-           " s; it takes the new settings when it does (see the log)";
+           " s; it takes the new settings when it does (see the log), and the hooks follow";
   }
   return moved.get();
 }
@@ -434,6 +435,7 @@ std::string SyncService::take_link(const SyncConfig& next) {
     {
       std::lock_guard lock(status_mutex_);
       peer_text_ = peer_text(config_);
+      link_interface_ = config_.interface;
     }
     spdlog::info("sync: link {} moved to {} (local {})", from, link_text(config_),
                  socket_.local_endpoint(ignored).address().to_string());
@@ -786,6 +788,11 @@ void SyncService::log_changes(const ProtocolStatus& s, Micros now) {
 ProtocolStatus SyncService::status() const {
   std::lock_guard lock(status_mutex_);
   return status_;
+}
+
+std::string SyncService::link_interface() const {
+  std::lock_guard lock(status_mutex_);
+  return link_interface_;
 }
 
 void SyncService::fill_status(control::SyncStatus* out) {

@@ -104,6 +104,9 @@ class SyncService final : public control::SyncControl {
   // Prometheus families pairwall_sync_* (control thread).
   void render_metrics(control::MetricWriter& w) const;
   ProtocolStatus status() const;
+  // The interface the link runs on: the config's, then a reload's once the sync thread has moved
+  // the link, which may be after move_link() stopped waiting for it. Any thread.
+  std::string link_interface() const;
 
  private:
   void open_socket();
@@ -159,7 +162,8 @@ class SyncService final : public control::SyncControl {
   // The status the control thread reads: refreshed by the sync thread every few milliseconds.
   mutable std::mutex status_mutex_;
   ProtocolStatus status_;
-  std::string peer_text_;  // [sync] peer or group, as the link runs
+  std::string peer_text_;       // [sync] peer or group, as the link runs
+  std::string link_interface_;  // [sync] interface, as the link runs
   Micros status_time_{0};
   Micros last_status_{0};
 

@@ -509,6 +509,7 @@ TEST_CASE("a move the kernel refuses keeps the running link", "[sync][service][r
   SyncConfig nowhere = config_for("127.0.0.1", "127.0.0.2", port);
   nowhere.interface = "nosuchif0";
   CHECK(a.move_link(nowhere).find("no such interface") != std::string::npos);
+  CHECK(a.link_interface() == "lo");  // the hooks go on leaving lo unqueued
 
   REQUIRE(ring_a.push(state(1, 1)));
   REQUIRE(wait_for([&] { return has(engine_b, {1, 1}); }, std::chrono::milliseconds(2000)));
