@@ -34,7 +34,7 @@ def accepted(p, node):
 
 
 def hears_a_again(p):
-    """b accepts a's advertisements: two more within three intervals."""
+    """b accepts a's advertisements: two more datagrams (of four an interval) within 3.5 intervals."""
     before = accepted(p, "b")
     p.wait_for(lambda: accepted(p, "b") >= before + 2, 3.5 * ADVBASE_MS / 1000, step=0.05, what="b hears a again")
 
