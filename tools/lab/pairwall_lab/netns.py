@@ -6,6 +6,7 @@ changes the root namespace.
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -59,19 +60,6 @@ def netns_pids(ns):
     return [int(x) for x in cp.stdout.split()] if cp.returncode == 0 else []
 
 
-def fully_exited(pid):
-    """True once every thread of `pid` has exited, so its sockets are closed. A killed
-    multi-threaded process can show its leader as a zombie while other threads are still leaving
-    the kernel and still hold the process's files."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-        with open(f"/proc/{pid}/stat") as f:
-            state = _stat_fields(f.read())[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True
-    return state in ("Z", "X") and len(tasks) <= 1
-
-
 # /proc/PID/stat's fields after the parenthesized name, which may hold spaces and parentheses:
 # fields[0] is the state (field 3), fields[36] the CPU it last ran on (field 39, `processor`).
 def _stat_fields(text):
@@ -110,86 +98,49 @@ def _thread_report(pid):
     return "\n".join(lines)
 
 
-def _move_threads(pid):
-    """Moves each remaining thread of `pid` off the CPU it last ran on, where this process may use
-    another: a runnable thread that no CPU picks up is put on another CPU's run queue."""
-    cpus = os.sched_getaffinity(0)
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                last_cpu = int(_stat_fields(f.read())[_LAST_CPU])
-            others = cpus - {last_cpu}
-            if others:
-                os.sched_setaffinity(int(tid), others)
-        except (OSError, IndexError, ValueError):
-            pass
+def _exited_within(pidfd, seconds):
+    """Sleeps in the kernel until the process behind `pidfd` has no thread left (a pidfd turns
+    readable then, whether or not its zombie was reaped), or until `seconds` have passed."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(max(0, int(seconds * 1000))))
 
 
-def _wake_every_cpu():
-    """Starts a no-op process pinned to each CPU this process may use, so that every CPU enters its
-    scheduler. Returns the processes, for the caller to reap; one pinned to a CPU that does not run
-    is left to finish later rather than waited for."""
-    started = []
-    for cpu in sorted(os.sched_getaffinity(0)):
-        try:
-            started.append(subprocess.Popen(["taskset", "-c", str(cpu), "true"], stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL))
-        except OSError:
-            pass
-    return started
-
-
-def kill9_and_wait(pid, what, timeout=180, slow_after=2.0):
+def kill9_and_wait(pid, what, timeout=180, slow_after=2.0, report_every=10.0):
     """SIGKILLs `pid` and waits until every thread has exited (its sockets closed), so that a
     restart finds its addresses free. A killed daemon usually takes milliseconds; on a loaded host
     the kernel can take seconds to tear down its netlink queues and memory.
 
-    On 2-vCPU guests of a busy host, a killed daemon's last thread was seen three times to stay
-    runnable with its CPU time standing still until the wait ended (after 60 s, then 180 s twice),
-    and each time it left within a second of the thread report that followed. What ended those
-    stalls is not known, so once the exit takes longer than `slow_after` seconds the wait repeats,
-    every two seconds, what happened then: it reads the threads' report and pauses its polling for
-    a second. It also makes every CPU schedule (_wake_every_cpu), and moves the threads left to
-    another CPU (_move_threads): the stalled thread was still on a run queue. A slow exit is
-    reported on stderr with the first report; one past `timeout` raises LabError with where the
-    threads still wait."""
+    The wait sleeps on a pidfd rather than polling /proc. On 2-vCPU guests, a killed daemon's last
+    thread was seen four times to stay runnable with its CPU time standing still while an earlier
+    wait read /proc every 10 ms (after 60 s, then 180 s three times, with the thread moved to
+    another CPU and every CPU woken every two seconds the last two times); each time it left
+    within two seconds of that polling stopping at the wait's end. The cause is not known. A slow
+    exit is reported on stderr with where the threads were at `slow_after` seconds, read again
+    every `report_every` seconds after a quiet wait, as at the end of those stalls; one past
+    `timeout` raises LabError with the last two reports."""
     try:
-        os.kill(pid, signal.SIGKILL)
+        pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
         return
-    start = time.monotonic()
-    deadline = start + timeout
-    slow_report = None
-    wakers = []
-    next_nudge = start + slow_after
-    while not fully_exited(pid) and time.monotonic() < deadline:
-        if time.monotonic() < next_nudge:
-            time.sleep(0.01)
-            continue
-        report = _thread_report(pid)
-        slow_report = slow_report or report
-        wakers = [w for w in wakers if w.poll() is None] + _wake_every_cpu()
-        _move_threads(pid)
-        time.sleep(1)
-        next_nudge = time.monotonic() + 1
-    if slow_report is not None:
-        waited = time.monotonic() - start
-        print(f"{what} (pid {pid}) took {waited:.1f} s to exit after SIGKILL; its threads at "
-              f"{slow_after:g} s:\n{slow_report}", file=sys.stderr, flush=True)
-    if not fully_exited(pid):
-        first = _thread_report(pid)
-        time.sleep(1)
-        raise LabError(f"{what} (pid {pid}) still exiting {timeout} s after SIGKILL:\n{first}\n"
-                       f"one second later:\n{_thread_report(pid)}")
-    for waker in wakers:
+    try:
         try:
-            waker.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        start = time.monotonic()
+        if _exited_within(pidfd, slow_after):
+            return
+        first_report = report = _thread_report(pid)
+        while not _exited_within(pidfd, min(report_every, start + timeout - time.monotonic())):
+            if time.monotonic() >= start + timeout:
+                raise LabError(f"{what} (pid {pid}) still exiting {timeout} s after SIGKILL:\n{report}\n"
+                               f"now:\n{_thread_report(pid)}")
+            report = _thread_report(pid)
+        print(f"{what} (pid {pid}) took {time.monotonic() - start:.1f} s to exit after SIGKILL; its "
+              f"threads at {slow_after:g} s:\n{first_report}", file=sys.stderr, flush=True)
+    finally:
+        os.close(pidfd)
 
 
 def parent_pid(pid):
