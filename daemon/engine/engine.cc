@@ -509,6 +509,7 @@ StateRecord Engine::make_record(const StateEntry& entry, Millis now, const rules
   r.dst = entry.peer[1];
   r.timeout = entry.timeout;
   r.expires_in = std::max(Millis{0}, entry.last_seen + timeout_of(entry, entry.timeout, current) - now);
+  r.age = std::max(Millis{0}, now - entry.created);
   r.rule = entry.rule;
   r.flags = entry.flags & ~stateflag::kSourceConnection;  // the peer keeps no source nodes
   if ((entry.flags & stateflag::kModulated) != 0) {
@@ -2128,6 +2129,9 @@ bool Engine::apply(const StateRecord& record, Millis now) {
     }
     state->peer[0] = record.src;
     state->peer[1] = record.dst;
+    // Born when the creator made it, not when this node heard of it: its age, and its flow's start
+    // when this node exports it, are the connection's (pfsync_state_import's creation).
+    state->created = now - record.age;
     state->rule = record.rule;
     state->flags = static_cast<uint8_t>((record.flags & ~stateflag::kTranslated) | stateflag::kFromPeer |
                                         (state->flags & stateflag::kTranslated));

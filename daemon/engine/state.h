@@ -117,6 +117,7 @@ struct StateRecord {
   PeerTracking dst;
   TimeoutClass timeout = TimeoutClass::TcpFirst;
   Millis expires_in{0};  // remaining lifetime when the record was made (clocks differ per node)
+  Millis age{0};         // how long the state had lived then (pfsync's creation); inserts only
   uint32_t rule = 0;     // the creating rule's number on the creator, informational
   uint8_t flags = 0;     // StateFlags
   // `modulate state`: what each end's sequence numbers gain on the way through ([0] the

@@ -1,5 +1,6 @@
 #include "daemon/sync/records.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace pairwall::sync {
@@ -9,6 +10,8 @@ using engine::Family;
 using engine::IpAddress;
 
 constexpr uint32_t kMaxExpiresMs = 0x7fffffff;
+// About 35 years, longer than any state lives: a larger age is a corrupt or hostile record.
+constexpr uint64_t kMaxAgeMs = uint64_t{1} << 40;
 // Node ids start at 1 ([node] id), and a ClearStates of creator 0 names every state: a state id of
 // creator 0 is no node's, so that neither the peer's ClearStates nor the end of its full transfer
 // would ever remove it (pfsync_state_import refuses creator id 0 too).
@@ -175,6 +178,8 @@ void encode_insert(const engine::StateRecord& r, uint32_t bulk, wire::Insert* ou
   put_peer(r, 1, out->mutable_dst());
   out->set_timeout(static_cast<uint32_t>(r.timeout));
   out->set_expires_in_ms(expires_ms(r.expires_in));
+  out->set_age_ms(
+      static_cast<uint64_t>(std::clamp<int64_t>(r.age.count(), 0, static_cast<int64_t>(kMaxAgeMs))));
   out->set_rule(r.rule);
   out->set_flags(r.flags);
   out->set_bulk(bulk);
@@ -231,10 +236,11 @@ bool decode_insert(const wire::Insert& in, engine::StateRecord& out, engine::Int
   }
   out.scrub_tcp = in.scrub_tcp();
   if (!get_timeout(in.timeout(), out.timeout) || in.flags() > 0xff || in.expires_in_ms() > kMaxExpiresMs ||
-      !get_proxy(in.proxy(), out.proxy)) {
+      in.age_ms() > kMaxAgeMs || !get_proxy(in.proxy(), out.proxy)) {
     return false;
   }
   out.expires_in = engine::Millis{in.expires_in_ms()};
+  out.age = engine::Millis{static_cast<int64_t>(in.age_ms())};
   out.rule = in.rule();
   out.flags = static_cast<uint8_t>(in.flags());
   out.rules_digest = in.rules_digest();

@@ -179,6 +179,32 @@ TEST_CASE("a state learned from the peer leaves a flow only once it passed packe
   CHECK(flows[0].packets[1] == 1);
 }
 
+// As pfsync carries a state's creation: a node that learns a state by a bulk transfer (after a
+// restart), on a clock of its own, dates it from when the creator made it.
+TEST_CASE("a state learned from the peer dates its flow from when the creator made it", "[engine][pflow]") {
+  Firewall a(kPflowRules, 1);
+  Firewall b(kPflowRules, 2);
+  const Millis created_on_a = a.now;
+  REQUIRE(a.out(udp(kClient, 40000, kServer, 53, 10)).action == Verdict::Action::Accept);
+  a.now += Millis{45'000};
+  REQUIRE(a.out(udp(kClient, 40000, kServer, 53, 10)).reason == Reason::State);
+  a.now += Millis{5'000};
+  std::vector<StateRecord> transfer;
+  a.engine.snapshot(a.now, [&](const StateRecord& r) { transfer.push_back(r); });
+  REQUIRE(transfer.size() == 1);
+  CHECK(transfer[0].age == a.now - created_on_a);
+
+  b.now = Millis{7'200'000};  // b has run two hours
+  REQUIRE(b.engine.apply(transfer[0], b.now));
+  b.now += Millis{1'000};
+  REQUIRE(b.in(udp(kServer, 53, kClient, 40000, 30)).reason == Reason::State);
+  REQUIRE(b.engine.flush_states() == 1);
+  const std::vector<FlowRecord> flows = taken(b);
+  REQUIRE(flows.size() == 1);
+  CHECK(flows[0].created == Millis{7'200'000 - 50'000});
+  CHECK(flows[0].last_seen == b.now);
+}
+
 TEST_CASE("a full flow log drops and counts what does not fit, and takes again once emptied",
           "[engine][pflow]") {
   EngineConfig config = pairwall::test::test_config();

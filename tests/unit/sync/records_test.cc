@@ -19,6 +19,7 @@ void check_same(const StateRecord& a, const StateRecord& b) {
   CHECK(a.dst == b.dst);
   CHECK(a.timeout == b.timeout);
   CHECK(a.expires_in == b.expires_in);
+  CHECK(a.age == b.age);
   CHECK(a.rule == b.rule);
   CHECK(a.flags == b.flags);
   CHECK(a.seqdiff == b.seqdiff);
@@ -93,6 +94,13 @@ TEST_CASE("inserts round trip", "[sync][records]") {
     r.translation_index = {4, 7};
     check_same(round_trip_insert(r), r);
   }
+  SECTION("the state's age, from a day to the largest taken") {
+    auto r = test::make_insert(1, 11);
+    r.age = pairwall::engine::Millis{86'400'000};
+    check_same(round_trip_insert(r), r);
+    r.age = pairwall::engine::Millis{int64_t{1} << 40};
+    check_same(round_trip_insert(r), r);
+  }
   SECTION("UDP with flow states") {
     auto r = test::make_insert(1, 6);
     r.stack_key.proto = r.wire_key.proto = 17;
@@ -165,6 +173,8 @@ TEST_CASE("decoding rejects out-of-range fields", "[sync][records]") {
       {"timeout class past the end", [](wire::Insert& m) { m.set_timeout(99); }},
       {"flags past 8 bits", [](wire::Insert& m) { m.set_flags(0x100); }},
       {"synproxy phase past the splice", [](wire::Insert& m) { m.set_proxy(4); }},
+      {"an age past 2^40 ms", [](wire::Insert& m) { m.set_age_ms((uint64_t{1} << 40) + 1); }},
+      {"an age of 2^64 - 1 ms", [](wire::Insert& m) { m.set_age_ms(UINT64_MAX); }},
       {"scrub TTL 256", [](wire::Insert& m) { m.mutable_dst()->set_scrub_ttl(256); }},
       {"state counter 0", [](wire::Insert& m) { m.set_counter(0); }},
       // Node ids start at 1: a state of creator 0 would be no node's, left behind by the peer's
