@@ -71,7 +71,7 @@ _LAST_CPU = 36
 
 def _thread_report(pid):
     """Where each remaining thread of `pid` waits: state, wait channel, kernel stack, and its CPU time
-    (schedstat: ns on CPU, ns waiting to run, times run), read twice a second apart, which tells a
+    (schedstat: ns on CPU, ns waiting to run, times run), which, in two reports apart, tells a
     thread that burns CPU in the kernel from one that waits for it."""
     lines = []
     try:
