@@ -290,6 +290,16 @@ def ask(opener, line, key):
             return answer[key]
 
 
+def exchange_data(opener):
+    """Every connection a flows.py `open` holds (held_connections, spawn_flows) sends a message and
+    reads it back; returns how many did."""
+    opener.stdin.write(b"data\n")
+    opener.stdin.flush()
+    while "data" not in (line := json.loads(opener.stdout.readline())):
+        pass  # what it said of the connections it opened
+    return line["data"]
+
+
 def describe_difference(a, b, compare=lambda s: (s.get("src_state"), s.get("dst_state")), limit=5):
     only_a = sorted(a.keys() - b.keys())[:limit]
     only_b = sorted(b.keys() - a.keys())[:limit]

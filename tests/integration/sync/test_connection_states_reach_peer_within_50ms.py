@@ -7,7 +7,7 @@ import statistics
 import time
 
 from netns import wait_until
-from sync_pair import SERVER, TCP_PORT, describe_difference
+from sync_pair import SERVER, TCP_PORT, describe_difference, exchange_data
 
 CONNECTIONS = 60
 
@@ -63,9 +63,7 @@ def test_connection_states_reach_peer_within_50ms(make_pair):
     # refresh: send, wait past it, send again, and fwB must have moved, never past fwA, and lag by at
     # most the last exchange.
     for _ in range(2):
-        opener.stdin.write(b"data\n")
-        opener.stdin.flush()
-        assert json.loads(opener.stdout.readline())["data"] == CONNECTIONS
+        assert exchange_data(opener) == CONNECTIONS
         time.sleep(1.1)
     time.sleep(0.2)
     a2, b2 = pair.a.states(*flt), pair.b.states(*flt)

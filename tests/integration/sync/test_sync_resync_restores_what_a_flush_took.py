@@ -4,11 +4,10 @@ peer to remove the flusher's states alone), and idle connections send nothing th
 them back: the backup would fail them over to nothing. The resync brings them all back, tracking
 included and each state's age, while the connections stay open."""
 
-import json
 import time
 
 from netns import wait_until
-from sync_pair import TCP_PORT, describe_difference
+from sync_pair import TCP_PORT, describe_difference, exchange_data
 
 COUNT = 20
 SPORT = 45000
@@ -20,15 +19,6 @@ def tracking(s):
 
 def age_ms(s):
     return int(s.get("age_ms", 0))  # a uint64 in proto3's JSON: a string, left out when 0
-
-
-def exchange_data(opener):
-    """Every held connection sends a message and reads it back; returns how many did."""
-    opener.stdin.write(b"data\n")
-    opener.stdin.flush()
-    while "data" not in (line := json.loads(opener.stdout.readline())):
-        pass  # what it said of the connections it opened
-    return line["data"]
 
 
 def test_sync_resync_restores_what_a_flush_took(make_pair):
