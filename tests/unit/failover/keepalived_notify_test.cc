@@ -32,15 +32,22 @@ std::string read_all(const fs::path& path) {
 const std::string kScript = std::string(PAIRWALL_SOURCE_DIR) + "/packaging/keepalived/pairwall-notify.sh";
 
 // Feeds `lines` through a FIFO to the notify script, run with `options`, as keepalived does, and
-// waits until it exits.
-void run_fifo(const fs::path& dir, const std::string& lines, const std::string& options = "") {
+// waits until it exits. With `hold_until`, the FIFO stays open after the lines until that file is
+// not empty (at most 5 s): what the script starts in the background has then run, before the end
+// of its input makes it exit.
+void run_fifo(const fs::path& dir, const std::string& lines, const std::string& options = "",
+              const std::string& hold_until = "") {
   REQUIRE(::mkfifo((dir / "notify.fifo").c_str(), 0600) == 0);
   std::ofstream(dir / "lines") << lines;
+  const std::string hold = hold_until.empty() ? ""
+                                              : "; i=0; while [ ! -s " + hold_until +
+                                                    " ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done";
   // Each side bounded in time: a script that never opened the FIFO must fail the test, not hang it.
-  write_script(dir / "run",
-               "cd \"$(dirname \"$0\")\"\nPATH=\"$PWD:$PATH\" timeout 10 sh '" + kScript + "' " + options +
-                   " -c ./pairwallctl notify.fifo &\ntimeout 10 sh -c 'cat lines > notify.fifo'\n"
-                   "wait\n");
+  write_script(dir / "run", "cd \"$(dirname \"$0\")\"\nPATH=\"$PWD:$PATH\" timeout 10 sh '" + kScript + "' " +
+                                options + " -c ./pairwallctl notify.fifo &\ntimeout 10 sh -c '(cat lines" +
+                                hold +
+                                ") > notify.fifo'\n"
+                                "wait\n");
   REQUIRE(std::system(("sh '" + (dir / "run").string() + "'").c_str()) == 0);
 }
 
@@ -292,7 +299,7 @@ TEST_CASE("keepalived notify: -t keeps pairwallctl failover track-file running w
                "60 ;; esac\n"
                "echo \"$*\" >> ctl.log\n");
   write_script(dir.path / "logger", "echo \"$*\" >> \"$(dirname \"$0\")/logger.log\"\n");
-  run_fifo(dir.path, "INSTANCE \"pairwall\" MASTER 100\n", "-s ctl.sock -t demotion");
+  run_fifo(dir.path, "INSTANCE \"pairwall\" MASTER 100\n", "-s ctl.sock -t demotion", "tracker.pid");
   CHECK(read_all(dir.path / "tracker.log") == "-s ctl.sock failover track-file demotion\n");
   CHECK(read_all(dir.path / "ctl.log") == "-s ctl.sock failover set-role master\n");
   std::string pid = read_all(dir.path / "tracker.pid");
