@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "daemon/io/host_addresses.h"
@@ -17,6 +18,12 @@ void HookExemptions::take_adverts(const failover::FailoverConfig& group) {
   advert_port = group.port;
   group4 = group.group4;
   group6 = group.group6;
+  const auto has_peer = [&](int family) {
+    return std::any_of(group.peers.begin(), group.peers.end(),
+                       [&](const failover::AdvertPeer& p) { return p.family == family; });
+  };
+  peer4 = has_peer(AF_INET);
+  peer6 = has_peer(AF_INET6);
 }
 
 HookExemptions hook_exemptions(const control::Config& c) {
@@ -63,6 +70,12 @@ io::HooksConfig hooks_config(const control::QueueConfig& queue, const HookExempt
       h.excluded_destinations.push_back({engine::Family::V4, 17, text, exempt.advert_port, advert_ttl});
       inet_ntop(AF_INET6, exempt.group6.data(), text, sizeof text);
       h.excluded_destinations.push_back({engine::Family::V6, 17, text, exempt.advert_port, advert_ttl});
+      // To a peer (carppeer) they go to its own address, and come to whichever address this node
+      // has on that link: any address, and TTL 255 alone keeps forwarded datagrams out.
+      if (exempt.peer4)
+        h.excluded_destinations.push_back({engine::Family::V4, 17, "", exempt.advert_port, advert_ttl});
+      if (exempt.peer6)
+        h.excluded_destinations.push_back({engine::Family::V6, 17, "", exempt.advert_port, advert_ttl});
     }
   }
   // SO_MARK of our own RST / ICMP replies, and the mark of a packet the engine claimed before

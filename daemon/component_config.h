@@ -22,12 +22,15 @@ namespace pairwall::node {
 // again for its hooks.
 struct HookExemptions {
   std::string sync_interface;  // empty: no [sync]
-  // Without a value: no [failover]. Builtin: its UDP to group4 / group6 on advert_port;
+  // Without a value: no [failover]. Builtin: its UDP to group4 / group6 on advert_port, and to any
+  // address in a family some link has a peer in (the peer's, or this node's own from the peer);
   // keepalived: VRRP to any address.
   std::optional<failover::Driver> failover;
   uint16_t advert_port = 0;
   std::array<uint8_t, 4> group4{};
   std::array<uint8_t, 16> group6{};
+  bool peer4 = false;
+  bool peer6 = false;
 
   // The failover group's, from its config.
   void take_adverts(const failover::FailoverConfig& group);

@@ -91,19 +91,13 @@ constexpr control::Setting kTakenBySyncTuning[] = {
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
-    {"failover", "vhid"},
-    {"failover", "port"},
-    {"failover", "group4"},
-    {"failover", "group6"},
-    {"failover", "advskew"},
-    {"failover", "preempt"},
-    {"failover", "advbase_ms"},
-    {"failover", "announce_count"},
-    {"failover", "announce_interval_ms"},
-    {"failover", "vip_lease_s"},
-    {"failover", "vips"},
-    {"failover", "notify"},
-    {"failover", "track_interfaces"},
+    {"failover", "vhid"},           {"failover", "port"},
+    {"failover", "group4"},         {"failover", "group6"},
+    {"failover", "peers"},          {"failover", "advskew"},
+    {"failover", "preempt"},        {"failover", "advbase_ms"},
+    {"failover", "announce_count"}, {"failover", "announce_interval_ms"},
+    {"failover", "vip_lease_s"},    {"failover", "vips"},
+    {"failover", "notify"},         {"failover", "track_interfaces"},
 };
 
 engine::Millis monotonic_now() {

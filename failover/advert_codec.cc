@@ -49,6 +49,8 @@ const char* reject_name(Reject reason) {
       return "duplicate";
     case Reject::Own:
       return "own";
+    case Reject::NotPeer:
+      return "not_peer";
   }
   return "unknown";
 }
@@ -99,7 +101,8 @@ AdvertCodec::Result AdvertCodec::reject(Reject reason) noexcept {
   return Result{false, reason, {}};
 }
 
-AdvertCodec::Result AdvertCodec::decode(std::span<const uint8_t> frame, int ttl) noexcept {
+AdvertCodec::Result AdvertCodec::decode(std::span<const uint8_t> frame, int ttl, bool from_peer) noexcept {
+  if (!from_peer) return reject(Reject::NotPeer);
   if (ttl != kAdvertTtl) return reject(Reject::BadTtl);
   if (frame.size() < kAdvertHeaderSize) return reject(Reject::Truncated);
   if (std::memcmp(frame.data(), kMagic, 4) != 0) return reject(Reject::Malformed);

@@ -31,8 +31,9 @@ enum class Reject : uint8_t {
   Replay,
   Duplicate,
   Own,
+  NotPeer,  // to a link with a peer (carppeer), from another address
 };
-inline constexpr std::size_t kRejectCount = 9;
+inline constexpr std::size_t kRejectCount = 10;
 const char* reject_name(Reject reason);  // snake_case, for metrics labels
 
 struct Advert {
@@ -72,8 +73,9 @@ class AdvertCodec {
   // the kernel did not report it (treated as bad). An accepted frame raises the sender's replay
   // mark; a rejected one changes nothing but its counter. A frame with our node id is Replay when
   // encode() made it (a loop on the segment brought it back), Own otherwise (another node has our
-  // id).
-  Result decode(std::span<const uint8_t> frame, int ttl) noexcept;
+  // id). `from_peer` is false for a datagram that reached a link with a peer (carppeer) from
+  // another address: NotPeer.
+  Result decode(std::span<const uint8_t> frame, int ttl, bool from_peer = true) noexcept;
 
   const std::array<uint64_t, kRejectCount>& rejects() const { return rejects_; }
   uint64_t accepted() const { return accepted_; }

@@ -1,6 +1,7 @@
 // The advertisement path on one VIP interface for one address family: a UDP socket bound to the
-// group and the interface, joined to the group there, sending with TTL / hop limit 255 and
-// reporting the TTL / hop limit of what it receives (RFC 5798 5.1.1.3 / 5.1.2.3).
+// interface, sending with TTL / hop limit 255 and reporting the TTL / hop limit of what it
+// receives (RFC 5798 5.1.1.3 / 5.1.2.3). To a group, it is bound to the group and joined to it
+// there; to a peer (carppeer), bound to the port on any address.
 #pragma once
 
 #include <array>
@@ -11,15 +12,16 @@
 #include <span>
 #include <string>
 
+#include "failover/failover_config.h"
+
 namespace pairwall::failover {
 
 class AdvertSocket {
  public:
-  // (frame, ttl or -1 when the kernel did not say)
-  using Receive = std::function<void(std::span<const uint8_t>, int)>;
+  // (frame, ttl or -1 when the kernel did not say, the sender's address: IPv4 in the first 4 bytes)
+  using Receive = std::function<void(std::span<const uint8_t>, int, const std::array<uint8_t, 16>&)>;
 
-  AdvertSocket(boost::asio::io_context& io, std::string ifname, int family, std::span<const uint8_t> group,
-               uint16_t port);
+  AdvertSocket(boost::asio::io_context& io, AdvertChannel channel);
   ~AdvertSocket();
   AdvertSocket(const AdvertSocket&) = delete;
   AdvertSocket& operator=(const AdvertSocket&) = delete;
@@ -33,18 +35,16 @@ class AdvertSocket {
   // 0 or an errno value.
   int send(std::span<const uint8_t> frame) noexcept;
 
-  const std::string& ifname() const { return ifname_; }
-  int family() const { return family_; }
+  const AdvertChannel& channel() const { return channel_; }
+  const std::string& ifname() const { return channel_.interface; }
+  int family() const { return channel_.family; }
 
  private:
   void arm();
   void drain();
 
   boost::asio::posix::stream_descriptor fd_;
-  std::string ifname_;
-  int family_;
-  std::array<uint8_t, 16> group_{};
-  uint16_t port_;
+  AdvertChannel channel_;
   unsigned ifindex_ = 0;
   Receive receive_;
 };

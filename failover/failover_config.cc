@@ -124,12 +124,96 @@ std::string read_key(ConfigSection& r, const char* setting, const std::string& p
   return key;
 }
 
+// An entry `{ interface = "...", address = "..." }` of `key` (a VIP or a peer), its address
+// written as `form` ("ADDRESS/PREFIX"): the interface's name and the address's text.
+struct LinkAddress {
+  std::string interface;
+  std::string address;
+};
+LinkAddress read_link_address(ConfigSection& r, const std::string& key, const toml::node& entry,
+                              const std::string& form) {
+  const toml::table* t = entry.as_table();
+  if (!t) r.fail(key, "expected { interface = \"...\", address = \"" + form + "\" }, got " + describe(entry));
+  for (auto&& [k, value] : *t) {
+    if (k.str() != "interface" && k.str() != "address")
+      r.fail(key + "." + std::string(k.str()), "unknown key");
+  }
+  const auto ifname = (*t)["interface"].value_exact<std::string>();
+  if (!ifname || !valid_interface_name(*ifname)) {
+    r.fail(key + ".interface", "expected an interface name (1..15 characters, no '/', ':' or spaces)");
+  }
+  const auto addr = (*t)["address"].value_exact<std::string>();
+  if (!addr) r.fail(key + ".address", "expected a string \"" + form + "\"");
+  // As ConfigSection::string(): inet_pton() would read "10.0.0.1\u0000junk" as 10.0.0.1.
+  if (addr->find('\0') != std::string::npos)
+    r.fail(key + ".address", "expected no NUL character, got " + describe(*t->get("address")));
+  return {*ifname, *addr};
+}
+
+// One entry of `peers`: the other node's own unicast address on a link the group advertises on,
+// in a family it has a VIP of there, one per link and family.
+AdvertPeer parse_peer(ConfigSection& r, const std::string& key, const toml::node& entry,
+                      const FailoverConfig& c) {
+  auto [ifname, address] = read_link_address(r, key, entry, "ADDRESS");
+  AdvertPeer peer;
+  peer.interface = std::move(ifname);
+  if (inet_pton(AF_INET, address.c_str(), peer.address.data()) == 1) {
+    peer.family = AF_INET;
+  } else if (inet_pton(AF_INET6, address.c_str(), peer.address.data()) == 1) {
+    peer.family = AF_INET6;
+  } else {
+    r.fail(key + ".address", "\"" + address + "\" is not an IPv4 or IPv6 address");
+  }
+  const auto& a = peer.address;
+  const bool unspecified_or_loopback6 = std::all_of(a.begin(), a.end() - 1, [](uint8_t b) { return b == 0; });
+  const bool not_a_host = peer.family == AF_INET
+                              ? (a[0] == 0 || a[0] >= 224 || a[0] == 127)
+                              : (a[0] == 0xff || unspecified_or_loopback6 ||
+                                 (std::all_of(a.begin(), a.begin() + 10, [](uint8_t b) { return b == 0; }) &&
+                                  a[10] == 0xff && a[11] == 0xff));
+  if (not_a_host) {
+    r.fail(key + ".address", "\"" + address +
+                                 "\" is not the peer's own address (unspecified, loopback, multicast, "
+                                 "broadcast or IPv4-mapped); name the address the other node has on " +
+                                 peer.interface);
+  }
+  const auto same_link = [&](const auto& other) {
+    return other.interface == peer.interface && other.family == peer.family;
+  };
+  const char* family = peer.family == AF_INET ? "IPv4" : "IPv6";
+  if (std::none_of(c.vips.begin(), c.vips.end(), same_link)) {
+    r.fail(key + ".interface", peer.interface + " holds no " + family +
+                                   " virtual address: advertisements go out only where the group has one");
+  }
+  if (std::any_of(c.peers.begin(), c.peers.end(), same_link)) {
+    r.fail(key, "a second " + std::string(family) + " peer on " + peer.interface + ": one node is the other");
+  }
+  if (std::any_of(c.vips.begin(), c.vips.end(),
+                  [&](const Vip& v) { return v.family == peer.family && v.address == peer.address; })) {
+    r.fail(key + ".address", "\"" + address + "\" is a virtual address of the group, not the peer's own");
+  }
+  return peer;
+}
+
 }  // namespace
 
 std::string Vip::text() const {
   char buf[INET6_ADDRSTRLEN] = {};
   inet_ntop(family, address.data(), buf, sizeof buf);
   return std::string(buf) + "/" + std::to_string(prefix_len);
+}
+
+std::string AdvertPeer::text() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(family, address.data(), buf, sizeof buf);
+  return buf;
+}
+
+std::string AdvertChannel::text() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(family, destination.data(), buf, sizeof buf);
+  return interface + (family == AF_INET ? " (IPv4) to " : " (IPv6) to ") + buf + " port " +
+         std::to_string(port);
 }
 
 std::vector<std::string> FailoverConfig::interfaces() const {
@@ -155,15 +239,34 @@ std::vector<AdvertChannel> FailoverConfig::advert_channels() const {
       const bool has_vip = std::any_of(vips.begin(), vips.end(), [&](const Vip& v) {
         return v.interface == ifname && v.family == family;
       });
-      if (has_vip) out.push_back({ifname, family});
+      if (!has_vip) continue;
+      AdvertChannel channel;
+      channel.interface = ifname;
+      channel.family = family;
+      channel.port = port;
+      const auto peer = std::find_if(peers.begin(), peers.end(), [&](const AdvertPeer& p) {
+        return p.interface == ifname && p.family == family;
+      });
+      if (peer != peers.end()) {
+        channel.destination = peer->address;
+        channel.unicast = true;
+      } else if (family == AF_INET) {
+        std::copy(group4.begin(), group4.end(), channel.destination.begin());
+      } else {
+        channel.destination = group6;
+      }
+      out.push_back(channel);
     }
   }
   return out;
 }
 
-std::span<const uint8_t> FailoverConfig::group(int family) const {
-  if (family == AF_INET) return group4;
-  return group6;
+bool FailoverConfig::from_peer(const AdvertChannel& channel, const std::array<uint8_t, 16>& source) const {
+  if (!channel.unicast) return true;
+  // The bytes past an IPv4 address are zero on both sides.
+  return source == channel.destination || std::any_of(vips.begin(), vips.end(), [&](const Vip& v) {
+           return v.family == channel.family && v.address == source;
+         });
 }
 
 uint32_t FailoverConfig::effective_announce_interval_ms() const {
@@ -297,30 +400,14 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
                          describe(*node));
     for (std::size_t i = 0; i < arr->size(); ++i) {
       const std::string key = "vips[" + std::to_string(i) + "]";
-      const toml::table* t = (*arr)[i].as_table();
-      if (!t)
-        r.fail(key,
-               "expected { interface = \"...\", address = \"ADDRESS/PREFIX\" }, got " + describe((*arr)[i]));
+      auto [ifname, address] = read_link_address(r, key, (*arr)[i], "ADDRESS/PREFIX");
       Vip vip;
-      for (auto&& [k, value] : *t) {
-        if (k.str() != "interface" && k.str() != "address")
-          r.fail(key + "." + std::string(k.str()), "unknown key");
-      }
-      const auto ifname = (*t)["interface"].value_exact<std::string>();
-      if (!ifname || !valid_interface_name(*ifname)) {
-        r.fail(key + ".interface", "expected an interface name (1..15 characters, no '/', ':' or spaces)");
-      }
-      vip.interface = *ifname;
-      const auto addr = (*t)["address"].value_exact<std::string>();
-      if (!addr) r.fail(key + ".address", "expected a string \"ADDRESS/PREFIX\"");
-      // As ConfigSection::string(): inet_pton() would read "10.0.0.1\u0000junk" as 10.0.0.1.
-      if (addr->find('\0') != std::string::npos)
-        r.fail(key + ".address", "expected no NUL character, got " + describe(*t->get("address")));
+      vip.interface = std::move(ifname);
       std::string why;
-      if (!parse_vip(*addr, vip, why)) r.fail(key + ".address", why);
+      if (!parse_vip(address, vip, why)) r.fail(key + ".address", why);
       for (const auto& other : c.vips) {
         if (other.family == vip.family && other.address == vip.address) {
-          r.fail(key + ".address", "\"" + *addr + "\" is listed twice");
+          r.fail(key + ".address", "\"" + address + "\" is listed twice");
         }
       }
       c.vips.push_back(std::move(vip));
@@ -328,6 +415,18 @@ FailoverConfig parse_failover_config(const toml::table& section, const std::stri
   }
   if (builtin && c.vips.empty()) {
     r.fail("vips", "missing: a failover group needs at least one virtual address");
+  }
+  if (const toml::node* node = r.get("peers")) {
+    if (!builtin) {
+      r.fail("peers", "keepalived sends to its peers itself (unicast_peer in keepalived.conf): remove it");
+    }
+    const toml::array* arr = node->as_array();
+    if (!arr)
+      r.fail("peers",
+             "expected an array of { interface = \"...\", address = \"ADDRESS\" }, got " + describe(*node));
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      c.peers.push_back(parse_peer(r, "peers[" + std::to_string(i) + "]", (*arr)[i], c));
+    }
   }
   r.finish();
   return c;

@@ -17,6 +17,10 @@
 //   group4 = "224.0.0.18"       # advertisement groups (RFC 5798 5.1.1.2 / 5.1.2.2)
 //   group6 = "ff02::12"
 //   port = 8112
+//   peers = [ { interface = "lan0", address = "10.1.0.3" } ]
+//                               # carp(4)'s carppeer: on that link, in that family, advertisements
+//                               # go to the peer's own address instead of the group (links that
+//                               # carry no multicast); both nodes name each other
 //   announce_count = 5          # gratuitous ARP / unsolicited NA repeats after the first one
 //   announce_interval_ms = 0    # between them; 0 = advbase / 2, at most 1000
 //   vip_lease_s = 0             # kernel lifetime of a VIP, renewed while master; 0 = automatic
@@ -32,7 +36,6 @@
 
 #include <array>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -54,10 +57,24 @@ struct Vip {
   }
 };
 
-// Where a node's advertisements go out: one interface, in one family.
-struct AdvertChannel {
+// The other node's own address on one VIP link, in one family (carp(4)'s carppeer).
+struct AdvertPeer {
   std::string interface;
   int family = 0;  // AF_INET or AF_INET6
+  std::array<uint8_t, 16> address{};
+  std::string text() const;  // "10.1.0.3"
+  bool operator==(const AdvertPeer&) const = default;
+};
+
+// Where a node's advertisements go out: one interface, in one family, to the group or to the peer
+// named for that link. A channel whose destination or port changed is another socket.
+struct AdvertChannel {
+  std::string interface;
+  int family = 0;                         // AF_INET or AF_INET6
+  std::array<uint8_t, 16> destination{};  // the group or the peer (IPv4: the first 4 bytes)
+  uint16_t port = 0;
+  bool unicast = false;      // to the peer: sent with TTL 255 to its address, heard from it alone
+  std::string text() const;  // "lan0 (IPv4) to 224.0.0.18 port 8112"
   bool operator==(const AdvertChannel&) const = default;
 };
 
@@ -75,6 +92,7 @@ struct FailoverConfig {
   std::array<uint8_t, 4> group4{224, 0, 0, 18};
   std::array<uint8_t, 16> group6{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12};
   uint16_t port = 8112;
+  std::vector<AdvertPeer> peers;  // at most one per VIP interface and family
   uint32_t announce_count = 5;
   uint32_t announce_interval_ms = 0;
   int64_t vip_lease_s = 0;
@@ -85,10 +103,13 @@ struct FailoverConfig {
   std::vector<std::string> interfaces() const;
   // Those, then the tracked interfaces that hold no VIP: the links whose carrier is watched.
   std::vector<std::string> watched_interfaces() const;
-  // Each VIP interface in each family it has a VIP of, in the order of interfaces(), IPv4 first.
+  // Each VIP interface in each family it has a VIP of, in the order of interfaces(), IPv4 first:
+  // to that link's peer if it has one, else to the family's group.
   std::vector<AdvertChannel> advert_channels() const;
-  // The advertisement group of `family` (AF_INET: group4, else group6).
-  std::span<const uint8_t> group(int family) const;
+  // Whether a datagram from `source` (IPv4: the first 4 bytes) reached `channel` from the node it
+  // listens to: any source on a group's; on a peer's, the peer's own address or one of the group's
+  // VIPs of the family, which a master's kernel may choose as the source.
+  bool from_peer(const AdvertChannel& channel, const std::array<uint8_t, 16>& source) const;
   uint32_t effective_announce_interval_ms() const;
   // 0 = permanent.
   uint32_t effective_vip_lease_s() const;

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
@@ -45,12 +44,6 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
   return out;
-}
-
-// "224.0.0.18, ff02::12 port 8112", for the log.
-std::string advert_destinations(const FailoverConfig& c) {
-  return boost::asio::ip::address_v4(c.group4).to_string() + ", " +
-         boost::asio::ip::address_v6(c.group6).to_string() + " port " + std::to_string(c.port);
 }
 
 }  // namespace
@@ -159,6 +152,9 @@ void FailoverService::start_with(std::optional<LinkWatch::Transport> link_transp
     spdlog::info("failover: vhid {} driver builtin node {} advbase {} ms advskew {} preempt {} VIPs {}",
                  config_.vhid, node_id_, config_.advbase_ms, config_.advskew, config_.preempt ? "on" : "off",
                  config_.vips.size());
+    std::vector<std::string> channels;
+    for (const auto& socket : sockets_) channels.push_back(socket->channel().text());
+    spdlog::info("failover: vhid {} advertisements on {}", config_.vhid, join(channels, ", "));
   } else {
     spdlog::info("failover: driver keepalived node {}: the roles keepalived reports", node_id_);
   }
@@ -311,10 +307,12 @@ void FailoverService::announce_all() {
   }
 }
 
-void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl) {
+void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl, const AdvertChannel& channel,
+                                const std::array<uint8_t, 16>& from) {
   std::lock_guard lock(mutex_);
   if (!running_) return;
-  const auto r = codec_.decode(frame, ttl);
+  // Asked of the VIPs as they are now: a reload may have changed them.
+  const auto r = codec_.decode(frame, ttl, config_.from_peer(channel, from));
   if (!r.ok && r.reason == Reject::Own && !own_id_logged_) {
     // Our own adverts brought back by a loop are replays (the codec knows what it sent): this is
     // another node with this node's id, and neither can win an election against the other.
@@ -346,7 +344,10 @@ void FailoverService::on_advert(std::span<const uint8_t> frame, int ttl) {
 void FailoverService::open_socket(std::size_t i) {
   AdvertSocket& s = *sockets_[i];
   try {
-    s.open([this](std::span<const uint8_t> f, int ttl) { on_advert(f, ttl); });
+    s.open([this, channel = s.channel()](std::span<const uint8_t> f, int ttl,
+                                         const std::array<uint8_t, 16>& from) {
+      on_advert(f, ttl, channel, from);
+    });
   } catch (const std::system_error& e) {
     // Tried again every second while the link has carrier: say so once, not every second.
     if (socket_errors_[i] != e.what()) {
@@ -449,16 +450,14 @@ void FailoverService::take_channels() {
   std::vector<std::string> errors;
   std::vector<std::size_t> opening;
   for (const AdvertChannel& channel : config_.advert_channels()) {
-    const auto kept = std::find_if(sockets_.begin(), sockets_.end(), [&](const auto& s) {
-      return s && s->ifname() == channel.interface && s->family() == channel.family;
-    });
+    const auto kept = std::find_if(sockets_.begin(), sockets_.end(),
+                                   [&](const auto& s) { return s && s->channel() == channel; });
     if (kept != sockets_.end()) {
       errors.push_back(std::move(socket_errors_[static_cast<std::size_t>(kept - sockets_.begin())]));
       sockets.push_back(std::move(*kept));
       continue;
     }
-    sockets.push_back(std::make_unique<AdvertSocket>(io_, channel.interface, channel.family,
-                                                     config_.group(channel.family), config_.port));
+    sockets.push_back(std::make_unique<AdvertSocket>(io_, channel));
     errors.emplace_back();
     opening.push_back(sockets.size() - 1);
   }
@@ -495,7 +494,7 @@ void FailoverService::take_vips(Time t) {
 
 void FailoverService::take_watched_links(Time t) {
   std::vector<AdvertChannel> running;
-  for (const auto& socket : sockets_) running.push_back({socket->ifname(), socket->family()});
+  for (const auto& socket : sockets_) running.push_back(socket->channel());
   const std::vector<AdvertChannel> wanted = config_.advert_channels();
   std::vector<std::string> watching;
   for (const LinkWatch::Link& link : links_->links()) watching.push_back(link.name);
@@ -505,8 +504,7 @@ void FailoverService::take_watched_links(Time t) {
                               std::string_view what) {
     for (const AdvertChannel& c : from) {
       if (std::find(in.begin(), in.end(), c) != in.end()) continue;
-      spdlog::info("failover: advertisements {} {} ({})", what, c.interface,
-                   c.family == AF_INET ? "IPv4" : "IPv6");
+      spdlog::info("failover: advertisements {} {}", what, c.text());
     }
   };
   log_missing(wanted, running, "now on");
@@ -715,15 +713,11 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
     codec_.set_vhid(next.vhid);
     role_script_.set_vhid(next.vhid);
   }
-  const bool channels_moved =
-      next.port != config_.port || next.group4 != config_.group4 || next.group6 != config_.group6;
-  if (channels_moved) {
-    spdlog::info("failover: vhid {} advertisements to {} -> {}", config_.vhid, advert_destinations(config_),
-                 advert_destinations(next));
-    config_.port = next.port;
-    config_.group4 = next.group4;
-    config_.group6 = next.group6;
-  }
+  // A new port, group or peer is a new channel: take_vips() below opens it in the old one's place.
+  config_.port = next.port;
+  config_.group4 = next.group4;
+  config_.group6 = next.group6;
+  config_.peers = next.peers;
   config_.advskew = next.advskew;
   config_.preempt = next.preempt;
   config_.advbase_ms = next.advbase_ms;
@@ -739,15 +733,10 @@ void FailoverService::reconfigure(const FailoverConfig& next) {
   }
   apply(t, actions);
   rearm();
-  // take_vips() compares config_ with what runs, and does nothing when they agree; the channels
-  // closed here are opened again on the new port and groups.
-  boost::asio::post(io_, [this, channels_moved] {
+  // take_vips() compares config_ with what runs, and does nothing when they agree.
+  boost::asio::post(io_, [this] {
     std::lock_guard on_io_thread(mutex_);
     if (!running_ || !vips_) return;
-    if (channels_moved) {
-      sockets_.clear();
-      socket_errors_.clear();
-    }
     take_vips(now());
     rearm();
   });

@@ -179,7 +179,8 @@ class FailoverService final : public control::FailoverControl {
   void upkeep_vips(Time t, VipWork work);
   void send_advert(Time now);
   void announce_all();
-  void on_advert(std::span<const uint8_t> frame, int ttl);
+  void on_advert(std::span<const uint8_t> frame, int ttl, const AdvertChannel& channel,
+                 const std::array<uint8_t, 16>& from);
   void on_links_changed();
   // What the links did since last_links_: sockets reopened on carrier, demotion, fault.
   void take_links(Time t);

@@ -28,9 +28,9 @@ LeavingResult send_leaving_adverts(const FailoverConfig& config, uint32_t node_i
   boost::asio::io_context io;
   for (const AdvertChannel& channel : config.advert_channels()) {
     ++result.channels;
-    AdvertSocket socket(io, channel.interface, channel.family, config.group(channel.family), config.port);
+    AdvertSocket socket(io, channel);
     try {
-      socket.open([](std::span<const uint8_t>, int) {});
+      socket.open([](std::span<const uint8_t>, int, const std::array<uint8_t, 16>&) {});
     } catch (const std::system_error& e) {
       result.errors.push_back(e.what());
       continue;

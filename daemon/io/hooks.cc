@@ -178,13 +178,13 @@ void validate(const HooksConfig& config) {
     std::array<uint8_t, 16> bytes{};
     const int af = d.family == engine::Family::V4 ? AF_INET : AF_INET6;
     const bool ports = d.protocol == 6 || d.protocol == 17;
-    // Any destination only for a protocol without ports and with a TTL: at TTL 255 nothing
-    // forwarded matches (a hop is gone before the FORWARD hook), so this node's own alone do.
-    const bool any = d.address.empty() && !ports && d.ttl != 0;
+    // Any destination only with a TTL: at TTL 255 nothing forwarded matches (a hop is gone before
+    // the FORWARD hook), so this node's own alone do.
+    const bool any = d.address.empty() && d.ttl != 0;
     if ((!any && inet_pton(af, d.address.c_str(), bytes.data()) != 1) || (d.port == 0) == ports) {
       throw HooksError("hooks: excluded destination '" + d.address + "' port " + std::to_string(d.port) +
-                       " is not a numeric address of its family with a port (TCP and UDP only), nor any "
-                       "address with a TTL for a protocol without ports");
+                       " is not a numeric address of its family, or any address with a TTL, with a port "
+                       "for TCP and UDP alone");
     }
   }
   for (const PreroutingMatch& match : config.prerouting_matches) {

@@ -256,6 +256,20 @@ TEST_CASE("replay: (boot epoch, counter) must grow per sender; copies are not re
   CHECK(rx.accepted() == 4);
 }
 
+TEST_CASE("a frame from another address than a link's peer is refused and raises no mark", "[codec]") {
+  pf::AdvertCodec rx(kKey, 9, 1);
+  // A valid frame, sent to this node's own address on a link with a peer, by another host:
+  // refused before its tag is read, so that the peer's own frame with the same counter still counts.
+  auto r = rx.decode(encode(sample(5)), 255, false);
+  CHECK_FALSE(r.ok);
+  CHECK(r.reason == pf::Reject::NotPeer);
+  CHECK(rx.rejects()[static_cast<std::size_t>(pf::Reject::NotPeer)] == 1);
+  r = rx.decode(encode(sample(5)), 255, true);
+  CHECK(r.ok);
+  CHECK(rx.accepted() == 1);
+  CHECK(std::string(pf::reject_name(pf::Reject::NotPeer)) == "not_peer");
+}
+
 TEST_CASE("our own frame coming back is a replay, not another node with our id", "[codec]") {
   // A bridge loop, a reflecting switch port or two VIP interfaces on one segment hand a node its
   // own advertisements; only a frame of another boot epoch is another node configured alike.

@@ -1,6 +1,8 @@
 // [failover] parsing: a good section, and one row per mistake with the line it must produce.
+#include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -74,13 +76,57 @@ TEST_CASE("failover config: a full section", "[config]") {
   CHECK(c.vips[1].text() == "fd00:1::1/64");
   CHECK(c.vips[1].family == AF_INET6);
   CHECK(c.interfaces() == std::vector<std::string>{"lan0", "lan1"});
-  // One advertisement channel per interface and family with a VIP: lan1 has none of IPv6.
-  CHECK(c.advert_channels() ==
-        std::vector<pf::AdvertChannel>{{"lan0", AF_INET}, {"lan0", AF_INET6}, {"lan1", AF_INET}});
-  CHECK(c.group(AF_INET).size() == 4);
-  CHECK(c.group(AF_INET)[0] == 239);
-  CHECK(c.group(AF_INET6).size() == 16);
-  CHECK(c.group(AF_INET6)[15] == 2);
+  // One advertisement channel per interface and family with a VIP (lan1 has none of IPv6), each to
+  // its family's group on the port.
+  const std::vector<pf::AdvertChannel> channels = c.advert_channels();
+  REQUIRE(channels.size() == 3);
+  CHECK(channels[0].text() == "lan0 (IPv4) to 239.1.2.3 port 9000");
+  CHECK(channels[1].text() == "lan0 (IPv6) to ff02::1:2 port 9000");
+  CHECK(channels[2].text() == "lan1 (IPv4) to 239.1.2.3 port 9000");
+  CHECK_FALSE(std::any_of(channels.begin(), channels.end(), [](const auto& ch) { return ch.unicast; }));
+}
+
+TEST_CASE("failover config: a link's peer takes its channel in that family from the group", "[config]") {
+  Dir d;
+  const auto c = parse(d, "[failover]\nkey_file = \"failover.key\"\n" + kVips +
+                              "peers = [ { interface = \"lan0\", address = \"fe80::2\" },\n"
+                              "          { interface = \"lan1\", address = \"10.2.0.3\" } ]\n");
+  REQUIRE(c.peers.size() == 2);
+  CHECK(c.peers[0].text() == "fe80::2");
+  CHECK(c.peers[0].family == AF_INET6);
+  CHECK(c.peers[1].text() == "10.2.0.3");
+  const std::vector<pf::AdvertChannel> channels = c.advert_channels();
+  REQUIRE(channels.size() == 3);
+  // lan0's IPv4 channel names no peer: it keeps the group.
+  CHECK(channels[0].text() == "lan0 (IPv4) to 224.0.0.18 port 8112");
+  CHECK_FALSE(channels[0].unicast);
+  CHECK(channels[1].text() == "lan0 (IPv6) to fe80::2 port 8112");
+  CHECK(channels[1].unicast);
+  CHECK(channels[2].text() == "lan1 (IPv4) to 10.2.0.3 port 8112");
+  CHECK(channels[2].unicast);
+  // The peer's datagrams may leave it from its own address or from a VIP of the family, any link's;
+  // a group's from anywhere.
+  const auto address = [](int family, const char* text) {
+    std::array<uint8_t, 16> a{};
+    REQUIRE(inet_pton(family, text, a.data()) == 1);
+    return a;
+  };
+  CHECK(c.from_peer(channels[2], address(AF_INET, "10.2.0.3")));
+  CHECK(c.from_peer(channels[2], address(AF_INET, "10.2.0.1")));
+  CHECK(c.from_peer(channels[2], address(AF_INET, "10.1.0.1")));
+  CHECK_FALSE(c.from_peer(channels[2], address(AF_INET, "10.2.0.4")));
+  CHECK_FALSE(c.from_peer(channels[2], address(AF_INET, "10.1.0.3")));
+  CHECK(c.from_peer(channels[1], address(AF_INET6, "fe80::2")));
+  CHECK(c.from_peer(channels[1], address(AF_INET6, "fd00:1::1")));
+  CHECK_FALSE(c.from_peer(channels[1], address(AF_INET6, "fe80::3")));
+  CHECK(c.from_peer(channels[0], address(AF_INET, "192.0.2.7")));
+  // A channel that changed its destination is another channel.
+  pf::FailoverConfig moved = c;
+  moved.peers[1].address[3] = 4;
+  CHECK(moved.advert_channels()[0] == channels[0]);
+  CHECK_FALSE(moved.advert_channels()[2] == channels[2]);
+  moved.port = 8113;
+  CHECK_FALSE(moved.advert_channels()[0] == channels[0]);
 }
 
 TEST_CASE("failover config: tracked interfaces are watched after the VIP interfaces, each once", "[config]") {
@@ -282,6 +328,45 @@ TEST_CASE("failover config: every mistake names file, section and key", "[config
       {key + kVips + "notify = \"failover.key\"\n",
        "[failover] notify: DIR/failover.key: not an executable file"},
       {key + kVips + "notify = \"dir.key\"\n", "[failover] notify: DIR/dir.key: not an executable file"},
+      {key + kVips + "peers = \"10.1.0.3\"\n",
+       "[failover] peers: expected an array of { interface = \"...\", address = \"ADDRESS\" }, got "
+       "\"10.1.0.3\""},
+      {key + kVips + "peers = [ \"10.1.0.3\" ]\n",
+       "[failover] peers[0]: expected { interface = \"...\", address = \"ADDRESS\" }, got \"10.1.0.3\""},
+      {key + kVips + "peers = [ { interface = \"lan0\", address = \"10.1.0.3\", ttl = 1 } ]\n",
+       "[failover] peers[0].ttl: unknown key"},
+      {key + kVips + "peers = [ { interface = \"lan/0\", address = \"10.1.0.3\" } ]\n",
+       "[failover] peers[0].interface: expected an interface name (1..15 characters, no '/', ':' or spaces)"},
+      {key + kVips + "peers = [ { interface = \"lan0\" } ]\n",
+       "[failover] peers[0].address: expected a string \"ADDRESS\""},
+      {key + kVips + "peers = [ { interface = \"lan0\", address = \"10.1.0.3/24\" } ]\n",
+       "[failover] peers[0].address: \"10.1.0.3/24\" is not an IPv4 or IPv6 address"},
+      {key + kVips + "peers = [ { interface = \"lan0\", address = \"224.0.0.18\" } ]\n",
+       "[failover] peers[0].address: \"224.0.0.18\" is not the peer's own address (unspecified, loopback, "
+       "multicast, broadcast or IPv4-mapped); name the address the other node has on lan0"},
+      {key + kVips + "peers = [ { interface = \"lan0\", address = \"255.255.255.255\" } ]\n",
+       "[failover] peers[0].address: \"255.255.255.255\" is not the peer's own address (unspecified, "
+       "loopback, multicast, broadcast or IPv4-mapped); name the address the other node has on lan0"},
+      {key + kVips + "peers = [ { interface = \"lan0\", address = \"::1\" } ]\n",
+       "[failover] peers[0].address: \"::1\" is not the peer's own address (unspecified, loopback, "
+       "multicast, broadcast or IPv4-mapped); name the address the other node has on lan0"},
+      {key + kVips + "peers = [ { interface = \"lan0\", address = \"::ffff:10.1.0.3\" } ]\n",
+       "[failover] peers[0].address: \"::ffff:10.1.0.3\" is not the peer's own address (unspecified, "
+       "loopback, multicast, broadcast or IPv4-mapped); name the address the other node has on lan0"},
+      {key + kVips + "peers = [ { interface = \"lan1\", address = \"fd00:2::3\" } ]\n",
+       "[failover] peers[0].interface: lan1 holds no IPv6 virtual address: advertisements go out only where "
+       "the group has one"},
+      {key + kVips + "peers = [ { interface = \"wan0\", address = \"10.9.0.3\" } ]\n",
+       "[failover] peers[0].interface: wan0 holds no IPv4 virtual address: advertisements go out only where "
+       "the group has one"},
+      {key + kVips +
+           "peers = [ { interface = \"lan0\", address = \"10.1.0.3\" }, { interface = \"lan0\", address = "
+           "\"10.1.0.4\" } ]\n",
+       "[failover] peers[1]: a second IPv4 peer on lan0: one node is the other"},
+      {key + kVips + "peers = [ { interface = \"lan1\", address = \"10.2.0.1\" } ]\n",
+       "[failover] peers[0].address: \"10.2.0.1\" is a virtual address of the group, not the peer's own"},
+      {"driver = \"keepalived\"\npeers = [ { interface = \"lan0\", address = \"10.1.0.3\" } ]\n",
+       "[failover] peers: keepalived sends to its peers itself (unicast_peer in keepalived.conf): remove it"},
       {"driver = \"keepalived\"\nnotify = \"notify.sh\"\n" + kVips,
        "[failover] notify: keepalived runs its own notify scripts (notify_master, notify_backup, "
        "notify_fault "

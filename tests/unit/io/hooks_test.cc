@@ -44,7 +44,8 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
   c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 8112},
                              {Family::V6, 17, "ff02::12", 8112, 255},
                              {Family::V6, 112, "ff02::12", 0},
-                             {Family::V6, 112, "", 0, 255}};
+                             {Family::V6, 112, "", 0, 255},
+                             {Family::V6, 17, "", 8112, 255}};
   c.bypass_mark = 0x10000;
   c.ip6tables = "/usr/sbin/ip6tables-legacy";
   CHECK(lines(install_commands(c, Family::V6)) ==
@@ -59,6 +60,8 @@ TEST_CASE("install commands: exclusions come before the queue rule, jumps last",
             "--hl-eq 255 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -d ff02::12 -j RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 112 -m hl --hl-eq 255 -j RETURN",
+            "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -p 17 --dport 8112 -m hl --hl-eq 255 -j "
+            "RETURN",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -A PAIRWALL -j NFQUEUE --queue-balance 0:3 "
             "--queue-bypass",
             "/usr/sbin/ip6tables-legacy -w 10 -t filter -N PAIRWALL_DEFRAG",
@@ -195,15 +198,19 @@ TEST_CASE("configurations that cannot be installed are refused with the reason",
          c.excluded_destinations = {{Family::V4, 17, "224.0.0.18", 0}};
        }),
        "port 0"},
-      // Any destination: only with a TTL that nothing forwarded has, and a protocol without ports.
+      // Any destination: only with a TTL that nothing forwarded has.
       {"any destination without a TTL", with([](HooksConfig& c) {
          c.excluded_destinations = {{Family::V4, 112, "", 0}};
        }),
-       "nor any address with a TTL"},
-      {"any destination with a port", with([](HooksConfig& c) {
-         c.excluded_destinations = {{Family::V4, 17, "", 8112, 255}};
+       "or any address with a TTL"},
+      {"any UDP destination without a TTL", with([](HooksConfig& c) {
+         c.excluded_destinations = {{Family::V4, 17, "", 8112}};
        }),
-       "nor any address with a TTL"},
+       "or any address with a TTL"},
+      {"any UDP destination without a port", with([](HooksConfig& c) {
+         c.excluded_destinations = {{Family::V4, 17, "", 0, 255}};
+       }),
+       "with a port for TCP and UDP alone"},
       {"port of a protocol without ports", with([](HooksConfig& c) {
          c.excluded_destinations = {{Family::V4, 112, "224.0.0.18", 5}};
        }),
