@@ -630,6 +630,7 @@ FailoverSnapshot FailoverService::snapshot() const {
   if (links_) {
     for (const auto& l : links_->links()) s.links.push_back({l.name, l.carrier, !is_vip_link(l.name)});
   }
+  for (const auto& socket : sockets_) s.advertisements.push_back(socket->channel().text());
   const int64_t unix_now_ms = static_cast<int64_t>(wall_clock_us() / 1000);
   const TransitionLog& log = election_.transitions();
   for (std::size_t i = 0; i < log.size(); ++i) {
@@ -681,6 +682,7 @@ void FailoverService::fill_status(control::FailoverStatus* status) {
     link->set_tracked(l.tracked);
   }
   status->set_notify(s.notify);
+  for (const std::string& channel : s.advertisements) status->add_advertisements(channel);
   auto& rejects = *status->mutable_rejects();
   for (std::size_t i = 0; i < kRejectCount; ++i) rejects[reject_name(static_cast<Reject>(i))] = s.rejects[i];
 }

@@ -99,6 +99,7 @@ struct FailoverSnapshot {
   bool vips_held = false;
   std::vector<std::string> vips;
   std::vector<LinkView> links;
+  std::vector<std::string> advertisements;  // AdvertChannel::text() of each open or opening channel
   std::string notify;
   std::vector<TransitionView> transitions;  // oldest first, the last TransitionLog::kCapacity
   uint64_t transitions_total = 0;

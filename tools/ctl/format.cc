@@ -472,6 +472,8 @@ std::string format_failover(const control::FailoverStatus& s) {
     }
     o << "\n";
   }
+  for (int i = 0; i < s.advertisements_size(); ++i)
+    o << (i == 0 ? "advertising   " : "              ") << s.advertisements(i) << "\n";
   if (!s.notify().empty()) o << "notify        " << s.notify() << "\n";
   if (s.driver() == "builtin") {
     o << "master        node " << s.master_node_id() << ", heard " << ago_ms(s.last_heard_ms_ago()) << "\n";

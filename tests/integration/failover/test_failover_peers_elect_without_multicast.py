@@ -4,6 +4,7 @@ elect one master, hand the group over when it is killed, and turn away what anot
 them; a reload moves a running pair from the groups to its peers without the group changing hands,
 and a killed master's cleanup tells its peer it left."""
 
+import json
 import subprocess
 import time
 
@@ -74,6 +75,12 @@ def test_peers_elect_one_master_and_hand_over_without_multicast(pair_factory):
     assert sb["rejects"]["duplicate"] > 0  # the copies of the other three channels
     assert multicast_udp_dropped(p, "a") == 0 and multicast_udp_dropped(p, "b") == 0
     assert "lan1 (IPv6) to fe80::" in p.log("a")
+    # pairwallctl failover status says where each channel advertises.
+    ok, text = p.ctl("a", "status")
+    assert ok, text
+    assert json.loads(text)["advertisements"] == [
+        f"lan0 (IPv4) to {LANS['lan0']['v4']}.3 port 8112", f"lan0 (IPv6) to {LANS['lan0']['v6']}:3 port 8112",
+        f"lan1 (IPv4) to {LANS['lan1']['v4']}.3 port 8112", f"lan1 (IPv6) to {link_local(p, 'b', 'lan1')} port 8112"]
 
     # The link-local channel alone: a's other three dropped, b still hears a.
     p.nsexec("a", "iptables", "-w", "10", "-A", "OUTPUT", "-p", "udp", "--dport", "8112", "-j", "DROP")

@@ -297,7 +297,9 @@ TEST_CASE("pairwallctl: status gives each queue's length and receive buffer", "[
             "    holds 1024 packets, receive buffer 2.1 MB\n") != std::string::npos);
 }
 
-TEST_CASE("pairwallctl: failover status names the VIPs, the watched links and the notify script", "[ctl]") {
+TEST_CASE(
+    "pairwallctl: failover status names the VIPs, the watched links, the channels and the notify script",
+    "[ctl]") {
   pairwall::control::FailoverStatus s;
   s.set_enabled(true);
   s.set_driver("builtin");
@@ -318,8 +320,12 @@ TEST_CASE("pairwallctl: failover status names the VIPs, the watched links and th
     link->set_carrier(carrier);
     link->set_tracked(tracked);
   }
+  s.add_advertisements("lan0 (IPv4) to 224.0.0.18 port 8112");
+  s.add_advertisements("lan0 (IPv6) to fe80::2 port 8112");
   s.set_notify("/etc/pairwall/notify.sh");
   const std::string text = pairwall::ctl::format_failover(s);
+  CHECK(text.find("advertising   lan0 (IPv4) to 224.0.0.18 port 8112\n"
+                  "              lan0 (IPv6) to fe80::2 port 8112\n") != std::string::npos);
   CHECK(text.find("vips          not held: lan0 10.1.0.1/24, lan0 fd00:1::1/64\n") != std::string::npos);
   CHECK(text.find("links         lan0 carrier, wan0 no carrier (tracked)\n") != std::string::npos);
   CHECK(text.find("notify        /etc/pairwall/notify.sh\n") != std::string::npos);

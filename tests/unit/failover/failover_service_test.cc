@@ -289,6 +289,8 @@ TEST_CASE("FailoverService: a reload takes advbase, advskew, the VIPs and their 
   FailoverService service(io, config, 1);
   service.start(kernel.transport());
   REQUIRE(service.snapshot().role == Role::Backup);
+  CHECK(service.snapshot().advertisements ==
+        std::vector<std::string>{std::string(kAbsentLink) + " (IPv4) to 224.0.0.18 port 8112"});
 
   FailoverConfig next = config;
   next.advbase_ms = 200'000;
@@ -333,6 +335,15 @@ TEST_CASE("FailoverService: a reload takes advbase, advskew, the VIPs and their 
   CHECK(s.links.size() == 1);
   CHECK(s.demotion == 0);
   CHECK(s.role == Role::Backup);
+
+  // A peer on the link, and another port: the channel opened anew, to the peer's address.
+  FailoverConfig to_peer = next;
+  to_peer.port = 8113;
+  to_peer.peers.push_back({kAbsentLink, AF_INET, {192, 0, 2, 3}});
+  service.reconfigure(to_peer);
+  const std::vector<std::string> peer_channel{std::string(kAbsentLink) + " (IPv4) to 192.0.2.3 port 8113"};
+  run_until(io, milliseconds(1000), [&] { return service.snapshot().advertisements == peer_channel; });
+  CHECK(service.snapshot().advertisements == peer_channel);
   service.stop();
 }
 
