@@ -11,6 +11,8 @@ from pairwall_lab.lab import Lab
 
 from lab_support import ADVBASE_MS, PREFIX
 
+PROBE_PERIOD_MS = 10  # a ping and a UDP probe every 10 ms (pairwall_lab/traffic.py)
+
 
 @pytest.mark.parametrize("kill", ["master", "node"])
 def test_scripted_failover_is_measured(make_lab, out_dir, kill):
@@ -27,9 +29,12 @@ def test_scripted_failover_is_measured(make_lab, out_dir, kill):
     # About one probe lost per 10 ms of outage, for ping and UDP alike.
     assert abs(rep["ping_lost"] - rep["outage_ms"] / 10) <= 10, rep
     assert abs(rep["udp_lost"] - rep["outage_ms"] / 10) <= 10, rep
-    # Kernel forwarding keeps no state: every connection rides through the move.
+    # Kernel forwarding keeps no state: every connection rides through the move, held up for as long
+    # as the probes were, within their period at each end of the outage (a connection's last record
+    # may come after the last probe reply before it, its first after the outage before the first
+    # probe sent after the takeover).
     assert rep["survived"] == 40, rep["failed_connections"]
-    assert rep["tcp_stall_ms_max"] >= rep["outage_ms"]
+    assert rep["tcp_stall_ms_max"] >= rep["outage_ms"] - 2 * PROBE_PERIOD_MS, rep
     assert rep["server_sequence_violations"] == 0
     assert rep["roles_after"] == {"fwA": "backup", "fwB": "master"}
     assert any(c["node"] == "fwB" and c["to"] == "master" for c in rep["role_changes"])
