@@ -84,10 +84,16 @@ constexpr control::Setting kTakenBySyncLink[] = {
     {"sync", "interface"}, {"sync", "address"}, {"sync", "peer"},
     {"sync", "group"},     {"sync", "port"},    {"sync", "ttl_security"},
 };
-// And the sync protocol's timing, limits, windows and datagram size there (SyncService::retune).
+// And the sync protocol's timing, limits, windows and datagram size there (SyncService::retune), and
+// the tables the pair shares (ControlService::share_tables).
 constexpr control::Setting kTakenBySyncTuning[] = {
-    {"sync", "flush_interval_ms"}, {"sync", "bulk_timeout_min_s"}, {"sync", "pending_limit"},
-    {"sync", "peer_node_id"},      {"sync", "resend_window"},      {"sync", "mtu"},
+    {"sync", "flush_interval_ms"},
+    {"sync", "bulk_timeout_min_s"},
+    {"sync", "pending_limit"},
+    {"sync", "peer_node_id"},
+    {"sync", "resend_window"},
+    {"sync", "mtu"},
+    {"sync", "tables"},
 };
 // And those the builtin election takes on a running group (FailoverService::reconfigure).
 constexpr control::Setting kTakenByElection[] = {
@@ -404,7 +410,11 @@ class Node {
       const io::NfQueueConfig qc = queue_config(c_, sync_config);
       queues_ = std::make_unique<io::NfQueue>(engine_, qc, pcap_.get());
       // Started before the hooks so that the bulk request goes out as early as possible.
-      if (sync_config) make_sync_service(std::move(*sync_config));
+      std::vector<std::string> shared_tables;
+      if (sync_config) {
+        shared_tables = sync_config->tables;
+        make_sync_service(std::move(*sync_config));
+      }
       queues_->start();
       data_plane_ = std::make_unique<QueueDataPlane>(*queues_);
       service_.set_data_plane(data_plane_.get());
@@ -412,6 +422,7 @@ class Node {
       if (sync_service_) {
         sync_service_->start();
         service_.set_sync(sync_service_.get());
+        service_.share_tables(shared_tables);
         registry_.add("sync", [this](control::MetricWriter& w) { sync_service_->render_metrics(w); });
       }
       install_hooks();
@@ -474,6 +485,9 @@ class Node {
       return lost;
     });
     queues_->set_sync_kick([service = sync_service_.get()] { service->kick(); });
+    sync_service_->on_peer_table([this](const sync::SharedTable& table) {
+      asio::post(loop_, [this, table] { take_peer_table(table); });
+    });
     sync_service_->set_defer_status([this](control::SyncStatus::Defer* out) {
       const DeferTotals d = defer_totals(*queues_);
       out->set_held(d.held);
@@ -734,6 +748,7 @@ class Node {
         if (sync_now) {
           take_defer(who, *sync_now);
           sync_service_->retune(*sync_now);
+          service_.share_tables(sync_now->tables);
         }
         // What the kernel or the file system refuses now is told in the answer too. The sync link
         // moves before the hooks, which leave its interface unqueued.
@@ -755,6 +770,18 @@ class Node {
     }
     notify("READY=1\n" + status_line());
     return result;
+  }
+
+  // A table the pair shares, whole as the peer holds it ([sync] tables).
+  void take_peer_table(const sync::SharedTable& table) {
+    const auto taken = service_.take_peer_table(table.name, table.entries);
+    if (!taken.error.empty()) {
+      spdlog::warn("sync: the peer's <{}> ({} entries) not taken: {}", table.name, table.entries.size(),
+                   taken.error);
+    } else if (taken.added != 0 || taken.deleted != 0) {
+      spdlog::info("sync: <{}> taken from the peer: {} entries, {} added, {} deleted", table.name,
+                   table.entries.size(), taken.added, taken.deleted);
+    }
   }
 
   // pfsync's `ifconfig pfsync0 [-]defer`: packets held when it goes off still wait for their acks.

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "daemon/engine/address.h"
 #include "proto/control.pb.h"
 
 namespace pairwall::control {
@@ -20,6 +22,8 @@ class SyncControl {
   virtual void fill_status(SyncStatus* status) = 0;
   // Asks the peer for its whole table (pairwallctl sync resync). "" once asked, otherwise why not.
   virtual std::string request_resync() = 0;
+  // A table the pair shares ([sync] tables) changed on this node: its entries now, to send whole.
+  virtual void share_table(const std::string& name, std::vector<engine::AgedTableEntry> entries) = 0;
 };
 
 class FailoverControl {

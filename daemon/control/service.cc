@@ -911,6 +911,111 @@ void ControlService::stamp_tables() {
     for (const auto& p : table.negated_entries) stamp(true, p);
   }
   table_added_ = std::move(next);
+  share_changed_tables();
+}
+
+void ControlService::share_tables(std::vector<std::string> names) {
+  std::map<std::string, std::optional<std::set<engine::TableEntry>>> next;
+  for (std::string& name : names) {
+    auto& sent = next[name];
+    if (const auto kept = shared_.find(name); kept != shared_.end()) {
+      sent = std::move(kept->second);
+    } else if (loaded_) {
+      if (const auto table = find_table(*loaded_, name); table != loaded_->tables.end())
+        sent = entry_set(*table);
+    }
+  }
+  shared_ = std::move(next);
+}
+
+void ControlService::share_changed_tables() {
+  if (shared_.empty() || !loaded_) return;
+  const engine::Millis now = now_();
+  for (auto& [name, sent] : shared_) {
+    const auto table = find_table(*loaded_, name);
+    if (table == loaded_->tables.end()) continue;
+    std::set<engine::TableEntry> entries = entry_set(*table);
+    // First seen (the first load, or a reload that defined it): what the peer holds of it is its
+    // own business until either node changes it.
+    if (!sent) {
+      sent = std::move(entries);
+      continue;
+    }
+    if (entries == *sent) continue;
+    std::vector<engine::AgedTableEntry> aged;
+    aged.reserve(entries.size());
+    const auto& added = table_added_[name];
+    for (const engine::TableEntry& e : entries) {
+      const auto at = added.find(e);
+      const engine::Millis age =
+          at != added.end() ? std::max(now - at->second, engine::Millis{0}) : engine::Millis{0};
+      aged.push_back({e, static_cast<uint32_t>(std::min<int64_t>(age.count() / 1000, UINT32_MAX))});
+    }
+    sent = std::move(entries);
+    if (sync_) sync_->share_table(name, std::move(aged));
+  }
+}
+
+ControlService::PeerTableResult ControlService::take_peer_table(
+    const std::string& name, std::span<const engine::AgedTableEntry> entries) {
+  PeerTableResult result;
+  const auto shared = shared_.find(name);
+  if (shared == shared_.end()) {
+    result.error = "<" + name + "> is not in [sync] tables here";
+    return result;
+  }
+  if (!loaded_) {
+    result.error = "no rule set loaded";
+    return result;
+  }
+  engine::rules::RuleFile edited = *loaded_;
+  const auto table = find_table(edited, name);
+  if (table == edited.tables.end()) {
+    result.error = "no table <" + name + "> in " + rules_file_;
+    return result;
+  }
+  if (table->is_const) {
+    result.error = "<" + name + "> is const in " + rules_file_;
+    return result;
+  }
+  const std::set<engine::TableEntry> before = entry_set(*table);
+  // Each prefix once, the first way it comes, as edit_table's replace takes a list.
+  std::set<engine::TableEntry> after;
+  std::set<engine::IpPrefix> listed;
+  table->entries.clear();
+  table->negated_entries.clear();
+  for (const engine::AgedTableEntry& e : entries) {
+    if (!listed.insert(e.entry.prefix).second) continue;
+    after.insert(e.entry);
+    (e.entry.negated ? table->negated_entries : table->entries).push_back(e.entry.prefix);
+  }
+  uint64_t total = 0;
+  for (const engine::rules::Table& t : edited.tables) total += t.entry_count();
+  if (total > edited.settings.table_entry_limit()) {
+    result.error = "the tables would hold " + std::to_string(total) + " entries, over the limit of " +
+                   std::to_string(edited.settings.table_entry_limit()) + " (set limit table-entries)";
+    return result;
+  }
+  for (const engine::TableEntry& e : after) result.added += before.contains(e) ? 0 : 1;
+  for (const engine::TableEntry& e : before) result.deleted += after.contains(e) ? 0 : 1;
+  if (result.added != 0 || result.deleted != 0) {
+    if (std::string error = publish(edited, engine_.rules().get()); !error.empty()) {
+      result.error = std::move(error);
+      return result;
+    }
+    loaded_ = std::move(edited);
+  }
+  // What the peer holds is not news to it: noted before the change is, so that it is not sent back.
+  shared->second = after;
+  stamp_tables();
+  // Dated as the peer dates them, so that `tables expire` takes the same entries on both nodes.
+  const engine::Millis now = now_();
+  auto& dates = table_added_[name];
+  for (const engine::AgedTableEntry& e : entries) {
+    if (const auto it = dates.find(e.entry); it != dates.end())
+      it->second = now - engine::Millis{int64_t{e.age_s} * 1000};
+  }
+  return result;
 }
 
 void ControlService::render_metrics(MetricWriter& out) const {

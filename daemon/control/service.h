@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,20 @@ class ControlService {
 
   void set_data_plane(const DataPlane* data_plane) { data_plane_ = data_plane; }
   void set_sync(SyncControl* sync) { sync_ = sync; }
+  // The tables the pair shares ([sync] tables): from now on each change of one of them (an
+  // overload, `tables add`, a reload's file) goes to the peer whole through the SyncControl, and the
+  // peer's replace it (take_peer_table()). What they hold now is taken as what the peer has: nothing
+  // is sent for it.
+  void share_tables(std::vector<std::string> names);
+  struct PeerTableResult {
+    uint32_t added = 0;
+    uint32_t deleted = 0;
+    std::string error;  // why it was refused; the table kept as it was
+  };
+  // A shared table as the peer now holds it: its entries replace this node's (one recompile), each
+  // dated as the peer dates it. Not sent back. Refused for a table not shared here, absent, const,
+  // or one that would take the tables past `set limit table-entries`.
+  PeerTableResult take_peer_table(const std::string& name, std::span<const engine::AgedTableEntry> entries);
   void set_failover(FailoverControl* failover) { failover_ = failover; }
   // The daemon's own health (e.g. a stuck packet worker): nullopt when healthy, else the reason.
   // Asked from any thread (handle_at_once()).
@@ -151,8 +166,11 @@ class ControlService {
   std::string zero_table(const TableEdit& request, TableList* out);
   // `tables expire`: removes the entries of `table` that came `seconds` ago or earlier; how many.
   uint32_t expire_table(engine::rules::Table& table, uint32_t seconds) const;
-  // Notes when each entry of the loaded tables came: now for new ones, unchanged for the others.
+  // Notes when each entry of the loaded tables came: now for new ones, unchanged for the others;
+  // and sends the peer the shared tables that changed. After every change of the loaded tables.
   void stamp_tables();
+  // The shared tables whose entries differ from what the peer was last sent or sent itself.
+  void share_changed_tables();
   // The addresses rules naming interfaces resolve to (none without a source); empty, or why not.
   std::string read_interface_addresses(engine::rules::InterfaceAddresses& out) const;
   // Compiles `file` and publishes it; empty, or why it was refused. The rules keep the counters of
@@ -191,6 +209,9 @@ class ControlService {
   // When each table entry came (loaded, added, or an overload's), by table: what `tables expire`
   // reads, as pf's table entries keep the time they were added.
   std::map<std::string, std::map<engine::TableEntry, engine::Millis>> table_added_;
+  // The tables the pair shares, by name: the entries last sent to the peer or taken from it (none
+  // until the table is first seen in the loaded rules).
+  std::map<std::string, std::optional<std::set<engine::TableEntry>>> shared_;
   uint64_t overloads_refused_ = 0;
   int64_t rules_loaded_unix_ms_ = 0;
   uint64_t reloads_ = 0;

@@ -91,6 +91,12 @@ struct SyncCounters {
   uint64_t bulk_timeouts = 0;
   uint64_t peer_states_removed = 0;  // states the peer no longer had at the end of its full transfer
 
+  // Shared tables ([sync] tables), whole versions and the chunks that carry them.
+  uint64_t tables_sent = 0;
+  uint64_t table_chunks_sent = 0;
+  uint64_t tables_received = 0;
+  uint64_t table_chunks_stale = 0;  // of a version taken already or superseded (a resend, a resync)
+
   uint64_t peer_restarts = 0;    // the peer's epoch went up
   uint64_t challenges_sent = 0;  // new incarnations of the peer asked to prove themselves live
   uint64_t epochs_proven = 0;    // ...and that did

@@ -128,6 +128,10 @@ void SyncProtocol::enqueue(const engine::StateRecord& record, Micros now) noexce
   counters_.records_coalesced = pending_.coalesced();
 }
 
+void SyncProtocol::share_table(SharedTable table, Micros now) {
+  tables_.set_local(std::move(table), now);
+}
+
 void SyncProtocol::local_changes_lost() noexcept {
   ++counters_.changes_lost;
   full_resync_owed_ = true;
@@ -236,6 +240,7 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
   // Expect the oldest sequence the peer can still resend: older ones are covered by the bulk
   // this node asks for.
   rwin_.reset(h.send_base == 0 ? 1 : h.send_base);
+  tables_.peer_restarted();
   // A new epoch numbers its sequences from 1 again: they continue the count the store sees.
   delivered_base_ = delivered_;
   gaps_to_request_.clear();
@@ -265,6 +270,7 @@ void SyncProtocol::start_peer_epoch(const Header& h, Micros now) {
     backlog_.clear();
     resync_marks_.clear();
     controls_.clear();
+    table_chunks_.clear();
     window_.clear_evicted();
     window_.blank_unacked();
     request_bulk(now);
@@ -503,6 +509,24 @@ void SyncProtocol::apply_batch(const wire::Batch& batch, bool sequenced, Micros 
               rx_cum_, std::span<const uint64_t>(runs.data(), static_cast<std::size_t>(runs.size())), now);
         }
         break;
+      case wire::Message::kTableChunk: {
+        SharedTable table;
+        switch (tables_.receive(m.table_chunk(), now, table)) {
+          case TableShare::Chunk::Partial:
+            break;
+          case TableShare::Chunk::Complete:
+            ++counters_.tables_received;
+            if (peer_table_) peer_table_(table);
+            break;
+          case TableShare::Chunk::Stale:
+            ++counters_.table_chunks_stale;
+            break;
+          case TableShare::Chunk::Malformed:
+            ++counters_.drops[static_cast<std::size_t>(DropReason::MalformedPayload)];
+            break;
+        }
+        break;
+      }
       case wire::Message::BODY_NOT_SET:
         ++counters_.messages_unknown;
         break;
@@ -526,6 +550,7 @@ void SyncProtocol::serve_bulk(uint32_t request, Micros now) {
   if (request == bulk_send_request_ && request < kUnsolicited) return;
   bulk_ids_.clear();
   store_.collect_ids(bulk_ids_);
+  tables_.send_all(now);
   bulk_pos_ = 0;
   bulk_sent_ = 0;
   bulk_sending_ = true;
@@ -685,7 +710,7 @@ void SyncProtocol::finish_bulk() {
 // Sending.
 
 bool SyncProtocol::has_background() const noexcept {
-  return !backlog_.empty() || !resync_marks_.empty() || bulk_sending_;
+  return !table_chunks_.empty() || !backlog_.empty() || !resync_marks_.empty() || bulk_sending_;
 }
 
 bool SyncProtocol::controls_waiting() const noexcept {
@@ -823,6 +848,15 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
   }
 
   if (background && controls_done && (!live || pending_.empty())) {
+    // A chunk goes with the controls of its datagram too, so that a resync sends it again: its
+    // version is still the newest, or the peer finds it stale.
+    while (!table_chunks_.empty()) {
+      const wire::Message& chunk = table_chunks_.front();
+      if (!add_message([&](wire::Message* m) { *m = chunk; })) break;
+      *tx_controls_->add_messages() = chunk;
+      table_chunks_.pop_front();
+      ++counters_.table_chunks_sent;
+    }
     engine::StateRecord r;
     while (!backlog_.empty()) {
       const engine::StateId id = backlog_.front();
@@ -987,6 +1021,8 @@ void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
   while (window_.cwnd_open() && !pending_.empty() && (due || pending_.estimated_bytes() >= tx_budget_) &&
          send_data(now, true, true, send)) {
   }
+  if (initial_bulk_done_ && tables_.next_due() <= now)
+    counters_.tables_sent += tables_.take_due(now, tx_budget_, table_chunks_);
   while (has_background() && window_.cwnd_open() && send_data(now, false, true, send)) {
   }
   mark_sent();
@@ -1023,6 +1059,7 @@ Micros SyncProtocol::next_deadline(Micros now) const noexcept {
   }
   d = std::min(d, window_.timer_deadline());
   if (receiving(bulk_state_)) d = std::min(d, bulk_deadline_);
+  if (initial_bulk_done_) d = std::min(d, tables_.next_due());
   return std::max(d, now);
 }
 

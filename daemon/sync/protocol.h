@@ -34,6 +34,7 @@
 #include "daemon/sync/replay_window.h"
 #include "daemon/sync/send_window.h"
 #include "daemon/sync/store.h"
+#include "daemon/sync/table_share.h"
 #include "daemon/sync/time.h"
 #include "daemon/sync/wire.h"
 #include "proto/sync.pb.h"
@@ -161,6 +162,14 @@ class SyncProtocol {
   uint64_t enqueued() const noexcept { return enqueued_; }
   uint64_t synced() const noexcept { return synced_; }
 
+  // This node's content of a table the pair shares changed (TableShare): it goes whole, after the
+  // live records, once this node's initial bulk is done (until then the peer's version may replace
+  // it) and at most once a second.
+  void share_table(SharedTable table, Micros now);
+  // Called with a shared table the peer sent, once all of a newer version is in (from receive()).
+  using TableFn = std::function<void(const SharedTable&)>;
+  void on_peer_table(TableFn fn) { peer_table_ = std::move(fn); }
+
   // The engine dropped local changes before they reached enqueue() (a full ring): which states
   // they were is unknown, so the peer gets the whole table once it answers.
   void local_changes_lost() noexcept;
@@ -269,6 +278,9 @@ class SyncProtocol {
     uint64_t through = 0;  // the peer's sequence that carried the request
   };
   std::deque<ResyncMark> resync_marks_;
+  TableShare tables_;
+  std::deque<wire::Message> table_chunks_;  // of the tables due, to send after the live records
+  TableFn peer_table_;
   BatchArena tx_arena_;
   wire::Batch* tx_batch_ = nullptr;
   wire::Batch* tx_controls_ = nullptr;  // the control messages of the datagram being built, for resyncs

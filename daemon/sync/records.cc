@@ -24,43 +24,11 @@ constexpr uint8_t kUdp = 17;
 constexpr uint8_t kIcmp = 1;
 constexpr uint8_t kIcmp6 = 58;
 
-void put_addr(Family f, const IpAddress& a, std::string* out) {
-  if (f == Family::V4) {
-    const uint32_t v = a.v4_value();
-    const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-                       static_cast<char>(v)};
-    out->assign(b, 4);
-    return;
-  }
-  char b[16];
-  for (int i = 0; i < 8; ++i) {
-    b[i] = static_cast<char>(a.hi >> (56 - 8 * i));
-    b[8 + i] = static_cast<char>(a.lo >> (56 - 8 * i));
-  }
-  out->assign(b, 16);
-}
-
-bool get_addr(Family f, const std::string& in, IpAddress& a) {
-  const auto* p = reinterpret_cast<const uint8_t*>(in.data());
-  if (f == Family::V4) {
-    if (in.size() != 4) return false;
-    a = IpAddress::v4(uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]);
-    return true;
-  }
-  if (in.size() != 16) return false;
-  a.hi = a.lo = 0;
-  for (int i = 0; i < 8; ++i) {
-    a.hi = a.hi << 8 | p[i];
-    a.lo = a.lo << 8 | p[8 + i];
-  }
-  return true;
-}
-
 void put_key(const engine::StateKey& k, wire::Key* out) {
   out->set_family(static_cast<uint32_t>(k.family));
   out->set_proto(k.proto);
-  put_addr(k.family, k.addr[0], out->mutable_addr0());
-  put_addr(k.family, k.addr[1], out->mutable_addr1());
+  encode_address(k.family, k.addr[0], out->mutable_addr0());
+  encode_address(k.family, k.addr[1], out->mutable_addr1());
   out->set_port0(k.port[0]);
   out->set_port1(k.port[1]);
 }
@@ -82,7 +50,7 @@ bool get_key(const wire::Key& in, engine::StateKey& k) {
   k.proto = static_cast<uint8_t>(in.proto());
   k.port[0] = static_cast<uint16_t>(in.port0());
   k.port[1] = static_cast<uint16_t>(in.port1());
-  return get_addr(k.family, in.addr0(), k.addr[0]) && get_addr(k.family, in.addr1(), k.addr[1]);
+  return decode_address(k.family, in.addr0(), k.addr[0]) && decode_address(k.family, in.addr1(), k.addr[1]);
 }
 
 void put_peer(const engine::StateRecord& r, int end, wire::Peer* out) {
@@ -160,6 +128,38 @@ bool timeout_fits(uint8_t proto, engine::TimeoutClass t) {
 }
 
 }  // namespace
+
+void encode_address(Family f, const IpAddress& a, std::string* out) {
+  if (f == Family::V4) {
+    const uint32_t v = a.v4_value();
+    const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                       static_cast<char>(v)};
+    out->assign(b, 4);
+    return;
+  }
+  char b[16];
+  for (int i = 0; i < 8; ++i) {
+    b[i] = static_cast<char>(a.hi >> (56 - 8 * i));
+    b[8 + i] = static_cast<char>(a.lo >> (56 - 8 * i));
+  }
+  out->assign(b, 16);
+}
+
+bool decode_address(Family f, const std::string& in, IpAddress& a) {
+  const auto* p = reinterpret_cast<const uint8_t*>(in.data());
+  if (f == Family::V4) {
+    if (in.size() != 4) return false;
+    a = IpAddress::v4(uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]);
+    return true;
+  }
+  if (in.size() != 16) return false;
+  a.hi = a.lo = 0;
+  for (int i = 0; i < 8; ++i) {
+    a.hi = a.hi << 8 | p[i];
+    a.lo = a.lo << 8 | p[8 + i];
+  }
+  return true;
+}
 
 bool fits_protocol(uint8_t proto, const engine::StateRecord& r) {
   const uint8_t max_state = proto == kTcp ? static_cast<uint8_t>(engine::TcpState::TimeWait)

@@ -5,11 +5,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "daemon/engine/state.h"
 #include "proto/sync.pb.h"
 
 namespace pairwall::sync {
+
+// An address as 4 or 16 network-order bytes, and back: false when `in` is not the family's size.
+void encode_address(engine::Family f, const engine::IpAddress& a, std::string* out);
+bool decode_address(engine::Family f, const std::string& in, engine::IpAddress& a);
 
 // An if-bound state's interfaces travel by name (pfsync's ifname): `interfaces` names this
 // node's numbers on the way out and numbers the peer's names on the way in. Without it, a record

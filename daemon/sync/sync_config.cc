@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <filesystem>
 #include <set>
 
@@ -142,7 +144,8 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
                                               "pending_limit",
                                               "defer",
                                               "defer_timeout_ms",
-                                              "ttl_security"};
+                                              "ttl_security",
+                                              "tables"};
   Reader r(section, file);
   for (const auto& [key, value] : section) {
     (void)value;
@@ -150,7 +153,7 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
       r.fail(std::string(key.str()),
              "unknown key (known: interface, address, peer, group, port, key_file, accept_key_file, mtu, "
              "flush_interval_ms, bulk_timeout_min_s, peer_node_id, resend_window, pending_limit, defer, "
-             "defer_timeout_ms, ttl_security)");
+             "defer_timeout_ms, ttl_security, tables)");
     }
   }
 
@@ -212,6 +215,31 @@ SyncConfig parse_sync_config(const toml::table& section, const std::string& file
   // turns defer on again.
   if (section.get("defer") == nullptr && section.get("defer_timeout_ms") != nullptr) {
     r.fail("defer_timeout_ms", "set without defer (defer = true, or defer = false to keep it for later)");
+  }
+
+  if (const toml::node* n = section.get("tables")) {
+    const toml::array* names = n->as_array();
+    if (names == nullptr) r.fail("tables", "expected an array of table names, e.g. [\"bruteforce\"]");
+    for (const toml::node& name : *names) {
+      const std::optional<std::string> text = name.value<std::string>();
+      if (!name.is_string() || !text) r.fail("tables", "expected table names (strings)");
+      // A table name as the rules write it, without its brackets (pf's PF_TABLE_NAME_SIZE).
+      const auto letter = [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '_'; };
+      const bool word =
+          !text->empty() && letter(text->front()) &&
+          std::all_of(text->begin(), text->end(), [&letter](char ch) {
+            return letter(ch) || std::isdigit(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.';
+          });
+      if (!word || text->size() > 31) {
+        r.fail("tables",
+               "\"" + *text +
+                   "\" is not a table name (up to 31 letters, digits, _ - or ., a letter or _ first; "
+                   "no <>)");
+      }
+      if (std::find(c.tables.begin(), c.tables.end(), *text) != c.tables.end())
+        r.fail("tables", "\"" + *text + "\" is listed twice");
+      c.tables.push_back(*text);
+    }
   }
 
   const auto beside_config = [&file](const std::string& path) {

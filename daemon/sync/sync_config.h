@@ -26,6 +26,9 @@
 //   ttl_security = true        # send with TTL / hop limit 255 and take only what arrives with 255
 //                              # (RFC 5082, pfsync's): the peer is on the link. false: the system's
 //                              # default TTL and no check, for a routed path to a unicast peer
+//   tables = ["bruteforce"]    # tables the pair shares: each change on either node (an overload,
+//                              # pairwallctl tables, a reload's file) replaces the peer's entries,
+//                              # and a node that starts takes the peer's with its bulk
 #pragma once
 
 #include <toml++/toml.h>
@@ -57,6 +60,7 @@ struct SyncConfig {
   bool defer = false;
   std::chrono::milliseconds defer_timeout{10};
   bool ttl_security = true;
+  std::vector<std::string> tables;
 };
 
 // Reads and checks the [sync] section, and loads the key file (a relative path is relative to

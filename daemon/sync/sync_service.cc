@@ -350,6 +350,7 @@ void SyncService::start() {
   pc.ttl_security = config_.ttl_security;
   pc.receive_window = receive_window(config_);
   protocol_ = std::make_unique<SyncProtocol>(pc, config_.key, store_, steady_now(), config_.accept_key);
+  protocol_->on_peer_table(peer_table_);
   {
     std::lock_guard lock(status_mutex_);
     status_ = protocol_->status(steady_now());
@@ -475,6 +476,14 @@ void SyncService::set_defer(bool enabled, std::chrono::milliseconds timeout) {
   config_.defer = enabled;
   config_.defer_timeout = timeout;
   if (running_) asio::post(io_, [this, enabled] { protocol_->set_ack_inserts_at_once(enabled); });
+}
+
+void SyncService::share_table(const std::string& name, std::vector<engine::AgedTableEntry> entries) {
+  if (!running_) return;
+  asio::post(io_, [this, table = SharedTable{name, std::move(entries)}]() mutable {
+    protocol_->share_table(std::move(table), steady_now());
+    pump();
+  });
 }
 
 std::string SyncService::request_resync() {
@@ -921,6 +930,14 @@ void SyncService::render_metrics(control::MetricWriter& w) const {
   w.family("pairwall_sync_bulk_states_total", T::Counter, "States sent and received in bulk transfers.");
   w.sample({{"direction", "sent"}}, c.bulk_states_sent);
   w.sample({{"direction", "received"}}, c.bulk_states_received);
+  w.family("pairwall_sync_tables_total", T::Counter,
+           "Shared tables ([sync] tables) sent and received whole, one version each.");
+  w.sample({{"direction", "sent"}}, c.tables_sent);
+  w.sample({{"direction", "received"}}, c.tables_received);
+  w.family("pairwall_sync_table_chunks_total", T::Counter,
+           "Chunks of shared tables sent, and received stale (a version taken already, or superseded).");
+  w.sample({{"outcome", "sent"}}, c.table_chunks_sent);
+  w.sample({{"outcome", "stale"}}, c.table_chunks_stale);
   w.family("pairwall_sync_peer_states_removed_total", T::Counter,
            "The peer's states removed at the end of its full transfer: it no longer had them.");
   w.sample(c.peer_states_removed);

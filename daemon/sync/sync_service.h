@@ -97,6 +97,12 @@ class SyncService final : public control::SyncControl {
   // This node's initial bulk ended (or timed out): until then failover keeps it demoted. Any thread.
   bool bulk_done() const noexcept { return bulk_done_.load(std::memory_order_acquire); }
 
+  // A shared table's entries as this node now holds them ([sync] tables): sent whole from the sync
+  // thread (SyncProtocol::share_table). Control thread.
+  void share_table(const std::string& name, std::vector<engine::AgedTableEntry> entries) override;
+  // Called on the sync thread with each shared table the peer sends whole. Before start().
+  void on_peer_table(std::function<void(const SharedTable&)> callback) { peer_table_ = std::move(callback); }
+
   // For pairwallctl (control thread).
   void fill_status(control::SyncStatus* status) override;
   // The request goes out from the sync thread, within a millisecond; the bulk follows as at start.
@@ -144,6 +150,7 @@ class SyncService final : public control::SyncControl {
   std::function<uint64_t()> events_lost_;
   uint64_t events_lost_seen_ = 0;  // the count the last full resync made good (sync thread only)
   std::function<void()> bulk_done_callback_;
+  std::function<void(const SharedTable&)> peer_table_;
   std::function<void(control::SyncStatus::Defer*)> defer_status_;
 
   boost::asio::io_context io_;

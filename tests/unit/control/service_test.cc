@@ -38,8 +38,12 @@ struct FakeSync : SyncControl {
     ++resyncs;
     return {};
   }
+  void share_table(const std::string& name, std::vector<engine::AgedTableEntry> entries) override {
+    shared.emplace_back(name, std::move(entries));
+  }
   int resyncs = 0;
   std::string refusal;
+  std::vector<std::pair<std::string, std::vector<engine::AgedTableEntry>>> shared;
 };
 
 struct FakeFailover : FailoverControl {
@@ -2000,4 +2004,138 @@ TEST_CASE("service: states name the interfaces an if-bound state is bound to, as
   kill.mutable_kill_states()->mutable_filter()->set_interface("wan0");
   REQUIRE(d.call(kill).ok());
   CHECK(listed_on("lan0") == std::vector<uint32_t>{53});
+}
+
+TEST_CASE("service: a shared table's changes go to the peer whole, dated, and only changes",
+          "[service][sync]") {
+  Daemon d;
+  FakeSync sync;
+  d.service.set_sync(&sync);
+  const std::string path = d.write("shared.conf",
+                                   "table <bruteforce> persist\n"
+                                   "table <local> persist\n"
+                                   "table <feed> { 192.0.2.0/24 }\n"
+                                   "block quick from { <bruteforce> <local> <feed> }\n"
+                                   "pass all\n");
+  REQUIRE(d.service.load_rules(path).ok);
+  d.service.share_tables({"bruteforce", "feed", "absent"});
+  CHECK(sync.shared.empty());  // what a table holds when shared is not news to the peer
+
+  auto edit = [&d](const std::string& name, TableEdit::Op op, std::vector<std::string> addresses) {
+    Request q = make([](Request& r) { r.mutable_table_edit(); });
+    q.mutable_table_edit()->set_name(name);
+    q.mutable_table_edit()->set_op(op);
+    for (const auto& a : addresses) q.mutable_table_edit()->add_addresses(a);
+    return d.call(q);
+  };
+  engine::SourceOverload o;
+  std::snprintf(o.table.data(), o.table.size(), "bruteforce");
+  o.address = engine::IpAddress::v4(0x0a000001);
+  REQUIRE(d.service.apply_overloads(std::span(&o, 1)).added.size() == 1);
+  REQUIRE(sync.shared.size() == 1);
+  CHECK(sync.shared[0].first == "bruteforce");
+  REQUIRE(sync.shared[0].second.size() == 1);
+  CHECK(sync.shared[0].second[0].entry.prefix == engine::IpPrefix{engine::Family::V4, o.address, 32});
+  CHECK(sync.shared[0].second[0].age_s == 0);
+
+  d.now += Millis{30'000};
+  REQUIRE(edit("bruteforce", TableEdit::ADD, {"10.0.0.2", "!10.9.0.0/16"}).ok());
+  REQUIRE(sync.shared.size() == 2);
+  REQUIRE(sync.shared[1].second.size() == 3);
+  for (const auto& e : sync.shared[1].second) {
+    const bool first = e.entry.prefix.address == o.address;
+    CHECK(e.age_s == (first ? 30u : 0u));
+  }
+  // Not shared, or nothing changed: nothing sent.
+  REQUIRE(edit("local", TableEdit::ADD, {"10.0.0.3"}).ok());
+  REQUIRE(edit("bruteforce", TableEdit::ADD, {"10.0.0.2"}).ok());
+  REQUIRE(d.service.load_rules("").ok);
+  CHECK(sync.shared.size() == 2);
+  // A reload whose file changes a shared table's entries: sent.
+  d.write("shared.conf",
+          "table <bruteforce> persist\n"
+          "table <local> persist\n"
+          "table <feed> { 192.0.2.0/24 198.51.100.0/24 }\n"
+          "block quick from { <bruteforce> <local> <feed> }\n"
+          "pass all\n");
+  REQUIRE(d.service.load_rules("").ok);
+  REQUIRE(sync.shared.size() == 3);
+  CHECK(sync.shared[2].first == "feed");
+  CHECK(sync.shared[2].second.size() == 2);
+  REQUIRE(edit("bruteforce", TableEdit::FLUSH, {}).ok());
+  REQUIRE(sync.shared.size() == 4);
+  CHECK(sync.shared[3].second.empty());
+  // No longer shared after a reload of [sync] tables.
+  d.service.share_tables({"feed"});
+  REQUIRE(edit("bruteforce", TableEdit::ADD, {"10.0.0.4"}).ok());
+  CHECK(sync.shared.size() == 4);
+}
+
+TEST_CASE(
+    "service: the peer's version of a shared table replaces this node's, dated as the peer's and not sent "
+    "back",
+    "[service][sync]") {
+  Daemon d;
+  FakeSync sync;
+  d.service.set_sync(&sync);
+  REQUIRE(d.service
+              .load_rules(d.write("peer.conf",
+                                  "table <bruteforce> persist { 10.0.0.9 }\n"
+                                  "table <fixed> const { 10.1.0.0/16 }\n"
+                                  "table <other> persist\n"
+                                  "block quick from <bruteforce>\n"
+                                  "pass all\n"))
+              .ok);
+  d.service.share_tables({"bruteforce", "fixed", "missing"});
+  const auto host = [](uint32_t a, uint32_t age_s) {
+    return engine::AgedTableEntry{{false, {engine::Family::V4, engine::IpAddress::v4(a), 32}}, age_s};
+  };
+  const std::vector<engine::AgedTableEntry> peer = {host(0x0a000001, 100), host(0x0a000002, 5)};
+  CHECK(d.send(syn("10.0.0.1", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+
+  const auto taken = d.service.take_peer_table("bruteforce", peer);
+  CHECK(taken.error.empty());
+  CHECK(taken.added == 2);
+  CHECK(taken.deleted == 1);
+  CHECK(sync.shared.empty());
+  CHECK(d.send(syn("10.0.0.1", 40001, "10.9.0.1", 80)).action == engine::Verdict::Action::Drop);
+  CHECK(d.send(syn("10.0.0.9", 40002, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
+  // The same again changes nothing; its entries' ages are the peer's: 10.0.0.1 came 100 s ago there.
+  CHECK(d.service.take_peer_table("bruteforce", peer).added == 0);
+  Request q = make([](Request& r) { r.mutable_table_edit(); });
+  q.mutable_table_edit()->set_name("bruteforce");
+  q.mutable_table_edit()->set_op(TableEdit::EXPIRE);
+  q.mutable_table_edit()->set_seconds(50);
+  const Response expired = d.call(q);
+  REQUIRE(expired.ok());
+  CHECK(expired.tables().deleted() == 1);
+  // A change of this node's own after it goes to the peer.
+  REQUIRE(sync.shared.size() == 1);
+  CHECK(sync.shared[0].second.size() == 1);
+
+  CHECK(d.service.take_peer_table("other", peer).error == "<other> is not in [sync] tables here");
+  CHECK(d.service.take_peer_table("missing", peer).error.starts_with("no table <missing> in "));
+  CHECK(d.service.take_peer_table("fixed", peer).error.starts_with("<fixed> is const in "));
+}
+
+TEST_CASE("service: a peer's shared table past 'set limit table-entries' is refused and the table stays",
+          "[service][sync]") {
+  Daemon d;
+  REQUIRE(d.service
+              .load_rules(d.write("limit.conf",
+                                  "set limit table-entries 3\n"
+                                  "table <bruteforce> persist { 10.0.0.9 }\n"
+                                  "block quick from <bruteforce>\n"
+                                  "pass all\n"))
+              .ok);
+  d.service.share_tables({"bruteforce"});
+  std::vector<engine::AgedTableEntry> peer;
+  for (uint32_t i = 1; i <= 4; ++i)
+    peer.push_back({{false, {engine::Family::V4, engine::IpAddress::v4(i), 32}}, 0});
+  const auto refused = d.service.take_peer_table("bruteforce", peer);
+  CHECK(refused.error == "the tables would hold 4 entries, over the limit of 3 (set limit table-entries)");
+  CHECK(d.send(syn("10.0.0.9", 40000, "10.9.0.1", 80)).action == engine::Verdict::Action::Drop);
+  peer.pop_back();
+  CHECK(d.service.take_peer_table("bruteforce", peer).error.empty());
+  CHECK(d.send(syn("10.0.0.9", 40001, "10.9.0.1", 80)).action == engine::Verdict::Action::Accept);
 }

@@ -108,6 +108,7 @@ pending_limit = 5000
 defer = true
 defer_timeout_ms = 25
 ttl_security = false
+tables = ["bruteforce", "abuse-v6.list"]
 )"),
                                    (dir.path / "pairwall.toml").string());
   CHECK(c.interface == "sync0");
@@ -129,6 +130,7 @@ ttl_security = false
   CHECK(c.defer);
   CHECK(c.defer_timeout == std::chrono::milliseconds(25));
   CHECK_FALSE(c.ttl_security);
+  CHECK(c.tables == std::vector<std::string>{"bruteforce", "abuse-v6.list"});
 }
 
 TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
@@ -148,6 +150,7 @@ TEST_CASE("[sync] defaults and an IPv6 multicast group", "[sync][config]") {
   CHECK_FALSE(c.defer);
   CHECK(c.defer_timeout == std::chrono::milliseconds(10));
   CHECK(c.ttl_security);
+  CHECK(c.tables.empty());
 }
 
 // As `ip address` prints a link-local address: with its zone, the sync interface.
@@ -229,6 +232,15 @@ TEST_CASE("[sync] refusals name the file, the section and the key", "[sync][conf
   };
   const std::vector<Case> cases = {
       {base + "peer = \"10.0.0.2\"\nport = 0\n", "[sync] port: expected 1..65535, got 0"},
+      {base + "peer = \"10.0.0.2\"\ntables = \"bruteforce\"\n",
+       "[sync] tables: expected an array of table names, e.g. [\"bruteforce\"]"},
+      {base + "peer = \"10.0.0.2\"\ntables = [1]\n", "[sync] tables: expected table names (strings)"},
+      {base + "peer = \"10.0.0.2\"\ntables = [\"<bruteforce>\"]\n",
+       "[sync] tables: \"<bruteforce>\" is not a table name"},
+      {base + "peer = \"10.0.0.2\"\ntables = [\"1st\"]\n", "[sync] tables: \"1st\" is not a table name"},
+      {base + "peer = \"10.0.0.2\"\ntables = [\"\"]\n", "[sync] tables: \"\" is not a table name"},
+      {base + "peer = \"10.0.0.2\"\ntables = [\"" + std::string(32, 'a') + "\"]\n", "is not a table name"},
+      {base + "peer = \"10.0.0.2\"\ntables = [\"t\", \"t\"]\n", "[sync] tables: \"t\" is listed twice"},
       {base + "peer = \"10.0.0.2\"\nprot = 1\n", "[sync] prot: unknown key"},
       {base, "[sync] peer: set exactly one of peer (unicast) and group (multicast)"},
       {base + "peer = \"10.0.0.2\"\ngroup = \"239.1.1.1\"\n", "set exactly one of"},
