@@ -843,6 +843,8 @@ void SyncService::fill_status(control::SyncStatus* out) {
   out->set_datagram_bytes(static_cast<uint32_t>(s.max_datagram));
   out->set_events_lost(events_lost_ ? events_lost_() : 0);
   out->set_peer_states_removed(c.peer_states_removed);
+  out->set_tables_sent(c.tables_sent);
+  out->set_tables_received(c.tables_received);
   out->set_rules_digest(s.rules_digest);
   // What a peer that is no longer up said last is not compared.
   out->set_peer_rules_digest(s.peer_state == PeerState::Up ? s.peer_rules_digest : 0);

@@ -422,6 +422,10 @@ std::string format_sync(const control::SyncStatus& s) {
         << digest_text(s.peer_rules_digest()) << "): after a failover new connections meet other rules\n";
     }
   }
+  if (s.tables_sent() != 0 || s.tables_received() != 0) {
+    o << "tables        " << s.tables_sent() << " sent, " << s.tables_received()
+      << " received whole ([sync] tables)\n";
+  }
   if (s.peer_states_removed() != 0)
     o << "stale states  " << s.peer_states_removed() << " of the peer's removed after its full transfers\n";
   if (s.defer().enabled()) {

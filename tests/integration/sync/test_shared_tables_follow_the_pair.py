@@ -38,6 +38,7 @@ def test_shared_tables_follow_the_pair(make_pair):
     assert tables_metric(a, "sent") >= 1 and tables_metric(b, "received") >= 1
     # B took it from A, and does not send it back.
     assert tables_metric(b, "sent") == 0
+    assert "tables        0 sent, 1 received whole ([sync] tables)\n" in b.ctl("sync", "status").stdout
 
     # A change to a table not listed stays on its node; one to <bruteforce> made with it goes.
     a.ctl("tables", "add", "local", "10.88.1.77")
