@@ -852,7 +852,14 @@ bool SyncProtocol::send_data(Micros now, bool live, bool background, const SendF
     // version is still the newest, or the peer finds it stale.
     while (!table_chunks_.empty()) {
       const wire::Message& chunk = table_chunks_.front();
-      if (!add_message([&](wire::Message* m) { *m = chunk; })) break;
+      if (!add_message([&](wire::Message* m) { *m = chunk; })) {
+        if (tx_batch_->messages_size() > 0) break;
+        // Cut for a larger datagram than a reload's mtu now allows: cut again.
+        table_chunks_.clear();
+        tables_.send_all(now);
+        ++counters_.send_errors;
+        break;
+      }
       *tx_controls_->add_messages() = chunk;
       table_chunks_.pop_front();
       ++counters_.table_chunks_sent;
@@ -1021,7 +1028,9 @@ void SyncProtocol::poll(Micros now, const SendFn& send) noexcept {
   while (window_.cwnd_open() && !pending_.empty() && (due || pending_.estimated_bytes() >= tx_budget_) &&
          send_data(now, true, true, send)) {
   }
-  if (initial_bulk_done_ && tables_.next_due() <= now)
+  // One version of each table at a time waits for the window: changes meanwhile (a link down for
+  // long) fold into the next.
+  if (initial_bulk_done_ && table_chunks_.empty() && tables_.next_due() <= now)
     counters_.tables_sent += tables_.take_due(now, tx_budget_, table_chunks_);
   while (has_background() && window_.cwnd_open() && send_data(now, false, true, send)) {
   }
@@ -1059,7 +1068,7 @@ Micros SyncProtocol::next_deadline(Micros now) const noexcept {
   }
   d = std::min(d, window_.timer_deadline());
   if (receiving(bulk_state_)) d = std::min(d, bulk_deadline_);
-  if (initial_bulk_done_) d = std::min(d, tables_.next_due());
+  if (initial_bulk_done_ && table_chunks_.empty()) d = std::min(d, tables_.next_due());
   return std::max(d, now);
 }
 

@@ -322,3 +322,53 @@ TEST_CASE("a table's chunk lost beyond resending comes again with the resync", "
   CHECK(on_b.tables[0].entries.size() == 40);
   CHECK(p.tables_agree());
 }
+
+TEST_CASE("a table changing while the link is down waits as one version, its latest",
+          "[sync][tables][protocol]") {
+  Pair p;
+  settle(p);
+  Taken on_b;
+  on_b.listen(*p.b);
+  p.a_to_b.up = false;
+  p.b_to_a.up = false;
+  // Enough live records to close A's window first: the tables then wait behind them.
+  for (uint64_t i = 1; i <= 2000; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(100));
+  for (std::size_t v = 1; v <= 8; ++v) {
+    p.a->share_table({"t", entries(v)}, p.now);
+    p.run(ms(1100));
+  }
+  CHECK(p.a->counters().tables_sent <= 2);
+  p.a_to_b.up = true;
+  p.b_to_a.up = true;
+  p.run(ms(8000));
+  REQUIRE_FALSE(on_b.tables.empty());
+  CHECK(on_b.tables.size() <= 3);
+  CHECK(on_b.tables.back().entries.size() == 8);
+  CHECK(p.tables_agree());
+}
+
+TEST_CASE("chunks cut for a datagram larger than a reload's mtu allows are cut again",
+          "[sync][tables][protocol]") {
+  Pair p;
+  settle(p);
+  Taken on_b;
+  on_b.listen(*p.b);
+  p.a_to_b.up = false;
+  p.b_to_a.up = false;
+  for (uint64_t i = 1; i <= 2000; ++i) p.change(true, make_insert(1, i));
+  p.run(ms(100));
+  p.a->share_table({"t", entries(400)}, p.now);
+  p.run(ms(100));
+  REQUIRE(p.a->counters().tables_sent == 1);
+  const uint64_t chunks = p.a->counters().table_chunks_sent;
+  p.a->set_max_datagram(576);
+  p.a_to_b.up = true;
+  p.b_to_a.up = true;
+  p.run(ms(8000));
+  CHECK(p.a->counters().send_errors == 1);
+  CHECK(p.a->counters().tables_sent == 2);
+  CHECK(p.a->counters().table_chunks_sent > chunks + 10);
+  REQUIRE(on_b.tables.size() == 1);
+  CHECK(on_b.tables[0].entries.size() == 400);
+}
