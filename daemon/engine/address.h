@@ -56,18 +56,16 @@ struct TableEntry {
   friend auto operator<=>(const TableEntry&, const TableEntry&) = default;
 };
 std::optional<TableEntry> parse_table_entry(std::string_view text);
+// For a table entry refused only for its host bits ("10.0.0.1/8", "!10.0.0.1/8"): its network as
+// the operator likely meant it ("10.0.0.0/8", "!10.0.0.0/8"), for the error to offer; else "".
+std::string table_entry_network(std::string_view text);
 
 // A table entry with how long ago it came into its table: what the sync link carries of a table
 // the pair shares, so that `tables expire` on either node takes the same entries.
 struct AgedTableEntry {
   TableEntry entry;
   uint32_t age_s = 0;
-
-  friend bool operator==(const AgedTableEntry&, const AgedTableEntry&) = default;
 };
-// For a table entry refused only for its host bits ("10.0.0.1/8", "!10.0.0.1/8"): its network as
-// the operator likely meant it ("10.0.0.0/8", "!10.0.0.0/8"), for the error to offer; else "".
-std::string table_entry_network(std::string_view text);
 
 std::string to_string(Family f, const IpAddress& a);
 std::string to_string(const IpPrefix& p);

@@ -63,7 +63,10 @@ Micros TableShare::next_due() const noexcept {
 
 std::size_t TableShare::take_due(Micros now, std::size_t budget, std::deque<wire::Message>& out) {
   std::size_t tables = 0;
-  for (auto& [name, held] : held_) {
+  for (auto& table : held_) {
+    // Named apart: clang 14 cannot capture a structured binding in the lambda below.
+    const std::string& name = table.first;
+    Held& held = table.second;
     if (held.due > now) continue;
     held.due = Micros::max();
     held.last_sent = now;

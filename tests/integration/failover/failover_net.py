@@ -61,10 +61,11 @@ def run(cmd, check=True, timeout=20):
 
 class Pair:
     def __init__(self, prefix, advbase_ms=1000, skews=(0, 100), preempt=False, ipv6=True, daemon=None,
-                 sync=True, rules="pass all\n", hooks="forward"):
+                 sync=True, rules="pass all\n", hooks="forward", sync_extra=""):
         assert prefix.startswith("pf-")
         self.daemon = daemon or DAEMON
         self.sync = sync  # pairwalld only: run state sync over a direct link
+        self.sync_extra = sync_extra  # pairwalld only: more [sync] settings
         self.rules = rules  # pairwalld only
         self.hooks = hooks  # pairwalld only: [queue] hooks
         self.prefix = prefix
@@ -204,7 +205,7 @@ class Pair:
         if self.sync:
             text += (f"[sync]\ninterface = \"sync0\"\naddress = \"{SYNC_NET}.{NODES[node]['id']}\"\n"
                      f"peer = \"{SYNC_NET}.{NODES[other(node)]['id']}\"\nport = {SYNC_PORT}\n"
-                     f"key_file = \"{self.dir / 'sync.key'}\"\n\n")
+                     f"key_file = \"{self.dir / 'sync.key'}\"\n{self.sync_extra}\n")
         text += f"[failover]{body}"
         path = self.dir / f"{node}-pairwalld.toml"
         path.write_text(text)
