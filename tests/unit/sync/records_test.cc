@@ -320,6 +320,18 @@ TEST_CASE("an if-bound state's interfaces travel by name, and are numbered by th
     CHECK(out.bound[0] == pairwall::engine::kNoIface);
     CHECK(out.bound[1] == receiver_wan);
   }
+  SECTION("a name that is not UTF-8, as Linux allows, goes through the wire and back") {
+    const std::string latin1 = "lan\xe9";  // "lané" in ISO 8859-1
+    r.bound = {sender.intern(latin1), sent_out};
+    m.Clear();
+    encode_insert(r, 0, &m, &sender);
+    wire::Batch batch;
+    *batch.add_messages()->mutable_insert() = m;
+    wire::Batch parsed;
+    REQUIRE(parsed.ParseFromString(batch.SerializeAsString()));
+    REQUIRE(decode_insert(parsed.messages(0).insert(), out, &receiver));
+    CHECK(out.bound[0] == receiver.find(latin1));
+  }
   SECTION("refused: a name no interface can have, a store that keeps no bound states, no room for the name") {
     wire::Insert bad = m;
     bad.set_bound_in("no/such");
