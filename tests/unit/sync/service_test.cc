@@ -804,3 +804,49 @@ TEST_CASE("messages of a type this node does not know are exported as ignored", 
   CHECK(w.text().find("pairwall_sync_messages_ignored_total 1\n") != std::string::npos);
   s.stop();
 }
+
+TEST_CASE("a shared table goes from the control thread to the peer's sync thread",
+          "[sync][service][tables]") {
+  if (skipped_without_root()) return;
+  const uint16_t port = free_port();
+  engine::Engine engine_a(node_config(1));
+  engine::Engine engine_b(node_config(2));
+  SyncService a(engine_a, config_for("127.0.0.1", "127.0.0.2", port), 1);
+  SyncService b(engine_b, config_for("127.0.0.2", "127.0.0.1", port), 2);
+  std::mutex taken_mutex;
+  std::vector<SharedTable> taken;
+  b.on_peer_table([&](const SharedTable& t) {
+    std::lock_guard lock(taken_mutex);
+    taken.push_back(t);
+  });
+  a.start();
+  b.start();
+  REQUIRE(wait_for([&] { return a.bulk_done() && b.bulk_done(); }, std::chrono::milliseconds(5000)));
+  const engine::AgedTableEntry entry{{false, {engine::Family::V4, engine::IpAddress::v4(0x0a000001), 32}}, 7};
+  a.share_table("bruteforce", {entry});
+  REQUIRE(wait_for(
+      [&] {
+        std::lock_guard lock(taken_mutex);
+        return !taken.empty();
+      },
+      std::chrono::milliseconds(3000)));
+  {
+    std::lock_guard lock(taken_mutex);
+    CHECK(taken[0].name == "bruteforce");
+    REQUIRE(taken[0].entries.size() == 1);
+    CHECK(taken[0].entries[0].entry == entry.entry);
+    CHECK(taken[0].entries[0].age_s == 7);
+  }
+  // The status the control thread reads is refreshed by the sync thread every few milliseconds.
+  control::SyncStatus status_a;
+  control::SyncStatus status_b;
+  CHECK(wait_for(
+      [&] {
+        a.fill_status(&status_a);
+        b.fill_status(&status_b);
+        return status_a.tables_sent() == 1 && status_b.tables_received() == 1;
+      },
+      std::chrono::milliseconds(2000)));
+  a.stop();
+  b.stop();
+}
