@@ -645,6 +645,7 @@ std::string ControlService::tables(const TablesRequest& request, TableList* out)
     if (!request.name().empty() && t.name != request.name()) continue;
     TableInfo* info = out->add_tables();
     fill_table(t, !request.name().empty(), info);
+    info->set_shared(shared_.contains(t.name));
     if (!request.name().empty() && request.verbose()) fill_entry_stats(t, info);
   }
   if (!request.name().empty() && out->tables_size() == 0)

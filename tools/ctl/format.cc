@@ -251,7 +251,8 @@ std::string format_tables(const control::TableList& tables, bool entries, bool e
       continue;
     }
     o << "<" << t.name() << ">  " << t.count() << (t.count() == 1 ? " entry" : " entries")
-      << (t.is_const() ? ", const" : "") << (t.counters() ? ", counters" : "") << "\n";
+      << (t.is_const() ? ", const" : "") << (t.counters() ? ", counters" : "")
+      << (t.shared() ? ", shared with the peer" : "") << "\n";
   }
   if (!entries && tables.tables_size() == 0) o << "no tables\n";
   if (!entries && tables.tables_size() != 0 && tables.entry_limit() != 0) {

@@ -39,6 +39,8 @@ def test_shared_tables_follow_the_pair(make_pair):
     # B took it from A, and does not send it back.
     assert tables_metric(b, "sent") == 0
     assert "tables        0 sent, 1 received whole ([sync] tables)\n" in b.ctl("sync", "status").stdout
+    assert b.ctl("tables").stdout.splitlines()[:2] == ["<bruteforce>  1 entry, shared with the peer",
+                                                      "<local>  0 entries"]
 
     # A change to a table not listed stays on its node; one to <bruteforce> made with it goes.
     a.ctl("tables", "add", "local", "10.88.1.77")

@@ -224,6 +224,24 @@ TEST_CASE("pairwallctl: a table edit says what it added, deleted and changed, as
   CHECK(pairwall::ctl::format_tables(edited, true, true).rfind("2 added, 1 deleted, 3 changed\n", 0) == 0);
 }
 
+TEST_CASE("pairwallctl: tables lists each table's size and what it is", "[ctl]") {
+  pairwall::control::TableList listed;
+  listed.set_entry_limit(200000);
+  auto* shared = listed.add_tables();
+  shared->set_name("bruteforce");
+  shared->set_count(1);
+  shared->set_shared(true);
+  auto* fixed = listed.add_tables();
+  fixed->set_name("lan");
+  fixed->set_count(2);
+  fixed->set_is_const(true);
+  fixed->set_counters(true);
+  CHECK(pairwall::ctl::format_tables(listed, false, false) ==
+        "<bruteforce>  1 entry, shared with the peer\n"
+        "<lan>  2 entries, const, counters\n"
+        "3 of 200000 table entries used (set limit table-entries)\n");
+}
+
 TEST_CASE("pairwallctl: tables show -v writes each entry's counters as pfctl -T show -v", "[ctl]") {
   pairwall::control::TableList shown;
   auto* t = shown.add_tables();
