@@ -246,6 +246,20 @@ class Link {
   Micros busy_until_{0};
 };
 
+// Whether a datagram (sealed with the test key) carries a message `wanted` accepts.
+template <typename Wanted>
+bool carries(std::span<const uint8_t> d, Wanted wanted) {
+  Authenticator auth(test_key());
+  Header h;
+  std::span<const uint8_t> payload;
+  DropReason why{};
+  wire::Batch batch;
+  if (!open(d, auth, h, payload, why) ||
+      !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
+    return false;
+  return std::any_of(batch.messages().begin(), batch.messages().end(), wanted);
+}
+
 // Node A (id 1) and node B (id 2), each with its table and protocol, joined by two links.
 struct Pair {
   ProtocolConfig config_a;

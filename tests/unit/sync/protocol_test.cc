@@ -146,20 +146,6 @@ void prove_peer(SyncProtocol& node, Header h, Micros now) {
   REQUIRE(node.counters().epochs_proven == before + 1);
 }
 
-// Whether a datagram (sealed with the test key) carries a message `wanted` accepts.
-template <typename Wanted>
-bool carries(std::span<const uint8_t> d, Wanted wanted) {
-  Authenticator auth(test_key());
-  Header h;
-  std::span<const uint8_t> payload;
-  DropReason why{};
-  wire::Batch batch;
-  if (!open(d, auth, h, payload, why) ||
-      !batch.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
-    return false;
-  return std::any_of(batch.messages().begin(), batch.messages().end(), wanted);
-}
-
 bool carries_resync_request(std::span<const uint8_t> d) {
   return carries(d, [](const wire::Message& m) { return m.has_resync_request(); });
 }
