@@ -959,6 +959,13 @@ void ControlService::share_changed_tables() {
 
 ControlService::PeerTableResult ControlService::take_peer_table(
     const std::string& name, std::span<const engine::AgedTableEntry> entries) {
+  PeerTableResult result = replace_with_peer_table(name, entries);
+  if (!result.error.empty()) ++peer_tables_refused_;
+  return result;
+}
+
+ControlService::PeerTableResult ControlService::replace_with_peer_table(
+    const std::string& name, std::span<const engine::AgedTableEntry> entries) {
   PeerTableResult result;
   const auto shared = shared_.find(name);
   if (shared == shared_.end()) {
@@ -1033,6 +1040,10 @@ void ControlService::render_metrics(MetricWriter& out) const {
              "Sources an overload could not add to its table: the rules with them added were refused "
              "(set limit table-entries).");
   out.sample(overloads_refused_);
+  out.family("pairwall_shared_tables_refused_total", MetricWriter::Type::Counter,
+             "Versions of a shared table the peer sent that this node did not take: not in its [sync] "
+             "tables, absent from its rules, const, or over set limit table-entries.");
+  out.sample(peer_tables_refused_);
   // `systemctl reload` succeeds once the unit's check passes; what only the running daemon can
   // refuse (a limit below what it holds, translation without the pre-routing hook) shows here.
   out.family("pairwall_rule_loads_refused_total", MetricWriter::Type::Counter,

@@ -171,6 +171,9 @@ class ControlService {
   void stamp_tables();
   // The shared tables whose entries differ from what the peer was last sent or sent itself.
   void share_changed_tables();
+  // take_peer_table() but for counting its refusals.
+  PeerTableResult replace_with_peer_table(const std::string& name,
+                                          std::span<const engine::AgedTableEntry> entries);
   // The addresses rules naming interfaces resolve to (none without a source); empty, or why not.
   std::string read_interface_addresses(engine::rules::InterfaceAddresses& out) const;
   // Compiles `file` and publishes it; empty, or why it was refused. The rules keep the counters of
@@ -213,6 +216,7 @@ class ControlService {
   // until the table is first seen in the loaded rules).
   std::map<std::string, std::optional<std::set<engine::TableEntry>>> shared_;
   uint64_t overloads_refused_ = 0;
+  uint64_t peer_tables_refused_ = 0;  // versions of shared tables from the peer not taken
   int64_t rules_loaded_unix_ms_ = 0;
   uint64_t reloads_ = 0;
   uint64_t reload_failures_ = 0;

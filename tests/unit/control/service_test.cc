@@ -2116,6 +2116,9 @@ TEST_CASE(
   CHECK(d.service.take_peer_table("other", peer).error == "<other> is not in [sync] tables here");
   CHECK(d.service.take_peer_table("missing", peer).error.starts_with("no table <missing> in "));
   CHECK(d.service.take_peer_table("fixed", peer).error.starts_with("<fixed> is const in "));
+  MetricWriter metrics;
+  d.service.render_metrics(metrics);
+  CHECK(metrics.text().find("pairwall_shared_tables_refused_total 3\n") != std::string::npos);
 }
 
 TEST_CASE("service: a peer's shared table past 'set limit table-entries' is refused and the table stays",
