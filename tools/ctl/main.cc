@@ -601,6 +601,22 @@ int track_file(const std::string& socket, const std::string& path) {
   }
 }
 
+// How long to wait for the answer. A request that compiles the rules (a load, a reload, an
+// anchor's rules, a table edit) holds the daemon's loop for as long as the rule set takes: 60,000
+// rules take seconds, far longer on a slow host or a sanitized build, and pfctl waits for them
+// without a limit.
+std::chrono::milliseconds answer_timeout(const Request& request) {
+  switch (request.command_case()) {
+    case Request::kRulesLoad:
+    case Request::kReload:
+    case Request::kAnchorLoad:
+    case Request::kTableEdit:
+      return std::chrono::minutes(10);
+    default:
+      return std::chrono::seconds(30);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -620,7 +636,7 @@ int main(int argc, char** argv) {
 
   Response response;
   try {
-    control::ControlClient client(inv.socket);
+    control::ControlClient client(inv.socket, answer_timeout(request));
     response = client.call(request);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pairwallctl: %s\n", e.what());
