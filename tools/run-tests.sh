@@ -86,7 +86,7 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
   # timing the sanitizers' slowdown breaks.
   step "daemon and sync integration tests against the address+undefined build"
   reports=$(mktemp -d)
-  PAIRWALL_BIN_DIR="$PWD/build-asan/bin" ASAN_OPTIONS="detect_leaks=1:log_path=$reports/asan" \
+  PAIRWALL_BIN_DIR="$PWD/build-asan/bin" PAIRWALL_SANITIZED=1 ASAN_OPTIONS="detect_leaks=1:log_path=$reports/asan" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan" \
     python3 -m pytest -q -p no:cacheprovider tests/integration/daemon tests/integration/sync
   if compgen -G "$reports/*" >/dev/null; then

@@ -3,6 +3,7 @@ TCP tracking: windows (seqlo, seqhi, max_win, wscale) and per-side TCP states, a
 and again after data moved the windows."""
 
 import json
+import os
 import statistics
 import time
 
@@ -10,6 +11,10 @@ from netns import wait_until
 from sync_pair import SERVER, TCP_PORT, describe_difference, exchange_data
 
 CONNECTIONS = 60
+# The bound is the release build's. Against the sanitized build (tools/run-tests.sh sets
+# PAIRWALL_SANITIZED) pairwalld and the pairwallctl that polls it run several times slower, and the
+# polling alone adds some 25 ms: there the states must arrive within twice the bound.
+LIMIT_MS = 100 if os.environ.get("PAIRWALL_SANITIZED") else 50
 
 
 def tracking(s):
@@ -42,7 +47,7 @@ def test_connection_states_reach_peer_within_50ms(make_pair):
     median = statistics.median(delays_ms)
     print(f"\nstate on fwB after the SYN through fwA: median {median:.1f} ms, max {delays_ms[-1]:.1f} ms "
           f"(polling pairwallctl, resolution a few ms)")
-    assert median < 50, f"median {median:.1f} ms: {delays_ms}"
+    assert median < LIMIT_MS, f"median {median:.1f} ms: {delays_ms}"
 
     # After the handshake: the same tracking on both nodes.
     flt = ("proto", "tcp", "port", TCP_PORT)
