@@ -63,11 +63,14 @@ def test_reload_takes_queue_limits(lan, daemon_factory):
     assert fw.proc.poll() is None
 
 
+# Sends and reads at once: a client that sends the whole 2 MiB before reading deadlocks whenever the
+# socket buffers on the way hold less, and the echo server, its own send stuck, gives up after a
+# second and resets the connection.
 BULK = f"""
-import socket
+import socket, threading
 s = socket.create_connection(("{SERVER4}", {ALLOWED}), timeout=10)
 data = b"x" * (1 << 21)
-s.sendall(data)
+threading.Thread(target=s.sendall, args=(data,), daemon=True).start()
 got = 0
 while got < len(data):
     chunk = s.recv(1 << 16)
