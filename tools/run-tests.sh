@@ -83,7 +83,8 @@ if [[ -z "${PAIRWALL_SKIP_SANITIZERS:-}" ]]; then
   # control socket: the paths the unit tests drive with fakes. Its reports go to files, so that one
   # from a process a test stopped (a leak at exit, a finding after the test's last check) fails the
   # step as well as one that fails a test. The failover suite is left out: its bounds are the
-  # timing the sanitizers' slowdown breaks.
+  # timing the sanitizers' slowdown breaks. PAIRWALL_SANITIZED tells a test whose bound is a
+  # latency to allow for that slowdown.
   step "daemon and sync integration tests against the address+undefined build"
   reports=$(mktemp -d)
   PAIRWALL_BIN_DIR="$PWD/build-asan/bin" PAIRWALL_SANITIZED=1 ASAN_OPTIONS="detect_leaks=1:log_path=$reports/asan" \
