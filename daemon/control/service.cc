@@ -635,6 +635,22 @@ std::set<engine::TableEntry> entry_set(const engine::rules::Table& t) {
   return out;
 }
 
+// Sets `t` to `wanted`, each prefix once, the first way it is listed, as a table's definition takes
+// them (pfctl -T replace); returns what it holds then.
+std::set<engine::TableEntry> replace_entries(engine::rules::Table& t,
+                                             std::span<const engine::TableEntry> wanted) {
+  t.entries.clear();
+  t.negated_entries.clear();
+  std::set<engine::TableEntry> after;
+  std::set<engine::IpPrefix> listed;
+  for (const engine::TableEntry& e : wanted) {
+    if (!listed.insert(e.prefix).second) continue;
+    after.insert(e);
+    (e.negated ? t.negated_entries : t.entries).push_back(e.prefix);
+  }
+  return after;
+}
+
 }  // namespace
 
 std::string ControlService::tables(const TablesRequest& request, TableList* out) const {
@@ -759,15 +775,8 @@ std::string ControlService::edit_table(const TableEdit& request, TableList* out)
   } else if (request.op() == TableEdit::FLUSH || request.op() == TableEdit::REPLACE) {
     // Counted against what the table held, so that a feed's replace reports what changed.
     const std::set<engine::TableEntry> before = entry_set(*table);
-    table->entries.clear();
-    table->negated_entries.clear();
-    // Each prefix once, the first way it is listed, as a table's definition takes them.
-    std::set<engine::TableEntry> after;
-    std::set<engine::IpPrefix> listed;
-    for (const engine::TableEntry& e : wanted) {
-      if (!listed.insert(e.prefix).second) continue;
-      after.insert(e);
-      (e.negated ? table->negated_entries : table->entries).push_back(e.prefix);
+    const std::set<engine::TableEntry> after = replace_entries(*table, wanted);
+    for (const engine::TableEntry& e : after) {
       if (before.contains(e)) continue;
       (before.contains({!e.negated, e.prefix}) ? changed : added) += 1;
     }
@@ -987,16 +996,10 @@ ControlService::PeerTableResult ControlService::replace_with_peer_table(
     return result;
   }
   const std::set<engine::TableEntry> before = entry_set(*table);
-  // Each prefix once, the first way it comes, as edit_table's replace takes a list.
-  std::set<engine::TableEntry> after;
-  std::set<engine::IpPrefix> listed;
-  table->entries.clear();
-  table->negated_entries.clear();
-  for (const engine::AgedTableEntry& e : entries) {
-    if (!listed.insert(e.entry.prefix).second) continue;
-    after.insert(e.entry);
-    (e.entry.negated ? table->negated_entries : table->entries).push_back(e.entry.prefix);
-  }
+  std::vector<engine::TableEntry> wanted;
+  wanted.reserve(entries.size());
+  for (const engine::AgedTableEntry& e : entries) wanted.push_back(e.entry);
+  const std::set<engine::TableEntry> after = replace_entries(*table, wanted);
   uint64_t total = 0;
   for (const engine::rules::Table& t : edited.tables) total += t.entry_count();
   if (total > edited.settings.table_entry_limit()) {
