@@ -21,27 +21,21 @@ Wide host_mask(const IpPrefix& p) {
   return wide(p.last()) ^ wide(p.address);
 }
 
-// The addresses round-robin takes from one pool entry: all of them, up to 2^32 (an IPv6 /64 is
-// not walked to its end; its first 2^32 addresses are as good a pool as any).
-uint64_t turn_count(const IpPrefix& p) {
+// The addresses of a random pool's prefix it draws from again: up to 2^32 (as round-robin's
+// turns, CompiledTranslation::count_turns()).
+uint64_t address_count(const IpPrefix& p) {
   const unsigned host_bits = (p.family == Family::V4 ? 32u : 128u) - p.length;
   return uint64_t{1} << std::min(host_bits, 32u);
 }
 
-uint64_t turn_total(const rules::CompiledTranslation& rule) {
-  uint64_t total = 0;
-  for (const IpPrefix& p : rule.targets) total += turn_count(p);
-  return total;
-}
-
+// The next turn's address: the target whose turns hold it, found by a binary search.
 IpAddress round_robin(const rules::CompiledTranslation& rule) {
-  const uint64_t total = turn_total(rule);
-  uint64_t turn = rule.turns->fetch_add(1, std::memory_order_relaxed) % total;
-  for (const IpPrefix& p : rule.targets) {
-    if (turn < turn_count(p)) return narrow(wide(p.address) + turn);
-    turn -= turn_count(p);
-  }
-  return rule.targets.front().address;  // not reached: turn < total
+  const std::vector<uint64_t>& ends = rule.turn_ends;
+  const uint64_t turn = rule.turns->fetch_add(1, std::memory_order_relaxed) % ends.back();
+  const auto at = std::upper_bound(ends.begin(), ends.end(), turn);
+  const auto index = static_cast<std::size_t>(at - ends.begin());
+  const uint64_t first = index == 0 ? 0 : ends[index - 1];
+  return narrow(wide(rule.targets[index].address) + (turn - first));
 }
 
 }  // namespace
@@ -72,9 +66,9 @@ IpAddress pool_address(const rules::CompiledTranslation& rule, const IpAddress& 
 uint64_t pool_alternatives(const rules::CompiledTranslation& rule) noexcept {
   switch (rule.pool) {
     case rules::PoolType::RoundRobin:
-      return turn_total(rule) - 1;
+      return rule.turn_ends.back() - 1;
     case rules::PoolType::Random:
-      return turn_count(rule.targets.front()) - 1;
+      return address_count(rule.targets.front()) - 1;
     case rules::PoolType::Bitmask:
     case rules::PoolType::SourceHash:
       return 0;

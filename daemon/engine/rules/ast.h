@@ -224,8 +224,8 @@ inline const char* pool_type_name(PoolType type) {
 }
 
 // `nat on IF from SRC to DST -> ADDR [port P]`, `rdr on IF proto P to DST port P -> ADDR [port P]`,
-// `binat on IF from INT to any -> EXT`; a nat or rdr target may be a pool, `-> { ADDR, ... }`,
-// followed by a pool type, and nat may keep the source port (`static-port`).
+// `binat on IF from INT to any -> EXT`; a nat or rdr target may be a pool, `-> { ADDR, ... }` or
+// `-> <table>`, followed by a pool type, and nat may keep the source port (`static-port`).
 struct TranslationRule {
   enum class Kind : uint8_t { Nat, Rdr, Binat };
   SourceLocation location;
@@ -262,6 +262,9 @@ struct TranslationRule {
   bool target_dynamic = false;
   // Set by resolve_interfaces() where a dynamic target found no address: the rule loads without one.
   bool target_pending = false;
+  // `-> <name>`: the table's addresses of the rule's family, walked round-robin; compile() reads
+  // them from the table as it stands, so each change of the table gives the pool its entries.
+  std::string target_table;
   SourceLocation target_location;
 };
 

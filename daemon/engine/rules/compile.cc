@@ -274,7 +274,9 @@ std::string translation_text(const TranslationRule& r) {
   out += endpoints_text(r.from, r.to);
   if (!r.tag.empty()) out += " tag " + r.tag;
   if (!r.tagged.empty()) out += std::string(r.tagged_negated ? " !" : "") + " tagged " + r.tagged;
-  if (!r.target_interface.empty()) {
+  if (!r.target_table.empty()) {
+    out += " -> <" + r.target_table + ">";
+  } else if (!r.target_interface.empty()) {
     out += " -> (" + r.target_interface + ")";
   } else if (r.targets.size() == 1) {
     out += " -> " + address_text(r.targets[0]);
@@ -456,6 +458,33 @@ bool has_family(const AddressElement& e) {
 }
 
 // The families an address list can match; a rule whose lists share none can never match.
+// The fewest prefixes that cover `range` (of `family`'s keys, address_key()), in address order.
+std::vector<IpPrefix> range_prefixes(Family family, const KeyRange& range) {
+  const unsigned width = family == Family::V4 ? 32 : 128;
+  const unsigned shift = 128 - width;
+  const auto low_bits = [](unsigned bits) {
+    return bits >= 128 ? ~AddressKey{0} : (AddressKey{1} << bits) - 1;
+  };
+  const AddressKey last = range.last >> shift;
+  AddressKey first = range.first >> shift;
+  std::vector<IpPrefix> out;
+  for (;;) {
+    // The widest block that starts at `first` and ends within the range.
+    unsigned bits = 0;
+    while (bits < width && (first & low_bits(bits + 1)) == 0 && (first | low_bits(bits + 1)) <= last) ++bits;
+    IpPrefix p;
+    p.family = family;
+    p.address = family == Family::V4
+                    ? IpAddress::v4(static_cast<uint32_t>(first))
+                    : IpAddress{static_cast<uint64_t>(first >> 64), static_cast<uint64_t>(first)};
+    p.length = static_cast<uint8_t>(width - bits);
+    out.push_back(p);
+    const AddressKey end = first | low_bits(bits);
+    if (end >= last) return out;
+    first = end + 1;
+  }
+}
+
 uint8_t families_of(const std::vector<AddressElement>& addresses) {
   if (addresses.empty()) return 3;
   uint8_t out = 0;
@@ -532,11 +561,19 @@ class Compiler {
           if (stats == old) stats = kept;
         }
       });
-      // A translation rule's entries (an rdr split by its ports, binat's two ways) share its counters.
+      // A translation rule's entries (an rdr split by its ports, binat's two ways) share its
+      // counters, and its round-robin turns: a table pool's edit goes on from the turn it reached
+      // instead of sending the next connection to the pool's first address.
+      std::map<const RuleStats*, std::shared_ptr<std::atomic<uint64_t>>> turns;
+      for (const CompiledTranslation& entry : from.translations_)
+        turns.try_emplace(entry.stats.get(), entry.turns);
       keep_listed_counters(set.translation_listing_, from.translation_listing_,
                            [&](const auto& old, const auto& kept) {
                              for (CompiledTranslation& entry : set.translations_) {
-                               if (entry.stats == old) entry.stats = kept;
+                               if (entry.stats != old) continue;
+                               entry.stats = kept;
+                               if (const auto it = turns.find(kept.get()); it != turns.end())
+                                 entry.turns = it->second;
                              }
                            });
     }
@@ -1178,10 +1215,14 @@ class Compiler {
       t.pass = r.pass;
       t.number = static_cast<uint32_t>(i);
       set.translation_listing_.push_back({t.number, translation_text(r), r.location, t.stats});
+      // The family of the addresses the rule translates to, which a rule that names none takes.
+      std::optional<Family> target_family;
       if (!r.negate_translation && r.targets.empty() && r.target_pending) {
         // `-> (em0)` before em0 has an address: the rule matches, and its packets are dropped.
         // resolve_interfaces() gave the rule the family its address will have.
         pool(r, t);
+      } else if (!r.target_table.empty()) {
+        target_family = table_pool(r, t);
       } else if (!r.negate_translation) {
         if (r.targets.empty() && !r.target_interface.empty()) {
           // resolve_interfaces() sets it; rules compiled without the host's addresses cannot.
@@ -1199,14 +1240,13 @@ class Compiler {
                                family_name(family == Family::V4 ? Family::V6 : Family::V4) + " packets");
         }
         pool(r, t);
+        target_family = family;
       }
       t.static_port = r.static_port;
       t.tag = tag_number(r.tag);
       // A rule that names no family takes its target's, as pfctl's natrule does: an IPv4 target
       // never rewrites an IPv6 packet (and an interface target stands for its first address).
-      const std::optional<Family> family = r.family || r.negate_translation || t.targets.empty()
-                                               ? r.family
-                                               : std::optional<Family>(t.targets[0].family);
+      const std::optional<Family> family = r.family ? r.family : target_family;
       // As a filter rule's: ICMP of the other family than the rule's (its target's) never matches.
       check_icmp_family(r.location, r.protocols, family, r.from, r.to);
       if (r.target_port) {
@@ -1303,6 +1343,35 @@ class Compiler {
     }
   }
 
+  // `-> <name>`: the addresses the table holds (its exceptions left out) of the one family the
+  // rule can translate, in address order as pf's table pools walk them, round-robin. An empty
+  // pool loads and drops what the rule matches (TranslationFailed), as pf's does, until the table
+  // gains an address. Returns the family.
+  Family table_pool(const TranslationRule& r, CompiledTranslation& t) const {
+    const auto it = tables_.find(r.target_table);
+    if (it == tables_.end()) {
+      fail(r.target_location, "table <" + r.target_table +
+                                  "> is not defined; define it before use with 'table <" + r.target_table +
+                                  "> { ... }'");
+    }
+    const uint8_t families = families_of(r.from.addresses) & families_of(r.to.addresses) &
+                             (r.family ? (*r.family == Family::V4 ? 1 : 2) : 3);
+    if (families == 3) {
+      fail(r.target_location, "table <" + r.target_table +
+                                  "> may hold addresses of either family: limit the rule to one with 'inet' "
+                                  "or 'inet6'");
+    }
+    const Family family = families == 1 ? Family::V4 : Family::V6;
+    for (const KeyRange& range : it->second.second.ranges(family)) {
+      for (const IpPrefix& p : range_prefixes(family, range)) t.targets.push_back(p);
+    }
+    t.pool = r.pool.value_or(PoolType::RoundRobin);
+    if (t.pool != PoolType::RoundRobin)
+      fail(r.target_location, "a table pool is walked round-robin: no other pool type");
+    t.count_turns();
+    return family;
+  }
+
   // The pool type a nat or rdr rule gives `t`, and the key of source-hash. As pfctl: a list is
   // walked round-robin and takes no other type; one address or prefix defaults to bitmask.
   void pool(const TranslationRule& r, CompiledTranslation& t) const {
@@ -1311,6 +1380,7 @@ class Compiler {
     if (list && t.pool != PoolType::RoundRobin)
       fail(r.target_location, "a list of translation addresses is walked round-robin: no other pool type");
     t.hash_key = source_hash_key(r);
+    t.count_turns();
   }
 
   // A key both nodes of a pair derive alike, so that a source maps to the same address on either:

@@ -1049,12 +1049,12 @@ class Parser {
     }
     take();
     constexpr std::string_view kTarget =
-        "translation address (an address, a prefix, an interface or a list { ... })";
+        "translation address (an address, a prefix, an interface, a list { ... } or a table <name>)";
     r.target_location = loc(peek());
     if (at(TokenKind::Table)) {
-      fail_at(peek(), "a table as a translation pool is not supported: list its addresses in '{ }'");
-    }
-    if (at(TokenKind::LBrace)) {
+      if (binat) fail_at(peek(), "binat maps one prefix onto another: its target is not a table");
+      r.target_table = take().text;
+    } else if (at(TokenKind::LBrace)) {
       if (binat) fail_at(peek(), "binat maps one prefix onto another: its target is not a list");
       list("translation address", [&] { r.targets.push_back(target_address(r, kTarget)); });
     } else if (const std::optional<AddressElement> interface = target_interface()) {

@@ -161,12 +161,18 @@ struct CompiledTranslation {
   TranslationRule::Kind kind = TranslationRule::Kind::Nat;
   bool negated = false;
   bool pass = false;  // `nat pass`: the pass it translates on skips the filter rules (pf)
-  // The pool: one address or prefix (binat: its external prefix), or a list for round-robin.
+  // The pool: one address or prefix (binat: its external prefix), or a list or a table's addresses
+  // for round-robin.
   std::vector<IpPrefix> targets;
   PoolType pool = PoolType::Bitmask;
   SipKey hash_key;  // source-hash
-  // round-robin: connections given an address so far, shared by the workers (and reset by a reload).
+  // round-robin: connections given an address so far, shared by the workers; kept, as the rule's
+  // counters, by a table's edit (a reload of the rules starts both afresh).
   std::shared_ptr<std::atomic<uint64_t>> turns = std::make_shared<std::atomic<uint64_t>>(0);
+  // round-robin: where each target's turns end, counted from the first target's (a prefix gives
+  // a turn to each of its addresses, up to 2^32 of them), so that a turn finds its target by a
+  // binary search in a pool of a table's thousands.
+  std::vector<uint64_t> turn_ends;
   bool static_port = false;  // nat: the source port stays; a connection it would collide with is refused
   uint16_t tag = 0;          // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
   IpPrefix source;           // binat: the internal prefix, which the in pass maps its target back to
@@ -179,6 +185,17 @@ struct CompiledTranslation {
   // evaluations are the packets it matched first, a `no nat` included; packets, bytes and states
   // those of the connections it translated.
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
+
+  // Sets turn_ends from targets.
+  void count_turns() {
+    turn_ends.clear();
+    uint64_t total = 0;
+    for (const IpPrefix& p : targets) {
+      const unsigned host_bits = (p.family == Family::V4 ? 32u : 128u) - p.length;
+      total += uint64_t{1} << std::min(host_bits, 32u);
+      turn_ends.push_back(total);
+    }
+  }
 
   // rdr: where a connection dialled to `port` goes. Onto one port, to it; onto a range, as pf's,
   // the port's distance from rdr_port_base modulo the range's width, from port_low. A port below

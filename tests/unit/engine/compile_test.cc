@@ -127,6 +127,13 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
        "t.conf:1:1: 'port 6000:*' maps an rdr's destination port range P:Q, not '> 1000'"},
       {"rdr on em0 proto tcp to 192.0.2.1 port 60000:65000 -> 10.0.0.5 port 61000:*",
        "t.conf:1:1: rdr maps ports 60000:65000 onto 61000 and up, past port 65535"},
+      {"rdr on ext proto tcp to port 80 -> <web> port 8080",
+       "t.conf:1:36: table <web> is not defined; define it before use with 'table <web> { ... }'"},
+      {"table <web> { 10.2.0.10 }\nrdr on ext proto tcp to port 80 -> <web> port 8080",
+       "t.conf:2:36: table <web> may hold addresses of either family: limit the rule to one with 'inet' or "
+       "'inet6'"},
+      {"table <out> { 192.0.2.0/28 }\nnat on ext from 10.0.0.0/8 -> <out> source-hash",
+       "t.conf:2:31: a table pool is walked round-robin: no other pool type"},
       {"nat on ext from 10.0.0.0/8 -> { 192.0.2.1, 192.0.2.9 } source-hash",
        "t.conf:1:31: a list of translation addresses is walked round-robin: no other pool type"},
       {"set timeout { udp.first 20, adaptive.start 6000 }",

@@ -858,6 +858,80 @@ TEST_CASE("rdr round-robin: a list's addresses in turn, prefixes address by addr
   }
 }
 
+TEST_CASE("rdr to a table: the addresses it holds of the rule's family, in turn; an empty one drops",
+          "[engine][nat][pool]") {
+  const std::string tables =
+      "table <web> { 10.2.0.20/31, !10.2.0.21, 10.2.0.10, 2001:db8:2::10 }\n"
+      "table <none> persist\n";
+  Firewall fw(tables +
+              "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> <web> port 8080\n"
+              "rdr on wan0 inet6 proto tcp to 2001:db8:ff::1 port 80 -> <web> port 8080\n"
+              "rdr on wan0 proto tcp to 203.0.113.1 port 81 -> <none> port 8080\n"
+              "pass all");
+  const Flow tcp{"tcp", false};
+  const Flow tcp6{"tcp", true};
+  // In address order, as pf walks a table pool; the exception and the IPv6 entry are not the IPv4
+  // rule's.
+  const char* expected[] = {"10.2.0.10", "10.2.0.20", "10.2.0.10", "10.2.0.20"};
+  for (uint16_t i = 0; i < 4; ++i) {
+    INFO("connection " << i);
+    const auto client_port = static_cast<uint16_t>(4000 + i);
+    REQUIRE(fw.in(tcp.packet("198.51.100.7", client_port, "203.0.113.1", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("198.51.100.7", client_port, expected[i], 8080));
+    CHECK(fw.out(tcp.packet(expected[i], 8080, "198.51.100.7", client_port, true)).reason == Reason::State);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.1", 80, "198.51.100.7", client_port, true));
+  }
+  REQUIRE(fw.in(tcp6.packet("2001:db8:9::7", 4000, "2001:db8:ff::1", 80)).action == Action::Accept);
+  CHECK(fw.last_packet == tcp6.packet("2001:db8:9::7", 4000, "2001:db8:2::10", 8080));
+
+  const Verdict empty = fw.in(tcp.packet("198.51.100.7", 5000, "203.0.113.1", 81));
+  CHECK(empty.action == Action::Drop);
+  CHECK(empty.reason == Reason::TranslationFailed);
+
+  SECTION("a change of the table recompiles the rules: the pool takes it, from the turn it reached") {
+    // As the control service recompiles on `tables add`: the running set's counters kept.
+    auto parsed = rules::parse_rules(
+        "table <web> { 10.2.0.10, 10.2.0.20, 10.2.0.30 }\n"
+        "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> <web> port 8080\npass all",
+        "test.conf");
+    REQUIRE(std::holds_alternative<rules::RuleFile>(parsed));
+    auto compiled =
+        rules::compile(std::get<rules::RuleFile>(parsed), fw.engine.interfaces(), fw.engine.rules().get());
+    REQUIRE(std::holds_alternative<std::shared_ptr<const rules::RuleSet>>(compiled));
+    fw.engine.load_rules(std::get<std::shared_ptr<const rules::RuleSet>>(compiled));
+    // Four turns taken: the fifth (turn 4 of three addresses) is the second, then the third.
+    for (const auto& [port, server] : {std::pair<uint16_t, const char*>{6000, "10.2.0.20"},
+                                       std::pair<uint16_t, const char*>{6001, "10.2.0.30"},
+                                       std::pair<uint16_t, const char*>{6002, "10.2.0.10"}}) {
+      INFO(server);
+      REQUIRE(fw.in(tcp.packet("198.51.100.7", port, "203.0.113.1", 80)).action == Action::Accept);
+      CHECK(fw.last_packet == tcp.packet("198.51.100.7", port, server, 8080));
+    }
+  }
+}
+
+TEST_CASE("a table pool covers each range it holds with the fewest prefixes, whatever its alignment",
+          "[engine][nat][pool]") {
+  // 10.3.0.5 - 10.3.0.18 (a /32, /31, /29, /31 and /32 when cut up) and the IPv4 space's
+  // last address: the turns walk every address once, in order, and wrap round.
+  Firewall fw(
+      "table <range> { 10.3.0.4/30, !10.3.0.4, 10.3.0.8/30, 10.3.0.12/30, 10.3.0.16/31, 10.3.0.18, "
+      "255.255.255.255 }\n"
+      "rdr on wan0 proto udp to 203.0.113.1 port 53 -> <range>\npass all");
+  const Flow udp{"udp", false};
+  std::vector<std::string> given;
+  for (uint16_t i = 0; i < 16; ++i) {
+    REQUIRE(fw.in(udp.packet("198.51.100.7", static_cast<uint16_t>(7000 + i), "203.0.113.1", 53)).action ==
+            Action::Accept);
+    given.push_back(address_of(fw.last_packet, true));
+  }
+  std::vector<std::string> expected;
+  for (int host = 5; host <= 18; ++host) expected.push_back("10.3.0." + std::to_string(host));
+  expected.push_back("255.255.255.255");
+  expected.push_back("10.3.0.5");
+  CHECK(given == expected);
+}
+
 TEST_CASE("nat pools: bitmask grafts, random draws, source-hash is the same on both nodes",
           "[engine][nat][pool]") {
   const std::string rules =

@@ -168,6 +168,7 @@ std::string render(const TranslationRule& r) {
   }
   o << " from " << render(r.from) << " to " << render(r.to);
   for (std::size_t i = 0; i < r.targets.size(); ++i) o << (i ? ", " : " -> ") << to_string(r.targets[i]);
+  if (!r.target_table.empty()) o << " -> <" << r.target_table << ">";
   if (r.target_port)
     o << " port "
       << (r.target_port_follows ? std::to_string(r.target_port->low) + ":*" : render(*r.target_port));
@@ -586,6 +587,10 @@ TEST_CASE("translation rules") {
       {"rdr on em0 proto tcp to 192.0.2.1 -> 10.0.0.0/29 source-hash 0x0123456789abcdef0123456789ABCDEF",
        "rdr on em0 proto 6 from * to 192.0.2.1/32 -> 10.0.0.0/29 pool 2 key "
        "0x0123456789abcdef0123456789ABCDEF"},
+      {"rdr on em0 proto tcp to 192.0.2.1 port 80 -> <web> port 8080",
+       "rdr on em0 proto 6 from * to 192.0.2.1/32 port =80 -> <web> port =8080"},
+      {"nat on em0 from 10.0.0.0/8 -> <outside> round-robin static-port",
+       "nat on em0 from 10.0.0.0/8 to * -> <outside> pool 3 static-port"},
       {"rdr on em0 proto tcp to 192.0.2.1 -> 10.0.0.0/29 source-hash key \"web pool\"",
        "rdr on em0 proto 6 from * to 192.0.2.1/32 -> 10.0.0.0/29 pool 2 key-text web pool"},
   };
@@ -1346,8 +1351,8 @@ TEST_CASE("bad input: the first error, with file, line, column and what was expe
       // Translation.
       {"nat from any -> 192.0.2.1", "t.conf:1:5: expected 'on' and an interface, got 'from'"},
       {"nat on em0 from 10.0.0.0/8", "t.conf:1:27: expected '->' and a translation address, got end of file"},
-      {"nat on em0 from 10.0.0.0/8 -> <pool>",
-       "t.conf:1:31: a table as a translation pool is not supported: list its addresses in '{ }'"},
+      {"binat on em0 from 10.0.0.0/24 -> <pool>",
+       "t.conf:1:34: binat maps one prefix onto another: its target is not a table"},
       {"nat on em0 from 10.0.0.0/8 -> 192.0.2.1 static-port bitmask static-port",
        "t.conf:1:61: 'static-port' given twice"},
       {"nat on em0 proto tcp from 10.0.0.0/8 -> 192.0.2.1 port 5000 static-port",
