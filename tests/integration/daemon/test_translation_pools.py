@@ -70,3 +70,50 @@ def test_nat_static_port_keeps_the_client_port(lan, daemon_factory, family, prot
         assert r["local"]["address"] == CLIENTS[family], r
         assert r["seen"] == {"address": FW_OUT[family], "port": r["local"]["port"]}, \
             f"the server did not see the client's own port from the firewall's address: {r}"
+
+
+TABLE_RULES = f"""\
+in_if = "f0"
+out_if = "f1"
+table <web> {{ {SERVER4} {SERVER6} }}
+rdr on $in_if inet proto tcp to {PUBLIC4} port {DIALLED} -> <web> port {WHOAMI_TCP}
+rdr on $in_if inet6 proto tcp to {PUBLIC6} port {DIALLED} -> <web> port {WHOAMI_TCP}
+block all
+pass in on $in_if proto tcp
+pass out on $out_if proto tcp
+"""
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_rdr_to_a_table_follows_its_edits(lan, daemon_factory, family):
+    """A table as the pool, changed at run time as a health checker changes it (`pairwallctl tables`):
+    a server added takes its turns at once, one deleted gets no new connection, and an empty pool
+    refuses them (translation_failed) where the rules would pass them on untranslated."""
+    lan.server.address("s0", f"{SECOND4}/24" if family == 4 else f"{SECOND6}/64")
+    server, second = BACKENDS[family]
+    fw = daemon_factory(rules=TABLE_RULES)
+    lan.whoami()
+    counted = set()
+
+    def connect(n):
+        """Makes n connections to the public address; returns the servers their states went to."""
+        for i in range(n):
+            r = lan.ask(PUBLIC[family], DIALLED)
+            assert r["result"] == "ok", f"connection {i} got no answer through rdr: {r}; reasons {fw.reasons()}"
+            assert r["reply_from"] == {"address": PUBLIC[family], "port": DIALLED}, r
+        settle()
+        states = [s for s in fw.json("states", "proto", "tcp")["states"] if s["id"] not in counted]
+        counted.update(s["id"] for s in states)
+        return sorted(s["wire_dst"]["address"] for s in states)
+
+    assert connect(2) == [server, server]
+    fw.ctl("tables", "add", "web", second)
+    assert connect(4) == sorted([server, server, second, second]), "the added server did not take its turns"
+    fw.ctl("tables", "delete", "web", server)
+    assert connect(2) == [second, second], "the deleted server still got connections"
+
+    fw.ctl("tables", "flush", "web")
+    before = fw.reasons().get("translation_failed", 0)
+    r = lan.ask(PUBLIC[family], DIALLED, timeout=1.0)
+    assert r["result"] != "ok", f"a connection went through an empty pool: {r}"
+    assert fw.reasons().get("translation_failed", 0) > before, fw.reasons()
