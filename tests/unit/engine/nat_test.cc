@@ -840,22 +840,26 @@ bool in_prefix(const std::string& address, const std::string& prefix) {
   return a && p && p->contains(f, *a);
 }
 
+// Connections from 198.51.100.7 (ports 4000 and up) to 203.0.113.1 port 80 go to `servers`, in
+// this order, on port 8080; each server's answer leaves as the address the client dialled.
+void check_rdr_turns(Firewall& fw, const std::vector<std::string>& servers) {
+  const Flow tcp{"tcp", false};
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    INFO("connection " << i);
+    const auto client_port = static_cast<uint16_t>(4000 + i);
+    REQUIRE(fw.in(tcp.packet("198.51.100.7", client_port, "203.0.113.1", 80)).action == Action::Accept);
+    CHECK(fw.last_packet == tcp.packet("198.51.100.7", client_port, servers[i], 8080));
+    CHECK(fw.out(tcp.packet(servers[i], 8080, "198.51.100.7", client_port, true)).reason == Reason::State);
+    CHECK(fw.last_packet == tcp.packet("203.0.113.1", 80, "198.51.100.7", client_port, true));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("rdr round-robin: a list's addresses in turn, prefixes address by address", "[engine][nat][pool]") {
   Firewall fw(
       "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> { 10.2.0.10, 10.2.0.20/31 } port 8080\npass all");
-  const Flow tcp{"tcp", false};
-  const char* expected[] = {"10.2.0.10", "10.2.0.20", "10.2.0.21", "10.2.0.10", "10.2.0.20"};
-  for (uint16_t i = 0; i < 5; ++i) {
-    INFO("connection " << i);
-    const auto client_port = static_cast<uint16_t>(4000 + i);
-    REQUIRE(fw.in(tcp.packet("198.51.100.7", client_port, "203.0.113.1", 80)).action == Action::Accept);
-    CHECK(fw.last_packet == tcp.packet("198.51.100.7", client_port, expected[i], 8080));
-    // The chosen server's answer leaves as the address the client dialled.
-    CHECK(fw.out(tcp.packet(expected[i], 8080, "198.51.100.7", client_port, true)).reason == Reason::State);
-    CHECK(fw.last_packet == tcp.packet("203.0.113.1", 80, "198.51.100.7", client_port, true));
-  }
+  check_rdr_turns(fw, {"10.2.0.10", "10.2.0.20", "10.2.0.21", "10.2.0.10", "10.2.0.20"});
 }
 
 TEST_CASE("rdr to a table: the addresses it holds of the rule's family, in turn; an empty one drops",
@@ -872,15 +876,7 @@ TEST_CASE("rdr to a table: the addresses it holds of the rule's family, in turn;
   const Flow tcp6{"tcp", true};
   // In address order, as pf walks a table pool; the exception and the IPv6 entry are not the IPv4
   // rule's.
-  const char* expected[] = {"10.2.0.10", "10.2.0.20", "10.2.0.10", "10.2.0.20"};
-  for (uint16_t i = 0; i < 4; ++i) {
-    INFO("connection " << i);
-    const auto client_port = static_cast<uint16_t>(4000 + i);
-    REQUIRE(fw.in(tcp.packet("198.51.100.7", client_port, "203.0.113.1", 80)).action == Action::Accept);
-    CHECK(fw.last_packet == tcp.packet("198.51.100.7", client_port, expected[i], 8080));
-    CHECK(fw.out(tcp.packet(expected[i], 8080, "198.51.100.7", client_port, true)).reason == Reason::State);
-    CHECK(fw.last_packet == tcp.packet("203.0.113.1", 80, "198.51.100.7", client_port, true));
-  }
+  check_rdr_turns(fw, {"10.2.0.10", "10.2.0.20", "10.2.0.10", "10.2.0.20"});
   REQUIRE(fw.in(tcp6.packet("2001:db8:9::7", 4000, "2001:db8:ff::1", 80)).action == Action::Accept);
   CHECK(fw.last_packet == tcp6.packet("2001:db8:9::7", 4000, "2001:db8:2::10", 8080));
 
