@@ -18,7 +18,8 @@ IpAddress pool_address(const rules::CompiledTranslation& rule, const IpAddress& 
 // The addresses a nat rule whose ports have run out on `current` may fall back to, as pf_get_sport
 // does for random and round-robin pools: how many the pool holds besides `current` (0 for the
 // other pool types, which map a connection to one address), and the next of them. round-robin
-// takes the next turn; random the next address of its prefix, wrapping round within it.
+// takes the next turn; random the next address of its prefix, wrapping round within it, or of a
+// list's or table's addresses, after the last the first.
 uint64_t pool_alternatives(const rules::CompiledTranslation& rule) noexcept;
 IpAddress next_pool_address(const rules::CompiledTranslation& rule, const IpAddress& current) noexcept;
 

@@ -1344,9 +1344,11 @@ class Compiler {
   }
 
   // `-> <name>`: the addresses the table holds (its exceptions left out) of the one family the
-  // rule can translate, in address order as pf's table pools walk them, round-robin. An empty
-  // pool loads and drops what the rule matches (TranslationFailed), as pf's does, until the table
-  // gains an address. Returns the family.
+  // rule can translate, in address order as pf's table pools walk them: round-robin by default,
+  // or random, or source-hash (which both nodes of a pair holding the same table map alike,
+  // whatever order its entries were added in). An empty pool loads and drops what the rule
+  // matches (TranslationFailed), as pf's does, until the table gains an address. Returns the
+  // family.
   Family table_pool(const TranslationRule& r, CompiledTranslation& t) const {
     const auto it = tables_.find(r.target_table);
     if (it == tables_.end()) {
@@ -1366,19 +1368,26 @@ class Compiler {
       for (const IpPrefix& p : range_prefixes(family, range)) t.targets.push_back(p);
     }
     t.pool = r.pool.value_or(PoolType::RoundRobin);
-    if (t.pool != PoolType::RoundRobin)
-      fail(r.target_location, "a table pool is walked round-robin: no other pool type");
+    if (t.pool == PoolType::Bitmask) {
+      fail(r.target_location,
+           "a table pool has no one network to graft onto: round-robin (its default), random or source-hash");
+    }
+    t.hash_key = source_hash_key(r);
     t.count_turns();
     return family;
   }
 
-  // The pool type a nat or rdr rule gives `t`, and the key of source-hash. As pfctl: a list is
-  // walked round-robin and takes no other type; one address or prefix defaults to bitmask.
+  // The pool type a nat or rdr rule gives `t`, and the key of source-hash. A list defaults to
+  // round-robin, and as OpenBSD's pfctl takes random and source-hash (which pick among its
+  // addresses) but not bitmask; one address or prefix defaults to bitmask.
   void pool(const TranslationRule& r, CompiledTranslation& t) const {
     const bool list = r.targets.size() > 1;
     t.pool = r.pool.value_or(list ? PoolType::RoundRobin : PoolType::Bitmask);
-    if (list && t.pool != PoolType::RoundRobin)
-      fail(r.target_location, "a list of translation addresses is walked round-robin: no other pool type");
+    if (list && t.pool == PoolType::Bitmask) {
+      fail(r.target_location,
+           "a list of translation addresses has no one network to graft onto: round-robin (its default), "
+           "random or source-hash");
+    }
     t.hash_key = source_hash_key(r);
     t.count_turns();
   }

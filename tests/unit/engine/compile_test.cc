@@ -132,10 +132,12 @@ TEST_CASE("compile errors name file:line:column and what to do", "[compile]") {
       {"table <web> { 10.2.0.10 }\nrdr on ext proto tcp to port 80 -> <web> port 8080",
        "t.conf:2:36: table <web> may hold addresses of either family: limit the rule to one with 'inet' or "
        "'inet6'"},
-      {"table <out> { 192.0.2.0/28 }\nnat on ext from 10.0.0.0/8 -> <out> source-hash",
-       "t.conf:2:31: a table pool is walked round-robin: no other pool type"},
-      {"nat on ext from 10.0.0.0/8 -> { 192.0.2.1, 192.0.2.9 } source-hash",
-       "t.conf:1:31: a list of translation addresses is walked round-robin: no other pool type"},
+      {"table <out> { 192.0.2.0/28 }\nnat on ext from 10.0.0.0/8 -> <out> bitmask",
+       "t.conf:2:31: a table pool has no one network to graft onto: round-robin (its default), random or "
+       "source-hash"},
+      {"nat on ext from 10.0.0.0/8 -> { 192.0.2.1, 192.0.2.9 } bitmask",
+       "t.conf:1:31: a list of translation addresses has no one network to graft onto: round-robin (its "
+       "default), random or source-hash"},
       {"set timeout { udp.first 20, adaptive.start 6000 }",
        "t.conf:1:29: 'adaptive.start' without 'adaptive.end': set both (or neither, and they follow the "
        "state limit)"},

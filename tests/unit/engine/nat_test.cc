@@ -906,6 +906,52 @@ TEST_CASE("rdr to a table: the addresses it holds of the rule's family, in turn;
   }
 }
 
+TEST_CASE(
+    "random and source-hash over a list or a table pick among its addresses, source-hash alike on both nodes",
+    "[engine][nat][pool]") {
+  const std::string rules =
+      "rdr on wan0 proto tcp to 203.0.113.1 port 80 -> <servers> port 8080 source-hash\n"
+      "rdr on wan0 proto tcp to 203.0.113.1 port 81 -> { 10.2.0.10, 10.2.0.20/31 } port 8080 random\n"
+      "nat on wan0 from 10.1.0.0/16 to any -> { 203.0.113.10, 203.0.113.20 } source-hash\n"
+      "pass all\n";
+  Firewall fw("table <servers> { 10.2.0.30, 10.2.0.10, 10.2.0.20 }\n" + rules);
+  // The peer's table was filled in another order: a table pool is in address order either way.
+  Firewall peer("table <servers> { 10.2.0.20, 10.2.0.30, 10.2.0.10 }\n" + rules, 2);
+  const Flow tcp{"tcp", false};
+  const auto rdr = [&](Firewall& f, const std::string& client, uint16_t client_port, uint16_t dialled) {
+    const Verdict v = f.in(tcp.packet(client, client_port, "203.0.113.1", dialled));
+    REQUIRE(v.action == Action::Accept);
+    return address_of(f.last_packet, true);
+  };
+  const auto nat = [&](Firewall& f, const std::string& host, uint16_t port) {
+    REQUIRE(f.out(tcp.packet(host, port, "192.0.2.80", 443)).action == Action::Accept);
+    return address_of(f.last_packet, false);
+  };
+  std::set<std::string> hashed;
+  std::set<std::string> drawn;
+  std::set<std::string> mapped;
+  for (int host = 1; host <= 48; ++host) {
+    INFO("host " << host);
+    const std::string client = "198.51.100." + std::to_string(host);
+    const std::string server = rdr(fw, client, 1000, 80);
+    CHECK(rdr(fw, client, 1001, 80) == server);
+    CHECK(rdr(peer, client, 1002, 80) == server);
+    hashed.insert(server);
+    drawn.insert(rdr(fw, client, 1003, 81));
+
+    const std::string inside = "10.1.0." + std::to_string(host);
+    const std::string outside = nat(fw, inside, 2000);
+    CHECK(nat(fw, inside, 2001) == outside);
+    CHECK(nat(peer, inside, 2002) == outside);
+    mapped.insert(outside);
+  }
+  // Every address of each pool, and none besides (48 sources or draws over 2 or 3 addresses: one
+  // left out would take a broken spread).
+  CHECK(hashed == std::set<std::string>{"10.2.0.10", "10.2.0.20", "10.2.0.30"});
+  CHECK(drawn == std::set<std::string>{"10.2.0.10", "10.2.0.20", "10.2.0.21"});
+  CHECK(mapped == std::set<std::string>{"203.0.113.10", "203.0.113.20"});
+}
+
 TEST_CASE("a table pool covers each range it holds with the fewest prefixes, whatever its alignment",
           "[engine][nat][pool]") {
   // 10.3.0.5 - 10.3.0.18 (a /32, /31, /29, /31 and /32 when cut up) and the IPv4 space's
@@ -1014,6 +1060,21 @@ TEST_CASE("nat: a random or round-robin pool whose address has no port left give
     }
     CHECK(given.size() == 4);  // the /30's four addresses, one a connection
     CHECK(open(fw, "10.1.0.5", "192.0.2.53") == std::string(reason_name(Reason::TranslationFailed)));
+  }
+  SECTION("random over a list") {
+    Firewall fw(
+        "nat on wan0 proto udp from 10.1.0.0/16 to any -> { 203.0.113.1, 203.0.113.9 } port 50000 random\n"
+        "pass all");
+    // Two hosts to each of 16 servers: where the second host's draw meets the first's address, the
+    // other is offered (without, some of the 16 would refuse it).
+    for (int server = 1; server <= 16; ++server) {
+      const std::string address = "192.0.2." + std::to_string(server);
+      INFO(address);
+      std::set<std::string> given;
+      for (int host = 1; host <= 2; ++host) given.insert(open(fw, "10.1.0." + std::to_string(host), address));
+      CHECK(given == std::set<std::string>{"203.0.113.1", "203.0.113.9"});
+      CHECK(open(fw, "10.1.0.3", address) == std::string(reason_name(Reason::TranslationFailed)));
+    }
   }
   SECTION("bitmask") {
     Firewall fw("nat on wan0 proto udp from 10.1.0.0/16 to any -> 203.0.113.4/30 port 50000\npass all");
