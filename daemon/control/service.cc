@@ -1000,8 +1000,7 @@ ControlService::PeerTableResult ControlService::replace_with_peer_table(
   wanted.reserve(entries.size());
   for (const engine::AgedTableEntry& e : entries) wanted.push_back(e.entry);
   const std::set<engine::TableEntry> after = replace_entries(*table, wanted);
-  uint64_t total = 0;
-  for (const engine::rules::Table& t : edited.tables) total += t.entry_count();
+  const uint64_t total = edited.table_entries();
   if (total > edited.settings.table_entry_limit()) {
     result.error = "the tables would hold " + std::to_string(total) + " entries, over the limit of " +
                    std::to_string(edited.settings.table_entry_limit()) + " (set limit table-entries)";
@@ -1095,8 +1094,7 @@ ControlService::OverloadResult ControlService::apply_overloads(
   // As pf's pfr_insert_kentry() for each offender, which fails only once the table-entries pool is
   // full: the sources that fit are added, the rest refused, rather than the whole batch.
   const uint64_t entry_limit = edited.settings.table_entry_limit();
-  uint64_t entries = 0;
-  for (const engine::rules::Table& t : edited.tables) entries += t.entry_count();
+  uint64_t entries = edited.table_entries();
   for (const engine::SourceOverload& o : overloads) {
     const std::string name(o.table.data());
     auto table = find_table(edited, name);

@@ -357,6 +357,13 @@ struct RuleFile {
   // refresh_local_broadcasts() set them): what is sent to one is no host's alone, and no reject
   // answers it (RuleSet::local_broadcast()).
   std::vector<uint32_t> local_broadcasts;
+
+  // What counts against `set limit table-entries`: every table's entries, exceptions included.
+  uint64_t table_entries() const {
+    uint64_t total = 0;
+    for (const Table& t : tables) total += t.entry_count();
+    return total;
+  }
 };
 
 }  // namespace pairwall::engine::rules

@@ -714,13 +714,11 @@ class Compiler {
   // memory grow with them.
   void tables(RuleSet& set, const RuleSet* counters_from) {
     const uint64_t limit = file_.settings.table_entry_limit();
-    uint64_t entries = 0;
-    const Table* largest = nullptr;
-    for (const Table& t : file_.tables) {
-      entries += t.entry_count();
-      if (largest == nullptr || t.entry_count() > largest->entry_count()) largest = &t;
-    }
+    const uint64_t entries = file_.table_entries();
     if (entries > limit) {
+      const Table* largest = &*std::max_element(
+          file_.tables.begin(), file_.tables.end(),
+          [](const Table& a, const Table& b) { return a.entry_count() < b.entry_count(); });
       fail(largest->location, "the tables hold " + std::to_string(entries) + " entries, over the limit of " +
                                   std::to_string(limit) + ", <" + largest->name + "> " +
                                   std::to_string(largest->entry_count()) +
