@@ -21,13 +21,6 @@ Wide host_mask(const IpPrefix& p) {
   return wide(p.last()) ^ wide(p.address);
 }
 
-// The addresses of a random pool's prefix it draws from again: up to 2^32 (as round-robin's
-// turns, CompiledTranslation::count_turns()).
-uint64_t address_count(const IpPrefix& p) {
-  const unsigned host_bits = (p.family == Family::V4 ? 32u : 128u) - p.length;
-  return uint64_t{1} << std::min(host_bits, 32u);
-}
-
 // A pool of several targets (a list, or a table's addresses) numbers its addresses in turns, target
 // after target: the address of `turn` (below the total), found by a binary search.
 IpAddress turn_address(const rules::CompiledTranslation& rule, uint64_t turn) {
@@ -44,7 +37,7 @@ uint64_t turn_of(const rules::CompiledTranslation& rule, const IpAddress& addres
   for (std::size_t i = 0; i < rule.targets.size(); ++i) {
     const IpPrefix& target = rule.targets[i];
     const Wide offset = wide(address) - wide(target.address);
-    if (target.contains(target.family, address) && offset < address_count(target))
+    if (target.contains(target.family, address) && offset < rules::CompiledTranslation::turns_of(target))
       return (i == 0 ? 0 : rule.turn_ends[i - 1]) + static_cast<uint64_t>(offset);
   }
   return rule.turn_ends.back() - 1;
@@ -94,9 +87,8 @@ IpAddress pool_address(const rules::CompiledTranslation& rule, const IpAddress& 
 uint64_t pool_alternatives(const rules::CompiledTranslation& rule) noexcept {
   switch (rule.pool) {
     case rules::PoolType::RoundRobin:
-      return total_turns(rule) - 1;
     case rules::PoolType::Random:
-      return (rule.targets.size() > 1 ? total_turns(rule) : address_count(rule.targets.front())) - 1;
+      return total_turns(rule) - 1;  // a prefix's addresses past its first 2^32 are not offered
     case rules::PoolType::Bitmask:
     case rules::PoolType::SourceHash:
       return 0;

@@ -262,8 +262,8 @@ struct TranslationRule {
   bool target_dynamic = false;
   // Set by resolve_interfaces() where a dynamic target found no address: the rule loads without one.
   bool target_pending = false;
-  // `-> <name>`: the table's addresses of the rule's family, walked round-robin; compile() reads
-  // them from the table as it stands, so each change of the table gives the pool its entries.
+  // `-> <name>`: the table's addresses of the rule's family are the pool; compile() reads them
+  // from the table as it stands, so that each change of the table gives the pool its entries.
   std::string target_table;
   SourceLocation target_location;
 };

@@ -457,7 +457,6 @@ bool has_family(const AddressElement& e) {
   return e.kind == AddressElement::Kind::Prefix || e.kind == AddressElement::Kind::Range;
 }
 
-// The families an address list can match; a rule whose lists share none can never match.
 // The fewest prefixes that cover `range` (of `family`'s keys, address_key()), in address order.
 std::vector<IpPrefix> range_prefixes(Family family, const KeyRange& range) {
   const unsigned width = family == Family::V4 ? 32 : 128;
@@ -485,6 +484,7 @@ std::vector<IpPrefix> range_prefixes(Family family, const KeyRange& range) {
   }
 }
 
+// The families an address list can match; a rule whose lists share none can never match.
 uint8_t families_of(const std::vector<AddressElement>& addresses) {
   if (addresses.empty()) return 3;
   uint8_t out = 0;

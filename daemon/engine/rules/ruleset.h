@@ -161,17 +161,17 @@ struct CompiledTranslation {
   TranslationRule::Kind kind = TranslationRule::Kind::Nat;
   bool negated = false;
   bool pass = false;  // `nat pass`: the pass it translates on skips the filter rules (pf)
-  // The pool: one address or prefix (binat: its external prefix), or a list or a table's addresses
-  // for round-robin.
+  // The pool: one address or prefix (binat: its external prefix), or several: a list's, or the
+  // prefixes that cover a table's addresses.
   std::vector<IpPrefix> targets;
   PoolType pool = PoolType::Bitmask;
   SipKey hash_key;  // source-hash
   // round-robin: connections given an address so far, shared by the workers; kept, as the rule's
   // counters, by a table's edit (a reload of the rules starts both afresh).
   std::shared_ptr<std::atomic<uint64_t>> turns = std::make_shared<std::atomic<uint64_t>>(0);
-  // round-robin: where each target's turns end, counted from the first target's (a prefix gives
-  // a turn to each of its addresses, up to 2^32 of them), so that a turn finds its target by a
-  // binary search in a pool of a table's thousands.
+  // Where each target's turns end, counted from the first target's: a pool of several numbers
+  // their addresses so (round-robin takes the turns in order, random and source-hash pick one),
+  // and a turn finds its target by a binary search in a pool of a table's thousands.
   std::vector<uint64_t> turn_ends;
   bool static_port = false;  // nat: the source port stays; a connection it would collide with is refused
   uint16_t tag = 0;          // `tag NAME`: NAME's number where a `tagged` of the set tests it, else 0
@@ -186,15 +186,18 @@ struct CompiledTranslation {
   // those of the connections it translated.
   std::shared_ptr<RuleStats> stats = std::make_shared<RuleStats>();
 
+  // The turns a target gives: one to each of its addresses, up to 2^32 (an IPv6 /64 is not walked
+  // to its end; its first 2^32 addresses are as good a pool as any).
+  static uint64_t turns_of(const IpPrefix& target) {
+    const unsigned host_bits = (target.family == Family::V4 ? 32u : 128u) - target.length;
+    return uint64_t{1} << std::min(host_bits, 32u);
+  }
+
   // Sets turn_ends from targets.
   void count_turns() {
     turn_ends.clear();
     uint64_t total = 0;
-    for (const IpPrefix& p : targets) {
-      const unsigned host_bits = (p.family == Family::V4 ? 32u : 128u) - p.length;
-      total += uint64_t{1} << std::min(host_bits, 32u);
-      turn_ends.push_back(total);
-    }
+    for (const IpPrefix& p : targets) turn_ends.push_back(total += turns_of(p));
   }
 
   // rdr: where a connection dialled to `port` goes. Onto one port, to it; onto a range, as pf's,
