@@ -350,6 +350,26 @@ class Pair:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
             time.sleep(step)
 
+    def start_forwarding(self, addresses=None):
+        """Both nodes forward IPv4 between the LANs, each client routes through its LAN's VIP (with
+        `addresses`, {client: [address, ...]}, added to its eth0), and the nodes start: a master, b
+        backup."""
+        for node in ("a", "b"):
+            self.sysctl(self.ns[node], "net/ipv4/ip_forward", 1)
+        for client, extra in (addresses or {}).items():
+            for address in extra:
+                self.ip(self.ns[client], "addr", "add", f"{address}/24", "dev", "eth0")
+        for lan, client in CLIENTS.items():
+            self.ip(self.ns[client], "route", "add", "default", "via", vip4(lan))
+        self.start("a")
+        self.start("b")
+        self.wait_roles({"a": "master", "b": "backup"}, timeout=8)
+
+    def table_entries(self, node, name):
+        """The entries of table <name> on the node's pairwalld, as `pairwallctl tables show` lists them."""
+        cp = run([PAIRWALLCTL, "-s", str(self.socket_path(node)), "--json", "tables", "show", name])
+        return json.loads(cp.stdout)["tables"][0].get("entries", [])
+
     def wait_roles(self, roles, timeout):
         # The roles at the timeout, not at the start of the wait.
         return self.wait_for(lambda: all(self.role(n) == r for n, r in roles.items()), timeout,

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from failover_net import PAIRWALLCTL, run
+from failover_net import run
 
 ADVBASE_MS = 100
 PORT = 5001
@@ -61,21 +61,13 @@ def connect(p, source, count):
 
 
 def bruteforce(p, node):
-    cp = run([PAIRWALLCTL, "-s", str(p.socket_path(node)), "--json", "tables", "show", "bruteforce"])
-    return json.loads(cp.stdout)["tables"][0].get("entries", [])
+    return p.table_entries(node, "bruteforce")
 
 
 def test_failover_shared_overload_table_keeps_a_source_out(pair_factory):
     p = pair_factory(advbase_ms=ADVBASE_MS, ipv6=False, daemon="pairwalld", rules=RULES,
                      sync_extra='tables = ["bruteforce"]')
-    for node in ("a", "b"):
-        p.sysctl(p.ns[node], "net/ipv4/ip_forward", 1)
-    p.ip(p.ns["c0"], "addr", "add", f"{OTHER}/24", "dev", "eth0")
-    p.ip(p.ns["c0"], "route", "add", "default", "via", "10.31.0.1")
-    p.ip(p.ns["c1"], "route", "add", "default", "via", "10.32.0.1")
-    p.start("a")
-    p.start("b")
-    p.wait_roles({"a": "master", "b": "backup"}, timeout=8)
+    p.start_forwarding({"c0": [OTHER]})
     p.procs[("c1", "acceptor")] = subprocess.Popen(["ip", "netns", "exec", p.ns["c1"], "/usr/bin/python3", "-c",
                                                     ACCEPTOR, SERVER])
     time.sleep(0.3)

@@ -58,25 +58,12 @@ def ask(p, sources):
     return json.loads(cp.stdout)
 
 
-def web(p, node):
-    cp = run([PAIRWALLCTL, "-s", str(p.socket_path(node)), "--json", "tables", "show", "web"])
-    return sorted(json.loads(cp.stdout)["tables"][0].get("entries", []))
 
 
 def test_failover_table_pool_keeps_clients_on_their_servers(pair_factory):
     p = pair_factory(advbase_ms=ADVBASE_MS, ipv6=False, daemon="pairwalld", rules=RULES,
                      sync_extra='tables = ["web"]')
-    for node in ("a", "b"):
-        p.sysctl(p.ns[node], "net/ipv4/ip_forward", 1)
-    for address in CLIENTS[1:]:
-        p.ip(p.ns["c0"], "addr", "add", f"{address}/24", "dev", "eth0")
-    for address in SERVERS[1:]:
-        p.ip(p.ns["c1"], "addr", "add", f"{address}/24", "dev", "eth0")
-    p.ip(p.ns["c0"], "route", "add", "default", "via", "10.31.0.1")
-    p.ip(p.ns["c1"], "route", "add", "default", "via", "10.32.0.1")
-    p.start("a")
-    p.start("b")
-    p.wait_roles({"a": "master", "b": "backup"}, timeout=8)
+    p.start_forwarding({"c0": CLIENTS[1:], "c1": SERVERS[1:]})
     p.procs[("c1", "answerer")] = subprocess.Popen(["ip", "netns", "exec", p.ns["c1"], "/usr/bin/python3", "-c",
                                                     ANSWERER])
     time.sleep(0.3)
@@ -84,7 +71,7 @@ def test_failover_table_pool_keeps_clients_on_their_servers(pair_factory):
     # The pool's servers are given at run time, on the master alone.
     run([PAIRWALLCTL, "-s", str(p.socket_path("a")), "tables", "add", "web", *SERVERS[1:]])
     expected = sorted(f"{s}/32" for s in SERVERS)
-    p.wait_for(lambda: web(p, "b") == expected, 5, what="the servers in b's <web>")
+    p.wait_for(lambda: sorted(p.table_entries("b", "web")) == expected, 5, what="the servers in b's <web>")
 
     before = ask(p, CLIENTS)
     assert set(before.values()) <= set(SERVERS), before
